@@ -1,0 +1,123 @@
+/** Every error sqloutbox raises is an `OutboxError` with one of these string codes. */
+export type OutboxErrorCode =
+  | "E_OUTBOX" // generic / unexpected
+  | "E_CONFIG" // outbox.toml or option validation
+  | "E_SECRETS" // .env / Doppler resolution
+  | "E_QUEUE_FULL" // max_pending reached
+  | "E_INVALID_ARG" // a bind argument or payload that cannot be stored losslessly
+  | "E_CLOSED" // operation on a closed Outbox / writer
+  | "E_STORAGE" // the local SQLite file cannot be opened, read or written
+  | "E_NOT_FOUND" // a namespace, seq or dead letter that does not exist
+  | "E_CHAIN" // a broken prev_seq chain
+  | "E_UNSUPPORTED_STATEMENT" // a statement the rewriter refuses
+  | "E_WRITE" // a remote writer failure
+  | "E_LOCKED" // another drain holds the db_dir lock
+  | "E_USAGE"; // a command-line usage error
+
+/** Base class of every sqloutbox error; `code` is stable, `cause` carries the underlying error. */
+export class OutboxError extends Error {
+  readonly code: OutboxErrorCode;
+  constructor(code: OutboxErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** `enqueue` refused because the namespace already holds `maxPending` pending rows. */
+export class QueueFullError extends OutboxError {
+  constructor(
+    readonly namespace: string,
+    readonly maxPending: number,
+    readonly file?: string,
+  ) {
+    super(
+      "E_QUEUE_FULL",
+      `outbox queue full: namespace "${namespace}" has ${maxPending} pending rows (max_pending=${maxPending})${file ? ` in ${file}` : ""}`,
+    );
+  }
+}
+
+/** A value that cannot be stored and replayed losslessly (bind argument, tag, payload, namespace). */
+export class InvalidArgumentError extends OutboxError {
+  constructor(message: string, readonly details: { namespace?: string; file?: string; index?: number } = {}) {
+    super("E_INVALID_ARG", message);
+  }
+}
+
+/** Operation on an `Outbox` (or writer) after `close()`. */
+export class OutboxClosedError extends OutboxError {
+  constructor(readonly file: string, readonly namespace: string) {
+    super("E_CLOSED", `outbox is closed: namespace "${namespace}" in ${file}`);
+  }
+}
+
+/** The local SQLite file cannot be opened, read or written (not a database, read-only dir, disk full, …). */
+export class StorageError extends OutboxError {
+  constructor(message: string, readonly file: string, readonly namespace?: string, options?: { cause?: unknown }) {
+    super("E_STORAGE", message, options);
+  }
+}
+
+/** A namespace, seq or dead letter that does not exist. */
+export class NotFoundError extends OutboxError {
+  constructor(message: string) {
+    super("E_NOT_FOUND", message);
+  }
+}
+
+/** The statement rewriter refuses a statement; `reason` says exactly why. */
+export class UnsupportedStatementError extends OutboxError {
+  constructor(readonly reason: string, readonly sql?: string) {
+    super("E_UNSUPPORTED_STATEMENT", `unsupported statement: ${reason}`);
+  }
+}
+
+/** Invalid configuration; `file`, `keyPath`, and for syntax errors `line`/`column` (1-based) say where. */
+export class ConfigError extends OutboxError {
+  constructor(
+    message: string,
+    readonly where: { file?: string; keyPath?: string; line?: number; column?: number } = {},
+    options?: { cause?: unknown },
+  ) {
+    const loc = [
+      where.file ? `${where.file}${where.line ? `:${where.line}${where.column ? `:${where.column}` : ""}` : ""}` : "",
+      where.keyPath ? `[${where.keyPath}]` : "",
+    ]
+      .filter(Boolean)
+      .join(" ");
+    super("E_CONFIG", loc ? `${loc}: ${message}` : message, options);
+  }
+  get file() { return this.where.file; }
+  get keyPath() { return this.where.keyPath; }
+  get line() { return this.where.line; }
+  get column() { return this.where.column; }
+}
+
+/** Secrets could not be resolved (.env, Doppler); never contains the secret values. */
+export class SecretsError extends OutboxError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("E_SECRETS", message, options);
+  }
+}
+
+/** A remote writer failed as a whole (connection, protocol, timeout). */
+export class WriteError extends OutboxError {
+  constructor(message: string, readonly target?: string, options?: { cause?: unknown }) {
+    super("E_WRITE", message, options);
+  }
+}
+
+/** Another drain holds the exclusive lock on a db_dir. */
+export class LockedError extends OutboxError {
+  constructor(readonly lockFile: string) {
+    super("E_LOCKED", `another drain is already running: lock ${lockFile} is held`);
+  }
+}
+
+/** A command-line usage error (exit code 2). */
+export class UsageError extends OutboxError {
+  constructor(message: string) {
+    super("E_USAGE", message);
+  }
+}
