@@ -40,7 +40,6 @@ export type WriteResult =
 export interface OutboxWriter {
   readonly dialect?: Dialect;
   writeBatch(stmts: Statement[]): Promise<WriteResult[]>;
-  /** Optional: run one query outside the outbox flow (used for auto_schema and MAX(outbox_seq) seeding). */
-  query?(sql: string, args?: BindValue[]): Promise<unknown[][]>;
+
   close?(): Promise<void> | void;
 }
