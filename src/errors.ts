@@ -94,6 +94,17 @@ export class ConfigError extends OutboxError {
   get column() { return this.where.column; }
 }
 
+/** Several configuration problems found in one pass; `issues` holds each one with its own key path. */
+export class ConfigIssuesError extends ConfigError {
+  constructor(readonly issues: ConfigError[]) {
+    const first = issues[0]?.where ?? {};
+    super(
+      `${issues.length} problems:\n${issues.map((issue) => `  - ${issue.message}`).join("\n")}`,
+      { file: first.file },
+    );
+  }
+}
+
 /** Secrets could not be resolved (.env, Doppler); never contains the secret values. */
 export class SecretsError extends OutboxError {
   constructor(message: string, options?: { cause?: unknown }) {
