@@ -68,6 +68,8 @@ export interface AppConfig {
 export interface OutboxConfig {
   /** The file it was loaded from, if any (used to resolve relative paths in messages). */
   file?: string;
+  /** The directory relative paths (`db_dir`, `writer_class`, sqlite `path`) were resolved against: the config file's. */
+  baseDir?: string;
   apps: AppConfig[];
 }
 
