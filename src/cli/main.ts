@@ -1,17 +1,82 @@
-import { defineCommand, runMain } from "citty";
+import { renderUsage, runCommand, defineCommand, type CommandDef } from "citty";
+import { OutboxError, UsageError } from "../errors.ts";
 import { VERSION } from "../version.ts";
+import { resolveCommandLine } from "./_argv.ts";
+import { createCliLogger, logOptionsFrom } from "./_log.ts";
+import { setLogger, log } from "./_context.ts";
+import { print } from "./_output.ts";
 
-/** The root `sqloutbox` command; subcommands are added in src/cli/<command>.ts. */
+/** The root `sqloutbox` command; each subcommand lives in src/cli/<command>.ts. */
 export const main = defineCommand({
   meta: {
     name: "sqloutbox",
     version: VERSION,
     description: "Durable SQLite transactional outbox: drain, inspect and repair.",
   },
-  subCommands: {},
+  // Loaded on demand: `--version` and `status` stay fast, and one command's dependencies
+  // (drivers, the drain) are not loaded by another.
+  subCommands: {
+    runservice: () => import("./runservice.ts").then((m) => m.runservice),
+    init: () => import("./init.ts").then((m) => m.init),
+    status: () => import("./status.ts").then((m) => m.status),
+    verify: () => import("./verify.ts").then((m) => m.verify),
+    "dead-letter": () => import("./dead-letter.ts").then((m) => m.deadLetter),
+    skip: () => import("./skip.ts").then((m) => m.skip),
+  },
 });
 
-/** Runs the CLI with `argv` (without the executable and script) and exits with its code. */
-export async function runCli(argv: string[]): Promise<void> {
-  await runMain(main, { rawArgs: argv });
+/** Exit codes: 0 ok, 1 failure or integrity problem, 2 usage. */
+export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
+
+/**
+ * Runs the CLI with `argv` (without the executable and script) and returns the exit code.
+ * This is the only place where errors become exit codes.
+ */
+export async function runCli(argv: string[]): Promise<number> {
+  let path: string[] = [];
+  try {
+    setLogger(createCliLogger(logOptionsFrom(argv, process.env)));
+    const line = await resolveCommandLine(main, argv);
+    path = line.path;
+    if (line.help) {
+      const parent = path.length > 0 ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef) : undefined;
+      print(await renderUsage(line.cmd, parent));
+      return EXIT.ok;
+    }
+    if (line.version) {
+      print(VERSION);
+      return EXIT.ok;
+    }
+    if (line.problem) throw line.problem;
+    await runCommand(main, { rawArgs: argv });
+    return EXIT.ok;
+  } catch (err) {
+    return reportError(err, path);
+  }
+}
+
+function reportError(err: unknown, path: string[]): number {
+  // citty's own argument errors (missing required flag, bad enum value) are usage errors too.
+  const isUsage = err instanceof UsageError || (err instanceof Error && err.name === "CLIError");
+  if (isUsage) {
+    const message = (err as Error).message.replace(/\u001B\[[0-9;]*m/g, "");
+    process.stderr.write(`error: ${message}\nRun "${["sqloutbox", ...path, "--help"].join(" ")}" for usage.\n`);
+    return EXIT.usage;
+  }
+  const logger = log();
+  if (err instanceof OutboxError) {
+    logger.error(describe(err), { code: err.code });
+  } else {
+    // Unexpected: keep the stack for the operator, it is a bug report.
+    logger.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
+  }
+  return EXIT.failure;
+}
+
+/** The message plus every cause's message, so the operator sees the whole chain on one screen. */
+function describe(err: Error): string {
+  const parts = [err.message];
+  let cause = err.cause;
+  for (let depth = 0; cause instanceof Error && depth < 5; depth++, cause = cause.cause) parts.push(`caused by: ${cause.message}`);
+  return parts.join("\n  ");
 }

@@ -1,0 +1,38 @@
+// Flag definitions shared by several commands, so every command spells and documents them alike.
+import { UsageError } from "../errors.ts";
+import { logArgs } from "./_log.ts";
+
+/** Where the outbox files are: `--config FILE` (every app's db_dir) or `--db-dir DIR`. */
+export const locationArgs = {
+  config: {
+    type: "string",
+    valueHint: "FILE",
+    description: "outbox.toml whose apps' db_dirs to read (default ./outbox.toml)",
+  },
+  "db-dir": {
+    type: "string",
+    valueHint: "DIR",
+    description: "A db_dir holding {table}.db outbox files (instead of --config)",
+  },
+  ...logArgs,
+} as const;
+
+/** `--json`: the stable machine-readable shape documented in docs/cli.md. */
+export const jsonArg = {
+  json: { type: "boolean", description: "Print JSON (stable shape, see docs/cli.md)" },
+} as const;
+
+/** `--namespace N --seq S` (+ `--app A` to pick one app when a config has several). */
+export const rowArgs = {
+  namespace: { type: "string", valueHint: "N", required: true, description: "The namespace (table); its file is {db_dir}/{N}.db" },
+  seq: { type: "string", valueHint: "S", required: true, description: "The row's seq" },
+  app: { type: "string", valueHint: "APP", description: "With --config: the app whose db_dir holds the namespace" },
+} as const;
+
+/** Parses `--seq` as a positive integer, or throws a usage error. */
+export function parseSeq(value: string): number {
+  if (!/^[0-9]+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
+    throw new UsageError(`--seq must be a positive integer, got "${value}"`);
+  }
+  return Number(value);
+}

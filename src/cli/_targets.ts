@@ -1,0 +1,89 @@
+// Where the outbox files are: from `--db-dir DIR`, or every app's db_dir in `--config FILE`
+// (default ./outbox.toml). Read-only: the config is parsed, writers are never constructed.
+import fs from "node:fs";
+import path from "node:path";
+import type { OutboxConfig } from "../config/types.ts";
+import { NotFoundError, UsageError } from "../errors.ts";
+import { readConfigForInspection } from "./_config.ts";
+
+/** One db_dir to inspect, with the tuning that matters for display. */
+export interface Location {
+  /** The app name, or null with --db-dir. */
+  app: string | null;
+  dbDir: string;
+  maxPending: number | null;
+}
+
+/** The resolved locations plus the secret values to mask in anything printed. */
+export interface Locations {
+  dirs: Location[];
+  secrets: string[];
+  configFile: string | null;
+}
+
+/** The default config file name, looked up in the working directory. */
+export const DEFAULT_CONFIG = "outbox.toml";
+
+/** Resolves `--config` / `--db-dir` (exactly one, or ./outbox.toml when neither is given). */
+export async function resolveLocations(args: { config?: string; "db-dir"?: string }): Promise<Locations> {
+  const dbDir = args["db-dir"];
+  if (args.config !== undefined && dbDir !== undefined) {
+    throw new UsageError("give either --config FILE or --db-dir DIR, not both");
+  }
+  if (dbDir !== undefined) {
+    const abs = path.resolve(dbDir);
+    if (!isDir(abs)) throw new NotFoundError(`db_dir ${abs} does not exist or is not a directory`);
+    return { dirs: [{ app: null, dbDir: abs, maxPending: null }], secrets: [], configFile: null };
+  }
+  const file = path.resolve(args.config ?? DEFAULT_CONFIG);
+  if (args.config === undefined && !fs.existsSync(file)) {
+    throw new UsageError(`no ${DEFAULT_CONFIG} in ${process.cwd()}: give --config FILE or --db-dir DIR`);
+  }
+  const { config, secrets } = readConfigForInspection(file);
+  return { dirs: locationsOf(config), secrets, configFile: file };
+}
+
+/** Every app's db_dir (an app listed twice with one db_dir is inspected once). */
+export function locationsOf(config: OutboxConfig): Location[] {
+  const seen = new Set<string>();
+  const out: Location[] = [];
+  for (const app of config.apps) {
+    if (seen.has(app.dbDir)) continue;
+    seen.add(app.dbDir);
+    out.push({ app: app.name, dbDir: app.dbDir, maxPending: app.maxPending });
+  }
+  return out;
+}
+
+/** The file `{db_dir}/{namespace}.db` that holds a namespace; it must exist (nothing is created). */
+export function namespaceFile(locations: Locations, namespace: string, app?: string): { location: Location; file: string } {
+  if (!namespace || namespace.includes("/") || namespace.includes("\\") || namespace.startsWith(".")) {
+    throw new UsageError(`--namespace must be a table name, got "${namespace}"`);
+  }
+  let dirs = locations.dirs;
+  if (app !== undefined) {
+    dirs = dirs.filter((d) => d.app === app);
+    if (dirs.length === 0) throw new UsageError(`--app ${app}: no such app in ${locations.configFile ?? "the config"}`);
+  }
+  const hits = dirs
+    .map((location) => ({ location, file: path.join(location.dbDir, `${namespace}.db`) }))
+    .filter((hit) => fs.existsSync(hit.file));
+  if (hits.length === 0) {
+    throw new NotFoundError(`namespace "${namespace}": no ${namespace}.db in ${dirs.map((d) => d.dbDir).join(", ")}`);
+  }
+  if (hits.length > 1) {
+    throw new UsageError(
+      `namespace "${namespace}" exists in several apps (${hits.map((h) => h.location.app).join(", ")}): add --app APP`,
+    );
+  }
+  return hits[0]!;
+}
+
+/** True when `p` is an existing directory. */
+export function isDir(p: string): boolean {
+  try {
+    return fs.statSync(p).isDirectory();
+  } catch {
+    return false;
+  }
+}

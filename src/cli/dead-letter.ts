@@ -1,0 +1,128 @@
+import { defineCommand } from "citty";
+import path from "node:path";
+import { NotFoundError } from "../errors.ts";
+import { readDeadLetters } from "../outbox/inspect.ts";
+import { Outbox, type DeadLetter } from "../outbox/outbox.ts";
+import { jsonArg, locationArgs, parseSeq, rowArgs } from "./_args.ts";
+import { maskSecrets } from "../config/mask.ts";
+import { oneLine, print, renderFields, renderTable } from "./_output.ts";
+import { isDir, namespaceFile, resolveLocations, type Locations } from "./_targets.ts";
+
+/** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
+export interface DeadLetterEntry extends DeadLetter {
+  app: string | null;
+  dbDir: string;
+}
+
+/** Reads every dead letter of every location read-only, optionally of one namespace. */
+export function collectDeadLetters(locations: Locations, namespace?: string): DeadLetterEntry[] {
+  const out: DeadLetterEntry[] = [];
+  for (const loc of locations.dirs) {
+    if (!isDir(loc.dbDir)) continue;
+    for (const d of readDeadLetters(loc.dbDir)) {
+      if (namespace !== undefined && d.namespace !== namespace) continue;
+      const error = d.error === null ? null : maskSecrets(d.error, locations.secrets);
+      out.push({ app: loc.app, dbDir: loc.dbDir, ...d, error });
+    }
+  }
+  return out;
+}
+
+/** The human list: one aligned row per dead letter. */
+export function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
+  if (entries.length === 0) return "no dead letters";
+  const withApp = entries.some((e) => e.app !== null);
+  return renderTable(
+    [
+      ...(withApp ? [{ header: "app" }] : []),
+      { header: "namespace" },
+      { header: "seq", right: true },
+      { header: "reason" },
+      { header: "attempts", right: true },
+      { header: "dead at" },
+      { header: "replayed as", right: true },
+      { header: "error" },
+    ],
+    entries.map((e) => [
+      ...(withApp ? [e.app ?? "-"] : []),
+      e.namespace,
+      String(e.seq),
+      e.reason,
+      String(e.attempts),
+      e.deadAt,
+      e.replayedAsSeq === null ? "-" : String(e.replayedAsSeq),
+      oneLine(e.error, 50),
+    ]),
+  );
+}
+
+/** The human view of one dead letter: every field, the SQL and its arguments in full. */
+export function renderDeadLetter(e: DeadLetterEntry): string {
+  return renderFields([
+    ["namespace", e.namespace],
+    ["seq", String(e.seq)],
+    ["file", path.join(e.dbDir, `${e.namespace}.db`)],
+    ["source", e.source || "-"],
+    ["created at", e.createdAt],
+    ["dead at", e.deadAt],
+    ["reason", e.reason],
+    ["attempts", String(e.attempts)],
+    ["error class", e.errorClass ?? "-"],
+    ["error", e.error ?? "-"],
+    ["prev seq", e.prevSeq === null ? "-" : String(e.prevSeq)],
+    ["replayed at", e.replayedAt ?? "-"],
+    ["replayed as", e.replayedAsSeq === null ? "-" : String(e.replayedAsSeq)],
+    ["sql", e.tag],
+    ["args", e.payload],
+  ]);
+}
+
+const list = defineCommand({
+  meta: { name: "list", description: "List quarantined rows (read-only)" },
+  args: {
+    ...locationArgs,
+    ...jsonArg,
+    namespace: { type: "string", valueHint: "N", description: "Only this namespace" },
+  },
+  async run({ args }) {
+    const entries = collectDeadLetters(await resolveLocations(args), args.namespace);
+    print(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : renderDeadLetters(entries));
+  },
+});
+
+const show = defineCommand({
+  meta: { name: "show", description: "Show one quarantined row in full (read-only)" },
+  args: { ...locationArgs, ...jsonArg, ...rowArgs },
+  async run({ args }) {
+    const seq = parseSeq(args.seq);
+    const locations = await resolveLocations(args);
+    const { location } = namespaceFile(locations, args.namespace, args.app);
+    const entry = collectDeadLetters({ ...locations, dirs: [location] }, args.namespace).find((e) => e.seq === seq);
+    if (!entry) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${args.namespace}" (${location.dbDir})`);
+    print(args.json ? JSON.stringify(entry, null, 2) : renderDeadLetter(entry));
+  },
+});
+
+const replay = defineCommand({
+  meta: { name: "replay", description: "Re-enqueue a quarantined row at the tail of its namespace (safe while the drain runs)" },
+  args: { ...locationArgs, ...jsonArg, ...rowArgs },
+  async run({ args }) {
+    const seq = parseSeq(args.seq);
+    const { file } = namespaceFile(await resolveLocations(args), args.namespace, args.app);
+    const outbox = new Outbox(file, args.namespace);
+    let newSeq: number;
+    try {
+      newSeq = outbox.replayDead(seq);
+    } finally {
+      outbox.close();
+    }
+    if (args.json) print(JSON.stringify({ action: "replay", namespace: args.namespace, seq, newSeq, file }, null, 2));
+    else print(`replayed dead letter ${args.namespace} seq ${seq} as seq ${newSeq} (re-enqueued at the tail, ${file})`);
+  },
+});
+
+/** `sqloutbox dead-letter list|show|replay`: inspect and replay quarantined rows. */
+export const deadLetter = defineCommand({
+  meta: { name: "dead-letter", description: "Inspect and replay quarantined rows: list, show, replay" },
+  subCommands: { list, show, replay },
+});

@@ -1,0 +1,31 @@
+import { defineCommand } from "citty";
+import { Outbox } from "../outbox/outbox.ts";
+import { jsonArg, locationArgs, parseSeq, rowArgs } from "./_args.ts";
+import { print } from "./_output.ts";
+import { namespaceFile, resolveLocations } from "./_targets.ts";
+
+/** `sqloutbox skip`: move a stuck head to the dead-letter log (reason "skipped"), so its namespace advances. */
+export const skip = defineCommand({
+  meta: {
+    name: "skip",
+    description: "Move a stuck head row to the dead-letter log so its namespace advances (safe while the drain runs)",
+  },
+  args: { ...locationArgs, ...jsonArg, ...rowArgs },
+  async run({ args }) {
+    const seq = parseSeq(args.seq);
+    const { file } = namespaceFile(await resolveLocations(args), args.namespace, args.app);
+    // The Outbox methods run in one IMMEDIATE transaction with busy_timeout, so a running drain
+    // either sees the row before or after the move, never half of it.
+    const outbox = new Outbox(file, args.namespace);
+    try {
+      outbox.skipHead(seq);
+    } finally {
+      outbox.close();
+    }
+    if (args.json) print(JSON.stringify({ action: "skip", namespace: args.namespace, seq, file }, null, 2));
+    else {
+      print(`skipped ${args.namespace} seq ${seq}: moved to the dead-letter log (reason "skipped"), ${file}`);
+      print(`undo with: sqloutbox dead-letter replay --namespace ${args.namespace} --seq ${seq} …`);
+    }
+  },
+});

@@ -1,0 +1,94 @@
+import { defineCommand } from "citty";
+import path from "node:path";
+import { OutboxError } from "../errors.ts";
+import { listOutboxFiles, verifyFile } from "../outbox/inspect.ts";
+import type { ChainGap } from "../outbox/outbox.ts";
+import { jsonArg, locationArgs } from "./_args.ts";
+import { log } from "./_context.ts";
+import { print, renderTable } from "./_output.ts";
+import { isDir, resolveLocations, type Locations } from "./_targets.ts";
+
+/** One file in `verify --json`. */
+export interface VerifiedFile {
+  app: string | null;
+  dbDir: string;
+  file: string;
+  ok: boolean;
+  namespaces: Array<{ namespace: string; rows: number; gaps: ChainGap[]; problems: string[] }>;
+  /** Set when the file could not be read at all (not a database, unreadable). */
+  error: string | null;
+}
+
+/** The stable `verify --json` document. */
+export interface VerifyReport {
+  ok: boolean;
+  files: VerifiedFile[];
+}
+
+/** Scans every outbox file of every location read-only; a file that cannot be read is a problem, not a crash. */
+export function collectVerify(locations: Locations): VerifyReport {
+  const files: VerifiedFile[] = [];
+  for (const loc of locations.dirs) {
+    if (!isDir(loc.dbDir)) continue;
+    for (const file of listOutboxFiles(loc.dbDir)) {
+      try {
+        const result = verifyFile(file);
+        files.push({ app: loc.app, dbDir: loc.dbDir, file, ok: result.ok, namespaces: result.namespaces, error: null });
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        files.push({ app: loc.app, dbDir: loc.dbDir, file, ok: false, namespaces: [], error: message });
+      }
+    }
+  }
+  return { ok: files.every((f) => f.ok), files };
+}
+
+/** The human view: one row per namespace, then every problem spelled out. */
+export function renderVerify(report: VerifyReport): string {
+  const rows: string[][] = [];
+  const details: string[] = [];
+  for (const f of report.files) {
+    const name = path.basename(f.file);
+    if (f.error !== null) {
+      rows.push([name, "-", "-", "-", "UNREADABLE"]);
+      details.push(`${f.file}: ${f.error}`);
+      continue;
+    }
+    for (const ns of f.namespaces) {
+      const bad = ns.gaps.length > 0 || ns.problems.length > 0;
+      rows.push([name, ns.namespace, String(ns.rows), String(ns.gaps.length), bad ? "PROBLEM" : "ok"]);
+      for (const gap of ns.gaps) {
+        details.push(`${f.file} [${ns.namespace}]: row ${gap.seq} links to prev_seq ${gap.prevSeq}, which is in no table`);
+      }
+      for (const problem of ns.problems) details.push(`${f.file} [${ns.namespace}]: ${problem}`);
+    }
+    if (f.namespaces.length === 0) rows.push([name, "-", "0", "0", f.ok ? "ok" : "PROBLEM"]);
+  }
+  if (report.files.length === 0) return "no outbox files found";
+  const table = renderTable(
+    [{ header: "file" }, { header: "namespace" }, { header: "rows", right: true }, { header: "gaps", right: true }, { header: "result" }],
+    rows,
+  );
+  const summary = report.ok
+    ? `ok: ${report.files.length} file(s) verified, no problems`
+    : `${details.length} problem(s):\n${details.map((d) => `  - ${d}`).join("\n")}`;
+  return `${table}\n\n${summary}`;
+}
+
+/** `sqloutbox verify`: offline, read-only integrity scan; exit 1 when anything is wrong. */
+export const verify = defineCommand({
+  meta: { name: "verify", description: "Offline integrity scan of the outbox files (read-only; exit 1 on problems)" },
+  args: { ...locationArgs, ...jsonArg },
+  async run({ args }) {
+    const locations = await resolveLocations(args);
+    for (const loc of locations.dirs) {
+      if (!isDir(loc.dbDir)) log().info(`db_dir ${loc.dbDir} does not exist yet: nothing to verify`);
+    }
+    const report = collectVerify(locations);
+    print(args.json ? JSON.stringify(report, null, 2) : renderVerify(report));
+    if (!report.ok) {
+      const bad = report.files.filter((f) => !f.ok).length;
+      throw new OutboxError("E_CHAIN", `verify found problems in ${bad} of ${report.files.length} file(s)`);
+    }
+  },
+});
