@@ -1,0 +1,158 @@
+import { resolve } from "node:path";
+import { ConfigError, ConfigIssuesError } from "../errors.ts";
+import type { EnvMap } from "./interpolate.ts";
+import { isTable, join, Reader, type KeyStyle, type Table } from "./reader.ts";
+import { buildTarget } from "./target.ts";
+import { DEFAULTS, type AppConfig, type OutboxConfig, type TargetConfig } from "./types.ts";
+
+/** Where a config document came from and how to read it. */
+export interface BuildOptions {
+  file?: string;
+  /** Relative paths resolve against this directory. */
+  baseDir: string;
+  /** `${VAR}` lookups; null disables interpolation (programmatic input). */
+  env: EnvMap | null;
+  style: KeyStyle;
+}
+
+const APP_KEYS = [
+  "db_dir",
+  "batch_size",
+  "flush_interval",
+  "table_flush_threshold",
+  "table_max_wait",
+  "auto_schema",
+  "cleanup_every",
+  "retain_log_days",
+  "max_pending",
+  "max_attempts",
+  "backoff_cap_minutes",
+  "backoff_unit_seconds",
+  "write_timeout",
+  "durability",
+  "db",
+] as const;
+
+/** App and db names become target names `app.db` and log labels. */
+const NAME = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * Validates a parsed config document and returns the resolved `OutboxConfig` (defaults applied,
+ * paths absolute) plus the values of `${VAR}`s used in `[connection]` tables (secrets).
+ * Throws one `ConfigError`, or a `ConfigIssuesError` listing every problem.
+ */
+export function buildConfig(doc: unknown, options: BuildOptions): { config: OutboxConfig; interpolatedSecrets: string[] } {
+  const r = new Reader(options.file, options.style, options.env);
+  const apps: AppConfig[] = [];
+  if (!isTable(doc)) {
+    r.fail("", `expected a table at the top level, got ${Array.isArray(doc) ? "array" : typeof doc}`);
+  } else {
+    r.checkKeys(doc, ["app"], "");
+    const appsRaw = r.raw(doc, "app");
+    if (appsRaw !== undefined && !isTable(appsRaw)) {
+      r.fail("app", `expected a table of apps ([app.NAME]), got ${typeof appsRaw}`);
+    } else if (appsRaw === undefined || Object.keys(appsRaw).length === 0) {
+      r.fail("app", "no apps configured: add an [app.NAME] table with db_dir and at least one [app.NAME.db.DB] target");
+    } else {
+      for (const [name, raw] of Object.entries(appsRaw)) {
+        const app = buildApp(r, name, raw, options.baseDir);
+        if (app) apps.push(app);
+      }
+      checkSharedDbDirs(r, apps);
+    }
+  }
+  throwIssues(r.issues);
+  return { config: { file: options.file, baseDir: options.baseDir, apps }, interpolatedSecrets: [...r.secretValues] };
+}
+
+/** Throws the single problem as is, or all of them in one `ConfigIssuesError`. */
+export function throwIssues(issues: ConfigError[]): void {
+  if (issues.length === 1) throw issues[0];
+  if (issues.length > 1) throw new ConfigIssuesError(issues);
+}
+
+function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppConfig | undefined {
+  const path = join("app", name);
+  if (!NAME.test(name)) return r.fail(path, `app name "${name}" may only contain letters, digits, "_" and "-"`);
+  if (!isTable(raw)) return r.fail(path, `expected a table ([${path}]), got ${typeof raw}`);
+  r.checkKeys(raw, APP_KEYS, path);
+
+  const dbDirRaw = r.string(raw, "db_dir", path);
+  if (r.raw(raw, "db_dir") === undefined) r.fail(join(path, r.key("db_dir")), "required: the directory holding this app's {table}.db outbox files");
+  else if (dbDirRaw === "") r.fail(join(path, r.key("db_dir")), "must not be empty");
+  const dbDir = dbDirRaw ? resolve(baseDir, dbDirRaw) : "";
+
+  const retainLogDays = r.number(raw, "retain_log_days", path, { min: 0 }) ?? DEFAULTS.retainLogDays;
+  const app: AppConfig = {
+    name,
+    dbDir,
+    batchSize: r.number(raw, "batch_size", path, { integer: true, min: 1 }) ?? DEFAULTS.batchSize,
+    flushInterval: r.number(raw, "flush_interval", path, { above: 0 }) ?? DEFAULTS.flushInterval,
+    tableFlushThreshold: r.number(raw, "table_flush_threshold", path, { integer: true, min: 1 }) ?? DEFAULTS.tableFlushThreshold,
+    tableMaxWait: r.number(raw, "table_max_wait", path, { min: 0 }) ?? DEFAULTS.tableMaxWait,
+    autoSchema: r.boolean(raw, "auto_schema", path) ?? DEFAULTS.autoSchema,
+    cleanupEvery: r.number(raw, "cleanup_every", path, { integer: true, min: 1 }) ?? DEFAULTS.cleanupEvery,
+    retainLogDays,
+    maxPending: optionalLimit(r, raw, "max_pending", path, DEFAULTS.maxPending),
+    maxAttempts: optionalLimit(r, raw, "max_attempts", path, DEFAULTS.maxAttempts),
+    backoffCapMinutes: r.number(raw, "backoff_cap_minutes", path, { above: 0 }) ?? DEFAULTS.backoffCapMinutes,
+    backoffUnitSeconds: r.number(raw, "backoff_unit_seconds", path, { above: 0 }) ?? DEFAULTS.backoffUnitSeconds,
+    writeTimeout: r.number(raw, "write_timeout", path, { above: 0 }) ?? DEFAULTS.writeTimeout,
+    durability: r.oneOf(raw, "durability", path, ["normal", "full"] as const) ?? DEFAULTS.durability,
+    targets: [],
+  };
+
+  const dbPath = join(path, "db");
+  const dbs = r.raw(raw, "db");
+  if (dbs !== undefined && !isTable(dbs)) return r.fail(dbPath, `expected a table of targets ([${dbPath}.NAME]), got ${typeof dbs}`);
+  if (dbs === undefined || Object.keys(dbs).length === 0) {
+    return r.fail(dbPath, `app "${name}" has no targets: add an [${dbPath}.NAME] table with writer and tables`);
+  }
+  const routedTo = new Map<string, string>();
+  for (const [dbName, targetRaw] of Object.entries(dbs)) {
+    const target = buildTarget(r, { app: name, db: dbName, raw: targetRaw, path: join(dbPath, dbName), baseDir, retainLogDays });
+    if (!target) continue;
+    checkRouting(r, target, routedTo, join(dbPath, dbName));
+    app.targets.push(target);
+  }
+  return app;
+}
+
+/** `max_pending` / `max_attempts`: a positive integer, or 0 (or null in code) for "no limit". */
+function optionalLimit(r: Reader, raw: Table, snake: string, path: string, fallback: number | null): number | null {
+  const value = r.raw(raw, snake);
+  if (value === undefined) return fallback;
+  if (value === null && r.style === "camel") return null;
+  const n = r.number(raw, snake, path, { integer: true, min: 0 });
+  if (n === undefined) return fallback;
+  return n === 0 ? null : n;
+}
+
+/** One outbox file can be drained to one place only: a table routed to two targets is an error. */
+function checkRouting(r: Reader, target: TargetConfig, routedTo: Map<string, string>, targetPath: string): void {
+  target.tables.forEach((table, i) => {
+    const other = routedTo.get(table.name);
+    if (other !== undefined) {
+      r.fail(
+        `${join(targetPath, r.key("tables"))}[${i}]`,
+        `table "${table.name}" is already routed to target "${other}"; each table of an app drains to exactly one target`,
+      );
+    } else {
+      routedTo.set(table.name, target.name);
+    }
+  });
+}
+
+/** Two apps on one db_dir would fight over its drain lock and its files. */
+function checkSharedDbDirs(r: Reader, apps: AppConfig[]): void {
+  const seen = new Map<string, string>();
+  for (const app of apps) {
+    if (!app.dbDir) continue;
+    const other = seen.get(app.dbDir);
+    if (other !== undefined) {
+      r.fail(join(join("app", app.name), r.key("db_dir")), `db_dir ${app.dbDir} is also used by app "${other}"; each app needs its own db_dir`);
+    } else {
+      seen.set(app.dbDir, app.name);
+    }
+  }
+}

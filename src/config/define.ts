@@ -1,0 +1,58 @@
+import { resolve } from "node:path";
+import type { BuiltinWriterName } from "../writers/registry.ts";
+import type { Dialect } from "../writers/writer.ts";
+import { buildConfig } from "./build.ts";
+import type { Durability, OutboxConfig } from "./types.ts";
+
+/** One table of a target: a name, or a name with per-table overrides. */
+export type TableInput = string | { name: string; injectOutboxSeq?: boolean; retainLogDays?: number };
+
+/** One target (`[app.NAME.db.DB]` in TOML): exactly one of `writer` / `writerClass`. */
+export interface TargetInput {
+  writer?: BuiltinWriterName;
+  /** `"./file.ts:Export"` (relative to `baseDir`) or `"package:Export"`. */
+  writerClass?: string;
+  tables: TableInput[];
+  /** true/false for every table, or the names of the tables to inject. Default true. */
+  injectOutboxSeq?: boolean | string[];
+  retainLogDays?: number;
+  dialect?: Dialect;
+  compat?: boolean;
+  /** Passed to the writer as is (keys as the writer documents them). */
+  connection?: Record<string, unknown>;
+}
+
+/** One app (`[app.NAME]` in TOML): the same keys in camelCase; `null` or 0 means "no limit". */
+export interface AppInput {
+  dbDir: string;
+  batchSize?: number;
+  flushInterval?: number;
+  tableFlushThreshold?: number;
+  tableMaxWait?: number;
+  autoSchema?: boolean;
+  cleanupEvery?: number;
+  retainLogDays?: number;
+  maxPending?: number | null;
+  maxAttempts?: number | null;
+  backoffCapMinutes?: number;
+  backoffUnitSeconds?: number;
+  writeTimeout?: number;
+  durability?: Durability;
+  db: Record<string, TargetInput>;
+}
+
+/** The programmatic form of outbox.toml. */
+export interface ConfigInput {
+  /** Relative `dbDir`, `writerClass` and sqlite `path` resolve against this (default: the cwd). */
+  baseDir?: string;
+  app: Record<string, AppInput>;
+}
+
+/**
+ * Validates a programmatic config exactly like outbox.toml (camelCase keys, no `${VAR}`
+ * interpolation) and returns it with defaults applied and paths absolute. Throws `ConfigError`/`ConfigIssuesError`.
+ */
+export function defineConfig(input: ConfigInput): OutboxConfig {
+  const { baseDir, ...doc } = input;
+  return buildConfig(doc, { baseDir: resolve(baseDir ?? process.cwd()), env: null, style: "camel" }).config;
+}

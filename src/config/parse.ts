@@ -1,0 +1,32 @@
+import { dirname, resolve } from "node:path";
+import { parse, TomlError } from "smol-toml";
+import { ConfigError } from "../errors.ts";
+import { buildConfig } from "./build.ts";
+import type { EnvMap } from "./interpolate.ts";
+import { configSecrets, filterSecrets } from "./secret-values.ts";
+import type { OutboxConfig } from "./types.ts";
+
+/**
+ * Parses and validates outbox.toml text (pure: no file, network or process.env access).
+ * `file` names the source in errors and anchors relative paths; `${VAR}` resolves from `env`.
+ * Throws `ConfigError` (with line/column for TOML syntax errors) or `ConfigIssuesError`.
+ */
+export function parseConfigToml(text: string, file: string, env: EnvMap): OutboxConfig {
+  return parseConfigDocument(text, file, env).config;
+}
+
+/** `parseConfigToml` plus the secret strings the config contains (see `configSecrets`). */
+export function parseConfigDocument(text: string, file: string, env: EnvMap): { config: OutboxConfig; secrets: string[] } {
+  let doc: unknown;
+  try {
+    doc = parse(text);
+  } catch (error) {
+    if (error instanceof TomlError) {
+      const reason = error.message.replace(/^Invalid TOML document: /, "").split("\n")[0];
+      throw new ConfigError(`TOML syntax error: ${reason}`, { file, line: error.line, column: error.column }, { cause: error });
+    }
+    throw error;
+  }
+  const { config, interpolatedSecrets } = buildConfig(doc, { file, baseDir: dirname(resolve(file)), env, style: "toml" });
+  return { config, secrets: filterSecrets([...interpolatedSecrets, ...configSecrets(config)]) };
+}

@@ -1,0 +1,63 @@
+import { existsSync } from "node:fs";
+import { isAbsolute, resolve } from "node:path";
+import { ConfigError } from "../errors.ts";
+import type { OutboxWriter } from "../writers/writer.ts";
+import { maskSecrets } from "./mask.ts";
+import { isRelativePath, splitWriterClass } from "./target.ts";
+
+/** Where a `writer_class` is configured, for error messages. */
+export interface WriterClassSite {
+  file?: string;
+  keyPath: string;
+  /** Directory package specifiers and relative paths resolve from. */
+  baseDir: string;
+  /** Strings to mask in messages (constructor errors may echo connection values). */
+  secrets?: readonly string[];
+}
+
+/**
+ * Imports `"./file.ts:Export"` (a path relative to `baseDir`, or absolute) or `"package:Export"`
+ * (resolved from `baseDir`) and returns `new Export(connection)`. Works from the compiled binary:
+ * Bun transpiles a `.ts` file imported from disk at runtime. Every failure is a `ConfigError` at `keyPath`.
+ */
+export async function loadWriterClass(spec: string, connection: Record<string, unknown>, site: WriterClassSite): Promise<OutboxWriter> {
+  const fail = (message: string, cause?: unknown) =>
+    new ConfigError(maskSecrets(message, site.secrets ?? []), { file: site.file, keyPath: site.keyPath }, { cause });
+  const { module, exportName } = splitWriterClass(spec);
+
+  let path: string;
+  if (isAbsolute(module) || isRelativePath(module)) {
+    path = resolve(site.baseDir, module);
+    if (!existsSync(path)) throw fail(`writer_class file not found: ${path}`);
+  } else {
+    try {
+      path = Bun.resolveSync(module, site.baseDir);
+    } catch (error) {
+      throw fail(`writer_class package "${module}" cannot be resolved from ${site.baseDir}: ${(error as Error).message}`, error);
+    }
+  }
+
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(path)) as Record<string, unknown>;
+  } catch (error) {
+    throw fail(`writer_class module ${path} failed to load: ${(error as Error).message}`, error);
+  }
+  const Writer = mod[exportName];
+  if (Writer === undefined) {
+    const names = Object.keys(mod).join(", ") || "none";
+    throw fail(`writer_class module ${path} has no export "${exportName}" (exports: ${names})`);
+  }
+  if (typeof Writer !== "function") throw fail(`writer_class export "${exportName}" of ${path} is not a class (got ${typeof Writer})`);
+
+  let writer: unknown;
+  try {
+    writer = new (Writer as new (connection: Record<string, unknown>) => unknown)(connection);
+  } catch (error) {
+    throw fail(`writer_class ${exportName} (${path}) constructor threw: ${(error as Error)?.message ?? error}`, error);
+  }
+  if (typeof (writer as OutboxWriter | null)?.writeBatch !== "function") {
+    throw fail(`writer_class ${exportName} (${path}) does not implement writeBatch(stmts)`);
+  }
+  return writer as OutboxWriter;
+}

@@ -1,0 +1,52 @@
+import { ConfigError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
+import type { OutboxWriter } from "../writers/writer.ts";
+import { maskSecrets } from "./mask.ts";
+import type { OutboxConfig, TargetConfig } from "./types.ts";
+import { loadWriterClass } from "./writer-class.ts";
+
+/** Options for `createWriters`. */
+export interface CreateWritersOptions {
+  /** Masked in any error message (see `configSecrets`). */
+  secrets?: readonly string[];
+  logger?: Logger;
+}
+
+/**
+ * Constructs one writer per target, keyed by target name (`app.db`): a built-in `writer` from the
+ * registry, or a `writer_class` imported and constructed with the `[connection]` table. On any
+ * failure the writers already made are closed and a `ConfigError` names the target's key.
+ */
+export async function createWriters(config: OutboxConfig, options: CreateWritersOptions = {}): Promise<Record<string, OutboxWriter>> {
+  const writers: Record<string, OutboxWriter> = {};
+  try {
+    for (const app of config.apps) {
+      for (const target of app.targets) {
+        writers[target.name] = await createWriter(config, target, options);
+        options.logger?.debug(`writer ready for target ${target.name} (${target.writer ?? target.writerClass})`);
+      }
+    }
+  } catch (error) {
+    await Promise.allSettled(Object.values(writers).map(async (w) => w.close?.()));
+    throw error;
+  }
+  return writers;
+}
+
+async function createWriter(config: OutboxConfig, target: TargetConfig, options: CreateWritersOptions): Promise<OutboxWriter> {
+  const keyPath = `app.${target.app}.db.${target.db}`;
+  const secrets = options.secrets ?? [];
+  if (target.writerClass) {
+    const baseDir = config.baseDir ?? process.cwd();
+    return loadWriterClass(target.writerClass, target.connection, { file: config.file, keyPath: `${keyPath}.writer_class`, baseDir, secrets });
+  }
+  const spec = builtinWriters[target.writer as BuiltinWriterName];
+  if (!spec) throw new ConfigError(`built-in writer "${target.writer}" is not available`, { file: config.file, keyPath: `${keyPath}.writer` });
+  try {
+    return spec.create(target.connection);
+  } catch (error) {
+    const message = maskSecrets(`cannot create writer "${target.writer}": ${(error as Error)?.message ?? error}`, secrets);
+    throw new ConfigError(message, { file: config.file, keyPath: `${keyPath}.connection` }, { cause: error });
+  }
+}
