@@ -1,0 +1,64 @@
+import type { OutboxConfig } from "../config/types.ts";
+import { silentLogger, type Logger } from "../logger.ts";
+import type { OutboxWriter } from "../writers/writer.ts";
+import { OutboxSyncService, type SyncServiceOptions } from "./service.ts";
+
+/** Options of `runService`. */
+export interface RunServiceOptions extends SyncServiceOptions {
+  /** Upper bound (ms) for finishing the in-flight batch after SIGTERM/SIGINT. Default 10 000. */
+  stopTimeoutMs?: number;
+  /** Resolves (or aborts) the service without a signal, e.g. from a test or an embedding app. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Runs the drain until SIGTERM or SIGINT (or `options.signal` aborts): starts the service,
+ * logs an integrity scan on SIGUSR1, and on a stop signal stops scheduling, lets the in-flight
+ * batch settle (bounded by `stopTimeoutMs`), closes the writers and releases the locks. Resolves
+ * when stopped — the caller exits 0. Rejects if startup fails (e.g. `LockedError`).
+ */
+export async function runService(config: OutboxConfig, writers: Record<string, OutboxWriter>, options: RunServiceOptions = {}): Promise<void> {
+  const logger: Logger = options.logger ?? silentLogger;
+  const service = new OutboxSyncService(config, writers, options);
+  await service.start();
+  let finish!: () => void;
+  const done = new Promise<void>((resolve) => {
+    finish = resolve;
+  });
+  let stopping = false;
+  const stop = (why: string) => {
+    if (stopping) {
+      logger.warn(`drain: ${why} again while stopping; still waiting for the in-flight batch (at most ${options.stopTimeoutMs ?? 10_000} ms)`);
+      return;
+    }
+    stopping = true;
+    logger.info(`drain: ${why}: finishing the in-flight batch and stopping`);
+    service
+      .stop(options.stopTimeoutMs ?? 10_000)
+      .catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`))
+      .finally(finish);
+  };
+  const onTerm = () => stop("SIGTERM");
+  const onInt = () => stop("SIGINT");
+  const onUsr1 = () => {
+    try {
+      service.integrityScan();
+    } catch (error) {
+      logger.error(`drain: integrity scan failed: ${(error as Error).message}`);
+    }
+  };
+  const onAbort = () => stop("stop requested");
+  process.on("SIGTERM", onTerm);
+  process.on("SIGINT", onInt);
+  process.on("SIGUSR1", onUsr1);
+  if (options.signal?.aborted) onAbort();
+  options.signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    await done;
+  } finally {
+    process.off("SIGTERM", onTerm);
+    process.off("SIGINT", onInt);
+    process.off("SIGUSR1", onUsr1);
+    options.signal?.removeEventListener("abort", onAbort);
+  }
+}

@@ -1,0 +1,206 @@
+import path from "node:path";
+import type { AppConfig, OutboxConfig } from "../config/types.ts";
+import { ConfigError } from "../errors.ts";
+import { silentLogger, type Logger } from "../logger.ts";
+import { Outbox } from "../outbox/outbox.ts";
+import type { OutboxWriter } from "../writers/writer.ts";
+import { describeError, type ServedTable, type TargetContext } from "./context.ts";
+import { scanIntegrity, type IntegrityReport } from "./integrity.ts";
+import { acquireLock, type DrainLock } from "./lock.ts";
+import { TargetRunner, type TargetCycle } from "./target.ts";
+
+/** Options of an `OutboxSyncService` beyond the config. */
+export interface SyncServiceOptions {
+  /** Where the drain reports; silent by default. */
+  logger?: Logger;
+  /** The clock (epoch ms) for readiness, backoff and timestamps; tests may shift it. */
+  now?: () => number;
+  /**
+   * How often (ms) an idle target checks its files for new commits (`PRAGMA data_version`).
+   * Default: a quarter of `flush_interval`, between 1 and 50 ms.
+   */
+  pollIntervalMs?: number;
+  /** How long `stop()` waits for the in-flight batch by default (ms). Default 10 000. */
+  stopTimeoutMs?: number;
+}
+
+/** What one `runOnce()` did across every target. */
+export interface CycleReport {
+  delivered: number;
+  failed: number;
+  deadLettered: number;
+  /** Targets that were down (or still backing off) in this cycle. */
+  outages: string[];
+  /** Some target has more rows ready right now. */
+  more: boolean;
+  targets: TargetCycle[];
+}
+
+/**
+ * The drain: delivers every served table's queue to its target, head-of-line per namespace, at
+ * least once, with one `writeBatch` per target per cycle. `writers` is keyed by target name
+ * (`app.db`). Construction validates; `start()` takes the db_dir locks, opens the queues, runs
+ * auto_schema and seeding and starts one loop per target; `stop()` lets in-flight batches
+ * settle, then closes writers and queues and releases the locks.
+ */
+export class OutboxSyncService {
+  private readonly logger: Logger;
+  private readonly now: () => number;
+  private readonly runners: TargetRunner[] = [];
+  private readonly outboxes: Outbox[] = [];
+  private readonly files: string[] = [];
+  private locks: DrainLock[] = [];
+  private opened = false;
+  private closed = false;
+  private looping = false;
+
+  constructor(
+    readonly config: OutboxConfig,
+    private readonly writers: Record<string, OutboxWriter>,
+    private readonly options: SyncServiceOptions = {},
+  ) {
+    this.logger = options.logger ?? silentLogger;
+    this.now = options.now ?? Date.now;
+    const served = new Set<string>();
+    for (const app of config.apps) {
+      for (const target of app.targets) {
+        const writer = writers[target.name];
+        if (!writer || typeof writer.writeBatch !== "function") {
+          throw new ConfigError(`no writer for target "${target.name}" (expected writers["${target.name}"] with a writeBatch method)`, {
+            file: config.file,
+            keyPath: `${app.name}.${target.db}`,
+          });
+        }
+        for (const table of target.tables) {
+          const key = `${path.resolve(app.dbDir)}\0${table.name}`;
+          if (served.has(key)) {
+            throw new ConfigError(`table "${table.name}" in ${app.dbDir} is routed to more than one target; one queue can feed one target`, {
+              file: config.file,
+              keyPath: `${app.name}.${target.db}.tables`,
+            });
+          }
+          served.add(key);
+        }
+      }
+    }
+  }
+
+  /** Takes the locks, opens the queues, runs startup for every target (bounded by write_timeout) and starts the loops. */
+  async start(): Promise<void> {
+    this.open();
+    if (this.looping) return;
+    await Promise.all(this.runners.map((r) => r.startupBounded()));
+    this.looping = true;
+    for (const runner of this.runners) runner.startLoop();
+    this.logger.info(`drain: started: ${this.runners.length} target(s), ${this.outboxes.length} table(s), ${this.locks.length} db_dir(s)`);
+  }
+
+  /**
+   * Stops scheduling, waits up to `timeoutMs` for in-flight batches to be delivered and confirmed,
+   * then closes the writers and queues and releases the locks. Idempotent.
+   */
+  async stop(timeoutMs = this.options.stopTimeoutMs ?? 10_000): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const settled = Promise.all(this.runners.map((r) => r.stopLoop())).then(() => true);
+    const timedOut = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), timeoutMs);
+    });
+    const clean = await Promise.race([settled, timedOut]);
+    clearTimeout(timer);
+    if (!clean) this.logger.warn(`drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are redelivered on the next start`);
+    for (const [name, writer] of Object.entries(this.writers)) {
+      try {
+        await Promise.race([Promise.resolve(writer.close?.()), new Promise((r) => setTimeout(r, 2000))]);
+      } catch (error) {
+        this.logger.warn(`drain: closing the writer of ${name} failed: ${describeError(error).message}`);
+      }
+    }
+    for (const outbox of this.outboxes) outbox.close();
+    for (const lock of this.locks) lock.release();
+    this.locks = [];
+    this.logger.info("drain: stopped");
+  }
+
+  /** Runs exactly one cycle of every target (startup first where still pending); for tests and tools. */
+  async runOnce(): Promise<CycleReport> {
+    this.open();
+    const targets = await Promise.all(this.runners.map((r) => r.cycle()));
+    return {
+      delivered: targets.reduce((n, t) => n + t.delivered, 0),
+      failed: targets.reduce((n, t) => n + t.failed, 0),
+      deadLettered: targets.reduce((n, t) => n + t.deadLettered, 0),
+      outages: targets.filter((t) => t.outage).map((t) => t.target),
+      more: targets.some((t) => t.more),
+      targets,
+    };
+  }
+
+  /** Pending rows per table name (tables of the same name in several apps are summed). */
+  pendingCount(): Record<string, number> {
+    this.open();
+    const counts: Record<string, number> = {};
+    for (const outbox of this.outboxes) counts[outbox.namespace] = (counts[outbox.namespace] ?? 0) + outbox.pendingCount();
+    return counts;
+  }
+
+  /** Pending rows across every served table. */
+  totalPending(): number {
+    return Object.values(this.pendingCount()).reduce((a, b) => a + b, 0);
+  }
+
+  /** Verifies every served file read-only (chain, schema, dead letters) and logs the outcome; SIGUSR1 runs this. */
+  integrityScan(): IntegrityReport {
+    const report = scanIntegrity(this.files);
+    const level = report.ok ? "info" : "error";
+    this.logger[level](`drain: integrity scan of ${report.files.length} file(s): ${report.ok ? "clean" : "PROBLEMS FOUND"}`);
+    for (const line of report.lines) this.logger[report.ok ? "info" : "warn"](`drain:   ${line}`);
+    return report;
+  }
+
+  /** Locks every db_dir (each once) and opens one Outbox per served table; idempotent. */
+  private open(): void {
+    if (this.opened) {
+      if (this.closed) throw new ConfigError("this OutboxSyncService was stopped; create a new one");
+      return;
+    }
+    const dirs = [...new Set(this.config.apps.map((a) => path.resolve(a.dbDir)))];
+    try {
+      for (const dir of dirs) this.locks.push(acquireLock(dir));
+      for (const app of this.config.apps) this.openApp(app);
+    } catch (error) {
+      for (const outbox of this.outboxes.splice(0)) outbox.close();
+      for (const lock of this.locks.splice(0)) lock.release();
+      this.runners.length = 0;
+      this.files.length = 0;
+      throw error;
+    }
+    this.opened = true;
+  }
+
+  private openApp(app: AppConfig): void {
+    const flushMs = app.flushInterval * 1000;
+    const pollMs = this.options.pollIntervalMs ?? Math.min(50, Math.max(1, flushMs / 4));
+    for (const target of app.targets) {
+      const writer = this.writers[target.name]!;
+      const tables: ServedTable[] = target.tables.map((config) => {
+        const file = path.join(path.resolve(app.dbDir), `${config.name}.db`);
+        const outbox = new Outbox(file, config.name, { maxPending: app.maxPending, durability: app.durability });
+        this.outboxes.push(outbox);
+        this.files.push(file);
+        return { config, outbox, file, holdUntil: 0, localErrors: 0, reportedGap: null };
+      });
+      const ctx: TargetContext = {
+        target,
+        app,
+        writer,
+        dialect: target.dialect ?? writer.dialect ?? "sqlite",
+        tables,
+        logger: this.logger,
+        now: this.now,
+      };
+      this.runners.push(new TargetRunner(ctx, pollMs));
+    }
+  }
+}
