@@ -1,0 +1,37 @@
+import { InvalidArgumentError } from "../errors.ts";
+import type { Dialect } from "../writers/writer.ts";
+
+// PostgreSQL silently truncates identifiers to NAMEDATALEN-1 bytes, which would make two long
+// names collide; MySQL/MariaDB refuse names over 64 characters.
+const PG_MAX_BYTES = 63;
+const MYSQL_MAX_CHARS = 64;
+
+/**
+ * Quotes `name` as one identifier for `dialect` (`"…"` for sqlite/libsql/postgres, `` `…` `` for
+ * mysql; embedded quotes doubled). Throws `InvalidArgumentError` for a name that cannot be quoted
+ * safely: empty, containing NUL or an unpaired surrogate, over 63 UTF-8 bytes (postgres) or 64
+ * characters (mysql), ending in a space or outside the BMP (mysql).
+ */
+export function quoteIdent(name: string, dialect: Dialect): string {
+  const bad = (why: string): never => {
+    throw new InvalidArgumentError(`cannot use ${JSON.stringify(name)} as a ${dialect} identifier: ${why}`);
+  };
+  if (typeof name !== "string" || name.length === 0) bad("it is empty");
+  if (name.includes("\0")) bad("it contains a NUL character");
+  if (!name.isWellFormed()) bad("it contains an unpaired UTF-16 surrogate");
+  switch (dialect) {
+    case "sqlite":
+    case "libsql":
+      return `"${name.replaceAll('"', '""')}"`;
+    case "postgres":
+      if (Buffer.byteLength(name, "utf8") > PG_MAX_BYTES) bad(`it is longer than ${PG_MAX_BYTES} bytes and PostgreSQL would truncate it`);
+      return `"${name.replaceAll('"', '""')}"`;
+    case "mysql":
+      if ([...name].length > MYSQL_MAX_CHARS) bad(`it is longer than ${MYSQL_MAX_CHARS} characters`);
+      if (name.endsWith(" ")) bad("MySQL names cannot end with a space");
+      if (/[\u{10000}-\u{10FFFF}]/u.test(name)) bad("MySQL names cannot hold characters outside the Basic Multilingual Plane");
+      return `\`${name.replaceAll("`", "``")}\``;
+    default:
+      return bad("unknown dialect");
+  }
+}
