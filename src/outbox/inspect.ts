@@ -1,0 +1,142 @@
+import type { Database } from "bun:sqlite";
+import { OutboxError, StorageError } from "../errors.ts";
+import { listOutboxFiles } from "./files.ts";
+import { fileFeatures, fileNamespaces, type FileFeatures } from "./health.ts";
+import { DEAD_ROW_COLUMNS, type ChainGap, type DeadLetter } from "./rows.ts";
+import { tableColumns } from "./schema.ts";
+import { openReadOnly, storageError } from "./sqlite-open.ts";
+
+export { listOutboxFiles } from "./files.ts";
+
+/** The chain check of one namespace: `gaps` are links to rows that exist nowhere. */
+export interface NamespaceVerification {
+  namespace: string;
+  /** Pending rows scanned. */
+  rows: number;
+  gaps: ChainGap[];
+  problems: string[];
+}
+
+/** The result of verifying one file; `problems` are file-level (unreadable, not an outbox, corrupt). */
+export interface FileVerification {
+  file: string;
+  namespaces: NamespaceVerification[];
+  problems: string[];
+  ok: boolean;
+}
+
+/**
+ * Offline integrity scan of one file, read-only (never creates or changes anything): SQLite's
+ * quick_check, then per namespace a full walk of the chain, bridged through the sync and dead
+ * logs. Reports gaps, forward or cross-namespace links, a chain that restarts behind the head,
+ * leftover `synced=1` rows (the reference's interrupted confirm) and a drifted pending counter.
+ * An unreadable or garbage file is reported as a problem, not thrown.
+ */
+export function verifyFile(path: string): FileVerification {
+  let db: Database;
+  try {
+    db = openReadOnly(path);
+  } catch (e) {
+    return { file: path, namespaces: [], problems: [storageError(e, "cannot open", path).message], ok: false };
+  }
+  try {
+    const problems: string[] = [];
+    const check = db.query<{ quick_check: string }, []>("PRAGMA quick_check").all().map((r) => r.quick_check);
+    if (check.length !== 1 || check[0] !== "ok") problems.push(`SQLite quick_check: ${check.slice(0, 5).join("; ")}`);
+    if (!tableColumns(db, "outbox_queue").includes("prev_seq")) {
+      problems.push("not an outbox file: no outbox_queue table");
+      return { file: path, namespaces: [], problems, ok: false };
+    }
+    const features = fileFeatures(db);
+    const namespaces = fileNamespaces(db, features).map((ns) => verifyNamespace(db, ns, features));
+    const ok = problems.length === 0 && namespaces.every((n) => n.gaps.length === 0 && n.problems.length === 0);
+    return { file: path, namespaces, problems, ok };
+  } catch (e) {
+    return { file: path, namespaces: [], problems: [storageError(e, "cannot verify", path).message], ok: false };
+  } finally {
+    db.close();
+  }
+}
+
+function verifyNamespace(db: Database, namespace: string, features: FileFeatures): NamespaceVerification {
+  const gaps: ChainGap[] = [];
+  const problems: string[] = [];
+  const rows = db
+    .query<{ seq: number; prev: number | null; synced: number }, [string]>(
+      "SELECT seq, prev_seq AS prev, synced FROM outbox_queue WHERE namespace = ? ORDER BY seq",
+    )
+    .all(namespace);
+  const owner = lookupOwner(db, features);
+  const seen = new Map<number, number>(); // prev_seq -> the seq that links to it
+  let leftovers = 0;
+  let pending = 0;
+  let firstPending = true;
+  for (const { seq, prev, synced } of rows) {
+    if (synced !== 0) leftovers++;
+    else pending++;
+    if (prev === null) {
+      if (synced === 0 && !firstPending) problems.push(`chain restarts at seq ${seq}: a pending row behind the head has no prev_seq`);
+    } else if (prev >= seq) {
+      problems.push(`seq ${seq} links forward to prev_seq ${prev}`);
+    } else {
+      const other = seen.get(prev);
+      if (other !== undefined) problems.push(`seq ${seq} and seq ${other} both link to prev_seq ${prev}`);
+      seen.set(prev, seq);
+      const ns = owner(prev);
+      if (ns === null) gaps.push({ seq, prevSeq: prev });
+      else if (ns !== namespace) problems.push(`seq ${seq} links to seq ${prev} of namespace "${ns}"`);
+    }
+    if (synced === 0) firstPending = false;
+  }
+  if (leftovers > 0) {
+    problems.push(`${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`);
+  }
+  if (features.stats) {
+    const counter = db.query<{ p: number }, [string]>("SELECT pending AS p FROM outbox_stats WHERE namespace = ?").get(namespace)?.p ?? 0;
+    if (counter !== pending) problems.push(`pending counter says ${counter} but ${pending} row(s) are pending`);
+  }
+  return { namespace, rows: pending, gaps, problems };
+}
+
+/** Which namespace a seq belongs to, looking in the queue, the sync log and the dead log; null if nowhere. */
+function lookupOwner(db: Database, features: FileFeatures): (seq: number) => string | null {
+  const sources = ["outbox_queue"];
+  if (features.syncLog) sources.push("outbox_sync_log");
+  if (features.deadLog) sources.push("outbox_dead_log");
+  const stmt = db.query<{ namespace: string }, [number]>(
+    sources.map((t) => `SELECT namespace FROM ${t} WHERE seq = ?1`).join(" UNION ALL ") + " LIMIT 1",
+  );
+  return (seq) => stmt.get(seq)?.namespace ?? null;
+}
+
+/**
+ * Every dead letter in every outbox file of `dbDir` (ordered by file, then seq), read-only. A
+ * file that cannot be read throws StorageError unless `onError` is given (the file is then skipped).
+ */
+export function readDeadLetters(dbDir: string, options: { onError?: (file: string, error: OutboxError) => void } = {}): DeadLetter[] {
+  const out: DeadLetter[] = [];
+  for (const file of listOutboxFiles(dbDir)) {
+    try {
+      out.push(...deadLettersOf(file));
+    } catch (e) {
+      const err = storageError(e, "cannot read dead letters", file);
+      if (!options.onError) throw err;
+      options.onError(file, err);
+    }
+  }
+  return out;
+}
+
+function deadLettersOf(file: string): DeadLetter[] {
+  const db = openReadOnly(file);
+  try {
+    if (!tableColumns(db, "outbox_queue").includes("seq")) {
+      throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
+    }
+    const features = fileFeatures(db);
+    if (!features.deadLog || !features.deadReplay) return [];
+    return db.query<DeadLetter, []>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log ORDER BY seq`).all();
+  } finally {
+    db.close();
+  }
+}

@@ -1,0 +1,118 @@
+import { mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { InvalidArgumentError, StorageError } from "../errors.ts";
+import { Outbox } from "./outbox.ts";
+import { encodeArgs } from "./payload.ts";
+import type { Durability } from "./sqlite-open.ts";
+
+/** Options of a producer. Defaults: unbounded, `normal` durability, source = the class name. */
+export interface SQLMiddlewareOptions {
+  /** Directory holding one `{table}.db` file per table; created on first use. */
+  dbDir: string;
+  maxPending?: number | null;
+  durability?: Durability;
+  /** Label stored with every row this producer writes. */
+  source?: string;
+}
+
+// One Outbox per (file, namespace) per process: every producer of a table shares one connection
+// and its cached statements. Keyed by the resolved file path so `./a` and `/abs/a` meet.
+const shared = new Map<string, Outbox>();
+
+/**
+ * The hot-path producer: `push(table, sql, args)` appends an SQL event to `{dbDir}/{table}.db`
+ * synchronously (no network, no await) and returns its seq. Subclass it or use it directly.
+ * Bind arguments are checked and encoded at push time (see payload.ts); anything that would not
+ * round-trip losslessly throws InvalidArgumentError, and every other failure a typed OutboxError.
+ */
+export class SQLMiddleware {
+  readonly dbDir: string;
+  readonly maxPending: number | null;
+  readonly durability: Durability;
+  #source: string;
+  #dirReady = false;
+
+  constructor(options: SQLMiddlewareOptions) {
+    if (!options || typeof options.dbDir !== "string" || options.dbDir === "") {
+      throw new InvalidArgumentError("SQLMiddleware needs a dbDir");
+    }
+    this.dbDir = resolve(options.dbDir);
+    this.maxPending = options.maxPending ?? null;
+    this.durability = options.durability ?? "normal";
+    this.#source = options.source ?? new.target.name;
+  }
+
+  /** The label stored in each row's `source` column; defaults to the class name. */
+  get source(): string {
+    return this.#source;
+  }
+
+  /** Enqueues one SQL statement for `table`; returns its seq. */
+  push(table: string, sql: string, args: readonly unknown[] = []): number {
+    const outbox = this.outbox(table);
+    return outbox.enqueue(sql, encodeArgs(args, { namespace: table, file: outbox.path }), this.#source);
+  }
+
+  /** Enqueues several statements for `table` in one transaction (all or none); returns their seqs. */
+  pushMany(table: string, stmts: ReadonlyArray<readonly [string, (readonly unknown[])?]>): number[] {
+    const outbox = this.outbox(table);
+    const where = { namespace: table, file: outbox.path };
+    if (!Array.isArray(stmts)) throw new InvalidArgumentError(`pushMany expects an array of [sql, args] (namespace "${table}" in ${outbox.path})`, where);
+    const items = stmts.map((stmt, i) => {
+      if (!Array.isArray(stmt)) throw new InvalidArgumentError(`statement ${i} is not a [sql, args] pair (namespace "${table}" in ${outbox.path})`, where);
+      return { tag: stmt[0], payload: encodeArgs(stmt[1] ?? [], where) };
+    });
+    return outbox.enqueueBatch(items, this.#source);
+  }
+
+  /** The process-wide shared Outbox of `table` in this dbDir (created, with its file, on first use). */
+  outbox(table: string): Outbox {
+    const file = this.#fileFor(table);
+    const key = `${file}\0${table}`;
+    let outbox = shared.get(key);
+    if (outbox) {
+      if (outbox.maxPending !== this.maxPending) {
+        throw new InvalidArgumentError(
+          `namespace "${table}" in ${file} is already open in this process with maxPending=${outbox.maxPending}, not ${this.maxPending}`,
+          { namespace: table, file },
+        );
+      }
+      return outbox;
+    }
+    this.#ensureDir();
+    outbox = new Outbox(file, table, { maxPending: this.maxPending, durability: this.durability });
+    shared.set(key, outbox);
+    const created = outbox;
+    outbox._setOnClose(() => {
+      if (shared.get(key) === created) shared.delete(key);
+    });
+    return outbox;
+  }
+
+  #fileFor(table: string): string {
+    // The table name becomes a file name: refuse anything that could leave dbDir.
+    if (typeof table !== "string" || !/^[A-Za-z0-9_$][A-Za-z0-9_$.-]*$/.test(table) || table.includes("..")) {
+      throw new InvalidArgumentError(
+        `invalid table name ${JSON.stringify(table)}: use letters, digits, _ $ . - (it names the file {dbDir}/{table}.db in ${this.dbDir})`,
+        { namespace: String(table) },
+      );
+    }
+    return join(this.dbDir, `${table}.db`);
+  }
+
+  #ensureDir(): void {
+    if (this.#dirReady) return;
+    try {
+      mkdirSync(this.dbDir, { recursive: true });
+    } catch (e) {
+      throw new StorageError(`cannot create db_dir ${this.dbDir}: ${(e as Error).message}`, this.dbDir, undefined, { cause: e });
+    }
+    this.#dirReady = true;
+  }
+}
+
+/** Closes every shared Outbox of this process (shutdown, tests); later pushes reopen them. */
+export function closeSharedOutboxes(): void {
+  for (const outbox of [...shared.values()]) outbox.close();
+}
+

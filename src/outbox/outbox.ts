@@ -1,0 +1,416 @@
+import type { Database, Statement } from "bun:sqlite";
+import { resolve } from "node:path";
+import { InvalidArgumentError, NotFoundError, OutboxClosedError, OutboxError, QueueFullError } from "../errors.ts";
+import { fileFeatures, namespaceHealth, type NamespaceHealth } from "./health.ts";
+import { DEAD_ROW_COLUMNS, QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
+import { migrate } from "./schema.ts";
+import { openWritable, storageError, type Durability } from "./sqlite-open.ts";
+import { isoTimestamp } from "./timestamp.ts";
+
+export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
+
+/** Options of an Outbox. Defaults: unbounded, `normal` durability, 10 s busy timeout. */
+export interface OutboxOptions {
+  /** Hard cap of pending rows in this namespace; `enqueue` throws QueueFullError at the cap. null = unbounded. */
+  maxPending?: number | null;
+  /** `normal` (synchronous=NORMAL, default) or `full` (synchronous=FULL). */
+  durability?: Durability;
+  /** How long a writer waits for another process's write lock before failing, ms. */
+  busyTimeoutMs?: number;
+}
+
+// The namespace tail is the last seq the namespace ever allocated, wherever that row is now:
+// pending (synced=0, or a reference leftover synced=1), delivered (sync log) or dead-lettered.
+// Linking a new row to a delivered predecessor keeps the chain verifiable across deliveries.
+// coalesce() short-circuits, so the common case (pending rows exist) is one index descent.
+const TAIL_SQL = `SELECT coalesce(
+  (SELECT max(seq) FROM outbox_queue WHERE namespace = ?1 AND synced = 0),
+  nullif(max(
+    ifnull((SELECT max(seq) FROM outbox_queue WHERE namespace = ?1 AND synced = 1), -1),
+    ifnull((SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1), -1),
+    ifnull((SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1), -1)), -1)) AS tail`;
+
+/**
+ * The local queue of one namespace in one SQLite file: an ordered, singly linked chain of events
+ * (`prev_seq`) that producers append to and the drain delivers head first. Creates the file and
+ * schema (idempotent migrations) but not the directory. Every failure throws a typed OutboxError.
+ */
+export class Outbox {
+  /** Absolute path of the SQLite file. */
+  readonly path: string;
+  readonly namespace: string;
+  readonly maxPending: number | null;
+  #db: Database;
+  #closed = false;
+  #onClose: (() => void) | undefined;
+  #begin: Statement;
+  #commit: Statement;
+  #rollback: Statement;
+  #tail: Statement<{ tail: number | null }, [string]>;
+  #pending: Statement<{ pending: number }, [string]>;
+  #insert: Statement;
+  #exists: Statement<{ found: number }, [number, string]>;
+
+  constructor(path: string, namespace: string, options: OutboxOptions = {}) {
+    if (typeof path !== "string" || path === "") throw new InvalidArgumentError("outbox path must be a non-empty string");
+    if (typeof namespace !== "string" || namespace === "" || !namespace.isWellFormed()) {
+      throw new InvalidArgumentError(`outbox namespace must be a non-empty string (file ${path})`, { file: path });
+    }
+    const maxPending = options.maxPending ?? null;
+    if (maxPending !== null && !(Number.isSafeInteger(maxPending) && maxPending > 0)) {
+      throw new InvalidArgumentError(`maxPending must be a positive integer or null, got ${maxPending} (namespace "${namespace}" in ${path})`, { namespace, file: path });
+    }
+    const durability = options.durability ?? "normal";
+    if (durability !== "normal" && durability !== "full") {
+      throw new InvalidArgumentError(`durability must be "normal" or "full", got ${JSON.stringify(durability)} (namespace "${namespace}" in ${path})`, { namespace, file: path });
+    }
+    this.path = resolve(path);
+    this.namespace = namespace;
+    this.maxPending = maxPending;
+    this.#db = openWritable(this.path, { durability, busyTimeoutMs: options.busyTimeoutMs ?? 10_000, namespace });
+    try {
+      migrate(this.#db);
+      this.#finishReferenceConfirms();
+      const db = this.#db;
+      this.#begin = db.prepare("BEGIN IMMEDIATE");
+      this.#commit = db.prepare("COMMIT");
+      this.#rollback = db.prepare("ROLLBACK");
+      this.#tail = db.prepare(TAIL_SQL);
+      this.#pending = db.prepare("SELECT pending FROM outbox_stats WHERE namespace = ?");
+      this.#insert = db.prepare(
+        "INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?)",
+      );
+      this.#exists = db.prepare(`SELECT
+        EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
+        OR EXISTS (SELECT 1 FROM outbox_sync_log WHERE seq = ?1 AND namespace = ?2)
+        OR EXISTS (SELECT 1 FROM outbox_dead_log WHERE seq = ?1 AND namespace = ?2) AS found`);
+    } catch (e) {
+      this.#db.close();
+      throw storageError(e, "cannot prepare outbox", this.path, namespace);
+    }
+  }
+
+  /** Appends one event at the namespace tail in one BEGIN IMMEDIATE transaction and returns its seq. */
+  enqueue(tag: string, payload: string, source = ""): number {
+    this.#open();
+    this.#checkItem(tag, payload, source);
+    return this.#write("cannot enqueue", () => {
+      this.#checkCapacity(1);
+      return this.#append(tag, payload, source, this.#tail.get(this.namespace)!.tail);
+    });
+  }
+
+  /** Appends events in one transaction: item 0 links to the tail, item i to item i−1's seq. */
+  enqueueBatch(items: ReadonlyArray<{ tag: string; payload: string }>, source = ""): number[] {
+    this.#open();
+    if (!Array.isArray(items)) throw this.#invalid("enqueueBatch expects an array of { tag, payload }");
+    for (const item of items) this.#checkItem(item?.tag, item?.payload, source);
+    if (items.length === 0) return [];
+    return this.#write("cannot enqueue batch", () => {
+      this.#checkCapacity(items.length);
+      const seqs: number[] = [];
+      let prev = this.#tail.get(this.namespace)!.tail;
+      for (const item of items) {
+        prev = this.#append(item.tag, item.payload, source, prev);
+        seqs.push(prev);
+      }
+      return seqs;
+    });
+  }
+
+  /** Up to `limit` pending rows of this namespace, ascending seq (the head first). */
+  fetchUnsynced(limit: number): OutboxRow[] {
+    this.#open();
+    if (!Number.isSafeInteger(limit) || limit < 0) throw this.#invalid(`fetchUnsynced limit must be a non-negative integer, got ${limit}`);
+    return this.#read("cannot fetch", () =>
+      this.#db
+        .query<OutboxRow, [string, number]>(
+          `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT ?`,
+        )
+        .all(this.namespace, limit),
+    );
+  }
+
+  /** The oldest pending row of this namespace, or null when the queue is empty. */
+  head(): OutboxRow | null {
+    return this.fetchUnsynced(1)[0] ?? null;
+  }
+
+  /**
+   * Checks that each row's `prevSeq` is the row before it in `rows`, or exists as a pending,
+   * delivered (sync log) or dead-lettered row of this namespace. A null `prevSeq` starts a chain.
+   */
+  verifyChain(rows: readonly OutboxRow[]): { ok: boolean; gaps: ChainGap[] } {
+    this.#open();
+    const gaps: ChainGap[] = [];
+    this.#read("cannot verify chain", () => {
+      for (let i = 0; i < rows.length; i++) {
+        const row = rows[i]!;
+        if (row.prevSeq === null || row.prevSeq === undefined) continue;
+        if (i > 0 && rows[i - 1]!.seq === row.prevSeq) continue;
+        if (!this.#exists.get(row.prevSeq, this.namespace)!.found) gaps.push({ seq: row.seq, prevSeq: row.prevSeq });
+      }
+    });
+    return { ok: gaps.length === 0, gaps };
+  }
+
+  /** Records delivered rows in the sync log and deletes them from the queue, in ONE transaction. */
+  confirm(seqs: readonly number[]): void {
+    this.#open();
+    if (seqs.length === 0) return;
+    const now = isoTimestamp();
+    this.#write("cannot confirm", () => {
+      const log = this.#db.query(
+        "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE seq = ?2 AND namespace = ?3",
+      );
+      const del = this.#db.query("DELETE FROM outbox_queue WHERE seq = ? AND namespace = ?");
+      for (const seq of seqs) {
+        log.run(now, seq, this.namespace);
+        del.run(seq, this.namespace);
+      }
+    });
+  }
+
+  /** Pending rows of this namespace, from the trigger-maintained counter (no scan). */
+  pendingCount(): number {
+    this.#open();
+    return this.#read("cannot count", () => this.#pending.get(this.namespace)?.pending ?? 0);
+  }
+
+  /** Makes the next allocated seq of the file greater than `minSeq`; never lowers the counter. */
+  seedSequence(minSeq: number): void {
+    this.#open();
+    if (!Number.isSafeInteger(minSeq) || minSeq < 0) throw this.#invalid(`seedSequence expects a non-negative integer, got ${minSeq}`);
+    this.#write("cannot seed sequence", () => {
+      const db = this.#db;
+      const current = db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get();
+      if (current === null) db.query("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox_queue', ?)").run(minSeq);
+      else if (current.seq < minSeq) db.query("UPDATE sqlite_sequence SET seq = ? WHERE name = 'outbox_queue'").run(minSeq);
+    });
+  }
+
+  /**
+   * Deletes this namespace's sync-log entries older than `retainDays` (compared as times, not
+   * strings), except the entries that bridge the chain: the current head's predecessor and the
+   * newest entry (the predecessor of the next row once the queue is empty). Returns the count.
+   */
+  pruneSyncLog(retainDays: number, now: Date = new Date()): number {
+    this.#open();
+    if (!Number.isFinite(retainDays) || retainDays < 0) throw this.#invalid(`retainDays must be a non-negative number, got ${retainDays}`);
+    const cutoff = isoTimestamp(new Date(now.getTime() - retainDays * 86_400_000));
+    return this.#write("cannot prune sync log", () =>
+      this.#db
+        .query(
+          `DELETE FROM outbox_sync_log WHERE namespace = ?1 AND julianday(synced_at) < julianday(?2)
+            AND seq IS NOT (SELECT prev_seq FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq LIMIT 1)
+            AND seq IS NOT (SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1)`,
+        )
+        .run(this.namespace, cutoff).changes,
+    );
+  }
+
+  /** Charges one delivery attempt to a pending row BEFORE delivering it (crash-loop protection). */
+  recordAttempt(seq: number, at: Date = new Date()): void {
+    this.#update("cannot record attempt", seq, "attempts = attempts + 1, last_attempt_at = ?3", isoTimestamp(at));
+  }
+
+  /** Undoes one attempt charge (the target was down: not the row's fault); never below zero. */
+  refundAttempt(seq: number): void {
+    this.#update("cannot refund attempt", seq, "attempts = max(attempts - 1, 0)");
+  }
+
+  /** Records a failed delivery of a pending row: the error, its class and when to retry. */
+  recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date): void {
+    this.#update(
+      "cannot record failure",
+      seq,
+      "last_error = ?3, last_error_class = ?4, next_attempt_at = ?5",
+      String(error),
+      errorClass === null || errorClass === undefined ? null : String(errorClass),
+      isoTimestamp(nextAttemptAt),
+    );
+  }
+
+  /**
+   * Moves the head atomically to outbox_dead_log with a reason, so the namespace advances. `error`
+   * and `errorClass` default to the head's last recorded failure.
+   */
+  deadLetter(seq: number, reason: DeadReason, error: string | null = null, errorClass: string | null = null): void {
+    this.#open();
+    if (typeof reason !== "string" || reason === "") throw this.#invalid("deadLetter needs a reason");
+    this.#write("cannot dead-letter", () => {
+      this.#requireHead(seq);
+      this.#db
+        .query(
+          `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at)
+           SELECT seq, namespace, source, tag, payload, prev_seq, created_at, attempts,
+             coalesce(?1, last_error), coalesce(?2, last_error_class), ?3, ?4
+           FROM outbox_queue WHERE seq = ?5 AND namespace = ?6`,
+        )
+        .run(error, errorClass, reason, isoTimestamp(), seq, this.namespace);
+      this.#db.query("DELETE FROM outbox_queue WHERE seq = ? AND namespace = ?").run(seq, this.namespace);
+    });
+  }
+
+  /** Operator action: dead-letters the head with reason "skipped". */
+  skipHead(seq: number): void {
+    this.deadLetter(seq, "skipped", "skipped by operator");
+  }
+
+  /** Re-enqueues a dead letter at the tail (once) and records replayed_at / replayed_as_seq; returns the new seq. */
+  replayDead(seq: number, source?: string): number {
+    this.#open();
+    return this.#write("cannot replay dead letter", () => {
+      const dead = this.#dead(seq);
+      if (!dead) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${this.namespace}" (${this.path})`);
+      if (dead.replayedAt !== null) {
+        throw this.#invalid(`dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`);
+      }
+      const newSeq = this.#append(dead.tag, dead.payload, source ?? dead.source, this.#tail.get(this.namespace)!.tail);
+      this.#db
+        .query("UPDATE outbox_dead_log SET replayed_at = ?, replayed_as_seq = ? WHERE seq = ? AND namespace = ?")
+        .run(isoTimestamp(), newSeq, seq, this.namespace);
+      return newSeq;
+    });
+  }
+
+  /** Every dead letter of this namespace, ascending seq (replayed ones included). */
+  listDead(): DeadLetter[] {
+    this.#open();
+    return this.#read("cannot list dead letters", () =>
+      this.#db
+        .query<DeadLetter, [string]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE namespace = ? ORDER BY seq`)
+        .all(this.namespace),
+    );
+  }
+
+  /** One dead letter of this namespace, or null. */
+  getDead(seq: number): DeadLetter | null {
+    this.#open();
+    return this.#read("cannot read dead letter", () => this.#dead(seq));
+  }
+
+  /** Dead letters of this namespace not yet replayed. */
+  deadCount(): number {
+    this.#open();
+    return this.#read("cannot count dead letters", () =>
+      this.#db
+        .query<{ n: number }, [string]>("SELECT count(*) AS n FROM outbox_dead_log WHERE namespace = ? AND replayed_at IS NULL")
+        .get(this.namespace)!.n,
+    );
+  }
+
+  /** This namespace's health (see NamespaceHealth), with this outbox's maxPending. */
+  health(now?: Date): NamespaceHealth {
+    this.#open();
+    return this.#read("cannot read health", () =>
+      namespaceHealth(this.#db, this.path, this.namespace, fileFeatures(this.#db), { maxPending: this.maxPending, now }),
+    );
+  }
+
+  /** Whether close() was called. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Closes the file; idempotent. Every later call throws OutboxClosedError. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#db.close(false);
+    this.#onClose?.();
+  }
+
+  /** @internal The producer registry learns about close() to forget the instance. */
+  _setOnClose(hook: () => void): void {
+    this.#onClose = hook;
+  }
+
+  #append(tag: string, payload: string, source: string, prev: number | null): number {
+    return Number(this.#insert.run(isoTimestamp(), this.namespace, source, tag, payload, prev).lastInsertRowid);
+  }
+
+  #checkCapacity(adding: number): void {
+    if (this.maxPending === null) return;
+    const pending = this.#pending.get(this.namespace)?.pending ?? 0;
+    if (pending + adding > this.maxPending) throw new QueueFullError(this.namespace, this.maxPending, this.path);
+  }
+
+  #checkItem(tag: unknown, payload: unknown, source: unknown): void {
+    // A lone surrogate would be silently replaced when SQLite stores the text as UTF-8.
+    if (typeof tag !== "string" || tag === "" || !tag.isWellFormed()) throw this.#invalid("tag must be a non-empty, well-formed string");
+    if (typeof payload !== "string" || !payload.isWellFormed()) throw this.#invalid("payload must be a well-formed string");
+    if (typeof source !== "string" || !source.isWellFormed()) throw this.#invalid("source must be a well-formed string");
+  }
+
+  #requireHead(seq: number): void {
+    const head = this.#db
+      .query<{ seq: number }, [string]>("SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1")
+      .get(this.namespace);
+    if (head?.seq === seq) return;
+    const exists = this.#db.query("SELECT 1 FROM outbox_queue WHERE seq = ? AND namespace = ?").get(seq, this.namespace);
+    if (!exists) throw new NotFoundError(`no pending row with seq ${seq} in namespace "${this.namespace}" (${this.path})`);
+    throw this.#invalid(`seq ${seq} is not the head of namespace "${this.namespace}" (the head is ${head?.seq})`);
+  }
+
+  #dead(seq: number): DeadLetter | null {
+    return this.#db
+      .query<DeadLetter, [number, string]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE seq = ? AND namespace = ?`)
+      .get(seq, this.namespace);
+  }
+
+  #update(what: string, seq: number, set: string, ...values: Array<string | number | null>): void {
+    this.#open();
+    const changes = this.#write(what, () =>
+      this.#db.query(`UPDATE outbox_queue SET ${set} WHERE seq = ?1 AND namespace = ?2`).run(seq, this.namespace, ...values).changes,
+    );
+    if (changes === 0) throw new NotFoundError(`no pending row with seq ${seq} in namespace "${this.namespace}" (${this.path})`);
+  }
+
+  /** The reference confirms in two transactions; a crash between them leaves synced=1 rows. Finish them. */
+  #finishReferenceConfirms(): void {
+    const db = this.#db;
+    if (!db.query("SELECT 1 FROM outbox_queue WHERE namespace = ? AND synced = 1 LIMIT 1").get(this.namespace)) return;
+    db.transaction(() => {
+      db.query(
+        "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ? FROM outbox_queue WHERE namespace = ? AND synced = 1",
+      ).run(isoTimestamp(), this.namespace);
+      db.query("DELETE FROM outbox_queue WHERE namespace = ? AND synced = 1").run(this.namespace);
+    }).immediate();
+  }
+
+  #write<T>(what: string, fn: () => T): T {
+    try {
+      this.#begin.run();
+    } catch (e) {
+      throw storageError(e, what, this.path, this.namespace);
+    }
+    try {
+      const result = fn();
+      this.#commit.run();
+      return result;
+    } catch (e) {
+      if (this.#db.inTransaction) this.#rollback.run();
+      throw storageError(e, what, this.path, this.namespace);
+    }
+  }
+
+  #read<T>(what: string, fn: () => T): T {
+    try {
+      return fn();
+    } catch (e) {
+      throw storageError(e, what, this.path, this.namespace);
+    }
+  }
+
+  #open(): void {
+    if (this.#closed) throw new OutboxClosedError(this.path, this.namespace);
+  }
+
+  #invalid(message: string): OutboxError {
+    return new InvalidArgumentError(`${message} (namespace "${this.namespace}" in ${this.path})`, {
+      namespace: this.namespace,
+      file: this.path,
+    });
+  }
+}

@@ -1,0 +1,148 @@
+import type { Database } from "bun:sqlite";
+
+/*
+ * The on-disk format. The two base tables and their two indexes are exactly the reference's, so
+ * files stay readable both ways. Everything we add goes in through idempotent migrations the
+ * reference tolerates (it only ever names its own columns): extra nullable/defaulted columns on
+ * outbox_queue, the outbox_dead_log table, and a pending counter kept by triggers, which therefore
+ * stays right even when the reference itself writes the file. We never create the reference's
+ * redundant `idx_outbox_prev` / `idx_outbox_prev_unique` indexes (the UNIQUE constraint on
+ * prev_seq already has an index), but tolerate them.
+ */
+
+const BASE_DDL = [
+  `CREATE TABLE IF NOT EXISTS outbox_queue (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_at TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    source TEXT NOT NULL DEFAULT '',
+    tag TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    prev_seq INTEGER UNIQUE,
+    synced INTEGER NOT NULL DEFAULT 0
+  )`,
+  `CREATE TABLE IF NOT EXISTS outbox_sync_log (
+    seq INTEGER PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    synced_at TEXT NOT NULL
+  )`,
+  // The reference's worker index doubles as our O(log n) tail/head lookup:
+  // max(seq)/min(seq) WHERE namespace=? AND synced=? is one descent of this b-tree.
+  `CREATE INDEX IF NOT EXISTS idx_outbox_worker ON outbox_queue (namespace, synced, seq)`,
+  `CREATE INDEX IF NOT EXISTS idx_sync_log ON outbox_sync_log (namespace, seq)`,
+];
+
+/** Columns we add to outbox_queue: delivery state of the head. */
+export const QUEUE_EXTRA_COLUMNS: ReadonlyArray<readonly [string, string]> = [
+  ["attempts", "INTEGER NOT NULL DEFAULT 0"],
+  ["last_error", "TEXT"],
+  ["last_error_class", "TEXT"],
+  ["last_attempt_at", "TEXT"],
+  ["next_attempt_at", "TEXT"],
+];
+
+/** Columns of outbox_dead_log (after seq); added one by one if a table of that name pre-exists. */
+const DEAD_COLUMNS: ReadonlyArray<readonly [string, string]> = [
+  ["namespace", "TEXT NOT NULL DEFAULT ''"],
+  ["source", "TEXT NOT NULL DEFAULT ''"],
+  ["tag", "TEXT NOT NULL DEFAULT ''"],
+  ["payload", "TEXT NOT NULL DEFAULT ''"],
+  ["prev_seq", "INTEGER"],
+  ["created_at", "TEXT NOT NULL DEFAULT ''"],
+  ["attempts", "INTEGER NOT NULL DEFAULT 0"],
+  ["error", "TEXT"],
+  ["error_class", "TEXT"],
+  ["reason", "TEXT NOT NULL DEFAULT ''"],
+  ["dead_at", "TEXT NOT NULL DEFAULT ''"],
+  ["replayed_at", "TEXT"],
+  ["replayed_as_seq", "INTEGER"],
+];
+
+const ADDED_DDL = [
+  `CREATE TABLE IF NOT EXISTS outbox_dead_log (
+    seq INTEGER PRIMARY KEY,
+    ${DEAD_COLUMNS.map(([n, t]) => `${n} ${t}`).join(",\n    ")}
+  )`,
+  `CREATE INDEX IF NOT EXISTS idx_dead_log ON outbox_dead_log (namespace, seq)`,
+];
+
+/** The pending counter: one row per namespace, kept by triggers so any writer keeps it exact. */
+const STATS_DDL = [
+  `CREATE TABLE outbox_stats (namespace TEXT PRIMARY KEY, pending INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID`,
+  `CREATE TRIGGER IF NOT EXISTS outbox_stats_insert AFTER INSERT ON outbox_queue WHEN new.synced = 0 BEGIN
+    INSERT INTO outbox_stats (namespace, pending) VALUES (new.namespace, 1)
+      ON CONFLICT (namespace) DO UPDATE SET pending = pending + 1;
+  END`,
+  `CREATE TRIGGER IF NOT EXISTS outbox_stats_delete AFTER DELETE ON outbox_queue WHEN old.synced = 0 BEGIN
+    UPDATE outbox_stats SET pending = pending - 1 WHERE namespace = old.namespace;
+  END`,
+  // The reference marks rows synced=1 before deleting them; count only synced=0 rows.
+  `CREATE TRIGGER IF NOT EXISTS outbox_stats_update AFTER UPDATE OF synced, namespace ON outbox_queue
+    WHEN (old.synced = 0) != (new.synced = 0) OR old.namespace != new.namespace BEGIN
+    UPDATE outbox_stats SET pending = pending - 1 WHERE namespace = old.namespace AND old.synced = 0;
+    INSERT INTO outbox_stats (namespace, pending) VALUES (new.namespace, new.synced = 0)
+      ON CONFLICT (namespace) DO UPDATE SET pending = pending + (new.synced = 0);
+  END`,
+  // Initialised once, in the same transaction that creates the triggers: exact from then on.
+  `INSERT INTO outbox_stats (namespace, pending)
+    SELECT namespace, count(*) FROM outbox_queue WHERE synced = 0 GROUP BY namespace`,
+];
+
+/** Names of schema objects whose presence means "fully migrated". */
+const MARKERS = ["outbox_queue", "outbox_sync_log", "outbox_dead_log", "outbox_stats", "idx_dead_log",
+  "outbox_stats_insert", "outbox_stats_delete", "outbox_stats_update"];
+
+/** True when every table, trigger and column we rely on exists (one cheap read of the schema). */
+export function isMigrated(db: Database): boolean {
+  const row = db
+    .query<{ objects: number; columns: number; dead: number }, []>(
+      `SELECT
+        (SELECT count(*) FROM sqlite_schema WHERE name IN (${MARKERS.map((m) => `'${m}'`).join(",")})) AS objects,
+        (SELECT count(*) FROM pragma_table_info('outbox_queue') WHERE name IN (${QUEUE_EXTRA_COLUMNS.map(([n]) => `'${n}'`).join(",")})) AS columns,
+        (SELECT count(*) FROM pragma_table_info('outbox_dead_log')) AS dead`,
+    )
+    .get()!;
+  return row.objects === MARKERS.length && row.columns === QUEUE_EXTRA_COLUMNS.length && row.dead === DEAD_COLUMNS.length + 1;
+}
+
+/**
+ * Creates or upgrades the schema; idempotent and safe against concurrent openers (it re-checks
+ * under the write lock). Must be called outside a transaction.
+ */
+export function migrate(db: Database): void {
+  if (isMigrated(db)) return;
+  db.run("BEGIN IMMEDIATE");
+  try {
+    if (!isMigrated(db)) {
+      for (const sql of BASE_DDL) db.run(sql);
+      addMissingColumns(db, "outbox_queue", QUEUE_EXTRA_COLUMNS);
+      for (const sql of ADDED_DDL) db.run(sql);
+      addMissingColumns(db, "outbox_dead_log", DEAD_COLUMNS);
+      if (!tableExists(db, "outbox_stats")) for (const sql of STATS_DDL) db.run(sql);
+    }
+    db.run("COMMIT");
+  } catch (e) {
+    if (db.inTransaction) db.run("ROLLBACK");
+    throw e;
+  }
+}
+
+function addMissingColumns(db: Database, table: string, columns: ReadonlyArray<readonly [string, string]>): void {
+  const have = new Set(tableColumns(db, table));
+  for (const [name, type] of columns) {
+    if (!have.has(name)) db.run(`ALTER TABLE ${table} ADD COLUMN ${name} ${type}`);
+  }
+}
+
+/** The column names of a table (empty when it does not exist). */
+export function tableColumns(db: Database, table: string): string[] {
+  return db
+    .query<{ name: string }, [string]>("SELECT name FROM pragma_table_info(?)")
+    .all(table)
+    .map((r) => r.name);
+}
+
+/** Whether a table exists in the main schema. */
+export function tableExists(db: Database, table: string): boolean {
+  return db.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?").get(table) !== null;
+}

@@ -1,0 +1,69 @@
+import { Database, constants } from "bun:sqlite";
+import { existsSync } from "node:fs";
+import { OutboxError, StorageError } from "../errors.ts";
+
+/** Local durability: `normal` = synchronous=NORMAL (default), `full` = synchronous=FULL. */
+export type Durability = "normal" | "full";
+
+/**
+ * Opens (creating if needed) an outbox file for writing: WAL, the chosen synchronous level and a
+ * busy timeout so concurrent producer processes wait for the write lock instead of failing.
+ * Reads before it writes, so a file of garbage bytes is reported untouched.
+ */
+export function openWritable(
+  path: string,
+  options: { durability: Durability; busyTimeoutMs: number; namespace?: string },
+): Database {
+  let db: Database | undefined;
+  try {
+    db = new Database(path, { create: true, readwrite: true });
+    db.run(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs))}`);
+    db.query("SELECT count(*) FROM sqlite_schema").get(); // fails on a non-database before any write
+    const mode = db.query<{ journal_mode: string }, []>("PRAGMA journal_mode = WAL").get();
+    if (mode?.journal_mode.toLowerCase() !== "wal") {
+      throw new Error(`cannot switch to WAL journal mode (got ${mode?.journal_mode})`);
+    }
+    db.run(`PRAGMA synchronous = ${options.durability === "full" ? "FULL" : "NORMAL"}`);
+    return db;
+  } catch (e) {
+    db?.close();
+    throw storageError(e, "cannot open outbox file", path, options.namespace);
+  }
+}
+
+/**
+ * Opens an existing file strictly read-only and never creates a file: not the database, and not
+ * the -wal/-shm side files. When no -wal file exists nobody has the file open in WAL mode, so it
+ * is opened `immutable` (SQLite would otherwise create -wal/-shm even for a read-only handle);
+ * otherwise a plain read-only handle uses the writer's existing -wal/-shm.
+ */
+export function openReadOnly(path: string): Database {
+  if (!existsSync(path)) throw new StorageError(`outbox file does not exist: ${path}`, path);
+  try {
+    const db = existsSync(`${path}-wal`)
+      ? new Database(path, { readonly: true })
+      : new Database(`file:${uriPath(path)}?immutable=1`, constants.SQLITE_OPEN_READONLY | constants.SQLITE_OPEN_URI);
+    try {
+      db.query("SELECT count(*) FROM sqlite_schema").get();
+    } catch (e) {
+      db.close();
+      throw e;
+    }
+    return db;
+  } catch (e) {
+    throw storageError(e, "cannot read outbox file", path);
+  }
+}
+
+function uriPath(path: string): string {
+  return path.split("/").map(encodeURIComponent).join("/");
+}
+
+/** Wraps an SQLite (or fs) failure in a StorageError naming the file, namespace and SQLite code. */
+export function storageError(e: unknown, what: string, file: string, namespace?: string): OutboxError {
+  if (e instanceof OutboxError) return e;
+  const err = e as { message?: string; code?: string };
+  const code = err.code ? ` [${err.code}]` : "";
+  const ns = namespace !== undefined ? ` namespace "${namespace}" in` : "";
+  return new StorageError(`${what}:${ns} ${file}: ${err.message ?? String(e)}${code}`, file, namespace, { cause: e });
+}
