@@ -87,6 +87,11 @@ export class ConfigError extends OutboxError {
       .filter(Boolean)
       .join(" ");
     super("E_CONFIG", loc ? `${loc}: ${message}` : message, options);
+    // JavaScriptCore gives every Error own `line`/`column` properties (the JS source position of
+    // the throw), which shadow the getters below: replace them with the config file's position.
+    for (const key of ["line", "column"] as const) {
+      Object.defineProperty(this, key, { value: where[key], enumerable: false, configurable: true, writable: false });
+    }
   }
   get file() { return this.where.file; }
   get keyPath() { return this.where.keyPath; }
