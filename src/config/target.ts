@@ -191,9 +191,11 @@ function resolveLocalPaths(writer: string | null, connection: Record<string, unk
   if (writer === "sqlite" && typeof path === "string" && path !== "" && path !== ":memory:" && !path.startsWith("file:") && !isAbsolute(path)) {
     connection.path = resolve(baseDir, path);
   }
-  const url = connection.url;
-  if (writer === "libsql" && typeof url === "string" && url.startsWith("file:") && !url.startsWith("file:/")) {
-    connection.url = `file:${resolve(baseDir, url.slice("file:".length))}`;
+  for (const key of ["url", "db_url"]) {
+    const url = connection[key];
+    if (writer === "libsql" && typeof url === "string" && url.startsWith("file:") && !url.startsWith("file:/")) {
+      connection[key] = `file:${resolve(baseDir, url.slice("file:".length))}`;
+    }
   }
 }
 

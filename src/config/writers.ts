@@ -1,6 +1,6 @@
 import { ConfigError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
+import { createWriter as createBuiltinWriter } from "../writers/registry.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { maskSecrets } from "./mask.ts";
 import type { OutboxConfig, TargetConfig } from "./types.ts";
@@ -41,10 +41,8 @@ async function createWriter(config: OutboxConfig, target: TargetConfig, options:
     const baseDir = config.baseDir ?? process.cwd();
     return loadWriterClass(target.writerClass, target.connection, { file: config.file, keyPath: `${keyPath}.writer_class`, baseDir, secrets });
   }
-  const spec = builtinWriters[target.writer as BuiltinWriterName];
-  if (!spec) throw new ConfigError(`built-in writer "${target.writer}" is not available`, { file: config.file, keyPath: `${keyPath}.writer` });
   try {
-    return spec.create(target.connection);
+    return createBuiltinWriter(target.writer ?? "", target.connection);
   } catch (error) {
     const message = maskSecrets(`cannot create writer "${target.writer}": ${(error as Error)?.message ?? error}`, secrets);
     throw new ConfigError(message, { file: config.file, keyPath: `${keyPath}.connection` }, { cause: error });

@@ -1,0 +1,271 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { ConfigError, ConfigIssuesError, parseConfigToml } from "../src/index.ts";
+import { builtinWriters, type WriterSpec } from "../src/writers/registry.ts";
+
+const FILE = "/srv/app/outbox.toml";
+
+const BASE = `
+[app.myapp]
+db_dir = "data"
+
+[app.myapp.db.primary]
+writer_class = "./w.ts:W"
+tables = ["events"]
+`;
+
+/** The single ConfigError `text` raises (fails the test if it parses or raises several). */
+function errorOf(text: string, env: Record<string, string> = {}): ConfigError {
+  try {
+    parseConfigToml(text, FILE, env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error).not.toBeInstanceOf(ConfigIssuesError);
+    expect((error as ConfigError).code).toBe("E_CONFIG");
+    expect((error as ConfigError).file).toBe(FILE);
+    return error as ConfigError;
+  }
+  throw new Error("expected a ConfigError");
+}
+
+describe("TOML syntax errors", () => {
+  test("carry the file, line and column of the mistake", () => {
+    const error = errorOf(`[app.myapp]\ndb_dir = "data"\nbatch_size = = 3\n`);
+    expect(error.line).toBe(3);
+    expect(error.column).toBe(14);
+    expect(error.keyPath).toBeUndefined();
+    expect(error.message).toStartWith(`${FILE}:3:14: TOML syntax error: invalid value`);
+  });
+
+  test("a table defined twice points at the second definition", () => {
+    const error = errorOf(`${BASE}\n[app.myapp]\nbatch_size = 3\n`);
+    expect(error.message).toContain("redefine");
+    expect([error.line, error.column]).toEqual([9, 2]);
+  });
+
+  test("an integer TOML cannot represent losslessly is a syntax error with its position", () => {
+    const error = errorOf(`${BASE}\n[app.other]\ndb_dir = "x"\nbatch_size = 99999999999999999999\n`);
+    expect([error.line, error.column]).toEqual([11, 14]);
+  });
+});
+
+describe("unknown keys", () => {
+  test.each([
+    [BASE.replace('db_dir = "data"', 'db_dir = "data"\nbatch_szie = 10'), "app.myapp.batch_szie", '"batch_size"'],
+    [BASE.replace('db_dir = "data"', 'db_dir = "data"\nflush_intervall = 1'), "app.myapp.flush_intervall", '"flush_interval"'],
+    [BASE.replace('tables = ["events"]', 'tables = ["events"]\ninject_outbox = false'), "app.myapp.db.primary.inject_outbox", '"inject_outbox_seq"'],
+    [BASE.replace('tables = ["events"]', 'tables = [{ name = "events", retain_days = 3 }]'), "app.myapp.db.primary.tables[0].retain_days", '"retain_log_days"'],
+    [`${BASE}\n[apps.x]\ndb_dir = "y"\n`, "apps", '"app"'],
+  ])("are reported with a suggestion (%#)", (text, keyPath, suggestion) => {
+    const error = errorOf(text);
+    expect(error.keyPath).toBe(keyPath);
+    expect(error.message).toContain(`(did you mean ${suggestion}?)`);
+  });
+
+  test("a key nothing resembles gets no suggestion", () => {
+    const error = errorOf(BASE.replace('db_dir = "data"', 'db_dir = "data"\nzzzzzzzzzzz = 1'));
+    expect(error.keyPath).toBe("app.myapp.zzzzzzzzzzz");
+    expect(error.message).not.toContain("did you mean");
+  });
+});
+
+describe("wrong types and ranges", () => {
+  test.each([
+    ['batch_size = "500"', "app.myapp.batch_size", "expected an integer, got string"],
+    ["batch_size = 1.5", "app.myapp.batch_size", "expected an integer, got 1.5"],
+    ["batch_size = 0", "app.myapp.batch_size", "must be ≥ 1, got 0"],
+    ["flush_interval = 0", "app.myapp.flush_interval", "must be > 0, got 0"],
+    ['flush_interval = "1s"', "app.myapp.flush_interval", "expected a number, got string"],
+    ["flush_interval = inf", "app.myapp.flush_interval", "expected a finite number, got Infinity"],
+    ["table_flush_threshold = 0", "app.myapp.table_flush_threshold", "must be ≥ 1, got 0"],
+    ["table_max_wait = -1", "app.myapp.table_max_wait", "must be ≥ 0, got -1"],
+    ['auto_schema = "yes"', "app.myapp.auto_schema", "expected a boolean (true or false), got string"],
+    ["cleanup_every = 0", "app.myapp.cleanup_every", "must be ≥ 1, got 0"],
+    ["retain_log_days = -1", "app.myapp.retain_log_days", "must be ≥ 0, got -1"],
+    ["max_pending = -5", "app.myapp.max_pending", "must be ≥ 0, got -5"],
+    ["max_attempts = 2.5", "app.myapp.max_attempts", "expected an integer, got 2.5"],
+    ["backoff_cap_minutes = 0", "app.myapp.backoff_cap_minutes", "must be > 0, got 0"],
+    ["backoff_unit_seconds = -1", "app.myapp.backoff_unit_seconds", "must be > 0, got -1"],
+    ["write_timeout = 0", "app.myapp.write_timeout", "must be > 0, got 0"],
+    ['durability = "fsync"', "app.myapp.durability", 'expected one of "normal", "full", got "fsync"'],
+    ["db_dir = 3", "app.myapp.db_dir", "expected a string, got integer"],
+    ["db = 3", "app.myapp.db", "expected a table of targets"],
+  ])("%s is rejected", (line, keyPath, message) => {
+    const key = line.split(" ")[0]!;
+    const text = BASE.replace(/\[app\.myapp\]\n/, `[app.myapp]\n${line}\n`).replace(key === "db_dir" ? 'db_dir = "data"\n' : "\0", "");
+    const error = errorOf(key === "db" ? `[app.myapp]\ndb_dir = "d"\n${line}\n` : text);
+    expect(error.keyPath).toBe(keyPath);
+    expect(error.message).toContain(message);
+  });
+
+  test.each([
+    ['compat = "no"', "app.myapp.db.primary.compat", "expected a boolean"],
+    ['dialect = "postgresql"', "app.myapp.db.primary.dialect", '(did you mean "postgres"?)'],
+    ["retain_log_days = -2", "app.myapp.db.primary.retain_log_days", "must be ≥ 0"],
+    ['inject_outbox_seq = "yes"', "app.myapp.db.primary.inject_outbox_seq", "expected a boolean or an array of table names, got string"],
+    ['inject_outbox_seq = ["evnts"]', "app.myapp.db.primary.inject_outbox_seq", 'names table "evnts", which is not in tables (did you mean "events"?)'],
+    ["inject_outbox_seq = [1]", "app.myapp.db.primary.inject_outbox_seq[0]", "expected a table name (string), got integer"],
+    ['connection = "postgres://x"', "app.myapp.db.primary.connection", "expected a table"],
+    ["writer_class = 5", "app.myapp.db.primary.writer_class", "expected a string, got integer"],
+  ])("target %s is rejected", (line, keyPath, message) => {
+    const text = BASE.replace('tables = ["events"]', `tables = ["events"]\n${line}`).replace(line.startsWith("writer_class") ? 'writer_class = "./w.ts:W"\n' : "\0", "");
+    const error = errorOf(text);
+    expect(error.keyPath).toBe(keyPath);
+    expect(error.message).toContain(message);
+  });
+});
+
+describe("tables", () => {
+  test.each([
+    ["tables = []", "app.myapp.db.primary.tables", "must list at least one table"],
+    ['tables = "events"', "app.myapp.db.primary.tables", "expected an array of table names, got string"],
+    ['tables = ["events", "events"]', "app.myapp.db.primary.tables[1]", 'table "events" is listed twice (also tables[0])'],
+    ['tables = ["a", { name = "a", retain_log_days = 1 }]', "app.myapp.db.primary.tables[1]", 'table "a" is listed twice'],
+    ['tables = ["a", 5]', "app.myapp.db.primary.tables[1]", "expected a table name or { name = \"…\" }, got integer"],
+    ["tables = [{ retain_log_days = 1 }]", "app.myapp.db.primary.tables[0].name", "required: the table name"],
+    ['tables = [""]', "app.myapp.db.primary.tables[0]", "must not be empty"],
+    ['tables = ["../etc/passwd"]', "app.myapp.db.primary.tables[0]", 'must not contain "/"'],
+    ['tables = [{ name = "a", inject_outbox_seq = 1 }]', "app.myapp.db.primary.tables[0].inject_outbox_seq", "expected a boolean"],
+  ])("%s is rejected", (line, keyPath, message) => {
+    const error = errorOf(BASE.replace('tables = ["events"]', line));
+    expect(error.keyPath).toBe(keyPath);
+    expect(error.message).toContain(message);
+  });
+
+  test("a target without tables is rejected", () => {
+    const error = errorOf(BASE.replace('tables = ["events"]', ""));
+    expect(error.keyPath).toBe("app.myapp.db.primary.tables");
+    expect(error.message).toContain("required");
+  });
+
+  test("the same table routed to two targets of one app is rejected at the second", () => {
+    const error = errorOf(`${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["other", "events"]\n`);
+    expect(error.keyPath).toBe("app.myapp.db.backup.tables[1]");
+    expect(error.message).toContain('table "events" is already routed to target "myapp.primary"');
+  });
+
+  test("the same table name in two different apps is fine (different db_dirs)", () => {
+    const text = `${BASE}\n[app.other]\ndb_dir = "other"\n[app.other.db.primary]\nwriter_class = "./w.ts:W"\ntables = ["events"]\n`;
+    expect(parseConfigToml(text, FILE, {}).apps).toHaveLength(2);
+  });
+});
+
+describe("writers", () => {
+  test("both writer and writer_class is rejected", () => {
+    const error = errorOf(BASE.replace('tables = ["events"]', 'tables = ["events"]\nwriter = "sqlite"') + '[app.myapp.db.primary.connection]\npath = "x.db"\n');
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+    expect(error.message).toContain('set either "writer" or "writer_class", not both');
+  });
+
+  test("neither writer nor writer_class is rejected", () => {
+    const error = errorOf(BASE.replace('writer_class = "./w.ts:W"', ""));
+    expect(error.keyPath).toBe("app.myapp.db.primary");
+    expect(error.message).toContain('missing "writer" (one of sqlite, libsql, postgres, mysql) or "writer_class"');
+  });
+
+  test("an unknown built-in writer is rejected with a suggestion", () => {
+    const error = errorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "postgresql"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer");
+    expect(error.message).toContain('unknown built-in writer "postgresql" (did you mean "postgres"?)');
+  });
+
+  test("an empty writer_class is rejected", () => {
+    const error = errorOf(BASE.replace('"./w.ts:W"', '""'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+  });
+});
+
+describe("built-in writer [connection] validation", () => {
+  // The mechanism is tested against a stand-in spec registered under a built-in name, so it does
+  // not depend on any one engine's key list; the original entry is restored after each test.
+  const saved = builtinWriters.mysql;
+  afterEach(() => {
+    if (saved) builtinWriters.mysql = saved;
+    else delete (builtinWriters as Partial<typeof builtinWriters>).mysql;
+  });
+  const spec: WriterSpec = {
+    dialect: "mysql",
+    keys: [
+      { name: "host", required: true, description: "server host name" },
+      { name: "port", description: "server port" },
+      { name: "password", secret: true, description: "password" },
+    ],
+    validate: (c) => (c.port !== undefined && typeof c.port !== "number" ? [{ key: "port", message: "must be a port number" }] : []),
+    create: () => ({ writeBatch: async () => [] }),
+  };
+  const text = (connection: string) => BASE.replace('writer_class = "./w.ts:W"', 'writer = "mysql"') + `[app.myapp.db.primary.connection]\n${connection}\n`;
+
+  test("a missing required key is named with its description", () => {
+    builtinWriters.mysql = spec;
+    const error = errorOf(text('port = 3306'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.connection.host");
+    expect(error.message).toContain('required by writer "mysql": server host name');
+  });
+
+  test("a missing [connection] table counts as every required key missing", () => {
+    builtinWriters.mysql = spec;
+    const error = errorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "mysql"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.connection.host");
+  });
+
+  test("an unknown connection key is rejected with a suggestion", () => {
+    builtinWriters.mysql = spec;
+    const error = errorOf(text('host = "db"\npasword = "x"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.connection.pasword");
+    expect(error.message).toContain('(did you mean "password"?)');
+  });
+
+  test("the writer's own validate() problems are reported at their key", () => {
+    builtinWriters.mysql = spec;
+    const error = errorOf(text('host = "db"\nport = "x"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.connection.port");
+    expect(error.message).toContain("must be a port number");
+  });
+});
+
+describe("apps", () => {
+  test("a file without apps is rejected", () => {
+    const error = errorOf(`# nothing here\n`);
+    expect(error.keyPath).toBe("app");
+    expect(error.message).toContain("no apps configured");
+  });
+
+  test("an app without targets is rejected", () => {
+    const error = errorOf(`[app.myapp]\ndb_dir = "d"\n`);
+    expect(error.keyPath).toBe("app.myapp.db");
+    expect(error.message).toContain('app "myapp" has no targets');
+  });
+
+  test("an app without db_dir is rejected", () => {
+    const error = errorOf(BASE.replace('db_dir = "data"', ""));
+    expect(error.keyPath).toBe("app.myapp.db_dir");
+    expect(error.message).toContain("required");
+  });
+
+  test("an app name that cannot be part of a target name is rejected", () => {
+    const error = errorOf(BASE.replaceAll("app.myapp", 'app."my.app"'));
+    expect(error.keyPath).toBe('app."my.app"');
+  });
+
+  test("two apps sharing one db_dir are rejected", () => {
+    const error = errorOf(`${BASE}\n[app.other]\ndb_dir = "./data"\n[app.other.db.x]\nwriter_class = "./w.ts:W"\ntables = ["t"]\n`);
+    expect(error.keyPath).toBe("app.other.db_dir");
+    expect(error.message).toContain('also used by app "myapp"');
+  });
+});
+
+describe("several problems", () => {
+  test("are all reported in one ConfigIssuesError, each with its key path", () => {
+    let caught: unknown;
+    try {
+      parseConfigToml(BASE.replace('db_dir = "data"', 'db_dir = "data"\nbatch_size = 0\ndurability = "fast"').replace('["events"]', '["a", "a"]'), FILE, {});
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(ConfigIssuesError);
+    const error = caught as ConfigIssuesError;
+    expect(error.code).toBe("E_CONFIG");
+    expect(error.issues.map((i) => i.keyPath)).toEqual(["app.myapp.batch_size", "app.myapp.durability", "app.myapp.db.primary.tables[1]"]);
+    expect(error.message).toContain("3 problems");
+    for (const issue of error.issues) expect(error.message).toContain(issue.message);
+  });
+});
