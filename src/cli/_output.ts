@@ -1,5 +1,6 @@
 // Output formatting for the CLI: aligned tables, durations, truncation and stable JSON.
 // Command output goes to stdout; logs go to stderr (see _log.ts), so `--json` stays parseable.
+import { maskSecrets } from "../config/mask.ts";
 
 /** A column of a table: its header and whether values align right (numbers). */
 export interface Column {
@@ -57,4 +58,9 @@ export function printJson(value: unknown): void {
 /** Writes text followed by a newline to stdout. */
 export function print(text = ""): void {
   process.stdout.write(`${text}\n`);
+}
+
+/** Masks the config's secret values and any `scheme://user:password@` password (even without a config). */
+export function redact(text: string, secrets: readonly string[]): string {
+  return maskSecrets(text, secrets).replace(/([a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]+@/gi, "$1***@");
 }

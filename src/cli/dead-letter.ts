@@ -1,11 +1,11 @@
 import { defineCommand } from "citty";
 import path from "node:path";
-import { NotFoundError } from "../errors.ts";
+import { NotFoundError, StorageError } from "../errors.ts";
 import { readDeadLetters } from "../outbox/inspect.ts";
 import { Outbox, type DeadLetter } from "../outbox/outbox.ts";
 import { jsonArg, locationArgs, parseSeq, rowArgs } from "./_args.ts";
-import { maskSecrets } from "../config/mask.ts";
-import { oneLine, print, renderFields, renderTable } from "./_output.ts";
+import { log } from "./_context.ts";
+import { oneLine, print, renderFields, renderTable, redact } from "./_output.ts";
 import { isDir, namespaceFile, resolveLocations, type Locations } from "./_targets.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
@@ -14,18 +14,30 @@ export interface DeadLetterEntry extends DeadLetter {
   dbDir: string;
 }
 
-/** Reads every dead letter of every location read-only, optionally of one namespace. */
-export function collectDeadLetters(locations: Locations, namespace?: string): DeadLetterEntry[] {
+/**
+ * Reads every dead letter of every location read-only, optionally of one namespace. A file that
+ * cannot be read is logged and skipped; the command then exits 1 after printing the rest.
+ */
+export function collectDeadLetters(locations: Locations, namespace?: string): { entries: DeadLetterEntry[]; unreadable: string[] } {
   const out: DeadLetterEntry[] = [];
+  const unreadable: string[] = [];
+  const onError = (file: string, err: Error) => {
+    unreadable.push(file);
+    log().error(err.message);
+  };
   for (const loc of locations.dirs) {
     if (!isDir(loc.dbDir)) continue;
-    for (const d of readDeadLetters(loc.dbDir)) {
+    for (const d of readDeadLetters(loc.dbDir, { onError })) {
       if (namespace !== undefined && d.namespace !== namespace) continue;
-      const error = d.error === null ? null : maskSecrets(d.error, locations.secrets);
+      const error = d.error === null ? null : redact(d.error, locations.secrets);
       out.push({ app: loc.app, dbDir: loc.dbDir, ...d, error });
     }
   }
-  return out;
+  return { entries: out, unreadable };
+}
+
+function failIfUnreadable(unreadable: readonly string[]): void {
+  if (unreadable.length > 0) throw new StorageError(`could not read ${unreadable.length} file(s)`, unreadable[0]!);
 }
 
 /** The human list: one aligned row per dead letter. */
@@ -85,8 +97,9 @@ const list = defineCommand({
     namespace: { type: "string", valueHint: "N", description: "Only this namespace" },
   },
   async run({ args }) {
-    const entries = collectDeadLetters(await resolveLocations(args), args.namespace);
+    const { entries, unreadable } = collectDeadLetters(await resolveLocations(args), args.namespace);
     print(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : renderDeadLetters(entries));
+    failIfUnreadable(unreadable);
   },
 });
 
@@ -97,7 +110,9 @@ const show = defineCommand({
     const seq = parseSeq(args.seq);
     const locations = await resolveLocations(args);
     const { location } = namespaceFile(locations, args.namespace, args.app);
-    const entry = collectDeadLetters({ ...locations, dirs: [location] }, args.namespace).find((e) => e.seq === seq);
+    const { entries, unreadable } = collectDeadLetters({ ...locations, dirs: [location] }, args.namespace);
+    failIfUnreadable(unreadable);
+    const entry = entries.find((e) => e.seq === seq);
     if (!entry) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${args.namespace}" (${location.dbDir})`);
     print(args.json ? JSON.stringify(entry, null, 2) : renderDeadLetter(entry));
   },

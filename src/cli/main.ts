@@ -3,7 +3,7 @@ import { OutboxError, UsageError } from "../errors.ts";
 import { VERSION } from "../version.ts";
 import { resolveCommandLine } from "./_argv.ts";
 import { createCliLogger, logOptionsFrom } from "./_log.ts";
-import { setLogger, log } from "./_context.ts";
+import { log, logFormat, setLogger } from "./_context.ts";
 import { print } from "./_output.ts";
 
 /** The root `sqloutbox` command; each subcommand lives in src/cli/<command>.ts. */
@@ -35,12 +35,14 @@ export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
 export async function runCli(argv: string[]): Promise<number> {
   let path: string[] = [];
   try {
-    setLogger(createCliLogger(logOptionsFrom(argv, process.env)));
+    const options = logOptionsFrom(argv, process.env);
+    setLogger(createCliLogger(options), options.format);
     const line = await resolveCommandLine(main, argv);
     path = line.path;
     if (line.help) {
       const parent = path.length > 0 ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef) : undefined;
-      print(await renderUsage(line.cmd, parent));
+      const usage = (await renderUsage(line.cmd, parent)).replace(/[ \t]+$/gm, "");
+      print(process.stdout.isTTY ? usage : stripAnsi(usage));
       return EXIT.ok;
     }
     if (line.version) {
@@ -59,18 +61,23 @@ function reportError(err: unknown, path: string[]): number {
   // citty's own argument errors (missing required flag, bad enum value) are usage errors too.
   const isUsage = err instanceof UsageError || (err instanceof Error && err.name === "CLIError");
   if (isUsage) {
-    const message = (err as Error).message.replace(/\u001B\[[0-9;]*m/g, "");
+    const message = stripAnsi((err as Error).message);
     process.stderr.write(`error: ${message}\nRun "${["sqloutbox", ...path, "--help"].join(" ")}" for usage.\n`);
     return EXIT.usage;
   }
   const logger = log();
   if (err instanceof OutboxError) {
-    logger.error(describe(err), { code: err.code });
+    if (logFormat() === "json") logger.error(describe(err), { code: err.code });
+    else logger.error(describe(err));
   } else {
     // Unexpected: keep the stack for the operator, it is a bug report.
     logger.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
   }
   return EXIT.failure;
+}
+
+function stripAnsi(text: string): string {
+  return text.replace(/\u001B\[[0-9;]*m/g, "");
 }
 
 /** The message plus every cause's message, so the operator sees the whole chain on one screen. */

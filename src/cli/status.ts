@@ -1,9 +1,8 @@
 import { defineCommand } from "citty";
-import { UsageError } from "../errors.ts";
+import { StorageError, UsageError } from "../errors.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { jsonArg, locationArgs } from "./_args.ts";
-import { maskSecrets } from "../config/mask.ts";
-import { formatAge, oneLine, print, renderTable } from "./_output.ts";
+import { formatAge, oneLine, print, renderTable, redact } from "./_output.ts";
 import { isDir, resolveLocations, type Locations } from "./_targets.ts";
 
 /** One namespace in `status --json`: where it lives plus its health (errors masked). */
@@ -17,6 +16,8 @@ export interface StatusReport {
   generatedAt: string;
   dbDirs: Array<{ app: string | null; dbDir: string; exists: boolean }>;
   namespaces: StatusEntry[];
+  /** Files that could not be read (not a database, not an outbox file); they make the exit code 1. */
+  unreadable: Array<{ file: string; error: string }>;
   totals: { namespaces: number; depth: number; stuck: number; deadLetters: number };
 }
 
@@ -24,12 +25,14 @@ export interface StatusReport {
 export function collectStatus(locations: Locations, now = new Date()): StatusReport {
   const dbDirs: StatusReport["dbDirs"] = [];
   const namespaces: StatusEntry[] = [];
+  const unreadable: StatusReport["unreadable"] = [];
   for (const loc of locations.dirs) {
     const exists = isDir(loc.dbDir);
     dbDirs.push({ app: loc.app, dbDir: loc.dbDir, exists });
     if (!exists) continue;
-    for (const h of healthAll(loc.dbDir, { maxPending: loc.maxPending, now })) {
-      const lastError = h.lastError === null ? null : maskSecrets(h.lastError, locations.secrets);
+    const onError = (file: string, err: Error) => unreadable.push({ file, error: err.message });
+    for (const h of healthAll(loc.dbDir, { maxPending: loc.maxPending, now, onError })) {
+      const lastError = h.lastError === null ? null : redact(h.lastError, locations.secrets);
       namespaces.push({ app: loc.app, dbDir: loc.dbDir, ...h, lastError });
     }
   }
@@ -37,6 +40,7 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
     generatedAt: now.toISOString(),
     dbDirs,
     namespaces,
+    unreadable,
     totals: {
       namespaces: namespaces.length,
       depth: namespaces.reduce((n, h) => n + h.depth, 0),
@@ -78,6 +82,7 @@ export function renderStatus(report: StatusReport): string {
   for (const d of report.dbDirs.filter((d) => !d.exists)) {
     lines.push(`${d.app ? `app ${d.app}: ` : ""}db_dir ${d.dbDir} does not exist yet (nothing enqueued)`);
   }
+  for (const u of report.unreadable) lines.push(`UNREADABLE ${u.file}: ${u.error}`);
   if (report.namespaces.length === 0) lines.push("no outbox files found");
   else {
     lines.push(renderTable(columns, rows));
@@ -108,6 +113,9 @@ export const status = defineCommand({
       const report = collectStatus(locations);
       if (args.json) print(JSON.stringify(report, null, 2));
       else print(renderStatus(report));
+      if (report.unreadable.length > 0) {
+        throw new StorageError(`status could not read ${report.unreadable.length} file(s)`, report.unreadable[0]!.file);
+      }
       return;
     }
     const seconds = args.interval === undefined ? 2 : Number(args.interval);

@@ -15,8 +15,8 @@ export interface VerifiedFile {
   file: string;
   ok: boolean;
   namespaces: Array<{ namespace: string; rows: number; gaps: ChainGap[]; problems: string[] }>;
-  /** Set when the file could not be read at all (not a database, unreadable). */
-  error: string | null;
+  /** File-level problems: unreadable, not an outbox file, SQLite quick_check failures. */
+  problems: string[];
 }
 
 /** The stable `verify --json` document. */
@@ -31,13 +31,8 @@ export function collectVerify(locations: Locations): VerifyReport {
   for (const loc of locations.dirs) {
     if (!isDir(loc.dbDir)) continue;
     for (const file of listOutboxFiles(loc.dbDir)) {
-      try {
-        const result = verifyFile(file);
-        files.push({ app: loc.app, dbDir: loc.dbDir, file, ok: result.ok, namespaces: result.namespaces, error: null });
-      } catch (err) {
-        const message = err instanceof Error ? err.message : String(err);
-        files.push({ app: loc.app, dbDir: loc.dbDir, file, ok: false, namespaces: [], error: message });
-      }
+      const { ok, namespaces, problems } = verifyFile(file);
+      files.push({ app: loc.app, dbDir: loc.dbDir, file, ok, namespaces, problems });
     }
   }
   return { ok: files.every((f) => f.ok), files };
@@ -49,11 +44,7 @@ export function renderVerify(report: VerifyReport): string {
   const details: string[] = [];
   for (const f of report.files) {
     const name = path.basename(f.file);
-    if (f.error !== null) {
-      rows.push([name, "-", "-", "-", "UNREADABLE"]);
-      details.push(`${f.file}: ${f.error}`);
-      continue;
-    }
+    for (const problem of f.problems) details.push(`${f.file}: ${problem}`);
     for (const ns of f.namespaces) {
       const bad = ns.gaps.length > 0 || ns.problems.length > 0;
       rows.push([name, ns.namespace, String(ns.rows), String(ns.gaps.length), bad ? "PROBLEM" : "ok"]);
@@ -63,6 +54,7 @@ export function renderVerify(report: VerifyReport): string {
       for (const problem of ns.problems) details.push(`${f.file} [${ns.namespace}]: ${problem}`);
     }
     if (f.namespaces.length === 0) rows.push([name, "-", "0", "0", f.ok ? "ok" : "PROBLEM"]);
+    else if (f.problems.length > 0) rows.push([name, "(file)", "-", "-", "PROBLEM"]);
   }
   if (report.files.length === 0) return "no outbox files found";
   const table = renderTable(

@@ -1,0 +1,55 @@
+import { defineCommand } from "citty";
+import fs from "node:fs";
+import path from "node:path";
+import { OutboxError } from "../errors.ts";
+import { logArgs } from "./_log.ts";
+import { print } from "./_output.ts";
+// Text imports are embedded by `bun build --compile`, so the binary scaffolds without the sources.
+import configTemplate from "./templates/outbox.config.ts.txt" with { type: "text" };
+import runnerTemplate from "./templates/run.ts.txt" with { type: "text" };
+import tomlTemplate from "./templates/outbox.toml.txt" with { type: "text" };
+import tsconfigTemplate from "./templates/tsconfig.json.txt" with { type: "text" };
+
+/** The scaffold: file name, content, and what it is for (printed). */
+export const SCAFFOLD: ReadonlyArray<{ name: string; text: string; purpose: string }> = [
+  { name: "outbox.config.ts", text: configTemplate, purpose: "typed config (defineConfig)" },
+  { name: "run.ts", text: runnerTemplate, purpose: "the drain runner (SIGTERM/SIGINT stop cleanly)" },
+  { name: "outbox.toml", text: tomlTemplate, purpose: "the same config for `sqloutbox runservice`" },
+  { name: "tsconfig.json", text: tsconfigTemplate, purpose: "type-checking for the scaffold (bunx tsc -p)" },
+];
+
+/** `sqloutbox init [DIR]`: scaffold the programmatic path; never overwrites a file. */
+export const init = defineCommand({
+  meta: { name: "init", description: "Scaffold a typed config, a drain runner and an outbox.toml into DIR (default ./outbox)" },
+  args: {
+    dir: { type: "positional", required: false, default: "outbox", description: "Directory to create the files in" },
+    ...logArgs,
+  },
+  run({ args }) {
+    const dir = path.resolve(args.dir);
+    const shown = path.relative(process.cwd(), dir) || ".";
+    // Check everything first: either the whole scaffold is written or nothing is.
+    for (const f of SCAFFOLD) {
+      const file = path.join(dir, f.name);
+      if (fs.existsSync(file)) throw new OutboxError("E_OUTBOX", `refusing to overwrite ${file}: remove it or choose another DIR`);
+    }
+    fs.mkdirSync(dir, { recursive: true });
+    const width = Math.max(...SCAFFOLD.map((f) => path.join(shown, f.name).length));
+    for (const f of SCAFFOLD) {
+      fs.writeFileSync(path.join(dir, f.name), f.text, { flag: "wx" });
+      print(`created ${path.join(shown, f.name).padEnd(width)}  ${f.purpose}`);
+    }
+    print(
+      [
+        "",
+        "Next steps:",
+        "  1. bun add sqloutbox                    (and bun add -d @types/bun typescript to type-check)",
+        `  2. edit ${path.join(shown, "outbox.config.ts")}: your tables, your target's writer and connection`,
+        `  3. produce events: new SQLMiddleware({ dbDir: "${path.join(shown, "data/queue")}" }).push("orders", "INSERT INTO orders (id) VALUES (?)", [1])`,
+        `  4. run the drain:  bun ${path.join(shown, "run.ts")}`,
+        `     or with TOML:  sqloutbox runservice --config ${path.join(shown, "outbox.toml")}`,
+        `  5. watch it:       sqloutbox status --config ${path.join(shown, "outbox.toml")}`,
+      ].join("\n"),
+    );
+  },
+});

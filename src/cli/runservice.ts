@@ -1,0 +1,98 @@
+import { defineCommand } from "citty";
+import fs from "node:fs";
+import path from "node:path";
+import { loadConfigToml } from "../config/load.ts";
+import { maskSecrets } from "../config/mask.ts";
+import { OutboxSyncService } from "../drain/service.ts";
+import { NotFoundError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import { VERSION } from "../version.ts";
+import { logArgs } from "./_log.ts";
+import { log } from "./_context.ts";
+import { DEFAULT_CONFIG } from "./_targets.ts";
+
+/** How long SIGTERM may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
+export const STOP_TIMEOUT_MS = 30_000;
+
+/** `sqloutbox runservice`: load outbox.toml, drain until SIGTERM/SIGINT, exit 0 after a clean stop. */
+export const runservice = defineCommand({
+  meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT (SIGUSR1: integrity scan)" },
+  args: {
+    config: { type: "string", valueHint: "FILE", description: `The config file (default ./${DEFAULT_CONFIG})` },
+    ...logArgs,
+  },
+  async run({ args }) {
+    const file = path.resolve(args.config ?? DEFAULT_CONFIG);
+    if (!fs.existsSync(file)) {
+      throw new NotFoundError(`config file ${file} does not exist (give --config FILE, or scaffold one with "sqloutbox init")`);
+    }
+    const base = log();
+    const { config, writers, secrets } = await loadConfigToml(file, { logger: base });
+    const logger = maskingLogger(base, secrets);
+    const service = new OutboxSyncService(config, writers, { logger });
+    try {
+      await service.start();
+    } catch (err) {
+      // start() failed before the loops ran (lock held, remote schema): close writers, release locks.
+      await service.stop(1000).catch(() => {});
+      throw err;
+    }
+    const targets = config.apps.flatMap((a) => a.targets.map((t) => t.name));
+    logger.info(`sqloutbox ${VERSION} draining ${config.apps.map((a) => a.dbDir).join(", ")} to ${targets.join(", ")}`);
+    await untilStopSignal(service, logger);
+  },
+});
+
+/** Waits for SIGTERM/SIGINT, then stops the service; a second signal forces an immediate exit. */
+async function untilStopSignal(service: OutboxSyncService, logger: Logger): Promise<void> {
+  const onUsr1 = () => {
+    logger.info("SIGUSR1: running an integrity scan");
+    try {
+      service.integrityScan();
+    } catch (err) {
+      logger.error(`integrity scan failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+  process.on("SIGUSR1", onUsr1);
+  try {
+    const signal = await new Promise<NodeJS.Signals>((resolve) => {
+      process.once("SIGTERM", () => resolve("SIGTERM"));
+      process.once("SIGINT", () => resolve("SIGINT"));
+    });
+    logger.info(`${signal}: finishing the in-flight batch (at most ${STOP_TIMEOUT_MS / 1000} s)`);
+    const force = () => {
+      logger.warn("second signal: exiting without waiting for the in-flight batch (it will be redelivered)");
+      process.exit(1);
+    };
+    process.once("SIGTERM", force);
+    process.once("SIGINT", force);
+    await service.stop(STOP_TIMEOUT_MS);
+    process.off("SIGTERM", force);
+    process.off("SIGINT", force);
+  } finally {
+    process.off("SIGUSR1", onUsr1);
+  }
+}
+
+/** A logger that masks every credential in what it prints (driver errors may quote a URL or DSN). */
+function maskingLogger(logger: Logger, secrets: readonly string[]): Logger {
+  if (secrets.length === 0) return logger;
+  const clean = (v: unknown): unknown => {
+    if (typeof v === "string") return maskSecrets(v, secrets);
+    if (v instanceof Error) {
+      const copy = new Error(maskSecrets(v.message, secrets), { cause: v.cause === undefined ? undefined : clean(v.cause) });
+      copy.name = v.name;
+      if ("code" in v) Object.assign(copy, { code: (v as { code: unknown }).code });
+      return copy;
+    }
+    return v;
+  };
+  const wrap = (fn: (m: string, ...r: unknown[]) => void) => (m: string, ...r: unknown[]) =>
+    fn(clean(m) as string, ...r.map(clean));
+  return {
+    debug: wrap(logger.debug.bind(logger)),
+    info: wrap(logger.info.bind(logger)),
+    warn: wrap(logger.warn.bind(logger)),
+    error: wrap(logger.error.bind(logger)),
+  };
+}
