@@ -1,0 +1,95 @@
+import { Database } from "bun:sqlite";
+import { describe, expect, test } from "bun:test";
+import { decodeArgs, encodeArgs, InvalidArgumentError } from "../src/index.ts";
+import { makeTempDir } from "./support/tmp.ts";
+
+describe("encodeArgs / decodeArgs", () => {
+  test("round-trips every value bun:sqlite binds, losslessly", () => {
+    const args = [
+      "text", "", "quote \" and \\ and \n", "\ud800 lone surrogate", "emoji 🎉",
+      0, 1, -1, 0.1, 1e-300, 1.7976931348623157e308, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, 2 ** 60, -(2 ** 70),
+      2n ** 53n + 1n, -(2n ** 63n), 2n ** 63n - 1n,
+      true, false, null,
+      new Uint8Array([]), new Uint8Array([0, 1, 2, 254, 255]), Buffer.from("blob"),
+    ];
+    const decoded = decodeArgs(encodeArgs(args));
+    expect(decoded).toHaveLength(args.length);
+    for (let i = 0; i < args.length; i++) {
+      const want = args[i];
+      if (want instanceof Uint8Array) expect(decoded[i]).toEqual(new Uint8Array(want));
+      else expect(decoded[i]).toBe(want as never);
+    }
+  });
+
+  test("keeps -0 as -0", () => {
+    expect(Object.is(decodeArgs(encodeArgs([-0]))[0], -0)).toBe(true);
+  });
+
+  test("decodes a bigint inside the safe range as the same number", () => {
+    expect(decodeArgs(encodeArgs([5n]))).toEqual([5]);
+  });
+
+  test("decodes Python-style JSON, with integers beyond 2^53 as bigint", () => {
+    expect(decodeArgs('[1, "a", 2.5, true, null, 12345678901234567890, -9007199254740993]')).toEqual([
+      1, "a", 2.5, true, null, 12345678901234567890n, -9007199254740993n,
+    ]);
+    expect(decodeArgs('[ "digits 12345678901234567890 in text" , 1e20 ]')).toEqual(["digits 12345678901234567890 in text", 1e20]);
+  });
+
+  test("round-trips values through a real SQLite bind and read", () => {
+    const tmp = makeTempDir();
+    try {
+      const db = new Database(tmp.file("b.db"), { safeIntegers: true });
+      db.run("CREATE TABLE t (a, b, c, d, e)");
+      const args = decodeArgs(encodeArgs(["x", 2n ** 62n, 0.5, new Uint8Array([9, 8]), null]));
+      db.query("INSERT INTO t VALUES (?, ?, ?, ?, ?)").run(...(args as never[]));
+      expect(db.query("SELECT * FROM t").get()).toEqual({ a: "x", b: 2n ** 62n, c: 0.5, d: new Uint8Array([9, 8]), e: null });
+      db.close();
+    } finally {
+      tmp.cleanup();
+    }
+  });
+
+  test.each([
+    ["a Date", new Date()],
+    ["a plain object", { a: 1 }],
+    ["an array", [1]],
+    ["a function", () => 1],
+    ["undefined", undefined],
+    ["a symbol", Symbol("s")],
+    ["NaN", NaN],
+    ["Infinity", Infinity],
+    ["-Infinity", -Infinity],
+    ["a bigint beyond int64", 2n ** 63n],
+    ["an Int16Array", new Int16Array(2)],
+    ["an ArrayBuffer", new ArrayBuffer(2)],
+  ])("rejects %s naming the argument index, namespace and file", (_name, value) => {
+    let err: unknown;
+    try {
+      encodeArgs(["ok", value], { namespace: "orders", file: "/data/orders.db" });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(err).toMatchObject({ code: "E_INVALID_ARG", details: { index: 1, namespace: "orders", file: "/data/orders.db" } });
+    expect((err as Error).message).toContain("argument 1");
+    expect((err as Error).message).toContain('namespace "orders"');
+    expect((err as Error).message).toContain("/data/orders.db");
+  });
+
+  test.each([
+    ["not JSON", "INSERT"],
+    ["an object", '{"a": 1}'],
+    ["Python NaN", "[NaN]"],
+    ["Python Infinity", "[1, Infinity]"],
+    ["Python True", "[True]"],
+    ["a nested array", "[[1]]"],
+    ["an unknown object", '[{"x": 1}]'],
+    ["bad base64", '[{"$b64": "!!"}]'],
+    ["trailing data", "[1] 2"],
+    ["a big-int payload with garbage", "[12345678901234567890, oops]"],
+  ])("decodeArgs throws InvalidArgumentError 'undecodable' for %s", (_name, payload) => {
+    expect(() => decodeArgs(payload)).toThrow(InvalidArgumentError);
+    expect(() => decodeArgs(payload)).toThrow(/undecodable/);
+  });
+});

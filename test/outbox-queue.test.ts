@@ -1,0 +1,303 @@
+import { Database } from "bun:sqlite";
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError } from "../src/index.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let tmp: TempDir;
+const open: Outbox[] = [];
+function outbox(name = "q.db", namespace = "orders", options = {}): Outbox {
+  const ob = new Outbox(tmp.file(name), namespace, options);
+  open.push(ob);
+  return ob;
+}
+beforeEach(() => {
+  tmp = makeTempDir();
+});
+afterEach(() => {
+  for (const ob of open.splice(0)) ob.close();
+  tmp.cleanup();
+});
+
+/** The whole chain of a namespace must link each pending row to its predecessor. */
+function expectIntactChain(ob: Outbox): void {
+  const rows = ob.fetchUnsynced(1_000_000);
+  expect(ob.verifyChain(rows)).toEqual({ ok: true, gaps: [] });
+  for (let i = 1; i < rows.length; i++) expect(rows[i]!.prevSeq).toBe(rows[i - 1]!.seq);
+}
+
+describe("enqueue", () => {
+  test("links each row to the namespace's previous row and starts a fresh chain with null", () => {
+    const ob = outbox();
+    const a = ob.enqueue("INSERT 1", "[1]", "src");
+    const b = ob.enqueue("INSERT 2", "[2]");
+    const rows = ob.fetchUnsynced(10);
+    expect(rows.map((r) => [r.seq, r.prevSeq])).toEqual([[a, null], [b, a]]);
+    expect(rows[0]).toMatchObject({ namespace: "orders", source: "src", tag: "INSERT 1", payload: "[1]", attempts: 0, lastError: null });
+    expect(rows[0]!.createdAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00$/);
+  });
+
+  test("links a new row to the last delivered row when the queue is empty", () => {
+    const ob = outbox();
+    const a = ob.enqueue("A", "[]");
+    ob.confirm([a]);
+    const b = ob.enqueue("B", "[]");
+    expect(ob.head()!.prevSeq).toBe(a);
+    expect(ob.verifyChain(ob.fetchUnsynced(10))).toEqual({ ok: true, gaps: [] });
+    expect(b).toBeGreaterThan(a);
+  });
+
+  test("links a new row to a dead-lettered predecessor when that was the namespace's last row", () => {
+    const ob = outbox();
+    const a = ob.enqueue("A", "[]");
+    ob.deadLetter(a, "undecodable");
+    ob.enqueue("B", "[]");
+    expect(ob.head()!.prevSeq).toBe(a);
+    expect(ob.verifyChain(ob.fetchUnsynced(10)).ok).toBe(true);
+  });
+
+  test("rejects a tag that is empty or not well-formed text, naming the namespace and file", () => {
+    const ob = outbox();
+    for (const tag of ["", "\ud800 lone surrogate", 5 as unknown as string]) {
+      const err = (() => { try { ob.enqueue(tag, "[]"); } catch (e) { return e; } })() as InvalidArgumentError;
+      expect(err).toBeInstanceOf(InvalidArgumentError);
+      expect(err.code).toBe("E_INVALID_ARG");
+      expect(err.message).toContain('namespace "orders"');
+      expect(err.message).toContain(ob.path);
+    }
+    expect(ob.pendingCount()).toBe(0);
+  });
+});
+
+describe("enqueueBatch", () => {
+  test("links item 0 to the tail and item i to item i-1's actual seq", () => {
+    const ob = outbox();
+    const first = ob.enqueue("A", "[]");
+    const seqs = ob.enqueueBatch([{ tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }, { tag: "D", payload: "[]" }]);
+    const rows = ob.fetchUnsynced(10);
+    expect(rows.map((r) => r.prevSeq)).toEqual([null, first, seqs[0], seqs[1]]);
+    expectIntactChain(ob);
+  });
+
+  test("regression: a batch after seedSequence with rows pending keeps the chain intact", () => {
+    const ob = outbox();
+    ob.enqueue("A", "[]");
+    ob.enqueue("B", "[]");
+    ob.seedSequence(1000);
+    const seqs = ob.enqueueBatch([{ tag: "C", payload: "[]" }, { tag: "D", payload: "[]" }]);
+    expect(seqs).toEqual([1001, 1002]);
+    expectIntactChain(ob);
+  });
+
+  test("regression: a batch on a file shared by two namespaces keeps both chains intact", () => {
+    const a = outbox("shared.db", "a");
+    const b = outbox("shared.db", "b");
+    for (let i = 0; i < 3; i++) {
+      a.enqueue(`a${i}`, "[]");
+      b.enqueue(`b${i}`, "[]");
+    }
+    a.enqueueBatch([{ tag: "a3", payload: "[]" }, { tag: "a4", payload: "[]" }]);
+    b.enqueueBatch([{ tag: "b3", payload: "[]" }, { tag: "b4", payload: "[]" }]);
+    expectIntactChain(a);
+    expectIntactChain(b);
+    expect(a.fetchUnsynced(10).map((r) => r.tag)).toEqual(["a0", "a1", "a2", "a3", "a4"]);
+  });
+
+  test("regression: a batch after a partial confirm keeps the chain intact", () => {
+    const ob = outbox();
+    const seqs = ob.enqueueBatch(Array.from({ length: 5 }, (_, i) => ({ tag: `t${i}`, payload: "[]" })));
+    ob.confirm(seqs.slice(0, 2));
+    ob.enqueueBatch([{ tag: "x", payload: "[]" }, { tag: "y", payload: "[]" }]);
+    expectIntactChain(ob);
+    expect(ob.head()!.prevSeq).toBe(seqs[1]);
+  });
+
+  test("writes nothing when any item is invalid", () => {
+    const ob = outbox();
+    expect(() => ob.enqueueBatch([{ tag: "ok", payload: "[]" }, { tag: "", payload: "[]" }])).toThrow(InvalidArgumentError);
+    expect(ob.pendingCount()).toBe(0);
+  });
+});
+
+describe("confirm, pending count and sequence", () => {
+  test("confirm logs rows in the sync log and deletes them together", () => {
+    const ob = outbox();
+    const seqs = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    ob.confirm([seqs[0]!]);
+    const db = new Database(ob.path, { readonly: true });
+    expect(db.query("SELECT seq, namespace FROM outbox_sync_log").all()).toEqual([{ seq: seqs[0], namespace: "orders" }]);
+    expect(db.query("SELECT seq FROM outbox_queue").all()).toEqual([{ seq: seqs[1] }]);
+    db.close();
+    expect(ob.pendingCount()).toBe(1);
+  });
+
+  test("pendingCount follows enqueue, confirm and dead-lettering per namespace", () => {
+    const a = outbox("s.db", "a");
+    const b = outbox("s.db", "b");
+    a.enqueueBatch([{ tag: "1", payload: "[]" }, { tag: "2", payload: "[]" }, { tag: "3", payload: "[]" }]);
+    b.enqueue("1", "[]");
+    expect([a.pendingCount(), b.pendingCount()]).toEqual([3, 1]);
+    a.confirm([a.head()!.seq]);
+    a.deadLetter(a.head()!.seq, "skipped");
+    expect([a.pendingCount(), b.pendingCount()]).toEqual([1, 1]);
+  });
+
+  test("seedSequence raises the next seq above the seed and never lowers it", () => {
+    const ob = outbox();
+    ob.seedSequence(500);
+    expect(ob.enqueue("A", "[]")).toBe(501);
+    ob.seedSequence(10);
+    expect(ob.enqueue("B", "[]")).toBe(502);
+  });
+});
+
+describe("backpressure", () => {
+  test("enqueue throws QueueFullError at maxPending and accepts again after a confirm", () => {
+    const ob = outbox("q.db", "orders", { maxPending: 2 });
+    const a = ob.enqueue("A", "[]");
+    ob.enqueue("B", "[]");
+    let err: unknown;
+    try { ob.enqueue("C", "[]"); } catch (e) { err = e; }
+    expect(err).toBeInstanceOf(QueueFullError);
+    expect(err).toMatchObject({ code: "E_QUEUE_FULL", namespace: "orders", maxPending: 2, file: ob.path });
+    expect(() => ob.enqueueBatch([{ tag: "C", payload: "[]" }])).toThrow(QueueFullError);
+    expect(ob.pendingCount()).toBe(2);
+    ob.confirm([a]);
+    expect(ob.enqueue("C", "[]")).toBeGreaterThan(a);
+  });
+
+  test("a batch that would cross maxPending is refused whole", () => {
+    const ob = outbox("q.db", "orders", { maxPending: 3 });
+    ob.enqueue("A", "[]");
+    expect(() => ob.enqueueBatch([{ tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }, { tag: "D", payload: "[]" }])).toThrow(QueueFullError);
+    expect(ob.pendingCount()).toBe(1);
+  });
+});
+
+describe("pruneSyncLog", () => {
+  test("deletes old entries by time, keeping the entry that bridges the head and the newest one", () => {
+    const ob = outbox();
+    const seqs = ob.enqueueBatch(Array.from({ length: 4 }, (_, i) => ({ tag: `t${i}`, payload: "[]" })));
+    ob.confirm(seqs.slice(0, 3));
+    const db = new Database(ob.path);
+    // Mixed formats: ours, SQLite's datetime(), and a +00:00 microsecond one from the reference.
+    db.run("UPDATE outbox_sync_log SET synced_at = '2020-01-01T00:00:00.000000+00:00' WHERE seq = ?", [seqs[0]!]);
+    db.run("UPDATE outbox_sync_log SET synced_at = '2020-01-02 00:00:00' WHERE seq = ?", [seqs[1]!]);
+    db.run("UPDATE outbox_sync_log SET synced_at = '2020-01-03T00:00:00.123456+00:00' WHERE seq = ?", [seqs[2]!]);
+    db.close();
+    expect(ob.pruneSyncLog(30, new Date("2026-01-01T00:00:00Z"))).toBe(2);
+    expect(ob.verifyChain(ob.fetchUnsynced(10))).toEqual({ ok: true, gaps: [] });
+  });
+
+  test("keeps entries younger than the retention", () => {
+    const ob = outbox();
+    const a = ob.enqueue("A", "[]");
+    const b = ob.enqueue("B", "[]");
+    ob.confirm([a, b]);
+    expect(ob.pruneSyncLog(30)).toBe(0);
+    expect(ob.pruneSyncLog(0, new Date(Date.now() + 60_000))).toBe(1); // keeps the newest (bridge for the next row)
+    ob.enqueue("C", "[]");
+    expect(ob.verifyChain(ob.fetchUnsynced(10)).ok).toBe(true);
+  });
+});
+
+describe("verifyChain", () => {
+  test("reports a row whose predecessor exists nowhere", () => {
+    const ob = outbox();
+    const seqs = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+    const db = new Database(ob.path);
+    db.run("DELETE FROM outbox_queue WHERE seq = ?", [seqs[1]!]); // lost without a sync-log entry
+    db.close();
+    expect(ob.verifyChain(ob.fetchUnsynced(10))).toEqual({ ok: false, gaps: [{ seq: seqs[2]!, prevSeq: seqs[1]! }] });
+  });
+});
+
+describe("delivery bookkeeping and dead letters", () => {
+  test("records attempts, failures and refunds on the head", () => {
+    const ob = outbox();
+    const a = ob.enqueue("A", "[]");
+    ob.recordAttempt(a, new Date("2026-01-01T00:00:00Z"));
+    ob.recordAttempt(a);
+    ob.refundAttempt(a);
+    ob.recordFailure(a, "constraint failed", "SQLITE_CONSTRAINT", new Date("2026-01-01T00:02:00Z"));
+    expect(ob.head()).toMatchObject({
+      attempts: 1,
+      lastError: "constraint failed",
+      lastErrorClass: "SQLITE_CONSTRAINT",
+      nextAttemptAt: "2026-01-01T00:02:00.000000+00:00",
+    });
+    ob.refundAttempt(a);
+    ob.refundAttempt(a);
+    expect(ob.head()!.attempts).toBe(0);
+    expect(() => ob.recordAttempt(9999)).toThrow(NotFoundError);
+  });
+
+  test("deadLetter moves the head with its last error and the namespace advances", () => {
+    const ob = outbox();
+    const [a, b] = ob.enqueueBatch([{ tag: "A", payload: "[1]" }, { tag: "B", payload: "[]" }]);
+    ob.recordAttempt(a!);
+    ob.recordFailure(a!, "boom", "E1", new Date());
+    ob.deadLetter(a!, "max_attempts");
+    expect(ob.head()!.seq).toBe(b!);
+    expect(ob.getDead(a!)).toMatchObject({ seq: a, tag: "A", payload: "[1]", attempts: 1, error: "boom", errorClass: "E1", reason: "max_attempts", replayedAt: null });
+    expect(ob.deadCount()).toBe(1);
+    expect(ob.verifyChain(ob.fetchUnsynced(10)).ok).toBe(true);
+  });
+
+  test("deadLetter refuses a row that is not the head, and a seq that does not exist", () => {
+    const ob = outbox();
+    const [, b] = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    expect(() => ob.deadLetter(b!, "skipped")).toThrow(InvalidArgumentError);
+    expect(() => ob.skipHead(12345)).toThrow(NotFoundError);
+    expect(ob.pendingCount()).toBe(2);
+  });
+
+  test("replayDead re-enqueues at the tail once and records the new seq", () => {
+    const ob = outbox();
+    const [a] = ob.enqueueBatch([{ tag: "A", payload: "[1]" }, { tag: "B", payload: "[]" }]);
+    ob.skipHead(a!);
+    const replayed = ob.replayDead(a!);
+    const rows = ob.fetchUnsynced(10);
+    expect(rows.at(-1)).toMatchObject({ seq: replayed, tag: "A", payload: "[1]", prevSeq: rows.at(-2)!.seq });
+    expect(ob.getDead(a!)).toMatchObject({ reason: "skipped", replayedAsSeq: replayed });
+    expect(ob.deadCount()).toBe(0);
+    expect(ob.listDead()).toHaveLength(1);
+    expect(() => ob.replayDead(a!)).toThrow(InvalidArgumentError);
+    expect(() => ob.replayDead(777)).toThrow(NotFoundError);
+    expectIntactChain(ob);
+  });
+});
+
+describe("lifecycle and durability", () => {
+  test("a closed outbox throws OutboxClosedError naming the file and namespace; close is idempotent", () => {
+    const ob = outbox();
+    ob.enqueue("A", "[]");
+    ob.close();
+    ob.close();
+    let err: unknown;
+    try { ob.enqueue("B", "[]"); } catch (e) { err = e; }
+    expect(err).toBeInstanceOf(OutboxClosedError);
+    expect(err).toMatchObject({ code: "E_CLOSED", file: ob.path, namespace: "orders" });
+    expect((err as Error).message).toContain(ob.path);
+    for (const call of [() => ob.fetchUnsynced(1), () => ob.pendingCount(), () => ob.confirm([1]), () => ob.health()]) {
+      expect(call).toThrow(OutboxClosedError);
+    }
+    const again = outbox();
+    expect(again.pendingCount()).toBe(1);
+  });
+
+  test("opening twice is idempotent and the file is in WAL mode", () => {
+    outbox().enqueue("A", "[]");
+    const second = outbox();
+    expect(second.pendingCount()).toBe(1);
+    const db = new Database(second.path, { readonly: true });
+    expect(db.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
+    expect(db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_prev', 'idx_outbox_prev_unique')").all()).toEqual([]);
+    db.close();
+  });
+
+  test("rejects invalid options with InvalidArgumentError", () => {
+    expect(() => outbox("q.db", "orders", { maxPending: 0 })).toThrow(InvalidArgumentError);
+    expect(() => outbox("q.db", "orders", { durability: "fast" })).toThrow(InvalidArgumentError);
+    expect(() => outbox("q.db", "")).toThrow(InvalidArgumentError);
+  });
+});
