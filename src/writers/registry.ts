@@ -1,3 +1,8 @@
+import { ConfigError } from "../errors.ts";
+import { libsqlWriter } from "./libsql.ts";
+import { mysqlWriter } from "./mysql.ts";
+import { postgresWriter } from "./postgres.ts";
+import { sqliteWriter } from "./sqlite.ts";
 import type { Dialect, OutboxWriter } from "./writer.ts";
 
 /** Names accepted by `writer = "…"` in outbox.toml. */
@@ -18,8 +23,29 @@ export interface WriterSpec {
   keys: ConnectionKey[];
   /** Checks beyond `required` (e.g. "url or host"); returns one problem per bad key. */
   validate?(connection: Record<string, unknown>): Array<{ key: string; message: string }>;
+  /** The target as text for logs and `status`, with passwords and tokens masked. */
+  describe?(connection: Record<string, unknown>): string;
   create(connection: Record<string, unknown>): OutboxWriter;
 }
 
-/** The built-in writers, filled in by src/writers/<engine>.ts. */
-export const builtinWriters: Record<BuiltinWriterName, WriterSpec> = {} as Record<BuiltinWriterName, WriterSpec>;
+/** The built-in writers, one file per engine in src/writers/. */
+export const builtinWriters: Record<BuiltinWriterName, WriterSpec> = {
+  sqlite: sqliteWriter,
+  libsql: libsqlWriter,
+  postgres: postgresWriter,
+  mysql: mysqlWriter,
+};
+
+/** Constructs the built-in writer `name` from a `[connection]` table; throws `ConfigError` for an unknown name or invalid keys. */
+export function createWriter(name: string, connection: Record<string, unknown>): OutboxWriter {
+  const spec = Object.hasOwn(builtinWriters, name) ? builtinWriters[name as BuiltinWriterName] : undefined;
+  if (!spec) throw new ConfigError(`unknown writer "${name}"; built-in writers: ${Object.keys(builtinWriters).join(", ")}`);
+  const problems = [
+    ...spec.keys.filter((k) => k.required && (connection[k.name] === undefined || connection[k.name] === "")).map((k) => ({ key: k.name, message: `is required: ${k.description}` })),
+    ...(spec.validate?.(connection) ?? []),
+  ];
+  if (problems.length > 0) {
+    throw new ConfigError(problems.map((p) => `connection.${p.key} ${p.message}`).join("; "), { keyPath: "connection" });
+  }
+  return spec.create(connection);
+}

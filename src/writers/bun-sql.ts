@@ -1,0 +1,154 @@
+import { SQL, type ReservedSQL } from "bun";
+import { WriteError } from "../errors.ts";
+import type { ErrorKind } from "./classify.ts";
+import { type Connection, maskText, maskUrl, numberKey, stringKey, urlPassword } from "./connection.ts";
+import { errorText, type Outcome, runIsolated } from "./isolate.ts";
+import { statementKind } from "./statement-kind.ts";
+import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
+
+/** Connection keys shared by the `postgres` and `mysql` writers, with their defaults. */
+export const DEFAULT_CONNECT_TIMEOUT_S = 10;
+export const DEFAULT_BATCH_TIMEOUT_S = 60;
+export const DEFAULT_MAX_CONNECTIONS = 2;
+
+type Engine = "postgres" | "mysql";
+
+/**
+ * A writer on Bun's built-in SQL client (PostgreSQL, MySQL/MariaDB). Each batch runs on one reserved
+ * connection as BEGIN + every statement pipelined (not awaited one by one) + COMMIT, so a batch
+ * costs one round trip on PostgreSQL and two on MySQL; failures are isolated by `runIsolated`.
+ */
+export class BunSqlWriter implements OutboxWriter {
+  readonly dialect: Engine;
+  /** The target with its password masked: safe for logs and errors. */
+  readonly description: string;
+  readonly #sql: SQL;
+  readonly #secrets: string[];
+  readonly #classify: (error: unknown) => ErrorKind;
+  readonly #batchTimeoutMs: number;
+  #closed = false;
+  /** The connection of the batch in flight, so a timeout can close it. */
+  #reserved: ReservedSQL | null = null;
+
+  constructor(engine: Engine, connection: Connection, classify: (error: unknown) => ErrorKind) {
+    this.dialect = engine;
+    this.#classify = classify;
+    const url = stringKey(connection, "url");
+    const password = stringKey(connection, "password");
+    this.#secrets = [password, urlPassword(url)].filter((s): s is string => !!s);
+    this.#batchTimeoutMs = (numberKey(connection, "batch_timeout") ?? DEFAULT_BATCH_TIMEOUT_S) * 1000;
+    const tls = connection.ssl ?? connection.tls;
+    const options = {
+      adapter: engine,
+      max: numberKey(connection, "max_connections") ?? DEFAULT_MAX_CONNECTIONS,
+      connectionTimeout: numberKey(connection, "connect_timeout") ?? DEFAULT_CONNECT_TIMEOUT_S,
+      idleTimeout: 60,
+      ...(tls !== undefined ? { tls: tls as boolean } : {}),
+    } as const;
+    const host = stringKey(connection, "host");
+    const port = numberKey(connection, "port");
+    const user = stringKey(connection, "user", "username");
+    const database = stringKey(connection, "database");
+    if (url) {
+      this.description = maskUrl(url);
+      this.#sql = new SQL(url, options);
+    } else {
+      this.description = `${engine}://${user ? `${user}@` : ""}${host ?? "localhost"}${port ? `:${port}` : ""}/${database ?? ""}`;
+      this.#sql = new SQL({ ...options, hostname: host, port, username: user, password, database });
+    }
+  }
+
+  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+    if (this.#closed) throw this.#fail("writer is closed", undefined);
+    if (stmts.length === 0) return [];
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        // Closing the connection makes the pipelined queries reject and the server roll back.
+        void this.#reserved?.close().catch(() => {});
+        reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined));
+      }, this.#batchTimeoutMs);
+    });
+    try {
+      return await Promise.race([runIsolated(stmts, (s) => this.#pass(s), this.#classify, (m, e) => this.#fail(m, e)), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#sql.close({ timeout: 5 });
+  }
+
+  /**
+   * One optimistic pass on one reserved connection: BEGIN and every statement pipelined. PostgreSQL
+   * pipelines COMMIT too (a failed statement aborts the transaction, so the server turns that COMMIT
+   * into a ROLLBACK by itself): one round trip. MySQL rolls back only the failed statement and keeps
+   * the transaction, so it looks first: COMMIT when no later statement of a failed namespace was
+   * applied, else ROLLBACK for a re-run.
+   */
+  async #pass(stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+    let reserved: ReservedSQL;
+    try {
+      reserved = await this.#sql.reserve();
+    } catch (error) {
+      throw this.#fail(`cannot connect: ${errorText(error)}`, error);
+    }
+    this.#reserved = reserved;
+    try {
+      const begin = settle(reserved.unsafe("BEGIN"));
+      const running = stmts.map((s) => settle(this.#run(reserved, s)));
+      const pipelinedCommit = this.dialect === "postgres" ? settle(reserved.unsafe("COMMIT")) : undefined;
+      const began = await begin;
+      if ("error" in began) throw this.#fail(`BEGIN failed: ${errorText(began.error)}`, began.error);
+      const outcomes: Outcome[] = await Promise.all(running);
+      const committed = pipelinedCommit ? outcomes.every((o) => "result" in o) : this.#isolatedByServer(stmts, outcomes);
+      const ended = await (pipelinedCommit ?? settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK")));
+      if ("error" in ended) throw this.#fail(`${committed ? "COMMIT" : "ROLLBACK"} failed: ${errorText(ended.error)}`, ended.error);
+      return { outcomes, committed };
+    } finally {
+      this.#reserved = null;
+      // Bun closes (instead of pooling) a connection released inside an open transaction.
+      await reserved.release().catch(() => {});
+    }
+  }
+
+  /** MySQL: true when every failure is the row's fault and nothing after it in its namespace was applied. */
+  #isolatedByServer(stmts: Statement[], outcomes: Outcome[]): boolean {
+    const failed = new Set<string>();
+    return outcomes.every((o, i) => {
+      const namespace = stmts[i]!.namespace;
+      if ("result" in o) return !failed.has(namespace);
+      if (!("error" in o) || this.#classify(o.error).kind !== "row") return false;
+      failed.add(namespace);
+      return true;
+    });
+  }
+
+  async #run(reserved: ReservedSQL, stmt: Statement): Promise<WriteResult> {
+    const kind = statementKind(stmt.sql);
+    const query = reserved.unsafe(stmt.sql, stmt.args as unknown[]);
+    if (kind === "read") return { ok: true, rows: Array.from((await query.values()) as unknown[][]) };
+    const result = (await query) as { count?: number | null; affectedRows?: number | null };
+    if (kind === "ddl") return { ok: true, rowsAffected: 0 };
+    return { ok: true, rowsAffected: Number(this.dialect === "mysql" ? (result.affectedRows ?? 0) : (result.count ?? 0)) };
+  }
+
+  /** A `WriteError` whose message and cause never contain the password. */
+  #fail(message: string, error: unknown): WriteError {
+    const text = maskText(`${this.dialect} ${this.description}: ${message}`, this.#secrets);
+    const causeText = error instanceof Error ? `${error.message}\n${error.stack ?? ""}` : String(error ?? "");
+    const cause = error === undefined ? undefined : maskText(causeText, this.#secrets) === causeText ? error : new Error(maskText(errorText(error), this.#secrets));
+    return new WriteError(text, undefined, cause === undefined ? undefined : { cause });
+  }
+}
+
+/** Starts `promise` now (Bun.SQL queries are lazy) and turns it into an outcome that never rejects. */
+function settle<T>(promise: PromiseLike<T>): Promise<{ result: T } | { error: unknown }> {
+  return Promise.resolve(promise).then(
+    (result) => ({ result }),
+    (error: unknown) => ({ error }),
+  );
+}

@@ -1,0 +1,64 @@
+/**
+ * Sorting remote errors into "the row's fault" (charge the row an attempt) and "outage" (the target
+ * as a whole failed: charge nothing, back off, retry). Decisions use driver codes, never messages.
+ * Anything unrecognised is an outage: a misclassified outage only delays delivery, while a
+ * misclassified row fault would dead-letter good rows.
+ */
+export type ErrorKind = { kind: "row"; errorClass: string } | { kind: "outage"; errorClass?: string };
+
+const OUTAGE: ErrorKind = { kind: "outage" };
+
+/** SQLSTATE classes that are the target's state, not the statement's: connection (08), resources (53),
+ *  operator intervention incl. shutdown and statement timeout (57), system/IO (58), internal (XX),
+ *  serialization failure and deadlock (40: retry the whole batch), invalid transaction state (25). */
+const PG_OUTAGE_CLASSES = new Set(["08", "53", "57", "58", "XX", "40", "25", "F0", "HV"]);
+/** Single SQLSTATEs that are outages inside otherwise row-fault classes: lock_not_available, admin
+ *  shutdowns are already class 57; 55006 object_in_use. */
+const PG_OUTAGE_CODES = new Set(["55P03", "55006"]);
+
+/** PostgreSQL (Bun.SQL `PostgresError`): the server's SQLSTATE is in `errno`; Bun's own errors have none. */
+export function classifyPostgres(error: unknown): ErrorKind {
+  const state = (error as { errno?: unknown } | null)?.errno;
+  if (typeof state !== "string" || !/^[0-9A-Z]{5}$/.test(state)) return OUTAGE;
+  if (PG_OUTAGE_CLASSES.has(state.slice(0, 2)) || PG_OUTAGE_CODES.has(state)) return { kind: "outage", errorClass: state };
+  // 22 data, 23 integrity, 42 syntax/undefined object, 2B/2F/0A/21/27/44/P0/… : the statement's fault.
+  return { kind: "row", errorClass: state };
+}
+
+/** MySQL/MariaDB server errors that describe the server or the session, not the statement. */
+const MYSQL_OUTAGE_ERRNOS = new Set([
+  1021, 1037, 1038, 1040, 1041, 1043, 1044, 1045, 1049, 1053, 1077, 1080, 1081, 1114, 1129, 1130,
+  1135, 1152, 1153, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1184, 1203, 1205, 1213, 1226,
+  1290, 1317, 1792, 1836, 1927, 3024, 4031,
+]);
+
+/** MySQL/MariaDB (Bun.SQL `MySQLError`): server errnos below 2000 are per statement unless listed as
+ *  outages (shutdown 1053, lock wait 1205, deadlock 1213, killed 1927, read-only 1290/1836, …);
+ *  2000+ are client/connection errors (2002/2003/2006/2013 …) and Bun's own errors carry no errno. */
+export function classifyMysql(error: unknown): ErrorKind {
+  const errno = (error as { errno?: unknown } | null)?.errno;
+  if (typeof errno !== "number" || !Number.isInteger(errno) || errno <= 0) return OUTAGE;
+  if (errno >= 2000 && errno < 3000) return { kind: "outage", errorClass: String(errno) };
+  if (MYSQL_OUTAGE_ERRNOS.has(errno)) return { kind: "outage", errorClass: String(errno) };
+  // 1062 duplicate, 1048 NOT NULL, 3819/4025 CHECK, 1146 no table, 1054 bad column, 1064 syntax,
+  // 1366/1265/1406/1264 data, 1451/1452 foreign key, …
+  return { kind: "row", errorClass: String(errno) };
+}
+
+/** SQLite primary result codes that are the statement's fault (constraint, SQL error, type, size, bind range). */
+const SQLITE_ROW_CODES = new Set(["SQLITE_CONSTRAINT", "SQLITE_ERROR", "SQLITE_MISMATCH", "SQLITE_TOOBIG", "SQLITE_RANGE"]);
+/** Hrana (remote libSQL) codes for a statement the server could not parse or bind. */
+const HRANA_ROW_CODES = new Set(["SQL_PARSE_ERROR", "SQL_INPUT_ERROR", "ARGS_INVALID", "SQL_NO_STATEMENT", "SQL_MANY_STATEMENTS"]);
+
+/** SQLite and libSQL: `code` is the (extended) result code name, e.g. `SQLITE_CONSTRAINT_NOTNULL`;
+ *  BUSY/LOCKED/IOERR/FULL/CANTOPEN/CORRUPT/READONLY/NOMEM and network errors are outages. */
+export function classifySqlite(error: unknown): ErrorKind {
+  const e = error as { code?: unknown; extendedCode?: unknown } | null;
+  const extended = typeof e?.extendedCode === "string" ? e.extendedCode : undefined;
+  const code = extended ?? (typeof e?.code === "string" ? e.code : undefined);
+  if (!code) return OUTAGE;
+  if (HRANA_ROW_CODES.has(code)) return { kind: "row", errorClass: code };
+  const primary = code.match(/^SQLITE_[A-Z]+/)?.[0];
+  if (primary && SQLITE_ROW_CODES.has(primary)) return { kind: "row", errorClass: code };
+  return { kind: "outage", errorClass: code };
+}

@@ -1,0 +1,80 @@
+import type { WriteError } from "../errors.ts";
+import type { ErrorKind } from "./classify.ts";
+import type { Statement, WriteResult } from "./writer.ts";
+
+/** How one statement of a pass ended: applied (`result`), failed (`error`), or never attempted. */
+export type Outcome = { result: WriteResult } | { error: unknown } | { notRun: true };
+
+/**
+ * One optimistic pass: runs `stmts` in ONE remote transaction. It commits when every outcome is a
+ * result, or — engines with statement-level atomicity (MySQL) — when every failure is the row's
+ * fault and no later statement of a failed statement's namespace was applied; otherwise it rolls
+ * back everything (`committed: false`). Throws for failures of the transaction itself.
+ */
+export type Pass = (stmts: Statement[]) => Promise<{ outcomes: Outcome[]; committed: boolean }>;
+
+/**
+ * Savepoint semantics without a savepoint per statement: the batch runs optimistically as one pass;
+ * when a statement fails and the pass rolled back, that statement is reported failed, the rest of
+ * its namespace skipped, and the remaining statements run again. Statements before the failure run
+ * in the same context as before, so the outcome equals "savepoint per statement" while the common
+ * (all ok) case costs one pass. A namespace fails at most once per batch, so at most
+ * namespaces + 1 passes run. Outage-class errors throw `WriteError` (built by `fail`).
+ */
+export async function runIsolated(
+  stmts: Statement[],
+  pass: Pass,
+  classify: (error: unknown) => ErrorKind,
+  fail: (message: string, error: unknown) => WriteError,
+): Promise<WriteResult[]> {
+  const results: Array<WriteResult | undefined> = new Array(stmts.length);
+  /** Per namespace, the index of its failed statement: later statements of it are skipped. */
+  const failedAt = new Map<string, number>();
+  const failure = (index: number, error: unknown): WriteResult => {
+    const kind = classify(error);
+    if (kind.kind === "outage") throw fail(errorText(error), error);
+    failedAt.set(stmts[index]!.namespace, index);
+    return { ok: false, error: errorText(error), errorClass: kind.errorClass };
+  };
+  const skipped = (index: number): WriteResult => {
+    const { namespace } = stmts[index]!;
+    const seq = stmts[failedAt.get(namespace)!]!.seq;
+    return { ok: false, skipped: true, error: `skipped: seq ${seq} of namespace "${namespace}" failed earlier in this batch` };
+  };
+
+  let active = stmts.map((_, i) => i);
+  while (active.length > 0) {
+    const { outcomes, committed } = await pass(active.map((i) => stmts[i]!));
+    if (outcomes.length !== active.length) throw fail("internal error: a pass returned the wrong number of outcomes", undefined);
+    if (committed) {
+      outcomes.forEach((o, j) => {
+        const i = active[j]!;
+        if ((failedAt.get(stmts[i]!.namespace) ?? Infinity) < i) results[i] = skipped(i);
+        else if ("result" in o) results[i] = o.result;
+        else if ("error" in o) results[i] = failure(i, o.error);
+        else throw fail("internal error: a committed pass left a statement unrun", undefined);
+      });
+      break;
+    }
+    const k = outcomes.findIndex((o) => !("result" in o));
+    const failed = outcomes[k];
+    if (!failed || !("error" in failed)) throw fail("internal error: a pass rolled back without a failed statement", undefined);
+    const index = active[k]!;
+    results[index] = failure(index, failed.error);
+    for (const j of active.slice(k + 1)) {
+      if (stmts[j]!.namespace === stmts[index]!.namespace) results[j] = skipped(j);
+    }
+    active = active.filter((j) => results[j] === undefined);
+  }
+  return results as WriteResult[];
+}
+
+/** The driver's message, prefixed with its code when it has one. */
+export function errorText(error: unknown): string {
+  if (error instanceof Error) {
+    const e = error as Error & { code?: unknown; errno?: unknown };
+    const code = typeof e.errno === "string" || typeof e.errno === "number" ? e.errno : e.code;
+    return code !== undefined && code !== "" && !e.message.startsWith(String(code)) ? `${code}: ${e.message}` : e.message;
+  }
+  return String(error);
+}

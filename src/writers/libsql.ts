@@ -1,0 +1,134 @@
+import type { Client, InArgs, ResultSet } from "@libsql/client";
+import { WriteError } from "../errors.ts";
+import { classifySqlite } from "./classify.ts";
+import { checkAliases, checkNumbers, type Connection, maskText, maskUrl, numberKey, stringKey } from "./connection.ts";
+import { errorText, type Outcome, runIsolated } from "./isolate.ts";
+import type { WriterSpec } from "./registry.ts";
+import { statementKind } from "./statement-kind.ts";
+import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
+
+/** Default `batch_timeout` (seconds) of the `libsql` writer. */
+export const DEFAULT_LIBSQL_BATCH_TIMEOUT_S = 60;
+const SCHEMES = ["libsql", "https", "http", "wss", "ws", "file"];
+
+/**
+ * Writes to Turso / libSQL with the official `@libsql/client` (imported on first use, so the CLI
+ * does not load it unless a libsql target exists). A batch is one `client.batch(…, "write")`: one
+ * round trip and one transaction; on a failed statement the batch re-runs without it
+ * (`runIsolated`). Integers are read back as bigint.
+ */
+export class LibsqlWriter implements OutboxWriter {
+  readonly dialect = "libsql" as const;
+  /** The URL with any token masked: safe for logs and errors. */
+  readonly description: string;
+  readonly #url: string;
+  readonly #authToken: string | undefined;
+  /** Token values to mask: the auth token and an `authToken=` URL parameter. */
+  readonly #secrets: string[];
+  readonly #batchTimeoutMs: number;
+  #client: Promise<Client> | null = null;
+  #closed = false;
+
+  constructor(connection: Connection) {
+    const url = stringKey(connection, "url", "db_url");
+    if (!url) throw new WriteError('libsql writer: connection key "url" (or "db_url") is required');
+    this.#url = url;
+    this.#authToken = stringKey(connection, "auth_token", "db_token");
+    this.#batchTimeoutMs = (numberKey(connection, "batch_timeout") ?? DEFAULT_LIBSQL_BATCH_TIMEOUT_S) * 1000;
+    this.description = maskUrl(url);
+    this.#secrets = [this.#authToken, tokenInUrl(url)].filter((s): s is string => !!s);
+  }
+
+  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+    if (this.#closed) throw this.#fail("writer is closed", undefined);
+    if (stmts.length === 0) return [];
+    const client = await this.#connect();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    // The client cannot cancel a request in flight; the batch is abandoned (not committed by us),
+    // and a late commit is absorbed by outbox_seq idempotency on redelivery.
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined)), this.#batchTimeoutMs);
+    });
+    try {
+      return await Promise.race([runIsolated(stmts, (s) => this.#pass(client, s), classifySqlite, (m, e) => this.#fail(m, e)), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const client = await this.#client?.catch(() => null);
+    client?.close();
+  }
+
+  #connect(): Promise<Client> {
+    this.#client ??= import("@libsql/client")
+      .then(({ createClient }) => createClient({ url: this.#url, authToken: this.#authToken, intMode: "bigint" }))
+      .catch((error: unknown) => {
+        this.#client = null;
+        throw this.#fail(`cannot create client: ${errorText(error)}`, error);
+      });
+    return this.#client;
+  }
+
+  async #pass(client: Client, stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+    try {
+      const results = await client.batch(stmts.map((s) => ({ sql: s.sql, args: s.args as InArgs })), "write");
+      return { outcomes: results.map((rs, i) => ({ result: toResult(stmts[i]!, rs) })), committed: true };
+    } catch (error) {
+      const index = (error as { statementIndex?: unknown }).statementIndex;
+      if (typeof index !== "number" || index < 0 || index >= stmts.length) throw this.#fail(errorText(error), error);
+      // The batch rolled back as a whole: the statements before `index` will run again.
+      return { outcomes: stmts.map((_, i): Outcome => (i < index ? { result: { ok: true } } : i === index ? { error } : { notRun: true })), committed: false };
+    }
+  }
+
+  /** A `WriteError` whose message and cause never contain the auth token. */
+  #fail(message: string, error: unknown): WriteError {
+    const secrets = this.#secrets;
+    const text = maskText(`libsql ${this.description}: ${message}`, secrets);
+    const raw = error instanceof Error ? `${error.message}\n${error.stack ?? ""}` : String(error ?? "");
+    const cause = error === undefined ? undefined : maskText(raw, secrets) === raw ? error : new Error(maskText(errorText(error), secrets));
+    return new WriteError(text, undefined, cause === undefined ? undefined : { cause });
+  }
+}
+
+function tokenInUrl(url: string): string | undefined {
+  try {
+    return new URL(url).searchParams.get("authToken") ?? undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function toResult(stmt: Statement, rs: ResultSet): WriteResult {
+  const kind = statementKind(stmt.sql);
+  if (kind === "read" || rs.columns.length > 0) return { ok: true, rows: rs.rows.map((row) => rs.columns.map((_, i) => row[i])) };
+  return { ok: true, rowsAffected: kind === "ddl" ? 0 : rs.rowsAffected };
+}
+
+/** The `libsql` writer: Turso / libSQL (`libsql://`, `https://`, `file:` URLs). */
+export const libsqlWriter: WriterSpec = {
+  dialect: "libsql",
+  keys: [
+    { name: "url", description: "database URL: libsql://…, https://… or file:path (alias: db_url); required" },
+    { name: "db_url", description: "alias of url (the reference's name)" },
+    { name: "auth_token", secret: true, description: "Turso auth token (alias: db_token)" },
+    { name: "db_token", secret: true, description: "alias of auth_token (the reference's name)" },
+    { name: "batch_timeout", description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_LIBSQL_BATCH_TIMEOUT_S})` },
+  ],
+  validate(connection) {
+    const problems = [...checkAliases(connection, [["url", "db_url"], ["auth_token", "db_token"]]), ...checkNumbers(connection, ["batch_timeout"])];
+    const url = stringKey(connection, "url", "db_url");
+    const key = connection.url !== undefined ? "url" : "db_url";
+    if (!url) problems.push({ key: "url", message: 'is required (or its alias "db_url")' });
+    else if (!SCHEMES.includes(url.split(":")[0]!.toLowerCase())) {
+      problems.push({ key, message: `must start with libsql://, https:// or file:, got ${maskUrl(url)}` });
+    }
+    return problems;
+  },
+  describe: (connection) => maskUrl(stringKey(connection, "url", "db_url") ?? ""),
+  create: (connection) => new LibsqlWriter(connection),
+};

@@ -1,0 +1,58 @@
+import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS } from "./bun-sql.ts";
+import { checkAliases, checkNumbers, type Connection, maskUrl, type Problem, stringKey } from "./connection.ts";
+import type { ConnectionKey } from "./registry.ts";
+
+/** The `[connection]` keys of the `postgres` and `mysql` writers. */
+export function serverKeys(defaultPort: number): ConnectionKey[] {
+  return [
+    { name: "url", secret: true, description: "connection URL (may embed the password); either url or host is required" },
+    { name: "host", description: "server host name or IP (instead of url)" },
+    { name: "port", description: `server port (default ${defaultPort})` },
+    { name: "user", description: "user name (alias: username)" },
+    { name: "username", description: "alias of user" },
+    { name: "password", secret: true, description: "password" },
+    { name: "database", description: "database name" },
+    { name: "ssl", description: 'TLS: true/false or a mode ("disable", "prefer", "require", "verify-ca", "verify-full"); alias: tls' },
+    { name: "tls", description: "alias of ssl" },
+    { name: "connect_timeout", description: `seconds to wait for a connection (default ${DEFAULT_CONNECT_TIMEOUT_S})` },
+    { name: "batch_timeout", description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_BATCH_TIMEOUT_S})` },
+    { name: "max_connections", description: `pool size (default ${DEFAULT_MAX_CONNECTIONS})` },
+  ];
+}
+
+const SSL_MODES = new Set(["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]);
+
+/** "url or host", URL scheme, number and TLS checks for a server writer's `[connection]` table. */
+export function validateServer(connection: Connection, schemes: string[]): Problem[] {
+  const problems: Problem[] = [
+    ...checkAliases(connection, [["user", "username"], ["ssl", "tls"]]),
+    ...checkNumbers(connection, ["port", "connect_timeout", "batch_timeout", "max_connections"], { port: "port" }),
+  ];
+  const url = stringKey(connection, "url");
+  const host = stringKey(connection, "host");
+  if (!url && !host) problems.push({ key: "url", message: "either url or host is required" });
+  if (url && host) problems.push({ key: "host", message: "set either url or host, not both" });
+  if (url) {
+    let scheme: string | undefined;
+    try {
+      scheme = new URL(url).protocol.replace(/:$/, "");
+    } catch {
+      problems.push({ key: "url", message: `is not a valid URL (${maskUrl(url)})` });
+    }
+    if (scheme && !schemes.includes(scheme)) problems.push({ key: "url", message: `must start with ${schemes.map((s) => `${s}://`).join(" or ")}, got ${scheme}://` });
+  }
+  const tls = connection.ssl ?? connection.tls;
+  if (tls !== undefined && typeof tls !== "boolean" && !(typeof tls === "string" && SSL_MODES.has(tls))) {
+    problems.push({ key: connection.ssl !== undefined ? "ssl" : "tls", message: `must be true, false or one of ${[...SSL_MODES].join(", ")}` });
+  }
+  return problems;
+}
+
+/** The target as `scheme://user@host:port/db` with any password masked. */
+export function describeServer(connection: Connection, scheme: string): string {
+  const url = stringKey(connection, "url");
+  if (url) return maskUrl(url);
+  const user = stringKey(connection, "user", "username");
+  const port = stringKey(connection, "port");
+  return `${scheme}://${user ? `${user}@` : ""}${stringKey(connection, "host") ?? "localhost"}${port ? `:${port}` : ""}/${stringKey(connection, "database") ?? ""}`;
+}

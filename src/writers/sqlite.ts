@@ -1,0 +1,113 @@
+import { Database, type SQLQueryBindings } from "bun:sqlite";
+import { WriteError } from "../errors.ts";
+import { classifySqlite } from "./classify.ts";
+import { checkNumbers, type Connection, numberKey, stringKey } from "./connection.ts";
+import { errorText, type Outcome, runIsolated } from "./isolate.ts";
+import type { WriterSpec } from "./registry.ts";
+import { statementKind } from "./statement-kind.ts";
+import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
+
+/** Default `busy_timeout` (milliseconds) of the `sqlite` writer. */
+export const DEFAULT_SQLITE_BUSY_TIMEOUT_MS = 5000;
+
+/**
+ * Writes into a local SQLite file with bun:sqlite (WAL, busy_timeout). The file is opened on the
+ * first batch, so a missing directory is an outage (retried), not a startup crash. Integers are read
+ * back as bigint (lossless above 2^53).
+ */
+export class SqliteWriter implements OutboxWriter {
+  readonly dialect = "sqlite" as const;
+  readonly path: string;
+  readonly #busyTimeoutMs: number;
+  #db: Database | null = null;
+  #closed = false;
+
+  constructor(connection: Connection) {
+    const path = stringKey(connection, "path");
+    if (!path) throw new WriteError('sqlite writer: connection key "path" is required');
+    this.path = path;
+    this.#busyTimeoutMs = numberKey(connection, "busy_timeout") ?? DEFAULT_SQLITE_BUSY_TIMEOUT_MS;
+  }
+
+  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+    if (this.#closed) throw this.#fail("writer is closed", undefined);
+    if (stmts.length === 0) return [];
+    const db = this.#open();
+    return runIsolated(stmts, (s) => this.#pass(db, s), classifySqlite, (m, e) => this.#fail(m, e));
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#db?.close();
+    this.#db = null;
+  }
+
+  #open(): Database {
+    if (this.#db) return this.#db;
+    try {
+      const db = new Database(this.path, { create: true, safeIntegers: true });
+      db.run(`PRAGMA busy_timeout = ${Math.trunc(this.#busyTimeoutMs)}`);
+      db.run("PRAGMA journal_mode = WAL");
+      this.#db = db;
+      return db;
+    } catch (error) {
+      throw this.#fail(`cannot open ${this.path}: ${errorText(error)}`, error);
+    }
+  }
+
+  /** Runs the statements in order inside BEGIN IMMEDIATE; stops at the first failure and rolls back. */
+  async #pass(db: Database, stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+    try {
+      db.run("BEGIN IMMEDIATE");
+    } catch (error) {
+      throw this.#fail(`BEGIN failed: ${errorText(error)}`, error);
+    }
+    const outcomes: Outcome[] = [];
+    try {
+      for (const stmt of stmts) {
+        if (outcomes.length > 0 && !("result" in outcomes[outcomes.length - 1]!)) {
+          outcomes.push({ notRun: true });
+          continue;
+        }
+        try {
+          outcomes.push({ result: run(db, stmt) });
+        } catch (error) {
+          outcomes.push({ error });
+        }
+      }
+      const committed = outcomes.every((o) => "result" in o);
+      if (committed) db.run("COMMIT");
+      else if (db.inTransaction) db.run("ROLLBACK");
+      return { outcomes, committed };
+    } catch (error) {
+      if (db.inTransaction) db.run("ROLLBACK");
+      throw this.#fail(`transaction failed: ${errorText(error)}`, error);
+    }
+  }
+
+  #fail(message: string, error: unknown): WriteError {
+    return new WriteError(`sqlite ${this.path}: ${message}`, undefined, error === undefined ? undefined : { cause: error });
+  }
+}
+
+function run(db: Database, stmt: Statement): WriteResult {
+  const kind = statementKind(stmt.sql);
+  // DDL is prepared uncached: its text is one-off and the cache would only grow.
+  const query = kind === "ddl" ? db.prepare(stmt.sql) : db.query(stmt.sql);
+  const args = stmt.args as SQLQueryBindings[];
+  if (kind === "read" || query.columnNames.length > 0) return { ok: true, rows: query.values(...args) as unknown[][] };
+  const { changes } = query.run(...args);
+  return { ok: true, rowsAffected: kind === "ddl" ? 0 : Number(changes) };
+}
+
+/** The `sqlite` writer: a local SQLite file (`path`), for demos, tests and local fan-out. */
+export const sqliteWriter: WriterSpec = {
+  dialect: "sqlite",
+  keys: [
+    { name: "path", required: true, description: "SQLite database file (created if missing; relative to outbox.toml when loaded from TOML)" },
+    { name: "busy_timeout", description: `milliseconds to wait for a lock (default ${DEFAULT_SQLITE_BUSY_TIMEOUT_MS})` },
+  ],
+  validate: (connection) => checkNumbers(connection, ["busy_timeout"]),
+  describe: (connection) => `sqlite:${stringKey(connection, "path") ?? ""}`,
+  create: (connection) => new SqliteWriter(connection),
+};

@@ -1,0 +1,308 @@
+import { Database } from "bun:sqlite";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import { WriteError } from "../src/errors.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import type { BindValue, OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
+import { createMysqlDb, type MysqlTestDb } from "./support/mysql.ts";
+import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+/** What the suite needs from one engine; everything else is the same SQL for all four writers. */
+interface Fixture {
+  /** `?` or `$n` for the n-th (1-based) bind parameter. */
+  ph(n: number): string;
+  /** CREATE TABLE statements for `events`, `other` and `kinds` in this dialect. */
+  schema: string[];
+  /** Driver codes for NOT NULL, CHECK, PRIMARY KEY, syntax error, missing table. */
+  codes: { notNull: string; check: string; primaryKey: string; syntax: string; noTable: string };
+  /** A fresh writer on a fresh database/file, and an independent connection to read it. */
+  open(): Promise<{ writer: OutboxWriter; read(sql: string): Promise<unknown[][]>; exec(sql: string): Promise<void>; done(): Promise<void> }>;
+  /** A writer whose server is unreachable (closed port), configured with `secret` as password/token. */
+  unreachable(secret: string): OutboxWriter;
+}
+
+/** A TCP port on 127.0.0.1 that nothing listens on. */
+function closedPort(): number {
+  const l = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+  const port = l.port;
+  l.stop(true);
+  return port;
+}
+
+const sqliteSchema = [
+  "CREATE TABLE events (id INTEGER PRIMARY KEY, name TEXT NOT NULL, qty INTEGER CHECK (qty >= 0))",
+  "CREATE TABLE other (id INTEGER PRIMARY KEY, note TEXT)",
+  "CREATE TABLE kinds (k TEXT PRIMARY KEY, s TEXT, i INTEGER, f REAL, b BOOLEAN, bytes BLOB)",
+];
+const sqliteCodes = { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONSTRAINT_CHECK", primaryKey: "SQLITE_CONSTRAINT_PRIMARYKEY", syntax: "SQLITE_ERROR", noTable: "SQLITE_ERROR" };
+
+/** A fixture on a fresh SQLite file (read back through an independent bun:sqlite connection). */
+function fileFixture(make: (file: string) => OutboxWriter): Fixture["open"] {
+  return async () => {
+    const dir: TempDir = makeTempDir();
+    const file = dir.file("remote.db");
+    const setup = new Database(file, { create: true });
+    setup.run("PRAGMA journal_mode = WAL");
+    setup.close();
+    const writer = make(file);
+    const withDb = <T>(fn: (db: Database) => T): T => {
+      const db = new Database(file, { safeIntegers: true });
+      try {
+        return fn(db);
+      } finally {
+        db.close();
+      }
+    };
+    return {
+      writer,
+      read: async (sql) => withDb((db) => db.query(sql).values() as unknown[][]),
+      exec: async (sql) => withDb((db) => void db.run(sql)),
+      done: async () => {
+        await writer.close?.();
+        dir.cleanup();
+      },
+    };
+  };
+}
+
+function serverFixture(kind: "postgres" | "mysql"): Fixture {
+  let db: PgTestDb | MysqlTestDb;
+  const isPg = kind === "postgres";
+  beforeAll(async () => {
+    db = isPg ? await createPgDb() : await createMysqlDb();
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+  return {
+    ph: (n) => (isPg ? `$${n}` : "?"),
+    schema: isPg
+      ? [
+          "CREATE TABLE events (id BIGINT PRIMARY KEY, name TEXT NOT NULL, qty INTEGER CHECK (qty >= 0))",
+          "CREATE TABLE other (id BIGINT PRIMARY KEY, note TEXT)",
+          "CREATE TABLE kinds (k TEXT PRIMARY KEY, s TEXT, i BIGINT, f DOUBLE PRECISION, b BOOLEAN, bytes BYTEA)",
+        ]
+      : [
+          "CREATE TABLE events (id BIGINT PRIMARY KEY, name VARCHAR(100) NOT NULL, qty INTEGER CHECK (qty >= 0)) ENGINE=InnoDB",
+          "CREATE TABLE other (id BIGINT PRIMARY KEY, note TEXT) ENGINE=InnoDB",
+          "CREATE TABLE kinds (k VARCHAR(20) PRIMARY KEY, s TEXT, i BIGINT, f DOUBLE, b BOOLEAN, bytes BLOB) ENGINE=InnoDB",
+        ],
+    codes: isPg
+      ? { notNull: "23502", check: "23514", primaryKey: "23505", syntax: "42601", noTable: "42P01" }
+      : { notNull: "1048", check: "4025", primaryKey: "1062", syntax: "1064", noTable: "1146" },
+    async open() {
+      for (const t of ["events", "other", "kinds", "created"]) await db.sql.unsafe(`DROP TABLE IF EXISTS ${t}`);
+      const writer = createWriter(kind, { url: db.url, connect_timeout: 5 });
+      return {
+        writer,
+        read: async (sql) => Array.from((await db.sql.unsafe(sql).values()) as unknown[][]),
+        exec: async (sql) => void (await db.sql.unsafe(sql)),
+        done: async () => {
+          await writer.close?.();
+        },
+      };
+    },
+    unreachable: (secret) =>
+      createWriter(kind, { url: `${kind}://someone:${secret}@127.0.0.1:${closedPort()}/nowhere`, connect_timeout: 2 }),
+  };
+}
+
+const fixtures: Array<[string, () => Fixture]> = [
+  [
+    "sqlite",
+    () => ({
+      ph: () => "?",
+      schema: sqliteSchema,
+      codes: sqliteCodes,
+      open: fileFixture((file) => createWriter("sqlite", { path: file })),
+      unreachable: () => createWriter("sqlite", { path: "/nonexistent-dir-sqloutbox/x/remote.db" }),
+    }),
+  ],
+  [
+    "libsql",
+    () => ({
+      ph: () => "?",
+      schema: sqliteSchema,
+      codes: sqliteCodes,
+      open: fileFixture((file) => createWriter("libsql", { url: `file:${file}` })),
+      unreachable: (secret) => createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
+    }),
+  ],
+  ["postgres", () => serverFixture("postgres")],
+  ["mysql", () => serverFixture("mysql")],
+];
+
+const norm = (rows: unknown[][]) => rows.map((r) => r.map((v) => (v === null ? null : v instanceof Uint8Array ? [...v] : String(v))));
+
+describe.each(fixtures)("%s writer", (_name, makeFixture) => {
+  const fx = makeFixture();
+  let remote: Awaited<ReturnType<Fixture["open"]>>;
+  let writer: OutboxWriter;
+  const ph = fx.ph;
+  const ins = (ns: string, seq: number, id: number, name: string | null, qty: number | null = 1): Statement => ({
+    sql: `INSERT INTO events (id, name, qty) VALUES (${ph(1)}, ${ph(2)}, ${ph(3)})`,
+    args: [id, name, qty],
+    namespace: ns,
+    seq,
+  });
+  const note = (seq: number, id: number, text: string): Statement => ({
+    sql: `INSERT INTO other (id, note) VALUES (${ph(1)}, ${ph(2)})`,
+    args: [id, text],
+    namespace: "other",
+    seq,
+  });
+
+  beforeEach(async () => {
+    remote = await fx.open();
+    writer = remote.writer;
+    for (const sql of fx.schema) await remote.exec(sql);
+  });
+  afterEach(async () => {
+    await remote.done();
+  });
+
+  test("applies a batch in order and returns one rowsAffected result per statement", async () => {
+    const results = await writer.writeBatch([
+      ins("events", 1, 1, "first"),
+      { sql: `UPDATE events SET name = ${ph(1)} WHERE id = ${ph(2)}`, args: ["renamed", 1], namespace: "events", seq: 2 },
+      ins("events", 3, 2, "second"),
+      { sql: `DELETE FROM events WHERE id = ${ph(1)}`, args: [404], namespace: "events", seq: 4 },
+    ]);
+    expect(results).toEqual([
+      { ok: true, rowsAffected: 1 },
+      { ok: true, rowsAffected: 1 },
+      { ok: true, rowsAffected: 1 },
+      { ok: true, rowsAffected: 0 },
+    ]);
+    expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([["1", "renamed"], ["2", "second"]]);
+  });
+
+  test("returns an empty result list for an empty batch", async () => {
+    expect(await writer.writeBatch([])).toEqual([]);
+  });
+
+  test("isolates a failed statement, skips the rest of its namespace and commits the other namespaces", async () => {
+    const results = await writer.writeBatch([
+      ins("events", 1, 1, "a"),
+      note(1, 10, "x"),
+      ins("events", 2, 1, "duplicate"),
+      note(2, 11, "y"),
+      ins("events", 3, 2, "behind the failure"),
+      { sql: `INSERT INTO kinds (k, s) VALUES (${ph(1)}, ${ph(2)})`, args: ["k1", null], namespace: "kinds", seq: 1 },
+      { sql: `INSERT INTO kinds (k, s) VALUES (${ph(1)}, ${ph(2)})`, args: ["k1", "dup"], namespace: "kinds", seq: 2 },
+      note(3, 12, "z"),
+      { sql: `INSERT INTO kinds (k, s) VALUES (${ph(1)}, ${ph(2)})`, args: ["k2", null], namespace: "kinds", seq: 3 },
+    ]);
+    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual([
+      "ok", "ok", "failed", "ok", "skipped", "ok", "failed", "ok", "skipped",
+    ]);
+    const failed = results[2] as Extract<WriteResult, { ok: false }>;
+    expect(failed.errorClass).toBe(fx.codes.primaryKey);
+    expect(failed.error.length).toBeGreaterThan(0);
+    expect((results[6] as { errorClass?: string }).errorClass).toBe(fx.codes.primaryKey);
+    expect((results[4] as { skipped?: boolean }).skipped).toBe(true);
+    // Read back through an independent connection: every ok statement is committed, nothing else.
+    expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([["1", "a"]]);
+    expect(norm(await remote.read("SELECT id, note FROM other ORDER BY id"))).toEqual([["10", "x"], ["11", "y"], ["12", "z"]]);
+    expect(norm(await remote.read("SELECT k, s FROM kinds ORDER BY k"))).toEqual([["k1", null]]);
+  });
+
+  test("commits every statement of a successful batch together, visible to another connection", async () => {
+    const stmts = Array.from({ length: 300 }, (_, i) => (i % 3 === 0 ? note(i, i, `n${i}`) : ins("events", i, i, `e${i}`, i)));
+    const results = await writer.writeBatch(stmts);
+    expect(results.every((r) => r.ok && r.rowsAffected === 1)).toBe(true);
+    expect(norm(await remote.read("SELECT COUNT(*) FROM events"))).toEqual([["200"]]);
+    expect(norm(await remote.read("SELECT COUNT(*) FROM other"))).toEqual([["100"]]);
+  });
+
+  test("returns a SELECT's rows as arrays of values", async () => {
+    await writer.writeBatch([ins("events", 1, 1, "one", 5), ins("events", 2, 2, "two", 7)]);
+    const [result] = await writer.writeBatch([
+      { sql: "SELECT id, name, qty FROM events ORDER BY id", args: [], namespace: "events", seq: 0 },
+    ]);
+    expect(result!.ok).toBe(true);
+    expect(norm((result as { rows: unknown[][] }).rows)).toEqual([["1", "one", "5"], ["2", "two", "7"]]);
+    const [max] = await writer.writeBatch([{ sql: "SELECT MAX(id) FROM other", args: [], namespace: "other", seq: 0 }]);
+    expect(max).toEqual({ ok: true, rows: [[null]] });
+  });
+
+  test("runs DDL as a statement with rowsAffected 0 and reports a failing DDL as the row's fault", async () => {
+    await writer.writeBatch([ins("events", 1, 1, "x")]);
+    const results = await writer.writeBatch([
+      { sql: "CREATE TABLE created (id INTEGER PRIMARY KEY)", args: [], namespace: "created", seq: 0 },
+      { sql: "CREATE TABLE events (id INTEGER PRIMARY KEY)", args: [], namespace: "events", seq: 0 },
+    ]);
+    expect(results[0]).toEqual({ ok: true, rowsAffected: 0 });
+    expect(results[1]!.ok).toBe(false);
+    expect((results[1] as { errorClass?: string }).errorClass).toBeString();
+    expect(norm(await remote.read("SELECT COUNT(*) FROM created"))).toEqual([["0"]]);
+  });
+
+  test("binds every BindValue type and round-trips it", async () => {
+    const big = 9007199254740993n; // 2^53 + 1: not representable as a double
+    const bytes = new Uint8Array([0, 1, 127, 128, 255]);
+    const row = (k: string, args: BindValue[]): Statement => ({
+      sql: `INSERT INTO kinds (k, s, i, f, b, bytes) VALUES (${ph(1)}, ${ph(2)}, ${ph(3)}, ${ph(4)}, ${ph(5)}, ${ph(6)})`,
+      args: [k, ...args],
+      namespace: "kinds",
+      seq: 1,
+    });
+    const results = await writer.writeBatch([
+      row("a", ["héllo ✓", big, 1.5, true, bytes]),
+      row("b", ["", -42, -0.25, false, new Uint8Array([])]),
+      row("c", [null, null, null, null, null]),
+    ]);
+    expect(results.every((r) => r.ok)).toBe(true);
+    const rows = await remote.read("SELECT k, s, i, f, b, bytes FROM kinds ORDER BY k");
+    const bool = (v: unknown) => (v === null ? null : v === true || v === 1 || v === 1n || v === "1" || v === "t");
+    expect(rows.map((r) => [r[0], r[1], r[2] === null ? null : String(r[2]), r[3] === null ? null : Number(r[3]), bool(r[4]), r[5] === null ? null : [...(r[5] as Uint8Array)]])).toEqual([
+      ["a", "héllo ✓", "9007199254740993", 1.5, true, [...bytes]],
+      ["b", "", "-42", -0.25, false, []],
+      ["c", null, null, null, null, null],
+    ]);
+  });
+
+  test.each([
+    ["NOT NULL", "notNull", [1, null, 1]],
+    ["CHECK", "check", [1, "negative", -1]],
+  ] as const)("classifies a %s violation as the row's fault with the driver code", async (_label, code, args) => {
+    const [result] = await writer.writeBatch([{ ...ins("events", 1, 0, ""), args: [...args] }]);
+    expect(result).toMatchObject({ ok: false, errorClass: fx.codes[code] });
+    expect((result as { skipped?: boolean }).skipped).toBeUndefined();
+  });
+
+  test("classifies a PRIMARY KEY violation, a syntax error and a missing table as row faults", async () => {
+    await writer.writeBatch([ins("events", 1, 1, "x")]);
+    const results = await writer.writeBatch([
+      ins("events", 2, 1, "again"),
+      { sql: "INSERT INTO other VALUES VALUES (1)", args: [], namespace: "other", seq: 1 },
+      { sql: "INSERT INTO no_such_table (id) VALUES (1)", args: [], namespace: "missing", seq: 1 },
+    ]);
+    expect(results.map((r) => (r as { errorClass?: string }).errorClass)).toEqual([fx.codes.primaryKey, fx.codes.syntax, fx.codes.noTable]);
+  });
+
+  test("throws WriteError without the password when the server is unreachable", async () => {
+    const secret = "pw-S3cret-do-not-log";
+    const unreachable = fx.unreachable(secret);
+    try {
+      const error = await unreachable.writeBatch([ins("events", 1, 1, "x")]).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(WriteError);
+      expect((error as WriteError).code).toBe("E_WRITE");
+      const text = `${(error as Error).message} ${String((error as Error).cause ?? "")} ${(error as Error).stack}`;
+      expect(text).not.toContain(secret);
+    } finally {
+      await unreachable.close?.();
+    }
+  });
+
+  test("close() is idempotent and a later writeBatch throws WriteError", async () => {
+    await writer.writeBatch([ins("events", 1, 1, "x")]);
+    await writer.close?.();
+    await writer.close?.();
+    expect(writer.writeBatch([ins("events", 2, 2, "y")])).rejects.toBeInstanceOf(WriteError);
+    expect(norm(await remote.read("SELECT id FROM events"))).toEqual([["1"]]);
+  });
+});
