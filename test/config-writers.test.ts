@@ -1,0 +1,188 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import path from "node:path";
+import { ConfigError, createWriters, defineConfig, loadConfigToml } from "../src/index.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let dir: TempDir;
+beforeEach(() => {
+  dir = makeTempDir();
+});
+afterEach(() => dir.cleanup());
+
+function writeConfig(target: string, connection = 'db_url = "libsql://example"\ndb_token = "${TOKEN}"'): string {
+  const file = dir.file("outbox.toml");
+  fs.writeFileSync(
+    file,
+    `[app.myapp]\ndb_dir = "data"\n\n[app.myapp.db.primary]\n${target}\ntables = ["events"]\n\n[app.myapp.db.primary.connection]\n${connection}\n`,
+  );
+  return file;
+}
+
+const WRITER_SOURCE = `
+import { helperTag } from "./helper.ts";
+interface Connection { db_url: string; db_token: string }
+export class TursoWriter {
+  readonly dialect = "libsql" as const;
+  constructor(readonly connection: Connection) {}
+  async writeBatch(stmts: unknown[]): Promise<unknown[]> { return stmts.map(() => ({ ok: true, rowsAffected: 1 })); }
+  tag(): string { return helperTag; }
+}
+export default TursoWriter;
+export const notAClass = 42;
+export class NoWriteBatch { constructor(_c: unknown) {} }
+export class Throws { constructor(c: { db_token: string }) { throw new Error("cannot connect with token " + c.db_token); } }
+`;
+
+async function loadError(file: string, env: Record<string, string> = { TOKEN: "tok-abcdef-123" }): Promise<ConfigError> {
+  const error = await loadConfigToml(file, { env }).catch((e) => e);
+  expect(error).toBeInstanceOf(ConfigError);
+  expect(error.code).toBe("E_CONFIG");
+  expect(error.file).toBe(file);
+  return error;
+}
+
+describe("writer_class", () => {
+  beforeEach(() => {
+    fs.mkdirSync(dir.file("writers"));
+    fs.writeFileSync(dir.file("writers/turso.ts"), WRITER_SOURCE);
+    fs.writeFileSync(dir.file("writers/helper.ts"), 'export const helperTag: string = "helped";\n');
+  });
+
+  test("a relative .ts path is imported and constructed with the [connection] table", async () => {
+    const { writers, config } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts:TursoWriter"'), { env: { TOKEN: "tok-1" } });
+    const writer = writers["myapp.primary"] as unknown as { connection: unknown; tag(): string; dialect: string };
+    expect(writer.connection).toEqual({ db_url: "libsql://example", db_token: "tok-1" });
+    expect(writer.tag()).toBe("helped");
+    expect(writer.dialect).toBe("libsql");
+    expect(config.apps[0]!.targets[0]!.writerClass).toBe(`${dir.file("writers/turso.ts")}:TursoWriter`);
+  });
+
+  test("no :Export means the default export", async () => {
+    const { writers } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts"'), { env: { TOKEN: "t" } });
+    expect(typeof writers["myapp.primary"]!.writeBatch).toBe("function");
+  });
+
+  test("a package specifier is resolved from the config file's directory", async () => {
+    const pkg = dir.file("node_modules/acme-writers");
+    fs.mkdirSync(pkg, { recursive: true });
+    fs.writeFileSync(path.join(pkg, "package.json"), JSON.stringify({ name: "acme-writers", type: "module", main: "index.ts" }));
+    fs.writeFileSync(path.join(pkg, "index.ts"), "export class AcmeWriter { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n");
+    const { writers } = await loadConfigToml(writeConfig('writer_class = "acme-writers:AcmeWriter"'), { env: { TOKEN: "t" } });
+    expect((writers["myapp.primary"] as unknown as { c: unknown }).c).toEqual({ db_url: "libsql://example", db_token: "t" });
+  });
+
+  test("a missing file is an error naming writer_class and the resolved path", async () => {
+    const error = await loadError(writeConfig('writer_class = "./writers/nope.ts:X"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+    expect(error.message).toContain(`file not found: ${dir.file("writers/nope.ts")}`);
+  });
+
+  test("an unresolvable package is an error naming writer_class", async () => {
+    const error = await loadError(writeConfig('writer_class = "no-such-package-xyz:W"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+    expect(error.message).toContain('package "no-such-package-xyz" cannot be resolved');
+  });
+
+  test("a missing export is an error listing the module's exports", async () => {
+    const error = await loadError(writeConfig('writer_class = "./writers/turso.ts:TursoWritr"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+    expect(error.message).toContain(`${dir.file("writers/turso.ts")} has no export "TursoWritr"`);
+    expect(error.message).toContain("TursoWriter");
+  });
+
+  test("an export that is not a class is rejected", async () => {
+    const error = await loadError(writeConfig('writer_class = "./writers/turso.ts:notAClass"'));
+    expect(error.message).toContain("is not a class (got number)");
+  });
+
+  test("an object without writeBatch is rejected", async () => {
+    const error = await loadError(writeConfig('writer_class = "./writers/turso.ts:NoWriteBatch"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+    expect(error.message).toContain("does not implement writeBatch(stmts)");
+  });
+
+  test("a throwing constructor is reported with the connection secrets masked", async () => {
+    const error = await loadError(writeConfig('writer_class = "./writers/turso.ts:Throws"'), { TOKEN: "tok-abcdef-123" });
+    expect(error.message).toContain("constructor threw: cannot connect with token ***");
+    expect(error.message).not.toContain("tok-abcdef-123");
+  });
+
+  test("a module that fails to load is an error naming writer_class", async () => {
+    fs.writeFileSync(dir.file("writers/broken.ts"), "export class W { constructor( }\n");
+    const error = await loadError(writeConfig('writer_class = "./writers/broken.ts:W"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+    expect(error.message).toContain("failed to load");
+  });
+
+  test("secret-looking connection values are reported as secrets", async () => {
+    const { secrets } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts:TursoWriter"', 'db_url = "postgres://u:pw-in-url@h/db"\ndb_token = "${TOKEN}"\nhost = "${HOST}"'), {
+      env: { TOKEN: "tok-777777", HOST: "internal-host" },
+    });
+    expect(secrets).toEqual(expect.arrayContaining(["tok-777777", "pw-in-url", "internal-host"]));
+  });
+});
+
+describe("built-in writers", () => {
+  test("a sqlite target from TOML writes to its file, resolved beside the config", async () => {
+    const file = writeConfig('writer = "sqlite"', 'path = "remote/target.db"');
+    fs.mkdirSync(dir.file("remote"));
+    const { writers, config } = await loadConfigToml(file, { env: {} });
+    expect(config.apps[0]!.targets[0]!.connection.path).toBe(dir.file("remote/target.db"));
+    const writer = writers["myapp.primary"]!;
+    expect(writer.dialect).toBe("sqlite");
+    const results = await writer.writeBatch([
+      { sql: "CREATE TABLE events (id INTEGER PRIMARY KEY, v TEXT)", args: [], namespace: "events", seq: 1 },
+      { sql: "INSERT INTO events (v) VALUES (?)", args: ["hello"], namespace: "events", seq: 2 },
+      { sql: "SELECT v FROM events", args: [], namespace: "events", seq: 3 },
+    ]);
+    expect(results[1]).toMatchObject({ ok: true, rowsAffected: 1 });
+    expect(results[2]).toMatchObject({ ok: true, rows: [["hello"]] });
+    await writer.close?.();
+    expect(fs.existsSync(dir.file("remote/target.db"))).toBe(true);
+  });
+
+  test("an invalid connection value of a built-in writer is a ConfigError at its key", async () => {
+    const error = await loadError(writeConfig('writer = "sqlite"', 'path = "t.db"\nbusy_timeout = -1'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.connection.busy_timeout");
+  });
+
+  test("an unopenable sqlite file surfaces as an outage (WriteError) at first write, not at load", async () => {
+    fs.mkdirSync(dir.file("isdir.db"));
+    const { writers } = await loadConfigToml(writeConfig('writer = "sqlite"', 'path = "isdir.db"'), { env: {} });
+    const error = await writers["myapp.primary"]!.writeBatch([{ sql: "SELECT 1", args: [], namespace: "t", seq: 1 }]).catch((e) => e);
+    expect(error).toMatchObject({ code: "E_WRITE" });
+  });
+});
+
+describe("createWriters for defineConfig", () => {
+  test("writerClass resolves against baseDir", async () => {
+    fs.writeFileSync(dir.file("w.ts"), "export class W { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n");
+    const config = defineConfig({ baseDir: dir.path, app: { a: { dbDir: "q", db: { x: { writerClass: "./w.ts:W", tables: ["t"], connection: { k: 1 } } } } } });
+    const writers = await createWriters(config);
+    expect((writers["a.x"] as unknown as { c: unknown }).c).toEqual({ k: 1 });
+  });
+});
+
+describe("compiled binary", () => {
+  test("loads a writer_class .ts file from disk at runtime", async () => {
+    fs.mkdirSync(dir.file("writers"));
+    fs.writeFileSync(dir.file("writers/turso.ts"), WRITER_SOURCE);
+    fs.writeFileSync(dir.file("writers/helper.ts"), 'export const helperTag: string = "helped";\n');
+    const config = writeConfig('writer_class = "./writers/turso.ts:TursoWriter"');
+    const entry = dir.file("entry.ts");
+    fs.writeFileSync(
+      entry,
+      `import { loadConfigToml } from ${JSON.stringify(path.resolve("src/config/load.ts"))};
+const { writers } = await loadConfigToml(process.argv[2]!, { env: { TOKEN: "t" } });
+const w = writers["myapp.primary"] as any;
+console.log(JSON.stringify({ tag: w.tag(), results: await w.writeBatch([{}]) }));\n`,
+    );
+    const bin = dir.file("bin");
+    const build = Bun.spawnSync(["bun", "build", "--compile", entry, "--outfile", bin], { stderr: "pipe", stdout: "pipe" });
+    expect(build.exitCode, build.stderr.toString()).toBe(0);
+    const run = Bun.spawnSync([bin, config], { cwd: "/", stderr: "pipe", stdout: "pipe", env: { PATH: process.env.PATH } });
+    expect(run.stderr.toString()).toBe("");
+    expect(JSON.parse(run.stdout.toString())).toEqual({ tag: "helped", results: [{ ok: true, rowsAffected: 1 }] });
+  }, 60_000);
+});
