@@ -41,8 +41,11 @@ export async function runCli(argv: string[]): Promise<number> {
     path = line.path;
     if (line.help) {
       const parent = path.length > 0 ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef) : undefined;
-      const usage = (await renderUsage(line.cmd, parent)).replace(/[ \t]+$/gm, "");
-      print(process.stdout.isTTY ? usage : stripAnsi(usage));
+      // citty right-aligns the first column of its option tables; left-align it for reading.
+      const usage = stripAnsi(await renderUsage(line.cmd, parent))
+        .replace(/^  ( +)(\S+)  /gm, (_m, pad: string, first: string) => `  ${first}${pad}  `)
+        .replace(/[ \t]+$/gm, "");
+      print(usage);
       return EXIT.ok;
     }
     if (line.version) {

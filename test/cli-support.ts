@@ -1,0 +1,105 @@
+// Helpers for the CLI end-to-end tests: run the real command, normalise output, hash a tree.
+import { Database } from "bun:sqlite";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { Outbox } from "../src/outbox/outbox.ts";
+
+/** The repository root and the CLI entry point the tests run. */
+export const REPO = path.resolve(import.meta.dir, "..");
+export const BIN = path.join(REPO, "src/cli/bin.ts");
+
+/** What a finished command left behind. */
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** An environment without the caller's logging/colour settings, so output is the same everywhere. */
+export function cleanEnv(extra: Record<string, string | undefined> = {}): Record<string, string> {
+  const env: Record<string, string | undefined> = { ...process.env, NO_COLOR: "1", ...extra };
+  for (const key of ["LOG_LEVEL", "LOG_FORMAT", "DOPPLER_TOKEN", "FORCE_COLOR"]) if (!(key in extra)) delete env[key];
+  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined));
+}
+
+/** Runs `bun src/cli/bin.ts ...args` (or `cmd` instead of it) to completion. */
+export async function run(
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string | undefined>; cmd?: string[] } = {},
+): Promise<RunResult> {
+  const proc = Bun.spawn([...(options.cmd ?? ["bun", BIN]), ...args], {
+    cwd: options.cwd ?? REPO,
+    env: cleanEnv(options.env),
+    stdout: "pipe",
+    stderr: "pipe",
+    stdin: "ignore",
+  });
+  const [stdout, stderr, code] = await Promise.all([
+    new Response(proc.stdout).text(),
+    new Response(proc.stderr).text(),
+    proc.exited,
+  ]);
+  return { code, stdout, stderr };
+}
+
+/**
+ * Makes output comparable across runs: `dir` → `<DIR>`, ISO timestamps → `<TIME>`, and the
+ * right-aligned OLDEST ages (`37ms`, `5s`, `1m02s`) → `<age>` at a fixed width.
+ */
+export function normalize(text: string, dir?: string): string {
+  let out = dir ? text.split(fs.realpathSync(dir)).join("<DIR>").split(dir).join("<DIR>") : text;
+  out = out.replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)/g, "<TIME>");
+  out = out.replace(/ +\d+(?:ms|s|m\d\ds)(?= )/g, "  <age>");
+  return out;
+}
+
+/** sha256 of every file under `dir`, keyed by relative path (so a new file shows up as a new key). */
+export function hashTree(dir: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const entry of fs.readdirSync(dir, { recursive: true, withFileTypes: true })) {
+    if (!entry.isFile()) continue;
+    const file = path.join(entry.parentPath, entry.name);
+    out[path.relative(dir, file)] = createHash("sha256").update(fs.readFileSync(file)).digest("hex");
+  }
+  return out;
+}
+
+/** Enqueues `count` INSERTs into `{dbDir}/{table}.db` and closes the queue. */
+export function seed(dbDir: string, table: string, count: number): void {
+  fs.mkdirSync(dbDir, { recursive: true });
+  const outbox = new Outbox(path.join(dbDir, `${table}.db`), table);
+  try {
+    outbox.enqueueBatch(
+      Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: JSON.stringify([i + 1]) })),
+      "test",
+    );
+  } finally {
+    outbox.close();
+  }
+}
+
+/** Opens the queue of `table` in `dbDir` for a test's direct manipulation. */
+export function openQueue(dbDir: string, table: string): Outbox {
+  return new Outbox(path.join(dbDir, `${table}.db`), table);
+}
+
+/** Deletes one queued row behind the chain's back: the next row's prev_seq then points nowhere. */
+export function breakChain(dbDir: string, table: string, seq: number): void {
+  const db = new Database(path.join(dbDir, `${table}.db`));
+  try {
+    db.run("DELETE FROM outbox_queue WHERE seq = ?", [seq]);
+  } finally {
+    db.close();
+  }
+}
+
+/** Row count of `table` in a SQLite file (the remote of a `sqlite` target). */
+export function countRows(file: string, table: string): number {
+  const db = new Database(file, { readonly: true });
+  try {
+    return db.query<{ n: number }, []>(`SELECT count(*) AS n FROM "${table}"`).get()!.n;
+  } finally {
+    db.close();
+  }
+}

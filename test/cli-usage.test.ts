@@ -1,0 +1,110 @@
+// The command line's contract: --version, --help everywhere, usage errors exit 2 with a hint.
+import { afterAll, describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import pkg from "../package.json" with { type: "json" };
+import { run } from "./cli-support.ts";
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-usage-"));
+afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+describe("version and help", () => {
+  test("--version prints the package version and exits 0", async () => {
+    const r = await run(["--version"]);
+    expect(r).toEqual({ code: 0, stdout: `${pkg.version}\n`, stderr: "" });
+  });
+
+  test("--help lists every command", async () => {
+    const r = await run(["--help"]);
+    expect(r.code).toBe(0);
+    for (const cmd of ["runservice", "init", "status", "verify", "dead-letter", "skip"]) expect(r.stdout).toContain(cmd);
+  });
+
+  test.each([["status"], ["verify"], ["runservice"], ["init"], ["skip"], ["dead-letter"], ["dead-letter", "replay"]])(
+    "%s … --help shows that command's usage and exits 0",
+    async (...cmd) => {
+      const r = await run([...cmd, "--help"]);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain(`USAGE sqloutbox ${cmd.join(" ")}`);
+      expect(r.stdout).not.toContain("\u001B["); // no colour codes when piped
+    },
+  );
+
+  test("status --help documents its flags", async () => {
+    const r = await run(["status", "--help"]);
+    expect(r.stdout.replace(pkg.version, "<VERSION>")).toMatchInlineSnapshot(`
+      "Per-namespace depth, oldest pending age, stuck heads and dead letters (read-only) (sqloutbox status v<VERSION>)
+
+      USAGE sqloutbox status [OPTIONS]
+
+      OPTIONS
+
+        --config=<FILE>                        outbox.toml whose apps' db_dirs to read (default ./outbox.toml)
+        --db-dir=<DIR>                         A db_dir holding {table}.db outbox files (instead of --config)
+        --log-level=<error|warn|info|debug>    Log verbosity (env LOG_LEVEL; default info)
+        --log-format=<pretty|json>             Log format: json = one object per line, for journald (env LOG_FORMAT; default pretty)
+        --json                                 Print JSON (stable shape, see docs/cli.md)
+        --watch                                Refresh until interrupted (with --json: one JSON document per line)
+        --interval=<SECONDS>                   Refresh interval for --watch (default 2)
+
+      "
+    `);
+  });
+});
+
+describe("usage errors exit 2 and say what is wrong", () => {
+  test.each([
+    [[], /"sqloutbox" needs a command: runservice, init, status, verify, dead-letter, skip/],
+    [["frobnicate"], /unknown command "frobnicate" for "sqloutbox"/],
+    [["status", "--db_dirr", "x"], /unknown option --db_dirr for "sqloutbox status"/],
+    [["status", "--db-dir"], /option --db-dir needs a value/],
+    [["status", "--db-dir="], /option --db-dir needs a value/],
+    [["status", "extra"], /unexpected argument "extra" for "sqloutbox status"/],
+    [["dead-letter"], /"sqloutbox dead-letter" needs a command: list, show, replay/],
+    [["dead-letter", "purge"], /unknown command "purge" for "sqloutbox dead-letter"/],
+    [["skip", "--db-dir", "."], /Missing required argument: --namespace/],
+    [["skip", "--db-dir", ".", "--namespace", "orders"], /Missing required argument: --seq/],
+    [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "abc"], /--seq must be a positive integer, got "abc"/],
+    [["skip", "--db-dir", ".", "--namespace", "../x", "--seq", "1"], /--namespace must be a table name/],
+    [["status", "--config", "a.toml", "--db-dir", "."], /give either --config FILE or --db-dir DIR, not both/],
+    [["status", "--log-level", "loud", "--db-dir", "."], /invalid log level "loud"/],
+    [["status", "--interval", "1", "--db-dir", "."], /--interval only applies with --watch/],
+    [["init", "a", "b"], /unexpected argument "b" for "sqloutbox init"/],
+  ])("sqloutbox %p", async (args, message) => {
+    const r = await run(args as string[], { cwd: tmp });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr).toContain("--help\" for usage.");
+  });
+
+  test("an invalid LOG_LEVEL in the environment is a usage error too", async () => {
+    const r = await run(["status", "--db-dir", "."], { cwd: tmp, env: { LOG_LEVEL: "verbose" } });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('invalid log level "verbose": expected one of error, warn, info, debug');
+  });
+
+  test("status without --config or --db-dir and no ./outbox.toml is a usage error", async () => {
+    const r = await run(["status"], { cwd: tmp });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("no outbox.toml in");
+  });
+});
+
+describe("failures exit 1", () => {
+  test("a missing db_dir exits 1 naming it", async () => {
+    const r = await run(["status", "--db-dir", path.join(tmp, "nope")]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`db_dir ${path.join(tmp, "nope")} does not exist`);
+  });
+
+  test("errors are one JSON object per line with --log-format json", async () => {
+    const r = await run(["verify", "--config", path.join(tmp, "missing.toml"), "--log-format", "json"]);
+    expect(r.code).toBe(1);
+    const line = JSON.parse(r.stderr.trim());
+    expect(line).toMatchObject({ level: "error", code: "E_NOT_FOUND" });
+    expect(line.msg).toContain("missing.toml does not exist");
+    expect(typeof line.time).toBe("string");
+  });
+});
