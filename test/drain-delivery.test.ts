@@ -1,0 +1,241 @@
+import fs from "node:fs";
+import { Database } from "bun:sqlite";
+import { afterEach, describe, expect, test } from "bun:test";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { LockedError } from "../src/errors.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import { FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+function tmp(): TempDir {
+  const t = makeTempDir();
+  cleanups.push(() => t.cleanup());
+  return t;
+}
+async function pg(): Promise<PgTestDb> {
+  const db = await createPgDb();
+  cleanups.push(() => db.drop());
+  return db;
+}
+function remoteSqlite(path: string, ddl: string[]): Database {
+  const db = new Database(path, { create: true });
+  db.run("PRAGMA journal_mode = WAL");
+  for (const s of ddl) db.run(s);
+  cleanups.push(() => db.close());
+  return db;
+}
+function service(...args: ConstructorParameters<typeof OutboxSyncService>): OutboxSyncService {
+  const s = new OutboxSyncService(...args);
+  cleanups.push(() => s.stop(2000));
+  return s;
+}
+
+describe("delivery", () => {
+  test("delivers several thousand rows across tables and two targets, in order per table", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), [
+      "CREATE TABLE events (id INTEGER NOT NULL, body TEXT)",
+      "CREATE TABLE metrics (name TEXT NOT NULL, value REAL)",
+    ]);
+    const db = await pg();
+    await db.sql.unsafe("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount NUMERIC)");
+    await db.sql.unsafe("CREATE TABLE balance (k TEXT PRIMARY KEY, v BIGINT)");
+    const config = oneApp(dir.file("outbox"), {
+      local: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["events", "metrics"] },
+      pg: { writer: "postgres", connection: { url: db.url }, tables: ["orders", "balance"] },
+    }, { batchSize: 300 });
+    const writers = {
+      "app.local": createWriter("sqlite", { path: dir.file("remote.db") }),
+      "app.pg": createWriter("postgres", { url: db.url }),
+    };
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    const svc = service(config, writers);
+    const N = 1500;
+    const eventSeqs: number[] = [];
+    producer.push("balance", "INSERT INTO balance (k, v) VALUES (?, ?)", ["total", 0]);
+    await svc.start();
+    for (let i = 0; i < N; i++) {
+      eventSeqs.push(producer.push("events", "INSERT INTO events (id, body) VALUES (?, ?)", [i, `e${i}`]));
+      if (i % 3 === 0) producer.pushMany("metrics", [["INSERT INTO metrics (name, value) VALUES (?, ?)", [`m${i}`, i / 2]]]);
+      producer.push("orders", "INSERT INTO orders (id, amount) VALUES (?, ?)", [i, i * 1.5]);
+      producer.push("balance", "UPDATE balance SET v = ? WHERE k = ?", [i + 1, "total"]);
+      if (i % 250 === 0) await Bun.sleep(1); // let the drain interleave with the producer
+    }
+    await waitFor(() => svc.totalPending() === 0, "the queues to drain");
+    await svc.stop();
+
+    const events = remote.query<{ id: number; outbox_seq: number }, []>("SELECT id, outbox_seq FROM events ORDER BY outbox_seq").all();
+    expect(events.map((r) => r.id)).toEqual([...Array(N).keys()]);
+    expect(events.map((r) => r.outbox_seq)).toEqual(eventSeqs);
+    expect(remote.query<{ n: number }, []>("SELECT count(*) AS n FROM metrics").get()!.n).toBe(N / 3);
+    const orders = await db.sql.unsafe("SELECT id::int AS id FROM orders ORDER BY outbox_seq");
+    expect(orders.map((r: { id: number }) => r.id)).toEqual([...Array(N).keys()]);
+    // Every UPDATE was applied in seq order: the last one wins, none was dropped or reordered.
+    const [bal] = await db.sql.unsafe("SELECT v::int AS v FROM balance WHERE k = 'total'");
+    expect(bal.v).toBe(N);
+  });
+
+  test("a poison row holds its table (and only it), dead-letters after max_attempts, and replays once fixed", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), [
+      "CREATE TABLE a (id INTEGER NOT NULL CHECK (id >= 0))",
+      "CREATE TABLE b (id INTEGER NOT NULL)",
+    ]);
+    const config = oneApp(dir.file("outbox"), {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["a", "b"] },
+    }, { maxAttempts: 3, backoffUnitSeconds: 0.02 });
+    const log = memoryLogger();
+    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    producer.push("a", "INSERT INTO a (id) VALUES (?)", [1]);
+    const poison = producer.push("a", "INSERT INTO a (id) VALUES (?)", [-5]);
+    producer.push("a", "INSERT INTO a (id) VALUES (?)", [3]);
+    await svc.start();
+    const aq = new Outbox(dir.file("outbox/a.db"), "a");
+    cleanups.push(() => aq.close());
+
+    // While the poison head backs off, table b keeps flowing and a holds everything behind it.
+    await waitFor(() => aq.head()?.seq === poison && aq.head()!.attempts >= 1, "the poison row to be charged");
+    for (let i = 0; i < 50; i++) producer.push("b", "INSERT INTO b (id) VALUES (?)", [i]);
+    await waitFor(() => remote.query("SELECT 1 FROM b").all().length === 50, "b to flow past a's poison row");
+    const held = aq.head();
+    expect(held?.seq).toBe(poison);
+    expect(held?.lastErrorClass).toContain("CONSTRAINT");
+    expect(remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY outbox_seq").all().map((r) => r.id)).toEqual([1]);
+
+    await waitFor(() => aq.deadCount() === 1, "the poison row to be dead-lettered");
+    await waitFor(() => aq.pendingCount() === 0, "a to advance past the dead letter");
+    const dead = aq.getDead(poison)!;
+    expect(dead.reason).toBe("max_attempts");
+    expect(dead.attempts).toBe(3);
+    expect(remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY outbox_seq").all().map((r) => r.id)).toEqual([1, 3]);
+    expect(log.has(/dead-lettered seq \d+ of namespace "a"/)).toBe(true);
+
+    // The operator fixes the cause and replays: the row lands at the tail, once.
+    remote.run("CREATE TABLE a2 AS SELECT * FROM a");
+    remote.run("DROP TABLE a");
+    remote.run("ALTER TABLE a2 RENAME TO a");
+    remote.run("CREATE UNIQUE INDEX idx_a_outbox_seq ON a (outbox_seq) WHERE outbox_seq != 0");
+    const replayed = aq.replayDead(poison);
+    await waitFor(() => aq.pendingCount() === 0, "the replayed row to be delivered");
+    const rows = remote.query<{ id: number; outbox_seq: number }, []>("SELECT id, outbox_seq FROM a ORDER BY outbox_seq").all();
+    expect(rows.map((r) => r.id)).toEqual([1, 3, -5]);
+    expect(rows.at(-1)!.outbox_seq).toBe(replayed);
+  });
+
+  test("an undecodable payload and an unsupported statement are dead-lettered at once, the rest flows", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER)"]);
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    fs.mkdirSync(dir.file("outbox"));
+    const q = new Outbox(dir.file("outbox/t.db"), "t");
+    cleanups.push(() => q.close());
+    const bad1 = q.enqueue("INSERT INTO t (id) VALUES (?)", "{not json");
+    const bad2 = q.enqueue("INSERT INTO t (id) SELECT 1", "[]");
+    q.enqueue("INSERT INTO t (id) VALUES (?)", "[7]");
+    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+    const report = await svc.runOnce();
+    expect(report.deadLettered).toBe(2);
+    expect(report.delivered).toBe(1);
+    expect(q.getDead(bad1)!.reason).toBe("undecodable");
+    expect(q.getDead(bad1)!.attempts).toBe(0);
+    expect(q.getDead(bad2)!.reason).toBe("unsupported_statement");
+    expect(remote.query<{ id: number }, []>("SELECT id FROM t").all()).toEqual([{ id: 7 }]);
+  });
+
+  test("a batch redelivered after a crash between remote commit and local confirm lands no duplicate", async () => {
+    const dir = tmp();
+    const db = await pg();
+    await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL, note TEXT)");
+    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } });
+    const writer = new FaultyWriter(createWriter("postgres", { url: db.url }));
+    const svc = service(config, { "app.r": writer });
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (let i = 0; i < 100; i++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [i, "x"]);
+    await svc.runOnce(); // startup (schema + seed) and the first 100 rows, confirmed
+    for (let i = 100; i < 200; i++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [i, "x"]);
+    producer.push("t", "UPDATE t SET note = ? WHERE id = ?", ["updated", 5]);
+    // The batch commits remotely but the drain never learns: exactly a crash before confirm.
+    writer.faults.push("commit-then-throw");
+    const first = await svc.runOnce();
+    expect(first.outages).toEqual(["app.r"]);
+    const q = new Outbox(dir.file("outbox/t.db"), "t");
+    cleanups.push(() => q.close());
+    expect(q.pendingCount()).toBe(101);
+    expect(q.head()!.attempts).toBe(0);
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the redelivery");
+    const [{ n, d, u }] = await db.sql.unsafe(
+      "SELECT count(*)::int AS n, count(DISTINCT outbox_seq)::int AS d, sum(CASE WHEN note = 'updated' THEN 1 ELSE 0 END)::int AS u FROM t",
+    );
+    expect({ n, d, u }).toEqual({ n: 200, d: 200, u: 1 });
+    expect(q.deadCount()).toBe(0);
+    expect(writer.statements.filter((s) => s.seq > 0).length).toBe(100 + 101 + 101); // the second batch really went twice
+  });
+
+  test("seeds the local sequence above the remote MAX(outbox_seq)", async () => {
+    const dir = tmp();
+    const db = await pg();
+    await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL, outbox_seq BIGINT NOT NULL DEFAULT 0)");
+    await db.sql.unsafe("CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0");
+    await db.sql.unsafe("INSERT INTO t (id, outbox_seq) VALUES (1, 5000), (2, 4999)");
+    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } });
+    const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) });
+    await svc.start();
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    const seq = producer.push("t", "INSERT INTO t (id) VALUES (?)", [3]);
+    expect(seq).toBeGreaterThan(5000);
+    await waitFor(() => svc.totalPending() === 0, "delivery");
+    const rows = await db.sql.unsafe("SELECT id::int AS id, outbox_seq::int AS s FROM t ORDER BY outbox_seq");
+    expect(rows.map((r: { id: number }) => r.id)).toEqual([2, 1, 3]);
+  });
+
+  test("auto_schema adds outbox_seq and its index to an existing remote table, and a second start tolerates them", async () => {
+    const dir = tmp();
+    const db = await pg();
+    await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL)");
+    await db.sql.unsafe("INSERT INTO t (id) VALUES (100)");
+    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } });
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (const round of [1, 2]) {
+      const log = memoryLogger();
+      const svc = new OutboxSyncService(config, { "app.r": createWriter("postgres", { url: db.url }) }, { logger: log });
+      await svc.start();
+      producer.push("t", "INSERT INTO t (id) VALUES (?)", [round]);
+      await waitFor(() => svc.totalPending() === 0, `delivery in round ${round}`);
+      await svc.stop();
+      expect(log.lines.filter((l) => l.startsWith("warn") || l.startsWith("error"))).toEqual([]);
+    }
+    const cols = await db.sql.unsafe("SELECT column_name FROM information_schema.columns WHERE table_name = 't' ORDER BY column_name");
+    expect(cols.map((c: { column_name: string }) => c.column_name)).toEqual(["id", "outbox_seq"]);
+    const idx = await db.sql.unsafe("SELECT indexname FROM pg_indexes WHERE tablename = 't'");
+    expect(idx.map((i: { indexname: string }) => i.indexname)).toEqual(["idx_t_outbox_seq"]);
+    const rows = await db.sql.unsafe("SELECT id::int AS id, outbox_seq::int AS s FROM t ORDER BY id");
+    expect(rows.map((r: { id: number }) => r.id)).toEqual([1, 2, 100]);
+    expect(rows.find((r: { id: number }) => r.id === 100).s).toBe(0);
+  });
+
+  test("a second drain on the same db_dir fails fast with LockedError", async () => {
+    const dir = tmp();
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    const first = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+    await first.start();
+    const second = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote2.db") }) });
+    const error = await second.start().then(() => null, (e: unknown) => e);
+    expect(error).toBeInstanceOf(LockedError);
+    expect((error as LockedError).code).toBe("E_LOCKED");
+    expect((error as LockedError).lockFile).toBe(`${dir.file("outbox")}/.sqloutbox.lock`);
+    await first.stop();
+    // Released on stop: a new drain can take over.
+    const third = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+    await third.start();
+  });
+});
