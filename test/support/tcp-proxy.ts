@@ -3,8 +3,9 @@ import type { Socket, TCPSocketListener } from "bun";
 /**
  * A TCP proxy on 127.0.0.1 in front of a real server, for outage tests.
  * `cut()` closes every live connection and stops forwarding: new connections are closed at once
- * (mode "reset", the default: the client sees "connection closed") or accepted and never answered
- * (mode "blackhole": the client runs into its own timeout). `restore()` forwards again.
+ * (mode "reset", the default: the client sees "connection closed") or accepted and left unanswered
+ * (mode "blackhole": the client runs into its own timeout). `restore()` forwards again, including
+ * the blackholed connections that are still open (like a healed network partition).
  */
 export interface TcpProxy {
   /** The port the proxy listens on (127.0.0.1). */
@@ -47,14 +48,40 @@ function flush(sock: Socket<any>, queue: Uint8Array[]): void {
 export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): TcpProxy {
   let mode: "open" | "reset" | "blackhole" = "open";
   const live = new Set<Conn>();
-  const held = new Set<Socket<Conn>>();
+  const held = new Set<Conn>();
 
   const end = (c: Conn) => {
     if (c.closed) return;
     c.closed = true;
     live.delete(c);
+    held.delete(c);
     c.client.terminate();
     c.upstream?.terminate();
+  };
+
+  const forward = (c: Conn) => {
+    live.add(c);
+    Bun.connect<Upstream>({
+      hostname: targetHost,
+      port: targetPort,
+      data: { conn: c },
+      socket: {
+        open(up) {
+          if (c.closed) return void up.terminate();
+          c.upstream = up;
+          flush(up, c.toUpstream);
+        },
+        data(_up, bytes) {
+          if (c.closed) return;
+          c.toClient.push(new Uint8Array(bytes));
+          flush(c.client, c.toClient);
+        },
+        drain(up) { flush(up, c.toUpstream); },
+        close() { end(c); },
+        error() { end(c); },
+        connectError() { end(c); },
+      },
+    }).catch(() => end(c));
   };
 
   const listener: TCPSocketListener<Conn> = Bun.listen<Conn>({
@@ -63,31 +90,11 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
     socket: {
       open(client) {
         if (mode === "reset") return void client.terminate();
-        if (mode === "blackhole") return void held.add(client);
         const c: Conn = { client, upstream: null, toUpstream: [], toClient: [], closed: false };
         client.data = c;
-        live.add(c);
-        Bun.connect<Upstream>({
-          hostname: targetHost,
-          port: targetPort,
-          data: { conn: c },
-          socket: {
-            open(up) {
-              if (c.closed) return void up.terminate();
-              c.upstream = up;
-              flush(up, c.toUpstream);
-            },
-            data(_up, bytes) {
-              if (c.closed) return;
-              c.toClient.push(new Uint8Array(bytes));
-              flush(c.client, c.toClient);
-            },
-            drain(up) { flush(up, c.toUpstream); },
-            close() { end(c); },
-            error() { end(c); },
-            connectError() { end(c); },
-          },
-        }).catch(() => end(c));
+        // Blackholed: keep what the client sends until restore() (or the client gives up).
+        if (mode === "blackhole") held.add(c);
+        else forward(c);
       },
       data(client, bytes) {
         const c = client.data;
@@ -100,11 +107,9 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
         if (c && !c.closed) flush(client, c.toClient);
       },
       close(client) {
-        held.delete(client);
         if (client.data) end(client.data);
       },
       error(client) {
-        held.delete(client);
         if (client.data) end(client.data);
       },
     },
@@ -120,14 +125,14 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
     },
     restore() {
       mode = "open";
-      for (const s of held) s.terminate();
-      held.clear();
+      for (const c of [...held]) {
+        held.delete(c);
+        forward(c);
+      }
     },
     close() {
       mode = "reset";
-      for (const c of [...live]) end(c);
-      for (const s of held) s.terminate();
-      held.clear();
+      for (const c of [...live, ...held]) end(c);
       listener.stop(true);
     },
   };

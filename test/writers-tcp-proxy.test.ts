@@ -1,0 +1,54 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { WriteError } from "../src/errors.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
+import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.ts";
+
+describe("postgres writer behind a cuttable TCP proxy", () => {
+  let db: PgTestDb;
+  let proxy: TcpProxy;
+  let writer: OutboxWriter;
+  const insert = (id: number): Statement => ({ sql: "INSERT INTO t (id) VALUES ($1)", args: [id], namespace: "t", seq: id });
+
+  beforeAll(async () => {
+    db = await createPgDb();
+    await db.sql.unsafe("CREATE TABLE t (id BIGINT PRIMARY KEY)");
+    proxy = startTcpProxy(db.port, db.host);
+    writer = createWriter("postgres", { host: "127.0.0.1", port: proxy.port, user: db.user, database: db.name, connect_timeout: 1, batch_timeout: 5 });
+  });
+  afterAll(async () => {
+    await writer?.close?.();
+    proxy?.close();
+    await db?.drop();
+  });
+
+  test("forwards a writer's batches to the real server", async () => {
+    expect(await writer.writeBatch([insert(1), insert(2)])).toEqual([{ ok: true, rowsAffected: 1 }, { ok: true, rowsAffected: 1 }]);
+    expect(proxy.connections).toBeGreaterThan(0);
+  });
+
+  test("cut() makes writeBatch throw WriteError and commits nothing", async () => {
+    proxy.cut();
+    expect(proxy.isCut).toBe(true);
+    expect(proxy.connections).toBe(0);
+    await expect(writer.writeBatch([insert(3)])).rejects.toBeInstanceOf(WriteError);
+    // A second batch during the cut fails too: new connections are refused, not just old ones closed.
+    await expect(writer.writeBatch([insert(4)])).rejects.toBeInstanceOf(WriteError);
+    expect(await db.sql.unsafe("SELECT id FROM t ORDER BY id").values()).toEqual([["1"], ["2"]]);
+  });
+
+  test("restore() lets the pool reconnect and the same writer deliver again", async () => {
+    proxy.restore();
+    expect(await writer.writeBatch([insert(3), insert(4)])).toEqual([{ ok: true, rowsAffected: 1 }, { ok: true, rowsAffected: 1 }]);
+    expect(await db.sql.unsafe("SELECT id FROM t ORDER BY id").values()).toEqual([["1"], ["2"], ["3"], ["4"]]);
+  });
+
+  test("a blackholed cut makes new connections time out as WriteError, and restore recovers", async () => {
+    proxy.cut("blackhole");
+    // The pooled connection was closed by the cut; the next one is accepted and never answered.
+    for (let i = 0; i < 2; i++) await expect(writer.writeBatch([insert(5)])).rejects.toBeInstanceOf(WriteError);
+    proxy.restore();
+    expect(await writer.writeBatch([insert(5)])).toEqual([{ ok: true, rowsAffected: 1 }]);
+  });
+});
