@@ -317,6 +317,9 @@ export class Outbox {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    // Finalize our prepared statements first: SQLite only closes (checkpointing and removing the
+    // -wal/-shm files when it is the last connection) once no statement is left open.
+    for (const stmt of [this.#begin, this.#commit, this.#rollback, this.#tail, this.#pending, this.#insert, this.#exists]) stmt.finalize();
     this.#db.close(false);
     this.#onClose?.();
   }

@@ -1,0 +1,176 @@
+import { Database } from "bun:sqlite";
+import { writeFileSync } from "node:fs";
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { healthAll, listOutboxFiles, Outbox, readDeadLetters, StorageError, verifyFile } from "../src/index.ts";
+import { snapshotDir } from "./fixtures/dir-snapshot.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let tmp: TempDir;
+beforeEach(() => {
+  tmp = makeTempDir();
+});
+afterEach(() => tmp.cleanup());
+
+function seed(): void {
+  const orders = new Outbox(tmp.file("orders.db"), "orders");
+  const [a, b] = orders.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+  orders.confirm([a!]);
+  orders.recordAttempt(b!, new Date("2026-01-01T00:00:00Z"));
+  orders.recordFailure(b!, "no such table", "SQLITE_ERROR", new Date("2026-01-01T00:02:00Z"));
+  orders.close();
+  const users = new Outbox(tmp.file("users.db"), "users");
+  const u = users.enqueue("U", "[]");
+  users.skipHead(u);
+  users.close();
+  new Outbox(tmp.file("empty.db"), "empty").close();
+}
+
+describe("healthAll", () => {
+  test("reports every field per namespace", () => {
+    seed();
+    const now = new Date(Date.now() + 5_000);
+    const health = healthAll(tmp.path, { maxPending: 8, now });
+    expect(health.map((h) => h.namespace)).toEqual(["empty", "orders", "users"]);
+    const orders = health[1]!;
+    expect(orders).toMatchObject({
+      file: tmp.file("orders.db"),
+      depth: 2,
+      headSeq: 2,
+      headAttempts: 1,
+      isStuck: true,
+      lastError: "no such table",
+      lastErrorClass: "SQLITE_ERROR",
+      lastAttemptAt: "2026-01-01T00:00:00.000000+00:00",
+      nextAttemptAt: "2026-01-01T00:02:00.000000+00:00",
+      capacityPct: 25,
+      deadLetterCount: 0,
+    });
+    expect(orders.oldestPendingAgeMs).toBeGreaterThanOrEqual(4_000);
+    expect(orders.lastDeliveredAt).toMatch(/\+00:00$/);
+    expect(health[2]).toMatchObject({ depth: 0, headSeq: null, isStuck: false, deadLetterCount: 1, oldestPendingAgeMs: null, capacityPct: 0 });
+    expect(health[0]).toMatchObject({ namespace: "empty", depth: 0, lastDeliveredAt: null });
+  });
+
+  test("capacityPct is null without maxPending", () => {
+    seed();
+    expect(healthAll(tmp.path).every((h) => h.capacityPct === null)).toBe(true);
+  });
+
+  test("never creates or changes a file when no writer has them open", () => {
+    seed();
+    const before = snapshotDir(tmp.path);
+    expect(Object.keys(before).some((n) => n.endsWith("-wal") || n.endsWith("-shm"))).toBe(false);
+    healthAll(tmp.path);
+    verifyFile(tmp.file("orders.db"));
+    readDeadLetters(tmp.path);
+    expect(snapshotDir(tmp.path)).toEqual(before);
+  });
+
+  test("reads a file a writer has open without creating files or changing the database and its WAL", () => {
+    seed();
+    const writer = new Outbox(tmp.file("orders.db"), "orders");
+    try {
+      writer.enqueue("D", "[]");
+      const withoutShm = () => Object.fromEntries(Object.entries(snapshotDir(tmp.path)).filter(([n]) => !n.endsWith("-shm")));
+      const names = () => Object.keys(snapshotDir(tmp.path));
+      const before = withoutShm();
+      const namesBefore = names();
+      const health = healthAll(tmp.path);
+      expect(health.find((h) => h.namespace === "orders")!.depth).toBe(3); // sees the uncheckpointed WAL row
+      expect(verifyFile(tmp.file("orders.db")).ok).toBe(true);
+      expect(names()).toEqual(namesBefore);
+      expect(withoutShm()).toEqual(before); // -shm holds reader marks by design; db and -wal are untouched
+    } finally {
+      writer.close();
+    }
+  });
+
+  test("a garbage file is a StorageError naming it, unless onError takes it; its bytes stay as they were", () => {
+    seed();
+    writeFileSync(tmp.file("garbage.db"), Buffer.alloc(8192, 0x5a));
+    const before = snapshotDir(tmp.path);
+    let err: unknown;
+    try { healthAll(tmp.path); } catch (e) { err = e; }
+    expect(err).toBeInstanceOf(StorageError);
+    expect(err).toMatchObject({ code: "E_STORAGE", file: tmp.file("garbage.db") });
+    expect((err as Error).message).toContain(tmp.file("garbage.db"));
+    const skipped: string[] = [];
+    const health = healthAll(tmp.path, { onError: (file) => skipped.push(file) });
+    expect(skipped).toEqual([tmp.file("garbage.db")]);
+    expect(health).toHaveLength(3);
+    expect(snapshotDir(tmp.path)).toEqual(before);
+  });
+
+  test("a SQLite file without an outbox is reported, and no schema is created in it", () => {
+    const other = new Database(tmp.file("other.db"));
+    other.run("CREATE TABLE x (a)");
+    other.close();
+    const before = snapshotDir(tmp.path);
+    expect(() => healthAll(tmp.path)).toThrow(/not an outbox file/);
+    expect(snapshotDir(tmp.path)).toEqual(before);
+  });
+
+  test("a missing db_dir is a StorageError, not an empty answer", () => {
+    expect(() => healthAll(tmp.file("nope"))).toThrow(StorageError);
+    expect(() => healthAll(tmp.file("nope"))).toThrow(/does not exist/);
+  });
+});
+
+describe("Outbox.health", () => {
+  test("uses the outbox's maxPending and marks a head with two attempts stuck", () => {
+    const ob = new Outbox(tmp.file("q.db"), "q", { maxPending: 4 });
+    try {
+      const a = ob.enqueue("A", "[]");
+      expect(ob.health()).toMatchObject({ depth: 1, capacityPct: 25, isStuck: false, headSeq: a });
+      ob.recordAttempt(a);
+      expect(ob.health().isStuck).toBe(false); // an attempt in flight is not a failure
+      ob.recordAttempt(a);
+      expect(ob.health()).toMatchObject({ headAttempts: 2, isStuck: true, lastError: null });
+    } finally {
+      ob.close();
+    }
+  });
+});
+
+describe("inspect", () => {
+  test("listOutboxFiles lists *.db files only, sorted and absolute", () => {
+    seed();
+    writeFileSync(tmp.file("notes.txt"), "x");
+    expect(listOutboxFiles(tmp.path)).toEqual([tmp.file("empty.db"), tmp.file("orders.db"), tmp.file("users.db")]);
+  });
+
+  test("verifyFile reports a lost row as a gap and a garbage file as a problem", () => {
+    const ob = new Outbox(tmp.file("q.db"), "q");
+    const [, b, c] = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+    ob.close();
+    const db = new Database(tmp.file("q.db"));
+    db.run("DELETE FROM outbox_queue WHERE seq = ?", [b!]);
+    db.close();
+    const result = verifyFile(tmp.file("q.db"));
+    expect(result.ok).toBe(false);
+    expect(result.namespaces[0]!.gaps).toEqual([{ seq: c!, prevSeq: b! }]);
+
+    writeFileSync(tmp.file("garbage.db"), "this is not a database at all, just text".repeat(200));
+    const garbage = verifyFile(tmp.file("garbage.db"));
+    expect(garbage.ok).toBe(false);
+    expect(garbage.problems[0]).toContain(tmp.file("garbage.db"));
+  });
+
+  test("verifyFile reports a pending counter that drifted from the rows", () => {
+    const ob = new Outbox(tmp.file("q.db"), "q");
+    ob.enqueue("A", "[]");
+    ob.close();
+    const db = new Database(tmp.file("q.db"));
+    db.run("UPDATE outbox_stats SET pending = 7");
+    db.close();
+    const result = verifyFile(tmp.file("q.db"));
+    expect(result.ok).toBe(false);
+    expect(result.namespaces[0]!.problems[0]).toContain("pending counter says 7 but 1 row(s) are pending");
+  });
+
+  test("readDeadLetters returns dead letters of every file", () => {
+    seed();
+    const dead = readDeadLetters(tmp.path);
+    expect(dead.map((d) => [d.namespace, d.reason, d.error])).toEqual([["users", "skipped", "skipped by operator"]]);
+  });
+});

@@ -1,0 +1,115 @@
+import { Database } from "bun:sqlite";
+import { afterEach, beforeEach, expect, test } from "bun:test";
+import { decodeArgs, healthAll, Outbox, verifyFile } from "../src/index.ts";
+import { snapshotDir } from "./fixtures/dir-snapshot.ts";
+import { buildReferenceFile, referenceEnqueue } from "./fixtures/reference-db.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let tmp: TempDir;
+let file: string;
+beforeEach(() => {
+  tmp = makeTempDir();
+  file = tmp.file("orders.db");
+  buildReferenceFile(file);
+});
+afterEach(() => tmp.cleanup());
+
+test("a reference file verifies read-only, reporting only its leftover synced=1 row", () => {
+  const before = snapshotDir(tmp.path);
+  const result = verifyFile(file);
+  expect(snapshotDir(tmp.path)).toEqual(before);
+  expect(result.problems).toEqual([]);
+  const orders = result.namespaces.find((n) => n.namespace === "orders")!;
+  expect(orders.gaps).toEqual([]);
+  expect(orders.rows).toBe(2);
+  expect(orders.problems).toHaveLength(1);
+  expect(orders.problems[0]).toContain("synced=1");
+  expect(result.namespaces.find((n) => n.namespace === "payments")).toEqual({ namespace: "payments", rows: 2, gaps: [], problems: [] });
+});
+
+test("a reference file reports health read-only, without our migrations", () => {
+  const before = snapshotDir(tmp.path);
+  const health = healthAll(tmp.path, { now: new Date("2025-06-01T10:00:05.000000Z") });
+  expect(snapshotDir(tmp.path)).toEqual(before);
+  expect(health.map((h) => [h.namespace, h.depth, h.headSeq, h.isStuck, h.deadLetterCount])).toEqual([
+    ["orders", 2, 4, false, 0],
+    ["payments", 2, 6, false, 0],
+  ]);
+  expect(health[0]!.lastDeliveredAt).toBe("2025-06-01T10:01:00.000000+00:00");
+  expect(health[0]!.oldestPendingAgeMs).toBe(1001); // 10:00:05.000 − 10:00:03.999(999)
+});
+
+test("a reference file opens for writing: leftovers are finished, rows fetch and decode, the chain continues", () => {
+  const orders = new Outbox(file, "orders");
+  const payments = new Outbox(file, "payments");
+  try {
+    const rows = orders.fetchUnsynced(10);
+    expect(rows.map((r) => [r.seq, r.prevSeq, r.createdAt])).toEqual([
+      [4, 3, "2025-06-01T10:00:03.999999+00:00"],
+      [5, 4, "2025-06-01T10:00:04.000000+00:00"],
+    ]);
+    expect(orders.verifyChain(rows)).toEqual({ ok: true, gaps: [] }); // row 3 bridged via the sync log now
+    expect(rows.map((r) => decodeArgs(r.payload))).toEqual([
+      [4, "d é", 1.5, true, null],
+      [12345678901234567890n, "big"],
+    ]);
+    expect(payments.fetchUnsynced(10).map((r) => decodeArgs(r.payload))).toEqual([[6], [9.99, 6]]);
+    expect([orders.pendingCount(), payments.pendingCount()]).toEqual([2, 2]);
+
+    const next = orders.enqueueBatch([{ tag: "X", payload: "[]" }, { tag: "Y", payload: "[]" }]);
+    expect(next).toEqual([8, 9]);
+    expect(orders.fetchUnsynced(10).map((r) => r.prevSeq)).toEqual([3, 4, 5, 8]);
+    const result = verifyFile(file);
+    expect(result.ok).toBe(true);
+
+    const db = new Database(file, { readonly: true });
+    // The reference's redundant indexes are tolerated, not removed.
+    expect(db.query("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('idx_outbox_prev', 'idx_outbox_prev_unique')").get()).toEqual({ n: 2 });
+    expect(db.query("SELECT seq FROM outbox_sync_log ORDER BY seq").all()).toEqual([{ seq: 1 }, { seq: 2 }, { seq: 3 }]);
+    db.close();
+  } finally {
+    orders.close();
+    payments.close();
+  }
+});
+
+test("the pending counter stays exact when the reference writes a migrated file", () => {
+  new Outbox(file, "orders").close(); // migrate
+  const db = new Database(file);
+  const a = referenceEnqueue(db, "orders", "INSERT A", "[1]");
+  referenceEnqueue(db, "refunds", "INSERT R", "[2]");
+  db.run("UPDATE outbox_queue SET synced = 1 WHERE seq IN (4, 5)"); // reference mark_synced
+  db.run("INSERT INTO outbox_sync_log SELECT seq, namespace, '2025-06-02T00:00:00.000000+00:00' FROM outbox_queue WHERE seq IN (4, 5)");
+  db.run("DELETE FROM outbox_queue WHERE seq IN (4, 5)"); // reference delete_synced
+  db.close();
+  const orders = new Outbox(file, "orders");
+  const refunds = new Outbox(file, "refunds");
+  try {
+    expect(orders.pendingCount()).toBe(1);
+    expect(refunds.pendingCount()).toBe(1);
+    expect(orders.head()!.seq).toBe(a);
+    expect(orders.verifyChain(orders.fetchUnsynced(10)).ok).toBe(true);
+    expect(verifyFile(file).ok).toBe(true);
+  } finally {
+    orders.close();
+    refunds.close();
+  }
+});
+
+test("files we write keep the reference's columns and indexes so it can read them", () => {
+  const ob = new Outbox(tmp.file("ours.db"), "t");
+  ob.enqueue("INSERT INTO t (a) VALUES (?)", "[1]");
+  ob.close();
+  const db = new Database(tmp.file("ours.db"), { readonly: true });
+  const cols = db.query<{ name: string }, []>("SELECT name FROM pragma_table_info('outbox_queue')").all().map((c) => c.name);
+  expect(cols.slice(0, 8)).toEqual(["seq", "created_at", "namespace", "source", "tag", "payload", "prev_seq", "synced"]);
+  expect(db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_worker', 'idx_sync_log') ORDER BY name").all()).toEqual([
+    { name: "idx_outbox_worker" },
+    { name: "idx_sync_log" },
+  ]);
+  // The reference reads pending rows with exactly this query.
+  expect(db.query("SELECT seq, tag, payload, prev_seq FROM outbox_queue WHERE namespace = 't' AND synced = 0 ORDER BY seq").all()).toEqual([
+    { seq: 1, tag: "INSERT INTO t (a) VALUES (?)", payload: "[1]", prev_seq: null },
+  ]);
+  db.close();
+});
