@@ -1,0 +1,150 @@
+import { Database } from "bun:sqlite";
+import { afterEach, describe, expect, test } from "bun:test";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import type { OutboxWriter } from "../src/writers/writer.ts";
+import { type Fault, FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { makeTempDir } from "./support/tmp.ts";
+
+let cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+/** A sqlite remote with table t, a producer, a queue handle and a drain whose writer injects faults. */
+function setup(tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter) {
+  const dir = makeTempDir();
+  cleanups.push(() => dir.cleanup());
+  const remote = new Database(dir.file("remote.db"), { create: true });
+  remote.run("PRAGMA journal_mode = WAL");
+  remote.run("CREATE TABLE t (id INTEGER NOT NULL CHECK (id >= 0))");
+  cleanups.push(() => remote.close());
+  const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
+  const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } }, tuning);
+  const log = memoryLogger();
+  const svc = new OutboxSyncService(config, { "app.r": wrap ? wrap(writer) : writer }, { logger: log });
+  cleanups.push(() => svc.stop(1000));
+  const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+  const push = (id: number) => producer.push("t", "INSERT INTO t (id) VALUES (?)", [id]);
+  const ids = () => remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY outbox_seq").all().map((r) => r.id);
+  return { dir, remote, writer, svc, log, push, ids, queue: () => {
+    const q = new Outbox(dir.file("outbox/t.db"), "t");
+    cleanups.push(() => q.close());
+    return q;
+  } };
+}
+
+describe("garbage from a writer", () => {
+  const faults: Array<[string, Fault]> = [
+    ["throws", "throw"],
+    ["returns too few results", "too-few"],
+    ["returns too many results", "too-many"],
+    ["returns results without ok", "missing-ok"],
+    ["returns something that is not an array", "not-array"],
+    ["hangs past write_timeout", "hang"],
+  ];
+  test.each(faults)("a writer that %s is an outage: nothing charged, nothing dead-lettered, delivery resumes", async (_name, fault) => {
+    const s = setup({ writeTimeout: 0.2 });
+    await s.svc.runOnce(); // startup
+    for (let i = 0; i < 10; i++) s.push(i);
+    s.writer.faults.push(fault);
+    const report = await s.svc.runOnce();
+    expect(report.outages).toEqual(["app.r"]);
+    expect(report.delivered).toBe(0);
+    const q = s.queue();
+    expect(q.pendingCount()).toBe(10);
+    expect(q.head()!.attempts).toBe(0);
+    expect(q.deadCount()).toBe(0);
+    expect(s.log.has(/target app\.r is unavailable .*nothing charged/)).toBe(true);
+    await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "delivery after the outage");
+    expect(s.ids()).toEqual([...Array(10).keys()]);
+    expect(q.deadCount()).toBe(0);
+  });
+
+  test("a writer whose writeBatch throws synchronously is an outage too", async () => {
+    let broken = true;
+    const s = setup({}, (inner) => ({
+      dialect: "sqlite",
+      writeBatch(stmts) {
+        if (broken && stmts.some((st) => st.seq > 0)) throw new TypeError("not even a promise");
+        return inner.writeBatch(stmts);
+      },
+    }));
+    s.push(1);
+    const report = await s.svc.runOnce();
+    expect(report.outages).toEqual(["app.r"]);
+    expect(s.queue().head()!.attempts).toBe(0);
+    broken = false;
+    await waitFor(async () => (await s.svc.runOnce(), s.ids().length === 1), "delivery");
+  });
+
+  test("the running loop survives a stream of garbage and keeps delivering afterwards", async () => {
+    const s = setup({ writeTimeout: 0.05, backoffCapMinutes: 0.0005 });
+    await s.svc.start();
+    const kinds: Fault[] = ["throw", "too-few", "too-many", "missing-ok", "not-array", "hang"];
+    let n = 0;
+    for (const kind of kinds) {
+      s.writer.always = kind;
+      for (let i = 0; i < 5; i++) s.push(n++);
+      await waitFor(() => s.writer.batches > 0 && s.log.lines.filter((l) => l.includes("unavailable")).length >= kinds.indexOf(kind) + 1, `an outage from ${kind}`);
+    }
+    s.writer.always = null;
+    await waitFor(() => s.ids().length === n, "everything to land after the garbage stops");
+    expect(s.ids()).toEqual([...Array(n).keys()]);
+    const q = s.queue();
+    expect(q.deadCount()).toBe(0);
+    s.push(n);
+    await waitFor(() => s.ids().length === n + 1, "the loop to still be alive");
+  });
+
+  test("a per-row failure charges only the failed row; the ok prefix is confirmed and skipped rows are not charged", async () => {
+    const s = setup();
+    await s.svc.runOnce();
+    for (const id of [1, 2, 3, 4]) s.push(id);
+    s.writer.faults.push(async (stmts, inner) => {
+      // Apply the first statement for real, fail the second, skip the rest: a well-behaved writer's answer.
+      const [first] = await inner.writeBatch(stmts.slice(0, 1));
+      return [first!, { ok: false, error: "boom", errorClass: "XX001" }, ...stmts.slice(2).map(() => ({ ok: false as const, error: "skipped", skipped: true }))];
+    });
+    const report = await s.svc.runOnce();
+    expect(report).toMatchObject({ delivered: 1, failed: 1, deadLettered: 0, outages: [] });
+    const q = s.queue();
+    const rows = q.fetchUnsynced(10);
+    expect(rows.map((r) => r.attempts)).toEqual([1, 0, 0]);
+    expect(rows[0]).toMatchObject({ lastError: "boom", lastErrorClass: "XX001" });
+    expect(rows[0]!.nextAttemptAt).not.toBeNull();
+    expect(s.ids()).toEqual([1]);
+    await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "the retry");
+    expect(s.ids()).toEqual([1, 2, 3, 4]);
+  });
+
+  test("a head that keeps killing the drain before it answers is dead-lettered after max_attempts", async () => {
+    const s = setup({ maxAttempts: 3 });
+    await s.svc.runOnce();
+    s.push(1);
+    s.push(2);
+    const q = s.queue();
+    const head = q.head()!.seq;
+    // What a drain killed mid-delivery leaves behind: the attempt recorded up front, no outcome.
+    for (let i = 0; i < 3; i++) q.recordAttempt(head);
+    const report = await s.svc.runOnce();
+    expect(report.deadLettered).toBe(1);
+    expect(q.getDead(head)).toMatchObject({ reason: "max_attempts", attempts: 3 });
+    expect(s.ids()).toEqual([2]);
+  });
+
+  test("a custom writer reporting ok after a failure in the same namespace does not get that row confirmed", async () => {
+    const s = setup();
+    await s.svc.runOnce();
+    for (const id of [1, 2, 3]) s.push(id);
+    s.writer.faults.push(async (stmts) => [{ ok: false, error: "nope" }, ...stmts.slice(1).map(() => ({ ok: true as const, rowsAffected: 1 }))]);
+    await s.svc.runOnce();
+    const q = s.queue();
+    expect(q.pendingCount()).toBe(3);
+    expect(q.head()!.attempts).toBe(1);
+    expect(s.log.has(/reported seq \d+ ok after a failure/)).toBe(true);
+  });
+});
