@@ -269,3 +269,43 @@ describe("several problems", () => {
     for (const issue of error.issues) expect(error.message).toContain(issue.message);
   });
 });
+
+describe("positions of validation errors", () => {
+  const text = [
+    "[app.myapp]", // 1
+    'db_dir = "data"', // 2
+    "  batch_size = 0", // 3
+    "", // 4
+    '[app.myapp.db."primary"]', // 5
+    'writer_class = "./w.ts:W"', // 6
+    'description = """', // 7
+    "not_a_key = 1", // 8
+    '"""', // 9
+    "tables = [", // 10
+    '  "events",', // 11
+    '  "events",', // 12
+    "]", // 13
+    "connection.host = 5", // 14
+    "", // 15
+    "[app.other]", // 16
+    'db_dir = "o"', // 17
+  ].join("\n");
+
+  test("each problem carries the line and column of its key, or of the nearest enclosing table", () => {
+    let error: unknown;
+    try {
+      parseConfigToml(text, FILE, {});
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigIssuesError);
+    const where = (error as ConfigIssuesError).issues.map((i) => [i.keyPath, i.line, i.column]);
+    expect(where).toEqual([
+      ["app.myapp.batch_size", 3, 3],
+      ["app.myapp.db.primary.description", 7, 1],
+      ["app.myapp.db.primary.tables[1]", 10, 1],
+      ["app.other.db", 16, 1],
+    ]);
+    expect((error as ConfigIssuesError).issues[0]!.message).toStartWith(`${FILE}:3:3 [app.myapp.batch_size]: `);
+  });
+});

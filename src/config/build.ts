@@ -1,6 +1,7 @@
 import { resolve } from "node:path";
 import { ConfigError, ConfigIssuesError } from "../errors.ts";
 import type { EnvMap } from "./interpolate.ts";
+import { keyLocator } from "./locate.ts";
 import { isTable, join, Reader, type KeyStyle, type Table } from "./reader.ts";
 import { buildTarget } from "./target.ts";
 import { DEFAULTS, type AppConfig, type OutboxConfig, type TargetConfig } from "./types.ts";
@@ -13,6 +14,8 @@ export interface BuildOptions {
   /** `${VAR}` lookups; null disables interpolation (programmatic input). */
   env: EnvMap | null;
   style: KeyStyle;
+  /** The source text, so problems carry the line/column of their key. */
+  text?: string;
 }
 
 const APP_KEYS = [
@@ -42,7 +45,7 @@ const NAME = /^[A-Za-z0-9_-]+$/;
  * Throws one `ConfigError`, or a `ConfigIssuesError` listing every problem.
  */
 export function buildConfig(doc: unknown, options: BuildOptions): { config: OutboxConfig; interpolatedSecrets: string[] } {
-  const r = new Reader(options.file, options.style, options.env);
+  const r = new Reader(options.file, options.style, options.env, options.text === undefined ? undefined : keyLocator(options.text));
   const apps: AppConfig[] = [];
   if (!isTable(doc)) {
     r.fail("", `expected a table at the top level, got ${Array.isArray(doc) ? "array" : typeof doc}`);

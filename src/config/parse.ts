@@ -27,6 +27,6 @@ export function parseConfigDocument(text: string, file: string, env: EnvMap): { 
     }
     throw error;
   }
-  const { config, interpolatedSecrets } = buildConfig(doc, { file, baseDir: dirname(resolve(file)), env, style: "toml" });
+  const { config, interpolatedSecrets } = buildConfig(doc, { file, baseDir: dirname(resolve(file)), env, style: "toml", text });
   return { config, secrets: filterSecrets([...interpolatedSecrets, ...configSecrets(config)]) };
 }

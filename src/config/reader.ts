@@ -41,6 +41,8 @@ export class Reader {
     readonly file: string | undefined,
     readonly style: KeyStyle,
     private readonly env: EnvMap | null,
+    /** Finds where a key path is written in the source text (TOML only), for line/column. */
+    private readonly locate?: (keyPath: string) => { line: number; column: number } | undefined,
   ) {}
 
   /** The key as spelled in this document style (schema keys are snake_case). */
@@ -50,7 +52,7 @@ export class Reader {
 
   /** Records one problem at `keyPath`. */
   fail(keyPath: string, message: string): undefined {
-    this.issues.push(new ConfigError(message, { file: this.file, keyPath }));
+    this.issues.push(new ConfigError(message, { file: this.file, keyPath, ...this.locate?.(keyPath) }));
     return undefined;
   }
 
