@@ -74,7 +74,7 @@ describe("enqueueBatch", () => {
     const first = ob.enqueue("A", "[]");
     const seqs = ob.enqueueBatch([{ tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }, { tag: "D", payload: "[]" }]);
     const rows = ob.fetchUnsynced(10);
-    expect(rows.map((r) => r.prevSeq)).toEqual([null, first, seqs[0], seqs[1]]);
+    expect(rows.map((r) => r.prevSeq)).toEqual([null, first, seqs[0]!, seqs[1]!]);
     expectIntactChain(ob);
   });
 
@@ -108,7 +108,7 @@ describe("enqueueBatch", () => {
     ob.confirm(seqs.slice(0, 2));
     ob.enqueueBatch([{ tag: "x", payload: "[]" }, { tag: "y", payload: "[]" }]);
     expectIntactChain(ob);
-    expect(ob.head()!.prevSeq).toBe(seqs[1]);
+    expect(ob.head()!.prevSeq).toBe(seqs[1]!);
   });
 
   test("writes nothing when any item is invalid", () => {

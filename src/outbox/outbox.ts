@@ -31,6 +31,29 @@ const TAIL_SQL = `SELECT coalesce(
     ifnull((SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1), -1)), -1)) AS tail`;
 
 /**
+ * Opens and migrates a file. Switching a fresh file to WAL and creating the schema can meet
+ * SQLITE_BUSY without SQLite's busy handler being consulted (lock upgrades that would deadlock
+ * fail at once), so when several processes open one new file together we retry, within the
+ * busy timeout, instead of surfacing the race to a producer.
+ */
+function openMigrated(path: string, namespace: string, durability: Durability, busyTimeoutMs: number): Database {
+  const deadline = Date.now() + busyTimeoutMs;
+  for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
+    let db: Database | undefined;
+    try {
+      db = openWritable(path, { durability, busyTimeoutMs, namespace });
+      migrate(db);
+      return db;
+    } catch (e) {
+      db?.close(false);
+      const code = ((e as { cause?: { code?: string } }).cause ?? (e as { code?: string }))?.code ?? "";
+      if (!/^SQLITE_(BUSY|LOCKED)/.test(code) || Date.now() >= deadline) throw storageError(e, "cannot open outbox", path, namespace);
+      Bun.sleepSync(delay);
+    }
+  }
+}
+
+/**
  * The local queue of one namespace in one SQLite file: an ordered, singly linked chain of events
  * (`prev_seq`) that producers append to and the drain delivers head first. Creates the file and
  * schema (idempotent migrations) but not the directory. Every failure throws a typed OutboxError.
@@ -67,9 +90,8 @@ export class Outbox {
     this.path = resolve(path);
     this.namespace = namespace;
     this.maxPending = maxPending;
-    this.#db = openWritable(this.path, { durability, busyTimeoutMs: options.busyTimeoutMs ?? 10_000, namespace });
+    this.#db = openMigrated(this.path, namespace, durability, options.busyTimeoutMs ?? 10_000);
     try {
-      migrate(this.#db);
       this.#finishReferenceConfirms();
       const db = this.#db;
       this.#begin = db.prepare("BEGIN IMMEDIATE");
