@@ -1,15 +1,16 @@
 // Reading outbox.toml for the read-only commands: the config is parsed and validated, but no
-// writer is constructed, nothing connects, and Doppler is not called. A `${VAR}` that is not
-// set in this shell (secrets usually live only in the service's environment) must not stop an
-// operator from running `status`, so unset variables read as a placeholder — except in db_dir.
+// writer is constructed, nothing connects, and Doppler is not called. Secrets usually live only
+// in the service's environment, so a `${VAR}` that is not set in the operator's shell must not
+// stop `status`: then only the layout (each app's db_dir and max_pending) is read.
 import fs from "node:fs";
 import path from "node:path";
+import { parse } from "smol-toml";
 import { parseDotenv } from "../config/dotenv.ts";
+import { interpolate } from "../config/interpolate.ts";
 import { parseConfigDocument } from "../config/parse.ts";
-import type { OutboxConfig } from "../config/types.ts";
+import { DEFAULTS, type AppConfig, type OutboxConfig } from "../config/types.ts";
 import { ConfigError, NotFoundError } from "../errors.ts";
-
-const UNSET = "__sqloutbox_unset__";
+import { log } from "./_context.ts";
 
 /** Parses `file` with process env and the `.env` beside it; returns the config and its secret values. */
 export function readConfigForInspection(file: string): { config: OutboxConfig; secrets: string[] } {
@@ -17,16 +18,50 @@ export function readConfigForInspection(file: string): { config: OutboxConfig; s
   const text = fs.readFileSync(file, "utf8");
   const dotenvFile = path.join(path.dirname(file), ".env");
   const dotenv = fs.existsSync(dotenvFile) ? parseDotenv(fs.readFileSync(dotenvFile, "utf8"), dotenvFile) : {};
-  const known: Record<string, string | undefined> = { ...dotenv, ...process.env };
-  const env = new Proxy(known, {
-    get: (target, key) => (typeof key === "string" ? (target[key] ?? `${UNSET}${key}`) : undefined),
+  const env: Record<string, string | undefined> = { ...dotenv, ...process.env };
+  const missing = new Set<string>();
+  const recording = new Proxy(env, {
+    get: (target, key) => {
+      if (typeof key !== "string") return undefined;
+      if (target[key] === undefined) missing.add(key);
+      return target[key];
+    },
   });
-  const { config, secrets } = parseConfigDocument(text, file, env);
-  for (const app of config.apps) {
-    if (app.dbDir.includes(UNSET)) {
-      const name = app.dbDir.slice(app.dbDir.indexOf(UNSET) + UNSET.length).split(/[^A-Za-z0-9_]/)[0];
-      throw new ConfigError(`environment variable "${name}" is not set (process env, .env)`, { file, keyPath: `app.${app.name}.db_dir` });
-    }
+  try {
+    return parseConfigDocument(text, file, recording);
+  } catch (err) {
+    if (missing.size === 0) throw err;
   }
-  return { config, secrets: secrets.filter((s) => !s.includes(UNSET)) };
+  log().warn(`${[...missing].map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs of ${file}`);
+  return readLayout(text, file, env);
+}
+
+/** Each app's db_dir and max_pending, without validating targets; every connection string counts as secret. */
+function readLayout(text: string, file: string, env: Record<string, string | undefined>): { config: OutboxConfig; secrets: string[] } {
+  const doc = parse(text) as { app?: Record<string, Record<string, unknown>> };
+  const apps: AppConfig[] = [];
+  const secrets = new Set<string>();
+  for (const [name, raw] of Object.entries(doc.app ?? {})) {
+    const keyPath = `app.${name}.db_dir`;
+    if (typeof raw.db_dir !== "string" || raw.db_dir === "") throw new ConfigError("required: a non-empty string", { file, keyPath });
+    let dbDir: string;
+    try {
+      dbDir = path.resolve(path.dirname(file), interpolate(raw.db_dir, env));
+    } catch (err) {
+      throw new ConfigError((err as Error).message, { file, keyPath });
+    }
+    const maxPending = typeof raw.max_pending === "number" && raw.max_pending > 0 ? raw.max_pending : null;
+    for (const db of Object.values((raw.db ?? {}) as Record<string, { connection?: Record<string, unknown> }>)) {
+      for (const value of Object.values(db.connection ?? {})) {
+        if (typeof value !== "string") continue;
+        try {
+          secrets.add(interpolate(value, env));
+        } catch {
+          // An unset variable: nothing to mask.
+        }
+      }
+    }
+    apps.push({ ...DEFAULTS, name, dbDir, maxPending, targets: [] } as AppConfig);
+  }
+  return { config: { file, apps }, secrets: [...secrets].filter((s) => s.length >= 4) };
 }

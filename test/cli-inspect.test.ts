@@ -1,0 +1,252 @@
+// status, verify and dead-letter list/show against real queue files in a temp db_dir: output,
+// exit codes, --json parsed back, and the read-only promise (every file byte-identical, none created).
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { breakChain, hashTree, normalize, openQueue, run, seed } from "./cli-support.ts";
+
+let tmp: string;
+let dbDir: string;
+
+beforeEach(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-"));
+  dbDir = path.join(tmp, "queue");
+  seed(dbDir, "orders", 5);
+  seed(dbDir, "payments", 3);
+  // A head that failed twice: stuck, with an error quoting a credential-bearing URL.
+  const orders = openQueue(dbDir, "orders");
+  const head = orders.head()!;
+  orders.recordAttempt(head.seq);
+  orders.recordFailure(head.seq, 'relation "orders" does not exist (postgres://app:hunter2@db.internal/prod)', "42P01", new Date(Date.now() + 60_000));
+  orders.recordAttempt(head.seq);
+  orders.close();
+  // One dead letter in payments.
+  const payments = openQueue(dbDir, "payments");
+  payments.skipHead(payments.head()!.seq);
+  payments.close();
+});
+afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+describe("status", () => {
+  test("prints an aligned row per namespace with depth, age, stuck head, masked error and dead letters", async () => {
+    const r = await run(["status", "--db-dir", dbDir]);
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
+      orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***…
+      payments       2  <age>     2         0  no        1  -
+
+      2 namespace(s), 7 pending, 1 stuck, 1 dead letter(s)
+      "
+    `);
+  });
+
+  test("--json is the documented shape, parsed back", async () => {
+    const r = await run(["status", "--db-dir", dbDir, "--json"]);
+    expect(r.code).toBe(0);
+    const report = JSON.parse(r.stdout);
+    expect(Object.keys(report)).toEqual(["generatedAt", "dbDirs", "namespaces", "unreadable", "totals"]);
+    expect(report.dbDirs).toEqual([{ app: null, dbDir, exists: true }]);
+    expect(report.totals).toEqual({ namespaces: 2, depth: 7, stuck: 1, deadLetters: 1 });
+    const [orders, payments] = report.namespaces;
+    expect(orders).toMatchObject({
+      app: null,
+      dbDir,
+      namespace: "orders",
+      file: path.join(dbDir, "orders.db"),
+      depth: 5,
+      headSeq: 1,
+      headAttempts: 2,
+      isStuck: true,
+      lastErrorClass: "42P01",
+      capacityPct: null,
+      deadLetterCount: 0,
+    });
+    expect(orders.lastError).toBe('relation "orders" does not exist (postgres://app:***@db.internal/prod)');
+    expect(orders.oldestPendingAgeMs).toBeGreaterThanOrEqual(0);
+    expect(payments).toMatchObject({ namespace: "payments", depth: 2, isStuck: false, deadLetterCount: 1, lastError: null });
+  });
+
+  test("with --config: every app's db_dir, capacity % from max_pending, secrets from the config masked", async () => {
+    const other = path.join(tmp, "other");
+    seed(other, "events", 4);
+    const config = path.join(tmp, "outbox.toml");
+    fs.writeFileSync(
+      config,
+      `[app.shop]
+db_dir = "queue"
+[app.shop.db.main]
+writer = "postgres"
+tables = ["orders", "payments"]
+[app.shop.db.main.connection]
+url = "postgres://app:hunter2@db.internal/prod"
+
+[app.metrics]
+db_dir = "other"
+max_pending = 8
+[app.metrics.db.main]
+writer = "mysql"
+tables = ["events"]
+[app.metrics.db.main.connection]
+url = "\${UNSET_IN_THIS_SHELL}"
+`,
+    );
+    const r = await run(["status", "--config", config]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).not.toContain("hunter2");
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "APP      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  CAPACITY  LAST ERROR
+      shop     orders         5  <age>     1         2  STUCK     0         -  42P01: relation "orders" does not exist (***)
+      shop     payments       2  <age>     2         0  no        1         -  -
+      metrics  events         4  <age>     1         0  no        0       50%  -
+
+      3 namespace(s), 11 pending, 1 stuck, 1 dead letter(s)
+      "
+    `);
+    const json = JSON.parse((await run(["status", "--config", config, "--json"])).stdout);
+    expect(json.namespaces.map((n: { app: string; namespace: string; capacityPct: number | null }) => [n.app, n.namespace, n.capacityPct])).toEqual([
+      ["shop", "orders", null],
+      ["shop", "payments", null],
+      ["metrics", "events", 50],
+    ]);
+  });
+
+  test("./outbox.toml in the working directory is the default config", async () => {
+    fs.writeFileSync(path.join(tmp, "outbox.toml"), `[app.a]\ndb_dir = "queue"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.x.connection]\npath = "r.db"\n`);
+    const r = await run(["status", "--json"], { cwd: tmp });
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).totals.namespaces).toBe(2);
+  });
+
+  test("a file that is not a database is reported and the exit code is 1", async () => {
+    fs.writeFileSync(path.join(dbDir, "garbage.db"), "this is not sqlite".repeat(100));
+    const r = await run(["status", "--db-dir", dbDir]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(`UNREADABLE ${path.join(dbDir, "garbage.db")}`);
+    expect(r.stdout).toContain("orders");
+    expect(r.stderr).toContain("status could not read 1 file(s)");
+  });
+
+  test("--watch --json prints one document per line until SIGTERM, then exits 0", async () => {
+    const proc = Bun.spawn(["bun", "src/cli/bin.ts", "status", "--db-dir", dbDir, "--watch", "--json", "--interval", "0.1"], {
+      cwd: path.resolve(import.meta.dir, ".."),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const reader = proc.stdout.getReader();
+    let text = "";
+    while (text.split("\n").length < 3) text += new TextDecoder().decode((await reader.read()).value);
+    proc.kill("SIGTERM");
+    expect(await proc.exited).toBe(0);
+    const docs = text.split("\n").filter(Boolean).slice(0, 2).map((l) => JSON.parse(l));
+    expect(docs.map((d) => d.totals.depth)).toEqual([7, 7]);
+  });
+});
+
+describe("verify", () => {
+  test("reports every namespace ok and exits 0 on a sound db_dir", async () => {
+    const r = await run(["verify", "--db-dir", dbDir]);
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "FILE         NAMESPACE  ROWS  GAPS  RESULT
+      orders.db    orders        5     0  ok
+      payments.db  payments      2     0  ok
+
+      ok: 2 file(s) verified, no problems
+      "
+    `);
+  });
+
+  test("a broken chain is a problem: named row and missing link, exit 1", async () => {
+    breakChain(dbDir, "orders", 3);
+    const r = await run(["verify", "--db-dir", dbDir]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain("row 4 links to prev_seq 3, which is in no table");
+    expect(r.stderr).toContain("verify found problems in 1 of 2 file(s)");
+    const json = JSON.parse((await run(["verify", "--db-dir", dbDir, "--json"])).stdout);
+    expect(json.ok).toBe(false);
+    const orders = json.files.find((f: { file: string }) => f.file.endsWith("orders.db"));
+    expect(orders.ok).toBe(false);
+    expect(orders.namespaces[0].gaps).toEqual([{ seq: 4, prevSeq: 3 }]);
+  });
+});
+
+describe("dead-letter list and show", () => {
+  test("list prints one row per dead letter", async () => {
+    const r = await run(["dead-letter", "list", "--db-dir", dbDir]);
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  SEQ  REASON   ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
+      payments     1  skipped         0  <TIME>            -  skipped by operator
+      "
+    `);
+  });
+
+  test("list --json and --namespace filter", async () => {
+    const all = JSON.parse((await run(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
+    expect(all.deadLetters).toHaveLength(1);
+    expect(all.deadLetters[0]).toMatchObject({ namespace: "payments", seq: 1, reason: "skipped", tag: "INSERT INTO payments (id) VALUES (?)", payload: "[1]" });
+    const none = JSON.parse((await run(["dead-letter", "list", "--db-dir", dbDir, "--json", "--namespace", "orders"])).stdout);
+    expect(none.deadLetters).toEqual([]);
+  });
+
+  test("show prints the whole record, SQL and arguments included", async () => {
+    const r = await run(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "payments", "--seq", "1"]);
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "namespace:   payments
+      seq:         1
+      file:        <DIR>/queue/payments.db
+      source:      test
+      created at:  <TIME>
+      dead at:     <TIME>
+      reason:      skipped
+      attempts:    0
+      error class: -
+      error:       skipped by operator
+      prev seq:    -
+      replayed at: -
+      replayed as: -
+      sql:         INSERT INTO payments (id) VALUES (?)
+      args:        [1]
+      "
+    `);
+  });
+
+  test("show of a seq that is not dead exits 1 saying so", async () => {
+    const r = await run(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "payments", "--seq", "2"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('no dead letter with seq 2 in namespace "payments"');
+  });
+
+  test("a namespace without a file exits 1 and creates none", async () => {
+    const r = await run(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "refunds", "--seq", "1"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('namespace "refunds": no refunds.db in');
+    expect(fs.existsSync(path.join(dbDir, "refunds.db"))).toBe(false);
+  });
+});
+
+describe("read-only commands change nothing", () => {
+  test.each([
+    [["status"]],
+    [["status", "--json"]],
+    [["verify"]],
+    [["verify", "--json"]],
+    [["dead-letter", "list"]],
+    [["dead-letter", "show", "--namespace", "payments", "--seq", "1"]],
+  ])("sqloutbox %p leaves every file byte-identical and creates none", async (args) => {
+    const before = hashTree(tmp);
+    const r = await run([...args, "--db-dir", dbDir]);
+    expect(r.code).toBe(0);
+    expect(hashTree(tmp)).toEqual(before);
+  });
+
+  test("a failing verify (broken chain) also changes nothing", async () => {
+    breakChain(dbDir, "orders", 2);
+    const before = hashTree(tmp);
+    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(1);
+    expect(hashTree(tmp)).toEqual(before);
+  });
+});
