@@ -7,8 +7,10 @@ import { OutboxSyncService, type SyncServiceOptions } from "./service.ts";
 export interface RunServiceOptions extends SyncServiceOptions {
   /** Upper bound (ms) for finishing the in-flight batch after SIGTERM/SIGINT. Default 10 000. */
   stopTimeoutMs?: number;
-  /** Resolves (or aborts) the service without a signal, e.g. from a test or an embedding app. */
+  /** Stops the service without a signal, e.g. from a test or an embedding app. */
   signal?: AbortSignal;
+  /** Called once the service is running (locks held, startup done or bounded, loops started). */
+  onStarted?: (service: OutboxSyncService) => void;
 }
 
 /**
@@ -21,6 +23,7 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
   const logger: Logger = options.logger ?? silentLogger;
   const service = new OutboxSyncService(config, writers, options);
   await service.start();
+  options.onStarted?.(service);
   let finish!: () => void;
   const done = new Promise<void>((resolve) => {
     finish = resolve;

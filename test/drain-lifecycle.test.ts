@@ -1,0 +1,81 @@
+import { Database } from "bun:sqlite";
+import { afterEach, expect, test } from "bun:test";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { waitFor } from "./fixtures/drain-harness.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+/** Spawns test/fixtures/drain-child.ts; collects stdout/stderr as text while it runs. */
+function spawnDrain(dir: TempDir, delayMs = 300) {
+  const spec = {
+    dbDir: dir.file("outbox"),
+    targets: { r: { writerClass: `${import.meta.dir}/fixtures/drain-slow-writer.ts:SlowWriter`, dialect: "sqlite", connection: { path: dir.file("remote.db"), delay_ms: delayMs }, tables: ["t"] } },
+    tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 },
+  };
+  const child = Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-child.ts`, JSON.stringify(spec)], { stdout: "pipe", stderr: "pipe" });
+  cleanups.push(() => child.kill("SIGKILL"));
+  const out = { stdout: "", stderr: "" };
+  const pump = async (stream: ReadableStream<Uint8Array>, key: "stdout" | "stderr") => {
+    const decoder = new TextDecoder();
+    for await (const chunk of stream) out[key] += decoder.decode(chunk);
+  };
+  void pump(child.stdout, "stdout");
+  void pump(child.stderr, "stderr");
+  return { child, out };
+}
+
+function setupRemote(dir: TempDir) {
+  const remote = new Database(dir.file("remote.db"), { create: true });
+  remote.run("PRAGMA journal_mode = WAL");
+  remote.run("CREATE TABLE t (id INTEGER NOT NULL)");
+  cleanups.push(() => remote.close());
+  return remote;
+}
+
+test("SIGTERM lets the in-flight batch land and be confirmed, closes the writer and exits 0", async () => {
+  const dir = makeTempDir();
+  cleanups.push(() => dir.cleanup());
+  const remote = setupRemote(dir);
+  const { child, out } = spawnDrain(dir, 400);
+  await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
+  const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+  for (let i = 0; i < 40; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+  await waitFor(() => out.stdout.includes("batch-start"), "a batch to be in flight");
+  child.kill("SIGTERM");
+  expect(await child.exited).toBe(0);
+  expect(out.stdout).toContain("batch-done");
+  expect(out.stdout).toContain("writer-closed");
+  expect(out.stdout).toContain("stopped");
+  expect(out.stderr).toContain("SIGTERM: finishing the in-flight batch");
+  // Whatever the in-flight batch carried is on the remote AND confirmed locally: nothing to redeliver.
+  const delivered = remote.query<{ n: number }, []>("SELECT count(*) AS n FROM t").get()!.n;
+  const q = new Outbox(dir.file("outbox/t.db"), "t");
+  cleanups.push(() => q.close());
+  expect(delivered).toBeGreaterThan(0);
+  expect(delivered + q.pendingCount()).toBe(40);
+});
+
+test("SIGUSR1 logs an integrity scan and the drain keeps running; a second drain on the db_dir exits non-zero naming the lock", async () => {
+  const dir = makeTempDir();
+  cleanups.push(() => dir.cleanup());
+  setupRemote(dir);
+  const { child, out } = spawnDrain(dir, 0);
+  await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
+  child.kill("SIGUSR1");
+  await waitFor(() => out.stderr.includes("integrity scan"), "the integrity scan");
+  expect(out.stderr).toMatch(/integrity scan of 1 file\(s\): clean/);
+
+  const second = spawnDrain(dir, 0);
+  expect(await second.child.exited).not.toBe(0);
+  expect(second.out.stderr).toContain(`${dir.file("outbox")}/.sqloutbox.lock`);
+
+  expect(child.exitCode).toBeNull(); // SIGUSR1 did not stop it
+  child.kill("SIGINT");
+  expect(await child.exited).toBe(0);
+});
