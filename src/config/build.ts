@@ -18,7 +18,8 @@ export interface BuildOptions {
   text?: string;
 }
 
-const APP_KEYS = [
+/** The keys of an `[app.NAME]` table (snake_case). */
+export const APP_KEYS = [
   "db_dir",
   "batch_size",
   "flush_interval",

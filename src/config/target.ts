@@ -9,8 +9,10 @@ import { DEFAULTS, type TableConfig, type TargetConfig } from "./types.ts";
 export const BUILTIN_WRITER_NAMES: readonly BuiltinWriterName[] = ["sqlite", "libsql", "postgres", "mysql"];
 const DIALECTS: readonly Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
 
-const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "connection"] as const;
-const TABLE_KEYS = ["name", "inject_outbox_seq", "retain_log_days"] as const;
+/** The keys of an `[app.NAME.db.DB]` table. */
+export const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "connection"] as const;
+/** The keys of an inline `tables` entry. */
+export const TABLE_KEYS = ["name", "inject_outbox_seq", "retain_log_days"] as const;
 const NAME = /^[A-Za-z0-9_-]+$/;
 
 /** What `buildTarget` needs from the enclosing app. */
