@@ -88,6 +88,11 @@ describe("wrong types and ranges", () => {
     ["write_timeout = 0", "app.myapp.write_timeout", "must be > 0, got 0"],
     ['durability = "fsync"', "app.myapp.durability", 'expected one of "normal", "full", got "fsync"'],
     ["db_dir = 3", "app.myapp.db_dir", "expected a string, got integer"],
+    ['db_dir = ""', "app.myapp.db_dir", "must not be empty"],
+    ["table_max_wait = nan", "app.myapp.table_max_wait", "expected a number, got nan"],
+    ["write_timeout = 1979-05-27", "app.myapp.write_timeout", "expected a number, got datetime"],
+    ["batch_size = [1]", "app.myapp.batch_size", "expected an integer, got array"],
+    ["auto_schema = { x = 1 }", "app.myapp.auto_schema", "expected a boolean (true or false), got table"],
     ["db = 3", "app.myapp.db", "expected a table of targets"],
   ])("%s is rejected", (line, keyPath, message) => {
     const key = line.split(" ")[0]!;

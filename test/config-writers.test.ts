@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { ConfigError, createWriters, defineConfig, loadConfigToml } from "../src/index.ts";
+import { parseConfigDocument } from "../src/config/parse.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let dir: TempDir;
@@ -185,4 +186,33 @@ console.log(JSON.stringify({ tag: w.tag(), results: await w.writeBatch([{}]) }))
     expect(run.stderr.toString()).toBe("");
     expect(JSON.parse(run.stdout.toString())).toEqual({ tag: "helped", results: [{ ok: true, rowsAffected: 1 }] });
   }, 60_000);
+});
+
+describe("loading", () => {
+  test("a config file that does not exist is a ConfigError naming it", async () => {
+    const missing = dir.file("nope.toml");
+    const error = await loadConfigToml(missing, { env: {} }).catch((e) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error.file).toBe(missing);
+    expect(error.message).toContain("cannot read config file");
+  });
+
+  test("writer_class itself may use ${VAR}", async () => {
+    fs.writeFileSync(dir.file("w.ts"), "export class W { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n");
+    const { config } = await loadConfigToml(writeConfig('writer_class = "${WRITERS}/w.ts:W"'), { env: { WRITERS: ".", TOKEN: "t" } });
+    expect(config.apps[0]!.targets[0]!.writerClass).toBe(`${dir.file("w.ts")}:W`);
+  });
+});
+
+describe("secrets a config contains", () => {
+  test("built-in writers' secret keys, URL passwords and secret query parameters are reported", () => {
+    const text = `[app.a]\ndb_dir = "q"
+[app.a.db.pg]\nwriter = "postgres"\ntables = ["t1"]\n[app.a.db.pg.connection]\nurl = "postgres://app:hunter2-pw@db.internal/prod"
+[app.a.db.my]\nwriter = "mysql"\ntables = ["t2"]\n[app.a.db.my.connection]\nhost = "h"\npassword = "literal-in-file"
+[app.a.db.turso]\nwriter = "libsql"\ntables = ["t3"]\n[app.a.db.turso.connection]\nurl = "libsql://x.turso.io?authToken=query-token-1"\nauth_token = "turso-token-2"
+`;
+    const { secrets } = parseConfigDocument(text, "/x/outbox.toml", {});
+    expect(secrets).toEqual(expect.arrayContaining(["postgres://app:hunter2-pw@db.internal/prod", "hunter2-pw", "literal-in-file", "query-token-1", "turso-token-2"]));
+    expect(secrets).not.toContain("h");
+  });
 });

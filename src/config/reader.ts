@@ -105,7 +105,7 @@ export class Reader {
     if (value === undefined) return undefined;
     const at = join(path, this.key(snake));
     const kind = rule.integer ? "an integer" : "a number";
-    if (typeof value !== "number" || Number.isNaN(value)) return this.fail(at, `expected ${kind}, got ${typeName(value)}`);
+    if (typeof value !== "number" || Number.isNaN(value)) return this.fail(at, `expected ${kind}, got ${Number.isNaN(value) ? "nan" : typeName(value)}`);
     if (rule.integer && !Number.isInteger(value)) return this.fail(at, `expected an integer, got ${value}`);
     if (!Number.isFinite(value)) return this.fail(at, `expected a finite number, got ${value}`);
     if (rule.min !== undefined && value < rule.min) return this.fail(at, `must be ≥ ${rule.min}, got ${value}`);
