@@ -2,7 +2,7 @@ import { resolve } from "node:path";
 import { ConfigError, ConfigIssuesError } from "../errors.ts";
 import type { EnvMap } from "./interpolate.ts";
 import { keyLocator } from "./locate.ts";
-import { isTable, join, Reader, type KeyStyle, type Table } from "./reader.ts";
+import { isTable, join, Reader, typeName, type KeyStyle, type Table } from "./reader.ts";
 import { buildTarget } from "./target.ts";
 import { DEFAULTS, type AppConfig, type OutboxConfig, type TargetConfig } from "./types.ts";
 
@@ -49,12 +49,12 @@ export function buildConfig(doc: unknown, options: BuildOptions): { config: Outb
   const r = new Reader(options.file, options.style, options.env, options.text === undefined ? undefined : keyLocator(options.text));
   const apps: AppConfig[] = [];
   if (!isTable(doc)) {
-    r.fail("", `expected a table at the top level, got ${Array.isArray(doc) ? "array" : typeof doc}`);
+    r.fail("", `expected a table at the top level, got ${typeName(doc)}`);
   } else {
     r.checkKeys(doc, ["app"], "");
     const appsRaw = r.raw(doc, "app");
     if (appsRaw !== undefined && !isTable(appsRaw)) {
-      r.fail("app", `expected a table of apps ([app.NAME]), got ${typeof appsRaw}`);
+      r.fail("app", `expected a table of apps ([app.NAME]), got ${typeName(appsRaw)}`);
     } else if (appsRaw === undefined || Object.keys(appsRaw).length === 0) {
       r.fail("app", "no apps configured: add an [app.NAME] table with db_dir and at least one [app.NAME.db.DB] target");
     } else {
@@ -78,7 +78,7 @@ export function throwIssues(issues: ConfigError[]): void {
 function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppConfig | undefined {
   const path = join("app", name);
   if (!NAME.test(name)) return r.fail(path, `app name "${name}" may only contain letters, digits, "_" and "-"`);
-  if (!isTable(raw)) return r.fail(path, `expected a table ([${path}]), got ${typeof raw}`);
+  if (!isTable(raw)) return r.fail(path, `expected a table ([${path}]), got ${typeName(raw)}`);
   r.checkKeys(raw, APP_KEYS, path);
 
   const dbDirRaw = r.string(raw, "db_dir", path);
@@ -108,7 +108,7 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
 
   const dbPath = join(path, "db");
   const dbs = r.raw(raw, "db");
-  if (dbs !== undefined && !isTable(dbs)) return r.fail(dbPath, `expected a table of targets ([${dbPath}.NAME]), got ${typeof dbs}`);
+  if (dbs !== undefined && !isTable(dbs)) return r.fail(dbPath, `expected a table of targets ([${dbPath}.NAME]), got ${typeName(dbs)}`);
   if (dbs === undefined || Object.keys(dbs).length === 0) {
     return r.fail(dbPath, `app "${name}" has no targets: add an [${dbPath}.NAME] table with writer and tables`);
   }
