@@ -98,6 +98,7 @@ export function breakChain(dbDir: string, table: string, seq: number): void {
 export function countRows(file: string, table: string): number {
   const db = new Database(file, { readonly: true });
   try {
+    db.run("PRAGMA busy_timeout = 5000"); // the drain may be committing right now
     return db.query<{ n: number }, []>(`SELECT count(*) AS n FROM "${table}"`).get()!.n;
   } finally {
     db.close();

@@ -1,0 +1,118 @@
+// skip and dead-letter replay: no prompts, they print what they did, and they are safe while a
+// drain runs on the same db_dir.
+import { Database } from "bun:sqlite";
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { countRows, openQueue, REPO, run, seed } from "./cli-support.ts";
+
+let tmp: string;
+let dbDir: string;
+
+beforeEach(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-repair-"));
+  dbDir = path.join(tmp, "queue");
+  seed(dbDir, "orders", 3);
+});
+afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+describe("skip", () => {
+  test("moves the head to the dead-letter log, prints it, and the namespace advances", async () => {
+    const r = await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout.replaceAll(tmp, "<DIR>")).toMatchInlineSnapshot(`
+      "skipped orders seq 1: moved to the dead-letter log (reason "skipped"), <DIR>/queue/orders.db
+      undo with: sqloutbox dead-letter replay --namespace orders --seq 1 …
+      "
+    `);
+    const orders = openQueue(dbDir, "orders");
+    try {
+      expect(orders.head()?.seq).toBe(2);
+      expect(orders.getDead(1)).toMatchObject({ seq: 1, reason: "skipped" });
+    } finally {
+      orders.close();
+    }
+  });
+
+  test("refuses a seq that is not the head, exit 1, nothing moved", async () => {
+    const r = await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "2"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr.length).toBeGreaterThan(0);
+    const orders = openQueue(dbDir, "orders");
+    try {
+      expect(orders.head()?.seq).toBe(1);
+      expect(orders.deadCount()).toBe(0);
+    } finally {
+      orders.close();
+    }
+  });
+
+  test("--json reports the action", async () => {
+    const r = await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
+    expect(JSON.parse(r.stdout)).toEqual({ action: "skip", namespace: "orders", seq: 1, file: path.join(dbDir, "orders.db") });
+  });
+});
+
+describe("dead-letter replay", () => {
+  test("re-enqueues a dead letter at the tail once, printing the new seq", async () => {
+    expect((await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"])).code).toBe(0);
+    const r = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual({ action: "replay", namespace: "orders", seq: 1, newSeq: 4, file: path.join(dbDir, "orders.db") });
+    const list = JSON.parse((await run(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
+    expect(list.deadLetters[0]).toMatchObject({ seq: 1, replayedAsSeq: 4 });
+    const again = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("already replayed as seq 4");
+  });
+
+  test("replaying a seq that is not dead exits 1", async () => {
+    const r = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "2"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('no dead letter with seq 2 in namespace "orders"');
+  });
+});
+
+describe("while the drain runs", () => {
+  test("skip unblocks a failing head and replay delivers it after the remote is fixed; the drain keeps going", async () => {
+    const remote = path.join(tmp, "remote.db");
+    const db = new Database(remote);
+    db.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+    db.close();
+    // Row 4 needs a column the remote lacks, so it fails and holds the head.
+    const orders = openQueue(dbDir, "orders");
+    orders.enqueue("INSERT INTO orders (id, note) VALUES (?, ?)", '[4, "gift"]');
+    orders.enqueue("INSERT INTO orders (id) VALUES (?)", "[5]");
+    orders.close();
+    const config = path.join(tmp, "outbox.toml");
+    fs.writeFileSync(
+      config,
+      `[app.a]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n[app.a.db.r]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.r.connection]\npath = "remote.db"\n`,
+    );
+    const drain = Bun.spawn(["bun", "src/cli/bin.ts", "runservice", "--config", config], { cwd: REPO, stdout: "pipe", stderr: "pipe" });
+    try {
+      await waitFor(async () => JSON.parse((await run(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces[0].isStuck);
+      expect(countRows(remote, "orders")).toBe(3);
+      expect((await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"])).code).toBe(0);
+      await waitFor(() => countRows(remote, "orders") === 4); // row 5 passes the skipped head
+      const fix = new Database(remote);
+      fix.run("ALTER TABLE orders ADD COLUMN note TEXT");
+      fix.close();
+      const replay = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"]);
+      expect(replay.code).toBe(0);
+      await waitFor(() => countRows(remote, "orders") === 5);
+    } finally {
+      drain.kill("SIGTERM");
+    }
+    expect(await drain.exited).toBe(0);
+  });
+});
+
+async function waitFor(check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await Bun.sleep(50);
+  }
+}

@@ -1,0 +1,117 @@
+// runservice end to end: drains into a sqlite target, SIGTERM exits 0, JSON logs for journald,
+// one drain per db_dir, config errors exit 1 naming the place.
+import { Database } from "bun:sqlite";
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { cleanEnv, countRows, REPO, run, seed } from "./cli-support.ts";
+
+let tmp: string;
+let config: string;
+
+beforeEach(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-run-"));
+  config = path.join(tmp, "outbox.toml");
+  fs.writeFileSync(
+    config,
+    `[app.shop]
+db_dir = "queue"
+flush_interval = 0.05
+table_flush_threshold = 1
+
+[app.shop.db.local]
+writer = "sqlite"
+tables = ["orders", "payments"]
+
+[app.shop.db.local.connection]
+path = "remote.db"
+`,
+  );
+  const remote = new Database(path.join(tmp, "remote.db"));
+  remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+  remote.run("CREATE TABLE payments (id INTEGER PRIMARY KEY)");
+  remote.close();
+  seed(path.join(tmp, "queue"), "orders", 40);
+  seed(path.join(tmp, "queue"), "payments", 25);
+});
+afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+function start(args: string[], env: Record<string, string | undefined> = {}) {
+  return Bun.spawn(["bun", "src/cli/bin.ts", "runservice", ...args], { cwd: REPO, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
+}
+
+async function waitFor(check: () => boolean, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await Bun.sleep(50);
+  }
+}
+
+describe("runservice", () => {
+  test("drains every table into the sqlite target and exits 0 on SIGTERM, logging JSON lines", async () => {
+    const proc = start(["--config", config], { LOG_FORMAT: "json" });
+    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40 && countRows(path.join(tmp, "remote.db"), "payments") === 25);
+    proc.kill("SIGTERM");
+    expect(await proc.exited).toBe(0);
+    const lines = (await new Response(proc.stderr).text()).trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.every((l) => typeof l.time === "string" && ["debug", "info", "warn", "error"].includes(l.level))).toBe(true);
+    expect(lines.some((l) => l.msg.includes("SIGTERM"))).toBe(true);
+    expect(lines.filter((l) => l.level === "error")).toEqual([]);
+    const status = JSON.parse((await run(["status", "--config", config, "--json"])).stdout);
+    expect(status.totals.depth).toBe(0);
+  });
+
+  test("reads ./outbox.toml by default and stops on SIGINT with exit 0", async () => {
+    const proc = Bun.spawn(["bun", path.join(REPO, "src/cli/bin.ts"), "runservice"], { cwd: tmp, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
+    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40);
+    proc.kill("SIGINT");
+    expect(await proc.exited).toBe(0);
+  });
+
+  test("a second drain on the same db_dir exits 1 naming the lock file; the first keeps running", async () => {
+    const first = start(["--config", config]);
+    try {
+      await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40);
+      const second = await run(["runservice", "--config", config]);
+      expect(second.code).toBe(1);
+      expect(second.stderr).toContain(path.join(tmp, "queue", ".sqloutbox.lock"));
+      expect(first.exitCode).toBeNull();
+    } finally {
+      first.kill("SIGTERM");
+    }
+    expect(await first.exited).toBe(0);
+  });
+
+  test("a missing config file exits 1 and points at init", async () => {
+    const r = await run(["runservice", "--config", path.join(tmp, "nope.toml")]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`config file ${path.join(tmp, "nope.toml")} does not exist`);
+    expect(r.stderr).toContain("sqloutbox init");
+  });
+
+  test("an invalid config exits 1 naming the file and key", async () => {
+    fs.writeFileSync(config, `[app.shop]\ndb_dir = "queue"\nbatch_sise = 5\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.local.connection]\npath = "remote.db"\n`);
+    const r = await run(["runservice", "--config", config]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(config);
+    expect(r.stderr).toContain("batch_sise");
+    expect(r.stderr).toContain("batch_size");
+  });
+
+  test("credentials never reach the log", async () => {
+    fs.writeFileSync(
+      config,
+      `[app.shop]\ndb_dir = "queue"\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders"]\nwrite_timeout = 2\n[app.shop.db.pg.connection]\nurl = "postgres://postgres:\${PG_SECRET}@127.0.0.1:1/nowhere"\n`,
+    );
+    fs.writeFileSync(path.join(tmp, ".env"), "PG_SECRET=s3cr3t-value\n");
+    const proc = start(["--config", config, "--log-level", "debug"]);
+    await Bun.sleep(1500);
+    proc.kill("SIGTERM");
+    await proc.exited;
+    const stderr = await new Response(proc.stderr).text();
+    expect(stderr.length).toBeGreaterThan(0);
+    expect(stderr).not.toContain("s3cr3t-value");
+  });
+});
