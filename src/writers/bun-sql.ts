@@ -83,7 +83,8 @@ export class BunSqlWriter implements OutboxWriter {
   }
 
   /**
-   * One optimistic pass on one reserved connection: BEGIN and every statement pipelined. PostgreSQL
+   * One optimistic pass on one reserved connection: BEGIN (MySQL: autocommit off) and every
+   * statement pipelined. PostgreSQL
    * pipelines COMMIT too (a failed statement aborts the transaction, so the server turns that COMMIT
    * into a ROLLBACK by itself): one round trip. MySQL rolls back only the failed statement and keeps
    * the transaction, so it looks first: COMMIT when no later statement of a failed namespace was
@@ -98,7 +99,9 @@ export class BunSqlWriter implements OutboxWriter {
     }
     this.#reserved = reserved;
     try {
-      const begin = settle(reserved.unsafe("BEGIN"));
+      // MySQL: autocommit off instead of BEGIN, so statements that run after a server-side
+      // rollback (deadlock) or an implicit commit (DDL) are still undone by our ROLLBACK.
+      const begin = settle(reserved.unsafe(this.dialect === "postgres" ? "BEGIN" : "SET autocommit = 0"));
       const running = stmts.map((s) => settle(this.#run(reserved, s)));
       const pipelinedCommit = this.dialect === "postgres" ? settle(reserved.unsafe("COMMIT")) : undefined;
       const began = await begin;
@@ -107,6 +110,9 @@ export class BunSqlWriter implements OutboxWriter {
       const committed = pipelinedCommit ? outcomes.every((o) => "result" in o) : this.#isolatedByServer(stmts, outcomes);
       const ended = await (pipelinedCommit ?? settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK")));
       if ("error" in ended) throw this.#fail(`${committed ? "COMMIT" : "ROLLBACK"} failed: ${errorText(ended.error)}`, ended.error);
+      // PostgreSQL answers COMMIT with the tag ROLLBACK when the transaction had failed.
+      const tag = (ended.result as { command?: unknown }).command;
+      if (committed && pipelinedCommit && tag !== "COMMIT") throw this.#fail(`COMMIT was answered with ${String(tag)}`, undefined);
       return { outcomes, committed };
     } finally {
       this.#reserved = null;
