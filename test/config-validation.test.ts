@@ -314,3 +314,16 @@ describe("positions of validation errors", () => {
     expect((error as ConfigIssuesError).issues[0]!.message).toStartWith(`${FILE}:3:3 [app.myapp.batch_size]: `);
   });
 });
+
+describe("routing key paths", () => {
+  test("point at the original tables entry even after an earlier duplicate", () => {
+    let error: unknown;
+    try {
+      parseConfigToml(`${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["x", "x", "events"]\n`, FILE, {});
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigIssuesError);
+    expect((error as ConfigIssuesError).issues.map((i) => i.keyPath)).toEqual(["app.myapp.db.backup.tables[1]", "app.myapp.db.backup.tables[2]"]);
+  });
+});

@@ -4,7 +4,7 @@ import type { EnvMap } from "./interpolate.ts";
 import { keyLocator } from "./locate.ts";
 import { isTable, join, Reader, typeName, type KeyStyle, type Table } from "./reader.ts";
 import { buildTarget } from "./target.ts";
-import { DEFAULTS, type AppConfig, type OutboxConfig, type TargetConfig } from "./types.ts";
+import { DEFAULTS, type AppConfig, type OutboxConfig } from "./types.ts";
 
 /** Where a config document came from and how to read it. */
 export interface BuildOptions {
@@ -112,12 +112,18 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
   if (dbs === undefined || Object.keys(dbs).length === 0) {
     return r.fail(dbPath, `app "${name}" has no targets: add an [${dbPath}.NAME] table with writer and tables`);
   }
+  // One outbox file can be drained to one place only: a table routed to two targets is an error.
   const routedTo = new Map<string, string>();
   for (const [dbName, targetRaw] of Object.entries(dbs)) {
-    const target = buildTarget(r, { app: name, db: dbName, raw: targetRaw, path: join(dbPath, dbName), baseDir, retainLogDays });
-    if (!target) continue;
-    checkRouting(r, target, routedTo, join(dbPath, dbName));
-    app.targets.push(target);
+    const targetName = `${name}.${dbName}`;
+    const claim = (table: string, keyPath: string): boolean => {
+      const other = routedTo.get(table);
+      if (other === undefined) routedTo.set(table, targetName);
+      else r.fail(keyPath, `table "${table}" is already routed to target "${other}"; each table of an app drains to exactly one target`);
+      return other === undefined;
+    };
+    const target = buildTarget(r, { app: name, db: dbName, raw: targetRaw, path: join(dbPath, dbName), baseDir, retainLogDays, claim });
+    if (target) app.targets.push(target);
   }
   return app;
 }
@@ -130,21 +136,6 @@ function optionalLimit(r: Reader, raw: Table, snake: string, path: string, fallb
   const n = r.number(raw, snake, path, { integer: true, min: 0 });
   if (n === undefined) return fallback;
   return n === 0 ? null : n;
-}
-
-/** One outbox file can be drained to one place only: a table routed to two targets is an error. */
-function checkRouting(r: Reader, target: TargetConfig, routedTo: Map<string, string>, targetPath: string): void {
-  target.tables.forEach((table, i) => {
-    const other = routedTo.get(table.name);
-    if (other !== undefined) {
-      r.fail(
-        `${join(targetPath, r.key("tables"))}[${i}]`,
-        `table "${table.name}" is already routed to target "${other}"; each table of an app drains to exactly one target`,
-      );
-    } else {
-      routedTo.set(table.name, target.name);
-    }
-  });
 }
 
 /** Two apps on one db_dir would fight over its drain lock and its files. */

@@ -24,6 +24,8 @@ export interface TargetSource {
   baseDir: string;
   /** The app's retain_log_days: the default for this target's tables. */
   retainLogDays: number;
+  /** Registers a table for this target; false (after reporting) when another target has it. */
+  claim(table: string, keyPath: string): boolean;
 }
 
 /** Validates one `[app.NAME.db.DB]` table; problems go to the reader, undefined when unusable. */
@@ -35,7 +37,7 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
 
   const { writer, writerClass } = readWriter(r, raw, path, input.baseDir);
   const retainLogDays = r.number(raw, "retain_log_days", path, { min: 0 }) ?? input.retainLogDays;
-  const tables = readTables(r, raw, path, retainLogDays);
+  const tables = readTables(r, raw, path, retainLogDays, input.claim);
   const connection = readConnection(r, raw, path, writer, input.baseDir);
   return {
     name: `${input.app}.${input.db}`,
@@ -88,7 +90,7 @@ export function isRelativePath(spec: string): boolean {
   return spec.startsWith("./") || spec.startsWith("../") || spec === "." || spec === "..";
 }
 
-function readTables(r: Reader, raw: Table, path: string, retainLogDays: number): TableConfig[] {
+function readTables(r: Reader, raw: Table, path: string, retainLogDays: number, claim: TargetSource["claim"]): TableConfig[] {
   const at = join(path, r.key("tables"));
   const list = r.raw(raw, "tables");
   if (list === undefined) return r.fail(at, "required: the tables (outbox namespaces) this target receives") ?? [];
@@ -108,6 +110,7 @@ function readTables(r: Reader, raw: Table, path: string, retainLogDays: number):
       return;
     }
     firstIndex.set(table.name, i);
+    if (!claim(table.name, itemPath)) return;
     const inject = table.inject ?? (typeof injectDefault === "boolean" ? injectDefault : injectDefault.has(table.name));
     tables.push({ name: table.name, injectOutboxSeq: inject, retainLogDays: table.retainLogDays });
   });
