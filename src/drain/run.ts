@@ -21,29 +21,36 @@ export interface RunServiceOptions extends SyncServiceOptions {
  */
 export async function runService(config: OutboxConfig, writers: Record<string, OutboxWriter>, options: RunServiceOptions = {}): Promise<void> {
   const logger: Logger = options.logger ?? silentLogger;
+  const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
   const service = new OutboxSyncService(config, writers, options);
-  await service.start();
-  options.onStarted?.(service);
   let finish!: () => void;
   const done = new Promise<void>((resolve) => {
     finish = resolve;
   });
+  let started = false;
+  let stopRequested: string | null = null;
   let stopping = false;
   const stop = (why: string) => {
+    if (!started) {
+      // A signal during startup: honour it as soon as start() returns (nothing is in flight yet).
+      stopRequested ??= why;
+      return;
+    }
     if (stopping) {
-      logger.warn(`drain: ${why} again while stopping; still waiting for the in-flight batch (at most ${options.stopTimeoutMs ?? 10_000} ms)`);
+      logger.warn(`drain: ${why} again while stopping; still waiting for the in-flight batch (at most ${stopTimeoutMs} ms)`);
       return;
     }
     stopping = true;
     logger.info(`drain: ${why}: finishing the in-flight batch and stopping`);
     service
-      .stop(options.stopTimeoutMs ?? 10_000)
+      .stop(stopTimeoutMs)
       .catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`))
       .finally(finish);
   };
   const onTerm = () => stop("SIGTERM");
   const onInt = () => stop("SIGINT");
   const onUsr1 = () => {
+    if (!started) return;
     try {
       service.integrityScan();
     } catch (error) {
@@ -57,6 +64,15 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
   if (options.signal?.aborted) onAbort();
   options.signal?.addEventListener("abort", onAbort, { once: true });
   try {
+    try {
+      await service.start();
+    } catch (error) {
+      await service.stop(0).catch(() => {});
+      throw error;
+    }
+    started = true;
+    options.onStarted?.(service);
+    if (stopRequested) stop(stopRequested);
     await done;
   } finally {
     process.off("SIGTERM", onTerm);
