@@ -3,7 +3,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { loadConfigToml } from "../config/load.ts";
 import { maskSecrets } from "../config/mask.ts";
-import { OutboxSyncService } from "../drain/service.ts";
+import { runService } from "../drain/run.ts";
 import { NotFoundError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { VERSION } from "../version.ts";
@@ -29,50 +29,15 @@ export const runservice = defineCommand({
     const base = log();
     const { config, writers, secrets } = await loadConfigToml(file, { logger: base });
     const logger = maskingLogger(base, secrets);
-    const service = new OutboxSyncService(config, writers, { logger });
-    try {
-      await service.start();
-    } catch (err) {
-      // start() failed before the loops ran (lock held, remote schema): close writers, release locks.
-      await service.stop(1000).catch(() => {});
-      throw err;
-    }
     const targets = config.apps.flatMap((a) => a.targets.map((t) => t.name));
-    logger.info(`sqloutbox ${VERSION} draining ${config.apps.map((a) => a.dbDir).join(", ")} to ${targets.join(", ")}`);
-    await untilStopSignal(service, logger);
+    // runService owns the signals: SIGTERM/SIGINT (also during startup) stop cleanly, SIGUSR1 scans.
+    await runService(config, writers, {
+      logger,
+      stopTimeoutMs: STOP_TIMEOUT_MS,
+      onStarted: () => logger.info(`sqloutbox ${VERSION} draining ${config.apps.map((a) => a.dbDir).join(", ")} to ${targets.join(", ")}`),
+    });
   },
 });
-
-/** Waits for SIGTERM/SIGINT, then stops the service; a second signal forces an immediate exit. */
-async function untilStopSignal(service: OutboxSyncService, logger: Logger): Promise<void> {
-  const onUsr1 = () => {
-    logger.info("SIGUSR1: running an integrity scan");
-    try {
-      service.integrityScan();
-    } catch (err) {
-      logger.error(`integrity scan failed: ${err instanceof Error ? err.message : String(err)}`);
-    }
-  };
-  process.on("SIGUSR1", onUsr1);
-  try {
-    const signal = await new Promise<NodeJS.Signals>((resolve) => {
-      process.once("SIGTERM", () => resolve("SIGTERM"));
-      process.once("SIGINT", () => resolve("SIGINT"));
-    });
-    logger.info(`${signal}: finishing the in-flight batch (at most ${STOP_TIMEOUT_MS / 1000} s)`);
-    const force = () => {
-      logger.warn("second signal: exiting without waiting for the in-flight batch (it will be redelivered)");
-      process.exit(1);
-    };
-    process.once("SIGTERM", force);
-    process.once("SIGINT", force);
-    await service.stop(STOP_TIMEOUT_MS);
-    process.off("SIGTERM", force);
-    process.off("SIGINT", force);
-  } finally {
-    process.off("SIGUSR1", onUsr1);
-  }
-}
 
 /** A logger that masks every credential in what it prints (driver errors may quote a URL or DSN). */
 function maskingLogger(logger: Logger, secrets: readonly string[]): Logger {
