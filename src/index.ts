@@ -1,5 +1,6 @@
 export * from "./errors.ts";
 export type { Dialect, BindValue, Statement, WriteResult, OutboxWriter } from "./writers/writer.ts";
+export { createWriter, builtinWriters, type BuiltinWriterName, type WriterSpec, type ConnectionKey } from "./writers/registry.ts";
 export { VERSION } from "./version.ts";
 export * from "./config/index.ts";
 export { Outbox, type OutboxOptions, type OutboxRow, type ChainGap, type DeadLetter, type DeadReason } from "./outbox/outbox.ts";
