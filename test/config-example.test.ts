@@ -2,7 +2,8 @@ import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { APP_KEYS } from "../src/config/build.ts";
-import { TABLE_KEYS, TARGET_KEYS } from "../src/config/target.ts";
+import { TABLE_KEYS } from "../src/config/tables.ts";
+import { TARGET_KEYS } from "../src/config/target.ts";
 import { parseConfigToml } from "../src/index.ts";
 
 const root = path.resolve(import.meta.dir, "..");

@@ -209,3 +209,16 @@ db_token = "\${TURSO_AUTH_TOKEN}"
     expect(target.connection.path).toBe("/etc/sqloutbox/remote/target.db");
   });
 });
+
+describe("writer_class spelling", () => {
+  test.each([
+    ["./w.ts:MyWriter", "/etc/sqloutbox/w.ts:MyWriter"],
+    ["./w.ts", "/etc/sqloutbox/w.ts:default"],
+    ["/opt/w.ts:W", "/opt/w.ts:W"],
+    ["pkg:W", "pkg:W"],
+    ["@scope/pkg/sub:W", "@scope/pkg/sub:W"],
+    ["a:B", "a:B"],
+  ])("%s is stored as %s", (spec, stored) => {
+    expect(targetOf(minimal().replace("./writers.ts:MyWriter", spec)).writerClass).toBe(stored);
+  });
+});

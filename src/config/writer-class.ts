@@ -3,7 +3,7 @@ import { isAbsolute, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { maskSecrets } from "./mask.ts";
-import { isRelativePath, splitWriterClass } from "./target.ts";
+import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 
 /** Where a `writer_class` is configured, for error messages. */
 export interface WriterClassSite {

@@ -1,0 +1,60 @@
+import { isAbsolute, resolve } from "node:path";
+import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
+import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
+import { didYouMean } from "./suggest.ts";
+
+/**
+ * Reads a target's `[connection]` table: `${VAR}` interpolated at any depth (the values used are
+ * secrets), local paths made absolute, and checked against a built-in writer's declared keys.
+ */
+export function readConnection(r: Reader, raw: Table, path: string, writer: string | null, baseDir: string): Record<string, unknown> {
+  const at = join(path, "connection");
+  const value = r.raw(raw, "connection");
+  if (value === undefined) {
+    checkBuiltinConnection(r, writer, {}, at);
+    return {};
+  }
+  if (!isTable(value)) return r.fail(at, `expected a table ([${at}]), got ${typeName(value)}`) ?? {};
+  const connection = interpolateDeep(r, value, at) as Record<string, unknown>;
+  resolveLocalPaths(writer, connection, baseDir);
+  checkBuiltinConnection(r, writer, connection, at);
+  return connection;
+}
+
+/** Interpolates `${VAR}` in every string inside the connection table, at any depth. */
+function interpolateDeep(r: Reader, value: unknown, path: string): unknown {
+  if (typeof value === "string") return r.text(value, path, true) ?? value;
+  if (Array.isArray(value)) return value.map((v, i) => interpolateDeep(r, v, `${path}[${i}]`));
+  if (isTable(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolateDeep(r, v, join(path, k))]));
+  return value;
+}
+
+/** A relative sqlite `path` (or libsql `file:` URL) means relative to the config file, not the cwd. */
+function resolveLocalPaths(writer: string | null, connection: Record<string, unknown>, baseDir: string): void {
+  const path = connection.path;
+  if (writer === "sqlite" && typeof path === "string" && path !== "" && path !== ":memory:" && !path.startsWith("file:") && !isAbsolute(path)) {
+    connection.path = resolve(baseDir, path);
+  }
+  for (const key of ["url", "db_url"]) {
+    const url = connection[key];
+    if (writer === "libsql" && typeof url === "string" && url.startsWith("file:") && !url.startsWith("file:/")) {
+      connection[key] = `file:${resolve(baseDir, url.slice("file:".length))}`;
+    }
+  }
+}
+
+/** Checks a built-in writer's `[connection]` against its declared keys (unknown, missing, invalid). */
+function checkBuiltinConnection(r: Reader, writer: string | null, connection: Record<string, unknown>, path: string): void {
+  const spec = writer === null ? undefined : builtinWriters[writer as BuiltinWriterName];
+  if (!spec) return; // unknown writer already reported; an unregistered one is checked when created
+  const known = spec.keys.map((k) => k.name);
+  for (const key of Object.keys(connection)) {
+    if (!known.includes(key)) r.fail(join(path, key), `unknown connection key "${key}" for writer "${writer}"${didYouMean(key, known)}; known keys: ${known.join(", ")}`);
+  }
+  for (const key of spec.keys) {
+    if (key.required && (connection[key.name] === undefined || connection[key.name] === "")) {
+      r.fail(join(path, key.name), `required by writer "${writer}": ${key.description}`);
+    }
+  }
+  for (const problem of spec.validate?.(connection) ?? []) r.fail(join(path, problem.key), problem.message);
+}
