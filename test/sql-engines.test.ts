@@ -1,0 +1,196 @@
+import { Database } from "bun:sqlite";
+import { describe, expect, test } from "bun:test";
+import { dropSchemaSql, injectOutboxSeq, maxSeqSql, quoteIdent, schemaSql, toDialect } from "../src/sql/index.ts";
+import type { BindValue, Dialect } from "../src/writers/writer.ts";
+import { createMysqlDb } from "./support/mysql.ts";
+import { createPgDb } from "./support/pg.ts";
+import { makeTempDir } from "./support/tmp.ts";
+
+/** A fresh database on one real engine, with just what these tests need. */
+interface Engine {
+  dialect: Dialect;
+  /** Runs one statement; resolves to the affected row count. */
+  run(sql: string, args?: readonly BindValue[]): Promise<number>;
+  rows(sql: string): Promise<unknown[][]>;
+  /** The engine's own error code: SQLite's `SQLITE_CONSTRAINT_*`, PostgreSQL's SQLSTATE, MySQL's errno. */
+  codeOf(error: unknown): string;
+  drop(): Promise<void>;
+}
+
+type EngineName = "sqlite" | "postgres" | "mysql";
+
+async function openEngine(name: EngineName): Promise<Engine> {
+  if (name === "sqlite") {
+    const tmp = makeTempDir();
+    const db = new Database(tmp.file("remote.db"));
+    db.run("PRAGMA journal_mode = WAL");
+    return {
+      dialect: "sqlite",
+      async run(sql, args = []) {
+        const stmt = db.prepare(sql);
+        try {
+          return stmt.run(...(args as BindValue[])).changes;
+        } finally {
+          stmt.finalize();
+        }
+      },
+      async rows(sql) {
+        return db.prepare(sql).values() as unknown[][];
+      },
+      codeOf: (e) => String((e as { code?: unknown }).code),
+      async drop() {
+        db.close();
+        tmp.cleanup();
+      },
+    };
+  }
+  const t = name === "postgres" ? await createPgDb() : await createMysqlDb();
+  return {
+    dialect: name,
+    async run(sql, args = []) {
+      const result = await t.sql.unsafe(sql, args as BindValue[]);
+      return result.count;
+    },
+    async rows(sql) {
+      const rows = (await t.sql.unsafe(sql).values()) as unknown[][];
+      // PostgreSQL's BIGINT arrives as a string; compare outbox_seq as the number it is.
+      return rows.map((r) => r.map((v) => (typeof v === "string" && /^-?\d+$/.test(v) ? Number(v) : v)));
+    },
+    codeOf: (e) => String((e as { errno?: unknown }).errno),
+    drop: () => t.drop(),
+  };
+}
+
+const ENGINES: EngineName[] = ["sqlite", "postgres", "mysql"];
+
+// Per engine: the codes a NOT NULL, CHECK and primary-key violation must still raise.
+const CODES: Record<EngineName, { notNull: string; check: string; pk: string }> = {
+  sqlite: { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONSTRAINT_CHECK", pk: "SQLITE_CONSTRAINT_PRIMARYKEY" },
+  postgres: { notNull: "23502", check: "23514", pk: "23505" },
+  mysql: { notNull: "1048", check: "4025", pk: "1062" },
+};
+
+async function withEngine(name: EngineName, fn: (e: Engine) => Promise<void>): Promise<void> {
+  const engine = await openEngine(name);
+  try {
+    await fn(engine);
+  } finally {
+    await engine.drop();
+  }
+}
+
+async function createOrders(e: Engine, table = "orders"): Promise<string> {
+  const t = quoteIdent(table, e.dialect);
+  const note = e.dialect === "mysql" ? "VARCHAR(50)" : "TEXT";
+  await e.run(`CREATE TABLE ${t} (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL CHECK (amount >= 0), note ${note})`);
+  for (const ddl of schemaSql([table], e.dialect)) await e.run(ddl);
+  return t;
+}
+
+async function codeOfFailure(e: Engine, sql: string, args: BindValue[]): Promise<string> {
+  try {
+    await e.run(sql, args);
+  } catch (error) {
+    return e.codeOf(error);
+  }
+  return "no error";
+}
+
+const INSERT = "INSERT INTO orders (id, amount, note) VALUES (?, ?, ?)";
+const UPDATE = "UPDATE orders SET amount = ?, note = ? WHERE id = ?";
+
+describe.each(ENGINES)("%s", (name) => {
+  test("the generated DDL applies cleanly, and a second time without error where the dialect allows", async () => {
+    await withEngine(name, async (e) => {
+      const table = 'odd "name`s" t';
+      const t = await createOrders(e, table);
+      const again: string[] = [];
+      for (const ddl of schemaSql([table], e.dialect)) again.push(await e.run(ddl).then(() => "ok", (err) => e.codeOf(err)));
+      // SQLite has no ADD COLUMN IF NOT EXISTS; MySQL neither (nor CREATE INDEX IF NOT EXISTS):
+      // the drain tolerates exactly these "already exists" codes.
+      const expected = { sqlite: ["SQLITE_ERROR", "ok"], postgres: ["ok", "ok"], mysql: ["1060", "1061"] }[name];
+      expect(again).toEqual(expected);
+      // Rows written around the outbox (default outbox_seq 0 / NULL) never collide with each other.
+      await e.run(`INSERT INTO ${t} (id, amount) VALUES (1, 1)`);
+      await e.run(`INSERT INTO ${t} (id, amount) VALUES (2, 2)`);
+      expect(await e.rows(maxSeqSql(table, e.dialect))).toEqual([[name === "mysql" ? null : 0]]);
+      for (const ddl of dropSchemaSql([table], e.dialect)) await e.run(ddl);
+      expect(await codeOfFailure(e, `SELECT outbox_seq FROM ${t}`, [])).not.toBe("no error");
+    });
+  });
+
+  test("a rewritten INSERT executed twice lands one row", async () => {
+    await withEngine(name, async (e) => {
+      await createOrders(e);
+      const { sql, args } = injectOutboxSeq(INSERT, [1, 10, "it's ?"], 7, e.dialect);
+      expect(await e.run(sql, args)).toBe(1);
+      expect(await e.run(sql, args)).toBe(0);
+      expect(await e.rows("SELECT id, amount, note, outbox_seq FROM orders")).toEqual([[1, 10, "it's ?", 7]]);
+      expect((await e.rows(maxSeqSql("orders", e.dialect)))[0]!.map(Number)).toEqual([7]);
+    });
+  });
+
+  test("NOT NULL, CHECK and primary-key violations still fail after the rewrite", async () => {
+    await withEngine(name, async (e) => {
+      await createOrders(e);
+      const ok = injectOutboxSeq(INSERT, [1, 10, null], 1, e.dialect);
+      await e.run(ok.sql, ok.args);
+      const attempt = (args: BindValue[], seq: number) => {
+        const r = injectOutboxSeq(INSERT, args, seq, e.dialect);
+        return codeOfFailure(e, r.sql, r.args);
+      };
+      expect(await attempt([2, null, "x"], 2)).toBe(CODES[name].notNull);
+      expect(await attempt([2, -1, "x"], 3)).toBe(CODES[name].check);
+      expect(await attempt([1, 5, "dup id"], 4)).toBe(CODES[name].pk);
+      expect(await e.rows("SELECT id, amount, outbox_seq FROM orders")).toEqual([[1, 10, 1]]);
+    });
+  });
+
+  test("a guarded UPDATE executed twice or out of order changes the row once, to the newest value", async () => {
+    await withEngine(name, async (e) => {
+      await createOrders(e);
+      const ins = injectOutboxSeq(INSERT, [1, 10, "new"], 5, e.dialect);
+      await e.run(ins.sql, ins.args);
+      const newer = injectOutboxSeq(UPDATE, [30, "newest", 1], 9, e.dialect);
+      const older = injectOutboxSeq(UPDATE, [20, "older", 1], 8, e.dialect);
+      expect(await e.run(newer.sql, newer.args)).toBe(1);
+      expect(await e.run(newer.sql, newer.args)).toBe(0);
+      expect(await e.run(older.sql, older.args)).toBe(0);
+      expect(await e.rows("SELECT id, amount, note, outbox_seq FROM orders")).toEqual([[1, 30, "newest", 9]]);
+      // The INSERT's redelivery finds no row with its seq any more and hits the primary key: loud, not lost.
+      expect(await codeOfFailure(e, ins.sql, ins.args)).toBe(CODES[name].pk);
+    });
+  });
+
+  test("an injected UPDATE applies to a row written around the outbox", async () => {
+    await withEngine(name, async (e) => {
+      await createOrders(e);
+      await e.run("INSERT INTO orders (id, amount) VALUES (1, 1)");
+      const up = injectOutboxSeq(UPDATE, [2, "via outbox", 1], 3, e.dialect);
+      expect(await e.run(up.sql, up.args)).toBe(1);
+      expect(await e.rows("SELECT amount, note, outbox_seq FROM orders")).toEqual([[2, "via outbox", 3]]);
+    });
+  });
+
+  test("toDialect's placeholders are accepted by the engine, ?NNN included", async () => {
+    await withEngine(name, async (e) => {
+      await createOrders(e);
+      const { sql, args } = toDialect("INSERT INTO orders (note, id, amount) VALUES ('?2', ?2, ?1)", [5, 1], e.dialect);
+      expect(await e.run(sql, args)).toBe(1);
+      expect(await e.rows("SELECT id, amount, note FROM orders")).toEqual([[1, 5, "?2"]]);
+    });
+  });
+});
+
+describe("compat mode on SQLite (the reference's forms)", () => {
+  test("INSERT OR IGNORE hides a NOT NULL violation: the row silently vanishes", async () => {
+    await withEngine("sqlite", async (e) => {
+      await createOrders(e);
+      const compat = injectOutboxSeq(INSERT, [1, null, "lost"], 1, "sqlite", { compat: true });
+      expect(await e.run(compat.sql, compat.args)).toBe(0);
+      const strict = injectOutboxSeq(INSERT, [1, null, "lost"], 1, "sqlite");
+      expect(await codeOfFailure(e, strict.sql, strict.args)).toBe("SQLITE_CONSTRAINT_NOTNULL");
+      expect(await e.rows("SELECT count(*) FROM orders")).toEqual([[0]]);
+    });
+  });
+});
