@@ -69,12 +69,16 @@ export async function runIsolated(
   return results as WriteResult[];
 }
 
-/** The driver's message, prefixed with its code when it has one. */
+/** The driver's message, prefixed with its most specific code: SQLSTATE, SQLite result code name, or MySQL errno. */
 export function errorText(error: unknown): string {
-  if (error instanceof Error) {
-    const e = error as Error & { code?: unknown; errno?: unknown };
-    const code = typeof e.errno === "string" || typeof e.errno === "number" ? e.errno : e.code;
-    return code !== undefined && code !== "" && !e.message.startsWith(String(code)) ? `${code}: ${e.message}` : e.message;
-  }
-  return String(error);
+  if (!(error instanceof Error)) return String(error);
+  const e = error as Error & { code?: unknown; errno?: unknown; extendedCode?: unknown };
+  const code =
+    typeof e.errno === "string" ? e.errno
+    : typeof e.extendedCode === "string" ? e.extendedCode
+    : typeof e.code === "string" && !e.code.startsWith("ERR_") ? e.code
+    : typeof e.errno === "number" && e.errno > 0 ? String(e.errno)
+    : typeof e.code === "string" ? e.code
+    : undefined;
+  return code && !e.message.startsWith(code) ? `${code}: ${e.message}` : e.message;
 }
