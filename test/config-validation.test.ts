@@ -173,6 +173,19 @@ describe("writers", () => {
     expect(error.message).toContain('unknown built-in writer "postgresql" (did you mean "postgres"?)');
   });
 
+  test("a writer named like an Object.prototype member is just an unknown writer", () => {
+    const error = errorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "toString"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer");
+    expect(error.message).toContain('unknown built-in writer "toString"');
+  });
+
+  test("a writer's validation message never carries a credential", () => {
+    const text = BASE.replace('writer_class = "./w.ts:W"', 'writer = "postgres"') + '[app.myapp.db.primary.connection]\nurl = "${DB_URL}"\n';
+    const error = errorOf(text, { DB_URL: "mysql://app:hunter2-secret@db/x" });
+    expect(error.keyPath).toBe("app.myapp.db.primary.connection.url");
+    expect(error.message).not.toContain("hunter2-secret");
+  });
+
   test("an empty writer_class is rejected", () => {
     const error = errorOf(BASE.replace('"./w.ts:W"', '""'));
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");

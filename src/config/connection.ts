@@ -1,6 +1,8 @@
 import { isAbsolute, resolve } from "node:path";
 import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
+import { maskSecrets } from "./mask.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
+import { connectionSecrets } from "./secret-values.ts";
 import { didYouMean } from "./suggest.ts";
 
 /**
@@ -45,7 +47,7 @@ function resolveLocalPaths(writer: string | null, connection: Record<string, unk
 
 /** Checks a built-in writer's `[connection]` against its declared keys (unknown, missing, invalid). */
 function checkBuiltinConnection(r: Reader, writer: string | null, connection: Record<string, unknown>, path: string): void {
-  const spec = writer === null ? undefined : builtinWriters[writer as BuiltinWriterName];
+  const spec = writer !== null && Object.hasOwn(builtinWriters, writer) ? builtinWriters[writer as BuiltinWriterName] : undefined;
   if (!spec) return; // unknown writer already reported; an unregistered one is checked when created
   const known = spec.keys.map((k) => k.name);
   for (const key of Object.keys(connection)) {
@@ -56,5 +58,7 @@ function checkBuiltinConnection(r: Reader, writer: string | null, connection: Re
       r.fail(join(path, key.name), `required by writer "${writer}": ${key.description}`);
     }
   }
-  for (const problem of spec.validate?.(connection) ?? []) r.fail(join(path, problem.key), problem.message);
+  // A writer's message may quote a value: never let a credential into a config error.
+  const secrets = [...connectionSecrets(writer, connection), ...r.secretValues];
+  for (const problem of spec.validate?.(connection) ?? []) r.fail(join(path, problem.key), maskSecrets(problem.message, secrets));
 }

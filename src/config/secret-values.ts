@@ -12,17 +12,18 @@ export const MIN_SECRET_LENGTH = 4;
  * marks secret or whose name looks secret, URL passwords, and secret-looking URL query parameters.
  */
 export function configSecrets(config: OutboxConfig): string[] {
-  const out = new Set<string>();
-  for (const app of config.apps) {
-    for (const target of app.targets) {
-      const spec = target.writer ? builtinWriters[target.writer as BuiltinWriterName] : undefined;
-      const marked = new Set(spec?.keys.filter((k) => k.secret).map((k) => k.name) ?? []);
-      collect(target.connection, (key, value) => {
-        if (marked.has(key) || SECRET_KEY_NAME.test(key)) out.add(value);
-        for (const s of urlSecrets(value)) out.add(s);
-      });
-    }
-  }
+  return filterSecrets(config.apps.flatMap((app) => app.targets.flatMap((t) => connectionSecrets(t.writer, t.connection))));
+}
+
+/** The credential strings of one `[connection]` table (see `configSecrets`). */
+export function connectionSecrets(writer: string | null, connection: Record<string, unknown>): string[] {
+  const spec = writer && Object.hasOwn(builtinWriters, writer) ? builtinWriters[writer as BuiltinWriterName] : undefined;
+  const marked = new Set(spec?.keys.filter((k) => k.secret).map((k) => k.name) ?? []);
+  const out: string[] = [];
+  collect(connection, (key, value) => {
+    if (marked.has(key) || SECRET_KEY_NAME.test(key)) out.push(value);
+    out.push(...urlSecrets(value));
+  });
   return filterSecrets(out);
 }
 
