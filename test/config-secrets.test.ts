@@ -87,6 +87,9 @@ describe(".env parsing", () => {
       "QUOTED_COMMENT='x' # after quote",
       "  INDENTED=1",
       "DOTTED.KEY=ok",
+      "URL=postgres://u:p@h/db?sslmode=require",
+      'HASH_IN_QUOTES="a # b"',
+      "export=plain-key-named-export",
     ].join("\n");
     expect(parseDotenv(text, "/x/.env")).toEqual({
       PLAIN: "value",
@@ -100,6 +103,9 @@ describe(".env parsing", () => {
       QUOTED_COMMENT: "x",
       INDENTED: "1",
       "DOTTED.KEY": "ok",
+      URL: "postgres://u:p@h/db?sslmode=require",
+      HASH_IN_QUOTES: "a # b",
+      export: "plain-key-named-export",
     });
   });
 
