@@ -1,0 +1,38 @@
+// Rewrite cost per statement (10 columns), per dialect and shape. Prints one JSON line each:
+// {"bench":"rewrite","dialect":…,"shape":…,"ns_per_stmt":…}. Target: ≤ 5 µs per statement.
+import { injectOutboxSeq, toDialect } from "../src/sql/index.ts";
+import type { BindValue, Dialect } from "../src/writers/writer.ts";
+
+const COLS = Array.from({ length: 10 }, (_, i) => `col_${i}`);
+const ARGS: BindValue[] = COLS.map((_, i) => (i % 2 ? `value ${i}` : i));
+const SHAPES: Record<string, { sql: string; args: BindValue[] }> = {
+  insert: { sql: `INSERT INTO orders (${COLS.join(", ")}) VALUES (${COLS.map(() => "?").join(", ")})`, args: ARGS },
+  update: {
+    sql: `UPDATE orders SET ${COLS.slice(1).map((c) => `${c} = ?`).join(", ")}, note = 'it''s ?' WHERE ${COLS[0]} = ?`,
+    args: [...ARGS.slice(1), ARGS[0]!],
+  },
+};
+const DIALECTS: Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
+const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 200_000);
+
+function measure(fn: () => unknown): number {
+  for (let i = 0; i < 20_000; i++) fn(); // warm up the JIT
+  let best = Infinity;
+  for (let round = 0; round < 3; round++) {
+    const start = Bun.nanoseconds();
+    for (let i = 0; i < ITERATIONS; i++) fn();
+    best = Math.min(best, (Bun.nanoseconds() - start) / ITERATIONS);
+  }
+  return best;
+}
+
+let seq = 1;
+for (const dialect of DIALECTS) {
+  for (const [shape, { sql, args }] of Object.entries(SHAPES)) {
+    const ns = measure(() => injectOutboxSeq(sql, args, seq++, dialect));
+    console.log(JSON.stringify({ bench: "rewrite", dialect, shape, ns_per_stmt: Math.round(ns) }));
+  }
+}
+const pg = SHAPES.update!;
+const ns = measure(() => toDialect(pg.sql, pg.args, "postgres"));
+console.log(JSON.stringify({ bench: "rewrite", dialect: "postgres", shape: "toDialect", ns_per_stmt: Math.round(ns) }));
