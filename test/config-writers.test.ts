@@ -109,6 +109,24 @@ describe("writer_class", () => {
     expect(error.message).not.toContain("tok-abcdef-123");
   });
 
+  test("a dialect property the drain does not know is rejected", async () => {
+    fs.writeFileSync(dir.file("writers/odd.ts"), 'export class W { dialect = "oracle"; async writeBatch() { return []; } }\n');
+    const error = await loadError(writeConfig('writer_class = "./writers/odd.ts:W"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+    expect(error.message).toContain('has dialect "oracle"');
+  });
+
+  test("a writer without a dialect and no dialect key loads with a warning naming the target", async () => {
+    fs.writeFileSync(dir.file("writers/plain.ts"), "export class W { async writeBatch() { return []; } }\n");
+    const warnings: string[] = [];
+    const logger = { debug() {}, info() {}, error() {}, warn: (m: string) => warnings.push(m) };
+    await loadConfigToml(writeConfig('writer_class = "./writers/plain.ts:W"'), { env: { TOKEN: "t" }, logger });
+    expect(warnings).toEqual([expect.stringContaining("target myapp.primary: the writer has no dialect")]);
+    warnings.length = 0;
+    await loadConfigToml(writeConfig('writer_class = "./writers/plain.ts:W"\ndialect = "postgres"'), { env: { TOKEN: "t" }, logger });
+    expect(warnings).toEqual([]);
+  });
+
   test("a module that fails to load is an error naming writer_class", async () => {
     fs.writeFileSync(dir.file("writers/broken.ts"), "export class W { constructor( }\n");
     const error = await loadError(writeConfig('writer_class = "./writers/broken.ts:W"'));

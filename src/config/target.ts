@@ -10,7 +10,8 @@ import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 
 /** The names `writer = "…"` accepts. */
 export const BUILTIN_WRITER_NAMES: readonly BuiltinWriterName[] = ["sqlite", "libsql", "postgres", "mysql"];
-const DIALECTS: readonly Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
+/** The values `dialect = "…"` accepts. */
+export const DIALECTS: readonly Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
 
 /** The keys of an `[app.NAME.db.DB]` table. */
 export const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "connection"] as const;

@@ -3,6 +3,7 @@ import type { Logger } from "../logger.ts";
 import { createWriter as createBuiltinWriter } from "../writers/registry.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { maskSecrets } from "./mask.ts";
+import { DIALECTS } from "./target.ts";
 import type { OutboxConfig, TargetConfig } from "./types.ts";
 import { loadWriterClass } from "./writer-class.ts";
 
@@ -39,7 +40,17 @@ async function createWriter(config: OutboxConfig, target: TargetConfig, options:
   const secrets = options.secrets ?? [];
   if (target.writerClass) {
     const baseDir = config.baseDir ?? process.cwd();
-    return loadWriterClass(target.writerClass, target.connection, { file: config.file, keyPath: `${keyPath}.writer_class`, baseDir, secrets });
+    const site = { file: config.file, keyPath: `${keyPath}.writer_class`, baseDir, secrets };
+    const writer = await loadWriterClass(target.writerClass, target.connection, site);
+    if (writer.dialect !== undefined && !DIALECTS.includes(writer.dialect)) {
+      await writer.close?.();
+      throw new ConfigError(`writer_class ${target.writerClass} has dialect "${String(writer.dialect)}"; expected one of ${DIALECTS.join(", ")}`, site);
+    }
+    if (writer.dialect === undefined && target.dialect === null) {
+      // The drain must rewrite for some dialect; say which one it picked rather than guess silently.
+      options.logger?.warn(`target ${target.name}: the writer has no dialect and the config sets none; statements are rewritten for sqlite (set dialect = "…" in [${keyPath}])`);
+    }
+    return writer;
   }
   try {
     return createBuiltinWriter(target.writer ?? "", target.connection);
