@@ -207,6 +207,38 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect(norm(await remote.read("SELECT k, s FROM kinds ORDER BY k"))).toEqual([["k1", null]]);
   });
 
+  test("isolates failures in several namespaces of one batch, each at its own position", async () => {
+    // Five namespaces interleaved; namespace k fails at its (k+1)-th statement (a duplicate id).
+    const stmts: Statement[] = [];
+    const expected: string[] = [];
+    const kept: number[] = [];
+    for (let round = 0; round < 6; round++) {
+      for (let k = 0; k < 5; k++) {
+        const fails = round === k + 1;
+        const id = fails ? k * 100 : k * 100 + round;
+        stmts.push({ ...note(round, id, `n${k}`), namespace: `ns${k}` });
+        expected.push(round <= k ? "ok" : fails ? "failed" : "skipped");
+        if (round <= k) kept.push(id);
+      }
+    }
+    const results = await writer.writeBatch(stmts);
+    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual(expected);
+    const ids = (await remote.read("SELECT id FROM other ORDER BY id")).map((r) => Number(r[0]));
+    expect(ids).toEqual(kept.sort((a, b) => a - b));
+  });
+
+  test("reports a statement whose argument is not a bind value as the row's fault and skips the rest of its namespace", async () => {
+    const results = await writer.writeBatch([
+      { ...note(1, 1, "x"), args: [1, { not: "bindable" } as unknown as BindValue] },
+      note(2, 2, "behind it"),
+      ins("events", 1, 1, "other namespace"),
+    ]);
+    expect(results[0]).toMatchObject({ ok: false, errorClass: "E_INVALID_ARG" });
+    expect(results[1]).toMatchObject({ ok: false, skipped: true });
+    expect(results[2]).toEqual({ ok: true, rowsAffected: 1 });
+    expect(norm(await remote.read("SELECT id FROM other"))).toEqual([]);
+  });
+
   test("commits every statement of a successful batch together, visible to another connection", async () => {
     const stmts = Array.from({ length: 300 }, (_, i) => (i % 3 === 0 ? note(i, i, `n${i}`) : ins("events", i, i, `e${i}`, i)));
     const results = await writer.writeBatch(stmts);

@@ -16,10 +16,23 @@ const PG_OUTAGE_CLASSES = new Set(["08", "53", "57", "58", "XX", "40", "25", "F0
  *  shutdowns are already class 57; 55006 object_in_use. */
 const PG_OUTAGE_CODES = new Set(["55P03", "55006"]);
 
+/** Errors Bun raises before sending a statement, because of the statement itself (bind values,
+ *  parameter count): the statement's fault, not the server's. */
+const BUN_STATEMENT_CODES = new Set([
+  "ERR_OUT_OF_RANGE", "ERR_INVALID_ARG_TYPE", "ERR_INVALID_ARG_VALUE",
+  "ERR_POSTGRES_TOO_MANY_PARAMETERS", "ERR_POSTGRES_SYNTAX_ERROR", "ERR_POSTGRES_COPY_NOT_SUPPORTED",
+  "ERR_MYSQL_WRONG_NUMBER_OF_PARAMETERS_PROVIDED", "ERR_MYSQL_SYNTAX_ERROR", "ERR_MYSQL_OVERFLOW",
+]);
+
+function bunStatementError(error: unknown): ErrorKind | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === "string" && BUN_STATEMENT_CODES.has(code) ? { kind: "row", errorClass: code } : undefined;
+}
+
 /** PostgreSQL (Bun.SQL `PostgresError`): the server's SQLSTATE is in `errno`; Bun's own errors have none. */
 export function classifyPostgres(error: unknown): ErrorKind {
   const state = (error as { errno?: unknown } | null)?.errno;
-  if (typeof state !== "string" || !/^[0-9A-Z]{5}$/.test(state)) return OUTAGE;
+  if (typeof state !== "string" || !/^[0-9A-Z]{5}$/.test(state)) return bunStatementError(error) ?? OUTAGE;
   if (PG_OUTAGE_CLASSES.has(state.slice(0, 2)) || PG_OUTAGE_CODES.has(state)) return { kind: "outage", errorClass: state };
   // 22 data, 23 integrity, 42 syntax/undefined object, 2B/2F/0A/21/27/44/P0/… : the statement's fault.
   return { kind: "row", errorClass: state };
@@ -37,7 +50,7 @@ const MYSQL_OUTAGE_ERRNOS = new Set([
  *  2000+ are client/connection errors (2002/2003/2006/2013 …) and Bun's own errors carry no errno. */
 export function classifyMysql(error: unknown): ErrorKind {
   const errno = (error as { errno?: unknown } | null)?.errno;
-  if (typeof errno !== "number" || !Number.isInteger(errno) || errno <= 0) return OUTAGE;
+  if (typeof errno !== "number" || !Number.isInteger(errno) || errno <= 0) return bunStatementError(error) ?? OUTAGE;
   if (errno >= 2000 && errno < 3000) return { kind: "outage", errorClass: String(errno) };
   if (MYSQL_OUTAGE_ERRNOS.has(errno)) return { kind: "outage", errorClass: String(errno) };
   // 1062 duplicate, 1048 NOT NULL, 3819/4025 CHECK, 1146 no table, 1054 bad column, 1064 syntax,

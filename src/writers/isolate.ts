@@ -42,7 +42,17 @@ export async function runIsolated(
     return { ok: false, skipped: true, error: `skipped: seq ${seq} of namespace "${namespace}" failed earlier in this batch` };
   };
 
-  let active = stmts.map((_, i) => i);
+  // A value that is not a BindValue is this statement's fault; no driver gets to guess at it.
+  stmts.forEach((stmt, i) => {
+    if (results[i] !== undefined) return;
+    const bad = invalidArg(stmt.args);
+    if (bad === undefined) return;
+    failedAt.set(stmt.namespace, i);
+    results[i] = { ok: false, error: bad, errorClass: "E_INVALID_ARG" };
+    for (let j = i + 1; j < stmts.length; j++) if (stmts[j]!.namespace === stmt.namespace && results[j] === undefined) results[j] = skipped(j);
+  });
+
+  let active = stmts.map((_, i) => i).filter((i) => results[i] === undefined);
   while (active.length > 0) {
     const { outcomes, committed } = await pass(active.map((i) => stmts[i]!));
     if (outcomes.length !== active.length) throw fail("internal error: a pass returned the wrong number of outcomes", undefined);
@@ -67,6 +77,18 @@ export async function runIsolated(
     active = active.filter((j) => results[j] === undefined);
   }
   return results as WriteResult[];
+}
+
+/** Why `args` is not a list of BindValues (string, number, bigint, boolean, null, Uint8Array), or undefined when it is. */
+function invalidArg(args: unknown): string | undefined {
+  if (!Array.isArray(args)) return `args must be an array, got ${typeof args}`;
+  for (let i = 0; i < args.length; i++) {
+    const v: unknown = args[i];
+    const t = typeof v;
+    if (v === null || t === "string" || t === "number" || t === "bigint" || t === "boolean" || v instanceof Uint8Array) continue;
+    return `argument ${i + 1} is not a bind value (string, number, bigint, boolean, null or Uint8Array): got ${v === undefined ? "undefined" : Array.isArray(v) ? "an array" : t}`;
+  }
+  return undefined;
 }
 
 /** The driver's message, prefixed with its most specific code: SQLSTATE, SQLite result code name, or MySQL errno. */

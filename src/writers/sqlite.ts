@@ -1,6 +1,6 @@
 import { Database, type SQLQueryBindings } from "bun:sqlite";
 import { WriteError } from "../errors.ts";
-import { classifySqlite } from "./classify.ts";
+import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { checkNumbers, type Connection, numberKey, stringKey } from "./connection.ts";
 import { errorText, type Outcome, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
@@ -33,7 +33,7 @@ export class SqliteWriter implements OutboxWriter {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     const db = this.#open();
-    return runIsolated(stmts, (s) => this.#pass(db, s), classifySqlite, (m, e) => this.#fail(m, e));
+    return runIsolated(stmts, (s) => this.#pass(db, s), classifyLocal, (m, e) => this.#fail(m, e));
   }
 
   close(): void {
@@ -88,6 +88,14 @@ export class SqliteWriter implements OutboxWriter {
   #fail(message: string, error: unknown): WriteError {
     return new WriteError(`sqlite ${this.path}: ${message}`, undefined, error === undefined ? undefined : { cause: error });
   }
+}
+
+/** bun:sqlite is in-process: a statement that throws an error without an SQLite code failed while
+ *  binding (wrong number of values, integer out of range), which is the statement's fault. */
+function classifyLocal(error: unknown): ErrorKind {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== "string" && error instanceof Error) return { kind: "row", errorClass: "E_INVALID_ARG" };
+  return classifySqlite(error);
 }
 
 function run(db: Database, stmt: Statement): WriteResult {
