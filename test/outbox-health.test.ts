@@ -161,7 +161,7 @@ describe("inspect", () => {
     ob.enqueue("A", "[]");
     ob.close();
     const db = new Database(tmp.file("q.db"));
-    db.run("UPDATE outbox_stats SET pending = 7");
+    db.run("UPDATE sqlite_sequence SET seq = 7 WHERE name = 'outbox_pending:q'");
     db.close();
     const result = verifyFile(tmp.file("q.db"));
     expect(result.ok).toBe(false);

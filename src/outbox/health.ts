@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { basename } from "node:path";
 import { OutboxError, StorageError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
-import { tableColumns } from "./schema.ts";
+import { hasPendingCounter, pendingCounterName, tableColumns } from "./schema.ts";
 import { openReadOnly, storageError } from "./sqlite-open.ts";
 import { parseTimestamp } from "./timestamp.ts";
 
@@ -38,7 +38,7 @@ export interface HealthOptions {
 
 /** What a file has: reference files lack our columns, counter and dead log. */
 export interface FileFeatures {
-  stats: boolean;
+  counter: boolean;
   delivery: boolean;
   syncLog: boolean;
   deadLog: boolean;
@@ -60,7 +60,7 @@ export function fileFeatures(db: Database): FileFeatures {
   const queue = new Set(tableColumns(db, "outbox_queue"));
   const dead = new Set(tableColumns(db, "outbox_dead_log"));
   return {
-    stats: tableColumns(db, "outbox_stats").includes("pending"),
+    counter: hasPendingCounter(db),
     delivery: queue.has("attempts") && queue.has("last_error") && queue.has("next_attempt_at"),
     syncLog: tableColumns(db, "outbox_sync_log").includes("synced_at"),
     deadLog: dead.has("namespace"),
@@ -79,8 +79,8 @@ export function namespaceHealth(
   features: FileFeatures,
   options: HealthOptions = {},
 ): NamespaceHealth {
-  const depth = features.stats
-    ? (db.query<{ p: number }, [string]>("SELECT pending AS p FROM outbox_stats WHERE namespace = ?").get(namespace)?.p ?? 0)
+  const depth = features.counter
+    ? (db.query<{ p: number }, [string]>("SELECT seq AS p FROM sqlite_sequence WHERE name = ?").get(pendingCounterName(namespace))?.p ?? 0)
     : db.query<{ p: number }, [string]>("SELECT count(*) AS p FROM outbox_queue WHERE namespace = ? AND synced = 0").get(namespace)!.p;
   const delivery = features.delivery
     ? "attempts, last_error AS lastError, last_error_class AS lastErrorClass, last_attempt_at AS lastAttemptAt, next_attempt_at AS nextAttemptAt"

@@ -3,7 +3,7 @@ import { OutboxError, StorageError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
 import { fileFeatures, fileNamespaces, type FileFeatures } from "./health.ts";
 import { DEAD_ROW_COLUMNS, type ChainGap, type DeadLetter } from "./rows.ts";
-import { tableColumns } from "./schema.ts";
+import { pendingCounterName, tableColumns } from "./schema.ts";
 import { openReadOnly, storageError } from "./sqlite-open.ts";
 
 export { listOutboxFiles } from "./files.ts";
@@ -91,8 +91,8 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
   if (leftovers > 0) {
     problems.push(`${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`);
   }
-  if (features.stats) {
-    const counter = db.query<{ p: number }, [string]>("SELECT pending AS p FROM outbox_stats WHERE namespace = ?").get(namespace)?.p ?? 0;
+  if (features.counter) {
+    const counter = db.query<{ p: number }, [string]>("SELECT seq AS p FROM sqlite_sequence WHERE name = ?").get(pendingCounterName(namespace))?.p ?? 0;
     if (counter !== pending) problems.push(`pending counter says ${counter} but ${pending} row(s) are pending`);
   }
   return { namespace, rows: pending, gaps, problems };

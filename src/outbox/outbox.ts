@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 import { InvalidArgumentError, NotFoundError, OutboxClosedError, OutboxError, QueueFullError } from "../errors.ts";
 import { fileFeatures, namespaceHealth, type NamespaceHealth } from "./health.ts";
 import { DEAD_ROW_COLUMNS, QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
-import { migrate } from "./schema.ts";
+import { migrate, pendingCounterName } from "./schema.ts";
 import { openWritable, storageError, type Durability } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
@@ -69,6 +69,7 @@ export class Outbox {
   #begin: Statement;
   #commit: Statement;
   #rollback: Statement;
+  #counter: string;
   #tail: Statement<{ tail: number | null }, [string]>;
   #pending: Statement<{ pending: number }, [string]>;
   #insert: Statement;
@@ -90,6 +91,7 @@ export class Outbox {
     this.path = resolve(path);
     this.namespace = namespace;
     this.maxPending = maxPending;
+    this.#counter = pendingCounterName(namespace);
     this.#db = openMigrated(this.path, namespace, durability, options.busyTimeoutMs ?? 10_000);
     try {
       this.#finishReferenceConfirms();
@@ -98,7 +100,7 @@ export class Outbox {
       this.#commit = db.prepare("COMMIT");
       this.#rollback = db.prepare("ROLLBACK");
       this.#tail = db.prepare(TAIL_SQL);
-      this.#pending = db.prepare("SELECT pending FROM outbox_stats WHERE namespace = ?");
+      this.#pending = db.prepare("SELECT seq AS pending FROM sqlite_sequence WHERE name = ?");
       this.#insert = db.prepare(
         "INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?)",
       );
@@ -131,9 +133,10 @@ export class Outbox {
     return this.#write("cannot enqueue batch", () => {
       this.#checkCapacity(items.length);
       const seqs: number[] = [];
+      const now = isoTimestamp(); // one transaction, one creation time
       let prev = this.#tail.get(this.namespace)!.tail;
       for (const item of items) {
-        prev = this.#append(item.tag, item.payload, source, prev);
+        prev = this.#append(item.tag, item.payload, source, prev, now);
         seqs.push(prev);
       }
       return seqs;
@@ -196,7 +199,7 @@ export class Outbox {
   /** Pending rows of this namespace, from the trigger-maintained counter (no scan). */
   pendingCount(): number {
     this.#open();
-    return this.#read("cannot count", () => this.#pending.get(this.namespace)?.pending ?? 0);
+    return this.#read("cannot count", () => this.#pending.get(this.#counter)?.pending ?? 0);
   }
 
   /** Makes the next allocated seq of the file greater than `minSeq`; never lowers the counter. */
@@ -351,13 +354,13 @@ export class Outbox {
     this.#onClose = hook;
   }
 
-  #append(tag: string, payload: string, source: string, prev: number | null): number {
-    return Number(this.#insert.run(isoTimestamp(), this.namespace, source, tag, payload, prev).lastInsertRowid);
+  #append(tag: string, payload: string, source: string, prev: number | null, now = isoTimestamp()): number {
+    return Number(this.#insert.run(now, this.namespace, source, tag, payload, prev).lastInsertRowid);
   }
 
   #checkCapacity(adding: number): void {
     if (this.maxPending === null) return;
-    const pending = this.#pending.get(this.namespace)?.pending ?? 0;
+    const pending = this.#pending.get(this.#counter)?.pending ?? 0;
     if (pending + adding > this.maxPending) throw new QueueFullError(this.namespace, this.maxPending, this.path);
   }
 

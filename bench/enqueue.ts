@@ -1,0 +1,110 @@
+// Enqueue latency vs. queue depth (`bun run bench:enqueue`). Prints one JSON line per case:
+// {"bench":"enqueue","case":…,"depth":…,"p50_us":…,"p99_us":…,"ops_per_s":…}
+// All cases run on the same disk (a temp dir under /tmp) with the same pragmas (WAL, NORMAL).
+import { Database } from "bun:sqlite";
+import { mkdtempSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { isoTimestamp } from "../src/outbox/timestamp.ts";
+
+const OPS = 10_000;
+const WARMUP = 500;
+const BATCHES = 200;
+const TAG = "INSERT INTO orders (id, customer, amount, note) VALUES (?, ?, ?, ?)";
+const PAYLOAD = '[123456,"customer-42",99.99,"a short note"]';
+
+const dir = mkdtempSync("/tmp/sqloutbox-bench-");
+
+function report(name: string, depth: number, samplesNs: number[], ops: number, totalNs: number): void {
+  samplesNs.sort((a, b) => a - b);
+  const pct = (p: number) => samplesNs[Math.min(samplesNs.length - 1, Math.floor(samplesNs.length * p))]! / 1000;
+  const round = (x: number) => Math.round(x * 100) / 100;
+  console.log(JSON.stringify({ bench: "enqueue", case: name, depth, p50_us: round(pct(0.5)), p99_us: round(pct(0.99)), ops_per_s: Math.round(ops / (totalNs / 1e9)) }));
+}
+
+function measure(name: string, depth: number, op: () => void): void {
+  for (let i = 0; i < WARMUP; i++) op();
+  const samples = new Array<number>(OPS);
+  const start = Bun.nanoseconds();
+  for (let i = 0; i < OPS; i++) {
+    const t = Bun.nanoseconds();
+    op();
+    samples[i] = Bun.nanoseconds() - t;
+  }
+  report(name, depth, samples, OPS, Bun.nanoseconds() - start);
+}
+
+/** The floor: a plain autocommit INSERT into a table with the same columns and only its primary key. */
+function rawInsert(): void {
+  const db = new Database(join(dir, "raw.db"));
+  db.run("PRAGMA journal_mode = WAL");
+  db.run("PRAGMA synchronous = NORMAL");
+  db.run(`CREATE TABLE raw (seq INTEGER PRIMARY KEY, created_at TEXT NOT NULL, namespace TEXT NOT NULL,
+    source TEXT NOT NULL DEFAULT '', tag TEXT NOT NULL, payload TEXT NOT NULL, prev_seq INTEGER, synced INTEGER NOT NULL DEFAULT 0)`);
+  const insert = db.prepare("INSERT INTO raw (created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?)");
+  let prev = 0;
+  measure("raw-insert", 0, () => {
+    prev = Number(insert.run(isoTimestamp(), "orders", "", TAG, PAYLOAD, prev).lastInsertRowid);
+  });
+  insert.finalize();
+  db.close();
+}
+
+/** Grows the namespace to `target` pending rows with one bulk INSERT that keeps the chain correct. */
+function fillTo(path: string, namespace: string, target: number): void {
+  const db = new Database(path);
+  const pending = db.query<{ p: number }, [string]>("SELECT seq AS p FROM sqlite_sequence WHERE name = ?").get(`outbox_pending:${namespace}`)?.p ?? 0;
+  const n = target - pending;
+  if (n > 0) {
+    db.transaction(() => {
+      const tail = db.query<{ t: number | null }, [string]>("SELECT max(seq) AS t FROM outbox_queue WHERE namespace = ?").get(namespace)!.t;
+      const base = db.query<{ b: number }, []>("SELECT ifnull((SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'), 0) AS b").get()!.b;
+      db.query(
+        `WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1)
+         INSERT INTO outbox_queue (seq, created_at, namespace, source, tag, payload, prev_seq)
+         SELECT ?2 + i, ?3, ?4, 'bench', ?5, ?6, CASE WHEN i = 1 THEN ?7 ELSE ?2 + i - 1 END FROM c`,
+      ).run(n, base, isoTimestamp(), namespace, TAG, PAYLOAD, tail);
+    }).immediate();
+  }
+  db.close();
+}
+
+function enqueueCases(): void {
+  const path = join(dir, "orders.db");
+  const ob = new Outbox(path, "orders");
+  measure("enqueue", 0, () => ob.enqueue(TAG, PAYLOAD));
+  ob.close();
+  for (const depth of [100_000, 1_000_000]) {
+    fillTo(path, "orders", depth);
+    const deep = new Outbox(path, "orders");
+    measure("enqueue", depth, () => deep.enqueue(TAG, PAYLOAD));
+    deep.close();
+  }
+  fillTo(path, "orders", 1_000_000);
+  const capped = new Outbox(path, "orders", { maxPending: 10_000_000 });
+  measure("enqueue-max-pending", 1_000_000, () => capped.enqueue(TAG, PAYLOAD));
+  capped.close();
+}
+
+function batchCase(): void {
+  const ob = new Outbox(join(dir, "batch.db"), "orders");
+  const items = Array.from({ length: 500 }, () => ({ tag: TAG, payload: PAYLOAD }));
+  for (let i = 0; i < 10; i++) ob.enqueueBatch(items);
+  const samples: number[] = [];
+  const start = Bun.nanoseconds();
+  for (let i = 0; i < BATCHES; i++) {
+    const t = Bun.nanoseconds();
+    ob.enqueueBatch(items);
+    samples.push((Bun.nanoseconds() - t) / items.length);
+  }
+  report("enqueue-batch-500", 0, samples, BATCHES * items.length, Bun.nanoseconds() - start);
+  ob.close();
+}
+
+try {
+  rawInsert();
+  enqueueCases();
+  batchCase();
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
