@@ -210,7 +210,7 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
   test("isolates failures in several namespaces of one batch, each at its own position", async () => {
     // Five namespaces interleaved; namespace k fails at its (k+1)-th statement (a duplicate id).
     const stmts: Statement[] = [];
-    const expected: string[] = [];
+    const expected: Array<"ok" | "failed" | "skipped"> = [];
     const kept: number[] = [];
     for (let round = 0; round < 6; round++) {
       for (let k = 0; k < 5; k++) {
