@@ -107,6 +107,9 @@ describe("writer_class", () => {
     const error = await loadError(writeConfig('writer_class = "./writers/turso.ts:Throws"'), { TOKEN: "tok-abcdef-123" });
     expect(error.message).toContain("constructor threw: cannot connect with token ***");
     expect(error.message).not.toContain("tok-abcdef-123");
+    expect((error.cause as Error).message).toBe("cannot connect with token ***");
+    expect(String((error.cause as Error).stack)).not.toContain("tok-abcdef-123");
+    expect(JSON.stringify(error)).not.toContain("tok-abcdef-123");
   });
 
   test("a dialect property the drain does not know is rejected", async () => {

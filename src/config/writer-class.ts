@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { maskSecrets } from "./mask.ts";
+import { maskError, maskSecrets } from "./mask.ts";
 import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 
 /** Where a `writer_class` is configured, for error messages. */
@@ -22,7 +22,7 @@ export interface WriterClassSite {
  */
 export async function loadWriterClass(spec: string, connection: Record<string, unknown>, site: WriterClassSite): Promise<OutboxWriter> {
   const fail = (message: string, cause?: unknown) =>
-    new ConfigError(maskSecrets(message, site.secrets ?? []), { file: site.file, keyPath: site.keyPath }, { cause });
+    new ConfigError(maskSecrets(message, site.secrets ?? []), { file: site.file, keyPath: site.keyPath }, { cause: maskError(cause, site.secrets ?? []) });
   const { module, exportName } = splitWriterClass(spec);
 
   let path: string;

@@ -2,7 +2,7 @@ import { ConfigError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { createWriter as createBuiltinWriter } from "../writers/registry.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { maskSecrets } from "./mask.ts";
+import { maskError, maskSecrets } from "./mask.ts";
 import { DIALECTS } from "./target.ts";
 import type { OutboxConfig, TargetConfig } from "./types.ts";
 import { loadWriterClass } from "./writer-class.ts";
@@ -44,7 +44,7 @@ async function createWriter(config: OutboxConfig, target: TargetConfig, options:
     const writer = await loadWriterClass(target.writerClass, target.connection, site);
     if (writer.dialect !== undefined && !DIALECTS.includes(writer.dialect)) {
       await writer.close?.();
-      throw new ConfigError(`writer_class ${target.writerClass} has dialect "${String(writer.dialect)}"; expected one of ${DIALECTS.join(", ")}`, site);
+      throw new ConfigError(`writer_class ${target.writerClass} has dialect "${String(writer.dialect)}"; expected one of ${DIALECTS.join(", ")}`, { file: site.file, keyPath: site.keyPath });
     }
     if (writer.dialect === undefined && target.dialect === null) {
       // The drain must rewrite for some dialect; say which one it picked rather than guess silently.
@@ -56,6 +56,6 @@ async function createWriter(config: OutboxConfig, target: TargetConfig, options:
     return createBuiltinWriter(target.writer ?? "", target.connection);
   } catch (error) {
     const message = maskSecrets(`cannot create writer "${target.writer}": ${(error as Error)?.message ?? error}`, secrets);
-    throw new ConfigError(message, { file: config.file, keyPath: `${keyPath}.connection` }, { cause: error });
+    throw new ConfigError(message, { file: config.file, keyPath: `${keyPath}.connection` }, { cause: maskError(error, secrets) });
   }
 }
