@@ -36,6 +36,12 @@ describe("TOML syntax errors", () => {
     expect(error.message).toStartWith(`${FILE}:3:14: TOML syntax error: invalid value`);
   });
 
+  test("do not quote the surrounding lines, which may hold a literal credential", () => {
+    const error = errorOf(`[app.myapp]\npassword = "literal-secret-1"\nbatch_size = = 3\n`);
+    expect(error.message).not.toContain("literal-secret-1");
+    expect(error.cause).toBeUndefined();
+  });
+
   test("a table defined twice points at the second definition", () => {
     const error = errorOf(`${BASE}\n[app.myapp]\nbatch_size = 3\n`);
     expect(error.message).toContain("redefine");

@@ -23,7 +23,8 @@ export function parseConfigDocument(text: string, file: string, env: EnvMap): { 
   } catch (error) {
     if (error instanceof TomlError) {
       const reason = error.message.replace(/^Invalid TOML document: /, "").split("\n")[0];
-      throw new ConfigError(`TOML syntax error: ${reason}`, { file, line: error.line, column: error.column }, { cause: error });
+      // No `cause`: smol-toml's message quotes the surrounding lines, which may hold a literal credential.
+      throw new ConfigError(`TOML syntax error: ${reason}`, { file, line: error.line, column: error.column });
     }
     throw error;
   }
