@@ -1,6 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError } from "../src/index.ts";
+import { openWritable } from "../src/outbox/sqlite-open.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -293,6 +294,16 @@ describe("lifecycle and durability", () => {
     expect(db.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
     expect(db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_prev', 'idx_outbox_prev_unique')").all()).toEqual([]);
     db.close();
+  });
+
+  test("durability selects synchronous NORMAL (default) or FULL, always in WAL mode", () => {
+    for (const [durability, level] of [["normal", 1], ["full", 2]] as const) {
+      const db = openWritable(tmp.file(`${durability}.db`), { durability, busyTimeoutMs: 1000 });
+      expect(db.query("PRAGMA synchronous").get()).toEqual({ synchronous: level });
+      expect(db.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
+      db.close();
+    }
+    outbox("f.db", "orders", { durability: "full" }).enqueue("A", "[]");
   });
 
   test("rejects invalid options with InvalidArgumentError", () => {

@@ -71,6 +71,7 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
   let leftovers = 0;
   let pending = 0;
   let firstPending = true;
+  let before: number | null = null; // the previous row of this namespace: the common link, no lookup needed
   for (const { seq, prev, synced } of rows) {
     if (synced !== 0) leftovers++;
     else pending++;
@@ -82,11 +83,12 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
       const other = seen.get(prev);
       if (other !== undefined) problems.push(`seq ${seq} and seq ${other} both link to prev_seq ${prev}`);
       seen.set(prev, seq);
-      const ns = owner(prev);
+      const ns = prev === before ? namespace : owner(prev);
       if (ns === null) gaps.push({ seq, prevSeq: prev });
       else if (ns !== namespace) problems.push(`seq ${seq} links to seq ${prev} of namespace "${ns}"`);
     }
     if (synced === 0) firstPending = false;
+    before = seq;
   }
   if (leftovers > 0) {
     problems.push(`${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`);
