@@ -85,6 +85,12 @@ describe("writer_class", () => {
     expect(error.message).toContain('package "no-such-package-xyz" cannot be resolved');
   });
 
+  test("a reference-style Python module path gets a hint", async () => {
+    const error = await loadError(writeConfig('writer_class = "myapp.writers:TursoWriter"'));
+    expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
+    expect(error.message).toContain('looks like a Python module path; use "./path/to/writer.ts:TursoWriter"');
+  });
+
   test("a missing export is an error listing the module's exports", async () => {
     const error = await loadError(writeConfig('writer_class = "./writers/turso.ts:TursoWritr"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");

@@ -33,7 +33,9 @@ export async function loadWriterClass(spec: string, connection: Record<string, u
     try {
       path = Bun.resolveSync(module, site.baseDir);
     } catch (error) {
-      throw fail(`writer_class package "${module}" cannot be resolved from ${site.baseDir}: ${(error as Error).message}`, error);
+      // The reference's writer_class was a Python module path ("myapp.writers:TursoWriter").
+      const hint = /^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$/.test(module) ? ` — this looks like a Python module path; use "./path/to/writer.ts:${exportName}" or a built-in writer = "…"` : "";
+      throw fail(`writer_class package "${module}" cannot be resolved from ${site.baseDir}: ${(error as Error).message}${hint}`, error);
     }
   }
 
