@@ -2,7 +2,6 @@ import { UnsupportedStatementError } from "../errors.ts";
 import type { OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
-import { injectOutboxSeq, toDialect } from "../sql/index.ts";
 import type { Statement } from "../writers/writer.ts";
 import { rowBackoffMs } from "./backoff.ts";
 import { clearLocalHold, describeError, holdAfterLocalError, type ServedTable, type TargetContext } from "./context.ts";
@@ -125,9 +124,7 @@ function prepareRow(ctx: TargetContext, table: ServedTable, row: OutboxRow): Pre
     return { reason: "undecodable", ...describeError(error) };
   }
   try {
-    const out = table.config.injectOutboxSeq
-      ? injectOutboxSeq(row.tag, args, row.seq, ctx.dialect, { compat: ctx.target.compat })
-      : toDialect(row.tag, args, ctx.dialect);
+    const out = ctx.rewrites.rewrite(row.tag, args, row.seq, table.config.injectOutboxSeq);
     return { sql: out.sql, args: out.args, namespace: table.config.name, seq: row.seq };
   } catch (error) {
     const described = describeError(error);

@@ -2,6 +2,7 @@ import type { AppConfig, TableConfig, TargetConfig } from "../config/types.ts";
 import type { Logger } from "../logger.ts";
 import type { Outbox } from "../outbox/outbox.ts";
 import type { Dialect, OutboxWriter } from "../writers/writer.ts";
+import type { RewriteCache } from "./rewrite-cache.ts";
 
 /** One table a target drains: its config, its long-lived Outbox and its local-error hold. */
 export interface ServedTable {
@@ -26,6 +27,8 @@ export interface TargetContext {
   tables: ServedTable[];
   logger: Logger;
   now: () => number;
+  /** Memoised statement rewriting for this target's dialect and compat setting. */
+  rewrites: RewriteCache;
 }
 
 /** Holds a table after a local SQLite error: 100 ms doubling to 30 s, so a broken file is retried, not spun on. */

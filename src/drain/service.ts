@@ -7,6 +7,7 @@ import type { OutboxWriter } from "../writers/writer.ts";
 import { describeError, type ServedTable, type TargetContext } from "./context.ts";
 import { scanIntegrity, type IntegrityReport } from "./integrity.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
+import { RewriteCache } from "./rewrite-cache.ts";
 import { TargetRunner, type TargetCycle } from "./target.ts";
 
 /** Options of an `OutboxSyncService` beyond the config. */
@@ -191,14 +192,16 @@ export class OutboxSyncService {
         this.files.push(file);
         return { config, outbox, file, holdUntil: 0, localErrors: 0, reportedGap: null };
       });
+      const dialect = target.dialect ?? writer.dialect ?? "sqlite";
       const ctx: TargetContext = {
         target,
         app,
         writer,
-        dialect: target.dialect ?? writer.dialect ?? "sqlite",
+        dialect,
         tables,
         logger: this.logger,
         now: this.now,
+        rewrites: new RewriteCache(dialect, target.compat),
       };
       this.runners.push(new TargetRunner(ctx, pollMs));
     }
