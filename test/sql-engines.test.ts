@@ -182,6 +182,62 @@ describe.each(ENGINES)("%s", (name) => {
   });
 });
 
+// Dialect-flavoured statements with the literals, comments and placeholders each lexer must get
+// right; each runs on the real engine as written (placeholders via toDialect) and rewritten.
+const FLAVOURED: Record<EngineName, Array<[string, BindValue[]]>> = {
+  sqlite: [
+    ["INSERT INTO items ([id], a, \"b\", `c`) VALUES (?, ?, 'it''s ?)', 'x WHERE ?') -- end ?", [10, 1]],
+    ["UPDATE items SET b = ? || ' WHERE ?', a = (SELECT max(a) FROM items WHERE id < ?) /* ? */ WHERE id = ?", ["z", 3, 2]],
+    ["UPDATE items SET a = ?2, b = ?1 WHERE id = ?3", ["w", 7, 1]],
+    ["UPDATE items SET c = ? WHERE id = ? OR id = 99;", ["or", 3]],
+  ],
+  postgres: [
+    ["INSERT INTO items (id, a, b, c) VALUES (?, ?, E'it\\'s ?)', $$dollar ? ) WHERE$$)", [10, 1]],
+    ['insert into "items" ("id", b) values (?, \'x\' || ? || \'?\') -- end ?', [11, "y"]],
+    ["UPDATE items SET b = $q$?$q$ || ?, a = (SELECT max(a) FROM items WHERE id < ?) /* /* ? */ ) */ WHERE id = ?::int", ["z", 3, 2]],
+    ["UPDATE items SET a = ?2, b = ?1 WHERE id = ?3", ["w", 7, 1]],
+    ["UPDATE items SET c = ? WHERE b IS DISTINCT FROM ? AND id = ? OR id = 99;", ["or", "nope", 3]],
+  ],
+  mysql: [
+    ["INSERT INTO items (id, a, b, c) VALUES (?, ?, 'it\\'s ?)', \"dq ? ) WHERE\")", [10, 1]],
+    ["insert into `items` (`id`, b) values (?, concat('x', ?, '?')) # end ?", [11, "y"]],
+    ["UPDATE items SET b = concat(?, 'WHERE ?'), a = 5--1\n WHERE id = ? -- ?", ["z", 2]],
+    ["UPDATE items SET a = ?2, b = ?1 WHERE id = ?3", ["w", 7, 1]],
+    ["UPDATE items SET c = ? WHERE id = ? OR id = 99;", ["or", 3]],
+  ],
+};
+
+describe.each(ENGINES)("%s flavoured statements", (name) => {
+  test("each rewrite changes exactly what the original changes, plus outbox_seq, and a redelivery nothing", async () => {
+    await withEngine(name, async (e) => {
+      const text = e.dialect === "mysql" ? "VARCHAR(100)" : "TEXT";
+      await e.run(`CREATE TABLE items (id INTEGER PRIMARY KEY, a INTEGER, b ${text}, c ${text})`);
+      for (const ddl of schemaSql(["items"], e.dialect)) await e.run(ddl);
+      const reset = async () => {
+        await e.run("DELETE FROM items");
+        for (let i = 1; i <= 3; i++) await e.run(`INSERT INTO items (id, a, b) VALUES (${i}, ${i * 10}, 'b${i}')`);
+      };
+      const snapshot = () => e.rows("SELECT id, a, b, c, outbox_seq FROM items ORDER BY id");
+      let seq = 100;
+      for (const [sql, args] of FLAVOURED[name]) {
+        await reset();
+        const plain = toDialect(sql, args, e.dialect);
+        const originalCount = await e.run(plain.sql, plain.args);
+        expect(originalCount).toBe(1); // every case writes exactly one row
+        const original = await snapshot();
+        await reset();
+        const rewritten = injectOutboxSeq(sql, args, ++seq, e.dialect);
+        expect(await e.run(rewritten.sql, rewritten.args)).toBe(originalCount);
+        const after = await snapshot();
+        const blank = e.dialect === "mysql" ? null : 0;
+        expect(after.map((r) => [...r.slice(0, 4), r[4] === seq ? blank : r[4]])).toEqual(original);
+        expect(after.filter((r) => r[4] === seq)).toHaveLength(originalCount);
+        expect(await e.run(rewritten.sql, rewritten.args)).toBe(0);
+      }
+    });
+  });
+});
+
 describe("compat mode on SQLite (the reference's forms)", () => {
   test("INSERT OR IGNORE hides a NOT NULL violation: the row silently vanishes", async () => {
     await withEngine("sqlite", async (e) => {
