@@ -1,15 +1,11 @@
 import { SQL, type ReservedSQL } from "bun";
 import { WriteError } from "../errors.ts";
 import type { ErrorKind } from "./classify.ts";
-import { type Connection, maskText, maskUrl, numberKey, stringKey, urlPassword } from "./connection.ts";
+import { type Connection, maskText, numberKey, stringKey, urlPassword } from "./connection.ts";
 import { errorText, type Outcome, runIsolated } from "./isolate.ts";
+import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS, describeServer } from "./server-keys.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
-
-/** Connection keys shared by the `postgres` and `mysql` writers, with their defaults. */
-export const DEFAULT_CONNECT_TIMEOUT_S = 10;
-export const DEFAULT_BATCH_TIMEOUT_S = 60;
-export const DEFAULT_MAX_CONNECTIONS = 2;
 
 type Engine = "postgres" | "mysql";
 
@@ -45,17 +41,17 @@ export class BunSqlWriter implements OutboxWriter {
       idleTimeout: 60,
       ...(tls !== undefined ? { tls: tls as boolean } : {}),
     } as const;
-    const host = stringKey(connection, "host");
-    const port = numberKey(connection, "port");
-    const user = stringKey(connection, "user", "username");
-    const database = stringKey(connection, "database");
-    if (url) {
-      this.description = maskUrl(url);
-      this.#sql = new SQL(url, options);
-    } else {
-      this.description = `${engine}://${user ? `${user}@` : ""}${host ?? "localhost"}${port ? `:${port}` : ""}/${database ?? ""}`;
-      this.#sql = new SQL({ ...options, hostname: host, port, username: user, password, database });
-    }
+    this.description = describeServer(connection, engine);
+    this.#sql = url
+      ? new SQL(url, options)
+      : new SQL({
+          ...options,
+          hostname: stringKey(connection, "host"),
+          port: numberKey(connection, "port"),
+          username: stringKey(connection, "user", "username"),
+          password,
+          database: stringKey(connection, "database"),
+        });
   }
 
   async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {

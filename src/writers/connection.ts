@@ -1,5 +1,6 @@
-/** Reading a `[connection]` table (TOML values or a programmatic object) and describing it safely. */
+/** A `[connection]` table: TOML values or a programmatic object. */
 export type Connection = Record<string, unknown>;
+/** One invalid key of a connection table and what is wrong with it. */
 export type Problem = { key: string; message: string };
 
 /** The first present key of `names` (aliases), as a string; `undefined` when none is set. */

@@ -1,6 +1,12 @@
-import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS } from "./bun-sql.ts";
 import { checkAliases, checkNumbers, type Connection, maskUrl, type Problem, stringKey } from "./connection.ts";
 import type { ConnectionKey } from "./registry.ts";
+
+/** Default `connect_timeout` (seconds) of the `postgres` and `mysql` writers. */
+export const DEFAULT_CONNECT_TIMEOUT_S = 10;
+/** Default `batch_timeout` (seconds): a batch running longer is an outage and its connection is closed. */
+export const DEFAULT_BATCH_TIMEOUT_S = 60;
+/** Default `max_connections`: the drain writes one batch per target at a time. */
+export const DEFAULT_MAX_CONNECTIONS = 2;
 
 /** The `[connection]` keys of the `postgres` and `mysql` writers. */
 export function serverKeys(defaultPort: number): ConnectionKey[] {
