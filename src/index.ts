@@ -10,3 +10,4 @@ export { listOutboxFiles, verifyFile, readDeadLetters, type FileVerification, ty
 export { encodeArgs, decodeArgs } from "./outbox/payload.ts";
 export type { Durability } from "./outbox/sqlite-open.ts";
 export { injectOutboxSeq, toDialect, schemaSql, dropSchemaSql, maxSeqSql, quoteIdent, seqIndexName, type InjectOptions, type RewrittenStatement } from "./sql/index.ts";
+export * from "./drain/index.ts";
