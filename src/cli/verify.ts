@@ -32,7 +32,8 @@ export function collectVerify(locations: Locations): VerifyReport {
     if (!isDir(loc.dbDir)) continue;
     for (const file of listOutboxFiles(loc.dbDir)) {
       const { ok, namespaces, problems } = verifyFile(file);
-      files.push({ app: loc.app, dbDir: loc.dbDir, file, ok, namespaces, problems });
+      const shown = namespaces.map(({ namespace, rows, gaps, problems }) => ({ namespace, rows, gaps, problems }));
+      files.push({ app: loc.app, dbDir: loc.dbDir, file, ok, namespaces: shown, problems });
     }
   }
   return { ok: files.every((f) => f.ok), files };
