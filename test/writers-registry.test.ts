@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { ConfigError } from "../src/errors.ts";
+import { ConfigError, WriteError } from "../src/errors.ts";
 import { classifyMysql, classifyPostgres, classifySqlite } from "../src/writers/classify.ts";
 import { builtinWriters, createWriter } from "../src/writers/registry.ts";
 import { statementKind } from "../src/writers/statement-kind.ts";
@@ -127,5 +127,26 @@ describe("statement kind", () => {
     ["UPDATE t SET a = 1", "write"],
   ])("%j is %s", (sql, kind) => {
     expect(statementKind(sql)).toBe(kind as "read" | "ddl" | "write");
+  });
+});
+
+describe("credentials in errors", () => {
+  test.each(["postgres", "mysql"] as const)("a refused %s connection configured with host/password never shows the password", async (name) => {
+    const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+    const port = listener.port;
+    listener.stop(true);
+    const password = "p@ss w0rd/with:specials";
+    const writer = createWriter(name, { host: "127.0.0.1", port, user: "app", password, database: "db", connect_timeout: 2 });
+    try {
+      const error = (await writer.writeBatch([{ sql: "SELECT 1", args: [], namespace: "t", seq: 1 }]).catch((e: unknown) => e)) as Error;
+      expect(error).toBeInstanceOf(WriteError);
+      expect(error.message).toContain(`127.0.0.1:${port}`);
+      for (const text of [error.message, String(error.stack), String((error.cause as Error | undefined)?.message)]) {
+        expect(text).not.toContain(password);
+        expect(text).not.toContain(encodeURIComponent(password));
+      }
+    } finally {
+      await writer.close?.();
+    }
   });
 });
