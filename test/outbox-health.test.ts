@@ -110,6 +110,15 @@ describe("healthAll", () => {
     expect(snapshotDir(tmp.path)).toEqual(before);
   });
 
+  test("a zero-byte file (created, never migrated) reads as an empty outbox and stays zero bytes", () => {
+    writeFileSync(tmp.file("fresh.db"), "");
+    const before = snapshotDir(tmp.path);
+    expect(healthAll(tmp.path, { maxPending: 10 })).toMatchObject([{ namespace: "fresh", depth: 0, headSeq: null, capacityPct: 0 }]);
+    expect(verifyFile(tmp.file("fresh.db"))).toEqual({ file: tmp.file("fresh.db"), namespaces: [], problems: [], ok: true });
+    expect(readDeadLetters(tmp.path)).toEqual([]);
+    expect(snapshotDir(tmp.path)).toEqual(before);
+  });
+
   test("a missing db_dir is a StorageError, not an empty answer", () => {
     expect(() => healthAll(tmp.file("nope"))).toThrow(StorageError);
     expect(() => healthAll(tmp.file("nope"))).toThrow(/does not exist/);

@@ -148,6 +148,8 @@ export function fileHealth(file: string, options: HealthOptions = {}): Namespace
   const db = openReadOnly(file);
   try {
     if (!tableColumns(db, "outbox_queue").includes("seq")) {
+      // A file with no schema at all is an outbox whose creator stopped before migrating it.
+      if (isBlank(db)) return [emptyHealth(file, options)];
       throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
     }
     const features = fileFeatures(db);
@@ -159,6 +161,30 @@ export function fileHealth(file: string, options: HealthOptions = {}): Namespace
   } finally {
     db.close();
   }
+}
+
+/** Whether a database has no schema objects at all (e.g. a zero-byte file). */
+export function isBlank(db: Database): boolean {
+  return db.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema").get()!.n === 0;
+}
+
+function emptyHealth(file: string, options: HealthOptions): NamespaceHealth {
+  return {
+    namespace: basename(file).replace(/\.db$/, ""),
+    file,
+    depth: 0,
+    headSeq: null,
+    headAttempts: 0,
+    isStuck: false,
+    lastError: null,
+    lastErrorClass: null,
+    lastAttemptAt: null,
+    nextAttemptAt: null,
+    capacityPct: options.maxPending ? 0 : null,
+    oldestPendingAgeMs: null,
+    lastDeliveredAt: null,
+    deadLetterCount: 0,
+  };
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { OutboxError, StorageError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
-import { fileFeatures, fileNamespaces, type FileFeatures } from "./health.ts";
+import { fileFeatures, fileNamespaces, isBlank, type FileFeatures } from "./health.ts";
 import { DEAD_ROW_COLUMNS, type ChainGap, type DeadLetter } from "./rows.ts";
 import { pendingCounterName, tableColumns } from "./schema.ts";
 import { openReadOnly, storageError } from "./sqlite-open.ts";
@@ -44,6 +44,7 @@ export function verifyFile(path: string): FileVerification {
     const check = db.query<{ quick_check: string }, []>("PRAGMA quick_check").all().map((r) => r.quick_check);
     if (check.length !== 1 || check[0] !== "ok") problems.push(`SQLite quick_check: ${check.slice(0, 5).join("; ")}`);
     if (!tableColumns(db, "outbox_queue").includes("prev_seq")) {
+      if (isBlank(db)) return { file: path, namespaces: [], problems, ok: problems.length === 0 }; // created, never migrated
       problems.push("not an outbox file: no outbox_queue table");
       return { file: path, namespaces: [], problems, ok: false };
     }
@@ -133,6 +134,7 @@ function deadLettersOf(file: string): DeadLetter[] {
   const db = openReadOnly(file);
   try {
     if (!tableColumns(db, "outbox_queue").includes("seq")) {
+      if (isBlank(db)) return [];
       throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
     }
     const features = fileFeatures(db);
