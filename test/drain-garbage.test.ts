@@ -1,6 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
+import { StorageError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
@@ -146,5 +147,57 @@ describe("garbage from a writer", () => {
     expect(q.pendingCount()).toBe(3);
     expect(q.head()!.attempts).toBe(1);
     expect(s.log.has(/reported seq \d+ ok after a failure/)).toBe(true);
+  });
+});
+
+describe("local errors and housekeeping", () => {
+  test("a local SQLite error while confirming is logged with its namespace, the rows are redelivered without duplicates, and nothing is charged", async () => {
+    const s = setup();
+    await s.svc.runOnce();
+    for (let i = 0; i < 10; i++) s.push(i);
+    const original = Outbox.prototype.confirm;
+    let failures = 1;
+    Outbox.prototype.confirm = function (this: Outbox, seqs: readonly number[]) {
+      if (failures-- > 0) throw new StorageError("injected: disk I/O error", this.path, this.namespace);
+      return original.call(this, seqs);
+    };
+    cleanups.push(() => (Outbox.prototype.confirm = original));
+    const report = await s.svc.runOnce();
+    expect(report.delivered).toBe(0);
+    expect(s.log.has(/local error settling namespace "t" .* after delivery to app\.r/)).toBe(true);
+    const q = s.queue();
+    expect(q.pendingCount()).toBe(10);
+    expect(q.head()!.attempts).toBe(0);
+    await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "redelivery after the local error");
+    expect(s.ids()).toEqual([...Array(10).keys()]);
+    expect(s.remote.query<{ n: number }, []>("SELECT count(DISTINCT outbox_seq) AS n FROM t").get()!.n).toBe(10);
+  });
+
+  test("every cleanup_every batches the sync log is pruned to retain_log_days, keeping the bridging entry", async () => {
+    const s = setup({ cleanupEvery: 2, retainLogDays: 0 });
+    await s.svc.runOnce();
+    for (let round = 0; round < 6; round++) {
+      for (let i = 0; i < 5; i++) s.push(round * 5 + i);
+      await s.svc.runOnce();
+    }
+    expect(s.ids().length).toBe(30);
+    const local = new Database(s.dir.file("outbox/t.db"), { readonly: true });
+    cleanups.push(() => local.close());
+    const logged = local.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_sync_log").get()!.n;
+    expect(logged).toBeGreaterThanOrEqual(1); // the newest entry bridges the next row's prev_seq
+    expect(logged).toBeLessThan(10);
+    s.push(99);
+    await s.svc.runOnce();
+    expect(s.ids().at(-1)).toBe(99); // the chain still verifies after pruning
+  });
+
+  test("integrityScan reports every served file and says clean", async () => {
+    const s = setup();
+    s.push(1);
+    await s.svc.runOnce();
+    const report = s.svc.integrityScan();
+    expect(report.ok).toBe(true);
+    expect(report.files.map((f) => f.file)).toEqual([s.dir.file("outbox/t.db")]);
+    expect(s.log.has(/integrity scan of 1 file\(s\): clean/)).toBe(true);
   });
 });

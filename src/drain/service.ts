@@ -1,6 +1,6 @@
 import path from "node:path";
 import type { AppConfig, OutboxConfig } from "../config/types.ts";
-import { ConfigError } from "../errors.ts";
+import { ConfigError, OutboxError } from "../errors.ts";
 import { silentLogger, type Logger } from "../logger.ts";
 import { Outbox } from "../outbox/outbox.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
@@ -163,7 +163,7 @@ export class OutboxSyncService {
   /** Locks every db_dir (each once) and opens one Outbox per served table; idempotent. */
   private open(): void {
     if (this.opened) {
-      if (this.closed) throw new ConfigError("this OutboxSyncService was stopped; create a new one");
+      if (this.closed) throw new OutboxError("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
       return;
     }
     const dirs = [...new Set(this.config.apps.map((a) => path.resolve(a.dbDir)))];

@@ -45,7 +45,16 @@ function settleSlice(ctx: TargetContext, slice: NamespaceSlice, results: WriteRe
     } else if (stopAt < 0) stopAt = i;
   }
   if (confirmed.length > 0) {
-    table.outbox.confirm(confirmed);
+    try {
+      table.outbox.confirm(confirmed);
+    } catch (error) {
+      // Delivered but not confirmed: the rows are redelivered (absorbed) later. Not the head's
+      // fault, so its up-front charge is undone — a flaky local disk must not dead-letter rows.
+      try {
+        table.outbox.refundAttempt(rows[0]!.seq);
+      } catch {}
+      throw error;
+    }
     outcome.delivered += confirmed.length;
   }
   if (stopAt < 0) return;
