@@ -172,6 +172,7 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
       }
     }
   }
+  console.log(`sql fuzz: ${JSON.stringify(stats)}`);
   expect(failures).toEqual([]);
   // The generator must actually exercise both sides and the engine's own errors.
   expect(stats.accepted).toBeGreaterThan(CASES * 0.6);

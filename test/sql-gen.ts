@@ -149,17 +149,22 @@ export class StatementGenerator {
     let args: BindValue[];
     let text: string;
     if (k > 0 && this.chance(0.2)) {
+      // Numbered: a shuffled argument order, sometimes a number used twice, sometimes a plain `?`
+      // where SQLite's rule (largest so far + 1) gives the same number.
       const perm = [...Array(k).keys()].sort(() => this.r() - 0.5);
-      args = new Array<BindValue>(k);
+      const slots: BindValue[] = new Array<BindValue>(k).fill(null);
+      const used: number[] = [];
       let max = 0;
-      let i = 0;
       text = sql.replaceAll(MARK, () => {
-        const n = perm[i]! + 1;
-        args[n - 1] = values[i++]!;
+        const i = used.length;
+        const n = i > 0 && this.chance(0.1) ? used[this.int(i)]! : perm[i]! + 1;
+        if (!used.includes(n)) slots[n - 1] = values[i]!;
+        used.push(n);
         const plain = n === max + 1 && this.chance(0.5);
         if (n > max) max = n;
         return plain ? "?" : `?${n}`;
       });
+      args = slots.slice(0, max);
     } else {
       args = values.slice();
       text = sql.replaceAll(MARK, "?");
