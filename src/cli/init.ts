@@ -47,7 +47,7 @@ export const init = defineCommand({
         `  2. edit ${path.join(shown, "outbox.config.ts")}: your tables, your target's writer and connection`,
         `  3. produce events: new SQLMiddleware({ dbDir: "${path.join(shown, "data/queue")}" }).push("orders", "INSERT INTO orders (id) VALUES (?)", [1])`,
         `  4. run the drain:  bun ${path.join(shown, "run.ts")}`,
-        `     or with TOML:  sqloutbox runservice --config ${path.join(shown, "outbox.toml")}`,
+        `     or with TOML:   sqloutbox runservice --config ${path.join(shown, "outbox.toml")}`,
         `  5. watch it:       sqloutbox status --config ${path.join(shown, "outbox.toml")}`,
       ].join("\n"),
     );
