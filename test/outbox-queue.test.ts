@@ -306,6 +306,29 @@ describe("lifecycle and durability", () => {
     outbox("f.db", "orders", { durability: "full" }).enqueue("A", "[]");
   });
 
+  test("opening an already migrated file needs no write lock (migrations are checked, not re-run)", () => {
+    outbox().enqueue("A", "[]");
+    const holder = new Database(tmp.file("q.db"));
+    holder.run("BEGIN IMMEDIATE"); // another process mid-write
+    try {
+      const second = outbox("q.db", "orders", { busyTimeoutMs: 50 });
+      expect(second.pendingCount()).toBe(1);
+    } finally {
+      holder.run("ROLLBACK");
+      holder.close();
+    }
+  });
+
+  test("a pre-existing outbox_dead_log with other columns gains ours and dead-lettering works", () => {
+    const db = new Database(tmp.file("old.db"));
+    db.run("CREATE TABLE outbox_dead_log (seq INTEGER PRIMARY KEY, namespace TEXT NOT NULL, note TEXT)");
+    db.close();
+    const ob = outbox("old.db");
+    const a = ob.enqueue("A", "[]");
+    ob.deadLetter(a, "skipped", "why", "E");
+    expect(ob.getDead(a)).toMatchObject({ seq: a, reason: "skipped", error: "why", errorClass: "E", tag: "A" });
+  });
+
   test("rejects invalid options with InvalidArgumentError", () => {
     expect(() => outbox("q.db", "orders", { maxPending: 0 })).toThrow(InvalidArgumentError);
     expect(() => outbox("q.db", "orders", { durability: "fast" })).toThrow(InvalidArgumentError);

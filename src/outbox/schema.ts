@@ -114,7 +114,7 @@ export function isMigrated(db: Database): boolean {
       `SELECT
         (SELECT count(*) FROM sqlite_schema WHERE name IN (${MARKERS.map((m) => `'${m}'`).join(",")})) AS objects,
         (SELECT count(*) FROM pragma_table_info('outbox_queue') WHERE name IN (${QUEUE_EXTRA_COLUMNS.map(([n]) => `'${n}'`).join(",")})) AS columns,
-        (SELECT count(*) FROM pragma_table_info('outbox_dead_log')) AS dead`,
+        (SELECT count(*) FROM pragma_table_info('outbox_dead_log') WHERE name IN ('seq', ${DEAD_COLUMNS.map(([n]) => `'${n}'`).join(",")})) AS dead`,
     )
     .get()!;
   return row.objects === MARKERS.length && row.columns === QUEUE_EXTRA_COLUMNS.length && row.dead === DEAD_COLUMNS.length + 1;
