@@ -1,0 +1,121 @@
+// One delivery scenario list run against every built-in writer on its real engine.
+import { Database } from "bun:sqlite";
+import { afterEach, describe, expect, test } from "bun:test";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { createWriter, type BuiltinWriterName } from "../src/writers/registry.ts";
+import { FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { createMysqlDb } from "./support/mysql.ts";
+import { createPgDb } from "./support/pg.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+interface Remote {
+  connection: Record<string, unknown>;
+  exec(sql: string): Promise<void>;
+  /** Rows as plain numbers. */
+  ints(sql: string): Promise<number[][]>;
+}
+
+async function remoteFor(engine: BuiltinWriterName, dir: TempDir): Promise<Remote> {
+  if (engine === "sqlite" || engine === "libsql") {
+    const path = dir.file("remote.db");
+    const db = new Database(path, { create: true });
+    db.run("PRAGMA journal_mode = WAL");
+    cleanups.push(() => db.close());
+    return {
+      connection: engine === "sqlite" ? { path } : { url: `file:${path}` },
+      exec: async (sql) => void db.run(sql),
+      ints: async (sql) => db.query(sql).values().map((r) => r.map(Number)),
+    };
+  }
+  const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
+  cleanups.push(() => db.drop());
+  return {
+    connection: { url: db.url },
+    exec: async (sql) => void (await db.sql.unsafe(sql)),
+    ints: async (sql) => (await db.sql.unsafe(sql).values()).map((r: unknown[]) => r.map(Number)),
+  };
+}
+
+describe.each(["sqlite", "libsql", "postgres", "mysql"] as BuiltinWriterName[])("delivery to %s", (engine) => {
+  async function setup() {
+    const dir = makeTempDir();
+    cleanups.push(() => dir.cleanup());
+    const remote = await remoteFor(engine, dir);
+    for (const t of ["a", "b"]) await remote.exec(`CREATE TABLE ${t} (id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`);
+    const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: remote.connection, tables: ["a", "b"] } }, { maxAttempts: 2, backoffUnitSeconds: 0.01 });
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    const queue = (t: string) => {
+      const q = new Outbox(dir.file(`outbox/${t}.db`), t);
+      cleanups.push(() => q.close());
+      return q;
+    };
+    const drain = (writer = createWriter(engine, remote.connection)) => {
+      const log = memoryLogger();
+      const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
+      cleanups.push(() => svc.stop(2000));
+      return { svc, log };
+    };
+    return { dir, remote, producer, queue, drain };
+  }
+
+  test("auto_schema twice on an existing table, then seeding above the remote MAX(outbox_seq)", async () => {
+    const s = await setup();
+    await s.remote.exec("INSERT INTO a (id) VALUES (7)");
+    const first = s.drain();
+    await first.svc.runOnce();
+    await first.svc.stop();
+    expect(first.log.lines.filter((l) => /^(warn|error)/.test(l))).toEqual([]);
+    // Rows delivered by an earlier deployment of this outbox, up to seq 1000.
+    await s.remote.exec("INSERT INTO a (id, outbox_seq) VALUES (8, 1000)");
+    const second = s.drain();
+    await second.svc.start();
+    expect(second.log.lines.filter((l) => /^(warn|error)/.test(l))).toEqual([]);
+    const seq = s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [9, "new"]);
+    expect(seq).toBeGreaterThan(1000);
+    await waitFor(() => second.svc.totalPending() === 0, "delivery");
+    expect(await s.remote.ints("SELECT id FROM a ORDER BY id")).toEqual([[7], [8], [9]]);
+    expect(await s.remote.ints("SELECT outbox_seq FROM a WHERE id = 9")).toEqual([[seq]]);
+  });
+
+  test("a poison row holds only its table and is dead-lettered after max_attempts", async () => {
+    const s = await setup();
+    const { svc } = s.drain();
+    await svc.runOnce();
+    s.producer.push("a", "INSERT INTO a (id) VALUES (?)", [1]);
+    const poison = s.producer.push("a", "INSERT INTO a (id) VALUES (?)", [-1]);
+    s.producer.push("a", "INSERT INTO a (id) VALUES (?)", [2]);
+    for (let i = 0; i < 20; i++) s.producer.push("b", "INSERT INTO b (id) VALUES (?)", [i]);
+    const first = await svc.runOnce();
+    expect(first).toMatchObject({ delivered: 21, failed: 1, deadLettered: 0 });
+    expect(await s.remote.ints("SELECT id FROM a ORDER BY outbox_seq")).toEqual([[1]]);
+    expect((await s.remote.ints("SELECT count(*) FROM b"))[0]).toEqual([20]);
+    const a = s.queue("a");
+    await waitFor(async () => (await svc.runOnce(), a.pendingCount() === 0), "the poison row to be dead-lettered");
+    expect(a.getDead(poison)).toMatchObject({ reason: "max_attempts", attempts: 2 });
+    expect(await s.remote.ints("SELECT id FROM a ORDER BY outbox_seq")).toEqual([[1], [2]]);
+  });
+
+  test("a batch redelivered after the remote committed lands no duplicate", async () => {
+    const s = await setup();
+    const writer = new FaultyWriter(createWriter(engine, s.remote.connection));
+    const { svc } = s.drain(writer);
+    await svc.runOnce();
+    for (let i = 0; i < 30; i++) s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [i, "v1"]);
+    await svc.runOnce();
+    for (let i = 30; i < 60; i++) s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [i, "v1"]);
+    s.producer.push("a", "UPDATE a SET note = ? WHERE id = ?", ["v2", 3]);
+    writer.faults.push("commit-then-throw");
+    expect((await svc.runOnce()).outages).toEqual(["app.r"]);
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the redelivery");
+    expect(await s.remote.ints("SELECT count(*), count(DISTINCT outbox_seq) FROM a")).toEqual([[60, 60]]);
+    expect(await s.remote.ints("SELECT id FROM a WHERE note = 'v2'")).toEqual([[3]]);
+  });
+});
