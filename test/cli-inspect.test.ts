@@ -144,6 +144,37 @@ url = "\${UNSET_IN_THIS_SHELL}"
   });
 });
 
+describe("namespaces across apps", () => {
+  const twoApps = () => {
+    seed(path.join(tmp, "second"), "orders", 2);
+    const config = path.join(tmp, "two.toml");
+    const app = (name: string, dir: string) =>
+      `[app.${name}]\ndb_dir = "${dir}"\n[app.${name}.db.r]\nwriter = "sqlite"\ntables = ["orders"]\n[app.${name}.db.r.connection]\npath = "r.db"\n`;
+    fs.writeFileSync(config, app("first", "queue") + app("second", "second") + app("third", "not-yet"));
+    return config;
+  };
+
+  test("an app whose db_dir does not exist yet is noted, not an error", async () => {
+    const r = await run(["status", "--config", twoApps()]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`app third: db_dir ${path.join(tmp, "not-yet")} does not exist yet (nothing enqueued)`);
+    expect(fs.existsSync(path.join(tmp, "not-yet"))).toBe(false);
+  });
+
+  test("a namespace in two apps needs --app (usage error), and --app picks the db_dir", async () => {
+    const config = twoApps();
+    const ambiguous = await run(["skip", "--config", config, "--namespace", "orders", "--seq", "1"]);
+    expect(ambiguous.code).toBe(2);
+    expect(ambiguous.stderr).toContain('namespace "orders" exists in several apps (first, second): add --app APP');
+    const r = await run(["skip", "--config", config, "--namespace", "orders", "--seq", "1", "--app", "second", "--json"]);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).file).toBe(path.join(tmp, "second", "orders.db"));
+    const unknown = await run(["skip", "--config", config, "--namespace", "orders", "--seq", "1", "--app", "fourth"]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain("--app fourth: no such app");
+  });
+});
+
 describe("verify", () => {
   test("reports every namespace ok and exits 0 on a sound db_dir", async () => {
     const r = await run(["verify", "--db-dir", dbDir]);

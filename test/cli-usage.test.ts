@@ -93,6 +93,14 @@ describe("usage errors exit 2 and say what is wrong", () => {
   });
 });
 
+describe("logging options", () => {
+  test("may come before the command", async () => {
+    const r = await run(["--log-format", "json", "--log-level", "debug", "status", "--db-dir", path.join(tmp, "nope")]);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stderr.trim().split("\n").at(-1)!)).toMatchObject({ level: "error", code: "E_NOT_FOUND" });
+  });
+});
+
 describe("failures exit 1", () => {
   test("a missing db_dir exits 1 naming it", async () => {
     const r = await run(["status", "--db-dir", path.join(tmp, "nope")]);

@@ -2,7 +2,7 @@ import { renderUsage, runCommand, defineCommand, type CommandDef } from "citty";
 import { OutboxError, UsageError } from "../errors.ts";
 import { VERSION } from "../version.ts";
 import { resolveCommandLine } from "./_argv.ts";
-import { createCliLogger, logOptionsFrom } from "./_log.ts";
+import { createCliLogger, logArgs, logOptionsFrom } from "./_log.ts";
 import { log, logFormat, setLogger } from "./_context.ts";
 import { print } from "./_output.ts";
 
@@ -13,6 +13,8 @@ export const main = defineCommand({
     version: VERSION,
     description: "Durable SQLite transactional outbox: drain, inspect and repair.",
   },
+  // Accepted before the command too (`sqloutbox --log-level debug status`), so citty skips their values.
+  args: logArgs,
   // Loaded on demand: `--version` and `status` stay fast, and one command's dependencies
   // (drivers, the drain) are not loaded by another.
   subCommands: {
