@@ -3,8 +3,8 @@ import { resolve } from "node:path";
 import { InvalidArgumentError, NotFoundError, OutboxClosedError, OutboxError, QueueFullError } from "../errors.ts";
 import { fileFeatures, namespaceHealth, type NamespaceHealth } from "./health.ts";
 import { DEAD_ROW_COLUMNS, QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
-import { migrate, pendingCounterName } from "./schema.ts";
-import { openWritable, storageError, type Durability } from "./sqlite-open.ts";
+import { pendingCounterName } from "./schema.ts";
+import { openMigrated, storageError, type Durability } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
@@ -29,29 +29,6 @@ const TAIL_SQL = `SELECT coalesce(
     ifnull((SELECT max(seq) FROM outbox_queue WHERE namespace = ?1 AND synced = 1), -1),
     ifnull((SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1), -1),
     ifnull((SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1), -1)), -1)) AS tail`;
-
-/**
- * Opens and migrates a file. Switching a fresh file to WAL and creating the schema can meet
- * SQLITE_BUSY without SQLite's busy handler being consulted (lock upgrades that would deadlock
- * fail at once), so when several processes open one new file together we retry, within the
- * busy timeout, instead of surfacing the race to a producer.
- */
-function openMigrated(path: string, namespace: string, durability: Durability, busyTimeoutMs: number): Database {
-  const deadline = Date.now() + busyTimeoutMs;
-  for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
-    let db: Database | undefined;
-    try {
-      db = openWritable(path, { durability, busyTimeoutMs, namespace });
-      migrate(db);
-      return db;
-    } catch (e) {
-      db?.close(false);
-      const code = ((e as { cause?: { code?: string } }).cause ?? (e as { code?: string }))?.code ?? "";
-      if (!/^SQLITE_(BUSY|LOCKED)/.test(code) || Date.now() >= deadline) throw storageError(e, "cannot open outbox", path, namespace);
-      Bun.sleepSync(delay);
-    }
-  }
-}
 
 /**
  * The local queue of one namespace in one SQLite file: an ordered, singly linked chain of events

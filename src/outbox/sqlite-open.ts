@@ -1,6 +1,7 @@
 import { Database, constants } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { OutboxError, StorageError } from "../errors.ts";
+import { migrate } from "./schema.ts";
 
 /** Local durability: `normal` = synchronous=NORMAL (default), `full` = synchronous=FULL. */
 export type Durability = "normal" | "full";
@@ -28,6 +29,29 @@ export function openWritable(
   } catch (e) {
     db?.close();
     throw storageError(e, "cannot open outbox file", path, options.namespace);
+  }
+}
+
+/**
+ * Opens and migrates a file. Switching a fresh file to WAL and creating the schema can meet
+ * SQLITE_BUSY without SQLite's busy handler being consulted (lock upgrades that would deadlock
+ * fail at once), so when several processes open one new file together we retry, within the
+ * busy timeout, instead of surfacing the race to a producer.
+ */
+export function openMigrated(path: string, namespace: string, durability: Durability, busyTimeoutMs: number): Database {
+  const deadline = Date.now() + busyTimeoutMs;
+  for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
+    let db: Database | undefined;
+    try {
+      db = openWritable(path, { durability, busyTimeoutMs, namespace });
+      migrate(db);
+      return db;
+    } catch (e) {
+      db?.close(false);
+      const code = ((e as { cause?: { code?: string } }).cause ?? (e as { code?: string }))?.code ?? "";
+      if (!/^SQLITE_(BUSY|LOCKED)/.test(code) || Date.now() >= deadline) throw storageError(e, "cannot open outbox", path, namespace);
+      Bun.sleepSync(delay);
+    }
   }
 }
 
