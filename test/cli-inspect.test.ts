@@ -274,6 +274,24 @@ describe("read-only commands change nothing", () => {
     expect(hashTree(tmp)).toEqual(before);
   });
 
+  test("with a producer holding the file open (WAL), they create no file and change neither the db nor its WAL", async () => {
+    const producer = openQueue(dbDir, "orders");
+    try {
+      producer.enqueue("INSERT INTO orders (id) VALUES (?)", "[99]");
+      const before = hashTree(tmp);
+      expect(Object.keys(before)).toContain(path.join("queue", "orders.db-wal"));
+      for (const args of [["status"], ["verify"], ["dead-letter", "list"]]) {
+        expect((await run([...args, "--db-dir", dbDir])).code).toBe(0);
+      }
+      const after = hashTree(tmp);
+      expect(Object.keys(after).sort()).toEqual(Object.keys(before).sort());
+      // The -shm index is shared memory that readers may touch; the data itself must not change.
+      for (const file of Object.keys(before).filter((f) => !f.endsWith("-shm"))) expect(after[file]).toBe(before[file]!);
+    } finally {
+      producer.close();
+    }
+  });
+
   test("a failing verify (broken chain) also changes nothing", async () => {
     breakChain(dbDir, "orders", 2);
     const before = hashTree(tmp);
