@@ -1,6 +1,6 @@
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError } from "../src/index.ts";
+import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError } from "../src/index.ts";
 import { openWritable } from "../src/outbox/sqlite-open.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
@@ -317,6 +317,28 @@ describe("lifecycle and durability", () => {
       holder.run("ROLLBACK");
       holder.close();
     }
+  });
+
+  test("a write lock held past the busy timeout is a StorageError naming the file and SQLITE_BUSY, never a silent drop", () => {
+    const ob = outbox("q.db", "orders", { busyTimeoutMs: 30 });
+    ob.enqueue("A", "[]");
+    const holder = new Database(ob.path);
+    holder.run("PRAGMA busy_timeout = 0");
+    holder.run("BEGIN IMMEDIATE");
+    let err: unknown;
+    try {
+      ob.enqueue("B", "[]");
+    } catch (e) {
+      err = e;
+    } finally {
+      holder.run("ROLLBACK");
+      holder.close();
+    }
+    expect(err).toBeInstanceOf(StorageError);
+    expect(err).toMatchObject({ code: "E_STORAGE", file: ob.path, namespace: "orders" });
+    expect((err as Error).message).toContain("SQLITE_BUSY");
+    expect(ob.fetchUnsynced(10).map((r) => r.tag)).toEqual(["A"]);
+    expect(ob.enqueue("B", "[]")).toBe(2); // the outbox is still usable
   });
 
   test("a pre-existing outbox_dead_log with other columns gains ours and dead-lettering works", () => {
