@@ -144,6 +144,31 @@ url = "\${UNSET_IN_THIS_SHELL}"
   });
 });
 
+describe("status --watch", () => {
+  test("without a terminal prints one timestamped report after another until SIGINT, then exits 0", async () => {
+    const proc = Bun.spawn(["bun", "src/cli/bin.ts", "status", "--db-dir", dbDir, "--watch", "--interval", "0.1"], {
+      cwd: path.resolve(import.meta.dir, ".."),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const reader = proc.stdout.getReader();
+    let text = "";
+    while (text.split("2 namespace(s)").length < 3) text += new TextDecoder().decode((await reader.read()).value);
+    proc.kill("SIGINT");
+    expect(await proc.exited).toBe(0);
+    expect(text).not.toContain("\u001B["); // no screen clearing when not a terminal
+    const first = text.slice(0, text.indexOf("dead letter(s)") + "dead letter(s)".length);
+    expect(normalize(first, tmp)).toMatchInlineSnapshot(`
+      "<TIME>
+      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
+      orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***…
+      payments       2  <age>     2         0  no        1  -
+
+      2 namespace(s), 7 pending, 1 stuck, 1 dead letter(s)"
+    `);
+  });
+});
+
 describe("namespaces across apps", () => {
   const twoApps = () => {
     seed(path.join(tmp, "second"), "orders", 2);

@@ -81,9 +81,7 @@ function splitFlag(arg: string): [string, string | undefined] {
 function findArg(args: ArgsDef, name: string): ArgsDef[string] | undefined {
   for (const [key, def] of Object.entries(args)) {
     if (def.type === "positional") continue;
-    const aliases = def.type === "enum" || def.type === "string" || def.type === "boolean" || def.type === undefined
-      ? [(def as { alias?: string | string[] }).alias ?? []].flat()
-      : [];
+    const aliases = [(def as { alias?: string | string[] }).alias ?? []].flat();
     if (key === name || camel(key) === camel(name) || aliases.includes(name)) return def;
     // `--no-json` style negation of booleans.
     if ((def.type === "boolean" || def.type === undefined) && name.startsWith("no-") && camel(key) === camel(name.slice(3))) {

@@ -28,6 +28,7 @@ export const init = defineCommand({
   run({ args }) {
     const dir = path.resolve(args.dir);
     const shown = path.relative(process.cwd(), dir) || ".";
+    if (fs.existsSync(dir) && !fs.statSync(dir).isDirectory()) throw new OutboxError("E_OUTBOX", `${dir} exists and is not a directory`);
     // Check everything first: either the whole scaffold is written or nothing is.
     for (const f of SCAFFOLD) {
       const file = path.join(dir, f.name);
