@@ -239,6 +239,23 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect(norm(await remote.read("SELECT id FROM other"))).toEqual([]);
   });
 
+  test("a statement the driver refuses (too many bind parameters) fails alone: nothing after it in its namespace lands, nothing lands twice", async () => {
+    // 250 001 parameters is beyond every engine's limit (PostgreSQL 65 535 refused by Bun before
+    // sending; MariaDB 65 535; SQLite as built into Bun 250 000).
+    const n = 250_001;
+    const big: Statement = {
+      sql: `INSERT INTO other (id) VALUES ${Array.from({ length: n }, (_, i) => `(${ph(i + 1)})`).join(", ")}`,
+      args: Array.from({ length: n }, (_, i) => 1000 + i),
+      namespace: "other",
+      seq: 2,
+    };
+    const results = await writer.writeBatch([note(1, 1, "before"), ins("events", 1, 1, "a"), big, note(3, 3, "after"), ins("events", 2, 2, "b")]);
+    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual(["ok", "ok", "failed", "skipped", "ok"]);
+    expect((results[2] as { errorClass?: string }).errorClass).toBeString();
+    expect(norm(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([["1"]]);
+    expect(norm(await remote.read("SELECT id FROM events ORDER BY id"))).toEqual([["1"], ["2"]]);
+  });
+
   test("commits every statement of a successful batch together, visible to another connection", async () => {
     const stmts = Array.from({ length: 300 }, (_, i) => (i % 3 === 0 ? note(i, i, `n${i}`) : ins("events", i, i, `e${i}`, i)));
     const results = await writer.writeBatch(stmts);

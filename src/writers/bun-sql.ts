@@ -11,8 +11,8 @@ type Engine = "postgres" | "mysql";
 
 /**
  * A writer on Bun's built-in SQL client (PostgreSQL, MySQL/MariaDB). Each batch runs on one reserved
- * connection as BEGIN + every statement pipelined (not awaited one by one) + COMMIT, so a batch
- * costs one round trip on PostgreSQL and two on MySQL; failures are isolated by `runIsolated`.
+ * connection as BEGIN + every statement pipelined (sent without waiting for each other) + COMMIT:
+ * two round trips per batch, whatever its size; failures are isolated by `runIsolated`.
  */
 export class BunSqlWriter implements OutboxWriter {
   readonly dialect: Engine;
@@ -80,11 +80,12 @@ export class BunSqlWriter implements OutboxWriter {
 
   /**
    * One optimistic pass on one reserved connection: BEGIN (MySQL: autocommit off) and every
-   * statement pipelined. PostgreSQL
-   * pipelines COMMIT too (a failed statement aborts the transaction, so the server turns that COMMIT
-   * into a ROLLBACK by itself): one round trip. MySQL rolls back only the failed statement and keeps
-   * the transaction, so it looks first: COMMIT when no later statement of a failed namespace was
-   * applied, else ROLLBACK for a re-run.
+   * statement pipelined, then COMMIT or ROLLBACK after looking at the outcomes: two round trips.
+   * PostgreSQL commits only when every statement succeeded. COMMIT is deliberately not pipelined
+   * behind the statements: a statement Bun refuses before sending it would not abort the server's
+   * transaction, and a blind COMMIT would then commit the rest of its namespace. MySQL rolls back
+   * just a failed statement, so it commits when no later statement of a failed namespace was
+   * applied; otherwise it rolls back for a re-run.
    */
   async #pass(stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
     let reserved: ReservedSQL;
@@ -99,16 +100,15 @@ export class BunSqlWriter implements OutboxWriter {
       // rollback (deadlock) or an implicit commit (DDL) are still undone by our ROLLBACK.
       const begin = settle(reserved.unsafe(this.dialect === "postgres" ? "BEGIN" : "SET autocommit = 0"));
       const running = stmts.map((s) => settle(this.#run(reserved, s)));
-      const pipelinedCommit = this.dialect === "postgres" ? settle(reserved.unsafe("COMMIT")) : undefined;
       const began = await begin;
       if ("error" in began) throw this.#fail(`BEGIN failed: ${errorText(began.error)}`, began.error);
       const outcomes: Outcome[] = await Promise.all(running);
-      const committed = pipelinedCommit ? outcomes.every((o) => "result" in o) : this.#isolatedByServer(stmts, outcomes);
-      const ended = await (pipelinedCommit ?? settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK")));
+      const committed = this.dialect === "postgres" ? outcomes.every((o) => "result" in o) : this.#isolatedByServer(stmts, outcomes);
+      const ended = await settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK"));
       if ("error" in ended) throw this.#fail(`${committed ? "COMMIT" : "ROLLBACK"} failed: ${errorText(ended.error)}`, ended.error);
       // PostgreSQL answers COMMIT with the tag ROLLBACK when the transaction had failed.
       const tag = (ended.result as { command?: unknown }).command;
-      if (committed && pipelinedCommit && tag !== "COMMIT") throw this.#fail(`COMMIT was answered with ${String(tag)}`, undefined);
+      if (committed && this.dialect === "postgres" && tag !== "COMMIT") throw this.#fail(`COMMIT was answered with ${String(tag)}`, undefined);
       return { outcomes, committed };
     } finally {
       this.#reserved = null;
