@@ -125,10 +125,18 @@ export class StatementGenerator {
         return `${this.p()} || ${this.pick(LITERALS)}`;
     }
   }
+  /** Fisher–Yates with the seeded PRNG (Array#sort with a random comparator is not reproducible). */
+  private shuffle<T>(xs: T[]): T[] {
+    for (let i = xs.length - 1; i > 0; i--) {
+      const j = this.int(i + 1);
+      [xs[i], xs[j]] = [xs[j]!, xs[i]!];
+    }
+    return xs;
+  }
   private subset(): string[] {
     const cols = COLUMNS.filter(() => this.chance(0.5));
     if (cols.length === 0) cols.push(this.pick(COLUMNS));
-    return cols.sort(() => this.r() - 0.5);
+    return this.shuffle(cols);
   }
   private tail(): string {
     return this.pick(["", "", ";", " ; ", " -- trailing ?\n", "; /* x? */", "\n"]);
@@ -151,7 +159,7 @@ export class StatementGenerator {
     if (k > 0 && this.chance(0.2)) {
       // Numbered: a shuffled argument order, sometimes a number used twice, sometimes a plain `?`
       // where SQLite's rule (largest so far + 1) gives the same number.
-      const perm = [...Array(k).keys()].sort(() => this.r() - 0.5);
+      const perm = this.shuffle([...Array(k).keys()]);
       const slots: BindValue[] = new Array<BindValue>(k).fill(null);
       const used: number[] = [];
       let max = 0;
