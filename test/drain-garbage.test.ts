@@ -201,3 +201,24 @@ describe("local errors and housekeeping", () => {
     expect(s.log.has(/integrity scan of 1 file\(s\): clean/)).toBe(true);
   });
 });
+
+describe("scheduling", () => {
+  test("a commit wakes the drain instead of waiting out a long flush_interval", async () => {
+    const s = setup({ flushInterval: 120, tableFlushThreshold: 1 });
+    await s.svc.start();
+    s.push(42);
+    await waitFor(() => s.ids().length === 1, "delivery long before flush_interval", 20_000);
+    expect(s.ids()).toEqual([42]);
+  });
+
+  test("a table below the threshold waits for table_max_wait, then goes out", async () => {
+    const s = setup({ flushInterval: 0.01, tableFlushThreshold: 1000, tableMaxWait: 0.3 });
+    await s.svc.runOnce();
+    s.push(1);
+    const early = await s.svc.runOnce();
+    expect(early.delivered).toBe(0);
+    expect(early.targets[0]!.wakeAt).not.toBeNull();
+    await Bun.sleep(350);
+    expect((await s.svc.runOnce()).delivered).toBe(1);
+  });
+});

@@ -91,7 +91,12 @@ export class TargetRunner {
   startLoop(): void {
     if (this.loopDone) return;
     this.stopping = false;
-    this.watcher = new CommitWatcher(this.ctx.tables.map((t) => t.file));
+    try {
+      this.watcher = new CommitWatcher(this.ctx.tables.map((t) => t.file));
+    } catch (error) {
+      // Without the watcher the loop still scans every flush_interval: slower to react, never idle.
+      this.ctx.logger.warn(`drain: cannot watch the files of target ${this.name} for commits, scanning every flush_interval instead: ${describeError(error).message}`);
+    }
     this.loopDone = this.supervise();
   }
 
