@@ -222,3 +222,13 @@ describe("scheduling", () => {
     expect((await s.svc.runOnce()).delivered).toBe(1);
   });
 });
+
+describe("dialect", () => {
+  test("a custom writer without a dialect and no configured one is rewritten for sqlite, with a warning", async () => {
+    const s = setup({}, (inner) => ({ writeBatch: (stmts) => inner.writeBatch(stmts) }));
+    s.push(5);
+    await s.svc.runOnce();
+    expect(s.ids()).toEqual([5]);
+    expect(s.log.has(/target app\.r: the writer has no dialect and none is configured/)).toBe(true);
+  });
+});

@@ -193,6 +193,9 @@ export class OutboxSyncService {
         return { config, outbox, file, holdUntil: 0, localErrors: 0, reportedGap: null };
       });
       const dialect = target.dialect ?? writer.dialect ?? "sqlite";
+      if (!target.dialect && !writer.dialect) {
+        this.logger.warn(`drain: target ${target.name}: the writer has no dialect and none is configured; statements are rewritten for sqlite (set dialect = "…" on the target)`);
+      }
       const ctx: TargetContext = {
         target,
         app,
