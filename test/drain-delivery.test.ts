@@ -152,6 +152,32 @@ describe("delivery", () => {
     expect(remote.query<{ id: number }, []>("SELECT id FROM t").all()).toEqual([{ id: 7 }]);
   });
 
+  test("a lost row (chain gap) holds its table, is reported once, and delivery resumes once the gap is bridged", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER)"]);
+    fs.mkdirSync(dir.file("outbox"));
+    const q = new Outbox(dir.file("outbox/t.db"), "t");
+    cleanups.push(() => q.close());
+    const seqs = [1, 2, 3, 4].map((id) => q.enqueue("INSERT INTO t (id) VALUES (?)", `[${id}]`));
+    const raw = new Database(dir.file("outbox/t.db"));
+    raw.run("DELETE FROM outbox_queue WHERE seq = ?", [seqs[1]!]); // lost: neither delivered nor dead-lettered
+    raw.close();
+    const log = memoryLogger();
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } }, { batchSize: 2 });
+    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    for (let i = 0; i < 5; i++) await svc.runOnce();
+    expect(remote.query<{ id: number }, []>("SELECT id FROM t").all()).toEqual([{ id: 1 }]);
+    expect(q.pendingCount()).toBe(2);
+    expect(q.deadCount()).toBe(0);
+    expect(log.lines.filter((l) => l.includes(`seq ${seqs[2]} links to prev_seq ${seqs[1]}`)).length).toBe(1);
+    // The operator accepts the loss (the reference's recovery recipe): the gap is bridged.
+    const fix = new Database(dir.file("outbox/t.db"));
+    fix.run("INSERT INTO outbox_sync_log (seq, namespace, synced_at) VALUES (?, 't', '2026-01-01T00:00:00.000000+00:00')", [seqs[1]!]);
+    fix.close();
+    await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "delivery after the gap is bridged");
+    expect(remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY outbox_seq").all().map((r) => r.id)).toEqual([1, 3, 4]);
+  });
+
   test("a batch redelivered after a crash between remote commit and local confirm lands no duplicate", async () => {
     const dir = tmp();
     const db = await pg();

@@ -72,9 +72,10 @@ function planTable(ctx: TargetContext, table: ServedTable, now: number, plan: Pl
     return;
   }
   const batchSize = ctx.app.batchSize;
-  let rows = outbox.fetchUnsynced(batchSize);
-  if (rows.length >= batchSize) plan.more = true;
-  rows = cutAtChainGap(ctx, table, rows);
+  const fetched = outbox.fetchUnsynced(batchSize);
+  const rows = cutAtChainGap(ctx, table, fetched);
+  // A full batch means more is waiting; a batch cut at a chain gap does not (the gap holds the table).
+  if (fetched.length >= batchSize && rows.length === fetched.length) plan.more = true;
 
   const slice: NamespaceSlice = { table, rows: [], start: plan.stmts.length };
   const stmts: Statement[] = [];
