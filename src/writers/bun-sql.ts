@@ -23,8 +23,6 @@ export class BunSqlWriter implements OutboxWriter {
   readonly #classify: (error: unknown) => ErrorKind;
   readonly #batchTimeoutMs: number;
   #closed = false;
-  /** The connection of the batch in flight, so a timeout can close it. */
-  #reserved: ReservedSQL | null = null;
 
   constructor(engine: Engine, connection: Connection, classify: (error: unknown) => ErrorKind) {
     this.dialect = engine;
@@ -57,16 +55,18 @@ export class BunSqlWriter implements OutboxWriter {
   async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
+    // The connection this call is using, so its timeout closes it (and no other call's).
+    const inFlight: { reserved: ReservedSQL | null } = { reserved: null };
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         // Closing the connection makes the pipelined queries reject and the server roll back.
-        void this.#reserved?.close().catch(() => {});
+        void inFlight.reserved?.close().catch(() => {});
         reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined));
       }, this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s) => this.#pass(s), this.#classify, (m, e) => this.#fail(m, e)), timeout]);
+      return await Promise.race([runIsolated(stmts, (s) => this.#pass(s, inFlight), this.#classify, (m, e) => this.#fail(m, e)), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -87,14 +87,14 @@ export class BunSqlWriter implements OutboxWriter {
    * just a failed statement, so it commits when no later statement of a failed namespace was
    * applied; otherwise it rolls back for a re-run.
    */
-  async #pass(stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+  async #pass(stmts: Statement[], inFlight: { reserved: ReservedSQL | null }): Promise<{ outcomes: Outcome[]; committed: boolean }> {
     let reserved: ReservedSQL;
     try {
       reserved = await this.#sql.reserve();
     } catch (error) {
       throw this.#fail(`cannot connect: ${errorText(error)}`, error);
     }
-    this.#reserved = reserved;
+    inFlight.reserved = reserved;
     try {
       // MySQL: autocommit off instead of BEGIN, so statements that run after a server-side
       // rollback (deadlock) or an implicit commit (DDL) are still undone by our ROLLBACK.
@@ -111,7 +111,7 @@ export class BunSqlWriter implements OutboxWriter {
       if (committed && this.dialect === "postgres" && tag !== "COMMIT") throw this.#fail(`COMMIT was answered with ${String(tag)}`, undefined);
       return { outcomes, committed };
     } finally {
-      this.#reserved = null;
+      inFlight.reserved = null;
       // Bun closes (instead of pooling) a connection released inside an open transaction.
       await reserved.release().catch(() => {});
     }
