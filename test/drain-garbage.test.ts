@@ -179,6 +179,7 @@ describe("local errors and housekeeping", () => {
     for (let round = 0; round < 6; round++) {
       for (let i = 0; i < 5; i++) s.push(round * 5 + i);
       await s.svc.runOnce();
+      await Bun.sleep(5); // sync-log timestamps have millisecond resolution: make earlier rounds strictly older
     }
     expect(s.ids().length).toBe(30);
     const local = new Database(s.dir.file("outbox/t.db"), { readonly: true });
