@@ -8,6 +8,8 @@ import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
 
 type Engine = "postgres" | "mysql";
+/** The connection one writeBatch call is using, and whether that call has timed out. */
+type InFlight = { reserved: ReservedSQL | null; timedOut: boolean };
 
 /**
  * A writer on Bun's built-in SQL client (PostgreSQL, MySQL/MariaDB). Each batch runs on one reserved
@@ -56,11 +58,12 @@ export class BunSqlWriter implements OutboxWriter {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     // The connection this call is using, so its timeout closes it (and no other call's).
-    const inFlight: { reserved: ReservedSQL | null } = { reserved: null };
+    const inFlight: InFlight = { reserved: null, timedOut: false };
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         // Closing the connection makes the pipelined queries reject and the server roll back.
+        inFlight.timedOut = true;
         void inFlight.reserved?.close().catch(() => {});
         reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined));
       }, this.#batchTimeoutMs);
@@ -87,12 +90,17 @@ export class BunSqlWriter implements OutboxWriter {
    * just a failed statement, so it commits when no later statement of a failed namespace was
    * applied; otherwise it rolls back for a re-run.
    */
-  async #pass(stmts: Statement[], inFlight: { reserved: ReservedSQL | null }): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+  async #pass(stmts: Statement[], inFlight: InFlight): Promise<{ outcomes: Outcome[]; committed: boolean }> {
     let reserved: ReservedSQL;
     try {
       reserved = await this.#sql.reserve();
     } catch (error) {
       throw this.#fail(`cannot connect: ${errorText(error)}`, error);
+    }
+    if (inFlight.timedOut) {
+      // The caller already got a timeout: do not start the batch on a late connection.
+      await reserved.release().catch(() => {});
+      throw this.#fail("batch timed out while waiting for a connection", undefined);
     }
     inFlight.reserved = reserved;
     try {
