@@ -1,5 +1,7 @@
 import { describe, expect, test } from "bun:test";
-import { LockedError } from "../src/errors.ts";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { ConfigError, LockedError } from "../src/errors.ts";
+import { oneApp } from "./fixtures/drain-harness.ts";
 import { rowBackoffMs, targetBackoffMs } from "../src/drain/backoff.ts";
 import { acquireLock } from "../src/drain/lock.ts";
 import { tableReadiness } from "../src/drain/scheduler.ts";
@@ -122,5 +124,20 @@ describe("drain lock", () => {
     } finally {
       tmp.cleanup();
     }
+  });
+});
+
+describe("service construction", () => {
+  test("a target without a writer is a ConfigError naming the target", () => {
+    const config = oneApp("/nonexistent/outbox", { main: { writer: "sqlite", connection: { path: "/nonexistent/r.db" }, tables: ["t"] } });
+    let caught: unknown;
+    try {
+      new OutboxSyncService(config, {});
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(ConfigError);
+    expect((caught as ConfigError).code).toBe("E_CONFIG");
+    expect((caught as Error).message).toContain('no writer for target "app.main"');
   });
 });
