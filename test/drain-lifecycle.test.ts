@@ -12,8 +12,9 @@ afterEach(async () => {
 });
 
 /** Spawns test/fixtures/drain-child.ts; collects stdout/stderr as text while it runs. */
-function spawnDrain(dir: TempDir, delayMs = 300) {
+function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000) {
   const spec = {
+    stopTimeoutMs,
     dbDir: dir.file("outbox"),
     targets: { r: { writerClass: `${import.meta.dir}/fixtures/drain-slow-writer.ts:SlowWriter`, dialect: "sqlite", connection: { path: dir.file("remote.db"), delay_ms: delayMs }, tables: ["t"] } },
     tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 },
@@ -78,4 +79,21 @@ test("SIGUSR1 logs an integrity scan and the drain keeps running; a second drain
   expect(child.exitCode).toBeNull(); // SIGUSR1 did not stop it
   child.kill("SIGINT");
   expect(await child.exited).toBe(0);
+});
+
+test("SIGTERM with a batch that never finishes still exits 0 after the stop timeout; the rows stay queued", async () => {
+  const dir = makeTempDir();
+  cleanups.push(() => dir.cleanup());
+  setupRemote(dir);
+  const { child, out } = spawnDrain(dir, 600_000, 300);
+  await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
+  const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+  for (let i = 0; i < 5; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+  await waitFor(() => out.stdout.includes("batch-start"), "a batch to be in flight");
+  child.kill("SIGTERM");
+  expect(await child.exited).toBe(0);
+  expect(out.stderr).toContain("did not settle within 300 ms");
+  const q = new Outbox(dir.file("outbox/t.db"), "t");
+  cleanups.push(() => q.close());
+  expect(q.pendingCount()).toBe(5); // unconfirmed: redelivered (and absorbed) by the next drain
 });
