@@ -4,6 +4,7 @@
 //   peak RSS is the drain's own (the backlog is written by this parent process first).
 // {"bench":"latency","target":…,"p50_ms":…,"p99_ms":…}   single events, flush_interval 5 ms,
 //   threshold 1: enqueue → the remote transaction committed (the writer's promise resolved).
+// The "null" target accepts everything instantly: its rate is the drain's own ceiling.
 // Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see DEVELOPERS.md).
 import { Database } from "bun:sqlite";
 import fs from "node:fs";
@@ -20,14 +21,22 @@ import { makeTempDir } from "../test/support/tmp.ts";
 const TABLES = ["bench_a", "bench_b", "bench_c", "bench_d"];
 const ROWS = 100_000;
 const LATENCY_EVENTS = 300;
-type Target = "sqlite" | "postgres" | "mysql";
+type Target = "sqlite" | "postgres" | "mysql" | "null";
+
+/** Accepts everything instantly: what is left is the drain's own cost (fetch, decode, rewrite, confirm). */
+const nullWriter: OutboxWriter = {
+  dialect: "postgres",
+  writeBatch: async (stmts) => stmts.map(() => ({ ok: true as const, rowsAffected: 1 })),
+};
 
 function configFor(dbDir: string, writer: Target, connection: Record<string, unknown>, tuning: Record<string, unknown>) {
-  return defineConfig({ app: { bench: { dbDir, ...tuning, db: { remote: { writer, connection, tables: TABLES } } } } });
+  const target = writer === "null" ? { writer: "postgres" as const, connection: { url: "postgres://unused@127.0.0.1/x" } } : { writer, connection };
+  return defineConfig({ app: { bench: { dbDir, ...tuning, db: { remote: { ...target, tables: TABLES } } } } });
 }
 
 /** Creates the remote tables (without outbox_seq: auto_schema adds it) and returns the writer connection. */
 async function remoteFor(target: Target, dir: string) {
+  if (target === "null") return { connection: {}, drop: async () => {} };
   const ddl = (t: string) => `CREATE TABLE ${t} (id BIGINT NOT NULL, name VARCHAR(64), amount DOUBLE PRECISION, note TEXT)`;
   if (target === "sqlite") {
     const path = `${dir}/remote.db`;
@@ -62,7 +71,7 @@ function fillBacklog(dbDir: string): void {
 /** Child mode: drain the backlog in `dbDir` into the target, print the JSON line. */
 async function drainChild(target: Target, dbDir: string, connection: Record<string, unknown>): Promise<void> {
   const config = configFor(dbDir, target, connection, { batchSize: 500, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
-  const svc = new OutboxSyncService(config, { "bench.remote": createWriter(target, connection) });
+  const svc = new OutboxSyncService(config, { "bench.remote": target === "null" ? nullWriter : createWriter(target, connection) });
   let peak = process.memoryUsage().rss;
   const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 10);
   const total = svc.totalPending();
@@ -126,7 +135,7 @@ if (process.argv[2] === "--drain-child") {
   await drainChild(process.argv[3] as Target, process.argv[4]!, JSON.parse(process.argv[5]!));
 } else {
   const only = process.argv.slice(2);
-  for (const target of ["sqlite", "postgres", "mysql"] as const) {
+  for (const target of ["null", "sqlite", "postgres", "mysql"] as const) {
     if (only.length > 0 && !only.includes(target)) continue;
     const dir = makeTempDir("sqloutbox-bench-");
     const remote = await remoteFor(target, dir.path);
