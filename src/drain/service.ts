@@ -69,7 +69,7 @@ export class OutboxSyncService {
         if (!writer || typeof writer.writeBatch !== "function") {
           throw new ConfigError(`no writer for target "${target.name}" (expected writers["${target.name}"] with a writeBatch method)`, {
             file: config.file,
-            keyPath: `${app.name}.${target.db}`,
+            keyPath: `app.${app.name}.db.${target.db}`,
           });
         }
         for (const table of target.tables) {
@@ -77,7 +77,7 @@ export class OutboxSyncService {
           if (served.has(key)) {
             throw new ConfigError(`table "${table.name}" in ${app.dbDir} is routed to more than one target; one queue can feed one target`, {
               file: config.file,
-              keyPath: `${app.name}.${target.db}.tables`,
+              keyPath: `app.${app.name}.db.${target.db}.tables`,
             });
           }
           served.add(key);
@@ -112,10 +112,14 @@ export class OutboxSyncService {
     clearTimeout(timer);
     if (!clean) this.logger.warn(`drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are redelivered on the next start`);
     for (const [name, writer] of Object.entries(this.writers)) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
       try {
-        await Promise.race([Promise.resolve(writer.close?.()), new Promise((r) => setTimeout(r, 2000))]);
+        // A writer that cannot close (a dead server) must not hold the shutdown hostage.
+        await Promise.race([Promise.resolve(writer.close?.()), new Promise((r) => (timer = setTimeout(r, 2000)))]);
       } catch (error) {
         this.logger.warn(`drain: closing the writer of ${name} failed: ${describeError(error).message}`);
+      } finally {
+        clearTimeout(timer);
       }
     }
     for (const outbox of this.outboxes) outbox.close();

@@ -105,6 +105,7 @@ export class TargetRunner {
     this.stopping = true;
     this.waker.wake();
     await this.loopDone;
+    await this.running; // a runOnce() cycle in flight settles too
     this.loopDone = null;
     this.watcher?.close();
     this.watcher = null;
