@@ -4,7 +4,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { LockedError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
 import { createPgDb, type PgTestDb } from "./support/pg.ts";
@@ -14,6 +14,7 @@ let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   for (const c of cleanups.reverse()) await c();
   cleanups = [];
+  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
 });
 
 function tmp(): TempDir {

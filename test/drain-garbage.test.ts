@@ -3,7 +3,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { StorageError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter } from "../src/writers/writer.ts";
 import { type Fault, FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
@@ -13,6 +13,7 @@ let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   for (const c of cleanups.reverse()) await c();
   cleanups = [];
+  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
 });
 
 /** A sqlite remote with table t, a producer, a queue handle and a drain whose writer injects faults. */

@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterEach, expect, test } from "bun:test";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { waitFor } from "./fixtures/drain-harness.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
@@ -9,6 +9,7 @@ let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   for (const c of cleanups.reverse()) await c();
   cleanups = [];
+  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
 });
 
 /** Spawns test/fixtures/drain-child.ts; collects stdout/stderr as text while it runs. */

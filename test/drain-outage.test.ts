@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
 import { createPgDb } from "./support/pg.ts";
@@ -12,6 +12,7 @@ let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   for (const c of cleanups.reverse()) await c();
   cleanups = [];
+  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
 });
 
 test("a PostgreSQL outage charges and dead-letters nothing while producers keep writing; after restore everything lands once, in order", async () => {
