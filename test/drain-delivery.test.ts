@@ -2,7 +2,8 @@ import fs from "node:fs";
 import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
-import { LockedError } from "../src/errors.ts";
+import { acquireLock } from "../src/drain/lock.ts";
+import { LockedError, StorageError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
@@ -264,5 +265,18 @@ describe("delivery", () => {
     // Released on stop: a new drain can take over.
     const third = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
     await third.start();
+  });
+
+  test("a queue file that is not a database fails start() with a StorageError naming it, and releases the lock", async () => {
+    const dir = tmp();
+    fs.mkdirSync(dir.file("outbox"));
+    fs.writeFileSync(dir.file("outbox/t.db"), "this is not a database ".repeat(100));
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+    const error = await svc.start().then(() => null, (e: unknown) => e);
+    expect(error).toBeInstanceOf(StorageError);
+    expect((error as StorageError).code).toBe("E_STORAGE");
+    expect((error as StorageError).message).toContain(dir.file("outbox/t.db"));
+    acquireLock(dir.file("outbox")).release(); // not left locked behind
   });
 });
