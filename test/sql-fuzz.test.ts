@@ -126,7 +126,10 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
       try {
         out = injectOutboxSeq(g.sql, g.args, seq, d);
       } catch (e) {
-        fail(g, i, `${d}: rejected an accepted statement: ${String(e)}`);
+        // mysql alone refuses subqueries and DEFAULT in VALUES (its rewrite is an INSERT … SELECT).
+        if (!(d === "mysql" && e instanceof UnsupportedStatementError && e.reason.includes("not supported on mysql"))) {
+          fail(g, i, `${d}: rejected an accepted statement: ${String(e)}`);
+        }
         continue;
       }
       stats.forms++;

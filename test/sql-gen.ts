@@ -37,7 +37,14 @@ const STRINGS = ["", "x", "it's", "?", ")", "WHERE", ";", "--", "/*", "'?'", "ü
 export class StatementGenerator {
   private values: BindValue[] = [];
   private style: QuoteStyle = "plain";
-  constructor(private readonly r: () => number) {}
+  /**
+   * `flavour` keeps statements readable by that engine: no `main.` schema prefix or `x'…'` blob
+   * literal outside SQLite, and only the identifier quotes that engine knows.
+   */
+  constructor(
+    private readonly r: () => number,
+    private readonly flavour: "sqlite" | "postgres" | "mysql" = "sqlite",
+  ) {}
 
   private int(n: number): number {
     return Math.floor(this.r() * n);
@@ -73,7 +80,7 @@ export class StatementGenerator {
     }
   }
   private table(name: string): string {
-    return this.chance(0.2) ? `main.${this.ident(name)}` : this.ident(name);
+    return this.flavour === "sqlite" && this.chance(0.2) ? `main.${this.ident(name)}` : this.ident(name);
   }
   private value(): BindValue {
     switch (this.int(8)) {
@@ -120,7 +127,7 @@ export class StatementGenerator {
       case 9:
         return this.kw("null");
       case 10:
-        return "x'0a0b'";
+        return this.flavour === "sqlite" ? "x'0a0b'" : "'0a0b'";
       default:
         return `${this.p()} || ${this.pick(LITERALS)}`;
     }
@@ -145,7 +152,8 @@ export class StatementGenerator {
   /** A random statement; about a quarter are of a rejected kind. */
   next(): GeneratedStatement {
     this.values = [];
-    this.style = this.pick(["plain", "plain", "double", "bracket", "backtick"] as const);
+    const styles = { sqlite: ["plain", "plain", "double", "bracket", "backtick"], postgres: ["plain", "double"], mysql: ["plain", "backtick"] } as const;
+    this.style = this.pick(styles[this.flavour]);
     const g = this.chance(0.5) ? this.insert() : this.update();
     return { ...g, ...this.number(g.sql, g.extraArg) };
   }

@@ -77,13 +77,13 @@ const inserts: Case[] = [
     },
   },
   {
-    name: "function calls and a subquery among the values",
-    sql: "INSERT INTO t (a, b, c) VALUES (coalesce(?, 1), (SELECT max(x) FROM u WHERE y = ?), ? + 1)",
+    name: "function calls and nested parentheses among the values",
+    sql: "INSERT INTO t (a, b, c) VALUES (coalesce(?, 1), (upper(lower(?))), ? + 1)",
     args: [1, 2, 3],
     want: {
-      sqlite: "INSERT INTO t (a, b, c, outbox_seq) VALUES (coalesce(?, 1), (SELECT max(x) FROM u WHERE y = ?), ? + 1, ?)" + CONFLICT,
-      pg: "INSERT INTO t (a, b, c, outbox_seq) VALUES (coalesce($1, 1), (SELECT max(x) FROM u WHERE y = $2), $3 + 1, $4)" + CONFLICT,
-      mysql: "INSERT INTO t (a, b, c, outbox_seq) SELECT coalesce(?, 1), (SELECT max(x) FROM u WHERE y = ?), ? + 1, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
+      sqlite: "INSERT INTO t (a, b, c, outbox_seq) VALUES (coalesce(?, 1), (upper(lower(?))), ? + 1, ?)" + CONFLICT,
+      pg: "INSERT INTO t (a, b, c, outbox_seq) VALUES (coalesce($1, 1), (upper(lower($2))), $3 + 1, $4)" + CONFLICT,
+      mysql: "INSERT INTO t (a, b, c, outbox_seq) SELECT coalesce(?, 1), (upper(lower(?))), ? + 1, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
       args: [1, 2, 3, SEQ],
     },
   },
@@ -323,6 +323,13 @@ describe("injectOutboxSeq rejects", () => {
   test("mysql: DEFAULT in VALUES (not expressible in the INSERT … SELECT form)", () => {
     expect(() => injectOutboxSeq("INSERT INTO t (a, b) VALUES (DEFAULT, ?)", [1], SEQ, "mysql")).toThrow("DEFAULT in VALUES is not supported on mysql");
     expect(injectOutboxSeq("INSERT INTO t (a, b) VALUES (DEFAULT, ?)", [1], SEQ, "postgres").sql).toStartWith("INSERT INTO t (a, b, outbox_seq) VALUES (DEFAULT, $1, $2)");
+  });
+
+  test("mysql: a subquery in VALUES (INSERT … SELECT would not escalate its conversion warnings)", () => {
+    const sql = "INSERT INTO t (a, b) VALUES (?, (SELECT max(x) FROM u WHERE y = ?))";
+    expect(() => injectOutboxSeq(sql, [1, 2], SEQ, "mysql")).toThrow("a subquery in VALUES (offset 33) is not supported on mysql");
+    expect(injectOutboxSeq(sql, [1, 2], SEQ, "sqlite").sql).toBe("INSERT INTO t (a, b, outbox_seq) VALUES (?, (SELECT max(x) FROM u WHERE y = ?), ?)" + CONFLICT);
+    expect(injectOutboxSeq(sql, [1, 2], SEQ, "postgres").args).toEqual([1, 2, SEQ]);
   });
 
   test("mysql: an executable /*! … */ comment", () => {

@@ -141,6 +141,7 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
   let values = 0;
   let elementTokens = 0;
   let hasDefault = false;
+  let subquery: Token | undefined;
   let valuesClose: Token | undefined;
   for (; j < tokens.length; j++) {
     const t = tokens[j]!;
@@ -154,6 +155,7 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
       elementTokens = 0;
       continue;
     }
+    if (subquery === undefined && isKeyword(sql, t, "SELECT")) subquery = t;
     if (elementTokens === 0 && isKeyword(sql, t, "DEFAULT") && (tokens[j + 1]?.kind === "," || tokens[j + 1]?.kind === ")")) hasDefault = true;
     elementTokens++;
   }
@@ -168,7 +170,12 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
     if (isKeyword(sql, after, "RETURNING")) reject("RETURNING is not supported (a redelivery returns no row)", sql);
     reject(`unexpected ${describe(sql, after)} after VALUES (…)`, sql);
   }
-  if (hasDefault && dialect === "mysql") reject("DEFAULT in VALUES is not supported on mysql (the rewrite is an INSERT … SELECT)", sql);
+  if (dialect === "mysql") {
+    if (hasDefault) reject("DEFAULT in VALUES is not supported on mysql (the rewrite is an INSERT … SELECT)", sql);
+    // Inside INSERT … SELECT, MySQL does not turn a subquery's conversion warnings into errors
+    // the way strict mode does for VALUES: the rewrite could store a row the original refuses.
+    if (subquery !== undefined) reject(`a subquery in VALUES (offset ${subquery.start}) is not supported on mysql (the rewrite is an INSERT … SELECT, which would relax strict mode)`, sql);
+  }
   return {
     kind: "insert",
     tokens,
