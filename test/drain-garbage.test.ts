@@ -234,3 +234,21 @@ describe("dialect", () => {
     expect(s.log.has(/target app\.r: the writer has no dialect and none is configured/)).toBe(true);
   });
 });
+
+describe("no hot spin", () => {
+  test("a writer that answers 'skipped' for every head makes no progress and the loop does not spin on it", async () => {
+    const s = setup({ flushInterval: 0.2, batchSize: 2 }); // the commit watcher polls every 50 ms
+    for (let i = 0; i < 5; i++) s.push(i);
+    await s.svc.runOnce(); // startup + a first real batch of 2
+    s.writer.always = async (stmts) => stmts.map(() => ({ ok: false as const, error: "skipped", skipped: true }));
+    const before = s.writer.batches;
+    const report = await s.svc.runOnce();
+    expect(report).toMatchObject({ delivered: 0, failed: 0, more: false });
+    expect(s.queue().head()!.attempts).toBe(0);
+    await s.svc.start();
+    await Bun.sleep(300);
+    // A spinning loop would have sent hundreds of batches by now, one woken by its own bookkeeping
+    // commits every poll (6 in 300 ms); flush_interval paces it instead.
+    expect(s.writer.batches - before).toBeLessThanOrEqual(4);
+  });
+});

@@ -21,6 +21,15 @@ export interface TargetCycle {
 }
 
 /**
+ * "Cycle again at once" only after progress: a writer that keeps answering `skipped` for a head
+ * (or any other no-op outcome) must not turn the loop into a hot spin against the remote.
+ */
+function noSpin(out: TargetCycle): TargetCycle {
+  if (out.more && out.delivered + out.failed + out.deadLettered === 0) out.more = false;
+  return out;
+}
+
+/**
  * Drives one target: startup (auto_schema + seeding, retried until the remote answers), then
  * cycles of plan → one `writeBatch` → settle. Between cycles it sleeps until the next deadline
  * (flush_interval, a table's max wait, a head's backoff, the target's outage backoff) but wakes
@@ -30,6 +39,8 @@ export class TargetRunner {
   prepared = false;
   private outages = 0;
   private backoffUntil = 0;
+  /** After a batch that changed nothing, commits do not wake the loop before this (epoch ms). */
+  private quietUntil = 0;
   private batches = 0;
   private running: Promise<TargetCycle> | null = null;
   private preparing: Promise<boolean> | null = null;
@@ -146,7 +157,7 @@ export class TargetRunner {
       await this.waker.sleep(Math.min(this.pollIntervalMs, left));
       if (this.stopping) return;
       try {
-        if (this.watcher?.changed() && Date.now() >= this.backoffUntil) return;
+        if (this.watcher?.changed() && Date.now() >= Math.max(this.backoffUntil, this.quietUntil)) return;
       } catch (error) {
         this.ctx.logger.warn(`drain: commit watcher of target ${this.name} failed, falling back to flush_interval: ${describeError(error).message}`);
         this.watcher?.close();
@@ -166,7 +177,7 @@ export class TargetRunner {
       out.failed += plan.failed;
       out.more = plan.more;
       out.wakeAt = plan.wakeAt;
-      if (plan.stmts.length === 0) return out;
+      if (plan.stmts.length === 0) return noSpin(out);
       let results;
       try {
         results = await timedWriteBatch(ctx, plan.stmts);
@@ -180,10 +191,15 @@ export class TargetRunner {
       out.delivered += settled.delivered;
       out.failed += settled.failed;
       out.deadLettered += settled.deadLettered;
+      if (out.delivered + out.failed + out.deadLettered === 0) {
+        // The remote answered but nothing moved (every head "skipped"): our own bookkeeping
+        // commits would wake the watcher at once, so wait a full flush_interval instead.
+        this.quietUntil = ctx.now() + ctx.app.flushInterval * 1000;
+      }
       if (settled.failed > 0 || settled.deadLettered > 0) out.more = true; // re-plan: the next head may be ready
       this.batches += 1;
       if (this.batches % ctx.app.cleanupEvery === 0) this.prune();
-      return out;
+      return noSpin(out);
     } catch (error) {
       ctx.logger.error(`drain: cycle of target ${this.name} failed: ${describeError(error).message}`);
       return { ...out, wakeAt: ctx.now() + 1000 };
