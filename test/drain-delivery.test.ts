@@ -279,4 +279,25 @@ describe("delivery", () => {
     expect((error as StorageError).message).toContain(dir.file("outbox/t.db"));
     acquireLock(dir.file("outbox")).release(); // not left locked behind
   });
+
+  test("one writeBatch per target per cycle carries every ready table, up to batch_size rows each", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["x", "y", "z"].map((t) => `CREATE TABLE ${t} (id INTEGER)`));
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x", "y", "z"] } }, { batchSize: 4, tableFlushThreshold: 3, tableMaxWait: 60 });
+    const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
+    const svc = service(config, { "app.r": writer });
+    await svc.runOnce(); // startup
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (let i = 0; i < 6; i++) producer.push("x", "INSERT INTO x (id) VALUES (?)", [i]);
+    for (let i = 0; i < 3; i++) producer.push("y", "INSERT INTO y (id) VALUES (?)", [i]);
+    producer.push("z", "INSERT INTO z (id) VALUES (?)", [0]); // below the threshold, not old enough: not ready
+    const before = writer.batches;
+    const report = await svc.runOnce();
+    expect(writer.batches - before).toBe(1);
+    expect(report.delivered).toBe(7);
+    expect(report.more).toBe(true); // x had more than batch_size
+    const namespaces = writer.statements.filter((st) => st.seq > 0).map((st) => st.namespace);
+    expect(namespaces).toEqual(["x", "x", "x", "x", "y", "y", "y"]);
+    expect(remote.query("SELECT 1 FROM z").all()).toEqual([]);
+  });
 });
