@@ -125,7 +125,7 @@ export class OutboxSyncService {
     for (const outbox of this.outboxes) outbox.close();
     for (const lock of this.locks) lock.release();
     this.locks = [];
-    this.logger.info("drain: stopped");
+    if (this.opened) this.logger.info("drain: stopped");
   }
 
   /** Runs exactly one cycle of every target (startup first where still pending); for tests and tools. */
