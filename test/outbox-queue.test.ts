@@ -232,6 +232,22 @@ describe("delivery bookkeeping and dead letters", () => {
     expect(() => ob.recordAttempt(9999)).toThrow(NotFoundError);
   });
 
+  test("marks how far the head's batch was sent until a refund-free outcome clears it", () => {
+    const ob = outbox();
+    const [a, , c] = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+    expect(ob.head()!.sentThrough).toBeNull();
+    ob.recordAttempt(a!, new Date(), c!);
+    ob.refundAttempt(a!); // an outage: the outcome is still unknown, the mark stays
+    expect(ob.head()).toMatchObject({ attempts: 0, sentThrough: c });
+    ob.recordAttempt(a!); // a charge without sending keeps the mark
+    expect(ob.head()!.sentThrough).toBe(c!);
+    ob.clearSent(a!);
+    expect(ob.head()!.sentThrough).toBeNull();
+    ob.recordAttempt(a!, new Date(), a!);
+    ob.recordFailure(a!, "boom", "E", new Date()); // a known failure settles the mark
+    expect(ob.head()!.sentThrough).toBeNull();
+  });
+
   test("deadLetter moves the head with its last error and the namespace advances", () => {
     const ob = outbox();
     const [a, b] = ob.enqueueBatch([{ tag: "A", payload: "[1]" }, { tag: "B", payload: "[]" }]);

@@ -109,7 +109,10 @@ function planTable(ctx: TargetContext, table: ServedTable, now: number, plan: Pl
     break;
   }
   if (slice.rows.length === 0) return;
-  outbox.recordAttempt(slice.rows[0]!.seq, new Date(now));
+  // Injected rows leave a high-water mark remotely: mark how far this batch goes, so a lost
+  // outcome is settled by reconcileSent instead of a blind redelivery.
+  const sentThrough = table.config.injectOutboxSeq ? slice.rows[slice.rows.length - 1]!.seq : null;
+  outbox.recordAttempt(slice.rows[0]!.seq, new Date(now), sentThrough);
   plan.slices.push(slice);
   for (const s of stmts) plan.stmts.push(s);
 }

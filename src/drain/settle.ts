@@ -62,7 +62,10 @@ function settleSlice(ctx: TargetContext, slice: NamespaceSlice, results: WriteRe
   const row = rows[stopAt]!;
   if (result.skipped) {
     // Not attempted: charge nothing. Only the head was charged up front.
-    if (stopAt === 0) table.outbox.refundAttempt(row.seq);
+    if (stopAt === 0) {
+      table.outbox.refundAttempt(row.seq);
+      table.outbox.clearSent(row.seq);
+    }
     return;
   }
   const attempts = row.attempts + 1;

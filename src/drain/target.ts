@@ -2,6 +2,7 @@ import { describeError, type TargetContext } from "./context.ts";
 import { targetBackoffMs } from "./backoff.ts";
 import { planBatch } from "./batch.ts";
 import { refundBatch, settleBatch } from "./settle.ts";
+import { reconcileSent } from "./reconcile.ts";
 import { prepareTarget } from "./startup.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
 import { timedWriteBatch } from "./write.ts";
@@ -172,6 +173,12 @@ export class TargetRunner {
     try {
       if (ctx.now() < this.backoffUntil) return { ...out, outage: true, wakeAt: this.backoffUntil };
       if (!this.prepared && !(await this.prepare())) return { ...out, outage: true, wakeAt: this.backoffUntil };
+      try {
+        out.delivered += await reconcileSent(ctx);
+      } catch (error) {
+        this.outage(error, "reading MAX(outbox_seq) to settle an interrupted batch");
+        return { ...out, outage: true, wakeAt: this.backoffUntil };
+      }
       const plan = planBatch(ctx);
       out.deadLettered += plan.deadLettered;
       out.failed += plan.failed;

@@ -211,9 +211,24 @@ export class Outbox {
     );
   }
 
-  /** Charges one delivery attempt to a pending row BEFORE delivering it (crash-loop protection). */
-  recordAttempt(seq: number, at: Date = new Date()): void {
-    this.#update("cannot record attempt", seq, "attempts = attempts + 1, last_attempt_at = ?3", isoTimestamp(at));
+  /**
+   * Charges one delivery attempt to a pending row BEFORE delivering it (crash-loop protection).
+   * `sentThrough` marks the head as sent in a batch ending at that seq, until `clearSent`,
+   * `recordFailure` or `confirm` resolves it.
+   */
+  recordAttempt(seq: number, at: Date = new Date(), sentThrough: number | null = null): void {
+    this.#update(
+      "cannot record attempt",
+      seq,
+      "attempts = attempts + 1, last_attempt_at = ?3, sent_through = coalesce(?4, sent_through)",
+      isoTimestamp(at),
+      sentThrough,
+    );
+  }
+
+  /** Forgets the head's "sent, outcome unknown" mark once the outcome is known. */
+  clearSent(seq: number): void {
+    this.#update("cannot clear sent mark", seq, "sent_through = NULL");
   }
 
   /** Undoes one attempt charge (the target was down: not the row's fault); never below zero. */
@@ -226,7 +241,7 @@ export class Outbox {
     this.#update(
       "cannot record failure",
       seq,
-      "last_error = ?3, last_error_class = ?4, next_attempt_at = ?5",
+      "last_error = ?3, last_error_class = ?4, next_attempt_at = ?5, sent_through = NULL",
       String(error),
       errorClass === null || errorClass === undefined ? null : String(errorClass),
       isoTimestamp(nextAttemptAt),

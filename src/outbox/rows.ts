@@ -17,6 +17,8 @@ export interface OutboxRow {
   lastErrorClass: string | null;
   lastAttemptAt: string | null;
   nextAttemptAt: string | null;
+  /** Set on the head while the batch it was sent in (through this seq) has an unknown outcome. */
+  sentThrough: number | null;
 }
 
 /** A row whose `prevSeq` exists nowhere: not pending, not delivered (sync log), not dead-lettered. */
@@ -49,7 +51,7 @@ export interface DeadLetter {
 /** SELECT list producing an OutboxRow from outbox_queue. */
 export const QUEUE_ROW_COLUMNS = `seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt,
   attempts, last_error AS lastError, last_error_class AS lastErrorClass,
-  last_attempt_at AS lastAttemptAt, next_attempt_at AS nextAttemptAt`;
+  last_attempt_at AS lastAttemptAt, next_attempt_at AS nextAttemptAt, sent_through AS sentThrough`;
 
 /** SELECT list producing a DeadLetter from outbox_dead_log. */
 export const DEAD_ROW_COLUMNS = `seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt,

@@ -39,6 +39,10 @@ export const QUEUE_EXTRA_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   ["last_error_class", "TEXT"],
   ["last_attempt_at", "TEXT"],
   ["next_attempt_at", "TEXT"],
+  // The last seq of the batch the head was sent in, until its outcome is known: after a crash or
+  // an outage mid-commit, the drain compares it with the remote MAX(outbox_seq) instead of
+  // redelivering rows the remote already applied.
+  ["sent_through", "INTEGER"],
 ];
 
 /** Columns of outbox_dead_log (after seq); added one by one if a table of that name pre-exists. */
