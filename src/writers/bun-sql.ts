@@ -8,6 +8,8 @@ import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
 
 type Engine = "postgres" | "mysql";
+
+const MYSQL_BEGIN = "SET autocommit = 0, sql_mode = CONCAT_WS(',', NULLIF(@@sql_mode, ''), 'STRICT_TRANS_TABLES')";
 /** The connection one writeBatch call is using, and whether that call has timed out. */
 type InFlight = { reserved: ReservedSQL | null; timedOut: boolean };
 
@@ -105,8 +107,11 @@ export class BunSqlWriter implements OutboxWriter {
     inFlight.reserved = reserved;
     try {
       // MySQL: autocommit off instead of BEGIN, so statements that run after a server-side
-      // rollback (deadlock) or an implicit commit (DDL) are still undone by our ROLLBACK.
-      const begin = settle(reserved.unsafe(this.dialect === "postgres" ? "BEGIN" : "SET autocommit = 0"));
+      // rollback (deadlock) or an implicit commit (DDL) are still undone by our ROLLBACK. Strict
+      // mode whatever the server's default: without it a bad value is stored truncated or as a
+      // default (a warning, not an error), and the duplicate-absorbing INSERT … SELECT form
+      // would even differ from the original VALUES statement.
+      const begin = settle(reserved.unsafe(this.dialect === "postgres" ? "BEGIN" : MYSQL_BEGIN));
       const running = stmts.map((s) => settle(this.#run(reserved, s)));
       const began = await begin;
       if ("error" in began) throw this.#fail(`BEGIN failed: ${errorText(began.error)}`, began.error);

@@ -8,7 +8,7 @@ import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
 
 /** Default `batch_timeout` (seconds) of the `libsql` writer. */
-export const DEFAULT_LIBSQL_BATCH_TIMEOUT_S = 60;
+export const DEFAULT_LIBSQL_BATCH_TIMEOUT_S = 25;
 const SCHEMES = ["libsql", "https", "http", "wss", "ws", "file"];
 
 /**

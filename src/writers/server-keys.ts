@@ -4,7 +4,7 @@ import type { ConnectionKey } from "./registry.ts";
 /** Default `connect_timeout` (seconds) of the `postgres` and `mysql` writers. */
 export const DEFAULT_CONNECT_TIMEOUT_S = 10;
 /** Default `batch_timeout` (seconds): a batch running longer is an outage and its connection is closed. */
-export const DEFAULT_BATCH_TIMEOUT_S = 60;
+export const DEFAULT_BATCH_TIMEOUT_S = 25;
 /** Default `max_connections`: the drain writes one batch per target at a time. */
 export const DEFAULT_MAX_CONNECTIONS = 2;
 

@@ -1,0 +1,39 @@
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { SQL } from "bun";
+import { createWriter } from "../src/writers/registry.ts";
+import { createMysqlDb, MYSQL_BASE_URL, type MysqlTestDb } from "./support/mysql.ts";
+
+// The server's default sql_mode is changed for this test only (new connections pick it up) and
+// restored after: the writer must not depend on the server being configured strict.
+let db: MysqlTestDb;
+let admin: SQL;
+let saved: string;
+beforeAll(async () => {
+  db = await createMysqlDb();
+  admin = new SQL(`${MYSQL_BASE_URL}/mysql`, { max: 1 });
+  [{ mode: saved }] = await admin.unsafe("SELECT @@GLOBAL.sql_mode AS mode");
+  await admin.unsafe("SET GLOBAL sql_mode = ''");
+});
+afterAll(async () => {
+  await admin.unsafe("SET GLOBAL sql_mode = ?", [saved]);
+  await admin.close();
+  await db.drop();
+});
+
+test("the mysql writer runs batches in strict mode even when the server's default is not", async () => {
+  await db.sql.unsafe("CREATE TABLE t (id INT PRIMARY KEY, code VARCHAR(3) NOT NULL)");
+  const writer = createWriter("mysql", { url: db.url });
+  try {
+    const results = await writer.writeBatch([
+      { sql: "INSERT INTO t (id, code) VALUES (?, ?)", args: [1, "abc"], namespace: "t", seq: 1 },
+      { sql: "INSERT INTO t (id, code) VALUES (?, ?)", args: [2, "too long"], namespace: "t", seq: 2 },
+    ]);
+    expect(results[0]).toMatchObject({ ok: true });
+    // Non-strict would store "too" with a warning: the row's fault must surface instead.
+    expect(results[1]).toMatchObject({ ok: false, errorClass: "1406" });
+  } finally {
+    await writer.close?.();
+  }
+  const rows = await db.sql.unsafe("SELECT id, code FROM t ORDER BY id");
+  expect(rows.map((r: { id: number; code: string }) => [r.id, r.code])).toEqual([[1, "abc"]]);
+});
