@@ -145,6 +145,14 @@ url = "\${UNSET_IN_THIS_SHELL}"
 });
 
 describe("status --watch", () => {
+  test("ends with exit 0 when its reader goes away (| head -1)", async () => {
+    // bash waits for every member of a pipeline: a watcher that hung on the closed pipe would hang this.
+    const script = `bun src/cli/bin.ts status --db-dir '${dbDir}' --watch --json --interval 0.05 | head -1 >/dev/null; echo "\${PIPESTATUS[0]}"`;
+    const r = await run(["-c", script], { cmd: ["bash"] });
+    expect(r.stdout.trim()).toBe("0");
+    expect(r.stderr).toBe("");
+  }, 20_000);
+
   test("without a terminal prints one timestamped report after another until SIGINT, then exits 0", async () => {
     const proc = Bun.spawn(["bun", "src/cli/bin.ts", "status", "--db-dir", dbDir, "--watch", "--interval", "0.1"], {
       cwd: path.resolve(import.meta.dir, ".."),

@@ -1,9 +1,16 @@
 #!/usr/bin/env bun
 import { runCli } from "./main.ts";
 
+// A reader that stops reading (`sqloutbox status --watch --json | head -1`) ends the command;
+// that is the reader's choice, not a failure.
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on("error", (err: NodeJS.ErrnoException) => process.exit(err.code === "EPIPE" ? 0 : 1));
+}
+
 const code = await runCli(process.argv.slice(2));
 // Exit as soon as the output is flushed: a stray handle (a driver socket, a timer) must not keep
-// a finished command — or a drain that has stopped cleanly — alive.
+// a finished command — or a drain that has stopped cleanly — alive. The timeout covers a pipe
+// that will never drain.
 const flushed = (stream: NodeJS.WriteStream) => new Promise<void>((resolve) => stream.write("", () => resolve()));
-await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+await Promise.race([Promise.all([flushed(process.stdout), flushed(process.stderr)]), Bun.sleep(2000)]);
 process.exit(code);

@@ -63,6 +63,8 @@ export async function runCli(argv: string[]): Promise<number> {
 }
 
 function reportError(err: unknown, path: string[]): number {
+  // stdout closed by its reader (`| head`): nothing left to say, and nobody to say it to.
+  if ((err as NodeJS.ErrnoException | undefined)?.code === "EPIPE") return EXIT.ok;
   // citty's own argument errors (missing required flag, bad enum value) are usage errors too.
   const isUsage = err instanceof UsageError || (err instanceof Error && err.name === "CLIError");
   if (isUsage) {
