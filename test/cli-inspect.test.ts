@@ -1,5 +1,6 @@
 // status, verify and dead-letter list/show against real queue files in a temp db_dir: output,
 // exit codes, --json parsed back, and the read-only promise (every file byte-identical, none created).
+import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
@@ -323,6 +324,30 @@ describe("read-only commands change nothing", () => {
     } finally {
       producer.close();
     }
+  });
+
+  test("a file written by the reference implementation is read as is: no migration, no new file", async () => {
+    const refDir = path.join(tmp, "reference");
+    fs.mkdirSync(refDir);
+    const db = new Database(path.join(refDir, "events.db"));
+    db.run("PRAGMA journal_mode = WAL");
+    db.run(`CREATE TABLE outbox_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, namespace TEXT NOT NULL,
+      source TEXT NOT NULL DEFAULT '', tag TEXT NOT NULL, payload TEXT NOT NULL, prev_seq INTEGER UNIQUE, synced INTEGER NOT NULL DEFAULT 0)`);
+    db.run("CREATE TABLE outbox_sync_log (seq INTEGER PRIMARY KEY, namespace TEXT NOT NULL, synced_at TEXT NOT NULL)");
+    db.run("CREATE INDEX idx_outbox_worker ON outbox_queue (namespace, synced, seq)");
+    db.run("CREATE INDEX idx_sync_log ON outbox_sync_log (namespace, seq)");
+    db.run("CREATE UNIQUE INDEX idx_outbox_prev ON outbox_queue (prev_seq)");
+    db.run("INSERT INTO outbox_sync_log VALUES (1, 'events', '2025-01-01T00:00:00.000000+00:00')");
+    for (const [seq, prev] of [[2, 1], [3, 2], [4, 3]]) {
+      db.run("INSERT INTO outbox_queue (seq, created_at, namespace, tag, payload, prev_seq) VALUES (?, '2025-01-01T00:00:01.000000+00:00', 'events', 'INSERT INTO events (id) VALUES (?)', ?, ?)", [seq!, `[${seq}]`, prev!]);
+    }
+    db.close();
+    const before = hashTree(refDir);
+    const status = JSON.parse((await run(["status", "--db-dir", refDir, "--json"])).stdout);
+    expect(status.namespaces[0]).toMatchObject({ namespace: "events", depth: 3, headSeq: 2, headAttempts: 0, isStuck: false, deadLetterCount: 0 });
+    expect((await run(["verify", "--db-dir", refDir])).code).toBe(0);
+    expect(JSON.parse((await run(["dead-letter", "list", "--db-dir", refDir, "--json"])).stdout)).toEqual({ deadLetters: [] });
+    expect(hashTree(refDir)).toEqual(before);
   });
 
   test("a failing verify (broken chain) also changes nothing", async () => {
