@@ -93,15 +93,23 @@ async function produceAndWatch(): Promise<void> {
   const producer = new SQLMiddleware({ dbDir, source: "demo" });
   const total = NAMES.reduce((n, t) => n + TABLES[t].count, 0);
   let lastPlain = 0;
+  let drawn = 0;
   const show = (final = false) => {
-    const pending = pendingTotal();
-    const delivered = Object.values(remoteCounts()).reduce((a, b) => a + b, 0);
+    const pendingBy = pendingByTable();
+    const remote = remoteCounts();
+    const pending = NAMES.reduce((n, t) => n + pendingBy[t], 0);
+    const delivered = NAMES.reduce((n, t) => n + remote[t], 0);
     const producedNow = NAMES.reduce((n, t) => n + produced[t], 0);
-    const line = `produced ${String(producedNow).padStart(5)}/${total}  pending ${String(pending).padStart(5)}  delivered ${String(delivered).padStart(5)}  ${bar(delivered / total)}`;
-    if (tty) process.stdout.write(`\r${line}${final ? "\n" : ""}`);
-    else if (final || Date.now() - lastPlain >= 1000) {
+    const line = (name: string, p: number, of: number, q: number, d: number) =>
+      `${name.padEnd(9)} produced ${String(p).padStart(5)}/${String(of).padEnd(5)}  pending ${String(q).padStart(5)}  delivered ${String(d).padStart(5)}  ${bar(d / of)}`;
+    if (tty) {
+      // Redraw the per-table block in place: cursor up over the previous frame.
+      const frame = [...NAMES.map((t) => line(t, produced[t], TABLES[t].count, pendingBy[t], remote[t])), line("total", producedNow, total, pending, delivered)];
+      process.stdout.write(`${drawn > 0 ? `\u001B[${drawn}A` : ""}${frame.map((l) => `\r${l}\u001B[K`).join("\n")}\n`);
+      drawn = frame.length;
+    } else if (final || Date.now() - lastPlain >= 1000) {
       lastPlain = Date.now();
-      print(line);
+      print(line("total", producedNow, total, pending, delivered));
     }
     return { pending, delivered };
   };
@@ -137,9 +145,11 @@ function pushOne(producer: SQLMiddleware, table: Table, id: number): void {
   else producer.push("events", "INSERT INTO events (id, kind, detail) VALUES (?, ?, ?)", [id, id % 3 === 0 ? "login" : "click", JSON.stringify({ n: id })]);
 }
 
-function pendingTotal(): number {
-  if (!fs.existsSync(dbDir)) return 0;
-  return healthAll(dbDir).reduce((n, h) => n + h.depth, 0);
+function pendingByTable(): Record<Table, number> {
+  const out: Record<Table, number> = { orders: 0, payments: 0, events: 0 };
+  if (!fs.existsSync(dbDir)) return out;
+  for (const h of healthAll(dbDir)) if (h.namespace in out) out[h.namespace as Table] = h.depth;
+  return out;
 }
 
 function remoteCounts(): Record<Table, number> {
