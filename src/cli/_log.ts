@@ -5,9 +5,11 @@ import { UsageError } from "../errors.ts";
 
 /** Accepted log levels, least to most verbose. */
 export const LOG_LEVELS = ["error", "warn", "info", "debug"] as const;
+/** One of LOG_LEVELS. */
 export type LogLevelName = (typeof LOG_LEVELS)[number];
 /** `pretty` = consola's human reporter; `json` = one JSON object per line. */
 export const LOG_FORMATS = ["pretty", "json"] as const;
+/** One of LOG_FORMATS. */
 export type LogFormat = (typeof LOG_FORMATS)[number];
 
 const CONSOLA_LEVEL: Record<LogLevelName, number> = { error: 0, warn: 1, info: 3, debug: 4 };
