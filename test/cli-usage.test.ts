@@ -45,7 +45,7 @@ describe("version and help", () => {
         --db-dir=<DIR>                         A db_dir holding {table}.db outbox files (instead of --config)
         --log-level=<error|warn|info|debug>    Log verbosity (env LOG_LEVEL; default info)
         --log-format=<pretty|json>             Log format: json = one object per line, for journald (env LOG_FORMAT; default pretty)
-        --json                                 Print JSON (stable shape, see docs/cli.md)
+        --json                                 Print JSON (stable shape, see README.md)
         --watch                                Refresh until interrupted (with --json: one JSON document per line)
         --interval=<SECONDS>                   Refresh interval for --watch (default 2)
 

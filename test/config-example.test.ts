@@ -8,7 +8,7 @@ import { parseConfigToml } from "../src/index.ts";
 
 const root = path.resolve(import.meta.dir, "..");
 const example = fs.readFileSync(path.join(root, "etc/outbox.example.toml"), "utf8");
-const docs = fs.readFileSync(path.join(root, "docs/config.md"), "utf8");
+const docs = fs.readFileSync(path.join(root, "README.md"), "utf8");
 const ENV = {
   TURSO_URL: "libsql://db.turso.io",
   TURSO_AUTH_TOKEN: "tok",
@@ -34,7 +34,7 @@ describe("etc/outbox.example.toml", () => {
     expect({ ...shown, targets: [] }).toEqual({ ...minimal, targets: [] });
   });
 
-  test.each([...APP_KEYS, ...TARGET_KEYS, ...TABLE_KEYS])("mentions %s, and so does docs/config.md", (key) => {
+  test.each([...APP_KEYS, ...TARGET_KEYS, ...TABLE_KEYS])("mentions %s, and so does README.md", (key) => {
     expect(example).toMatch(new RegExp(`\\b${key}\\b`));
     expect(docs).toContain(`\`${key}\``);
   });

@@ -17,9 +17,9 @@ export const locationArgs = {
   ...logArgs,
 } as const;
 
-/** `--json`: the stable machine-readable shape documented in docs/cli.md. */
+/** `--json`: the stable machine-readable shape documented in README.md. */
 export const jsonArg = {
-  json: { type: "boolean", description: "Print JSON (stable shape, see docs/cli.md)" },
+  json: { type: "boolean", description: "Print JSON (stable shape, see README.md)" },
 } as const;
 
 /** `--namespace N --seq S` (+ `--app A` to pick one app when a config has several). */
