@@ -212,6 +212,31 @@ describe("delivery", () => {
     expect(writer.statements.filter((s) => s.seq > 0).length).toBe(100 + 101); // the second batch went once
   });
 
+  test("after settling an interrupted batch, pending rows still at or below the remote MAX are moved above it, not absorbed", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER NOT NULL)"]);
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    const prep = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+    await prep.runOnce(); // auto_schema
+    await prep.stop();
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (let id = 1; id <= 20; id++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [id]);
+    const q = new Outbox(dir.file("outbox/t.db"), "t");
+    cleanups.push(() => q.close());
+    // Our rows 1..5 were sent and committed before a crash; seqs 6..50 came from another queue.
+    q.recordAttempt(1, new Date(), 5);
+    for (let seq = 1; seq <= 50; seq++) remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [seq <= 5 ? seq : 1000 + seq, seq]);
+    const log = memoryLogger();
+    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivery");
+    const ours = remote.query<{ id: number; s: number }, []>("SELECT id, outbox_seq AS s FROM t WHERE id < 1000 ORDER BY outbox_seq").all();
+    expect(ours.map((r) => r.id)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    expect(ours.map((r) => r.s)).toEqual([1, 2, 3, 4, 5, ...Array.from({ length: 15 }, (_, i) => 51 + i)]);
+    expect(remote.query("SELECT count(*) AS n FROM t").get()).toEqual({ n: 65 });
+    expect(log.has(/moved 15 pending rows from seq 6\.\.20 to 51\.\.65/)).toBe(true);
+    expect(q.listDead().map((d) => d.seq)).toEqual(Array.from({ length: 15 }, (_, i) => 6 + i));
+  });
+
   test("seeds the local sequence above the remote MAX(outbox_seq)", async () => {
     const dir = tmp();
     const db = await pg();

@@ -2,6 +2,7 @@
 import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
+import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter, type BuiltinWriterName } from "../src/writers/registry.ts";
@@ -118,5 +119,48 @@ describe.each(["sqlite", "libsql", "postgres", "mysql"] as BuiltinWriterName[])(
     await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the redelivery");
     expect(await s.remote.ints("SELECT count(*), count(DISTINCT outbox_seq) FROM a")).toEqual([[60, 60]]);
     expect(await s.remote.ints("SELECT id FROM a WHERE note = 'v2'")).toEqual([[45]]);
+    expect(s.queue("a").listDead()).toEqual([]); // settled from the high-water mark, nothing resequenced
+  });
+
+  test("a fresh queue whose pending seqs collide with another machine's rows is moved above the remote MAX: nothing absorbed, order kept", async () => {
+    const s = await setup();
+    const prep = s.drain();
+    await prep.svc.runOnce(); // auto_schema on the empty remote
+    await prep.svc.stop();
+    // The old machine delivered outbox_seq 1..50 (ids 1000..1049) before the migration.
+    const old = Array.from({ length: 50 }, (_, i) => `(${1000 + i}, 'old', ${i + 1})`).join(", ");
+    await s.remote.exec(`INSERT INTO a (id, note, outbox_seq) VALUES ${old}`);
+    // On the new machine producers fill a fresh queue (seq 1..20) before the drain first runs.
+    const seqs: number[] = [];
+    for (let id = 1; id <= 10; id++) seqs.push(s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [id, "v1"]));
+    for (let id = 1; id <= 5; id++) seqs.push(s.producer.push("a", "UPDATE a SET note = ? WHERE id = ?", ["v2", id]));
+    for (let id = 1000; id < 1005; id++) seqs.push(s.producer.push("a", "UPDATE a SET note = ? WHERE id = ?", ["new", id]));
+    expect(seqs).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    const { svc, log } = s.drain();
+    await svc.start();
+    await waitFor(() => svc.totalPending() === 0, "delivery of the resequenced queue");
+    expect(log.has(/warn drain: "a" on app\.r already holds outbox_seq up to 50 .*moved 20 pending rows from seq 1\.\.20 to 51\.\.70/)).toBe(true);
+    expect(await s.remote.ints("SELECT count(*), count(DISTINCT outbox_seq), min(outbox_seq), max(outbox_seq) FROM a")).toEqual([[60, 60, 6, 70]]); // the old rows 1..5 were updated (66..70)
+    // Every new row landed once; updated rows carry the UPDATE's (later) seq, so order is visible.
+    expect((await s.remote.ints("SELECT id FROM a WHERE id < 1000 ORDER BY outbox_seq")).flat()).toEqual([6, 7, 8, 9, 10, 1, 2, 3, 4, 5]);
+    expect((await s.remote.ints("SELECT id FROM a WHERE note = 'v2' ORDER BY id")).flat()).toEqual([1, 2, 3, 4, 5]);
+    expect((await s.remote.ints("SELECT id FROM a WHERE note = 'new' ORDER BY id")).flat()).toEqual([1000, 1001, 1002, 1003, 1004]);
+    expect((await s.remote.ints("SELECT count(*) FROM a WHERE note = 'old'")).flat()).toEqual([45]);
+    await svc.stop();
+    const q = s.queue("a");
+    const dead = q.listDead();
+    expect(dead.map((d) => [d.seq, d.reason, d.replayedAsSeq])).toEqual(seqs.map((seq) => [seq, "resequenced", seq + 50]));
+    expect(q.deadCount()).toBe(0);
+    expect(verifyFile(s.dir.file("outbox/a.db"))).toMatchObject({ ok: true });
+
+    // A normal restart afterwards (the remote MAX is our own) moves nothing.
+    const more = s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [11, "v1"]);
+    expect(more).toBe(71);
+    const again = s.drain();
+    await again.svc.start();
+    await waitFor(() => again.svc.totalPending() === 0, "delivery after a normal restart");
+    expect(again.log.has(/already holds outbox_seq/)).toBe(false);
+    expect(q.listDead()).toHaveLength(20);
+    expect(await s.remote.ints("SELECT outbox_seq FROM a WHERE id = 11")).toEqual([[71]]);
   });
 });

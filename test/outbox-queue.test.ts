@@ -1,6 +1,6 @@
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError } from "../src/index.ts";
+import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError, verifyFile } from "../src/index.ts";
 import { openWritable } from "../src/outbox/sqlite-open.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
@@ -148,6 +148,45 @@ describe("confirm, pending count and sequence", () => {
     expect(ob.enqueue("A", "[]")).toBe(501);
     ob.seedSequence(10);
     expect(ob.enqueue("B", "[]")).toBe(502);
+  });
+
+  test("resequenceAbove moves the whole pending queue in order above the mark, recording each move as a replayed dead letter", () => {
+    const ob = outbox();
+    const other = outbox("q.db", "other"); // a second namespace in the same file stays where it is
+    const done = ob.enqueue("DONE", "[0]");
+    ob.confirm([done]);
+    const old = ob.enqueueBatch(Array.from({ length: 5 }, (_, i) => ({ tag: `T${i}`, payload: `[${i}]` })), "app");
+    const otherSeq = other.enqueue("O", "[]");
+    ob.recordAttempt(old[0]!);
+    ob.recordFailure(old[0]!, "boom", "E1", new Date(Date.UTC(2030, 0, 1)));
+    const before = ob.fetchUnsynced(10);
+    const moved = ob.resequenceAbove(50)!;
+    expect(moved).toEqual({ count: 5, oldFirst: old[0]!, oldLast: old[4]!, newFirst: 51, newLast: 55 });
+    const rows = ob.fetchUnsynced(10);
+    expect(rows.map((r) => [r.seq, r.tag, r.payload, r.source, r.createdAt])).toEqual(
+      before.map((r, i) => [51 + i, r.tag, r.payload, r.source, r.createdAt]),
+    );
+    expect(rows[0]).toMatchObject({ prevSeq: old[4], attempts: 1, lastError: "boom", lastErrorClass: "E1", sentThrough: null });
+    expectIntactChain(ob);
+    expect(ob.pendingCount()).toBe(5);
+    expect(ob.deadCount()).toBe(0);
+    expect(ob.listDead().map((d) => [d.seq, d.reason, d.replayedAsSeq, d.tag])).toEqual(old.map((s, i) => [s, "resequenced", 51 + i, `T${i}`]));
+    expect(ob.listDead()[0]!.replayedAt).not.toBeNull();
+    expect(other.fetchUnsynced(10).map((r) => r.seq)).toEqual([otherSeq]);
+    expect(ob.enqueue("NEXT", "[]")).toBe(56);
+    const verified = verifyFile(ob.path);
+    expect(verified.ok).toBe(true);
+  });
+
+  test("resequenceAbove changes nothing when every pending row is already above the mark, or nothing is pending", () => {
+    const ob = outbox();
+    expect(ob.resequenceAbove(10)).toBeNull();
+    ob.seedSequence(10);
+    const seqs = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    expect(ob.resequenceAbove(10)).toBeNull();
+    expect(ob.fetchUnsynced(10).map((r) => r.seq)).toEqual(seqs);
+    expect(ob.listDead()).toEqual([]);
+    expect(() => ob.resequenceAbove(-1)).toThrow(InvalidArgumentError);
   });
 });
 

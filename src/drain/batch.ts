@@ -5,6 +5,7 @@ import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement } from "../writers/writer.ts";
 import { rowBackoffMs } from "./backoff.ts";
 import { clearLocalHold, describeError, holdAfterLocalError, type ServedTable, type TargetContext } from "./context.ts";
+import { resequenceAboveRemote } from "./resequence.ts";
 import { tableReadiness } from "./scheduler.ts";
 
 /** The rows of one namespace in a batch: `stmts[start .. start+rows.length)`; the head was charged. */
@@ -61,8 +62,9 @@ export function planBatch(ctx: TargetContext): PlannedBatch {
 
 function planTable(ctx: TargetContext, table: ServedTable, now: number, plan: PlannedBatch): void {
   const { outbox } = table;
-  const head = outbox.head();
+  let head = outbox.head();
   if (!head) return;
+  if (resequenceAboveRemote(ctx, table, head) > 0) head = outbox.head()!;
   const readiness = tableReadiness(head, outbox.pendingCount(), now, {
     threshold: ctx.app.tableFlushThreshold,
     maxWaitMs: ctx.app.tableMaxWait * 1000,

@@ -16,6 +16,12 @@ export interface ServedTable {
   localErrors: number;
   /** The chain gap last reported for this table, so a held gap is logged once, not every cycle. */
   reportedGap: number | null;
+  /**
+   * The remote's `MAX(outbox_seq)` as last read once this drain's own sent rows were settled
+   * (startup, reconcile): a pending head at or below it was never applied by us and must be
+   * moved above it before delivery (resequenceAboveRemote). 0 = nothing known.
+   */
+  remoteMark: number;
 }
 
 /** Everything one target's loop needs; `dialect` is resolved once at construction. */

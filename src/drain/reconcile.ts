@@ -11,7 +11,8 @@ import { timedWriteBatch } from "./write.ts";
  * the remote. Those rows are confirmed instead of redelivered: a redelivered INSERT followed by an
  * UPDATE of the same row would otherwise meet a row whose outbox_seq the UPDATE already moved on
  * (a primary-key error, or a duplicate row where the table has no key). Rows never sent are
- * never confirmed this way, whatever the remote holds. An outage while asking throws `WriteError`.
+ * never confirmed this way, whatever the remote holds; pending rows still at or below the mark
+ * afterwards are moved above it before delivery (`remoteMark`). An outage while asking throws `WriteError`.
  */
 export async function reconcileSent(ctx: TargetContext): Promise<number> {
   let confirmed = 0;
@@ -31,6 +32,8 @@ export async function reconcileSent(ctx: TargetContext): Promise<number> {
         ctx.logger.warn(`drain: cannot read MAX(outbox_seq) of "${name}" on ${ctx.target.name}; redelivering its interrupted batch`);
       } else {
         confirmed += confirmThrough(table, Math.min(remoteMax, head.sentThrough), ctx.app.batchSize);
+        // What is left at or below the mark was never applied by us; planning moves it above.
+        table.remoteMark = Math.max(table.remoteMark, remoteMax);
       }
       const still = table.outbox.head();
       if (still?.sentThrough != null) table.outbox.clearSent(still.seq);

@@ -2,12 +2,14 @@ import { maxSeqSql, schemaSql } from "../sql/index.ts";
 import type { Statement } from "../writers/writer.ts";
 import { isAlreadyApplied, parseMaxSeq } from "./answers.ts";
 import { describeError, type TargetContext } from "./context.ts";
+import { resequenceAboveRemote } from "./resequence.ts";
 import { timedWriteBatch } from "./write.ts";
 
 /**
  * Startup for one target: with `auto_schema`, adds `outbox_seq` + its unique index to every
  * injected table (never drops anything), then seeds each injected table's local sequence above
- * the remote `MAX(outbox_seq)`, so a fresh queue never reuses a seq the remote already absorbed.
+ * the remote `MAX(outbox_seq)`, so a fresh queue never reuses a seq the remote already absorbed,
+ * and moves rows already pending at or below that mark above it (see resequenceAboveRemote).
  * An outage throws `WriteError` (the caller retries before delivering); a table-level refusal
  * (missing table, no permission) is logged and does not block the others.
  */
@@ -39,6 +41,12 @@ export async function prepareTarget(ctx: TargetContext): Promise<void> {
     }
     try {
       if (max > 0) table.outbox.seedSequence(max);
+      // Rows sent before a crash (a head with `sentThrough`) may be ours at the remote:
+      // reconcileSent settles them and sets the mark then.
+      if (table.outbox.head()?.sentThrough == null) {
+        table.remoteMark = Math.max(table.remoteMark, max);
+        resequenceAboveRemote(ctx, table);
+      }
     } catch (error) {
       ctx.logger.error(`drain: seeding "${name}" (${table.file}) above ${max} failed: ${describeError(error).message}`);
     }

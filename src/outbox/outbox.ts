@@ -30,6 +30,15 @@ const TAIL_SQL = `SELECT coalesce(
     ifnull((SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1), -1),
     ifnull((SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1), -1)), -1)) AS tail`;
 
+/** What `Outbox.resequenceAbove` moved: `count` pending rows from `oldFirst..oldLast` to `newFirst..newLast`. */
+export interface Resequenced {
+  count: number;
+  oldFirst: number;
+  oldLast: number;
+  newFirst: number;
+  newLast: number;
+}
+
 /**
  * The local queue of one namespace in one SQLite file: an ordered, singly linked chain of events
  * (`prev_seq`) that producers append to and the drain delivers head first. Creates the file and
@@ -188,6 +197,64 @@ export class Outbox {
       const current = db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get();
       if (current === null) db.query("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox_queue', ?)").run(minSeq);
       else if (current.seq < minSeq) db.query("UPDATE sqlite_sequence SET seq = ? WHERE name = 'outbox_queue'").run(minSeq);
+    });
+  }
+
+  /**
+   * Moves this namespace's WHOLE pending queue, in order, above `minSeq` when its head is at or
+   * below it — rows whose seqs a remote already holds from elsewhere (another machine's queue)
+   * would otherwise be absorbed there as duplicates. One transaction: seeds the sequence, then per
+   * row appends a copy at the tail (created_at, source and delivery state kept, the chain linked
+   * on) and records the old row in outbox_dead_log as `resequenced`, replayed as the new seq.
+   * Returns the old and new ranges, or null when no pending row is at or below `minSeq`.
+   */
+  resequenceAbove(minSeq: number): Resequenced | null {
+    this.#open();
+    if (!Number.isSafeInteger(minSeq) || minSeq < 0) throw this.#invalid(`resequenceAbove expects a non-negative integer, got ${minSeq}`);
+    return this.#write("cannot resequence", () => {
+      const db = this.#db;
+      const range = db
+        .query<{ first: number | null; last: number | null; count: number }, [string]>(
+          "SELECT min(seq) AS first, max(seq) AS last, count(*) AS count FROM outbox_queue WHERE namespace = ? AND synced = 0",
+        )
+        .get(this.namespace)!;
+      if (range.first === null || range.last === null || range.first > minSeq) return null;
+      const current = db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get();
+      if (current === null) db.query("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox_queue', ?)").run(minSeq);
+      else if (current.seq < minSeq) db.query("UPDATE sqlite_sequence SET seq = ? WHERE name = 'outbox_queue'").run(minSeq);
+      const page = db.query<OutboxRow, [string, number, number]>(
+        `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? AND seq <= ? ORDER BY seq LIMIT 1000`,
+      );
+      const copy = db.query(
+        `INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq, attempts, last_error, last_error_class, last_attempt_at, next_attempt_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      );
+      const record = db.query(
+        `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, replayed_at, replayed_as_seq)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'resequenced', ?, ?, ?)`,
+      );
+      const remove = db.query("DELETE FROM outbox_queue WHERE seq = ? AND namespace = ?");
+      const at = isoTimestamp();
+      let after = range.first - 1;
+      let newFirst = 0;
+      let newLast = 0;
+      // New seqs are all above range.last (the sequence is at least there), so paging by old seq
+      // never meets a copy. The first copy links to the old tail, which stays in the dead log.
+      for (let rows = page.all(this.namespace, after, range.last); rows.length > 0; rows = page.all(this.namespace, after, range.last)) {
+        for (const r of rows) {
+          const prev = this.#tail.get(this.namespace)!.tail;
+          const seq = Number(
+            copy.run(r.createdAt, this.namespace, r.source, r.tag, r.payload, prev, r.attempts, r.lastError, r.lastErrorClass, r.lastAttemptAt, r.nextAttemptAt)
+              .lastInsertRowid,
+          );
+          record.run(r.seq, this.namespace, r.source, r.tag, r.payload, r.prevSeq, r.createdAt, r.attempts, r.lastError, r.lastErrorClass, at, at, seq);
+          remove.run(r.seq, this.namespace);
+          if (newFirst === 0) newFirst = seq;
+          newLast = seq;
+          after = r.seq;
+        }
+      }
+      return { count: range.count, oldFirst: range.first, oldLast: range.last, newFirst, newLast };
     });
   }
 
