@@ -16,14 +16,16 @@ const TABLES = ["t1", "t2"];
 const PRODUCERS = 2;
 const KILLS = 22;
 
-test("a drain SIGKILLed at random moments while producers write delivers every event exactly once, in seq order", async () => {
+test("a drain SIGKILLed at random moments while producers write INSERTs and UPDATEs of the same rows applies every event exactly once, in seq order", async () => {
   const dir = makeTempDir();
   cleanups.push(() => dir.cleanup());
   const db = await createPgDb();
   cleanups.push(() => db.drop());
   for (const t of TABLES) {
-    // `pos` records the order the remote applied the rows in; outbox_seq is added by auto_schema.
-    await db.sql.unsafe(`CREATE TABLE ${t} (pos BIGSERIAL PRIMARY KEY, producer INT NOT NULL, n INT NOT NULL)`);
+    // `pos` records the order the remote inserted the rows in, `upos` the order of the last UPDATE
+    // applied to each row; outbox_seq is added by auto_schema.
+    await db.sql.unsafe(`CREATE SEQUENCE ${t}_upos`);
+    await db.sql.unsafe(`CREATE TABLE ${t} (pos BIGSERIAL PRIMARY KEY, producer INT NOT NULL, n INT NOT NULL, hits INT NOT NULL DEFAULT 0, upos BIGINT)`);
   }
   const dbDir = dir.file("outbox");
   const drainSpec = JSON.stringify({
@@ -36,7 +38,7 @@ test("a drain SIGKILLed at random moments while producers write delivers every e
   const spawnDrain = () => Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-child.ts`, drainSpec], { stdout: "pipe", stderr: "ignore" });
 
   const producers = Array.from({ length: PRODUCERS }, (_, p) =>
-    Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: p, stopFile: dir.file("stop-producing") })], {
+    Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: p, stopFile: dir.file("stop-producing"), updates: true })], {
       stdout: "pipe",
       stderr: "inherit",
     }),
@@ -101,14 +103,20 @@ test("a drain SIGKILLed at random moments while producers write delivers every e
   for (const [i, t] of TABLES.entries()) {
     const [{ n, d }] = await db.sql.unsafe(`SELECT count(*)::int AS n, count(DISTINCT outbox_seq)::int AS d FROM ${t}`);
     expect({ table: t, n, d }).toEqual({ table: t, n: total, d: total });
-    // Applied in seq order: the remote's insertion order (pos) sorts the rows by outbox_seq too,
-    // and each producer's rows arrive in the order it wrote them.
-    const rows = await db.sql.unsafe(`SELECT outbox_seq::int AS s, producer, n FROM ${t} ORDER BY pos`);
-    const seqs = rows.map((r: { s: number }) => r.s);
-    expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+    // Each producer's rows were inserted in the order it wrote them, and every UPDATE was applied
+    // exactly once: a redelivered INSERT after its UPDATE would be a second row, a redelivered
+    // UPDATE a third hit.
+    type Row = { s: number; producer: number; n: number; hits: number; upos: number | null };
+    const rows: Row[] = await db.sql.unsafe(`SELECT outbox_seq::int AS s, producer, n, hits, upos::int AS upos FROM ${t} ORDER BY pos`);
     for (let p = 0; p < PRODUCERS; p++) {
-      expect(rows.filter((r: { producer: number }) => r.producer === p).map((r: { n: number }) => r.n)).toEqual([...Array(produced[p]).keys()]);
+      const mine = rows.filter((r) => r.producer === p);
+      expect(mine.map((r) => r.n)).toEqual([...Array(produced[p]).keys()]);
+      expect(mine.map((r) => r.hits)).toEqual(mine.map((_, i) => (i === mine.length - 1 ? 1 : 2)));
     }
+    // Applied in seq order: the order the last UPDATEs were applied in (upos) sorts the rows by
+    // their outbox_seq (the seq of that UPDATE) too.
+    const seqs = [...rows].sort((a, b) => a.upos! - b.upos!).map((r) => r.s);
+    expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
     expect(queues[i]!.deadCount()).toBe(0);
     const verified = verifyFile(`${dbDir}/${t}.db`);
     expect(verified.ok).toBe(true);
