@@ -151,6 +151,51 @@ describe("garbage from a writer", () => {
   });
 });
 
+describe("a batch that answers after write_timeout", () => {
+  test("a late commit on a table without outbox_seq is never overtaken: the table waits for the answer and confirms what it committed", async () => {
+    const dir = makeTempDir();
+    cleanups.push(() => dir.cleanup());
+    const remote = new Database(dir.file("remote.db"), { create: true });
+    remote.run("PRAGMA journal_mode = WAL");
+    remote.run("CREATE TABLE kv (k TEXT PRIMARY KEY, v INTEGER NOT NULL)");
+    remote.run("CREATE TABLE log (v INTEGER NOT NULL)");
+    remote.run("INSERT INTO kv VALUES ('x', 0)");
+    cleanups.push(() => remote.close());
+    const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
+    const tables = [{ name: "kv", injectOutboxSeq: false }, { name: "log", injectOutboxSeq: false }];
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables } }, { writeTimeout: 0.1 });
+    const log = memoryLogger();
+    const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
+    cleanups.push(() => svc.stop(1000));
+    await svc.runOnce(); // startup
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    const event = (v: number) => {
+      producer.push("kv", "UPDATE kv SET v = ? WHERE k = 'x'", [v]);
+      producer.push("log", "INSERT INTO log (v) VALUES (?)", [v]);
+    };
+    event(1);
+    let late = "pending";
+    writer.faults.push(async (stmts, inner) => {
+      await Bun.sleep(400); // past write_timeout: the drain has given up on this call
+      const results = await inner.writeBatch(stmts);
+      late = "committed";
+      return results;
+    });
+    expect((await svc.runOnce()).outages).toEqual(["app.r"]);
+    event(2);
+    // Cycle on while the late batch is still out; it must not be overtaken by a newer batch.
+    while (late === "pending") {
+      await svc.runOnce();
+      await Bun.sleep(10);
+    }
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivery after the late answer");
+    expect(remote.query("SELECT v FROM kv").all()).toEqual([{ v: 2 }]);
+    // What the late answer confirmed is not sent again (no duplicate in a table without a key).
+    expect(remote.query("SELECT v FROM log ORDER BY rowid").all()).toEqual([{ v: 1 }, { v: 2 }]);
+    expect(log.has(/warn drain: .*"kv".*held until the timed-out batch answers/)).toBe(true);
+  });
+});
+
 describe("local errors and housekeeping", () => {
   test("a local SQLite error while confirming is logged with its namespace, the rows are redelivered without duplicates, and nothing is charged", async () => {
     const s = setup();

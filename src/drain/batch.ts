@@ -42,6 +42,7 @@ export function planBatch(ctx: TargetContext): PlannedBatch {
   const plan: PlannedBatch = { stmts: [], slices: [], deadLettered: 0, failed: 0, more: false, wakeAt: null };
   const now = ctx.now();
   for (const table of ctx.tables) {
+    if (table.awaitingLateAnswer) continue; // woken when the answer comes
     if (table.holdUntil > now) {
       plan.wakeAt = minWake(plan.wakeAt, table.holdUntil);
       continue;

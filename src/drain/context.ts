@@ -22,6 +22,8 @@ export interface ServedTable {
    * moved above it before delivery (resequenceAboveRemote). 0 = nothing known.
    */
   remoteMark: number;
+  /** A timed-out batch carrying this (non-injected) table may still commit: not planned until it answers. */
+  awaitingLateAnswer: boolean;
 }
 
 /** Everything one target's loop needs; `dialect` is resolved once at construction. */

@@ -17,7 +17,7 @@ import { timedWriteBatch } from "./write.ts";
 export async function reconcileSent(ctx: TargetContext): Promise<number> {
   let confirmed = 0;
   for (const table of ctx.tables) {
-    if (table.holdUntil > ctx.now()) continue;
+    if (table.holdUntil > ctx.now() || table.awaitingLateAnswer) continue;
     const head = table.outbox.head();
     if (head?.sentThrough == null) continue;
     if (!table.config.injectOutboxSeq) {

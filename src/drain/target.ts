@@ -1,6 +1,7 @@
 import { describeError, type TargetContext } from "./context.ts";
 import { targetBackoffMs } from "./backoff.ts";
 import { planBatch } from "./batch.ts";
+import { holdForLateAnswer } from "./late.ts";
 import { refundBatch, settleBatch } from "./settle.ts";
 import { reconcileSent } from "./reconcile.ts";
 import { prepareTarget } from "./startup.ts";
@@ -187,7 +188,7 @@ export class TargetRunner {
       if (plan.stmts.length === 0) return noSpin(out);
       let results;
       try {
-        results = await timedWriteBatch(ctx, plan.stmts);
+        results = await timedWriteBatch(ctx, plan.stmts, (abandoned) => holdForLateAnswer(ctx, plan, abandoned, () => this.waker.wake()));
       } catch (error) {
         refundBatch(ctx, plan);
         this.outage(error, `a batch of ${plan.stmts.length} rows`);

@@ -7,9 +7,13 @@ import { resultShapeProblem } from "./answers.ts";
  * Calls the target's `writeBatch` bounded by `write_timeout` and checks the answer's shape.
  * Anything that is not a well-formed answer in time — a throw, a timeout, the wrong number of
  * results, a result without boolean `ok` — becomes a `WriteError`: the target is down, the rows
- * are not at fault. A timed-out call keeps running in the background; its late outcome is ignored.
+ * are not at fault. A timed-out call keeps running in the background; `onTimeout` receives it.
  */
-export async function timedWriteBatch(ctx: TargetContext, stmts: Statement[]): Promise<WriteResult[]> {
+export async function timedWriteBatch(
+  ctx: TargetContext,
+  stmts: Statement[],
+  onTimeout?: (abandoned: Promise<WriteResult[]>) => void,
+): Promise<WriteResult[]> {
   const name = ctx.target.name;
   const timeoutMs = ctx.app.writeTimeout * 1000;
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -21,7 +25,10 @@ export async function timedWriteBatch(ctx: TargetContext, stmts: Statement[]): P
   }
   call.catch(() => {}); // a rejection after the timeout must not become an unhandled rejection
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new WriteError(`target ${name}: writeBatch did not answer within write_timeout (${ctx.app.writeTimeout} s)`, name)), timeoutMs);
+    timer = setTimeout(() => {
+      reject(new WriteError(`target ${name}: writeBatch did not answer within write_timeout (${ctx.app.writeTimeout} s)`, name));
+      onTimeout?.(call);
+    }, timeoutMs);
   });
   let results: unknown;
   try {
