@@ -13,12 +13,19 @@ afterEach(async () => {
 });
 
 /** Spawns test/fixtures/drain-child.ts; collects stdout/stderr as text while it runs. */
-function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000) {
+function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { startupDelayMs?: number; writeTimeout?: number } = {}) {
   const spec = {
     stopTimeoutMs,
     dbDir: dir.file("outbox"),
-    targets: { r: { writerClass: `${import.meta.dir}/fixtures/drain-slow-writer.ts:SlowWriter`, dialect: "sqlite", connection: { path: dir.file("remote.db"), delay_ms: delayMs }, tables: ["t"] } },
-    tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 },
+    targets: {
+      r: {
+        writerClass: `${import.meta.dir}/fixtures/drain-slow-writer.ts:SlowWriter`,
+        dialect: "sqlite",
+        connection: { path: dir.file("remote.db"), delay_ms: delayMs, startup_delay_ms: extra.startupDelayMs ?? 0 },
+        tables: ["t"],
+      },
+    },
+    tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, writeTimeout: extra.writeTimeout ?? 5 },
   };
   const child = Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-child.ts`, JSON.stringify(spec)], { stdout: "pipe", stderr: "pipe" });
   cleanups.push(() => child.kill("SIGKILL"));
@@ -98,3 +105,18 @@ test("SIGTERM with a batch that never finishes still exits 0 after the stop time
   cleanups.push(() => q.close());
   expect(q.pendingCount()).toBe(5); // unconfirmed: redelivered (and absorbed) by the next drain
 });
+
+test("SIGTERM while startup waits on a hanging remote stops at once and exits 0, not after write_timeout", async () => {
+  const dir = makeTempDir();
+  cleanups.push(() => dir.cleanup());
+  setupRemote(dir);
+  // write_timeout 600 s: a drain that waited out its startup would outlive this test by far.
+  const { child, out } = spawnDrain(dir, 0, 300, { startupDelayMs: 600_000, writeTimeout: 600 });
+  await waitFor(() => out.stdout.includes("startup-start"), "startup to reach the remote", 10_000);
+  child.kill("SIGTERM");
+  expect(await child.exited).toBe(0);
+  expect(out.stdout).not.toContain("started");
+  expect(out.stdout).toContain("writer-closed");
+  expect(out.stderr).toContain("SIGTERM during startup");
+  expect(out.stderr).not.toMatch(/unavailable|failed/);
+}, 15_000);

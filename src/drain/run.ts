@@ -28,12 +28,17 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
     finish = resolve;
   });
   let started = false;
+  let starting = false;
   let stopRequested: string | null = null;
   let stopping = false;
   const stop = (why: string) => {
     if (!started) {
-      // A signal during startup: honour it as soon as start() returns (nothing is in flight yet).
-      stopRequested ??= why;
+      // A signal during startup: nothing is in flight yet, so stop now rather than wait out a
+      // remote that hangs; start() returns as soon as stop() begins.
+      if (stopRequested) return;
+      stopRequested = why;
+      logger.info(`drain: ${why} during startup: stopping`);
+      if (starting) void service.stop(stopTimeoutMs).catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`));
       return;
     }
     if (stopping) {
@@ -64,15 +69,21 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
   if (options.signal?.aborted) onAbort();
   options.signal?.addEventListener("abort", onAbort, { once: true });
   try {
-    try {
-      await service.start();
-    } catch (error) {
-      await service.stop(0).catch(() => {});
-      throw error;
+    if (!stopRequested) {
+      starting = true;
+      try {
+        await service.start();
+      } catch (error) {
+        await service.stop(0).catch(() => {});
+        throw error;
+      }
+    }
+    if (stopRequested) {
+      await service.stop(stopTimeoutMs).catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`));
+      return;
     }
     started = true;
     options.onStarted?.(service);
-    if (stopRequested) stop(stopRequested);
     await done;
   } finally {
     process.off("SIGTERM", onTerm);

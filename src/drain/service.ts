@@ -54,6 +54,9 @@ export class OutboxSyncService {
   private opened = false;
   private closed = false;
   private looping = false;
+  private stopped: Promise<void> | null = null;
+  /** Resolves when stop() is first called: a pending start() gives up its startup wait then. */
+  private readonly stopSignal = Promise.withResolvers<void>();
 
   constructor(
     readonly config: OutboxConfig,
@@ -86,11 +89,15 @@ export class OutboxSyncService {
     }
   }
 
-  /** Takes the locks, opens the queues, runs startup for every target (bounded by write_timeout) and starts the loops. */
+  /**
+   * Takes the locks, opens the queues, runs startup for every target (bounded by write_timeout, or
+   * until stop() is called) and starts the loops.
+   */
   async start(): Promise<void> {
     this.open();
     if (this.looping) return;
-    await Promise.all(this.runners.map((r) => r.startupBounded()));
+    await Promise.race([Promise.all(this.runners.map((r) => r.startupBounded())), this.stopSignal.promise]);
+    if (this.closed) return; // stopped during startup
     this.looping = true;
     for (const runner of this.runners) runner.startLoop();
     this.logger.info(`drain: started: ${this.runners.length} target(s), ${this.outboxes.length} table(s), ${this.locks.length} db_dir(s)`);
@@ -98,11 +105,17 @@ export class OutboxSyncService {
 
   /**
    * Stops scheduling, waits up to `timeoutMs` for in-flight batches to be delivered and confirmed,
-   * then closes the writers and queues and releases the locks. Idempotent.
+   * then closes the writers and queues and releases the locks. Idempotent: every call resolves
+   * when the first one is done.
    */
-  async stop(timeoutMs = this.options.stopTimeoutMs ?? 10_000): Promise<void> {
-    if (this.closed) return;
+  stop(timeoutMs = this.options.stopTimeoutMs ?? 10_000): Promise<void> {
+    this.stopped ??= this.shutdown(timeoutMs);
+    return this.stopped;
+  }
+
+  private async shutdown(timeoutMs: number): Promise<void> {
     this.closed = true;
+    this.stopSignal.resolve();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const settled = Promise.all(this.runners.map((r) => r.stopLoop())).then(() => true);
     const timedOut = new Promise<false>((resolve) => {
@@ -166,10 +179,8 @@ export class OutboxSyncService {
 
   /** Locks every db_dir (each once) and opens one Outbox per served table; idempotent. */
   private open(): void {
-    if (this.opened) {
-      if (this.closed) throw new OutboxError("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
-      return;
-    }
+    if (this.closed) throw new OutboxError("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
+    if (this.opened) return;
     const dirs = [...new Set(this.config.apps.map((a) => path.resolve(a.dbDir)))];
     try {
       for (const dir of dirs) this.locks.push(acquireLock(dir));

@@ -81,7 +81,7 @@ export class TargetRunner {
         return true;
       })
       .catch((error) => {
-        this.outage(error, "startup (auto_schema / seeding)");
+        if (!this.stopping) this.outage(error, "startup (auto_schema / seeding)"); // a stop during startup closed the writer
         return false;
       })
       .finally(() => {
