@@ -1,11 +1,13 @@
 // Enqueue latency vs. queue depth (`bun run bench:enqueue`). Prints one JSON line per case:
 // {"bench":"enqueue","case":…,"depth":…,"p50_us":…,"p99_us":…,"ops_per_s":…}
-// All cases run on the same disk (a temp dir under /tmp) with the same pragmas (WAL, NORMAL).
+// All cases run on the same disk (a temp dir under /tmp) with the same pragmas (the page size of
+// new outbox files, WAL, NORMAL), the same timing loop, warm-up and timestamp function.
 import { Database } from "bun:sqlite";
 import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
+import { NEW_FILE_PAGE_SIZE } from "../src/outbox/sqlite-open.ts";
 
 const OPS = 10_000;
 const WARMUP = 500;
@@ -37,6 +39,7 @@ function measure(name: string, depth: number, op: () => void): void {
 /** The floor: a plain autocommit INSERT into a table with the same columns and only its primary key. */
 function rawInsert(): void {
   const db = new Database(join(dir, "raw.db"));
+  db.run(`PRAGMA page_size = ${NEW_FILE_PAGE_SIZE}`);
   db.run("PRAGMA journal_mode = WAL");
   db.run("PRAGMA synchronous = NORMAL");
   db.run(`CREATE TABLE raw (seq INTEGER PRIMARY KEY, created_at TEXT NOT NULL, namespace TEXT NOT NULL,

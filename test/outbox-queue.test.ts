@@ -1,7 +1,8 @@
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError, verifyFile } from "../src/index.ts";
-import { openWritable } from "../src/outbox/sqlite-open.ts";
+import { NEW_FILE_PAGE_SIZE, openWritable } from "../src/outbox/sqlite-open.ts";
+import { isoTimestamp, parseTimestamp } from "../src/outbox/timestamp.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -66,6 +67,21 @@ describe("enqueue", () => {
       expect(err.message).toContain(ob.path);
     }
     expect(ob.pendingCount()).toBe(0);
+  });
+});
+
+describe("timestamps", () => {
+  test("isoTimestamp formats a given date exactly and the current time without lagging the clock", async () => {
+    expect(isoTimestamp(new Date(Date.UTC(2024, 1, 29, 23, 59, 58, 7)))).toBe("2024-02-29T23:59:58.007000+00:00");
+    for (let i = 0; i < 3; i++) {
+      const before = Date.now();
+      const text = isoTimestamp();
+      const after = Date.now();
+      const at = parseTimestamp(text)!;
+      expect(at).toBeGreaterThanOrEqual(before);
+      expect(at).toBeLessThanOrEqual(after);
+      await Bun.sleep(2); // the next call is in a later millisecond: the cached text must not be reused
+    }
   });
 });
 
@@ -349,6 +365,24 @@ describe("lifecycle and durability", () => {
     expect(db.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
     expect(db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_prev', 'idx_outbox_prev_unique')").all()).toEqual([]);
     db.close();
+  });
+
+  test("a file it creates gets 2 KiB pages; an existing file keeps its page size and works", () => {
+    const fresh = outbox("new.db");
+    fresh.enqueue("A", "[]");
+    const old = new Database(tmp.file("old4k.db"));
+    old.run("PRAGMA page_size = 4096");
+    old.run("CREATE TABLE unrelated (x)");
+    old.close();
+    const existing = outbox("old4k.db");
+    existing.enqueue("B", "[]");
+    for (const [ob, size] of [[fresh, NEW_FILE_PAGE_SIZE], [existing, 4096]] as const) {
+      const db = new Database(ob.path, { readonly: true });
+      expect(db.query("PRAGMA page_size").get()).toEqual({ page_size: size });
+      db.close();
+      expect(verifyFile(ob.path).ok).toBe(true);
+    }
+    expect(NEW_FILE_PAGE_SIZE).toBe(2048);
   });
 
   test("durability selects synchronous NORMAL (default) or FULL, always in WAL mode", () => {

@@ -59,6 +59,7 @@ export class Outbox {
   #tail: Statement<{ tail: number | null }, [string]>;
   #pending: Statement<{ pending: number }, [string]>;
   #insert: Statement;
+  #insertAtTail: Statement<unknown, [string, string, string, string, string]>;
   #exists: Statement<{ found: number }, [number, string]>;
 
   constructor(path: string, namespace: string, options: OutboxOptions = {}) {
@@ -90,6 +91,9 @@ export class Outbox {
       this.#insert = db.prepare(
         "INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?)",
       );
+      this.#insertAtTail = db.prepare(
+        `INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq) VALUES (?2, ?1, ?3, ?4, ?5, (${TAIL_SQL}))`,
+      );
       this.#exists = db.prepare(`SELECT
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
         OR EXISTS (SELECT 1 FROM outbox_sync_log WHERE seq = ?1 AND namespace = ?2)
@@ -100,14 +104,27 @@ export class Outbox {
     }
   }
 
-  /** Appends one event at the namespace tail in one BEGIN IMMEDIATE transaction and returns its seq. */
+  /**
+   * Appends one event at the namespace tail and returns its seq: one write transaction that holds
+   * the write lock from before the tail is read until the row is committed.
+   */
   enqueue(tag: string, payload: string, source = ""): number {
     this.#open();
     this.#checkItem(tag, payload, source);
-    return this.#write("cannot enqueue", () => {
-      this.#checkCapacity(1);
-      return this.#append(tag, payload, source, this.#tail.get(this.namespace)!.tail);
-    });
+    if (this.maxPending !== null) {
+      return this.#write("cannot enqueue", () => {
+        this.#checkCapacity(1);
+        return this.#appendAtTail(tag, payload, source);
+      });
+    }
+    // Unbounded: ONE autocommit statement whose VALUES reads the tail. SQLite takes the write lock
+    // when the statement starts, before the subquery reads anything, and waits for it through the
+    // busy handler exactly as BEGIN IMMEDIATE does; the BEGIN/tail/COMMIT round trips are saved.
+    try {
+      return this.#appendAtTail(tag, payload, source);
+    } catch (e) {
+      throw storageError(e, "cannot enqueue", this.path, this.namespace);
+    }
   }
 
   /** Appends events in one transaction: item 0 links to the tail, item i to item i−1's seq. */
@@ -403,7 +420,7 @@ export class Outbox {
     this.#closed = true;
     // Finalize our prepared statements first: SQLite only closes (checkpointing and removing the
     // -wal/-shm files when it is the last connection) once no statement is left open.
-    for (const stmt of [this.#begin, this.#commit, this.#rollback, this.#tail, this.#pending, this.#insert, this.#exists]) stmt.finalize();
+    for (const stmt of [this.#begin, this.#commit, this.#rollback, this.#tail, this.#pending, this.#insert, this.#insertAtTail, this.#exists]) stmt.finalize();
     this.#db.close(false);
     this.#onClose?.();
   }
@@ -411,6 +428,10 @@ export class Outbox {
   /** @internal The producer registry learns about close() to forget the instance. */
   _setOnClose(hook: () => void): void {
     this.#onClose = hook;
+  }
+
+  #appendAtTail(tag: string, payload: string, source: string): number {
+    return Number(this.#insertAtTail.run(this.namespace, isoTimestamp(), source, tag, payload).lastInsertRowid);
   }
 
   #append(tag: string, payload: string, source: string, prev: number | null, now = isoTimestamp()): number {

@@ -7,6 +7,16 @@ import { migrate } from "./schema.ts";
 export type Durability = "normal" | "full";
 
 /**
+ * Page size of files we create (files that already exist keep theirs, e.g. the reference's 4096).
+ * Every enqueue commit writes four pages to the WAL (the table, `sqlite_sequence`, the `prev_seq`
+ * and worker indexes, all required by the on-disk format) and the cost of a page write grows with
+ * its size: 2 KiB pages make an enqueue ~12% faster than 4 KiB, with batch enqueue and the drain
+ * unchanged within noise. 1 KiB pages gained only ~0.7 µs more, at twice the p99, slower batches
+ * and overflow pages for every row over ~1 KB. See README "Benchmarks".
+ */
+export const NEW_FILE_PAGE_SIZE = 2048;
+
+/**
  * Opens (creating if needed) an outbox file for writing: WAL, the chosen synchronous level and a
  * busy timeout so concurrent producer processes wait for the write lock instead of failing.
  * Reads before it writes, so a file of garbage bytes is reported untouched.
@@ -20,6 +30,7 @@ export function openWritable(
     db = new Database(path, { create: true, readwrite: true });
     db.run(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs))}`);
     db.query("SELECT count(*) FROM sqlite_schema").get(); // fails on a non-database before any write
+    db.run(`PRAGMA page_size = ${NEW_FILE_PAGE_SIZE}`); // only takes effect on a new, empty file
     const mode = db.query<{ journal_mode: string }, []>("PRAGMA journal_mode = WAL").get();
     if (mode?.journal_mode.toLowerCase() !== "wal") {
       throw new Error(`cannot switch to WAL journal mode (got ${mode?.journal_mode})`);

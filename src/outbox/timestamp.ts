@@ -3,7 +3,22 @@
  * offset, `YYYY-MM-DDTHH:MM:SS.ffffff+00:00`. JS clocks have millisecond resolution, so the last
  * three digits are always zero in rows we write.
  */
-export function isoTimestamp(date: Date = new Date()): string {
+export function isoTimestamp(date?: Date): string {
+  if (date !== undefined) return format(date);
+  // The hot path (one per enqueue) reuses the text for every call within one millisecond:
+  // formatting a Date and binding a freshly built string costs ~0.3 µs of a ~13 µs enqueue.
+  const ms = Date.now();
+  if (ms !== cachedMs) {
+    cachedMs = ms;
+    cachedText = format(new Date(ms));
+  }
+  return cachedText;
+}
+
+let cachedMs = Number.NaN;
+let cachedText = "";
+
+function format(date: Date): string {
   // toISOString() is `YYYY-MM-DDTHH:MM:SS.mmmZ`; widen to microseconds and an explicit offset.
   return `${date.toISOString().slice(0, 23)}000+00:00`;
 }
