@@ -88,6 +88,9 @@ describe("encodeArgs / decodeArgs", () => {
     ["bad base64", '[{"$b64": "!!"}]'],
     ["trailing data", "[1] 2"],
     ["a big-int payload with garbage", "[12345678901234567890, oops]"],
+    ["a big-int payload with an invalid string escape", '["\\x", 12345678901234567890]'],
+    ["a big-int payload with a raw newline in a string", '["a\nb", 12345678901234567890]'],
+    ["a number that overflows to Infinity", "[1e400]"],
   ])("decodeArgs throws InvalidArgumentError 'undecodable' for %s", (_name, payload) => {
     expect(() => decodeArgs(payload)).toThrow(InvalidArgumentError);
     expect(() => decodeArgs(payload)).toThrow(/undecodable/);

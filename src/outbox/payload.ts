@@ -94,7 +94,11 @@ export function decodeArgs(payload: string): BindValue[] {
   for (let i = 0; i < parsed.length; i++) {
     const v = parsed[i];
     const t = typeof v;
-    if (t === "string" || t === "number" || t === "boolean" || v === null) continue;
+    if (t === "string" || t === "boolean" || v === null) continue;
+    if (t === "number") {
+      if (!Number.isFinite(v)) throw undecodable(`element ${i} is a number beyond the double range`);
+      continue;
+    }
     parsed[i] = decodeTag(v, i);
   }
   return parsed as BindValue[];
@@ -128,7 +132,11 @@ function parseSlow(text: string): BindValue[] {
     const c = text[i];
     if (c === '"') {
       const end = stringEnd(text, i);
-      out.push(JSON.parse(text.slice(i, end)) as string);
+      try {
+        out.push(JSON.parse(text.slice(i, end)) as string);
+      } catch {
+        throw undecodable(`element ${out.length} is not a valid JSON string`);
+      }
       i = end;
     } else if (c === "{") {
       const end = objectEnd(text, i);
@@ -154,6 +162,7 @@ function parseSlow(text: string): BindValue[] {
       const m = NUMBER.exec(text);
       if (!m) throw undecodable(`element ${out.length} is not a bind value`);
       const n = Number(m[0]);
+      if ((m[1] || m[2]) && !Number.isFinite(n)) throw undecodable(`element ${out.length} is a number beyond the double range`);
       out.push(!m[1] && !m[2] && !Number.isSafeInteger(n) ? BigInt(m[0]) : n);
       i += m[0].length;
     }
