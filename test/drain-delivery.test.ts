@@ -237,6 +237,31 @@ describe("delivery", () => {
     expect(q.listDead().map((d) => d.seq)).toEqual(Array.from({ length: 15 }, (_, i) => 6 + i));
   });
 
+  test("a queue that has delivered before is not resequenced: rows an earlier drain applied without confirming are absorbed, not duplicated", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER NOT NULL)"]);
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    const prep = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+    await prep.runOnce(); // auto_schema
+    await prep.stop();
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (let id = 1; id <= 20; id++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [id]);
+    // What the reference's drain leaves when it dies after the remote commit of 6..15: rows 1..5
+    // confirmed, 6..15 applied remotely but still pending, and no sent_through mark.
+    const q = new Outbox(dir.file("outbox/t.db"), "t");
+    cleanups.push(() => q.close());
+    q.confirm([1, 2, 3, 4, 5]);
+    for (let seq = 1; seq <= 15; seq++) remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [seq, seq]);
+    const log = memoryLogger();
+    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivery");
+    const rows = remote.query<{ id: number; s: number }, []>("SELECT id, outbox_seq AS s FROM t ORDER BY outbox_seq").all();
+    expect(rows.map((r) => r.id)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    expect(rows.map((r) => r.s)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    expect(q.listDead()).toEqual([]);
+    expect(log.has(/a queue that has delivered before: treating those rows as applied by an earlier drain/)).toBe(true);
+  });
+
   test("seeds the local sequence above the remote MAX(outbox_seq)", async () => {
     const dir = tmp();
     const db = await pg();

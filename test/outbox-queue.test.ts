@@ -194,6 +194,25 @@ describe("confirm, pending count and sequence", () => {
     expect(verified.ok).toBe(true);
   });
 
+  test("hasHistory is false for a fresh queue and true once a row was delivered or dead-lettered, or the head links back", () => {
+    const fresh = outbox("a.db");
+    fresh.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    expect(fresh.hasHistory()).toBe(false);
+    fresh.confirm([fresh.head()!.seq]);
+    expect(fresh.hasHistory()).toBe(true);
+    const dead = outbox("b.db");
+    dead.enqueue("A", "[]");
+    dead.skipHead(dead.head()!.seq);
+    expect(dead.hasHistory()).toBe(true);
+    const pruned = outbox("c.db");
+    const [first] = pruned.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    pruned.confirm([first!]);
+    const db = new Database(pruned.path);
+    db.run("DELETE FROM outbox_sync_log");
+    db.close();
+    expect(pruned.hasHistory()).toBe(true); // the head still links to the delivered row
+  });
+
   test("resequenceAbove changes nothing when every pending row is already above the mark, or nothing is pending", () => {
     const ob = outbox();
     expect(ob.resequenceAbove(10)).toBeNull();

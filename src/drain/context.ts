@@ -22,6 +22,14 @@ export interface ServedTable {
    * moved above it before delivery (resequenceAboveRemote). 0 = nothing known.
    */
   remoteMark: number;
+  /**
+   * The queue had no history when the drain opened it (nothing delivered or dead-lettered, head
+   * not linked back): only then can rows at or below `remoteMark` be another queue's seqs rather
+   * than rows an earlier drain applied without recording `sent_through` (the reference's drain).
+   */
+  freshQueue: boolean;
+  /** The mark last reported as "not resequenced" for a queue with history (logged once). */
+  reportedMark: number;
   /** A timed-out batch carrying this (non-injected) table may still commit: not planned until it answers. */
   awaitingLateAnswer: boolean;
 }

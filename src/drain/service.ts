@@ -205,7 +205,8 @@ export class OutboxSyncService {
         const outbox = new Outbox(file, config.name, { maxPending: app.maxPending, durability: app.durability });
         this.outboxes.push(outbox);
         this.files.push(file);
-        return { config, outbox, file, holdUntil: 0, localErrors: 0, reportedGap: null, remoteMark: 0, awaitingLateAnswer: false };
+        const freshQueue = !outbox.hasHistory();
+        return { config, outbox, file, holdUntil: 0, localErrors: 0, reportedGap: null, remoteMark: 0, freshQueue, reportedMark: 0, awaitingLateAnswer: false };
       });
       const dialect = target.dialect ?? writer.dialect ?? "sqlite";
       if (!target.dialect && !writer.dialect) {

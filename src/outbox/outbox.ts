@@ -391,6 +391,23 @@ export class Outbox {
     return this.#read("cannot read dead letter", () => this.#dead(seq));
   }
 
+  /**
+   * Whether this namespace has a history in this file: a row delivered (sync log) or dead-lettered,
+   * or a pending head linked to an earlier row (logs pruned). A fresh queue has none.
+   */
+  hasHistory(): boolean {
+    this.#open();
+    return this.#read("cannot read history", () =>
+      this.#db
+        .query<{ found: number }, [string]>(
+          `SELECT EXISTS (SELECT 1 FROM outbox_sync_log WHERE namespace = ?1)
+            OR EXISTS (SELECT 1 FROM outbox_dead_log WHERE namespace = ?1)
+            OR (SELECT prev_seq FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq LIMIT 1) IS NOT NULL AS found`,
+        )
+        .get(this.namespace)!.found === 1,
+    );
+  }
+
   /** Dead letters of this namespace not yet replayed. */
   deadCount(): number {
     this.#open();
