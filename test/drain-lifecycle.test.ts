@@ -68,7 +68,7 @@ test("SIGTERM lets the in-flight batch land and be confirmed, closes the writer 
   cleanups.push(() => q.close());
   expect(delivered).toBeGreaterThan(0);
   expect(delivered + q.pendingCount()).toBe(40);
-});
+}, 20_000);
 
 test("SIGUSR1 logs an integrity scan and the drain keeps running; a second drain on the db_dir exits non-zero naming the lock", async () => {
   const dir = makeTempDir();
@@ -87,7 +87,7 @@ test("SIGUSR1 logs an integrity scan and the drain keeps running; a second drain
   expect(child.exitCode).toBeNull(); // SIGUSR1 did not stop it
   child.kill("SIGINT");
   expect(await child.exited).toBe(0);
-});
+}, 20_000);
 
 test("SIGTERM with a batch that never finishes still exits 0 after the stop timeout; the rows stay queued", async () => {
   const dir = makeTempDir();
@@ -104,7 +104,7 @@ test("SIGTERM with a batch that never finishes still exits 0 after the stop time
   const q = new Outbox(dir.file("outbox/t.db"), "t");
   cleanups.push(() => q.close());
   expect(q.pendingCount()).toBe(5); // unconfirmed: redelivered (and absorbed) by the next drain
-});
+}, 20_000);
 
 test("SIGTERM while startup waits on a hanging remote stops at once and exits 0, not after write_timeout", async () => {
   const dir = makeTempDir();
@@ -119,4 +119,4 @@ test("SIGTERM while startup waits on a hanging remote stops at once and exits 0,
   expect(out.stdout).toContain("writer-closed");
   expect(out.stderr).toContain("SIGTERM during startup");
   expect(out.stderr).not.toMatch(/unavailable|failed/);
-}, 15_000);
+}, 20_000);
