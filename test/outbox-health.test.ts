@@ -1,7 +1,9 @@
 import { Database } from "bun:sqlite";
 import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { healthAll, listOutboxFiles, Outbox, readDeadLetters, StorageError, verifyFile } from "../src/index.ts";
+import { readSnapshot } from "../src/outbox/sqlite-open.ts";
 import { snapshotDir } from "./fixtures/dir-snapshot.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
@@ -83,6 +85,62 @@ describe("healthAll", () => {
     } finally {
       writer.close();
     }
+  });
+
+  test("health and verify read a consistent state while a writer keeps opening, writing and closing the file", async () => {
+    // The writer's close checkpoints into the database file: a reader that opened the quiet file
+    // `immutable` must notice and read again, never report a torn state as a broken chain.
+    const path = tmp.file("orders.db");
+    const ob = new Outbox(path, "orders");
+    for (let i = 0; i < 20; i++) ob.enqueueBatch(Array.from({ length: 500 }, (_, j) => ({ tag: `INSERT ${i}.${j}`, payload: "[]" })));
+    ob.close();
+    const stop = tmp.file("stop");
+    const churn = Bun.spawn([process.execPath, join(import.meta.dir, "fixtures", "outbox-churn.ts"), path, "orders", stop], { stdout: "pipe", stderr: "pipe" });
+    const problems = new Set<string>();
+    let reads = 0;
+    try {
+      for (const end = Date.now() + 2_000; Date.now() < end; reads++) {
+        const verified = verifyFile(path);
+        for (const p of [...verified.problems, ...verified.namespaces.flatMap((n) => [...n.problems, ...n.gaps.map((g) => `gap ${g.seq} -> ${g.prevSeq}`)])]) problems.add(p);
+        try {
+          const depth = healthAll(tmp.path).find((h) => h.namespace === "orders")!.depth;
+          if (depth !== 10_000 && depth !== 9_700) problems.add(`health depth ${depth}`); // between confirm and enqueue: 9 700
+        } catch (e) {
+          problems.add(`health threw ${(e as Error).message}`);
+        }
+        await Bun.sleep(0);
+      }
+    } finally {
+      writeFileSync(stop, "");
+    }
+    expect(await churn.exited).toBe(0);
+    expect(await new Response(churn.stderr).text()).toBe("");
+    expect(JSON.parse(await new Response(churn.stdout).text()).rounds).toBeGreaterThan(5);
+    expect(reads).toBeGreaterThan(5);
+    expect([...problems].slice(0, 5)).toEqual([]);
+  }, 20_000);
+
+  test("a read that began on a quiet file is read again when a writer opened, wrote and checkpointed it meanwhile", () => {
+    const path = tmp.file("orders.db");
+    const ob = new Outbox(path, "orders");
+    ob.enqueueBatch(Array.from({ length: 2_000 }, (_, i) => ({ tag: `INSERT ${i}`, payload: "[]" })));
+    ob.close(); // checkpointed, -wal removed: the next read opens the file immutable
+    const seen: Array<{ counter: number; rows: number }> = [];
+    const result = readSnapshot(path, (db) => {
+      const counter = db.query<{ n: number }, []>("SELECT seq AS n FROM sqlite_sequence WHERE name = 'outbox_pending:orders'").get()!.n;
+      if (seen.length === 0) {
+        // Another process appears mid-read: confirms 1 500 rows and closes, checkpointing into the file.
+        const writer = new Outbox(path, "orders");
+        writer.confirm(writer.fetchUnsynced(1_500).map((r) => r.seq));
+        writer.close();
+      }
+      const rows = db.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_queue WHERE namespace = 'orders' AND synced = 0").get()!.n;
+      seen.push({ counter, rows });
+      return { counter, rows };
+    });
+    expect(seen.length).toBe(2);
+    expect(result).toEqual({ counter: 500, rows: 500 });
+    expect(verifyFile(path).ok).toBe(true);
   });
 
   test("a garbage file is a StorageError naming it, unless onError takes it; its bytes stay as they were", () => {

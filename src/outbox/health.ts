@@ -3,7 +3,7 @@ import { basename } from "node:path";
 import { OutboxError, StorageError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
 import { hasPendingCounter, pendingCounterName, tableColumns } from "./schema.ts";
-import { openReadOnly, storageError } from "./sqlite-open.ts";
+import { readSnapshot, storageError } from "./sqlite-open.ts";
 import { parseTimestamp } from "./timestamp.ts";
 
 /**
@@ -145,21 +145,20 @@ export function fileNamespaces(db: Database, features: FileFeatures): string[] {
 
 /** Health of every namespace of one file, opened read-only; an empty file reports its table name. */
 export function fileHealth(file: string, options: HealthOptions = {}): NamespaceHealth[] {
-  const db = openReadOnly(file);
   try {
-    if (!tableColumns(db, "outbox_queue").includes("seq")) {
-      // A file with no schema at all is an outbox whose creator stopped before migrating it.
-      if (isBlank(db)) return [emptyHealth(file, options)];
-      throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
-    }
-    const features = fileFeatures(db);
-    const namespaces = fileNamespaces(db, features);
-    if (namespaces.length === 0) namespaces.push(basename(file).replace(/\.db$/, ""));
-    return namespaces.map((ns) => namespaceHealth(db, file, ns, features, options));
+    return readSnapshot(file, (db) => {
+      if (!tableColumns(db, "outbox_queue").includes("seq")) {
+        // A file with no schema at all is an outbox whose creator stopped before migrating it.
+        if (isBlank(db)) return [emptyHealth(file, options)];
+        throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
+      }
+      const features = fileFeatures(db);
+      const namespaces = fileNamespaces(db, features);
+      if (namespaces.length === 0) namespaces.push(basename(file).replace(/\.db$/, ""));
+      return namespaces.map((ns) => namespaceHealth(db, file, ns, features, options));
+    });
   } catch (e) {
     throw storageError(e, "cannot read health", file);
-  } finally {
-    db.close();
   }
 }
 

@@ -4,7 +4,7 @@ import { listOutboxFiles } from "./files.ts";
 import { fileFeatures, fileNamespaces, isBlank, type FileFeatures } from "./health.ts";
 import { DEAD_ROW_COLUMNS, type ChainGap, type DeadLetter } from "./rows.ts";
 import { pendingCounterName, tableColumns } from "./schema.ts";
-import { openReadOnly, storageError } from "./sqlite-open.ts";
+import { readSnapshot, storageError } from "./sqlite-open.ts";
 
 export { listOutboxFiles } from "./files.ts";
 
@@ -33,30 +33,26 @@ export interface FileVerification {
  * An unreadable or garbage file is reported as a problem, not thrown.
  */
 export function verifyFile(path: string): FileVerification {
-  let db: Database;
   try {
-    db = openReadOnly(path);
-  } catch (e) {
-    return { file: path, namespaces: [], problems: [storageError(e, "cannot open", path).message], ok: false };
-  }
-  try {
-    const problems: string[] = [];
-    const check = db.query<{ quick_check: string }, []>("PRAGMA quick_check").all().map((r) => r.quick_check);
-    if (check.length !== 1 || check[0] !== "ok") problems.push(`SQLite quick_check: ${check.slice(0, 5).join("; ")}`);
-    if (!tableColumns(db, "outbox_queue").includes("prev_seq")) {
-      if (isBlank(db)) return { file: path, namespaces: [], problems, ok: problems.length === 0 }; // created, never migrated
-      problems.push("not an outbox file: no outbox_queue table");
-      return { file: path, namespaces: [], problems, ok: false };
-    }
-    const features = fileFeatures(db);
-    const namespaces = fileNamespaces(db, features).map((ns) => verifyNamespace(db, ns, features));
-    const ok = problems.length === 0 && namespaces.every((n) => n.gaps.length === 0 && n.problems.length === 0);
-    return { file: path, namespaces, problems, ok };
+    return readSnapshot(path, (db) => verifyOpen(db, path));
   } catch (e) {
     return { file: path, namespaces: [], problems: [storageError(e, "cannot verify", path).message], ok: false };
-  } finally {
-    db.close();
   }
+}
+
+function verifyOpen(db: Database, path: string): FileVerification {
+  const problems: string[] = [];
+  const check = db.query<{ quick_check: string }, []>("PRAGMA quick_check").all().map((r) => r.quick_check);
+  if (check.length !== 1 || check[0] !== "ok") problems.push(`SQLite quick_check: ${check.slice(0, 5).join("; ")}`);
+  if (!tableColumns(db, "outbox_queue").includes("prev_seq")) {
+    if (isBlank(db)) return { file: path, namespaces: [], problems, ok: problems.length === 0 }; // created, never migrated
+    problems.push("not an outbox file: no outbox_queue table");
+    return { file: path, namespaces: [], problems, ok: false };
+  }
+  const features = fileFeatures(db);
+  const namespaces = fileNamespaces(db, features).map((ns) => verifyNamespace(db, ns, features));
+  const ok = problems.length === 0 && namespaces.every((n) => n.gaps.length === 0 && n.problems.length === 0);
+  return { file: path, namespaces, problems, ok };
 }
 
 function verifyNamespace(db: Database, namespace: string, features: FileFeatures): NamespaceVerification {
@@ -131,8 +127,7 @@ export function readDeadLetters(dbDir: string, options: { onError?: (file: strin
 }
 
 function deadLettersOf(file: string): DeadLetter[] {
-  const db = openReadOnly(file);
-  try {
+  return readSnapshot(file, (db) => {
     if (!tableColumns(db, "outbox_queue").includes("seq")) {
       if (isBlank(db)) return [];
       throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
@@ -140,7 +135,5 @@ function deadLettersOf(file: string): DeadLetter[] {
     const features = fileFeatures(db);
     if (!features.deadLog || !features.deadReplay) return [];
     return db.query<DeadLetter, []>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log ORDER BY seq`).all();
-  } finally {
-    db.close();
-  }
+  });
 }

@@ -1,5 +1,5 @@
 import { Database, constants } from "bun:sqlite";
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { OutboxError, StorageError } from "../errors.ts";
 import { migrate } from "./schema.ts";
 
@@ -66,25 +66,69 @@ export function openMigrated(path: string, namespace: string, durability: Durabi
   }
 }
 
+/** How long a read-only handle waits for a writer's brief exclusive moments (WAL recovery, a closing writer's checkpoint). */
+const READ_BUSY_TIMEOUT_MS = 5_000;
+/** A quiet file that changes under every read this many times in a row is reported, not retried forever. */
+const READ_ATTEMPTS = 20;
+
 /**
- * Opens an existing file strictly read-only and never creates a file: not the database, and not
- * the -wal/-shm side files. When no -wal file exists nobody has the file open in WAL mode, so it
- * is opened `immutable` (SQLite would otherwise create -wal/-shm even for a read-only handle);
- * otherwise a plain read-only handle uses the writer's existing -wal/-shm.
+ * Runs `read` on a strictly read-only handle of an existing file and returns what it read from ONE
+ * consistent state of the file. Never creates a file: not the database, and not the -wal/-shm
+ * side files. When no -wal file exists nobody has the file open in WAL mode, so it is opened
+ * `immutable` (SQLite would otherwise create -wal/-shm even for a read-only handle) — without
+ * locks, so a writer that appears meanwhile and checkpoints into the file (its close does) could
+ * make that read torn. Afterwards a -wal that now exists, or a changed file, means exactly that:
+ * the result (or error) is discarded and the file read again. Otherwise a plain read-only handle
+ * uses the writer's existing -wal/-shm under SQLite's normal locking, waiting out a writer's
+ * brief exclusive moments.
  */
-export function openReadOnly(path: string): Database {
-  if (!existsSync(path)) throw new StorageError(`outbox file does not exist: ${path}`, path);
-  try {
-    const db = existsSync(`${path}-wal`)
-      ? new Database(path, { readonly: true })
-      : new Database(`file:${uriPath(path)}?immutable=1`, constants.SQLITE_OPEN_READONLY | constants.SQLITE_OPEN_URI);
+export function readSnapshot<T>(path: string, read: (db: Database) => T): T {
+  for (let attempt = 1; ; attempt++) {
+    const before = fileStamp(path);
+    const { db, immutable } = openReadOnly(path);
+    let result: { value: T } | { error: unknown };
     try {
+      // One read transaction: every query of `read` sees the same snapshot (counter and rows agree).
+      db.run("BEGIN");
+      result = { value: read(db) };
+    } catch (error) {
+      result = { error };
+    } finally {
+      if (db.inTransaction) db.run("ROLLBACK");
+      db.close();
+    }
+    if (!immutable || (!existsSync(`${path}-wal`) && fileStamp(path) === before)) {
+      if ("error" in result) throw result.error;
+      return result.value;
+    }
+    if (attempt >= READ_ATTEMPTS) throw new StorageError(`cannot read outbox file: ${path}: it kept changing while being read`, path);
+  }
+}
+
+function fileStamp(path: string): string {
+  try {
+    const st = statSync(path, { bigint: true });
+    return `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+  } catch (e) {
+    if ((e as { code?: string }).code === "ENOENT") throw new StorageError(`outbox file does not exist: ${path}`, path);
+    throw storageError(e, "cannot read outbox file", path);
+  }
+}
+
+function openReadOnly(path: string): { db: Database; immutable: boolean } {
+  const immutable = !existsSync(`${path}-wal`);
+  try {
+    const db = immutable
+      ? new Database(`file:${uriPath(path)}?immutable=1`, constants.SQLITE_OPEN_READONLY | constants.SQLITE_OPEN_URI)
+      : new Database(path, { readonly: true });
+    try {
+      if (!immutable) db.run(`PRAGMA busy_timeout = ${READ_BUSY_TIMEOUT_MS}`);
       db.query("SELECT count(*) FROM sqlite_schema").get();
     } catch (e) {
       db.close();
       throw e;
     }
-    return db;
+    return { db, immutable };
   } catch (e) {
     throw storageError(e, "cannot read outbox file", path);
   }
