@@ -219,6 +219,35 @@ describe("local errors and housekeeping", () => {
     expect(s.remote.query<{ n: number }, []>("SELECT count(DISTINCT outbox_seq) AS n FROM t").get()!.n).toBe(10);
   });
 
+  test("local errors while seeding and moving a colliding fresh queue hold the table until the move succeeds: nothing is sent under colliding seqs", async () => {
+    const s = setup();
+    await s.svc.runOnce(); // auto_schema, then stop: the next drain starts on a fresh queue
+    await s.svc.stop();
+    for (let seq = 1; seq <= 30; seq++) s.remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [1000 + seq, seq]);
+    for (let i = 0; i < 10; i++) s.push(i);
+    const { seedSequence, resequenceAbove } = Outbox.prototype;
+    let failures = 2; // seeding at startup, then the first move while planning
+    Outbox.prototype.seedSequence = function (this: Outbox, minSeq: number) {
+      if (failures-- > 0) throw new StorageError("injected: database is locked", this.path, this.namespace);
+      return seedSequence.call(this, minSeq);
+    };
+    Outbox.prototype.resequenceAbove = function (this: Outbox, minSeq: number) {
+      if (failures-- > 0) throw new StorageError("injected: database is locked", this.path, this.namespace);
+      return resequenceAbove.call(this, minSeq);
+    };
+    cleanups.push(() => Object.assign(Outbox.prototype, { seedSequence, resequenceAbove }));
+    const log = memoryLogger();
+    const config = oneApp(s.dir.file("outbox"), { r: { writer: "sqlite", connection: { path: s.dir.file("remote.db") }, tables: ["t"] } });
+    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: s.dir.file("remote.db") }) }, { logger: log });
+    cleanups.push(() => svc.stop(1000));
+    const q = s.queue();
+    await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "delivery after the move succeeded");
+    expect(failures).toBeLessThan(0);
+    expect(log.has(/injected: database is locked/)).toBe(true);
+    expect(s.remote.query<{ id: number }, []>("SELECT id FROM t WHERE id < 1000 ORDER BY outbox_seq").all().map((r) => r.id)).toEqual([...Array(10).keys()]);
+    expect(s.remote.query<{ n: number }, []>("SELECT min(outbox_seq) AS n FROM t WHERE id < 1000").get()!.n).toBe(31);
+  });
+
   test("every cleanup_every batches the sync log is pruned to retain_log_days, keeping the bridging entry", async () => {
     const s = setup({ cleanupEvery: 2, retainLogDays: 0 });
     await s.svc.runOnce();

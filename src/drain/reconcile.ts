@@ -30,6 +30,7 @@ export async function reconcileSent(ctx: TargetContext): Promise<number> {
     try {
       if (remoteMax === undefined) {
         ctx.logger.warn(`drain: cannot read MAX(outbox_seq) of "${name}" on ${ctx.target.name}; redelivering its interrupted batch`);
+        table.remoteMark = 0; // the batch may have landed: its rows must not be moved as foreign collisions
       } else {
         confirmed += confirmThrough(table, Math.min(remoteMax, head.sentThrough), ctx.app.batchSize);
         // What is left at or below the mark was never applied by us; planning moves it above.

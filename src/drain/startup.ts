@@ -39,14 +39,13 @@ export async function prepareTarget(ctx: TargetContext): Promise<void> {
       ctx.logger.warn(`drain: MAX(outbox_seq) of "${name}" on ${ctx.target.name} is not a number, local sequence not seeded`);
       continue;
     }
+    // Set before anything local can fail: should seeding or the move fail here, planning still
+    // moves colliding rows before they go out. A head marked `sentThrough` is never moved: rows
+    // sent before a crash may be ours at the remote, and reconcileSent settles them first.
+    table.remoteMark = Math.max(table.remoteMark, max);
     try {
       if (max > 0) table.outbox.seedSequence(max);
-      // Rows sent before a crash (a head with `sentThrough`) may be ours at the remote:
-      // reconcileSent settles them and sets the mark then.
-      if (table.outbox.head()?.sentThrough == null) {
-        table.remoteMark = Math.max(table.remoteMark, max);
-        resequenceAboveRemote(ctx, table);
-      }
+      resequenceAboveRemote(ctx, table);
     } catch (error) {
       ctx.logger.error(`drain: seeding "${name}" (${table.file}) above ${max} failed: ${describeError(error).message}`);
     }
