@@ -1,4 +1,4 @@
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import {
   closeSharedOutboxes,
@@ -73,6 +73,16 @@ describe("SQLMiddleware", () => {
     a.push("orders", "X", []);
     b.push("orders", "Y", []);
     expect(a.outbox("orders").fetchUnsynced(10).map((r) => r.prevSeq)).toEqual([null, 1]);
+  });
+
+  test("producers that reach one db_dir through a symlink share its Outbox", () => {
+    mkdirSync(tmp.file("real"));
+    symlinkSync(tmp.file("real"), tmp.file("link"));
+    const a = new SQLMiddleware({ dbDir: tmp.file("real"), maxPending: 5 });
+    const b = new SQLMiddleware({ dbDir: tmp.file("link"), maxPending: 5 });
+    expect(b.outbox("orders")).toBe(a.outbox("orders"));
+    const c = new SQLMiddleware({ dbDir: tmp.file("link"), maxPending: 6 });
+    expect(errorOf(() => c.push("orders", "X", []))).toBeInstanceOf(InvalidArgumentError);
   });
 
   test("creates db_dir on first use, not at construction", () => {
@@ -160,6 +170,14 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
       expect(errorOf(() => mw.push(table, "X", []))).toBeInstanceOf(InvalidArgumentError);
     }
     expect(Object.keys(snapshotDir(tmp.path))).toEqual([]);
+  });
+
+  test("a producer asking for a different durability than the already shared outbox has", () => {
+    new SQLMiddleware({ dbDir: tmp.path }).push("t", "A", []);
+    const err = errorOf(() => new SQLMiddleware({ dbDir: tmp.path, durability: "full" }).push("t", "B", []));
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(err.message).toContain('durability="normal"');
+    expect(err).toMatchObject({ details: { namespace: "t", file: tmp.file("t.db") } });
   });
 
   test("a producer with a different maxPending for an already shared outbox", () => {

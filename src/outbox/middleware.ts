@@ -1,4 +1,4 @@
-import { mkdirSync } from "node:fs";
+import { mkdirSync, realpathSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { InvalidArgumentError, StorageError } from "../errors.ts";
 import { Outbox } from "./outbox.ts";
@@ -16,7 +16,8 @@ export interface SQLMiddlewareOptions {
 }
 
 // One Outbox per (file, namespace) per process: every producer of a table shares one connection
-// and its cached statements. Keyed by the resolved file path so `./a` and `/abs/a` meet.
+// and its cached statements. Keyed by the real path of db_dir, so `./a`, `/abs/a` and a symlink
+// to it meet.
 const shared = new Map<string, Outbox>();
 
 /**
@@ -30,7 +31,10 @@ export class SQLMiddleware {
   readonly maxPending: number | null;
   readonly durability: Durability;
   #source: string;
-  #dirReady = false;
+  /** The real path of dbDir once it exists (symlinks resolved): the registry key. */
+  #realDir: string | undefined;
+  /** This producer's outboxes by table: the push hot path skips the name check and the registry. */
+  #mine = new Map<string, Outbox>();
 
   constructor(options: SQLMiddlewareOptions) {
     if (!options || typeof options.dbDir !== "string" || options.dbDir === "") {
@@ -67,25 +71,29 @@ export class SQLMiddleware {
 
   /** The process-wide shared Outbox of `table` in this dbDir (created, with its file, on first use). */
   outbox(table: string): Outbox {
+    const mine = this.#mine.get(table);
+    if (mine !== undefined && !mine.closed) return mine;
     const file = this.#fileFor(table);
-    const key = `${file}\0${table}`;
+    const key = `${join(this.#ensureDir(), `${table}.db`)}\0${table}`;
     let outbox = shared.get(key);
     if (outbox) {
-      if (outbox.maxPending !== this.maxPending) {
+      // A second producer must not silently get a different cap or a weaker durability.
+      for (const [option, have, want] of [["maxPending", outbox.maxPending, this.maxPending], ["durability", outbox.durability, this.durability]] as const) {
+        if (have === want) continue;
         throw new InvalidArgumentError(
-          `namespace "${table}" in ${file} is already open in this process with maxPending=${outbox.maxPending}, not ${this.maxPending}`,
+          `namespace "${table}" in ${file} is already open in this process with ${option}=${JSON.stringify(have)}, not ${JSON.stringify(want)}`,
           { namespace: table, file },
         );
       }
-      return outbox;
+    } else {
+      outbox = new Outbox(file, table, { maxPending: this.maxPending, durability: this.durability });
+      shared.set(key, outbox);
+      const created = outbox;
+      outbox._setOnClose(() => {
+        if (shared.get(key) === created) shared.delete(key);
+      });
     }
-    this.#ensureDir();
-    outbox = new Outbox(file, table, { maxPending: this.maxPending, durability: this.durability });
-    shared.set(key, outbox);
-    const created = outbox;
-    outbox._setOnClose(() => {
-      if (shared.get(key) === created) shared.delete(key);
-    });
+    this.#mine.set(table, outbox);
     return outbox;
   }
 
@@ -100,14 +108,16 @@ export class SQLMiddleware {
     return join(this.dbDir, `${table}.db`);
   }
 
-  #ensureDir(): void {
-    if (this.#dirReady) return;
+  /** Creates dbDir on first use and returns its real path. */
+  #ensureDir(): string {
+    if (this.#realDir !== undefined) return this.#realDir;
     try {
       mkdirSync(this.dbDir, { recursive: true });
+      this.#realDir = realpathSync(this.dbDir);
     } catch (e) {
       throw new StorageError(`cannot create db_dir ${this.dbDir}: ${(e as Error).message}`, this.dbDir, undefined, { cause: e });
     }
-    this.#dirReady = true;
+    return this.#realDir;
   }
 }
 

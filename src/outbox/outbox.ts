@@ -49,6 +49,8 @@ export class Outbox {
   readonly path: string;
   readonly namespace: string;
   readonly maxPending: number | null;
+  /** `normal` (synchronous=NORMAL) or `full` (synchronous=FULL). */
+  readonly durability: Durability;
   #db: Database;
   #closed = false;
   #onClose: (() => void) | undefined;
@@ -78,6 +80,7 @@ export class Outbox {
     this.path = resolve(path);
     this.namespace = namespace;
     this.maxPending = maxPending;
+    this.durability = durability;
     this.#counter = pendingCounterName(namespace);
     this.#db = openMigrated(this.path, namespace, durability, options.busyTimeoutMs ?? 10_000);
     try {
