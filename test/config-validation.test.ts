@@ -346,3 +346,13 @@ describe("routing key paths", () => {
     expect((error as ConfigIssuesError).issues.map((i) => i.keyPath)).toEqual(["app.myapp.db.backup.tables[1]", "app.myapp.db.backup.tables[2]"]);
   });
 });
+
+describe("missing ${VAR} in [connection]", () => {
+  test("is one problem at the key, not also an invalid value of the raw ${VAR} text", () => {
+    const text = `[app.myapp]\ndb_dir = "data"\n\n[app.myapp.db.primary]\nwriter = "postgres"\ntables = ["events"]\n\n[app.myapp.db.primary.connection]\nurl = "\${DATABASE_URL}"\nport = 5432\n`;
+    const error = errorOf(text);
+    expect(error.keyPath).toBe("app.myapp.db.primary.connection.url");
+    expect(error.line).toBe(9);
+    expect(error.message).toContain('environment variable "DATABASE_URL" is not set');
+  });
+});

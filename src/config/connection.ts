@@ -17,9 +17,19 @@ export function readConnection(r: Reader, raw: Table, path: string, writer: stri
     return {};
   }
   if (!isTable(value)) return r.fail(at, `expected a table ([${at}]), got ${typeName(value)}`) ?? {};
-  const connection = interpolateDeep(r, value, at) as Record<string, unknown>;
+  // A key whose `${VAR}` is missing is reported once, as missing; validating the raw
+  // "${VAR}" text as a URL or number would only add a second, misleading problem.
+  const unresolved = new Set<string>();
+  const connection = Object.fromEntries(
+    Object.entries(value).map(([k, v]) => {
+      const before = r.issues.length;
+      const out = interpolateDeep(r, v, join(at, k));
+      if (r.issues.length > before) unresolved.add(k);
+      return [k, out];
+    }),
+  );
   resolveLocalPaths(writer, connection, baseDir);
-  checkBuiltinConnection(r, writer, connection, at);
+  checkBuiltinConnection(r, writer, connection, at, unresolved);
   return connection;
 }
 
@@ -46,7 +56,13 @@ function resolveLocalPaths(writer: string | null, connection: Record<string, unk
 }
 
 /** Checks a built-in writer's `[connection]` against its declared keys (unknown, missing, invalid). */
-function checkBuiltinConnection(r: Reader, writer: string | null, connection: Record<string, unknown>, path: string): void {
+function checkBuiltinConnection(
+  r: Reader,
+  writer: string | null,
+  connection: Record<string, unknown>,
+  path: string,
+  unresolved: ReadonlySet<string> = new Set(),
+): void {
   const spec = writer !== null && Object.hasOwn(builtinWriters, writer) ? builtinWriters[writer as BuiltinWriterName] : undefined;
   if (!spec) return; // unknown writer already reported; an unregistered one is checked when created
   const known = spec.keys.map((k) => k.name);
@@ -60,5 +76,8 @@ function checkBuiltinConnection(r: Reader, writer: string | null, connection: Re
   }
   // A writer's message may quote a value: never let a credential into a config error.
   const secrets = [...connectionSecrets(writer, connection), ...r.secretValues];
-  for (const problem of spec.validate?.(connection) ?? []) r.fail(join(path, problem.key), maskSecrets(problem.message, secrets));
+  for (const problem of spec.validate?.(connection) ?? []) {
+    if (unresolved.has(problem.key)) continue;
+    r.fail(join(path, problem.key), maskSecrets(problem.message, secrets));
+  }
 }
