@@ -43,6 +43,18 @@ describe("status", () => {
     `);
   });
 
+  test("shows the error class once when the writer's message already starts with it", async () => {
+    const q = openQueue(dbDir, "payments");
+    const head = q.head()!;
+    q.recordAttempt(head.seq);
+    q.recordFailure(head.seq, '23505: duplicate key value violates unique constraint "payments_pkey"', "23505", new Date(Date.now() + 60_000));
+    q.close();
+    const r = await run(["status", "--db-dir", dbDir]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("  23505: duplicate key value violates unique constraint");
+    expect(r.stdout).not.toContain("23505: 23505");
+  });
+
   test("--json is the documented shape, parsed back", async () => {
     const r = await run(["status", "--db-dir", dbDir, "--json"]);
     expect(r.code).toBe(0);

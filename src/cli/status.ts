@@ -76,7 +76,7 @@ export function renderStatus(report: StatusReport): string {
     h.isStuck ? "STUCK" : "no",
     String(h.deadLetterCount),
     ...(withCapacity ? [h.capacityPct === null ? "-" : `${formatPct(h.capacityPct)}%`] : []),
-    h.lastError === null ? "-" : oneLine(`${h.lastErrorClass ? `${h.lastErrorClass}: ` : ""}${h.lastError}`, 60),
+    h.lastError === null ? "-" : oneLine(withClass(h.lastError, h.lastErrorClass), 60),
   ]);
   const lines: string[] = [];
   for (const d of report.dbDirs.filter((d) => !d.exists)) {
@@ -90,6 +90,11 @@ export function renderStatus(report: StatusReport): string {
     lines.push("", `${t.namespaces} namespace(s), ${t.depth} pending, ${t.stuck} stuck, ${t.deadLetters} dead letter(s)`);
   }
   return lines.join("\n");
+}
+
+// Class first, so the column scans by kind; the built-in writers' messages already start with it.
+function withClass(error: string, errorClass: string | null): string {
+  return errorClass && !error.startsWith(`${errorClass}:`) ? `${errorClass}: ${error}` : error;
 }
 
 // health.ts reports capacity as a percentage (0–100).
