@@ -263,6 +263,21 @@ describe("pruneSyncLog", () => {
     expect(ob.verifyChain(ob.fetchUnsynced(10))).toEqual({ ok: true, gaps: [] });
   });
 
+  test("never deletes an entry a queued row links to, also behind rows the reference's worker left at synced=1", () => {
+    const ob = outbox();
+    const [a, b, c] = ob.enqueueBatch(Array.from({ length: 5 }, (_, i) => ({ tag: `t${i}`, payload: "[]" })));
+    ob.confirm([a!]);
+    const reference = new Database(ob.path);
+    reference.run("UPDATE outbox_queue SET synced = 1 WHERE seq = ?", [b!]); // its confirm, interrupted before the delete
+    reference.close();
+    ob.confirm([c!]); // the queue goes on past the leftover: b still links to a
+    expect(ob.pruneSyncLog(0, new Date(Date.now() + 60_000))).toBe(0);
+    const verified = verifyFile(ob.path);
+    expect(verified.namespaces[0]!.gaps).toEqual([]);
+    expect(new Outbox(ob.path, "orders").close()).toBeUndefined(); // opening for writing finishes b's confirm
+    expect(verifyFile(ob.path).ok).toBe(true);
+  });
+
   test("keeps entries younger than the retention", () => {
     const ob = outbox();
     const a = ob.enqueue("A", "[]");

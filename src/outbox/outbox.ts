@@ -280,8 +280,9 @@ export class Outbox {
 
   /**
    * Deletes this namespace's sync-log entries older than `retainDays` (compared as times, not
-   * strings), except the entries that bridge the chain: the current head's predecessor and the
-   * newest entry (the predecessor of the next row once the queue is empty). Returns the count.
+   * strings), except the entries that bridge the chain: any entry a queued row still links to (the
+   * head's predecessor; also a reference leftover's) and the newest entry (the predecessor of the
+   * next row once the queue is empty). Returns the count.
    */
   pruneSyncLog(retainDays: number, now: Date = new Date()): number {
     this.#open();
@@ -291,7 +292,7 @@ export class Outbox {
       this.#db
         .query(
           `DELETE FROM outbox_sync_log WHERE namespace = ?1 AND julianday(synced_at) < julianday(?2)
-            AND seq IS NOT (SELECT prev_seq FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq LIMIT 1)
+            AND NOT EXISTS (SELECT 1 FROM outbox_queue WHERE prev_seq = outbox_sync_log.seq)
             AND seq IS NOT (SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1)`,
         )
         .run(this.namespace, cutoff).changes,
