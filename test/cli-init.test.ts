@@ -37,7 +37,7 @@ describe("init", () => {
 
       Next steps:
         1. bun add sqloutbox                    (and bun add -d @types/bun typescript to type-check)
-        2. edit outbox/outbox.config.ts: your tables, your target's writer and connection
+        2. edit outbox/outbox.config.ts: your tables (they must exist on the target), its writer and connection
         3. produce events: new SQLMiddleware({ dbDir: "outbox/data/queue" }).push("orders", "INSERT INTO orders (id) VALUES (?)", [1])
         4. run the drain:  bun outbox/run.ts
            or with TOML:   sqloutbox runservice --config outbox/outbox.toml
@@ -60,6 +60,16 @@ describe("init", () => {
     // Restore the scaffold for the next tests.
     fs.rmSync(scaffold, { recursive: true });
     expect((await run(["init", "outbox"], { cwd: project })).code).toBe(0);
+  });
+
+  test("a DIR that cannot be created is one error line naming it (no stack trace), exit 1, nothing written", async () => {
+    const blocker = path.join(project, "not-a-dir");
+    fs.writeFileSync(blocker, "");
+    const r = await run(["init", path.join(blocker, "outbox")], { cwd: project });
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toBe(`[error] cannot write the scaffold into ${path.join(blocker, "outbox")}: ENOTDIR: not a directory, mkdir '${path.join(blocker, "outbox")}'\n`);
+    fs.rmSync(blocker);
   });
 
   test("the scaffold type-checks against the package", async () => {

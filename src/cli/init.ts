@@ -1,7 +1,7 @@
 import { defineCommand } from "citty";
 import fs from "node:fs";
 import path from "node:path";
-import { OutboxError } from "../errors.ts";
+import { OutboxError, StorageError } from "../errors.ts";
 import { logArgs } from "./_log.ts";
 import { print } from "./_output.ts";
 // Text imports are embedded by `bun build --compile`, so the binary scaffolds without the sources.
@@ -34,18 +34,15 @@ export const init = defineCommand({
       const file = path.join(dir, f.name);
       if (fs.existsSync(file)) throw new OutboxError("E_OUTBOX", `refusing to overwrite ${file}: remove it or choose another DIR`);
     }
-    fs.mkdirSync(dir, { recursive: true });
+    writeScaffold(dir);
     const width = Math.max(...SCAFFOLD.map((f) => path.join(shown, f.name).length));
-    for (const f of SCAFFOLD) {
-      fs.writeFileSync(path.join(dir, f.name), f.text, { flag: "wx" });
-      print(`created ${path.join(shown, f.name).padEnd(width)}  ${f.purpose}`);
-    }
+    for (const f of SCAFFOLD) print(`created ${path.join(shown, f.name).padEnd(width)}  ${f.purpose}`);
     print(
       [
         "",
         "Next steps:",
         "  1. bun add sqloutbox                    (and bun add -d @types/bun typescript to type-check)",
-        `  2. edit ${path.join(shown, "outbox.config.ts")}: your tables, your target's writer and connection`,
+        `  2. edit ${path.join(shown, "outbox.config.ts")}: your tables (they must exist on the target), its writer and connection`,
         `  3. produce events: new SQLMiddleware({ dbDir: "${path.join(shown, "data/queue")}" }).push("orders", "INSERT INTO orders (id) VALUES (?)", [1])`,
         `  4. run the drain:  bun ${path.join(shown, "run.ts")}`,
         `     or with TOML:   sqloutbox runservice --config ${path.join(shown, "outbox.toml")}`,
@@ -54,3 +51,19 @@ export const init = defineCommand({
     );
   },
 });
+
+/** Writes every scaffold file into `dir`, or none: a failure removes what was written and says where. */
+function writeScaffold(dir: string): void {
+  const written: string[] = [];
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+    for (const f of SCAFFOLD) {
+      const file = path.join(dir, f.name);
+      fs.writeFileSync(file, f.text, { flag: "wx" });
+      written.push(file);
+    }
+  } catch (err) {
+    for (const file of written) fs.rmSync(file, { force: true });
+    throw new StorageError(`cannot write the scaffold into ${dir}: ${(err as Error).message}`, dir, undefined, { cause: err });
+  }
+}

@@ -91,6 +91,10 @@ function stripAnsi(text: string): string {
 function describe(err: Error): string {
   const parts = [err.message];
   let cause = err.cause;
-  for (let depth = 0; cause instanceof Error && depth < 5; depth++, cause = cause.cause) parts.push(`caused by: ${cause.message}`);
+  for (let depth = 0; cause instanceof Error && depth < 5; depth++, cause = cause.cause) {
+    // Messages often quote their cause already; saying it twice only adds noise.
+    const message = cause.message;
+    if (!parts.some((p) => p.includes(message))) parts.push(`caused by: ${message}`);
+  }
   return parts.join("\n  ");
 }
