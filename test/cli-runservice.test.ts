@@ -100,6 +100,18 @@ describe("runservice", () => {
     expect(r.stderr).toContain("batch_size");
   });
 
+  test("a db_dir that cannot be created is one error line naming it, exit 1", async () => {
+    fs.writeFileSync(path.join(tmp, "blocker"), "");
+    fs.writeFileSync(config, `[app.shop]\ndb_dir = "blocker/queue"\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.local.connection]\npath = "remote.db"\n`);
+    const r = await run(["runservice", "--config", config]);
+    expect(r.code).toBe(1);
+    const lines = r.stderr.trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toStartWith("[error] ");
+    expect(lines[0]).toContain(path.join(tmp, "blocker", "queue"));
+    expect(lines[0]).toContain("ENOTDIR");
+  });
+
   test("credentials never reach the log", async () => {
     fs.writeFileSync(
       config,
