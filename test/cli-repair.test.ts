@@ -23,9 +23,14 @@ describe("skip", () => {
     expect(r.code).toBe(0);
     expect(r.stdout.replaceAll(tmp, "<DIR>")).toMatchInlineSnapshot(`
       "skipped orders seq 1: moved to the dead-letter log (reason "skipped"), <DIR>/queue/orders.db
-      undo with: sqloutbox dead-letter replay --namespace orders --seq 1 …
+      undo with: sqloutbox dead-letter replay --db-dir <DIR>/queue --namespace orders --seq 1
       "
     `);
+    // The undo line works when pasted as printed.
+    const undo = r.stdout.split("\n").find((l) => l.startsWith("undo with: sqloutbox "))!;
+    const replay = await run(undo.slice("undo with: sqloutbox ".length).split(" "));
+    expect(replay.code).toBe(0);
+    expect(replay.stdout).toContain("replayed dead letter orders seq 1 as seq 4");
     const orders = openQueue(dbDir, "orders");
     try {
       expect(orders.head()?.seq).toBe(2);

@@ -25,7 +25,22 @@ export const skip = defineCommand({
     if (args.json) print(JSON.stringify({ action: "skip", namespace: args.namespace, seq, file }, null, 2));
     else {
       print(`skipped ${args.namespace} seq ${seq}: moved to the dead-letter log (reason "skipped"), ${file}`);
-      print(`undo with: sqloutbox dead-letter replay --namespace ${args.namespace} --seq ${seq} …`);
+      const undo = ["sqloutbox", "dead-letter", "replay", ...locationFlags(args), "--namespace", shellWord(args.namespace), "--seq", String(seq)];
+      print(`undo with: ${undo.join(" ")}`);
     }
   },
 });
+
+/** The location flags of this command line, so the printed undo command can be pasted as is. */
+function locationFlags(args: { config?: string; "db-dir"?: string; app?: string }): string[] {
+  const flags: string[] = [];
+  if (args.config !== undefined) flags.push("--config", shellWord(args.config));
+  if (args["db-dir"] !== undefined) flags.push("--db-dir", shellWord(args["db-dir"]));
+  if (args.app !== undefined) flags.push("--app", shellWord(args.app));
+  return flags;
+}
+
+/** `value` as one shell word (single-quoted when it holds anything but plain path characters). */
+function shellWord(value: string): string {
+  return /^[\w./@:+=-]+$/.test(value) ? value : `'${value.replaceAll("'", `'\\''`)}'`;
+}
