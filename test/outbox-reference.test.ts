@@ -1,4 +1,6 @@
 import { Database } from "bun:sqlite";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { decodeArgs, healthAll, Outbox, verifyFile } from "../src/index.ts";
 import { snapshotDir } from "./fixtures/dir-snapshot.ts";
@@ -95,6 +97,35 @@ test("the pending counter stays exact when the reference writes a migrated file"
     refunds.close();
   }
 });
+
+test("migrating a reference file while the reference keeps writing it leaves exact counters and intact chains", async () => {
+  const stop = tmp.file("stop");
+  const writer = Bun.spawn([process.execPath, join(import.meta.dir, "fixtures", "reference-writer.ts"), file, stop], { stdout: "pipe", stderr: "pipe" });
+  try {
+    await Bun.sleep(150); // the reference is writing
+    const orders = new Outbox(file, "orders"); // migrates under the write lock, between the reference's commits
+    const payments = new Outbox(file, "payments");
+    for (let i = 0; i < 50; i++) {
+      orders.enqueue("INSERT INTO orders (id) VALUES (?)", `[${-i}]`);
+      await Bun.sleep(2);
+    }
+    writeFileSync(stop, "");
+    expect(await writer.exited).toBe(0);
+    expect(await new Response(writer.stderr).text()).toBe("");
+    expect(JSON.parse(await new Response(writer.stdout).text()).written).toBeGreaterThan(0);
+    const db = new Database(file, { readonly: true });
+    const count = (ns: string) => db.query<{ n: number }, [string]>("SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND synced = 0").get(ns)!.n;
+    expect([orders.pendingCount(), payments.pendingCount()]).toEqual([count("orders"), count("payments")]);
+    db.close();
+    for (const ob of [orders, payments]) expect(ob.verifyChain(ob.fetchUnsynced(1_000_000))).toEqual({ ok: true, gaps: [] });
+    orders.close();
+    payments.close();
+    expect(verifyFile(file)).toMatchObject({ ok: true, problems: [] });
+  } finally {
+    writeFileSync(stop, "");
+    await writer.exited;
+  }
+}, 20_000);
 
 test("files we write keep the reference's columns and indexes so it can read them", () => {
   const ob = new Outbox(tmp.file("ours.db"), "t");
