@@ -5,7 +5,8 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { countRows, openQueue, REPO, run, seed } from "./cli-support.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { countRows, hashTree, openQueue, REPO, run, seed } from "./cli-support.ts";
 
 let tmp: string;
 let dbDir: string;
@@ -56,6 +57,33 @@ describe("skip", () => {
   test("--json reports the action", async () => {
     const r = await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
     expect(JSON.parse(r.stdout)).toEqual({ action: "skip", namespace: "orders", seq: 1, file: path.join(dbDir, "orders.db") });
+  });
+});
+
+describe("repair commands on a file that is not an outbox", () => {
+  test.each(["skip", "dead-letter replay"])("%s leaves a foreign SQLite database byte-identical and exits 1 naming it", async (line) => {
+    const cmd = line.split(" ");
+    const foreign = path.join(dbDir, "users.db");
+    const db = new Database(foreign);
+    db.run("CREATE TABLE users (id INTEGER PRIMARY KEY)");
+    db.close();
+    const before = hashTree(dbDir);
+    const r = await run([...cmd, "--db-dir", dbDir, "--namespace", "users", "--seq", "1"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`[error] not an outbox file (no outbox_queue table): ${foreign}\n`);
+    expect(hashTree(dbDir)).toEqual(before);
+  });
+
+  test("a namespace that is not in its file is refused without migrating the file", async () => {
+    const shared = path.join(dbDir, "shared.db");
+    const q = new Outbox(shared, "other");
+    q.enqueue("INSERT INTO t (id) VALUES (?)", "[1]");
+    q.close();
+    const before = hashTree(dbDir);
+    const r = await run(["skip", "--db-dir", dbDir, "--namespace", "shared", "--seq", "1"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`[error] namespace "shared" is not in ${shared} (it holds: other)\n`);
+    expect(hashTree(dbDir)).toEqual(before);
   });
 });
 

@@ -4,6 +4,7 @@ import fs from "node:fs";
 import path from "node:path";
 import type { OutboxConfig } from "../config/types.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
+import { fileHealth } from "../outbox/health.ts";
 import { readConfigForInspection } from "./_config.ts";
 
 /** One db_dir to inspect, with the tuning that matters for display. */
@@ -85,5 +86,17 @@ export function isDir(p: string): boolean {
     return fs.statSync(p).isDirectory();
   } catch {
     return false;
+  }
+}
+
+/**
+ * Checks, read-only, that `file` is an outbox file holding `namespace` before a repair command
+ * opens it for writing: opening for writing creates the outbox schema, which must never happen to
+ * a foreign database that a mistyped --db-dir or --namespace pointed at.
+ */
+export function requireOutboxNamespace(file: string, namespace: string): void {
+  const namespaces = fileHealth(file).map((h) => h.namespace); // StorageError: not an outbox file
+  if (!namespaces.includes(namespace)) {
+    throw new NotFoundError(`namespace "${namespace}" is not in ${file} (it holds: ${namespaces.join(", ") || "none"})`);
   }
 }

@@ -3,10 +3,10 @@ import path from "node:path";
 import { NotFoundError, StorageError } from "../errors.ts";
 import { readDeadLetters } from "../outbox/inspect.ts";
 import { Outbox, type DeadLetter } from "../outbox/outbox.ts";
-import { jsonArg, locationArgs, parseSeq, rowArgs } from "./_args.ts";
+import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "./_args.ts";
 import { log } from "./_context.ts";
 import { oneLine, print, renderFields, renderTable, redact } from "./_output.ts";
-import { isDir, namespaceFile, resolveLocations, type Locations } from "./_targets.ts";
+import { isDir, namespaceFile, requireOutboxNamespace, resolveLocations, type Locations } from "./_targets.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
 export interface DeadLetterEntry extends DeadLetter {
@@ -93,8 +93,9 @@ const list = defineCommand({
   meta: { name: "list", description: "List quarantined rows (read-only)" },
   args: {
     ...locationArgs,
-    ...jsonArg,
     namespace: { type: "string", valueHint: "N", description: "Only this namespace" },
+    ...jsonArg,
+    ...logArgs,
   },
   async run({ args }) {
     const { entries, unreadable } = collectDeadLetters(await resolveLocations(args), args.namespace);
@@ -105,7 +106,7 @@ const list = defineCommand({
 
 const show = defineCommand({
   meta: { name: "show", description: "Show one quarantined row in full (read-only)" },
-  args: { ...locationArgs, ...jsonArg, ...rowArgs },
+  args: { ...locationArgs, ...rowArgs, ...jsonArg, ...logArgs },
   async run({ args }) {
     const seq = parseSeq(args.seq);
     const locations = await resolveLocations(args);
@@ -120,10 +121,11 @@ const show = defineCommand({
 
 const replay = defineCommand({
   meta: { name: "replay", description: "Re-enqueue a quarantined row at the tail of its namespace (safe while the drain runs)" },
-  args: { ...locationArgs, ...jsonArg, ...rowArgs },
+  args: { ...locationArgs, ...rowArgs, ...jsonArg, ...logArgs },
   async run({ args }) {
     const seq = parseSeq(args.seq);
     const { file } = namespaceFile(await resolveLocations(args), args.namespace, args.app);
+    requireOutboxNamespace(file, args.namespace);
     const outbox = new Outbox(file, args.namespace);
     let newSeq: number;
     try {

@@ -1,8 +1,8 @@
 import { defineCommand } from "citty";
 import { Outbox } from "../outbox/outbox.ts";
-import { jsonArg, locationArgs, parseSeq, rowArgs } from "./_args.ts";
+import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "./_args.ts";
 import { print } from "./_output.ts";
-import { namespaceFile, resolveLocations } from "./_targets.ts";
+import { namespaceFile, requireOutboxNamespace, resolveLocations } from "./_targets.ts";
 
 /** `sqloutbox skip`: move a stuck head to the dead-letter log (reason "skipped"), so its namespace advances. */
 export const skip = defineCommand({
@@ -10,10 +10,11 @@ export const skip = defineCommand({
     name: "skip",
     description: "Move a stuck head row to the dead-letter log so its namespace advances (safe while the drain runs)",
   },
-  args: { ...locationArgs, ...jsonArg, ...rowArgs },
+  args: { ...locationArgs, ...rowArgs, ...jsonArg, ...logArgs },
   async run({ args }) {
     const seq = parseSeq(args.seq);
     const { file } = namespaceFile(await resolveLocations(args), args.namespace, args.app);
+    requireOutboxNamespace(file, args.namespace);
     // The Outbox methods run in one IMMEDIATE transaction with busy_timeout, so a running drain
     // either sees the row before or after the move, never half of it.
     const outbox = new Outbox(file, args.namespace);
