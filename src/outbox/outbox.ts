@@ -425,8 +425,11 @@ export class Outbox {
   /** This namespace's health (see NamespaceHealth), with this outbox's maxPending. */
   health(now?: Date): NamespaceHealth {
     this.#open();
+    // One read transaction, so depth and head come from the same state while producers write.
     return this.#read("cannot read health", () =>
-      namespaceHealth(this.#db, this.path, this.namespace, fileFeatures(this.#db), { maxPending: this.maxPending, now }),
+      this.#db.transaction(() =>
+        namespaceHealth(this.#db, this.path, this.namespace, fileFeatures(this.#db), { maxPending: this.maxPending, now }),
+      )(),
     );
   }
 
