@@ -41,13 +41,13 @@ describe("version and help", () => {
 
       OPTIONS
 
-        --config=<FILE>                        outbox.toml whose apps' db_dirs to read (default ./outbox.toml)
+        --config=<FILE>                        The outbox.toml whose apps' db_dirs are read (default ./outbox.toml)
         --db-dir=<DIR>                         A db_dir holding {table}.db outbox files (instead of --config)
-        --log-level=<error|warn|info|debug>    Log verbosity (env LOG_LEVEL; default info)
-        --log-format=<pretty|json>             Log format: json = one object per line, for journald (env LOG_FORMAT; default pretty)
         --json                                 Print JSON (stable shape, see README.md)
         --watch                                Refresh until interrupted (with --json: one JSON document per line)
         --interval=<SECONDS>                   Refresh interval for --watch (default 2)
+        --log-level=<error|warn|info|debug>    Log verbosity (env LOG_LEVEL; default info)
+        --log-format=<pretty|json>             Log format: json = one object per line, for journald (env LOG_FORMAT; default pretty)
 
       "
     `);
@@ -64,12 +64,12 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [["status", "extra"], /unexpected argument "extra" for "sqloutbox status"/],
     [["dead-letter"], /"sqloutbox dead-letter" needs a command: list, show, replay/],
     [["dead-letter", "purge"], /unknown command "purge" for "sqloutbox dead-letter"/],
-    [["skip", "--db-dir", "."], /Missing required argument: --namespace/],
-    [["skip", "--db-dir", ".", "--namespace", "orders"], /Missing required argument: --seq/],
+    [["skip", "--db-dir", "."], /^error: missing required option --namespace\n/],
+    [["skip", "--db-dir", ".", "--namespace", "orders"], /^error: missing required option --seq\n/],
     [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "abc"], /--seq must be a positive integer, got "abc"/],
     [["skip", "--db-dir", ".", "--namespace", "../x", "--seq", "1"], /--namespace must be a table name/],
     [["status", "--config", "a.toml", "--db-dir", "."], /give either --config FILE or --db-dir DIR, not both/],
-    [["status", "--log-level", "loud", "--db-dir", "."], /invalid log level "loud"/],
+    [["status", "--log-level", "loud", "--db-dir", "."], /invalid log level "loud".*\nRun "sqloutbox status --help"/],
     [["status", "--interval", "1", "--db-dir", "."], /--interval only applies with --watch/],
     [["init", "a", "b"], /unexpected argument "b" for "sqloutbox init"/],
   ])("sqloutbox %p", async (args, message) => {

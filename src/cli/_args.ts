@@ -1,20 +1,19 @@
 // Flag definitions shared by several commands, so every command spells and documents them alike.
 import { UsageError } from "../errors.ts";
-import { logArgs } from "./_log.ts";
+export { logArgs } from "./_log.ts";
 
 /** Where the outbox files are: `--config FILE` (every app's db_dir) or `--db-dir DIR`. */
 export const locationArgs = {
   config: {
     type: "string",
     valueHint: "FILE",
-    description: "outbox.toml whose apps' db_dirs to read (default ./outbox.toml)",
+    description: "The outbox.toml whose apps' db_dirs are read (default ./outbox.toml)",
   },
   "db-dir": {
     type: "string",
     valueHint: "DIR",
     description: "A db_dir holding {table}.db outbox files (instead of --config)",
   },
-  ...logArgs,
 } as const;
 
 /** `--json`: the stable machine-readable shape documented in README.md. */

@@ -27,6 +27,7 @@ export async function resolveCommandLine(root: CommandDef<any>, argv: readonly s
   const path: string[] = [];
   const out: ResolvedCommand = { cmd, path, help: false, version: false };
   let positionals = 0;
+  const given = new Set<unknown>();
   let problem: UsageError | undefined;
   const fail = (message: string) => (problem ??= new UsageError(message));
 
@@ -41,6 +42,7 @@ export async function resolveCommandLine(root: CommandDef<any>, argv: readonly s
       if (rawName === "version" || rawName === "v") { out.version = true; continue; }
       const def = findArg({ ...logArgs, ...args }, rawName);
       if (!def) { fail(`unknown option ${arg.split("=")[0]} for "${where}"`); continue; }
+      given.add(def);
       if (def.type === "string" || def.type === "enum") {
         if (inline !== undefined) {
           if (inline === "") fail(`option --${rawName} needs a value`);
@@ -60,6 +62,7 @@ export async function resolveCommandLine(root: CommandDef<any>, argv: readonly s
       cmd = (await resolve(sub)) as CommandDef<any>;
       path.push(arg);
       positionals = 0;
+      given.clear();
       continue;
     }
     const allowed = Object.values(args).filter((d) => d.type === "positional").length;
@@ -68,6 +71,11 @@ export async function resolveCommandLine(root: CommandDef<any>, argv: readonly s
   const subs = (await resolve(cmd.subCommands)) as Record<string, unknown> | undefined;
   if (!problem && subs && Object.keys(subs).length > 0 && !cmd.run) {
     fail(`"${["sqloutbox", ...path].join(" ")}" needs a command: ${Object.keys(subs).join(", ")}`);
+  }
+  // Said here rather than by citty, so every usage error reads alike.
+  const defs = ((await resolve(cmd.args)) ?? {}) as ArgsDef;
+  for (const [name, def] of Object.entries(defs)) {
+    if (def.type !== "positional" && (def as { required?: boolean }).required && !given.has(def)) fail(`missing required option --${name}`);
   }
   return { ...out, cmd, parent, path, problem };
 }

@@ -37,10 +37,11 @@ export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
 export async function runCli(argv: string[]): Promise<number> {
   let path: string[] = [];
   try {
-    const options = logOptionsFrom(argv, process.env);
-    setLogger(createCliLogger(options), options.format);
+    // The command line first, so that even a bad --log-level points at the right command's help.
     const line = await resolveCommandLine(main, argv);
     path = line.path;
+    const options = logOptionsFrom(argv, process.env);
+    setLogger(createCliLogger(options), options.format);
     if (line.help) {
       const parent = path.length > 0 ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef) : undefined;
       // citty right-aligns the first column of its option tables; left-align it for reading.

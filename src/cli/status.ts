@@ -1,7 +1,7 @@
 import { defineCommand } from "citty";
 import { StorageError, UsageError } from "../errors.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
-import { jsonArg, locationArgs } from "./_args.ts";
+import { jsonArg, locationArgs, logArgs } from "./_args.ts";
 import { formatAge, oneLine, print, renderTable, redact } from "./_output.ts";
 import { isDir, resolveLocations, type Locations } from "./_targets.ts";
 
@@ -110,6 +110,7 @@ export const status = defineCommand({
     ...jsonArg,
     watch: { type: "boolean", description: "Refresh until interrupted (with --json: one JSON document per line)" },
     interval: { type: "string", valueHint: "SECONDS", description: "Refresh interval for --watch (default 2)" },
+    ...logArgs,
   },
   async run({ args }) {
     const locations = await resolveLocations(args);

@@ -3,7 +3,7 @@ import path from "node:path";
 import { OutboxError } from "../errors.ts";
 import { listOutboxFiles, verifyFile } from "../outbox/inspect.ts";
 import type { ChainGap } from "../outbox/outbox.ts";
-import { jsonArg, locationArgs } from "./_args.ts";
+import { jsonArg, locationArgs, logArgs } from "./_args.ts";
 import { log } from "./_context.ts";
 import { print, renderTable } from "./_output.ts";
 import { isDir, resolveLocations, type Locations } from "./_targets.ts";
@@ -71,7 +71,7 @@ export function renderVerify(report: VerifyReport): string {
 /** `sqloutbox verify`: offline, read-only integrity scan; exit 1 when anything is wrong. */
 export const verify = defineCommand({
   meta: { name: "verify", description: "Offline integrity scan of the outbox files (read-only; exit 1 on problems)" },
-  args: { ...locationArgs, ...jsonArg },
+  args: { ...locationArgs, ...jsonArg, ...logArgs },
   async run({ args }) {
     const locations = await resolveLocations(args);
     for (const loc of locations.dirs) {
