@@ -136,9 +136,19 @@ url = "\${UNSET_IN_THIS_SHELL}"
     fs.writeFileSync(path.join(dbDir, "garbage.db"), "this is not sqlite".repeat(100));
     const r = await run(["status", "--db-dir", dbDir]);
     expect(r.code).toBe(1);
-    expect(r.stdout).toContain(`UNREADABLE ${path.join(dbDir, "garbage.db")}`);
+    // One line, naming the file once.
+    expect(r.stdout).toContain(`UNREADABLE ${path.join(dbDir, "garbage.db")}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`);
     expect(r.stdout).toContain("orders");
     expect(r.stderr).toContain("status could not read 1 file(s)");
+  });
+
+  test("a db_dir holding only an unreadable file says so, not that there are no files", async () => {
+    const only = path.join(tmp, "only-garbage");
+    fs.mkdirSync(only);
+    fs.writeFileSync(path.join(only, "x.db"), "this is not sqlite".repeat(100));
+    const r = await run(["status", "--db-dir", only]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toEndWith("\nno readable outbox files\n");
   });
 
   test("--watch --json prints one document per line until SIGTERM, then exits 0", async () => {
@@ -246,6 +256,14 @@ describe("verify", () => {
     const orders = json.files.find((f: { file: string }) => f.file.endsWith("orders.db"));
     expect(orders.ok).toBe(false);
     expect(orders.namespaces[0].gaps).toEqual([{ seq: 4, prevSeq: 3 }]);
+  });
+
+  test("a garbage file is one problem line naming the file once, exit 1", async () => {
+    const garbage = path.join(dbDir, "garbage.db");
+    fs.writeFileSync(garbage, "this is not sqlite".repeat(100));
+    const r = await run(["verify", "--db-dir", dbDir]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(`\n1 problem(s):\n  - ${garbage}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`);
   });
 });
 

@@ -108,6 +108,15 @@ describe("failures exit 1", () => {
     expect(r.stderr).toContain(`db_dir ${path.join(tmp, "nope")} does not exist`);
   });
 
+  test("--db-dir naming a file says it is a file, and creates nothing", async () => {
+    const file = path.join(tmp, "outbox.toml.bak");
+    fs.writeFileSync(file, "");
+    const r = await run(["status", "--db-dir", file]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`[error] --db-dir ${file} is a file, not a directory (give the directory that holds the {table}.db files)\n`);
+    fs.rmSync(file);
+  });
+
   test("errors are one JSON object per line with --log-format json", async () => {
     const r = await run(["verify", "--config", path.join(tmp, "missing.toml"), "--log-format", "json"]);
     expect(r.code).toBe(1);
@@ -115,5 +124,18 @@ describe("failures exit 1", () => {
     expect(line).toMatchObject({ level: "error", code: "E_NOT_FOUND" });
     expect(line.msg).toContain("missing.toml does not exist");
     expect(typeof line.time).toBe("string");
+  });
+});
+
+describe("read-only commands and a db_dir that does not exist yet", () => {
+  test.each(["status", "verify", "dead-letter list"])("%s with a config whose db_dir does not exist creates nothing", async (line) => {
+    const dir = fs.mkdtempSync(path.join(tmp, "cfg-"));
+    fs.writeFileSync(
+      path.join(dir, "outbox.toml"),
+      `[app.a]\ndb_dir = "q"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["t"]\n[app.a.db.x.connection]\npath = "r.db"\n`,
+    );
+    const r = await run([...line.split(" "), "--config", "outbox.toml"], { cwd: dir });
+    expect(r.code).toBe(0);
+    expect(fs.readdirSync(dir)).toEqual(["outbox.toml"]);
   });
 });

@@ -33,7 +33,9 @@ export async function resolveLocations(args: { config?: string; "db-dir"?: strin
   }
   if (dbDir !== undefined) {
     const abs = path.resolve(dbDir);
-    if (!isDir(abs)) throw new NotFoundError(`db_dir ${abs} does not exist or is not a directory`);
+    if (!isDir(abs)) {
+      throw new NotFoundError(fs.existsSync(abs) ? `--db-dir ${abs} is a file, not a directory (give the directory that holds the {table}.db files)` : `db_dir ${abs} does not exist`);
+    }
     return { dirs: [{ app: null, dbDir: abs, maxPending: null }], secrets: [], configFile: null };
   }
   const file = path.resolve(args.config ?? DEFAULT_CONFIG);

@@ -2,6 +2,7 @@ import { defineCommand } from "citty";
 import { StorageError, UsageError } from "../errors.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { jsonArg, locationArgs, logArgs } from "./_args.ts";
+import { withoutFile } from "./verify.ts";
 import { formatAge, oneLine, print, renderTable, redact } from "./_output.ts";
 import { isDir, resolveLocations, type Locations } from "./_targets.ts";
 
@@ -82,8 +83,8 @@ export function renderStatus(report: StatusReport): string {
   for (const d of report.dbDirs.filter((d) => !d.exists)) {
     lines.push(`${d.app ? `app ${d.app}: ` : ""}db_dir ${d.dbDir} does not exist yet (nothing enqueued)`);
   }
-  for (const u of report.unreadable) lines.push(`UNREADABLE ${u.file}: ${u.error}`);
-  if (report.namespaces.length === 0) lines.push("no outbox files found");
+  for (const u of report.unreadable) lines.push(`UNREADABLE ${u.file}: ${withoutFile(u.error, u.file)}`);
+  if (report.namespaces.length === 0) lines.push(report.unreadable.length > 0 ? "no readable outbox files" : "no outbox files found");
   else {
     lines.push(renderTable(columns, rows));
     const t = report.totals;

@@ -45,7 +45,7 @@ export function renderVerify(report: VerifyReport): string {
   const details: string[] = [];
   for (const f of report.files) {
     const name = path.basename(f.file);
-    for (const problem of f.problems) details.push(`${f.file}: ${problem}`);
+    for (const problem of f.problems) details.push(`${f.file}: ${withoutFile(problem, f.file)}`);
     for (const ns of f.namespaces) {
       const bad = ns.gaps.length > 0 || ns.problems.length > 0;
       rows.push([name, ns.namespace, String(ns.rows), String(ns.gaps.length), bad ? "PROBLEM" : "ok"]);
@@ -66,6 +66,11 @@ export function renderVerify(report: VerifyReport): string {
     ? `ok: ${report.files.length} file(s) verified, no problems`
     : `${details.length} problem(s):\n${details.map((d) => `  - ${d}`).join("\n")}`;
   return `${table}\n\n${summary}`;
+}
+
+/** A storage error's message names its file; the line already starts with it. */
+export function withoutFile(message: string, file: string): string {
+  return message.replace(` ${file}:`, "").replace(`${file}: `, "");
 }
 
 /** `sqloutbox verify`: offline, read-only integrity scan; exit 1 when anything is wrong. */
