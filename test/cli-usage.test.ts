@@ -117,6 +117,13 @@ describe("failures exit 1", () => {
     fs.rmSync(file);
   });
 
+  test.each(["status", "verify", "runservice"])("%s --config naming a directory is one error line, exit 1", async (cmd) => {
+    const dir = fs.mkdtempSync(path.join(tmp, "cfgdir-"));
+    const r = await run([cmd, "--config", dir]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`[error] ${dir}: cannot read config file: EISDIR: illegal operation on a directory, read\n`);
+  });
+
   test("errors are one JSON object per line with --log-format json", async () => {
     const r = await run(["verify", "--config", path.join(tmp, "missing.toml"), "--log-format", "json"]);
     expect(r.code).toBe(1);

@@ -15,9 +15,9 @@ import { log } from "./_context.ts";
 /** Parses `file` with process env and the `.env` beside it; returns the config and its secret values. */
 export function readConfigForInspection(file: string): { config: OutboxConfig; secrets: string[] } {
   if (!fs.existsSync(file)) throw new NotFoundError(`config file ${file} does not exist`);
-  const text = fs.readFileSync(file, "utf8");
+  const text = readText(file, file);
   const dotenvFile = path.join(path.dirname(file), ".env");
-  const dotenv = fs.existsSync(dotenvFile) ? parseDotenv(fs.readFileSync(dotenvFile, "utf8"), dotenvFile) : {};
+  const dotenv = fs.existsSync(dotenvFile) ? parseDotenv(readText(dotenvFile, file), dotenvFile) : {};
   const env: Record<string, string | undefined> = { ...dotenv, ...process.env };
   const missing = new Set<string>();
   const recording = new Proxy(env, {
@@ -34,6 +34,16 @@ export function readConfigForInspection(file: string): { config: OutboxConfig; s
   }
   log().warn(`${[...missing].map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs of ${file}`);
   return readLayout(text, file, env);
+}
+
+/** A file's text, or a ConfigError naming it (a directory, no permission) instead of a stack trace. */
+function readText(path: string, configFile: string): string {
+  try {
+    return fs.readFileSync(path, "utf8");
+  } catch (err) {
+    const what = path === configFile ? "config file" : path;
+    throw new ConfigError(`cannot read ${what}: ${(err as Error).message}`, { file: configFile }, { cause: err });
+  }
 }
 
 /** Each app's db_dir and max_pending, without validating targets; every connection string counts as secret. */
