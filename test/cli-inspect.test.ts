@@ -278,6 +278,18 @@ describe("dead-letter list and show", () => {
     `);
   });
 
+  test("list with only an unreadable file names it, does not claim there are no dead letters, exit 1", async () => {
+    const only = path.join(tmp, "only-garbage");
+    fs.mkdirSync(only);
+    const garbage = path.join(only, "x.db");
+    fs.writeFileSync(garbage, "this is not sqlite".repeat(100));
+    const r = await run(["dead-letter", "list", "--db-dir", only]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe("no dead letters in the readable files\n");
+    expect(r.stderr).toContain(garbage);
+    expect(r.stderr).toContain("dead-letter could not read 1 file(s)");
+  });
+
   test("list --json and --namespace filter", async () => {
     const all = JSON.parse((await run(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
     expect(all.deadLetters).toHaveLength(1);

@@ -37,7 +37,7 @@ export function collectDeadLetters(locations: Locations, namespace?: string): { 
 }
 
 function failIfUnreadable(unreadable: readonly string[]): void {
-  if (unreadable.length > 0) throw new StorageError(`could not read ${unreadable.length} file(s)`, unreadable[0]!);
+  if (unreadable.length > 0) throw new StorageError(`dead-letter could not read ${unreadable.length} file(s)`, unreadable[0]!);
 }
 
 /** The human list: one aligned row per dead letter. */
@@ -99,7 +99,8 @@ const list = defineCommand({
   },
   async run({ args }) {
     const { entries, unreadable } = collectDeadLetters(await resolveLocations(args), args.namespace);
-    print(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : renderDeadLetters(entries));
+    const none = unreadable.length > 0 ? "no dead letters in the readable files" : "no dead letters";
+    print(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : entries.length === 0 ? none : renderDeadLetters(entries));
     failIfUnreadable(unreadable);
   },
 });
