@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { breakChain, hashTree, normalize, openQueue, run, seed } from "./cli-support.ts";
+import { breakChain, hashTree, normalize, openQueue, REPO, run, seed } from "./cli-support.ts";
 
 let tmp: string;
 let dbDir: string;
@@ -140,6 +140,17 @@ url = "\${UNSET_IN_THIS_SHELL}"
     expect(r.stdout).toContain(`UNREADABLE ${path.join(dbDir, "garbage.db")}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`);
     expect(r.stdout).toContain("orders");
     expect(r.stderr).toContain("status could not read 1 file(s)");
+  });
+
+  // Needs another user to be denied: runs where the suite runs as root and runuser exists.
+  const asNobody = process.getuid?.() === 0 && Bun.which("runuser") !== null;
+  test.skipIf(!asNobody)("a file this user may not read is reported with a permission hint", async () => {
+    fs.chmodSync(tmp, 0o755);
+    fs.chmodSync(dbDir, 0o755);
+    fs.chmodSync(path.join(dbDir, "orders.db"), 0o600);
+    const r = await run(["-u", "nobody", "--", "bun", path.join(REPO, "src/cli/bin.ts"), "status", "--db-dir", dbDir], { cmd: ["runuser"] });
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(`UNREADABLE ${path.join(dbDir, "orders.db")}: cannot read outbox file: unable to open database file [SQLITE_CANTOPEN] (permission denied for this user`);
   });
 
   test("a db_dir holding only an unreadable file says so, not that there are no files", async () => {

@@ -102,3 +102,18 @@ export function requireOutboxNamespace(file: string, namespace: string): void {
     throw new NotFoundError(`namespace "${namespace}" is not in ${file} (it holds: ${namespaces.join(", ") || "none"})`);
   }
 }
+
+/**
+ * SQLite reports a file this user may not read as "unable to open database file"; say why.
+ * Returns `message` with a hint appended when `file` (or its directory) is not readable.
+ */
+export function withAccessHint(message: string, file: string): string {
+  try {
+    fs.accessSync(file, fs.constants.R_OK);
+    fs.accessSync(path.dirname(file), fs.constants.R_OK | fs.constants.X_OK);
+    return message;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EACCES") return message;
+    return `${message} (permission denied for this user: run as the drain's user, e.g. sudo -u sqloutbox)`;
+  }
+}

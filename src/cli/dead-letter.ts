@@ -6,7 +6,7 @@ import { Outbox, type DeadLetter } from "../outbox/outbox.ts";
 import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "./_args.ts";
 import { log } from "./_context.ts";
 import { oneLine, print, renderFields, renderTable, redact } from "./_output.ts";
-import { isDir, namespaceFile, requireOutboxNamespace, resolveLocations, type Locations } from "./_targets.ts";
+import { isDir, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Locations } from "./_targets.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
 export interface DeadLetterEntry extends DeadLetter {
@@ -23,7 +23,7 @@ export function collectDeadLetters(locations: Locations, namespace?: string): { 
   const unreadable: string[] = [];
   const onError = (file: string, err: Error) => {
     unreadable.push(file);
-    log().error(err.message);
+    log().error(withAccessHint(err.message, file));
   };
   for (const loc of locations.dirs) {
     if (!isDir(loc.dbDir)) continue;

@@ -4,7 +4,7 @@ import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { jsonArg, locationArgs, logArgs } from "./_args.ts";
 import { withoutFile } from "./verify.ts";
 import { formatAge, oneLine, print, renderTable, redact } from "./_output.ts";
-import { isDir, resolveLocations, type Locations } from "./_targets.ts";
+import { isDir, resolveLocations, withAccessHint, type Locations } from "./_targets.ts";
 
 /** One namespace in `status --json`: where it lives plus its health (errors masked). */
 export interface StatusEntry extends NamespaceHealth {
@@ -31,7 +31,7 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
     const exists = isDir(loc.dbDir);
     dbDirs.push({ app: loc.app, dbDir: loc.dbDir, exists });
     if (!exists) continue;
-    const onError = (file: string, err: Error) => unreadable.push({ file, error: err.message });
+    const onError = (file: string, err: Error) => unreadable.push({ file, error: withAccessHint(err.message, file) });
     for (const h of healthAll(loc.dbDir, { maxPending: loc.maxPending, now, onError })) {
       const lastError = h.lastError === null ? null : redact(h.lastError, locations.secrets);
       namespaces.push({ app: loc.app, dbDir: loc.dbDir, ...h, lastError });

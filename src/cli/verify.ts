@@ -6,7 +6,7 @@ import type { ChainGap } from "../outbox/outbox.ts";
 import { jsonArg, locationArgs, logArgs } from "./_args.ts";
 import { log } from "./_context.ts";
 import { print, renderTable } from "./_output.ts";
-import { isDir, resolveLocations, type Locations } from "./_targets.ts";
+import { isDir, resolveLocations, withAccessHint, type Locations } from "./_targets.ts";
 
 /** One file in `verify --json`. */
 export interface VerifiedFile {
@@ -33,7 +33,7 @@ export function collectVerify(locations: Locations): VerifyReport {
     for (const file of listOutboxFiles(loc.dbDir)) {
       const { ok, namespaces, problems } = verifyFile(file);
       const shown = namespaces.map(({ namespace, rows, gaps, problems }) => ({ namespace, rows, gaps, problems }));
-      files.push({ app: loc.app, dbDir: loc.dbDir, file, ok, namespaces: shown, problems });
+      files.push({ app: loc.app, dbDir: loc.dbDir, file, ok, namespaces: shown, problems: problems.map((p) => withAccessHint(p, file)) });
     }
   }
   return { ok: files.every((f) => f.ok), files };
