@@ -223,6 +223,23 @@ describe("inspect", () => {
     expect(garbage.problems[0]).toContain(tmp.file("garbage.db"));
   });
 
+  test("verifyFile reports forward links, a restarted chain and two rows linking to one predecessor in a damaged file", () => {
+    // A hand-made queue without the UNIQUE on prev_seq, as a damaged or foreign file might be.
+    const db = new Database(tmp.file("damaged.db"));
+    db.run(`CREATE TABLE outbox_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, namespace TEXT NOT NULL,
+      source TEXT NOT NULL DEFAULT '', tag TEXT NOT NULL, payload TEXT NOT NULL, prev_seq INTEGER, synced INTEGER NOT NULL DEFAULT 0)`);
+    const add = db.query("INSERT INTO outbox_queue (seq, created_at, namespace, tag, payload, prev_seq) VALUES (?, 'x', 'q', 'T', '[]', ?)");
+    for (const [seq, prev] of [[1, null], [2, 1], [3, 1], [4, 9], [5, null]] as const) add.run(seq, prev);
+    db.close();
+    const q = verifyFile(tmp.file("damaged.db")).namespaces[0]!;
+    expect(q.problems).toEqual([
+      "seq 4 links forward to prev_seq 9",
+      "chain restarts at seq 5: a pending row behind the head has no prev_seq",
+      "seq 2 and seq 3 both link to prev_seq 1",
+    ]);
+    expect(q.rows).toBe(5);
+  });
+
   test("verifyFile reports a pending counter that drifted from the rows", () => {
     const ob = new Outbox(tmp.file("q.db"), "q");
     ob.enqueue("A", "[]");

@@ -58,13 +58,13 @@ function verifyOpen(db: Database, path: string): FileVerification {
 function verifyNamespace(db: Database, namespace: string, features: FileFeatures): NamespaceVerification {
   const gaps: ChainGap[] = [];
   const problems: string[] = [];
+  // Streamed, not loaded: a namespace millions of rows deep is walked in constant memory.
   const rows = db
     .query<{ seq: number; prev: number | null; synced: number }, [string]>(
       "SELECT seq, prev_seq AS prev, synced FROM outbox_queue WHERE namespace = ? ORDER BY seq",
     )
-    .all(namespace);
+    .iterate(namespace);
   const owner = lookupOwner(db, features);
-  const seen = new Map<number, number>(); // prev_seq -> the seq that links to it
   let leftovers = 0;
   let pending = 0;
   let firstPending = true;
@@ -77,9 +77,6 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
     } else if (prev >= seq) {
       problems.push(`seq ${seq} links forward to prev_seq ${prev}`);
     } else {
-      const other = seen.get(prev);
-      if (other !== undefined) problems.push(`seq ${seq} and seq ${other} both link to prev_seq ${prev}`);
-      seen.set(prev, seq);
       const ns = prev === before ? namespace : owner(prev);
       if (ns === null) gaps.push({ seq, prevSeq: prev });
       else if (ns !== namespace) problems.push(`seq ${seq} links to seq ${prev} of namespace "${ns}"`);
@@ -87,6 +84,13 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
     if (synced === 0) firstPending = false;
     before = seq;
   }
+  // prev_seq is UNIQUE, so two rows linking to one predecessor means a damaged file.
+  const shared = db
+    .query<{ prev: number; seqs: string }, [string]>(
+      "SELECT prev_seq AS prev, group_concat(seq, ' and seq ') AS seqs FROM outbox_queue WHERE namespace = ? AND prev_seq IS NOT NULL GROUP BY prev_seq HAVING count(*) > 1",
+    )
+    .all(namespace);
+  for (const { prev, seqs } of shared) problems.push(`seq ${seqs} both link to prev_seq ${prev}`);
   if (leftovers > 0) {
     problems.push(`${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`);
   }
