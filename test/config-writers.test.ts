@@ -136,11 +136,12 @@ describe("writer_class", () => {
     expect(warnings).toEqual([]);
   });
 
-  test("a module that fails to load is an error naming writer_class", async () => {
+  test("a module that fails to load is an error naming writer_class and the syntax error's line:column", async () => {
     fs.writeFileSync(dir.file("writers/broken.ts"), "export class W { constructor( }\n");
     const error = await loadError(writeConfig('writer_class = "./writers/broken.ts:W"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
     expect(error.message).toContain("failed to load");
+    expect(error.message).toMatch(new RegExp(`failed to load: ${dir.file("writers/broken.ts").replaceAll(".", "\\.")}:1:\\d+: \\S`));
   });
 
   test("secret-looking connection values are reported as secrets", async () => {

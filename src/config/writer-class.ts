@@ -43,7 +43,7 @@ export async function loadWriterClass(spec: string, connection: Record<string, u
   try {
     mod = (await import(path)) as Record<string, unknown>;
   } catch (error) {
-    throw fail(`writer_class module ${path} failed to load: ${(error as Error).message}`, error);
+    throw fail(`writer_class module ${path} failed to load: ${loadErrorMessage(error)}`, error);
   }
   const Writer = mod[exportName];
   if (Writer === undefined) {
@@ -62,4 +62,12 @@ export async function loadWriterClass(spec: string, connection: Record<string, u
     throw fail(`writer_class ${exportName} (${path}) does not implement writeBatch(stmts)`);
   }
   return writer as OutboxWriter;
+}
+
+/** Bun reports a syntax error as an AggregateError of build messages: show the first with its line:column. */
+function loadErrorMessage(error: unknown): string {
+  const first = (error as { errors?: Array<{ message?: string; position?: { file?: string; line?: number; column?: number } }> }).errors?.[0];
+  if (!first?.message) return (error as Error).message;
+  const at = first.position?.line ? `${first.position.file ?? ""}:${first.position.line}:${first.position.column ?? 0}: ` : "";
+  return `${at}${first.message}`;
 }
