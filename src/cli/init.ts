@@ -22,11 +22,11 @@ export const SCAFFOLD: ReadonlyArray<{ name: string; text: string; purpose: stri
 export const init = defineCommand({
   meta: { name: "init", description: "Scaffold a typed config, a drain runner and an outbox.toml into DIR (default ./outbox)" },
   args: {
-    dir: { type: "positional", required: false, default: "outbox", description: "Directory to create the files in" },
+    dir: { type: "positional", required: false, description: "Directory to create the files in (default ./outbox)" },
     ...logArgs,
   },
   run({ args }) {
-    const dir = path.resolve(args.dir);
+    const dir = path.resolve(args.dir ?? "outbox");
     const shown = path.relative(process.cwd(), dir) || ".";
     if (fs.existsSync(dir) && !fs.statSync(dir).isDirectory()) throw new OutboxError("E_OUTBOX", `${dir} exists and is not a directory`);
     // Check everything first: either the whole scaffold is written or nothing is.
