@@ -84,6 +84,17 @@ describe("runservice", () => {
     expect(await first.exited).toBe(0);
   });
 
+  test("pretty log lines start with the ISO time, for a log file read later", async () => {
+    const proc = start(["--config", config]);
+    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40);
+    proc.kill("SIGTERM");
+    expect(await proc.exited).toBe(0);
+    const lines = (await new Response(proc.stderr).text()).trim().split("\n");
+    expect(lines.length).toBeGreaterThan(2);
+    for (const line of lines) expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[(debug|info|warn|error)\] \S/);
+    expect(lines.at(-1)).toEndWith("[info] drain: stopped");
+  });
+
   test("a missing config file exits 1 and points at init", async () => {
     const r = await run(["runservice", "--config", path.join(tmp, "nope.toml")]);
     expect(r.code).toBe(1);
@@ -107,7 +118,7 @@ describe("runservice", () => {
     expect(r.code).toBe(1);
     const lines = r.stderr.trim().split("\n");
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toStartWith("[error] ");
+    expect(lines[0]).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[error\] /);
     expect(lines[0]).toContain(path.join(tmp, "blocker", "queue"));
     expect(lines[0]).toContain("ENOTDIR");
   });

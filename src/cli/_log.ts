@@ -1,6 +1,7 @@
 // Logging for the CLI: consola, always on stderr (stdout carries command output and --json),
 // level from --log-level / LOG_LEVEL, and a one-object-per-line JSON format for journald.
 import { createConsola, type ConsolaInstance, type LogObject } from "consola";
+import { inspect } from "node:util";
 import { UsageError } from "../errors.ts";
 
 /** Accepted log levels, least to most verbose. */
@@ -55,19 +56,32 @@ function flagValue(argv: readonly string[], name: string): string | undefined {
   return value;
 }
 
-/** Creates the CLI logger; it satisfies the core's `Logger` interface. */
-export function createCliLogger(options: { level: LogLevelName; format: LogFormat }): ConsolaInstance {
+/**
+ * Creates the CLI logger; it satisfies the core's `Logger` interface. `timestamps` (the daemon,
+ * runservice) starts every pretty line with the ISO time, as a log file read later needs.
+ */
+export function createCliLogger(options: { level: LogLevelName; format: LogFormat; timestamps?: boolean }): ConsolaInstance {
   const stream = process.stderr;
+  const reporter =
+    options.format === "json"
+      ? (obj: LogObject) => stream.write(`${jsonLine(obj)}\n`)
+      : options.timestamps
+        ? (obj: LogObject) => stream.write(`${obj.date.toISOString()} ${prettyLine(obj)}\n`)
+        : undefined;
   return createConsola({
     level: CONSOLA_LEVEL[options.level],
     stdout: stream,
     stderr: stream,
     // A daemon's repeated lines are information (each outage retry), not noise to fold away.
-    throttle: options.format === "json" ? 0 : 1000,
-    ...(options.format === "json"
-      ? { reporters: [{ log: (obj: LogObject) => stream.write(`${jsonLine(obj)}\n`) }] }
-      : { fancy: Boolean(stream.isTTY) }),
+    throttle: options.format === "json" || options.timestamps ? 0 : 1000,
+    ...(reporter ? { reporters: [{ log: reporter }] } : { fancy: Boolean(stream.isTTY) }),
   });
+}
+
+/** `[level] message` as consola's basic reporter writes it, an Error as its message (no stack). */
+function prettyLine(obj: LogObject): string {
+  const text = (obj.args ?? []).map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : inspect(a, { breakLength: Infinity })));
+  return `[${levelName(obj)}] ${text.join(" ")}`;
 }
 
 /** One log record as a single JSON line: time, level, msg, optional tag, fields and err. */

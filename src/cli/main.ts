@@ -41,7 +41,7 @@ export async function runCli(argv: string[]): Promise<number> {
     const line = await resolveCommandLine(main, argv);
     path = line.path;
     const options = logOptionsFrom(argv, process.env);
-    setLogger(createCliLogger(options), options.format);
+    setLogger(createCliLogger({ ...options, timestamps: path[0] === "runservice" }), options.format);
     if (line.help) {
       const parent = path.length > 0 ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef) : undefined;
       // citty right-aligns the first column of its option tables; left-align it for reading.
