@@ -1,4 +1,5 @@
 import { Database } from "bun:sqlite";
+import { rmSync } from "node:fs";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError, verifyFile } from "../src/index.ts";
 import { NEW_FILE_PAGE_SIZE, openWritable } from "../src/outbox/sqlite-open.ts";
@@ -472,6 +473,25 @@ describe("lifecycle and durability", () => {
     const a = ob.enqueue("A", "[]");
     ob.deadLetter(a, "skipped", "why", "E");
     expect(ob.getDead(a)).toMatchObject({ seq: a, reason: "skipped", error: "why", errorClass: "E", tag: "A" });
+  });
+
+  test("a file deleted while open is a StorageError within a second, not a queue that silently writes to nowhere", async () => {
+    const ob = outbox("gone.db");
+    ob.enqueue("A", "[]");
+    for (const suffix of ["", "-wal", "-shm"]) rmSync(`${ob.path}${suffix}`, { force: true });
+    await Bun.sleep(1_100);
+    let err: unknown;
+    try {
+      ob.enqueue("B", "[]");
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(StorageError);
+    expect(err).toMatchObject({ code: "E_STORAGE", file: ob.path, namespace: "orders" });
+    expect((err as Error).message).toContain("deleted or replaced");
+    expect(ob.closed).toBe(true); // a producer's next push reopens the path
+    const again = outbox("gone.db");
+    expect(again.enqueue("C", "[]")).toBe(1);
   });
 
   test("rejects invalid options with InvalidArgumentError", () => {
