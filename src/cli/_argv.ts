@@ -49,7 +49,8 @@ export async function resolveCommandLine(root: CommandDef<any>, argv: readonly s
           continue;
         }
         const value = argv[i + 1];
-        if (value === undefined || (value.startsWith("-") && value !== "-")) fail(`option --${rawName} needs a value`);
+        // A negative number is a (wrong) value, not a flag: `--seq -1` is judged by the command.
+        if (value === undefined || (value.startsWith("-") && value !== "-" && !/^-\d/.test(value))) fail(`option --${rawName} needs a value`);
         else i++;
       }
       continue;
