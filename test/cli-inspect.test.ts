@@ -81,6 +81,32 @@ describe("status", () => {
     expect(payments).toMatchObject({ namespace: "payments", depth: 2, isStuck: false, deadLetterCount: 1, lastError: null });
   });
 
+  test("with a config the drain would refuse (a typo): warns with every problem, still shows the queues, masks secrets", async () => {
+    const config = path.join(tmp, "outbox.toml");
+    fs.writeFileSync(
+      config,
+      `[app.shop]\ndb_dir = "queue"\nbatch_szie = 5\n[app.shop.db.main]\nwriter = "postgres"\ntables = ["orders", "payments"]\n[app.shop.db.main.connection]\nurl = "postgres://app:hunter2@db.internal/prod"\n`,
+    );
+    const r = await run(["status", "--config", config]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("shop  orders");
+    expect(r.stderr).toContain(`${config}:3:1 [app.shop.batch_szie]: unknown key "batch_szie" (did you mean "batch_size"?)`);
+    expect(r.stderr).toContain(`(the drain refuses this config; reading only the db_dirs of ${config})`);
+    expect(r.stdout + r.stderr).not.toContain("hunter2");
+  });
+
+  test("with a TOML syntax error or no apps: exit 1 with the config error", async () => {
+    const config = path.join(tmp, "outbox.toml");
+    fs.writeFileSync(config, `[app.shop\ndb_dir = "queue"\n`);
+    const syntax = await run(["status", "--config", config]);
+    expect(syntax.code).toBe(1);
+    expect(syntax.stderr).toContain(`${config}:1:10: TOML syntax error`);
+    fs.writeFileSync(config, "");
+    const empty = await run(["status", "--config", config]);
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toContain("no apps configured");
+  });
+
   test("with --config: every app's db_dir, capacity % from max_pending, secrets from the config masked", async () => {
     const other = path.join(tmp, "other");
     seed(other, "events", 4);

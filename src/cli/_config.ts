@@ -27,13 +27,27 @@ export function readConfigForInspection(file: string): { config: OutboxConfig; s
       return target[key];
     },
   });
+  let problem: unknown;
   try {
     return parseConfigDocument(text, file, recording);
   } catch (err) {
-    if (missing.size === 0) throw err;
+    problem = err;
   }
-  log().warn(`${[...missing].map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs of ${file}`);
-  return readLayout(text, file, env);
+  // The queues stay inspectable when the config is not valid for the drain (a typo after an
+  // edit is exactly when the operator needs status): warn, then read only the db_dirs.
+  let layout: { config: OutboxConfig; secrets: string[] };
+  try {
+    layout = readLayout(text, file, env);
+  } catch {
+    throw problem; // not even the db_dirs are readable (a TOML syntax error, no db_dir)
+  }
+  if (layout.config.apps.length === 0) throw problem;
+  if (missing.size > 0) {
+    log().warn(`${[...missing].map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs of ${file}`);
+  } else {
+    log().warn(`${(problem as Error).message}\n  (the drain refuses this config; reading only the db_dirs of ${file})`);
+  }
+  return layout;
 }
 
 /** A file's text, or a ConfigError naming it (a directory, no permission) instead of a stack trace. */
