@@ -295,6 +295,25 @@ describe("verify", () => {
     expect(orders.namespaces[0].gaps).toEqual([{ seq: 4, prevSeq: 3 }]);
   });
 
+  test("with --config: an APP column tells apart two apps' files of one name", async () => {
+    seed(path.join(tmp, "other"), "orders", 2);
+    const config = path.join(tmp, "outbox.toml");
+    const app = (name: string, dir: string) =>
+      `[app.${name}]\ndb_dir = "${dir}"\n[app.${name}.db.main]\nwriter = "sqlite"\ntables = ["orders"]\n[app.${name}.db.main.connection]\npath = "r-${name}.db"\n`;
+    fs.writeFileSync(config, app("shop", "queue") + app("jobs", "other"));
+    const r = await run(["verify", "--config", config]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatchInlineSnapshot(`
+      "APP   FILE         NAMESPACE  ROWS  GAPS  RESULT
+      shop  orders.db    orders        5     0  ok
+      shop  payments.db  payments      2     0  ok
+      jobs  orders.db    orders        2     0  ok
+
+      ok: 3 file(s) verified, no problems
+      "
+    `);
+  });
+
   test("a garbage file is one problem line naming the file once, exit 1", async () => {
     const garbage = path.join(dbDir, "garbage.db");
     fs.writeFileSync(garbage, "this is not sqlite".repeat(100));

@@ -43,23 +43,26 @@ export function collectVerify(locations: Locations): VerifyReport {
 export function renderVerify(report: VerifyReport): string {
   const rows: string[][] = [];
   const details: string[] = [];
+  // As in status: with --config the APP column tells apart two apps' files of one name.
+  const withApp = report.files.some((f) => f.app !== null);
   for (const f of report.files) {
     const name = path.basename(f.file);
+    const app = withApp ? [f.app ?? "-"] : [];
     for (const problem of f.problems) details.push(`${f.file}: ${withoutFile(problem, f.file)}`);
     for (const ns of f.namespaces) {
       const bad = ns.gaps.length > 0 || ns.problems.length > 0;
-      rows.push([name, ns.namespace, String(ns.rows), String(ns.gaps.length), bad ? "PROBLEM" : "ok"]);
+      rows.push([...app, name, ns.namespace, String(ns.rows), String(ns.gaps.length), bad ? "PROBLEM" : "ok"]);
       for (const gap of ns.gaps) {
         details.push(`${f.file} [${ns.namespace}]: row ${gap.seq} links to prev_seq ${gap.prevSeq}, which is in no table`);
       }
       for (const problem of ns.problems) details.push(`${f.file} [${ns.namespace}]: ${problem}`);
     }
-    if (f.namespaces.length === 0) rows.push([name, "-", "0", "0", f.ok ? "ok" : "PROBLEM"]);
-    else if (f.problems.length > 0) rows.push([name, "(file)", "-", "-", "PROBLEM"]);
+    if (f.namespaces.length === 0) rows.push([...app, name, "-", "0", "0", f.ok ? "ok" : "PROBLEM"]);
+    else if (f.problems.length > 0) rows.push([...app, name, "(file)", "-", "-", "PROBLEM"]);
   }
   if (report.files.length === 0) return "no outbox files found";
   const table = renderTable(
-    [{ header: "file" }, { header: "namespace" }, { header: "rows", right: true }, { header: "gaps", right: true }, { header: "result" }],
+    [...(withApp ? [{ header: "app" }] : []), { header: "file" }, { header: "namespace" }, { header: "rows", right: true }, { header: "gaps", right: true }, { header: "result" }],
     rows,
   );
   const summary = report.ok
