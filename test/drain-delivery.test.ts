@@ -279,6 +279,46 @@ describe("delivery", () => {
     expect(rows.map((r: { id: number }) => r.id)).toEqual([2, 1, 3]);
   });
 
+  test("a remote table that does not exist is one warning line at startup; the other tables are seeded and flow", async () => {
+    const dir = tmp();
+    const db = await pg();
+    await db.sql.unsafe("CREATE TABLE present (id BIGINT NOT NULL, outbox_seq BIGINT NOT NULL DEFAULT 0)");
+    await db.sql.unsafe("INSERT INTO present (id, outbox_seq) VALUES (1, 700)");
+    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["present", "absent"] } });
+    const log = memoryLogger();
+    const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) }, { logger: log });
+    await svc.start();
+    const warnings = log.lines.filter((l) => l.startsWith("warn") || l.startsWith("error"));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(/table "absent" on app\.r: local sequence not seeded.*auto_schema failed.*MAX\(outbox_seq\) failed/);
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    expect(producer.push("present", "INSERT INTO present (id) VALUES (?)", [2])).toBeGreaterThan(700);
+    await waitFor(() => svc.pendingCount().present === 0, "delivery to the present table");
+  });
+
+  test("a drain without ALTER rights seeds from a column its DBA added, and warns once that auto_schema could not run", async () => {
+    const dir = tmp();
+    const db = await pg();
+    const role = `drain_${crypto.randomUUID().replaceAll("-", "").slice(0, 10)}`;
+    await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL, outbox_seq BIGINT NOT NULL DEFAULT 0)");
+    await db.sql.unsafe("CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0");
+    await db.sql.unsafe("INSERT INTO t (id, outbox_seq) VALUES (1, 500)");
+    await db.sql.unsafe(`CREATE ROLE ${role} LOGIN`);
+    cleanups.push(() => db.sql.unsafe(`DROP OWNED BY ${role}; DROP ROLE ${role}`).catch(() => {}));
+    await db.sql.unsafe(`GRANT SELECT, INSERT, UPDATE ON t TO ${role}`);
+    const url = db.url.replace("postgres@", `${role}@`);
+    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url }, tables: ["t"] } });
+    const log = memoryLogger();
+    const svc = service(config, { "app.r": createWriter("postgres", { url }) }, { logger: log });
+    await svc.start();
+    const warnings = log.lines.filter((l) => l.startsWith("warn") || l.startsWith("error"));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(/table "t" on app\.r: auto_schema failed: .*owner.*check that its unique outbox_seq index exists/);
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    expect(producer.push("t", "INSERT INTO t (id) VALUES (?)", [2])).toBeGreaterThan(500);
+    await waitFor(() => svc.totalPending() === 0, "delivery");
+  });
+
   test("auto_schema adds outbox_seq and its index to an existing remote table, and a second start tolerates them", async () => {
     const dir = tmp();
     const db = await pg();

@@ -1,6 +1,7 @@
 import type { OutboxConfig } from "../config/types.ts";
 import { silentLogger, type Logger } from "../logger.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
+import { logActivity } from "./activity.ts";
 import { OutboxSyncService, type SyncServiceOptions } from "./service.ts";
 
 /** Options of `runService`. */
@@ -9,15 +10,18 @@ export interface RunServiceOptions extends SyncServiceOptions {
   stopTimeoutMs?: number;
   /** Stops the service without a signal, e.g. from a test or an embedding app. */
   signal?: AbortSignal;
+  /** Interval (ms) of the "what the drain did" info line; 0 turns it off. Default 60 000. */
+  activityLogIntervalMs?: number;
   /** Called once the service is running (locks held, startup done or bounded, loops started). */
   onStarted?: (service: OutboxSyncService) => void;
 }
 
 /**
- * Runs the drain until SIGTERM or SIGINT (or `options.signal` aborts): starts the service,
- * logs an integrity scan on SIGUSR1, and on a stop signal stops scheduling, lets the in-flight
- * batch settle (bounded by `stopTimeoutMs`), closes the writers and releases the locks. Resolves
- * when stopped — the caller exits 0. Rejects if startup fails (e.g. `LockedError`).
+ * Runs the drain until SIGTERM, SIGINT or SIGHUP (or `options.signal` aborts): starts the
+ * service, logs an integrity scan on SIGUSR1 and a line of activity every minute, and on a stop
+ * signal stops scheduling, lets the in-flight batch settle (bounded by `stopTimeoutMs`), closes
+ * the writers and releases the locks. Resolves when stopped — the caller exits 0. Rejects if
+ * startup fails (e.g. `LockedError`).
  */
 export async function runService(config: OutboxConfig, writers: Record<string, OutboxWriter>, options: RunServiceOptions = {}): Promise<void> {
   const logger: Logger = options.logger ?? silentLogger;
@@ -31,6 +35,7 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
   let starting = false;
   let stopRequested: string | null = null;
   let stopping = false;
+  let stopActivityLog = () => {};
   const stop = (why: string) => {
     if (!started) {
       // A signal during startup: nothing is in flight yet, so stop now rather than wait out a
@@ -54,6 +59,8 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
   };
   const onTerm = () => stop("SIGTERM");
   const onInt = () => stop("SIGINT");
+  // The controlling terminal went away: stop as gracefully as on SIGTERM rather than die mid-batch.
+  const onHup = () => stop("SIGHUP");
   const onUsr1 = () => {
     if (!started) return;
     try {
@@ -65,6 +72,7 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
   const onAbort = () => stop("stop requested");
   process.on("SIGTERM", onTerm);
   process.on("SIGINT", onInt);
+  process.on("SIGHUP", onHup);
   process.on("SIGUSR1", onUsr1);
   if (options.signal?.aborted) onAbort();
   options.signal?.addEventListener("abort", onAbort, { once: true });
@@ -83,12 +91,16 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
       return;
     }
     started = true;
+    const every = options.activityLogIntervalMs ?? 60_000;
+    if (every > 0) stopActivityLog = logActivity(service, logger, every);
     options.onStarted?.(service);
     await done;
   } finally {
     process.off("SIGTERM", onTerm);
     process.off("SIGINT", onInt);
+    process.off("SIGHUP", onHup);
     process.off("SIGUSR1", onUsr1);
+    stopActivityLog();
     options.signal?.removeEventListener("abort", onAbort);
   }
 }

@@ -25,6 +25,16 @@ export interface SyncServiceOptions {
   stopTimeoutMs?: number;
 }
 
+/** Cumulative counts of one target, for periodic activity logs and health endpoints. */
+export interface TargetActivity {
+  target: string;
+  delivered: number;
+  failed: number;
+  deadLettered: number;
+  /** The target is backing off after an outage. */
+  down: boolean;
+}
+
 /** What one `runOnce()` did across every target. */
 export interface CycleReport {
   delivered: number;
@@ -161,6 +171,11 @@ export class OutboxSyncService {
     const counts: Record<string, number> = {};
     for (const outbox of this.outboxes) counts[outbox.namespace] = (counts[outbox.namespace] ?? 0) + outbox.pendingCount();
     return counts;
+  }
+
+  /** What each target has done since the service started, and whether it is down right now. */
+  activity(): TargetActivity[] {
+    return this.runners.map((r) => ({ target: r.name, ...r.totals, down: r.down }));
   }
 
   /** Pending rows across every served table. */

@@ -15,25 +15,21 @@ import { timedWriteBatch } from "./write.ts";
  */
 export async function prepareTarget(ctx: TargetContext): Promise<void> {
   const injected = ctx.tables.filter((t) => t.config.injectOutboxSeq);
-  if (ctx.app.autoSchema) {
-    for (const table of injected) {
-      // One call per statement: a writer skips the rest of a namespace after a failure, and
-      // "column already exists" must not stop the index from being created.
-      for (const sql of schemaSql([table.config.name], ctx.dialect)) {
-        const [result] = await timedWriteBatch(ctx, [ddl(sql, table.config.name)]);
-        if (!isAlreadyApplied(result!)) {
-          ctx.logger.warn(`drain: auto_schema on ${ctx.target.name}, table "${table.config.name}" failed: ${(result as { error?: string }).error}`);
-        }
-      }
-    }
-  }
   for (const table of injected) {
     const name = table.config.name;
+    const schemaErrors = ctx.app.autoSchema ? await applySchema(ctx, name) : [];
+    const schemaNote = schemaErrors.length ? `auto_schema failed: ${schemaErrors.join("; ")}` : "";
     const [result] = await timedWriteBatch(ctx, [ddl(maxSeqSql(name, ctx.dialect), name)]);
     if (!result!.ok) {
-      ctx.logger.warn(`drain: cannot read MAX(outbox_seq) of "${name}" on ${ctx.target.name}, local sequence not seeded: ${result!.error}`);
+      // One line for a table the remote cannot serve (typically: it does not exist yet).
+      ctx.logger.warn(
+        `drain: table "${name}" on ${ctx.target.name}: local sequence not seeded, its rows will fail until this is fixed: ${schemaNote ? `${schemaNote}; ` : ""}MAX(outbox_seq) failed: ${result!.error}`,
+      );
       continue;
     }
+    // The column is readable (a DBA may have added it for a drain without ALTER rights), but the
+    // unique index that absorbs redeliveries may be missing: say so.
+    if (schemaNote) ctx.logger.warn(`drain: table "${name}" on ${ctx.target.name}: ${schemaNote} (check that its unique outbox_seq index exists)`);
     const max = parseMaxSeq(result!.rows);
     if (max === undefined) {
       ctx.logger.warn(`drain: MAX(outbox_seq) of "${name}" on ${ctx.target.name} is not a number, local sequence not seeded`);
@@ -50,6 +46,21 @@ export async function prepareTarget(ctx: TargetContext): Promise<void> {
       ctx.logger.error(`drain: seeding "${name}" (${table.file}) above ${max} failed: ${describeError(error).message}`);
     }
   }
+}
+
+/**
+ * Adds `outbox_seq` and its index to one remote table; returns the refusals that do not mean
+ * "already there" (missing table, no ALTER rights, …), for the caller to report once.
+ */
+async function applySchema(ctx: TargetContext, name: string): Promise<string[]> {
+  const errors: string[] = [];
+  // One call per statement: a writer skips the rest of a namespace after a failure, and
+  // "column already exists" must not stop the index from being created.
+  for (const sql of schemaSql([name], ctx.dialect)) {
+    const [result] = await timedWriteBatch(ctx, [ddl(sql, name)]);
+    if (!isAlreadyApplied(result!)) errors.push(String((result as { error?: string }).error));
+  }
+  return errors;
 }
 
 function ddl(sql: string, namespace: string): Statement {

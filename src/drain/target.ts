@@ -44,6 +44,8 @@ export class TargetRunner {
   /** After a batch that changed nothing, commits do not wake the loop before this (epoch ms). */
   private quietUntil = 0;
   private batches = 0;
+  /** Rows delivered, failed and dead-lettered since the service started. */
+  readonly totals = { delivered: 0, failed: 0, deadLettered: 0 };
   private running: Promise<TargetCycle> | null = null;
   private preparing: Promise<boolean> | null = null;
   private stopping = false;
@@ -62,10 +64,22 @@ export class TargetRunner {
 
   /** Runs one cycle; concurrent callers share the cycle already in flight. */
   cycle(): Promise<TargetCycle> {
-    this.running ??= this.runCycle().finally(() => {
-      this.running = null;
-    });
+    this.running ??= this.runCycle()
+      .then((out) => {
+        this.totals.delivered += out.delivered;
+        this.totals.failed += out.failed;
+        this.totals.deadLettered += out.deadLettered;
+        return out;
+      })
+      .finally(() => {
+        this.running = null;
+      });
     return this.running;
+  }
+
+  /** True while the target is backing off after an outage. */
+  get down(): boolean {
+    return this.outages > 0;
   }
 
   /**
