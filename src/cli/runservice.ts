@@ -16,7 +16,7 @@ export const STOP_TIMEOUT_MS = 30_000;
 
 /** `sqloutbox runservice`: load outbox.toml, drain until SIGTERM/SIGINT, exit 0 after a clean stop. */
 export const runservice = defineCommand({
-  meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT (SIGUSR1: integrity scan)" },
+  meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT/SIGHUP (SIGUSR1: integrity scan)" },
   args: {
     config: { type: "string", valueHint: "FILE", description: `The config file (default ./${DEFAULT_CONFIG})` },
     ...logArgs,

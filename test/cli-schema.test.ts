@@ -1,0 +1,110 @@
+import { Database } from "bun:sqlite";
+import { afterEach, describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import { createMysqlDb } from "./support/mysql.ts";
+import { createPgDb } from "./support/pg.ts";
+import { makeTempDir } from "./support/tmp.ts";
+import { normalize, run } from "./cli-support.ts";
+
+let cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+/** A temp dir with an outbox.toml routing `orders` (injected) and `raw` (not) to one target. */
+function project(writer: string, connection: string) {
+  const dir = makeTempDir();
+  cleanups.push(() => dir.cleanup());
+  fs.writeFileSync(
+    dir.file("outbox.toml"),
+    `[app.shop]\ndb_dir = "queue"\n\n[app.shop.db.main]\nwriter = "${writer}"\n` +
+      `tables = ["orders", { name = "raw", inject_outbox_seq = false }]\n\n[app.shop.db.main.connection]\n${connection}\n`,
+  );
+  return dir;
+}
+
+describe("schema", () => {
+  test("prints the DDL of every injected table in the target's dialect, and touches nothing", async () => {
+    const dir = project("sqlite", `path = "remote.db"`);
+    const r = await run(["schema", "--config", dir.file("outbox.toml")]);
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, dir.path)).toMatchInlineSnapshot(`
+"-- target shop.main (sqlite)
+ALTER TABLE "orders" ADD COLUMN outbox_seq INTEGER NOT NULL DEFAULT 0;
+CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_seq) WHERE outbox_seq != 0;
+"
+`);
+    expect(fs.existsSync(dir.file("remote.db"))).toBe(false);
+    expect(fs.existsSync(dir.file("queue"))).toBe(false);
+  });
+
+  test("--apply adds the column and index on a sqlite target, a second --apply finds them there, --drop --apply removes them", async () => {
+    const dir = project("sqlite", `path = "remote.db"`);
+    const remote = new Database(dir.file("remote.db"), { create: true });
+    remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+    remote.close();
+    const columns = () => {
+      const db = new Database(dir.file("remote.db"), { readonly: true });
+      const cols = db.query<{ name: string }, []>("SELECT name FROM pragma_table_info('orders')").all().map((c) => c.name);
+      const idx = db.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'orders'").all().map((i) => i.name);
+      db.close();
+      return { cols, idx };
+    };
+    const config = dir.file("outbox.toml");
+    const first = await run(["schema", "--config", config, "--apply", "--json"]);
+    expect(first.code).toBe(0);
+    expect(JSON.parse(first.stdout).targets[0].outcomes).toEqual(["applied", "applied"]);
+    expect(columns()).toEqual({ cols: ["id", "outbox_seq"], idx: ["idx_orders_outbox_seq"] });
+    const second = await run(["schema", "--config", config, "--apply", "--json"]);
+    expect(second.code).toBe(0);
+    expect(JSON.parse(second.stdout).targets[0].outcomes[0]).toBe("already");
+    const drop = await run(["schema", "--config", config, "--drop", "--apply"]);
+    expect(drop.code).toBe(0);
+    expect(drop.stdout).toContain("-- applied");
+    expect(columns()).toEqual({ cols: ["id"], idx: [] });
+  });
+
+  test("--apply on PostgreSQL and MariaDB adds the column and unique index, twice without error, and --drop removes them", async () => {
+    for (const engine of ["postgres", "mysql"] as const) {
+      const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
+      cleanups.push(() => db.drop());
+      await db.sql.unsafe("CREATE TABLE orders (id BIGINT PRIMARY KEY)");
+      const dir = project(engine, `url = "${db.url}"`);
+      const config = dir.file("outbox.toml");
+      for (const round of [1, 2]) {
+        const r = await run(["schema", "--config", config, "--apply"]);
+        expect({ engine, round, code: r.code, stderr: r.stderr }).toEqual({ engine, round, code: 0, stderr: "" });
+      }
+      const cols = async () =>
+        (await db.sql.unsafe(
+          engine === "postgres"
+            ? "SELECT column_name AS c FROM information_schema.columns WHERE table_name = 'orders' ORDER BY column_name"
+            : "SELECT column_name AS c FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'orders' ORDER BY column_name",
+        )).map((r: { c: string }) => r.c);
+      expect(await cols()).toEqual(["id", "outbox_seq"]);
+      // The unique index really absorbs: a second row with the same outbox_seq is refused.
+      await db.sql.unsafe("INSERT INTO orders (id, outbox_seq) VALUES (1, 7)");
+      await expect(db.sql.unsafe("INSERT INTO orders (id, outbox_seq) VALUES (2, 7)")).rejects.toThrow();
+      const drop = await run(["schema", "--config", config, "--drop", "--apply"]);
+      expect(drop.code).toBe(0);
+      expect(await cols()).toEqual(["id"]);
+    }
+  }, 30_000);
+
+  test("a statement the remote refuses is reported beside it and exits 1", async () => {
+    const dir = project("sqlite", `path = "remote.db"`); // no orders table in remote.db
+    const r = await run(["schema", "--config", dir.file("outbox.toml"), "--apply"]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain("-- error: SQLITE_ERROR: no such table: orders");
+    expect(r.stderr).toContain("2 DDL statement(s) failed");
+  });
+
+  test("a missing config file is one error line, exit 1", async () => {
+    const dir = makeTempDir();
+    cleanups.push(() => dir.cleanup());
+    const r = await run(["schema", "--config", dir.file("nope.toml")]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("nope.toml does not exist");
+  });
+});
