@@ -29,7 +29,7 @@ export async function prepareTarget(ctx: TargetContext): Promise<void> {
     }
     // The column is readable (a DBA may have added it for a drain without ALTER rights), but the
     // unique index that absorbs redeliveries may be missing: say so.
-    if (schemaNote) ctx.logger.warn(`drain: table "${name}" on ${ctx.target.name}: ${schemaNote} (check that its unique outbox_seq index exists; `sqloutbox schema` prints the DDL)`);
+    if (schemaNote) ctx.logger.warn(`drain: table "${name}" on ${ctx.target.name}: ${schemaNote} (check that its unique outbox_seq index exists; "sqloutbox schema" prints the DDL)`);
     const max = parseMaxSeq(result!.rows);
     if (max === undefined) {
       ctx.logger.warn(`drain: MAX(outbox_seq) of "${name}" on ${ctx.target.name} is not a number, local sequence not seeded`);
