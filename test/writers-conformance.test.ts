@@ -4,10 +4,11 @@ import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { BindValue, OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
 import { createMysqlDb, type MysqlTestDb } from "./support/mysql.ts";
+import { startHranaServer } from "./support/hrana-server.ts";
 import { createPgDb, type PgTestDb } from "./support/pg.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
-/** What the suite needs from one engine; everything else is the same SQL for all four writers. */
+/** What the suite needs from one engine; everything else is the same SQL for every writer. */
 interface Fixture {
   /** `?` or `$n` for the n-th (1-based) bind parameter. */
   ph(n: number): string;
@@ -36,15 +37,17 @@ const sqliteSchema = [
 ];
 const sqliteCodes = { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONSTRAINT_CHECK", primaryKey: "SQLITE_CONSTRAINT_PRIMARYKEY", syntax: "SQLITE_ERROR", noTable: "SQLITE_ERROR" };
 
-/** A fixture on a fresh SQLite file (read back through an independent bun:sqlite connection). */
-function fileFixture(make: (file: string) => OutboxWriter): Fixture["open"] {
+/** A fixture on a fresh SQLite file (read back through an independent bun:sqlite connection);
+ *  `make` may register cleanups (e.g. stopping the server in front of the file) with `onDone`. */
+function fileFixture(make: (file: string, onDone: (fn: () => unknown) => void) => OutboxWriter): Fixture["open"] {
   return async () => {
     const dir: TempDir = makeTempDir();
     const file = dir.file("remote.db");
     const setup = new Database(file, { create: true });
     setup.run("PRAGMA journal_mode = WAL");
     setup.close();
-    const writer = make(file);
+    const cleanups: Array<() => unknown> = [];
+    const writer = make(file, (fn) => cleanups.push(fn));
     const withDb = <T>(fn: (db: Database) => T): T => {
       const db = new Database(file, { safeIntegers: true });
       try {
@@ -59,6 +62,7 @@ function fileFixture(make: (file: string) => OutboxWriter): Fixture["open"] {
       exec: async (sql) => withDb((db) => void db.run(sql)),
       done: async () => {
         await writer.close?.();
+        for (const fn of cleanups) await fn();
         dir.cleanup();
       },
     };
@@ -125,6 +129,23 @@ const fixtures: Array<[string, () => Fixture]> = [
       schema: sqliteSchema,
       codes: sqliteCodes,
       open: fileFixture((file) => createWriter("libsql", { url: `file:${file}` })),
+      unreachable: (secret) => createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
+    }),
+  ],
+  [
+    // Remote libSQL: the client's Hrana-over-HTTP transport against a test server that runs every
+    // statement on the same kind of SQLite file (see test/support/hrana-server.ts). Codes are what
+    // sqld sends: the primary SQLite code only, SQLITE_ERROR as SQLITE_UNKNOWN, parse errors its own.
+    "libsql over http",
+    () => ({
+      ph: () => "?",
+      schema: sqliteSchema,
+      codes: { notNull: "SQLITE_CONSTRAINT", check: "SQLITE_CONSTRAINT", primaryKey: "SQLITE_CONSTRAINT", syntax: "SQL_PARSE_ERROR", noTable: "SQLITE_UNKNOWN" },
+      open: fileFixture((file, onDone) => {
+        const server = startHranaServer({ file, token: "test-token" });
+        onDone(() => server.stop());
+        return createWriter("libsql", { url: server.url, auth_token: "test-token" });
+      }),
       unreachable: (secret) => createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
     }),
   ],

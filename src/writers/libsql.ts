@@ -1,6 +1,6 @@
 import type { Client, InArgs, ResultSet } from "@libsql/client";
 import { WriteError } from "../errors.ts";
-import { classifySqlite } from "./classify.ts";
+import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { checkAliases, checkNumbers, type Connection, maskText, maskUrl, numberKey, stringKey } from "./connection.ts";
 import { errorText, type Outcome, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
@@ -50,7 +50,7 @@ export class LibsqlWriter implements OutboxWriter {
       timer = setTimeout(() => reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined)), this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s) => this.#pass(client, s), classifySqlite, (m, e) => this.#fail(m, e)), timeout]);
+      return await Promise.race([runIsolated(stmts, (s) => this.#pass(client, s), classifyLibsql, (m, e) => this.#fail(m, e)), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -75,7 +75,7 @@ export class LibsqlWriter implements OutboxWriter {
 
   async #pass(client: Client, stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
     try {
-      const results = await client.batch(stmts.map((s) => ({ sql: s.sql, args: s.args as InArgs })), "write");
+      const results = await client.batch(stmts.map((s) => ({ sql: s.sql, args: s.args.map(integral) as InArgs })), "write");
       return { outcomes: results.map((rs, i) => ({ result: toResult(stmts[i]!, rs) })), committed: true };
     } catch (error) {
       const index = (error as { statementIndex?: unknown }).statementIndex;
@@ -103,9 +103,31 @@ function tokenInUrl(url: string): string | undefined {
   }
 }
 
+/**
+ * The client sends every JS number as a Hrana `float` (REAL), so `42` would land as `42.0` in a TEXT
+ * or untyped column (over HTTP and with `file:` alike). A safe integer goes as an integer instead,
+ * as the `sqlite` writer binds it.
+ */
+function integral(value: unknown): unknown {
+  return typeof value === "number" && Number.isSafeInteger(value) ? BigInt(value) : value;
+}
+
+/**
+ * sqld (remote libSQL) reports only the primary SQLite code, and plain SQLITE_ERROR — a compile
+ * error without a source offset, e.g. "no such table" or "table t has no column named c" — as
+ * `SQLITE_UNKNOWN`, because its SQLite wrapper has no name for it. That is the statement's fault,
+ * as SQLITE_ERROR is for a local file; everything else is classified as for SQLite.
+ */
+export function classifyLibsql(error: unknown): ErrorKind {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === "SQLITE_UNKNOWN" ? { kind: "row", errorClass: code } : classifySqlite(error);
+}
+
 function toResult(stmt: Statement, rs: ResultSet): WriteResult {
   const kind = statementKind(stmt.sql);
-  if (kind === "read" || rs.columns.length > 0) return { ok: true, rows: rs.rows.map((row) => rs.columns.map((_, i) => row[i])) };
+  // The client returns BLOBs as ArrayBuffer; rows carry Uint8Array like the other writers.
+  const cell = (v: unknown) => (v instanceof ArrayBuffer ? new Uint8Array(v) : v);
+  if (kind === "read" || rs.columns.length > 0) return { ok: true, rows: rs.rows.map((row) => rs.columns.map((_, i) => cell(row[i]))) };
   return { ok: true, rowsAffected: kind === "ddl" ? 0 : rs.rowsAffected };
 }
 

@@ -1,0 +1,305 @@
+/**
+ * A test double of libSQL's server (sqld) for the part of the Hrana-over-HTTP protocol that
+ * `@libsql/client` speaks over `http://` / `https://` / `libsql://` URLs — over a REAL engine:
+ * every statement runs on a SQLite file through bun:sqlite (the engine libSQL is built on), one
+ * connection per Hrana stream, so transactions, constraint checks, savepoint/rollback and
+ * visibility to other connections are SQLite's own. Only the protocol is re-implemented here.
+ *
+ * Implemented (protocol version 2, JSON; `/v3` answers the same JSON pipeline):
+ * - `GET /v2`, `GET /v3` (version probe: 200); `GET /v3-protobuf` is 404 so a v3 client falls back to JSON;
+ * - `POST /v2/pipeline` (and `/v3/pipeline`): `{baton, requests}` → `{baton, base_url, results}` with
+ *   requests `execute`, `batch`, `sequence`, `store_sql`, `close_sql`, `get_autocommit`, `close`;
+ * - batons: a stream left open gets a fresh baton per response; the next request must present it
+ *   (an unknown/used baton is HTTP 400, as sqld); `close` ends the stream and its connection;
+ * - batch step conditions `ok`, `error`, `not`, `and`, `or`, `is_autocommit`;
+ * - values `null` / `integer` (decimal string) / `float` / `text` / `blob` (base64), results with
+ *   `cols` (name, decltype), `rows`, `affected_row_count`, `last_insert_rowid`;
+ * - errors as sqld reports them (libsql-server/src/hrana/stmt.rs): syntax errors `SQL_PARSE_ERROR`
+ *   (sqld parses before SQLite does); other compile errors with a source offset `SQL_INPUT_ERROR`;
+ *   everything else the PRIMARY SQLite code name (`SQLITE_CONSTRAINT`, never the extended
+ *   `SQLITE_CONSTRAINT_UNIQUE`), where plain SQLITE_ERROR is `SQLITE_UNKNOWN` (rusqlite has no
+ *   name for it); wrong argument count `ARGS_INVALID`;
+ * - bearer-token auth: without `Authorization: Bearer <token>` every request is HTTP 401 with
+ *   `{"error": …}` (sqld's shape);
+ * - outage switches: `stop()` (the port refuses connections), `refuse(status)` (every request gets
+ *   that HTTP status), `hold()` (requests hang until released).
+ *
+ * Not implemented (the client does not use them over HTTP, or the tests do not need them):
+ * cursors (`/v3/cursor`), protobuf encoding, `describe`, WebSocket, stream expiry,
+ * `SQL_MANY_STATEMENTS` (bun:sqlite silently ignores a statement's tail), replication.
+ * Known difference: bun:sqlite binds an integral `float` (e.g. 42.0) as INTEGER, sqld as REAL;
+ * the stored value differs only in columns without INTEGER/REAL/NUMERIC affinity.
+ */
+import { Database, type SQLQueryBindings, SQLiteError } from "bun:sqlite";
+
+type Value = { type: "null" } | { type: "integer"; value: string } | { type: "float"; value: number } | { type: "text"; value: string } | { type: "blob"; base64: string };
+interface Stmt { sql?: string; sql_id?: number; args?: Value[]; named_args?: Array<{ name: string; value: Value }>; want_rows?: boolean }
+type Cond = { type: "ok" | "error"; step: number } | { type: "not"; cond: Cond } | { type: "and" | "or"; conds: Cond[] } | { type: "is_autocommit" };
+interface ProtoError { message: string; code: string }
+interface StmtResult { cols: Array<{ name: string; decltype: string | null }>; rows: Value[][]; affected_row_count: number; last_insert_rowid: string | null }
+interface Stream { db: Database; sqls: Map<number, string> }
+
+/** A running Hrana test server over one SQLite file. */
+export interface HranaServer {
+  /** `http://127.0.0.1:<port>` */
+  readonly url: string;
+  readonly port: number;
+  /** The SQLite file every stream opens. */
+  readonly file: string;
+  /** Streams (connections) currently open. */
+  readonly openStreams: number;
+  /** HTTP requests answered so far (any path, any status). */
+  readonly requests: number;
+  /** Answer every request with this HTTP status (e.g. 503) until `refuse(null)`. */
+  refuse(status: number | null): void;
+  /** Make requests hang until the returned function is called. */
+  hold(): () => void;
+  /** Close the listener (connections are refused afterwards) and every stream. Idempotent. */
+  stop(): Promise<void>;
+}
+
+/** Starts a Hrana server on 127.0.0.1 (random port) over `file`; `token` enables bearer auth. */
+export function startHranaServer(options: { file: string; token?: string }): HranaServer {
+  const { file, token } = options;
+  const streams = new Map<string, Stream>();
+  let refusing: number | null = null;
+  let held: Promise<void> | null = null;
+  let requests = 0;
+  let stopped = false;
+
+  // Exactly "application/json", as sqld (axum) sends: the client compares the header verbatim.
+  const json = (body: unknown, status = 200) => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+
+  async function handle(req: Request): Promise<Response> {
+    requests++;
+    if (held) await held;
+    if (refusing !== null) return new Response("unavailable (test switch)", { status: refusing, headers: { "content-type": "text/plain" } });
+    const path = new URL(req.url).pathname.replace(/\/+$/, "");
+    if (token !== undefined && req.headers.get("authorization") !== `Bearer ${token}`) {
+      return json({ error: "Unauthorized: `The JWT is invalid`" }, 401);
+    }
+    if (req.method === "GET" && (path === "/v2" || path === "/v3")) return new Response(null, { status: 200 });
+    if (req.method === "POST" && (path === "/v2/pipeline" || path === "/v3/pipeline")) return pipeline(await req.json());
+    return new Response("not found", { status: 404, headers: { "content-type": "text/plain" } });
+  }
+
+  function pipeline(body: { baton?: string | null; requests: Array<Record<string, unknown>> }): Response {
+    let stream: Stream | undefined;
+    if (body.baton != null) {
+      stream = streams.get(body.baton);
+      if (!stream) return json({ error: "Stream handle has expired or is invalid" }, 400);
+      streams.delete(body.baton); // a baton is good for one request
+    }
+    stream ??= openStream();
+    let open = true;
+    const results = body.requests.map((r) => {
+      if (!open) return { type: "error", error: { message: "Stream is closed", code: "STREAM_CLOSED" } };
+      if (r.type === "close") {
+        stream.db.close();
+        open = false;
+        return ok({ type: "close" });
+      }
+      return request(stream, r);
+    });
+    let baton: string | null = null;
+    if (open) {
+      baton = crypto.randomUUID();
+      streams.set(baton, stream);
+    }
+    return json({ baton, base_url: null, results });
+  }
+
+  function openStream(): Stream {
+    const db = new Database(file, { safeIntegers: true });
+    // bun:sqlite blocks the event loop while it waits: keep a lock wait short.
+    db.run("PRAGMA busy_timeout = 1000");
+    return { db, sqls: new Map() };
+  }
+
+  const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: handle, maxRequestBodySize: 256 * 1024 * 1024 });
+  return {
+    url: `http://127.0.0.1:${server.port}`,
+    port: server.port!,
+    file,
+    get openStreams() {
+      return streams.size;
+    },
+    get requests() {
+      return requests;
+    },
+    refuse(status) {
+      refusing = status;
+    },
+    hold() {
+      let release!: () => void;
+      held = new Promise((resolve) => (release = resolve));
+      return () => {
+        held = null;
+        release();
+      };
+    },
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await server.stop(true);
+      for (const s of streams.values()) s.db.close();
+      streams.clear();
+    },
+  };
+}
+
+const ok = (response: Record<string, unknown>) => ({ type: "ok", response });
+const fail = (error: ProtoError) => ({ type: "error", error });
+
+/** One stream request (everything but `close`). */
+function request(stream: Stream, r: Record<string, unknown>) {
+  switch (r.type) {
+    case "execute": {
+      const out = execute(stream, r.stmt as Stmt);
+      return "error" in out ? fail(out.error) : ok({ type: "execute", result: out.result });
+    }
+    case "batch":
+      return ok({ type: "batch", result: batch(stream, (r.batch as { steps: Array<{ condition?: Cond | null; stmt: Stmt }> }).steps) });
+    case "sequence": {
+      const sql = (r.sql as string | undefined) ?? stream.sqls.get(r.sql_id as number);
+      if (sql === undefined) return fail({ message: `SQL text ${String(r.sql_id)} not found`, code: "SQL_NOT_FOUND" });
+      try {
+        stream.db.run(sql);
+        return ok({ type: "sequence" });
+      } catch (error) {
+        return fail(sqliteError(error, "step"));
+      }
+    }
+    case "store_sql":
+      stream.sqls.set(r.sql_id as number, r.sql as string);
+      return ok({ type: "store_sql" });
+    case "close_sql":
+      stream.sqls.delete(r.sql_id as number);
+      return ok({ type: "close_sql" });
+    case "get_autocommit":
+      return ok({ type: "get_autocommit", is_autocommit: !stream.db.inTransaction });
+    default:
+      return fail({ message: `unsupported request type ${JSON.stringify(r.type)}`, code: "PROTOCOL_ERROR" });
+  }
+}
+
+/** Runs the steps in order; a step runs only when its condition holds (sqld's batch semantics). */
+function batch(stream: Stream, steps: Array<{ condition?: Cond | null; stmt: Stmt }>) {
+  const step_results: Array<StmtResult | null> = [];
+  const step_errors: Array<ProtoError | null> = [];
+  const holds = (c: Cond): boolean => {
+    switch (c.type) {
+      case "ok":
+        return step_results[c.step] != null;
+      case "error":
+        return step_errors[c.step] != null;
+      case "not":
+        return !holds(c.cond);
+      case "and":
+        return c.conds.every(holds);
+      case "or":
+        return c.conds.some(holds);
+      case "is_autocommit":
+        return !stream.db.inTransaction;
+    }
+  };
+  for (const { condition, stmt } of steps) {
+    if (condition && !holds(condition)) {
+      step_results.push(null);
+      step_errors.push(null);
+      continue;
+    }
+    const out = execute(stream, stmt);
+    step_results.push("result" in out ? out.result : null);
+    step_errors.push("error" in out ? out.error : null);
+  }
+  return { step_results, step_errors };
+}
+
+function execute(stream: Stream, stmt: Stmt): { result: StmtResult } | { error: ProtoError } {
+  const sql = stmt.sql ?? stream.sqls.get(stmt.sql_id!);
+  if (sql === undefined) return { error: { message: `SQL text ${String(stmt.sql_id)} not found`, code: "SQL_NOT_FOUND" } };
+  const { db } = stream;
+  let prepared;
+  try {
+    prepared = db.prepare(sql);
+  } catch (error) {
+    return { error: sqliteError(error, "prepare") };
+  }
+  try {
+    const args: SQLQueryBindings[] = stmt.named_args?.length
+      ? [Object.fromEntries(stmt.named_args.map((a) => [a.name, fromValue(a.value)]))]
+      : (stmt.args ?? []).map(fromValue);
+    // sqld reports changes for INSERT/UPDATE/DELETE only; the total_changes() delta is 0 for the rest.
+    const before = changes(db);
+    const cols = prepared.columnNames.map((name, i) => ({ name, decltype: prepared.declaredTypes[i] ?? null }));
+    const rows = cols.length > 0 ? prepared.values(...args) : (prepared.run(...args), []);
+    const after = changes(db);
+    const affected = Number(after.total - before.total);
+    return {
+      result: {
+        cols,
+        rows: stmt.want_rows === false ? [] : rows.map((row) => row.map(toValue)),
+        affected_row_count: affected,
+        last_insert_rowid: affected > 0 ? String(after.rowid) : null,
+      },
+    };
+  } catch (error) {
+    return { error: sqliteError(error, "step") };
+  } finally {
+    prepared.finalize();
+  }
+}
+
+function changes(db: Database): { total: bigint; rowid: bigint } {
+  const [total, rowid] = db.query("SELECT total_changes(), last_insert_rowid()").values()[0] as [bigint, bigint];
+  return { total, rowid };
+}
+
+function fromValue(v: Value): SQLQueryBindings {
+  switch (v.type) {
+    case "null":
+      return null;
+    case "integer":
+      return BigInt(v.value);
+    case "float":
+      return v.value;
+    case "text":
+      return v.value;
+    case "blob":
+      return Uint8Array.from(atob(v.base64), (c) => c.charCodeAt(0));
+  }
+}
+
+function toValue(v: unknown): Value {
+  if (v === null || v === undefined) return { type: "null" };
+  if (typeof v === "bigint") return { type: "integer", value: String(v) };
+  if (typeof v === "number") return { type: "float", value: v };
+  if (typeof v === "string") return { type: "text", value: v };
+  if (v instanceof Uint8Array) return { type: "blob", base64: Buffer.from(v).toString("base64") };
+  throw new Error(`unexpected SQLite value ${String(v)}`);
+}
+
+/** SQLite primary result code names by number (rusqlite's list, as sqld maps them). */
+const PRIMARY: Record<number, string> = {
+  1: "SQLITE_UNKNOWN", 2: "SQLITE_INTERNAL", 3: "SQLITE_PERM", 4: "SQLITE_ABORT", 5: "SQLITE_BUSY", 6: "SQLITE_LOCKED",
+  7: "SQLITE_NOMEM", 8: "SQLITE_READONLY", 9: "SQLITE_INTERRUPT", 10: "SQLITE_IOERR", 11: "SQLITE_CORRUPT",
+  12: "SQLITE_NOTFOUND", 13: "SQLITE_FULL", 14: "SQLITE_CANTOPEN", 15: "SQLITE_PROTOCOL", 17: "SQLITE_SCHEMA",
+  18: "SQLITE_TOOBIG", 19: "SQLITE_CONSTRAINT", 20: "SQLITE_MISMATCH", 21: "SQLITE_MISUSE", 22: "SQLITE_NOLFS",
+  23: "SQLITE_AUTH", 25: "SQLITE_RANGE", 26: "SQLITE_NOTADB",
+};
+
+/** The Hrana error sqld would send for `error`, raised while compiling (`prepare`) or running a statement. */
+function sqliteError(error: unknown, phase: "prepare" | "step"): ProtoError {
+  if (!(error instanceof SQLiteError)) {
+    // bun:sqlite's own checks before SQLite runs: the argument count or type.
+    return { message: `Arguments do not match SQL parameters: ${(error as Error).message}`, code: "ARGS_INVALID" };
+  }
+  if (phase === "prepare" && /syntax error|incomplete input|unrecognized token/.test(error.message)) {
+    return { message: `SQL string could not be parsed: ${error.message}`, code: "SQL_PARSE_ERROR" };
+  }
+  if (phase === "prepare" && error.byteOffset >= 0) {
+    return { message: `SQL input error: ${error.message} (at offset ${error.byteOffset})`, code: "SQL_INPUT_ERROR" };
+  }
+  return { message: `SQLite error: ${error.message}`, code: PRIMARY[error.errno & 0xff] ?? "SQLITE_UNKNOWN" };
+}
