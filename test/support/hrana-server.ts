@@ -28,7 +28,8 @@
  * cursors (`/v3/cursor`), protobuf encoding, `describe`, WebSocket, stream expiry,
  * `SQL_MANY_STATEMENTS` (bun:sqlite silently ignores a statement's tail), replication.
  * Known difference: bun:sqlite binds an integral `float` (e.g. 42.0) as INTEGER, sqld as REAL;
- * the stored value differs only in columns without INTEGER/REAL/NUMERIC affinity.
+ * the stored value differs only in columns without INTEGER/REAL/NUMERIC affinity. Such arguments
+ * are counted in `integralFloatArgs` so tests can assert a client never sends them.
  */
 import { Database, type SQLQueryBindings, SQLiteError } from "bun:sqlite";
 
@@ -37,7 +38,9 @@ interface Stmt { sql?: string; sql_id?: number; args?: Value[]; named_args?: Arr
 type Cond = { type: "ok" | "error"; step: number } | { type: "not"; cond: Cond } | { type: "and" | "or"; conds: Cond[] } | { type: "is_autocommit" };
 interface ProtoError { message: string; code: string }
 interface StmtResult { cols: Array<{ name: string; decltype: string | null }>; rows: Value[][]; affected_row_count: number; last_insert_rowid: string | null }
-interface Stream { db: Database; sqls: Map<number, string> }
+interface Counters { integralFloatArgs: number }
+interface Stream { db: Database; sqls: Map<number, string>; counters: Counters }
+interface PipelineBody { baton?: string | null; requests: Array<Record<string, unknown>> }
 
 /** A running Hrana test server over one SQLite file. */
 export interface HranaServer {
@@ -50,6 +53,8 @@ export interface HranaServer {
   readonly openStreams: number;
   /** HTTP requests answered so far (any path, any status). */
   readonly requests: number;
+  /** `float` arguments received with an integral value (sqld stores them as REAL, this server cannot). */
+  readonly integralFloatArgs: number;
   /** Answer every request with this HTTP status (e.g. 503) until `refuse(null)`. */
   refuse(status: number | null): void;
   /** Make requests hang until the returned function is called. */
@@ -66,6 +71,7 @@ export function startHranaServer(options: { file: string; token?: string }): Hra
   let held: Promise<void> | null = null;
   let requests = 0;
   let stopped = false;
+  const counters = { integralFloatArgs: 0 };
 
   // Exactly "application/json", as sqld (axum) sends: the client compares the header verbatim.
   const json = (body: unknown, status = 200) => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
@@ -79,18 +85,18 @@ export function startHranaServer(options: { file: string; token?: string }): Hra
       return json({ error: "Unauthorized: `The JWT is invalid`" }, 401);
     }
     if (req.method === "GET" && (path === "/v2" || path === "/v3")) return new Response(null, { status: 200 });
-    if (req.method === "POST" && (path === "/v2/pipeline" || path === "/v3/pipeline")) return pipeline(await req.json());
+    if (req.method === "POST" && (path === "/v2/pipeline" || path === "/v3/pipeline")) return pipeline((await req.json()) as PipelineBody);
     return new Response("not found", { status: 404, headers: { "content-type": "text/plain" } });
   }
 
-  function pipeline(body: { baton?: string | null; requests: Array<Record<string, unknown>> }): Response {
+  function pipeline(body: PipelineBody): Response {
     let stream: Stream | undefined;
     if (body.baton != null) {
       stream = streams.get(body.baton);
       if (!stream) return json({ error: "Stream handle has expired or is invalid" }, 400);
       streams.delete(body.baton); // a baton is good for one request
     }
-    stream ??= openStream();
+    stream ??= openStream(counters);
     let open = true;
     const results = body.requests.map((r) => {
       if (!open) return { type: "error", error: { message: "Stream is closed", code: "STREAM_CLOSED" } };
@@ -109,11 +115,11 @@ export function startHranaServer(options: { file: string; token?: string }): Hra
     return json({ baton, base_url: null, results });
   }
 
-  function openStream(): Stream {
+  function openStream(counters: Counters): Stream {
     const db = new Database(file, { safeIntegers: true });
     // bun:sqlite blocks the event loop while it waits: keep a lock wait short.
     db.run("PRAGMA busy_timeout = 1000");
-    return { db, sqls: new Map() };
+    return { db, sqls: new Map(), counters };
   }
 
   const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: handle, maxRequestBodySize: 256 * 1024 * 1024 });
@@ -126,6 +132,9 @@ export function startHranaServer(options: { file: string; token?: string }): Hra
     },
     get requests() {
       return requests;
+    },
+    get integralFloatArgs() {
+      return counters.integralFloatArgs;
     },
     refuse(status) {
       refusing = status;
@@ -227,8 +236,11 @@ function execute(stream: Stream, stmt: Stmt): { result: StmtResult } | { error: 
     return { error: sqliteError(error, "prepare") };
   }
   try {
+    for (const v of [...(stmt.args ?? []), ...(stmt.named_args ?? []).map((a) => a.value)]) {
+      if (v.type === "float" && Number.isInteger(v.value)) stream.counters.integralFloatArgs++;
+    }
     const args: SQLQueryBindings[] = stmt.named_args?.length
-      ? [Object.fromEntries(stmt.named_args.map((a) => [a.name, fromValue(a.value)]))]
+      ? [Object.fromEntries(stmt.named_args.map((a) => [a.name, fromValue(a.value)])) as SQLQueryBindings]
       : (stmt.args ?? []).map(fromValue);
     // sqld reports changes for INSERT/UPDATE/DELETE only; the total_changes() delta is 0 for the rest.
     const before = changes(db);
