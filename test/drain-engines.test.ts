@@ -7,6 +7,7 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter, type BuiltinWriterName } from "../src/writers/registry.ts";
 import { FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { startHranaServer } from "./support/hrana-server.ts";
 import { createMysqlDb } from "./support/mysql.ts";
 import { createPgDb } from "./support/pg.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
@@ -25,14 +26,24 @@ interface Remote {
   ints(sql: string): Promise<number[][]>;
 }
 
-async function remoteFor(engine: BuiltinWriterName, dir: TempDir): Promise<Remote> {
-  if (engine === "sqlite" || engine === "libsql") {
+/** A built-in writer, or "libsql-http": the libsql writer over HTTP to test/support/hrana-server.ts. */
+type Engine = BuiltinWriterName | "libsql-http";
+const writerOf = (engine: Engine): BuiltinWriterName => (engine === "libsql-http" ? "libsql" : engine);
+
+async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
+  if (engine === "sqlite" || engine === "libsql" || engine === "libsql-http") {
     const path = dir.file("remote.db");
     const db = new Database(path, { create: true });
     db.run("PRAGMA journal_mode = WAL");
     cleanups.push(() => db.close());
+    let connection: Record<string, unknown> = engine === "sqlite" ? { path } : { url: `file:${path}` };
+    if (engine === "libsql-http") {
+      const server = startHranaServer({ file: path, token: "drain-token" });
+      cleanups.push(() => server.stop());
+      connection = { url: server.url, auth_token: "drain-token" };
+    }
     return {
-      connection: engine === "sqlite" ? { path } : { url: `file:${path}` },
+      connection,
       exec: async (sql) => void db.run(sql),
       ints: async (sql) => db.query(sql).values().map((r) => r.map(Number)),
     };
@@ -46,20 +57,20 @@ async function remoteFor(engine: BuiltinWriterName, dir: TempDir): Promise<Remot
   };
 }
 
-describe.each(["sqlite", "libsql", "postgres", "mysql"] as BuiltinWriterName[])("delivery to %s", (engine) => {
+describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine[])("delivery to %s", (engine) => {
   async function setup() {
     const dir = makeTempDir();
     cleanups.push(() => dir.cleanup());
     const remote = await remoteFor(engine, dir);
     for (const t of ["a", "b"]) await remote.exec(`CREATE TABLE ${t} (id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`);
-    const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: remote.connection, tables: ["a", "b"] } }, { maxAttempts: 2, backoffUnitSeconds: 0.01 });
+    const config = oneApp(dir.file("outbox"), { r: { writer: writerOf(engine), connection: remote.connection, tables: ["a", "b"] } }, { maxAttempts: 2, backoffUnitSeconds: 0.01 });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     const queue = (t: string) => {
       const q = new Outbox(dir.file(`outbox/${t}.db`), t);
       cleanups.push(() => q.close());
       return q;
     };
-    const drain = (writer = createWriter(engine, remote.connection)) => {
+    const drain = (writer = createWriter(writerOf(engine), remote.connection)) => {
       const log = memoryLogger();
       const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
       cleanups.push(() => svc.stop(2000));
@@ -107,7 +118,7 @@ describe.each(["sqlite", "libsql", "postgres", "mysql"] as BuiltinWriterName[])(
 
   test("a batch whose outcome was lost after the remote committed lands no duplicate, even an INSERT updated in the same batch", async () => {
     const s = await setup();
-    const writer = new FaultyWriter(createWriter(engine, s.remote.connection));
+    const writer = new FaultyWriter(createWriter(writerOf(engine), s.remote.connection));
     const { svc } = s.drain(writer);
     await svc.runOnce();
     for (let i = 0; i < 30; i++) s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [i, "v1"]);
