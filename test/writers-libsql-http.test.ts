@@ -4,9 +4,13 @@
 // covers what only a remote target has: auth, HTTP failures, batons, the URL forms.
 import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
+import { OutboxSyncService } from "../src/drain/service.ts";
 import { WriteError } from "../src/errors.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
+import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
 import { type HranaServer, startHranaServer } from "./support/hrana-server.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
@@ -15,6 +19,7 @@ let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   for (const c of cleanups.reverse()) await c();
   cleanups = [];
+  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
 });
 
 /** A fresh SQLite file with table t, a Hrana server in front of it, and a direct reader. */
@@ -130,6 +135,33 @@ describe("libsql writer over HTTP (Hrana)", () => {
     db.close();
     expect(s.ids()).toEqual([1, 2, 3]);
   });
+});
+
+test("the drain treats a revoked token as an outage: nothing charged or dead-lettered; with a valid token again every row lands once", async () => {
+  const s = setup();
+  const dir = makeTempDir();
+  cleanups.push(() => dir.cleanup());
+  const connection = { url: s.server.url, auth_token: TOKEN };
+  const config = oneApp(dir.file("outbox"), { r: { writer: "libsql", connection, tables: ["t"] } }, { maxAttempts: 1, backoffUnitSeconds: 0.01 });
+  const log = memoryLogger();
+  const svc = new OutboxSyncService(config, { "app.r": createWriter("libsql", connection) }, { logger: log });
+  cleanups.push(() => svc.stop(2000));
+  await svc.runOnce(); // auto_schema
+  const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+  for (let id = 1; id <= 5; id++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [id, "x"]);
+  s.server.setToken("rotated-token");
+  for (let i = 0; i < 3; i++) expect((await svc.runOnce()).outages).toEqual(["app.r"]);
+  const queue = new Outbox(dir.file("outbox/t.db"), "t");
+  cleanups.push(() => queue.close());
+  expect(queue.pendingCount()).toBe(5);
+  expect(queue.head()?.attempts ?? 0).toBe(0); // max_attempts = 1: one charged attempt would dead-letter it
+  expect(queue.deadCount()).toBe(0);
+  expect(log.has(/401/)).toBe(true);
+  expect(log.lines.join("\n")).not.toContain(TOKEN);
+  s.server.setToken(TOKEN);
+  await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivery after the token is valid again");
+  expect(s.ids()).toEqual([1, 2, 3, 4, 5]);
+  expect(queue.deadCount()).toBe(0);
 });
 
 describe.each(["file", "http"])("libsql writer (%s) argument and result types", (mode) => {

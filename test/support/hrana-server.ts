@@ -21,7 +21,7 @@
  *   name for it); wrong argument count `ARGS_INVALID`;
  * - bearer-token auth: without `Authorization: Bearer <token>` every request is HTTP 401 with
  *   `{"error": …}` (sqld's shape);
- * - outage switches: `stop()` (the port refuses connections), `refuse(status)` (every request gets
+ * - outage switches: `setToken()` (revoke/rotate the token), `stop()` (the port refuses connections), `refuse(status)` (every request gets
  *   that HTTP status), `hold()` (requests hang until released).
  *
  * Not implemented (the client does not use them over HTTP, or the tests do not need them):
@@ -55,6 +55,8 @@ export interface HranaServer {
   readonly requests: number;
   /** `float` arguments received with an integral value (sqld stores them as REAL, this server cannot). */
   readonly integralFloatArgs: number;
+  /** Accept only this bearer token from now on (a rotated or revoked token); undefined disables auth. */
+  setToken(token: string | undefined): void;
   /** Answer every request with this HTTP status (e.g. 503) until `refuse(null)`. */
   refuse(status: number | null): void;
   /** Make requests hang until the returned function is called. */
@@ -65,7 +67,8 @@ export interface HranaServer {
 
 /** Starts a Hrana server on 127.0.0.1 (random port) over `file`; `token` enables bearer auth. */
 export function startHranaServer(options: { file: string; token?: string }): HranaServer {
-  const { file, token } = options;
+  const { file } = options;
+  let token = options.token;
   const streams = new Map<string, Stream>();
   let refusing: number | null = null;
   let held: Promise<void> | null = null;
@@ -135,6 +138,9 @@ export function startHranaServer(options: { file: string; token?: string }): Hra
     },
     get integralFloatArgs() {
       return counters.integralFloatArgs;
+    },
+    setToken(t) {
+      token = t;
     },
     refuse(status) {
       refusing = status;
