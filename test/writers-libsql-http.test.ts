@@ -190,6 +190,21 @@ describe.each(["file", "http"])("libsql writer (%s) argument and result types", 
 });
 
 describe("hrana test server (protocol fidelity the writer relies on)", () => {
+  test("affected_row_count counts the statement's own rows, not its triggers', and is 0 for DDL and SELECT", async () => {
+    const s = setup();
+    const db = new Database(s.file);
+    db.run("CREATE TABLE audit (id INTEGER)");
+    db.run("CREATE TRIGGER t_audit AFTER INSERT ON t BEGIN INSERT INTO audit VALUES (NEW.id); INSERT INTO audit VALUES (NEW.id); END");
+    db.close();
+    const results = await s.writer().writeBatch([
+      insert(1),
+      { sql: "UPDATE t SET note = 'x' WHERE id > 100", args: [], namespace: "t", seq: 2 },
+      { sql: "CREATE TABLE later (id INTEGER)", args: [], namespace: "later", seq: 1 },
+      { sql: "SELECT count(*) FROM audit", args: [], namespace: "audit", seq: 1 },
+    ]);
+    expect(results).toEqual([{ ok: true, rowsAffected: 1 }, { ok: true, rowsAffected: 0 }, { ok: true, rowsAffected: 0 }, { ok: true, rows: [[2n]] }]);
+  });
+
   test("an interactive transaction keeps its stream across requests by baton; a used baton is refused", async () => {
     const s = setup();
     const { createClient } = await import("@libsql/client");

@@ -248,18 +248,19 @@ function execute(stream: Stream, stmt: Stmt): { result: StmtResult } | { error: 
     const args: SQLQueryBindings[] = stmt.named_args?.length
       ? [Object.fromEntries(stmt.named_args.map((a) => [a.name, fromValue(a.value)])) as SQLQueryBindings]
       : (stmt.args ?? []).map(fromValue);
-    // sqld reports changes for INSERT/UPDATE/DELETE only; the total_changes() delta is 0 for the rest.
     const before = changes(db);
     const cols = prepared.columnNames.map((name, i) => ({ name, decltype: prepared.declaredTypes[i] ?? null }));
     const rows = cols.length > 0 ? prepared.values(...args) : (prepared.run(...args), []);
     const after = changes(db);
-    const affected = Number(after.total - before.total);
+    // sqld reports changes() (this statement's rows, not its triggers') for INSERT/UPDATE/DELETE
+    // only; changes() is stale after other statements, which leave total_changes() as it was.
+    const wrote = after.total !== before.total;
     return {
       result: {
         cols,
         rows: stmt.want_rows === false ? [] : rows.map((row) => row.map(toValue)),
-        affected_row_count: affected,
-        last_insert_rowid: affected > 0 ? String(after.rowid) : null,
+        affected_row_count: wrote ? Number(after.changes) : 0,
+        last_insert_rowid: wrote ? String(after.rowid) : null,
       },
     };
   } catch (error) {
@@ -269,9 +270,9 @@ function execute(stream: Stream, stmt: Stmt): { result: StmtResult } | { error: 
   }
 }
 
-function changes(db: Database): { total: bigint; rowid: bigint } {
-  const [total, rowid] = db.query("SELECT total_changes(), last_insert_rowid()").values()[0] as [bigint, bigint];
-  return { total, rowid };
+function changes(db: Database): { total: bigint; changes: bigint; rowid: bigint } {
+  const [total, changes, rowid] = db.query("SELECT total_changes(), changes(), last_insert_rowid()").values()[0] as [bigint, bigint, bigint];
+  return { total, changes, rowid };
 }
 
 function fromValue(v: Value): SQLQueryBindings {
