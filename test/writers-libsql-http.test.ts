@@ -23,14 +23,14 @@ afterEach(async () => {
 });
 
 /** A fresh SQLite file with table t, a Hrana server in front of it, and a direct reader. */
-function setup(): { server: HranaServer; file: string; ids(): number[]; writer(connection?: Record<string, unknown>): OutboxWriter } {
+function setup(streamExpiryMs?: number): { server: HranaServer; file: string; ids(): number[]; writer(connection?: Record<string, unknown>): OutboxWriter } {
   const dir = makeTempDir();
   const file = dir.file("remote.db");
   const db = new Database(file, { create: true });
   db.run("PRAGMA journal_mode = WAL");
   db.run("CREATE TABLE t (id INTEGER PRIMARY KEY, note TEXT, loose, bytes BLOB)");
   db.close();
-  const server = startHranaServer({ file, token: TOKEN });
+  const server = startHranaServer({ file, token: TOKEN, streamExpiryMs });
   cleanups.push(() => dir.cleanup(), () => server.stop());
   return {
     server,
@@ -225,5 +225,21 @@ describe("hrana test server (protocol fidelity the writer relies on)", () => {
     expect(first.baton).toBeString();
     expect((await post({ baton: first.baton, requests: [{ type: "close" }] })).status).toBe(200);
     expect((await post({ baton: first.baton, requests: [{ type: "close" }] })).status).toBe(400);
+  });
+
+  test("a stream left idle past its expiry is closed: its transaction rolls back, its lock is released, its baton gets STREAM_EXPIRED", async () => {
+    const s = setup(100);
+    const { createClient } = await import("@libsql/client");
+    const client = createClient({ url: s.server.url, authToken: TOKEN });
+    cleanups.push(() => client.close());
+    const tx = await client.transaction("write");
+    await tx.execute("INSERT INTO t (id) VALUES (1)");
+    await Bun.sleep(300);
+    await expect(tx.execute("INSERT INTO t (id) VALUES (2)")).rejects.toMatchObject({ code: "STREAM_EXPIRED" });
+    const db = new Database(s.file);
+    db.run("PRAGMA busy_timeout = 0");
+    db.run("INSERT INTO t (id) VALUES (3)");
+    db.close();
+    expect(s.ids()).toEqual([3]);
   });
 });

@@ -10,7 +10,9 @@
  * - `POST /v2/pipeline` (and `/v3/pipeline`): `{baton, requests}` → `{baton, base_url, results}` with
  *   requests `execute`, `batch`, `sequence`, `store_sql`, `close_sql`, `get_autocommit`, `close`;
  * - batons: a stream left open gets a fresh baton per response; the next request must present it
- *   (an unknown/used baton is HTTP 400, as sqld); `close` ends the stream and its connection;
+ *   (an unknown or used baton is HTTP 400 text/plain, as sqld); `close` ends the stream and its
+ *   connection; a stream idle for `streamExpiryMs` (sqld: 10 s) is closed — its transaction rolls
+ *   back — and its baton then gets HTTP 500 `STREAM_EXPIRED`;
  * - batch step conditions `ok`, `error`, `not`, `and`, `or`, `is_autocommit`;
  * - values `null` / `integer` (decimal string) / `float` / `text` / `blob` (base64), results with
  *   `cols` (name, decltype), `rows`, `affected_row_count`, `last_insert_rowid`;
@@ -25,7 +27,7 @@
  *   that HTTP status), `hold()` (requests hang until released).
  *
  * Not implemented (the client does not use them over HTTP, or the tests do not need them):
- * cursors (`/v3/cursor`), protobuf encoding, `describe`, WebSocket, stream expiry,
+ * cursors (`/v3/cursor`), protobuf encoding, `describe`, WebSocket,
  * `SQL_MANY_STATEMENTS` (bun:sqlite silently ignores a statement's tail), replication.
  * Known difference: bun:sqlite binds an integral `float` (e.g. 42.0) as INTEGER, sqld as REAL;
  * the stored value differs only in columns without INTEGER/REAL/NUMERIC affinity. Such arguments
@@ -39,7 +41,9 @@ type Cond = { type: "ok" | "error"; step: number } | { type: "not"; cond: Cond }
 interface ProtoError { message: string; code: string }
 interface StmtResult { cols: Array<{ name: string; decltype: string | null }>; rows: Value[][]; affected_row_count: number; last_insert_rowid: string | null }
 interface Counters { integralFloatArgs: number }
-interface Stream { db: Database; sqls: Map<number, string>; counters: Counters }
+interface Stream { db: Database; sqls: Map<number, string>; counters: Counters; expiry?: ReturnType<typeof setTimeout> }
+/** A request the protocol does not allow (sqld answers HTTP 400 text/plain for the whole pipeline). */
+class ProtocolError extends Error {}
 interface PipelineBody { baton?: string | null; requests: Array<Record<string, unknown>> }
 
 /** A running Hrana test server over one SQLite file. */
@@ -66,7 +70,9 @@ export interface HranaServer {
 }
 
 /** Starts a Hrana server on 127.0.0.1 (random port) over `file`; `token` enables bearer auth. */
-export function startHranaServer(options: { file: string; token?: string }): HranaServer {
+export function startHranaServer(options: { file: string; token?: string; streamExpiryMs?: number }): HranaServer {
+  const expiryMs = options.streamExpiryMs ?? 10_000;
+  const expired = new Set<string>();
   const { file } = options;
   let token = options.token;
   const streams = new Map<string, Stream>();
@@ -78,43 +84,59 @@ export function startHranaServer(options: { file: string; token?: string }): Hra
 
   // Exactly "application/json", as sqld (axum) sends: the client compares the header verbatim.
   const json = (body: unknown, status = 200) => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+  const text = (body: string, status: number) => new Response(body, { status, headers: { "content-type": "text/plain" } });
 
   async function handle(req: Request): Promise<Response> {
     requests++;
     if (held) await held;
-    if (refusing !== null) return new Response("unavailable (test switch)", { status: refusing, headers: { "content-type": "text/plain" } });
+    if (refusing !== null) return text("unavailable (test switch)", refusing);
     const path = new URL(req.url).pathname.replace(/\/+$/, "");
     if (token !== undefined && req.headers.get("authorization") !== `Bearer ${token}`) {
       return json({ error: "Unauthorized: `The JWT is invalid`" }, 401);
     }
     if (req.method === "GET" && (path === "/v2" || path === "/v3")) return new Response(null, { status: 200 });
     if (req.method === "POST" && (path === "/v2/pipeline" || path === "/v3/pipeline")) return pipeline((await req.json()) as PipelineBody);
-    return new Response("not found", { status: 404, headers: { "content-type": "text/plain" } });
+    return text("not found", 404);
   }
 
   function pipeline(body: PipelineBody): Response {
     let stream: Stream | undefined;
     if (body.baton != null) {
+      if (expired.has(body.baton)) return json({ message: "The stream has expired due to inactivity", code: "STREAM_EXPIRED" }, 500);
       stream = streams.get(body.baton);
-      if (!stream) return json({ error: "Stream handle has expired or is invalid" }, 400);
+      if (!stream) return text("Invalid baton", 400);
       streams.delete(body.baton); // a baton is good for one request
+      clearTimeout(stream.expiry);
     }
     stream ??= openStream(counters);
     let open = true;
-    const results = body.requests.map((r) => {
-      if (!open) return { type: "error", error: { message: "Stream is closed", code: "STREAM_CLOSED" } };
-      if (r.type === "close") {
-        stream.db.close();
-        open = false;
-        return ok({ type: "close" });
+    const results: unknown[] = [];
+    try {
+      for (const r of body.requests) {
+        if (!open) throw new ProtocolError("The stream was closed by an earlier request");
+        if (r.type === "close") {
+          stream.db.close();
+          open = false;
+          results.push(ok({ type: "close" }));
+        } else {
+          results.push(request(stream, r));
+        }
       }
-      return request(stream, r);
-    });
-    let baton: string | null = null;
-    if (open) {
-      baton = crypto.randomUUID();
-      streams.set(baton, stream);
+    } catch (error) {
+      if (!(error instanceof ProtocolError)) throw error;
+      if (open) stream.db.close();
+      return text(error.message, 400);
     }
+    if (!open) return json({ baton: null, base_url: null, results });
+    const baton = crypto.randomUUID();
+    streams.set(baton, stream);
+    const idle = stream;
+    idle.expiry = setTimeout(() => {
+      streams.delete(baton);
+      expired.add(baton);
+      idle.db.close(); // rolls back an open transaction, as sqld dropping the connection
+    }, expiryMs);
+    idle.expiry.unref(); // an idle test stream never keeps the test process alive
     return json({ baton, base_url: null, results });
   }
 
@@ -157,7 +179,10 @@ export function startHranaServer(options: { file: string; token?: string }): Hra
       if (stopped) return;
       stopped = true;
       await server.stop(true);
-      for (const s of streams.values()) s.db.close();
+      for (const s of streams.values()) {
+        clearTimeout(s.expiry);
+        s.db.close();
+      }
       streams.clear();
     },
   };
@@ -177,7 +202,7 @@ function request(stream: Stream, r: Record<string, unknown>) {
       return ok({ type: "batch", result: batch(stream, (r.batch as { steps: Array<{ condition?: Cond | null; stmt: Stmt }> }).steps) });
     case "sequence": {
       const sql = (r.sql as string | undefined) ?? stream.sqls.get(r.sql_id as number);
-      if (sql === undefined) return fail({ message: `SQL text ${String(r.sql_id)} not found`, code: "SQL_NOT_FOUND" });
+      if (sql === undefined) throw new ProtocolError(`SQL text ${String(r.sql_id)} not found`);
       try {
         stream.db.run(sql);
         return ok({ type: "sequence" });
@@ -194,7 +219,7 @@ function request(stream: Stream, r: Record<string, unknown>) {
     case "get_autocommit":
       return ok({ type: "get_autocommit", is_autocommit: !stream.db.inTransaction });
     default:
-      return fail({ message: `unsupported request type ${JSON.stringify(r.type)}`, code: "PROTOCOL_ERROR" });
+      throw new ProtocolError(`unsupported request type ${JSON.stringify(r.type)}`);
   }
 }
 
@@ -233,7 +258,7 @@ function batch(stream: Stream, steps: Array<{ condition?: Cond | null; stmt: Stm
 
 function execute(stream: Stream, stmt: Stmt): { result: StmtResult } | { error: ProtoError } {
   const sql = stmt.sql ?? stream.sqls.get(stmt.sql_id!);
-  if (sql === undefined) return { error: { message: `SQL text ${String(stmt.sql_id)} not found`, code: "SQL_NOT_FOUND" } };
+  if (sql === undefined) throw new ProtocolError(`SQL text ${String(stmt.sql_id)} not found`);
   const { db } = stream;
   let prepared;
   try {
