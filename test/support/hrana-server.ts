@@ -6,7 +6,8 @@
  * visibility to other connections are SQLite's own. Only the protocol is re-implemented here.
  *
  * Implemented (protocol version 2, JSON; `/v3` answers the same JSON pipeline):
- * - `GET /v2`, `GET /v3` (version probe: 200); `GET /v3-protobuf` is 404 so a v3 client falls back to JSON;
+ * - `GET /v2`, `GET /v3` (version probe, sent without a token: 200); `GET /v3-protobuf` is 404 so
+ *   a v3 client falls back to JSON;
  * - `POST /v2/pipeline` (and `/v3/pipeline`): `{baton, requests}` → `{baton, base_url, results}` with
  *   requests `execute`, `batch`, `sequence`, `store_sql`, `close_sql`, `get_autocommit`, `close`;
  * - batons: a stream left open gets a fresh baton per response; the next request must present it
@@ -23,8 +24,9 @@
  *   name for it); wrong argument count `ARGS_INVALID`;
  * - bearer-token auth: without `Authorization: Bearer <token>` every request is HTTP 401 with
  *   `{"error": …}` (sqld's shape);
- * - outage switches: `setToken()` (revoke/rotate the token), `stop()` (the port refuses connections), `refuse(status)` (every request gets
- *   that HTTP status), `hold()` (requests hang until released).
+ * - outage switches: `setToken()` (revoke or rotate the token), `stop()` (the port refuses
+ *   connections), `refuse(status)` (every request gets that HTTP status), `hold()` (requests hang
+ *   until released).
  *
  * Not implemented (the client does not use them over HTTP, or the tests do not need them):
  * cursors (`/v3/cursor`), protobuf encoding, `describe`, WebSocket,
@@ -91,10 +93,10 @@ export function startHranaServer(options: { file: string; token?: string; stream
     if (held) await held;
     if (refusing !== null) return text("unavailable (test switch)", refusing);
     const path = new URL(req.url).pathname.replace(/\/+$/, "");
+    if (req.method === "GET" && (path === "/v2" || path === "/v3")) return new Response(null, { status: 200 });
     if (token !== undefined && req.headers.get("authorization") !== `Bearer ${token}`) {
       return json({ error: "Unauthorized: `The JWT is invalid`" }, 401);
     }
-    if (req.method === "GET" && (path === "/v2" || path === "/v3")) return new Response(null, { status: 200 });
     if (req.method === "POST" && (path === "/v2/pipeline" || path === "/v3/pipeline")) return pipeline((await req.json()) as PipelineBody);
     return text("not found", 404);
   }
