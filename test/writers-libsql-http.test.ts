@@ -180,6 +180,19 @@ describe.each(["file", "http"])("libsql writer (%s) argument and result types", 
     expect(s.server.integralFloatArgs).toBe(0);
   });
 
+  test("an integer outside the 64-bit range or a non-finite number is that row's fault (ERR_OUT_OF_RANGE), not an outage", async () => {
+    const { s, writer } = open();
+    const results = await writer.writeBatch([
+      insert(1),
+      { ...insert(2), args: [2n ** 70n] },
+      { ...insert(3), namespace: "u" },
+      { ...insert(4), args: [Number.NaN] },
+      { ...insert(5), namespace: "v", args: [Number.POSITIVE_INFINITY] },
+    ]);
+    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : (r as { errorClass?: string }).errorClass))).toEqual(["ok", "ERR_OUT_OF_RANGE", "ok", "skipped", "ERR_OUT_OF_RANGE"]);
+    expect(s.ids()).toEqual([1, 3]);
+  });
+
   test("a float argument stays REAL and a SELECT returns BLOBs as Uint8Array", async () => {
     const { writer } = open();
     const bytes = new Uint8Array([0, 255, 7]);

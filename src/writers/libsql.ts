@@ -74,6 +74,12 @@ export class LibsqlWriter implements OutboxWriter {
   }
 
   async #pass(client: Client, stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+    // The client throws for such a value before sending anything, with no statement index: that
+    // would read as an outage and stall the target on one row. Report it as that statement's fault.
+    for (let i = 0; i < stmts.length; i++) {
+      const error = unsendable(stmts[i]!.args);
+      if (error) return { outcomes: stmts.map((_, j): Outcome => (j < i ? { result: { ok: true } } : j === i ? { error } : { notRun: true })), committed: false };
+    }
     try {
       const results = await client.batch(stmts.map((s) => ({ sql: s.sql, args: s.args.map(integral) as InArgs })), "write");
       return { outcomes: results.map((rs, i) => ({ result: toResult(stmts[i]!, rs) })), committed: true };
@@ -112,15 +118,27 @@ function integral(value: unknown): unknown {
   return typeof value === "number" && Number.isSafeInteger(value) ? BigInt(value) : value;
 }
 
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
+
+/** An `ERR_OUT_OF_RANGE` error (the code Bun gives the sqlite writer) for an argument the client cannot send. */
+function unsendable(args: readonly unknown[]): Error | undefined {
+  const i = args.findIndex((v) => (typeof v === "bigint" && (v < INT64_MIN || v > INT64_MAX)) || (typeof v === "number" && !Number.isFinite(v)));
+  if (i < 0) return undefined;
+  const what = typeof args[i] === "bigint" ? "an integer outside the 64-bit range" : `not a finite number (${String(args[i])})`;
+  return Object.assign(new RangeError(`argument ${i + 1} is ${what}`), { code: "ERR_OUT_OF_RANGE" });
+}
+
 /**
  * sqld (remote libSQL) reports only the primary SQLite code, and plain SQLITE_ERROR — a compile
  * error without a source offset, e.g. "no such table" or "table t has no column named c" — as
  * `SQLITE_UNKNOWN`, because its SQLite wrapper has no name for it. That is the statement's fault,
- * as SQLITE_ERROR is for a local file; everything else is classified as for SQLite.
+ * as SQLITE_ERROR is for a local file; so is an argument the client refuses to send
+ * (`ERR_OUT_OF_RANGE`, see `unsendable`). Everything else is classified as for SQLite.
  */
 export function classifyLibsql(error: unknown): ErrorKind {
   const code = (error as { code?: unknown } | null)?.code;
-  return code === "SQLITE_UNKNOWN" ? { kind: "row", errorClass: code } : classifySqlite(error);
+  return code === "SQLITE_UNKNOWN" || code === "ERR_OUT_OF_RANGE" ? { kind: "row", errorClass: code } : classifySqlite(error);
 }
 
 function toResult(stmt: Statement, rs: ResultSet): WriteResult {
