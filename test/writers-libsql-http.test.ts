@@ -122,6 +122,17 @@ describe("libsql writer over HTTP (Hrana)", () => {
     expect(s.ids()).toEqual([1, 2]);
   });
 
+  test("a wrong argument count and a text without a statement are row faults with sqld's codes", async () => {
+    const s = setup();
+    const results = await s.writer().writeBatch([
+      { ...insert(1), args: [1, 2] },
+      { sql: "-- nothing to run", args: [], namespace: "u", seq: 1 },
+      { ...insert(3), namespace: "v" },
+    ]);
+    expect(results.map((r) => (r.ok ? "ok" : (r as { errorClass?: string }).errorClass))).toEqual(["ARGS_INVALID", "SQL_NO_STATEMENT", "ok"]);
+    expect(s.ids()).toEqual([3]);
+  });
+
   test("a failed batch rolls back on the server: no stream, transaction or lock is left behind", async () => {
     const s = setup();
     const writer = s.writer();

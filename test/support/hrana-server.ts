@@ -21,7 +21,7 @@
  *   (sqld parses before SQLite does); other compile errors with a source offset `SQL_INPUT_ERROR`;
  *   everything else the PRIMARY SQLite code name (`SQLITE_CONSTRAINT`, never the extended
  *   `SQLITE_CONSTRAINT_UNIQUE`), where plain SQLITE_ERROR is `SQLITE_UNKNOWN` (rusqlite has no
- *   name for it); wrong argument count `ARGS_INVALID`;
+ *   name for it); wrong argument count `ARGS_INVALID`; no statement `SQL_NO_STATEMENT`;
  * - bearer-token auth: without `Authorization: Bearer <token>` every request is HTTP 401 with
  *   `{"error": …}` (sqld's shape);
  * - outage switches: `setToken()` (revoke or rotate the token), `stop()` (the port refuses
@@ -338,7 +338,8 @@ const PRIMARY: Record<number, string> = {
 /** The Hrana error sqld would send for `error`, raised while compiling (`prepare`) or running a statement. */
 function sqliteError(error: unknown, phase: "prepare" | "step"): ProtoError {
   if (!(error instanceof SQLiteError)) {
-    // bun:sqlite's own checks before SQLite runs: the argument count or type.
+    // bun:sqlite's own checks before SQLite runs: no statement at all, or the argument count or type.
+    if (phase === "prepare") return { message: "SQL string does not contain any statement", code: "SQL_NO_STATEMENT" };
     return { message: `Arguments do not match SQL parameters: ${(error as Error).message}`, code: "ARGS_INVALID" };
   }
   if (phase === "prepare" && /syntax error|incomplete input|unrecognized token/.test(error.message)) {
