@@ -11,10 +11,10 @@ import { logArgs } from "./_log.ts";
 import { log } from "./_context.ts";
 import { DEFAULT_CONFIG } from "./_targets.ts";
 
-/** How long SIGTERM may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
+/** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
 export const STOP_TIMEOUT_MS = 30_000;
 
-/** `sqloutbox runservice`: load outbox.toml, drain until SIGTERM/SIGINT, exit 0 after a clean stop. */
+/** `sqloutbox runservice`: load outbox.toml, drain until SIGTERM/SIGINT/SIGHUP, exit 0 after a clean stop. */
 export const runservice = defineCommand({
   meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT/SIGHUP (SIGUSR1: integrity scan)" },
   args: {
@@ -30,7 +30,7 @@ export const runservice = defineCommand({
     const { config, writers, secrets } = await loadConfigToml(file, { logger: base });
     const logger = maskingLogger(base, secrets);
     const targets = config.apps.flatMap((a) => a.targets.map((t) => t.name));
-    // runService owns the signals: SIGTERM/SIGINT (also during startup) stop cleanly, SIGUSR1 scans.
+    // runService owns the signals: SIGTERM/SIGINT/SIGHUP (also during startup) stop cleanly, SIGUSR1 scans.
     await runService(config, writers, {
       logger,
       stopTimeoutMs: STOP_TIMEOUT_MS,

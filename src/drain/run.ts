@@ -6,7 +6,7 @@ import { OutboxSyncService, type SyncServiceOptions } from "./service.ts";
 
 /** Options of `runService`. */
 export interface RunServiceOptions extends SyncServiceOptions {
-  /** Upper bound (ms) for finishing the in-flight batch after SIGTERM/SIGINT. Default 10 000. */
+  /** Upper bound (ms) for finishing the in-flight batch after a stop signal (SIGTERM, SIGINT, SIGHUP or `signal`). Default 10 000. */
   stopTimeoutMs?: number;
   /** Stops the service without a signal, e.g. from a test or an embedding app. */
   signal?: AbortSignal;
