@@ -50,11 +50,6 @@ export function oneLine(text: string | null | undefined, max = 60): string {
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
 
-/** Writes a value as pretty JSON followed by a newline to stdout. */
-export function printJson(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
-}
-
 /** Writes text followed by a newline to stdout. */
 export function print(text = ""): void {
   process.stdout.write(`${text}\n`);

@@ -221,12 +221,7 @@ export class Outbox {
   seedSequence(minSeq: number): void {
     this.#open();
     if (!Number.isSafeInteger(minSeq) || minSeq < 0) throw this.#invalid(`seedSequence expects a non-negative integer, got ${minSeq}`);
-    this.#write("cannot seed sequence", () => {
-      const db = this.#db;
-      const current = db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get();
-      if (current === null) db.query("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox_queue', ?)").run(minSeq);
-      else if (current.seq < minSeq) db.query("UPDATE sqlite_sequence SET seq = ? WHERE name = 'outbox_queue'").run(minSeq);
-    });
+    this.#write("cannot seed sequence", () => this.#raiseSequence(minSeq));
   }
 
   /**
@@ -248,9 +243,7 @@ export class Outbox {
         )
         .get(this.namespace)!;
       if (range.first === null || range.last === null || range.first > minSeq) return null;
-      const current = db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get();
-      if (current === null) db.query("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox_queue', ?)").run(minSeq);
-      else if (current.seq < minSeq) db.query("UPDATE sqlite_sequence SET seq = ? WHERE name = 'outbox_queue'").run(minSeq);
+      this.#raiseSequence(minSeq);
       const page = db.query<OutboxRow, [string, number, number]>(
         `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? AND seq <= ? ORDER BY seq LIMIT 1000`,
       );
@@ -484,6 +477,14 @@ export class Outbox {
       this.path,
       this.namespace,
     );
+  }
+
+  /** Raises the file's seq counter to `minSeq` (inside a write transaction); never lowers it. */
+  #raiseSequence(minSeq: number): void {
+    const db = this.#db;
+    const current = db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get();
+    if (current === null) db.query("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox_queue', ?)").run(minSeq);
+    else if (current.seq < minSeq) db.query("UPDATE sqlite_sequence SET seq = ? WHERE name = 'outbox_queue'").run(minSeq);
   }
 
   #checkCapacity(adding: number): void {
