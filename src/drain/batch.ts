@@ -170,7 +170,7 @@ export function chargeFailure(ctx: TargetContext, table: ServedTable, seq: numbe
 function cutAtChainGap(ctx: TargetContext, table: ServedTable, rows: OutboxRow[]): OutboxRow[] {
   if (rows.length === 0) return rows;
   const chain = table.outbox.verifyChain(rows);
-  if (chain.ok || chain.gaps.length === 0) {
+  if (chain.ok) {
     table.reportedGap = null;
     return rows;
   }

@@ -1,10 +1,10 @@
-import { verifyFile } from "../outbox/inspect.ts";
+import { verifyFile, type FileVerification } from "../outbox/inspect.ts";
 import { describeError } from "./context.ts";
 
 /** The outcome of an integrity scan: one verify result per file plus printable lines. */
 export interface IntegrityReport {
   ok: boolean;
-  files: ReturnType<typeof verifyFile>[];
+  files: FileVerification[];
   /** One human line per namespace (and per unreadable file). */
   lines: string[];
 }

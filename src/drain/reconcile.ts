@@ -1,7 +1,7 @@
 import { maxSeqSql } from "../sql/index.ts";
 import { parseMaxSeq } from "./answers.ts";
 import { describeError, holdAfterLocalError, type ServedTable, type TargetContext } from "./context.ts";
-import { timedWriteBatch } from "./write.ts";
+import { timedControlStatement } from "./write.ts";
 
 /**
  * Settles batches whose outcome was lost — the drain died, or the target failed, after the rows
@@ -25,8 +25,8 @@ export async function reconcileSent(ctx: TargetContext): Promise<number> {
       continue;
     }
     const name = table.config.name;
-    const [result] = await timedWriteBatch(ctx, [{ sql: maxSeqSql(name, ctx.dialect), args: [], namespace: name, seq: 0 }]);
-    const remoteMax = result!.ok ? parseMaxSeq(result!.rows) : undefined;
+    const result = await timedControlStatement(ctx, maxSeqSql(name, ctx.dialect), name);
+    const remoteMax = result.ok ? parseMaxSeq(result.rows) : undefined;
     try {
       if (remoteMax === undefined) {
         ctx.logger.warn(`drain: cannot read MAX(outbox_seq) of "${name}" on ${ctx.target.name}; redelivering its interrupted batch`);

@@ -59,7 +59,6 @@ export class OutboxSyncService {
   private readonly now: () => number;
   private readonly runners: TargetRunner[] = [];
   private readonly outboxes: Outbox[] = [];
-  private readonly files: string[] = [];
   private locks: DrainLock[] = [];
   private opened = false;
   private closed = false;
@@ -185,7 +184,7 @@ export class OutboxSyncService {
 
   /** Verifies every served file read-only (chain, schema, dead letters) and logs the outcome; SIGUSR1 runs this. */
   integrityScan(): IntegrityReport {
-    const report = scanIntegrity(this.files);
+    const report = scanIntegrity(this.outboxes.map((o) => o.path));
     const level = report.ok ? "info" : "error";
     this.logger[level](`drain: integrity scan of ${report.files.length} file(s): ${report.ok ? "clean" : "PROBLEMS FOUND"}`);
     for (const line of report.lines) this.logger[report.ok ? "info" : "warn"](`drain:   ${line}`);
@@ -204,7 +203,6 @@ export class OutboxSyncService {
       for (const outbox of this.outboxes.splice(0)) outbox.close();
       for (const lock of this.locks.splice(0)) lock.release();
       this.runners.length = 0;
-      this.files.length = 0;
       throw error;
     }
     this.opened = true;
@@ -219,7 +217,6 @@ export class OutboxSyncService {
         const file = path.join(path.resolve(app.dbDir), `${config.name}.db`);
         const outbox = new Outbox(file, config.name, { maxPending: app.maxPending, durability: app.durability });
         this.outboxes.push(outbox);
-        this.files.push(file);
         const freshQueue = !outbox.hasHistory();
         return { config, outbox, file, holdUntil: 0, localErrors: 0, reportedGap: null, remoteMark: 0, freshQueue, reportedMark: 0, awaitingLateAnswer: false };
       });

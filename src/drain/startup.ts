@@ -1,9 +1,8 @@
 import { maxSeqSql, schemaSql } from "../sql/index.ts";
-import type { Statement } from "../writers/writer.ts";
 import { isAlreadyApplied, parseMaxSeq } from "./answers.ts";
 import { describeError, type TargetContext } from "./context.ts";
 import { resequenceAboveRemote } from "./resequence.ts";
-import { timedWriteBatch } from "./write.ts";
+import { timedControlStatement } from "./write.ts";
 
 /**
  * Startup for one target: with `auto_schema`, adds `outbox_seq` + its unique index to every
@@ -19,18 +18,18 @@ export async function prepareTarget(ctx: TargetContext): Promise<void> {
     const name = table.config.name;
     const schemaErrors = ctx.app.autoSchema ? await applySchema(ctx, name) : [];
     const schemaNote = schemaErrors.length ? `auto_schema failed: ${schemaErrors.join("; ")}` : "";
-    const [result] = await timedWriteBatch(ctx, [ddl(maxSeqSql(name, ctx.dialect), name)]);
-    if (!result!.ok) {
+    const result = await timedControlStatement(ctx, maxSeqSql(name, ctx.dialect), name);
+    if (!result.ok) {
       // One line for a table the remote cannot serve (typically: it does not exist yet).
       ctx.logger.warn(
-        `drain: table "${name}" on ${ctx.target.name}: local sequence not seeded, its rows will fail until this is fixed: ${schemaNote ? `${schemaNote}; ` : ""}MAX(outbox_seq) failed: ${result!.error}`,
+        `drain: table "${name}" on ${ctx.target.name}: local sequence not seeded, its rows will fail until this is fixed: ${schemaNote ? `${schemaNote}; ` : ""}MAX(outbox_seq) failed: ${result.error}`,
       );
       continue;
     }
     // The column is readable (a DBA may have added it for a drain without ALTER rights), but the
     // unique index that absorbs redeliveries may be missing: say so.
     if (schemaNote) ctx.logger.warn(`drain: table "${name}" on ${ctx.target.name}: ${schemaNote} (check that its unique outbox_seq index exists; "sqloutbox schema" prints the DDL)`);
-    const max = parseMaxSeq(result!.rows);
+    const max = parseMaxSeq(result.rows);
     if (max === undefined) {
       ctx.logger.warn(`drain: MAX(outbox_seq) of "${name}" on ${ctx.target.name} is not a number, local sequence not seeded`);
       continue;
@@ -57,12 +56,8 @@ async function applySchema(ctx: TargetContext, name: string): Promise<string[]> 
   // One call per statement: a writer skips the rest of a namespace after a failure, and
   // "column already exists" must not stop the index from being created.
   for (const sql of schemaSql([name], ctx.dialect)) {
-    const [result] = await timedWriteBatch(ctx, [ddl(sql, name)]);
-    if (!isAlreadyApplied(result!)) errors.push(String((result as { error?: string }).error));
+    const result = await timedControlStatement(ctx, sql, name);
+    if (!result.ok && !isAlreadyApplied(result)) errors.push(String(result.error));
   }
   return errors;
-}
-
-function ddl(sql: string, namespace: string): Statement {
-  return { sql, args: [], namespace, seq: 0 };
 }

@@ -43,3 +43,12 @@ export async function timedWriteBatch(
   if (problem) throw new WriteError(`target ${name}: ${problem}`, name);
   return results as WriteResult[];
 }
+
+/**
+ * Sends one statement of the drain's own (auto_schema DDL, `MAX(outbox_seq)`) as a batch of one,
+ * bounded and checked like a batch; `seq` 0 marks it as no row's. Returns its result.
+ */
+export async function timedControlStatement(ctx: TargetContext, sql: string, namespace: string): Promise<WriteResult> {
+  const [result] = await timedWriteBatch(ctx, [{ sql, args: [], namespace, seq: 0 }]);
+  return result!;
+}
