@@ -8,6 +8,7 @@ import { parse } from "smol-toml";
 import { parseDotenv } from "../config/dotenv.ts";
 import { interpolate } from "../config/interpolate.ts";
 import { parseConfigDocument } from "../config/parse.ts";
+import { filterSecrets } from "../config/secret-values.ts";
 import { DEFAULTS, type AppConfig, type OutboxConfig } from "../config/types.ts";
 import { ConfigError, NotFoundError } from "../errors.ts";
 import { log } from "./_context.ts";
@@ -87,5 +88,5 @@ function readLayout(text: string, file: string, env: Record<string, string | und
     }
     apps.push({ ...DEFAULTS, name, dbDir, maxPending, targets: [] } as AppConfig);
   }
-  return { config: { file, apps }, secrets: [...secrets].filter((s) => s.length >= 4) };
+  return { config: { file, apps }, secrets: filterSecrets(secrets) };
 }

@@ -1,6 +1,6 @@
 import { resolve } from "node:path";
-import type { BuiltinWriterName } from "../writers/registry.ts";
-import type { Dialect } from "../writers/writer.ts";
+import { DIALECTS } from "../sql/rewrite.ts";
+import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
 import { readConnection } from "./connection.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { didYouMean } from "./suggest.ts";
@@ -8,10 +8,8 @@ import { readTables } from "./tables.ts";
 import { DEFAULTS, type TargetConfig } from "./types.ts";
 import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 
-/** The names `writer = "…"` accepts. */
-export const BUILTIN_WRITER_NAMES: readonly BuiltinWriterName[] = ["sqlite", "libsql", "postgres", "mysql"];
-/** The values `dialect = "…"` accepts. */
-export const DIALECTS: readonly Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
+/** The names `writer = "…"` accepts: the registry's, so a new engine needs no edit here. */
+const BUILTIN_WRITER_NAMES = Object.keys(builtinWriters) as BuiltinWriterName[];
 
 /** The keys of an `[app.NAME.db.DB]` table. */
 export const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "connection"] as const;

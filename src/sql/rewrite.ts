@@ -19,7 +19,8 @@ export interface RewrittenStatement {
   args: BindValue[];
 }
 
-const DIALECTS: readonly Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
+/** Every SQL dialect the rewriter (and `dialect = "…"` in outbox.toml) accepts. */
+export const DIALECTS: readonly Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
 
 function checkDialect(dialect: Dialect): void {
   if (!DIALECTS.includes(dialect)) throw new InvalidArgumentError(`unknown SQL dialect "${String(dialect)}" (expected one of ${DIALECTS.join(", ")})`);
