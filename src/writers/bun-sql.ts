@@ -2,7 +2,7 @@ import { SQL, type ReservedSQL } from "bun";
 import { WriteError } from "../errors.ts";
 import type { ErrorKind } from "./classify.ts";
 import { type Connection, maskText, numberKey, stringKey, urlPassword } from "./connection.ts";
-import { errorText, type Outcome, runIsolated } from "./isolate.ts";
+import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS, describeServer } from "./server-keys.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
@@ -71,7 +71,7 @@ export class BunSqlWriter implements OutboxWriter {
       }, this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s) => this.#pass(s, inFlight), this.#classify, (m, e) => this.#fail(m, e)), timeout]);
+      return await Promise.race([runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e) => this.#fail(m, e)), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -90,9 +90,12 @@ export class BunSqlWriter implements OutboxWriter {
    * behind the statements: a statement Bun refuses before sending it would not abort the server's
    * transaction, and a blind COMMIT would then commit the rest of its namespace. MySQL rolls back
    * just a failed statement, so it commits when no later statement of a failed namespace was
-   * applied; otherwise it rolls back for a re-run.
+   * applied; otherwise it rolls back for a re-run. A PostgreSQL COMMIT refused for a row-fault
+   * SQLSTATE (a deferred constraint) is reported as `commitError`; a `checking` pass then starts
+   * with SET CONSTRAINTS ALL IMMEDIATE so the offending statement fails itself. MySQL has no
+   * deferred constraints (InnoDB checks foreign keys per statement).
    */
-  async #pass(stmts: Statement[], inFlight: InFlight): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+  async #pass(stmts: Statement[], inFlight: InFlight, checking: boolean): Promise<PassResult> {
     let reserved: ReservedSQL;
     try {
       reserved = await this.#sql.reserve();
@@ -112,12 +115,19 @@ export class BunSqlWriter implements OutboxWriter {
       // default (a warning, not an error), and the duplicate-absorbing INSERT … SELECT form
       // would even differ from the original VALUES statement.
       const begin = settle(reserved.unsafe(this.dialect === "postgres" ? "BEGIN" : MYSQL_BEGIN));
+      const immediate = checking && this.dialect === "postgres" ? settle(reserved.unsafe("SET CONSTRAINTS ALL IMMEDIATE")) : undefined;
       const running = stmts.map((s) => settle(this.#run(reserved, s)));
       const began = await begin;
       if ("error" in began) throw this.#fail(`BEGIN failed: ${errorText(began.error)}`, began.error);
+      const set = await immediate;
+      if (set && "error" in set) throw this.#fail(`SET CONSTRAINTS failed: ${errorText(set.error)}`, set.error);
       const outcomes: Outcome[] = await Promise.all(running);
       const committed = this.dialect === "postgres" ? outcomes.every((o) => "result" in o) : this.#isolatedByServer(stmts, outcomes);
       const ended = await settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK"));
+      // PostgreSQL ends the transaction (rolled back) when COMMIT fails a deferred constraint.
+      if (committed && this.dialect === "postgres" && "error" in ended && this.#classify(ended.error).kind === "row") {
+        return { outcomes, committed: false, commitError: ended.error };
+      }
       if ("error" in ended) throw this.#fail(`${committed ? "COMMIT" : "ROLLBACK"} failed: ${errorText(ended.error)}`, ended.error);
       // PostgreSQL answers COMMIT with the tag ROLLBACK when the transaction had failed.
       const tag = (ended.result as { command?: unknown }).command;

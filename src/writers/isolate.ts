@@ -10,8 +10,17 @@ export type Outcome = { result: WriteResult } | { error: unknown } | { notRun: t
  * result, or — engines with statement-level atomicity (MySQL) — when every failure is the row's
  * fault and no later statement of a failed statement's namespace was applied; otherwise it rolls
  * back everything (`committed: false`). Throws for failures of the transaction itself.
+ *
+ * `commitError`: every statement ran but COMMIT failed and rolled back (`committed: false`), e.g. a
+ * DEFERRABLE INITIALLY DEFERRED constraint, which no statement index blames. The caller then runs
+ * the next passes `checking`: the pass must make such failures show up on the statement that causes
+ * them (PostgreSQL: SET CONSTRAINTS ALL IMMEDIATE; SQLite/libSQL: each statement committed on its
+ * own, and then `committed` is true with the statements of a failed namespace left `notRun`).
  */
-export type Pass = (stmts: Statement[]) => Promise<{ outcomes: Outcome[]; committed: boolean }>;
+export type Pass = (stmts: Statement[], checking: boolean) => Promise<PassResult>;
+
+/** What a `Pass` reports: see `Pass`. */
+export type PassResult = { outcomes: Outcome[]; committed: boolean; commitError?: unknown };
 
 /**
  * Savepoint semantics without a savepoint per statement: the batch runs optimistically as one pass;
@@ -19,7 +28,9 @@ export type Pass = (stmts: Statement[]) => Promise<{ outcomes: Outcome[]; commit
  * its namespace skipped, and the remaining statements run again. Statements before the failure run
  * in the same context as before, so the outcome equals "savepoint per statement" while the common
  * (all ok) case costs one pass. A namespace fails at most once per batch, so at most
- * namespaces + 1 passes run. Outage-class errors throw `WriteError` (built by `fail`).
+ * namespaces + 1 passes run. Outage-class errors throw `WriteError` (built by `fail`). A COMMIT
+ * that fails with a row-fault code (a deferred constraint) costs one more pass: the remaining passes
+ * run `checking`, so the culprit fails on its own instead of the whole target stalling as an outage.
  */
 export async function runIsolated(
   stmts: Statement[],
@@ -53,9 +64,17 @@ export async function runIsolated(
   });
 
   let active = stmts.map((_, i) => i).filter((i) => results[i] === undefined);
+  let checking = false;
   while (active.length > 0) {
-    const { outcomes, committed } = await pass(active.map((i) => stmts[i]!));
+    const { outcomes, committed, commitError } = await pass(active.map((i) => stmts[i]!), checking);
     if (outcomes.length !== active.length) throw fail("internal error: a pass returned the wrong number of outcomes", undefined);
+    if (commitError !== undefined && !committed) {
+      // Checked only at COMMIT: no statement is blamed. Once more, checking each statement; if even
+      // that cannot blame one (or the target itself failed), it is an outage as before.
+      if (checking || classify(commitError).kind === "outage") throw fail(`COMMIT failed: ${errorText(commitError)}`, commitError);
+      checking = true;
+      continue;
+    }
     if (committed) {
       outcomes.forEach((o, j) => {
         const i = active[j]!;

@@ -2,7 +2,7 @@ import type { Client, InArgs, ResultSet } from "@libsql/client";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { checkAliases, checkNumbers, type Connection, maskText, maskUrl, numberKey, stringKey } from "./connection.ts";
-import { errorText, type Outcome, runIsolated } from "./isolate.ts";
+import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
@@ -50,7 +50,7 @@ export class LibsqlWriter implements OutboxWriter {
       timer = setTimeout(() => reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined)), this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s) => this.#pass(client, s), classifyLibsql, (m, e) => this.#fail(m, e)), timeout]);
+      return await Promise.race([runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e) => this.#fail(m, e)), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -73,7 +73,7 @@ export class LibsqlWriter implements OutboxWriter {
     return this.#client;
   }
 
-  async #pass(client: Client, stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+  async #pass(client: Client, stmts: Statement[]): Promise<PassResult> {
     // The client throws for such a value before sending anything, with no statement index: that
     // would read as an outage and stall the target on one row. Report it as that statement's fault.
     for (let i = 0; i < stmts.length; i++) {
@@ -85,10 +85,40 @@ export class LibsqlWriter implements OutboxWriter {
       return { outcomes: results.map((rs, i) => ({ result: toResult(stmts[i]!, rs) })), committed: true };
     } catch (error) {
       const index = (error as { statementIndex?: unknown }).statementIndex;
+      if (index === undefined && classifyLibsql(error).kind === "row") {
+        // A row fault no statement is blamed for: the COMMIT failed a deferred foreign key.
+        return { outcomes: stmts.map((): Outcome => ({ result: { ok: true } })), committed: false, commitError: error };
+      }
       if (typeof index !== "number" || index < 0 || index >= stmts.length) throw this.#fail(errorText(error), error);
       // The batch rolled back as a whole: the statements before `index` will run again.
       return { outcomes: stmts.map((_, i): Outcome => (i < index ? { result: { ok: true } } : i === index ? { error } : { notRun: true })), committed: false };
     }
+  }
+
+  /**
+   * After a COMMIT failed a deferred foreign key: SQLite cannot make DEFERRABLE constraints
+   * immediate, so each statement runs as its own transaction (one round trip each) and a failing
+   * COMMIT blames exactly that statement. Statements of a namespace that failed are not run.
+   */
+  async #checkingPass(client: Client, stmts: Statement[]): Promise<PassResult> {
+    const failed = new Set<string>();
+    const outcomes: Outcome[] = [];
+    for (const stmt of stmts) {
+      if (failed.has(stmt.namespace)) {
+        outcomes.push({ notRun: true });
+        continue;
+      }
+      const error = unsendable(stmt.args) ?? (await client.batch([{ sql: stmt.sql, args: stmt.args.map(integral) as InArgs }], "write").then(
+        (rs) => void outcomes.push({ result: toResult(stmt, rs[0]!) }),
+        (e: unknown) => e ?? new Error("unknown error"),
+      ));
+      if (error === undefined) continue;
+      // Earlier statements are committed already: stop at an outage rather than run on.
+      if (classifyLibsql(error).kind === "outage") throw this.#fail(errorText(error), error);
+      outcomes.push({ error });
+      failed.add(stmt.namespace);
+    }
+    return { outcomes, committed: true };
   }
 
   /** A `WriteError` whose message and cause never contain the auth token. */

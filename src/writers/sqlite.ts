@@ -2,7 +2,7 @@ import { Database, type SQLQueryBindings } from "bun:sqlite";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { checkNumbers, type Connection, numberKey, stringKey } from "./connection.ts";
-import { errorText, type Outcome, runIsolated } from "./isolate.ts";
+import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
@@ -19,6 +19,7 @@ export class SqliteWriter implements OutboxWriter {
   readonly dialect = "sqlite" as const;
   readonly path: string;
   readonly #busyTimeoutMs: number;
+  readonly #foreignKeys: boolean;
   #db: Database | null = null;
   #closed = false;
 
@@ -27,13 +28,14 @@ export class SqliteWriter implements OutboxWriter {
     if (!path) throw new WriteError('sqlite writer: connection key "path" is required');
     this.path = path;
     this.#busyTimeoutMs = numberKey(connection, "busy_timeout") ?? DEFAULT_SQLITE_BUSY_TIMEOUT_MS;
+    this.#foreignKeys = stringKey(connection, "foreign_keys") === "true";
   }
 
   async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     const db = this.#open();
-    return runIsolated(stmts, (s) => this.#pass(db, s), classifyLocal, (m, e) => this.#fail(m, e));
+    return runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)), classifyLocal, (m, e) => this.#fail(m, e));
   }
 
   close(): void {
@@ -48,6 +50,8 @@ export class SqliteWriter implements OutboxWriter {
       const db = new Database(this.path, { create: true, safeIntegers: true });
       db.run(`PRAGMA busy_timeout = ${Math.trunc(this.#busyTimeoutMs)}`);
       db.run("PRAGMA journal_mode = WAL");
+      // A per-connection setting (SQLite's default is off), so it cannot come from a batch.
+      if (this.#foreignKeys) db.run("PRAGMA foreign_keys = ON");
       this.#db = db;
       return db;
     } catch (error) {
@@ -56,7 +60,7 @@ export class SqliteWriter implements OutboxWriter {
   }
 
   /** Runs the statements in order inside BEGIN IMMEDIATE; stops at the first failure and rolls back. */
-  async #pass(db: Database, stmts: Statement[]): Promise<{ outcomes: Outcome[]; committed: boolean }> {
+  async #pass(db: Database, stmts: Statement[]): Promise<PassResult> {
     try {
       db.run("BEGIN IMMEDIATE");
     } catch (error) {
@@ -76,8 +80,10 @@ export class SqliteWriter implements OutboxWriter {
         }
       }
       const committed = outcomes.every((o) => "result" in o);
-      if (committed) db.run("COMMIT");
-      else if (db.inTransaction) db.run("ROLLBACK");
+      if (committed) {
+        const commitError = tryCommit(db);
+        if (commitError !== undefined) return { outcomes, committed: false, commitError };
+      } else if (db.inTransaction) db.run("ROLLBACK");
       return { outcomes, committed };
     } catch (error) {
       if (db.inTransaction) db.run("ROLLBACK");
@@ -85,8 +91,48 @@ export class SqliteWriter implements OutboxWriter {
     }
   }
 
+  /**
+   * After a COMMIT failed a deferred foreign key: SQLite cannot make DEFERRABLE constraints
+   * immediate, so each statement runs as its own transaction and a failing COMMIT blames exactly
+   * that statement. Statements of a namespace that failed are not run.
+   */
+  async #checkingPass(db: Database, stmts: Statement[]): Promise<PassResult> {
+    const failed = new Set<string>();
+    const outcomes: Outcome[] = [];
+    for (const stmt of stmts) {
+      if (failed.has(stmt.namespace)) {
+        outcomes.push({ notRun: true });
+        continue;
+      }
+      const { outcomes: [outcome], commitError } = await this.#pass(db, [stmt]);
+      const error = commitError ?? (outcome && "error" in outcome ? outcome.error : undefined);
+      if (error === undefined) {
+        outcomes.push(outcome!);
+        continue;
+      }
+      // Earlier statements are committed already: stop at an outage rather than run on.
+      if (classifyLocal(error).kind === "outage") throw this.#fail(`transaction failed: ${errorText(error)}`, error);
+      outcomes.push({ error });
+      failed.add(stmt.namespace);
+    }
+    return { outcomes, committed: true };
+  }
+
   #fail(message: string, error: unknown): WriteError {
     return new WriteError(`sqlite ${this.path}: ${message}`, undefined, error === undefined ? undefined : { cause: error });
+  }
+}
+
+/** COMMIT, or — when it fails for a row fault (a deferred foreign key), which leaves the transaction
+ *  open — ROLLBACK and that error. Other COMMIT failures throw. */
+function tryCommit(db: Database): unknown {
+  try {
+    db.run("COMMIT");
+    return undefined;
+  } catch (error) {
+    if (classifySqlite(error).kind !== "row") throw error;
+    if (db.inTransaction) db.run("ROLLBACK");
+    return error;
   }
 }
 
@@ -114,8 +160,16 @@ export const sqliteWriter: WriterSpec = {
   keys: [
     { name: "path", required: true, description: "SQLite database file (created if missing; relative to outbox.toml when loaded from TOML)" },
     { name: "busy_timeout", description: `milliseconds to wait for a lock (default ${DEFAULT_SQLITE_BUSY_TIMEOUT_MS})` },
+    { name: "foreign_keys", description: "true to enforce foreign keys (PRAGMA foreign_keys = ON; default false, as SQLite)" },
   ],
-  validate: (connection) => checkNumbers(connection, ["busy_timeout"]),
+  validate(connection) {
+    const problems = checkNumbers(connection, ["busy_timeout"]);
+    const fk = connection.foreign_keys;
+    if (fk !== undefined && fk !== true && fk !== false && fk !== "true" && fk !== "false") {
+      problems.push({ key: "foreign_keys", message: `must be true or false, got ${JSON.stringify(fk)}` });
+    }
+    return problems;
+  },
   describe: (connection) => `sqlite:${stringKey(connection, "path") ?? ""}`,
   create: (connection) => new SqliteWriter(connection),
 };

@@ -71,8 +71,9 @@ export interface HranaServer {
   stop(): Promise<void>;
 }
 
-/** Starts a Hrana server on 127.0.0.1 (random port) over `file`; `token` enables bearer auth. */
-export function startHranaServer(options: { file: string; token?: string; streamExpiryMs?: number }): HranaServer {
+/** Starts a Hrana server on 127.0.0.1 (random port) over `file`; `token` enables bearer auth;
+ *  `foreignKeys` turns on `PRAGMA foreign_keys` for every stream (a server that enforces them). */
+export function startHranaServer(options: { file: string; token?: string; streamExpiryMs?: number; foreignKeys?: boolean }): HranaServer {
   const expiryMs = options.streamExpiryMs ?? 10_000;
   const expired = new Set<string>();
   const { file } = options;
@@ -146,6 +147,7 @@ export function startHranaServer(options: { file: string; token?: string; stream
     const db = new Database(file, { safeIntegers: true });
     // bun:sqlite blocks the event loop while it waits: keep a lock wait short.
     db.run("PRAGMA busy_timeout = 1000");
+    if (options.foreignKeys) db.run("PRAGMA foreign_keys = ON");
     return { db, sqls: new Map(), counters };
   }
 
