@@ -1,5 +1,7 @@
 // Enqueue latency vs. queue depth (`bun run bench:enqueue`). Prints one JSON line per case:
 // {"bench":"enqueue","case":…,"depth":…,"p50_us":…,"p99_us":…,"ops_per_s":…}
+// and, on the 1M-deep file it built, the read-only inspection the README quotes:
+// {"bench":"inspect","case":"health"|"verifyFile","depth":…,"p50_ms":…,"runs":…}
 // All cases run on the same disk (a temp dir under /tmp) with the same pragmas (the page size of
 // new outbox files, WAL, NORMAL), the same timing loop, warm-up and timestamp function.
 import { Database } from "bun:sqlite";
@@ -8,6 +10,9 @@ import { join } from "node:path";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
 import { NEW_FILE_PAGE_SIZE } from "../src/outbox/sqlite-open.ts";
+import { fileHealth } from "../src/outbox/health.ts";
+import { verifyFile } from "../src/outbox/inspect.ts";
+import { pendingCounterName } from "../src/outbox/schema.ts";
 
 const OPS = 10_000;
 const WARMUP = 500;
@@ -56,7 +61,7 @@ function rawInsert(): void {
 /** Grows the namespace to `target` pending rows with one bulk INSERT that keeps the chain correct. */
 function fillTo(path: string, namespace: string, target: number): void {
   const db = new Database(path);
-  const pending = db.query<{ p: number }, [string]>("SELECT seq AS p FROM sqlite_sequence WHERE name = ?").get(`outbox_pending:${namespace}`)?.p ?? 0;
+  const pending = db.query<{ p: number }, [string]>("SELECT seq AS p FROM sqlite_sequence WHERE name = ?").get(pendingCounterName(namespace))?.p ?? 0;
   const n = target - pending;
   if (n > 0) {
     db.transaction(() => {
@@ -87,6 +92,24 @@ function enqueueCases(): void {
   const capped = new Outbox(path, "orders", { maxPending: 10_000_000 });
   measure("enqueue-max-pending", 1_000_000, () => capped.enqueue(TAG, PAYLOAD));
   capped.close();
+  inspectCases(path);
+}
+
+/** Read-only health (what `healthAll` does per file: open, counter, head) and a full verifyFile of a deep file. */
+function inspectCases(path: string): void {
+  const depth = fileHealth(path)[0]!.depth;
+  for (const [name, runs, read] of [["health", 50, () => fileHealth(path)], ["verifyFile", 5, () => verifyFile(path)]] as const) {
+    read(); // warm the page cache
+    const samples: number[] = [];
+    for (let i = 0; i < runs; i++) {
+      const t = Bun.nanoseconds();
+      read();
+      samples.push((Bun.nanoseconds() - t) / 1e6);
+    }
+    samples.sort((a, b) => a - b);
+    const p50 = Math.round(samples[Math.floor(runs / 2)]! * 100) / 100;
+    console.log(JSON.stringify({ bench: "inspect", case: name, depth, p50_ms: p50, runs }));
+  }
 }
 
 function batchCase(): void {
