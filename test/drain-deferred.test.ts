@@ -1,0 +1,94 @@
+// A row that violates a constraint checked only at COMMIT (DEFERRABLE INITIALLY DEFERRED foreign
+// key) must hold only its own table and be dead-lettered after max_attempts (SPEC §6), on every
+// engine that has deferred constraints — not stall every table of the target as an outage.
+import { Database } from "bun:sqlite";
+import { afterEach, describe, expect, test } from "bun:test";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { startHranaServer } from "./support/hrana-server.ts";
+import { createPgDb } from "./support/pg.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+  closeSharedOutboxes();
+});
+
+type Engine = "sqlite" | "libsql" | "libsql-http" | "postgres";
+
+interface Remote {
+  writer: "sqlite" | "libsql" | "postgres";
+  connection: Record<string, unknown>;
+  exec(sql: string): Promise<void>;
+  ints(sql: string): Promise<number[][]>;
+}
+
+async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
+  if (engine === "postgres") {
+    const db = await createPgDb();
+    cleanups.push(() => db.drop());
+    return {
+      writer: "postgres",
+      connection: { url: db.url },
+      exec: async (sql) => void (await db.sql.unsafe(sql)),
+      ints: async (sql) => (await db.sql.unsafe(sql).values()).map((r: unknown[]) => r.map(Number)),
+    };
+  }
+  const path = dir.file("remote.db");
+  const db = new Database(path, { create: true });
+  db.run("PRAGMA journal_mode = WAL");
+  cleanups.push(() => db.close());
+  let connection: Record<string, unknown> = engine === "sqlite" ? { path, foreign_keys: true } : { url: `file:${path}` };
+  if (engine === "libsql-http") {
+    const server = startHranaServer({ file: path, foreignKeys: true });
+    cleanups.push(() => server.stop());
+    connection = { url: server.url };
+  }
+  return {
+    writer: engine === "sqlite" ? "sqlite" : "libsql",
+    connection,
+    exec: async (sql) => void db.run(sql),
+    ints: async (sql) => db.query(sql).values().map((r) => r.map(Number)),
+  };
+}
+
+describe.each(["sqlite", "libsql", "libsql-http", "postgres"] as Engine[])("deferred constraints, delivery to %s", (engine) => {
+  test("a row that fails a deferred foreign key at COMMIT holds only its table and is dead-lettered after max_attempts", async () => {
+    const dir = makeTempDir();
+    cleanups.push(() => dir.cleanup());
+    const remote = await remoteFor(engine, dir);
+    await remote.exec("CREATE TABLE parent (id BIGINT PRIMARY KEY)");
+    await remote.exec("INSERT INTO parent (id) VALUES (1)");
+    await remote.exec("CREATE TABLE a (id BIGINT NOT NULL, pid BIGINT REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)");
+    await remote.exec("CREATE TABLE b (id BIGINT NOT NULL)");
+    const config = oneApp(dir.file("outbox"), { r: { writer: remote.writer, connection: remote.connection, tables: ["a", "b"] } }, { maxAttempts: 2, backoffUnitSeconds: 0.01 });
+    const svc = new OutboxSyncService(config, { "app.r": createWriter(remote.writer, remote.connection) }, { logger: memoryLogger() });
+    cleanups.push(() => svc.stop(2000));
+    await svc.runOnce(); // auto_schema
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [1, 1]);
+    const poison = producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [2, 99]);
+    producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [3, 1]);
+    for (let i = 0; i < 10; i++) producer.push("b", "INSERT INTO b (id) VALUES (?)", [i]);
+
+    const first = await svc.runOnce();
+    expect(first).toMatchObject({ delivered: 11, failed: 1, deadLettered: 0 });
+    expect(await remote.ints("SELECT id FROM a ORDER BY outbox_seq")).toEqual([[1]]);
+    expect(await remote.ints("SELECT count(*) FROM b")).toEqual([[10]]);
+
+    // b keeps flowing while a's bad row is retried.
+    producer.push("b", "INSERT INTO b (id) VALUES (?)", [100]);
+    const a = new Outbox(dir.file("outbox/a.db"), "a");
+    cleanups.push(() => a.close());
+    await waitFor(async () => (await svc.runOnce(), a.pendingCount() === 0), "the poison row to be dead-lettered");
+    expect(a.getDead(poison)).toMatchObject({ reason: "max_attempts", attempts: 2 });
+    expect(await remote.ints("SELECT id FROM a ORDER BY outbox_seq")).toEqual([[1], [3]]);
+    expect(await remote.ints("SELECT count(*) FROM b")).toEqual([[11]]);
+    expect(await remote.ints("SELECT id FROM b WHERE id = 100")).toEqual([[100]]);
+  });
+});
