@@ -3,7 +3,7 @@ export type { Dialect, BindValue, Statement, WriteResult, OutboxWriter } from ".
 export { createWriter, builtinWriters, type BuiltinWriterName, type WriterSpec, type ConnectionKey } from "./writers/registry.ts";
 export { VERSION } from "./version.ts";
 export * from "./config/index.ts";
-export { Outbox, type OutboxOptions, type OutboxRow, type ChainGap, type DeadLetter, type DeadReason } from "./outbox/outbox.ts";
+export { Outbox, type OutboxOptions, type OutboxRow, type ChainGap, type DeadLetter, type DeadReason, type Resequenced } from "./outbox/outbox.ts";
 export { SQLMiddleware, closeSharedOutboxes, type SQLMiddlewareOptions } from "./outbox/middleware.ts";
 export { healthAll, type NamespaceHealth, type HealthOptions } from "./outbox/health.ts";
 export { listOutboxFiles, verifyFile, readDeadLetters, type FileVerification, type NamespaceVerification } from "./outbox/inspect.ts";

@@ -47,7 +47,7 @@ export async function resolveLocations(args: { config?: string; "db-dir"?: strin
 }
 
 /** Every app's db_dir (an app listed twice with one db_dir is inspected once). */
-export function locationsOf(config: OutboxConfig): Location[] {
+function locationsOf(config: OutboxConfig): Location[] {
   const seen = new Set<string>();
   const out: Location[] = [];
   for (const app of config.apps) {

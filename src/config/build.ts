@@ -70,7 +70,7 @@ export function buildConfig(doc: unknown, options: BuildOptions): { config: Outb
 }
 
 /** Throws the single problem as is, or all of them in one `ConfigIssuesError`. */
-export function throwIssues(issues: ConfigError[]): void {
+function throwIssues(issues: ConfigError[]): void {
   if (issues.length === 1) throw issues[0];
   if (issues.length > 1) throw new ConfigIssuesError(issues);
 }

@@ -53,7 +53,7 @@ function remember(found: Map<string, Position>, path: string[], position: Positi
 }
 
 /** Splits a dotted TOML key (`a."b.c".d`) into its parts, unquoting quoted parts. */
-export function splitKey(dotted: string): string[] {
+function splitKey(dotted: string): string[] {
   const parts: string[] = [];
   const re = /\s*("([^"]*)"|'([^']*)'|[^."']+)\s*(?:\.|$)/y;
   let match: RegExpExecArray | null;

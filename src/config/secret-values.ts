@@ -2,10 +2,10 @@ import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
 import type { OutboxConfig } from "./types.ts";
 
 /** Connection key names that hold credentials whatever the writer: password, token, secret, api_key, auth… */
-export const SECRET_KEY_NAME = /pass(word|wd)?|pwd|secret|token|auth|credential|(^|_|-)key$|apikey|private/i;
+const SECRET_KEY_NAME = /pass(word|wd)?|pwd|secret|token|auth|credential|(^|_|-)key$|apikey|private/i;
 
 /** Values shorter than this are never masked: masking "1" or "on" would garble every log line. */
-export const MIN_SECRET_LENGTH = 4;
+const MIN_SECRET_LENGTH = 4;
 
 /**
  * The credential strings inside a config's `[connection]` tables: values of keys the built-in writer

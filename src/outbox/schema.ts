@@ -33,7 +33,7 @@ const BASE_DDL = [
 ];
 
 /** Columns we add to outbox_queue: delivery state of the head. */
-export const QUEUE_EXTRA_COLUMNS: ReadonlyArray<readonly [string, string]> = [
+const QUEUE_EXTRA_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   ["attempts", "INTEGER NOT NULL DEFAULT 0"],
   ["last_error", "TEXT"],
   ["last_error_class", "TEXT"],
@@ -112,7 +112,7 @@ const MARKERS = ["outbox_queue", "outbox_sync_log", "outbox_dead_log", "idx_dead
   "outbox_pending_insert", "outbox_pending_delete", "outbox_pending_update"];
 
 /** True when every table, trigger and column we rely on exists (one cheap read of the schema). */
-export function isMigrated(db: Database): boolean {
+function isMigrated(db: Database): boolean {
   const row = db
     .query<{ objects: number; columns: number; dead: number }, []>(
       `SELECT
