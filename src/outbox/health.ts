@@ -147,11 +147,7 @@ export function fileNamespaces(db: Database, features: FileFeatures): string[] {
 export function fileHealth(file: string, options: HealthOptions = {}): NamespaceHealth[] {
   try {
     return readSnapshot(file, (db) => {
-      if (!tableColumns(db, "outbox_queue").includes("seq")) {
-        // A file with no schema at all is an outbox whose creator stopped before migrating it.
-        if (isBlank(db)) return [emptyHealth(file, options)];
-        throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
-      }
+      if (!hasOutboxSchema(db, file)) return [emptyHealth(file, options)];
       const features = fileFeatures(db);
       const namespaces = fileNamespaces(db, features);
       if (namespaces.length === 0) namespaces.push(basename(file).replace(/\.db$/, ""));
@@ -160,6 +156,16 @@ export function fileHealth(file: string, options: HealthOptions = {}): Namespace
   } catch (e) {
     throw storageError(e, "cannot read health", file);
   }
+}
+
+/**
+ * True when `db` has the outbox tables; false for a file with no schema at all (an outbox whose
+ * creator stopped before migrating it, e.g. zero bytes). Throws StorageError for any other database.
+ */
+export function hasOutboxSchema(db: Database, file: string): boolean {
+  if (tableColumns(db, "outbox_queue").includes("seq")) return true;
+  if (isBlank(db)) return false;
+  throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
 }
 
 /** Whether a database has no schema objects at all (e.g. a zero-byte file). */

@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
-import { OutboxError, StorageError } from "../errors.ts";
+import type { OutboxError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
-import { fileFeatures, fileNamespaces, isBlank, type FileFeatures } from "./health.ts";
+import { fileFeatures, fileNamespaces, hasOutboxSchema, isBlank, type FileFeatures } from "./health.ts";
 import { DEAD_ROW_COLUMNS, type ChainGap, type DeadLetter } from "./rows.ts";
 import { pendingCounterName, tableColumns } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
@@ -132,10 +132,7 @@ export function readDeadLetters(dbDir: string, options: { onError?: (file: strin
 
 function deadLettersOf(file: string): DeadLetter[] {
   return readSnapshot(file, (db) => {
-    if (!tableColumns(db, "outbox_queue").includes("seq")) {
-      if (isBlank(db)) return [];
-      throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
-    }
+    if (!hasOutboxSchema(db, file)) return [];
     const features = fileFeatures(db);
     if (!features.deadLog || !features.deadReplay) return [];
     return db.query<DeadLetter, []>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log ORDER BY seq`).all();
