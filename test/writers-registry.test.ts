@@ -39,6 +39,7 @@ describe("writer registry", () => {
     ["libsql", { url: "ftp://x" }, "url", /must start with libsql:\/\//],
     ["libsql", { url: "file:a.db", db_url: "file:b.db" }, "db_url", /alias/],
     ["sqlite", { path: "x.db", busy_timeout: "soon" }, "busy_timeout", /positive number/],
+    ["sqlite", { path: "x.db", foreign_keys: "yes" }, "foreign_keys", /must be true or false/],
   ] as const)("%s validate flags %j at key %s", (name, connection, key, message) => {
     const problems = builtinWriters[name].validate!(connection as Record<string, unknown>);
     expect(problems.find((p) => p.key === key)?.message).toMatch(message);
@@ -51,6 +52,8 @@ describe("writer registry", () => {
     ["libsql", { db_url: "libsql://example.turso.io", db_token: "t" }],
     ["libsql", { url: "file:local.db" }],
     ["sqlite", { path: "/tmp/x.db" }],
+    ["sqlite", { path: "/tmp/x.db", foreign_keys: true }],
+    ["sqlite", { path: "/tmp/x.db", foreign_keys: "false" }],
   ] as const)("%s accepts %j", (name, connection) => {
     expect(builtinWriters[name].validate!(connection as Record<string, unknown>)).toEqual([]);
   });
