@@ -15,9 +15,6 @@ export interface InsertShape {
   columnsClose: Token;
   valuesOpen: Token;
   valuesClose: Token;
-  columnCount: number;
-  /** True when one VALUES element is the bare keyword DEFAULT. */
-  hasDefault: boolean;
 }
 
 /** A recognised `UPDATE t SET … [WHERE …]`; offsets index the source SQL. */
@@ -185,8 +182,6 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
     columnsClose,
     valuesOpen,
     valuesClose,
-    columnCount,
-    hasDefault,
   };
 }
 
