@@ -4,6 +4,7 @@ import path from "node:path";
 import { loadConfigToml } from "../config/load.ts";
 import { maskSecrets } from "../config/mask.ts";
 import { isAlreadyApplied } from "../drain/answers.ts";
+import { targetDialect } from "../drain/context.ts";
 import { OutboxError, NotFoundError } from "../errors.ts";
 import { dropSchemaSql, schemaSql } from "../sql/index.ts";
 import type { Dialect, OutboxWriter } from "../writers/writer.ts";
@@ -43,7 +44,7 @@ export const schema = defineCommand({
     try {
       for (const target of config.apps.flatMap((a) => a.targets)) {
         const writer = writers[target.name]!;
-        const dialect = target.dialect ?? writer.dialect ?? "sqlite";
+        const dialect = targetDialect(target, writer);
         const tables = target.tables.filter((t) => t.injectOutboxSeq).map((t) => t.name);
         const statements = args.drop ? dropSchemaSql(tables, dialect) : schemaSql(tables, dialect);
         const entry: TargetSchema = { target: target.name, dialect, statements };

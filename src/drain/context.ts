@@ -47,6 +47,11 @@ export interface TargetContext {
   rewrites: RewriteCache;
 }
 
+/** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
+export function targetDialect(target: TargetConfig, writer: OutboxWriter): Dialect {
+  return target.dialect ?? writer.dialect ?? "sqlite";
+}
+
 /** Holds a table after a local SQLite error: 100 ms doubling to 30 s, so a broken file is retried, not spun on. */
 export function holdAfterLocalError(table: ServedTable, now: number): number {
   table.localErrors += 1;

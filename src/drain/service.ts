@@ -4,7 +4,7 @@ import { ConfigError, OutboxError } from "../errors.ts";
 import { silentLogger, type Logger } from "../logger.ts";
 import { Outbox } from "../outbox/outbox.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { describeError, type ServedTable, type TargetContext } from "./context.ts";
+import { describeError, targetDialect, type ServedTable, type TargetContext } from "./context.ts";
 import { scanIntegrity, type IntegrityReport } from "./integrity.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
@@ -220,7 +220,7 @@ export class OutboxSyncService {
         const freshQueue = !outbox.hasHistory();
         return { config, outbox, file, holdUntil: 0, localErrors: 0, reportedGap: null, remoteMark: 0, freshQueue, reportedMark: 0, awaitingLateAnswer: false };
       });
-      const dialect = target.dialect ?? writer.dialect ?? "sqlite";
+      const dialect = targetDialect(target, writer);
       if (!target.dialect && !writer.dialect) {
         this.logger.warn(`drain: target ${target.name}: the writer has no dialect and none is configured; statements are rewritten for sqlite (set dialect = "…" on the target)`);
       }
