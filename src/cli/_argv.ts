@@ -4,10 +4,9 @@ import type { ArgsDef, CommandDef } from "citty";
 import { UsageError } from "../errors.ts";
 import { logArgs } from "./_log.ts";
 
-/** The command a command line resolves to, its parent, and the words that led there. */
+/** The command a command line resolves to and the words that led there. */
 export interface ResolvedCommand {
   cmd: CommandDef<any>;
-  parent?: CommandDef<any>;
   path: string[];
   /** Set when the line has a problem; reported unless --help wins. */
   problem?: UsageError;
@@ -23,7 +22,6 @@ const camel = (s: string) => s.replace(/-([a-z])/g, (_, c: string) => c.toUpperC
 /** Walks argv down the command tree, checking every flag and positional against the definitions. */
 export async function resolveCommandLine(root: CommandDef<any>, argv: readonly string[]): Promise<ResolvedCommand> {
   let cmd = root;
-  let parent: CommandDef<any> | undefined;
   const path: string[] = [];
   const out: ResolvedCommand = { cmd, path, help: false, version: false };
   let positionals = 0;
@@ -59,7 +57,6 @@ export async function resolveCommandLine(root: CommandDef<any>, argv: readonly s
     if (subs && Object.keys(subs).length > 0) {
       const sub = subs[arg];
       if (!sub) { fail(`unknown command "${arg}" for "${where}"`); break; }
-      parent = cmd;
       cmd = (await resolve(sub)) as CommandDef<any>;
       path.push(arg);
       positionals = 0;
@@ -78,7 +75,7 @@ export async function resolveCommandLine(root: CommandDef<any>, argv: readonly s
   for (const [name, def] of Object.entries(defs)) {
     if (def.type !== "positional" && (def as { required?: boolean }).required && !given.has(def)) fail(`missing required option --${name}`);
   }
-  return { ...out, cmd, parent, path, problem };
+  return { ...out, cmd, path, problem };
 }
 
 function splitFlag(arg: string): [string, string | undefined] {

@@ -2,7 +2,7 @@ import { defineCommand } from "citty";
 import fs from "node:fs";
 import path from "node:path";
 import { loadConfigToml } from "../config/load.ts";
-import { maskSecrets } from "../config/mask.ts";
+import { maskError } from "../config/mask.ts";
 import { runService } from "../drain/run.ts";
 import { NotFoundError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
@@ -42,16 +42,7 @@ export const runservice = defineCommand({
 /** A logger that masks every credential in what it prints (driver errors may quote a URL or DSN). */
 function maskingLogger(logger: Logger, secrets: readonly string[]): Logger {
   if (secrets.length === 0) return logger;
-  const clean = (v: unknown): unknown => {
-    if (typeof v === "string") return maskSecrets(v, secrets);
-    if (v instanceof Error) {
-      const copy = new Error(maskSecrets(v.message, secrets), { cause: v.cause === undefined ? undefined : clean(v.cause) });
-      copy.name = v.name;
-      if ("code" in v) Object.assign(copy, { code: (v as { code: unknown }).code });
-      return copy;
-    }
-    return v;
-  };
+  const clean = (v: unknown): unknown => maskError(v, secrets); // strings and Errors (cause chain) masked
   const wrap = (fn: (m: string, ...r: unknown[]) => void) => (m: string, ...r: unknown[]) =>
     fn(clean(m) as string, ...r.map(clean));
   return {
