@@ -5,7 +5,7 @@
 // {"bench":"latency","target":…,"p50_ms":…,"p99_ms":…}   single events, flush_interval 5 ms,
 //   threshold 1: enqueue → the remote transaction committed (the writer's promise resolved).
 // The "null" target accepts everything instantly: its rate is the drain's own ceiling.
-// Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see DEVELOPERS.md).
+// Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README "Try it").
 import { Database } from "bun:sqlite";
 import fs from "node:fs";
 import { defineConfig } from "../src/config/index.ts";

@@ -1,7 +1,8 @@
 // Rewrite cost per statement (10 columns), per dialect and shape. Prints one JSON line each:
 // {"bench":"rewrite","dialect":…,"shape":…,"ns_per_stmt":…}. Target: ≤ 5 µs per statement.
 import { injectOutboxSeq, toDialect } from "../src/sql/index.ts";
-import type { BindValue, Dialect } from "../src/writers/writer.ts";
+import { DIALECTS } from "../src/sql/rewrite.ts";
+import type { BindValue } from "../src/writers/writer.ts";
 
 const COLS = Array.from({ length: 10 }, (_, i) => `col_${i}`);
 const ARGS: BindValue[] = COLS.map((_, i) => (i % 2 ? `value ${i}` : i));
@@ -12,7 +13,6 @@ const SHAPES: Record<string, { sql: string; args: BindValue[] }> = {
     args: [...ARGS.slice(1), ARGS[0]!],
   },
 };
-const DIALECTS: Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
 const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 200_000);
 
 function measure(fn: () => unknown): number {
