@@ -171,7 +171,7 @@ beforeEach(() => {
 afterEach(() => dir.cleanup());
 
 const baseUrl = () => `http://127.0.0.1:${server.port}`;
-const connectionOf = async (env: Record<string, string>, extra: { dopplerTimeoutMs?: number } = {}) => {
+const connectionOf = async (env: Record<string, string>, extra: { dopplerTimeoutMs?: number; fetch?: typeof fetch } = {}) => {
   const loaded = await loadConfigToml(dir.file("outbox.toml"), { env, dopplerBaseUrl: baseUrl(), ...extra });
   return { connection: loaded.config.apps[0]!.targets[0]!.connection, loaded };
 };
@@ -201,6 +201,19 @@ describe("secrets priority", () => {
     const loaded = await loadConfigToml(dir.file("outbox.toml"), { env: { DOPPLER_TOKEN: TOKEN, DOPPLER_API_URL: `${baseUrl()}/` } });
     expect(loaded.config.apps[0]!.targets[0]!.connection.c).toBe("x3");
     expect(requests).toHaveLength(1);
+  });
+
+  test("the fetch option makes the Doppler request instead of the global fetch", async () => {
+    const seen: string[] = [];
+    const viaOption = (async (input: string | URL | Request, init?: RequestInit) => {
+      seen.push(`${String(input)} ${new Headers(init?.headers).get("authorization")}`);
+      return Response.json({ A: "f1", B: "f2", C: "f3" });
+    }) as typeof fetch;
+    handler = () => new Response("the global fetch was used", { status: 500 });
+    const { connection } = await connectionOf({ DOPPLER_TOKEN: TOKEN }, { fetch: viaOption });
+    expect(connection).toEqual({ a: "f1", b: "f2", c: "f3" });
+    expect(seen).toEqual([`${baseUrl()}/v3/configs/config/secrets/download?format=json Bearer ${TOKEN}`]);
+    expect(requests).toHaveLength(0);
   });
 
   test("without DOPPLER_TOKEN Doppler is never called", async () => {
