@@ -165,6 +165,22 @@ describe.each(engines)("%s writer, deferred constraints", (_name, makeEngine) =>
     expect(str(await remote.read("SELECT id, pid FROM child ORDER BY id"))).toEqual([["1", "2"]]);
   });
 
+  test("a row that relies on a later row of its namespace for a deferred foreign key is not blamed for another namespace's violation", async () => {
+    await remote.exec("INSERT INTO child (id, pid) VALUES (5, 1)");
+    const results = await remote.writer.writeBatch([
+      child(1, 1, 2), // parent 2 arrives later in this namespace
+      note(1, 10),
+      { sql: `DELETE FROM parent WHERE id = ${ph(1)}`, args: [1], namespace: "parent", seq: 1 }, // child 5 still references it
+      { sql: `INSERT INTO parent (id) VALUES (${ph(1)})`, args: [2], namespace: "child", seq: 2 },
+      note(2, 11),
+    ]);
+    expect(shape(results)).toEqual(["ok", "ok", "failed", "ok", "ok"]);
+    expect((results[2] as { errorClass?: string }).errorClass).toBe(engine.fkCode);
+    expect(str(await remote.read("SELECT id FROM parent ORDER BY id"))).toEqual([["1"], ["2"]]);
+    expect(str(await remote.read("SELECT id, pid FROM child ORDER BY id"))).toEqual([["1", "2"], ["5", "1"]]);
+    expect(str(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([["10"], ["11"]]);
+  });
+
   test("deferred violations in two namespaces are each blamed on their own row", async () => {
     await remote.exec("INSERT INTO child (id, pid) VALUES (5, 1)");
     const parent = (seq: number, sql: string, id: number): Statement => ({ sql, args: [id], namespace: "parent", seq });

@@ -12,8 +12,8 @@ export type Outcome = { result: WriteResult } | { error: unknown } | { notRun: t
  * back everything (`committed: false`). Throws for failures of the transaction itself.
  *
  * `commitError`: every statement ran but COMMIT failed and rolled back (`committed: false`), e.g. a
- * DEFERRABLE INITIALLY DEFERRED constraint, which no statement index blames. The caller then runs
- * the next passes `checking`: the pass must make such failures show up on the statement that causes
+ * DEFERRABLE INITIALLY DEFERRED constraint, which no statement index blames. The caller may then
+ * run passes `checking`: the pass must make such failures show up on the statement that causes
  * them (PostgreSQL: SET CONSTRAINTS ALL IMMEDIATE; SQLite/libSQL: each statement committed on its
  * own, and then `committed` is true with the statements of a failed namespace left `notRun`).
  */
@@ -28,16 +28,34 @@ export type PassResult = { outcomes: Outcome[]; committed: boolean; commitError?
  * its namespace skipped, and the remaining statements run again. Statements before the failure run
  * in the same context as before, so the outcome equals "savepoint per statement" while the common
  * (all ok) case costs one pass. A namespace fails at most once per batch, so at most
- * namespaces + 1 passes run. Outage-class errors throw `WriteError` (built by `fail`). A COMMIT
- * that fails with a row-fault code (a deferred constraint) costs one more pass: the remaining passes
- * run `checking`, so the culprit fails on its own instead of the whole target stalling as an outage.
+ * namespaces + 1 passes run. Outage-class errors throw `WriteError` (built by `fail`).
+ *
+ * A COMMIT that fails with a row-fault code (a deferred constraint) is not an outage: each namespace
+ * then runs on its own (one transaction each, so a namespace whose rows satisfy their deferred
+ * constraints among themselves still commits), and a namespace whose COMMIT fails again runs
+ * `checking`, so the culprit fails on its own instead of the whole target stalling.
  */
-export async function runIsolated(
+export function runIsolated(
   stmts: Statement[],
   pass: Pass,
   classify: (error: unknown) => ErrorKind,
   fail: (message: string, error: unknown) => WriteError,
 ): Promise<WriteResult[]> {
+  return isolate(stmts, pass, classify, fail, "batch");
+}
+
+/** `batch`: all namespaces together; `namespace`: one namespace, split off after a failed COMMIT;
+ *  `checking`: passes that blame deferred violations on their statement. */
+type Mode = "batch" | "namespace" | "checking";
+
+async function isolate(
+  stmts: Statement[],
+  pass: Pass,
+  classify: (error: unknown) => ErrorKind,
+  fail: (message: string, error: unknown) => WriteError,
+  initial: Mode,
+): Promise<WriteResult[]> {
+  let mode = initial;
   const results: Array<WriteResult | undefined> = new Array(stmts.length);
   /** Per namespace, the index of its failed statement: later statements of it are skipped. */
   const failedAt = new Map<string, number>();
@@ -64,16 +82,24 @@ export async function runIsolated(
   });
 
   let active = stmts.map((_, i) => i).filter((i) => results[i] === undefined);
-  let checking = false;
   while (active.length > 0) {
-    const { outcomes, committed, commitError } = await pass(active.map((i) => stmts[i]!), checking);
+    const { outcomes, committed, commitError } = await pass(active.map((i) => stmts[i]!), mode === "checking");
     if (outcomes.length !== active.length) throw fail("internal error: a pass returned the wrong number of outcomes", undefined);
     if (commitError !== undefined && !committed) {
-      // Checked only at COMMIT: no statement is blamed. Once more, checking each statement; if even
-      // that cannot blame one (or the target itself failed), it is an outage as before.
-      if (checking || classify(commitError).kind === "outage") throw fail(`COMMIT failed: ${errorText(commitError)}`, commitError);
-      checking = true;
-      continue;
+      // Checked only at COMMIT: no statement is blamed. If even a checking pass cannot blame one
+      // (or the target itself failed), it is an outage as before.
+      if (mode === "checking" || classify(commitError).kind === "outage") throw fail(`COMMIT failed: ${errorText(commitError)}`, commitError);
+      const namespaces = [...new Set(active.map((i) => stmts[i]!.namespace))];
+      if (mode === "namespace" || namespaces.length === 1) {
+        mode = "checking";
+        continue;
+      }
+      for (const namespace of namespaces) {
+        const own = active.filter((i) => stmts[i]!.namespace === namespace);
+        const ownResults = await isolate(own.map((i) => stmts[i]!), pass, classify, fail, "namespace");
+        own.forEach((i, j) => (results[i] = ownResults[j]));
+      }
+      break;
     }
     if (committed) {
       outcomes.forEach((o, j) => {

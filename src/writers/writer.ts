@@ -33,7 +33,8 @@ export type WriteResult =
  * `writeBatch` applies statements in order. It must not apply a statement of a namespace after an
  * earlier statement of that namespace failed in the same batch (report those `skipped`). Built-in
  * writers run the whole batch in one remote transaction with per-statement isolation, so every
- * `ok` result is committed together when the promise resolves. Throwing (or returning a result
+ * `ok` result is committed together when the promise resolves (after a COMMIT refused by a deferred
+ * constraint, in one transaction per namespace or per statement: see `runIsolated`). Throwing (or returning a result
  * array of the wrong length/shape) means the target as a whole failed: an outage, not the rows'
  * fault, and nothing is confirmed.
  */
