@@ -1,4 +1,3 @@
-import { Database } from "bun:sqlite";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
@@ -6,7 +5,7 @@ import type { BindValue, OutboxWriter, Statement, WriteResult } from "../src/wri
 import { createMysqlDb, type MysqlTestDb } from "./support/mysql.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createPgDb, type PgTestDb } from "./support/pg.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { fileRemote, type Remote } from "./support/remote.ts";
 
 /** What the suite needs from one engine; everything else is the same SQL for every writer. */
 interface Fixture {
@@ -17,7 +16,7 @@ interface Fixture {
   /** Driver codes for NOT NULL, CHECK, PRIMARY KEY, syntax error, missing table. */
   codes: { notNull: string; check: string; primaryKey: string; syntax: string; noTable: string };
   /** A fresh writer on a fresh database/file, and an independent connection to read it. */
-  open(): Promise<{ writer: OutboxWriter; read(sql: string): Promise<unknown[][]>; exec(sql: string): Promise<void>; done(): Promise<void> }>;
+  open(): Promise<Remote>;
   /** A writer whose server is unreachable (closed port), configured with `secret` as password/token. */
   unreachable(secret: string): OutboxWriter;
 }
@@ -37,37 +36,6 @@ const sqliteSchema = [
 ];
 const sqliteCodes = { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONSTRAINT_CHECK", primaryKey: "SQLITE_CONSTRAINT_PRIMARYKEY", syntax: "SQLITE_ERROR", noTable: "SQLITE_ERROR" };
 
-/** A fixture on a fresh SQLite file (read back through an independent bun:sqlite connection);
- *  `make` may register cleanups (e.g. stopping the server in front of the file) with `onDone`. */
-function fileFixture(make: (file: string, onDone: (fn: () => unknown) => void) => OutboxWriter): Fixture["open"] {
-  return async () => {
-    const dir: TempDir = makeTempDir();
-    const file = dir.file("remote.db");
-    const setup = new Database(file, { create: true });
-    setup.run("PRAGMA journal_mode = WAL");
-    setup.close();
-    const cleanups: Array<() => unknown> = [];
-    const writer = make(file, (fn) => cleanups.push(fn));
-    const withDb = <T>(fn: (db: Database) => T): T => {
-      const db = new Database(file, { safeIntegers: true });
-      try {
-        return fn(db);
-      } finally {
-        db.close();
-      }
-    };
-    return {
-      writer,
-      read: async (sql) => withDb((db) => db.query(sql).values() as unknown[][]),
-      exec: async (sql) => withDb((db) => void db.run(sql)),
-      done: async () => {
-        await writer.close?.();
-        for (const fn of cleanups) await fn();
-        dir.cleanup();
-      },
-    };
-  };
-}
 
 function serverFixture(kind: "postgres" | "mysql"): Fixture {
   let db: PgTestDb | MysqlTestDb;
@@ -118,7 +86,7 @@ const fixtures: Array<[string, () => Fixture]> = [
       ph: () => "?",
       schema: sqliteSchema,
       codes: sqliteCodes,
-      open: fileFixture((file) => createWriter("sqlite", { path: file })),
+      open: fileRemote((file) => createWriter("sqlite", { path: file }), { safeIntegers: true }),
       unreachable: () => createWriter("sqlite", { path: "/nonexistent-dir-sqloutbox/x/remote.db" }),
     }),
   ],
@@ -128,7 +96,7 @@ const fixtures: Array<[string, () => Fixture]> = [
       ph: () => "?",
       schema: sqliteSchema,
       codes: sqliteCodes,
-      open: fileFixture((file) => createWriter("libsql", { url: `file:${file}` })),
+      open: fileRemote((file) => createWriter("libsql", { url: `file:${file}` }), { safeIntegers: true }),
       unreachable: (secret) => createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
     }),
   ],
@@ -141,11 +109,11 @@ const fixtures: Array<[string, () => Fixture]> = [
       ph: () => "?",
       schema: sqliteSchema,
       codes: { notNull: "SQLITE_CONSTRAINT", check: "SQLITE_CONSTRAINT", primaryKey: "SQLITE_CONSTRAINT", syntax: "SQL_PARSE_ERROR", noTable: "SQLITE_UNKNOWN" },
-      open: fileFixture((file, onDone) => {
+      open: fileRemote((file, onDone) => {
         const server = startHranaServer({ file, token: "test-token" });
         onDone(() => server.stop());
         return createWriter("libsql", { url: server.url, auth_token: "test-token" });
-      }),
+      }, { safeIntegers: true }),
       unreachable: (secret) => createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
     }),
   ],

@@ -1,4 +1,3 @@
-import { Database } from "bun:sqlite";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
@@ -6,7 +5,7 @@ import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createMysqlDb, type MysqlTestDb } from "./support/mysql.ts";
 import { createPgDb, type PgTestDb } from "./support/pg.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { fileRemote, type Remote } from "./support/remote.ts";
 
 // Constraints checked only at COMMIT (DEFERRABLE INITIALLY DEFERRED) fail the batch's COMMIT with
 // a row-fault code and no statement index. The writer must blame the statement that caused it
@@ -18,7 +17,7 @@ interface Engine {
   schema: string[];
   /** The code a deferred foreign-key violation is reported with. */
   fkCode: string;
-  open(): Promise<{ writer: OutboxWriter; read(sql: string): Promise<unknown[][]>; exec(sql: string): Promise<void>; done(): Promise<void> }>;
+  open(): Promise<Remote>;
 }
 
 const sqliteSchema = [
@@ -28,48 +27,18 @@ const sqliteSchema = [
   "INSERT INTO parent (id) VALUES (1)",
 ];
 
-/** A fresh SQLite file (WAL) served by `make`, read back through an independent bun:sqlite connection. */
-function fileEngine(make: (file: string, onDone: (fn: () => unknown) => void) => OutboxWriter): Engine["open"] {
-  return async () => {
-    const dir: TempDir = makeTempDir();
-    const file = dir.file("remote.db");
-    const setup = new Database(file, { create: true });
-    setup.run("PRAGMA journal_mode = WAL");
-    setup.close();
-    const cleanups: Array<() => unknown> = [];
-    const writer = make(file, (fn) => cleanups.push(fn));
-    const withDb = <T>(fn: (db: Database) => T): T => {
-      const db = new Database(file);
-      try {
-        return fn(db);
-      } finally {
-        db.close();
-      }
-    };
-    return {
-      writer,
-      read: async (sql) => withDb((db) => db.query(sql).values() as unknown[][]),
-      exec: async (sql) => withDb((db) => void db.run(sql)),
-      done: async () => {
-        await writer.close?.();
-        for (const fn of cleanups) await fn();
-        dir.cleanup();
-      },
-    };
-  };
-}
 
 const engines: Array<[string, () => Engine]> = [
-  ["sqlite", () => ({ ph: () => "?", schema: sqliteSchema, fkCode: "SQLITE_CONSTRAINT_FOREIGNKEY", open: fileEngine((file) => createWriter("sqlite", { path: file, foreign_keys: true })) })],
+  ["sqlite", () => ({ ph: () => "?", schema: sqliteSchema, fkCode: "SQLITE_CONSTRAINT_FOREIGNKEY", open: fileRemote((file) => createWriter("sqlite", { path: file, foreign_keys: true })) })],
   // @libsql/client turns foreign keys on for file: URLs itself.
-  ["libsql file:", () => ({ ph: () => "?", schema: sqliteSchema, fkCode: "SQLITE_CONSTRAINT_FOREIGNKEY", open: fileEngine((file) => createWriter("libsql", { url: `file:${file}` })) })],
+  ["libsql file:", () => ({ ph: () => "?", schema: sqliteSchema, fkCode: "SQLITE_CONSTRAINT_FOREIGNKEY", open: fileRemote((file) => createWriter("libsql", { url: `file:${file}` })) })],
   [
     "libsql over http",
     () => ({
       ph: () => "?",
       schema: sqliteSchema,
       fkCode: "SQLITE_CONSTRAINT", // sqld sends the primary code only
-      open: fileEngine((file, onDone) => {
+      open: fileRemote((file, onDone) => {
         const server = startHranaServer({ file, foreignKeys: true });
         onDone(() => server.stop());
         return createWriter("libsql", { url: server.url });
