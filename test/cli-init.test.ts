@@ -31,7 +31,7 @@ describe("init", () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toMatchInlineSnapshot(`
       "created outbox/outbox.config.ts  typed config (defineConfig)
-      created outbox/run.ts            the drain runner (SIGTERM/SIGINT stop cleanly)
+      created outbox/run.ts            the drain runner (SIGTERM/SIGINT/SIGHUP stop cleanly)
       created outbox/outbox.toml       the same config for \`sqloutbox runservice\`
       created outbox/tsconfig.json     type-checking for the scaffold (bunx tsc -p)
 

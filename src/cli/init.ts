@@ -13,7 +13,7 @@ import tsconfigTemplate from "./templates/tsconfig.json.txt" with { type: "text"
 /** The scaffold: file name, content, and what it is for (printed). */
 export const SCAFFOLD: ReadonlyArray<{ name: string; text: string; purpose: string }> = [
   { name: "outbox.config.ts", text: configTemplate, purpose: "typed config (defineConfig)" },
-  { name: "run.ts", text: runnerTemplate, purpose: "the drain runner (SIGTERM/SIGINT stop cleanly)" },
+  { name: "run.ts", text: runnerTemplate, purpose: "the drain runner (SIGTERM/SIGINT/SIGHUP stop cleanly)" },
   { name: "outbox.toml", text: tomlTemplate, purpose: "the same config for `sqloutbox runservice`" },
   { name: "tsconfig.json", text: tsconfigTemplate, purpose: "type-checking for the scaffold (bunx tsc -p)" },
 ];
