@@ -136,6 +136,35 @@ function invalidArg(args: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * A `checking` pass for engines that cannot make DEFERRABLE constraints immediate (SQLite,
+ * libSQL): `commitOne` runs a statement as its own transaction and reports its result, or the
+ * error of the statement or of its COMMIT, so a failing COMMIT blames exactly that statement.
+ * Statements of a namespace that failed are not run; an outage throws (built by `fail`) rather
+ * than running on, since the statements before it are committed already.
+ */
+export async function commitEach(
+  stmts: Statement[],
+  commitOne: (stmt: Statement) => Promise<{ result: WriteResult } | { error: unknown }>,
+  classify: (error: unknown) => ErrorKind,
+  fail: (message: string, error: unknown) => WriteError,
+): Promise<PassResult> {
+  const failed = new Set<string>();
+  const outcomes: Outcome[] = [];
+  for (const stmt of stmts) {
+    if (failed.has(stmt.namespace)) {
+      outcomes.push({ notRun: true });
+      continue;
+    }
+    const outcome = await commitOne(stmt);
+    outcomes.push(outcome);
+    if (!("error" in outcome)) continue;
+    if (classify(outcome.error).kind === "outage") throw fail(errorText(outcome.error), outcome.error);
+    failed.add(stmt.namespace);
+  }
+  return { outcomes, committed: true };
+}
+
 /** The driver's message, prefixed with its most specific code: SQLSTATE, SQLite result code name, or MySQL errno. */
 export function errorText(error: unknown): string {
   if (!(error instanceof Error)) return String(error);

@@ -2,7 +2,7 @@ import type { Client, InArgs, ResultSet } from "@libsql/client";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { checkAliases, checkNumbers, type Connection, maskText, maskUrl, numberKey, stringKey } from "./connection.ts";
-import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
+import { commitEach, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
@@ -96,29 +96,23 @@ export class LibsqlWriter implements OutboxWriter {
   }
 
   /**
-   * After a COMMIT failed a deferred foreign key: SQLite cannot make DEFERRABLE constraints
-   * immediate, so each statement runs as its own transaction (one round trip each) and a failing
-   * COMMIT blames exactly that statement. Statements of a namespace that failed are not run.
+   * After a COMMIT failed a deferred foreign key: each statement runs as its own transaction
+   * (`commitEach`, one round trip each), so a failing COMMIT blames exactly that statement.
    */
-  async #checkingPass(client: Client, stmts: Statement[]): Promise<PassResult> {
-    const failed = new Set<string>();
-    const outcomes: Outcome[] = [];
-    for (const stmt of stmts) {
-      if (failed.has(stmt.namespace)) {
-        outcomes.push({ notRun: true });
-        continue;
-      }
-      const error = unsendable(stmt.args) ?? (await client.batch([{ sql: stmt.sql, args: stmt.args.map(integral) as InArgs }], "write").then(
-        (rs) => void outcomes.push({ result: toResult(stmt, rs[0]!) }),
-        (e: unknown) => e ?? new Error("unknown error"),
-      ));
-      if (error === undefined) continue;
-      // Earlier statements are committed already: stop at an outage rather than run on.
-      if (classifyLibsql(error).kind === "outage") throw this.#fail(errorText(error), error);
-      outcomes.push({ error });
-      failed.add(stmt.namespace);
-    }
-    return { outcomes, committed: true };
+  #checkingPass(client: Client, stmts: Statement[]): Promise<PassResult> {
+    return commitEach(
+      stmts,
+      async (stmt) => {
+        const bad = unsendable(stmt.args);
+        if (bad !== undefined) return { error: bad };
+        return client.batch([{ sql: stmt.sql, args: stmt.args.map(integral) as InArgs }], "write").then(
+          (rs) => ({ result: toResult(stmt, rs[0]!) }),
+          (e: unknown) => ({ error: e ?? new Error("unknown error") }),
+        );
+      },
+      classifyLibsql,
+      (m, e) => this.#fail(m, e),
+    );
   }
 
   /** A `WriteError` whose message and cause never contain the auth token. */

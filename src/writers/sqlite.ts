@@ -2,7 +2,7 @@ import { Database, type SQLQueryBindings } from "bun:sqlite";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { checkNumbers, type Connection, numberKey, stringKey } from "./connection.ts";
-import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
+import { commitEach, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
@@ -92,30 +92,19 @@ export class SqliteWriter implements OutboxWriter {
   }
 
   /**
-   * After a COMMIT failed a deferred foreign key: SQLite cannot make DEFERRABLE constraints
-   * immediate, so each statement runs as its own transaction and a failing COMMIT blames exactly
-   * that statement. Statements of a namespace that failed are not run.
+   * After a COMMIT failed a deferred foreign key: each statement runs as its own transaction
+   * (`commitEach`), so a failing COMMIT blames exactly that statement.
    */
-  async #checkingPass(db: Database, stmts: Statement[]): Promise<PassResult> {
-    const failed = new Set<string>();
-    const outcomes: Outcome[] = [];
-    for (const stmt of stmts) {
-      if (failed.has(stmt.namespace)) {
-        outcomes.push({ notRun: true });
-        continue;
-      }
-      const { outcomes: [outcome], commitError } = await this.#pass(db, [stmt]);
-      const error = commitError ?? (outcome && "error" in outcome ? outcome.error : undefined);
-      if (error === undefined) {
-        outcomes.push(outcome!);
-        continue;
-      }
-      // Earlier statements are committed already: stop at an outage rather than run on.
-      if (classifyLocal(error).kind === "outage") throw this.#fail(`transaction failed: ${errorText(error)}`, error);
-      outcomes.push({ error });
-      failed.add(stmt.namespace);
-    }
-    return { outcomes, committed: true };
+  #checkingPass(db: Database, stmts: Statement[]): Promise<PassResult> {
+    return commitEach(
+      stmts,
+      async (stmt) => {
+        const { outcomes: [outcome], commitError } = await this.#pass(db, [stmt]);
+        return commitError !== undefined ? { error: commitError } : (outcome as { result: WriteResult } | { error: unknown });
+      },
+      classifyLocal,
+      (m, e) => this.#fail(`transaction failed: ${m}`, e),
+    );
   }
 
   #fail(message: string, error: unknown): WriteError {
