@@ -1,5 +1,5 @@
-/** One pending event of a namespace, as stored in `outbox_queue`. */
-export interface OutboxRow {
+/** The columns an event keeps wherever it is: pending in `outbox_queue` or moved to `outbox_dead_log`. */
+export interface StoredEvent {
   seq: number;
   namespace: string;
   source: string;
@@ -13,6 +13,10 @@ export interface OutboxRow {
   createdAt: string;
   /** Delivery attempts charged to this row (recorded before each delivery). */
   attempts: number;
+}
+
+/** One pending event of a namespace, as stored in `outbox_queue`. */
+export interface OutboxRow extends StoredEvent {
   lastError: string | null;
   lastErrorClass: string | null;
   lastAttemptAt: string | null;
@@ -31,15 +35,7 @@ export interface ChainGap {
 export type DeadReason = "max_attempts" | "undecodable" | "unsupported_statement" | "skipped" | (string & {});
 
 /** A row moved to `outbox_dead_log`: the original row plus why and when, and its replay, if any. */
-export interface DeadLetter {
-  seq: number;
-  namespace: string;
-  source: string;
-  tag: string;
-  payload: string;
-  prevSeq: number | null;
-  createdAt: string;
-  attempts: number;
+export interface DeadLetter extends StoredEvent {
   error: string | null;
   errorClass: string | null;
   reason: DeadReason;
@@ -48,12 +44,13 @@ export interface DeadLetter {
   replayedAsSeq: number | null;
 }
 
+/** SELECT list of a StoredEvent, the same in outbox_queue and outbox_dead_log. */
+const EVENT_COLUMNS = "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts";
+
 /** SELECT list producing an OutboxRow from outbox_queue. */
-export const QUEUE_ROW_COLUMNS = `seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt,
-  attempts, last_error AS lastError, last_error_class AS lastErrorClass,
+export const QUEUE_ROW_COLUMNS = `${EVENT_COLUMNS}, last_error AS lastError, last_error_class AS lastErrorClass,
   last_attempt_at AS lastAttemptAt, next_attempt_at AS nextAttemptAt, sent_through AS sentThrough`;
 
 /** SELECT list producing a DeadLetter from outbox_dead_log. */
-export const DEAD_ROW_COLUMNS = `seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt,
-  attempts, error, error_class AS errorClass, reason, dead_at AS deadAt,
+export const DEAD_ROW_COLUMNS = `${EVENT_COLUMNS}, error, error_class AS errorClass, reason, dead_at AS deadAt,
   replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq`;
