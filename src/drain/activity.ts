@@ -29,7 +29,7 @@ function minus(a: TargetActivity, before: TargetActivity | undefined): TargetAct
 }
 
 /** `drain: last 60 s: delivered 1200 (app.pg 1000, app.local 200), 1 failed, 0 dead-lettered; 35 pending; down: app.pg` */
-export function describe(delta: TargetActivity[], pending: number, intervalMs: number): string {
+function describe(delta: TargetActivity[], pending: number, intervalMs: number): string {
   const sum = (k: "delivered" | "failed" | "deadLettered") => delta.reduce((n, a) => n + a[k], 0);
   const per = delta.length > 1 ? ` (${delta.map((a) => `${a.target} ${a.delivered}`).join(", ")})` : "";
   const down = delta.filter((a) => a.down).map((a) => a.target);
