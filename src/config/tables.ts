@@ -1,3 +1,4 @@
+import { tableNameProblem } from "../outbox/table-name.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { didYouMean } from "./suggest.ts";
 import { DEFAULTS, type TableConfig } from "./types.ts";
@@ -79,11 +80,12 @@ function readTable(
   };
 }
 
-/** Table names become file names `{db_dir}/{table}.db`: nothing that could escape db_dir. */
+/**
+ * Asks the producer's own question (`tableNameProblem`), so the config never accepts a table the
+ * producer refuses to write: a looser check let `"a b"` through, and the drain then created
+ * `a b.db`, a queue no producer could ever fill.
+ */
 function checkTableName(r: Reader, name: string, path: string): boolean {
-  if (name.trim() === "") return r.fail(path, "table name must not be empty") ?? false;
-  if (/[/\\\0]/.test(name) || name.startsWith(".")) {
-    return r.fail(path, `table name "${name}" must not contain "/", "\\" or NUL, nor start with "." (it names the file {db_dir}/{table}.db)`) ?? false;
-  }
-  return true;
+  const problem = tableNameProblem(name);
+  return problem === null ? true : (r.fail(path, problem) ?? false);
 }
