@@ -171,7 +171,8 @@ beforeEach(() => {
 afterEach(() => dir.cleanup());
 
 const baseUrl = () => `http://127.0.0.1:${server.port}`;
-const connectionOf = async (env: Record<string, string>, extra: { dopplerTimeoutMs?: number; fetch?: typeof fetch } = {}) => {
+type DopplerExtra = { dopplerTimeoutMs?: number; dopplerMaxBytes?: number; dopplerRetryDelaysMs?: number[]; fetch?: typeof fetch };
+const connectionOf = async (env: Record<string, string>, extra: DopplerExtra = {}) => {
   const loaded = await loadConfigToml(dir.file("outbox.toml"), { env, dopplerBaseUrl: baseUrl(), ...extra });
   return { connection: loaded.config.apps[0]!.targets[0]!.connection, loaded };
 };
@@ -246,8 +247,9 @@ describe("secrets priority", () => {
 });
 
 describe("Doppler failures halt loading with the token masked", () => {
-  async function failure(extra: { dopplerTimeoutMs?: number } = {}): Promise<SecretsError> {
-    const error = await connectionOf({ DOPPLER_TOKEN: TOKEN, A: "1", B: "2", C: "3" }, extra).catch((e) => e);
+  // Retries wait 1 ms here; their count and classification are test/config-doppler.test.ts's subject.
+  async function failure(extra: DopplerExtra = {}): Promise<SecretsError> {
+    const error = await connectionOf({ DOPPLER_TOKEN: TOKEN, A: "1", B: "2", C: "3" }, { dopplerRetryDelaysMs: [1, 1], ...extra }).catch((e) => e);
     expect(error).toBeInstanceOf(SecretsError);
     expect(error.code).toBe("E_SECRETS");
     expect(error.message).not.toContain(TOKEN);
@@ -261,11 +263,14 @@ describe("Doppler failures halt loading with the token masked", () => {
     const error = await failure();
     expect(error.message).toContain("HTTP 401");
     expect(error.message).toContain("Invalid Auth token ***");
+    expect(error.message).toContain("DOPPLER_TOKEN is invalid");
+    expect(requests).toHaveLength(1);
   });
 
   test("HTTP 500 with a non-JSON body", async () => {
     handler = () => new Response("<html>oops</html>", { status: 500 });
-    expect((await failure()).message).toContain("HTTP 500");
+    expect((await failure()).message).toContain("failed after 3 attempts: HTTP 500");
+    expect(requests).toHaveLength(3);
   });
 
   test("timeout", async () => {
@@ -292,8 +297,27 @@ describe("Doppler failures halt loading with the token masked", () => {
     const closed = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("") });
     const url = `http://127.0.0.1:${closed.port}`;
     closed.stop(true);
-    const error = await loadConfigToml(dir.file("outbox.toml"), { env: { DOPPLER_TOKEN: TOKEN }, dopplerBaseUrl: url }).catch((e) => e);
+    const error = await loadConfigToml(dir.file("outbox.toml"), { env: { DOPPLER_TOKEN: TOKEN }, dopplerBaseUrl: url, dopplerRetryDelaysMs: [1, 1] }).catch((e) => e);
     expect(error).toBeInstanceOf(SecretsError);
     expect(error.message).not.toContain(TOKEN);
+  });
+
+  test("a body over dopplerMaxBytes", async () => {
+    handler = () => Response.json({ A: "a".repeat(2_000), B: "b", C: "c" });
+    expect((await failure({ dopplerMaxBytes: 1_000 })).message).toContain("larger than the 1000-byte limit");
+  });
+
+  test("DOPPLER_API_URL over plain http to another host, before any request", async () => {
+    let calls = 0;
+    const spy = (async () => {
+      calls++;
+      return Response.json({ A: "1", B: "2", C: "3" });
+    }) as unknown as typeof fetch;
+    const env = { DOPPLER_TOKEN: TOKEN, DOPPLER_API_URL: "http://doppler.internal.example:8080" };
+    const error = await loadConfigToml(dir.file("outbox.toml"), { env, fetch: spy }).catch((e) => e);
+    expect(error).toBeInstanceOf(SecretsError);
+    expect(error.message).toContain("refused to send DOPPLER_TOKEN in clear over plain http to doppler.internal.example");
+    expect(error.message).not.toContain(TOKEN);
+    expect(calls).toBe(0);
   });
 });

@@ -10,10 +10,14 @@ import type { EnvMap } from "./interpolate.ts";
 export interface SecretsOptions {
   /** The process environment to start from (default `process.env`); never mutated. */
   env?: EnvMap;
-  /** Doppler API base URL; else env `DOPPLER_API_URL`; else https://api.doppler.com. */
+  /** Doppler API base URL; else env `DOPPLER_API_URL`; else https://api.doppler.com. https, or http to a loopback host only. */
   dopplerBaseUrl?: string;
-  /** Doppler request timeout, ms (default 10 000). */
+  /** Doppler request timeout per attempt, ms (default 10 000). */
   dopplerTimeoutMs?: number;
+  /** The largest Doppler response read, bytes (default 4 MiB); a larger one halts startup unbuffered. */
+  dopplerMaxBytes?: number;
+  /** Waits before each Doppler retry, ms (default [250, 500]: 3 attempts); `[]` tries once. */
+  dopplerRetryDelaysMs?: readonly number[];
   fetch?: typeof fetch;
   logger?: Logger;
 }
@@ -35,7 +39,15 @@ export async function resolveEnv(configDir: string, options: SecretsOptions = {}
   if (!token) return { env, secrets: [] };
 
   const baseUrl = options.dopplerBaseUrl ?? env.DOPPLER_API_URL ?? DOPPLER_DEFAULT_BASE_URL;
-  const doppler = await fetchDopplerSecrets({ token, baseUrl, timeoutMs: options.dopplerTimeoutMs, fetch: options.fetch });
+  const doppler = await fetchDopplerSecrets({
+    token,
+    baseUrl,
+    timeoutMs: options.dopplerTimeoutMs,
+    maxBytes: options.dopplerMaxBytes,
+    retryDelaysMs: options.dopplerRetryDelaysMs,
+    fetch: options.fetch,
+    logger: options.logger,
+  });
   const added = addMissing(env, doppler);
   options.logger?.info(`loaded ${added} of ${Object.keys(doppler).length} Doppler secret(s)`);
   return { env, secrets: [token, ...Object.values(doppler)] };
