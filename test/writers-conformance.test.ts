@@ -13,8 +13,8 @@ interface Fixture {
   ph(n: number): string;
   /** CREATE TABLE statements for `events`, `other` and `kinds` in this dialect. */
   schema: string[];
-  /** Driver codes for NOT NULL, CHECK, PRIMARY KEY, syntax error, missing table. */
-  codes: { notNull: string; check: string; primaryKey: string; syntax: string; noTable: string };
+  /** Driver codes for NOT NULL, CHECK, PRIMARY KEY, syntax error, missing table, missing column. */
+  codes: { notNull: string; check: string; primaryKey: string; syntax: string; noTable: string; noColumn: string };
   /** A fresh writer on a fresh database/file, and an independent connection to read it. */
   open(): Promise<Remote>;
   /** A writer whose server is unreachable (closed port), configured with `secret` as password/token. */
@@ -34,7 +34,7 @@ const sqliteSchema = [
   "CREATE TABLE other (id INTEGER PRIMARY KEY, note TEXT)",
   "CREATE TABLE kinds (k TEXT PRIMARY KEY, s TEXT, i INTEGER, f REAL, b BOOLEAN, bytes BLOB)",
 ];
-const sqliteCodes = { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONSTRAINT_CHECK", primaryKey: "SQLITE_CONSTRAINT_PRIMARYKEY", syntax: "SQLITE_ERROR", noTable: "SQLITE_ERROR" };
+const sqliteCodes = { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONSTRAINT_CHECK", primaryKey: "SQLITE_CONSTRAINT_PRIMARYKEY", syntax: "SQLITE_ERROR", noTable: "SQLITE_ERROR", noColumn: "SQLITE_ERROR" };
 
 
 function serverFixture(kind: "postgres" | "mysql"): Fixture {
@@ -60,8 +60,8 @@ function serverFixture(kind: "postgres" | "mysql"): Fixture {
           "CREATE TABLE kinds (k VARCHAR(20) PRIMARY KEY, s TEXT, i BIGINT, f DOUBLE, b BOOLEAN, bytes BLOB) ENGINE=InnoDB",
         ],
     codes: isPg
-      ? { notNull: "23502", check: "23514", primaryKey: "23505", syntax: "42601", noTable: "42P01" }
-      : { notNull: "1048", check: "4025", primaryKey: "1062", syntax: "1064", noTable: "1146" },
+      ? { notNull: "23502", check: "23514", primaryKey: "23505", syntax: "42601", noTable: "42P01", noColumn: "42703" }
+      : { notNull: "1048", check: "4025", primaryKey: "1062", syntax: "1064", noTable: "1146", noColumn: "1054" },
     async open() {
       for (const t of ["events", "other", "kinds", "created"]) await db.sql.unsafe(`DROP TABLE IF EXISTS ${t}`);
       const writer = createWriter(kind, { url: db.url, connect_timeout: 5 });
@@ -108,7 +108,7 @@ const fixtures: Array<[string, () => Fixture]> = [
     () => ({
       ph: () => "?",
       schema: sqliteSchema,
-      codes: { notNull: "SQLITE_CONSTRAINT", check: "SQLITE_CONSTRAINT", primaryKey: "SQLITE_CONSTRAINT", syntax: "SQL_PARSE_ERROR", noTable: "SQLITE_UNKNOWN" },
+      codes: { notNull: "SQLITE_CONSTRAINT", check: "SQLITE_CONSTRAINT", primaryKey: "SQLITE_CONSTRAINT", syntax: "SQL_PARSE_ERROR", noTable: "SQLITE_UNKNOWN", noColumn: "SQLITE_UNKNOWN" },
       open: fileRemote((file, onDone) => {
         const server = startHranaServer({ file, token: "test-token" });
         onDone(() => server.stop());
@@ -170,7 +170,7 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect(await writer.writeBatch([])).toEqual([]);
   });
 
-  test("isolates a failed statement, skips the rest of its namespace and commits the other namespaces", async () => {
+  test("applies a namespace whole or not at all: a failed statement rolls back its namespace (before and after it) and the other namespaces commit", async () => {
     const results = await writer.writeBatch([
       ins("events", 1, 1, "a"),
       note(1, 10, "x"),
@@ -183,31 +183,33 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       { sql: `INSERT INTO kinds (k, s) VALUES (${ph(1)}, ${ph(2)})`, args: ["k2", null], namespace: "kinds", seq: 3 },
     ]);
     expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual([
-      "ok", "ok", "failed", "ok", "skipped", "ok", "failed", "ok", "skipped",
+      "skipped", "ok", "failed", "ok", "skipped", "skipped", "failed", "ok", "skipped",
     ]);
     const failed = results[2] as Extract<WriteResult, { ok: false }>;
     expect(failed.errorClass).toBe(fx.codes.primaryKey);
     expect(failed.error.length).toBeGreaterThan(0);
     expect((results[6] as { errorClass?: string }).errorClass).toBe(fx.codes.primaryKey);
+    expect((results[0] as { skipped?: boolean }).skipped).toBe(true);
     expect((results[4] as { skipped?: boolean }).skipped).toBe(true);
     // Read back through an independent connection: every ok statement is committed, nothing else.
-    expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([["1", "a"]]);
+    expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([]);
     expect(norm(await remote.read("SELECT id, note FROM other ORDER BY id"))).toEqual([["10", "x"], ["11", "y"], ["12", "z"]]);
-    expect(norm(await remote.read("SELECT k, s FROM kinds ORDER BY k"))).toEqual([["k1", null]]);
+    expect(norm(await remote.read("SELECT k, s FROM kinds ORDER BY k"))).toEqual([]);
   });
 
   test("isolates failures in several namespaces of one batch, each at its own position", async () => {
-    // Five namespaces interleaved; namespace k fails at its (k+1)-th statement (a duplicate id).
+    // Six namespaces interleaved; namespace k < 5 fails at its (k+1)-th statement (a duplicate id),
+    // namespace 5 never fails and is the only one applied.
     const stmts: Statement[] = [];
     const expected: Array<"ok" | "failed" | "skipped"> = [];
     const kept: number[] = [];
     for (let round = 0; round < 6; round++) {
-      for (let k = 0; k < 5; k++) {
+      for (let k = 0; k < 6; k++) {
         const fails = round === k + 1;
         const id = fails ? k * 100 : k * 100 + round;
         stmts.push({ ...note(round, id, `n${k}`), namespace: `ns${k}` });
-        expected.push(round <= k ? "ok" : fails ? "failed" : "skipped");
-        if (round <= k) kept.push(id);
+        expected.push(k === 5 ? "ok" : fails ? "failed" : "skipped");
+        if (k === 5) kept.push(id);
       }
     }
     const results = await writer.writeBatch(stmts);
@@ -228,7 +230,7 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect(norm(await remote.read("SELECT id FROM other"))).toEqual([]);
   });
 
-  test("a statement the driver refuses (too many bind parameters) fails alone: nothing after it in its namespace lands, nothing lands twice", async () => {
+  test("a statement the driver refuses (too many bind parameters) fails its namespace alone: nothing of it lands, the other namespace lands once", async () => {
     // 250 001 parameters is beyond every engine's limit (PostgreSQL 65 535 refused by Bun before
     // sending; MariaDB 65 535; SQLite as built into Bun 250 000).
     const n = 250_001;
@@ -239,9 +241,9 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       seq: 2,
     };
     const results = await writer.writeBatch([note(1, 1, "before"), ins("events", 1, 1, "a"), big, note(3, 3, "after"), ins("events", 2, 2, "b")]);
-    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual(["ok", "ok", "failed", "skipped", "ok"]);
+    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual(["skipped", "ok", "failed", "skipped", "ok"]);
     expect((results[2] as { errorClass?: string }).errorClass).toBeString();
-    expect(norm(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([["1"]]);
+    expect(norm(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([]);
     expect(norm(await remote.read("SELECT id FROM events ORDER BY id"))).toEqual([["1"], ["2"]]);
   });
 
@@ -309,14 +311,16 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect((result as { skipped?: boolean }).skipped).toBeUndefined();
   });
 
-  test("classifies a PRIMARY KEY violation, a syntax error and a missing table as row faults", async () => {
+  test("classifies a PRIMARY KEY violation and a syntax error as row faults, a missing table or column as the remote schema's", async () => {
     await writer.writeBatch([ins("events", 1, 1, "x")]);
     const results = await writer.writeBatch([
       ins("events", 2, 1, "again"),
       { sql: "INSERT INTO other VALUES VALUES (1)", args: [], namespace: "other", seq: 1 },
       { sql: "INSERT INTO no_such_table (id) VALUES (1)", args: [], namespace: "missing", seq: 1 },
+      { sql: "INSERT INTO kinds (k, no_such_column) VALUES ('k', 1)", args: [], namespace: "kinds", seq: 1 },
     ]);
-    expect(results.map((r) => (r as { errorClass?: string }).errorClass)).toEqual([fx.codes.primaryKey, fx.codes.syntax, fx.codes.noTable]);
+    expect(results.map((r) => (r as { errorClass?: string }).errorClass)).toEqual([fx.codes.primaryKey, fx.codes.syntax, fx.codes.noTable, fx.codes.noColumn]);
+    expect(results.map((r) => (r as { remoteSchema?: boolean }).remoteSchema ?? false)).toEqual([false, false, true, true]);
   });
 
   test("throws WriteError without the password when the server is unreachable", async () => {

@@ -26,7 +26,7 @@ test("the mysql writer runs batches in strict mode even when the server's defaul
   try {
     const results = await writer.writeBatch([
       { sql: "INSERT INTO t (id, code) VALUES (?, ?)", args: [1, "abc"], namespace: "t", seq: 1 },
-      { sql: "INSERT INTO t (id, code) VALUES (?, ?)", args: [2, "too long"], namespace: "t", seq: 2 },
+      { sql: "INSERT INTO t (id, code) VALUES (?, ?)", args: [2, "too long"], namespace: "t2", seq: 2 },
     ]);
     expect(results[0]).toMatchObject({ ok: true });
     // Non-strict would store "too" with a warning: the row's fault must surface instead.

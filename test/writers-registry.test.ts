@@ -83,8 +83,10 @@ describe("writer registry", () => {
 
 describe("error classification", () => {
   test.each([
-    ["23505", "row"], ["23502", "row"], ["23514", "row"], ["22P02", "row"], ["42P01", "row"], ["42601", "row"],
+    ["23505", "row"], ["23502", "row"], ["23514", "row"], ["22P02", "row"], ["42601", "row"],
     ["2BP01", "row"], ["0A000", "row"], ["P0001", "row"],
+    ["42P01", "schema"], ["42703", "schema"], ["42P10", "schema"], ["42501", "schema"], ["3F000", "schema"],
+    ["28P01", "misconfigured"], ["28000", "misconfigured"], ["3D000", "misconfigured"],
     ["08006", "outage"], ["57P01", "outage"], ["57014", "outage"], ["53300", "outage"], ["40001", "outage"],
     ["40P01", "outage"], ["XX000", "outage"], ["55P03", "outage"],
   ])("postgres SQLSTATE %s is %s", (errno, kind) => {
@@ -97,8 +99,10 @@ describe("error classification", () => {
   });
 
   test.each([
-    [1062, "row"], [1048, "row"], [3819, "row"], [4025, "row"], [1146, "row"], [1054, "row"], [1064, "row"],
+    [1062, "row"], [1048, "row"], [3819, "row"], [4025, "row"], [1064, "row"],
     [1366, "row"], [1265, "row"], [1406, "row"],
+    [1146, "schema"], [1054, "schema"], [1142, "schema"], [1143, "schema"],
+    [1045, "misconfigured"], [1044, "misconfigured"], [1049, "misconfigured"],
     [2002, "outage"], [2003, "outage"], [2006, "outage"], [2013, "outage"], [1927, "outage"], [1053, "outage"],
     [1205, "outage"], [1213, "outage"], [1040, "outage"],
   ])("mysql errno %d is %s", (errno, kind) => {
@@ -112,6 +116,16 @@ describe("error classification", () => {
     ["SQLITE_CANTOPEN", "outage"], ["SQLITE_CORRUPT", "outage"], ["ECONNREFUSED", "outage"], ["SERVER_ERROR", "outage"],
   ])("sqlite/libsql code %s is %s", (code, kind) => {
     expect(classifySqlite({ code }).kind).toBe(kind as "row" | "outage");
+  });
+
+  test.each([
+    ["SQLITE_ERROR", "no such table: orders"],
+    ["SQLITE_ERROR", "table orders has no column named note"],
+    ["SQLITE_ERROR", "no such column: note"],
+    ["SQLITE_ERROR", "ON CONFLICT clause does not match any PRIMARY KEY or UNIQUE constraint"],
+    ["SQLITE_UNKNOWN", "SQLite error: no such table: orders"],
+  ])("sqlite/libsql %s %j is the remote schema's fault", (code, message) => {
+    expect(classifySqlite({ code, message }).kind).toBe("schema");
   });
 
   test("libsql's extendedCode wins over the primary code", () => {

@@ -71,7 +71,7 @@ export class BunSqlWriter implements OutboxWriter {
       }, this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e) => this.#fail(m, e)), timeout]);
+      return await Promise.race([runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e, misconfigured) => this.#fail(m, e, misconfigured)), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -100,7 +100,7 @@ export class BunSqlWriter implements OutboxWriter {
     try {
       reserved = await this.#sql.reserve();
     } catch (error) {
-      throw this.#fail(`cannot connect: ${errorText(error)}`, error);
+      throw this.#fail(`cannot connect: ${errorText(error)}`, error, this.#classify(error).kind === "misconfigured");
     }
     if (inFlight.timedOut) {
       // The caller already got a timeout: do not start the batch on a late connection.
@@ -140,16 +140,25 @@ export class BunSqlWriter implements OutboxWriter {
     }
   }
 
-  /** MySQL: true when every failure is the row's fault and nothing after it in its namespace was applied. */
+  /**
+   * MySQL rolls back only a failed statement: the transaction may still commit when every failure
+   * is the statement's own (row or schema) and nothing else of its namespace was applied, which
+   * keeps namespaces atomic. Otherwise it rolls back for a re-run without the failed namespace.
+   */
   #isolatedByServer(stmts: Statement[], outcomes: Outcome[]): boolean {
     const failed = new Set<string>();
-    return outcomes.every((o, i) => {
+    const applied = new Set<string>();
+    for (const [i, o] of outcomes.entries()) {
       const namespace = stmts[i]!.namespace;
-      if ("result" in o) return !failed.has(namespace);
-      if (!("error" in o) || this.#classify(o.error).kind !== "row") return false;
-      failed.add(namespace);
-      return true;
-    });
+      if ("result" in o) applied.add(namespace);
+      else if (!("error" in o)) return false;
+      else {
+        const kind = this.#classify(o.error).kind;
+        if (kind !== "row" && kind !== "schema") return false;
+        failed.add(namespace);
+      }
+    }
+    return [...failed].every((namespace) => !applied.has(namespace));
   }
 
   async #run(reserved: ReservedSQL, stmt: Statement): Promise<WriteResult> {
@@ -162,11 +171,11 @@ export class BunSqlWriter implements OutboxWriter {
   }
 
   /** A `WriteError` whose message and cause never contain the password. */
-  #fail(message: string, error: unknown): WriteError {
+  #fail(message: string, error: unknown, misconfigured = false): WriteError {
     const text = maskText(`${this.dialect} ${this.description}: ${message}`, this.#secrets);
     const causeText = error instanceof Error ? `${error.message}\n${error.stack ?? ""}` : String(error ?? "");
     const cause = error === undefined ? undefined : maskText(causeText, this.#secrets) === causeText ? error : new Error(maskText(errorText(error), this.#secrets));
-    return new WriteError(text, undefined, cause === undefined ? undefined : { cause });
+    return new WriteError(text, undefined, { ...(cause === undefined ? {} : { cause }), misconfigured });
   }
 }
 

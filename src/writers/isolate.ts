@@ -7,40 +7,38 @@ export type Outcome = { result: WriteResult } | { error: unknown } | { notRun: t
 
 /**
  * One optimistic pass: runs `stmts` in ONE remote transaction. It commits when every outcome is a
- * result, or — engines with statement-level atomicity (MySQL) — when every failure is the row's
- * fault and no later statement of a failed statement's namespace was applied; otherwise it rolls
- * back everything (`committed: false`). Throws for failures of the transaction itself.
+ * result, or — engines with statement-level atomicity (MySQL) — when no failed statement's
+ * namespace had anything applied; otherwise it rolls back everything (`committed: false`). Throws
+ * for failures of the transaction itself.
  *
  * `commitError`: every statement ran but COMMIT failed and rolled back (`committed: false`), e.g. a
  * DEFERRABLE INITIALLY DEFERRED constraint, which no statement index blames. The caller may then
  * run passes `checking`: the pass must make such failures show up on the statement that causes
- * them (PostgreSQL: SET CONSTRAINTS ALL IMMEDIATE; SQLite/libSQL: each statement committed on its
- * own, and then `committed` is true with the statements of a failed namespace left `notRun`).
+ * them (PostgreSQL: SET CONSTRAINTS ALL IMMEDIATE; SQLite/libSQL: `blameDeferred`), and commit
+ * only when none does.
  */
 export type Pass = (stmts: Statement[], checking: boolean) => Promise<PassResult>;
 
 /** What a `Pass` reports: see `Pass`. */
 export type PassResult = { outcomes: Outcome[]; committed: boolean; commitError?: unknown };
 
+/** Builds the writer's `WriteError` (masked), marked misconfigured when no retry can fix it. */
+export type Fail = (message: string, error: unknown, misconfigured?: boolean) => WriteError;
+
 /**
- * Savepoint semantics without a savepoint per statement: the batch runs optimistically as one pass;
- * when a statement fails and the pass rolled back, that statement is reported failed, the rest of
- * its namespace skipped, and the remaining statements run again. Statements before the failure run
- * in the same context as before, so the outcome equals "savepoint per statement" while the common
- * (all ok) case costs one pass. A namespace fails at most once per batch, so at most
- * namespaces + 1 passes run. Outage-class errors throw `WriteError` (built by `fail`).
+ * Namespace-atomic batches on top of optimistic passes: the batch runs as one pass; when a
+ * statement fails and the pass rolled back, that statement is reported failed, every other
+ * statement of its namespace `skipped`, and the remaining namespaces run again. So a namespace is
+ * applied whole or not at all — what lets the ledger fence that opens it account for exactly its
+ * rows — while the common (all ok) case costs one pass. A namespace fails at most once per batch,
+ * so at most namespaces + 1 passes run. Outage-class errors throw `WriteError` (built by `fail`).
  *
  * A COMMIT that fails with a row-fault code (a deferred constraint) is not an outage: each namespace
  * then runs on its own (one transaction each, so a namespace whose rows satisfy their deferred
  * constraints among themselves still commits), and a namespace whose COMMIT fails again runs
  * `checking`, so the culprit fails on its own instead of the whole target stalling.
  */
-export function runIsolated(
-  stmts: Statement[],
-  pass: Pass,
-  classify: (error: unknown) => ErrorKind,
-  fail: (message: string, error: unknown) => WriteError,
-): Promise<WriteResult[]> {
+export function runIsolated(stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail): Promise<WriteResult[]> {
   return isolate(stmts, pass, classify, fail, "batch");
 }
 
@@ -48,37 +46,33 @@ export function runIsolated(
  *  `checking`: passes that blame deferred violations on their statement. */
 type Mode = "batch" | "namespace" | "checking";
 
-async function isolate(
-  stmts: Statement[],
-  pass: Pass,
-  classify: (error: unknown) => ErrorKind,
-  fail: (message: string, error: unknown) => WriteError,
-  initial: Mode,
-): Promise<WriteResult[]> {
+async function isolate(stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, initial: Mode): Promise<WriteResult[]> {
   let mode = initial;
   const results: Array<WriteResult | undefined> = new Array(stmts.length);
-  /** Per namespace, the index of its failed statement: later statements of it are skipped. */
+  /** Per failed namespace, the index of its failed statement. */
   const failedAt = new Map<string, number>();
-  const failure = (index: number, error: unknown): WriteResult => {
+  /** Records statement `index` as the failure of its namespace and every other statement of it as skipped. */
+  const failNamespace = (index: number, result: WriteResult) => {
+    const { namespace, seq } = stmts[index]!;
+    failedAt.set(namespace, index);
+    results[index] = result;
+    const skipped: WriteResult = { ok: false, skipped: true, error: `not applied: ${seq ? `seq ${seq}` : "a statement"} of namespace "${namespace}" failed in this batch` };
+    stmts.forEach((s, j) => {
+      if (j !== index && s.namespace === namespace) results[j] = skipped;
+    });
+  };
+  const failure = (error: unknown): WriteResult => {
     const kind = classify(error);
     if (kind.kind === "outage") throw fail(errorText(error), error);
-    failedAt.set(stmts[index]!.namespace, index);
-    return { ok: false, error: errorText(error), errorClass: kind.errorClass };
-  };
-  const skipped = (index: number): WriteResult => {
-    const { namespace } = stmts[index]!;
-    const seq = stmts[failedAt.get(namespace)!]!.seq;
-    return { ok: false, skipped: true, error: `skipped: seq ${seq} of namespace "${namespace}" failed earlier in this batch` };
+    if (kind.kind === "misconfigured") throw fail(errorText(error), error, true);
+    return { ok: false, error: errorText(error), errorClass: kind.errorClass, ...(kind.kind === "schema" ? { remoteSchema: true } : {}) };
   };
 
   // A value that is not a BindValue is this statement's fault; no driver gets to guess at it.
   stmts.forEach((stmt, i) => {
     if (results[i] !== undefined) return;
     const bad = invalidArg(stmt.args);
-    if (bad === undefined) return;
-    failedAt.set(stmt.namespace, i);
-    results[i] = { ok: false, error: bad, errorClass: "E_INVALID_ARG" };
-    for (let j = i + 1; j < stmts.length; j++) if (stmts[j]!.namespace === stmt.namespace && results[j] === undefined) results[j] = skipped(j);
+    if (bad !== undefined) failNamespace(i, { ok: false, error: bad, errorClass: "E_INVALID_ARG" });
   });
 
   let active = stmts.map((_, i) => i).filter((i) => results[i] === undefined);
@@ -88,7 +82,7 @@ async function isolate(
     if (commitError !== undefined && !committed) {
       // Checked only at COMMIT: no statement is blamed. If even a checking pass cannot blame one
       // (or the target itself failed), it is an outage as before.
-      if (mode === "checking" || classify(commitError).kind === "outage") throw fail(`COMMIT failed: ${errorText(commitError)}`, commitError);
+      if (mode === "checking" || classify(commitError).kind !== "row") throw fail(`COMMIT failed: ${errorText(commitError)}`, commitError);
       const namespaces = [...new Set(active.map((i) => stmts[i]!.namespace))];
       if (mode === "namespace" || namespaces.length === 1) {
         mode = "checking";
@@ -104,21 +98,22 @@ async function isolate(
     if (committed) {
       outcomes.forEach((o, j) => {
         const i = active[j]!;
-        if ((failedAt.get(stmts[i]!.namespace) ?? Infinity) < i) results[i] = skipped(i);
-        else if ("result" in o) results[i] = o.result;
-        else if ("error" in o) results[i] = failure(i, o.error);
-        else throw fail("internal error: a committed pass left a statement unrun", undefined);
+        if ("error" in o && !failedAt.has(stmts[i]!.namespace)) failNamespace(i, failure(o.error));
+      });
+      outcomes.forEach((o, j) => {
+        const i = active[j]!;
+        const failedHere = failedAt.has(stmts[i]!.namespace);
+        // A committed pass may hold failures only where nothing else of that namespace was applied.
+        if ("result" in o && failedHere) throw fail(`internal error: a pass committed seq ${stmts[i]!.seq} of a failed namespace`, undefined);
+        if ("result" in o) results[i] = o.result;
+        else if ("notRun" in o && !failedHere) throw fail("internal error: a committed pass left a statement unrun", undefined);
       });
       break;
     }
     const k = outcomes.findIndex((o) => !("result" in o));
     const failed = outcomes[k];
     if (!failed || !("error" in failed)) throw fail("internal error: a pass rolled back without a failed statement", undefined);
-    const index = active[k]!;
-    results[index] = failure(index, failed.error);
-    for (const j of active.slice(k + 1)) {
-      if (stmts[j]!.namespace === stmts[index]!.namespace) results[j] = skipped(j);
-    }
+    failNamespace(active[k]!, failure(failed.error));
     active = active.filter((j) => results[j] === undefined);
   }
   return results as WriteResult[];
@@ -136,33 +131,45 @@ function invalidArg(args: unknown): string | undefined {
   return undefined;
 }
 
+/** An open transaction a `blameDeferred` check runs in: one statement at a time, then a count. */
+export interface CheckingTransaction {
+  run(stmt: Statement): Promise<WriteResult>;
+  /** How many foreign-key violations the database holds right now (`PRAGMA foreign_key_check`). */
+  violations(): Promise<number>;
+}
+
 /**
- * A `checking` pass for engines that cannot make DEFERRABLE constraints immediate (SQLite,
- * libSQL): `commitOne` runs a statement as its own transaction and reports its result, or the
- * error of the statement or of its COMMIT, so a failing COMMIT blames exactly that statement.
- * Statements of a namespace that failed are not run; an outage throws (built by `fail`) rather
- * than running on, since the statements before it are committed already.
+ * The heart of a `checking` pass for engines that cannot make DEFERRABLE constraints immediate
+ * (SQLite, libSQL): inside the caller's transaction, runs each statement and counts the foreign-key
+ * violations after it; the first statement that leaves more than there were before the batch is
+ * blamed (an error it raised itself is blamed as usual), the rest are not run. The caller rolls
+ * back when a statement is blamed and commits otherwise, so nothing is applied statement by
+ * statement. A violation that only a later statement of the batch would resolve blames the
+ * earlier one, as a deferred constraint checked per statement would.
  */
-export async function commitEach(
-  stmts: Statement[],
-  commitOne: (stmt: Statement) => Promise<{ result: WriteResult } | { error: unknown }>,
-  classify: (error: unknown) => ErrorKind,
-  fail: (message: string, error: unknown) => WriteError,
-): Promise<PassResult> {
-  const failed = new Set<string>();
+export async function blameDeferred(stmts: Statement[], tx: CheckingTransaction): Promise<Outcome[]> {
   const outcomes: Outcome[] = [];
+  const baseline = await tx.violations();
   for (const stmt of stmts) {
-    if (failed.has(stmt.namespace)) {
+    if (outcomes.length > 0 && !("result" in outcomes[outcomes.length - 1]!)) {
       outcomes.push({ notRun: true });
       continue;
     }
-    const outcome = await commitOne(stmt);
-    outcomes.push(outcome);
-    if (!("error" in outcome)) continue;
-    if (classify(outcome.error).kind === "outage") throw fail(errorText(outcome.error), outcome.error);
-    failed.add(stmt.namespace);
+    try {
+      const result = await tx.run(stmt);
+      const now = await tx.violations();
+      outcomes.push(now > baseline ? { error: deferredViolation(now - baseline) } : { result });
+    } catch (error) {
+      outcomes.push({ error });
+    }
   }
-  return { outcomes, committed: true };
+  return outcomes;
+}
+
+/** An error shaped like SQLite's own for a foreign key violated at COMMIT. */
+function deferredViolation(count: number): Error {
+  const error = new Error(`FOREIGN KEY constraint failed (deferred: this statement leaves ${count} violation(s) that would fail the COMMIT)`);
+  return Object.assign(error, { code: "SQLITE_CONSTRAINT_FOREIGNKEY" });
 }
 
 /** The driver's message, prefixed with its most specific code: SQLSTATE, SQLite result code name, or MySQL errno. */

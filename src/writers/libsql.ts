@@ -2,7 +2,7 @@ import type { Client, InArgs, ResultSet } from "@libsql/client";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { checkAliases, checkNumbers, type Connection, maskText, maskUrl, numberKey, stringKey } from "./connection.ts";
-import { commitEach, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
+import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
@@ -44,13 +44,14 @@ export class LibsqlWriter implements OutboxWriter {
     if (stmts.length === 0) return [];
     const client = await this.#connect();
     let timer: ReturnType<typeof setTimeout> | undefined;
-    // The client cannot cancel a request in flight; the batch is abandoned (not committed by us),
-    // and a late commit is absorbed by outbox_seq idempotency on redelivery.
+    // The client cannot cancel a request in flight; the batch is abandoned (not committed by us).
+    // Should it commit late, the ledger row it moved makes the drain's next fence fail and the
+    // drain settles from the ledger instead of delivering those rows again.
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined)), this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e) => this.#fail(m, e)), timeout]);
+      return await Promise.race([runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e, misconfigured) => this.#fail(m, e, misconfigured)), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -89,39 +90,57 @@ export class LibsqlWriter implements OutboxWriter {
         // A row fault no statement is blamed for: the COMMIT failed a deferred foreign key.
         return { outcomes: stmts.map((): Outcome => ({ result: { ok: true } })), committed: false, commitError: error };
       }
-      if (typeof index !== "number" || index < 0 || index >= stmts.length) throw this.#fail(errorText(error), error);
+      if (typeof index !== "number" || index < 0 || index >= stmts.length) throw this.#fail(errorText(error), error, classifyLibsql(error).kind === "misconfigured");
       // The batch rolled back as a whole: the statements before `index` will run again.
       return { outcomes: stmts.map((_, i): Outcome => (i < index ? { result: { ok: true } } : i === index ? { error } : { notRun: true })), committed: false };
     }
   }
 
   /**
-   * After a COMMIT failed a deferred foreign key: each statement runs as its own transaction
-   * (`commitEach`, one round trip each), so a failing COMMIT blames exactly that statement.
+   * After a COMMIT failed a deferred foreign key: the statements run again in one interactive
+   * transaction (a round trip each), counting violations after each (`blameDeferred`); rolled
+   * back when one is blamed. Only this rare path pays the round trips.
    */
-  #checkingPass(client: Client, stmts: Statement[]): Promise<PassResult> {
-    return commitEach(
-      stmts,
-      async (stmt) => {
-        const bad = unsendable(stmt.args);
-        if (bad !== undefined) return { error: bad };
-        return client.batch([{ sql: stmt.sql, args: stmt.args.map(integral) as InArgs }], "write").then(
-          (rs) => ({ result: toResult(stmt, rs[0]!) }),
-          (e: unknown) => ({ error: e ?? new Error("unknown error") }),
-        );
-      },
-      classifyLibsql,
-      (m, e) => this.#fail(m, e),
-    );
+  async #checkingPass(client: Client, stmts: Statement[]): Promise<PassResult> {
+    let tx;
+    try {
+      tx = await client.transaction("write");
+    } catch (error) {
+      throw this.#fail(`cannot begin a transaction: ${errorText(error)}`, error);
+    }
+    try {
+      const outcomes = await blameDeferred(stmts, {
+        run: async (stmt) => {
+          const bad = unsendable(stmt.args);
+          if (bad !== undefined) throw bad;
+          return toResult(stmt, await tx.execute({ sql: stmt.sql, args: stmt.args.map(integral) as InArgs }));
+        },
+        violations: async () => (await tx.execute("PRAGMA foreign_key_check")).rows.length,
+      });
+      if (!outcomes.every((o) => "result" in o)) {
+        await tx.rollback();
+        return { outcomes, committed: false };
+      }
+      try {
+        await tx.commit();
+      } catch (commitError) {
+        return { outcomes, committed: false, commitError };
+      }
+      return { outcomes, committed: true };
+    } catch (error) {
+      throw this.#fail(`transaction failed: ${errorText(error)}`, error);
+    } finally {
+      tx.close();
+    }
   }
 
   /** A `WriteError` whose message and cause never contain the auth token. */
-  #fail(message: string, error: unknown): WriteError {
+  #fail(message: string, error: unknown, misconfigured = false): WriteError {
     const secrets = this.#secrets;
     const text = maskText(`libsql ${this.description}: ${message}`, secrets);
     const raw = error instanceof Error ? `${error.message}\n${error.stack ?? ""}` : String(error ?? "");
     const cause = error === undefined ? undefined : maskText(raw, secrets) === raw ? error : new Error(maskText(errorText(error), secrets));
-    return new WriteError(text, undefined, cause === undefined ? undefined : { cause });
+    return new WriteError(text, undefined, { ...(cause === undefined ? {} : { cause }), misconfigured });
   }
 }
 
@@ -156,13 +175,18 @@ function unsendable(args: readonly unknown[]): Error | undefined {
 /**
  * sqld (remote libSQL) reports only the primary SQLite code, and plain SQLITE_ERROR — a compile
  * error without a source offset, e.g. "no such table" or "table t has no column named c" — as
- * `SQLITE_UNKNOWN`, because its SQLite wrapper has no name for it. That is the statement's fault,
- * as SQLITE_ERROR is for a local file; so is an argument the client refuses to send
- * (`ERR_OUT_OF_RANGE`, see `unsendable`). Everything else is classified as for SQLite.
+ * `SQLITE_UNKNOWN`, because its SQLite wrapper has no name for it. A missing table or column is the
+ * remote schema's fault (as for a local file); any other SQLITE_UNKNOWN is the statement's, as is
+ * an argument the client refuses to send (`ERR_OUT_OF_RANGE`, see `unsendable`). HTTP 401/403
+ * means the token was refused: no retry fixes that. Everything else is classified as for SQLite.
  */
 export function classifyLibsql(error: unknown): ErrorKind {
-  const code = (error as { code?: unknown } | null)?.code;
-  return code === "SQLITE_UNKNOWN" || code === "ERR_OUT_OF_RANGE" ? { kind: "row", errorClass: code } : classifySqlite(error);
+  const e = error as { code?: unknown; cause?: { status?: unknown } } | null;
+  const status = e?.cause?.status;
+  if (e?.code === "SERVER_ERROR" && (status === 401 || status === 403)) return { kind: "misconfigured", errorClass: `HTTP_${status}` };
+  const kind = classifySqlite(error);
+  if (kind.kind === "schema") return kind;
+  return e?.code === "SQLITE_UNKNOWN" || e?.code === "ERR_OUT_OF_RANGE" ? { kind: "row", errorClass: e.code } : kind;
 }
 
 function toResult(stmt: Statement, rs: ResultSet): WriteResult {

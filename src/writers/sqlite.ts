@@ -2,7 +2,7 @@ import { Database, type SQLQueryBindings } from "bun:sqlite";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { checkNumbers, type Connection, numberKey, stringKey } from "./connection.ts";
-import { commitEach, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
+import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
@@ -35,7 +35,7 @@ export class SqliteWriter implements OutboxWriter {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     const db = this.#open();
-    return runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)), classifyLocal, (m, e) => this.#fail(m, e));
+    return runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)), classifyLocal, (m, e, misconfigured) => this.#fail(m, e, misconfigured));
   }
 
   close(): void {
@@ -92,23 +92,35 @@ export class SqliteWriter implements OutboxWriter {
   }
 
   /**
-   * After a COMMIT failed a deferred foreign key: each statement runs as its own transaction
-   * (`commitEach`), so a failing COMMIT blames exactly that statement.
+   * After a COMMIT failed a deferred foreign key: the statements run again in one transaction,
+   * counting violations after each (`blameDeferred`); rolled back when one is blamed.
    */
-  #checkingPass(db: Database, stmts: Statement[]): Promise<PassResult> {
-    return commitEach(
-      stmts,
-      async (stmt) => {
-        const { outcomes: [outcome], commitError } = await this.#pass(db, [stmt]);
-        return commitError !== undefined ? { error: commitError } : (outcome as { result: WriteResult } | { error: unknown });
-      },
-      classifyLocal,
-      (m, e) => this.#fail(`transaction failed: ${m}`, e),
-    );
+  async #checkingPass(db: Database, stmts: Statement[]): Promise<PassResult> {
+    try {
+      db.run("BEGIN IMMEDIATE");
+    } catch (error) {
+      throw this.#fail(`BEGIN failed: ${errorText(error)}`, error);
+    }
+    try {
+      const outcomes = await blameDeferred(stmts, {
+        run: async (stmt) => run(db, stmt),
+        violations: async () => db.query("PRAGMA foreign_key_check").all().length,
+      });
+      const committed = outcomes.every((o) => "result" in o);
+      if (!committed) db.run("ROLLBACK");
+      else {
+        const commitError = tryCommit(db);
+        if (commitError !== undefined) return { outcomes, committed: false, commitError };
+      }
+      return { outcomes, committed };
+    } catch (error) {
+      if (db.inTransaction) db.run("ROLLBACK");
+      throw this.#fail(`transaction failed: ${errorText(error)}`, error);
+    }
   }
 
-  #fail(message: string, error: unknown): WriteError {
-    return new WriteError(`sqlite ${this.path}: ${message}`, undefined, error === undefined ? undefined : { cause: error });
+  #fail(message: string, error: unknown, misconfigured = false): WriteError {
+    return new WriteError(`sqlite ${this.path}: ${message}`, undefined, { ...(error === undefined ? {} : { cause: error }), misconfigured });
   }
 }
 

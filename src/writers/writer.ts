@@ -4,39 +4,53 @@ export type Dialect = "sqlite" | "libsql" | "postgres" | "mysql";
 /** Bind values every writer accepts: exactly what bun:sqlite can bind. */
 export type BindValue = string | number | bigint | boolean | null | Uint8Array;
 
-/** One statement of a batch: already rewritten for the writer's dialect. */
+/** One statement of a batch: already converted for the writer's dialect. */
 export interface Statement {
   sql: string;
   args: BindValue[];
   /** The outbox namespace (table) this statement belongs to. */
   namespace: string;
-  /** The outbox seq of the row this statement delivers. */
+  /** The outbox seq of the row this statement delivers; 0 for the drain's own statements. */
   seq: number;
+  /**
+   * Set on the drain's ledger statement that opens each namespace of a batch: it moves the
+   * namespace's ledger row from the `through` this drain last saw to the batch's last seq, and fails
+   * inside the engine (a NOT NULL violation) when another transaction moved it meanwhile. A writer
+   * runs it like any other statement; it may check that it affected exactly one row.
+   */
+  fence?: boolean;
 }
 
 /**
  * One result per statement, in order.
- * - `{ ok: true, rowsAffected }`: applied (0 is fine: an absorbed redelivery).
+ * - `{ ok: true, rowsAffected }`: applied (0 is fine).
  * - `{ ok: true, rows }`: a SELECT's rows.
- * - `{ ok: false, error, skipped: true }`: not attempted because an earlier statement of the same
- *   namespace failed in this batch (not the row's fault; no attempt is charged).
- * - `{ ok: false, error, errorClass? }`: this statement failed and was rolled back on its own
- *   (the row's fault: constraint, syntax, type). `errorClass` is the driver code if known.
+ * - `{ ok: false, error, skipped: true }`: not applied because another statement of the same
+ *   namespace failed in this batch (not this row's fault; no attempt is charged).
+ * - `{ ok: false, error, errorClass? }`: this statement failed (the row's fault: constraint,
+ *   syntax, type). `errorClass` is the driver code if known.
+ * - `remoteSchema: true` on a failure: the remote schema lacks something the statement needs (a
+ *   table, a column, a unique index, a privilege): not the row's fault; the table is held until
+ *   the schema is fixed, nothing is charged.
  */
 export type WriteResult =
   | { ok: true; rowsAffected?: number; rows?: unknown[][] }
-  | { ok: false; error: string; errorClass?: string; skipped?: boolean };
+  | { ok: false; error: string; errorClass?: string; skipped?: boolean; remoteSchema?: boolean };
 
 /**
  * The contract of a remote writer.
  *
- * `writeBatch` applies statements in order. It must not apply a statement of a namespace after an
- * earlier statement of that namespace failed in the same batch (report those `skipped`). Built-in
- * writers run the whole batch in one remote transaction with per-statement isolation, so every
- * `ok` result is committed together when the promise resolves (after a COMMIT refused by a deferred
- * constraint, in one transaction per namespace or per statement: see `runIsolated`). Throwing (or returning a result
- * array of the wrong length/shape) means the target as a whole failed: an outage, not the rows'
- * fault, and nothing is confirmed.
+ * `writeBatch` applies statements in order, grouped by namespace: the statements of one namespace
+ * in a batch are applied all together or not at all. When one of them fails, it is reported with
+ * its error and every other statement of its namespace `skipped` (rolled back or never run); the
+ * other namespaces are unaffected. Built-in writers run the batch as one remote transaction and
+ * re-run it without a failed namespace, so every `ok` result is committed together when the
+ * promise resolves. Only then can the ledger's fence statement (`Statement.fence`), which opens
+ * each namespace, account for exactly the rows applied with it. A writer that cannot run
+ * transactions must be configured `ledger = false` (delivery is then at least once).
+ *
+ * Throwing (or returning a result array of the wrong length/shape) means the target as a whole
+ * failed: an outage, not the rows' fault, and nothing is confirmed.
  */
 export interface OutboxWriter {
   readonly dialect?: Dialect;
