@@ -9,12 +9,19 @@ import { parseDotenv } from "../config/dotenv.ts";
 import { interpolate } from "../config/interpolate.ts";
 import { parseConfigDocument } from "../config/parse.ts";
 import { filterSecrets } from "../config/secret-values.ts";
-import { DEFAULTS, type AppConfig, type OutboxConfig } from "../config/types.ts";
+import type { OutboxConfig } from "../config/types.ts";
 import { ConfigError, NotFoundError } from "../errors.ts";
 import { log } from "./_context.ts";
 
-/** Parses `file` with process env and the `.env` beside it; returns the config and its secret values. */
-export function readConfigForInspection(file: string): { config: OutboxConfig; secrets: string[] } {
+/** What the read-only commands need of an app: where its files are and its producers' cap. */
+export interface AppLayout {
+  name: string;
+  dbDir: string;
+  maxPending: number | null;
+}
+
+/** Parses `file` with process env and the `.env` beside it; returns each app's layout and the config's secret values. */
+export function readConfigForInspection(file: string): { apps: AppLayout[]; secrets: string[] } {
   if (!fs.existsSync(file)) throw new NotFoundError(`config file ${file} does not exist`);
   const text = readText(file, file);
   const dotenvFile = path.join(path.dirname(file), ".env");
@@ -30,19 +37,20 @@ export function readConfigForInspection(file: string): { config: OutboxConfig; s
   });
   let problem: unknown;
   try {
-    return parseConfigDocument(text, file, recording);
+    const { config, secrets } = parseConfigDocument(text, file, recording);
+    return { apps: layoutOf(config), secrets };
   } catch (err) {
     problem = err;
   }
   // The queues stay inspectable when the config is not valid for the drain (a typo after an
   // edit is exactly when the operator needs status): warn, then read only the db_dirs.
-  let layout: { config: OutboxConfig; secrets: string[] };
+  let layout: { apps: AppLayout[]; secrets: string[] };
   try {
     layout = readLayout(text, file, env);
   } catch {
     throw problem; // not even the db_dirs are readable (a TOML syntax error, no db_dir)
   }
-  if (layout.config.apps.length === 0) throw problem;
+  if (layout.apps.length === 0) throw problem;
   if (missing.size > 0) {
     log().warn(`${[...missing].map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs of ${file}`);
   } else {
@@ -61,10 +69,14 @@ function readText(path: string, configFile: string): string {
   }
 }
 
+function layoutOf(config: OutboxConfig): AppLayout[] {
+  return config.apps.map(({ name, dbDir, maxPending }) => ({ name, dbDir, maxPending }));
+}
+
 /** Each app's db_dir and max_pending, without validating targets; every connection string counts as secret. */
-function readLayout(text: string, file: string, env: Record<string, string | undefined>): { config: OutboxConfig; secrets: string[] } {
+function readLayout(text: string, file: string, env: Record<string, string | undefined>): { apps: AppLayout[]; secrets: string[] } {
   const doc = parse(text) as { app?: Record<string, Record<string, unknown>> };
-  const apps: AppConfig[] = [];
+  const apps: AppLayout[] = [];
   const secrets = new Set<string>();
   for (const [name, raw] of Object.entries(doc.app ?? {})) {
     const keyPath = `app.${name}.db_dir`;
@@ -86,7 +98,7 @@ function readLayout(text: string, file: string, env: Record<string, string | und
         }
       }
     }
-    apps.push({ ...DEFAULTS, name, dbDir, maxPending, targets: [] } as AppConfig);
+    apps.push({ name, dbDir, maxPending });
   }
-  return { config: { file, apps }, secrets: filterSecrets(secrets) };
+  return { apps, secrets: filterSecrets(secrets) };
 }

@@ -2,10 +2,9 @@
 // (default ./outbox.toml). Read-only: the config is parsed, writers are never constructed.
 import fs from "node:fs";
 import path from "node:path";
-import type { OutboxConfig } from "../config/types.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
 import { fileHealth } from "../outbox/health.ts";
-import { readConfigForInspection } from "./_config.ts";
+import { readConfigForInspection, type AppLayout } from "./_config.ts";
 
 /** One db_dir to inspect, with the tuning that matters for display. */
 export interface Location {
@@ -42,15 +41,15 @@ export async function resolveLocations(args: { config?: string; "db-dir"?: strin
   if (args.config === undefined && !fs.existsSync(file)) {
     throw new UsageError(`no ${DEFAULT_CONFIG} in ${process.cwd()}: give --config FILE or --db-dir DIR`);
   }
-  const { config, secrets } = readConfigForInspection(file);
-  return { dirs: locationsOf(config), secrets, configFile: file };
+  const { apps, secrets } = readConfigForInspection(file);
+  return { dirs: locationsOf(apps), secrets, configFile: file };
 }
 
 /** Every app's db_dir (an app listed twice with one db_dir is inspected once). */
-function locationsOf(config: OutboxConfig): Location[] {
+function locationsOf(apps: AppLayout[]): Location[] {
   const seen = new Set<string>();
   const out: Location[] = [];
-  for (const app of config.apps) {
+  for (const app of apps) {
     if (seen.has(app.dbDir)) continue;
     seen.add(app.dbDir);
     out.push({ app: app.name, dbDir: app.dbDir, maxPending: app.maxPending });

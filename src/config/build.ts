@@ -1,3 +1,4 @@
+import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, ConfigIssuesError } from "../errors.ts";
 import type { EnvMap } from "./interpolate.ts";
@@ -21,7 +22,9 @@ export interface BuildOptions {
 /** The keys of an `[app.NAME]` table (snake_case). */
 export const APP_KEYS = [
   "db_dir",
+  "origin_label",
   "batch_size",
+  "batch_max_bytes",
   "flush_interval",
   "table_flush_threshold",
   "table_max_wait",
@@ -32,8 +35,10 @@ export const APP_KEYS = [
   "max_attempts",
   "backoff_cap_minutes",
   "backoff_unit_seconds",
+  "outage_backoff_cap_minutes",
   "write_timeout",
   "durability",
+  "file_mode",
   "db",
 ] as const;
 
@@ -87,22 +92,29 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
   const dbDir = dbDirRaw ? resolve(baseDir, dbDirRaw) : "";
 
   const retainLogDays = r.number(raw, "retain_log_days", path, { min: 0 }) ?? DEFAULTS.retainLogDays;
+  // Durations are read in the TOML key's unit and converted to milliseconds here, once.
+  const seconds = (key: string, rule: { min?: number; above?: number }, fallback: number) => (r.number(raw, key, path, rule) ?? fallback) * 1000;
+  const minutes = (key: string, fallback: number) => (r.number(raw, key, path, { above: 0 }) ?? fallback) * 60_000;
   const app: AppConfig = {
     name,
     dbDir,
+    originLabel: readOriginLabel(r, raw, path),
     batchSize: r.number(raw, "batch_size", path, { integer: true, min: 1 }) ?? DEFAULTS.batchSize,
-    flushInterval: r.number(raw, "flush_interval", path, { above: 0 }) ?? DEFAULTS.flushInterval,
+    batchMaxBytes: r.number(raw, "batch_max_bytes", path, { integer: true, min: 1024 }) ?? DEFAULTS.batchMaxBytes,
+    flushIntervalMs: seconds("flush_interval", { above: 0 }, DEFAULTS.flushInterval),
     tableFlushThreshold: r.number(raw, "table_flush_threshold", path, { integer: true, min: 1 }) ?? DEFAULTS.tableFlushThreshold,
-    tableMaxWait: r.number(raw, "table_max_wait", path, { min: 0 }) ?? DEFAULTS.tableMaxWait,
+    tableMaxWaitMs: seconds("table_max_wait", { min: 0 }, DEFAULTS.tableMaxWait),
     autoSchema: r.boolean(raw, "auto_schema", path) ?? DEFAULTS.autoSchema,
     cleanupEvery: r.number(raw, "cleanup_every", path, { integer: true, min: 1 }) ?? DEFAULTS.cleanupEvery,
     retainLogDays,
     maxPending: optionalLimit(r, raw, "max_pending", path, DEFAULTS.maxPending),
     maxAttempts: optionalLimit(r, raw, "max_attempts", path, DEFAULTS.maxAttempts),
-    backoffCapMinutes: r.number(raw, "backoff_cap_minutes", path, { above: 0 }) ?? DEFAULTS.backoffCapMinutes,
-    backoffUnitSeconds: r.number(raw, "backoff_unit_seconds", path, { above: 0 }) ?? DEFAULTS.backoffUnitSeconds,
-    writeTimeout: r.number(raw, "write_timeout", path, { above: 0 }) ?? DEFAULTS.writeTimeout,
+    backoffCapMs: minutes("backoff_cap_minutes", DEFAULTS.backoffCapMinutes),
+    backoffUnitMs: seconds("backoff_unit_seconds", { above: 0 }, DEFAULTS.backoffUnitSeconds),
+    outageBackoffCapMs: minutes("outage_backoff_cap_minutes", DEFAULTS.outageBackoffCapMinutes),
+    writeTimeoutMs: seconds("write_timeout", { above: 0 }, DEFAULTS.writeTimeout),
     durability: r.oneOf(raw, "durability", path, ["normal", "full"] as const) ?? DEFAULTS.durability,
+    fileMode: readFileMode(r, raw, path),
     targets: [],
   };
 
@@ -126,6 +138,29 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
     if (target) app.targets.push(target);
   }
   return app;
+}
+
+/** The ledger's label column holds up to 255 characters (MySQL VARCHAR(255)). */
+const MAX_LABEL_LENGTH = 255;
+
+/** `origin_label`: a short human name for this host's queues in the ledger; default the host name. */
+function readOriginLabel(r: Reader, raw: Table, path: string): string {
+  const label = r.string(raw, "origin_label", path);
+  if (label === undefined) return hostname().slice(0, MAX_LABEL_LENGTH);
+  const at = join(path, r.key("origin_label"));
+  if (label.trim() === "") return r.fail(at, "must not be empty") ?? "";
+  if (label.length > MAX_LABEL_LENGTH) return r.fail(at, `must be at most ${MAX_LABEL_LENGTH} characters, got ${label.length}`) ?? "";
+  return label;
+}
+
+/** `file_mode`: permission bits such as 0o600 (TOML octal); the owner must keep read and write. */
+function readFileMode(r: Reader, raw: Table, path: string): number {
+  const mode = r.number(raw, "file_mode", path, { integer: true, min: 0 });
+  if (mode === undefined) return DEFAULTS.fileMode;
+  if (mode > 0o777 || (mode & 0o600) !== 0o600) {
+    return r.fail(join(path, r.key("file_mode")), `must be permission bits between 0o600 and 0o777 that let the owner read and write (e.g. 0o600 or 0o640), got 0o${mode.toString(8)}`) ?? DEFAULTS.fileMode;
+  }
+  return mode;
 }
 
 /** `max_pending` / `max_attempts`: a positive integer, or 0 (or null in code) for "no limit". */

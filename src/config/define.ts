@@ -18,16 +18,27 @@ export interface TargetInput {
   retainLogDays?: number;
   dialect?: Dialect;
   compat?: boolean;
+  /** Fence batches with a delivery ledger in the target (default true); false = at least once. */
+  ledger?: boolean;
+  /** The ledger table's name (default "sqloutbox_ledger"). */
+  ledgerTable?: string;
   /** Passed to the writer as is (keys as the writer documents them). */
   connection?: Record<string, unknown>;
 }
 
-/** One app (`[app.NAME]` in TOML): the same keys in camelCase; `null` or 0 means "no limit". */
+/**
+ * One app (`[app.NAME]` in TOML): the same keys in camelCase and the same units (seconds,
+ * minutes, as the names say); `null` or 0 means "no limit".
+ */
 export interface AppInput {
   dbDir: string;
+  originLabel?: string;
   batchSize?: number;
+  batchMaxBytes?: number;
+  /** Seconds. */
   flushInterval?: number;
   tableFlushThreshold?: number;
+  /** Seconds. */
   tableMaxWait?: number;
   autoSchema?: boolean;
   cleanupEvery?: number;
@@ -36,8 +47,12 @@ export interface AppInput {
   maxAttempts?: number | null;
   backoffCapMinutes?: number;
   backoffUnitSeconds?: number;
+  outageBackoffCapMinutes?: number;
+  /** Seconds. */
   writeTimeout?: number;
   durability?: Durability;
+  /** Permission bits of created queue files, e.g. 0o600. */
+  fileMode?: number;
   db: Record<string, TargetInput>;
 }
 

@@ -12,7 +12,7 @@ import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 const BUILTIN_WRITER_NAMES = Object.keys(builtinWriters) as BuiltinWriterName[];
 
 /** The keys of an `[app.NAME.db.DB]` table. */
-export const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "connection"] as const;
+export const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "ledger", "ledger_table", "connection"] as const;
 /** Db names become part of target names `app.db`. */
 const NAME = /^[A-Za-z0-9_-]+$/;
 
@@ -49,8 +49,20 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
     connection,
     dialect: r.oneOf(raw, "dialect", path, DIALECTS) ?? null,
     compat: r.boolean(raw, "compat", path) ?? DEFAULTS.compat,
+    ledger: r.boolean(raw, "ledger", path) ?? DEFAULTS.ledger,
+    ledgerTable: readLedgerTable(r, raw, path),
     tables,
   };
+}
+
+/** `ledger_table`: a plain identifier (it is quoted in every dialect, but a DBA must be able to type it). */
+function readLedgerTable(r: Reader, raw: Table, path: string): string {
+  const name = r.string(raw, "ledger_table", path);
+  if (name === undefined) return DEFAULTS.ledgerTable;
+  if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name)) {
+    return r.fail(join(path, r.key("ledger_table")), `must be a plain table name (letters, digits and _, not starting with a digit, at most 63 characters), got ${JSON.stringify(name)}`) ?? DEFAULTS.ledgerTable;
+  }
+  return name;
 }
 
 function readWriter(r: Reader, raw: Table, path: string, baseDir: string): { writer: string | null; writerClass: string | null } {

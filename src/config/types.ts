@@ -6,7 +6,10 @@ export type Durability = "normal" | "full";
 /** One table routed to a target; per-table overrides already applied. */
 export interface TableConfig {
   name: string;
-  /** Rewrite statements to carry `outbox_seq` (idempotent delivery). Default true. */
+  /**
+   * The compatibility mode: rewrite statements to carry `outbox_seq` for remote schemas built for
+   * the Python reference. Default false: statements go verbatim, fenced by the delivery ledger.
+   */
   injectOutboxSeq: boolean;
   /** Days to keep `outbox_sync_log` entries for this table. Default 30. */
   retainLogDays: number;
@@ -28,23 +31,37 @@ export interface TargetConfig {
   dialect: Dialect | null;
   /** Produce the reference's rewrite forms (`INSERT OR IGNORE`, unguarded UPDATE). Default false. */
   compat: boolean;
+  /**
+   * Keep a delivery ledger in the target and fence every batch with it (exactly once in effect).
+   * false: for a writer that cannot run a transaction; delivery is then at least once. Default true.
+   */
+  ledger: boolean;
+  /** Name of the ledger table in the target. Default `sqloutbox_ledger`. */
+  ledgerTable: string;
   tables: TableConfig[];
 }
 
-/** One `[app.NAME]`: a db_dir and its tuning, which apply to this app's targets only. */
+/**
+ * One `[app.NAME]`: a db_dir and its tuning, which apply to this app's targets only. Durations are
+ * milliseconds here, converted once from the TOML keys (seconds, minutes) when the config is read.
+ */
 export interface AppConfig {
   name: string;
   /** Absolute path of the directory holding `{table}.db` files. */
   dbDir: string;
+  /** The label this app's origins carry in the ledger (`origin_label`). Default: the host name. */
+  originLabel: string;
   /** Max rows per table per cycle. Default 500. */
   batchSize: number;
-  /** Seconds between scans (`flush_interval`). Default 1.0. */
-  flushInterval: number;
+  /** Max bytes (SQL text + payload) of one target's batch; a single larger row goes alone. Default 16 MiB. */
+  batchMaxBytes: number;
+  /** Between scans (`flush_interval`). Default 1 000. */
+  flushIntervalMs: number;
   /** Pending rows that make a table ready at once. Default 15. */
   tableFlushThreshold: number;
-  /** Seconds the oldest pending row may wait before its table is flushed anyway. Default 6.0. */
-  tableMaxWait: number;
-  /** Add `outbox_seq` + unique index to injected remote tables on startup (never drops). Default true. */
+  /** How long the oldest pending row may wait before its table is flushed anyway. Default 6 000. */
+  tableMaxWaitMs: number;
+  /** Create the ledger table (and, for injected tables, `outbox_seq` + its index) when missing. Default true. */
   autoSchema: boolean;
   /** Prune the sync log every N cycles. Default 500. */
   cleanupEvery: number;
@@ -54,13 +71,17 @@ export interface AppConfig {
   maxPending: number | null;
   /** Dead-letter a head after this many failed attempts; null = retry forever. Default 10. */
   maxAttempts: number | null;
-  /** Cap of the per-row and per-target backoff, minutes. Default 64. */
-  backoffCapMinutes: number;
-  /** Backoff unit: a head that failed n times waits 2^n units. Seconds; default 60. */
-  backoffUnitSeconds: number;
-  /** Seconds one writeBatch may take before the target counts as down. Default 30. */
-  writeTimeout: number;
+  /** Backoff unit of a failed row: it waits 2^attempts units. Default 60 000. */
+  backoffUnitMs: number;
+  /** Cap of a failed row's backoff. Default 64 minutes. */
+  backoffCapMs: number;
+  /** Cap of an unreachable target's backoff (it starts at one second, doubling, jittered). Default 5 minutes. */
+  outageBackoffCapMs: number;
+  /** How long one writeBatch may take before the target counts as down. Default 30 000. */
+  writeTimeoutMs: number;
   durability: Durability;
+  /** Permission bits of the queue files and the lock file this app creates. Default 0o600. */
+  fileMode: number;
   targets: TargetConfig[];
 }
 
@@ -73,12 +94,13 @@ export interface OutboxConfig {
   apps: AppConfig[];
 }
 
-/** Defaults of every tunable key (TOML names in comments). */
+/** Defaults of every tunable key, in the units of the TOML key named in the comment. */
 export const DEFAULTS = {
   batchSize: 500, // batch_size
-  flushInterval: 1.0, // flush_interval
+  batchMaxBytes: 16 * 1024 * 1024, // batch_max_bytes
+  flushInterval: 1.0, // flush_interval, seconds
   tableFlushThreshold: 15, // table_flush_threshold
-  tableMaxWait: 6.0, // table_max_wait
+  tableMaxWait: 6.0, // table_max_wait, seconds
   autoSchema: true, // auto_schema
   cleanupEvery: 500, // cleanup_every
   retainLogDays: 30, // retain_log_days
@@ -86,8 +108,12 @@ export const DEFAULTS = {
   maxAttempts: 10, // max_attempts
   backoffCapMinutes: 64, // backoff_cap_minutes
   backoffUnitSeconds: 60, // backoff_unit_seconds
-  writeTimeout: 30, // write_timeout
+  outageBackoffCapMinutes: 5, // outage_backoff_cap_minutes
+  writeTimeout: 30, // write_timeout, seconds
   durability: "normal", // durability
-  injectOutboxSeq: true, // inject_outbox_seq
+  fileMode: 0o600, // file_mode
+  injectOutboxSeq: false, // inject_outbox_seq
   compat: false, // compat
+  ledger: true, // ledger
+  ledgerTable: "sqloutbox_ledger", // ledger_table
 } as const satisfies Record<string, unknown>;
