@@ -10,6 +10,7 @@ export type OutboxErrorCode =
   | "E_NOT_FOUND" // a namespace, seq or dead letter that does not exist
   | "E_CHAIN" // a broken prev_seq chain
   | "E_UNSUPPORTED_STATEMENT" // a statement the rewriter refuses
+  | "E_INVALID_STATEMENT" // SQL text refused at push: not exactly one statement, wrong argument count, …
   | "E_WRITE" // a remote writer failure
   | "E_LOCKED" // another drain holds the db_dir lock
   | "E_USAGE"; // a command-line usage error
@@ -117,10 +118,16 @@ export class SecretsError extends OutboxError {
   }
 }
 
-/** A remote writer failed as a whole (connection, protocol, timeout). */
+/**
+ * A remote writer failed as a whole (connection, protocol, timeout). `misconfigured` marks a
+ * failure no retry fixes by itself — authentication refused, the database does not exist — so
+ * the drain reports the target as misconfigured rather than down.
+ */
 export class WriteError extends OutboxError {
-  constructor(message: string, readonly target?: string, options?: { cause?: unknown }) {
+  readonly misconfigured: boolean;
+  constructor(message: string, readonly target?: string, options?: { cause?: unknown; misconfigured?: boolean }) {
     super("E_WRITE", message, options);
+    this.misconfigured = options?.misconfigured ?? false;
   }
 }
 
@@ -135,5 +142,24 @@ export class LockedError extends OutboxError {
 export class UsageError extends OutboxError {
   constructor(message: string) {
     super("E_USAGE", message);
+  }
+}
+
+/** A short, credential-free description of anything thrown: its message and its most specific code. */
+export function describeError(error: unknown): { message: string; errorClass: string } {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return { message: error.message, errorClass: typeof code === "string" && code ? code : error.name };
+  }
+  return { message: String(error), errorClass: typeof error };
+}
+
+/** `push` refused the SQL text of a statement for `table`; `reason` says exactly why. */
+export class InvalidStatementError extends OutboxError {
+  constructor(
+    readonly reason: string,
+    readonly table?: string,
+  ) {
+    super("E_INVALID_STATEMENT", `invalid statement${table === undefined ? "" : ` for table "${table}"`}: ${reason}`);
   }
 }

@@ -3,13 +3,13 @@ import { resolve } from "node:path";
 import { InvalidArgumentError, NotFoundError, OutboxClosedError, OutboxError, QueueFullError, StorageError } from "../errors.ts";
 import { namespaceHealth, type FileFeatures, type NamespaceHealth } from "./health.ts";
 import { DEAD_ROW_COLUMNS, QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
-import { pendingCounterName } from "./schema.ts";
+import { pendingCounterName, readOrigin } from "./schema.ts";
 import { openMigrated, storageError, type Durability } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
 
-/** Options of an Outbox. Defaults: unbounded, `normal` durability, 10 s busy timeout. */
+/** Options of an Outbox. Defaults: unbounded, `normal` durability, 10 s busy timeout, files created 0600. */
 export interface OutboxOptions {
   /** Hard cap of pending rows in this namespace; `enqueue` throws QueueFullError at the cap. null = unbounded. */
   maxPending?: number | null;
@@ -17,6 +17,21 @@ export interface OutboxOptions {
   durability?: Durability;
   /** How long a writer waits for another process's write lock before failing, ms. */
   busyTimeoutMs?: number;
+  /** Permission bits of the file (and its -wal/-shm) when this Outbox creates it; an existing file keeps its mode. */
+  fileMode?: number;
+}
+
+/** What the drain reads of one namespace for a batch, from one consistent state of the file. */
+export interface DeliveryRead {
+  /** The oldest pending row, or null when the namespace is empty. */
+  head: OutboxRow | null;
+  pending: number;
+  /** The rows to deliver, head first; empty when `ready` said no. Cut before a chain gap. */
+  rows: OutboxRow[];
+  /** A row behind which the chain is broken (its `prevSeq` exists nowhere), if one was met. */
+  gap: ChainGap | null;
+  /** Reading stopped at `limit` or `maxBytes`: more rows are ready behind `rows`. */
+  truncated: boolean;
 }
 
 // The namespace tail is the last seq the namespace ever allocated, wherever that row is now:
@@ -60,6 +75,8 @@ export class Outbox {
   readonly maxPending: number | null;
   /** `normal` (synchronous=NORMAL) or `full` (synchronous=FULL). */
   readonly durability: Durability;
+  /** The file's origin id: how every target's delivery ledger knows this queue file. */
+  readonly origin: string;
   #db: Database;
   #closed = false;
   #onClose: (() => void) | undefined;
@@ -74,6 +91,7 @@ export class Outbox {
   #insert: Statement;
   #insertAtTail: Statement<unknown, [string, string, string, string, string]>;
   #exists: Statement<{ found: number }, [number, string]>;
+  #pendingRows: Statement<OutboxRow, [string]>;
 
   constructor(path: string, namespace: string, options: OutboxOptions = {}) {
     if (typeof path !== "string" || path === "") throw new InvalidArgumentError("outbox path must be a non-empty string");
@@ -93,8 +111,9 @@ export class Outbox {
     this.maxPending = maxPending;
     this.durability = durability;
     this.#counter = pendingCounterName(namespace);
-    this.#db = openMigrated(this.path, namespace, durability, options.busyTimeoutMs ?? 10_000);
+    this.#db = openMigrated(this.path, namespace, { durability, busyTimeoutMs: options.busyTimeoutMs ?? 10_000, fileMode: options.fileMode });
     try {
+      this.origin = readOrigin(this.#db)!;
       this.#finishReferenceConfirms();
       const db = this.#db;
       this.#begin = db.prepare("BEGIN IMMEDIATE");
@@ -108,6 +127,7 @@ export class Outbox {
       this.#insertAtTail = db.prepare(
         `INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq) VALUES (?2, ?1, ?3, ?4, ?5, (${TAIL_SQL}))`,
       );
+      this.#pendingRows = db.prepare(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq`);
       this.#exists = db.prepare(`SELECT
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
         OR EXISTS (SELECT 1 FROM outbox_sync_log WHERE seq = ?1 AND namespace = ?2)
@@ -178,6 +198,61 @@ export class Outbox {
   /** The oldest pending row of this namespace, or null when the queue is empty. */
   head(): OutboxRow | null {
     return this.fetchUnsynced(1)[0] ?? null;
+  }
+
+  /**
+   * The drain's read of this namespace, in ONE read transaction: the head and the pending count,
+   * and — when `ready(head, pending)` says so — up to `limit` rows head first, no more than
+   * `maxBytes` of SQL text and payload (the first row always, however large), cut before the
+   * first row whose chain link exists nowhere. Rows are streamed, so a backlog of large rows is
+   * never loaded beyond the budget.
+   */
+  readForDelivery(limit: number, maxBytes: number, ready: (head: OutboxRow, pending: number) => boolean): DeliveryRead {
+    this.#open();
+    return this.#read("cannot read rows to deliver", () =>
+      this.#db.transaction((): DeliveryRead => {
+        const pending = this.#pending.get(this.#counter)?.pending ?? 0;
+        const rows: OutboxRow[] = [];
+        let head: OutboxRow | null = null;
+        let gap: ChainGap | null = null;
+        let truncated = false;
+        let bytes = 0;
+        for (const row of this.#pendingRows.iterate(this.namespace)) {
+          if (head === null) {
+            head = row;
+            if (!ready(row, pending)) break;
+          }
+          bytes += row.tag.length + row.payload.length;
+          if (rows.length > 0 && (rows.length >= limit || bytes > maxBytes)) {
+            truncated = true;
+            break;
+          }
+          const previous = rows[rows.length - 1];
+          const linked = row.prevSeq === null || row.prevSeq === previous?.seq || this.#exists.get(row.prevSeq, this.namespace)!.found === 1;
+          if (!linked) {
+            gap = { seq: row.seq, prevSeq: row.prevSeq! };
+            break;
+          }
+          rows.push(row);
+        }
+        return { head, pending, rows, gap, truncated };
+      })(),
+    );
+  }
+
+  /**
+   * Confirms every pending row at or below `bound` (sync log + delete, one transaction): the
+   * drain's settlement of rows the delivery ledger says were applied. Returns how many.
+   */
+  confirmThrough(bound: number): number {
+    this.#open();
+    const now = isoTimestamp();
+    return this.#write("cannot confirm", () => {
+      this.#db
+        .query("INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 0 AND seq <= ?3")
+        .run(now, this.namespace, bound);
+      return this.#db.query("DELETE FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq <= ?").run(this.namespace, bound).changes;
+    });
   }
 
   /**
@@ -320,9 +395,13 @@ export class Outbox {
     );
   }
 
-  /** Forgets the head's "sent, outcome unknown" mark once the outcome is known. */
-  clearSent(seq: number): void {
-    this.#update("cannot clear sent mark", seq, "sent_through = NULL");
+  /**
+   * Forgets the head's "sent, outcome unknown" mark once the outcome is known; with `refund`, also
+   * undoes its up-front attempt charge (it was not tried, or not its fault). One transaction.
+   */
+  clearSent(seq: number, options: { refund?: boolean } = {}): void {
+    const set = options.refund ? "sent_through = NULL, attempts = max(attempts - 1, 0)" : "sent_through = NULL";
+    this.#update("cannot clear sent mark", seq, set);
   }
 
   /** Undoes one attempt charge (the target was down: not the row's fault); never below zero. */
@@ -450,7 +529,7 @@ export class Outbox {
     this.#closed = true;
     // Finalize our prepared statements first: SQLite only closes (checkpointing and removing the
     // -wal/-shm files when it is the last connection) once no statement is left open.
-    for (const stmt of [this.#begin, this.#commit, this.#rollback, this.#tail, this.#pending, this.#insert, this.#insertAtTail, this.#exists]) stmt.finalize();
+    for (const stmt of [this.#begin, this.#commit, this.#rollback, this.#tail, this.#pending, this.#insert, this.#insertAtTail, this.#exists, this.#pendingRows]) stmt.finalize();
     this.#db.close(false);
     this.#onClose?.();
   }

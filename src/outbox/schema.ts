@@ -1,4 +1,5 @@
 import type { Database } from "bun:sqlite";
+import { StorageError } from "../errors.ts";
 
 /*
  * The on-disk format. The two base tables and their two indexes are exactly the reference's, so
@@ -68,7 +69,22 @@ const ADDED_DDL = [
     ${DEAD_COLUMNS.map(([n, t]) => `${n} ${t}`).join(",\n    ")}
   )`,
   `CREATE INDEX IF NOT EXISTS idx_dead_log ON outbox_dead_log (namespace, seq)`,
+  // Facts about the file itself; `origin` names this queue file in every target's delivery ledger.
+  `CREATE TABLE IF NOT EXISTS outbox_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
 ];
+
+/**
+ * The on-disk format version of files we write, kept in `PRAGMA user_version` (the reference
+ * leaves it 0). A file with a higher version was written by a newer sqloutbox, whose format this
+ * one may misread: it is refused, never "upgraded" backwards.
+ */
+export const FORMAT_VERSION = 1;
+
+/** `PRAGMA application_id` of our files ("sqob"): marks a SQLite file as an outbox file. */
+export const APPLICATION_ID = 0x73716f62;
+
+/** The `outbox_meta` key of the file's origin id. */
+const ORIGIN_KEY = "origin";
 
 /** Name of a namespace's pending counter row in sqlite_sequence. */
 export function pendingCounterName(namespace: string): string {
@@ -108,41 +124,86 @@ const COUNTER_DDL = [
 ];
 
 /** Names of schema objects whose presence means "fully migrated". */
-const MARKERS = ["outbox_queue", "outbox_sync_log", "outbox_dead_log", "idx_dead_log",
+const MARKERS = ["outbox_queue", "outbox_sync_log", "outbox_dead_log", "idx_dead_log", "outbox_meta",
   "outbox_pending_insert", "outbox_pending_delete", "outbox_pending_update"];
 
-/** True when every table, trigger and column we rely on exists (one cheap read of the schema). */
+/** True when every table, trigger, column and fact we rely on exists (one cheap read of the schema). */
 function isMigrated(db: Database): boolean {
   const row = db
-    .query<{ objects: number; columns: number; dead: number }, []>(
+    .query<{ objects: number; columns: number; dead: number; version: number }, []>(
       `SELECT
         (SELECT count(*) FROM sqlite_schema WHERE name IN (${MARKERS.map((m) => `'${m}'`).join(",")})) AS objects,
         (SELECT count(*) FROM pragma_table_info('outbox_queue') WHERE name IN (${QUEUE_EXTRA_COLUMNS.map(([n]) => `'${n}'`).join(",")})) AS columns,
-        (SELECT count(*) FROM pragma_table_info('outbox_dead_log') WHERE name IN ('seq', ${DEAD_COLUMNS.map(([n]) => `'${n}'`).join(",")})) AS dead`,
+        (SELECT count(*) FROM pragma_table_info('outbox_dead_log') WHERE name IN ('seq', ${DEAD_COLUMNS.map(([n]) => `'${n}'`).join(",")})) AS dead,
+        (SELECT user_version FROM pragma_user_version) AS version`,
     )
     .get()!;
-  return row.objects === MARKERS.length && row.columns === QUEUE_EXTRA_COLUMNS.length && row.dead === DEAD_COLUMNS.length + 1;
+  return (
+    row.objects === MARKERS.length && row.columns === QUEUE_EXTRA_COLUMNS.length && row.dead === DEAD_COLUMNS.length + 1 &&
+    row.version === FORMAT_VERSION && readOrigin(db) !== null
+  );
 }
 
 /**
  * Creates or upgrades the schema; idempotent and safe against concurrent openers (it re-checks
- * under the write lock). Must be called outside a transaction.
+ * under the write lock). Must be called outside a transaction. Refuses, without writing, a file
+ * written by a newer format and a database that belongs to something else (`checkOwnFile`).
  */
-export function migrate(db: Database): void {
+export function migrate(db: Database, file: string): void {
+  checkOwnFile(db, file);
   if (isMigrated(db)) return;
   db.run("BEGIN IMMEDIATE");
   try {
+    checkOwnFile(db, file); // another process may have changed it before we held the lock
     if (!isMigrated(db)) {
       for (const sql of BASE_DDL) db.run(sql);
       addMissingColumns(db, "outbox_queue", QUEUE_EXTRA_COLUMNS);
       for (const sql of ADDED_DDL) db.run(sql);
       addMissingColumns(db, "outbox_dead_log", DEAD_COLUMNS);
       if (!hasPendingCounter(db)) for (const sql of COUNTER_DDL) db.run(sql);
+      // The origin is created once, with the file (or the first time we write a reference file),
+      // and never changes: the ledger knows this queue by it.
+      db.query("INSERT OR IGNORE INTO outbox_meta (key, value) VALUES (?, ?)").run(ORIGIN_KEY, Bun.randomUUIDv7());
+      db.run(`PRAGMA application_id = ${APPLICATION_ID}`);
+      db.run(`PRAGMA user_version = ${FORMAT_VERSION}`);
     }
     db.run("COMMIT");
   } catch (e) {
     if (db.inTransaction) db.run("ROLLBACK");
     throw e;
+  }
+}
+
+/** This file's origin id (a UUIDv7), or null when it has none yet (a reference file, never opened for writing). */
+export function readOrigin(db: Database): string | null {
+  if (!tableColumns(db, "outbox_meta").includes("value")) return null;
+  return db.query<{ value: string }, [string]>("SELECT value FROM outbox_meta WHERE key = ?").get(ORIGIN_KEY)?.value ?? null;
+}
+
+/**
+ * Throws StorageError unless `db` may be treated as an outbox file: empty (new), an outbox file of
+ * our format version or older (the reference's included), and not marked as another
+ * application's. A database with tables but no outbox_queue is somebody else's — a producer
+ * pointed at `users.db` must not add outbox tables to it.
+ */
+export function checkOwnFile(db: Database, file: string): void {
+  const { version, app } = db
+    .query<{ version: number; app: number }, []>("SELECT (SELECT user_version FROM pragma_user_version) AS version, (SELECT application_id FROM pragma_application_id) AS app")
+    .get()!;
+  if (app !== 0 && app !== APPLICATION_ID) {
+    throw new StorageError(`not an outbox file: ${file} belongs to another application (application_id ${app}); sqloutbox never writes to it`, file);
+  }
+  if (version > FORMAT_VERSION) {
+    throw new StorageError(`outbox file ${file} was written by a newer sqloutbox (format ${version}; this version reads formats up to ${FORMAT_VERSION}): upgrade sqloutbox to use it`, file);
+  }
+  if (tableColumns(db, "outbox_queue").includes("seq")) return;
+  const tables = db
+    .query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 6")
+    .all()
+    .map((r) => r.name);
+  if (tables.length > 0) {
+    const shown = tables.length > 5 ? `${tables.slice(0, 5).join(", ")}, …` : tables.join(", ");
+    throw new StorageError(`not an outbox file: ${file} holds other tables (${shown}) and no outbox_queue; sqloutbox never adds its tables to another database`, file);
   }
 }
 

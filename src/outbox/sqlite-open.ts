@@ -1,7 +1,7 @@
 import { Database, constants } from "bun:sqlite";
-import { existsSync, statSync } from "node:fs";
+import { closeSync, existsSync, fchmodSync, openSync, statSync } from "node:fs";
 import { OutboxError, StorageError } from "../errors.ts";
-import { migrate } from "./schema.ts";
+import { checkOwnFile, migrate } from "./schema.ts";
 
 /** Local durability: `normal` = synchronous=NORMAL (default), `full` = synchronous=FULL. */
 export type Durability = "normal" | "full";
@@ -16,20 +16,27 @@ export type Durability = "normal" | "full";
  */
 export const NEW_FILE_PAGE_SIZE = 2048;
 
+/** Permission bits of the queue files we create (their -wal/-shm inherit them). */
+export const DEFAULT_FILE_MODE = 0o600;
+
 /**
  * Opens (creating if needed) an outbox file for writing: WAL, the chosen synchronous level and a
- * busy timeout so concurrent producer processes wait for the write lock instead of failing.
- * Reads before it writes, so a file of garbage bytes is reported untouched.
+ * busy timeout so concurrent producer processes wait for the write lock instead of failing. A new
+ * file is created with `fileMode` (default 0600: payloads rest in clear, and no other local user
+ * should read them), whatever the umask; an existing file keeps its mode. Reads before it writes,
+ * so a file of garbage bytes, a newer format or another application's database is reported untouched.
  */
 export function openWritable(
   path: string,
-  options: { durability: Durability; busyTimeoutMs: number; namespace?: string },
+  options: { durability: Durability; busyTimeoutMs: number; namespace?: string; fileMode?: number },
 ): Database {
   let db: Database | undefined;
   try {
+    createPrivate(path, options.fileMode ?? DEFAULT_FILE_MODE);
     db = new Database(path, { create: true, readwrite: true });
     db.run(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs))}`);
     db.query("SELECT count(*) FROM sqlite_schema").get(); // fails on a non-database before any write
+    checkOwnFile(db, path); // before WAL: switching journal mode already writes to the file
     db.run(`PRAGMA page_size = ${NEW_FILE_PAGE_SIZE}`); // only takes effect on a new, empty file
     const mode = db.query<{ journal_mode: string }, []>("PRAGMA journal_mode = WAL").get();
     if (mode?.journal_mode.toLowerCase() !== "wal") {
@@ -44,18 +51,39 @@ export function openWritable(
 }
 
 /**
+ * Creates `path` as an empty file with `mode` unless it exists. SQLite would create it with 0644
+ * minus the umask, and its -wal and -shm files copy the database file's mode, so creating the file
+ * first makes all three private.
+ */
+function createPrivate(path: string, mode: number): void {
+  let fd: number;
+  try {
+    fd = openSync(path, "wx", mode);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "EEXIST") return; // exists: keep its mode
+    throw e;
+  }
+  try {
+    fchmodSync(fd, mode); // the umask may have removed bits the operator asked for
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
  * Opens and migrates a file. Switching a fresh file to WAL and creating the schema can meet
  * SQLITE_BUSY without SQLite's busy handler being consulted (lock upgrades that would deadlock
  * fail at once), so when several processes open one new file together we retry, within the
  * busy timeout, instead of surfacing the race to a producer.
  */
-export function openMigrated(path: string, namespace: string, durability: Durability, busyTimeoutMs: number): Database {
+export function openMigrated(path: string, namespace: string, options: { durability: Durability; busyTimeoutMs: number; fileMode?: number }): Database {
+  const { busyTimeoutMs } = options;
   const deadline = Date.now() + busyTimeoutMs;
   for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
     let db: Database | undefined;
     try {
-      db = openWritable(path, { durability, busyTimeoutMs, namespace });
-      migrate(db);
+      db = openWritable(path, { ...options, namespace });
+      migrate(db, path);
       return db;
     } catch (e) {
       db?.close(false);
