@@ -1,0 +1,105 @@
+import type { Dialect } from "../writers/writer.ts";
+import { quoteIdent } from "./ident.ts";
+
+/*
+ * The delivery ledger: one row per (origin, namespace) in each target, holding `through`, the
+ * highest local seq of that queue file applied there. The drain advances it in the same remote
+ * transaction as the rows it accounts for, with a fence that only matches the value this drain
+ * last saw (see fenceSql), so a zombie or late transaction can never be applied twice.
+ *
+ * Every statement here is pure text plus the order of its bind arguments; the drain sends them
+ * through the target's writer like any other statement.
+ */
+
+/** Engine-side UTC time as ISO-8601 text; engine time, so hosts with skewed clocks agree. */
+function nowExpr(dialect: Dialect): string {
+  switch (dialect) {
+    case "postgres":
+      return "now()";
+    case "mysql":
+      return "UTC_TIMESTAMP(6)";
+    default:
+      return "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+  }
+}
+
+/** `updated_at` read back as ISO-8601 text in every dialect. */
+function updatedAtText(dialect: Dialect): string {
+  switch (dialect) {
+    case "postgres":
+      return `to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+    case "mysql":
+      return "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ')";
+    default:
+      return "updated_at";
+  }
+}
+
+/** `$n` for PostgreSQL, `?` elsewhere. */
+function params(dialect: Dialect, count: number, from = 1): string[] {
+  return Array.from({ length: count }, (_, i) => (dialect === "postgres" ? `$${from + i}` : "?"));
+}
+
+/** The DDL that creates the ledger table if it does not exist (one statement). */
+export function ledgerDdl(table: string, dialect: Dialect): string {
+  const t = quoteIdent(table, dialect);
+  switch (dialect) {
+    case "postgres":
+      return `CREATE TABLE IF NOT EXISTS ${t} (origin TEXT NOT NULL, namespace TEXT NOT NULL, through BIGINT NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (origin, namespace))`;
+    case "mysql":
+      // Binary collation: namespaces are file names, "Orders" and "orders" are two queues.
+      return `CREATE TABLE IF NOT EXISTS ${t} (origin VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, through BIGINT NOT NULL, label VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '', updated_at DATETIME(6) NOT NULL, PRIMARY KEY (origin, namespace)) ENGINE=InnoDB`;
+    default:
+      return `CREATE TABLE IF NOT EXISTS ${t} (origin TEXT NOT NULL, namespace TEXT NOT NULL, through INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL, PRIMARY KEY (origin, namespace))`;
+  }
+}
+
+/** A statement that succeeds when the ledger table exists and fails when it does not (reads no row). */
+export function ledgerProbeSql(table: string, dialect: Dialect): string {
+  return `SELECT through FROM ${quoteIdent(table, dialect)} WHERE 1 = 0`;
+}
+
+/**
+ * The fence of one namespace in a batch; arguments `[origin, namespace, newThrough, label,
+ * expectedThrough]`. It creates the row or moves `through` from `expectedThrough` to `newThrough`,
+ * and takes the row lock before the namespace's rows are applied. When another transaction moved
+ * `through` meanwhile — a zombie drain, a late commit, a restored file — it sets NULL into a NOT NULL
+ * column and fails inside the engine (PostgreSQL 23502, MySQL 1048, SQLite SQLITE_CONSTRAINT_NOTNULL),
+ * so the namespace rolls back with it on every engine, libSQL's one-shot batches included. A
+ * transaction waiting on the row lock sees the winner's value once it commits, and fails the same way.
+ */
+export function fenceSql(table: string, dialect: Dialect): string {
+  const t = quoteIdent(table, dialect);
+  const [origin, namespace, through, label, expected] = params(dialect, 5);
+  const insert = `INSERT INTO ${t}${dialect === "postgres" ? " AS l" : ""} (origin, namespace, through, label, updated_at) VALUES (${origin}, ${namespace}, ${through}, ${label}, ${nowExpr(dialect)})`;
+  switch (dialect) {
+    case "postgres":
+      return `${insert} ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN l.through = ${expected} THEN EXCLUDED.through END, label = EXCLUDED.label, updated_at = EXCLUDED.updated_at`;
+    case "mysql":
+      // Assignments run left to right: `through` in IF() is still the stored value.
+      return `${insert} ON DUPLICATE KEY UPDATE through = IF(through = ${expected}, VALUES(through), NULL), label = VALUES(label), updated_at = VALUES(updated_at)`;
+    default:
+      return `${insert} ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN through = ${expected} THEN excluded.through END, label = excluded.label, updated_at = excluded.updated_at`;
+  }
+}
+
+/**
+ * Reads one queue's `through` for settlement; arguments `[origin, namespace]`. On PostgreSQL and
+ * MySQL it locks the row (`FOR UPDATE`), so it waits for a transaction still holding it — a batch
+ * whose COMMIT is in flight — and returns what that transaction committed. SQLite and libSQL
+ * writers read inside BEGIN IMMEDIATE, which waits for every other writer.
+ */
+export function settleReadSql(table: string, dialect: Dialect): string {
+  const [origin, namespace] = params(dialect, 2);
+  const lock = dialect === "postgres" || dialect === "mysql" ? " FOR UPDATE" : "";
+  return `SELECT through FROM ${quoteIdent(table, dialect)} WHERE origin = ${origin} AND namespace = ${namespace}${lock}`;
+}
+
+/**
+ * Every origin's row for the given namespaces (arguments: the namespaces), without locking:
+ * `origin, namespace, through, label, updated_at` (ISO-8601 text), for the fleet view.
+ */
+export function fleetReadSql(table: string, dialect: Dialect, namespaceCount: number): string {
+  const list = params(dialect, Math.max(1, namespaceCount)).join(", ");
+  return `SELECT origin, namespace, through, label, ${updatedAtText(dialect)} AS updated_at FROM ${quoteIdent(table, dialect)} WHERE namespace IN (${list}) ORDER BY namespace, origin`;
+}
