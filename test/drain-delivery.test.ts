@@ -49,7 +49,7 @@ describe("delivery", () => {
       "CREATE TABLE metrics (name TEXT NOT NULL, value REAL)",
     ]);
     const db = await pg();
-    await db.sql.unsafe("CREATE TABLE orders (id BIGINT PRIMARY KEY, amount NUMERIC)");
+    await db.sql.unsafe("CREATE TABLE orders (pos BIGSERIAL, id BIGINT PRIMARY KEY, amount NUMERIC)");
     await db.sql.unsafe("CREATE TABLE balance (k TEXT PRIMARY KEY, v BIGINT)");
     const config = oneApp(dir.file("outbox"), {
       local: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["events", "metrics"] },
@@ -75,11 +75,15 @@ describe("delivery", () => {
     await waitFor(() => svc.totalPending() === 0, "the queues to drain");
     await svc.stop();
 
-    const events = remote.query<{ id: number; outbox_seq: number }, []>("SELECT id, outbox_seq FROM events ORDER BY outbox_seq").all();
+    // Rowid order is the order the remote inserted them in: the seq order, each exactly once.
+    const events = remote.query<{ id: number }, []>("SELECT id FROM events ORDER BY rowid").all();
     expect(events.map((r) => r.id)).toEqual([...Array(N).keys()]);
-    expect(events.map((r) => r.outbox_seq)).toEqual(eventSeqs);
     expect(remote.query<{ n: number }, []>("SELECT count(*) AS n FROM metrics").get()!.n).toBe(N / 3);
-    const orders = await db.sql.unsafe("SELECT id::int AS id FROM orders ORDER BY outbox_seq");
+    // The ledger accounts for every table: its through is the last seq delivered.
+    const origin = new Outbox(dir.file("outbox/events.db"), "events");
+    cleanups.push(() => origin.close());
+    expect(remote.query("SELECT through FROM sqloutbox_ledger WHERE origin = ? AND namespace = 'events'").get(origin.origin)).toEqual({ through: eventSeqs.at(-1) });
+    const orders = await db.sql.unsafe("SELECT id::int AS id FROM orders ORDER BY pos");
     expect(orders.map((r: { id: number }) => r.id)).toEqual([...Array(N).keys()]);
     // Every UPDATE was applied in seq order: the last one wins, none was dropped or reordered.
     const [bal] = await db.sql.unsafe("SELECT v::int AS v FROM balance WHERE k = 'total'");
@@ -112,26 +116,25 @@ describe("delivery", () => {
     const held = aq.head();
     expect(held?.seq).toBe(poison);
     expect(held?.lastErrorClass).toContain("CONSTRAINT");
-    expect(remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY outbox_seq").all().map((r) => r.id)).toEqual([1]);
+    expect(remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY rowid").all().map((r) => r.id)).toEqual([1]);
 
     await waitFor(() => aq.deadCount() === 1, "the poison row to be dead-lettered");
     await waitFor(() => aq.pendingCount() === 0, "a to advance past the dead letter");
     const dead = aq.getDead(poison)!;
     expect(dead.reason).toBe("max_attempts");
     expect(dead.attempts).toBe(3);
-    expect(remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY outbox_seq").all().map((r) => r.id)).toEqual([1, 3]);
+    expect(remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY rowid").all().map((r) => r.id)).toEqual([1, 3]);
     expect(log.has(/dead-lettered seq \d+ of namespace "a"/)).toBe(true);
 
     // The operator fixes the cause and replays: the row lands at the tail, once.
     remote.run("CREATE TABLE a2 AS SELECT * FROM a");
     remote.run("DROP TABLE a");
     remote.run("ALTER TABLE a2 RENAME TO a");
-    remote.run("CREATE UNIQUE INDEX idx_a_outbox_seq ON a (outbox_seq) WHERE outbox_seq != 0");
     const replayed = aq.replayDead(poison);
     await waitFor(() => aq.pendingCount() === 0, "the replayed row to be delivered");
-    const rows = remote.query<{ id: number; outbox_seq: number }, []>("SELECT id, outbox_seq FROM a ORDER BY outbox_seq").all();
+    const rows = remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY rowid").all();
     expect(rows.map((r) => r.id)).toEqual([1, 3, -5]);
-    expect(rows.at(-1)!.outbox_seq).toBe(replayed);
+    expect(remote.query("SELECT through FROM sqloutbox_ledger WHERE namespace = 'a'").get()).toEqual({ through: replayed });
   });
 
   test("an undecodable payload and an unsupported statement are dead-lettered at once, the rest flows", async () => {
@@ -142,7 +145,7 @@ describe("delivery", () => {
     const q = new Outbox(dir.file("outbox/t.db"), "t");
     cleanups.push(() => q.close());
     const bad1 = q.enqueue("INSERT INTO t (id) VALUES (?)", "{not json");
-    const bad2 = q.enqueue("INSERT INTO t (id) SELECT 1", "[]");
+    const bad2 = q.enqueue("INSERT INTO t (id) VALUES (1); DROP TABLE t", "[]"); // queued before push refused it
     q.enqueue("INSERT INTO t (id) VALUES (?)", "[7]");
     const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
     const report = await svc.runOnce();
@@ -177,10 +180,10 @@ describe("delivery", () => {
     fix.run("INSERT INTO outbox_sync_log (seq, namespace, synced_at) VALUES (?, 't', '2026-01-01T00:00:00.000000+00:00')", [seqs[1]!]);
     fix.close();
     await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "delivery after the gap is bridged");
-    expect(remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY outbox_seq").all().map((r) => r.id)).toEqual([1, 3, 4]);
+    expect(remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY rowid").all().map((r) => r.id)).toEqual([1, 3, 4]);
   });
 
-  test("a batch whose outcome was lost after the remote commit is settled from the remote high-water mark: no duplicate, nothing resent", async () => {
+  test("a batch whose outcome was lost after the remote commit is settled from the ledger: no duplicate, nothing resent", async () => {
     const dir = tmp();
     const db = await pg();
     await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL, note TEXT)");
@@ -189,10 +192,10 @@ describe("delivery", () => {
     const svc = service(config, { "app.r": writer });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     for (let i = 0; i < 100; i++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [i, "x"]);
-    await svc.runOnce(); // startup (schema + seed) and the first 100 rows, confirmed
+    await svc.runOnce(); // setup (the ledger) and the first 100 rows, confirmed
     for (let i = 100; i < 200; i++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [i, "x"]);
     // An INSERT and an UPDATE of the same row in one batch, on a table without a key: resending
-    // the INSERT after the UPDATE moved the row's outbox_seq on would land a second copy.
+    // both would land a second copy of the row.
     producer.push("t", "UPDATE t SET note = ? WHERE id = ?", ["updated", 150]);
     // The batch commits remotely but the drain never learns: exactly a crash before confirm.
     writer.faults.push("commit-then-throw");
@@ -205,143 +208,56 @@ describe("delivery", () => {
     expect(q.head()!.sentThrough).toBe(q.fetchUnsynced(1000).at(-1)!.seq);
     await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the settlement");
     const [{ n, d, u }] = await db.sql.unsafe(
-      "SELECT count(*)::int AS n, count(DISTINCT outbox_seq)::int AS d, sum(CASE WHEN note = 'updated' THEN 1 ELSE 0 END)::int AS u FROM t",
+      "SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, sum(CASE WHEN note = 'updated' THEN 1 ELSE 0 END)::int AS u FROM t",
     );
     expect({ n, d, u }).toEqual({ n: 200, d: 200, u: 1 });
     expect(q.deadCount()).toBe(0);
     expect(writer.statements.filter((s) => s.seq > 0).length).toBe(100 + 101); // the second batch went once
   });
 
-  test("after settling an interrupted batch, pending rows still at or below the remote MAX are moved above it, not absorbed", async () => {
-    const dir = tmp();
-    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER NOT NULL)"]);
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
-    const prep = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
-    await prep.runOnce(); // auto_schema
-    await prep.stop();
-    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    for (let id = 1; id <= 20; id++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [id]);
-    const q = new Outbox(dir.file("outbox/t.db"), "t");
-    cleanups.push(() => q.close());
-    // Our rows 1..5 were sent and committed before a crash; seqs 6..50 came from another queue.
-    q.recordAttempt(1, new Date(), 5);
-    for (let seq = 1; seq <= 50; seq++) remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [seq <= 5 ? seq : 1000 + seq, seq]);
-    const log = memoryLogger();
-    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
-    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivery");
-    const ours = remote.query<{ id: number; s: number }, []>("SELECT id, outbox_seq AS s FROM t WHERE id < 1000 ORDER BY outbox_seq").all();
-    expect(ours.map((r) => r.id)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
-    expect(ours.map((r) => r.s)).toEqual([1, 2, 3, 4, 5, ...Array.from({ length: 15 }, (_, i) => 51 + i)]);
-    expect(remote.query("SELECT count(*) AS n FROM t").get()).toEqual({ n: 65 });
-    expect(log.has(/moved 15 pending rows from seq 6\.\.20 to 51\.\.65/)).toBe(true);
-    expect(q.listDead().map((d) => d.seq)).toEqual(Array.from({ length: 15 }, (_, i) => 6 + i));
-  });
-
-  test("a queue that has delivered before is not resequenced: rows an earlier drain applied without confirming are absorbed, not duplicated", async () => {
-    const dir = tmp();
-    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER NOT NULL)"]);
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
-    const prep = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
-    await prep.runOnce(); // auto_schema
-    await prep.stop();
-    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    for (let id = 1; id <= 20; id++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [id]);
-    // What the reference's drain leaves when it dies after the remote commit of 6..15: rows 1..5
-    // confirmed, 6..15 applied remotely but still pending, and no sent_through mark.
-    const q = new Outbox(dir.file("outbox/t.db"), "t");
-    cleanups.push(() => q.close());
-    q.confirm([1, 2, 3, 4, 5]);
-    for (let seq = 1; seq <= 15; seq++) remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [seq, seq]);
-    const log = memoryLogger();
-    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
-    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivery");
-    const rows = remote.query<{ id: number; s: number }, []>("SELECT id, outbox_seq AS s FROM t ORDER BY outbox_seq").all();
-    expect(rows.map((r) => r.id)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
-    expect(rows.map((r) => r.s)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
-    expect(q.listDead()).toEqual([]);
-    expect(log.has(/a queue that has delivered before: treating those rows as applied by an earlier drain/)).toBe(true);
-  });
-
-  test("seeds the local sequence above the remote MAX(outbox_seq)", async () => {
+  test("a remote table that does not exist holds its table (nothing charged, nothing dead-lettered), the others flow, and it resumes by itself once created", async () => {
     const dir = tmp();
     const db = await pg();
-    await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL, outbox_seq BIGINT NOT NULL DEFAULT 0)");
-    await db.sql.unsafe("CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0");
-    await db.sql.unsafe("INSERT INTO t (id, outbox_seq) VALUES (1, 5000), (2, 4999)");
-    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } });
-    const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) });
-    await svc.start();
-    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    const seq = producer.push("t", "INSERT INTO t (id) VALUES (?)", [3]);
-    expect(seq).toBeGreaterThan(5000);
-    await waitFor(() => svc.totalPending() === 0, "delivery");
-    const rows = await db.sql.unsafe("SELECT id::int AS id, outbox_seq::int AS s FROM t ORDER BY outbox_seq");
-    expect(rows.map((r: { id: number }) => r.id)).toEqual([2, 1, 3]);
-  });
-
-  test("a remote table that does not exist is one warning line at startup; the other tables are seeded and flow", async () => {
-    const dir = tmp();
-    const db = await pg();
-    await db.sql.unsafe("CREATE TABLE present (id BIGINT NOT NULL, outbox_seq BIGINT NOT NULL DEFAULT 0)");
-    await db.sql.unsafe("INSERT INTO present (id, outbox_seq) VALUES (1, 700)");
-    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["present", "absent"] } });
+    await db.sql.unsafe("CREATE TABLE present (id BIGINT NOT NULL)");
+    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["present", "absent"] } }, { maxAttempts: 2 });
     const log = memoryLogger();
     const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) }, { logger: log });
-    await svc.start();
-    const warnings = log.lines.filter((l) => l.startsWith("warn") || l.startsWith("error"));
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toMatch(/table "absent" on app\.r: local sequence not seeded.*auto_schema failed.*MAX\(outbox_seq\) failed/);
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    expect(producer.push("present", "INSERT INTO present (id) VALUES (?)", [2])).toBeGreaterThan(700);
+    for (let i = 0; i < 5; i++) producer.push("absent", "INSERT INTO absent (id) VALUES (?)", [i]);
+    for (let i = 0; i < 5; i++) producer.push("present", "INSERT INTO present (id) VALUES (?)", [i]);
+    await svc.start();
     await waitFor(() => svc.pendingCount().present === 0, "delivery to the present table");
+    await waitFor(() => log.has(/"absent" is held \(remote schema\)/), "the hold to be reported");
+    const q = new Outbox(dir.file("outbox/absent.db"), "absent");
+    cleanups.push(() => q.close());
+    expect(q.pendingCount()).toBe(5);
+    expect(q.deadCount()).toBe(0);
+    expect(q.head()!.attempts).toBe(0);
+    expect(log.lines.filter((l) => l.includes('"absent" is held'))).toHaveLength(1); // said once, not per retry
+    await db.sql.unsafe("CREATE TABLE absent (id BIGINT NOT NULL)");
+    await waitFor(() => svc.pendingCount().absent === 0, "the held table to resume once its table exists", 20_000);
+    const rows = await db.sql.unsafe("SELECT id::int AS id FROM absent ORDER BY id");
+    expect(rows.map((r: { id: number }) => r.id)).toEqual([0, 1, 2, 3, 4]);
   });
 
-  test("a drain without ALTER rights seeds from a column its DBA added, and warns once that auto_schema could not run", async () => {
-    const dir = tmp();
-    const db = await pg();
-    const role = `drain_${crypto.randomUUID().replaceAll("-", "").slice(0, 10)}`;
-    await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL, outbox_seq BIGINT NOT NULL DEFAULT 0)");
-    await db.sql.unsafe("CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0");
-    await db.sql.unsafe("INSERT INTO t (id, outbox_seq) VALUES (1, 500)");
-    await db.sql.unsafe(`CREATE ROLE ${role} LOGIN`);
-    cleanups.push(() => db.sql.unsafe(`DROP OWNED BY ${role}; DROP ROLE ${role}`).catch(() => {}));
-    await db.sql.unsafe(`GRANT SELECT, INSERT, UPDATE ON t TO ${role}`);
-    const url = db.url.replace("postgres@", `${role}@`);
-    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url }, tables: ["t"] } });
-    const log = memoryLogger();
-    const svc = service(config, { "app.r": createWriter("postgres", { url }) }, { logger: log });
-    await svc.start();
-    const warnings = log.lines.filter((l) => l.startsWith("warn") || l.startsWith("error"));
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toMatch(/table "t" on app\.r: auto_schema failed: .*owner.*check that its unique outbox_seq index exists/);
-    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    expect(producer.push("t", "INSERT INTO t (id) VALUES (?)", [2])).toBeGreaterThan(500);
-    await waitFor(() => svc.totalPending() === 0, "delivery");
-  });
-
-  test("auto_schema adds outbox_seq and its index to an existing remote table, and a second start tolerates them", async () => {
+  test("drain start takes no lock on served tables: a query holding one open does not delay it, nothing is ALTERed", async () => {
     const dir = tmp();
     const db = await pg();
     await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL)");
-    await db.sql.unsafe("INSERT INTO t (id) VALUES (100)");
-    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } });
+    // Another session holds ACCESS SHARE on t for the whole test: an ALTER would wait for it.
+    const other = await db.sql.reserve();
+    cleanups.push(() => other.release());
+    await other.unsafe("BEGIN");
+    await other.unsafe("SELECT * FROM t");
+    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } }, { writeTimeout: 3 });
+    const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    for (const round of [1, 2]) {
-      const log = memoryLogger();
-      const svc = new OutboxSyncService(config, { "app.r": createWriter("postgres", { url: db.url }) }, { logger: log });
-      await svc.start();
-      producer.push("t", "INSERT INTO t (id) VALUES (?)", [round]);
-      await waitFor(() => svc.totalPending() === 0, `delivery in round ${round}`);
-      await svc.stop();
-      expect(log.lines.filter((l) => l.startsWith("warn") || l.startsWith("error"))).toEqual([]);
-    }
-    const cols = await db.sql.unsafe("SELECT column_name FROM information_schema.columns WHERE table_name = 't' ORDER BY column_name");
-    expect(cols.map((c: { column_name: string }) => c.column_name)).toEqual(["id", "outbox_seq"]);
-    const idx = await db.sql.unsafe("SELECT indexname FROM pg_indexes WHERE tablename = 't'");
-    expect(idx.map((i: { indexname: string }) => i.indexname)).toEqual(["idx_t_outbox_seq"]);
-    const rows = await db.sql.unsafe("SELECT id::int AS id, outbox_seq::int AS s FROM t ORDER BY id");
-    expect(rows.map((r: { id: number }) => r.id)).toEqual([1, 2, 100]);
-    expect(rows.find((r: { id: number }) => r.id === 100).s).toBe(0);
+    producer.push("t", "INSERT INTO t (id) VALUES (?)", [1]);
+    await svc.start();
+    await waitFor(() => svc.totalPending() === 0, "delivery while another session holds the table", 5000);
+    await other.unsafe("COMMIT");
+    const cols = await db.sql.unsafe("SELECT column_name FROM information_schema.columns WHERE table_name = 't'");
+    expect(cols.map((c: { column_name: string }) => c.column_name)).toEqual(["id"]);
   });
 
   test("a second drain on the same db_dir fails fast with LockedError", async () => {
@@ -360,17 +276,31 @@ describe("delivery", () => {
     await third.start();
   });
 
-  test("a queue file that is not a database fails start() with a StorageError naming it, and releases the lock", async () => {
+  test("a queue file that is not a database holds its table only, named in the log; the healthy tables flow beside it", async () => {
     const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE ok (id INTEGER)"]);
     fs.mkdirSync(dir.file("outbox"));
-    fs.writeFileSync(dir.file("outbox/t.db"), "this is not a database ".repeat(100));
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
-    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
-    const error = await svc.start().then(() => null, (e: unknown) => e);
-    expect(error).toBeInstanceOf(StorageError);
-    expect((error as StorageError).code).toBe("E_STORAGE");
-    expect((error as StorageError).message).toContain(dir.file("outbox/t.db"));
-    acquireLock(dir.file("outbox")).release(); // not left locked behind
+    const garbage = "this is not a database ".repeat(100);
+    fs.writeFileSync(dir.file("outbox/t.db"), garbage);
+    fs.writeFileSync(dir.file("outbox/users.db"), ""); // placeholder, replaced by a foreign database below
+    fs.rmSync(dir.file("outbox/users.db"));
+    const foreign = new Database(dir.file("outbox/users.db"));
+    foreign.run("CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT)");
+    foreign.close();
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t", "users", "ok"] } });
+    const log = memoryLogger();
+    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    await svc.start();
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (let i = 0; i < 10; i++) producer.push("ok", "INSERT INTO ok (id) VALUES (?)", [i]);
+    await waitFor(() => remote.query("SELECT 1 FROM ok").all().length === 10, "the healthy table to flow");
+    expect(log.has(new RegExp(`"t" is held \\(file\\).*${dir.file("outbox/t.db").replaceAll("/", "\\/")}`))).toBe(true);
+    expect(log.has(/"users" is held \(file\).*not an outbox file.*holds other tables \(users\)/)).toBe(true);
+    // Neither file was touched: garbage stays garbage, the foreign database gained no outbox tables.
+    expect(fs.readFileSync(dir.file("outbox/t.db"), "utf8")).toBe(garbage);
+    const check = new Database(dir.file("outbox/users.db"), { readonly: true });
+    expect(check.query("SELECT name FROM sqlite_schema ORDER BY name").all()).toEqual([{ name: "users" }]);
+    check.close();
   });
 
   test("one writeBatch per target per cycle carries every ready table, up to batch_size rows each", async () => {

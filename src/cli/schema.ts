@@ -3,16 +3,18 @@ import fs from "node:fs";
 import path from "node:path";
 import { loadConfigToml } from "../config/load.ts";
 import { maskSecrets } from "../config/mask.ts";
-import { isAlreadyApplied } from "../drain/answers.ts";
-import { targetDialect } from "../drain/context.ts";
+import { BoundedWriter } from "../drain/bounded-writer.ts";
+import { ensureStep } from "../drain/remote-schema.ts";
+import { targetDialect } from "../drain/target.ts";
 import { OutboxError, NotFoundError } from "../errors.ts";
-import { dropSchemaSql, schemaSql } from "../sql/index.ts";
+import { injectedSteps, ledgerStep, type SchemaStep } from "../sql/probe.ts";
+import { dropSchemaSql } from "../sql/schema.ts";
 import type { Dialect, OutboxWriter } from "../writers/writer.ts";
 import { jsonArg, logArgs } from "./_args.ts";
 import { print } from "./_output.ts";
 import { DEFAULT_CONFIG } from "./_targets.ts";
 
-/** One target in `schema --json`: its dialect and the DDL for its injected tables, in order. */
+/** One target in `schema --json`: its dialect and the DDL it needs, in order. */
 export interface TargetSchema {
   target: string;
   dialect: Dialect;
@@ -21,18 +23,23 @@ export interface TargetSchema {
   outcomes?: string[];
 }
 
+/** How long one DDL statement may take with --apply. */
+const APPLY_TIMEOUT_MS = 60_000;
+
 /**
- * `sqloutbox schema`: prints the remote DDL for every injected table — the `outbox_seq` column and
- * its unique index, or with `--drop` their removal — per target, in its writer's dialect; with
- * `--apply` runs it on the targets. The drain itself only ever adds (auto_schema): dropping is
- * this explicit command.
+ * `sqloutbox schema`: prints the remote DDL the drain needs, per target in its writer's dialect —
+ * the delivery ledger table (unless `ledger = false`) and, for tables in the compatibility mode,
+ * the `outbox_seq` column and its unique index — or with `--drop` the removal of the latter; with
+ * `--apply` runs it on the targets, each statement only when a read-only probe finds it missing
+ * ("already" otherwise). For DBAs when the drain's role may not create tables. The drain itself
+ * never drops anything, and never drops the ledger.
  */
 export const schema = defineCommand({
-  meta: { name: "schema", description: "Print (or --apply) the remote DDL for outbox_seq on every injected table; --drop removes it" },
+  meta: { name: "schema", description: "Print (or --apply) the remote DDL the drain needs: the ledger table, outbox_seq for injected tables; --drop removes outbox_seq" },
   args: {
     config: { type: "string", valueHint: "FILE", description: `The config file (default ./${DEFAULT_CONFIG})` },
-    drop: { type: "boolean", description: "The DDL that removes outbox_seq and its index instead" },
-    apply: { type: "boolean", description: "Run the DDL on the targets (one statement at a time) instead of only printing it" },
+    drop: { type: "boolean", description: "The DDL that removes outbox_seq and its index from injected tables instead" },
+    apply: { type: "boolean", description: "Run the DDL on the targets (one statement at a time, skipping what is already there) instead of only printing it" },
     ...jsonArg,
     ...logArgs,
   },
@@ -45,10 +52,20 @@ export const schema = defineCommand({
       for (const target of config.apps.flatMap((a) => a.targets)) {
         const writer = writers[target.name]!;
         const dialect = targetDialect(target, writer);
-        const tables = target.tables.filter((t) => t.injectOutboxSeq).map((t) => t.name);
-        const statements = args.drop ? dropSchemaSql(tables, dialect) : schemaSql(tables, dialect);
-        const entry: TargetSchema = { target: target.name, dialect, statements };
-        if (args.apply) entry.outcomes = await apply(writer, statements, Boolean(args.drop), secrets);
+        const injected = target.tables.filter((t) => t.injectOutboxSeq).map((t) => t.name);
+        if (args.drop) {
+          const statements = dropSchemaSql(injected, dialect);
+          const entry: TargetSchema = { target: target.name, dialect, statements };
+          if (args.apply) entry.outcomes = await drop(writer, statements, secrets);
+          targets.push(entry);
+          continue;
+        }
+        const steps: Array<[string, SchemaStep]> = [
+          ...(target.ledger ? [[target.ledgerTable, ledgerStep(target.ledgerTable, dialect)] as [string, SchemaStep]] : []),
+          ...injected.flatMap((t) => injectedSteps(t, dialect).map((s) => [t, s] as [string, SchemaStep])),
+        ];
+        const entry: TargetSchema = { target: target.name, dialect, statements: steps.map(([, s]) => s.ddl) };
+        if (args.apply) entry.outcomes = await apply(new BoundedWriter(target.name, writer, APPLY_TIMEOUT_MS), steps, secrets);
         targets.push(entry);
       }
     } finally {
@@ -60,13 +77,23 @@ export const schema = defineCommand({
   },
 });
 
-/** Runs each statement on its own (a refusal must not stop the next), tolerating "already done". */
-async function apply(writer: OutboxWriter, statements: string[], drop: boolean, secrets: readonly string[]): Promise<string[]> {
+/** Ensures each step on its own (a refusal must not stop the next); "already" when its probe finds it there. */
+async function apply(writer: BoundedWriter, steps: Array<[string, SchemaStep]>, secrets: readonly string[]): Promise<string[]> {
+  const outcomes: string[] = [];
+  for (const [namespace, step] of steps) {
+    const outcome = await ensureStep(writer, step, namespace);
+    outcomes.push("done" in outcome ? outcome.done : maskSecrets(`error: ${outcome.error}`, secrets));
+  }
+  return outcomes;
+}
+
+/** Runs each DROP on its own, tolerating "already gone". */
+async function drop(writer: OutboxWriter, statements: string[], secrets: readonly string[]): Promise<string[]> {
   const outcomes: string[] = [];
   for (const sql of statements) {
     const [result] = await writer.writeBatch([{ sql, args: [], namespace: "__schema__", seq: 0 }]);
     if (result?.ok) outcomes.push("applied");
-    else if (result && (drop ? isAlreadyGone(result.error) : isAlreadyApplied(result))) outcomes.push("already");
+    else if (result && isAlreadyGone(result.error)) outcomes.push("already");
     else outcomes.push(maskSecrets(`error: ${result?.error ?? "no result"}`, secrets));
   }
   return outcomes;
@@ -82,7 +109,7 @@ function render(targets: TargetSchema[]): string {
   return targets
     .map((t) => {
       const lines = t.statements.map((s, i) => `${s};${t.outcomes ? `  -- ${t.outcomes[i]}` : ""}`);
-      return [`-- target ${t.target} (${t.dialect})`, ...(lines.length ? lines : ["-- no injected tables"])].join("\n");
+      return [`-- target ${t.target} (${t.dialect})`, ...(lines.length ? lines : ["-- nothing to do: no ledger and no injected tables"])].join("\n");
     })
     .join("\n\n");
 }

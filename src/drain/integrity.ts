@@ -1,5 +1,5 @@
 import { verifyFile, type FileVerification } from "../outbox/inspect.ts";
-import { describeError } from "./context.ts";
+import { describeError } from "../errors.ts";
 
 /** The outcome of an integrity scan: one verify result per file plus printable lines. */
 export interface IntegrityReport {

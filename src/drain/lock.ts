@@ -35,15 +35,18 @@ function flock(): Flock {
 
 /**
  * Takes an exclusive, non-blocking `flock` on `<dbDir>/.sqloutbox.lock` (creating dbDir and the
- * file if missing) and holds it until `release()` or process exit. A flock belongs to the open
- * file, so a second drain — in another process or in this one — fails fast with `LockedError`.
+ * file if missing, the file with `fileMode`, default 0600) and holds it until `release()` or
+ * process exit. A flock belongs to the open file, so a second drain — in another process or in
+ * this one — fails fast with `LockedError`.
  */
-export function acquireLock(dbDir: string): DrainLock {
+export function acquireLock(dbDir: string, fileMode = 0o600): DrainLock {
   const lockFile = path.join(path.resolve(dbDir), LOCK_FILE_NAME);
   let fd: number;
   try {
     fs.mkdirSync(path.dirname(lockFile), { recursive: true });
-    fd = fs.openSync(lockFile, "a");
+    const created = !fs.existsSync(lockFile);
+    fd = fs.openSync(lockFile, "a", fileMode);
+    if (created) fs.fchmodSync(fd, fileMode); // whatever the umask
   } catch (cause) {
     throw new StorageError(`cannot open drain lock file ${lockFile}: ${(cause as Error).message}`, lockFile, undefined, { cause });
   }

@@ -2,12 +2,9 @@ import path from "node:path";
 import type { AppConfig, OutboxConfig } from "../config/types.ts";
 import { ConfigError, OutboxError } from "../errors.ts";
 import { silentLogger, type Logger } from "../logger.ts";
-import { Outbox } from "../outbox/outbox.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { describeError, targetDialect, type ServedTable, type TargetContext } from "./context.ts";
 import { scanIntegrity, type IntegrityReport } from "./integrity.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
-import { RewriteCache } from "./rewrite-cache.ts";
 import { TargetRunner, type TargetCycle } from "./target.ts";
 
 /** Options of an `OutboxSyncService` beyond the config. */
@@ -48,17 +45,17 @@ export interface CycleReport {
 }
 
 /**
- * The drain: delivers every served table's queue to its target, head-of-line per namespace, at
- * least once, with one `writeBatch` per target per cycle. `writers` is keyed by target name
- * (`app.db`). Construction validates; `start()` takes the db_dir locks, opens the queues, runs
- * auto_schema and seeding and starts one loop per target; `stop()` lets in-flight batches
- * settle, then closes writers and queues and releases the locks.
+ * The drain: delivers every served table's queue to its target, head-of-line per namespace,
+ * exactly once in effect through each target's delivery ledger (at least once for a target with
+ * `ledger = false`), with one `writeBatch` per target per cycle. `writers` is keyed by target name
+ * (`app.db`). Construction validates; `start()` takes the db_dir locks, opens the queues (a file
+ * that cannot be opened holds only its table), sets up each target and starts one loop per target;
+ * `stop()` lets in-flight batches settle, then closes writers and queues and releases the locks.
  */
 export class OutboxSyncService {
   private readonly logger: Logger;
   private readonly now: () => number;
   private readonly runners: TargetRunner[] = [];
-  private readonly outboxes: Outbox[] = [];
   private locks: DrainLock[] = [];
   private opened = false;
   private closed = false;
@@ -109,7 +106,7 @@ export class OutboxSyncService {
     if (this.closed) return; // stopped during startup
     this.looping = true;
     for (const runner of this.runners) runner.startLoop();
-    this.logger.info(`drain: started: ${this.runners.length} target(s), ${this.outboxes.length} table(s), ${this.locks.length} db_dir(s)`);
+    this.logger.info(`drain: started: ${this.runners.length} target(s), ${this.tables().length} table(s), ${this.locks.length} db_dir(s)`);
   }
 
   /**
@@ -132,19 +129,9 @@ export class OutboxSyncService {
     });
     const clean = await Promise.race([settled, timedOut]);
     clearTimeout(timer);
-    if (!clean) this.logger.warn(`drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are redelivered on the next start`);
-    for (const [name, writer] of Object.entries(this.writers)) {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      try {
-        // A writer that cannot close (a dead server) must not hold the shutdown hostage.
-        await Promise.race([Promise.resolve(writer.close?.()), new Promise((r) => (timer = setTimeout(r, 2000)))]);
-      } catch (error) {
-        this.logger.warn(`drain: closing the writer of ${name} failed: ${describeError(error).message}`);
-      } finally {
-        clearTimeout(timer);
-      }
-    }
-    for (const outbox of this.outboxes) outbox.close();
+    if (!clean) this.logger.warn(`drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are settled from the ledger on the next start`);
+    for (const runner of this.runners) await runner.closeWriter();
+    for (const runner of this.runners) runner.closeTables();
     for (const lock of this.locks) lock.release();
     this.locks = [];
     if (this.opened) this.logger.info("drain: stopped");
@@ -164,17 +151,27 @@ export class OutboxSyncService {
     };
   }
 
-  /** Pending rows per table name (tables of the same name in several apps are summed). */
+  /** Pending rows per table name (tables of the same name in several apps are summed; an unopened file counts 0). */
   pendingCount(): Record<string, number> {
     this.open();
     const counts: Record<string, number> = {};
-    for (const outbox of this.outboxes) counts[outbox.namespace] = (counts[outbox.namespace] ?? 0) + outbox.pendingCount();
+    for (const table of this.tables()) counts[table.name] = (counts[table.name] ?? 0) + (table.outbox?.pendingCount() ?? 0);
     return counts;
   }
 
   /** What each target has done since the service started, and whether it is down right now. */
   activity(): TargetActivity[] {
     return this.runners.map((r) => ({ target: r.name, ...r.totals, down: r.down }));
+  }
+
+  /** Every target's runner (state, tables, fleet view), for status, metrics and health endpoints. */
+  targets(): readonly TargetRunner[] {
+    return this.runners;
+  }
+
+  /** Ends every backoff and timed hold now, on every target (`sqloutbox kick`, SIGUSR2). */
+  retryNow(): void {
+    for (const runner of this.runners) runner.retryNow();
   }
 
   /** Pending rows across every served table. */
@@ -184,57 +181,40 @@ export class OutboxSyncService {
 
   /** Verifies every served file read-only (chain, schema, dead letters) and logs the outcome; SIGUSR1 runs this. */
   integrityScan(): IntegrityReport {
-    const report = scanIntegrity(this.outboxes.map((o) => o.path));
+    const report = scanIntegrity(this.tables().map((t) => t.file));
     const level = report.ok ? "info" : "error";
     this.logger[level](`drain: integrity scan of ${report.files.length} file(s): ${report.ok ? "clean" : "PROBLEMS FOUND"}`);
     for (const line of report.lines) this.logger[report.ok ? "info" : "warn"](`drain:   ${line}`);
     return report;
   }
 
-  /** Locks every db_dir (each once) and opens one Outbox per served table; idempotent. */
+  private tables() {
+    return this.runners.flatMap((r) => r.tables);
+  }
+
+  /** Locks every db_dir (each once) and opens every served table's queue file; idempotent. */
   private open(): void {
     if (this.closed) throw new OutboxError("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
     if (this.opened) return;
-    const dirs = [...new Set(this.config.apps.map((a) => path.resolve(a.dbDir)))];
+    const dirs = new Map<string, number>();
+    for (const app of this.config.apps) dirs.set(path.resolve(app.dbDir), app.fileMode);
     try {
-      for (const dir of dirs) this.locks.push(acquireLock(dir));
+      for (const [dir, mode] of dirs) this.locks.push(acquireLock(dir, mode));
       for (const app of this.config.apps) this.openApp(app);
     } catch (error) {
-      for (const outbox of this.outboxes.splice(0)) outbox.close();
+      for (const runner of this.runners.splice(0)) runner.closeTables();
       for (const lock of this.locks.splice(0)) lock.release();
-      this.runners.length = 0;
       throw error;
     }
     this.opened = true;
   }
 
   private openApp(app: AppConfig): void {
-    const flushMs = app.flushInterval * 1000;
-    const pollMs = this.options.pollIntervalMs ?? Math.min(50, Math.max(1, flushMs / 4));
+    const pollIntervalMs = this.options.pollIntervalMs ?? Math.min(50, Math.max(1, app.flushIntervalMs / 4));
     for (const target of app.targets) {
-      const writer = this.writers[target.name]!;
-      const tables: ServedTable[] = target.tables.map((config) => {
-        const file = path.join(path.resolve(app.dbDir), `${config.name}.db`);
-        const outbox = new Outbox(file, config.name, { maxPending: app.maxPending, durability: app.durability });
-        this.outboxes.push(outbox);
-        const freshQueue = !outbox.hasHistory();
-        return { config, outbox, file, holdUntil: 0, localErrors: 0, reportedGap: null, remoteMark: 0, freshQueue, reportedMark: 0, awaitingLateAnswer: false };
-      });
-      const dialect = targetDialect(target, writer);
-      if (!target.dialect && !writer.dialect) {
-        this.logger.warn(`drain: target ${target.name}: the writer has no dialect and none is configured; statements are rewritten for sqlite (set dialect = "…" on the target)`);
-      }
-      const ctx: TargetContext = {
-        target,
-        app,
-        writer,
-        dialect,
-        tables,
-        logger: this.logger,
-        now: this.now,
-        rewrites: new RewriteCache(dialect, target.compat),
-      };
-      this.runners.push(new TargetRunner(ctx, pollMs));
+      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs });
+      this.runners.push(runner);
+      runner.openTables();
     }
   }
 }

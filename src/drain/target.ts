@@ -1,12 +1,16 @@
-import { describeError, type TargetContext } from "./context.ts";
-import { targetBackoffMs } from "./backoff.ts";
-import { planBatch } from "./batch.ts";
-import { holdForLateAnswer } from "./late.ts";
-import { refundBatch, settleBatch } from "./settle.ts";
-import { reconcileSent } from "./reconcile.ts";
-import { prepareTarget } from "./startup.ts";
+import type { AppConfig, TargetConfig } from "../config/types.ts";
+import { describeError, WriteError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import type { OutboxRow } from "../outbox/outbox.ts";
+import { decodeArgs } from "../outbox/payload.ts";
+import type { Dialect, OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
+import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
+import { prepareInjected } from "./compat.ts";
+import { TargetLedger, type LedgerRow } from "./ledger.ts";
+import { RewriteCache } from "./rewrite-cache.ts";
+import { outageBackoffMs } from "./schedule.ts";
+import { DrainTable, minWake, type TableSlice } from "./table.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
-import { timedWriteBatch } from "./write.ts";
 
 /** What one cycle of one target did. */
 export interface TargetCycle {
@@ -22,6 +26,31 @@ export interface TargetCycle {
   wakeAt: number | null;
 }
 
+/** How a target is doing: reachable, down (retried with backoff) or misconfigured (retried, but a person must act). */
+export type TargetState = "starting" | "ok" | "outage" | "misconfigured";
+
+/** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
+export function targetDialect(target: TargetConfig, writer: OutboxWriter): Dialect {
+  return target.dialect ?? writer.dialect ?? "sqlite";
+}
+
+/** How often the fleet view (every origin's ledger row for the served tables) is read again. */
+const FLEET_REFRESH_MS = 15_000;
+/** A target whose ledger cannot be set up tries again after this long, doubling to the cap. */
+const SETUP_RETRY_FIRST_MS = 2_000;
+const SETUP_RETRY_CAP_MS = 60_000;
+
+/** Everything one target's runner is built from. */
+export interface TargetRunnerOptions {
+  target: TargetConfig;
+  app: AppConfig;
+  writer: OutboxWriter;
+  logger: Logger;
+  now: () => number;
+  /** How often (ms) an idle target checks its files for new commits. */
+  pollIntervalMs: number;
+}
+
 /**
  * "Cycle again at once" only after progress: a writer that keeps answering `skipped` for a head
  * (or any other no-op outcome) must not turn the loop into a hot spin against the remote.
@@ -32,34 +61,81 @@ function noSpin(out: TargetCycle): TargetCycle {
 }
 
 /**
- * Drives one target: startup (auto_schema + seeding, retried until the remote answers), then
- * cycles of plan → one `writeBatch` → settle. Between cycles it sleeps until the next deadline
- * (flush_interval, a table's max wait, a head's backoff, the target's outage backoff) but wakes
- * as soon as a producer commits to one of its files. A cycle never throws.
+ * Drives one target: setup (the ledger table, the compatibility mode's schema), then cycles of
+ * settle (tables whose last outcome is unknown are settled from the ledger) → plan (every ready
+ * table's slice, each opened by its fence) → one `writeBatch` → apply the answer per table. Between
+ * cycles it sleeps until the next deadline (flush_interval, a table's max wait, a head's backoff,
+ * the target's outage backoff) but wakes as soon as a producer commits to one of its files. A
+ * cycle never throws.
  */
 export class TargetRunner {
+  readonly name: string;
+  readonly tables: DrainTable[];
+  readonly dialect: Dialect;
+  readonly ledger: TargetLedger | null;
+  /** Rows delivered, failed and dead-lettered since the service started. */
+  readonly totals = { delivered: 0, failed: 0, deadLettered: 0 };
+  state: TargetState = "starting";
+  /** Consecutive failed attempts to reach the target (0 when it answers). */
+  failures = 0;
+  /** When the current outage began (epoch ms), if down. */
+  downSince: number | null = null;
+  /** The last failure's message (credential-free), while down or misconfigured. */
+  lastError: string | null = null;
+  /** When a batch was last answered (epoch ms). */
+  lastSuccessAt: number | null = null;
+  /** When the loop last finished a cycle (epoch ms): the liveness signal. */
+  lastCycleAt: number | null = null;
+  /** Every origin's ledger row for the served tables, as last read, and when. */
+  fleet: LedgerRow[] = [];
+  fleetReadAt = 0;
+  /** Why setup (the ledger table) is not done, while it is not. */
+  setupProblem: string | null = null;
   prepared = false;
-  private outages = 0;
+  private readonly app: AppConfig;
+  private readonly logger: Logger;
+  private readonly now: () => number;
+  private readonly writer: BoundedWriter;
+  private readonly rewrites: RewriteCache;
+  private readonly pollIntervalMs: number;
   private backoffUntil = 0;
+  private setupRetryAt = 0;
+  private setupFailures = 0;
   /** After a batch that changed nothing, commits do not wake the loop before this (epoch ms). */
   private quietUntil = 0;
   private batches = 0;
-  /** Rows delivered, failed and dead-lettered since the service started. */
-  readonly totals = { delivered: 0, failed: 0, deadLettered: 0 };
   private running: Promise<TargetCycle> | null = null;
   private preparing: Promise<boolean> | null = null;
   private stopping = false;
   private loopDone: Promise<void> | null = null;
   private readonly waker = new Waker();
   private watcher: CommitWatcher | null = null;
+  private watched = 0;
+  private lastOutageMessage: string | null = null;
 
-  constructor(
-    readonly ctx: TargetContext,
-    private readonly pollIntervalMs: number,
-  ) {}
+  constructor(private readonly options: TargetRunnerOptions) {
+    const { target, app, writer, logger } = options;
+    this.name = target.name;
+    this.app = app;
+    this.logger = logger;
+    this.now = options.now;
+    this.pollIntervalMs = options.pollIntervalMs;
+    this.dialect = targetDialect(target, writer);
+    this.writer = new BoundedWriter(target.name, writer, app.writeTimeoutMs);
+    this.rewrites = new RewriteCache(this.dialect, target.compat);
+    this.tables = target.tables.map((config) => new DrainTable(config, app.dbDir, app, target.name, logger));
+    this.ledger = target.ledger ? new TargetLedger(this.writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger) : null;
+  }
 
-  get name(): string {
-    return this.ctx.target.name;
+  /** Opens every table's queue file; a file that cannot be opened holds only its table. */
+  openTables(): void {
+    const now = this.now();
+    for (const table of this.tables) table.open(now);
+  }
+
+  /** Closes every table's queue file. */
+  closeTables(): void {
+    for (const table of this.tables) table.close();
   }
 
   /** Runs one cycle; concurrent callers share the cycle already in flight. */
@@ -69,6 +145,7 @@ export class TargetRunner {
         this.totals.delivered += out.delivered;
         this.totals.failed += out.failed;
         this.totals.deadLettered += out.deadLettered;
+        this.lastCycleAt = Date.now();
         return out;
       })
       .finally(() => {
@@ -77,25 +154,30 @@ export class TargetRunner {
     return this.running;
   }
 
-  /** True while the target is backing off after an outage. */
+  /** True while the target is backing off after an outage (or is misconfigured). */
   get down(): boolean {
-    return this.outages > 0;
+    return this.state === "outage" || this.state === "misconfigured";
+  }
+
+  /** Ends every backoff and timed hold now (`sqloutbox kick`): the operator fixed the cause. */
+  retryNow(): void {
+    const now = this.now();
+    this.backoffUntil = 0;
+    this.quietUntil = 0;
+    this.setupRetryAt = 0;
+    for (const table of this.tables) table.retryNow(now);
+    this.waker.wake();
   }
 
   /**
-   * Runs startup (auto_schema + seeding) once; true when done. Delivery waits for it: seeding
-   * must precede the first delivery, or a fresh queue could reuse seqs the remote already holds.
+   * Runs setup once; true when done. Delivery waits for it: the ledger must exist before a fence
+   * can run, and compatibility-mode seeding must precede the first delivery.
    */
   prepare(): Promise<boolean> {
     if (this.prepared) return Promise.resolve(true);
-    this.preparing ??= prepareTarget(this.ctx)
-      .then(() => {
-        this.prepared = true;
-        this.recovered();
-        return true;
-      })
+    this.preparing ??= this.runSetup()
       .catch((error) => {
-        if (!this.stopping) this.outage(error, "startup (auto_schema / seeding)"); // a stop during startup closed the writer
+        if (!this.stopping) this.outage(error, "startup (ledger / auto_schema)"); // a stop during startup closed the writer
         return false;
       })
       .finally(() => {
@@ -104,11 +186,39 @@ export class TargetRunner {
     return this.preparing;
   }
 
+  private async runSetup(): Promise<boolean> {
+    const now = this.now();
+    if (now < this.setupRetryAt) return false;
+    this.openTables();
+    if (this.ledger) {
+      const problem = await this.ledger.setup();
+      this.recovered();
+      if (problem) {
+        this.setupFailures += 1;
+        this.setupRetryAt = now + Math.min(SETUP_RETRY_FIRST_MS * 2 ** Math.min(this.setupFailures - 1, 20), SETUP_RETRY_CAP_MS);
+        if (this.setupProblem !== problem) this.logger.error(`drain: target ${this.name} is held (remote schema): ${problem}`, { target: this.name, error_class: "remote schema" });
+        this.setupProblem = problem;
+        for (const table of this.tables) table.holdSchema(problem, now);
+        return false;
+      }
+      if (this.setupProblem) for (const table of this.tables) table.releaseSchemaHold();
+      this.setupProblem = null;
+      this.setupFailures = 0;
+    } else {
+      // No ledger: what an interrupted batch applied is unknown; its rows are sent again.
+      for (const table of this.tables) table.forgetSent();
+    }
+    await prepareInjected(this.writer, this.dialect, this.tables, this.app.autoSchema, this.logger, now);
+    this.recovered();
+    this.prepared = true;
+    return true;
+  }
+
   /** Startup bounded by `write_timeout`, for `start()`: a remote that hangs must not hang the service. */
   async startupBounded(): Promise<void> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const limit = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, this.ctx.app.writeTimeout * 1000);
+      timer = setTimeout(resolve, this.app.writeTimeoutMs);
     });
     await Promise.race([this.prepare(), limit]);
     clearTimeout(timer);
@@ -118,12 +228,7 @@ export class TargetRunner {
   startLoop(): void {
     if (this.loopDone) return;
     this.stopping = false;
-    try {
-      this.watcher = new CommitWatcher(this.ctx.tables.map((t) => t.file));
-    } catch (error) {
-      // Without the watcher the loop still scans every flush_interval: slower to react, never idle.
-      this.ctx.logger.warn(`drain: cannot watch the files of target ${this.name} for commits, scanning every flush_interval instead: ${describeError(error).message}`);
-    }
+    this.watch();
     this.loopDone = this.supervise();
   }
 
@@ -138,29 +243,55 @@ export class TargetRunner {
     this.watcher = null;
   }
 
+  /** Closes the writer, bounded: a writer that cannot close (a dead server) must not hold the shutdown hostage. */
+  async closeWriter(): Promise<void> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await Promise.race([Promise.resolve(this.options.writer.close?.()), new Promise((r) => (timer = setTimeout(r, 2000)))]);
+    } catch (error) {
+      this.logger.warn(`drain: closing the writer of ${this.name} failed: ${describeError(error).message}`, { target: this.name });
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** (Re)builds the commit watcher over the files that are open. */
+  private watch(): void {
+    const files = this.tables.filter((t) => t.outbox !== null).map((t) => t.file);
+    this.watcher?.close();
+    this.watcher = null;
+    this.watched = files.length;
+    try {
+      this.watcher = new CommitWatcher(files);
+    } catch (error) {
+      // Without the watcher the loop still scans every flush_interval: slower to react, never idle.
+      this.logger.warn(`drain: cannot watch the files of target ${this.name} for commits, scanning every flush_interval instead: ${describeError(error).message}`, { target: this.name });
+    }
+  }
+
   private async supervise(): Promise<void> {
     while (!this.stopping) {
       try {
         await this.loop();
       } catch (error) {
         // loop() guards every step; reaching here is a bug. Say so loudly and keep draining.
-        this.ctx.logger.error(`drain: the loop of target ${this.name} crashed and is restarted: ${describeError(error).message}`);
+        this.logger.error(`drain: the loop of target ${this.name} crashed and is restarted: ${describeError(error).message}`, { target: this.name });
         await this.waker.sleep(1000);
       }
     }
   }
 
   private async loop(): Promise<void> {
-    const flushMs = this.ctx.app.flushInterval * 1000;
     while (!this.stopping) {
       const outcome = await this.cycle();
       if (this.stopping) return;
+      if (this.tables.filter((t) => t.outbox !== null).length !== this.watched) this.watch();
       if (outcome.more) {
         await new Promise((resolve) => setImmediate(resolve)); // let producers and other targets in
         continue;
       }
       const now = Date.now();
-      const until = Math.min(now + flushMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
+      const until = Math.min(now + this.app.flushIntervalMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
       await this.idle(until);
     }
   }
@@ -175,7 +306,7 @@ export class TargetRunner {
       try {
         if (this.watcher?.changed() && Date.now() >= Math.max(this.backoffUntil, this.quietUntil)) return;
       } catch (error) {
-        this.ctx.logger.warn(`drain: commit watcher of target ${this.name} failed, falling back to flush_interval: ${describeError(error).message}`);
+        this.logger.warn(`drain: commit watcher of target ${this.name} failed, falling back to flush_interval: ${describeError(error).message}`, { target: this.name });
         this.watcher?.close();
         this.watcher = null;
       }
@@ -184,75 +315,206 @@ export class TargetRunner {
 
   private async runCycle(): Promise<TargetCycle> {
     const out: TargetCycle = { target: this.name, delivered: 0, failed: 0, deadLettered: 0, outage: false, more: false, wakeAt: null };
-    const { ctx } = this;
     try {
-      if (ctx.now() < this.backoffUntil) return { ...out, outage: true, wakeAt: this.backoffUntil };
-      if (!this.prepared && !(await this.prepare())) return { ...out, outage: true, wakeAt: this.backoffUntil };
+      if (this.now() < this.backoffUntil) return { ...out, outage: true, wakeAt: this.backoffUntil };
+      if (!this.prepared && !(await this.prepare())) {
+        return { ...out, outage: this.down, wakeAt: this.down ? this.backoffUntil : this.setupRetryAt };
+      }
+      const now = this.now();
+      this.openTables();
       try {
-        out.delivered += await reconcileSent(ctx);
+        out.delivered += await this.settleAndLook(now);
       } catch (error) {
-        this.outage(error, "reading MAX(outbox_seq) to settle an interrupted batch");
+        this.outage(error, "reading the delivery ledger");
         return { ...out, outage: true, wakeAt: this.backoffUntil };
       }
-      const plan = planBatch(ctx);
-      out.deadLettered += plan.deadLettered;
-      out.failed += plan.failed;
-      out.more = plan.more;
-      out.wakeAt = plan.wakeAt;
-      if (plan.stmts.length === 0) return noSpin(out);
-      let results;
-      try {
-        results = await timedWriteBatch(ctx, plan.stmts, (abandoned) => holdForLateAnswer(ctx, plan, abandoned, () => this.waker.wake()));
-      } catch (error) {
-        refundBatch(ctx, plan);
-        this.outage(error, `a batch of ${plan.stmts.length} rows`);
-        return { ...out, outage: true, more: false, wakeAt: this.backoffUntil };
-      }
-      this.recovered();
-      const settled = settleBatch(ctx, plan, results);
-      out.delivered += settled.delivered;
-      out.failed += settled.failed;
-      out.deadLettered += settled.deadLettered;
-      if (out.delivered + out.failed + out.deadLettered === 0) {
-        // The remote answered but nothing moved (every head "skipped"): our own bookkeeping
-        // commits would wake the watcher at once, so wait a full flush_interval instead.
-        this.quietUntil = ctx.now() + ctx.app.flushInterval * 1000;
-      }
-      if (settled.failed > 0 || settled.deadLettered > 0) out.more = true; // re-plan: the next head may be ready
-      this.batches += 1;
-      if (this.batches % ctx.app.cleanupEvery === 0) this.prune();
-      return noSpin(out);
+      return noSpin(await this.deliver(now, out));
     } catch (error) {
-      ctx.logger.error(`drain: cycle of target ${this.name} failed: ${describeError(error).message}`);
-      return { ...out, wakeAt: ctx.now() + 1000 };
+      this.logger.error(`drain: cycle of target ${this.name} failed: ${describeError(error).message}`, { target: this.name });
+      return { ...out, wakeAt: this.now() + 1000 };
     }
   }
 
+  /** Settles the tables whose outcome is unknown and refreshes the fleet view when due. An outage throws. */
+  private async settleAndLook(now: number): Promise<number> {
+    if (!this.ledger) return 0;
+    const unsettled = this.tables.filter((t) => t.unsettled && !t.held(now));
+    const confirmed = unsettled.length > 0 ? await this.ledger.settle(unsettled, now) : 0;
+    if (now - this.fleetReadAt >= FLEET_REFRESH_MS) {
+      this.fleet = await this.ledger.readFleet(this.tables);
+      this.fleetReadAt = now;
+      this.checkOrigins(now);
+    }
+    return confirmed;
+  }
+
+  /**
+   * Compatibility mode stamps per-file seqs into `outbox_seq`: two queue files feeding one injected
+   * table would absorb each other's rows as duplicates. Refused loudly: the table is held, naming both.
+   */
+  private checkOrigins(now: number): void {
+    for (const table of this.tables) {
+      if (!table.config.injectOutboxSeq || !table.outbox) continue;
+      const others = this.fleet.filter((r) => r.namespace === table.name && r.origin !== table.outbox!.origin);
+      if (others.length === 0) {
+        table.releaseOrigin();
+        continue;
+      }
+      const theirs = others.map((r) => `${r.origin} (${r.label || "no label"})`).join(", ");
+      table.holdOrigin(
+        `inject_outbox_seq table "${table.name}" on ${this.name} is also fed by origin ${theirs}; this queue is origin ${table.outbox.origin} (${this.app.originLabel}). ` +
+          "Per-file outbox_seq values of two queues collide and would be absorbed as duplicates: set inject_outbox_seq = false to deliver through the ledger",
+        now,
+      );
+    }
+  }
+
+  /** Plans one batch over every ready table, sends it, and applies the answer. */
+  private async deliver(now: number, out: TargetCycle): Promise<TargetCycle> {
+    const slices: TableSlice[] = [];
+    const stmts: Statement[] = [];
+    let budget = this.app.batchMaxBytes;
+    const fence = this.ledger ? (table: DrainTable, through: number, last: number) => this.ledger!.fence(table, through, last) : null;
+    for (const table of this.tables) {
+      if (budget <= 0) {
+        out.more = true; // the batch is full: the rest goes in the next cycle, at once
+        break;
+      }
+      const { slice, outcome } = table.plan({ now, maxBytes: budget, prepare: (t, row) => this.prepareRow(t, row), fence });
+      out.deadLettered += outcome.deadLettered;
+      out.failed += outcome.failed;
+      out.more ||= outcome.more;
+      out.wakeAt = minWake(out.wakeAt, outcome.wakeAt);
+      if (!slice) continue;
+      slices.push(slice);
+      stmts.push(...slice.stmts);
+      for (const row of slice.rows) budget -= row.tag.length + row.payload.length;
+    }
+    if (stmts.length === 0) return out;
+    let results: WriteResult[];
+    const started = performance.now();
+    try {
+      results = await this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(slices, abandoned));
+    } catch (error) {
+      for (const slice of slices) {
+        slice.table.refundOutage(slice);
+        if (slice.fenced) slice.table.unsettle(); // it may have committed: the ledger will say
+      }
+      this.outage(error, `a batch of ${stmts.length} statements`);
+      return { ...out, outage: true, more: false, wakeAt: this.backoffUntil };
+    }
+    this.recovered();
+    this.lastSuccessAt = this.now();
+    let start = 0;
+    let moved = 0;
+    for (const slice of slices) {
+      const answer = slice.table.applyAnswer(slice, results.slice(start, start + slice.stmts.length), this.now());
+      start += slice.stmts.length;
+      out.delivered += answer.delivered;
+      out.failed += answer.failed;
+      out.deadLettered += answer.deadLettered;
+      out.more ||= answer.more;
+      moved += answer.delivered + answer.failed + answer.deadLettered;
+      if (answer.ledgerMissing) this.prepared = false;
+    }
+    this.logger.debug(`drain: batch to ${this.name}: ${stmts.length} statements, ${moved} rows settled in ${Math.round(performance.now() - started)} ms`, {
+      target: this.name, rows: moved, duration_ms: Math.round(performance.now() - started),
+    });
+    if (moved === 0) {
+      // The remote answered but nothing moved (every head "skipped"): our own bookkeeping
+      // commits would wake the watcher at once, so wait a full flush_interval instead.
+      this.quietUntil = this.now() + this.app.flushIntervalMs;
+    }
+    this.batches += 1;
+    if (this.batches % this.app.cleanupEvery === 0) for (const table of this.tables) table.prune();
+    return out;
+  }
+
+  /** Decodes one row and converts it for the target's dialect (and, in compatibility mode, injects outbox_seq). */
+  private prepareRow(table: DrainTable, row: OutboxRow): Statement {
+    const args = decodeArgs(row.payload);
+    const { sql, args: sent } = this.rewrites.rewrite(row.tag, args, row.seq, table.config.injectOutboxSeq);
+    return { sql, args: sent, namespace: table.name, seq: row.seq };
+  }
+
+  /**
+   * A batch given up after `write_timeout` may still commit. With a ledger that is harmless: its
+   * fence moved the ledger row, so the next fence fails and settlement (which waits on that row)
+   * confirms what it applied. Without one, nothing would stop a late commit from landing after newer
+   * rows (an old UPDATE overwriting a newer one), so those tables are held until the call answers;
+   * a late well-formed answer confirms the ok prefix it reports per table.
+   */
+  private awaitLateAnswer(slices: TableSlice[], call: Promise<WriteResult[]>): void {
+    const held = slices.filter((s) => !s.fenced);
+    if (held.length === 0) return;
+    for (const s of held) s.table.awaitingLateAnswer = true;
+    const names = held.map((s) => `"${s.table.name}"`).join(", ");
+    this.logger.warn(`drain: ${names} on ${this.name} held until the timed-out batch answers: without a ledger a late commit must not land after newer rows`, { target: this.name });
+    const expected = slices.reduce((n, s) => n + s.stmts.length, 0);
+    const settle = (results: unknown) => {
+      if (resultShapeProblem(results, expected) !== null) return;
+      const answers = results as WriteResult[];
+      let start = 0;
+      for (const s of slices) {
+        if (!s.fenced && s.table.outbox) {
+          let ok = 0;
+          while (ok < s.rows.length && answers[start + ok]!.ok) ok++;
+          try {
+            if (ok > 0) s.table.outbox.confirmThrough(s.rows[ok - 1]!.seq);
+          } catch (error) {
+            this.logger.error(`drain: confirming the late answer for "${s.table.name}" failed; its rows are redelivered: ${describeError(error).message}`, { namespace: s.table.name });
+          }
+        }
+        start += s.stmts.length;
+      }
+      this.logger.info(`drain: the timed-out batch to ${this.name} answered late; what it committed of ${names} is confirmed`, { target: this.name });
+    };
+    call
+      .then(settle, () => this.logger.info(`drain: the timed-out batch to ${this.name} failed late; ${names} are redelivered`, { target: this.name }))
+      .finally(() => {
+        for (const s of held) s.table.awaitingLateAnswer = false;
+        this.waker.wake();
+      });
+  }
+
+  /**
+   * Records a failed attempt to reach the target: backs off (one second doubling, jittered, capped
+   * at outage_backoff_cap_minutes). A misconfigured target (authentication, unknown database) is
+   * retried on the same schedule, but said once, not at every retry.
+   */
   private outage(error: unknown, what: string): void {
-    const { app, logger } = this.ctx;
-    this.outages += 1;
-    const delay = targetBackoffMs(this.outages, app.backoffUnitSeconds, app.backoffCapMinutes);
-    this.backoffUntil = this.ctx.now() + delay;
-    logger.warn(
-      `drain: target ${this.name} is unavailable (${what}; outage #${this.outages}, nothing charged), retrying in ${Math.round(delay)} ms: ${describeError(error).message}`,
-    );
+    const now = this.now();
+    const misconfigured = error instanceof WriteError && error.misconfigured;
+    this.failures += 1;
+    this.downSince ??= now;
+    this.state = misconfigured ? "misconfigured" : "outage";
+    const delay = outageBackoffMs(this.failures, this.app.outageBackoffCapMs);
+    this.backoffUntil = now + delay;
+    const { message, errorClass } = describeError(error);
+    this.lastError = message;
+    const fields = { target: this.name, attempt: this.failures, error_class: errorClass };
+    const repeated = this.lastOutageMessage === message;
+    this.lastOutageMessage = message;
+    if (misconfigured) {
+      if (repeated) this.logger.debug(`drain: target ${this.name} is still misconfigured (attempt ${this.failures}), retrying in ${Math.round(delay)} ms`, fields);
+      else this.logger.error(`drain: target ${this.name} is misconfigured (${what}); retrying every few minutes until it is fixed: ${message}`, fields);
+      return;
+    }
+    // The first failure and every change of cause are news; the same cause again is said at debug,
+    // and every tenth retry at warn so a long outage stays visible in the journal.
+    const level = !repeated || this.failures % 10 === 0 ? "warn" : "debug";
+    this.logger[level](`drain: target ${this.name} is unavailable (${what}; attempt ${this.failures}, nothing charged), retrying in ${Math.round(delay)} ms: ${message}`, fields);
   }
 
   private recovered(): void {
-    if (this.outages > 0) this.ctx.logger.info(`drain: target ${this.name} is reachable again after ${this.outages} failed attempts`);
-    this.outages = 0;
-    this.backoffUntil = 0;
-  }
-
-  /** Prunes each table's sync log per its `retain_log_days`. */
-  private prune(): void {
-    for (const table of this.ctx.tables) {
-      try {
-        const removed = table.outbox.pruneSyncLog(table.config.retainLogDays);
-        if (removed > 0) this.ctx.logger.debug(`drain: pruned ${removed} sync-log entries of "${table.config.name}"`);
-      } catch (error) {
-        this.ctx.logger.error(`drain: pruning the sync log of "${table.config.name}" (${table.file}) failed: ${describeError(error).message}`);
-      }
+    if (this.failures > 0) {
+      this.logger.info(`drain: target ${this.name} is reachable again after ${this.failures} failed attempts`, { target: this.name, attempt: this.failures });
     }
+    this.failures = 0;
+    this.backoffUntil = 0;
+    this.downSince = null;
+    this.lastError = null;
+    this.lastOutageMessage = null;
+    this.state = "ok";
   }
 }

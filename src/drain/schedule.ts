@@ -1,6 +1,31 @@
 import { parseTimestamp } from "../outbox/timestamp.ts";
 
-/** The scheduling knobs of one app, in milliseconds. */
+/**
+ * Delay before a head that has failed `attempts` times is tried again: `2^attempts × unitMs`,
+ * capped at `capMs`. `unitMs` is 60 000 in production, tiny in tests.
+ */
+export function rowBackoffMs(attempts: number, unitMs: number, capMs: number): number {
+  // 2^exponent overflows to Infinity long before it matters; min() keeps the cap exact.
+  const ms = 2 ** Math.min(Math.max(0, attempts), 1000) * unitMs;
+  return Math.max(0, Math.min(ms, capMs));
+}
+
+/** The first retry of a target that just went down comes after one second. */
+const FIRST_OUTAGE_RETRY_MS = 1000;
+
+/**
+ * Delay before a target that has failed `outages` times in a row (≥ 1) is tried again: one
+ * second doubling, capped at `capMs`, then jittered to between half and all of that. A fleet of
+ * drains that lost one database must not come back in lock step, and the cap — minutes, not the
+ * hour a row may wait — bounds how late delivery resumes after the remote is back. `random`
+ * returns [0, 1) (Math.random by default; tests pass a fixed one).
+ */
+export function outageBackoffMs(outages: number, capMs: number, random: () => number = Math.random): number {
+  const ms = Math.min(FIRST_OUTAGE_RETRY_MS * 2 ** Math.min(Math.max(0, outages - 1), 1000), capMs);
+  return Math.max(0, ms / 2 + (random() * ms) / 2);
+}
+
+/** The scheduling knobs of one app. */
 export interface ScheduleKnobs {
   /** Pending rows that make a table ready at once (`table_flush_threshold`). */
   threshold: number;

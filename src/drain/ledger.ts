@@ -1,0 +1,141 @@
+import { describeError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import { fenceSql, fleetReadSql, settleReadSql } from "../sql/ledger.ts";
+import { ledgerStep } from "../sql/probe.ts";
+import { maxSeqSql } from "../sql/schema.ts";
+import type { Dialect, Statement } from "../writers/writer.ts";
+import { parseCount, type BoundedWriter } from "./bounded-writer.ts";
+import { ensureStep } from "./remote-schema.ts";
+import type { DrainTable } from "./table.ts";
+
+/** One origin's ledger row for a served table, as every drain of the fleet sees it. */
+export interface LedgerRow {
+  origin: string;
+  namespace: string;
+  through: number;
+  label: string;
+  /** ISO-8601, the target's clock. */
+  updatedAt: string;
+}
+
+/**
+ * One target's delivery ledger as the drain uses it: the table is checked (and with auto_schema
+ * created) at startup, every batch opens each namespace with a fence (`fence`), and tables whose
+ * outcome is unknown are settled from it (`settle`) before anything is sent again. The ledger
+ * row of a queue is keyed by its file's origin id and the namespace.
+ */
+export class TargetLedger {
+  private readonly fenceText: string;
+
+  constructor(
+    private readonly writer: BoundedWriter,
+    private readonly dialect: Dialect,
+    readonly table: string,
+    private readonly label: string,
+    private readonly autoSchema: boolean,
+    private readonly logger: Logger,
+  ) {
+    this.fenceText = fenceSql(table, dialect);
+  }
+
+  /**
+   * Makes sure the ledger table exists, creating it when `auto_schema` allows (never an ALTER of a
+   * user table). Returns null when it is usable, else why not (a remote schema fault: missing and
+   * not creatable, or no permission). An outage throws.
+   */
+  async setup(): Promise<string | null> {
+    const outcome = await ensureStep(this.writer, ledgerStep(this.table, this.dialect), this.table, this.autoSchema);
+    if ("done" in outcome) {
+      if (outcome.done === "applied") this.logger.info(`drain: created the delivery ledger ${this.table} on ${this.writer.target}`, { target: this.writer.target });
+      return null;
+    }
+    return this.autoSchema
+      ? `cannot create the ledger table ${this.table}: ${outcome.error} (a DBA can run \`sqloutbox schema --apply\`)`
+      : `the ledger table ${this.table} is missing; create it with \`sqloutbox schema --apply\` or set auto_schema = true`;
+  }
+
+  /** The statement that opens `table`'s slice: moves its ledger row from `through` to `last`, or fails when it moved meanwhile. */
+  fence(table: DrainTable, through: number, last: number): Statement {
+    return { sql: this.fenceText, args: [table.outbox!.origin, table.name, last, this.label, through], namespace: table.name, seq: 0, fence: true };
+  }
+
+  /**
+   * Settles `tables` from the ledger in one round trip, reading each row with the lock that waits
+   * for a transaction still holding it (a late COMMIT), then applies it locally (DrainTable.settle).
+   * A queue without a ledger row that delivered before — through `outbox_seq` (this project's
+   * earlier versions, the Python reference) — is migrated: its remote MAX(outbox_seq) is adopted as
+   * applied, so nothing that landed is delivered again (one more round trip, once). Returns how many
+   * rows were confirmed. An outage throws; a ledger that cannot be read holds the table.
+   */
+  async settle(tables: DrainTable[], now: number): Promise<number> {
+    const ready = tables.filter((t) => t.outbox !== null);
+    if (ready.length === 0) return 0;
+    const results = await this.writer.send(
+      ready.map((t) => ({ sql: settleReadSql(this.table, this.dialect), args: [t.outbox!.origin, t.name], namespace: t.name, seq: 0 })),
+    );
+    const read = new Map<DrainTable, number | null>();
+    ready.forEach((t, i) => {
+      const result = results[i]!;
+      const through = result.ok ? parseCount(result.rows, null) : undefined;
+      if (through === undefined) t.holdSchema(`cannot read the ledger ${this.table}: ${result.ok ? "its through is not a number" : result.error}`, now);
+      else read.set(t, through);
+    });
+    const adopted = await this.adoptions([...read].filter(([t, through]) => through === null && !t.config.injectOutboxSeq && hasDelivered(t)).map(([t]) => t));
+    let confirmed = 0;
+    for (const [table, through] of read) {
+      try {
+        const mark = adopted.get(table);
+        confirmed += table.settle(through, mark ? { adopted: mark } : {});
+        if (mark) {
+          this.logger.warn(`drain: "${table.name}" on ${this.writer.target} starts on the delivery ledger: its earlier delivery reached outbox_seq ${mark} there, taken as applied`, {
+            target: this.writer.target, namespace: table.name, seq: mark,
+          });
+        }
+      } catch (error) {
+        table.unsettle();
+        this.logger.error(`drain: local error settling "${table.name}" (${table.file}) from the ledger: ${describeError(error).message}`, { namespace: table.name });
+      }
+    }
+    if (confirmed > 0) {
+      this.logger.info(`drain: ${confirmed} rows sent to ${this.writer.target} before an interruption were applied there (the ledger says so); confirmed without redelivery`, {
+        target: this.writer.target, rows: confirmed,
+      });
+    }
+    return confirmed;
+  }
+
+  /** The remote MAX(outbox_seq) of each table (0 when it has no such column), in one round trip. */
+  private async adoptions(tables: DrainTable[]): Promise<Map<DrainTable, number>> {
+    const marks = new Map<DrainTable, number>();
+    if (tables.length === 0) return marks;
+    const results = await this.writer.send(tables.map((t) => ({ sql: maxSeqSql(t.name, this.dialect), args: [], namespace: t.name, seq: 0 })));
+    tables.forEach((t, i) => {
+      const result = results[i]!;
+      const max = result.ok ? parseCount(result.rows, 0) : 0; // no outbox_seq column: nothing was delivered idempotently
+      if (max) marks.set(t, max);
+    });
+    return marks;
+  }
+
+  /** Every origin's ledger row for `tables` (no lock): the fleet view. An outage throws. */
+  async readFleet(tables: DrainTable[]): Promise<LedgerRow[]> {
+    if (tables.length === 0) return [];
+    const [result] = await this.writer.send([
+      { sql: fleetReadSql(this.table, this.dialect, tables.length), args: tables.map((t) => t.name), namespace: this.table, seq: 0 },
+    ]);
+    if (!result!.ok || !result!.rows) return [];
+    return result!.rows.map(([origin, namespace, through, label, updatedAt]) => ({
+      origin: String(origin),
+      namespace: String(namespace),
+      through: Number(through),
+      label: String(label ?? ""),
+      updatedAt: String(updatedAt ?? ""),
+    }));
+  }
+}
+
+/** The queue delivered before (a sync log, dead letters, a head linked back, or an interrupted batch). */
+function hasDelivered(table: DrainTable): boolean {
+  const outbox = table.outbox!;
+  return outbox.hasHistory() || outbox.head()?.sentThrough != null;
+}

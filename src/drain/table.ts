@@ -1,0 +1,478 @@
+import type { AppConfig, TableConfig } from "../config/types.ts";
+import { describeError, InvalidArgumentError, UnsupportedStatementError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import { Outbox, type OutboxRow } from "../outbox/outbox.ts";
+import { parseTimestamp } from "../outbox/timestamp.ts";
+import type { Statement, WriteResult } from "../writers/writer.ts";
+import { rowBackoffMs, tableReadiness } from "./schedule.ts";
+
+/** Why a table is not delivering right now. */
+export type HoldReason = "file" | "local" | "remote schema" | "origin" | "writer contract";
+
+/** A table held back: why, the message that says it, since and until when (epoch ms). */
+export interface TableHold {
+  reason: HoldReason;
+  message: string;
+  since: number;
+  until: number;
+}
+
+/** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
+export interface TableSlice {
+  table: DrainTable;
+  rows: OutboxRow[];
+  stmts: Statement[];
+  fenced: boolean;
+}
+
+/** What planning or settling one table did, for the cycle's report. */
+export interface TableOutcome {
+  delivered: number;
+  failed: number;
+  deadLettered: number;
+  /** More rows are ready right now (cycle again at once). */
+  more: boolean;
+  /** When this table becomes ready next (epoch ms), if known. */
+  wakeAt: number | null;
+}
+
+/** What the runner lends a table to plan its slice. */
+export interface PlanContext {
+  now: number;
+  /** Bytes of SQL text and payload this table may still add to the batch. */
+  maxBytes: number;
+  /** Decodes and converts one row into the statement sent for it; throws InvalidArgumentError (undecodable) or UnsupportedStatementError. */
+  prepare(table: DrainTable, row: OutboxRow): Statement;
+  /** The fence statement that opens this table's slice, moving its ledger row from `through` to `last`; null without a ledger. */
+  fence: ((table: DrainTable, through: number, last: number) => Statement) | null;
+}
+
+/** How long a table whose file cannot be opened waits before the next try. */
+const FILE_RETRY_MS = 30_000;
+/** How long a table whose remote schema lacks something waits before the next try (doubling, capped). */
+const SCHEMA_RETRY_FIRST_MS = 2_000;
+const SCHEMA_RETRY_CAP_MS = 60_000;
+
+const minWake = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b));
+const none = (): TableOutcome => ({ delivered: 0, failed: 0, deadLettered: 0, more: false, wakeAt: null });
+
+/**
+ * One served table as the drain sees it, and the single owner of its drain state: its queue file,
+ * what this drain last saw of its ledger row (`through`), holds (a bad file, a local error, a
+ * remote schema fault), and a cut that lets the rows before a failed row go first. The target's
+ * runner asks it to settle from the ledger, to plan its slice of a batch and to apply the answer.
+ */
+export class DrainTable {
+  readonly name: string;
+  /** Absolute path of `{db_dir}/{table}.db`. */
+  readonly file: string;
+  #outbox: Outbox | null = null;
+  #hold: TableHold | null = null;
+  #localErrors = 0;
+  #schemaErrors = 0;
+  /** The ledger's `through` for this queue as this drain last saw or set it; null: settle first. */
+  #through: number | null = null;
+  /** A row behind the head failed: the next slice stops before it, so the rows before it go first. */
+  #cutBefore: number | null = null;
+  /** The chain gap last reported, so a held gap is logged once, not every cycle. */
+  #reportedGap: number | null = null;
+  /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
+   *  MAX(outbox_seq) can then only be another queue's seqs (see compat.ts). */
+  freshQueue = false;
+  /** A timed-out batch carrying this table (no ledger) may still commit: not planned until it answers. */
+  awaitingLateAnswer = false;
+
+  constructor(
+    readonly config: TableConfig,
+    dbDir: string,
+    private readonly app: AppConfig,
+    private readonly target: string,
+    private readonly logger: Logger,
+  ) {
+    this.name = config.name;
+    this.file = `${dbDir}/${config.name}.db`;
+  }
+
+  /** The open queue, or null while its file cannot be opened. */
+  get outbox(): Outbox | null {
+    return this.#outbox;
+  }
+
+  /** The ledger's `through` this drain last saw (null: not settled yet). */
+  get through(): number | null {
+    return this.#through;
+  }
+
+  /** The table's current hold, if any. */
+  get hold(): TableHold | null {
+    return this.#hold;
+  }
+
+  /** True while held at `now` (or unopened). */
+  held(now: number): boolean {
+    return this.#outbox === null || (this.#hold !== null && this.#hold.until > now);
+  }
+
+  /** Settlement is needed before this table's next fenced batch. */
+  get unsettled(): boolean {
+    return this.#through === null;
+  }
+
+  /** Forgets the ledger view: the next batch settles from the ledger first (after an outage, a fence that failed). */
+  unsettle(): void {
+    this.#through = null;
+  }
+
+  /**
+   * Opens the queue file unless open; a file that cannot be opened (corrupt, not an outbox file, a
+   * newer format, no permission) holds this table only, is reported once and retried later.
+   */
+  open(now: number): boolean {
+    if (this.#outbox) return true;
+    if (this.#hold && this.#hold.until > now) return false;
+    try {
+      this.#outbox = new Outbox(this.file, this.name, { maxPending: this.app.maxPending, durability: this.app.durability, fileMode: this.app.fileMode });
+      this.freshQueue = !this.#outbox.hasHistory();
+      this.#release("file");
+      return true;
+    } catch (error) {
+      this.#holdFor("file", `cannot open ${this.file}: ${describeError(error).message}`, now, now + FILE_RETRY_MS);
+      return false;
+    }
+  }
+
+  /** Closes the queue file. */
+  close(): void {
+    this.#outbox?.close();
+    this.#outbox = null;
+  }
+
+  /**
+   * Applies what the ledger says this queue has applied (`remote`; null when it has no row yet):
+   * rows sent in an interrupted batch at or below it are confirmed; rows at or below it that were
+   * never sent (a file restored from a backup) are moved above it before delivery, never confirmed
+   * unsent; the local sequence is raised above it. Returns how many rows were confirmed. With
+   * `adopted` (migration from `outbox_seq` delivery), every pending row at or below it is first
+   * confirmed as applied by the earlier drain.
+   */
+  settle(remote: number | null, options: { adopted?: number } = {}): number {
+    const outbox = this.#outbox!;
+    const through = Math.max(remote ?? 0, options.adopted ?? 0);
+    let confirmed = options.adopted ? outbox.confirmThrough(options.adopted) : 0;
+    const head = outbox.head();
+    if (head?.sentThrough != null) confirmed += outbox.confirmThrough(Math.min(head.sentThrough, through));
+    const still = outbox.head();
+    if (still?.sentThrough != null) outbox.clearSent(still.seq);
+    if (still && still.seq <= through) {
+      const moved = outbox.resequenceAbove(through);
+      if (moved) {
+        this.logger.warn(
+          `drain: "${this.name}" on ${this.target}: the ledger says this queue applied up to seq ${through}, but pending rows ${moved.oldFirst}..${moved.oldLast} were never sent (a queue file restored from an older copy?); moved them, in order, to ${moved.newFirst}..${moved.newLast} so they are delivered, not mistaken for applied`,
+          { target: this.target, namespace: this.name, seq: moved.oldFirst, rows: moved.count },
+        );
+      }
+    }
+    if (through > 0) outbox.seedSequence(through);
+    this.#through = through;
+    return confirmed;
+  }
+
+  /** Without a ledger: an interrupted batch's outcome is unknown, so its rows are simply sent again (at least once). */
+  forgetSent(): void {
+    const head = this.#outbox?.head();
+    if (head?.sentThrough != null) this.#outbox!.clearSent(head.seq);
+  }
+
+  /**
+   * Plans this table's slice of the batch: when ready, up to `batch_size` rows head first within
+   * the byte budget, each converted by `ctx.prepare`, opened by the fence. A head that cannot be
+   * sent (undecodable, unsupported, out of attempts) is dead-lettered on the spot and the next row
+   * becomes the head; such a row behind the head ends the slice. The head is charged one attempt
+   * and marked sent before delivery (crash-loop protection; settlement reads the mark).
+   */
+  plan(ctx: PlanContext): { slice: TableSlice | null; outcome: TableOutcome } {
+    const out = none();
+    const { now } = ctx;
+    if (this.awaitingLateAnswer) return { slice: null, outcome: out };
+    if (this.held(now)) {
+      out.wakeAt = this.#hold?.until ?? null;
+      return { slice: null, outcome: out };
+    }
+    if (ctx.fence && this.#through === null) return { slice: null, outcome: out };
+    try {
+      const slice = this.#planRows(ctx, out);
+      this.#localErrors = 0;
+      this.#release("local");
+      return { slice, outcome: out };
+    } catch (error) {
+      this.#holdLocal(error, now, "planning");
+      out.wakeAt = this.#hold?.until ?? null;
+      return { slice: null, outcome: out };
+    }
+  }
+
+  #planRows(ctx: PlanContext, out: TableOutcome): TableSlice | null {
+    const outbox = this.#outbox!;
+    const { now } = ctx;
+    let wakeAt: number | null = null;
+    const read = outbox.readForDelivery(this.app.batchSize, ctx.maxBytes, (head, pending) => {
+      const readiness = tableReadiness(head, pending, now, { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs });
+      wakeAt = readiness.wakeAt;
+      return readiness.ready;
+    });
+    out.wakeAt = wakeAt;
+    if (read.head === null) {
+      this.#cutBefore = null;
+      return null;
+    }
+    if (read.rows.length === 0) {
+      if (read.gap) this.#reportGap(read.gap.seq, read.gap.prevSeq);
+      return null;
+    }
+    if (read.gap === null) this.#reportedGap = null;
+    if (read.truncated) out.more = true;
+
+    const rows: OutboxRow[] = [];
+    const stmts: Statement[] = [];
+    for (const row of read.rows) {
+      const isHead = rows.length === 0;
+      if (this.#cutBefore !== null && row.seq >= this.#cutBefore) {
+        if (!isHead) break;
+        this.#cutBefore = null; // the rows before it went: it is the head now
+      }
+      if (!isHead && row.nextAttemptAt && (parseTimestamp(row.nextAttemptAt) ?? 0) > now) break; // backing off: wait to be head
+      if (isHead && this.app.maxAttempts !== null && row.attempts >= this.app.maxAttempts) {
+        // Attempts were recorded but never resolved: the drain died delivering this row, again and again.
+        this.#deadLetter(row, "max_attempts", row.lastError ?? "attempts exhausted without a result (the drain stopped during delivery)", row.lastErrorClass ?? "max_attempts");
+        out.deadLettered += 1;
+        out.more = true;
+        continue;
+      }
+      let stmt: Statement;
+      try {
+        stmt = ctx.prepare(this, row);
+      } catch (error) {
+        out.more = true;
+        if (!isHead) break; // it becomes the head of a later cycle and is handled then
+        const { message, errorClass } = describeError(error);
+        if (error instanceof UnsupportedStatementError || error instanceof InvalidArgumentError) {
+          this.#deadLetter(row, error instanceof UnsupportedStatementError ? "unsupported_statement" : "undecodable", message, errorClass);
+          out.deadLettered += 1;
+          continue;
+        }
+        // A head that failed for a reason we did not foresee counts as a failed attempt, never silently.
+        outbox.recordAttempt(row.seq);
+        if (this.#charge(row, row.attempts + 1, message, errorClass)) out.deadLettered += 1;
+        out.failed += 1;
+        break;
+      }
+      rows.push(row);
+      stmts.push(stmt);
+    }
+    if (rows.length === 0) return null;
+    const last = rows[rows.length - 1]!.seq;
+    const fenced = ctx.fence !== null;
+    if (fenced) stmts.unshift(ctx.fence!(this, this.#through!, last));
+    outbox.recordAttempt(rows[0]!.seq, new Date(now), last);
+    return { table: this, rows, stmts, fenced };
+  }
+
+  /**
+   * Applies the target's answer for this table's slice: all applied → confirmed (one local
+   * transaction) and `through` moves to the slice's last seq; a failed head → charged (backoff or
+   * dead letter); a failed row behind the head → nothing charged, the next slice stops before it;
+   * a remote schema fault → the table is held, nothing charged; a fence that failed → settle from
+   * the ledger next.
+   */
+  applyAnswer(slice: TableSlice, results: WriteResult[], now: number): TableOutcome & { ledgerMissing: boolean } {
+    const out = { ...none(), ledgerMissing: false };
+    const outbox = this.#outbox!;
+    const { rows, fenced } = slice;
+    const head = rows[0]!;
+    const answers = fenced ? results.slice(1) : results;
+    try {
+      const fence = fenced ? results[0]! : null;
+      if (fence && !fence.ok && !fence.skipped) {
+        outbox.clearSent(head.seq, { refund: true });
+        this.#through = null;
+        if (fence.remoteSchema) {
+          out.ledgerMissing = true;
+          this.#holdSchema(`the ledger is not usable: ${fence.error}`, now);
+        } else {
+          this.logger.info(`drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`, {
+            target: this.target, namespace: this.name, error_class: fence.errorClass ?? null,
+          });
+        }
+        out.more = true;
+        return out;
+      }
+      let okPrefix = 0;
+      while (okPrefix < answers.length && answers[okPrefix]!.ok) okPrefix++;
+      const failedAt = answers.findIndex((r) => !r.ok && !(r as { skipped?: boolean }).skipped);
+      if (okPrefix === rows.length) {
+        outbox.confirmThrough(rows[rows.length - 1]!.seq);
+        if (fenced) this.#through = rows[rows.length - 1]!.seq;
+        this.#schemaErrors = 0;
+        this.#release("remote schema");
+        out.delivered = rows.length;
+        return out;
+      }
+      if (fenced && okPrefix > 0) {
+        // A namespace partly applied: the writer broke the contract the ledger relies on. Its
+        // fence may have committed for rows that were not: stop, loudly, rather than guess.
+        this.#through = null;
+        this.#holdFor("writer contract", `the writer of ${this.target} applied part of a namespace (seq ${rows[0]!.seq}..${rows[okPrefix - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now, Number.POSITIVE_INFINITY, "error");
+        return out;
+      }
+      if (okPrefix > 0) {
+        // No ledger: a writer that commits statement by statement applied these rows; confirm them.
+        outbox.confirmThrough(rows[okPrefix - 1]!.seq);
+        out.delivered = okPrefix;
+        if (failedAt !== okPrefix) return out; // the rest was skipped: sent again next cycle
+        outbox.recordAttempt(rows[failedAt]!.seq); // the failed row is the head now
+        return this.#failed(rows[failedAt]!, answers[failedAt]!, now, out);
+      }
+      if (failedAt !== 0) {
+        // Nothing of this table was tried (skipped), or a row behind the head failed: not the head's fault.
+        outbox.clearSent(head.seq, { refund: true });
+        if (failedAt > 0) {
+          this.#cutBefore = rows[failedAt]!.seq;
+          out.more = true;
+        }
+        return out;
+      }
+      return this.#failed(head, answers[0]!, now, out);
+    } catch (error) {
+      // Local error while settling: the rows stay queued; settlement from the ledger decides later.
+      this.#through = null;
+      this.#holdLocal(error, now, `settling a batch delivered to ${this.target}`);
+      return out;
+    }
+  }
+
+  /** The head `row` failed (the row's fault, or the remote schema's): charge it, or hold the table. */
+  #failed<T extends TableOutcome>(row: OutboxRow, answer: WriteResult, now: number, out: T): T {
+    const result = answer as Extract<WriteResult, { ok: false }>;
+    const message = typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
+    const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
+    if (result.remoteSchema) {
+      this.#outbox!.clearSent(row.seq, { refund: true });
+      this.#holdSchema(message, now);
+      return out;
+    }
+    out.failed = 1;
+    if (this.#charge(row, row.attempts + 1, message, errorClass)) out.deadLettered = 1;
+    out.more = true; // re-plan: the next head may be ready
+    return out;
+  }
+
+  /** Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays for settlement. */
+  refundOutage(slice: TableSlice): void {
+    try {
+      this.#outbox!.refundAttempt(slice.rows[0]!.seq);
+    } catch (error) {
+      this.logger.error(`drain: local error refunding seq ${slice.rows[0]!.seq} of namespace "${this.name}": ${describeError(error).message}`, { namespace: this.name, seq: slice.rows[0]!.seq });
+    }
+  }
+
+  /** Holds the table after a remote schema fault, retried on a doubling schedule. */
+  holdSchema(message: string, now: number): void {
+    this.#holdSchema(message, now);
+  }
+
+  /** Releases a remote-schema hold early (the operator ran `kick`, or setup succeeded). */
+  releaseSchemaHold(): void {
+    this.#schemaErrors = 0;
+    this.#release("remote schema");
+  }
+
+  /** Holds the table because another origin writes its injected remote table. */
+  holdOrigin(message: string, now: number): void {
+    this.#holdFor("origin", message, now, Number.POSITIVE_INFINITY, "error");
+  }
+
+  /** Releases an origin hold (the other origin is gone from the ledger). */
+  releaseOrigin(): void {
+    this.#release("origin");
+  }
+
+  /** Ends every timed hold now, so the table is tried at once (the operator fixed the cause). */
+  retryNow(now: number): void {
+    if (this.#hold && this.#hold.reason !== "origin" && this.#hold.reason !== "writer contract") this.#hold = { ...this.#hold, until: now };
+  }
+
+  /** Prunes the sync log per `retain_log_days`. */
+  prune(): void {
+    if (!this.#outbox) return;
+    try {
+      const removed = this.#outbox.pruneSyncLog(this.config.retainLogDays);
+      if (removed > 0) this.logger.debug(`drain: pruned ${removed} sync-log entries of "${this.name}"`, { namespace: this.name, rows: removed });
+    } catch (error) {
+      this.logger.error(`drain: pruning the sync log of "${this.name}" (${this.file}) failed: ${describeError(error).message}`, { namespace: this.name });
+    }
+  }
+
+  /**
+   * Records a failed attempt of `row` (already charged: `attempts` includes it): backs it off
+   * `2^attempts` units, or dead-letters it once `max_attempts` is reached. Returns true if dead-lettered.
+   */
+  #charge(row: OutboxRow, attempts: number, message: string, errorClass: string): boolean {
+    const { app } = this;
+    const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
+    this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(Date.now() + delay));
+    const fields = { target: this.target, namespace: this.name, seq: row.seq, attempt: attempts, error_class: errorClass };
+    if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
+      this.#outbox!.deadLetter(row.seq, "max_attempts", message, errorClass);
+      this.logger.error(`drain: dead-lettered seq ${row.seq} of namespace "${this.name}" on target ${this.target} after ${attempts} attempts: ${message}`, fields);
+      return true;
+    }
+    this.logger.warn(`drain: seq ${row.seq} of namespace "${this.name}" failed on target ${this.target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`, fields);
+    return false;
+  }
+
+  #deadLetter(row: OutboxRow, reason: string, message: string, errorClass: string): void {
+    this.#outbox!.deadLetter(row.seq, reason, message, errorClass);
+    this.logger.error(`drain: dead-lettered seq ${row.seq} of namespace "${this.name}" (${reason}): ${message}`, {
+      target: this.target, namespace: this.name, seq: row.seq, attempt: row.attempts, error_class: errorClass,
+    });
+  }
+
+  #reportGap(seq: number, prevSeq: number): void {
+    if (this.#reportedGap === seq) return;
+    this.#reportedGap = seq;
+    this.logger.error(
+      `drain: namespace "${this.name}" (${this.file}) is held: seq ${seq} links to prev_seq ${prevSeq}, which is neither pending, delivered nor dead-lettered (a lost row). Run \`sqloutbox verify\`; see the operations runbook.`,
+      { namespace: this.name, seq },
+    );
+  }
+
+  /** Holds the table after a local SQLite error: 100 ms doubling to 30 s, so a broken file is retried, not spun on. */
+  #holdLocal(error: unknown, now: number, what: string): void {
+    this.#localErrors += 1;
+    const ms = Math.min(100 * 2 ** Math.min(this.#localErrors - 1, 20), 30_000);
+    this.#holdFor("local", `local error ${what} (${this.file}): ${describeError(error).message}`, now, now + ms, "error");
+  }
+
+  #holdSchema(message: string, now: number): void {
+    this.#schemaErrors += 1;
+    const ms = Math.min(SCHEMA_RETRY_FIRST_MS * 2 ** Math.min(this.#schemaErrors - 1, 20), SCHEMA_RETRY_CAP_MS);
+    this.#holdFor("remote schema", `remote schema on ${this.target}: ${message}`, now, now + ms);
+  }
+
+  /** Holds the table; says so once per distinct message (a hold that repeats is not news). */
+  #holdFor(reason: HoldReason, message: string, now: number, until: number, level: "warn" | "error" = "warn"): void {
+    const repeated = this.#hold?.reason === reason && this.#hold.message === message;
+    this.#hold = { reason, message, since: repeated ? this.#hold!.since : now, until };
+    if (repeated) return;
+    const retry = Number.isFinite(until) ? `, retrying in ${Math.round(until - now)} ms` : "";
+    this.logger[level](`drain: "${this.name}" is held (${reason})${retry}: ${message}`, { target: this.target, namespace: this.name, error_class: reason });
+  }
+
+  #release(reason: HoldReason): void {
+    if (this.#hold?.reason !== reason) return;
+    this.#hold = null;
+    this.logger.info(`drain: "${this.name}" on ${this.target} is no longer held (${reason})`, { target: this.target, namespace: this.name });
+  }
+}
+
+export { minWake };
