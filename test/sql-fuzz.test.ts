@@ -6,9 +6,11 @@ import type { BindValue, Dialect } from "../src/writers/writer.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { rng, StatementGenerator, type GeneratedStatement } from "./sql-gen.ts";
 
-// Seeded so a failure reproduces: SQLOUTBOX_FUZZ_SEED / SQLOUTBOX_FUZZ_CASES override.
+// Seeded so a failure reproduces: SQLOUTBOX_FUZZ_SEED / SQLOUTBOX_FUZZ_CASES override. The default
+// run is small enough for every `bun test`; CI runs the 100k cases SPEC §5 asks for
+// (SQLOUTBOX_FUZZ_CASES=100000).
 const SEED = Number(process.env.SQLOUTBOX_FUZZ_SEED ?? 20261130);
-const CASES = Number(process.env.SQLOUTBOX_FUZZ_CASES ?? 100_000);
+const CASES = Number(process.env.SQLOUTBOX_FUZZ_CASES ?? 5_000);
 
 let tmp: TempDir;
 let db: Database;
@@ -99,7 +101,7 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
     if (g.rejectReason !== undefined) {
       stats.rejected++;
       for (const d of ["sqlite", "postgres", "mysql"] as const) {
-        if (d === "postgres" && g.quote === "bracket") continue;
+        if (d === "postgres" && (g.quote === "bracket" || g.quote === "backtick")) continue;
         if (d === "mysql" && (g.quote === "bracket" || g.quote === "double")) continue;
         try {
           const out = injectOutboxSeq(g.sql, g.args, seq, d);
@@ -119,7 +121,7 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
     const base = baseSeq.get(g.table)!;
 
     const forms: Dialect[] = ["sqlite"];
-    if (g.quote !== "bracket") forms.push("postgres");
+    if (g.quote !== "bracket" && g.quote !== "backtick") forms.push("postgres");
     if (g.quote !== "bracket" && g.quote !== "double") forms.push("mysql");
     for (const d of forms) {
       let out: { sql: string; args: BindValue[] };

@@ -263,11 +263,8 @@ export class StatementGenerator {
       sets.push(`(${this.ident(x)}, ${this.ident(y)})${this.ows()}=${this.ows()}(${this.expr()}, ${this.p()})`);
     }
     for (const c of cols) sets.push(`${this.ident(c)}${this.ows()}=${this.ows()}${this.expr()}`);
-    let noRealParam = false;
-    if (!this.values.length) {
-      if (this.chance(0.5)) sets[0] = `${this.ident(cols[0] ?? "a")} = ${this.p()}`;
-      else noRealParam = true;
-    }
+    // Half of the SETs without a placeholder get one; the others stay constant (`SET b = 'x'`).
+    if (!this.values.length && this.chance(0.5)) sets[0] = `${this.ident(cols[0] ?? "a")} = ${this.p()}`;
     let set = sets.join(`${this.ows()},${this.ows()}`);
     let where = "";
     if (table === "t") {
@@ -291,9 +288,9 @@ export class StatementGenerator {
     const updateTable = `${this.kw("update")}${this.ws()}${this.table(table)}${this.ws()}`;
     let head = `${updateTable}${this.kw("set")}${this.ws()}`;
     let tail = this.tail();
-    let rejectReason: string | undefined = noRealParam ? "no ? placeholder in SET" : undefined;
+    let rejectReason: string | undefined;
     let extraArg = false;
-    if (!noRealParam && this.chance(0.25)) {
+    if (this.chance(0.25)) {
       switch (this.int(7)) {
         case 0:
           set += ` ${this.kw("from")} u`;

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError, UnsupportedStatementError } from "../src/errors.ts";
-import { injectOutboxSeq, toDialect } from "../src/sql/index.ts";
+import { bindTemplate, injectOutboxSeq, rewriteTemplate, SEQ_ARG, toDialect } from "../src/sql/index.ts";
 import type { BindValue, Dialect } from "../src/writers/writer.ts";
 
 const SEQ = 42;
@@ -59,20 +59,20 @@ const inserts: Case[] = [
     sql: "INSERT INTO t /* (x?) */ (a -- b?)\n) VALUES (? /* ? */) -- done?",
     args: [1],
     want: {
-      sqlite: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) VALUES (? /* ? */, ?)" + CONFLICT,
-      pg: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) VALUES ($1 /* ? */, $2)" + CONFLICT,
-      mysql: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) SELECT ? /* ? */, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
+      sqlite: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) VALUES (? /* ? */, ?)" + CONFLICT + " -- done?",
+      pg: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) VALUES ($1 /* ? */, $2)" + CONFLICT + " -- done?",
+      mysql: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) SELECT ? /* ? */, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?) -- done?",
       args: [1, SEQ],
     },
   },
   {
-    name: "a trailing semicolon (dropped)",
+    name: "a trailing semicolon (kept, with the whitespace after it)",
     sql: "INSERT INTO t (a) VALUES (?);  ",
     args: [1],
     want: {
-      sqlite: "INSERT INTO t (a, outbox_seq) VALUES (?, ?)" + CONFLICT,
-      pg: "INSERT INTO t (a, outbox_seq) VALUES ($1, $2)" + CONFLICT,
-      mysql: "INSERT INTO t (a, outbox_seq) SELECT ?, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
+      sqlite: "INSERT INTO t (a, outbox_seq) VALUES (?, ?)" + CONFLICT + ";  ",
+      pg: "INSERT INTO t (a, outbox_seq) VALUES ($1, $2)" + CONFLICT + ";  ",
+      mysql: "INSERT INTO t (a, outbox_seq) SELECT ?, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?);  ",
       args: [1, SEQ],
     },
   },
@@ -119,7 +119,7 @@ const updates: Case[] = [
     want: {
       sqlite: "UPDATE t SET a = ?, b = ?, outbox_seq = ? WHERE (id = ?) AND outbox_seq < ?",
       pg: "UPDATE t SET a = $1, b = $2, outbox_seq = $3 WHERE (id = $4) AND outbox_seq < $5",
-      mysql: "UPDATE t SET a = ?, b = ?, outbox_seq = ? WHERE (id = ?) AND (outbox_seq IS NULL OR outbox_seq < ?)",
+      mysql: "UPDATE t SET a = ?, b = ?, outbox_seq = ? WHERE (id = ?) AND COALESCE(outbox_seq, 0) < ?",
       args: [1, 2, SEQ, 3, SEQ],
     },
   },
@@ -130,7 +130,7 @@ const updates: Case[] = [
     want: {
       sqlite: "update t set a=?, outbox_seq = ? WHERE outbox_seq < ?",
       pg: "update t set a=$1, outbox_seq = $2 WHERE outbox_seq < $3",
-      mysql: "update t set a=?, outbox_seq = ? WHERE (outbox_seq IS NULL OR outbox_seq < ?)",
+      mysql: "update t set a=?, outbox_seq = ? WHERE COALESCE(outbox_seq, 0) < ?",
       args: [1, SEQ, SEQ],
     },
   },
@@ -141,7 +141,7 @@ const updates: Case[] = [
     want: {
       sqlite: "UPDATE t SET a = ?, outbox_seq = ? WHERE (id = ? OR id = ?) AND outbox_seq < ?",
       pg: "UPDATE t SET a = $1, outbox_seq = $2 WHERE (id = $3 OR id = $4) AND outbox_seq < $5",
-      mysql: "UPDATE t SET a = ?, outbox_seq = ? WHERE (id = ? OR id = ?) AND (outbox_seq IS NULL OR outbox_seq < ?)",
+      mysql: "UPDATE t SET a = ?, outbox_seq = ? WHERE (id = ? OR id = ?) AND COALESCE(outbox_seq, 0) < ?",
       args: [1, SEQ, 2, 3, SEQ],
     },
   },
@@ -150,9 +150,9 @@ const updates: Case[] = [
     sql: "UPDATE t\n  SET note = 'x WHERE y = ?;', a = ? /* WHERE ? */\n  WHERE id = ? -- trailing ?",
     args: [1, 2],
     want: {
-      sqlite: "UPDATE t\n  SET note = 'x WHERE y = ?;', a = ?, outbox_seq = ? WHERE (id = ?) AND outbox_seq < ?",
-      pg: "UPDATE t\n  SET note = 'x WHERE y = ?;', a = $1, outbox_seq = $2 WHERE (id = $3) AND outbox_seq < $4",
-      mysql: "UPDATE t\n  SET note = 'x WHERE y = ?;', a = ?, outbox_seq = ? WHERE (id = ?) AND (outbox_seq IS NULL OR outbox_seq < ?)",
+      sqlite: "UPDATE t\n  SET note = 'x WHERE y = ?;', a = ?, outbox_seq = ? /* WHERE ? */\n  WHERE (id = ?) AND outbox_seq < ? -- trailing ?",
+      pg: "UPDATE t\n  SET note = 'x WHERE y = ?;', a = $1, outbox_seq = $2 /* WHERE ? */\n  WHERE (id = $3) AND outbox_seq < $4 -- trailing ?",
+      mysql: "UPDATE t\n  SET note = 'x WHERE y = ?;', a = ?, outbox_seq = ? /* WHERE ? */\n  WHERE (id = ?) AND COALESCE(outbox_seq, 0) < ? -- trailing ?",
       args: [1, SEQ, 2, SEQ],
     },
   },
@@ -163,19 +163,52 @@ const updates: Case[] = [
     want: {
       sqlite: "UPDATE t SET a = (SELECT v FROM u WHERE u.k = ?), b = ?, outbox_seq = ? WHERE (id IN (SELECT id FROM w WHERE z = ?)) AND outbox_seq < ?",
       pg: "UPDATE t SET a = (SELECT v FROM u WHERE u.k = $1), b = $2, outbox_seq = $3 WHERE (id IN (SELECT id FROM w WHERE z = $4)) AND outbox_seq < $5",
-      mysql: "UPDATE t SET a = (SELECT v FROM u WHERE u.k = ?), b = ?, outbox_seq = ? WHERE (id IN (SELECT id FROM w WHERE z = ?)) AND (outbox_seq IS NULL OR outbox_seq < ?)",
+      mysql: "UPDATE t SET a = (SELECT v FROM u WHERE u.k = ?), b = ?, outbox_seq = ? WHERE (id IN (SELECT id FROM w WHERE z = ?)) AND COALESCE(outbox_seq, 0) < ?",
       args: [1, 2, SEQ, 3, SEQ],
     },
   },
   {
-    name: "a trailing semicolon (dropped)",
+    name: "a trailing semicolon (kept)",
     sql: "UPDATE t SET a = ? WHERE id = ?;",
     args: [1, 2],
     want: {
-      sqlite: "UPDATE t SET a = ?, outbox_seq = ? WHERE (id = ?) AND outbox_seq < ?",
-      pg: "UPDATE t SET a = $1, outbox_seq = $2 WHERE (id = $3) AND outbox_seq < $4",
-      mysql: "UPDATE t SET a = ?, outbox_seq = ? WHERE (id = ?) AND (outbox_seq IS NULL OR outbox_seq < ?)",
+      sqlite: "UPDATE t SET a = ?, outbox_seq = ? WHERE (id = ?) AND outbox_seq < ?;",
+      pg: "UPDATE t SET a = $1, outbox_seq = $2 WHERE (id = $3) AND outbox_seq < $4;",
+      mysql: "UPDATE t SET a = ?, outbox_seq = ? WHERE (id = ?) AND COALESCE(outbox_seq, 0) < ?;",
       args: [1, SEQ, 2, SEQ],
+    },
+  },
+  {
+    name: "a constant SET (no placeholder there: nothing to guard against)",
+    sql: "UPDATE t SET status = 'shipped' WHERE id = ?",
+    args: [7],
+    want: {
+      sqlite: "UPDATE t SET status = 'shipped', outbox_seq = ? WHERE (id = ?) AND outbox_seq < ?",
+      pg: "UPDATE t SET status = 'shipped', outbox_seq = $1 WHERE (id = $2) AND outbox_seq < $3",
+      mysql: "UPDATE t SET status = 'shipped', outbox_seq = ? WHERE (id = ?) AND COALESCE(outbox_seq, 0) < ?",
+      args: [SEQ, 7, SEQ],
+    },
+  },
+  {
+    name: "a ? only in a literal of SET, the real one in WHERE",
+    sql: "UPDATE t SET a = '?' /* ? */ WHERE id = ?",
+    args: [7],
+    want: {
+      sqlite: "UPDATE t SET a = '?', outbox_seq = ? /* ? */ WHERE (id = ?) AND outbox_seq < ?",
+      pg: "UPDATE t SET a = '?', outbox_seq = $1 /* ? */ WHERE (id = $2) AND outbox_seq < $3",
+      mysql: "UPDATE t SET a = '?', outbox_seq = ? /* ? */ WHERE (id = ?) AND COALESCE(outbox_seq, 0) < ?",
+      args: [SEQ, 7, SEQ],
+    },
+  },
+  {
+    name: "placeholders touching keywords (a separating space where $n would merge into a word)",
+    sql: "UPDATE t SET a=?WHERE id=?AND b IS NOT?",
+    args: [1, 2, null],
+    want: {
+      sqlite: "UPDATE t SET a=?, outbox_seq = ?WHERE (id=?AND b IS NOT?) AND outbox_seq < ?",
+      pg: "UPDATE t SET a=$1, outbox_seq = $2 WHERE (id=$3 AND b IS NOT $4) AND outbox_seq < $5",
+      mysql: "UPDATE t SET a=?, outbox_seq = ?WHERE (id=?AND b IS NOT?) AND COALESCE(outbox_seq, 0) < ?",
+      args: [1, SEQ, 2, null, SEQ],
     },
   },
   {
@@ -185,7 +218,7 @@ const updates: Case[] = [
     want: {
       sqlite: "UPDATE t SET a = CASE WHEN ? THEN 1 ELSE 2 END, b = (x IS DISTINCT FROM ?), outbox_seq = ? WHERE (id = ?) AND outbox_seq < ?",
       pg: "UPDATE t SET a = CASE WHEN $1 THEN 1 ELSE 2 END, b = (x IS DISTINCT FROM $2), outbox_seq = $3 WHERE (id = $4) AND outbox_seq < $5",
-      mysql: "UPDATE t SET a = CASE WHEN ? THEN 1 ELSE 2 END, b = (x IS DISTINCT FROM ?), outbox_seq = ? WHERE (id = ?) AND (outbox_seq IS NULL OR outbox_seq < ?)",
+      mysql: "UPDATE t SET a = CASE WHEN ? THEN 1 ELSE 2 END, b = (x IS DISTINCT FROM ?), outbox_seq = ? WHERE (id = ?) AND COALESCE(outbox_seq, 0) < ?",
       args: [true, 5, SEQ, 6, SEQ],
     },
   },
@@ -221,13 +254,13 @@ describe("injectOutboxSeq accepts", () => {
 
   test("postgres: dollar-quoted and E'' strings hide ? and quotes", () => {
     const out = injectOutboxSeq("INSERT INTO t (a, b, c) VALUES ($$it's ?)$$, E'x\\'?)', $tag$?$tag$) ", [], SEQ, "postgres");
-    expect(out.sql).toBe("INSERT INTO t (a, b, c, outbox_seq) VALUES ($$it's ?)$$, E'x\\'?)', $tag$?$tag$, $1)" + CONFLICT);
+    expect(out.sql).toBe("INSERT INTO t (a, b, c, outbox_seq) VALUES ($$it's ?)$$, E'x\\'?)', $tag$?$tag$, $1)" + CONFLICT + " ");
     expect(out.args).toEqual([SEQ]);
   });
 
   test("mysql: backslash escapes, # comments and -- comments", () => {
     const out = injectOutboxSeq("UPDATE t SET a = 'x\\'?', b = ? # c?\n, c = 5--1\n WHERE id = ? -- ?", [1, 2], SEQ, "mysql");
-    expect(out.sql).toBe("UPDATE t SET a = 'x\\'?', b = ? # c?\n, c = 5--1, outbox_seq = ? WHERE (id = ?) AND (outbox_seq IS NULL OR outbox_seq < ?)");
+    expect(out.sql).toBe("UPDATE t SET a = 'x\\'?', b = ? # c?\n, c = 5--1, outbox_seq = ?\n WHERE (id = ?) AND COALESCE(outbox_seq, 0) < ? -- ?");
     expect(out.args).toEqual([1, SEQ, 2, SEQ]);
   });
 });
@@ -271,17 +304,14 @@ const rejected: Array<[string, string, BindValue[], string]> = [
   ["RETURNING on INSERT", "INSERT INTO t (a) VALUES (?) RETURNING id", [1], "RETURNING is not supported"],
   ["a ) only inside a literal", "INSERT INTO t (a) VALUES ('x)'", [], "unbalanced parentheses: '(' at offset 25 is never closed"],
   ["a ? only inside a literal but an argument given", "INSERT INTO t (a) VALUES ('?')", [1], "statement takes 0 bind arguments (1 more '?' inside string literals, identifiers or comments do not count) but 1 were given"],
-  ["WHERE only inside a literal of an UPDATE without a real ?", "UPDATE t SET a = 'x WHERE id = ?'", [1], "UPDATE has no ? placeholder in SET"],
-  ["an UPDATE whose only ? is in a literal", "UPDATE t SET a = '?' WHERE id = ?", [1], "UPDATE has no ? placeholder in SET"],
-  ["an UPDATE whose only ? is in a comment", "UPDATE t SET a = 1 /* ? */ WHERE id = ?", [1], "UPDATE has no ? placeholder in SET"],
+  ["WHERE and ? only inside a literal of an UPDATE given an argument", "UPDATE t SET a = 'x WHERE id = ?'", [1], "statement takes 0 bind arguments (1 more '?' inside string literals"],
   ["two statements", "INSERT INTO t (a) VALUES (?); DELETE FROM t", [1], "more than one statement: ';' at offset 28"],
   ["two semicolons", "UPDATE t SET a = ?;;", [1], "more than one statement"],
   ["fewer values than columns", "INSERT INTO t (a, b) VALUES (?)", [1], "column list names 2 columns but VALUES has 1 values"],
   ["more values than columns", "INSERT INTO t (a) VALUES (?, (1, 2), ?)", [1, 2], "column list names 1 columns but VALUES has 3 values"],
   ["an existing outbox_seq column", "INSERT INTO t (a, OUTBOX_SEQ) VALUES (?, ?)", [1, 2], "the statement already sets outbox_seq"],
-  ["an existing quoted outbox_seq column", "INSERT INTO t (a, `outbox_seq`) VALUES (?, ?)", [1, 2], "the statement already sets outbox_seq"],
   ["an UPDATE setting outbox_seq", "UPDATE t SET a = ?, outbox_seq = ? WHERE id = 1", [1, 2], "the statement already sets outbox_seq"],
-  ["UPDATE … FROM", "UPDATE t SET a = u.b FROM u WHERE t.id = u.id AND u.x = ?", [1], "UPDATE has no ? placeholder in SET"],
+  ["UPDATE … FROM", "UPDATE t SET a = u.b FROM u WHERE t.id = u.id AND u.x = ?", [1], "UPDATE … FROM is not supported"],
   ["UPDATE … FROM with a ? in SET", "UPDATE t SET a = ? FROM u WHERE t.id = u.id", [1], "UPDATE … FROM is not supported"],
   ["UPDATE … ORDER BY", "UPDATE t SET a = ? WHERE x = 1 ORDER BY id", [1], "UPDATE … ORDER is not supported"],
   ["UPDATE … LIMIT", "UPDATE t SET a = ? LIMIT 1", [1], "UPDATE … LIMIT is not supported"],
@@ -320,6 +350,14 @@ describe("injectOutboxSeq rejects", () => {
     expect(e.message).toBe(`unsupported statement: ${e.reason}`);
   });
 
+  test.each(["sqlite", "libsql", "mysql"] as const)("%s: an existing backtick-quoted outbox_seq column", (d) => {
+    expect(() => injectOutboxSeq("INSERT INTO t (a, `outbox_seq`) VALUES (?, ?)", [1, 2], SEQ, d)).toThrow("the statement already sets outbox_seq");
+  });
+
+  test("postgres: a backtick is an operator character there, not a quote", () => {
+    expect(() => injectOutboxSeq("INSERT INTO t (a, `outbox_seq`) VALUES (?, ?)", [1, 2], SEQ, "postgres")).toThrow("column list must hold plain column names, got '`' at offset 18");
+  });
+
   test("mysql: DEFAULT in VALUES (not expressible in the INSERT … SELECT form)", () => {
     expect(() => injectOutboxSeq("INSERT INTO t (a, b) VALUES (DEFAULT, ?)", [1], SEQ, "mysql")).toThrow("DEFAULT in VALUES is not supported on mysql");
     expect(injectOutboxSeq("INSERT INTO t (a, b) VALUES (DEFAULT, ?)", [1], SEQ, "postgres").sql).toStartWith("INSERT INTO t (a, b, outbox_seq) VALUES (DEFAULT, $1, $2)");
@@ -334,6 +372,30 @@ describe("injectOutboxSeq rejects", () => {
 
   test("mysql: an executable /*! … */ comment", () => {
     expect(() => injectOutboxSeq("INSERT INTO t (a) VALUES (? /*!, 1 */)", [1], SEQ, "mysql")).toThrow("MySQL executable comment");
+  });
+
+  test.each(["/*M!, 2 */", "/*M!100000 , 2 */"])("mysql: MariaDB's executable comment %s", (comment) => {
+    const sql = `INSERT INTO t (a) VALUES (? ${comment})`;
+    expect(() => injectOutboxSeq(sql, [1], SEQ, "mysql")).toThrow("MySQL executable comment /*M!…*/ at offset 28 is not supported");
+    expect(() => toDialect(sql.replace("?", "?1"), [1], "mysql")).toThrow("MySQL executable comment /*M!…*/");
+    expect(injectOutboxSeq(sql, [1], SEQ, "postgres").sql).toContain(comment); // a plain comment elsewhere
+  });
+
+  test.each([
+    ["INSERT INTO t (a, b) VALUES (?, max(?))", "the aggregate function max() in VALUES (offset 32)"],
+    ["INSERT INTO t (a, b) VALUES (?, COUNT (*))", "the aggregate function COUNT() in VALUES (offset 32)"],
+    ["INSERT INTO t (a, b) VALUES (?, group_concat(?))", "the aggregate function group_concat() in VALUES (offset 32)"],
+    ["INSERT INTO t (a, b) VALUES (?, row_number() OVER ())", "a window function (OVER) in VALUES (offset 45)"],
+    ["INSERT INTO t (a, b) VALUES (?, sum(?) over w)", "the aggregate function sum() in VALUES (offset 32)"],
+  ])("mysql: %s (VALUES refuses it, the INSERT … SELECT would compute it)", (sql, reason) => {
+    const args = Array.from({ length: (sql.match(/\?/g) ?? []).length }, (_, i) => i);
+    expect(() => injectOutboxSeq(sql, args, SEQ, "mysql")).toThrow(`${reason} is not supported on mysql`);
+    // Elsewhere the rewrite keeps VALUES, which refuses it exactly as the original does.
+    expect(injectOutboxSeq(sql, args, SEQ, "postgres").sql).toContain(" VALUES (");
+  });
+
+  test("mysql: a column or function merely named like an aggregate is fine", () => {
+    expect(injectOutboxSeq("INSERT INTO t (max, b) VALUES (?, coalesce(?, 0))", [1, 2], SEQ, "mysql").args).toEqual([1, 2, SEQ, SEQ]);
   });
 
   test.each(["sqlite", "libsql"] as const)("%s: named parameters", (d) => {
@@ -380,8 +442,57 @@ describe("toDialect", () => {
   test("mysql: expands ?NNN into plain ? with arguments reordered", () => {
     expect(toDialect("DELETE FROM t WHERE a = ?2 OR b = ?1 OR c = '?3'", ["x", "y"], "mysql")).toEqual({ sql: "DELETE FROM t WHERE a = ? OR b = ? OR c = '?3'", args: ["y", "x"] });
   });
+  test("postgres: keeps each $n a token of its own where ? touched a word", () => {
+    expect(toDialect("UPDATE t SET a = ?WHERE id=?AND x = y$?", [1, 2, 3], "postgres")).toEqual({
+      sql: "UPDATE t SET a = $1 WHERE id=$2 AND x = y$ $3",
+      args: [1, 2, 3],
+    });
+  });
+  test.each(["sqlite", "libsql", "postgres", "mysql"] as const)("%s: refuses a second statement it would send unseen", (d) => {
+    expect(() => toDialect("DELETE FROM t WHERE a = 1; DROP TABLE t", [], d)).toThrow("more than one statement: ';' at offset 25 is followed by more SQL");
+    expect(() => toDialect("DELETE FROM t WHERE a = ?; DROP TABLE t", [1], d)).toThrow(UnsupportedStatementError);
+    expect(toDialect("DELETE FROM t WHERE a = ';' ; -- bye", [], d).sql).toBe("DELETE FROM t WHERE a = ';' ; -- bye");
+  });
+  test("postgres: a -- comment ends at a bare \\r, so what follows is SQL there", () => {
+    expect(() => toDialect("DELETE FROM t WHERE a = ? --\r; DROP TABLE t", [1], "postgres")).toThrow("more than one statement");
+    expect(toDialect("DELETE FROM t WHERE a = ? --\r; DROP TABLE t", [1], "sqlite").sql).toBe("DELETE FROM t WHERE a = ? --\r; DROP TABLE t");
+  });
   test.each(["sqlite", "libsql", "mysql"] as const)("%s: returns plain statements unchanged", (d) => {
     const sql = "DELETE FROM t WHERE a = ? AND b = '?'";
     expect(toDialect(sql, [1], d)).toEqual({ sql, args: [1] });
+  });
+});
+
+describe("rewriteTemplate", () => {
+  test("gives the rewritten SQL and, per output argument, the input index or SEQ_ARG", () => {
+    expect(rewriteTemplate("UPDATE t SET a = ?2, b = ?1 WHERE id = ?3", "postgres", 3, { inject: true })).toEqual({
+      sql: "UPDATE t SET a = $1, b = $2, outbox_seq = $3 WHERE (id = $4) AND outbox_seq < $5",
+      args: [1, 0, SEQ_ARG, 2, SEQ_ARG],
+    });
+    expect(rewriteTemplate("INSERT INTO t (a) VALUES (?)", "mysql", 1, { inject: true }).args).toEqual([0, SEQ_ARG, SEQ_ARG]);
+    expect(rewriteTemplate("INSERT INTO t (a) VALUES (?)", "sqlite", 1, { inject: true, compat: true })).toEqual({
+      sql: "INSERT OR IGNORE INTO t (a, outbox_seq) VALUES (?, ?)",
+      args: [0, SEQ_ARG],
+    });
+    expect(rewriteTemplate("DELETE FROM t WHERE a = ?2 OR b = ?1", "mysql", 2, { inject: false })).toEqual({ sql: "DELETE FROM t WHERE a = ? OR b = ?", args: [1, 0] });
+    expect(rewriteTemplate("DELETE FROM t WHERE a = ?2 OR b = ?1", "sqlite", 2, { inject: false })).toEqual({ sql: "DELETE FROM t WHERE a = ?2 OR b = ?1", args: [0, 1] });
+  });
+
+  test("bound with any row's arguments, equals what injectOutboxSeq / toDialect give for that row", () => {
+    const sql = "UPDATE t SET a = ?, b = ?2 WHERE id = ? -- c";
+    for (const d of ["sqlite", "libsql", "postgres", "mysql"] as const) {
+      const injected = rewriteTemplate(sql, d, 3, { inject: true });
+      const plain = rewriteTemplate(sql, d, 3, { inject: false });
+      for (const [args, seq] of [[[1, "x", 3], 10], [[SEQ, null, new Uint8Array([1])], 11]] as Array<[BindValue[], number]>) {
+        expect({ sql: injected.sql, args: bindTemplate(injected, args, seq) }).toEqual(injectOutboxSeq(sql, args, seq, d));
+        expect({ sql: plain.sql, args: bindTemplate(plain, args, seq) }).toEqual(toDialect(sql, args, d));
+      }
+    }
+  });
+
+  test("refuses what the rewriter refuses, with its reason", () => {
+    expect(() => rewriteTemplate("INSERT INTO t (a) SELECT ?", "postgres", 1, { inject: true })).toThrow("INSERT … SELECT is not supported");
+    expect(() => rewriteTemplate("INSERT INTO t (a) VALUES (?)", "postgres", 2, { inject: true })).toThrow("statement takes 1 bind arguments but 2 were given");
+    expect(() => rewriteTemplate("SELECT 1", "oracle" as Dialect, 0, { inject: false })).toThrow(InvalidArgumentError);
   });
 });

@@ -1,12 +1,29 @@
 import { UnsupportedStatementError } from "../errors.ts";
-import type { BindValue, Dialect } from "../writers/writer.ts";
-import type { Token } from "./lexer.ts";
+import type { Dialect } from "../writers/writer.ts";
+import { isWordChar, type Token } from "./lexer.ts";
+
+/** Marks, in a rewrite template's `args`, the place that binds the row's seq (see `RewriteTemplate`). */
+export const SEQ_ARG = -1;
 
 /**
- * Maps every placeholder occurrence to the bind argument it reads, with SQLite's rules: `?NNN`
- * reads argument NNN, a plain `?` reads one past the largest number assigned so far. The
- * statement must take exactly `args.length` arguments (the largest number assigned), otherwise
- * a bind value would land in the wrong place.
+ * How many bind arguments the placeholders among `tokens` read, with SQLite's numbering: `?NNN`
+ * reads argument NNN, a plain `?` one past the largest number assigned so far; the statement
+ * takes the largest number assigned.
+ */
+export function argCountOf(tokens: readonly Token[]): number {
+  let max = 0;
+  for (const t of tokens) {
+    if (t.kind !== "param") continue;
+    const k = t.num !== 0 ? t.num : max + 1;
+    if (k > max) max = k;
+  }
+  return max;
+}
+
+/**
+ * Maps every placeholder occurrence to the bind argument it reads (SQLite's numbering, see
+ * `argCountOf`). The statement must take exactly `argCount` arguments, otherwise a bind value
+ * would land in the wrong place: throws `UnsupportedStatementError`.
  */
 export function resolveParams(sql: string, tokens: readonly Token[], argCount: number): { params: Token[]; argIndex: number[] | null } {
   const params: Token[] = [];
@@ -29,12 +46,15 @@ export function resolveParams(sql: string, tokens: readonly Token[], argCount: n
     }
     needed = max;
   }
-  if (needed !== argCount) {
-    const hidden = countQuestionMarks(sql) - params.length;
-    const note = hidden > 0 ? ` (${hidden} more '?' inside string literals, identifiers or comments do not count)` : "";
-    throw new UnsupportedStatementError(`statement takes ${needed} bind arguments${note} but ${argCount} were given`, sql);
-  }
+  if (needed !== argCount) throw new UnsupportedStatementError(argCountProblem(sql, params.length, needed, argCount), sql);
   return { params, argIndex };
+}
+
+/** Why a statement whose placeholders read `needed` arguments cannot take `given` (the '?' hidden in literals are named). */
+export function argCountProblem(sql: string, placeholders: number, needed: number, given: number): string {
+  const hidden = countQuestionMarks(sql) - placeholders;
+  const note = hidden > 0 ? ` (${hidden} more '?' inside string literals, identifiers or comments do not count)` : "";
+  return `statement takes ${needed} bind arguments${note} but ${given} were given`;
 }
 
 function countQuestionMarks(sql: string): number {
@@ -44,22 +64,24 @@ function countQuestionMarks(sql: string): number {
 }
 
 /**
- * Builds the rewritten SQL left to right: copies source text, renumbers each placeholder it
- * passes for the dialect (`$n` for PostgreSQL, `?` elsewhere) while appending the argument it
- * reads, and lets the rewrite splice in text and extra bound values at the right places.
+ * Builds rewritten SQL left to right: copies source text (gaps, comments and all), renumbers each
+ * placeholder it passes for the dialect (`$n` for PostgreSQL, `?` elsewhere) while recording the
+ * input argument it reads, and lets the rewrite splice in text and the row's seq at the right
+ * places. The result is a template: SQL text plus, per output placeholder, an input index or `SEQ_ARG`.
  */
 export class Emitter {
   private out = "";
   private pos = 0;
   private next = 0; // next placeholder in `params`
-  readonly args: BindValue[] = [];
+  private last = 0; // last character emitted (0 before the first)
+  private after: "" | "?" | "$" = ""; // the output ends in a placeholder of this form
+  readonly picks: number[] = [];
   private readonly dollar: boolean;
 
   constructor(
     private readonly sql: string,
-    private readonly params: Token[],
-    private readonly argIndex: number[] | null,
-    private readonly source: readonly BindValue[],
+    private readonly params: readonly Token[],
+    private readonly argIndex: readonly number[] | null,
     dialect: Dialect,
   ) {
     this.dollar = dialect === "postgres";
@@ -69,13 +91,11 @@ export class Emitter {
   copyTo(end: number): this {
     const { sql, params } = this;
     for (let p = params[this.next]; p !== undefined && p.start < end; p = params[++this.next]) {
-      this.out += sql.slice(this.pos, p.start);
-      const k = this.argIndex === null ? this.next : this.argIndex[this.next]!;
-      this.placeholder(this.source[k]!);
+      this.copy(p.start);
+      this.placeholder(this.argIndex === null ? this.next : this.argIndex[this.next]!);
       this.pos = p.end;
     }
-    this.out += sql.slice(this.pos, end);
-    this.pos = end;
+    this.copy(end);
     return this;
   }
 
@@ -87,13 +107,27 @@ export class Emitter {
 
   /** Appends literal SQL. */
   text(s: string): this {
+    if (s.length === 0) return this;
+    // A placeholder must stay a token of its own: `a=?where` must not become `$1where`
+    // (PostgreSQL: "trailing junk after parameter"), nor a `?` take the digits of a `?NNN`.
+    const c = s.charCodeAt(0);
+    if ((this.after === "$" && isWordChar(c)) || (this.after === "?" && c >= 48 && c <= 57)) this.out += " ";
+    this.after = "";
     this.out += s;
+    this.last = s.charCodeAt(s.length - 1);
     return this;
   }
 
-  /** Appends a placeholder bound to `value`. */
-  bind(value: BindValue): this {
-    this.placeholder(value);
+  /** Appends a space unless the output already ends in whitespace (or is empty). */
+  space(): this {
+    const c = this.last;
+    if (c !== 0 && c !== 32 && (c < 9 || c > 13)) this.text(" ");
+    return this;
+  }
+
+  /** Appends a placeholder bound to the row's seq. */
+  seq(): this {
+    this.placeholder(SEQ_ARG);
     return this;
   }
 
@@ -102,8 +136,21 @@ export class Emitter {
     return this.out;
   }
 
-  private placeholder(value: BindValue): void {
-    this.args.push(value);
-    this.out += this.dollar ? `$${this.args.length}` : "?";
+  private copy(end: number): void {
+    if (end <= this.pos) return;
+    this.text(this.sql.slice(this.pos, end));
+    this.pos = end;
+  }
+
+  private placeholder(pick: number): void {
+    this.picks.push(pick);
+    if (this.dollar) {
+      // `x?` must not become `x$1`, one identifier.
+      this.text(isWordChar(this.last) ? ` $${this.picks.length}` : `$${this.picks.length}`);
+      this.after = "$";
+    } else {
+      this.text("?");
+      this.after = "?";
+    }
   }
 }

@@ -1,4 +1,6 @@
 export { injectOutboxSeq, toDialect, type InjectOptions, type RewrittenStatement } from "./rewrite.ts";
+export { rewriteTemplate, bindTemplate, SEQ_ARG, type RewriteTemplate, type TemplateOptions } from "./template.ts";
+export { DIALECTS } from "./dialect.ts";
 export { schemaSql, dropSchemaSql, maxSeqSql, seqIndexName } from "./schema.ts";
 export { quoteIdent } from "./ident.ts";
 export { tokenize, type Token, type TokenKind } from "./lexer.ts";

@@ -5,7 +5,8 @@ import type { Dialect } from "../writers/writer.ts";
  * What a significant token is. Whitespace and comments are not tokens: they stay in the source
  * text between tokens, so a rewrite that copies the gaps keeps them.
  * - `word`: a bare identifier or keyword; `quoted`: a quoted identifier (`"…"`, `` `…` ``, `[…]`);
- * - `string`: any string literal (incl. PostgreSQL `E'…'`/dollar-quoted, MySQL `"…"`);
+ * - `string`: any string literal (incl. PostgreSQL `E'…'` with its continuations, dollar-quoted,
+ *   MySQL `"…"`);
  * - `param`: a positional `?` or `?NNN`; `named`: a placeholder we do not support (`:x`, `@x`,
  *   `$x` in SQLite, `$1` in PostgreSQL);
  * - `op`: any other single punctuation character.
@@ -35,14 +36,18 @@ export interface Token {
   num: number;
 }
 
+/** How the `reason` of a refused MySQL/MariaDB executable comment (`/*!…*\/`, `/*M!…*\/`) starts. */
+export const EXECUTABLE_COMMENT = "MySQL executable comment";
+
 // SQLite's SQLITE_MAX_VARIABLE_NUMBER default: `?NNN` above it cannot be bound anywhere we deliver to.
 const MAX_PARAM_NUMBER = 32766;
 
 function isWordStart(c: number): boolean {
   return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95 || c >= 128;
 }
-function isWordChar(c: number): boolean {
-  return isWordStart(c) || (c >= 48 && c <= 57) || c === 36; // `$` is legal inside identifiers in all four
+/** A character that continues an identifier in every dialect (`$` included: it does in all four). */
+export function isWordChar(c: number): boolean {
+  return isWordStart(c) || (c >= 48 && c <= 57) || c === 36;
 }
 function isDigit(c: number): boolean {
   return c >= 48 && c <= 57;
@@ -88,131 +93,245 @@ function skipBlockComment(sql: string, i: number, nested: boolean): number {
   return fail(`unterminated block comment starting at offset ${i}`, sql);
 }
 
-/**
- * Splits `sql` into significant tokens the way `dialect` reads it: literals (doubled-quote
- * escapes; backslash escapes in MySQL strings and PostgreSQL `E'…'`; PostgreSQL dollar quoting),
- * quoted identifiers, line/block comments (MySQL `#`, and `-- ` only before whitespace), `?`/`?NNN`
- * placeholders, and parenthesis depth. Throws `UnsupportedStatementError` on an unterminated
- * literal, identifier or comment, unbalanced parentheses, a MySQL `/*!…*\/` executable comment,
- * or a `?NNN` outside 1…32766.
- */
-export function tokenize(sql: string, dialect: Dialect): Token[] {
-  const my = dialect === "mysql";
-  const pg = dialect === "postgres";
-  const lite = !my && !pg;
-  const out: Token[] = [];
+/** Offset of the first character at or after `i` that ends a line comment: `\n`, or also `\r` when `cr`. */
+function lineEnd(sql: string, i: number, cr: boolean): number {
   const n = sql.length;
-  const opens: number[] = []; // start offsets of unclosed `(`, for the error message
-  let depth = 0;
-  let i = 0;
-  const push = (kind: TokenKind, start: number, end: number, d = depth, num = 0) => {
-    out.push({ kind, start, end, depth: d, num });
-  };
+  for (; i < n; i++) {
+    const c = sql.charCodeAt(i);
+    if (c === 10 || (cr && c === 13)) return i;
+  }
+  return n;
+}
+
+/**
+ * Where a PostgreSQL string continues after its closing quote at `i - 1`: the offset of the next
+ * `'` when only whitespace and `--` comments, with at least one newline, stand between them (its
+ * scanner's `quotecontinue`; a block comment breaks it), else -1.
+ */
+function pgContinuation(sql: string, i: number): number {
+  const n = sql.length;
+  let newline = false;
   while (i < n) {
     const c = sql.charCodeAt(i);
-    if (isSpace(c)) {
+    if (c === 10 || c === 13) {
+      newline = true;
       i++;
-      continue;
+    } else if (isSpace(c)) i++;
+    else if (c === 45 && sql.charCodeAt(i + 1) === 45) i = lineEnd(sql, i + 2, true);
+    else return c === 39 && newline ? i : -1;
+  }
+  return -1;
+}
+
+/**
+ * Reads `sql` one significant token at a time the way `dialect` reads it: literals (doubled-quote
+ * escapes; backslash escapes in MySQL strings and PostgreSQL `E'…'`, continuations included;
+ * PostgreSQL dollar quoting), quoted identifiers (backticks not in PostgreSQL, brackets only in
+ * SQLite), comments (`--` to the end of the line — PostgreSQL also ends it at a bare `\r`; MySQL
+ * `#`, and `--` only before whitespace or a control character), `?`/`?NNN` placeholders, and
+ * parenthesis depth. `next()` throws `UnsupportedStatementError` on a NUL character, an
+ * unterminated literal, identifier or comment, a MySQL/MariaDB executable comment (`/*!…*\/`,
+ * `/*M!…*\/`), a `?NNN` outside 1…32766, and — unless `checkParens` is false — unbalanced
+ * parentheses.
+ */
+export class Lexer {
+  kind: TokenKind = "op";
+  start = 0;
+  end = 0;
+  /** Parenthesis depth of the current token (see `Token.depth`). */
+  depth = 0;
+  /** For a `param`: NNN of `?NNN`, 0 for a plain `?`. */
+  num = 0;
+  private i = 0;
+  private level = 0; // parentheses open after the current token
+  private readonly my: boolean;
+  private readonly pg: boolean;
+  private readonly lite: boolean;
+  private readonly opens: number[] = []; // offsets of unclosed `(`, for the error message
+
+  constructor(
+    readonly sql: string,
+    dialect: Dialect,
+    private readonly checkParens = true,
+  ) {
+    this.my = dialect === "mysql";
+    this.pg = dialect === "postgres";
+    this.lite = !this.my && !this.pg;
+    // SQLite stops reading at a NUL (the rest is silently ignored) and PostgreSQL's protocol
+    // cannot carry one: text after it would mean different things to us and to the engine.
+    const nul = sql.indexOf("\0");
+    if (nul >= 0) fail(`NUL character at offset ${nul}`, sql);
+  }
+
+  /** Advances to the next significant token (the fields describe it); false at the end of the text. */
+  next(): boolean {
+    const { sql, my, pg } = this;
+    const n = sql.length;
+    let i = this.i;
+    while (i < n) {
+      const c = sql.charCodeAt(i);
+      if (isSpace(c)) {
+        i++;
+        continue;
+      }
+      const next = sql.charCodeAt(i + 1);
+      if (c === 45 && next === 45) {
+        const after = sql.charCodeAt(i + 2);
+        // MariaDB reads `--` as a comment only before whitespace or a control character (DEL too).
+        if (!my || i + 2 >= n || isSpace(after) || after < 32 || after === 127) {
+          i = lineEnd(sql, i + 2, pg);
+          continue;
+        }
+      } else if (c === 35 && my) {
+        i = lineEnd(sql, i + 1, false);
+        continue;
+      } else if (c === 47 && next === 42) {
+        // `/*!…*/` (MySQL, MariaDB) and `/*M!…*/` (MariaDB) are executed, not ignored: reading
+        // them as comments would hide SQL from us.
+        const bang = sql.charCodeAt(i + 2) === 33 ? 3 : sql.charCodeAt(i + 2) === 77 && sql.charCodeAt(i + 3) === 33 ? 4 : 0;
+        if (my && bang > 0) fail(`${EXECUTABLE_COMMENT} ${sql.slice(i, i + bang)}…*/ at offset ${i} is not supported`, sql);
+        i = skipBlockComment(sql, i, pg);
+        continue;
+      }
+      this.i = this.token(c, next, i);
+      return true;
     }
-    const start = i;
-    const next = sql.charCodeAt(i + 1);
+    this.i = n;
+    if (this.level > 0 && this.checkParens) fail(`unbalanced parentheses: '(' at offset ${this.opens[this.opens.length - 1]} is never closed`, sql);
+    return false;
+  }
+
+  /** Reads the token starting at `start` (not whitespace or a comment) into the fields; returns its end. */
+  private token(c: number, next: number, start: number): number {
+    const { sql, my, pg, lite } = this;
+    const n = sql.length;
+    let i = start;
+    let kind: TokenKind;
+    this.num = 0;
+    this.depth = this.level;
     if (c === 39) {
       i = skipQuoted(sql, i, 39, my, "string literal");
-      push("string", start, i);
+      kind = "string";
     } else if (c === 34) {
       // MySQL (default sql_mode) reads "…" as a string with backslash escapes; the others as an identifier.
       i = skipQuoted(sql, i, 34, my, my ? "string literal" : "quoted identifier");
-      push(my ? "string" : "quoted", start, i);
-    } else if (c === 96) {
+      kind = my ? "string" : "quoted";
+    } else if (c === 96 && !pg) {
+      // PostgreSQL has no backtick quoting: there `` ` `` is an operator character.
       i = skipQuoted(sql, i, 96, false, "quoted identifier");
-      push("quoted", start, i);
+      kind = "quoted";
     } else if (c === 91 && lite) {
       const close = sql.indexOf("]", i + 1);
       if (close < 0) fail(`unterminated quoted identifier starting at offset ${i}`, sql);
       i = close + 1;
-      push("quoted", start, i);
-    } else if (c === 45 && next === 45 && (!my || i + 2 >= n || isSpace(sql.charCodeAt(i + 2)) || sql.charCodeAt(i + 2) < 32)) {
-      const nl = sql.indexOf("\n", i + 2);
-      i = nl < 0 ? n : nl;
-    } else if (c === 35 && my) {
-      const nl = sql.indexOf("\n", i + 1);
-      i = nl < 0 ? n : nl;
-    } else if (c === 47 && next === 42) {
-      // `/*!…*/` is executed by MySQL, not ignored: reading it as a comment would hide SQL from us.
-      if (my && sql.charCodeAt(i + 2) === 33) fail(`MySQL executable comment /*!…*/ at offset ${i} is not supported`, sql);
-      i = skipBlockComment(sql, i, pg);
+      kind = "quoted";
     } else if (c === 63) {
       i++;
       while (i < n && isDigit(sql.charCodeAt(i))) i++;
-      let num = 0;
       if (i > start + 1) {
-        num = Number(sql.slice(start + 1, i));
+        const num = Number(sql.slice(start + 1, i));
         if (num < 1 || num > MAX_PARAM_NUMBER) fail(`placeholder ${sql.slice(start, i)} at offset ${start} is out of range 1…${MAX_PARAM_NUMBER}`, sql);
+        this.num = num;
       }
-      push("param", start, i, depth, num);
+      kind = "param";
     } else if (c === 40) {
-      opens.push(start);
-      push("(", start, ++i);
-      depth++;
+      this.opens.push(start);
+      this.level++;
+      i++;
+      kind = "(";
     } else if (c === 41) {
-      if (depth === 0) fail(`unbalanced parentheses: ')' at offset ${i} has no matching '('`, sql);
-      opens.pop();
-      depth--;
-      push(")", start, ++i);
-    } else if (c === 44) push(",", start, ++i);
-    else if (c === 59) push(";", start, ++i);
-    else if (c === 46 && !isDigit(next)) push(".", start, ++i);
-    else if (isDigit(c) || c === 46) {
+      if (this.level > 0) {
+        this.opens.pop();
+        this.depth = --this.level;
+      } else if (this.checkParens) fail(`unbalanced parentheses: ')' at offset ${i} has no matching '('`, sql);
+      i++;
+      kind = ")";
+    } else if (c === 44) {
+      i++;
+      kind = ",";
+    } else if (c === 59) {
+      i++;
+      kind = ";";
+    } else if (c === 46 && !isDigit(next)) {
+      i++;
+      kind = ".";
+    } else if (isDigit(c) || c === 46) {
       i++;
       while (i < n) {
         const d = sql.charCodeAt(i);
         if (isWordChar(d) || d === 46) i++;
         else break;
       }
-      push("number", start, i);
+      kind = "number";
     } else if (c === 36 && pg) {
       if (isDigit(next)) {
         i++;
         while (i < n && isDigit(sql.charCodeAt(i))) i++;
-        push("named", start, i);
+        kind = "named";
       } else {
         // Dollar quoting: $tag$ … $tag$ (tag optional, no `$`, not starting with a digit).
         let j = i + 1;
         while (j < n && isWordChar(sql.charCodeAt(j)) && sql.charCodeAt(j) !== 36) j++;
         if (sql.charCodeAt(j) !== 36) {
-          push("op", start, ++i);
+          i++;
+          kind = "op";
         } else {
           const delim = sql.slice(i, j + 1);
           const close = sql.indexOf(delim, j + 1);
           if (close < 0) fail(`unterminated dollar-quoted string starting at offset ${i}`, sql);
           i = close + delim.length;
-          push("string", start, i);
+          kind = "string";
         }
       }
-    } else if (lite && (c === 58 || c === 64 || c === 36 || c === 35) && isWordChar(next)) {
-      // SQLite binds :name, @name, $name (and #name) as named parameters.
+    } else if (lite && (c === 58 || c === 64 || c === 36 || c === 35) && isWordChar(next) && !(c === 58 && sql.charCodeAt(i - 1) === 58)) {
+      // SQLite binds :name, @name, $name (and #name) as named parameters. `::name` is not one:
+      // SQLite refuses `::` as an illegal token, so it never binds anything.
       i++;
       while (i < n && isWordChar(sql.charCodeAt(i))) i++;
-      push("named", start, i);
+      kind = "named";
     } else if (isWordStart(c) || (my && c === 36)) {
       i++;
       while (i < n && isWordChar(sql.charCodeAt(i))) i++;
-      // PostgreSQL E'…' strings take backslash escapes; the E must touch the quote.
+      kind = "word";
+      // PostgreSQL E'…' strings take backslash escapes; the E must touch the quote. A string
+      // continued on a later line (`E'a'` newline `'b\'c'`) stays in escape mode.
       if (pg && i === start + 1 && (c === 69 || c === 101) && sql.charCodeAt(i) === 39) {
         i = skipQuoted(sql, i, 39, true, "string literal");
-        push("string", start, i);
-      } else push("word", start, i);
-    } else push("op", start, ++i);
+        for (let j = pgContinuation(sql, i); j >= 0; j = pgContinuation(sql, i)) i = skipQuoted(sql, j, 39, true, "string literal");
+        kind = "string";
+      }
+    } else {
+      i++;
+      kind = "op";
+    }
+    this.start = start;
+    this.end = i;
+    this.kind = kind;
+    return i;
   }
-  if (depth > 0) fail(`unbalanced parentheses: '(' at offset ${opens[opens.length - 1]} is never closed`, sql);
+}
+
+/**
+ * Splits `sql` into significant tokens the way `dialect` reads it (see `Lexer`). Throws
+ * `UnsupportedStatementError` where the `Lexer` does, unbalanced parentheses included.
+ */
+export function tokenize(sql: string, dialect: Dialect): Token[] {
+  const lx = new Lexer(sql, dialect);
+  const out: Token[] = [];
+  while (lx.next()) out.push({ kind: lx.kind, start: lx.start, end: lx.end, depth: lx.depth, num: lx.num });
   return out;
 }
 
 /** True when `t` is the bare keyword `upper` (case-insensitive). */
 export function isKeyword(sql: string, t: Token | undefined, upper: string): boolean {
-  if (t === undefined || t.kind !== "word" || t.end - t.start !== upper.length) return false;
+  return t !== undefined && t.kind === "word" && wordIs(sql, t.start, t.end, upper);
+}
+
+/** True when `sql[start, end)` is `upper`, compared case-insensitively (ASCII). */
+export function wordIs(sql: string, start: number, end: number, upper: string): boolean {
+  if (end - start !== upper.length) return false;
   for (let k = 0; k < upper.length; k++) {
-    let c = sql.charCodeAt(t.start + k);
+    let c = sql.charCodeAt(start + k);
     if (c >= 97 && c <= 122) c -= 32;
     if (c !== upper.charCodeAt(k)) return false;
   }

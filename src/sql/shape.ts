@@ -6,13 +6,14 @@ import { identName, isKeyword, tokenize, type Token } from "./lexer.ts";
 export interface InsertShape {
   kind: "insert";
   tokens: Token[];
-  /** Offset just after `INSERT [INTO]` (where the table name's gap starts). */
-  afterInto: number;
+  /** The `INSERT` keyword. */
+  insertKw: Token;
   /** Source span of the (possibly schema-qualified) table name. */
   tableStart: number;
   tableEnd: number;
-  /** The column list's `)` and the VALUES list's `(` and `)`. */
+  /** The column list's `)`, the `VALUES` keyword and the VALUES list's `(` and `)`. */
   columnsClose: Token;
+  valuesKw: Token;
   valuesOpen: Token;
   valuesClose: Token;
 }
@@ -23,7 +24,7 @@ export interface UpdateShape {
   tokens: Token[];
   /** End offset of the last SET token. */
   setEnd: number;
-  /** Source span from the first to the last WHERE-condition token, when there is a WHERE. */
+  /** Source span from the first to the last WHERE-condition token (the keyword excluded), when there is a WHERE. */
   where: { start: number; end: number } | null;
   /** End offset of the statement's last significant token (a trailing `;` excluded). */
   end: number;
@@ -33,6 +34,12 @@ export interface UpdateShape {
 export type Shape = InsertShape | UpdateShape;
 
 const SEQ_COLUMN = "outbox_seq";
+
+// MySQL/MariaDB built-in aggregate functions (a window function always carries OVER).
+const AGGREGATES = new Set([
+  "AVG", "BIT_AND", "BIT_OR", "BIT_XOR", "COUNT", "GROUP_CONCAT", "JSON_ARRAYAGG", "JSON_OBJECTAGG", "MAX", "MIN",
+  "STD", "STDDEV", "STDDEV_POP", "STDDEV_SAMP", "SUM", "VARIANCE", "VAR_POP", "VAR_SAMP",
+]);
 
 function reject(reason: string, sql: string): never {
   throw new UnsupportedStatementError(reason, sql);
@@ -95,7 +102,6 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
   checkModifiers(sql, tokens, "INSERT");
   let i = 1;
   if (isKeyword(sql, tokens[i], "INTO")) i++;
-  const afterInto = tokens[i - 1]!.end;
   const tableFirst = tokens[i];
   const afterTable = skipTableName(tokens, i);
   if (afterTable < 0) reject(`expected a table name after INSERT INTO, got ${describe(sql, tableFirst)}`, sql);
@@ -130,6 +136,7 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
     if (isKeyword(sql, kw, "DEFAULT")) reject("INSERT … DEFAULT VALUES is not supported", sql);
     reject(`expected VALUES after the column list, got ${describe(sql, kw)}`, sql);
   }
+  const valuesKw = kw!;
   const valuesOpen = tokens[i + 1];
   if (valuesOpen?.kind !== "(") reject(`expected '(' after VALUES, got ${describe(sql, valuesOpen)}`, sql);
   // Walk the VALUES row: count its top-level elements up to the matching ')'.
@@ -139,6 +146,7 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
   let elementTokens = 0;
   let hasDefault = false;
   let subquery: Token | undefined;
+  let aggregate: Token | undefined;
   let valuesClose: Token | undefined;
   for (; j < tokens.length; j++) {
     const t = tokens[j]!;
@@ -153,6 +161,7 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
       continue;
     }
     if (subquery === undefined && isKeyword(sql, t, "SELECT")) subquery = t;
+    if (aggregate === undefined && t.kind === "word" && (isKeyword(sql, t, "OVER") || (tokens[j + 1]?.kind === "(" && AGGREGATES.has(sql.slice(t.start, t.end).toUpperCase())))) aggregate = t;
     if (elementTokens === 0 && isKeyword(sql, t, "DEFAULT") && (tokens[j + 1]?.kind === "," || tokens[j + 1]?.kind === ")")) hasDefault = true;
     elementTokens++;
   }
@@ -172,14 +181,21 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
     // Inside INSERT … SELECT, MySQL does not turn a subquery's conversion warnings into errors
     // the way strict mode does for VALUES: the rewrite could store a row the original refuses.
     if (subquery !== undefined) reject(`a subquery in VALUES (offset ${subquery.start}) is not supported on mysql (the rewrite is an INSERT … SELECT, which would relax strict mode)`, sql);
+    // VALUES refuses aggregate and window functions ("Invalid use of group function"); the
+    // SELECT of the rewrite computes them over its one row and stores what the original refuses.
+    if (aggregate !== undefined) {
+      const what = isKeyword(sql, aggregate, "OVER") ? "a window function (OVER)" : `the aggregate function ${sql.slice(aggregate.start, aggregate.end)}()`;
+      reject(`${what} in VALUES (offset ${aggregate.start}) is not supported on mysql (VALUES refuses it, the rewrite's INSERT … SELECT would compute it)`, sql);
+    }
   }
   return {
     kind: "insert",
     tokens,
-    afterInto,
+    insertKw: tokens[0]!,
     tableStart: tableFirst!.start,
     tableEnd: tokens[afterTable - 1]!.end,
     columnsClose,
+    valuesKw,
     valuesOpen,
     valuesClose,
   };
@@ -195,7 +211,6 @@ function recogniseUpdate(sql: string, tokens: Token[]): UpdateShape {
   // SET runs to the first top-level clause keyword.
   const setFirst = afterTable + 1;
   let i = setFirst;
-  let setParams = 0;
   let assignmentStart = setFirst;
   let sawEquals = false;
   const checkAssignment = (endIndex: number, at: Token | undefined) => {
@@ -225,10 +240,8 @@ function recogniseUpdate(sql: string, tokens: Token[]): UpdateShape {
         }
       }
     }
-    if (t.kind === "param") setParams++;
   }
   checkAssignment(i, tokens[i]);
-  if (setParams === 0) reject("UPDATE has no ? placeholder in SET (a ? inside a literal or comment does not count)", sql);
   const setEnd = tokens[i - 1]!.end;
   const stop = tokens[i];
   const end = tokens[tokens.length - 1]!.end;
