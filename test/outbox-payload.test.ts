@@ -6,8 +6,8 @@ import { makeTempDir } from "./support/tmp.ts";
 describe("encodeArgs / decodeArgs", () => {
   test("round-trips every value bun:sqlite binds, losslessly", () => {
     const args = [
-      "text", "", "quote \" and \\ and \n", "\ud800 lone surrogate", "emoji 🎉",
-      0, 1, -1, 0.1, 1e-300, 1.7976931348623157e308, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, 2 ** 60, -(2 ** 70),
+      "text", "", "quote \" and \\ and \n", "emoji 🎉 and a pair \ud83d\ude00",
+      0, 1, -1, 0.1, 1e-300, 4503599627370495.5, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, Number.MIN_VALUE,
       2n ** 53n + 1n, -(2n ** 63n), 2n ** 63n - 1n,
       true, false, null,
       new Uint8Array([]), new Uint8Array([0, 1, 2, 254, 255]), Buffer.from("blob"),
@@ -23,6 +23,49 @@ describe("encodeArgs / decodeArgs", () => {
 
   test("keeps -0 as -0", () => {
     expect(Object.is(decodeArgs(encodeArgs([-0]))[0], -0)).toBe(true);
+  });
+
+  test("decodes integral numbers written in exponent form by earlier versions as numbers", () => {
+    expect(decodeArgs("[1.152921504606847e+18,-1.1805916207174113e+21]")).toEqual([2 ** 60, -(2 ** 70)]);
+    expect(decodeArgs('[1e+21, 12345678901234567890, "x"]')).toEqual([1e21, 12345678901234567890n, "x"]);
+  });
+
+  test.each([
+    ["2^53", 2 ** 53],
+    ["-(2^60)", -(2 ** 60)],
+    ["1e21", 1e21],
+    ["Number.MAX_VALUE", Number.MAX_VALUE],
+  ])("refuses the integral number %s (beyond ±(2^53−1)): pass a bigint instead", (_name, value) => {
+    let err: unknown;
+    try {
+      encodeArgs([1, value], { namespace: "t", file: "/data/t.db" });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(err).toMatchObject({ code: "E_INVALID_ARG", details: { index: 1, namespace: "t", file: "/data/t.db" } });
+    expect((err as Error).message).toContain("argument 1 is the number");
+    expect((err as Error).message).toContain("pass a bigint instead");
+  });
+
+  test.each([
+    ["a lone high surrogate", "\ud800", 0],
+    ["a lone low surrogate after text", "ab\udc00", 2],
+    ["a high surrogate at the end after a valid pair", "\ud83d\ude00\ud83d", 2],
+  ])("refuses a string with %s, naming the argument and why", (_name, value, at) => {
+    let err: unknown;
+    try {
+      encodeArgs(["ok", value]);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(err).toMatchObject({ details: { index: 1 } });
+    expect((err as Error).message).toBe(`argument 1 is a string with a lone UTF-16 surrogate at index ${at}, which cannot be stored as UTF-8 losslessly`);
+  });
+
+  test("decodes a lone surrogate an earlier version stored (JSON escapes it), rather than dropping the row", () => {
+    expect(decodeArgs('["\\ud800"]')).toEqual(["\ud800"]);
   });
 
   test("decodes a bigint inside the safe range as the same number", () => {

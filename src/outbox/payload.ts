@@ -5,19 +5,21 @@ import type { BindValue } from "../writers/writer.ts";
  * Payload encoding: a JSON array of the bind arguments, one element per argument.
  *
  *   string, boolean, null  → JSON as is
- *   number                 → JSON number; -0 is written `-0.0` and integral numbers beyond
- *                            ±(2^53−1) in exponent form (`1e+21`), so they read back as numbers
+ *   number                 → JSON number; -0 is written `-0.0` so it reads back as -0
  *   bigint                 → a bare JSON integer; beyond ±(2^53−1) it reads back as a bigint,
  *                            inside that range as a number (the same SQL INTEGER value)
  *   Uint8Array (Buffer)    → {"$b64": "<base64>"}: objects are never valid arguments, so any
  *                            object in a payload is such a tag and cannot be confused with data
  *
  * Rejected at push time: NaN and ±Infinity (SQLite stores NaN as NULL; JSON has no literal),
- * bigints outside signed 64-bit, Date, plain objects, arrays, functions, symbols, undefined, and
- * typed arrays other than Uint8Array.
+ * integral numbers beyond ±(2^53−1) (a double that large has already lost the integer it was
+ * meant to be: pass a bigint), strings holding a lone UTF-16 surrogate (UTF-8 cannot carry it:
+ * every engine would store U+FFFD), bigints outside signed 64-bit, Date, plain objects, arrays,
+ * functions, symbols, undefined, and typed arrays other than Uint8Array.
  *
  * Decoding is tolerant of Python's `json.dumps` output (`[1, "a"]`, any whitespace); integers
- * beyond 2^53 decode to bigint so values written by Python survive. Python's non-standard `NaN`,
+ * beyond 2^53 decode to bigint so values written by Python survive, and numbers in exponent form
+ * (`1e+21`, as earlier versions wrote large integral numbers) decode to numbers. Python's non-standard `NaN`,
  * `Infinity` and `-Infinity` literals are treated as undecodable, like anything else that is not
  * a flat array of the values above: the drain dead-letters such a row instead of guessing.
  */
@@ -42,11 +44,20 @@ export function encodeArgs(args: readonly unknown[], where: PayloadLocation = {}
     const v = args[i];
     switch (typeof v) {
       case "string":
+        if (!v.isWellFormed()) {
+          throw invalid(`argument ${i} is a string with a lone UTF-16 surrogate at index ${loneSurrogateAt(v)}, which cannot be stored as UTF-8 losslessly`, where, i);
+        }
+        continue;
       case "boolean":
         continue;
       case "number":
         if (!Number.isFinite(v)) throw invalid(`argument ${i} is ${v}, which cannot be stored losslessly`, where, i);
-        if (Object.is(v, -0) || (Number.isInteger(v) && !Number.isSafeInteger(v))) plain = false;
+        if (Number.isInteger(v) && !Number.isSafeInteger(v)) {
+          // Every double that large is integral, and it may be a 64-bit id already rounded: refused, never stored as a different integer.
+          const beyond64 = Math.abs(v) >= 2 ** 63 ? " (or a string: it is beyond 64 bits too)" : "";
+          throw invalid(`argument ${i} is the number ${v}, an integer beyond ±(2^53−1) that a double cannot hold exactly; pass a bigint instead${beyond64}`, where, i);
+        }
+        if (Object.is(v, -0)) plain = false;
         continue;
       case "bigint":
         if (v < INT64_MIN || v > INT64_MAX) {
@@ -70,11 +81,7 @@ export function encodeArgs(args: readonly unknown[], where: PayloadLocation = {}
 }
 
 function encodeOne(v: unknown): string {
-  if (typeof v === "number") {
-    if (Object.is(v, -0)) return "-0.0";
-    if (Number.isInteger(v) && !Number.isSafeInteger(v)) return v.toExponential();
-    return JSON.stringify(v);
-  }
+  if (typeof v === "number") return Object.is(v, -0) ? "-0.0" : JSON.stringify(v);
   if (typeof v === "bigint") return v.toString();
   if (v instanceof Uint8Array) return `{"$b64":"${v.toBase64()}"}`;
   return JSON.stringify(v);
@@ -201,6 +208,22 @@ function objectEnd(text: string, start: number): number {
     else if (text[i] === "}") return i + 1;
   }
   throw undecodable("unterminated object");
+}
+
+/** Index of the first unpaired surrogate in `s` (which is not well-formed). */
+function loneSurrogateAt(s: string): number {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        i++;
+        continue;
+      }
+    }
+    if (c >= 0xd800 && c <= 0xdfff) return i;
+  }
+  return -1;
 }
 
 function undecodable(reason: string): InvalidArgumentError {
