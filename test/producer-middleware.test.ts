@@ -4,6 +4,7 @@ import {
   closeSharedOutboxes,
   decodeArgs,
   InvalidArgumentError,
+  InvalidStatementError,
   OutboxClosedError,
   QueueFullError,
   SQLMiddleware,
@@ -26,6 +27,9 @@ class OrderMiddleware extends SQLMiddleware {
     return this.push("orders", "INSERT INTO orders (id, amount) VALUES (?, ?)", [id, amount]);
   }
 }
+
+/** A valid statement that stands for the event `name`. */
+const stmt = (name: string) => `INSERT INTO t (a) VALUES ('${name}')`;
 
 function errorOf(fn: () => unknown): Error & Record<string, unknown> {
   try {
@@ -70,8 +74,8 @@ describe("SQLMiddleware", () => {
     const b = new OrderMiddleware({ dbDir: `${tmp.path}/./` });
     expect(a.outbox("orders")).toBe(b.outbox("orders"));
     expect(a.outbox("orders")).not.toBe(a.outbox("users"));
-    a.push("orders", "X", []);
-    b.push("orders", "Y", []);
+    a.push("orders", stmt("X"), []);
+    b.push("orders", stmt("Y"), []);
     expect(a.outbox("orders").fetchUnsynced(10).map((r) => r.prevSeq)).toEqual([null, 1]);
   });
 
@@ -82,31 +86,31 @@ describe("SQLMiddleware", () => {
     const b = new SQLMiddleware({ dbDir: tmp.file("link"), maxPending: 5 });
     expect(b.outbox("orders")).toBe(a.outbox("orders"));
     const c = new SQLMiddleware({ dbDir: tmp.file("link"), maxPending: 6 });
-    expect(errorOf(() => c.push("orders", "X", []))).toBeInstanceOf(InvalidArgumentError);
+    expect(errorOf(() => c.push("orders", stmt("X"), []))).toBeInstanceOf(InvalidArgumentError);
   });
 
   test("creates db_dir on first use, not at construction", () => {
     const dir = tmp.file("a/b/c");
     const mw = new SQLMiddleware({ dbDir: dir });
     expect(existsSync(dir)).toBe(false);
-    mw.push("t", "X", []);
+    mw.push("t", stmt("X"), []);
     expect(existsSync(`${dir}/t.db`)).toBe(true);
   });
 
   test("after the shared outbox is closed, the next push reopens it", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path });
     const first = mw.outbox("t");
-    mw.push("t", "X", []);
+    mw.push("t", stmt("X"), []);
     first.close();
-    expect(() => first.enqueue("Y", "[]")).toThrow(OutboxClosedError);
-    expect(mw.push("t", "Y", [])).toBe(2);
+    expect(() => first.enqueue(stmt("Y"), "[]")).toThrow(OutboxClosedError);
+    expect(mw.push("t", stmt("Y"), [])).toBe(2);
   });
 });
 
 describe("bad input is a typed error naming the file and namespace, and leaves data as it was", () => {
   test("unsupported argument types", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path });
-    mw.push("t", "X", [1]);
+    mw.push("t", "INSERT INTO t (a) VALUES (?)", [1]);
     mw.outbox("t").close();
     const before = snapshotDir(tmp.path);
     for (const bad of [new Date(), { a: 1 }, NaN, Infinity, undefined, () => 1, Symbol("s")]) {
@@ -122,20 +126,20 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
 
   test("a full queue", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path, maxPending: 2 });
-    mw.push("t", "A", []);
-    mw.push("t", "B", []);
-    const err = errorOf(() => mw.push("t", "C", []));
+    mw.push("t", stmt("A"), []);
+    mw.push("t", stmt("B"), []);
+    const err = errorOf(() => mw.push("t", stmt("C"), []));
     expect(err).toBeInstanceOf(QueueFullError);
     expect(err).toMatchObject({ code: "E_QUEUE_FULL", namespace: "t", maxPending: 2, file: tmp.file("t.db") });
     expect(err.message).toContain(tmp.file("t.db"));
-    expect(mw.outbox("t").fetchUnsynced(10).map((r) => r.tag)).toEqual(["A", "B"]);
+    expect(mw.outbox("t").fetchUnsynced(10).map((r) => r.tag)).toEqual([stmt("A"), stmt("B")]);
   });
 
   test("an unwritable db_dir (its parent is a regular file)", () => {
     writeFileSync(tmp.file("plain-file"), "x");
     const dir = tmp.file("plain-file/outbox");
     const mw = new SQLMiddleware({ dbDir: dir });
-    const err = errorOf(() => mw.push("t", "X", []));
+    const err = errorOf(() => mw.push("t", stmt("X"), []));
     expect(err).toBeInstanceOf(StorageError);
     expect(err).toMatchObject({ code: "E_STORAGE", file: dir });
     expect(err.message).toContain(dir);
@@ -146,7 +150,7 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
     writeFileSync(tmp.file("t.db"), garbage);
     const before = snapshotDir(tmp.path);
     const mw = new SQLMiddleware({ dbDir: tmp.path });
-    const err = errorOf(() => mw.push("t", "X", []));
+    const err = errorOf(() => mw.push("t", stmt("X"), []));
     expect(err).toBeInstanceOf(StorageError);
     expect(err).toMatchObject({ code: "E_STORAGE", file: tmp.file("t.db"), namespace: "t" });
     expect(err.message).toContain(tmp.file("t.db"));
@@ -157,33 +161,143 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
   test("a closed outbox", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path });
     const ob = mw.outbox("t");
-    ob.enqueue("A", "[]");
+    ob.enqueue(stmt("A"), "[]");
     ob.close();
-    const err = errorOf(() => ob.enqueueBatch([{ tag: "B", payload: "[]" }]));
+    const err = errorOf(() => ob.enqueueBatch([{ tag: stmt("B"), payload: "[]" }]));
     expect(err).toBeInstanceOf(OutboxClosedError);
     expect(err).toMatchObject({ code: "E_CLOSED", file: tmp.file("t.db"), namespace: "t" });
   });
 
-  test("a table name that would escape db_dir", () => {
+  test("a table name that would escape db_dir (the same rule the config loader and the commands apply)", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path });
-    for (const table of ["../evil", "a/b", "", ".."]) {
-      expect(errorOf(() => mw.push(table, "X", []))).toBeInstanceOf(InvalidArgumentError);
+    for (const table of ["../evil", "a/b", "", "..", "-x", ".hidden", "a..b"]) {
+      const err = errorOf(() => mw.push(table, stmt("X"), []));
+      expect(err).toBeInstanceOf(InvalidArgumentError);
+      expect(err.message).toStartWith(`invalid table name ${JSON.stringify(table)}: use letters, digits, _ $ . - (not starting with . or -)`);
+      expect(errorOf(() => mw.pushMany(table, [[stmt("X")]]))).toBeInstanceOf(InvalidArgumentError);
     }
     expect(Object.keys(snapshotDir(tmp.path))).toEqual([]);
   });
 
   test("a producer asking for a different durability than the already shared outbox has", () => {
-    new SQLMiddleware({ dbDir: tmp.path }).push("t", "A", []);
-    const err = errorOf(() => new SQLMiddleware({ dbDir: tmp.path, durability: "full" }).push("t", "B", []));
+    new SQLMiddleware({ dbDir: tmp.path }).push("t", stmt("A"), []);
+    const err = errorOf(() => new SQLMiddleware({ dbDir: tmp.path, durability: "full" }).push("t", stmt("B"), []));
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err.message).toContain('durability="normal"');
     expect(err).toMatchObject({ details: { namespace: "t", file: tmp.file("t.db") } });
   });
 
   test("a producer with a different maxPending for an already shared outbox", () => {
-    new SQLMiddleware({ dbDir: tmp.path, maxPending: 5 }).push("t", "A", []);
-    const err = errorOf(() => new SQLMiddleware({ dbDir: tmp.path }).push("t", "B", []));
+    new SQLMiddleware({ dbDir: tmp.path, maxPending: 5 }).push("t", stmt("A"), []);
+    const err = errorOf(() => new SQLMiddleware({ dbDir: tmp.path }).push("t", stmt("B"), []));
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err.message).toContain("maxPending=5");
+  });
+});
+
+describe("statements are checked at push, before anything is written", () => {
+  function statementError(fn: () => unknown): InvalidStatementError {
+    const err = errorOf(fn);
+    expect(err).toBeInstanceOf(InvalidStatementError);
+    expect(err.code).toBe("E_INVALID_STATEMENT");
+    return err as unknown as InvalidStatementError;
+  }
+
+  test.each([
+    ["empty text", "", [], "empty statement"],
+    ["whitespace", "  \n ", [], "empty statement"],
+    ["a comment", "-- just a note", [], "empty statement (only comments)"],
+    ["two semicolons", "DELETE FROM orders;;", [], "empty statement before ';' at offset 19"],
+    ["two statements", "DELETE FROM orders; DROP TABLE orders", [], "more than one statement: ';' at offset 18 is followed by more SQL"],
+    ["not a statement", "hello world", [], "'hello' at offset 0 does not start a statement"],
+    ["a transaction statement", "COMMIT", [], "COMMIT steers the connection or its transaction"],
+    ["too few arguments", "INSERT INTO orders (id, amount) VALUES (?, ?)", [1], "statement takes 2 bind arguments but 1 were given"],
+    ["an argument for a ? inside a literal", "INSERT INTO orders (note) VALUES ('?')", [1], "statement takes 0 bind arguments (1 more '?' inside string literals"],
+    ["a named placeholder", "INSERT INTO orders (id) VALUES (:id)", [1], "named or numbered-dollar placeholder :id at offset 32 is not supported"],
+    ["a string one dialect ends early", "INSERT INTO orders (note) VALUES ('x\\'; DROP TABLE victim; --')", [], "more than one statement"],
+  ] as const)("%s", (_name, sql, args, reason) => {
+    const mw = new SQLMiddleware({ dbDir: tmp.path });
+    mw.push("orders", stmt("kept"), []);
+    closeSharedOutboxes();
+    const before = snapshotDir(tmp.path);
+    const err = statementError(() => mw.push("orders", sql, [...args]));
+    expect(err.table).toBe("orders");
+    expect(err.reason).toContain(reason);
+    expect(err.message).toStartWith(`invalid statement for table "orders": ${err.reason}`);
+    // The same text is refused again from the cache, naming the table it is pushed for.
+    expect(statementError(() => mw.pushMany("payments", [[stmt("ok")], [sql, [...args]]])).table).toBe("payments");
+    closeSharedOutboxes();
+    expect(snapshotDir(tmp.path)).toEqual(before);
+  });
+
+  test("a bad statement creates no file for a table pushed for the first time", () => {
+    const mw = new SQLMiddleware({ dbDir: tmp.file("data") });
+    statementError(() => mw.push("fresh", "hello world", []));
+    expect(existsSync(tmp.file("data"))).toBe(false);
+  });
+
+  test("accepts trailing semicolons and comments, DDL, and SET without a placeholder", () => {
+    const mw = new SQLMiddleware({ dbDir: tmp.path });
+    mw.push("t", "UPDATE t SET status = 'shipped' WHERE id = ?; -- done", [1]);
+    mw.push("t", "CREATE TABLE IF NOT EXISTS audit (id INTEGER)", []);
+    mw.pushMany("t", [["INSERT INTO t (a, b) VALUES (?2, ?1)", [1, 2]], ["DELETE FROM t"]]);
+    expect(mw.outbox("t").pendingCount()).toBe(4);
+  });
+
+  test("dialect: a producer that knows its target reads statements with that dialect's lexer only", () => {
+    const sql = "INSERT INTO orders (note) VALUES ('x\\'; DROP TABLE victim; --')";
+    expect(new SQLMiddleware({ dbDir: tmp.path, dialect: "mysql" }).push("orders", sql, [])).toBe(1);
+    expect(statementError(() => new SQLMiddleware({ dbDir: tmp.path, dialect: "postgres" }).push("orders", sql, [])).reason).toStartWith("more than one statement");
+    const userVariable = "UPDATE orders SET total = @rate * ? WHERE id = 1";
+    expect(new SQLMiddleware({ dbDir: tmp.path, dialect: "mysql" }).push("orders", userVariable, [2])).toBe(2);
+    expect(statementError(() => new SQLMiddleware({ dbDir: tmp.path }).push("orders", userVariable, [2])).reason).toContain("@rate");
+    expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, dialect: "oracle" as never }))).toBeInstanceOf(InvalidArgumentError);
+  });
+
+  test("injectOutboxSeq: the statements of the named tables must be ones the rewriter accepts", () => {
+    const mw = new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: ["orders"] });
+    const err = statementError(() => mw.push("orders", "DELETE FROM orders WHERE id = ?", [1]));
+    expect(err.reason).toBe("inject_outbox_seq cannot rewrite it for sqlite: only INSERT and UPDATE can be rewritten, got 'DELETE' at offset 0");
+    expect(mw.push("payments", "DELETE FROM payments WHERE id = ?", [1])).toBe(1);
+    mw.push("orders", "UPDATE orders SET status = 'paid' WHERE id = ?", [1]);
+    // Without a dialect every dialect's rewrite must accept it; with one, that dialect's.
+    const aggregate = "INSERT INTO orders (id, total) VALUES (?, max(?))";
+    expect(statementError(() => mw.push("orders", aggregate, [1, 2])).reason).toContain("cannot rewrite it for mysql: the aggregate function max()");
+    expect(new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: true, dialect: "postgres" }).push("orders", aggregate, [1, 2])).toBeGreaterThan(0);
+    expect(statementError(() => new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: true }).push("payments", "DELETE FROM payments", [])).table).toBe("payments");
+    expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: "orders" as never }))).toBeInstanceOf(InvalidArgumentError);
+  });
+
+  test("maxPayloadBytes: SQL text plus encoded arguments, in UTF-8 bytes, 1 MiB by default", () => {
+    const mw = new SQLMiddleware({ dbDir: tmp.path });
+    expect(mw.maxPayloadBytes).toBe(1_048_576);
+    const sql = "INSERT INTO t (a) VALUES (?)";
+    mw.push("t", sql, ["x".repeat(1_000_000)]);
+    const big = errorOf(() => mw.push("t", sql, ["x".repeat(1_048_576)]));
+    expect(big).toBeInstanceOf(InvalidArgumentError);
+    expect(big.message).toBe(`statement for table "t" is ${sql.length + 1_048_576 + 4} bytes of SQL text and encoded arguments, over maxPayloadBytes=1048576 (in ${tmp.file("t.db")})`);
+    expect(big.details).toMatchObject({ namespace: "t", file: tmp.file("t.db") });
+    expect(mw.outbox("t").pendingCount()).toBe(1);
+  });
+
+  test("maxPayloadBytes counts UTF-8 bytes, not characters, and allows exactly the limit", () => {
+    const sql = "INSERT INTO t (a) VALUES (?)"; // 28 bytes; the payload ["…"] adds 4
+    const limit = 28 + 4 + 300;
+    const mw = new SQLMiddleware({ dbDir: tmp.path, maxPayloadBytes: limit });
+    mw.push("t", sql, ["a".repeat(300)]);
+    mw.push("t", sql, ["€".repeat(100)]); // 300 bytes in 100 characters
+    expect(errorOf(() => mw.push("t", sql, ["€".repeat(101)]))).toBeInstanceOf(InvalidArgumentError);
+    expect(errorOf(() => mw.push("t", sql, ["a".repeat(301)])).message).toContain(`is ${limit + 1} bytes`);
+    // A text longer than the limit is refused before it is read.
+    expect(errorOf(() => mw.push("t", `${sql} -- ${"x".repeat(limit)}`, ["a"])).message).toContain(`over maxPayloadBytes=${limit}`);
+    expect(errorOf(() => mw.pushMany("t", [[sql, ["a"]], [sql, ["€".repeat(101)]]]))).toBeInstanceOf(InvalidArgumentError);
+    expect(mw.outbox("t").pendingCount()).toBe(2);
+    for (const bad of [0, -1, 1.5, Number.NaN]) expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, maxPayloadBytes: bad }))).toBeInstanceOf(InvalidArgumentError);
+  });
+
+  test("a non-string SQL text is an InvalidStatementError, not a crash", () => {
+    const mw = new SQLMiddleware({ dbDir: tmp.path });
+    expect(statementError(() => mw.push("t", 42 as never, [])).reason).toBe("SQL text must be a string, got number");
+    expect(statementError(() => mw.pushMany("t", [[null as never]])).reason).toBe("SQL text must be a string, got null");
   });
 });
