@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
-import { dropSchemaSql, injectOutboxSeq, maxSeqSql, quoteIdent, schemaSql, toDialect } from "../src/sql/index.ts";
+import { dropSchemaSql, injectOutboxSeq, maxSeqSql, quoteIdent, schemaSql, toDialect, tokenize } from "../src/sql/index.ts";
 import type { BindValue, Dialect } from "../src/writers/writer.ts";
 import { createMysqlDb } from "./support/mysql.ts";
 import { createPgDb } from "./support/pg.ts";
@@ -180,6 +180,65 @@ describe.each(ENGINES)("%s", (name) => {
       const { sql, args } = toDialect("INSERT INTO orders (note, id, amount) VALUES ('?2', ?2, ?1)", [5, 1], e.dialect);
       expect(await e.run(sql, args)).toBe(1);
       expect(await e.rows("SELECT id, amount, note FROM orders")).toEqual([[1, 5, "?2"]]);
+      // A ? touching a word stays a token of its own ($1WHERE is "trailing junk" to PostgreSQL).
+      const touching = toDialect("UPDATE orders SET note = ?WHERE id = ?AND amount = ?", ["n", 1, 5], e.dialect);
+      expect(await e.run(touching.sql, touching.args)).toBe(1);
+      const injected = injectOutboxSeq("UPDATE orders SET amount = ?WHERE id = ?", [6, 1], 3, e.dialect);
+      expect(await e.run(injected.sql, injected.args)).toBe(1);
+      expect(await e.rows("SELECT id, amount, note, outbox_seq FROM orders")).toEqual([[1, 6, "n", 3]]);
+    });
+  });
+
+  test("a runtime error the original UPDATE's WHERE raises still surfaces after the rewrite, even where an outbox_seq index could skip its row", async () => {
+    await withEngine(name, async (e) => {
+      const text = e.dialect === "mysql" ? "VARCHAR(20)" : "TEXT";
+      await e.run(`CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b ${text})`);
+      for (const ddl of schemaSql(["t"], e.dialect)) await e.run(ddl);
+      await e.run("CREATE INDEX plain_outbox_seq ON t (outbox_seq)"); // an index an operator might add
+      // Most rows already carry a newer seq; the two written around the outbox hold text that
+      // the WHERE cannot convert.
+      const blank = e.dialect === "mysql" ? "NULL" : "0";
+      for (let i = 1; i <= 200; i++) await e.run(`INSERT INTO t (id, a, b, outbox_seq) VALUES (${i}, ${i}, '${i <= 2 ? `b${i}` : "7"}', ${i <= 2 ? blank : 1000 + i})`);
+      await e.run(e.dialect === "mysql" ? "ANALYZE TABLE t" : "ANALYZE");
+      const where = { sqlite: "json_extract(b, '$.x') = ?", postgres: "b::int = ?", mysql: "b = ?" }[name];
+      const sql = `UPDATE t SET a = ? WHERE ${where}`;
+      const plain = toDialect(sql, [1, 5], e.dialect);
+      const original = await codeOfFailure(e, plain.sql, plain.args);
+      expect(original).toBe({ sqlite: "SQLITE_ERROR", postgres: "22P02", mysql: "1292" }[name]);
+      const rewritten = injectOutboxSeq(sql, [1, 5], 100, e.dialect);
+      expect(await codeOfFailure(e, rewritten.sql, rewritten.args)).toBe(original);
+      if (name === "mysql") {
+        // The guard it replaces read the rows through the index and did not raise 1292.
+        const old = rewritten.sql.replace("COALESCE(outbox_seq, 0) < ?", "(outbox_seq IS NULL OR outbox_seq < ?)");
+        expect(await codeOfFailure(e, old, rewritten.args)).toBe("no error");
+      }
+    });
+  });
+
+  test("aggregate and window functions in VALUES fail after the rewrite as before it (mysql refuses them: its INSERT … SELECT would store the row)", async () => {
+    await withEngine(name, async (e) => {
+      await createOrders(e);
+      const cases: Array<[string, BindValue[]]> = [
+        ["INSERT INTO orders (id, amount) VALUES (?, max(?))", [1, 5]],
+        ["INSERT INTO orders (id, amount) VALUES (?, count(*))", [1]],
+        ["INSERT INTO orders (id, amount) VALUES (?, row_number() OVER ())", [1]],
+      ];
+      for (const [sql, args] of cases) {
+        const plain = toDialect(sql, args, e.dialect);
+        const original = await codeOfFailure(e, plain.sql, plain.args);
+        expect(original).not.toBe("no error");
+        if (name !== "mysql") {
+          const rewritten = injectOutboxSeq(sql, args, 9, e.dialect);
+          expect(await codeOfFailure(e, rewritten.sql, rewritten.args)).toBe(original);
+          continue;
+        }
+        expect(() => injectOutboxSeq(sql, args, 9, e.dialect)).toThrow("is not supported on mysql");
+        const values = sql.slice(sql.indexOf("(?, ") + 1, -1);
+        const selectForm = `INSERT INTO orders (id, amount, outbox_seq) SELECT ${values}, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM orders WHERE outbox_seq = ?)`;
+        expect(await codeOfFailure(e, selectForm, [...args, 9, 9])).toBe("no error");
+        await e.run("DELETE FROM orders");
+      }
+      expect(await e.rows("SELECT count(*) FROM orders")).toEqual([[0]]);
     });
   });
 });
@@ -189,6 +248,9 @@ describe.each(ENGINES)("%s", (name) => {
 const FLAVOURED: Record<EngineName, Array<[string, BindValue[]]>> = {
   sqlite: [
     ["INSERT INTO items ([id], a, \"b\", `c`) VALUES (?, ?, 'it''s ?)', 'x WHERE ?') -- end ?", [10, 1]],
+    ["UPDATE items SET c = ? --\r, b = 'dropped by a wrong reading'\n WHERE id = ?", ["x", 2]], // SQLite ends -- at \n only
+    ["UPDATE items SET c = 'constant' WHERE id = ?", [2]],
+    ["INSERT INTO items (id, a) VALUES (?, ?); -- end\n", [13, 1]],
     ["UPDATE items SET b = ? || ' WHERE ?', a = (SELECT max(a) FROM items WHERE id < ?) /* ? */ WHERE id = ?", ["z", 3, 2]],
     ["UPDATE items SET a = ?2, b = ?1 WHERE id = ?3", ["w", 7, 1]],
     ["UPDATE items SET c = ? WHERE id = ? OR id = 99;", ["or", 3]],
@@ -199,6 +261,12 @@ const FLAVOURED: Record<EngineName, Array<[string, BindValue[]]>> = {
     ["UPDATE items SET b = $q$?$q$ || ?, a = (SELECT max(a) FROM items WHERE id < ?) /* /* ? */ ) */ WHERE id = ?::int", ["z", 3, 2]],
     ["UPDATE items SET a = ?2, b = ?1 WHERE id = ?3", ["w", 7, 1]],
     ["UPDATE items SET c = ? WHERE b IS DISTINCT FROM ? AND id = ? OR id = 99;", ["or", "nope", 3]],
+    // PostgreSQL ends a -- comment at a bare \r: what follows is SQL, in SET and in WHERE.
+    ["UPDATE items SET a = ? --\r, b = 'z'\n WHERE id = ?", [5, 2]],
+    ["UPDATE items SET c = ? WHERE id > ? --\r AND id < 3\n", ["w", 1]],
+    // An E'…' string continued on the next line keeps its backslash escapes.
+    ["INSERT INTO items (id, b) VALUES (?, E'it\\'s'\n' \\'?)')", [12]],
+    ["UPDATE items SET c = 'constant' WHERE id = ?", [2]],
   ],
   mysql: [
     ["INSERT INTO items (id, a, b, c) VALUES (?, ?, 'it\\'s ?)', \"dq ? ) WHERE\")", [10, 1]],
@@ -206,8 +274,58 @@ const FLAVOURED: Record<EngineName, Array<[string, BindValue[]]>> = {
     ["UPDATE items SET b = concat(?, 'WHERE ?'), a = 5--1\n WHERE id = ? -- ?", ["z", 2]],
     ["UPDATE items SET a = ?2, b = ?1 WHERE id = ?3", ["w", 7, 1]],
     ["UPDATE items SET c = ? WHERE id = ? OR id = 99;", ["or", 3]],
+    // MariaDB starts a -- comment before DEL too, and ends # and -- comments at \n only.
+    ["UPDATE items SET c = ? WHERE id = ? --\x7f OR id = 3\n", ["x", 2]],
+    ["UPDATE items SET c = ? # ?\r, b = 'no'\n WHERE id = ?", ["x", 2]],
+    ["UPDATE items SET c = 'constant' WHERE id = ?", [2]],
   ],
 };
+
+// Where a comment or string ends decides how many columns these SELECTs return: each lexer must
+// agree with its engine, or refuse the text. `engine` pins what the engine does (a column count,
+// or "error"); `ours` is what our lexer for it reads, "refused" when it will not guess.
+const PROBES: Array<{ sql: string; engine: Record<EngineName, number | "error">; ours?: Partial<Record<EngineName, number | "refused">> }> = [
+  { sql: "SELECT 1 AS a --\r, 2 AS b\n, 3 AS c", engine: { sqlite: 2, postgres: 3, mysql: 2 } },
+  { sql: "SELECT 1 AS a -- x\r\n, 2 AS b", engine: { sqlite: 2, postgres: 2, mysql: 2 } },
+  { sql: "SELECT 1 AS a --\x7f, 2 AS b\n, 3 AS c", engine: { sqlite: 2, postgres: 2, mysql: 2 } },
+  { sql: "SELECT 1 AS a #\r, 2 AS b\n, 3 AS c", engine: { sqlite: "error", postgres: "error", mysql: 2 } },
+  { sql: "SELECT 1 AS a /*M! , 2 AS b */", engine: { sqlite: 1, postgres: 1, mysql: 2 }, ours: { mysql: "refused" } },
+  { sql: "SELECT 1 AS a /*M!100000 , 2 AS b */", engine: { sqlite: 1, postgres: 1, mysql: 2 }, ours: { mysql: "refused" } },
+  { sql: "SELECT 1 AS a /*m! , 2 AS b */", engine: { sqlite: 1, postgres: 1, mysql: 1 } },
+  { sql: "SELECT 1 AS a /*! , 2 AS b */", engine: { sqlite: 1, postgres: 1, mysql: 2 }, ours: { mysql: "refused" } },
+  { sql: "SELECT E'x'\n'\\', 2 AS b, ' AS a -- '\n", engine: { sqlite: "error", postgres: 1, mysql: "error" } },
+  { sql: "SELECT E'x' -- c\n'\\', 2 AS b, ' AS a -- '\n", engine: { sqlite: "error", postgres: 1, mysql: "error" } },
+  { sql: "SELECT 1 AS a\0, 2 AS b", engine: { sqlite: 1, postgres: "error", mysql: "error" }, ours: { sqlite: "refused", postgres: "refused", mysql: "refused" } },
+];
+
+/** Columns of a one-row SELECT as our lexer reads it: top-level commas + 1. */
+function columnsAsLexed(sql: string, dialect: Dialect): number | "refused" {
+  try {
+    return tokenize(sql, dialect).filter((t) => t.kind === "," && t.depth === 0).length + 1;
+  } catch (error) {
+    if (error instanceof UnsupportedStatementError) return "refused";
+    throw error;
+  }
+}
+
+describe.each(ENGINES)("%s lexer", (name) => {
+  test("reads comments and strings where the engine does, or refuses the text", async () => {
+    await withEngine(name, async (e) => {
+      for (const probe of PROBES) {
+        let engine: number | "error";
+        try {
+          engine = (await e.rows(probe.sql))[0]!.length;
+        } catch {
+          engine = "error";
+        }
+        expect({ sql: probe.sql, engine }).toEqual({ sql: probe.sql, engine: probe.engine[name] });
+        const ours = columnsAsLexed(probe.sql, e.dialect);
+        const want = probe.ours?.[name] ?? (engine === "error" ? ours : engine);
+        expect({ sql: probe.sql, ours }).toEqual({ sql: probe.sql, ours: want });
+      }
+    });
+  });
+});
 
 describe.each(ENGINES)("%s flavoured statements", (name) => {
   test("each rewrite changes exactly what the original changes, plus outbox_seq, and a redelivery nothing", async () => {

@@ -31,12 +31,26 @@ const MARK = "\u0001"; // stands for a placeholder until numbering is decided
 const COLUMNS = ["a", "b", "c", "d", "e"] as const;
 const GAPS = [" ", " ", " ", "  ", "\n", "\t", "\r\n  ", " /* ? ) WHERE ; ' */ ", " -- ?) WHERE; 'x\n"];
 const LITERALS = ["'it''s'", "'?'", "')'", "'WHERE x = ?'", "';'", "'-- ?'", "'/* ? */'", "'('", "''", "'ON CONFLICT'", "'VALUES (?), (?)'", "'x'"];
+// What only one engine reads this way: PostgreSQL ends a -- comment at a bare \r and continues an
+// E'…' string on the next line with its escapes; MariaDB has # comments, and -- before DEL.
+const FLAVOUR_GAPS = {
+  sqlite: [],
+  postgres: [" --?) WHERE; 'x\r", " -- c\r\n  "],
+  mysql: [" # ?) \r WHERE; 'x\n", " --\x7f ?) WHERE; 'x\n", " -- \r ?) 'x\n"],
+} as const;
+const FLAVOUR_LITERALS = {
+  sqlite: [],
+  postgres: ["E'it\\'s'\n'\\'?)'", "e'\\\\'"],
+  mysql: ["'it\\'s ?)'", "\"dq ' ?)\""],
+} as const;
 const STRINGS = ["", "x", "it's", "?", ")", "WHERE", ";", "--", "/*", "'?'", "ünï", "a\nb"];
 
 /** Builds random INSERT/UPDATE statements of accepted and rejected kinds for the SQLite flavour. */
 export class StatementGenerator {
   private values: BindValue[] = [];
   private style: QuoteStyle = "plain";
+  private readonly gaps: readonly string[];
+  private readonly literals: readonly string[];
   /**
    * `flavour` keeps statements readable by that engine: no `main.` schema prefix or `x'…'` blob
    * literal outside SQLite, and only the identifier quotes that engine knows.
@@ -44,7 +58,10 @@ export class StatementGenerator {
   constructor(
     private readonly r: () => number,
     private readonly flavour: "sqlite" | "postgres" | "mysql" = "sqlite",
-  ) {}
+  ) {
+    this.gaps = [...GAPS, ...FLAVOUR_GAPS[flavour]];
+    this.literals = [...LITERALS, ...FLAVOUR_LITERALS[flavour]];
+  }
 
   private int(n: number): number {
     return Math.floor(this.r() * n);
@@ -56,7 +73,7 @@ export class StatementGenerator {
     return this.r() < p;
   }
   private ws(): string {
-    return this.pick(GAPS);
+    return this.pick(this.gaps);
   }
   private ows(): string {
     return this.chance(0.6) ? "" : this.ws();
@@ -115,21 +132,21 @@ export class StatementGenerator {
       case 3:
         return String(this.int(100));
       case 4:
-        return this.pick(LITERALS);
+        return this.pick(this.literals);
       case 5:
-        return `coalesce(${this.ows()}${this.p()},${this.ows()}${this.pick(LITERALS)})`;
+        return `coalesce(${this.ows()}${this.p()},${this.ows()}${this.pick(this.literals)})`;
       case 6:
         return `(${this.kw("select")} ${this.p()})`;
       case 7:
-        return `${this.kw("case")} ${this.kw("when")} ${this.p()} ${this.kw("is null")} ${this.kw("then")} ${this.pick(LITERALS)} ${this.kw("else")} 'y' ${this.kw("end")}`;
+        return `${this.kw("case")} ${this.kw("when")} ${this.p()} ${this.kw("is null")} ${this.kw("then")} ${this.pick(this.literals)} ${this.kw("else")} 'y' ${this.kw("end")}`;
       case 8:
-        return `(${this.kw("select")} count(*) ${this.kw("from")} t ${this.kw("where")} b = ${this.p()} ${this.kw("or")} b = ${this.pick(LITERALS)})`;
+        return `(${this.kw("select")} count(*) ${this.kw("from")} t ${this.kw("where")} b = ${this.p()} ${this.kw("or")} b = ${this.pick(this.literals)})`;
       case 9:
         return this.kw("null");
       case 10:
         return this.flavour === "sqlite" ? "x'0a0b'" : "'0a0b'";
       default:
-        return `${this.p()} || ${this.pick(LITERALS)}`;
+        return `${this.p()} || ${this.pick(this.literals)}`;
     }
   }
   /** Fisher–Yates with the seeded PRNG (Array#sort with a random comparator is not reproducible). */
@@ -278,7 +295,7 @@ export class StatementGenerator {
       ])();
       const extra = this.pick([
         () => "",
-        () => `(b ${this.kw("is null")} ${this.kw("or")} b <> ${this.pick(LITERALS)})`,
+        () => `(b ${this.kw("is null")} ${this.kw("or")} b <> ${this.pick(this.literals)})`,
         () => `(coalesce(a, 0) > -100000 ${this.kw("or")} ${this.p()} ${this.kw("is null")})`,
         () => "1 = 1",
       ])();

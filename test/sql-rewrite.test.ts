@@ -201,13 +201,13 @@ const updates: Case[] = [
     },
   },
   {
-    name: "placeholders touching keywords (a separating space where $n would merge into a word)",
+    name: "placeholders touching keywords (a separating space: $1where is junk to PostgreSQL, ?where to MariaDB)",
     sql: "UPDATE t SET a=?WHERE id=?AND b IS NOT?",
     args: [1, 2, null],
     want: {
-      sqlite: "UPDATE t SET a=?, outbox_seq = ?WHERE (id=?AND b IS NOT?) AND outbox_seq < ?",
+      sqlite: "UPDATE t SET a=?, outbox_seq = ? WHERE (id=? AND b IS NOT ?) AND outbox_seq < ?",
       pg: "UPDATE t SET a=$1, outbox_seq = $2 WHERE (id=$3 AND b IS NOT $4) AND outbox_seq < $5",
-      mysql: "UPDATE t SET a=?, outbox_seq = ?WHERE (id=?AND b IS NOT?) AND COALESCE(outbox_seq, 0) < ?",
+      mysql: "UPDATE t SET a=?, outbox_seq = ? WHERE (id=? AND b IS NOT ?) AND COALESCE(outbox_seq, 0) < ?",
       args: [1, SEQ, 2, null, SEQ],
     },
   },
@@ -447,6 +447,10 @@ describe("toDialect", () => {
       sql: "UPDATE t SET a = $1 WHERE id=$2 AND x = y$ $3",
       args: [1, 2, 3],
     });
+  });
+  test("mysql: separates a ? from a word MariaDB would read it with, and leaves SQLite's text as it is", () => {
+    expect(toDialect("UPDATE t SET a = ?WHERE id=?AND b = 1", [1, 2], "mysql")).toEqual({ sql: "UPDATE t SET a = ? WHERE id=? AND b = 1", args: [1, 2] });
+    expect(toDialect("UPDATE t SET a = ?WHERE id=?AND b = 1", [1, 2], "sqlite").sql).toBe("UPDATE t SET a = ?WHERE id=?AND b = 1");
   });
   test.each(["sqlite", "libsql", "postgres", "mysql"] as const)("%s: refuses a second statement it would send unseen", (d) => {
     expect(() => toDialect("DELETE FROM t WHERE a = 1; DROP TABLE t", [], d)).toThrow("more than one statement: ';' at offset 25 is followed by more SQL");

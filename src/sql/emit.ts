@@ -74,7 +74,7 @@ export class Emitter {
   private pos = 0;
   private next = 0; // next placeholder in `params`
   private last = 0; // last character emitted (0 before the first)
-  private after: "" | "?" | "$" = ""; // the output ends in a placeholder of this form
+  private afterPlaceholder = false; // the output ends in a placeholder
   readonly picks: number[] = [];
   private readonly dollar: boolean;
 
@@ -109,10 +109,10 @@ export class Emitter {
   text(s: string): this {
     if (s.length === 0) return this;
     // A placeholder must stay a token of its own: `a=?where` must not become `$1where`
-    // (PostgreSQL: "trailing junk after parameter"), nor a `?` take the digits of a `?NNN`.
-    const c = s.charCodeAt(0);
-    if ((this.after === "$" && isWordChar(c)) || (this.after === "?" && c >= 48 && c <= 57)) this.out += " ";
-    this.after = "";
+    // (PostgreSQL: "trailing junk after parameter"; MariaDB refuses `?where` too), nor a `?`
+    // take the digits of a `?NNN`.
+    if (this.afterPlaceholder && isWordChar(s.charCodeAt(0))) this.out += " ";
+    this.afterPlaceholder = false;
     this.out += s;
     this.last = s.charCodeAt(s.length - 1);
     return this;
@@ -144,13 +144,9 @@ export class Emitter {
 
   private placeholder(pick: number): void {
     this.picks.push(pick);
-    if (this.dollar) {
-      // `x?` must not become `x$1`, one identifier.
-      this.text(isWordChar(this.last) ? ` $${this.picks.length}` : `$${this.picks.length}`);
-      this.after = "$";
-    } else {
-      this.text("?");
-      this.after = "?";
-    }
+    const p = this.dollar ? `$${this.picks.length}` : "?";
+    // `x?` must not become `x$1`, one identifier.
+    this.text(isWordChar(this.last) ? ` ${p}` : p);
+    this.afterPlaceholder = true;
   }
 }

@@ -2,7 +2,7 @@ import { UnsupportedStatementError } from "../errors.ts";
 import type { BindValue, Dialect } from "../writers/writer.ts";
 import { checkDialect } from "./dialect.ts";
 import { Emitter, resolveParams, SEQ_ARG } from "./emit.ts";
-import { tokenize, type Token } from "./lexer.ts";
+import { isWordChar, tokenize, type Token } from "./lexer.ts";
 import { recognise, type InsertShape, type UpdateShape } from "./shape.ts";
 
 export { SEQ_ARG } from "./emit.ts";
@@ -67,18 +67,19 @@ function identity(sql: string, argCount: number): RewriteTemplate {
 function placeholderTemplate(sql: string, dialect: Dialect, argCount: number): RewriteTemplate {
   const tokens = tokenize(sql, dialect);
   refuseSecondStatement(sql, tokens);
-  // SQLite/libSQL read `?`/`?NNN` natively; MySQL needs work only for `?NNN`, which it does not know.
+  // SQLite/libSQL read `?`/`?NNN` natively; MySQL needs work only for `?NNN`, which it does not
+  // know, and for a `?` touching a word (`?AND`), which MariaDB refuses.
   if (dialect === "sqlite" || dialect === "libsql") return identity(sql, argCount);
   let params = 0;
-  let numbered = false;
+  let mysqlWork = false;
   let native: Token | undefined;
   for (const t of tokens) {
     if (t.kind === "param") {
       params++;
-      if (t.num !== 0) numbered = true;
+      if (t.num !== 0 || isWordChar(sql.charCodeAt(t.start - 1)) || isWordChar(sql.charCodeAt(t.end))) mysqlWork = true;
     } else if (t.kind === "named" && native === undefined) native = t;
   }
-  if (params === 0 || (dialect === "mysql" && !numbered)) return identity(sql, argCount);
+  if (params === 0 || (dialect === "mysql" && !mysqlWork)) return identity(sql, argCount);
   if (native !== undefined) {
     throw new UnsupportedStatementError(`statement mixes ? placeholders with ${sql.slice(native.start, native.end)} at offset ${native.start}`, sql);
   }
