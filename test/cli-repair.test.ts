@@ -111,9 +111,9 @@ describe("while the drain runs", () => {
   test("skip unblocks a failing head and replay delivers it after the remote is fixed; the drain keeps going", async () => {
     const remote = path.join(tmp, "remote.db");
     const db = new Database(remote);
-    db.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+    db.run("CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT CHECK (note IS NULL OR note <> 'gift'))");
     db.close();
-    // Row 4 needs a column the remote lacks, so it fails and holds the head.
+    // Row 4 breaks a CHECK constraint (the row's fault), so it fails and holds the head.
     const orders = openQueue(dbDir, "orders");
     orders.enqueue("INSERT INTO orders (id, note) VALUES (?, ?)", '[4, "gift"]');
     orders.enqueue("INSERT INTO orders (id) VALUES (?)", "[5]");
@@ -130,7 +130,10 @@ describe("while the drain runs", () => {
       expect((await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"])).code).toBe(0);
       await waitFor(() => countRows(remote, "orders") === 4); // row 5 passes the skipped head
       const fix = new Database(remote);
-      fix.run("ALTER TABLE orders ADD COLUMN note TEXT");
+      fix.run("CREATE TABLE orders2 (id INTEGER PRIMARY KEY, note TEXT)");
+      fix.run("INSERT INTO orders2 SELECT id, note FROM orders");
+      fix.run("DROP TABLE orders");
+      fix.run("ALTER TABLE orders2 RENAME TO orders");
       fix.close();
       const replay = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"]);
       expect(replay.code).toBe(0);

@@ -12,25 +12,26 @@ afterEach(async () => {
   cleanups = [];
 });
 
-/** A temp dir with an outbox.toml routing `orders` (injected) and `raw` (not) to one target. */
+/** A temp dir with an outbox.toml routing `orders` (injected: the compatibility mode) and `raw` (not) to one target. */
 function project(writer: string, connection: string) {
   const dir = makeTempDir();
   cleanups.push(() => dir.cleanup());
   fs.writeFileSync(
     dir.file("outbox.toml"),
     `[app.shop]\ndb_dir = "queue"\n\n[app.shop.db.main]\nwriter = "${writer}"\n` +
-      `tables = ["orders", { name = "raw", inject_outbox_seq = false }]\n\n[app.shop.db.main.connection]\n${connection}\n`,
+      `tables = [{ name = "orders", inject_outbox_seq = true }, "raw"]\n\n[app.shop.db.main.connection]\n${connection}\n`,
   );
   return dir;
 }
 
 describe("schema", () => {
-  test("prints the DDL of every injected table in the target's dialect, and touches nothing", async () => {
+  test("prints the ledger's DDL and that of every injected table in the target's dialect, and touches nothing", async () => {
     const dir = project("sqlite", `path = "remote.db"`);
     const r = await run(["schema", "--config", dir.file("outbox.toml")]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, dir.path)).toMatchInlineSnapshot(`
 "-- target shop.main (sqlite)
+CREATE TABLE IF NOT EXISTS "sqloutbox_ledger" (origin TEXT NOT NULL, namespace TEXT NOT NULL, through INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL, PRIMARY KEY (origin, namespace));
 ALTER TABLE "orders" ADD COLUMN outbox_seq INTEGER NOT NULL DEFAULT 0;
 CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_seq) WHERE outbox_seq != 0;
 "
@@ -39,7 +40,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
     expect(fs.existsSync(dir.file("queue"))).toBe(false);
   });
 
-  test("--apply adds the column and index on a sqlite target, a second --apply finds them there, --drop --apply removes them", async () => {
+  test("--apply creates the ledger, the column and the index on a sqlite target, a second --apply says 'already' for each, --drop --apply removes outbox_seq only", async () => {
     const dir = project("sqlite", `path = "remote.db"`);
     const remote = new Database(dir.file("remote.db"), { create: true });
     remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
@@ -54,18 +55,21 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
     const config = dir.file("outbox.toml");
     const first = await run(["schema", "--config", config, "--apply", "--json"]);
     expect(first.code).toBe(0);
-    expect(JSON.parse(first.stdout).targets[0].outcomes).toEqual(["applied", "applied"]);
+    expect(JSON.parse(first.stdout).targets[0].outcomes).toEqual(["applied", "applied", "applied"]);
     expect(columns()).toEqual({ cols: ["id", "outbox_seq"], idx: ["idx_orders_outbox_seq"] });
     const second = await run(["schema", "--config", config, "--apply", "--json"]);
     expect(second.code).toBe(0);
-    expect(JSON.parse(second.stdout).targets[0].outcomes[0]).toBe("already");
+    expect(JSON.parse(second.stdout).targets[0].outcomes).toEqual(["already", "already", "already"]);
     const drop = await run(["schema", "--config", config, "--drop", "--apply"]);
     expect(drop.code).toBe(0);
     expect(drop.stdout).toContain("-- applied");
     expect(columns()).toEqual({ cols: ["id"], idx: [] });
+    const db = new Database(dir.file("remote.db"), { readonly: true });
+    expect(db.query("SELECT count(*) AS n FROM sqloutbox_ledger").get()).toEqual({ n: 0 }); // the ledger is never dropped
+    db.close();
   });
 
-  test("--apply on PostgreSQL and MariaDB adds the column and unique index, twice without error, and --drop removes them", async () => {
+  test("--apply on PostgreSQL and MariaDB creates the ledger, the column and the unique index, twice without error, and --drop removes outbox_seq", async () => {
     for (const engine of ["postgres", "mysql"] as const) {
       const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
       cleanups.push(() => db.drop());
@@ -73,8 +77,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
       const dir = project(engine, `url = "${db.url}"`);
       const config = dir.file("outbox.toml");
       for (const round of [1, 2]) {
-        const r = await run(["schema", "--config", config, "--apply"]);
+        const r = await run(["schema", "--config", config, "--apply", "--json"]);
         expect({ engine, round, code: r.code, stderr: r.stderr }).toEqual({ engine, round, code: 0, stderr: "" });
+        expect(JSON.parse(r.stdout).targets[0].outcomes).toEqual(round === 1 ? ["applied", "applied", "applied"] : ["already", "already", "already"]);
       }
       const cols = async () =>
         (await db.sql.unsafe(
@@ -97,6 +102,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
     const r = await run(["schema", "--config", dir.file("outbox.toml"), "--apply"]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain("-- error: SQLITE_ERROR: no such table: orders");
+    expect(r.stdout).toMatch(/sqloutbox_ledger.*-- applied/);
     expect(r.stderr).toContain("2 DDL statement(s) failed");
   });
 

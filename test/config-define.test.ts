@@ -14,7 +14,7 @@ describe("defineConfig", () => {
       name: "myapp",
       dbDir: "/srv/app/data",
       batchSize: DEFAULTS.batchSize,
-      flushInterval: DEFAULTS.flushInterval,
+      flushIntervalMs: DEFAULTS.flushInterval * 1000,
       maxAttempts: 10,
       maxPending: null,
       durability: "normal",
@@ -28,7 +28,7 @@ describe("defineConfig", () => {
     const app = defineConfig(
       input({ batchSize: 10, flushInterval: 0.01, tableFlushThreshold: 1, maxPending: null, maxAttempts: null, durability: "full", backoffUnitSeconds: 0.001 }),
     ).apps[0]!;
-    expect(app).toMatchObject({ batchSize: 10, flushInterval: 0.01, tableFlushThreshold: 1, maxPending: null, maxAttempts: null, durability: "full", backoffUnitSeconds: 0.001 });
+    expect(app).toMatchObject({ batchSize: 10, flushIntervalMs: 10, tableFlushThreshold: 1, maxPending: null, maxAttempts: null, durability: "full", backoffUnitMs: 1 });
   });
 
   test("supports per-table overrides and the array form of injectOutboxSeq", () => {

@@ -1,3 +1,4 @@
+import { hostname } from "node:os";
 import { describe, expect, test } from "bun:test";
 import { DEFAULTS, parseConfigToml } from "../src/index.ts";
 
@@ -25,28 +26,34 @@ describe("app tuning keys", () => {
     expect(app).toMatchObject({
       name: "myapp",
       dbDir: "/etc/sqloutbox/data/myapp",
+      originLabel: hostname(),
       batchSize: 500,
-      flushInterval: 1.0,
+      batchMaxBytes: 16 * 1024 * 1024,
+      flushIntervalMs: 1000,
       tableFlushThreshold: 15,
-      tableMaxWait: 6.0,
+      tableMaxWaitMs: 6000,
       autoSchema: true,
       cleanupEvery: 500,
       retainLogDays: 30,
       maxPending: null,
       maxAttempts: 10,
-      backoffCapMinutes: 64,
-      backoffUnitSeconds: 60,
-      writeTimeout: 30,
+      backoffCapMs: 64 * 60_000,
+      backoffUnitMs: 60_000,
+      outageBackoffCapMs: 5 * 60_000,
+      writeTimeoutMs: 30_000,
       durability: "normal",
+      fileMode: 0o600,
     });
     expect(app.batchSize).toBe(DEFAULTS.batchSize);
   });
 
   test.each([
     ["batch_size = 50", "batchSize", 50],
-    ["flush_interval = 0.05", "flushInterval", 0.05],
+    ["batch_max_bytes = 65536", "batchMaxBytes", 65536],
+    ['origin_label = "web-1"', "originLabel", "web-1"],
+    ["flush_interval = 0.05", "flushIntervalMs", 50],
     ["table_flush_threshold = 1", "tableFlushThreshold", 1],
-    ["table_max_wait = 0.5", "tableMaxWait", 0.5],
+    ["table_max_wait = 0.5", "tableMaxWaitMs", 500],
     ["auto_schema = false", "autoSchema", false],
     ["cleanup_every = 7", "cleanupEvery", 7],
     ["retain_log_days = 3", "retainLogDays", 3],
@@ -54,10 +61,12 @@ describe("app tuning keys", () => {
     ["max_pending = 0", "maxPending", null],
     ["max_attempts = 3", "maxAttempts", 3],
     ["max_attempts = 0", "maxAttempts", null],
-    ["backoff_cap_minutes = 5", "backoffCapMinutes", 5],
-    ["backoff_unit_seconds = 0.01", "backoffUnitSeconds", 0.01],
-    ["write_timeout = 2.5", "writeTimeout", 2.5],
+    ["backoff_cap_minutes = 5", "backoffCapMs", 300_000],
+    ["backoff_unit_seconds = 0.01", "backoffUnitMs", 10],
+    ["outage_backoff_cap_minutes = 2", "outageBackoffCapMs", 120_000],
+    ["write_timeout = 2.5", "writeTimeoutMs", 2500],
     ['durability = "full"', "durability", "full"],
+    ["file_mode = 0o640", "fileMode", 0o640],
   ] as const)("%s overrides %s", (line, field, expected) => {
     expect(appOf(minimal(line))[field]).toBe(expected);
   });
@@ -91,9 +100,9 @@ path = "remote-b.db"
       FILE,
       {},
     );
-    expect(config.apps.map((a) => [a.name, a.batchSize, a.flushInterval])).toEqual([
-      ["a", 10, 1.0],
-      ["b", 500, 0.25],
+    expect(config.apps.map((a) => [a.name, a.batchSize, a.flushIntervalMs])).toEqual([
+      ["a", 10, 1000],
+      ["b", 500, 250],
     ]);
     expect(config.apps.flatMap((a) => a.targets.map((t) => t.name))).toEqual(["a.x", "b.x"]);
   });
@@ -111,7 +120,9 @@ describe("target keys", () => {
       connection: {},
       dialect: null,
       compat: false,
-      tables: [{ name: "events", injectOutboxSeq: true, retainLogDays: 30 }],
+      ledger: true,
+      ledgerTable: "sqloutbox_ledger",
+      tables: [{ name: "events", injectOutboxSeq: false, retainLogDays: 30 }],
     });
   });
 
@@ -135,18 +146,30 @@ describe("target keys", () => {
   test("target retain_log_days overrides the app's, and an inline table overrides the target's", () => {
     const target = targetOf(minimal("retain_log_days = 20", "retain_log_days = 10", `["a", { name = "b", retain_log_days = 7 }]`));
     expect(target.tables).toEqual([
-      { name: "a", injectOutboxSeq: true, retainLogDays: 10 },
-      { name: "b", injectOutboxSeq: true, retainLogDays: 7 },
+      { name: "a", injectOutboxSeq: false, retainLogDays: 10 },
+      { name: "b", injectOutboxSeq: false, retainLogDays: 7 },
     ]);
     expect(appOf(minimal("retain_log_days = 20")).targets[0]!.tables[0]!.retainLogDays).toBe(20);
   });
 
-  test("inject_outbox_seq = false applies to every table unless a table overrides it", () => {
-    const target = targetOf(minimal("", "inject_outbox_seq = false", `["a", { name = "b", inject_outbox_seq = true }]`));
+  test("inject_outbox_seq = true (the compatibility mode) applies to every table unless a table overrides it", () => {
+    const target = targetOf(minimal("", "inject_outbox_seq = true", `["a", { name = "b", inject_outbox_seq = false }]`));
     expect(target.tables.map((t) => [t.name, t.injectOutboxSeq])).toEqual([
-      ["a", false],
-      ["b", true],
+      ["a", true],
+      ["b", false],
     ]);
+  });
+
+  test("ledger = false and ledger_table override their defaults; a ledger_table that is not a plain name is refused", () => {
+    const target = targetOf(minimal("", 'ledger = false\nledger_table = "outbox_ledger"'));
+    expect([target.ledger, target.ledgerTable]).toEqual([false, "outbox_ledger"]);
+    expect(() => targetOf(minimal("", 'ledger_table = "a;b"'))).toThrow(/ledger_table.*must be a plain table name/);
+  });
+
+  test("file_mode must let the owner read and write; origin_label must not be empty", () => {
+    expect(() => appOf(minimal("file_mode = 0o400"))).toThrow(/file_mode.*owner read and write/);
+    expect(() => appOf(minimal("file_mode = 0o1777"))).toThrow(/file_mode/);
+    expect(() => appOf(minimal('origin_label = " "'))).toThrow(/origin_label.*must not be empty/);
   });
 
   test("inject_outbox_seq as an array injects only the named tables (the reference's frozenset)", () => {

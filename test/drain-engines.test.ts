@@ -57,13 +57,23 @@ async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
   };
 }
 
+/** An auto-numbered first column: the order the remote inserted rows in. */
+const POS: Record<Engine, string> = {
+  sqlite: "pos INTEGER PRIMARY KEY",
+  libsql: "pos INTEGER PRIMARY KEY",
+  "libsql-http": "pos INTEGER PRIMARY KEY",
+  postgres: "pos BIGSERIAL PRIMARY KEY",
+  mysql: "pos BIGINT AUTO_INCREMENT PRIMARY KEY",
+};
+
 describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine[])("delivery to %s", (engine) => {
-  async function setup() {
+  async function setup(options: { inject?: boolean } = {}) {
     const dir = makeTempDir();
     cleanups.push(() => dir.cleanup());
     const remote = await remoteFor(engine, dir);
-    for (const t of ["a", "b"]) await remote.exec(`CREATE TABLE ${t} (id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`);
-    const config = oneApp(dir.file("outbox"), { r: { writer: writerOf(engine), connection: remote.connection, tables: ["a", "b"] } }, { maxAttempts: 2, backoffUnitSeconds: 0.01 });
+    for (const t of ["a", "b"]) await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`);
+    const target = { writer: writerOf(engine), connection: remote.connection, tables: ["a", "b"], injectOutboxSeq: options.inject ?? false };
+    const config = oneApp(dir.file("outbox"), { r: target }, { maxAttempts: 2, backoffUnitSeconds: 0.01 });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     const queue = (t: string) => {
       const q = new Outbox(dir.file(`outbox/${t}.db`), t);
@@ -79,8 +89,8 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     return { dir, remote, producer, queue, drain };
   }
 
-  test("auto_schema twice on an existing table, then seeding above the remote MAX(outbox_seq)", async () => {
-    const s = await setup();
+  test("compatibility mode: auto_schema twice on an existing table, then seeding above the remote MAX(outbox_seq)", async () => {
+    const s = await setup({ inject: true });
     await s.remote.exec("INSERT INTO a (id) VALUES (7)");
     const first = s.drain();
     await first.svc.runOnce();
@@ -98,7 +108,7 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     expect(await s.remote.ints("SELECT outbox_seq FROM a WHERE id = 9")).toEqual([[seq]]);
   });
 
-  test("a poison row holds only its table and is dead-lettered after max_attempts", async () => {
+  test("a poison row holds only its table: the rows before it go first, then it alone is charged and dead-lettered after max_attempts", async () => {
     const s = await setup();
     const { svc } = s.drain();
     await svc.runOnce();
@@ -107,16 +117,20 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     s.producer.push("a", "INSERT INTO a (id) VALUES (?)", [2]);
     for (let i = 0; i < 20; i++) s.producer.push("b", "INSERT INTO b (id) VALUES (?)", [i]);
     const first = await svc.runOnce();
-    expect(first).toMatchObject({ delivered: 21, failed: 1, deadLettered: 0 });
-    expect(await s.remote.ints("SELECT id FROM a ORDER BY outbox_seq")).toEqual([[1]]);
+    // a's batch rolled back whole (the ledger fence with it); b landed. Nothing is charged: the failed row is not the head.
+    expect(first).toMatchObject({ delivered: 20, failed: 0, deadLettered: 0, more: true });
+    expect(await s.remote.ints("SELECT id FROM a ORDER BY pos")).toEqual([]);
     expect((await s.remote.ints("SELECT count(*) FROM b"))[0]).toEqual([20]);
+    const second = await svc.runOnce();
+    expect(second).toMatchObject({ delivered: 1, failed: 0 }); // the row before the poison, alone
+    expect(await s.remote.ints("SELECT id FROM a ORDER BY pos")).toEqual([[1]]);
     const a = s.queue("a");
     await waitFor(async () => (await svc.runOnce(), a.pendingCount() === 0), "the poison row to be dead-lettered");
     expect(a.getDead(poison)).toMatchObject({ reason: "max_attempts", attempts: 2 });
-    expect(await s.remote.ints("SELECT id FROM a ORDER BY outbox_seq")).toEqual([[1], [2]]);
+    expect(await s.remote.ints("SELECT id FROM a ORDER BY pos")).toEqual([[1], [2]]);
   });
 
-  test("a batch whose outcome was lost after the remote committed lands no duplicate, even an INSERT updated in the same batch", async () => {
+  test("a batch whose outcome was lost after the remote committed is settled from the ledger: no duplicate, even an INSERT updated in the same batch", async () => {
     const s = await setup();
     const writer = new FaultyWriter(createWriter(writerOf(engine), s.remote.connection));
     const { svc } = s.drain(writer);
@@ -128,13 +142,14 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     writer.faults.push("commit-then-throw");
     expect((await svc.runOnce()).outages).toEqual(["app.r"]);
     await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the redelivery");
-    expect(await s.remote.ints("SELECT count(*), count(DISTINCT outbox_seq) FROM a")).toEqual([[60, 60]]);
+    expect(await s.remote.ints("SELECT count(*), count(DISTINCT id) FROM a")).toEqual([[60, 60]]);
     expect(await s.remote.ints("SELECT id FROM a WHERE note = 'v2'")).toEqual([[45]]);
-    expect(s.queue("a").listDead()).toEqual([]); // settled from the high-water mark, nothing resequenced
+    expect((await s.remote.ints("SELECT id FROM a ORDER BY pos")).flat()).toEqual([...Array(60).keys()]);
+    expect(s.queue("a").listDead()).toEqual([]); // settled from the ledger, nothing resequenced
   });
 
-  test("a fresh queue whose pending seqs collide with another machine's rows is moved above the remote MAX: nothing absorbed, order kept", async () => {
-    const s = await setup();
+  test("compatibility mode: a fresh queue whose pending seqs collide with another machine's rows is moved above the remote MAX: nothing absorbed, order kept", async () => {
+    const s = await setup({ inject: true });
     const prep = s.drain();
     await prep.svc.runOnce(); // auto_schema on the empty remote
     await prep.svc.stop();

@@ -6,7 +6,7 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter } from "../src/writers/writer.ts";
-import { type Fault, FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { type Fault, FaultyWriter, memoryLogger, oneApp, type Tuning, waitFor } from "./fixtures/drain-harness.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
 let cleanups: Array<() => unknown> = [];
@@ -17,7 +17,7 @@ afterEach(async () => {
 });
 
 /** A sqlite remote with table t, a producer, a queue handle and a drain whose writer injects faults. */
-function setup(tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter) {
+function setup(tuning: Tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter, target: { ledger?: boolean; injectOutboxSeq?: boolean } = {}) {
   const dir = makeTempDir();
   cleanups.push(() => dir.cleanup());
   const remote = new Database(dir.file("remote.db"), { create: true });
@@ -25,13 +25,14 @@ function setup(tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter) {
   remote.run("CREATE TABLE t (id INTEGER NOT NULL CHECK (id >= 0))");
   cleanups.push(() => remote.close());
   const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
-  const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } }, tuning);
+  const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], ...target } }, tuning);
   const log = memoryLogger();
   const svc = new OutboxSyncService(config, { "app.r": wrap ? wrap(writer) : writer }, { logger: log });
   cleanups.push(() => svc.stop(1000));
   const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
   const push = (id: number) => producer.push("t", "INSERT INTO t (id) VALUES (?)", [id]);
-  const ids = () => remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY outbox_seq").all().map((r) => r.id);
+  // Rowid order is the order the remote inserted rows in.
+  const ids = () => remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY rowid").all().map((r) => r.id);
   return { dir, remote, writer, svc, log, push, ids, queue: () => {
     const q = new Outbox(dir.file("outbox/t.db"), "t");
     cleanups.push(() => q.close());
@@ -84,7 +85,7 @@ describe("garbage from a writer", () => {
   });
 
   test("the running loop survives a stream of garbage and keeps delivering afterwards", async () => {
-    const s = setup({ writeTimeout: 0.05, backoffCapMinutes: 0.0005 });
+    const s = setup({ writeTimeout: 0.05, outageBackoffCapMinutes: 0.0005 });
     await s.svc.start();
     const kinds: Fault[] = ["throw", "too-few", "too-many", "missing-ok", "not-array", "hang"];
     let n = 0;
@@ -102,12 +103,12 @@ describe("garbage from a writer", () => {
     await waitFor(() => s.ids().length === n + 1, "the loop to still be alive");
   });
 
-  test("a per-row failure charges only the failed row; the ok prefix is confirmed and skipped rows are not charged", async () => {
-    const s = setup();
+  test("without a ledger, a per-row failure charges only the failed row; the ok prefix is confirmed and skipped rows are not charged", async () => {
+    const s = setup({}, undefined, { ledger: false });
     await s.svc.runOnce();
     for (const id of [1, 2, 3, 4]) s.push(id);
     s.writer.faults.push(async (stmts, inner) => {
-      // Apply the first statement for real, fail the second, skip the rest: a well-behaved writer's answer.
+      // Apply the first statement for real, fail the second, skip the rest: a writer that commits statement by statement.
       const [first] = await inner.writeBatch(stmts.slice(0, 1));
       return [first!, { ok: false, error: "boom", errorClass: "XX001" }, ...stmts.slice(2).map(() => ({ ok: false as const, error: "skipped", skipped: true }))];
     });
@@ -121,6 +122,44 @@ describe("garbage from a writer", () => {
     expect(s.ids()).toEqual([1]);
     await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "the retry");
     expect(s.ids()).toEqual([1, 2, 3, 4]);
+  });
+
+  test("with a ledger, a failed row behind the head charges nothing: the rows before it go first, then it is charged as the head", async () => {
+    const s = setup();
+    await s.svc.runOnce();
+    for (const id of [1, 2, 3, 4]) s.push(id);
+    let failing = true;
+    s.writer.always = async (stmts, inner) => {
+      const bad = stmts.findIndex((st) => st.seq > 0 && st.args[0] === 3);
+      if (!failing || bad < 0) return inner.writeBatch(stmts);
+      // A namespace-atomic writer: the row fails, its whole namespace (the fence too) is not applied.
+      return stmts.map((_, i) => (i === bad ? { ok: false as const, error: "boom", errorClass: "XX001" } : { ok: false as const, error: "not applied", skipped: true }));
+    };
+    expect(await s.svc.runOnce()).toMatchObject({ delivered: 0, failed: 0 });
+    const q = s.queue();
+    expect(q.fetchUnsynced(10).map((r) => r.attempts)).toEqual([0, 0, 0, 0]);
+    expect(await s.svc.runOnce()).toMatchObject({ delivered: 2, failed: 0 }); // 1 and 2, cut before 3
+    expect(await s.svc.runOnce()).toMatchObject({ delivered: 0, failed: 1 }); // 3 is the head now: charged
+    expect(q.head()).toMatchObject({ attempts: 1, lastError: "boom" });
+    failing = false;
+    await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "the retry");
+    expect(s.ids()).toEqual([1, 2, 3, 4]);
+  });
+
+  test("a writer that applies part of a namespace breaks the ledger's contract: the table is held loudly and nothing is confirmed", async () => {
+    const s = setup();
+    await s.svc.runOnce();
+    for (const id of [1, 2, 3]) s.push(id);
+    s.writer.faults.push(async (stmts, inner) => {
+      const applied = await inner.writeBatch(stmts.slice(0, 2)); // the fence and the first row
+      return [...applied, { ok: false, error: "boom" }, { ok: false, error: "not applied", skipped: true }];
+    });
+    await s.svc.runOnce();
+    const q = s.queue();
+    expect(q.pendingCount()).toBe(3);
+    expect(s.log.has(/error drain: "t" is held \(writer contract\).*apply a namespace whole or not at all/)).toBe(true);
+    expect((await s.svc.runOnce()).delivered).toBe(0); // still held
+    expect(q.pendingCount()).toBe(3);
   });
 
   test("a head that keeps killing the drain before it answers is dead-lettered after max_attempts", async () => {
@@ -138,8 +177,8 @@ describe("garbage from a writer", () => {
     expect(s.ids()).toEqual([2]);
   });
 
-  test("a custom writer reporting ok after a failure in the same namespace does not get that row confirmed", async () => {
-    const s = setup();
+  test("a custom writer (no ledger) reporting ok after a failure in the same namespace does not get that row confirmed", async () => {
+    const s = setup({}, undefined, { ledger: false });
     await s.svc.runOnce();
     for (const id of [1, 2, 3]) s.push(id);
     s.writer.faults.push(async (stmts) => [{ ok: false, error: "nope" }, ...stmts.slice(1).map(() => ({ ok: true as const, rowsAffected: 1 }))]);
@@ -152,7 +191,10 @@ describe("garbage from a writer", () => {
 });
 
 describe("a batch that answers after write_timeout", () => {
-  test("a late commit on a table without outbox_seq is never overtaken: the table waits for the answer and confirms what it committed", async () => {
+  test.each([
+    ["without a ledger, the table waits for the answer and confirms what it committed", false],
+    ["with a ledger, the late batch's fence fails once newer rows went out, so it applies nothing", true],
+  ])("a late commit is never overtaken: %s", async (_name, ledger) => {
     const dir = makeTempDir();
     cleanups.push(() => dir.cleanup());
     const remote = new Database(dir.file("remote.db"), { create: true });
@@ -163,7 +205,7 @@ describe("a batch that answers after write_timeout", () => {
     cleanups.push(() => remote.close());
     const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
     const tables = [{ name: "kv", injectOutboxSeq: false }, { name: "log", injectOutboxSeq: false }];
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables } }, { writeTimeout: 0.1 });
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables, ledger } }, { writeTimeout: 0.1 });
     const log = memoryLogger();
     const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
     cleanups.push(() => svc.stop(1000));
@@ -175,11 +217,12 @@ describe("a batch that answers after write_timeout", () => {
     };
     event(1);
     let late = "pending";
+    let lateResults: Array<{ ok: boolean }> = [];
     writer.faults.push(async (stmts, inner) => {
       await Bun.sleep(400); // past write_timeout: the drain has given up on this call
-      const results = await inner.writeBatch(stmts);
-      late = "committed";
-      return results;
+      lateResults = await inner.writeBatch(stmts);
+      late = "answered";
+      return lateResults as never;
     });
     expect((await svc.runOnce()).outages).toEqual(["app.r"]);
     event(2);
@@ -192,41 +235,42 @@ describe("a batch that answers after write_timeout", () => {
     expect(remote.query("SELECT v FROM kv").all()).toEqual([{ v: 2 }]);
     // What the late answer confirmed is not sent again (no duplicate in a table without a key).
     expect(remote.query("SELECT v FROM log ORDER BY rowid").all()).toEqual([{ v: 1 }, { v: 2 }]);
-    expect(log.has(/warn drain: .*"kv".*held until the timed-out batch answers/)).toBe(true);
+    expect(log.has(/warn drain: .*"kv".*held until the timed-out batch answers/)).toBe(!ledger);
+    // With the ledger the drain did not wait: it delivered again and the late batch's fences failed.
+    if (ledger) expect(lateResults.every((r) => !r.ok)).toBe(true);
   });
 });
 
 describe("local errors and housekeeping", () => {
-  test("a local SQLite error while confirming is logged with its namespace, the rows are redelivered without duplicates, and nothing is charged", async () => {
+  test("a local SQLite error while confirming is logged with its namespace; the ledger settles the rows later: none sent twice, none charged to death", async () => {
     const s = setup();
     await s.svc.runOnce();
     for (let i = 0; i < 10; i++) s.push(i);
-    const original = Outbox.prototype.confirm;
+    const original = Outbox.prototype.confirmThrough;
     let failures = 1;
-    Outbox.prototype.confirm = function (this: Outbox, seqs: readonly number[]) {
+    Outbox.prototype.confirmThrough = function (this: Outbox, bound: number) {
       if (failures-- > 0) throw new StorageError("injected: disk I/O error", this.path, this.namespace);
-      return original.call(this, seqs);
+      return original.call(this, bound);
     };
-    cleanups.push(() => (Outbox.prototype.confirm = original));
+    cleanups.push(() => (Outbox.prototype.confirmThrough = original));
     const report = await s.svc.runOnce();
     expect(report.delivered).toBe(0);
-    expect(s.log.has(/local error settling namespace "t" .* after delivery to app\.r/)).toBe(true);
+    expect(s.log.has(/"t" is held \(local\).*local error settling a batch delivered to app\.r/)).toBe(true);
     const q = s.queue();
     expect(q.pendingCount()).toBe(10);
-    expect(q.head()!.attempts).toBe(0);
-    await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "redelivery after the local error");
-    expect(s.ids()).toEqual([...Array(10).keys()]);
-    expect(s.remote.query<{ n: number }, []>("SELECT count(DISTINCT outbox_seq) AS n FROM t").get()!.n).toBe(10);
+    await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "settlement after the local error");
+    expect(s.ids()).toEqual([...Array(10).keys()]); // applied once: settled from the ledger, not resent
+    expect(q.deadCount()).toBe(0);
   });
 
-  test("local errors while seeding and moving a colliding fresh queue hold the table until the move succeeds: nothing is sent under colliding seqs", async () => {
-    const s = setup();
+  test("compatibility mode: local errors while seeding and moving a colliding fresh queue hold the table until the move succeeds: nothing is sent under colliding seqs", async () => {
+    const s = setup({}, undefined, { injectOutboxSeq: true });
     await s.svc.runOnce(); // auto_schema, then stop: the next drain starts on a fresh queue
     await s.svc.stop();
     for (let seq = 1; seq <= 30; seq++) s.remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [1000 + seq, seq]);
     for (let i = 0; i < 10; i++) s.push(i);
     const { seedSequence, resequenceAbove } = Outbox.prototype;
-    let failures = 2; // seeding at startup, then the first move while planning
+    let failures = 2; // seeding, then the first move
     Outbox.prototype.seedSequence = function (this: Outbox, minSeq: number) {
       if (failures-- > 0) throw new StorageError("injected: database is locked", this.path, this.namespace);
       return seedSequence.call(this, minSeq);
@@ -237,7 +281,7 @@ describe("local errors and housekeeping", () => {
     };
     cleanups.push(() => Object.assign(Outbox.prototype, { seedSequence, resequenceAbove }));
     const log = memoryLogger();
-    const config = oneApp(s.dir.file("outbox"), { r: { writer: "sqlite", connection: { path: s.dir.file("remote.db") }, tables: ["t"] } });
+    const config = oneApp(s.dir.file("outbox"), { r: { writer: "sqlite", connection: { path: s.dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } });
     const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: s.dir.file("remote.db") }) }, { logger: log });
     cleanups.push(() => svc.stop(1000));
     const q = s.queue();
@@ -305,7 +349,7 @@ describe("dialect", () => {
     s.push(5);
     await s.svc.runOnce();
     expect(s.ids()).toEqual([5]);
-    expect(s.log.has(/target app\.r: the writer has no dialect and none is configured/)).toBe(true);
+    expect(s.log.lines.filter((l) => /target app\.r: the writer has no dialect and none is configured/.test(l))).toHaveLength(1);
   });
 });
 

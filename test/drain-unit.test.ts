@@ -2,27 +2,41 @@ import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { ConfigError, LockedError } from "../src/errors.ts";
 import { oneApp } from "./fixtures/drain-harness.ts";
-import { rowBackoffMs, targetBackoffMs } from "../src/drain/backoff.ts";
+import { parseCount, resultShapeProblem } from "../src/drain/bounded-writer.ts";
 import { acquireLock } from "../src/drain/lock.ts";
-import { tableReadiness } from "../src/drain/scheduler.ts";
-import { isAlreadyApplied, parseMaxSeq, resultShapeProblem } from "../src/drain/answers.ts";
+import { outageBackoffMs, rowBackoffMs, tableReadiness } from "../src/drain/schedule.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
 describe("backoff", () => {
   test("a failed head waits 2^attempts units, capped at backoff_cap_minutes", () => {
-    expect(rowBackoffMs(1, 60, 64)).toBe(120_000);
-    expect(rowBackoffMs(3, 60, 64)).toBe(480_000);
-    expect(rowBackoffMs(6, 60, 64)).toBe(64 * 60_000);
-    expect(rowBackoffMs(30, 60, 64)).toBe(64 * 60_000);
-    expect(rowBackoffMs(5000, 60, 64)).toBe(64 * 60_000);
-    expect(rowBackoffMs(2, 0.05, 64)).toBe(200);
+    const cap = 64 * 60_000;
+    expect(rowBackoffMs(1, 60_000, cap)).toBe(120_000);
+    expect(rowBackoffMs(3, 60_000, cap)).toBe(480_000);
+    expect(rowBackoffMs(6, 60_000, cap)).toBe(cap);
+    expect(rowBackoffMs(30, 60_000, cap)).toBe(cap);
+    expect(rowBackoffMs(5000, 60_000, cap)).toBe(cap);
+    expect(rowBackoffMs(2, 50, cap)).toBe(200);
   });
 
-  test("a target that failed n times in a row waits 2^(n-1) units, capped", () => {
-    expect(targetBackoffMs(1, 60, 64)).toBe(60_000);
-    expect(targetBackoffMs(2, 60, 64)).toBe(120_000);
-    expect(targetBackoffMs(100, 60, 64)).toBe(64 * 60_000);
-    expect(targetBackoffMs(3, 0.01, 0.0005)).toBe(30);
+  test("a target down n times in a row waits one second doubling, capped, jittered to between half and all of it", () => {
+    const cap = 5 * 60_000;
+    expect(outageBackoffMs(1, cap, () => 0)).toBe(500);
+    expect(outageBackoffMs(1, cap, () => 0.999999)).toBeCloseTo(1000, 0);
+    expect(outageBackoffMs(4, cap, () => 0.5)).toBe(6000); // 8 s base: 4 s + half of 4 s
+    expect(outageBackoffMs(100, cap, () => 0)).toBe(cap / 2);
+    expect(outageBackoffMs(100, cap, () => 0.999999)).toBeLessThanOrEqual(cap);
+    // A 10-minute outage resumes at most the cap late, never an hour: the retry after it waits ≤ 5 min.
+    let waited = 0;
+    let n = 0;
+    while (waited < 10 * 60_000) waited += outageBackoffMs(++n, cap, () => 1);
+    expect(outageBackoffMs(n + 1, cap, () => 1)).toBeLessThanOrEqual(cap);
+  });
+
+  test("jitter spreads a fleet's retries: many drains that lost one database do not come back in lock step", () => {
+    const delays = Array.from({ length: 200 }, () => outageBackoffMs(6, 5 * 60_000));
+    expect(new Set(delays.map((d) => Math.round(d / 100))).size).toBeGreaterThan(50);
+    expect(Math.min(...delays)).toBeGreaterThanOrEqual(16_000);
+    expect(Math.max(...delays)).toBeLessThanOrEqual(32_000);
   });
 });
 
@@ -65,23 +79,16 @@ describe("writer answers", () => {
     expect(resultShapeProblem([{ ok: true }, { ok: false, error: "x" }], 2)).toBeNull();
   });
 
-  test("MAX(outbox_seq) arrives as number, bigint, string, null or an object row", () => {
-    expect(parseMaxSeq([[42]])).toBe(42);
-    expect(parseMaxSeq([[42n]])).toBe(42);
-    expect(parseMaxSeq([["9007199254740"]])).toBe(9007199254740);
-    expect(parseMaxSeq([[null]])).toBe(0);
-    expect(parseMaxSeq([])).toBe(0);
-    expect(parseMaxSeq([{ max: "17" }])).toBe(17);
-    expect(parseMaxSeq([["abc"]])).toBeUndefined();
-    expect(parseMaxSeq([[-3]])).toBeUndefined();
-  });
-
-  test("auto_schema tolerates exactly the 'already there' outcomes", () => {
-    expect(isAlreadyApplied({ ok: true, rowsAffected: 0 })).toBe(true);
-    expect(isAlreadyApplied({ ok: false, error: "duplicate column name: outbox_seq" })).toBe(true);
-    expect(isAlreadyApplied({ ok: false, error: 'column "outbox_seq" of relation "t" already exists', errorClass: "42701" })).toBe(true);
-    expect(isAlreadyApplied({ ok: false, error: "Duplicate key name 'idx_t_outbox_seq'", errorClass: "1061" })).toBe(true);
-    expect(isAlreadyApplied({ ok: false, error: 'relation "t" does not exist', errorClass: "42P01" })).toBe(false);
+  test("a count (MAX(outbox_seq), the ledger's through) arrives as number, bigint, string, null or an object row", () => {
+    expect(parseCount([[42]], 0)).toBe(42);
+    expect(parseCount([[42n]], 0)).toBe(42);
+    expect(parseCount([["9007199254740"]], 0)).toBe(9007199254740);
+    expect(parseCount([[null]], 0)).toBe(0);
+    expect(parseCount([], 0)).toBe(0);
+    expect(parseCount([], null)).toBeNull(); // no ledger row yet
+    expect(parseCount([{ max: "17" }], 0)).toBe(17);
+    expect(parseCount([["abc"]], 0)).toBeUndefined();
+    expect(parseCount([[-3]], 0)).toBeUndefined();
   });
 });
 

@@ -4,6 +4,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError, verifyFile } from "../src/index.ts";
 import { NEW_FILE_PAGE_SIZE, openWritable } from "../src/outbox/sqlite-open.ts";
 import { isoTimestamp, parseTimestamp } from "../src/outbox/timestamp.ts";
+import { buildReferenceFile } from "./fixtures/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -402,14 +403,14 @@ describe("lifecycle and durability", () => {
     db.close();
   });
 
-  test("a file it creates gets 2 KiB pages; an existing file keeps its page size and works", () => {
+  test("a file it creates gets 2 KiB pages; an existing file (the reference's, 4 KiB) keeps its page size and works", () => {
     const fresh = outbox("new.db");
     fresh.enqueue("A", "[]");
     const old = new Database(tmp.file("old4k.db"));
     old.run("PRAGMA page_size = 4096");
-    old.run("CREATE TABLE unrelated (x)");
     old.close();
-    const existing = outbox("old4k.db");
+    buildReferenceFile(tmp.file("old4k.db"));
+    const existing = outbox("old4k.db", "orders");
     existing.enqueue("B", "[]");
     for (const [ob, size] of [[fresh, NEW_FILE_PAGE_SIZE], [existing, 4096]] as const) {
       const db = new Database(ob.path, { readonly: true });
@@ -466,10 +467,11 @@ describe("lifecycle and durability", () => {
   });
 
   test("a pre-existing outbox_dead_log with other columns gains ours and dead-lettering works", () => {
+    buildReferenceFile(tmp.file("old.db"));
     const db = new Database(tmp.file("old.db"));
     db.run("CREATE TABLE outbox_dead_log (seq INTEGER PRIMARY KEY, namespace TEXT NOT NULL, note TEXT)");
     db.close();
-    const ob = outbox("old.db");
+    const ob = outbox("old.db", "fresh");
     const a = ob.enqueue("A", "[]");
     ob.deadLetter(a, "skipped", "why", "E");
     expect(ob.getDead(a)).toMatchObject({ seq: a, reason: "skipped", error: "why", errorClass: "E", tag: "A" });

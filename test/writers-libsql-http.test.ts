@@ -148,7 +148,7 @@ describe("libsql writer over HTTP (Hrana)", () => {
   });
 });
 
-test("the drain treats a revoked token as an outage: nothing charged or dead-lettered; with a valid token again every row lands once", async () => {
+test("the drain treats a revoked token as a misconfigured target: nothing charged or dead-lettered, said once; with a valid token again every row lands once", async () => {
   const s = setup();
   const dir = makeTempDir();
   cleanups.push(() => dir.cleanup());
@@ -157,7 +157,7 @@ test("the drain treats a revoked token as an outage: nothing charged or dead-let
   const log = memoryLogger();
   const svc = new OutboxSyncService(config, { "app.r": createWriter("libsql", connection) }, { logger: log });
   cleanups.push(() => svc.stop(2000));
-  await svc.runOnce(); // auto_schema
+  await svc.runOnce(); // setup: the ledger
   const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
   for (let id = 1; id <= 5; id++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [id, "x"]);
   s.server.setToken("rotated-token");
@@ -168,6 +168,8 @@ test("the drain treats a revoked token as an outage: nothing charged or dead-let
   expect(queue.head()?.attempts ?? 0).toBe(0); // max_attempts = 1: one charged attempt would dead-letter it
   expect(queue.deadCount()).toBe(0);
   expect(log.has(/401/)).toBe(true);
+  expect(svc.targets()[0]!.state).toBe("misconfigured");
+  expect(log.lines.filter((l) => /^error .*is misconfigured/.test(l))).toHaveLength(1); // not once per retry
   expect(log.lines.join("\n")).not.toContain(TOKEN);
   s.server.setToken(TOKEN);
   await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivery after the token is valid again");

@@ -46,10 +46,6 @@ async function createWriter(config: OutboxConfig, target: TargetConfig, options:
       await writer.close?.();
       throw new ConfigError(`writer_class ${target.writerClass} has dialect "${String(writer.dialect)}"; expected one of ${DIALECTS.join(", ")}`, { file: site.file, keyPath: site.keyPath });
     }
-    if (writer.dialect === undefined && target.dialect === null) {
-      // The drain must rewrite for some dialect; say which one it picked rather than guess silently.
-      options.logger?.warn(`target ${target.name}: the writer has no dialect and the config sets none; statements are rewritten for sqlite (set dialect = "…" in [${keyPath}])`);
-    }
     return writer;
   }
   try {

@@ -1,4 +1,3 @@
-import { describeError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { injectedSteps } from "../sql/probe.ts";
 import { maxSeqSql } from "../sql/schema.ts";
@@ -18,7 +17,7 @@ import type { DrainTable } from "./table.ts";
  */
 export async function prepareInjected(writer: BoundedWriter, dialect: Dialect, tables: DrainTable[], autoSchema: boolean, logger: Logger, now: number): Promise<void> {
   for (const table of tables) {
-    if (!table.config.injectOutboxSeq || !table.outbox) continue;
+    if (table.compatReady || !table.outbox || table.held(now)) continue;
     const name = table.name;
     const problem = autoSchema ? await ensureSeqSchema(writer, dialect, name) : null;
     const result = await writer.control(maxSeqSql(name, dialect), name);
@@ -27,23 +26,30 @@ export async function prepareInjected(writer: BoundedWriter, dialect: Dialect, t
       continue;
     }
     if (problem) logger.warn(`drain: table "${name}" on ${writer.target}: ${problem} (check that its unique outbox_seq index exists; "sqloutbox schema" prints the DDL)`, { target: writer.target, namespace: name });
-    const max = parseCount(result.rows, 0);
-    if (!max) continue;
+    const max = parseCount(result.rows, 0) ?? 0;
     try {
-      table.outbox.seedSequence(max);
-      const head = table.outbox.head();
-      if (!head || head.seq > max || head.sentThrough != null || !table.freshQueue) continue;
-      const moved = table.outbox.resequenceAbove(max);
-      if (!moved) continue;
-      logger.warn(
-        `drain: "${name}" on ${writer.target} already holds outbox_seq up to ${max} from rows this queue did not write (another machine's outbox?); ` +
-          `moved ${moved.count} pending rows from seq ${moved.oldFirst}..${moved.oldLast} to ${moved.newFirst}..${moved.newLast}, in order, so none is absorbed as a duplicate`,
-        { target: writer.target, namespace: name, rows: moved.count },
-      );
+      if (max > 0) moveAbove(table, max, logger, writer.target);
+      table.compatReady = true;
     } catch (error) {
-      logger.error(`drain: seeding "${name}" (${table.file}) above ${max} failed: ${describeError(error).message}`, { namespace: name });
+      // Nothing is sent before this succeeds: rows under colliding seqs would be absorbed remotely.
+      table.holdLocal(error, now, `seeding "${name}" above the remote MAX(outbox_seq) ${max}`);
     }
   }
+}
+
+/** Seeds the local sequence above `max`; a fresh queue whose head is at or below it moves above it, in order. */
+function moveAbove(table: DrainTable, max: number, logger: Logger, target: string): void {
+  const outbox = table.outbox!;
+  outbox.seedSequence(max);
+  const head = outbox.head();
+  if (!head || head.seq > max || head.sentThrough != null || !table.freshQueue) return;
+  const moved = outbox.resequenceAbove(max);
+  if (!moved) return;
+  logger.warn(
+    `drain: "${table.name}" on ${target} already holds outbox_seq up to ${max} from rows this queue did not write (another machine's outbox?); ` +
+      `moved ${moved.count} pending rows from seq ${moved.oldFirst}..${moved.oldLast} to ${moved.newFirst}..${moved.newLast}, in order, so none is absorbed as a duplicate`,
+    { target, namespace: table.name, rows: moved.count },
+  );
 }
 
 /** Adds what a probe finds missing of `outbox_seq` + its index; returns the refusal, if any (no ALTER rights, …). */

@@ -79,6 +79,8 @@ export class DrainTable {
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
    *  MAX(outbox_seq) can then only be another queue's seqs (see compat.ts). */
   freshQueue = false;
+  /** Compatibility mode only: the remote outbox_seq schema and the local seeding are done (see compat.ts); nothing is sent before. */
+  compatReady: boolean;
   /** A timed-out batch carrying this table (no ledger) may still commit: not planned until it answers. */
   awaitingLateAnswer = false;
 
@@ -91,6 +93,7 @@ export class DrainTable {
   ) {
     this.name = config.name;
     this.file = `${dbDir}/${config.name}.db`;
+    this.compatReady = !config.injectOutboxSeq;
   }
 
   /** The open queue, or null while its file cannot be opened. */
@@ -193,7 +196,7 @@ export class DrainTable {
   plan(ctx: PlanContext): { slice: TableSlice | null; outcome: TableOutcome } {
     const out = none();
     const { now } = ctx;
-    if (this.awaitingLateAnswer) return { slice: null, outcome: out };
+    if (this.awaitingLateAnswer || !this.compatReady) return { slice: null, outcome: out };
     if (this.held(now)) {
       out.wakeAt = this.#hold?.until ?? null;
       return { slice: null, outcome: out };
@@ -324,6 +327,12 @@ export class DrainTable {
         this.#holdFor("writer contract", `the writer of ${this.target} applied part of a namespace (seq ${rows[0]!.seq}..${rows[okPrefix - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now, Number.POSITIVE_INFINITY, "error");
         return out;
       }
+      const after = failedAt >= 0 ? answers.findIndex((r, i) => i > failedAt && r.ok) : -1;
+      if (after >= 0) {
+        this.logger.warn(`drain: writer ${this.target} reported seq ${rows[after]!.seq} ok after a failure in namespace "${this.name}"; it stays queued`, {
+          target: this.target, namespace: this.name, seq: rows[after]!.seq,
+        });
+      }
       if (okPrefix > 0) {
         // No ledger: a writer that commits statement by statement applied these rows; confirm them.
         outbox.confirmThrough(rows[okPrefix - 1]!.seq);
@@ -373,6 +382,11 @@ export class DrainTable {
     } catch (error) {
       this.logger.error(`drain: local error refunding seq ${slice.rows[0]!.seq} of namespace "${this.name}": ${describeError(error).message}`, { namespace: this.name, seq: slice.rows[0]!.seq });
     }
+  }
+
+  /** Holds the table after a local SQLite error: 100 ms doubling to 30 s. */
+  holdLocal(error: unknown, now: number, what: string): void {
+    this.#holdLocal(error, now, what);
   }
 
   /** Holds the table after a remote schema fault, retried on a doubling schedule. */

@@ -121,6 +121,10 @@ export class TargetRunner {
     this.now = options.now;
     this.pollIntervalMs = options.pollIntervalMs;
     this.dialect = targetDialect(target, writer);
+    if (!target.dialect && !writer.dialect) {
+      // The drain must convert for some dialect; say which one it picked rather than guess silently.
+      logger.warn(`drain: target ${target.name}: the writer has no dialect and none is configured; statements are converted for sqlite (set dialect = "…" in [app.${target.app}.db.${target.db}])`, { target: target.name });
+    }
     this.writer = new BoundedWriter(target.name, writer, app.writeTimeoutMs);
     this.rewrites = new RewriteCache(this.dialect, target.compat);
     this.tables = target.tables.map((config) => new DrainTable(config, app.dbDir, app, target.name, logger));
@@ -208,6 +212,7 @@ export class TargetRunner {
       // No ledger: what an interrupted batch applied is unknown; its rows are sent again.
       for (const table of this.tables) table.forgetSent();
     }
+    // Compatibility-mode seeding before start() returns, so a producer's next seq is above the remote's.
     await prepareInjected(this.writer, this.dialect, this.tables, this.app.autoSchema, this.logger, now);
     this.recovered();
     this.prepared = true;
@@ -324,6 +329,7 @@ export class TargetRunner {
       this.openTables();
       try {
         out.delivered += await this.settleAndLook(now);
+        await prepareInjected(this.writer, this.dialect, this.tables, this.app.autoSchema, this.logger, now);
       } catch (error) {
         this.outage(error, "reading the delivery ledger");
         return { ...out, outage: true, wakeAt: this.backoffUntil };

@@ -187,8 +187,13 @@ export function readOrigin(db: Database): string | null {
  * pointed at `users.db` must not add outbox tables to it.
  */
 export function checkOwnFile(db: Database, file: string): void {
-  const { version, app } = db
-    .query<{ version: number; app: number }, []>("SELECT (SELECT user_version FROM pragma_user_version) AS version, (SELECT application_id FROM pragma_application_id) AS app")
+  // One statement, one snapshot: another process may be creating the schema right now.
+  const { version, app, queue, tables } = db
+    .query<{ version: number; app: number; queue: number; tables: string | null }, []>(
+      `SELECT (SELECT user_version FROM pragma_user_version) AS version, (SELECT application_id FROM pragma_application_id) AS app,
+        (SELECT count(*) FROM pragma_table_info('outbox_queue') WHERE name = 'seq') AS queue,
+        (SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 6)) AS tables`,
+    )
     .get()!;
   if (app !== 0 && app !== APPLICATION_ID) {
     throw new StorageError(`not an outbox file: ${file} belongs to another application (application_id ${app}); sqloutbox never writes to it`, file);
@@ -196,15 +201,10 @@ export function checkOwnFile(db: Database, file: string): void {
   if (version > FORMAT_VERSION) {
     throw new StorageError(`outbox file ${file} was written by a newer sqloutbox (format ${version}; this version reads formats up to ${FORMAT_VERSION}): upgrade sqloutbox to use it`, file);
   }
-  if (tableColumns(db, "outbox_queue").includes("seq")) return;
-  const tables = db
-    .query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 6")
-    .all()
-    .map((r) => r.name);
-  if (tables.length > 0) {
-    const shown = tables.length > 5 ? `${tables.slice(0, 5).join(", ")}, …` : tables.join(", ");
-    throw new StorageError(`not an outbox file: ${file} holds other tables (${shown}) and no outbox_queue; sqloutbox never adds its tables to another database`, file);
-  }
+  if (queue > 0 || tables === null) return;
+  const names = tables.split(", ");
+  const shown = names.length > 5 ? `${names.slice(0, 5).join(", ")}, …` : tables;
+  throw new StorageError(`not an outbox file: ${file} holds other tables (${shown}) and no outbox_queue; sqloutbox never adds its tables to another database`, file);
 }
 
 function addMissingColumns(db: Database, table: string, columns: ReadonlyArray<readonly [string, string]>): void {
