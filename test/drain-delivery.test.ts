@@ -205,7 +205,7 @@ describe("delivery", () => {
     cleanups.push(() => q.close());
     expect(q.pendingCount()).toBe(101);
     expect(q.head()!.attempts).toBe(0);
-    expect(q.head()!.sentThrough).toBe(q.fetchUnsynced(1000).at(-1)!.seq);
+    expect(q.sentMark()).toBe(q.fetchUnsynced(1000).at(-1)!.seq);
     await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the settlement");
     const [{ n, d, u }] = await db.sql.unsafe(
       "SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, sum(CASE WHEN note = 'updated' THEN 1 ELSE 0 END)::int AS u FROM t",

@@ -184,7 +184,7 @@ describe("confirm, pending count and sequence", () => {
     expect(rows.map((r) => [r.seq, r.tag, r.payload, r.source, r.createdAt])).toEqual(
       before.map((r, i) => [51 + i, r.tag, r.payload, r.source, r.createdAt]),
     );
-    expect(rows[0]).toMatchObject({ prevSeq: old[4], attempts: 1, lastError: "boom", lastErrorClass: "E1", sentThrough: null });
+    expect(rows[0]).toMatchObject({ prevSeq: old[4], attempts: 1, lastError: "boom", lastErrorClass: "E1" });
     expectIntactChain(ob);
     expect(ob.pendingCount()).toBe(5);
     expect(ob.deadCount()).toBe(0);
@@ -323,20 +323,22 @@ describe("delivery bookkeeping and dead letters", () => {
     expect(() => ob.recordAttempt(9999)).toThrow(NotFoundError);
   });
 
-  test("marks how far the head's batch was sent until a refund-free outcome clears it", () => {
+  test("the sent mark records the highest seq ever sent and never goes down: not by a refund, a failure or a dead letter", () => {
     const ob = outbox();
-    const [a, , c] = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
-    expect(ob.head()!.sentThrough).toBeNull();
+    const [a, b, c] = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+    expect(ob.sentMark()).toBe(0);
     ob.recordAttempt(a!, new Date(), c!);
     ob.refundAttempt(a!); // an outage: the outcome is still unknown, the mark stays
-    expect(ob.head()).toMatchObject({ attempts: 0, sentThrough: c });
-    ob.recordAttempt(a!); // a charge without sending keeps the mark
-    expect(ob.head()!.sentThrough).toBe(c!);
-    ob.clearSent(a!);
-    expect(ob.head()!.sentThrough).toBeNull();
-    ob.recordAttempt(a!, new Date(), a!);
-    ob.recordFailure(a!, "boom", "E", new Date()); // a known failure settles the mark
-    expect(ob.head()!.sentThrough).toBeNull();
+    expect(ob.head()!.attempts).toBe(0);
+    expect(ob.sentMark()).toBe(c!);
+    ob.recordAttempt(a!, new Date(), b!); // a shorter batch later does not lower it
+    ob.recordFailure(a!, "boom", "E", new Date()); // a known failure of a later batch does not either: an earlier one may still commit
+    expect(ob.sentMark()).toBe(c!);
+    ob.deadLetter(a!, "skipped");
+    expect(ob.sentMark()).toBe(c!);
+    ob.confirmThrough(c!);
+    expect(ob.sentMark()).toBe(c!);
+    expect(ob.pendingCount()).toBe(0);
   });
 
   test("deadLetter moves the head with its last error and the namespace advances", () => {

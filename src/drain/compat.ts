@@ -42,7 +42,7 @@ function moveAbove(table: DrainTable, max: number, logger: Logger, target: strin
   const outbox = table.outbox!;
   outbox.seedSequence(max);
   const head = outbox.head();
-  if (!head || head.seq > max || head.sentThrough != null || !table.freshQueue) return;
+  if (!head || head.seq > max || outbox.sentMark() >= head.seq || !table.freshQueue) return;
   const moved = outbox.resequenceAbove(max);
   if (!moved) return;
   logger.warn(

@@ -134,8 +134,8 @@ export class TargetLedger {
   }
 }
 
-/** The queue delivered before (a sync log, dead letters, a head linked back, or an interrupted batch). */
+/** The queue delivered before (a sync log, dead letters, a head linked back, or rows sent in a batch of unknown outcome). */
 function hasDelivered(table: DrainTable): boolean {
   const outbox = table.outbox!;
-  return outbox.hasHistory() || outbox.head()?.sentThrough != null;
+  return outbox.hasHistory() || outbox.sentMark() > 0;
 }

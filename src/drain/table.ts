@@ -152,7 +152,7 @@ export class DrainTable {
 
   /**
    * Applies what the ledger says this queue has applied (`remote`; null when it has no row yet):
-   * rows sent in an interrupted batch at or below it are confirmed; rows at or below it that were
+   * rows at or below it that were sent (the sent mark) are confirmed; rows at or below it that were
    * never sent (a file restored from a backup) are moved above it before delivery, never confirmed
    * unsent; the local sequence is raised above it. Returns how many rows were confirmed. With
    * `adopted` (migration from `outbox_seq` delivery), every pending row at or below it is first
@@ -162,11 +162,11 @@ export class DrainTable {
     const outbox = this.#outbox!;
     const through = Math.max(remote ?? 0, options.adopted ?? 0);
     let confirmed = options.adopted ? outbox.confirmThrough(options.adopted) : 0;
+    // The sent mark is never lowered here: a batch the ledger does not show yet may still commit
+    // (an uncommitted INSERT of the ledger row is invisible to a locking read on PostgreSQL).
+    confirmed += outbox.confirmThrough(Math.min(outbox.sentMark(), through));
     const head = outbox.head();
-    if (head?.sentThrough != null) confirmed += outbox.confirmThrough(Math.min(head.sentThrough, through));
-    const still = outbox.head();
-    if (still?.sentThrough != null) outbox.clearSent(still.seq);
-    if (still && still.seq <= through) {
+    if (head && head.seq <= through) {
       const moved = outbox.resequenceAbove(through);
       if (moved) {
         this.logger.warn(
@@ -178,12 +178,6 @@ export class DrainTable {
     if (through > 0) outbox.seedSequence(through);
     this.#through = through;
     return confirmed;
-  }
-
-  /** Without a ledger: an interrupted batch's outcome is unknown, so its rows are simply sent again (at least once). */
-  forgetSent(): void {
-    const head = this.#outbox?.head();
-    if (head?.sentThrough != null) this.#outbox!.clearSent(head.seq);
   }
 
   /**
@@ -296,7 +290,7 @@ export class DrainTable {
     try {
       const fence = fenced ? results[0]! : null;
       if (fence && !fence.ok && !fence.skipped) {
-        outbox.clearSent(head.seq, { refund: true });
+        outbox.refundAttempt(head.seq);
         this.#through = null;
         if (fence.remoteSchema) {
           out.ledgerMissing = true;
@@ -343,7 +337,7 @@ export class DrainTable {
       }
       if (failedAt !== 0) {
         // Nothing of this table was tried (skipped), or a row behind the head failed: not the head's fault.
-        outbox.clearSent(head.seq, { refund: true });
+        outbox.refundAttempt(head.seq);
         if (failedAt > 0) {
           this.#cutBefore = rows[failedAt]!.seq;
           out.more = true;
@@ -365,7 +359,7 @@ export class DrainTable {
     const message = typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
     const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
     if (result.remoteSchema) {
-      this.#outbox!.clearSent(row.seq, { refund: true });
+      this.#outbox!.refundAttempt(row.seq);
       this.#holdSchema(message, now);
       return out;
     }

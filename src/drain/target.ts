@@ -208,9 +208,6 @@ export class TargetRunner {
       if (this.setupProblem) for (const table of this.tables) table.releaseSchemaHold();
       this.setupProblem = null;
       this.setupFailures = 0;
-    } else {
-      // No ledger: what an interrupted batch applied is unknown; its rows are sent again.
-      for (const table of this.tables) table.forgetSent();
     }
     // Compatibility-mode seeding before start() returns, so a producer's next seq is above the remote's.
     await prepareInjected(this.writer, this.dialect, this.tables, this.app.autoSchema, this.logger, now);

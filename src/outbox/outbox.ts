@@ -1,6 +1,7 @@
 import { constants, type Database, type Statement } from "bun:sqlite";
 import { resolve } from "node:path";
 import { InvalidArgumentError, NotFoundError, OutboxClosedError, OutboxError, QueueFullError, StorageError } from "../errors.ts";
+import { purgeCandidates, type DeadReplays, type PurgeOutcome, type PurgeRule } from "./dead-letters.ts";
 import { namespaceHealth, type FileFeatures, type NamespaceHealth } from "./health.ts";
 import { DEAD_ROW_COLUMNS, QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
 import { pendingCounterName, readOrigin } from "./schema.ts";
@@ -86,6 +87,8 @@ export class Outbox {
   #commit: Statement;
   #rollback: Statement;
   #counter: string;
+  /** The outbox_meta key of this namespace's sent mark. */
+  #sentKey: string;
   #tail: Statement<{ tail: number | null }, [string]>;
   #pending: Statement<{ pending: number }, [string]>;
   #insert: Statement;
@@ -111,6 +114,7 @@ export class Outbox {
     this.maxPending = maxPending;
     this.durability = durability;
     this.#counter = pendingCounterName(namespace);
+    this.#sentKey = `sent:${namespace}`;
     this.#db = openMigrated(this.path, namespace, { durability, busyTimeoutMs: options.busyTimeoutMs ?? 10_000, fileMode: options.fileMode });
     try {
       this.origin = readOrigin(this.#db)!;
@@ -382,26 +386,42 @@ export class Outbox {
 
   /**
    * Charges one delivery attempt to a pending row BEFORE delivering it (crash-loop protection).
-   * `sentThrough` marks the head as sent in a batch ending at that seq, until `clearSent`,
-   * `recordFailure` or `confirm` resolves it.
+   * With `sentThrough`, also raises this namespace's sent mark to it, in the same transaction
+   * (see `sentMark`).
    */
   recordAttempt(seq: number, at: Date = new Date(), sentThrough: number | null = null): void {
-    this.#update(
-      "cannot record attempt",
-      seq,
-      "attempts = attempts + 1, last_attempt_at = ?3, sent_through = coalesce(?4, sent_through)",
-      isoTimestamp(at),
-      sentThrough,
-    );
+    this.#open();
+    const changes = this.#write("cannot record attempt", () => {
+      const changed = this.#db
+        .query("UPDATE outbox_queue SET attempts = attempts + 1, last_attempt_at = ?1 WHERE seq = ?2 AND namespace = ?3")
+        .run(isoTimestamp(at), seq, this.namespace).changes;
+      if (changed > 0 && sentThrough !== null) {
+        this.#db
+          .query("INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))")
+          .run(this.#sentKey, sentThrough);
+      }
+      return changed;
+    });
+    if (changes === 0) throw new NotFoundError(`no pending row with seq ${seq} in namespace "${this.namespace}" (${this.path})`);
   }
 
   /**
-   * Forgets the head's "sent, outcome unknown" mark once the outcome is known; with `refund`, also
-   * undoes its up-front attempt charge (it was not tried, or not its fault). One transaction.
+   * The highest seq of this namespace ever sent to a target (0 when none): it only rises. Rows at
+   * or below it may have been applied by a batch whose outcome is unknown — a crash, a timeout, a
+   * COMMIT that becomes visible late — so the drain settles them from the delivery ledger; rows
+   * above it were never sent. (Files written by earlier versions kept this on the head as
+   * `sent_through`; it is honoured too.)
    */
-  clearSent(seq: number, options: { refund?: boolean } = {}): void {
-    const set = options.refund ? "sent_through = NULL, attempts = max(attempts - 1, 0)" : "sent_through = NULL";
-    this.#update("cannot clear sent mark", seq, set);
+  sentMark(): number {
+    this.#open();
+    return this.#read("cannot read the sent mark", () =>
+      this.#db
+        .query<{ mark: number | null }, [string, string]>(
+          `SELECT max(coalesce((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = ?1), 0),
+            coalesce((SELECT sent_through FROM outbox_queue WHERE namespace = ?2 AND synced = 0 ORDER BY seq LIMIT 1), 0)) AS mark`,
+        )
+        .get(this.#sentKey, this.namespace)!.mark ?? 0,
+    );
   }
 
   /** Undoes one attempt charge (the target was down: not the row's fault); never below zero. */
@@ -414,7 +434,7 @@ export class Outbox {
     this.#update(
       "cannot record failure",
       seq,
-      "last_error = ?3, last_error_class = ?4, next_attempt_at = ?5, sent_through = NULL",
+      "last_error = ?3, last_error_class = ?4, next_attempt_at = ?5",
       String(error),
       errorClass === null || errorClass === undefined ? null : String(errorClass),
       isoTimestamp(nextAttemptAt),
@@ -462,6 +482,64 @@ export class Outbox {
         .run(isoTimestamp(), newSeq, seq, this.namespace);
       return newSeq;
     });
+  }
+
+  /**
+   * Re-enqueues many dead letters at the tail in ONE transaction, in ascending seq order whatever
+   * the order given, each linked to the one before (as replayDead, from the same tail and append);
+   * letters replayed before are skipped, never replayed twice. A seq that is no dead letter of
+   * this namespace throws NotFoundError and nothing is replayed. `source` defaults to each letter's.
+   */
+  replayDeadMany(seqs: readonly number[], source?: string): DeadReplays {
+    this.#open();
+    if (!Array.isArray(seqs) || !seqs.every((s) => Number.isSafeInteger(s) && s > 0)) throw this.#invalid("replayDeadMany expects an array of positive integer seqs");
+    const ordered = [...new Set(seqs)].sort((a, b) => a - b);
+    if (ordered.length === 0) return { replayed: [], skipped: [] };
+    return this.#write("cannot replay dead letters", () => {
+      const out: DeadReplays = { replayed: [], skipped: [] };
+      const mark = this.#db.query("UPDATE outbox_dead_log SET replayed_at = ?, replayed_as_seq = ? WHERE seq = ? AND namespace = ?");
+      const now = isoTimestamp(); // one transaction, one time
+      let prev = this.#tail.get(this.namespace)!.tail;
+      for (const seq of ordered) {
+        const dead = this.#dead(seq);
+        if (!dead) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${this.namespace}" (${this.path})`);
+        if (dead.replayedAt !== null) {
+          out.skipped.push({ seq, replayedAsSeq: dead.replayedAsSeq });
+          continue;
+        }
+        prev = this.#append(dead.tag, dead.payload, source ?? dead.source, prev, now);
+        mark.run(now, prev, seq, this.namespace);
+        out.replayed.push({ seq, newSeq: prev });
+      }
+      return out;
+    });
+  }
+
+  /**
+   * Deletes this namespace's dead letters that `rule` selects (see PurgeRule) in ONE transaction,
+   * except those the chain still needs: one a queued row links to, and the namespace's newest
+   * (see PurgeOutcome). Returns what was deleted and what was kept.
+   */
+  purgeDead(rule: PurgeRule): PurgeOutcome {
+    this.#open();
+    if (!(rule?.before instanceof Date) || Number.isNaN(rule.before.getTime())) throw this.#invalid("purgeDead needs a valid `before` Date");
+    return this.#write("cannot purge dead letters", () => {
+      const outcome = purgeCandidates(this.#db, this.namespace, rule);
+      const remove = this.#db.query("DELETE FROM outbox_dead_log WHERE seq = ? AND namespace = ?");
+      for (const letter of outcome.purged) remove.run(letter.seq, this.namespace);
+      return outcome;
+    });
+  }
+
+  /**
+   * The drain's retention of replayed dead letters: deletes this namespace's letters replayed more
+   * than `retainDays` ago (compared as times), with purgeDead's protections. Letters never
+   * replayed are kept however old. Returns the count.
+   */
+  pruneReplayedDead(retainDays: number, now: Date = new Date()): number {
+    this.#open();
+    if (!Number.isFinite(retainDays) || retainDays < 0) throw this.#invalid(`retainDays must be a non-negative number, got ${retainDays}`);
+    return this.purgeDead({ before: new Date(now.getTime() - retainDays * 86_400_000), by: "replayedAt" }).purged.length;
   }
 
   /** Every dead letter of this namespace, ascending seq (replayed ones included). */
