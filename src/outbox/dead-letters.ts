@@ -1,0 +1,160 @@
+// The operator's work on dead letters: which letters a filter selects, and which a purge may delete
+// without breaking a chain. Outbox runs `purgeCandidates` inside its write transaction; the
+// read-only readers here back `dead-letter list` and every --dry-run, so a dry run reports what
+// the real run does, from the same query.
+import type { Database } from "bun:sqlite";
+import type { OutboxError } from "../errors.ts";
+import { listOutboxFiles } from "./files.ts";
+import { fileFeatures, hasOutboxSchema } from "./health.ts";
+import { DEAD_ROW_COLUMNS, type DeadLetter } from "./rows.ts";
+import { readSnapshot, storageError } from "./sqlite-open.ts";
+import { isoTimestamp } from "./timestamp.ts";
+
+/** Which dead letters an operator means: every field given must match (AND); none given = all. */
+export interface DeadLetterFilter {
+  namespace?: string;
+  reason?: string;
+  /** Only letters dead at or after this time. */
+  since?: Date;
+  /** true: only letters already replayed; false: only those never replayed. */
+  replayed?: boolean;
+}
+
+/** A dead letter and the file that holds it. */
+export interface FiledDeadLetter extends DeadLetter {
+  file: string;
+}
+
+/** What identifies a dead letter and its state, without its SQL and payload (cheap to hold by the thousand). */
+export type DeadLetterRef = Pick<FiledDeadLetter, "file" | "namespace" | "seq" | "reason" | "deadAt" | "replayedAt" | "replayedAsSeq">;
+
+/** What `Outbox.replayDeadMany` did, ascending seq: letters re-enqueued as `newSeq`, and letters skipped because they were replayed before. */
+export interface DeadReplays {
+  replayed: Array<{ seq: number; newSeq: number }>;
+  skipped: Array<{ seq: number; replayedAsSeq: number | null }>;
+}
+
+/**
+ * Which dead letters of a namespace a purge deletes: those dead before `before` — or, with
+ * `by: "replayedAt"`, replayed before it — and only letters already replayed unless `unreplayed`.
+ */
+export interface PurgeRule {
+  before: Date;
+  unreplayed?: boolean;
+  by?: "deadAt" | "replayedAt";
+}
+
+/** A dead letter a purge rule selects. */
+export interface PurgeCandidate {
+  namespace: string;
+  seq: number;
+  reason: string;
+  deadAt: string;
+  replayedAt: string | null;
+}
+
+/**
+ * What a purge of one namespace deletes, and what it keeps because the chain still needs it:
+ * `linked` — a queued row's `prev_seq` is this letter; `newest` — the namespace's newest dead
+ * letter, which the namespace tail may be computed from once its queue is empty.
+ */
+export interface PurgeOutcome {
+  purged: PurgeCandidate[];
+  kept: Array<PurgeCandidate & { keptBecause: "linked" | "newest" }>;
+}
+
+type OnError = (file: string, error: OutboxError) => void;
+
+/** Every matching dead letter of every outbox file in `dbDir` (by file, then seq), read-only; `onError` as in `findDeadLetterRefs`. */
+export function findDeadLetters(dbDir: string, filter: DeadLetterFilter = {}, options: { onError?: OnError } = {}): FiledDeadLetter[] {
+  return findIn<FiledDeadLetter>(dbDir, filter, DEAD_ROW_COLUMNS, options.onError);
+}
+
+/**
+ * Like `findDeadLetters`, without the SQL and payloads. A file that cannot be read throws
+ * StorageError, unless `onError` is given: it then receives the error and the file is skipped.
+ */
+export function findDeadLetterRefs(dbDir: string, filter: DeadLetterFilter = {}, options: { onError?: OnError } = {}): DeadLetterRef[] {
+  return findIn<DeadLetterRef>(dbDir, filter, "namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq", options.onError);
+}
+
+function findIn<T extends { file: string }>(dbDir: string, filter: DeadLetterFilter, columns: string, onError: OnError | undefined): T[] {
+  const { where, params } = filterSql(filter);
+  const out: T[] = [];
+  for (const file of listOutboxFiles(dbDir)) {
+    try {
+      const rows = readDeadLog(file, (db) => db.query<Omit<T, "file">, string[]>(`SELECT ${columns} FROM outbox_dead_log ${where} ORDER BY seq`).all(...params));
+      for (const row of rows ?? []) out.push({ ...row, file } as T);
+    } catch (e) {
+      const err = storageError(e, "cannot read dead letters", file);
+      if (!onError) throw err;
+      onError(file, err);
+    }
+  }
+  return out;
+}
+
+/**
+ * The dry run of a purge of one file, read-only: per namespace that has dead letters (or only
+ * `namespace`), what `rule` deletes and keeps. Throws StorageError when the file cannot be read.
+ */
+export function planPurge(file: string, rule: PurgeRule, namespace?: string): Array<{ namespace: string } & PurgeOutcome> {
+  try {
+    return (
+      readDeadLog(file, (db) => {
+        const names = namespace !== undefined ? [namespace] : db.query<{ ns: string }, []>("SELECT DISTINCT namespace AS ns FROM outbox_dead_log ORDER BY ns").all().map((r) => r.ns);
+        return names.map((ns) => ({ namespace: ns, ...purgeCandidates(db, ns, rule) }));
+      }) ?? []
+    );
+  } catch (e) {
+    throw storageError(e, "cannot read dead letters", file);
+  }
+}
+
+/**
+ * The dead letters of `namespace` that `rule` selects, split into those a purge deletes and those
+ * it keeps (see PurgeOutcome), in one read of `db`. Outbox.purgeDead calls it inside its write
+ * transaction and deletes `purged`.
+ */
+export function purgeCandidates(db: Database, namespace: string, rule: PurgeRule): PurgeOutcome {
+  const column = rule.by === "replayedAt" ? "replayed_at" : "dead_at";
+  // julianday() compares times, not strings (stored texts may differ in format); a NULL or empty
+  // time compares as NULL, so a letter whose time is unknown is never purged by age.
+  const rows = db
+    .query<PurgeCandidate & { linked: number; newest: number }, [string, string, number]>(
+      `SELECT namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt,
+         EXISTS (SELECT 1 FROM outbox_queue WHERE prev_seq = d.seq) AS linked,
+         d.seq = (SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1) AS newest
+       FROM outbox_dead_log AS d
+       WHERE namespace = ?1 AND julianday(${column}) < julianday(?2) AND (?3 OR replayed_at IS NOT NULL)
+       ORDER BY seq`,
+    )
+    .all(namespace, isoTimestamp(rule.before), rule.unreplayed ? 1 : 0);
+  const out: PurgeOutcome = { purged: [], kept: [] };
+  for (const { linked, newest, ...letter } of rows) {
+    if (linked) out.kept.push({ ...letter, keptBecause: "linked" });
+    else if (newest) out.kept.push({ ...letter, keptBecause: "newest" });
+    else out.purged.push(letter);
+  }
+  return out;
+}
+
+/** Runs `read` on a read-only snapshot of `file`; undefined when the file has no dead-letter log (yet). */
+function readDeadLog<T>(file: string, read: (db: Database) => T): T | undefined {
+  return readSnapshot(file, (db) => {
+    if (!hasOutboxSchema(db, file)) return undefined;
+    const features = fileFeatures(db);
+    return features.deadLog && features.deadReplay ? read(db) : undefined;
+  });
+}
+
+function filterSql(filter: DeadLetterFilter): { where: string; params: string[] } {
+  const clauses: string[] = [];
+  const params: string[] = [];
+  const bind = (value: string) => `?${params.push(value)}`;
+  if (filter.namespace !== undefined) clauses.push(`namespace = ${bind(filter.namespace)}`);
+  if (filter.reason !== undefined) clauses.push(`reason = ${bind(filter.reason)}`);
+  if (filter.since !== undefined) clauses.push(`julianday(dead_at) >= julianday(${bind(isoTimestamp(filter.since))})`);
+  if (filter.replayed !== undefined) clauses.push(filter.replayed ? "replayed_at IS NOT NULL" : "replayed_at IS NULL");
+  return { where: clauses.length > 0 ? `WHERE ${clauses.join(" AND ")}` : "", params };
+}

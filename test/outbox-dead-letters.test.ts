@@ -1,0 +1,267 @@
+// Dead letters at scale, in the library: batched replay (one transaction, original order, once
+// each), purge and retention that never break a chain, and the read-only readers behind the CLI.
+import { Database } from "bun:sqlite";
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import { NotFoundError, StorageError } from "../src/errors.ts";
+import { findDeadLetterRefs, findDeadLetters, planPurge } from "../src/outbox/dead-letters.ts";
+import { verifyFile } from "../src/outbox/inspect.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { isoTimestamp } from "../src/outbox/timestamp.ts";
+import { hashTree } from "./cli-support.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let tmp: TempDir;
+const open: Outbox[] = [];
+beforeEach(() => {
+  tmp = makeTempDir("sqloutbox-dead-");
+});
+afterEach(() => {
+  for (const ob of open.splice(0)) ob.close();
+  tmp.cleanup();
+});
+
+const DAY = 86_400_000;
+const FUTURE = () => new Date(Date.now() + 60_000);
+
+/** An outbox of `namespace` in `{tmp}/{file}` with `count` rows, the first `dead` of them dead-lettered (skipped). */
+function queue(count: number, dead: number, namespace = "orders", file = `${namespace}.db`): Outbox {
+  const ob = new Outbox(tmp.file(file), namespace);
+  open.push(ob);
+  const seqs = ob.enqueueBatch(Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${namespace} (id) VALUES (?)`, payload: `[${i + 1}]` })), "app");
+  for (const seq of seqs.slice(0, dead)) ob.skipHead(seq);
+  return ob;
+}
+
+/** Rewrites columns of dead letters behind the library's back, to age them. */
+function setDead(file: string, seqs: number[], set: string, ...values: Array<string | null>): void {
+  const db = new Database(file);
+  try {
+    for (const seq of seqs) db.query(`UPDATE outbox_dead_log SET ${set} WHERE seq = ?`).run(...values, seq);
+  } finally {
+    db.close();
+  }
+}
+
+const daysAgo = (days: number) => isoTimestamp(new Date(Date.now() - days * DAY));
+
+function expectIntactChain(ob: Outbox): void {
+  expect(ob.verifyChain(ob.fetchUnsynced(1_000_000))).toEqual({ ok: true, gaps: [] });
+  expect(verifyFile(ob.path).ok).toBe(true);
+}
+
+describe("replayDeadMany", () => {
+  test("re-enqueues the letters at the tail in their original seq order, each linked to the one before", () => {
+    const ob = queue(6, 3);
+    const out = ob.replayDeadMany([3, 1, 2, 1]);
+    expect(out).toEqual({ replayed: [{ seq: 1, newSeq: 7 }, { seq: 2, newSeq: 8 }, { seq: 3, newSeq: 9 }], skipped: [] });
+    const rows = ob.fetchUnsynced(10);
+    expect(rows.map((r) => [r.seq, r.prevSeq, r.payload, r.source])).toEqual([
+      [4, 3, "[4]", "app"],
+      [5, 4, "[5]", "app"],
+      [6, 5, "[6]", "app"],
+      [7, 6, "[1]", "app"],
+      [8, 7, "[2]", "app"],
+      [9, 8, "[3]", "app"],
+    ]);
+    expect(ob.listDead().map((d) => [d.seq, d.replayedAsSeq, d.replayedAt !== null])).toEqual([[1, 7, true], [2, 8, true], [3, 9, true]]);
+    expect(ob.deadCount()).toBe(0);
+    expectIntactChain(ob);
+  });
+
+  test("skips letters replayed before and never replays one twice", () => {
+    const ob = queue(4, 2);
+    expect(ob.replayDead(1)).toBe(5);
+    expect(ob.replayDeadMany([1, 2])).toEqual({ replayed: [{ seq: 2, newSeq: 6 }], skipped: [{ seq: 1, replayedAsSeq: 5 }] });
+    expect(ob.replayDeadMany([1, 2])).toEqual({ replayed: [], skipped: [{ seq: 1, replayedAsSeq: 5 }, { seq: 2, replayedAsSeq: 6 }] });
+    expect(ob.pendingCount()).toBe(4);
+  });
+
+  test("a seq that is no dead letter of the namespace replays nothing and throws NotFoundError", () => {
+    const ob = queue(4, 2);
+    const err = (() => {
+      try {
+        ob.replayDeadMany([1, 2, 3]);
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect(err).toMatchObject({ code: "E_NOT_FOUND", message: expect.stringContaining('no dead letter with seq 3 in namespace "orders"') });
+    expect(ob.pendingCount()).toBe(2);
+    expect(ob.deadCount()).toBe(2);
+  });
+
+  test("replays 5 000 letters in ONE transaction: a write failing at the 4 000th leaves every letter and the queue untouched", () => {
+    const ob = queue(5_000, 5_000);
+    const counter = () => {
+      const db = new Database(ob.path, { readonly: true });
+      try {
+        return db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get()!.seq;
+      } finally {
+        db.close();
+      }
+    };
+    const db = new Database(ob.path);
+    db.run(`CREATE TRIGGER fail_midway BEFORE INSERT ON outbox_queue WHEN new.payload = '[4000]' BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END`);
+    const seqs = ob.listDead().map((d) => d.seq);
+    expect(() => ob.replayDeadMany(seqs)).toThrow(StorageError);
+    expect(ob.pendingCount()).toBe(0);
+    expect(ob.deadCount()).toBe(5_000);
+    expect(counter()).toBe(5_000); // not even a seq was allocated
+    db.run("DROP TRIGGER fail_midway");
+    db.close();
+
+    const out = ob.replayDeadMany(seqs);
+    expect(out.replayed).toHaveLength(5_000);
+    expect(out.replayed.every((r, i) => r.seq === i + 1 && r.newSeq === 5_001 + i)).toBe(true);
+    expect(ob.pendingCount()).toBe(5_000);
+    expect(ob.head()).toMatchObject({ seq: 5_001, prevSeq: 5_000, payload: "[1]" });
+    expectIntactChain(ob);
+  });
+
+  test("refuses seqs that are not positive integers", () => {
+    const ob = queue(2, 1);
+    expect(() => ob.replayDeadMany([1, 0])).toThrow("replayDeadMany expects an array of positive integer seqs");
+    expect(() => ob.replayDeadMany([1.5])).toThrow("replayDeadMany expects an array of positive integer seqs");
+  });
+});
+
+describe("purgeDead", () => {
+  test("deletes replayed letters only by default, and with unreplayed also those never replayed", () => {
+    const ob = queue(6, 4); // dead 1-4, pending 5 (links to 4) and 6
+    ob.replayDeadMany([1, 2]); // 7, 8
+    expect(ob.purgeDead({ before: FUTURE() })).toEqual({
+      purged: [
+        { namespace: "orders", seq: 1, reason: "skipped", deadAt: expect.any(String), replayedAt: expect.any(String) },
+        { namespace: "orders", seq: 2, reason: "skipped", deadAt: expect.any(String), replayedAt: expect.any(String) },
+      ],
+      kept: [],
+    });
+    const out = ob.purgeDead({ before: FUTURE(), unreplayed: true });
+    expect(out.purged.map((p) => [p.seq, p.replayedAt])).toEqual([[3, null]]);
+    expect(out.kept.map((k) => [k.seq, k.keptBecause])).toEqual([[4, "linked"]]);
+    expect(ob.listDead().map((d) => d.seq)).toEqual([4]);
+    expectIntactChain(ob);
+  });
+
+  test("keeps the letter a queued row links to", () => {
+    const ob = queue(5, 3); // dead 1-3, pending 4 (links to 3), 5
+    ob.replayDeadMany([1, 2, 3]); // 6, 7, 8
+    const out = ob.purgeDead({ before: FUTURE() });
+    expect(out.purged.map((p) => p.seq)).toEqual([1, 2]);
+    expect(out.kept.map((k) => [k.seq, k.keptBecause])).toEqual([[3, "linked"]]);
+    expectIntactChain(ob);
+  });
+
+  test("keeps the namespace's newest letter: with the queue empty, the next row links to it", () => {
+    const ob = queue(4, 0);
+    ob.confirm([1, 2]);
+    ob.skipHead(3);
+    ob.skipHead(4);
+    const out = ob.purgeDead({ before: FUTURE(), unreplayed: true });
+    expect(out.purged.map((p) => p.seq)).toEqual([3]);
+    expect(out.kept.map((k) => [k.seq, k.keptBecause])).toEqual([[4, "newest"]]);
+    expect(ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[5]")).toBe(5);
+    expect(ob.head()).toMatchObject({ seq: 5, prevSeq: 4 });
+    expectIntactChain(ob);
+  });
+
+  test("compares dead_at as a time: letters dead after `before` stay", () => {
+    const ob = queue(5, 4);
+    ob.replayDeadMany([1, 2, 3, 4]);
+    setDead(ob.path, [1], "dead_at = ?", daysAgo(40));
+    setDead(ob.path, [2], "dead_at = ?", "2020-01-01 00:00:00"); // SQLite's own format, also a time
+    setDead(ob.path, [3], "dead_at = ?", daysAgo(5));
+    const out = ob.purgeDead({ before: new Date(Date.now() - 30 * DAY) });
+    expect(out.purged.map((p) => p.seq)).toEqual([1, 2]);
+    expect(ob.listDead().map((d) => d.seq)).toEqual([3, 4]);
+  });
+
+  test("resequenced records count as replayed; the one the moved queue links to is kept", () => {
+    const ob = queue(3, 0);
+    expect(ob.resequenceAbove(10)).toMatchObject({ oldFirst: 1, oldLast: 3, newFirst: 11 });
+    const out = ob.purgeDead({ before: FUTURE() });
+    expect(out.purged.map((p) => [p.seq, p.reason])).toEqual([[1, "resequenced"], [2, "resequenced"]]);
+    expect(out.kept.map((k) => [k.seq, k.keptBecause])).toEqual([[3, "linked"]]);
+    expectIntactChain(ob);
+  });
+
+  test("touches only its own namespace in a shared file", () => {
+    const a = queue(3, 2, "a", "shared.db");
+    const b = queue(3, 2, "b", "shared.db");
+    a.replayDeadMany([1, 2]);
+    b.replayDeadMany([4, 5]);
+    expect(a.purgeDead({ before: FUTURE() }).purged.map((p) => p.seq)).toEqual([1]);
+    expect(b.listDead().map((d) => d.seq)).toEqual([4, 5]);
+  });
+});
+
+describe("pruneReplayedDead (the drain's retention)", () => {
+  test("deletes letters replayed more than retainDays ago, counting from the replay; never-replayed letters stay however old", () => {
+    const ob = queue(6, 5);
+    ob.replayDeadMany([1, 2, 3]);
+    setDead(ob.path, [1, 2, 3, 4, 5], "dead_at = ?", daysAgo(100));
+    setDead(ob.path, [1], "replayed_at = ?", daysAgo(10));
+    setDead(ob.path, [2], "replayed_at = ?", daysAgo(1)); // died long ago, replayed yesterday: kept
+    setDead(ob.path, [3], "replayed_at = ?", daysAgo(8));
+    expect(ob.pruneReplayedDead(7)).toBe(2);
+    expect(ob.listDead().map((d) => d.seq)).toEqual([2, 4, 5]);
+    expect(ob.pruneReplayedDead(0, new Date(Date.now() + DAY))).toBe(1);
+    expect(ob.listDead().map((d) => d.seq)).toEqual([4, 5]);
+    expectIntactChain(ob);
+  });
+
+  test("refuses a negative or non-finite retention", () => {
+    const ob = queue(1, 0);
+    expect(() => ob.pruneReplayedDead(-1)).toThrow("retainDays must be a non-negative number, got -1");
+    expect(() => ob.pruneReplayedDead(Number.NaN)).toThrow("retainDays must be a non-negative number, got NaN");
+  });
+});
+
+describe("read-only readers", () => {
+  test("planPurge reports what purgeDead then does, and changes no byte", () => {
+    const ob = queue(6, 4);
+    ob.replayDeadMany([1, 2, 3]);
+    const rule = { before: FUTURE(), unreplayed: true };
+    // The -shm index is shared memory that a reader may touch while the writer has the file open.
+    const data = () => Object.entries(hashTree(tmp.path)).filter(([name]) => !name.endsWith("-shm"));
+    const before = data();
+    const plan = planPurge(ob.path, rule);
+    expect(data()).toEqual(before);
+    expect(plan.map((p) => [p.namespace, p.purged.map((x) => x.seq), p.kept.map((x) => x.seq)])).toEqual([["orders", [1, 2, 3], [4]]]);
+    const { purged, kept } = ob.purgeDead(rule);
+    expect({ namespace: "orders", purged, kept }).toEqual(plan[0]!);
+  });
+
+  test("findDeadLetters filters by namespace, reason, since and replay state, combined with AND, across files", () => {
+    const a = queue(4, 3, "a");
+    const b = queue(4, 2, "b");
+    a.replayDeadMany([1]);
+    setDead(a.path, [1, 2], "dead_at = ?", daysAgo(3));
+    setDead(a.path, [3], "reason = ?", "max_attempts");
+    setDead(b.path, [1], "reason = ?", "max_attempts");
+    const seqs = (filter: Parameters<typeof findDeadLetters>[1]) => findDeadLetters(tmp.path, filter).map((d) => `${d.namespace}:${d.seq}`);
+    expect(seqs({})).toEqual(["a:1", "a:2", "a:3", "b:1", "b:2"]);
+    expect(seqs({ namespace: "a" })).toEqual(["a:1", "a:2", "a:3"]);
+    expect(seqs({ reason: "max_attempts" })).toEqual(["a:3", "b:1"]);
+    expect(seqs({ since: new Date(Date.now() - DAY) })).toEqual(["a:3", "b:1", "b:2"]);
+    expect(seqs({ replayed: true })).toEqual(["a:1"]);
+    expect(seqs({ replayed: false, namespace: "a" })).toEqual(["a:2", "a:3"]);
+    expect(seqs({ namespace: "a", reason: "skipped", since: new Date(Date.now() - 4 * DAY), replayed: false })).toEqual(["a:2"]);
+    expect(findDeadLetters(tmp.path, { namespace: "b", reason: "skipped" })[0]).toMatchObject({ file: b.path, seq: 2, tag: "INSERT INTO b (id) VALUES (?)", payload: "[2]" });
+    expect(findDeadLetterRefs(tmp.path, { namespace: "a", replayed: true })).toEqual([
+      { file: a.path, namespace: "a", seq: 1, reason: "skipped", deadAt: expect.any(String), replayedAt: expect.any(String), replayedAsSeq: 5 },
+    ]);
+  });
+
+  test("a file that cannot be read is passed to onError and the others are still read", () => {
+    queue(2, 1, "a");
+    fs.writeFileSync(tmp.file("garbage.db"), "not sqlite ".repeat(200));
+    const errors: string[] = [];
+    const found = findDeadLetters(tmp.path, {}, { onError: (file, err) => errors.push(`${file}: ${err.code}`) });
+    expect(found.map((d) => d.seq)).toEqual([1]);
+    expect(errors).toEqual([`${tmp.file("garbage.db")}: E_STORAGE`]);
+    expect(() => findDeadLetters(tmp.path)).toThrow(StorageError);
+  });
+});
