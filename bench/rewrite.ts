@@ -1,6 +1,7 @@
-// Rewrite cost per statement (10 columns), per dialect and shape. Prints one JSON line each:
+// Rewrite cost per statement (10 columns), per dialect and shape, and the push-time check of an
+// uncached statement text. Prints one JSON line each:
 // {"bench":"rewrite","dialect":…,"shape":…,"ns_per_stmt":…}. Target: ≤ 5 µs per statement.
-import { injectOutboxSeq, toDialect } from "../src/sql/index.ts";
+import { injectOutboxSeq, toDialect, validateStatement } from "../src/sql/index.ts";
 import { DIALECTS } from "../src/sql/rewrite.ts";
 import type { BindValue } from "../src/writers/writer.ts";
 
@@ -36,3 +37,6 @@ for (const dialect of DIALECTS) {
 const pg = SHAPES.update!;
 const ns = measure(() => toDialect(pg.sql, pg.args, "postgres"));
 console.log(JSON.stringify({ bench: "rewrite", dialect: "postgres", shape: "toDialect", ns_per_stmt: Math.round(ns) }));
+// What a producer pays the first time it pushes a text (later pushes hit its cache): every dialect's lexer.
+const check = measure(() => validateStatement(pg.sql, null));
+console.log(JSON.stringify({ bench: "rewrite", dialect: "any", shape: "validateStatement", ns_per_stmt: Math.round(check) }));

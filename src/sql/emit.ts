@@ -107,14 +107,7 @@ export class Emitter {
 
   /** Appends literal SQL. */
   text(s: string): this {
-    if (s.length === 0) return this;
-    // A placeholder must stay a token of its own: `a=?where` must not become `$1where`
-    // (PostgreSQL: "trailing junk after parameter"; MariaDB refuses `?where` too), nor a `?`
-    // take the digits of a `?NNN`.
-    if (this.afterPlaceholder && isWordChar(s.charCodeAt(0))) this.out += " ";
-    this.afterPlaceholder = false;
-    this.out += s;
-    this.last = s.charCodeAt(s.length - 1);
+    if (s.length > 0) this.append(s, s.charCodeAt(0), s.charCodeAt(s.length - 1));
     return this;
   }
 
@@ -138,15 +131,30 @@ export class Emitter {
 
   private copy(end: number): void {
     if (end <= this.pos) return;
-    this.text(this.sql.slice(this.pos, end));
+    // The characters are read from the source: reading them from the slice would make JSC
+    // flatten every slice on its own, which costs more than the whole rewrite.
+    const { sql, pos } = this;
+    this.append(sql.slice(pos, end), sql.charCodeAt(pos), sql.charCodeAt(end - 1));
     this.pos = end;
+  }
+
+  /** Appends `s`, which starts with character `first` and ends with `last`. */
+  private append(s: string, first: number, last: number): void {
+    // A placeholder must stay a token of its own: `a=?where` must not become `$1where`
+    // (PostgreSQL: "trailing junk after parameter"; MariaDB refuses `?where` too), nor a `?`
+    // take the digits of a `?NNN`.
+    if (this.afterPlaceholder && isWordChar(first)) this.out += " ";
+    this.afterPlaceholder = false;
+    this.out += s;
+    this.last = last;
   }
 
   private placeholder(pick: number): void {
     this.picks.push(pick);
-    const p = this.dollar ? `$${this.picks.length}` : "?";
     // `x?` must not become `x$1`, one identifier.
-    this.text(isWordChar(this.last) ? ` ${p}` : p);
+    if (isWordChar(this.last)) this.out += " ";
+    this.out += this.dollar ? `$${this.picks.length}` : "?";
+    this.last = 0;
     this.afterPlaceholder = true;
   }
 }

@@ -55,6 +55,10 @@ function isDigit(c: number): boolean {
 function isSpace(c: number): boolean {
   return c === 32 || (c >= 9 && c <= 13);
 }
+/** Whitespace or a control character (DEL included), as MariaDB's `my_isspace`/`my_iscntrl` read it. */
+function isControlOrSpace(c: number): boolean {
+  return c <= 32 || c === 127;
+}
 
 function fail(reason: string, sql: string): never {
   throw new UnsupportedStatementError(reason, sql);
@@ -124,163 +128,124 @@ function pgContinuation(sql: string, i: number): number {
 }
 
 /**
- * Reads `sql` one significant token at a time the way `dialect` reads it: literals (doubled-quote
- * escapes; backslash escapes in MySQL strings and PostgreSQL `E'…'`, continuations included;
- * PostgreSQL dollar quoting), quoted identifiers (backticks not in PostgreSQL, brackets only in
- * SQLite), comments (`--` to the end of the line — PostgreSQL also ends it at a bare `\r`; MySQL
- * `#`, and `--` only before whitespace or a control character), `?`/`?NNN` placeholders, and
- * parenthesis depth. `next()` throws `UnsupportedStatementError` on a NUL character, an
- * unterminated literal, identifier or comment, a MySQL/MariaDB executable comment (`/*!…*\/`,
- * `/*M!…*\/`), a `?NNN` outside 1…32766, and — unless `checkParens` is false — unbalanced
- * parentheses.
+ * Splits `sql` into significant tokens the way `dialect` reads it, appending them to `out` (also
+ * returned): literals (doubled-quote escapes; backslash escapes in MySQL strings and PostgreSQL
+ * `E'…'`, continuations included; PostgreSQL dollar quoting), quoted identifiers (backticks not
+ * in PostgreSQL, brackets only in SQLite), comments (`--` to the end of the line — PostgreSQL
+ * also ends it at a bare `\r`; MySQL `#`, and `--` only before whitespace or a control
+ * character), `?`/`?NNN` placeholders, and parenthesis depth. Throws `UnsupportedStatementError`
+ * on a NUL character, an unterminated literal, identifier or comment, a MySQL/MariaDB executable
+ * comment (`/*!…*\/`, `/*M!…*\/`), a `?NNN` outside 1…32766, and — unless `checkParens` is
+ * false — unbalanced parentheses; `out` then holds the tokens read before the problem. With
+ * `sparse`, only placeholders (`param`, `named`), each `;` and the token after it are kept: what
+ * translating placeholders needs, without a token object per word.
  */
-export class Lexer {
-  kind: TokenKind = "op";
-  start = 0;
-  end = 0;
-  /** Parenthesis depth of the current token (see `Token.depth`). */
-  depth = 0;
-  /** For a `param`: NNN of `?NNN`, 0 for a plain `?`. */
-  num = 0;
-  private i = 0;
-  private level = 0; // parentheses open after the current token
-  private readonly my: boolean;
-  private readonly pg: boolean;
-  private readonly lite: boolean;
-  private readonly opens: number[] = []; // offsets of unclosed `(`, for the error message
-
-  constructor(
-    readonly sql: string,
-    dialect: Dialect,
-    private readonly checkParens = true,
-  ) {
-    this.my = dialect === "mysql";
-    this.pg = dialect === "postgres";
-    this.lite = !this.my && !this.pg;
-    // SQLite stops reading at a NUL (the rest is silently ignored) and PostgreSQL's protocol
-    // cannot carry one: text after it would mean different things to us and to the engine.
-    const nul = sql.indexOf("\0");
-    if (nul >= 0) fail(`NUL character at offset ${nul}`, sql);
-  }
-
-  /** Advances to the next significant token (the fields describe it); false at the end of the text. */
-  next(): boolean {
-    const { sql, my, pg } = this;
-    const n = sql.length;
-    let i = this.i;
-    while (i < n) {
-      const c = sql.charCodeAt(i);
-      if (isSpace(c)) {
-        i++;
-        continue;
+export function tokenize(sql: string, dialect: Dialect, out: Token[] = [], checkParens = true, sparse = false): Token[] {
+  const my = dialect === "mysql";
+  const pg = dialect === "postgres";
+  const lite = !my && !pg;
+  // SQLite stops reading at a NUL (the rest is silently ignored) and PostgreSQL's protocol
+  // cannot carry one: text after it would mean different things to us and to the engine.
+  const nul = sql.indexOf("\0");
+  if (nul >= 0) fail(`NUL character at offset ${nul}`, sql);
+  const n = sql.length;
+  const opens: number[] = []; // start offsets of unclosed `(`, for the error message
+  let depth = 0;
+  let i = 0;
+  let afterSemicolon = false;
+  const push = sparse
+    ? (kind: TokenKind, start: number, end: number, d = depth, num = 0) => {
+        if (!afterSemicolon && kind !== "param" && kind !== "named" && kind !== ";") return;
+        afterSemicolon = kind === ";";
+        out.push({ kind, start, end, depth: d, num });
       }
-      const next = sql.charCodeAt(i + 1);
-      if (c === 45 && next === 45) {
-        const after = sql.charCodeAt(i + 2);
-        // MariaDB reads `--` as a comment only before whitespace or a control character (DEL too).
-        if (!my || i + 2 >= n || isSpace(after) || after < 32 || after === 127) {
-          i = lineEnd(sql, i + 2, pg);
-          continue;
-        }
-      } else if (c === 35 && my) {
-        i = lineEnd(sql, i + 1, false);
-        continue;
-      } else if (c === 47 && next === 42) {
-        // `/*!…*/` (MySQL, MariaDB) and `/*M!…*/` (MariaDB) are executed, not ignored: reading
-        // them as comments would hide SQL from us.
-        const bang = sql.charCodeAt(i + 2) === 33 ? 3 : sql.charCodeAt(i + 2) === 77 && sql.charCodeAt(i + 3) === 33 ? 4 : 0;
-        if (my && bang > 0) fail(`${EXECUTABLE_COMMENT} ${sql.slice(i, i + bang)}…*/ at offset ${i} is not supported`, sql);
-        i = skipBlockComment(sql, i, pg);
-        continue;
-      }
-      this.i = this.token(c, next, i);
-      return true;
+    : (kind: TokenKind, start: number, end: number, d = depth, num = 0) => {
+        out.push({ kind, start, end, depth: d, num });
+      };
+  while (i < n) {
+    const c = sql.charCodeAt(i);
+    if (isSpace(c)) {
+      i++;
+      continue;
     }
-    this.i = n;
-    if (this.level > 0 && this.checkParens) fail(`unbalanced parentheses: '(' at offset ${this.opens[this.opens.length - 1]} is never closed`, sql);
-    return false;
-  }
-
-  /** Reads the token starting at `start` (not whitespace or a comment) into the fields; returns its end. */
-  private token(c: number, next: number, start: number): number {
-    const { sql, my, pg, lite } = this;
-    const n = sql.length;
-    let i = start;
-    let kind: TokenKind;
-    this.num = 0;
-    this.depth = this.level;
+    const start = i;
+    const next = sql.charCodeAt(i + 1);
     if (c === 39) {
       i = skipQuoted(sql, i, 39, my, "string literal");
-      kind = "string";
+      push("string", start, i);
     } else if (c === 34) {
       // MySQL (default sql_mode) reads "…" as a string with backslash escapes; the others as an identifier.
       i = skipQuoted(sql, i, 34, my, my ? "string literal" : "quoted identifier");
-      kind = my ? "string" : "quoted";
+      push(my ? "string" : "quoted", start, i);
     } else if (c === 96 && !pg) {
       // PostgreSQL has no backtick quoting: there `` ` `` is an operator character.
       i = skipQuoted(sql, i, 96, false, "quoted identifier");
-      kind = "quoted";
+      push("quoted", start, i);
     } else if (c === 91 && lite) {
       const close = sql.indexOf("]", i + 1);
       if (close < 0) fail(`unterminated quoted identifier starting at offset ${i}`, sql);
       i = close + 1;
-      kind = "quoted";
+      push("quoted", start, i);
+    } else if (c === 45 && next === 45 && (!my || i + 2 >= n || isControlOrSpace(sql.charCodeAt(i + 2)))) {
+      // MariaDB reads `--` as a comment only before whitespace or a control character (DEL too).
+      i = lineEnd(sql, i + 2, pg);
+    } else if (c === 35 && my) {
+      i = lineEnd(sql, i + 1, false);
+    } else if (c === 47 && next === 42) {
+      // `/*!…*/` (MySQL, MariaDB) and `/*M!…*/` (MariaDB) are executed, not ignored: reading
+      // them as comments would hide SQL from us.
+      if (my) {
+        const bang = sql.charCodeAt(i + 2) === 33 ? 3 : sql.charCodeAt(i + 2) === 77 && sql.charCodeAt(i + 3) === 33 ? 4 : 0;
+        if (bang > 0) fail(`${EXECUTABLE_COMMENT} ${sql.slice(i, i + bang)}…*/ at offset ${i} is not supported`, sql);
+      }
+      i = skipBlockComment(sql, i, pg);
     } else if (c === 63) {
       i++;
       while (i < n && isDigit(sql.charCodeAt(i))) i++;
+      let num = 0;
       if (i > start + 1) {
-        const num = Number(sql.slice(start + 1, i));
+        num = Number(sql.slice(start + 1, i));
         if (num < 1 || num > MAX_PARAM_NUMBER) fail(`placeholder ${sql.slice(start, i)} at offset ${start} is out of range 1…${MAX_PARAM_NUMBER}`, sql);
-        this.num = num;
       }
-      kind = "param";
+      push("param", start, i, depth, num);
     } else if (c === 40) {
-      this.opens.push(start);
-      this.level++;
-      i++;
-      kind = "(";
+      opens.push(start);
+      push("(", start, ++i);
+      depth++;
     } else if (c === 41) {
-      if (this.level > 0) {
-        this.opens.pop();
-        this.depth = --this.level;
-      } else if (this.checkParens) fail(`unbalanced parentheses: ')' at offset ${i} has no matching '('`, sql);
-      i++;
-      kind = ")";
-    } else if (c === 44) {
-      i++;
-      kind = ",";
-    } else if (c === 59) {
-      i++;
-      kind = ";";
-    } else if (c === 46 && !isDigit(next)) {
-      i++;
-      kind = ".";
-    } else if (isDigit(c) || c === 46) {
+      if (depth > 0) {
+        opens.pop();
+        depth--;
+      } else if (checkParens) fail(`unbalanced parentheses: ')' at offset ${i} has no matching '('`, sql);
+      push(")", start, ++i);
+    } else if (c === 44) push(",", start, ++i);
+    else if (c === 59) push(";", start, ++i);
+    else if (c === 46 && !isDigit(next)) push(".", start, ++i);
+    else if (isDigit(c) || c === 46) {
       i++;
       while (i < n) {
         const d = sql.charCodeAt(i);
         if (isWordChar(d) || d === 46) i++;
         else break;
       }
-      kind = "number";
+      push("number", start, i);
     } else if (c === 36 && pg) {
       if (isDigit(next)) {
         i++;
         while (i < n && isDigit(sql.charCodeAt(i))) i++;
-        kind = "named";
+        push("named", start, i);
       } else {
         // Dollar quoting: $tag$ … $tag$ (tag optional, no `$`, not starting with a digit).
         let j = i + 1;
         while (j < n && isWordChar(sql.charCodeAt(j)) && sql.charCodeAt(j) !== 36) j++;
         if (sql.charCodeAt(j) !== 36) {
-          i++;
-          kind = "op";
+          push("op", start, ++i);
         } else {
           const delim = sql.slice(i, j + 1);
           const close = sql.indexOf(delim, j + 1);
           if (close < 0) fail(`unterminated dollar-quoted string starting at offset ${i}`, sql);
           i = close + delim.length;
-          kind = "string";
+          push("string", start, i);
         }
       }
     } else if (lite && (c === 58 || c === 64 || c === 36 || c === 35) && isWordChar(next) && !(c === 58 && sql.charCodeAt(i - 1) === 58)) {
@@ -288,37 +253,20 @@ export class Lexer {
       // SQLite refuses `::` as an illegal token, so it never binds anything.
       i++;
       while (i < n && isWordChar(sql.charCodeAt(i))) i++;
-      kind = "named";
+      push("named", start, i);
     } else if (isWordStart(c) || (my && c === 36)) {
       i++;
       while (i < n && isWordChar(sql.charCodeAt(i))) i++;
-      kind = "word";
       // PostgreSQL E'…' strings take backslash escapes; the E must touch the quote. A string
       // continued on a later line (`E'a'` newline `'b\'c'`) stays in escape mode.
       if (pg && i === start + 1 && (c === 69 || c === 101) && sql.charCodeAt(i) === 39) {
         i = skipQuoted(sql, i, 39, true, "string literal");
         for (let j = pgContinuation(sql, i); j >= 0; j = pgContinuation(sql, i)) i = skipQuoted(sql, j, 39, true, "string literal");
-        kind = "string";
-      }
-    } else {
-      i++;
-      kind = "op";
-    }
-    this.start = start;
-    this.end = i;
-    this.kind = kind;
-    return i;
+        push("string", start, i);
+      } else push("word", start, i);
+    } else push("op", start, ++i);
   }
-}
-
-/**
- * Splits `sql` into significant tokens the way `dialect` reads it (see `Lexer`). Throws
- * `UnsupportedStatementError` where the `Lexer` does, unbalanced parentheses included.
- */
-export function tokenize(sql: string, dialect: Dialect): Token[] {
-  const lx = new Lexer(sql, dialect);
-  const out: Token[] = [];
-  while (lx.next()) out.push({ kind: lx.kind, start: lx.start, end: lx.end, depth: lx.depth, num: lx.num });
+  if (depth > 0 && checkParens) fail(`unbalanced parentheses: '(' at offset ${opens[opens.length - 1]} is never closed`, sql);
   return out;
 }
 

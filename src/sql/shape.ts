@@ -1,6 +1,6 @@
 import { UnsupportedStatementError } from "../errors.ts";
 import type { Dialect } from "../writers/writer.ts";
-import { identName, isKeyword, tokenize, type Token } from "./lexer.ts";
+import { identName, isKeyword, tokenize, wordIs, type Token } from "./lexer.ts";
 
 /** A recognised single-row `INSERT [INTO] t (cols) VALUES (…)`; offsets index the source SQL. */
 export interface InsertShape {
@@ -34,6 +34,13 @@ export interface UpdateShape {
 export type Shape = InsertShape | UpdateShape;
 
 const SEQ_COLUMN = "outbox_seq";
+
+/** True when `t` names the outbox_seq column (any case; quoted or not). */
+function isSeqColumn(sql: string, t: Token): boolean {
+  // A bare word is compared in place: this runs for every column of every statement.
+  if (t.kind === "word") return wordIs(sql, t.start, t.end, "OUTBOX_SEQ");
+  return t.kind === "quoted" && identName(sql, t).toLowerCase() === SEQ_COLUMN;
+}
 
 // MySQL/MariaDB built-in aggregate functions (a window function always carries OVER).
 const AGGREGATES = new Set([
@@ -122,7 +129,7 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
       if (columnCount === 0 && (isKeyword(sql, name, "SELECT") || isKeyword(sql, name, "WITH"))) reject("INSERT … SELECT is not supported", sql);
       reject(`column list must hold plain column names, got ${describe(sql, name)}`, sql);
     }
-    if (identName(sql, name).toLowerCase() === SEQ_COLUMN) reject("the statement already sets outbox_seq", sql);
+    if (isSeqColumn(sql, name)) reject("the statement already sets outbox_seq", sql);
     columnCount++;
     const sep = tokens[i + 1];
     i += 2;
@@ -234,7 +241,7 @@ function recogniseUpdate(sql: string, tokens: Token[]): UpdateShape {
         sawEquals = true;
         for (let k = assignmentStart; k < i; k++) {
           const target = tokens[k]!;
-          if ((target.kind === "word" || target.kind === "quoted") && identName(sql, target).toLowerCase() === SEQ_COLUMN) {
+          if (isSeqColumn(sql, target)) {
             reject("the statement already sets outbox_seq", sql);
           }
         }

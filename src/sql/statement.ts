@@ -2,7 +2,7 @@ import { InvalidStatementError, UnsupportedStatementError } from "../errors.ts";
 import type { Dialect } from "../writers/writer.ts";
 import { checkDialect, DIALECTS, LEXER_DIALECTS } from "./dialect.ts";
 import { argCountProblem } from "./emit.ts";
-import { EXECUTABLE_COMMENT, Lexer, wordIs } from "./lexer.ts";
+import { EXECUTABLE_COMMENT, tokenize, wordIs, type Token } from "./lexer.ts";
 import { rewriteTemplate } from "./template.ts";
 
 // First keywords of the statements a remote may run from an outbox: DML (upserts are INSERTs),
@@ -41,31 +41,32 @@ interface Reading {
 
 function read(sql: string, dialect: Dialect, checkParens: boolean): Reading {
   const r: Reading = { dialect, statements: 0, second: -1, empty: -1, args: 0, placeholders: 0, named: null, first: null, failure: null };
-  let inStatement = false;
-  let semicolon = -1;
+  // On a failure the tokens read before it still count: a second statement seen by then is one.
+  const tokens: Token[] = [];
   try {
-    const lx = new Lexer(sql, dialect, checkParens);
-    while (lx.next()) {
-      const kind = lx.kind;
-      if (kind === ";") {
-        if (!inStatement && r.empty < 0) r.empty = lx.start;
-        inStatement = false;
-        semicolon = lx.start;
-        continue;
-      }
-      if (!inStatement) {
-        inStatement = true;
-        if (++r.statements === 2 && r.second < 0) r.second = semicolon;
-      }
-      if (r.first === null) r.first = { start: lx.start, end: lx.end, word: kind === "word" };
-      if (kind === "param") {
-        r.placeholders++;
-        r.args = lx.num !== 0 ? Math.max(r.args, lx.num) : r.args + 1;
-      } else if (kind === "named" && r.named === null) r.named = { text: sql.slice(lx.start, lx.end), at: lx.start };
-    }
+    tokenize(sql, dialect, tokens, checkParens);
   } catch (error) {
     if (!(error instanceof UnsupportedStatementError)) throw error;
     r.failure = error.reason;
+  }
+  let inStatement = false;
+  let semicolon = -1;
+  for (const t of tokens) {
+    if (t.kind === ";") {
+      if (!inStatement && r.empty < 0) r.empty = t.start;
+      inStatement = false;
+      semicolon = t.start;
+      continue;
+    }
+    if (!inStatement) {
+      inStatement = true;
+      if (++r.statements === 2) r.second = semicolon;
+    }
+    if (r.first === null) r.first = { start: t.start, end: t.end, word: t.kind === "word" };
+    if (t.kind === "param") {
+      r.placeholders++;
+      r.args = t.num !== 0 ? Math.max(r.args, t.num) : r.args + 1;
+    } else if (t.kind === "named" && r.named === null) r.named = { text: sql.slice(t.start, t.end), at: t.start };
   }
   return r;
 }

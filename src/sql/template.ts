@@ -50,10 +50,10 @@ export function rewriteTemplate(sql: string, dialect: Dialect, argCount: number,
 /** The arguments of one row for `template`: the row's `args` in template order, `seq` where it says `SEQ_ARG`. */
 export function bindTemplate(template: RewriteTemplate, args: readonly BindValue[], seq: number): BindValue[] {
   const picks = template.args;
-  const out = new Array<BindValue>(picks.length);
+  const out: BindValue[] = [];
   for (let i = 0; i < picks.length; i++) {
     const p = picks[i]!;
-    out[i] = p === SEQ_ARG ? seq : args[p]!;
+    out.push(p === SEQ_ARG ? seq : args[p]!);
   }
   return out;
 }
@@ -65,35 +65,31 @@ function identity(sql: string, argCount: number): RewriteTemplate {
 }
 
 function placeholderTemplate(sql: string, dialect: Dialect, argCount: number): RewriteTemplate {
-  const tokens = tokenize(sql, dialect);
-  refuseSecondStatement(sql, tokens);
-  // SQLite/libSQL read `?`/`?NNN` natively; MySQL needs work only for `?NNN`, which it does not
-  // know, and for a `?` touching a word (`?AND`), which MariaDB refuses.
-  if (dialect === "sqlite" || dialect === "libsql") return identity(sql, argCount);
+  const tokens = tokenize(sql, dialect, [], true, true);
+  const my = dialect === "mysql";
+  const last = tokens.length - 1;
   let params = 0;
   let mysqlWork = false;
   let native: Token | undefined;
-  for (const t of tokens) {
-    if (t.kind === "param") {
+  for (let k = 0; k <= last; k++) {
+    const t = tokens[k]!;
+    const kind = t.kind;
+    if (kind === "param") {
       params++;
-      if (t.num !== 0 || isWordChar(sql.charCodeAt(t.start - 1)) || isWordChar(sql.charCodeAt(t.end))) mysqlWork = true;
-    } else if (t.kind === "named" && native === undefined) native = t;
+      // MySQL does not know `?NNN`, and MariaDB refuses a `?` touching a word (`?AND`).
+      if (my && (t.num !== 0 || isWordChar(sql.charCodeAt(t.start - 1)) || isWordChar(sql.charCodeAt(t.end)))) mysqlWork = true;
+    } else if (kind === ";") {
+      if (k < last) throw new UnsupportedStatementError(`more than one statement: ';' at offset ${t.start} is followed by more SQL`, sql);
+    } else if (kind === "named" && native === undefined) native = t;
   }
-  if (params === 0 || (dialect === "mysql" && !mysqlWork)) return identity(sql, argCount);
+  // SQLite/libSQL read `?`/`?NNN` natively.
+  if (dialect === "sqlite" || dialect === "libsql" || params === 0 || (my && !mysqlWork)) return identity(sql, argCount);
   if (native !== undefined) {
     throw new UnsupportedStatementError(`statement mixes ? placeholders with ${sql.slice(native.start, native.end)} at offset ${native.start}`, sql);
   }
   const resolved = resolveParams(sql, tokens, argCount);
   const out = new Emitter(sql, resolved.params, resolved.argIndex, dialect).copyTo(sql.length);
   return { sql: out.toString(), args: out.picks };
-}
-
-/** Throws when a `;` is followed by more SQL: one statement is sent, and a second one would run unseen. */
-function refuseSecondStatement(sql: string, tokens: readonly Token[]): void {
-  for (let k = 0; k < tokens.length - 1; k++) {
-    const t = tokens[k]!;
-    if (t.kind === ";") throw new UnsupportedStatementError(`more than one statement: ';' at offset ${t.start} is followed by more SQL`, sql);
-  }
 }
 
 function injectInsert(out: Emitter, s: InsertShape, sql: string, dialect: Dialect, compat: boolean): void {
