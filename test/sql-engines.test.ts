@@ -51,6 +51,9 @@ async function openEngine(name: EngineName): Promise<Engine> {
     dialect: name,
     async run(sql, args = []) {
       const result = await t.sql.unsafe(sql, args as BindValue[]);
+      // Without arguments Bun's MySQL client sends text with multi-statements on: a trailing
+      // `; /* comment */` comes back as two results, each with its own count.
+      if (result.count === undefined && Array.isArray(result[0])) return (result as unknown as Array<{ count?: number }>).reduce((n, r) => n + (r.count ?? 0), 0);
       return result.count;
     },
     async rows(sql) {
