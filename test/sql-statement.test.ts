@@ -76,7 +76,7 @@ describe("validateStatement refuses", () => {
 
   test("a string MySQL reads as one literal but the others as two statements (every dialect's lexer decides)", () => {
     const sql = "INSERT INTO t (a) VALUES ('x\\'; DROP TABLE victim; --')";
-    expect(reasonOf(() => validateStatement(sql, null))).toBe("more than one statement: ';' at offset 30 is followed by more SQL (as sqlite reads it)");
+    expect(reasonOf(() => validateStatement(sql, null))).toBe("more than one statement: ';' at offset 30 is followed by more SQL (as sqlite reads it; set the producer's dialect if the target is another engine)");
     expect(reasonOf(() => validateStatement(sql, "postgres"))).toBe("more than one statement: ';' at offset 30 is followed by more SQL");
     expect(validateStatement(sql, "mysql")).toBe(0); // the producer said where it goes: one string there
   });

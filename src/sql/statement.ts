@@ -101,7 +101,8 @@ export function validateStatement(sql: string, dialect: Dialect | null): number 
   if (dialect !== null) checkDialect(dialect);
   const dialects = dialect === null ? LEXER_DIALECTS : [dialect];
   const readings = dialects.map((d) => read(sql, d, true));
-  const as = (r: Reading) => (dialect === null ? ` (as ${r.dialect} reads it)` : "");
+  // Without a dialect, say whose reading refused it: a producer that knows its target can say so.
+  const as = (r: Reading) => (dialect === null ? ` (as ${r.dialect} reads it; set the producer's dialect if the target is another engine)` : "");
   for (const r of readings) {
     if (r.second >= 0) refuse(`more than one statement: ';' at offset ${r.second} is followed by more SQL${as(r)}`);
     // An executable comment is SQL hidden from every other reading: never accept it.
