@@ -4,8 +4,11 @@
 import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { waitFor } from "./fixtures/drain-harness.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createMysqlDb } from "./support/mysql.ts";
 import { createPgDb } from "./support/pg.ts";
@@ -116,4 +119,41 @@ describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("a fle
       expect(ledger).toEqual(expected);
     }
   }, 60_000);
+});
+
+test("a second origin feeding an injected (compatibility-mode) table is refused loudly: the table is held, the log names both origins, nothing is absorbed", async () => {
+  cleanups.push(() => closeSharedOutboxes());
+  const dir = makeTempDir();
+  cleanups.push(() => dir.cleanup());
+  const remote = new Database(dir.file("remote.db"), { create: true });
+  remote.run("PRAGMA journal_mode = WAL");
+  remote.run("CREATE TABLE t (id INTEGER NOT NULL)");
+  cleanups.push(() => remote.close());
+  const host = (h: number) => {
+    const dbDir = dir.file(`host${h}/queue`);
+    const config = oneApp(dbDir, { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } }, { originLabel: `host-${h}` });
+    const log = memoryLogger();
+    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    cleanups.push(() => svc.stop(2000));
+    return { svc, log, producer: new SQLMiddleware({ dbDir }), dbDir };
+  };
+  const a = host(0);
+  for (let i = 0; i < 5; i++) a.producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+  await a.svc.start();
+  await waitFor(() => a.svc.totalPending() === 0, "host 0 to deliver");
+  const b = host(1);
+  for (let i = 100; i < 105; i++) b.producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+  await b.svc.start();
+  await waitFor(() => b.log.has(/is held \(origin\)/), "host 1 to refuse the shared injected table");
+  await b.svc.runOnce();
+  expect(b.svc.totalPending()).toBe(5); // held, not absorbed by ON CONFLICT (outbox_seq)
+  const originA = new Outbox(`${a.dbDir}/t.db`, "t");
+  const originB = new Outbox(`${b.dbDir}/t.db`, "t");
+  cleanups.push(() => (originA.close(), originB.close()));
+  const line = b.log.lines.find((l) => /is held \(origin\)/.test(l))!;
+  expect(line).toContain(originA.origin);
+  expect(line).toContain(originB.origin);
+  expect(line).toContain("host-0");
+  expect(line).toStartWith("error");
+  expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual([0, 1, 2, 3, 4]);
 });
