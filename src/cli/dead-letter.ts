@@ -1,43 +1,97 @@
 import { defineCommand } from "citty";
-import path from "node:path";
-import { NotFoundError, StorageError } from "../errors.ts";
-import { readDeadLetters } from "../outbox/inspect.ts";
-import { Outbox, type DeadLetter } from "../outbox/outbox.ts";
+import { NotFoundError, StorageError, UsageError } from "../errors.ts";
+import { listOutboxFiles } from "../outbox/files.ts";
+import { findDeadLetterRefs, findDeadLetters, planPurge, type DeadLetterFilter, type DeadLetterRef, type FiledDeadLetter, type PurgeOutcome, type PurgeRule } from "../outbox/dead-letters.ts";
+import { Outbox } from "../outbox/outbox.ts";
+import { isoTimestamp } from "../outbox/timestamp.ts";
 import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "./_args.ts";
 import { log } from "./_context.ts";
-import { oneLine, print, renderFields, renderTable, redact } from "./_output.ts";
-import { isDir, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Locations } from "./_targets.ts";
+import { parseDurationMs, parsePointInTime } from "./_duration.ts";
+import { oneLine, renderFields, renderTable, redact } from "./_output.ts";
+import { isDir, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Location, type Locations } from "./_targets.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
-export interface DeadLetterEntry extends DeadLetter {
+export interface DeadLetterEntry extends FiledDeadLetter {
   app: string | null;
   dbDir: string;
 }
 
+/** A file that could not be read or written; the others are still processed, and the command exits 1. */
+export interface FileFailure {
+  file: string;
+  error: string;
+}
+
+/** `dead-letter replay --json` with a selection: what was (with `dryRun`, would be) re-enqueued and what was skipped as already replayed. */
+export interface ReplayReport {
+  action: "replay";
+  dryRun: boolean;
+  /** `newSeq` is null in a dry run. */
+  replayed: Array<{ namespace: string; seq: number; newSeq: number | null; file: string }>;
+  skipped: Array<{ namespace: string; seq: number; file: string; replayedAsSeq: number | null }>;
+  failed: FileFailure[];
+}
+
+/** One dead letter a purge deleted or kept. */
+export interface PurgeEntry {
+  namespace: string;
+  seq: number;
+  file: string;
+  reason: string;
+  deadAt: string;
+  replayedAt: string | null;
+}
+
+/** `dead-letter purge --json`: what was (with `dryRun`, would be) deleted, and what the chain still needs. */
+export interface PurgeReport {
+  action: "purge";
+  dryRun: boolean;
+  olderThan: string;
+  /** Letters dead before this time were selected. */
+  before: string;
+  unreplayed: boolean;
+  purged: PurgeEntry[];
+  kept: Array<PurgeEntry & { keptBecause: "linked" | "newest" }>;
+  failed: FileFailure[];
+}
+
 /**
- * Reads every dead letter of every location read-only, optionally of one namespace. A file that
- * cannot be read is logged and skipped; the command then exits 1 after printing the rest.
+ * Reads the dead letters of every location that match `filter`, read-only. A file that cannot be
+ * read is logged and listed in `unreadable`; the command then exits 1 after printing the rest.
  */
-export function collectDeadLetters(locations: Locations, namespace?: string): { entries: DeadLetterEntry[]; unreadable: string[] } {
+export function collectDeadLetters(locations: Locations, filter: DeadLetterFilter = {}): { entries: DeadLetterEntry[]; unreadable: string[] } {
   const out: DeadLetterEntry[] = [];
-  const unreadable: string[] = [];
-  const onError = (file: string, err: Error) => {
-    unreadable.push(file);
-    log().error(withAccessHint(err.message, file));
-  };
+  const failed: FileFailure[] = [];
   for (const loc of locations.dirs) {
     if (!isDir(loc.dbDir)) continue;
-    for (const d of readDeadLetters(loc.dbDir, { onError })) {
-      if (namespace !== undefined && d.namespace !== namespace) continue;
+    for (const d of findDeadLetters(loc.dbDir, filter, { onError: recorder(failed) })) {
       const error = d.error === null ? null : redact(d.error, locations.secrets);
       out.push({ app: loc.app, dbDir: loc.dbDir, ...d, error });
     }
   }
-  return { entries: out, unreadable };
+  return { entries: out, unreadable: failed.map((f) => f.file) };
 }
 
-function failIfUnreadable(unreadable: readonly string[]): void {
-  if (unreadable.length > 0) throw new StorageError(`dead-letter could not read ${unreadable.length} file(s)`, unreadable[0]!);
+/** A failure callback that logs the file's error (with a permission hint) and records it. */
+function recorder(failed: FileFailure[]): (file: string, err: Error) => void {
+  return (file, err) => {
+    const error = withAccessHint(err.message, file);
+    failed.push({ file, error });
+    log().error(error);
+  };
+}
+
+/**
+ * Writes `text` and a newline to stdout and waits until the stream has taken it: bin.ts's final
+ * flush does not wait for a large write to a slow pipe, which cut a `--json` of thousands of
+ * letters at 64 KiB (print() in _output.ts has the same problem).
+ */
+function emit(text: string): Promise<void> {
+  return new Promise((resolve, reject) => process.stdout.write(`${text}\n`, (err) => (err ? reject(err) : resolve())));
+}
+
+function failIf(failed: readonly { file: string }[], what: string): void {
+  if (failed.length > 0) throw new StorageError(`dead-letter ${what} ${failed.length} file(s)`, failed[0]!.file);
 }
 
 /** The human list: one aligned row per dead letter. */
@@ -73,7 +127,7 @@ export function renderDeadLetter(e: DeadLetterEntry): string {
   return renderFields([
     ["namespace", e.namespace],
     ["seq", String(e.seq)],
-    ["file", path.join(e.dbDir, `${e.namespace}.db`)],
+    ["file", e.file],
     ["source", e.source || "-"],
     ["created at", e.createdAt],
     ["dead at", e.deadAt],
@@ -89,19 +143,123 @@ export function renderDeadLetter(e: DeadLetterEntry): string {
   ]);
 }
 
+/** The human replay report: a row per namespace and file with counts and the seqs replayed, then a summary. */
+export function renderReplay(r: ReplayReport): string {
+  if (r.replayed.length + r.skipped.length === 0) return r.failed.length > 0 ? "no dead letters match in the readable files" : "no dead letters match";
+  const groups = groupRows([...r.replayed.map((e) => ({ ...e, done: true })), ...r.skipped.map((e) => ({ ...e, done: false }))]);
+  const table = renderTable(
+    [{ header: "namespace" }, { header: r.dryRun ? "to replay" : "replayed", right: true }, { header: "skipped", right: true }, { header: "seqs" }, { header: "file" }],
+    groups.map((g) => {
+      const done = g.rows.filter((e) => e.done).map((e) => e.seq);
+      return [g.namespace, String(done.length), String(g.rows.length - done.length), oneLine(seqRanges(done), 40), g.file];
+    }),
+  );
+  const skipped = r.skipped.length > 0 ? `; ${r.skipped.length} skipped (already replayed)` : "";
+  const summary = r.dryRun
+    ? `dry run: would replay ${r.replayed.length} dead letter(s) at the tail of their namespace${skipped}; nothing changed`
+    : `replayed ${r.replayed.length} dead letter(s) at the tail of their namespace${skipped}`;
+  return `${table}\n\n${summary}`;
+}
+
+/** The human purge report: a row per namespace and file with counts, then what was lost and what was kept. */
+export function renderPurge(r: PurgeReport): string {
+  const lines: string[] = [];
+  if (r.purged.length + r.kept.length > 0) {
+    const groups = groupRows([...r.purged.map((e) => ({ ...e, kept: false })), ...r.kept.map((e) => ({ ...e, kept: true }))]);
+    lines.push(
+      renderTable(
+        [{ header: "namespace" }, { header: r.dryRun ? "to purge" : "purged", right: true }, { header: "never replayed", right: true }, { header: "kept", right: true }, { header: "file" }],
+        groups.map((g) => {
+          const gone = g.rows.filter((e) => !e.kept);
+          return [g.namespace, String(gone.length), String(gone.filter((e) => e.replayedAt === null).length), String(g.rows.length - gone.length), g.file];
+        }),
+      ),
+      "",
+    );
+  }
+  const lost = r.purged.filter((e) => e.replayedAt === null).length;
+  const what = r.unreplayed ? "dead letter(s)" : "replayed dead letter(s)";
+  lines.push(`${r.dryRun ? "dry run: would purge" : "purged"} ${r.purged.length} ${what} dead before ${r.before}${r.dryRun ? "; nothing changed" : ""}`);
+  if (lost > 0) lines.push(`${lost} of them never replayed: their events ${r.dryRun ? "would be" : "are"} gone for good (--unreplayed)`);
+  if (r.kept.length > 0) lines.push(`kept ${r.kept.length} that the chain still needs (a queued row links to it, or it is its namespace's newest dead letter)`);
+  return lines.join("\n");
+}
+
+/** Rows grouped by file and namespace, in order of first appearance. */
+function groupRows<T extends { file: string; namespace: string }>(rows: readonly T[]): Array<{ file: string; namespace: string; rows: T[] }> {
+  const groups = new Map<string, { file: string; namespace: string; rows: T[] }>();
+  for (const row of rows) {
+    const key = `${row.file}\u0000${row.namespace}`;
+    let group = groups.get(key);
+    if (!group) groups.set(key, (group = { file: row.file, namespace: row.namespace, rows: [] }));
+    group.rows.push(row);
+  }
+  return [...groups.values()];
+}
+
+/** Ascending seqs as ranges: `1-3, 7, 9-10`; `-` for none. */
+function seqRanges(seqs: readonly number[]): string {
+  const sorted = [...seqs].sort((a, b) => a - b);
+  const parts: string[] = [];
+  for (let i = 0; i < sorted.length; i++) {
+    const start = sorted[i]!;
+    while (i + 1 < sorted.length && sorted[i + 1] === sorted[i]! + 1) i++;
+    parts.push(start === sorted[i] ? String(start) : `${start}-${sorted[i]}`);
+  }
+  return parts.join(", ") || "-";
+}
+
+/** The locations to work on: all, or the one app `--app` names. */
+function dirsOf(locations: Locations, app: string | undefined): Location[] {
+  if (app === undefined) return locations.dirs;
+  const dirs = locations.dirs.filter((d) => d.app === app);
+  if (dirs.length === 0) throw new UsageError(`--app ${app}: no such app in ${locations.configFile ?? "the config"}`);
+  return dirs;
+}
+
+const reasonArg = {
+  reason: { type: "string", valueHint: "R", description: "Only this reason (max_attempts, undecodable, unsupported_statement, skipped, …)" },
+} as const;
+const sinceArg = {
+  since: { type: "string", valueHint: "DUR|TIME", description: "Only letters dead within DUR (90s, 30m, 12h, 7d, 2w, 1h30m) or at/after an ISO-8601 TIME (UTC unless it has an offset)" },
+} as const;
+const appArg = {
+  app: { type: "string", valueHint: "APP", description: "With --config: only this app's db_dir" },
+} as const;
+const dryRunArg = {
+  "dry-run": { type: "boolean", description: "Print what would be done and change nothing (files are only read)" },
+} as const;
+
+function filterOf(args: { namespace?: string; reason?: string; since?: string }): DeadLetterFilter {
+  const filter: DeadLetterFilter = {};
+  if (args.namespace !== undefined) filter.namespace = args.namespace;
+  if (args.reason !== undefined) filter.reason = args.reason;
+  if (args.since !== undefined) filter.since = parsePointInTime("--since", args.since);
+  return filter;
+}
+
 const list = defineCommand({
-  meta: { name: "list", description: "List quarantined rows (read-only)" },
+  meta: { name: "list", description: "List quarantined rows, optionally filtered (read-only)" },
   args: {
     ...locationArgs,
     namespace: { type: "string", valueHint: "N", description: "Only this namespace" },
+    ...reasonArg,
+    ...sinceArg,
+    replayed: { type: "boolean", description: "Only letters already replayed" },
+    unreplayed: { type: "boolean", description: "Only letters never replayed" },
     ...jsonArg,
     ...logArgs,
   },
   async run({ args }) {
-    const { entries, unreadable } = collectDeadLetters(await resolveLocations(args), args.namespace);
-    const none = unreadable.length > 0 ? "no dead letters in the readable files" : "no dead letters";
-    print(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : entries.length === 0 ? none : renderDeadLetters(entries));
-    failIfUnreadable(unreadable);
+    if (args.replayed === true && args.unreplayed === true) throw new UsageError("give --replayed or --unreplayed, not both");
+    const filter = filterOf(args);
+    if (args.replayed === true) filter.replayed = true;
+    if (args.unreplayed === true) filter.replayed = false;
+    const { entries, unreadable } = collectDeadLetters(await resolveLocations(args), filter);
+    const filtered = Object.keys(filter).length > 0;
+    const none = `no dead letters${filtered ? " match" : ""}${unreadable.length > 0 ? " in the readable files" : ""}`;
+    await emit(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : entries.length === 0 ? none : renderDeadLetters(entries));
+    failIf(unreadable.map((file) => ({ file })), "could not read");
   },
 });
 
@@ -112,35 +270,167 @@ const show = defineCommand({
     const seq = parseSeq(args.seq);
     const locations = await resolveLocations(args);
     const { location } = namespaceFile(locations, args.namespace, args.app);
-    const { entries, unreadable } = collectDeadLetters({ ...locations, dirs: [location] }, args.namespace);
-    failIfUnreadable(unreadable);
+    const { entries, unreadable } = collectDeadLetters({ ...locations, dirs: [location] }, { namespace: args.namespace });
+    failIf(unreadable.map((file) => ({ file })), "could not read");
     const entry = entries.find((e) => e.seq === seq);
     if (!entry) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${args.namespace}" (${location.dbDir})`);
-    print(args.json ? JSON.stringify(entry, null, 2) : renderDeadLetter(entry));
+    await emit(args.json ? JSON.stringify(entry, null, 2) : renderDeadLetter(entry));
   },
 });
 
 const replay = defineCommand({
-  meta: { name: "replay", description: "Re-enqueue a quarantined row at the tail of its namespace (safe while the drain runs)" },
-  args: { ...locationArgs, ...rowArgs, ...jsonArg, ...logArgs },
+  meta: {
+    name: "replay",
+    description: "Re-enqueue quarantined rows at the tail of their namespace, once each: one (--namespace N --seq S) or a selection (safe while the drain runs)",
+  },
+  args: {
+    ...locationArgs,
+    namespace: { type: "string", valueHint: "N", description: "With --seq: that namespace's dead letter; alone: all of its dead letters" },
+    seq: { type: "string", valueHint: "S", description: "The one dead letter to replay (with --namespace)" },
+    ...reasonArg,
+    ...sinceArg,
+    all: { type: "boolean", description: "Every dead letter (a selection is required: never everything by accident)" },
+    ...dryRunArg,
+    ...appArg,
+    ...jsonArg,
+    ...logArgs,
+  },
   async run({ args }) {
-    const seq = parseSeq(args.seq);
-    const { file } = namespaceFile(await resolveLocations(args), args.namespace, args.app);
-    requireOutboxNamespace(file, args.namespace);
-    const outbox = new Outbox(file, args.namespace);
-    let newSeq: number;
-    try {
-      newSeq = outbox.replayDead(seq);
-    } finally {
-      outbox.close();
+    const dryRun = args["dry-run"] === true;
+    const all = args.all === true;
+    if (args.seq !== undefined) {
+      if (args.namespace === undefined) throw new UsageError("--seq needs --namespace N");
+      if (args.reason !== undefined || args.since !== undefined || all || dryRun) {
+        throw new UsageError("--seq replays one dead letter; it does not combine with --reason, --since, --all or --dry-run");
+      }
+      return replayOne(args.namespace, parseSeq(args.seq), args);
     }
-    if (args.json) print(JSON.stringify({ action: "replay", namespace: args.namespace, seq, newSeq, file }, null, 2));
-    else print(`replayed dead letter ${args.namespace} seq ${seq} as seq ${newSeq} (re-enqueued at the tail, ${file})`);
+    const given = (["namespace", "reason", "since"] as const).filter((k) => args[k] !== undefined).map((k) => `--${k}`);
+    if (all && given.length > 0) throw new UsageError(`--all selects every dead letter: give either --all or ${given.join(", ")}`);
+    if (!all && given.length === 0) throw new UsageError("dead-letter replay needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, or --all");
+    const filter = filterOf(args);
+    const report = replaySelection(dirsOf(await resolveLocations(args), args.app), filter, dryRun);
+    await emit(args.json ? JSON.stringify(report, null, 2) : renderReplay(report));
+    failIf(report.failed, "replay failed in");
   },
 });
 
-/** `sqloutbox dead-letter list|show|replay`: inspect and replay quarantined rows. */
+/** The original one-letter replay: its output is unchanged. */
+async function replayOne(namespace: string, seq: number, args: { config?: string; "db-dir"?: string; app?: string; json?: boolean }): Promise<void> {
+  const { file } = namespaceFile(await resolveLocations(args), namespace, args.app);
+  requireOutboxNamespace(file, namespace);
+  const outbox = new Outbox(file, namespace);
+  let newSeq: number;
+  try {
+    newSeq = outbox.replayDead(seq);
+  } finally {
+    outbox.close();
+  }
+  if (args.json) await emit(JSON.stringify({ action: "replay", namespace, seq, newSeq, file }, null, 2));
+  else await emit(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq} (re-enqueued at the tail, ${file})`);
+}
+
+/**
+ * Replays the selected letters of every location: per file and namespace ONE transaction
+ * (Outbox.replayDeadMany), which re-checks each letter under the write lock, so a letter replayed
+ * meanwhile is skipped. A dry run only reads. A file that fails is reported; the others go on.
+ */
+function replaySelection(dirs: readonly Location[], filter: DeadLetterFilter, dryRun: boolean): ReplayReport {
+  const report: ReplayReport = { action: "replay", dryRun, replayed: [], skipped: [], failed: [] };
+  const fail = recorder(report.failed);
+  for (const loc of dirs) {
+    if (!isDir(loc.dbDir)) continue;
+    for (const { file, namespace, rows } of groupRows<DeadLetterRef>(findDeadLetterRefs(loc.dbDir, filter, { onError: fail }))) {
+      if (dryRun) {
+        for (const l of rows) {
+          if (l.replayedAt === null) report.replayed.push({ namespace, seq: l.seq, newSeq: null, file });
+          else report.skipped.push({ namespace, seq: l.seq, file, replayedAsSeq: l.replayedAsSeq });
+        }
+        continue;
+      }
+      try {
+        const outbox = new Outbox(file, namespace);
+        try {
+          const done = outbox.replayDeadMany(rows.map((l) => l.seq));
+          for (const r of done.replayed) report.replayed.push({ namespace, seq: r.seq, newSeq: r.newSeq, file });
+          for (const s of done.skipped) report.skipped.push({ namespace, seq: s.seq, file, replayedAsSeq: s.replayedAsSeq });
+        } finally {
+          outbox.close();
+        }
+      } catch (e) {
+        fail(file, e as Error);
+      }
+    }
+  }
+  return report;
+}
+
+const purge = defineCommand({
+  meta: {
+    name: "purge",
+    description: "Delete dead letters older than DUR: replayed ones only, unless --unreplayed (safe while the drain runs)",
+  },
+  args: {
+    ...locationArgs,
+    "older-than": { type: "string", valueHint: "DUR", required: true, description: "Letters dead longer than this (90s, 30m, 12h, 7d, 2w, 1h30m)" },
+    namespace: { type: "string", valueHint: "N", description: "Only this namespace" },
+    unreplayed: { type: "boolean", description: "Also delete letters never replayed: their events are lost for good" },
+    ...dryRunArg,
+    ...appArg,
+    ...jsonArg,
+    ...logArgs,
+  },
+  async run({ args }) {
+    const olderThan = args["older-than"];
+    const before = new Date(Date.now() - parseDurationMs("--older-than", olderThan));
+    const rule: PurgeRule = { before, unreplayed: args.unreplayed === true };
+    const dirs = dirsOf(await resolveLocations(args), args.app);
+    const report: PurgeReport = {
+      action: "purge",
+      dryRun: args["dry-run"] === true,
+      olderThan,
+      before: isoTimestamp(before),
+      unreplayed: rule.unreplayed === true,
+      purged: [],
+      kept: [],
+      failed: [],
+    };
+    for (const loc of dirs) if (isDir(loc.dbDir)) purgeDir(loc.dbDir, rule, args.namespace, report);
+    await emit(args.json ? JSON.stringify(report, null, 2) : renderPurge(report));
+    failIf(report.failed, "purge failed in");
+  },
+});
+
+/**
+ * Purges one db_dir file by file: a read-only plan first (it is the whole of a dry run, and it
+ * keeps foreign files from being opened for writing), then per namespace with something to delete
+ * ONE transaction (Outbox.purgeDead), which decides again under the write lock.
+ */
+function purgeDir(dbDir: string, rule: PurgeRule, namespace: string | undefined, report: PurgeReport): void {
+  const fail = recorder(report.failed);
+  for (const file of listOutboxFiles(dbDir)) {
+    try {
+      for (const plan of planPurge(file, rule, namespace)) {
+        let outcome: PurgeOutcome = plan;
+        if (!report.dryRun && plan.purged.length > 0) {
+          const outbox = new Outbox(file, plan.namespace);
+          try {
+            outcome = outbox.purgeDead(rule);
+          } finally {
+            outbox.close();
+          }
+        }
+        for (const p of outcome.purged) report.purged.push({ namespace: p.namespace, seq: p.seq, file, reason: p.reason, deadAt: p.deadAt, replayedAt: p.replayedAt });
+        for (const k of outcome.kept) report.kept.push({ namespace: k.namespace, seq: k.seq, file, reason: k.reason, deadAt: k.deadAt, replayedAt: k.replayedAt, keptBecause: k.keptBecause });
+      }
+    } catch (e) {
+      fail(file, e as Error);
+    }
+  }
+}
+
+/** `sqloutbox dead-letter list|show|replay|purge`: inspect, replay and purge quarantined rows. */
 export const deadLetter = defineCommand({
-  meta: { name: "dead-letter", description: "Inspect and replay quarantined rows: list, show, replay" },
-  subCommands: { list, show, replay },
+  meta: { name: "dead-letter", description: "Inspect, replay and purge quarantined rows: list, show, replay, purge" },
+  subCommands: { list, show, replay, purge },
 });

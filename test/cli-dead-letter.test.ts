@@ -1,0 +1,461 @@
+// dead-letter list/replay/purge at scale, run for real against queue files in a temp db_dir:
+// filters, --dry-run, one transaction per file, chain-safe purge, --json shapes, usage errors.
+import { Database } from "bun:sqlite";
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { isoTimestamp } from "../src/outbox/timestamp.ts";
+import { hashTree, normalize, openQueue, REPO, run } from "./cli-support.ts";
+
+let tmp: string;
+let dbDir: string;
+
+beforeEach(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-dead-"));
+  dbDir = path.join(tmp, "queue");
+  fs.mkdirSync(dbDir);
+  // orders: 6 rows, 1-4 dead (2 and 4 as max_attempts), 5 and 6 pending (5 links to 4).
+  // payments: 4 rows, 1-2 dead, 3 and 4 pending.
+  letters("orders", 6, 4);
+  letters("payments", 4, 2);
+  setDead("orders", [2, 4], "reason = 'max_attempts'");
+});
+afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+/** `count` rows in `{dbDir}/{table}.db`, the first `dead` of them skipped to the dead-letter log. */
+function letters(table: string, count: number, dead: number): void {
+  const q = openQueue(dbDir, table);
+  try {
+    const seqs = q.enqueueBatch(Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: `[${i + 1}]` })), "test");
+    for (const seq of seqs.slice(0, dead)) q.skipHead(seq);
+  } finally {
+    q.close();
+  }
+}
+
+/** Changes dead letters behind the library's back (to age them, or give them another reason). */
+function setDead(table: string, seqs: number[], set: string, ...values: string[]): void {
+  const db = new Database(path.join(dbDir, `${table}.db`));
+  try {
+    for (const seq of seqs) db.query(`UPDATE outbox_dead_log SET ${set} WHERE seq = ?`).run(...values, seq);
+  } finally {
+    db.close();
+  }
+}
+
+/** Rows of a table in one queue file, read-only. */
+function count(table: string, sql: string): number {
+  const db = new Database(path.join(dbDir, `${table}.db`), { readonly: true });
+  try {
+    return db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${sql}`).get()!.n;
+  } finally {
+    db.close();
+  }
+}
+
+const daysAgo = (days: number) => isoTimestamp(new Date(Date.now() - days * 86_400_000));
+const dl = (...args: string[]) => run(["dead-letter", ...args, "--db-dir", dbDir]);
+const json = async (...args: string[]) => {
+  const r = await dl(...args, "--json");
+  expect(r.stderr).toBe("");
+  expect(r.code).toBe(0);
+  return JSON.parse(normalize(r.stdout, tmp));
+};
+const keys = (letters: Array<{ namespace: string; seq: number }>) => letters.map((l) => `${l.namespace}:${l.seq}`);
+
+describe("dead-letter list filters", () => {
+  test("by namespace, reason, since (a duration or an ISO time) and replay state, combined with AND", async () => {
+    setDead("orders", [1, 2], "dead_at = ?", daysAgo(3));
+    await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "payments", "--seq", "1"]);
+    const list = async (...args: string[]) => keys((await json("list", ...args)).deadLetters);
+    expect(await list()).toEqual(["orders:1", "orders:2", "orders:3", "orders:4", "payments:1", "payments:2"]);
+    expect(await list("--namespace", "orders")).toEqual(["orders:1", "orders:2", "orders:3", "orders:4"]);
+    expect(await list("--reason", "max_attempts")).toEqual(["orders:2", "orders:4"]);
+    expect(await list("--since", "1d")).toEqual(["orders:3", "orders:4", "payments:1", "payments:2"]);
+    expect(await list("--since", daysAgo(4).slice(0, 10))).toEqual(await list());
+    expect(await list("--replayed")).toEqual(["payments:1"]);
+    expect(await list("--unreplayed", "--namespace", "payments")).toEqual(["payments:2"]);
+    expect(await list("--namespace", "orders", "--reason", "max_attempts", "--since", "2d", "--unreplayed")).toEqual(["orders:4"]);
+  });
+
+  test("--json entries carry the file; a filter that matches nothing says so", async () => {
+    const [entry] = (await json("list", "--namespace", "payments", "--reason", "skipped")).deadLetters;
+    expect(entry).toMatchInlineSnapshot(`
+      {
+        "app": null,
+        "attempts": 0,
+        "createdAt": "<TIME>",
+        "dbDir": "<DIR>/queue",
+        "deadAt": "<TIME>",
+        "error": "skipped by operator",
+        "errorClass": null,
+        "file": "<DIR>/queue/payments.db",
+        "namespace": "payments",
+        "payload": "[1]",
+        "prevSeq": null,
+        "reason": "skipped",
+        "replayedAsSeq": null,
+        "replayedAt": null,
+        "seq": 1,
+        "source": "test",
+        "tag": "INSERT INTO payments (id) VALUES (?)",
+      }
+    `);
+    const none = await dl("list", "--reason", "undecodable");
+    expect(none).toEqual({ code: 0, stdout: "no dead letters match\n", stderr: "" });
+  });
+});
+
+describe("dead-letter replay with a selection", () => {
+  test("--namespace replays all of that namespace at its tail, in seq order, one line per namespace", async () => {
+    const r = await dl("replay", "--namespace", "orders");
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  REPLAYED  SKIPPED  SEQS  FILE
+      orders            4        0  1-4   <DIR>/queue/orders.db
+
+      replayed 4 dead letter(s) at the tail of their namespace
+      "
+    `);
+    const q = openQueue(dbDir, "orders");
+    try {
+      expect(q.fetchUnsynced(10).map((row) => [row.seq, row.prevSeq, row.payload])).toEqual([
+        [5, 4, "[5]"],
+        [6, 5, "[6]"],
+        [7, 6, "[1]"],
+        [8, 7, "[2]"],
+        [9, 8, "[3]"],
+        [10, 9, "[4]"],
+      ]);
+    } finally {
+      q.close();
+    }
+    expect(count("payments", "outbox_dead_log WHERE replayed_at IS NULL")).toBe(2);
+  });
+
+  test("--reason, --since and their combination select only the matching letters", async () => {
+    setDead("orders", [1, 2], "dead_at = ?", daysAgo(3));
+    const replayed = async (...args: string[]) => keys((await json("replay", "--dry-run", ...args)).replayed);
+    expect(await replayed("--reason", "max_attempts")).toEqual(["orders:2", "orders:4"]);
+    expect(await replayed("--since", "1d")).toEqual(["orders:3", "orders:4", "payments:1", "payments:2"]);
+    expect(await replayed("--reason", "skipped", "--since", "1d", "--namespace", "orders")).toEqual(["orders:3"]);
+    const r = await json("replay", "--reason", "max_attempts", "--since", "2d");
+    expect(r.replayed).toEqual([{ namespace: "orders", seq: 4, newSeq: 7, file: "<DIR>/queue/orders.db" }]);
+  });
+
+  test("--all --json: every letter once; a second run skips them all as already replayed", async () => {
+    const all = await json("replay", "--all");
+    expect(Object.keys(all)).toEqual(["action", "dryRun", "replayed", "skipped", "failed"]);
+    expect(all).toMatchInlineSnapshot(`
+      {
+        "action": "replay",
+        "dryRun": false,
+        "failed": [],
+        "replayed": [
+          {
+            "file": "<DIR>/queue/orders.db",
+            "namespace": "orders",
+            "newSeq": 7,
+            "seq": 1,
+          },
+          {
+            "file": "<DIR>/queue/orders.db",
+            "namespace": "orders",
+            "newSeq": 8,
+            "seq": 2,
+          },
+          {
+            "file": "<DIR>/queue/orders.db",
+            "namespace": "orders",
+            "newSeq": 9,
+            "seq": 3,
+          },
+          {
+            "file": "<DIR>/queue/orders.db",
+            "namespace": "orders",
+            "newSeq": 10,
+            "seq": 4,
+          },
+          {
+            "file": "<DIR>/queue/payments.db",
+            "namespace": "payments",
+            "newSeq": 5,
+            "seq": 1,
+          },
+          {
+            "file": "<DIR>/queue/payments.db",
+            "namespace": "payments",
+            "newSeq": 6,
+            "seq": 2,
+          },
+        ],
+        "skipped": [],
+      }
+    `);
+    const again = await json("replay", "--all");
+    expect(again.replayed).toEqual([]);
+    expect(again.skipped.map((s: { seq: number; replayedAsSeq: number }) => [s.seq, s.replayedAsSeq])).toEqual([[1, 7], [2, 8], [3, 9], [4, 10], [1, 5], [2, 6]]);
+    const r = await dl("replay", "--all");
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  REPLAYED  SKIPPED  SEQS  FILE
+      orders            0        4  -     <DIR>/queue/orders.db
+      payments          0        2  -     <DIR>/queue/payments.db
+
+      replayed 0 dead letter(s) at the tail of their namespace; 6 skipped (already replayed)
+      "
+    `);
+  });
+
+  test("a letter replayed before (by --seq) is skipped and reported, the rest replayed", async () => {
+    expect((await dl("replay", "--namespace", "orders", "--seq", "3")).code).toBe(0);
+    const r = await json("replay", "--namespace", "orders");
+    expect(keys(r.replayed)).toEqual(["orders:1", "orders:2", "orders:4"]);
+    expect(r.skipped).toEqual([{ namespace: "orders", seq: 3, file: "<DIR>/queue/orders.db", replayedAsSeq: 7 }]);
+  });
+
+  test("--dry-run prints what would be replayed and leaves every file byte-identical", async () => {
+    const before = hashTree(tmp);
+    const r = await dl("replay", "--all", "--dry-run");
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  TO REPLAY  SKIPPED  SEQS  FILE
+      orders             4        0  1-4   <DIR>/queue/orders.db
+      payments           2        0  1-2   <DIR>/queue/payments.db
+
+      dry run: would replay 6 dead letter(s) at the tail of their namespace; nothing changed
+      "
+    `);
+    const dry = await json("replay", "--all", "--dry-run");
+    expect(hashTree(tmp)).toEqual(before);
+    expect(dry.dryRun).toBe(true);
+    expect(dry.replayed.every((e: { newSeq: number | null }) => e.newSeq === null)).toBe(true);
+    const real = await json("replay", "--all");
+    expect(keys(real.replayed)).toEqual(keys(dry.replayed));
+  });
+
+  test("the one-letter form is unchanged: --namespace N --seq S prints the same line and JSON", async () => {
+    const r = await dl("replay", "--namespace", "payments", "--seq", "2");
+    expect(normalize(r.stdout, tmp)).toBe("replayed dead letter payments seq 2 as seq 5 (re-enqueued at the tail, <DIR>/queue/payments.db)\n");
+    expect(await json("replay", "--namespace", "orders", "--seq", "1")).toEqual({ action: "replay", namespace: "orders", seq: 1, newSeq: 7, file: "<DIR>/queue/orders.db" });
+  });
+});
+
+describe("5 000 letters: one transaction per file", () => {
+  beforeEach(() => {
+    fs.rmSync(path.join(dbDir, "orders.db"));
+    letters("orders", 5_000, 5_000);
+  });
+
+  test("a write failing at the 4 000th letter replays none of them and exits 1 naming the file", async () => {
+    const file = path.join(dbDir, "orders.db");
+    const db = new Database(file);
+    db.run(`CREATE TRIGGER fail_midway BEFORE INSERT ON outbox_queue WHEN new.payload = '[4000]' BEGIN SELECT RAISE(ABORT, 'injected failure'); END`);
+    db.close();
+    const r = await dl("replay", "--namespace", "orders", "--json");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`cannot replay dead letters: namespace "orders" in ${file}: injected failure`);
+    expect(r.stderr).toContain("dead-letter replay failed in 1 file(s)");
+    const report = JSON.parse(r.stdout);
+    expect(report).toMatchObject({ replayed: [], skipped: [], failed: [{ file }] });
+    expect(count("orders", "outbox_queue")).toBe(0);
+    expect(count("orders", "outbox_dead_log WHERE replayed_at IS NULL")).toBe(5_000);
+
+    const fixed = new Database(file);
+    fixed.run("DROP TRIGGER fail_midway");
+    fixed.close();
+    const ok = await json("replay", "--namespace", "orders");
+    expect(ok.replayed).toHaveLength(5_000);
+    expect(ok.replayed.every((e: { seq: number; newSeq: number }, i: number) => e.seq === i + 1 && e.newSeq === 5_001 + i)).toBe(true);
+    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+  });
+
+  test("while a producer process writes to the file: the producer never fails and the replayed letters get one unbroken run of seqs", async () => {
+    const producer = Bun.spawn(["bun", path.join(REPO, "test/fixtures/outbox-producer.ts"), dbDir, "orders", "1500", "1"], { stdout: "pipe", stderr: "pipe" });
+    // Start replaying once the producer is writing.
+    while (count("orders", "outbox_queue") === 0) await Bun.sleep(10);
+    const r = await json("replay", "--namespace", "orders");
+    const [out, err, code] = await Promise.all([new Response(producer.stdout).text(), new Response(producer.stderr).text(), producer.exited]);
+    expect({ code, err }).toEqual({ code: 0, err: "" });
+    const acked: number[] = JSON.parse(out).acked;
+    const newSeqs: number[] = r.replayed.map((e: { newSeq: number }) => e.newSeq);
+    expect(newSeqs).toHaveLength(5_000);
+    const [first, last] = [newSeqs[0]!, newSeqs.at(-1)!];
+    expect(last - first).toBe(4_999); // no producer row inside the run: it was one transaction
+    expect(acked.filter((s) => s >= first && s <= last)).toEqual([]);
+    expect(count("orders", "outbox_queue")).toBe(5_000 + acked.length);
+    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+  });
+});
+
+describe("dead-letter purge", () => {
+  test("deletes only replayed letters by default, keeps the one a pending row links to, and verify still passes", async () => {
+    await dl("replay", "--all"); // orders 1-4 → 7-10, payments 1-2 → 5-6; orders 5 links to 4, payments 3 to 2
+    const r = await dl("purge", "--older-than", "0s");
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  PURGED  NEVER REPLAYED  KEPT  FILE
+      orders          3               0     1  <DIR>/queue/orders.db
+      payments        1               0     1  <DIR>/queue/payments.db
+
+      purged 4 replayed dead letter(s) dead before <TIME>
+      kept 2 that the chain still needs (a queued row links to it, or it is its namespace's newest dead letter)
+      "
+    `);
+    expect(keys((await json("list")).deadLetters)).toEqual(["orders:4", "payments:2"]);
+    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+  });
+
+  test("never-replayed letters stay unless --unreplayed, which says how many events are gone for good", async () => {
+    await dl("replay", "--namespace", "orders", "--seq", "1");
+    const kept = await json("purge", "--older-than", "0s");
+    expect(keys(kept.purged)).toEqual(["orders:1"]);
+    expect(kept.kept).toEqual([]);
+    const r = await dl("purge", "--older-than", "0s", "--unreplayed");
+    expect(r.code).toBe(0);
+    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  PURGED  NEVER REPLAYED  KEPT  FILE
+      orders          2               2     1  <DIR>/queue/orders.db
+      payments        1               1     1  <DIR>/queue/payments.db
+
+      purged 3 dead letter(s) dead before <TIME>
+      3 of them never replayed: their events are gone for good (--unreplayed)
+      kept 2 that the chain still needs (a queued row links to it, or it is its namespace's newest dead letter)
+      "
+    `);
+    expect(keys((await json("list")).deadLetters)).toEqual(["orders:4", "payments:2"]);
+    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+  });
+
+  test("--older-than compares dead_at: younger letters stay; --namespace limits it to one namespace", async () => {
+    await dl("replay", "--all");
+    setDead("orders", [1, 2], "dead_at = ?", daysAgo(10));
+    setDead("payments", [1], "dead_at = ?", daysAgo(10));
+    expect(keys((await json("purge", "--older-than", "7d", "--namespace", "orders")).purged)).toEqual(["orders:1", "orders:2"]);
+    expect(keys((await json("purge", "--older-than", "1w2d")).purged)).toEqual(["payments:1"]);
+    expect(keys((await json("list")).deadLetters)).toEqual(["orders:3", "orders:4", "payments:2"]);
+  });
+
+  test("--json is the documented shape; --dry-run reports the same and changes no byte", async () => {
+    await dl("replay", "--namespace", "payments");
+    const before = hashTree(tmp);
+    const dry = await json("purge", "--older-than", "0s", "--unreplayed", "--dry-run");
+    expect(hashTree(tmp)).toEqual(before);
+    expect(Object.keys(dry)).toEqual(["action", "dryRun", "olderThan", "before", "unreplayed", "purged", "kept", "failed"]);
+    expect(dry).toMatchInlineSnapshot(`
+      {
+        "action": "purge",
+        "before": "<TIME>",
+        "dryRun": true,
+        "failed": [],
+        "kept": [
+          {
+            "deadAt": "<TIME>",
+            "file": "<DIR>/queue/orders.db",
+            "keptBecause": "linked",
+            "namespace": "orders",
+            "reason": "max_attempts",
+            "replayedAt": null,
+            "seq": 4,
+          },
+          {
+            "deadAt": "<TIME>",
+            "file": "<DIR>/queue/payments.db",
+            "keptBecause": "linked",
+            "namespace": "payments",
+            "reason": "skipped",
+            "replayedAt": "<TIME>",
+            "seq": 2,
+          },
+        ],
+        "olderThan": "0s",
+        "purged": [
+          {
+            "deadAt": "<TIME>",
+            "file": "<DIR>/queue/orders.db",
+            "namespace": "orders",
+            "reason": "skipped",
+            "replayedAt": null,
+            "seq": 1,
+          },
+          {
+            "deadAt": "<TIME>",
+            "file": "<DIR>/queue/orders.db",
+            "namespace": "orders",
+            "reason": "max_attempts",
+            "replayedAt": null,
+            "seq": 2,
+          },
+          {
+            "deadAt": "<TIME>",
+            "file": "<DIR>/queue/orders.db",
+            "namespace": "orders",
+            "reason": "skipped",
+            "replayedAt": null,
+            "seq": 3,
+          },
+          {
+            "deadAt": "<TIME>",
+            "file": "<DIR>/queue/payments.db",
+            "namespace": "payments",
+            "reason": "skipped",
+            "replayedAt": "<TIME>",
+            "seq": 1,
+          },
+        ],
+        "unreplayed": true,
+      }
+    `);
+    const real = await json("purge", "--older-than", "0s", "--unreplayed");
+    expect({ ...real, dryRun: true }).toEqual(dry);
+  });
+
+  test("the newest letter of a namespace is kept even when nothing links to it", async () => {
+    const q = openQueue(dbDir, "payments");
+    q.confirm([3, 4]);
+    q.close();
+    const r = await json("purge", "--older-than", "0s", "--unreplayed", "--namespace", "payments");
+    expect(keys(r.purged)).toEqual(["payments:1"]);
+    expect(r.kept).toEqual([{ namespace: "payments", seq: 2, file: "<DIR>/queue/payments.db", reason: "skipped", deadAt: "<TIME>", replayedAt: null, keptBecause: "newest" }]);
+    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+  });
+});
+
+describe("files that cannot be read", () => {
+  test.each([["replay --all"], ["purge --older-than 0s --unreplayed"]])("dead-letter %s reports the file, does the others, and exits 1", async (line) => {
+    const args = line.split(" ");
+    const garbage = path.join(dbDir, "garbage.db");
+    fs.writeFileSync(garbage, "this is not sqlite".repeat(100));
+    const r = await dl(...args, "--json");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(garbage);
+    expect(r.stderr).toContain(`dead-letter ${args[0]} failed in 1 file(s)`);
+    const report = JSON.parse(r.stdout);
+    expect(report.failed).toEqual([{ file: garbage, error: expect.stringContaining("file is not a database") }]);
+    expect(report.purged ?? report.replayed).not.toHaveLength(0);
+  });
+});
+
+describe("usage errors exit 2 and change nothing", () => {
+  test.each([
+    [["replay"], /dead-letter replay needs a selection: --namespace N \[--seq S\], --reason R, --since DUR\|TIME, or --all/],
+    [["replay", "--dry-run"], /dead-letter replay needs a selection/],
+    [["replay", "--all", "--namespace", "orders"], /--all selects every dead letter: give either --all or --namespace/],
+    [["replay", "--seq", "1"], /--seq needs --namespace N/],
+    [["replay", "--namespace", "orders", "--seq", "1", "--dry-run"], /--seq replays one dead letter; it does not combine with --reason, --since, --all or --dry-run/],
+    [["replay", "--since", "3 days"], /--since must be a duration \(2h, 7d, 1h30m\) or an ISO-8601 time \(2026-03-01T12:00:00Z\), got "3 days"/],
+    [["list", "--since", "2026-02-30"], /--since must be a duration .* got "2026-02-30"/],
+    [["list", "--replayed", "--unreplayed"], /give --replayed or --unreplayed, not both/],
+    [["purge"], /missing required option --older-than/],
+    [["purge", "--older-than", "30"], /--older-than must be a duration such as 90s, 30m, 12h, 7d, 2w or 1h30m, got "30"/],
+    [["purge", "--older-than", "-1d"], /--older-than must be a duration .* got "-1d"/],
+  ])("dead-letter %p", async (args, message) => {
+    const before = hashTree(tmp);
+    const r = await dl(...(args as string[]));
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr).toContain(`Run "sqloutbox dead-letter ${(args as string[])[0]} --help" for usage.`);
+    expect(hashTree(tmp)).toEqual(before);
+  });
+});
