@@ -205,7 +205,7 @@ describe("notifySocketAddress", () => {
     expect([...notifySocketAddress(socket)!]).toEqual(bytes);
   });
 
-  test.each([["relative"], ["vsock:2:1"], ["@"], ["/a\0b"], [`/${"x".repeat(107)}`], [`@${"x".repeat(108)}`]])("refuses %s", (socket) => {
+  test.each([["relative"], ["vsock:2:1"], ["@"], ["/a\0b"], [`/${"x".repeat(107)}`], [`@${"x".repeat(108)}`]])("refuses %j", (socket) => {
     expect(notifySocketAddress(socket)).toBeNull();
   });
 
