@@ -122,6 +122,19 @@ describe("createSystemdNotifier", () => {
     expect(await receiver.next()).toEqual({ pid: process.pid, data: "STATUS=error: bad row READY=1 MAINPID=1 " });
   });
 
+  test.if(linuxWithPython)("cuts a long status to 1000 characters and refuses raw assignments systemd would drop whole (over 4096 bytes)", async () => {
+    tmp = makeTempDir();
+    receiver = await startReceiver(tmp.file("notify"));
+    const warnings: string[] = [];
+    notifier = createSystemdNotifier({ NOTIFY_SOCKET: tmp.file("notify") }, { logger: { warn: (m) => warnings.push(m) } })!;
+    expect(notifier.ready("✓".repeat(5000))).toBe(true); // 3 bytes each: uncut, READY=1 would be lost with it
+    expect(await receiver.next()).toEqual({ pid: process.pid, data: `READY=1\nSTATUS=${"✓".repeat(999)}…` });
+    expect(notifier.notify(`STATUS=${"x".repeat(4090)}`)).toBe(false);
+    expect(warnings).toEqual(["systemd: not sending a 4097-byte notification: systemd drops any over 4096 bytes"]);
+    expect(notifier.watchdog()).toBe(true);
+    expect(await receiver.next()).toEqual({ pid: process.pid, data: "WATCHDOG=1" });
+  });
+
   test.if(linuxWithPython)("survives a vanished socket: returns false, warns once, and reaches the socket again once it is back", async () => {
     tmp = makeTempDir();
     const where = tmp.file("notify");

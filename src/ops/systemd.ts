@@ -22,11 +22,11 @@ export interface SystemdNotifier {
   ready(status?: string): boolean;
   /** Sends `STOPPING=1` (shutdown began), with `STATUS=` when given. */
   stopping(status?: string): boolean;
-  /** Sends `STATUS=<text>`, the one line `systemctl status` shows; newlines become spaces. */
+  /** Sends `STATUS=<text>`, the one line `systemctl status` shows; newlines become spaces, and past 1000 characters it is cut with "…". */
   status(text: string): boolean;
   /** Sends `WATCHDOG=1`: the process is alive; without one every `WatchdogSec` systemd kills and restarts it. */
   watchdog(): boolean;
-  /** Sends raw `KEY=value` assignments, one per element (each must be a single line). */
+  /** Sends raw `KEY=value` assignments, one per element (a newline inside one becomes a space); false if they exceed 4096 bytes. */
   notify(...assignments: string[]): boolean;
   /** Closes the socket; idempotent, and every later send returns false. */
   close(): void;
@@ -48,6 +48,9 @@ const SOCK_CLOEXEC = 0o2000000;
 const MSG_NOSIGNAL = 0x4000;
 const SUN_PATH_BYTES = 108; // sizeof(sockaddr_un.sun_path)
 const SUN_PATH_OFFSET = 2; // after sa_family_t sun_family
+// systemd reads notifications into a PIPE_BUF buffer and drops a longer datagram whole, READY=1 with it.
+const NOTIFY_MAX_BYTES = 4096;
+const STATUS_MAX_CHARS = 1000; // at most 4 bytes each in UTF-8, so READY=1 plus a status always fits
 
 interface Libc {
   socket(domain: number, type: number, protocol: number): number;
@@ -124,9 +127,15 @@ export function watchdogIntervalMs(env: Record<string, string | undefined>, pid:
   return Math.max(1, Math.floor(timeoutUs / 2000));
 }
 
-/** A status text as one assignment: a newline would start a new one (`…\nREADY=1`), a NUL makes systemd drop the datagram. */
+/** A text as one assignment: a newline would start a new one (`…\nREADY=1`), a NUL makes systemd drop the datagram. */
 function oneLine(text: string): string {
   return text.replace(/[\r\n\0]+/g, " ");
+}
+
+/** A status line that keeps its datagram under systemd's limit (cut by code point, never inside a surrogate pair). */
+function statusLine(text: string): string {
+  const chars = Array.from(oneLine(text));
+  return `STATUS=${chars.length > STATUS_MAX_CHARS ? `${chars.slice(0, STATUS_MAX_CHARS - 1).join("")}…` : chars.join("")}`;
 }
 
 /**
@@ -164,6 +173,10 @@ export function createSystemdNotifier(
   const send = (assignments: string[]): boolean => {
     if (!open) return false;
     const datagram = new TextEncoder().encode(assignments.join("\n")); // its own buffer, not a slice of a pool
+    if (datagram.length > NOTIFY_MAX_BYTES) {
+      warn(`systemd: not sending a ${datagram.length}-byte notification: systemd drops any over ${NOTIFY_MAX_BYTES} bytes`);
+      return false;
+    }
     // Unconnected sendto by address: after `systemctl daemon-reexec` the socket file is new, and the next send reaches it.
     const sent = Number(c.sendto(fd, datagram, datagram.length, MSG_NOSIGNAL, address, address.length));
     if (sent === datagram.length) {
@@ -178,13 +191,13 @@ export function createSystemdNotifier(
     return false;
   };
   const withStatus = (assignment: string, status?: string) =>
-    send(status === undefined ? [assignment] : [assignment, `STATUS=${oneLine(status)}`]);
+    send(status === undefined ? [assignment] : [assignment, statusLine(status)]);
   return {
     socket,
     watchdogIntervalMs: watchdogIntervalMs(env, options.pid ?? process.pid),
     ready: (status) => withStatus("READY=1", status),
     stopping: (status) => withStatus("STOPPING=1", status),
-    status: (text) => send([`STATUS=${oneLine(text)}`]),
+    status: (text) => send([statusLine(text)]),
     watchdog: () => send(["WATCHDOG=1"]),
     notify: (...assignments) => send(assignments.map(oneLine)),
     close() {
