@@ -2,8 +2,8 @@
 // uncached statement text. Prints one JSON line each:
 // {"bench":"rewrite","dialect":…,"shape":…,"ns_per_stmt":…}. Target: ≤ 5 µs per statement.
 import { injectOutboxSeq, toDialect, validateStatement } from "../src/sql/index.ts";
-import { DIALECTS } from "../src/sql/rewrite.ts";
-import type { BindValue } from "../src/writers/writer.ts";
+import { DIALECTS } from "../src/vocabulary.ts";
+import type { BindValue } from "../src/vocabulary.ts";
 
 const COLS = Array.from({ length: 10 }, (_, i) => `col_${i}`);
 const ARGS: BindValue[] = COLS.map((_, i) => (i % 2 ? `value ${i}` : i));

@@ -1,13 +1,51 @@
-export * from "./errors.ts";
-export type { Dialect, BindValue, Statement, WriteResult, OutboxWriter } from "./writers/writer.ts";
-export { createWriter, builtinWriters, type BuiltinWriterName, type WriterSpec, type ConnectionKey } from "./writers/registry.ts";
+// The library: what a Bun app imports from "sqloutbox". Named exports only, so nothing internal
+// (the drain lock, the lexer, the writers' isolation passes) leaks into the public API by accident.
+export {
+  OutboxError, ConfigError, ConfigIssuesError, InvalidArgumentError, InvalidStatementError, LockedError, NotFoundError,
+  OutboxClosedError, QueueFullError, SecretsError, StorageError, UnsupportedStatementError, UsageError, WriteError,
+  type OutboxErrorCode,
+} from "./errors.ts";
+export { DIALECTS, type BindValue, type Dialect, type Durability } from "./vocabulary.ts";
+export { silentLogger, type Logger } from "./logger.ts";
 export { VERSION } from "./version.ts";
-export * from "./config/index.ts";
+
+// Producing events and reading queue files.
+export { SQLMiddleware, closeSharedOutboxes, DEFAULT_MAX_PAYLOAD_BYTES, type SQLMiddlewareOptions } from "./outbox/middleware.ts";
 export { Outbox, type OutboxOptions, type OutboxRow, type ChainGap, type DeadLetter, type DeadReason, type Resequenced } from "./outbox/outbox.ts";
-export { SQLMiddleware, closeSharedOutboxes, type SQLMiddlewareOptions } from "./outbox/middleware.ts";
 export { healthAll, type NamespaceHealth, type HealthOptions } from "./outbox/health.ts";
 export { listOutboxFiles, verifyFile, readDeadLetters, type FileVerification, type NamespaceVerification } from "./outbox/inspect.ts";
 export { encodeArgs, decodeArgs } from "./outbox/payload.ts";
-export type { Durability } from "./outbox/sqlite-open.ts";
-export { injectOutboxSeq, toDialect, schemaSql, dropSchemaSql, maxSeqSql, quoteIdent, seqIndexName, type InjectOptions, type RewrittenStatement } from "./sql/index.ts";
-export * from "./drain/index.ts";
+
+// Statements: the checks producers run, placeholder conversion, the compatibility mode's rewrite.
+export { validateStatement, checkStatement, statementCount } from "./sql/statement.ts";
+export { injectOutboxSeq, toDialect, type InjectOptions, type RewrittenStatement } from "./sql/rewrite.ts";
+export { rewriteTemplate, bindTemplate, SEQ_ARG, type RewriteTemplate, type TemplateOptions } from "./sql/template.ts";
+export { schemaSql, dropSchemaSql, maxSeqSql, seqIndexName } from "./sql/schema.ts";
+export { ledgerDdl } from "./sql/ledger.ts";
+export { quoteIdent } from "./sql/ident.ts";
+
+// Writers.
+export type { Statement, WriteResult, OutboxWriter } from "./writers/writer.ts";
+export { createWriter, builtinWriters, type BuiltinWriterName, type WriterSpec, type ConnectionKey } from "./writers/registry.ts";
+
+// Configuration.
+export { loadConfigToml, type LoadConfigOptions, type LoadedConfig } from "./config/load.ts";
+export { parseConfigToml } from "./config/parse.ts";
+export { defineConfig, type ConfigInput, type AppInput, type TargetInput, type TableInput } from "./config/define.ts";
+export { createWriters, type CreateWritersOptions } from "./config/writers.ts";
+export { maskSecrets } from "./config/mask.ts";
+export { configSecrets } from "./config/secret-values.ts";
+export { resolveEnv, type SecretsOptions } from "./config/secrets.ts";
+export { DEFAULTS, type OutboxConfig, type AppConfig, type TargetConfig, type TableConfig } from "./config/types.ts";
+
+// The drain, and what operators watch it with.
+export { OutboxSyncService, type SyncServiceOptions, type CycleReport, type TargetActivity } from "./drain/service.ts";
+export { runService, type RunServiceOptions } from "./drain/run.ts";
+export { rowBackoffMs, outageBackoffMs } from "./drain/schedule.ts";
+export type { TargetCycle, TargetState, BatchEvent } from "./drain/target.ts";
+export type { LedgerRow } from "./drain/ledger.ts";
+export { readDrainState, type DrainState, type TargetView, type TableView } from "./drain/state-file.ts";
+export type { IntegrityReport } from "./drain/integrity.ts";
+export { createDrainMetrics, type DrainMetrics } from "./ops/metrics.ts";
+export { serveOps, type OpsServer } from "./ops/http.ts";
+export { createSystemdNotifier, type SystemdNotifier } from "./ops/systemd.ts";

@@ -2,7 +2,7 @@ import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
 import { dropSchemaSql, injectOutboxSeq, maxSeqSql, quoteIdent, schemaSql, toDialect, tokenize } from "../src/sql/index.ts";
-import type { BindValue, Dialect } from "../src/writers/writer.ts";
+import type { BindValue, Dialect } from "../src/vocabulary.ts";
 import { createMysqlDb } from "./support/mysql.ts";
 import { createPgDb } from "./support/pg.ts";
 import { makeTempDir } from "./support/tmp.ts";

@@ -2,7 +2,7 @@ import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
 import { injectOutboxSeq } from "../src/sql/index.ts";
-import type { BindValue, Dialect } from "../src/writers/writer.ts";
+import type { BindValue, Dialect } from "../src/vocabulary.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { rng, StatementGenerator, type GeneratedStatement } from "./sql-gen.ts";
 

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
 import { identName, isKeyword, tokenize } from "../src/sql/lexer.ts";
-import type { Dialect } from "../src/writers/writer.ts";
+import type { Dialect } from "../src/vocabulary.ts";
 
 /** Token kinds (with ?NNN numbers and depth when non-zero) as one readable line. */
 function kinds(sql: string, d: Dialect): string {

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError, UnsupportedStatementError } from "../src/errors.ts";
 import { bindTemplate, injectOutboxSeq, rewriteTemplate, SEQ_ARG, toDialect } from "../src/sql/index.ts";
-import type { BindValue, Dialect } from "../src/writers/writer.ts";
+import type { BindValue, Dialect } from "../src/vocabulary.ts";
 
 const SEQ = 42;
 const CONFLICT = " ON CONFLICT (outbox_seq) WHERE outbox_seq != 0 DO NOTHING";

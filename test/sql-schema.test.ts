@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError } from "../src/errors.ts";
 import { dropSchemaSql, maxSeqSql, quoteIdent, schemaSql } from "../src/sql/index.ts";
-import type { Dialect } from "../src/writers/writer.ts";
+import type { Dialect } from "../src/vocabulary.ts";
 
 describe("schemaSql", () => {
   test.each([

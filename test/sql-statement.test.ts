@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError, InvalidStatementError, UnsupportedStatementError } from "../src/errors.ts";
 import { checkInjectable, checkStatement, statementCount, validateStatement } from "../src/sql/index.ts";
-import type { Dialect } from "../src/writers/writer.ts";
+import type { Dialect } from "../src/vocabulary.ts";
 
 function reasonOf(fn: () => unknown): string {
   try {

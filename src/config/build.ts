@@ -2,6 +2,7 @@ import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, ConfigIssuesError } from "../errors.ts";
 import type { EnvMap } from "./interpolate.ts";
+import { parseListenAddress, type ListenAddress } from "./listen-address.ts";
 import { keyLocator } from "./locate.ts";
 import { isTable, join, Reader, typeName, type KeyStyle, type Table } from "./reader.ts";
 import { buildTarget } from "./target.ts";
@@ -53,10 +54,12 @@ const NAME = /^[A-Za-z0-9_-]+$/;
 export function buildConfig(doc: unknown, options: BuildOptions): { config: OutboxConfig; interpolatedSecrets: string[] } {
   const r = new Reader(options.file, options.style, options.env, options.text === undefined ? undefined : keyLocator(options.text));
   const apps: AppConfig[] = [];
+  let metricsAddr: ListenAddress | null = null;
   if (!isTable(doc)) {
     r.fail("", `expected a table at the top level, got ${typeName(doc)}`);
   } else {
-    r.checkKeys(doc, ["app"], "");
+    r.checkKeys(doc, ["app", "metrics_addr"], "");
+    metricsAddr = readMetricsAddr(r, doc);
     const appsRaw = r.raw(doc, "app");
     if (appsRaw !== undefined && !isTable(appsRaw)) {
       r.fail("app", `expected a table of apps ([app.NAME]), got ${typeName(appsRaw)}`);
@@ -71,7 +74,7 @@ export function buildConfig(doc: unknown, options: BuildOptions): { config: Outb
     }
   }
   throwIssues(r.issues);
-  return { config: { file: options.file, baseDir: options.baseDir, apps }, interpolatedSecrets: [...r.secretValues] };
+  return { config: { file: options.file, baseDir: options.baseDir, metricsAddr, apps }, interpolatedSecrets: [...r.secretValues] };
 }
 
 /** Throws the single problem as is, or all of them in one `ConfigIssuesError`. */
@@ -138,6 +141,18 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
     if (target) app.targets.push(target);
   }
   return app;
+}
+
+/** `metrics_addr` (top level): `HOST:PORT`, `PORT` (127.0.0.1) or a TOML integer port. */
+function readMetricsAddr(r: Reader, doc: Table): ListenAddress | null {
+  const raw = r.raw(doc, "metrics_addr");
+  if (raw === undefined) return null;
+  const at = r.key("metrics_addr");
+  if (typeof raw !== "string" && typeof raw !== "number") return r.fail(at, `expected "HOST:PORT" or a port number, got ${typeName(raw)}`) ?? null;
+  const text = typeof raw === "string" ? r.text(raw, at) : raw;
+  if (text === undefined) return null;
+  const parsed = parseListenAddress(text);
+  return "problem" in parsed ? (r.fail(at, parsed.problem) ?? null) : parsed;
 }
 
 /** The ledger's label column holds up to 255 characters (MySQL VARCHAR(255)). */

@@ -1,8 +1,9 @@
 import { resolve } from "node:path";
 import type { BuiltinWriterName } from "../writers/registry.ts";
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { buildConfig } from "./build.ts";
-import type { Durability, OutboxConfig } from "./types.ts";
+import type { Durability } from "../vocabulary.ts";
+import type { OutboxConfig } from "./types.ts";
 
 /** One table of a target: a name, or a name with per-table overrides. */
 export type TableInput = string | { name: string; injectOutboxSeq?: boolean; retainLogDays?: number };
@@ -60,6 +61,8 @@ export interface AppInput {
 export interface ConfigInput {
   /** Relative `dbDir`, `writerClass` and sqlite `path` resolve against this (default: the cwd). */
   baseDir?: string;
+  /** Where `runService` callers may serve metrics: `"HOST:PORT"` or a port (127.0.0.1). */
+  metricsAddr?: string | number;
   app: Record<string, AppInput>;
 }
 

@@ -5,4 +5,4 @@ export { createWriters, type CreateWritersOptions } from "./writers.ts";
 export { maskSecrets } from "./mask.ts";
 export { configSecrets } from "./secret-values.ts";
 export { resolveEnv, type SecretsOptions } from "./secrets.ts";
-export { DEFAULTS, type OutboxConfig, type AppConfig, type TargetConfig, type TableConfig, type Durability } from "./types.ts";
+export { DEFAULTS, type OutboxConfig, type AppConfig, type TargetConfig, type TableConfig } from "./types.ts";

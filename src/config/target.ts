@@ -1,5 +1,5 @@
 import { resolve } from "node:path";
-import { DIALECTS } from "../sql/rewrite.ts";
+import { DIALECTS } from "../vocabulary.ts";
 import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
 import { readConnection } from "./connection.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";

@@ -1,7 +1,6 @@
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect, Durability } from "../vocabulary.ts";
+import type { ListenAddress } from "./listen-address.ts";
 
-/** Local durability of the outbox files: `normal` = synchronous=NORMAL (default), `full` = synchronous=FULL. */
-export type Durability = "normal" | "full";
 
 /** One table routed to a target; per-table overrides already applied. */
 export interface TableConfig {
@@ -91,6 +90,8 @@ export interface OutboxConfig {
   file?: string;
   /** The directory relative paths (`db_dir`, `writer_class`, sqlite `path`) were resolved against: the config file's. */
   baseDir?: string;
+  /** Where `runservice` serves /metrics, /healthz and /readyz (`metrics_addr`); null: off (default). */
+  metricsAddr: ListenAddress | null;
   apps: AppConfig[];
 }
 

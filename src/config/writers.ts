@@ -3,7 +3,7 @@ import type { Logger } from "../logger.ts";
 import { createWriter as createBuiltinWriter } from "../writers/registry.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { maskError, maskSecrets } from "./mask.ts";
-import { DIALECTS } from "../sql/rewrite.ts";
+import { DIALECTS } from "../vocabulary.ts";
 import type { OutboxConfig, TargetConfig } from "./types.ts";
 import { loadWriterClass } from "./writer-class.ts";
 

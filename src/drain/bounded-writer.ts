@@ -1,5 +1,6 @@
 import { describeError, WriteError } from "../errors.ts";
-import type { BindValue, OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
+import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
+import type { BindValue } from "../vocabulary.ts";
 
 /**
  * Checks a writer's answer for shape: exactly one object per statement, each with a boolean `ok`.

@@ -1,7 +1,7 @@
 import type { Logger } from "../logger.ts";
 import { injectedSteps } from "../sql/probe.ts";
 import { maxSeqSql } from "../sql/schema.ts";
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { parseCount, type BoundedWriter } from "./bounded-writer.ts";
 import { ensureStep } from "./remote-schema.ts";
 import type { DrainTable } from "./table.ts";

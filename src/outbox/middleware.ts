@@ -1,12 +1,12 @@
 import { mkdirSync, realpathSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { InvalidArgumentError, StorageError } from "../errors.ts";
-import { DIALECTS } from "../sql/dialect.ts";
+import { DIALECTS } from "../vocabulary.ts";
 import { StatementCache } from "../sql/statement-cache.ts";
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { Outbox } from "./outbox.ts";
 import { encodeArgs, type PayloadLocation } from "./payload.ts";
-import type { Durability } from "./sqlite-open.ts";
+import type { Durability } from "../vocabulary.ts";
 import { tableNameProblem } from "./table-name.ts";
 
 /**

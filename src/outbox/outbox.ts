@@ -5,7 +5,8 @@ import { purgeCandidates, type DeadReplays, type PurgeOutcome, type PurgeRule } 
 import { namespaceHealth, type FileFeatures, type NamespaceHealth } from "./health.ts";
 import { DEAD_ROW_COLUMNS, QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
 import { pendingCounterName, readOrigin } from "./schema.ts";
-import { openMigrated, storageError, type Durability } from "./sqlite-open.ts";
+import type { Durability } from "../vocabulary.ts";
+import { openMigrated, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";

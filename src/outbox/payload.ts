@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from "../errors.ts";
-import type { BindValue } from "../writers/writer.ts";
+import type { BindValue } from "../vocabulary.ts";
 
 /*
  * Payload encoding: a JSON array of the bind arguments, one element per argument.

@@ -1,10 +1,9 @@
 import { Database, constants } from "bun:sqlite";
 import { closeSync, existsSync, fchmodSync, openSync, statSync } from "node:fs";
 import { OutboxError, StorageError } from "../errors.ts";
+import type { Durability } from "../vocabulary.ts";
 import { checkOwnFile, migrate } from "./schema.ts";
 
-/** Local durability: `normal` = synchronous=NORMAL (default), `full` = synchronous=FULL. */
-export type Durability = "normal" | "full";
 
 /**
  * Page size of files we create (files that already exist keep theirs, e.g. the reference's 4096).

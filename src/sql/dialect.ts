@@ -1,8 +1,6 @@
 import { InvalidArgumentError } from "../errors.ts";
-import type { Dialect } from "../writers/writer.ts";
+import { DIALECTS, type Dialect } from "../vocabulary.ts";
 
-/** Every SQL dialect the rewriter (and `dialect = "…"` in outbox.toml) accepts. */
-export const DIALECTS: readonly Dialect[] = ["sqlite", "libsql", "postgres", "mysql"];
 
 /** The dialects whose lexers differ (libsql reads SQL exactly like sqlite). */
 export const LEXER_DIALECTS: readonly Dialect[] = ["sqlite", "postgres", "mysql"];

@@ -1,5 +1,5 @@
 import { UnsupportedStatementError } from "../errors.ts";
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { isWordChar, type Token } from "./lexer.ts";
 
 /** Marks, in a rewrite template's `args`, the place that binds the row's seq (see `RewriteTemplate`). */

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from "../errors.ts";
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 
 // PostgreSQL silently truncates identifiers to NAMEDATALEN-1 bytes, which would make two long
 // names collide; MySQL/MariaDB refuse names over 64 characters.

@@ -1,5 +1,5 @@
 import { UnsupportedStatementError } from "../errors.ts";
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 
 /**
  * What a significant token is. Whitespace and comments are not tokens: they stay in the source

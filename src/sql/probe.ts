@@ -1,4 +1,4 @@
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { quoteIdent } from "./ident.ts";
 import { ledgerDdl, ledgerProbeSql } from "./ledger.ts";
 import { schemaSql, seqIndexName } from "./schema.ts";

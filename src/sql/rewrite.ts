@@ -1,8 +1,8 @@
 import { InvalidArgumentError } from "../errors.ts";
-import type { BindValue, Dialect } from "../writers/writer.ts";
+import type { BindValue, Dialect } from "../vocabulary.ts";
 import { bindTemplate, rewriteTemplate } from "./template.ts";
 
-export { DIALECTS } from "./dialect.ts";
+
 
 /** Options of `injectOutboxSeq`. */
 export interface InjectOptions {

@@ -1,4 +1,4 @@
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { quoteIdent } from "./ident.ts";
 
 /** The name of the unique index on a table's outbox_seq column: `idx_<table>_outbox_seq`. */

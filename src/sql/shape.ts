@@ -1,5 +1,5 @@
 import { UnsupportedStatementError } from "../errors.ts";
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { identName, isKeyword, tokenize, wordIs, type Token } from "./lexer.ts";
 
 /** A recognised single-row `INSERT [INTO] t (cols) VALUES (…)`; offsets index the source SQL. */

@@ -1,5 +1,5 @@
 import { InvalidStatementError } from "../errors.ts";
-import type { Dialect } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { checkInjectable, checkStatement, validateStatement } from "./statement.ts";
 
 /** Verdicts kept per cache; a producer uses a handful of statement texts, a flood of unique ones just churns. */

@@ -1,6 +1,7 @@
 import { InvalidStatementError, UnsupportedStatementError } from "../errors.ts";
-import type { Dialect } from "../writers/writer.ts";
-import { checkDialect, DIALECTS, LEXER_DIALECTS } from "./dialect.ts";
+import type { Dialect } from "../vocabulary.ts";
+import { DIALECTS } from "../vocabulary.ts";
+import { checkDialect, LEXER_DIALECTS } from "./dialect.ts";
 import { argCountProblem } from "./emit.ts";
 import { EXECUTABLE_COMMENT, tokenize, wordIs, type Token } from "./lexer.ts";
 import { rewriteTemplate } from "./template.ts";

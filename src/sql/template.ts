@@ -1,5 +1,5 @@
 import { UnsupportedStatementError } from "../errors.ts";
-import type { BindValue, Dialect } from "../writers/writer.ts";
+import type { BindValue, Dialect } from "../vocabulary.ts";
 import { checkDialect } from "./dialect.ts";
 import { Emitter, resolveParams, SEQ_ARG } from "./emit.ts";
 import { isWordChar, tokenize, type Token } from "./lexer.ts";

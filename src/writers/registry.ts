@@ -3,7 +3,8 @@ import { libsqlWriter } from "./libsql.ts";
 import { mysqlWriter } from "./mysql.ts";
 import { postgresWriter } from "./postgres.ts";
 import { sqliteWriter } from "./sqlite.ts";
-import type { Dialect, OutboxWriter } from "./writer.ts";
+import type { Dialect } from "../vocabulary.ts";
+import type { OutboxWriter } from "./writer.ts";
 
 /** Names accepted by `writer = "…"` in outbox.toml. */
 export type BuiltinWriterName = "sqlite" | "libsql" | "postgres" | "mysql";

@@ -1,8 +1,4 @@
-/** The SQL dialect a writer speaks; selects how statements are rewritten and DDL is generated. */
-export type Dialect = "sqlite" | "libsql" | "postgres" | "mysql";
-
-/** Bind values every writer accepts: exactly what bun:sqlite can bind. */
-export type BindValue = string | number | bigint | boolean | null | Uint8Array;
+import type { BindValue, Dialect } from "../vocabulary.ts";
 
 /** One statement of a batch: already converted for the writer's dialect. */
 export interface Statement {
