@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import type { BindValue, OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
+import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
+import type { BindValue } from "../src/vocabulary.ts";
 import { createMysqlDb, type MysqlTestDb } from "./support/mysql.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createPgDb, type PgTestDb } from "./support/pg.ts";
@@ -216,6 +217,20 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual(expected);
     const ids = (await remote.read("SELECT id FROM other ORDER BY id")).map((r) => Number(r[0]));
     expect(ids).toEqual(kept.sort((a, b) => a - b));
+  });
+
+  test("refuses text holding more than one statement as that row's fault: none of it runs, the victim table survives", async () => {
+    const results = await writer.writeBatch([
+      { sql: "INSERT INTO other (id, note) VALUES (1, 'x'); DROP TABLE events", args: [], namespace: "other", seq: 1 },
+      { sql: "INSERT INTO other (id, note) VALUES (2, 'y');;", args: [], namespace: "other2", seq: 1 },
+      ins("events", 1, 1, "a"),
+    ]);
+    expect(results[0]).toMatchObject({ ok: false, errorClass: "E_UNSUPPORTED_STATEMENT" });
+    expect((results[0] as { error: string }).error).toContain("2 statements");
+    expect(results[1]).toMatchObject({ ok: true }); // a trailing empty statement is still one statement
+    expect(results[2]).toMatchObject({ ok: true, rowsAffected: 1 });
+    expect(norm(await remote.read("SELECT id FROM events"))).toEqual([["1"]]); // not dropped
+    expect(norm(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([["2"]]);
   });
 
   test("reports a statement whose argument is not a bind value as the row's fault and skips the rest of its namespace", async () => {

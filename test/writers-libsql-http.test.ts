@@ -122,14 +122,14 @@ describe("libsql writer over HTTP (Hrana)", () => {
     expect(s.ids()).toEqual([1, 2]);
   });
 
-  test("a wrong argument count and a text without a statement are row faults with sqld's codes", async () => {
+  test("a wrong argument count is a row fault with sqld's code; a text without a statement is refused before it is sent", async () => {
     const s = setup();
     const results = await s.writer().writeBatch([
       { ...insert(1), args: [1, 2] },
       { sql: "-- nothing to run", args: [], namespace: "u", seq: 1 },
       { ...insert(3), namespace: "v" },
     ]);
-    expect(results.map((r) => (r.ok ? "ok" : (r as { errorClass?: string }).errorClass))).toEqual(["ARGS_INVALID", "SQL_NO_STATEMENT", "ok"]);
+    expect(results.map((r) => (r.ok ? "ok" : (r as { errorClass?: string }).errorClass))).toEqual(["ARGS_INVALID", "E_UNSUPPORTED_STATEMENT", "ok"]);
     expect(s.ids()).toEqual([3]);
   });
 

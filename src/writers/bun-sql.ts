@@ -9,7 +9,15 @@ import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
 
 type Engine = "postgres" | "mysql";
 
-const MYSQL_BEGIN = "SET autocommit = 0, sql_mode = CONCAT_WS(',', NULLIF(@@sql_mode, ''), 'STRICT_TRANS_TABLES')";
+/**
+ * MySQL: autocommit off instead of BEGIN, and a sql_mode the drain can rely on: STRICT_TRANS_TABLES
+ * added, and ANSI_QUOTES, NO_BACKSLASH_ESCAPES (and ANSI, which implies the first) removed, since
+ * the statement checks read `"…"` as a string and `\` as an escape, as MySQL does by default.
+ */
+const MYSQL_BEGIN =
+  "SET autocommit = 0, sql_mode = TRIM(BOTH ',' FROM REPLACE(REPLACE(REPLACE(REPLACE(CONCAT(',', @@sql_mode, ',STRICT_TRANS_TABLES,'), ',ANSI_QUOTES,', ','), ',NO_BACKSLASH_ESCAPES,', ','), ',ANSI,', ','), ',,', ','))";
+/** PostgreSQL: the statement checks read `'…\'` as the standard says (backslash is no escape), so the server must too. */
+const PG_BEGIN = "BEGIN; SET LOCAL standard_conforming_strings = on";
 /** The connection one writeBatch call is using, and whether that call has timed out. */
 type InFlight = { reserved: ReservedSQL | null; timedOut: boolean };
 
@@ -71,7 +79,7 @@ export class BunSqlWriter implements OutboxWriter {
       }, this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e, misconfigured) => this.#fail(m, e, misconfigured)), timeout]);
+      return await Promise.race([runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e, misconfigured) => this.#fail(m, e, misconfigured), this.dialect), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -114,7 +122,7 @@ export class BunSqlWriter implements OutboxWriter {
       // mode whatever the server's default: without it a bad value is stored truncated or as a
       // default (a warning, not an error), and the duplicate-absorbing INSERT … SELECT form
       // would even differ from the original VALUES statement.
-      const begin = settle(reserved.unsafe(this.dialect === "postgres" ? "BEGIN" : MYSQL_BEGIN));
+      const begin = settle(reserved.unsafe(this.dialect === "postgres" ? PG_BEGIN : MYSQL_BEGIN));
       const immediate = checking && this.dialect === "postgres" ? settle(reserved.unsafe("SET CONSTRAINTS ALL IMMEDIATE")) : undefined;
       const running = stmts.map((s) => settle(this.#run(reserved, s)));
       const began = await begin;

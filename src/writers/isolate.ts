@@ -1,4 +1,6 @@
 import type { WriteError } from "../errors.ts";
+import { statementCount } from "../sql/statement.ts";
+import type { Dialect } from "../vocabulary.ts";
 import type { ErrorKind } from "./classify.ts";
 import type { Statement, WriteResult } from "./writer.ts";
 
@@ -38,15 +40,41 @@ export type Fail = (message: string, error: unknown, misconfigured?: boolean) =>
  * constraints among themselves still commits), and a namespace whose COMMIT fails again runs
  * `checking`, so the culprit fails on its own instead of the whole target stalling.
  */
-export function runIsolated(stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail): Promise<WriteResult[]> {
-  return isolate(stmts, pass, classify, fail, "batch");
+export function runIsolated(stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, dialect: Dialect): Promise<WriteResult[]> {
+  const refused = stmts.map((s) => notOneStatement(s.sql, dialect));
+  return isolate(stmts, pass, classify, fail, "batch", refused);
+}
+
+// Statement texts repeat thousands of times in a backlog: count each one once.
+const counted = new Map<string, string | null>();
+const MAX_COUNTED = 4096;
+
+/**
+ * Why `sql` is not exactly one statement as `dialect` reads it, or null. Drivers do not all refuse
+ * a second statement (bun:sqlite ignores it, Bun's MySQL client runs it when there are no
+ * arguments), and a row queued before producers checked at push must never run `…; DROP TABLE`.
+ */
+function notOneStatement(sql: string, dialect: Dialect): string | null {
+  const key = `${dialect}\0${sql}`;
+  let why = counted.get(key);
+  if (why === undefined) {
+    try {
+      const n = statementCount(sql, dialect);
+      why = n === 1 ? null : n === 0 ? "the statement text is empty" : `the text holds ${n} statements; a row must be exactly one`;
+    } catch (error) {
+      why = (error as Error).message;
+    }
+    if (counted.size >= MAX_COUNTED) counted.clear();
+    counted.set(key, why);
+  }
+  return why;
 }
 
 /** `batch`: all namespaces together; `namespace`: one namespace, split off after a failed COMMIT;
  *  `checking`: passes that blame deferred violations on their statement. */
 type Mode = "batch" | "namespace" | "checking";
 
-async function isolate(stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, initial: Mode): Promise<WriteResult[]> {
+async function isolate(stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, initial: Mode, refused: Array<string | null> = []): Promise<WriteResult[]> {
   let mode = initial;
   const results: Array<WriteResult | undefined> = new Array(stmts.length);
   /** Per failed namespace, the index of its failed statement. */
@@ -68,9 +96,11 @@ async function isolate(stmts: Statement[], pass: Pass, classify: (error: unknown
     return { ok: false, error: errorText(error), errorClass: kind.errorClass, ...(kind.kind === "schema" ? { remoteSchema: true } : {}) };
   };
 
-  // A value that is not a BindValue is this statement's fault; no driver gets to guess at it.
+  // Text that is not one statement, or a value that is not a BindValue, is this statement's fault;
+  // no driver gets to guess at it.
   stmts.forEach((stmt, i) => {
     if (results[i] !== undefined) return;
+    if (refused[i]) return failNamespace(i, { ok: false, error: refused[i]!, errorClass: "E_UNSUPPORTED_STATEMENT" });
     const bad = invalidArg(stmt.args);
     if (bad !== undefined) failNamespace(i, { ok: false, error: bad, errorClass: "E_INVALID_ARG" });
   });

@@ -51,7 +51,7 @@ export class LibsqlWriter implements OutboxWriter {
       timer = setTimeout(() => reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined)), this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e, misconfigured) => this.#fail(m, e, misconfigured)), timeout]);
+      return await Promise.race([runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "libsql"), timeout]);
     } finally {
       clearTimeout(timer);
     }

@@ -35,7 +35,7 @@ export class SqliteWriter implements OutboxWriter {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     const db = this.#open();
-    return runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)), classifyLocal, (m, e, misconfigured) => this.#fail(m, e, misconfigured));
+    return runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)), classifyLocal, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "sqlite");
   }
 
   close(): void {
