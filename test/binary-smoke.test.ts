@@ -31,7 +31,7 @@ describe("the compiled binary", () => {
     const before = hashTree(dbDir);
     const status = await sh(["status", "--db-dir", dbDir, "--json"]);
     expect(status.code).toBe(0);
-    expect(JSON.parse(status.stdout).totals).toEqual({ namespaces: 1, depth: 3, stuck: 0, deadLetters: 0 });
+    expect(JSON.parse(status.stdout).totals).toEqual({ namespaces: 1, depth: 3, stuck: 0, held: 0, deadLetters: 0, targetsDown: 0 });
     const verify = await sh(["verify", "--db-dir", dbDir]);
     expect(verify.code).toBe(0);
     expect(verify.stdout).toContain("ok: 1 file(s) verified, no problems");

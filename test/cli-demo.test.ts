@@ -17,6 +17,6 @@ test("bun run demo delivers every produced event to the local sqlite target and 
     expect(c.remote).toBe(c.produced);
   }
   expect(r.stdout).toContain("$ sqloutbox status --config outbox.toml");
-  expect(r.stdout).toContain("3 namespace(s), 0 pending, 0 stuck, 0 dead letter(s)");
+  expect(r.stdout).toContain("3 namespace(s), 0 pending, 0 stuck, 0 held, 0 dead letter(s)");
   expect(r.stdout).toMatch(/^ok: 12000 events produced, 12000 delivered in [\d.]+ s$/m);
 }, 60_000);

@@ -34,11 +34,12 @@ describe("status", () => {
     const r = await run(["status", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
-      "NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
+      "no drain is running on <DIR>/queue
+      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
       orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***…
       payments       2  <age>     2         0  no        1  -
 
-      2 namespace(s), 7 pending, 1 stuck, 1 dead letter(s)
+      2 namespace(s), 7 pending, 1 stuck, 0 held, 1 dead letter(s)
       "
     `);
   });
@@ -59,9 +60,10 @@ describe("status", () => {
     const r = await run(["status", "--db-dir", dbDir, "--json"]);
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout);
-    expect(Object.keys(report)).toEqual(["generatedAt", "dbDirs", "namespaces", "unreadable", "totals"]);
-    expect(report.dbDirs).toEqual([{ app: null, dbDir, exists: true }]);
-    expect(report.totals).toEqual({ namespaces: 2, depth: 7, stuck: 1, deadLetters: 1 });
+    expect(Object.keys(report)).toEqual(["generatedAt", "dbDirs", "namespaces", "targets", "fleet", "unreadable", "totals"]);
+    expect(report.dbDirs).toEqual([{ app: null, dbDir, exists: true, drain: { pid: null, updatedAt: null, stoppedAt: null, stale: false } }]);
+    expect(report.totals).toEqual({ namespaces: 2, depth: 7, stuck: 1, held: 0, deadLetters: 1, targetsDown: 0 });
+    expect([report.targets, report.fleet]).toEqual([[], []]); // no drain runs here
     const [orders, payments] = report.namespaces;
     expect(orders).toMatchObject({
       app: null,
@@ -135,12 +137,14 @@ url = "\${UNSET_IN_THIS_SHELL}"
     expect(r.code).toBe(0);
     expect(r.stdout).not.toContain("hunter2");
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
-      "APP      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  CAPACITY  LAST ERROR
+      "app shop: no drain is running on <DIR>/queue
+      app metrics: no drain is running on <DIR>/other
+      APP      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  CAPACITY  LAST ERROR
       shop     orders         5  <age>     1         2  STUCK     0         -  42P01: relation "orders" does not exist (***)
       shop     payments       2  <age>     2         0  no        1         -  -
       metrics  events         4  <age>     1         0  no        0       50%  -
 
-      3 namespace(s), 11 pending, 1 stuck, 1 dead letter(s)
+      3 namespace(s), 11 pending, 1 stuck, 0 held, 1 dead letter(s)
       "
     `);
     const json = JSON.parse((await run(["status", "--config", config, "--json"])).stdout);
@@ -228,11 +232,12 @@ describe("status --watch", () => {
     const first = text.slice(0, text.indexOf("dead letter(s)") + "dead letter(s)".length);
     expect(normalize(first, tmp)).toMatchInlineSnapshot(`
       "<TIME>
+      no drain is running on <DIR>/queue
       NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
       orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***…
       payments       2  <age>     2         0  no        1  -
 
-      2 namespace(s), 7 pending, 1 stuck, 1 dead letter(s)"
+      2 namespace(s), 7 pending, 1 stuck, 0 held, 1 dead letter(s)"
     `);
   });
 });

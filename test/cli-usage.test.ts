@@ -46,6 +46,9 @@ describe("version and help", () => {
         --json                                 Print JSON (stable shape, see README.md)
         --watch                                Refresh until interrupted (with --json: one JSON document per line)
         --interval=<SECONDS>                   Refresh interval for --watch (default 2)
+        --check                                Exit 1 when something needs an operator: stuck, held, dead letters, too old, a target down (for cron, Nagios, probes)
+        --fail-on=<LIST>                       With --check: which conditions fail it, comma-separated (default all: stuck,held,dead,age,down)
+        --max-age=<DUR>                        With --check: the oldest pending row may be this old (default 15m)
         --log-level=<error|warn|info|debug>    Log verbosity (env LOG_LEVEL; default info)
         --log-format=<pretty|json>             Log format: json = one object per line, for journald (env LOG_FORMAT; default pretty)
 

@@ -107,9 +107,9 @@ describe.each([
     await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "settlement after the late COMMIT", 20_000);
     expect(committed.at).toBeGreaterThan(retriedAt); // the drain was retrying while the COMMIT was still out
 
-    const [[n, distinct, v2]] = Array.from(
+    const [n, distinct, v2] = Array.from(
       (await db.sql.unsafe("SELECT count(*), count(DISTINCT id), sum(CASE WHEN note = 'v2' THEN 1 ELSE 0 END) FROM t").values()) as unknown[][],
-    ).map((r) => r.map(Number));
+    )[0]!.map(Number);
     expect({ n, distinct, v2 }).toEqual({ n: 40, distinct: 40, v2: 1 });
     const q = new Outbox(dir.file("outbox/t.db"), "t");
     cleanups.push(() => q.close());

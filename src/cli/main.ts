@@ -24,6 +24,7 @@ export const main = defineCommand({
     verify: () => import("./verify.ts").then((m) => m.verify),
     "dead-letter": () => import("./dead-letter.ts").then((m) => m.deadLetter),
     skip: () => import("./skip.ts").then((m) => m.skip),
+    kick: () => import("./kick.ts").then((m) => m.kick),
     schema: () => import("./schema.ts").then((m) => m.schema),
   },
 });

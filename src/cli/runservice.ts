@@ -4,7 +4,13 @@ import path from "node:path";
 import { loadConfigToml } from "../config/load.ts";
 import { maskError } from "../config/mask.ts";
 import { runService } from "../drain/run.ts";
-import { NotFoundError } from "../errors.ts";
+import { parseListenAddress, type ListenAddress } from "../config/listen-address.ts";
+import { maskSecrets } from "../config/mask.ts";
+import type { OutboxSyncService } from "../drain/service.ts";
+import { NotFoundError, UsageError } from "../errors.ts";
+import { serveOps, type OpsServer } from "../ops/http.ts";
+import { createDrainMetrics } from "../ops/metrics.ts";
+import { createSystemdNotifier } from "../ops/systemd.ts";
 import type { Logger } from "../logger.ts";
 import { VERSION } from "../version.ts";
 import { logArgs } from "./_log.ts";
@@ -14,11 +20,17 @@ import { DEFAULT_CONFIG } from "./_targets.ts";
 /** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
 export const STOP_TIMEOUT_MS = 30_000;
 
-/** `sqloutbox runservice`: load outbox.toml, drain until SIGTERM/SIGINT/SIGHUP, exit 0 after a clean stop. */
+/**
+ * `sqloutbox runservice`: load outbox.toml, drain until SIGTERM/SIGINT/SIGHUP, exit 0 after a clean
+ * stop. With `--metrics-addr` (or `metrics_addr`) it serves /metrics, /healthz and /readyz; under
+ * systemd (`NOTIFY_SOCKET`) it reports READY=1 once draining, STOPPING=1 on a stop signal, and
+ * feeds the watchdog while every target's loop is alive.
+ */
 export const runservice = defineCommand({
-  meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT/SIGHUP (SIGUSR1: integrity scan)" },
+  meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT/SIGHUP (SIGUSR1: integrity scan; SIGUSR2: retry now)" },
   args: {
     config: { type: "string", valueHint: "FILE", description: `The config file (default ./${DEFAULT_CONFIG})` },
+    "metrics-addr": { type: "string", valueHint: "HOST:PORT", description: "Serve /metrics, /healthz and /readyz here (a bare PORT listens on 127.0.0.1; overrides metrics_addr)" },
     ...logArgs,
   },
   async run({ args }) {
@@ -26,16 +38,53 @@ export const runservice = defineCommand({
     if (!fs.existsSync(file)) {
       throw new NotFoundError(`config file ${file} does not exist (give --config FILE, or scaffold one with "sqloutbox init")`);
     }
+    let address: ListenAddress | null = null;
+    if (args["metrics-addr"] !== undefined) {
+      const parsed = parseListenAddress(args["metrics-addr"]);
+      if ("problem" in parsed) throw new UsageError(`--metrics-addr: ${parsed.problem}`);
+      address = parsed;
+    }
     const base = log();
     const { config, writers, secrets } = await loadConfigToml(file, { logger: base });
+    address ??= config.metricsAddr;
     const logger = maskingLogger(base, secrets);
     const targets = config.apps.flatMap((a) => a.targets.map((t) => t.name));
-    // runService owns the signals: SIGTERM/SIGINT/SIGHUP (also during startup) stop cleanly, SIGUSR1 scans.
-    await runService(config, writers, {
-      logger,
-      stopTimeoutMs: STOP_TIMEOUT_MS,
-      onStarted: () => logger.info(`sqloutbox ${VERSION} draining ${config.apps.map((a) => a.dbDir).join(", ")} to ${targets.join(", ")}`),
-    });
+    let service: OutboxSyncService | null = null;
+    const metrics = createDrainMetrics(() => service);
+    let server: OpsServer | null = null;
+    const notifier = createSystemdNotifier(process.env, { logger });
+    let watchdog: ReturnType<typeof setInterval> | undefined;
+    try {
+      if (address) {
+        server = serveOps(address, () => service, metrics, (text) => maskSecrets(text, secrets));
+        logger.info(`serving /metrics, /healthz and /readyz on ${server.url}`);
+      }
+      // runService owns the signals: SIGTERM/SIGINT/SIGHUP (also during startup) stop cleanly, SIGUSR1 scans, SIGUSR2 retries now.
+      await runService(config, writers, {
+        logger,
+        stopTimeoutMs: STOP_TIMEOUT_MS,
+        onBatch: metrics.observeBatch,
+        onCreated: (created) => (service = created),
+        onStarted: (running) => {
+          const line = `sqloutbox ${VERSION} draining ${config.apps.map((a) => a.dbDir).join(", ")} to ${targets.join(", ")}`;
+          logger.info(line);
+          notifier?.ready(line);
+          const every = notifier?.watchdogIntervalMs;
+          if (every) {
+            // A hung loop must get the process restarted: feed the watchdog only while every target's loop runs.
+            watchdog = setInterval(() => {
+              if (running.targets().every((t) => t.liveness().ok)) notifier!.watchdog();
+            }, every);
+            watchdog.unref();
+          }
+        },
+        onStopping: (why) => notifier?.stopping(`${why}: finishing the in-flight batch`),
+      });
+    } finally {
+      clearInterval(watchdog);
+      notifier?.close();
+      await server?.stop();
+    }
   },
 });
 

@@ -1,60 +1,162 @@
 import { defineCommand } from "citty";
-import { StorageError, UsageError } from "../errors.ts";
+import { lockHolder } from "../drain/lock.ts";
+import { readDrainState, type DrainState, type TableView, type TargetView } from "../drain/state-file.ts";
+import { OutboxError, StorageError, UsageError } from "../errors.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { jsonArg, locationArgs, logArgs } from "./_args.ts";
+import { parseDurationMs } from "./_duration.ts";
 import { withoutFile } from "./verify.ts";
 import { formatAge, oneLine, print, renderTable, redact } from "./_output.ts";
 import { isDir, resolveLocations, withAccessHint, type Locations } from "./_targets.ts";
 
-/** One namespace in `status --json`: where it lives plus its health (errors masked). */
+/** One namespace in `status --json`: where it lives plus its health (errors masked) and its hold, if the drain holds it. */
 export interface StatusEntry extends NamespaceHealth {
   app: string | null;
   dbDir: string;
+  held: TableView["held"];
+}
+
+/** The drain of one db_dir as its state file and lock say: running or not, and when it last wrote. */
+export interface DrainSummary {
+  /** The PID holding the db_dir's lock, or null when no drain runs there. */
+  pid: number | null;
+  /** When the drain last wrote its state (null: no drain ever ran here). */
+  updatedAt: string | null;
+  stoppedAt: string | null;
+  /** A running drain that has not written its state for a while: its loop may be hung. */
+  stale: boolean;
+}
+
+/** One line of the fleet view: an origin's ledger row for a served table, as this host's drain last read it. */
+export interface FleetEntry {
+  target: string;
+  namespace: string;
+  origin: string;
+  label: string;
+  through: number;
+  updatedAt: string;
+  /** The origin is one of this host's queue files. */
+  self: boolean;
 }
 
 /** The stable `status --json` document. */
 export interface StatusReport {
   generatedAt: string;
-  dbDirs: Array<{ app: string | null; dbDir: string; exists: boolean }>;
+  dbDirs: Array<{ app: string | null; dbDir: string; exists: boolean; drain: DrainSummary }>;
   namespaces: StatusEntry[];
+  /** Every target as the running drain last reported it (credential-free, errors masked). */
+  targets: Array<TargetView & { dbDir: string }>;
+  fleet: FleetEntry[];
   /** Files that could not be read (not a database, not an outbox file); they make the exit code 1. */
   unreadable: Array<{ file: string; error: string }>;
-  totals: { namespaces: number; depth: number; stuck: number; deadLetters: number };
+  totals: { namespaces: number; depth: number; stuck: number; held: number; deadLetters: number; targetsDown: number };
 }
 
-/** Reads the health of every namespace of every location; opens files read-only, creates nothing. */
+/** A drain rewrites its state every 2 s: three times that without a write means its loop is not running. */
+const STALE_AFTER_MS = 10_000;
+
+/** Reads the health of every namespace of every location and each drain's persisted state; opens files read-only, creates nothing, no network. */
 export function collectStatus(locations: Locations, now = new Date()): StatusReport {
   const dbDirs: StatusReport["dbDirs"] = [];
   const namespaces: StatusEntry[] = [];
+  const targets: StatusReport["targets"] = [];
+  const fleet: FleetEntry[] = [];
   const unreadable: StatusReport["unreadable"] = [];
+  const mask = (text: string | null) => (text === null ? null : redact(text, locations.secrets));
   for (const loc of locations.dirs) {
     const exists = isDir(loc.dbDir);
-    dbDirs.push({ app: loc.app, dbDir: loc.dbDir, exists });
+    const state = exists ? readDrainState(loc.dbDir) : null;
+    const pid = exists ? lockHolder(loc.dbDir) : null;
+    const drain: DrainSummary = {
+      pid,
+      updatedAt: state?.updatedAt ?? null,
+      stoppedAt: state?.stoppedAt ?? null,
+      stale: pid !== null && (state === null || now.getTime() - Date.parse(state.updatedAt) > STALE_AFTER_MS),
+    };
+    dbDirs.push({ app: loc.app, dbDir: loc.dbDir, exists, drain });
     if (!exists) continue;
+    // A stopped drain's view of its targets is history, not state: only a running drain's is shown.
+    const live = pid !== null && state !== null && state.stoppedAt === null ? state : null;
+    for (const t of live?.targets ?? []) targets.push(maskTarget(t, loc.dbDir, mask));
+    fleet.push(...fleetOf(live));
+    const holds = new Map((live?.targets ?? []).flatMap((t) => t.tables.map((tb) => [tb.namespace, tb.held] as const)));
     const onError = (file: string, err: Error) => unreadable.push({ file, error: withAccessHint(err.message, file) });
     for (const h of healthAll(loc.dbDir, { maxPending: loc.maxPending, now, onError })) {
-      const lastError = h.lastError === null ? null : redact(h.lastError, locations.secrets);
-      namespaces.push({ app: loc.app, dbDir: loc.dbDir, ...h, lastError });
+      const held = holds.get(h.namespace) ?? null;
+      namespaces.push({ app: loc.app, dbDir: loc.dbDir, ...h, lastError: mask(h.lastError), held: held && { ...held, message: mask(held.message)! } });
     }
   }
   return {
     generatedAt: now.toISOString(),
     dbDirs,
     namespaces,
+    targets,
+    fleet,
     unreadable,
     totals: {
       namespaces: namespaces.length,
       depth: namespaces.reduce((n, h) => n + h.depth, 0),
       stuck: namespaces.filter((h) => h.isStuck).length,
+      held: namespaces.filter((h) => h.held !== null).length,
       deadLetters: namespaces.reduce((n, h) => n + h.deadLetterCount, 0),
+      targetsDown: targets.filter((t) => t.state === "outage" || t.state === "misconfigured").length,
     },
   };
+}
+
+function maskTarget(t: TargetView, dbDir: string, mask: (text: string | null) => string | null): TargetView & { dbDir: string } {
+  return {
+    ...t,
+    dbDir,
+    lastError: mask(t.lastError),
+    setupProblem: mask(t.setupProblem),
+    tables: t.tables.map((tb) => ({ ...tb, held: tb.held && { ...tb.held, message: mask(tb.held.message)! } })),
+  };
+}
+
+function fleetOf(state: DrainState | null): FleetEntry[] {
+  const out: FleetEntry[] = [];
+  for (const t of state?.targets ?? []) {
+    const mine = new Set(t.tables.map((tb) => tb.origin).filter((o): o is string => o !== null));
+    for (const r of t.fleet) out.push({ target: t.target, namespace: r.namespace, origin: r.origin, label: r.label, through: r.through, updatedAt: r.updatedAt, self: mine.has(r.origin) });
+  }
+  return out;
+}
+
+/** What `status --check` can fail on. */
+export const CHECKS = ["stuck", "held", "dead", "age", "down"] as const;
+export type Check = (typeof CHECKS)[number];
+
+/**
+ * The problems `status --check` reports, one line each: stuck heads, held tables, dead letters,
+ * an oldest pending row older than `maxAgeMs`, targets down or misconfigured, a running drain
+ * whose state went stale. Empty when all is well.
+ */
+export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, maxAgeMs: number): string[] {
+  const problems: string[] = [];
+  const where = (h: StatusEntry) => `${h.app ? `${h.app}/` : ""}${h.namespace}`;
+  for (const h of report.namespaces) {
+    if (checks.has("stuck") && h.isStuck) problems.push(`stuck: ${where(h)} head seq ${h.headSeq} failed ${h.headAttempts} time(s): ${oneLine(h.lastError, 100)}`);
+    if (checks.has("held") && h.held) problems.push(`held: ${where(h)} (${h.held.reason}): ${oneLine(h.held.message, 100)}`);
+    if (checks.has("dead") && h.deadLetterCount > 0) problems.push(`dead letters: ${where(h)} has ${h.deadLetterCount}`);
+    if (checks.has("age") && h.oldestPendingAgeMs !== null && h.oldestPendingAgeMs > maxAgeMs) {
+      problems.push(`too old: ${where(h)} oldest pending row waited ${formatAge(h.oldestPendingAgeMs)} (limit ${formatAge(maxAgeMs)})`);
+    }
+  }
+  if (checks.has("down")) {
+    for (const t of report.targets) {
+      if (t.state === "outage" || t.state === "misconfigured") problems.push(`${t.state === "outage" ? "down" : "misconfigured"}: target ${t.target} since ${t.downSince}, ${t.failures} failed attempt(s): ${oneLine(t.lastError, 100)}`);
+    }
+    for (const d of report.dbDirs) if (d.drain.stale) problems.push(`stale: the drain (pid ${d.drain.pid}) on ${d.dbDir} has not reported since ${d.drain.updatedAt ?? "it started"}`);
+  }
+  return problems;
 }
 
 /** The human view of a status report: one aligned row per namespace, then totals. */
 export function renderStatus(report: StatusReport): string {
   const withApp = report.dbDirs.some((d) => d.app !== null);
   const withCapacity = report.namespaces.some((h) => h.capacityPct !== null);
+  const withHeld = report.namespaces.some((h) => h.held !== null);
   const columns = [
     ...(withApp ? [{ header: "app" }] : []),
     { header: "namespace" },
@@ -65,6 +167,7 @@ export function renderStatus(report: StatusReport): string {
     { header: "stuck" },
     { header: "dead", right: true },
     ...(withCapacity ? [{ header: "capacity", right: true }] : []),
+    ...(withHeld ? [{ header: "held" }] : []),
     { header: "last error" },
   ];
   const rows = report.namespaces.map((h) => [
@@ -77,9 +180,29 @@ export function renderStatus(report: StatusReport): string {
     h.isStuck ? "STUCK" : "no",
     String(h.deadLetterCount),
     ...(withCapacity ? [h.capacityPct === null ? "-" : `${formatPct(h.capacityPct)}%`] : []),
-    h.lastError === null ? "-" : oneLine(withClass(h.lastError, h.lastErrorClass), 60),
+    ...(withHeld ? [h.held ? `${h.held.reason}` : "-"] : []),
+    h.held ? oneLine(h.held.message, 60) : h.lastError === null ? "-" : oneLine(withClass(h.lastError, h.lastErrorClass), 60),
   ]);
   const lines: string[] = [];
+  const now = Date.parse(report.generatedAt);
+  for (const d of report.dbDirs.filter((d) => d.exists)) {
+    const label = `${d.app ? `app ${d.app}: ` : ""}`;
+    if (d.drain.pid === null) lines.push(`${label}no drain is running on ${d.dbDir}${d.drain.stoppedAt ? ` (stopped ${formatAge(now - Date.parse(d.drain.stoppedAt))} ago)` : ""}`);
+    else lines.push(`${label}drain running (pid ${d.drain.pid}) on ${d.dbDir}${d.drain.updatedAt ? `, reported ${formatAge(now - Date.parse(d.drain.updatedAt))} ago` : ""}${d.drain.stale ? " — STALE: its loop is not reporting" : ""}`);
+  }
+  if (report.targets.length > 0) {
+    lines.push(renderTable(
+      [{ header: "target" }, { header: "state" }, { header: "since" }, { header: "failures", right: true }, { header: "last batch", right: true }, { header: "problem" }],
+      report.targets.map((t) => [
+        t.target,
+        t.state === "outage" ? "DOWN" : t.state === "misconfigured" ? "MISCONFIGURED" : t.state,
+        t.downSince ? t.downSince.slice(11, 19) : "-",
+        String(t.failures),
+        t.lastSuccessAt ? `${formatAge(now - Date.parse(t.lastSuccessAt))} ago` : "-",
+        oneLine(t.lastError ?? t.setupProblem, 60),
+      ]),
+    ), "");
+  }
   for (const d of report.dbDirs.filter((d) => !d.exists)) {
     lines.push(`${d.app ? `app ${d.app}: ` : ""}db_dir ${d.dbDir} does not exist yet (nothing enqueued)`);
   }
@@ -88,7 +211,14 @@ export function renderStatus(report: StatusReport): string {
   else {
     lines.push(renderTable(columns, rows));
     const t = report.totals;
-    lines.push("", `${t.namespaces} namespace(s), ${t.depth} pending, ${t.stuck} stuck, ${t.deadLetters} dead letter(s)`);
+    lines.push("", `${t.namespaces} namespace(s), ${t.depth} pending, ${t.stuck} stuck, ${t.held} held, ${t.deadLetters} dead letter(s)${t.targetsDown ? `, ${t.targetsDown} target(s) down` : ""}`);
+  }
+  if (report.fleet.length > 0) {
+    lines.push("", "fleet (every origin's delivery ledger row, as this host's drain last read it):");
+    lines.push(renderTable(
+      [{ header: "target" }, { header: "namespace" }, { header: "origin" }, { header: "label" }, { header: "through", right: true }, { header: "updated", right: true }],
+      report.fleet.map((f) => [f.target, f.namespace, f.self ? `${f.origin} (this host)` : f.origin, f.label || "-", String(f.through), `${formatAge(now - Date.parse(f.updatedAt))} ago`]),
+    ));
   }
   return lines.join("\n");
 }
@@ -111,25 +241,46 @@ export const status = defineCommand({
     ...jsonArg,
     watch: { type: "boolean", description: "Refresh until interrupted (with --json: one JSON document per line)" },
     interval: { type: "string", valueHint: "SECONDS", description: "Refresh interval for --watch (default 2)" },
+    check: { type: "boolean", description: "Exit 1 when something needs an operator: stuck, held, dead letters, too old, a target down (for cron, Nagios, probes)" },
+    "fail-on": { type: "string", valueHint: "LIST", description: `With --check: which conditions fail it, comma-separated (default all: ${CHECKS.join(",")})` },
+    "max-age": { type: "string", valueHint: "DUR", description: "With --check: the oldest pending row may be this old (default 15m)" },
     ...logArgs,
   },
   async run({ args }) {
     const locations = await resolveLocations(args);
+    const checking = checkOptions(args);
     if (!args.watch) {
       if (args.interval !== undefined) throw new UsageError("--interval only applies with --watch");
       const report = collectStatus(locations);
-      if (args.json) print(JSON.stringify(report, null, 2));
-      else print(renderStatus(report));
+      const problems = checking ? checkStatus(report, checking.checks, checking.maxAgeMs) : [];
+      if (args.json) print(JSON.stringify(checking ? { ...report, check: { ok: problems.length === 0, problems } } : report, null, 2));
+      else print(renderStatus(report) + (checking ? `\n\n${problems.length === 0 ? "check: ok" : `check: ${problems.length} problem(s)\n${problems.map((p) => `  - ${p}`).join("\n")}`}` : ""));
       if (report.unreadable.length > 0) {
         throw new StorageError(`status could not read ${report.unreadable.length} file(s)`, report.unreadable[0]!.file);
       }
+      if (problems.length > 0) throw new OutboxError("E_OUTBOX", `status --check: ${problems.length} problem(s)`);
       return;
     }
+    if (checking) throw new UsageError("--check does not combine with --watch");
     const seconds = args.interval === undefined ? 2 : Number(args.interval);
     if (!Number.isFinite(seconds) || seconds <= 0) throw new UsageError(`--interval must be a positive number of seconds, got "${args.interval}"`);
     await watch(locations, seconds * 1000, Boolean(args.json));
   },
 });
+
+/** `--check`, `--fail-on` and `--max-age`, validated; null without --check. */
+function checkOptions(args: { check?: boolean; "fail-on"?: string; "max-age"?: string }): { checks: Set<Check>; maxAgeMs: number } | null {
+  if (!args.check) {
+    if (args["fail-on"] !== undefined || args["max-age"] !== undefined) throw new UsageError("--fail-on and --max-age only apply with --check");
+    return null;
+  }
+  const names = args["fail-on"] === undefined ? [...CHECKS] : args["fail-on"].split(",").map((n) => n.trim()).filter(Boolean);
+  for (const n of names) {
+    if (!(CHECKS as readonly string[]).includes(n)) throw new UsageError(`--fail-on takes ${CHECKS.join(", ")}, got "${n}"`);
+  }
+  if (names.length === 0) throw new UsageError(`--fail-on needs at least one of ${CHECKS.join(", ")}`);
+  return { checks: new Set(names as Check[]), maxAgeMs: args["max-age"] === undefined ? 15 * 60_000 : parseDurationMs("--max-age", args["max-age"]) };
+}
 
 async function watch(locations: Locations, intervalMs: number, json: boolean): Promise<void> {
   let stopped = false;

@@ -9,8 +9,33 @@ export interface DrainLock {
   release(): void;
 }
 
-/** The lock file every drain of a db_dir contends for. */
+/** The lock file every drain of a db_dir contends for; it holds the drain's PID. */
 export const LOCK_FILE_NAME = ".sqloutbox.lock";
+
+/**
+ * The PID of the drain holding `dbDir`'s lock, or null when no drain holds it (the lock can be
+ * taken, so nothing runs there: a PID left in the file is stale and must not be signalled).
+ */
+export function lockHolder(dbDir: string): number | null {
+  const lockFile = path.join(path.resolve(dbDir), LOCK_FILE_NAME);
+  let fd: number;
+  try {
+    fd = fs.openSync(lockFile, "r");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw new StorageError(`cannot read drain lock file ${lockFile}: ${(error as Error).message}`, lockFile, undefined, { cause: error });
+  }
+  try {
+    if (flock()(fd, LOCK_EX | LOCK_NB) === 0) {
+      flock()(fd, LOCK_UN);
+      return null;
+    }
+    const pid = Number.parseInt(fs.readFileSync(lockFile, "utf8").trim(), 10);
+    return Number.isSafeInteger(pid) && pid > 0 ? pid : null;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
 
 const LOCK_EX = 2;
 const LOCK_NB = 4;
@@ -54,6 +79,9 @@ export function acquireLock(dbDir: string, fileMode = 0o600): DrainLock {
     fs.closeSync(fd);
     throw new LockedError(lockFile);
   }
+  // The holder's PID, for `sqloutbox kick` (which checks the lock is held before signalling it).
+  fs.ftruncateSync(fd, 0);
+  fs.writeSync(fd, `${process.pid}\n`);
   let held = true;
   return {
     lockFile,

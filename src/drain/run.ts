@@ -12,21 +12,29 @@ export interface RunServiceOptions extends SyncServiceOptions {
   signal?: AbortSignal;
   /** Interval (ms) of the "what the drain did" info line; 0 turns it off. Default 60 000. */
   activityLogIntervalMs?: number;
+  /** Interval (ms) at which each db_dir's drain state (for `status`) is rewritten; 0 turns it off. Default 2 000. */
+  stateIntervalMs?: number;
+  /** Called with the service as soon as it is constructed, before startup (e.g. for health endpoints that say "starting"). */
+  onCreated?: (service: OutboxSyncService) => void;
   /** Called once the service is running (locks held, startup done or bounded, loops started). */
   onStarted?: (service: OutboxSyncService) => void;
+  /** Called once when stopping begins (a signal or `signal`), before the in-flight batch settles. */
+  onStopping?: (why: string) => void;
 }
 
 /**
  * Runs the drain until SIGTERM, SIGINT or SIGHUP (or `options.signal` aborts): starts the
- * service, logs an integrity scan on SIGUSR1 and a line of activity every minute, and on a stop
- * signal stops scheduling, lets the in-flight batch settle (bounded by `stopTimeoutMs`), closes
- * the writers and releases the locks. Resolves when stopped — the caller exits 0. Rejects if
- * startup fails (e.g. `LockedError`).
+ * service, logs an integrity scan on SIGUSR1, retries every backed-off target and held table at
+ * once on SIGUSR2 (`sqloutbox kick`), logs a line of activity every minute and rewrites each
+ * db_dir's drain state every two seconds; on a stop signal stops scheduling, lets the in-flight
+ * batch settle (bounded by `stopTimeoutMs`), closes the writers and releases the locks. Resolves
+ * when stopped — the caller exits 0. Rejects if startup fails (e.g. `LockedError`).
  */
 export async function runService(config: OutboxConfig, writers: Record<string, OutboxWriter>, options: RunServiceOptions = {}): Promise<void> {
   const logger: Logger = options.logger ?? silentLogger;
   const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
   const service = new OutboxSyncService(config, writers, options);
+  options.onCreated?.(service);
   let finish!: () => void;
   const done = new Promise<void>((resolve) => {
     finish = resolve;
@@ -36,6 +44,7 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
   let stopRequested: string | null = null;
   let stopping = false;
   let stopActivityLog = () => {};
+  let stopState = () => {};
   const stop = (why: string) => {
     if (!started) {
       // A signal during startup: nothing is in flight yet, so stop now rather than wait out a
@@ -52,6 +61,7 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
     }
     stopping = true;
     logger.info(`drain: ${why}: finishing the in-flight batch and stopping`);
+    options.onStopping?.(why);
     service
       .stop(stopTimeoutMs)
       .catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`))
@@ -69,11 +79,18 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
       logger.error(`drain: integrity scan failed: ${(error as Error).message}`);
     }
   };
+  // The operator fixed the remote: do not make them wait out a backoff.
+  const onUsr2 = () => {
+    if (!started) return;
+    logger.info("drain: SIGUSR2: retrying every backed-off target and held table now");
+    service.retryNow();
+  };
   const onAbort = () => stop("stop requested");
   process.on("SIGTERM", onTerm);
   process.on("SIGINT", onInt);
   process.on("SIGHUP", onHup);
   process.on("SIGUSR1", onUsr1);
+  process.on("SIGUSR2", onUsr2);
   if (options.signal?.aborted) onAbort();
   options.signal?.addEventListener("abort", onAbort, { once: true });
   try {
@@ -93,14 +110,24 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
     started = true;
     const every = options.activityLogIntervalMs ?? 60_000;
     if (every > 0) stopActivityLog = logActivity(service, logger, every);
+    const stateEvery = options.stateIntervalMs ?? 2_000;
+    if (stateEvery > 0) {
+      service.persistState();
+      const timer = setInterval(() => service.persistState(), stateEvery);
+      timer.unref();
+      stopState = () => clearInterval(timer);
+    }
     options.onStarted?.(service);
     await done;
+    if (stateEvery > 0) service.persistState({ stopped: true });
   } finally {
     process.off("SIGTERM", onTerm);
     process.off("SIGINT", onInt);
     process.off("SIGHUP", onHup);
     process.off("SIGUSR1", onUsr1);
+    process.off("SIGUSR2", onUsr2);
     stopActivityLog();
+    stopState();
     options.signal?.removeEventListener("abort", onAbort);
   }
 }

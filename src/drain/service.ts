@@ -5,7 +5,8 @@ import { silentLogger, type Logger } from "../logger.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { scanIntegrity, type IntegrityReport } from "./integrity.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
-import { TargetRunner, type TargetCycle } from "./target.ts";
+import { writeDrainState, type DrainState } from "./state-file.ts";
+import { TargetRunner, type BatchEvent, type TargetCycle } from "./target.ts";
 
 /** Options of an `OutboxSyncService` beyond the config. */
 export interface SyncServiceOptions {
@@ -20,6 +21,8 @@ export interface SyncServiceOptions {
   pollIntervalMs?: number;
   /** How long `stop()` waits for the in-flight batch by default (ms). Default 10 000. */
   stopTimeoutMs?: number;
+  /** Told about every batch a target answered (rows, duration): for metrics. */
+  onBatch?: (event: BatchEvent) => void;
 }
 
 /** Cumulative counts of one target, for periodic activity logs and health endpoints. */
@@ -57,6 +60,7 @@ export class OutboxSyncService {
   private readonly now: () => number;
   private readonly runners: TargetRunner[] = [];
   private locks: DrainLock[] = [];
+  private readonly startedAt = new Date().toISOString();
   private opened = false;
   private closed = false;
   private looping = false;
@@ -169,6 +173,23 @@ export class OutboxSyncService {
     return this.runners;
   }
 
+  /**
+   * Writes each db_dir's drain state (`.sqloutbox-state.json`: every target's state, holds and
+   * fleet view) for `status` to read without a network call; `stopped` marks it final.
+   */
+  persistState(options: { stopped?: boolean } = {}): void {
+    const now = new Date().toISOString();
+    for (const app of this.config.apps) {
+      const targets = this.runners.filter((r) => r.appConfig === app).map((r) => r.view());
+      const state: DrainState = { version: 1, pid: process.pid, startedAt: this.startedAt, updatedAt: now, stoppedAt: options.stopped ? now : null, targets };
+      try {
+        writeDrainState(app.dbDir, state, app.fileMode);
+      } catch (error) {
+        this.logger.warn(`drain: cannot write the drain state into ${app.dbDir}: ${(error as Error).message}`);
+      }
+    }
+  }
+
   /** Ends every backoff and timed hold now, on every target (`sqloutbox kick`, SIGUSR2). */
   retryNow(): void {
     for (const runner of this.runners) runner.retryNow();
@@ -212,7 +233,7 @@ export class OutboxSyncService {
   private openApp(app: AppConfig): void {
     const pollIntervalMs = this.options.pollIntervalMs ?? Math.min(50, Math.max(1, app.flushIntervalMs / 4));
     for (const target of app.targets) {
-      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs });
+      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs, onBatch: this.options.onBatch });
       this.runners.push(runner);
       runner.openTables();
     }

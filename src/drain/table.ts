@@ -5,6 +5,7 @@ import { Outbox, type OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
 import { rowBackoffMs, tableReadiness } from "./schedule.ts";
+import type { TableView } from "./state-file.ts";
 
 /** Why a table is not delivering right now. */
 export type HoldReason = "file" | "local" | "remote schema" | "origin" | "writer contract";
@@ -67,6 +68,8 @@ export class DrainTable {
   /** Absolute path of `{db_dir}/{table}.db`. */
   readonly file: string;
   #outbox: Outbox | null = null;
+  /** The file's origin id, once opened (kept after close, for the final drain state). */
+  #origin: string | null = null;
   #hold: TableHold | null = null;
   #localErrors = 0;
   #schemaErrors = 0;
@@ -83,6 +86,8 @@ export class DrainTable {
   compatReady: boolean;
   /** A timed-out batch carrying this table (no ledger) may still commit: not planned until it answers. */
   awaitingLateAnswer = false;
+  /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
+  readonly counts = { delivered: 0, failed: 0, deadLettered: 0 };
 
   constructor(
     readonly config: TableConfig,
@@ -111,6 +116,25 @@ export class DrainTable {
     return this.#hold;
   }
 
+  /** Adds an outcome to this table's counts. */
+  tally(outcome: Partial<TableOutcome>): void {
+    this.counts.delivered += outcome.delivered ?? 0;
+    this.counts.failed += outcome.failed ?? 0;
+    this.counts.deadLettered += outcome.deadLettered ?? 0;
+  }
+
+  /** This table as status and metrics show it. */
+  view(): TableView {
+    const hold = this.#hold;
+    const iso = (ms: number) => new Date(ms).toISOString();
+    return {
+      namespace: this.name,
+      origin: this.#origin,
+      through: this.#through,
+      held: hold ? { reason: hold.reason, message: hold.message, since: iso(hold.since), until: Number.isFinite(hold.until) ? iso(hold.until) : null } : null,
+    };
+  }
+
   /** True while held at `now` (or unopened). */
   held(now: number): boolean {
     return this.#outbox === null || (this.#hold !== null && this.#hold.until > now);
@@ -136,6 +160,7 @@ export class DrainTable {
     try {
       this.#outbox = new Outbox(this.file, this.name, { maxPending: this.app.maxPending, durability: this.app.durability, fileMode: this.app.fileMode });
       this.freshQueue = !this.#outbox.hasHistory();
+      this.#origin = this.#outbox.origin;
       this.#release("file");
       return true;
     } catch (error) {
@@ -162,9 +187,12 @@ export class DrainTable {
     const outbox = this.#outbox!;
     const through = Math.max(remote ?? 0, options.adopted ?? 0);
     let confirmed = options.adopted ? outbox.confirmThrough(options.adopted) : 0;
+    this.tally({ delivered: confirmed });
     // The sent mark is never lowered here: a batch the ledger does not show yet may still commit
     // (an uncommitted INSERT of the ledger row is invisible to a locking read on PostgreSQL).
-    confirmed += outbox.confirmThrough(Math.min(outbox.sentMark(), through));
+    const settled = outbox.confirmThrough(Math.min(outbox.sentMark(), through));
+    this.tally({ delivered: settled });
+    confirmed += settled;
     const head = outbox.head();
     if (head && head.seq <= through) {
       const moved = outbox.resequenceAbove(through);

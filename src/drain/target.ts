@@ -3,13 +3,15 @@ import { describeError, WriteError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
-import type { Dialect, OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
+import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
 import { TargetLedger, type LedgerRow } from "./ledger.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
 import { outageBackoffMs } from "./schedule.ts";
 import { DrainTable, minWake, type TableSlice } from "./table.ts";
+import type { TargetView } from "./state-file.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
 
 /** What one cycle of one target did. */
@@ -40,6 +42,14 @@ const FLEET_REFRESH_MS = 15_000;
 const SETUP_RETRY_FIRST_MS = 2_000;
 const SETUP_RETRY_CAP_MS = 60_000;
 
+/** One answered batch, for metrics: how many rows it carried and how long the target took. */
+export interface BatchEvent {
+  app: string;
+  target: string;
+  rows: number;
+  durationMs: number;
+}
+
 /** Everything one target's runner is built from. */
 export interface TargetRunnerOptions {
   target: TargetConfig;
@@ -49,6 +59,8 @@ export interface TargetRunnerOptions {
   now: () => number;
   /** How often (ms) an idle target checks its files for new commits. */
   pollIntervalMs: number;
+  /** Told about every batch the target answered. */
+  onBatch?: (event: BatchEvent) => void;
 }
 
 /**
@@ -84,8 +96,10 @@ export class TargetRunner {
   lastError: string | null = null;
   /** When a batch was last answered (epoch ms). */
   lastSuccessAt: number | null = null;
-  /** When the loop last finished a cycle (epoch ms): the liveness signal. */
+  /** When the loop last finished a cycle (epoch ms). */
   lastCycleAt: number | null = null;
+  /** When the loop last ran at all — a cycle, or a poll while idle or backing off (epoch ms): the liveness signal. */
+  lastBeatAt: number | null = null;
   /** Every origin's ledger row for the served tables, as last read, and when. */
   fleet: LedgerRow[] = [];
   fleetReadAt = 0;
@@ -150,12 +164,60 @@ export class TargetRunner {
         this.totals.failed += out.failed;
         this.totals.deadLettered += out.deadLettered;
         this.lastCycleAt = Date.now();
+        this.lastBeatAt = this.lastCycleAt;
         return out;
       })
       .finally(() => {
         this.running = null;
       });
     return this.running;
+  }
+
+  /** This target as status, metrics and health endpoints show it. */
+  view(): TargetView {
+    const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+    return {
+      target: this.name,
+      app: this.app.name,
+      state: this.state,
+      failures: this.failures,
+      downSince: iso(this.downSince),
+      lastError: this.lastError,
+      lastSuccessAt: iso(this.lastSuccessAt),
+      lastCycleAt: iso(this.lastCycleAt),
+      lastBeatAt: iso(this.lastBeatAt),
+      setupProblem: this.setupProblem,
+      ledger: this.ledger !== null,
+      totals: { ...this.totals },
+      tables: this.tables.map((t) => t.view()),
+      fleet: this.fleet,
+      fleetReadAt: this.fleetReadAt ? iso(this.fleetReadAt) : null,
+    };
+  }
+
+  /**
+   * Whether the loop is alive: it ran (a cycle, or a poll while idle or backing off) within twice
+   * write_timeout plus flush_interval plus 10 s — a batch blocked on a dead remote is not a hung loop.
+   */
+  liveness(now = Date.now()): { ok: boolean; why?: string } {
+    const boundMs = 2 * this.app.writeTimeoutMs + this.app.flushIntervalMs + 10_000;
+    if (this.lastBeatAt === null) return { ok: false, why: "the loop has not run yet" };
+    const ageMs = now - this.lastBeatAt;
+    return ageMs <= boundMs ? { ok: true } : { ok: false, why: `the loop last ran ${Math.round(ageMs / 1000)} s ago (bound ${Math.round(boundMs / 1000)} s)` };
+  }
+
+  /** Whether the target can take batches: reachable and set up (its ledger table present). */
+  readiness(): { ok: boolean; why?: string } {
+    if (this.state === "outage") return { ok: false, why: `down: ${this.lastError ?? "unreachable"}` };
+    if (this.state === "misconfigured") return { ok: false, why: `misconfigured: ${this.lastError ?? ""}` };
+    if (this.setupProblem) return { ok: false, why: `not set up: ${this.setupProblem}` };
+    if (!this.prepared) return { ok: false, why: "starting" };
+    return { ok: true };
+  }
+
+  /** The app this target belongs to (its db_dir and tuning). */
+  get appConfig(): AppConfig {
+    return this.app;
   }
 
   /** True while the target is backing off after an outage (or is misconfigured). */
@@ -304,6 +366,7 @@ export class TargetRunner {
       const left = until - Date.now();
       if (left <= 0) return;
       await this.waker.sleep(Math.min(this.pollIntervalMs, left));
+      this.lastBeatAt = Date.now();
       if (this.stopping) return;
       try {
         if (this.watcher?.changed() && Date.now() >= Math.max(this.backoffUntil, this.quietUntil)) return;
@@ -384,6 +447,7 @@ export class TargetRunner {
         break;
       }
       const { slice, outcome } = table.plan({ now, maxBytes: budget, prepare: (t, row) => this.prepareRow(t, row), fence });
+      table.tally(outcome);
       out.deadLettered += outcome.deadLettered;
       out.failed += outcome.failed;
       out.more ||= outcome.more;
@@ -412,6 +476,7 @@ export class TargetRunner {
     let moved = 0;
     for (const slice of slices) {
       const answer = slice.table.applyAnswer(slice, results.slice(start, start + slice.stmts.length), this.now());
+      slice.table.tally(answer);
       start += slice.stmts.length;
       out.delivered += answer.delivered;
       out.failed += answer.failed;
@@ -420,8 +485,11 @@ export class TargetRunner {
       moved += answer.delivered + answer.failed + answer.deadLettered;
       if (answer.ledgerMissing) this.prepared = false;
     }
-    this.logger.debug(`drain: batch to ${this.name}: ${stmts.length} statements, ${moved} rows settled in ${Math.round(performance.now() - started)} ms`, {
-      target: this.name, rows: moved, duration_ms: Math.round(performance.now() - started),
+    const durationMs = performance.now() - started;
+    const rows = slices.reduce((n, sl) => n + sl.rows.length, 0);
+    this.options.onBatch?.({ app: this.app.name, target: this.name, rows, durationMs });
+    this.logger.debug(`drain: batch to ${this.name}: ${rows} rows, ${moved} settled in ${Math.round(durationMs)} ms`, {
+      app: this.app.name, target: this.name, rows, duration_ms: Math.round(durationMs),
     });
     if (moved === 0) {
       // The remote answered but nothing moved (every head "skipped"): our own bookkeeping

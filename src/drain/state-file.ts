@@ -1,0 +1,75 @@
+import fs from "node:fs";
+import path from "node:path";
+import type { LedgerRow } from "./ledger.ts";
+import type { HoldReason } from "./table.ts";
+import type { TargetState } from "./target.ts";
+
+/** One served table as the drain sees it. Times are ISO-8601. */
+export interface TableView {
+  namespace: string;
+  /** The queue file's origin id (null while the file cannot be opened). */
+  origin: string | null;
+  /** The ledger's `through` this drain last saw (null: not settled yet, or no ledger). */
+  through: number | null;
+  held: { reason: HoldReason; message: string; since: string; until: string | null } | null;
+}
+
+/** One target as the drain sees it: reachable or not, since when, why; its tables and the fleet view. */
+export interface TargetView {
+  target: string;
+  app: string;
+  state: TargetState;
+  /** Consecutive failed attempts to reach it. */
+  failures: number;
+  downSince: string | null;
+  lastError: string | null;
+  lastSuccessAt: string | null;
+  /** When its loop last finished a cycle. */
+  lastCycleAt: string | null;
+  /** When its loop last ran at all (a cycle, or a poll while idle): the liveness signal. */
+  lastBeatAt: string | null;
+  /** Why the ledger table is not set up, while it is not. */
+  setupProblem: string | null;
+  ledger: boolean;
+  totals: { delivered: number; failed: number; deadLettered: number };
+  tables: TableView[];
+  /** Every origin's ledger row for the served tables, as last read (null: never read). */
+  fleet: LedgerRow[];
+  fleetReadAt: string | null;
+}
+
+/** What a running drain persists for each db_dir, so `status` shows it without a network call. */
+export interface DrainState {
+  version: 1;
+  pid: number;
+  startedAt: string;
+  /** When this was written; a running drain rewrites it every few seconds. */
+  updatedAt: string;
+  /** Set when the drain stopped cleanly (the state is then final, not stale). */
+  stoppedAt: string | null;
+  targets: TargetView[];
+}
+
+/** The state file every drain of a db_dir writes: `<db_dir>/.sqloutbox-state.json`. */
+export const STATE_FILE_NAME = ".sqloutbox-state.json";
+
+/**
+ * Writes `state` to `<dbDir>/.sqloutbox-state.json` atomically (a temp file renamed over it), so a
+ * reader never sees half a file; created with `fileMode` (error messages may quote rows).
+ */
+export function writeDrainState(dbDir: string, state: DrainState, fileMode = 0o600): void {
+  const file = path.join(dbDir, STATE_FILE_NAME);
+  const tmp = `${file}.${process.pid}.tmp`;
+  fs.writeFileSync(tmp, `${JSON.stringify(state, null, 1)}\n`, { mode: fileMode });
+  fs.renameSync(tmp, file);
+}
+
+/** The drain state of a db_dir, or null when no drain ever wrote one (or it is unreadable). */
+export function readDrainState(dbDir: string): DrainState | null {
+  try {
+    const parsed = JSON.parse(fs.readFileSync(path.join(dbDir, STATE_FILE_NAME), "utf8")) as DrainState;
+    return parsed?.version === 1 && Array.isArray(parsed.targets) ? parsed : null;
+  } catch {
+    return null;
+  }
+}
