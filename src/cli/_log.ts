@@ -3,6 +3,7 @@
 import { createConsola, type ConsolaInstance, type LogObject } from "consola";
 import { inspect } from "node:util";
 import { UsageError } from "../errors.ts";
+import { isFieldBag } from "../logger.ts";
 
 /** Accepted log levels, least to most verbose. */
 export const LOG_LEVELS = ["error", "warn", "info", "debug"] as const;
@@ -78,9 +79,14 @@ export function createCliLogger(options: { level: LogLevelName; format: LogForma
   });
 }
 
-/** `[level] message` as consola's basic reporter writes it, an Error as its message (no stack). */
+/**
+ * `[level] message` as consola's basic reporter writes it, an Error as its message (no stack).
+ * Structured fields (a plain object) are for JSON logs: the message already says it for a human.
+ */
 function prettyLine(obj: LogObject): string {
-  const text = (obj.args ?? []).map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : inspect(a, { breakLength: Infinity })));
+  const text = (obj.args ?? [])
+    .filter((a) => !isFieldBag(a))
+    .map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : inspect(a, { breakLength: Infinity })));
   return `[${levelName(obj)}] ${text.join(" ")}`;
 }
 

@@ -155,6 +155,11 @@ export class OutboxSyncService {
     };
   }
 
+  /** Whether stop() was called. */
+  get isStopped(): boolean {
+    return this.closed;
+  }
+
   /** Pending rows per table name (tables of the same name in several apps are summed; an unopened file counts 0). */
   pendingCount(): Record<string, number> {
     this.open();

@@ -1,6 +1,6 @@
 import type { AppConfig, TargetConfig } from "../config/types.ts";
 import { describeError, WriteError } from "../errors.ts";
-import type { Logger } from "../logger.ts";
+import { withFields, type Logger } from "../logger.ts";
 import type { OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
@@ -128,7 +128,8 @@ export class TargetRunner {
   private lastOutageMessage: string | null = null;
 
   constructor(private readonly options: TargetRunnerOptions) {
-    const { target, app, writer, logger } = options;
+    const { target, app, writer } = options;
+    const logger = withFields(options.logger, { app: app.name, target: target.name });
     this.name = target.name;
     this.app = app;
     this.logger = logger;
@@ -414,6 +415,16 @@ export class TargetRunner {
     return confirmed;
   }
 
+  /** Our own ledger row moved with a batch: the fleet view shows it at once, not at the next read. */
+  private noteThrough(table: DrainTable): void {
+    const origin = table.outbox?.origin;
+    if (!origin || table.through === null) return;
+    const row: LedgerRow = { origin, namespace: table.name, through: table.through, label: this.app.originLabel, updatedAt: new Date(this.now()).toISOString() };
+    const i = this.fleet.findIndex((r) => r.origin === origin && r.namespace === table.name);
+    if (i >= 0) this.fleet[i] = row;
+    else this.fleet = [...this.fleet, row].sort((a, b) => a.namespace.localeCompare(b.namespace) || a.origin.localeCompare(b.origin));
+  }
+
   /**
    * Compatibility mode stamps per-file seqs into `outbox_seq`: two queue files feeding one injected
    * table would absorb each other's rows as duplicates. Refused loudly: the table is held, naming both.
@@ -477,6 +488,7 @@ export class TargetRunner {
     for (const slice of slices) {
       const answer = slice.table.applyAnswer(slice, results.slice(start, start + slice.stmts.length), this.now());
       slice.table.tally(answer);
+      if (slice.fenced && answer.delivered > 0) this.noteThrough(slice.table);
       start += slice.stmts.length;
       out.delivered += answer.delivered;
       out.failed += answer.failed;
