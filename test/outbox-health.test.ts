@@ -168,11 +168,11 @@ describe("healthAll", () => {
     expect(snapshotDir(tmp.path)).toEqual(before);
   });
 
-  test("a zero-byte file (created, never migrated) reads as an empty outbox and stays zero bytes", () => {
+  test("a zero-byte file (created, never migrated) reads as an empty outbox for health, is flagged by verify, and stays zero bytes", () => {
     writeFileSync(tmp.file("fresh.db"), "");
     const before = snapshotDir(tmp.path);
     expect(healthAll(tmp.path, { maxPending: 10 })).toMatchObject([{ namespace: "fresh", depth: 0, headSeq: null, capacityPct: 0 }]);
-    expect(verifyFile(tmp.file("fresh.db"))).toEqual({ file: tmp.file("fresh.db"), namespaces: [], problems: [], ok: true });
+    expect(verifyFile(tmp.file("fresh.db"))).toMatchObject({ file: tmp.file("fresh.db"), namespaces: [], problems: [expect.stringContaining("empty file")], ok: false });
     expect(readDeadLetters(tmp.path)).toEqual([]);
     expect(snapshotDir(tmp.path)).toEqual(before);
   });

@@ -18,12 +18,18 @@ export interface TableHold {
   until: number;
 }
 
-/** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
+/**
+ * One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows.
+ * The rows keep their bookkeeping only; SQL text and payload live on in `stmts` alone, so a large
+ * row is held in memory once, not twice.
+ */
 export interface TableSlice {
   table: DrainTable;
   rows: OutboxRow[];
   stmts: Statement[];
   fenced: boolean;
+  /** SQL text and payload of the rows, in characters: what the batch's byte budget counts. */
+  bytes: number;
 }
 
 /** What planning or settling one table did, for the cycle's report. */
@@ -259,6 +265,7 @@ export class DrainTable {
 
     const rows: OutboxRow[] = [];
     const stmts: Statement[] = [];
+    let bytes = 0;
     for (const row of read.rows) {
       const isHead = rows.length === 0;
       if (this.#cutBefore !== null && row.seq >= this.#cutBefore) {
@@ -291,7 +298,8 @@ export class DrainTable {
         out.failed += 1;
         break;
       }
-      rows.push(row);
+      bytes += row.tag.length + row.payload.length;
+      rows.push({ ...row, tag: "", payload: "" });
       stmts.push(stmt);
     }
     if (rows.length === 0) return null;
@@ -299,7 +307,7 @@ export class DrainTable {
     const fenced = ctx.fence !== null;
     if (fenced) stmts.unshift(ctx.fence!(this, this.#through!, last));
     outbox.recordAttempt(rows[0]!.seq, new Date(now), last);
-    return { table: this, rows, stmts, fenced };
+    return { table: this, rows, stmts, fenced, bytes };
   }
 
   /**

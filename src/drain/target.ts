@@ -36,6 +36,8 @@ export function targetDialect(target: TargetConfig, writer: OutboxWriter): Diale
   return target.dialect ?? writer.dialect ?? "sqlite";
 }
 
+/** A batch whose rows carry more than this (characters) is followed by a garbage collection. */
+const LARGE_BATCH_BYTES = 4 * 1024 * 1024;
 /** How often the fleet view (every origin's ledger row for the served tables) is read again. */
 const FLEET_REFRESH_MS = 15_000;
 /** A target whose ledger cannot be set up tries again after this long, doubling to the cap. */
@@ -466,7 +468,7 @@ export class TargetRunner {
       if (!slice) continue;
       slices.push(slice);
       stmts.push(...slice.stmts);
-      for (const row of slice.rows) budget -= row.tag.length + row.payload.length;
+      budget -= slice.bytes;
     }
     if (stmts.length === 0) return out;
     let results: WriteResult[];
@@ -510,6 +512,9 @@ export class TargetRunner {
     }
     this.batches += 1;
     if (this.batches % this.app.cleanupEvery === 0) for (const table of this.tables) table.prune();
+    // Large rows: give their strings back now, so the next batch does not stack on this one's
+    // garbage and the drain's memory stays bounded by batch_max_bytes, not by the backlog.
+    if (this.app.batchMaxBytes - budget > LARGE_BATCH_BYTES) Bun.gc(false);
     return out;
   }
 

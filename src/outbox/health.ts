@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { basename } from "node:path";
 import { OutboxError, StorageError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
-import { hasPendingCounter, pendingCounterName, tableColumns } from "./schema.ts";
+import { checkOwnFile, hasPendingCounter, pendingCounterName, tableColumns } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 import { parseTimestamp } from "./timestamp.ts";
 
@@ -163,8 +163,9 @@ export function fileHealth(file: string, options: HealthOptions = {}): Namespace
  * creator stopped before migrating it, e.g. zero bytes). Throws StorageError for any other database.
  */
 export function hasOutboxSchema(db: Database, file: string): boolean {
-  if (tableColumns(db, "outbox_queue").includes("seq")) return true;
   if (isBlank(db)) return false;
+  checkOwnFile(db, file); // a newer format or another application's database: StorageError
+  if (tableColumns(db, "outbox_queue").includes("seq")) return true;
   throw new StorageError(`not an outbox file (no outbox_queue table): ${file}`, file);
 }
 

@@ -3,7 +3,7 @@ import type { OutboxError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
 import { fileFeatures, fileNamespaces, hasOutboxSchema, isBlank, type FileFeatures } from "./health.ts";
 import { DEAD_ROW_COLUMNS, type ChainGap, type DeadLetter } from "./rows.ts";
-import { pendingCounterName, tableColumns } from "./schema.ts";
+import { checkOwnFile, pendingCounterName, tableColumns } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 
 export { listOutboxFiles } from "./files.ts";
@@ -44,8 +44,19 @@ function verifyOpen(db: Database, path: string): FileVerification {
   const problems: string[] = [];
   const check = db.query<{ quick_check: string }, []>("PRAGMA quick_check").all().map((r) => r.quick_check);
   if (check.length !== 1 || check[0] !== "ok") problems.push(`SQLite quick_check: ${check.slice(0, 5).join("; ")}`);
+  if (isBlank(db)) {
+    // Our producers and drain create a file and its schema in one go: an empty one is an anomaly
+    // (a crash between the two, a `touch`), not a healthy empty queue.
+    problems.push("empty file (no outbox schema): created but never initialised; the next producer or drain to open it initialises it");
+    return { file: path, namespaces: [], problems, ok: false };
+  }
+  try {
+    checkOwnFile(db, path); // a newer format, another application's database
+  } catch (e) {
+    problems.push(storageError(e, "cannot verify", path).message.replace(`${path}: `, ""));
+    return { file: path, namespaces: [], problems, ok: false };
+  }
   if (!tableColumns(db, "outbox_queue").includes("prev_seq")) {
-    if (isBlank(db)) return { file: path, namespaces: [], problems, ok: problems.length === 0 }; // created, never migrated
     problems.push("not an outbox file: no outbox_queue table");
     return { file: path, namespaces: [], problems, ok: false };
   }
