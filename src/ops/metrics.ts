@@ -101,11 +101,12 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
     labelNames: [...tableLabels, "reason"], registers,
     collect() {
       this.reset();
-      const now = Date.now();
       for (const r of runners()) {
         for (const t of r.tables) {
-          const held = t.hold !== null && t.held(now);
-          this.set({ app: r.appConfig.name, target: r.name, table: t.name, reason: held ? t.hold!.reason : "none" }, held ? 1 : 0);
+          // Held until the hold is released, as `status` says: not only until its retry time. A hold
+          // whose retry is due (or overdue while the target is down) still holds every row of the table.
+          const hold = t.hold;
+          this.set({ app: r.appConfig.name, target: r.name, table: t.name, reason: hold ? hold.reason : "none" }, hold ? 1 : 0);
         }
       }
     },
