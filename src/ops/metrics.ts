@@ -65,7 +65,7 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
 
   type TableSample = { labels: { app: string; target: string; table: string }; pending: number; oldestAgeS: number | null; headAttempts: number; dead: number };
   let sampled: { at: number; rows: TableSample[] } = { at: 0, rows: [] };
-  /** One read per table per scrape, shared by every table gauge of that scrape. */
+  /** One read per table per scrape, shared by every table gauge of that scrape (`text()` starts each scrape afresh). */
   const samples = (): TableSample[] => {
     const now = Date.now();
     if (now - sampled.at < 500) return sampled.rows;
@@ -187,7 +187,12 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
       duration.observe({ app: event.app, target: event.target }, event.durationMs / 1000);
       size.observe({ app: event.app, target: event.target }, event.rows);
     },
-    text: () => registry.metrics(),
+    text: () => {
+      // A scrape reads the tables afresh: a read left from a scrape less than 500 ms ago would
+      // pair old pending counts with the live counters (pending 5 next to all 10 delivered).
+      sampled = { at: 0, rows: [] };
+      return registry.metrics();
+    },
     contentType: registry.contentType,
   };
 }
