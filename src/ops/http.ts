@@ -33,7 +33,8 @@ export function serveOps(address: ListenAddress, service: () => OutboxSyncServic
     port: address.port,
     async fetch(req) {
       const path = new URL(req.url).pathname;
-      if (req.method !== "GET" && req.method !== "HEAD") return new Response("method not allowed\n", { status: 405 });
+      // A 405 must say what is allowed (RFC 9110 §15.5.6).
+      if (req.method !== "GET" && req.method !== "HEAD") return new Response("method not allowed: use GET or HEAD\n", { status: 405, headers: { allow: "GET, HEAD" } });
       switch (path) {
         case "/metrics":
           return new Response(await metrics.text(), { headers: { "content-type": metrics.contentType } });
