@@ -4,9 +4,11 @@
 import { afterEach, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
+import { serveOps } from "../src/ops/http.ts";
+import { createDrainMetrics } from "../src/ops/metrics.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { startCliDrain, type CliDrain } from "./fixtures/ops-drain.ts";
-import type { Scrape } from "./fixtures/prom-text.ts";
+import { parsePrometheusText, type Scrape } from "./fixtures/prom-text.ts";
 import { createPgDb, type PgTestDb } from "./support/pg.ts";
 import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
@@ -271,3 +273,36 @@ test("every drain of a fleet shows each origin's ledger row (through, age) once 
     expect(s.all("sqloutbox_ledger_through")).toHaveLength(2);
   }
 }, 60_000);
+
+test("before the drain exists /healthz says starting (200) and /readyz 503; /metrics serves; other paths 404, other methods 405 with Allow", async () => {
+  // Wired as runservice wires them, with no service yet: the moment between the listener and startup.
+  const server = serveOps({ hostname: "127.0.0.1", port: 0 }, () => null, createDrainMetrics(() => null));
+  cleanups.push(() => server.stop());
+  expect(server.port).toBeGreaterThan(0);
+  expect(server.url).toBe(`http://127.0.0.1:${server.port}`);
+  const get = async (path: string, method = "GET") => {
+    const res = await fetch(`${server.url}${path}`, { method });
+    return { status: res.status, headers: res.headers, body: await res.text() };
+  };
+
+  const health = await get("/healthz");
+  expect(health.status).toBe(200); // a liveness probe must not kill a slow start
+  expect(JSON.parse(health.body)).toEqual({ status: "starting", targets: {} });
+  const ready = await get("/readyz");
+  expect(ready.status).toBe(503);
+  expect(JSON.parse(ready.body)).toEqual({ status: "starting", targets: {} });
+
+  const metrics = await get("/metrics");
+  expect(metrics.status).toBe(200);
+  expect(metrics.headers.get("content-type")).toStartWith("text/plain; version=0.0.4");
+  const s = parsePrometheusText(metrics.body);
+  expect(s.value("process_resident_memory_bytes")).toBeGreaterThan(0);
+  expect(s.types.get("sqloutbox_pending_rows")).toBe("gauge"); // declared, no series until there are tables
+  expect(s.all("sqloutbox_pending_rows")).toEqual([]);
+  expect((await get("/metrics?x=1", "HEAD")).status).toBe(200);
+
+  expect((await get("/nope")).status).toBe(404);
+  const post = await get("/metrics", "POST");
+  expect(post.status).toBe(405);
+  expect(post.headers.get("allow")).toBe("GET, HEAD");
+});
