@@ -39,7 +39,9 @@ export function serveOps(address: ListenAddress, service: () => OutboxSyncServic
         case "/metrics":
           return new Response(await metrics.text(), { headers: { "content-type": metrics.contentType } });
         case "/healthz":
-          return health((r) => r.liveness(), 200); // starting is alive: a liveness probe must not kill a slow start
+          // Starting is alive: a liveness probe must not kill a slow start. A loop that has not run
+          // yet is still in startup (bounded by write_timeout) or in its first cycle, not hung.
+          return health((r) => (r.lastBeatAt === null ? { ok: true, why: "starting" } : r.liveness()), 200);
         case "/readyz":
           return health((r) => r.readiness(), 503);
         default:
