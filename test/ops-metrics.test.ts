@@ -29,7 +29,7 @@ async function setup(): Promise<{ dir: TempDir; db: PgTestDb }> {
 }
 
 /** Writes outbox.toml for one app "shop" with one postgres target "shop.pg"; `tuning` lines go in [app.shop]. */
-function writeConfig(dir: TempDir, url: string, tables: string[], tuning: string, name = "outbox.toml", dbDir = "queue"): string {
+function writeConfig(dir: TempDir, url: string, tables: string[], tuning: string, name = "outbox.toml", dbDir = "queue", connectTimeoutS = 1): string {
   const file = dir.file(name);
   fs.writeFileSync(
     file,
@@ -46,7 +46,7 @@ tables = ${JSON.stringify(tables)}
 
 [app.shop.db.pg.connection]
 url = "${url}"
-connect_timeout = 1
+connect_timeout = ${connectTimeoutS}
 `,
   );
   return file;
@@ -306,3 +306,34 @@ test("before the drain exists /healthz says starting (200) and /readyz 503; /met
   expect(post.status).toBe(405);
   expect(post.headers.get("allow")).toBe("GET, HEAD");
 });
+
+test("a slow start (the target blackholed at startup) is alive for /healthz but not ready, until the target answers", async () => {
+  const { dir, db } = await setup();
+  await db.sql.unsafe("CREATE TABLE orders (id BIGINT)");
+  const proxy = startTcpProxy(db.port, db.host);
+  cleanups.push(() => proxy.close());
+  proxy.cut("blackhole"); // connections are accepted and never answered: startup waits out write_timeout
+  const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
+  // connect_timeout above write_timeout: startup is bounded by write_timeout (3 s) alone.
+  const config = writeConfig(dir, url, ["orders"], "table_flush_threshold = 1", "outbox.toml", "queue", 10);
+  const d = await drain(config);
+
+  const health = await d.get("/healthz");
+  expect(health.status).toBe(200); // a liveness probe must not kill a slow start
+  expect(JSON.parse(health.body)).toEqual({ status: "ok", targets: { "shop.pg": { ok: true, why: "starting" } } });
+  const ready = await d.get("/readyz");
+  expect(ready.status).toBe(503);
+  expect(JSON.parse(ready.body).targets["shop.pg"]).toEqual({ ok: false, why: "starting" });
+  let s = await d.scrape();
+  expect(s.value("sqloutbox_target_state", { ...T, state: "starting" })).toBe(1);
+
+  // write_timeout (3 s) ends the startup wait: the target is down, the loop runs, /healthz still 200.
+  s = await d.until((x) => x.value("sqloutbox_target_state", { ...T, state: "outage" }) === 1, "the startup to time out");
+  expect((await d.get("/healthz")).status).toBe(200);
+  expect(JSON.parse((await d.get("/readyz")).body).targets["shop.pg"].why).toStartWith("down: ");
+
+  proxy.restore();
+  insert(producer(dir, "orders"), "orders", [1]);
+  await d.until((x) => x.value("sqloutbox_delivered_rows_total", orders) === 1, "delivery once the target answers", 20_000);
+  expect((await d.get("/readyz")).status).toBe(200);
+}, 40_000);
