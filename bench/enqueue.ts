@@ -1,5 +1,9 @@
 // Enqueue latency vs. queue depth (`bun run bench:enqueue`). Prints one JSON line per case:
 // {"bench":"enqueue","case":…,"depth":…,"p50_us":…,"p99_us":…,"ops_per_s":…}
+// then each case's p50 over the raw INSERT's, measured in this same run (the machine is shared):
+// {"bench":"enqueue-ratio","case":…,"depth":…,"vs_raw":…}
+// The `enqueue-legacy` case is a file in the reference's layout (what every file was before the
+// lean layout), so the two layouts are compared on the same disk in the same run.
 // and, on the 1M-deep file it built, the read-only inspection the README quotes:
 // {"bench":"inspect","case":"health"|"verifyFile","depth":…,"p50_ms":…,"runs":…}
 // All cases run on the same disk (a temp dir under /tmp) with the same pragmas (the page size of
@@ -12,7 +16,7 @@ import { isoTimestamp } from "../src/outbox/timestamp.ts";
 import { NEW_FILE_PAGE_SIZE } from "../src/outbox/sqlite-open.ts";
 import { fileHealth } from "../src/outbox/health.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
-import { pendingCounterName } from "../src/outbox/schema.ts";
+import { pendingCountSql } from "../src/outbox/schema.ts";
 
 const OPS = 10_000;
 const WARMUP = 500;
@@ -22,11 +26,19 @@ const PAYLOAD = '[123456,"customer-42",99.99,"a short note"]';
 
 const dir = mkdtempSync("/tmp/sqloutbox-bench-");
 
+const round = (x: number) => Math.round(x * 100) / 100;
+const p50s: Array<{ case: string; depth: number; p50: number }> = [];
+
 function report(name: string, depth: number, samplesNs: number[], ops: number, totalNs: number): void {
   samplesNs.sort((a, b) => a - b);
   const pct = (p: number) => samplesNs[Math.min(samplesNs.length - 1, Math.floor(samplesNs.length * p))]! / 1000;
-  const round = (x: number) => Math.round(x * 100) / 100;
+  p50s.push({ case: name, depth, p50: pct(0.5) });
   console.log(JSON.stringify({ bench: "enqueue", case: name, depth, p50_us: round(pct(0.5)), p99_us: round(pct(0.99)), ops_per_s: Math.round(ops / (totalNs / 1e9)) }));
+}
+
+function ratios(): void {
+  const raw = p50s.find((p) => p.case === "raw-insert")!.p50;
+  for (const p of p50s) if (p.case !== "raw-insert") console.log(JSON.stringify({ bench: "enqueue-ratio", case: p.case, depth: p.depth, vs_raw: round(p.p50 / raw) }));
 }
 
 function measure(name: string, depth: number, op: () => void): void {
@@ -58,20 +70,22 @@ function rawInsert(): void {
   db.close();
 }
 
-/** Grows the namespace to `target` pending rows with one bulk INSERT that keeps the chain correct. */
+/** Grows the namespace of a lean file to `target` pending rows with one bulk INSERT that keeps the chain and ords right. */
 function fillTo(path: string, namespace: string, target: number): void {
   const db = new Database(path);
-  const pending = db.query<{ p: number }, [string]>("SELECT seq AS p FROM sqlite_sequence WHERE name = ?").get(pendingCounterName(namespace))?.p ?? 0;
+  const pending = db.query<{ pending: number }, [string]>(pendingCountSql("ord")).get(namespace)!.pending;
   const n = target - pending;
   if (n > 0) {
     db.transaction(() => {
-      const tail = db.query<{ t: number | null }, [string]>("SELECT max(seq) AS t FROM outbox_queue WHERE namespace = ?").get(namespace)!.t;
-      const base = db.query<{ b: number }, []>("SELECT ifnull((SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'), 0) AS b").get()!.b;
+      const tail = db
+        .query<{ seq: number; ord: number }, [string]>("SELECT seq, ord FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq DESC LIMIT 1")
+        .get(namespace);
+      const base = db.query<{ b: number }, []>("SELECT max(ifnull((SELECT max(seq) FROM outbox_queue), 0), ifnull((SELECT max(seq) FROM outbox_sync_log), 0)) AS b").get()!.b;
       db.query(
         `WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1)
-         INSERT INTO outbox_queue (seq, created_at, namespace, source, tag, payload, prev_seq)
-         SELECT ?2 + i, ?3, ?4, 'bench', ?5, ?6, CASE WHEN i = 1 THEN ?7 ELSE ?2 + i - 1 END FROM c`,
-      ).run(n, base, isoTimestamp(), namespace, TAG, PAYLOAD, tail);
+         INSERT INTO outbox_queue (seq, ord, created_at, namespace, source, tag, payload, prev_seq)
+         SELECT ?2 + i, ?8 + i, ?3, ?4, 'bench', ?5, ?6, CASE WHEN i = 1 THEN ?7 ELSE ?2 + i - 1 END FROM c`,
+      ).run(n, base, isoTimestamp(), namespace, TAG, PAYLOAD, tail?.seq ?? null, tail?.ord ?? 0);
     }).immediate();
   }
   db.close();
@@ -112,6 +126,19 @@ function inspectCases(path: string): void {
   }
 }
 
+/** Enqueue into a file the reference created (its DDL: AUTOINCREMENT, UNIQUE prev_seq), migrated by us: the legacy layout. */
+function legacyCase(): void {
+  const path = join(dir, "legacy.db");
+  const db = new Database(path);
+  db.run(`PRAGMA page_size = ${NEW_FILE_PAGE_SIZE}`);
+  db.run(`CREATE TABLE outbox_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, namespace TEXT NOT NULL,
+    source TEXT NOT NULL DEFAULT '', tag TEXT NOT NULL, payload TEXT NOT NULL, prev_seq INTEGER UNIQUE, synced INTEGER NOT NULL DEFAULT 0)`);
+  db.close();
+  const ob = new Outbox(path, "orders");
+  measure("enqueue-legacy", 0, () => ob.enqueue(TAG, PAYLOAD));
+  ob.close();
+}
+
 function batchCase(): void {
   const ob = new Outbox(join(dir, "batch.db"), "orders");
   const items = Array.from({ length: 500 }, () => ({ tag: TAG, payload: PAYLOAD }));
@@ -130,7 +157,9 @@ function batchCase(): void {
 try {
   rawInsert();
   enqueueCases();
+  legacyCase();
   batchCase();
+  ratios();
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

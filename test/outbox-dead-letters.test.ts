@@ -9,6 +9,7 @@ import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
 import { hashTree } from "./cli-support.ts";
+import { highestSeq } from "./support/seqs.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -94,14 +95,7 @@ describe("replayDeadMany", () => {
 
   test("replays 5 000 letters in ONE transaction: a write failing at the 4 000th leaves every letter and the queue untouched", () => {
     const ob = queue(5_000, 5_000);
-    const counter = () => {
-      const db = new Database(ob.path, { readonly: true });
-      try {
-        return db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get()!.seq;
-      } finally {
-        db.close();
-      }
-    };
+    const counter = () => highestSeq(ob.path);
     const db = new Database(ob.path);
     db.run(`CREATE TRIGGER fail_midway BEFORE INSERT ON outbox_queue WHEN new.payload = '[4000]' BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END`);
     const seqs = ob.listDead().map((d) => d.seq);

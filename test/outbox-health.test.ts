@@ -3,8 +3,10 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { healthAll, listOutboxFiles, Outbox, readDeadLetters, StorageError, verifyFile } from "../src/index.ts";
+import { pendingCountSql } from "../src/outbox/schema.ts";
 import { readSnapshot } from "../src/outbox/sqlite-open.ts";
 import { snapshotDir } from "./fixtures/dir-snapshot.ts";
+import { buildReferenceFile } from "./fixtures/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -127,7 +129,7 @@ describe("healthAll", () => {
     ob.close(); // checkpointed, -wal removed: the next read opens the file immutable
     const seen: Array<{ counter: number; rows: number }> = [];
     const result = readSnapshot(path, (db) => {
-      const counter = db.query<{ n: number }, []>("SELECT seq AS n FROM sqlite_sequence WHERE name = 'outbox_pending:orders'").get()!.n;
+      const counter = db.query<{ pending: number }, [string]>(pendingCountSql("ord")).get("orders")!.pending;
       if (seen.length === 0) {
         // Another process appears mid-read: confirms 1 500 rows and closes, checkpointing into the file.
         const writer = new Outbox(path, "orders");
@@ -240,16 +242,26 @@ describe("inspect", () => {
     expect(q.rows).toBe(5);
   });
 
-  test("verifyFile reports a pending counter that drifted from the rows", () => {
-    const ob = new Outbox(tmp.file("q.db"), "q");
-    ob.enqueue("A", "[]");
-    ob.close();
-    const db = new Database(tmp.file("q.db"));
-    db.run("UPDATE sqlite_sequence SET seq = 7 WHERE name = 'outbox_pending:q'");
+  test("verifyFile reports a pending count that drifted from the rows, in both layouts", () => {
+    const lean = new Outbox(tmp.file("q.db"), "q");
+    lean.enqueue("A", "[]");
+    lean.enqueue("B", "[]");
+    lean.close();
+    let db = new Database(tmp.file("q.db"));
+    db.run("UPDATE outbox_queue SET ord = 7 WHERE seq = 2");
     db.close();
-    const result = verifyFile(tmp.file("q.db"));
+    let result = verifyFile(tmp.file("q.db"));
     expect(result.ok).toBe(false);
-    expect(result.namespaces[0]!.problems[0]).toContain("pending counter says 7 but 1 row(s) are pending");
+    expect(result.namespaces[0]!.problems[0]).toContain("pending count (by ord) says 7 but 2 row(s) are pending");
+
+    buildReferenceFile(tmp.file("ref.db"));
+    new Outbox(tmp.file("ref.db"), "payments").close(); // migrated: the legacy layout's counter
+    db = new Database(tmp.file("ref.db"));
+    db.run("UPDATE sqlite_sequence SET seq = 7 WHERE name = 'outbox_pending:payments'");
+    db.close();
+    result = verifyFile(tmp.file("ref.db"));
+    expect(result.ok).toBe(false);
+    expect(result.namespaces.find((n) => n.namespace === "payments")!.problems).toContain("pending count (by counter) says 7 but 2 row(s) are pending");
   });
 
   test("readDeadLetters returns dead letters of every file", () => {

@@ -160,6 +160,40 @@ describe("confirm, pending count and sequence", () => {
     expect([a.pendingCount(), b.pendingCount()]).toEqual([1, 1]);
   });
 
+  test("files we create have the lean layout: no AUTOINCREMENT, no UNIQUE prev_seq, no counter triggers", () => {
+    outbox().enqueue("A", "[]");
+    const db = new Database(tmp.file("q.db"), { readonly: true });
+    try {
+      const ddl = db.query<{ sql: string }, []>("SELECT sql FROM sqlite_schema WHERE name = 'outbox_queue'").get()!.sql;
+      expect(ddl).not.toContain("AUTOINCREMENT");
+      expect(ddl).not.toContain("UNIQUE");
+      const indexes = db.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'outbox_queue' ORDER BY name").all();
+      expect(indexes).toEqual([{ name: "idx_outbox_worker" }]);
+      const triggers = db.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'trigger'").all();
+      expect(triggers).toEqual([{ name: "outbox_foreign_insert" }]);
+    } finally {
+      db.close();
+    }
+  });
+
+  test("a drained-empty queue never reuses a seq: not after confirm, dead-lettering, sync-log pruning or a reopen", () => {
+    let ob = outbox();
+    const a = ob.enqueue("A", "[]");
+    const b = ob.enqueue("B", "[]");
+    ob.confirm([a]);
+    ob.deadLetter(b, "skipped");
+    ob.pruneSyncLog(0, new Date(Date.now() + 86_400_000));
+    ob.close();
+    ob = outbox();
+    const c = ob.enqueue("C", "[]");
+    expect(c).toBe(b + 1);
+    ob.confirm([c]);
+    ob.seedSequence(100);
+    expect(ob.enqueueBatch([{ tag: "D", payload: "[]" }, { tag: "E", payload: "[]" }])).toEqual([101, 102]);
+    expect(ob.pendingCount()).toBe(2);
+    expectIntactChain(ob);
+  });
+
   test("seedSequence raises the next seq above the seed and never lowers it", () => {
     const ob = outbox();
     ob.seedSequence(500);

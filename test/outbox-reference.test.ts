@@ -144,3 +144,30 @@ test("files we write keep the reference's columns and indexes so it can read the
   ]);
   db.close();
 });
+
+test("the reference writing a file we created: its rows are counted, and a drained-empty queue never hands it a delivered seq", () => {
+  const path = tmp.file("ours.db");
+  const ob = new Outbox(path, "t");
+  const delivered = [ob.enqueue("A", "[1]"), ob.enqueue("B", "[2]")];
+  ob.confirm(delivered);
+  ob.pruneSyncLog(0, new Date(Date.now() + 86_400_000)); // keeps only the newest entry
+  ob.close();
+  // The reference opens the file: adds its unique prev_seq indexes, then enqueues twice.
+  const db = new Database(path);
+  db.run("CREATE UNIQUE INDEX IF NOT EXISTS idx_outbox_prev ON outbox_queue (prev_seq)");
+  referenceEnqueue(db, "t", "C", "[3]");
+  referenceEnqueue(db, "t", "D", "[4]");
+  db.close();
+  const again = new Outbox(path, "t");
+  try {
+    const rows = again.fetchUnsynced(10);
+    expect(rows.map((r) => r.tag)).toEqual(["C", "D"]);
+    expect(rows.every((r) => r.seq > Math.max(...delivered))).toBe(true); // SQLite alone would have reused 1 and 2
+    expect(again.pendingCount()).toBe(2);
+    const e = again.enqueue("E", "[5]");
+    expect(e).toBeGreaterThan(rows[1]!.seq);
+    expect(again.pendingCount()).toBe(3);
+  } finally {
+    again.close();
+  }
+});

@@ -1,15 +1,20 @@
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { Outbox, verifyFile } from "../src/index.ts";
+import { buildReferenceFile, referenceEnqueue } from "./fixtures/reference-db.ts";
+import { highestSeq } from "./support/seqs.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
-// Random operation sequences on one file shared by two namespaces, replayable by seed. After every
-// step the whole file must verify (every chain bridged, counters exact) apart from the reference
-// worker's synced=1 leftovers, which are reported as such until an open for writing finishes them.
+// Random operation sequences on one file shared by two namespaces, replayable by seed: even seeds
+// on a file we create (the lean layout), odd seeds on one the reference created (the legacy
+// layout). After every step the whole file must verify (every chain bridged, pending counts exact)
+// apart from the reference worker's synced=1 leftovers, which are reported as such until an open
+// for writing finishes them; and every row that appeared must have a seq above all the file held
+// before, so a drained-empty queue never reuses one.
 
 const NAMESPACES = ["a", "b"] as const;
 const OPS = ["enqueue", "enqueue", "enqueue", "batch", "confirm", "deadLetter", "skip", "replay", "prune", "seed",
-  "reopen", "referenceConfirm", "resequence", "failure"] as const;
+  "reopen", "referenceConfirm", "referenceEnqueue", "resequence", "failure"] as const;
 
 let tmp: TempDir;
 let outboxes: Record<string, Outbox>;
@@ -27,15 +32,6 @@ function random(seed: number): () => number {
     s = (s * 1103515245 + 12345) & 0x7fffffff;
     return s / 0x7fffffff;
   };
-}
-
-function sequenceOf(path: string): number {
-  const db = new Database(path, { readonly: true });
-  try {
-    return db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get()?.seq ?? 0;
-  } finally {
-    db.close();
-  }
 }
 
 /** The reference's worker: marks heads synced=1 in one transaction and, unless it "crashes", logs and deletes them in another. */
@@ -59,11 +55,13 @@ function referenceConfirm(path: string, namespace: string, seqs: number[], crash
 }
 
 test.each(Array.from({ length: 12 }, (_, i) => i + 1))(
-  "seed %d: any sequence of queue operations keeps every chain verifiable and the pending counter exact",
+  "seed %d: any sequence of queue operations keeps every chain verifiable, the pending count exact and every new seq unused",
   (seed) => {
     const rnd = random(seed);
     const pick = <T>(items: readonly T[]): T => items[Math.floor(rnd() * items.length)]!;
     const path = tmp.file("shared.db");
+    if (seed % 2 === 1) buildReferenceFile(path);
+    const pendingSeqs = () => new Set(NAMESPACES.flatMap((ns) => outboxes[ns]!.fetchUnsynced(1_000_000).map((r) => r.seq)));
     outboxes = Object.fromEntries(NAMESPACES.map((ns) => [ns, new Outbox(path, ns, rnd() < 0.5 ? {} : { maxPending: 1_000 })]));
     const history: string[] = [];
     for (let step = 0; step < 250; step++) {
@@ -72,6 +70,8 @@ test.each(Array.from({ length: 12 }, (_, i) => i + 1))(
       const op = pick(OPS);
       history.push(`${step} ${op} ${ns}`);
       const head = ob.head();
+      const highest = highestSeq(path);
+      const before = pendingSeqs();
       switch (op) {
         case "enqueue":
           ob.enqueue(`T${step}`, "[]");
@@ -97,7 +97,7 @@ test.each(Array.from({ length: 12 }, (_, i) => i + 1))(
           ob.pruneSyncLog(0, new Date(Date.now() + 86_400_000));
           break;
         case "seed":
-          ob.seedSequence(sequenceOf(path) + Math.floor(rnd() * 5));
+          ob.seedSequence(highestSeq(path) + Math.floor(rnd() * 5));
           break;
         case "reopen":
           ob.close();
@@ -108,8 +108,17 @@ test.each(Array.from({ length: 12 }, (_, i) => i + 1))(
           if (seqs.length > 0) referenceConfirm(path, ns, seqs, rnd() < 0.5);
           break;
         }
+        case "referenceEnqueue": {
+          const db = new Database(path);
+          try {
+            referenceEnqueue(db, ns, `R${step}`, "[]");
+          } finally {
+            db.close();
+          }
+          break;
+        }
         case "resequence":
-          ob.resequenceAbove(Math.max(0, sequenceOf(path) - Math.floor(rnd() * 4)));
+          ob.resequenceAbove(Math.max(0, highestSeq(path) - Math.floor(rnd() * 4)));
           break;
         case "failure":
           if (head) {
@@ -117,6 +126,9 @@ test.each(Array.from({ length: 12 }, (_, i) => i + 1))(
             ob.recordFailure(head.seq, "boom", "E", new Date());
           }
           break;
+      }
+      for (const seq of pendingSeqs()) {
+        if (!before.has(seq) && seq <= highest) throw new Error(`new row ${seq} reuses a seq at or below ${highest}\nafter:\n${history.slice(-10).join("\n")}`);
       }
       const verified = verifyFile(path);
       const problems = [

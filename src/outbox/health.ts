@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { basename } from "node:path";
 import { OutboxError, StorageError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
-import { checkOwnFile, hasPendingCounter, pendingCounterName, tableColumns } from "./schema.ts";
+import { checkOwnFile, pendingCountIn, pendingCountSql, tableColumns, type PendingCount } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 import { parseTimestamp } from "./timestamp.ts";
 
@@ -36,9 +36,9 @@ export interface HealthOptions {
   now?: Date;
 }
 
-/** What a file has: reference files lack our columns, counter and dead log. */
+/** What a file has: reference files lack our columns, pending count and dead log. */
 export interface FileFeatures {
-  counter: boolean;
+  pendingCount: PendingCount;
   delivery: boolean;
   syncLog: boolean;
   deadLog: boolean;
@@ -60,7 +60,7 @@ export function fileFeatures(db: Database): FileFeatures {
   const queue = new Set(tableColumns(db, "outbox_queue"));
   const dead = new Set(tableColumns(db, "outbox_dead_log"));
   return {
-    counter: hasPendingCounter(db),
+    pendingCount: pendingCountIn(db),
     delivery: queue.has("attempts") && queue.has("last_error") && queue.has("next_attempt_at"),
     syncLog: tableColumns(db, "outbox_sync_log").includes("synced_at"),
     deadLog: dead.has("namespace"),
@@ -69,8 +69,8 @@ export function fileFeatures(db: Database): FileFeatures {
 }
 
 /**
- * Computes one namespace's health with index lookups only (a reference file without our counter
- * costs one COUNT over the namespace's index range). Never writes.
+ * Computes one namespace's health with index lookups only (a reference file without our pending
+ * count costs one COUNT over the namespace's index range). Never writes.
  */
 export function namespaceHealth(
   db: Database,
@@ -79,9 +79,7 @@ export function namespaceHealth(
   features: FileFeatures,
   options: HealthOptions = {},
 ): NamespaceHealth {
-  const depth = features.counter
-    ? (db.query<{ p: number }, [string]>("SELECT seq AS p FROM sqlite_sequence WHERE name = ?").get(pendingCounterName(namespace))?.p ?? 0)
-    : db.query<{ p: number }, [string]>("SELECT count(*) AS p FROM outbox_queue WHERE namespace = ? AND synced = 0").get(namespace)!.p;
+  const depth = db.query<{ pending: number }, [string]>(pendingCountSql(features.pendingCount)).get(namespace)!.pending;
   const delivery = features.delivery
     ? "attempts, last_error AS lastError, last_error_class AS lastErrorClass, last_attempt_at AS lastAttemptAt, next_attempt_at AS nextAttemptAt"
     : "0 AS attempts, NULL AS lastError, NULL AS lastErrorClass, NULL AS lastAttemptAt, NULL AS nextAttemptAt";

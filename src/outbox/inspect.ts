@@ -3,7 +3,7 @@ import type { OutboxError } from "../errors.ts";
 import { listOutboxFiles } from "./files.ts";
 import { fileFeatures, fileNamespaces, hasOutboxSchema, isBlank, type FileFeatures } from "./health.ts";
 import { DEAD_ROW_COLUMNS, type ChainGap, type DeadLetter } from "./rows.ts";
-import { checkOwnFile, pendingCounterName, tableColumns } from "./schema.ts";
+import { checkOwnFile, pendingCountSql, tableColumns } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 
 export { listOutboxFiles } from "./files.ts";
@@ -95,7 +95,7 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
     if (synced === 0) firstPending = false;
     before = seq;
   }
-  // prev_seq is UNIQUE, so two rows linking to one predecessor means a damaged file.
+  // Enqueue links under the write lock, so two rows linking to one predecessor means a damaged file.
   const shared = db
     .query<{ prev: number; seqs: string }, [string]>(
       "SELECT prev_seq AS prev, group_concat(seq, ' and seq ') AS seqs FROM outbox_queue WHERE namespace = ? AND prev_seq IS NOT NULL GROUP BY prev_seq HAVING count(*) > 1",
@@ -105,9 +105,9 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
   if (leftovers > 0) {
     problems.push(`${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`);
   }
-  if (features.counter) {
-    const counter = db.query<{ p: number }, [string]>("SELECT seq AS p FROM sqlite_sequence WHERE name = ?").get(pendingCounterName(namespace))?.p ?? 0;
-    if (counter !== pending) problems.push(`pending counter says ${counter} but ${pending} row(s) are pending`);
+  if (features.pendingCount !== "scan") {
+    const counted = db.query<{ pending: number }, [string]>(pendingCountSql(features.pendingCount)).get(namespace)!.pending;
+    if (counted !== pending) problems.push(`pending count (by ${features.pendingCount}) says ${counted} but ${pending} row(s) are pending`);
   }
   return { namespace, rows: pending, gaps, problems };
 }

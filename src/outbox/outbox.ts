@@ -4,7 +4,7 @@ import { InvalidArgumentError, NotFoundError, OutboxClosedError, OutboxError, Qu
 import { purgeCandidates, type DeadReplays, type PurgeOutcome, type PurgeRule } from "./dead-letters.ts";
 import { namespaceHealth, type FileFeatures, type NamespaceHealth } from "./health.ts";
 import { DEAD_ROW_COLUMNS, QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
-import { pendingCounterName, readOrigin } from "./schema.ts";
+import { NEXT_SLOT_SQL, pendingCountSql, queueInsertSql, queueLayout, raiseSequence, readOrigin, renumberOrds, type QueueLayout } from "./schema.ts";
 import type { Durability } from "../vocabulary.ts";
 import { openMigrated, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
@@ -54,7 +54,9 @@ const MOVED_CHECK_MS = 1_000;
 
 // A file an Outbox opened went through openMigrated, so it has every table, column and trigger:
 // health() need not read the schema, which would cost more than the health read itself.
-const MIGRATED: FileFeatures = { counter: true, delivery: true, syncLog: true, deadLog: true, deadReplay: true };
+const migrated = (layout: QueueLayout): FileFeatures => ({
+  pendingCount: layout === "lean" ? "ord" : "counter", delivery: true, syncLog: true, deadLog: true, deadReplay: true,
+});
 
 /** What `Outbox.resequenceAbove` moved: `count` pending rows from `oldFirst..oldLast` to `newFirst..newLast`. */
 export interface Resequenced {
@@ -87,13 +89,16 @@ export class Outbox {
   #begin: Statement;
   #commit: Statement;
   #rollback: Statement;
-  #counter: string;
+  #layout: QueueLayout;
   /** The outbox_meta key of this namespace's sent mark. */
   #sentKey: string;
   #tail: Statement<{ tail: number | null }, [string]>;
   #pending: Statement<{ pending: number }, [string]>;
   #insert: Statement;
   #insertAtTail: Statement<unknown, [string, string, string, string, string]>;
+  /** Lean layout only: the next free seq and ord, and an insert at a given seq and ord. */
+  #nextSlot: Statement<{ seq: number; ord: number }, [string]> | null = null;
+  #insertAt: Statement | null = null;
   #exists: Statement<{ found: number }, [number, string]>;
   #pendingRows: Statement<OutboxRow, [string]>;
 
@@ -114,24 +119,25 @@ export class Outbox {
     this.namespace = namespace;
     this.maxPending = maxPending;
     this.durability = durability;
-    this.#counter = pendingCounterName(namespace);
     this.#sentKey = `sent:${namespace}`;
     this.#db = openMigrated(this.path, namespace, { durability, busyTimeoutMs: options.busyTimeoutMs ?? 10_000, fileMode: options.fileMode });
     try {
       this.origin = readOrigin(this.#db)!;
       this.#finishReferenceConfirms();
       const db = this.#db;
+      this.#layout = queueLayout(db);
       this.#begin = db.prepare("BEGIN IMMEDIATE");
       this.#commit = db.prepare("COMMIT");
       this.#rollback = db.prepare("ROLLBACK");
       this.#tail = db.prepare(TAIL_SQL);
-      this.#pending = db.prepare("SELECT seq AS pending FROM sqlite_sequence WHERE name = ?");
-      this.#insert = db.prepare(
-        "INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?)",
-      );
-      this.#insertAtTail = db.prepare(
-        `INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq) VALUES (?2, ?1, ?3, ?4, ?5, (${TAIL_SQL}))`,
-      );
+      this.#pending = db.prepare(pendingCountSql(this.#layout === "lean" ? "ord" : "counter"));
+      const columns = ["created_at", "namespace", "source", "tag", "payload", "prev_seq"];
+      this.#insert = db.prepare(queueInsertSql(this.#layout, columns, ["?2", "?1", "?3", "?4", "?5", "?6"]));
+      this.#insertAtTail = db.prepare(queueInsertSql(this.#layout, columns, ["?2", "?1", "?3", "?4", "?5", `(${TAIL_SQL})`]));
+      if (this.#layout === "lean") {
+        this.#nextSlot = db.prepare(NEXT_SLOT_SQL);
+        this.#insertAt = db.prepare(`INSERT INTO outbox_queue (seq, ord, ${columns.join(", ")}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`);
+      }
       this.#pendingRows = db.prepare(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq`);
       this.#exists = db.prepare(`SELECT
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
@@ -177,10 +183,10 @@ export class Outbox {
     return this.#write("cannot enqueue batch", () => {
       this.#checkCapacity(items.length);
       const seqs: number[] = [];
-      const now = isoTimestamp(); // one transaction, one creation time
+      const append = this.#appender(isoTimestamp()); // one transaction, one creation time
       let prev = this.#tail.get(this.namespace)!.tail;
       for (const item of items) {
-        prev = this.#append(item.tag, item.payload, source, prev, now);
+        prev = append(item.tag, item.payload, source, prev);
         seqs.push(prev);
       }
       return seqs;
@@ -216,7 +222,7 @@ export class Outbox {
     this.#open();
     return this.#read("cannot read rows to deliver", () =>
       this.#db.transaction((): DeliveryRead => {
-        const pending = this.#pending.get(this.#counter)?.pending ?? 0;
+        const pending = this.#pending.get(this.namespace)!.pending;
         const rows: OutboxRow[] = [];
         let head: OutboxRow | null = null;
         let gap: ChainGap | null = null;
@@ -288,24 +294,32 @@ export class Outbox {
         "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE seq = ?2 AND namespace = ?3",
       );
       const del = this.#db.query("DELETE FROM outbox_queue WHERE seq = ? AND namespace = ?");
+      const headOrd = this.#layout === "lean" ? this.#headOrd() : null;
+      let deleted = 0;
       for (const seq of seqs) {
         log.run(now, seq, this.namespace);
-        del.run(seq, this.namespace);
+        deleted += del.run(seq, this.namespace).changes;
+      }
+      // Lean files count pending rows by ord (consecutive from the head): a delete that was not a
+      // prefix of the queue leaves the new head anywhere but `deleted` places on.
+      if (headOrd !== null) {
+        const next = this.#headOrd();
+        if (next !== null && next !== headOrd + deleted) renumberOrds(this.#db, this.namespace);
       }
     });
   }
 
-  /** Pending rows of this namespace, from the trigger-maintained counter (no scan). */
+  /** Pending rows of this namespace, without a scan (see PendingCount). */
   pendingCount(): number {
     this.#open();
-    return this.#read("cannot count", () => this.#pending.get(this.#counter)?.pending ?? 0);
+    return this.#read("cannot count", () => this.#pending.get(this.namespace)!.pending);
   }
 
   /** Makes the next allocated seq of the file greater than `minSeq`; never lowers the counter. */
   seedSequence(minSeq: number): void {
     this.#open();
     if (!Number.isSafeInteger(minSeq) || minSeq < 0) throw this.#invalid(`seedSequence expects a non-negative integer, got ${minSeq}`);
-    this.#write("cannot seed sequence", () => this.#raiseSequence(minSeq));
+    this.#write("cannot seed sequence", () => raiseSequence(this.#db, this.#layout, minSeq));
   }
 
   /**
@@ -327,13 +341,16 @@ export class Outbox {
         )
         .get(this.namespace)!;
       if (range.first === null || range.last === null || range.first > minSeq) return null;
-      this.#raiseSequence(minSeq);
+      raiseSequence(db, this.#layout, minSeq);
       const page = db.query<OutboxRow, [string, number, number]>(
         `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? AND seq <= ? ORDER BY seq LIMIT 1000`,
       );
       const copy = db.query(
-        `INSERT INTO outbox_queue (created_at, namespace, source, tag, payload, prev_seq, attempts, last_error, last_error_class, last_attempt_at, next_attempt_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        queueInsertSql(
+          this.#layout,
+          ["namespace", "created_at", "source", "tag", "payload", "prev_seq", "attempts", "last_error", "last_error_class", "last_attempt_at", "next_attempt_at"],
+          ["?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8", "?9", "?10", "?11"],
+        ),
       );
       const record = db.query(
         `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, replayed_at, replayed_as_seq)
@@ -350,7 +367,7 @@ export class Outbox {
         for (const r of rows) {
           const prev = this.#tail.get(this.namespace)!.tail;
           const seq = Number(
-            copy.run(r.createdAt, this.namespace, r.source, r.tag, r.payload, prev, r.attempts, r.lastError, r.lastErrorClass, r.lastAttemptAt, r.nextAttemptAt)
+            copy.run(this.namespace, r.createdAt, r.source, r.tag, r.payload, prev, r.attempts, r.lastError, r.lastErrorClass, r.lastAttemptAt, r.nextAttemptAt)
               .lastInsertRowid,
           );
           record.run(r.seq, this.namespace, r.source, r.tag, r.payload, r.prevSeq, r.createdAt, r.attempts, r.lastError, r.lastErrorClass, at, at, seq);
@@ -500,6 +517,7 @@ export class Outbox {
       const out: DeadReplays = { replayed: [], skipped: [] };
       const mark = this.#db.query("UPDATE outbox_dead_log SET replayed_at = ?, replayed_as_seq = ? WHERE seq = ? AND namespace = ?");
       const now = isoTimestamp(); // one transaction, one time
+      const append = this.#appender(now);
       let prev = this.#tail.get(this.namespace)!.tail;
       for (const seq of ordered) {
         const dead = this.#dead(seq);
@@ -508,7 +526,7 @@ export class Outbox {
           out.skipped.push({ seq, replayedAsSeq: dead.replayedAsSeq });
           continue;
         }
-        prev = this.#append(dead.tag, dead.payload, source ?? dead.source, prev, now);
+        prev = append(dead.tag, dead.payload, source ?? dead.source, prev);
         mark.run(now, prev, seq, this.namespace);
         out.replayed.push({ seq, newSeq: prev });
       }
@@ -592,7 +610,7 @@ export class Outbox {
     // One read transaction, so depth and head come from the same state while producers write.
     return this.#read("cannot read health", () =>
       this.#db.transaction(() =>
-        namespaceHealth(this.#db, this.path, this.namespace, MIGRATED, { maxPending: this.maxPending, now }),
+        namespaceHealth(this.#db, this.path, this.namespace, migrated(this.#layout), { maxPending: this.maxPending, now }),
       )(),
     );
   }
@@ -609,6 +627,8 @@ export class Outbox {
     // Finalize our prepared statements first: SQLite only closes (checkpointing and removing the
     // -wal/-shm files when it is the last connection) once no statement is left open.
     for (const stmt of [this.#begin, this.#commit, this.#rollback, this.#tail, this.#pending, this.#insert, this.#insertAtTail, this.#exists, this.#pendingRows]) stmt.finalize();
+    this.#nextSlot?.finalize();
+    this.#insertAt?.finalize();
     this.#db.close(false);
     this.#onClose?.();
   }
@@ -623,7 +643,22 @@ export class Outbox {
   }
 
   #append(tag: string, payload: string, source: string, prev: number | null, now = isoTimestamp()): number {
-    return Number(this.#insert.run(now, this.namespace, source, tag, payload, prev).lastInsertRowid);
+    return Number(this.#insert.run(this.namespace, now, source, tag, payload, prev).lastInsertRowid);
+  }
+
+  /**
+   * Appends rows one after another inside one write transaction. In the lean layout the seq and
+   * ord are read once and counted on (nobody else can insert while we hold the write lock): a
+   * batch row then costs what a plain INSERT does.
+   */
+  #appender(now: string): (tag: string, payload: string, source: string, prev: number | null) => number {
+    const insertAt = this.#insertAt;
+    if (insertAt === null) return (tag, payload, source, prev) => this.#append(tag, payload, source, prev, now);
+    let { seq, ord } = this.#nextSlot!.get(this.namespace)!;
+    return (tag, payload, source, prev) => {
+      insertAt.run(seq, ord++, now, this.namespace, source, tag, payload, prev);
+      return seq++;
+    };
   }
 
   /** Throws (and closes) when the file at our path is no longer the one we write: deleted, renamed or replaced. */
@@ -641,17 +676,15 @@ export class Outbox {
     );
   }
 
-  /** Raises the file's seq counter to `minSeq` (inside a write transaction); never lowers it. */
-  #raiseSequence(minSeq: number): void {
-    const db = this.#db;
-    const current = db.query<{ seq: number }, []>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'").get();
-    if (current === null) db.query("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox_queue', ?)").run(minSeq);
-    else if (current.seq < minSeq) db.query("UPDATE sqlite_sequence SET seq = ? WHERE name = 'outbox_queue'").run(minSeq);
+  #headOrd(): number | null {
+    return this.#db
+      .query<{ ord: number }, [string]>("SELECT ord FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1")
+      .get(this.namespace)?.ord ?? null;
   }
 
   #checkCapacity(adding: number): void {
     if (this.maxPending === null) return;
-    const pending = this.#pending.get(this.#counter)?.pending ?? 0;
+    const pending = this.#pending.get(this.namespace)!.pending;
     if (pending + adding > this.maxPending) throw new QueueFullError(this.namespace, this.maxPending, this.path);
   }
 

@@ -7,9 +7,8 @@ import { checkOwnFile, migrate } from "./schema.ts";
 
 /**
  * Page size of files we create (files that already exist keep theirs, e.g. the reference's 4096).
- * Every enqueue commit writes four pages to the WAL (the table, `sqlite_sequence`, the `prev_seq`
- * and worker indexes, all required by the on-disk format) and the cost of a page write grows with
- * its size: 2 KiB pages make an enqueue ~12% faster than 4 KiB, with batch enqueue and the drain
+ * Every enqueue commit writes pages to the WAL (two in the lean layout: the table and the worker
+ * index; four in the reference's) and the cost of a page write grows with its size: 2 KiB pages make an enqueue ~12% faster than 4 KiB, with batch enqueue and the drain
  * unchanged within noise. 1 KiB pages gained only ~0.7 µs more, at twice the p99, slower batches
  * and overflow pages for every row over ~1 KB. See README "Benchmarks".
  */
