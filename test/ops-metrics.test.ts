@@ -266,8 +266,9 @@ test("every drain of a fleet shows each origin's ledger row (through, age) once 
   expect(s.value("sqloutbox_ledger_age_seconds", row1)).toBeGreaterThanOrEqual(0);
   expect(s.value("sqloutbox_ledger_age_seconds", row1)).toBeLessThan(60);
   await web2.until((x) => x.value("sqloutbox_delivered_rows_total", orders) === 3, "web-2 delivering");
+  await web2.until((x) => x.value("sqloutbox_ledger_through", row2) === 3, "web-2's own row on web-2", 5_000);
 
-  // The fleet view is read again every 15 s: then both drains show both origins.
+  // A drain shows its own row as soon as it moves, the others' at its next read of the fleet (every 15 s).
   for (const d of [web1, web2]) {
     s = await d.until((x) => x.value("sqloutbox_ledger_through", row2) === 3 && x.value("sqloutbox_ledger_through", row1) === 4, "both origins on both drains", 25_000);
     expect(s.all("sqloutbox_ledger_through")).toHaveLength(2);
