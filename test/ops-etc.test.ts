@@ -210,8 +210,11 @@ describe("against a running drain", () => {
     seed(dir.file("queue"), "orders", 3);
     seed(dir.file("queue"), "late", 2);
     const first = await startCliDrain(config);
-    await first.until((s) => s.value("sqloutbox_delivered_rows_total", { table: "orders" }) === 3, "the first run's delivery");
-    expect(await first.stop()).toBe(0);
+    try {
+      await first.until((s) => s.value("sqloutbox_delivered_rows_total", { table: "orders" }) === 3, "the first run's delivery");
+    } finally {
+      expect(await first.stop()).toBe(0);
+    }
 
     seed(dir.file("queue"), "orders", 2);
     const second = await startCliDrain(config);
