@@ -1,9 +1,12 @@
 // Compiles the CLI into one self-contained executable: `bun run build` → dist/sqloutbox
 // (`bun build.ts OUTFILE` for another path). `bun run build --release` cross-compiles every
 // RELEASE_TARGETS entry into dist/release/ with a SHA256SUMS (`bun build.ts --release OUTDIR`
-// for another directory). Tests and bench/cli.ts call buildBinary() and buildRelease().
+// for another directory). `bun build.ts --types` writes the library's declarations into
+// dist/types/ — `bun pm pack` and `bun publish` run it as the prepack script, so a release step
+// needs nothing more (not `--ignore-scripts`). Tests and bench/cli.ts call buildBinary() and buildRelease().
 import fs from "node:fs";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { VERSION } from "./src/version.ts";
 
 /** One release executable: its file-name suffix and the Bun runtime it is compiled against. */
@@ -79,15 +82,66 @@ async function sha256File(file: string): Promise<string> {
   return hasher.digest("hex");
 }
 
+const ROOT = path.dirname(fileURLToPath(import.meta.url));
+
+// A relative import as tsc writes it into a declaration (`from "./errors.ts"`, `import("../vocabulary.ts")`).
+const TS_SPECIFIER = /(\bfrom\s*|\bimport\s*\(\s*)(["'])(\.{1,2}\/[^"'\n]*)\.ts\2/g;
+
+/**
+ * Writes the declarations of src/index.ts and every module it reaches (tsconfig.types.json) into
+ * `outDir`, with relative imports ending in `.js` — the form every TypeScript resolution mode maps
+ * to the sibling .d.ts — so a consumer's tsc needs no allowImportingTsExtensions. Fails on a type
+ * error in those sources. Returns the declaration files and their maps, relative to `outDir`.
+ */
+export function buildTypes(outDir = path.join(ROOT, "dist", "types")): string[] {
+  fs.mkdirSync(path.dirname(outDir), { recursive: true });
+  // tsc emits into a staging directory beside outDir (same depth, so the maps' relative source
+  // paths hold), then changed files are renamed into place one by one: two packs running at once
+  // in one working tree must never see outDir emptied or a file half written.
+  const staging = fs.mkdtempSync(path.join(path.dirname(outDir), ".types-"));
+  try {
+    const tsc = Bun.spawnSync([path.join(ROOT, "node_modules", ".bin", "tsc"), "-p", path.join(ROOT, "tsconfig.types.json"), "--outDir", staging], {
+      cwd: ROOT,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    if (tsc.exitCode !== 0) throw new Error(`declaration build failed:\n${tsc.stdout.toString()}${tsc.stderr.toString()}`);
+    const files = fs.readdirSync(staging, { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".d.ts") || f.endsWith(".d.ts.map"));
+    for (const file of files) {
+      const text = fs.readFileSync(path.join(staging, file), "utf8");
+      // ".ts" → ".js" keeps every column, so the declaration maps stay exact.
+      const shipped = file.endsWith(".d.ts") ? text.replace(TS_SPECIFIER, "$1$2$3.js$2") : text;
+      const dest = path.join(outDir, file);
+      if (fs.existsSync(dest) && fs.readFileSync(dest, "utf8") === shipped) continue;
+      fs.mkdirSync(path.dirname(dest), { recursive: true });
+      fs.writeFileSync(`${dest}.${process.pid}.tmp`, shipped);
+      fs.renameSync(`${dest}.${process.pid}.tmp`, dest);
+    }
+    // A declaration of a module src/index.ts no longer reaches must not ship.
+    const keep = new Set(files);
+    for (const file of fs.readdirSync(outDir, { recursive: true, encoding: "utf8" })) {
+      if (/\.d\.ts(\.map)?$/.test(file) && !keep.has(file)) fs.rmSync(path.join(outDir, file), { force: true });
+    }
+    return files;
+  } finally {
+    fs.rmSync(staging, { recursive: true, force: true });
+  }
+}
+
 if (import.meta.main) {
   const args = process.argv.slice(2);
   const release = args.includes("--release");
-  const rest = args.filter((a) => a !== "--release");
-  if (rest.length > 1 || rest.some((a) => a.startsWith("-"))) {
-    console.error("usage: bun build.ts [OUTFILE]\n       bun build.ts --release [OUTDIR]");
+  const types = args.includes("--types");
+  const rest = args.filter((a) => a !== "--release" && a !== "--types");
+  if (rest.length > 1 || rest.some((a) => a.startsWith("-")) || (release && types)) {
+    console.error("usage: bun build.ts [OUTFILE]\n       bun build.ts --release [OUTDIR]\n       bun build.ts --types [OUTDIR]");
     process.exit(2);
   }
-  if (release) {
+  if (types) {
+    const outDir = rest[0] ?? path.join(ROOT, "dist", "types");
+    // stderr: as the prepack script this runs inside `bun pm pack --quiet`, whose stdout is the tarball's name.
+    console.error(`wrote ${buildTypes(outDir).length} declaration files into ${outDir}`);
+  } else if (release) {
     const outDir = rest[0] ?? "dist/release";
     const artifacts = await buildRelease(outDir);
     for (const a of artifacts) console.log(`built ${path.join(outDir, a.file)}`);
