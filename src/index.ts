@@ -33,7 +33,7 @@ export { loadConfigToml, type LoadConfigOptions, type LoadedConfig } from "./con
 export { parseConfigToml } from "./config/parse.ts";
 export { defineConfig, type ConfigInput, type AppInput, type TargetInput, type TableInput } from "./config/define.ts";
 export { createWriters, type CreateWritersOptions } from "./config/writers.ts";
-export { maskSecrets } from "./config/mask.ts";
+export { maskSecrets } from "./masking.ts";
 export { configSecrets } from "./config/secret-values.ts";
 export { resolveEnv, type SecretsOptions } from "./config/secrets.ts";
 export { DEFAULTS, type OutboxConfig, type AppConfig, type TargetConfig, type TableConfig } from "./config/types.ts";

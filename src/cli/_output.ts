@@ -1,6 +1,6 @@
 // Output formatting for the CLI: aligned tables, durations, truncation and stable JSON.
 // Command output goes to stdout; logs go to stderr (see _log.ts), so `--json` stays parseable.
-import { maskSecrets } from "../config/mask.ts";
+import { maskSecrets, maskUrlPasswords } from "../masking.ts";
 
 /** A column of a table: its header and whether values align right (numbers). */
 export interface Column {
@@ -57,5 +57,5 @@ export function print(text = ""): void {
 
 /** Masks the config's secret values and any `scheme://user:password@` password (even without a config). */
 export function redact(text: string, secrets: readonly string[]): string {
-  return maskSecrets(text, secrets).replace(/([a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]+@/gi, "$1***@");
+  return maskUrlPasswords(maskSecrets(text, secrets));
 }

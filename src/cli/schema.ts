@@ -2,7 +2,7 @@ import { defineCommand } from "citty";
 import fs from "node:fs";
 import path from "node:path";
 import { loadConfigToml } from "../config/load.ts";
-import { maskSecrets } from "../config/mask.ts";
+import { maskSecrets } from "../masking.ts";
 import { BoundedWriter } from "../drain/bounded-writer.ts";
 import { ensureStep } from "../drain/remote-schema.ts";
 import { targetDialect } from "../drain/target.ts";

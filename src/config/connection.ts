@@ -1,6 +1,6 @@
 import { isAbsolute, resolve } from "node:path";
 import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
-import { maskSecrets } from "./mask.ts";
+import { maskSecrets } from "../masking.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { connectionSecrets } from "./secret-values.ts";
 import { didYouMean } from "./suggest.ts";

@@ -1,6 +1,6 @@
 import { SecretsError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { maskError, maskSecrets } from "./mask.ts";
+import { maskError, maskSecrets } from "../masking.ts";
 
 /** Doppler's API, unless `DOPPLER_API_URL` or the `dopplerBaseUrl` option says otherwise. */
 export const DOPPLER_DEFAULT_BASE_URL = "https://api.doppler.com";

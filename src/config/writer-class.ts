@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { maskError, maskSecrets } from "./mask.ts";
+import { maskError, maskSecrets } from "../masking.ts";
 import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 
 /** Where a `writer_class` is configured, for error messages. */

@@ -2,7 +2,7 @@ import { ConfigError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { createWriter as createBuiltinWriter } from "../writers/registry.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { maskError, maskSecrets } from "./mask.ts";
+import { maskError, maskSecrets } from "../masking.ts";
 import { DIALECTS } from "../vocabulary.ts";
 import type { OutboxConfig, TargetConfig } from "./types.ts";
 import { loadWriterClass } from "./writer-class.ts";
