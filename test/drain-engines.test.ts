@@ -130,6 +130,46 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     expect(await s.remote.ints("SELECT id FROM a ORDER BY pos")).toEqual([[1], [2]]);
   });
 
+  test("coalesced: a run of same-text INSERTs goes as multi-row statements; a poison row in the middle lets the rows before it land, holds the rest and is charged alone", async () => {
+    const s = await setup();
+    const { svc } = s.drain();
+    await svc.runOnce();
+    // How many INSERT statements the engine itself executed (server engines can tell; MySQL's
+    // counter is server-wide, and counts the ledger's own INSERT … ON DUPLICATE KEY UPDATE).
+    const statements = engine === "postgres"
+      ? async () => {
+          await s.remote.exec(`CREATE TABLE IF NOT EXISTS stmt_count (n INT); CREATE OR REPLACE FUNCTION count_stmt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO stmt_count VALUES (1); RETURN NULL; END $$;
+            CREATE TRIGGER count_b AFTER INSERT ON b FOR EACH STATEMENT EXECUTE FUNCTION count_stmt()`);
+          return async () => (await s.remote.ints("SELECT count(*) FROM stmt_count"))[0]![0]!;
+        }
+      : engine === "mysql"
+        ? async () => {
+            const comInsert = async () => (await s.remote.ints("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'COM_INSERT'"))[0]![0]!;
+            const before = await comInsert();
+            return async () => (await comInsert()) - before;
+          }
+        : null;
+    const count = statements ? await statements() : null;
+    for (let i = 0; i < 200; i++) s.producer.push("b", "INSERT INTO b (id, note) VALUES (?, ?)", [i, `n${i}`]);
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "200 clean rows");
+    expect((await s.remote.ints("SELECT id FROM b ORDER BY pos")).flat()).toEqual([...Array(200).keys()]);
+    // 200 rows in far fewer statements (the ledger's own statements are not INSERTs into b).
+    if (count) expect(await count()).toBeLessThan(20);
+    const seqs = Array.from({ length: 300 }, (_, i) => s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [i === 200 ? -1 : i, `n${i}`]));
+    const a = s.queue("a");
+    await waitFor(async () => (await svc.runOnce(), (await s.remote.ints("SELECT count(*) FROM a"))[0]![0] === 200), "the 200 rows before the poison");
+    await svc.runOnce(); // the poison, now the head, runs alone and is charged
+    expect((await s.remote.ints("SELECT id FROM a ORDER BY pos")).flat()).toEqual([...Array(200).keys()]);
+    const pending = a.fetchUnsynced(1_000);
+    expect(pending.map((r) => r.seq)).toEqual(seqs.slice(200));
+    expect(pending[0]).toMatchObject({ attempts: 1, lastErrorClass: expect.any(String) });
+    expect(pending.slice(1).every((r) => r.attempts === 0)).toBe(true);
+    await waitFor(async () => (await svc.runOnce(), a.pendingCount() === 0), "the poison dead-lettered and the rest delivered");
+    expect(a.getDead(seqs[200]!)).toMatchObject({ reason: "max_attempts", attempts: 2 });
+    const ids = (await s.remote.ints("SELECT id FROM a ORDER BY pos")).flat();
+    expect(ids).toEqual([...Array(300).keys()].filter((i) => i !== 200));
+  });
+
   test("a batch whose outcome was lost after the remote committed is settled from the ledger: no duplicate, even an INSERT updated in the same batch", async () => {
     const s = await setup();
     const writer = new FaultyWriter(createWriter(writerOf(engine), s.remote.connection));

@@ -1,7 +1,8 @@
 import { SQL, type ReservedSQL } from "bun";
 import { WriteError } from "../errors.ts";
 import type { ErrorKind } from "./classify.ts";
-import { type Connection, maskText, numberKey, stringKey, urlPassword } from "./connection.ts";
+import { maskCause, maskSecrets, urlPassword } from "../masking.ts";
+import { booleanKey, type Connection, numberKey, stringKey } from "./connection.ts";
 import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS, describeServer } from "./server-keys.ts";
 import { statementKind } from "./statement-kind.ts";
@@ -34,6 +35,7 @@ export class BunSqlWriter implements OutboxWriter {
   readonly #secrets: string[];
   readonly #classify: (error: unknown) => ErrorKind;
   readonly #batchTimeoutMs: number;
+  readonly #coalesce: boolean;
   #closed = false;
 
   constructor(engine: Engine, connection: Connection, classify: (error: unknown) => ErrorKind) {
@@ -43,6 +45,7 @@ export class BunSqlWriter implements OutboxWriter {
     const password = stringKey(connection, "password");
     this.#secrets = [password, urlPassword(url)].filter((s): s is string => !!s);
     this.#batchTimeoutMs = (numberKey(connection, "batch_timeout") ?? DEFAULT_BATCH_TIMEOUT_S) * 1000;
+    this.#coalesce = booleanKey(connection, "coalesce", true);
     const tls = connection.ssl ?? connection.tls;
     const options = {
       adapter: engine,
@@ -79,7 +82,7 @@ export class BunSqlWriter implements OutboxWriter {
       }, this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e, misconfigured) => this.#fail(m, e, misconfigured), this.dialect), timeout]);
+      return await Promise.race([runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e, misconfigured) => this.#fail(m, e, misconfigured), this.dialect, { coalesce: this.#coalesce }), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -180,9 +183,8 @@ export class BunSqlWriter implements OutboxWriter {
 
   /** A `WriteError` whose message and cause never contain the password. */
   #fail(message: string, error: unknown, misconfigured = false): WriteError {
-    const text = maskText(`${this.dialect} ${this.description}: ${message}`, this.#secrets);
-    const causeText = error instanceof Error ? `${error.message}\n${error.stack ?? ""}` : String(error ?? "");
-    const cause = error === undefined ? undefined : maskText(causeText, this.#secrets) === causeText ? error : new Error(maskText(errorText(error), this.#secrets));
+    const text = maskSecrets(`${this.dialect} ${this.description}: ${message}`, this.#secrets);
+    const cause = error === undefined ? undefined : maskCause(error, this.#secrets);
     return new WriteError(text, undefined, { ...(cause === undefined ? {} : { cause }), misconfigured });
   }
 }

@@ -20,6 +20,32 @@ export function numberKey(connection: Connection, ...names: string[]): number | 
   return Number.isFinite(value) ? value : undefined;
 }
 
+/** A true/false key (TOML booleans, or "true"/"false" from `${VAR}`); `fallback` when unset. */
+export function booleanKey(connection: Connection, name: string, fallback: boolean): boolean {
+  const value = connection[name];
+  if (value === true || value === "true") return true;
+  if (value === false || value === "false") return false;
+  return fallback;
+}
+
+/** Problems for keys that are set but are neither true nor false. */
+export function checkBooleans(connection: Connection, keys: string[]): Problem[] {
+  const problems: Problem[] = [];
+  for (const key of keys) {
+    const value = connection[key];
+    if (value !== undefined && value !== true && value !== false && value !== "true" && value !== "false") {
+      problems.push({ key, message: `must be true or false, got ${JSON.stringify(value)}` });
+    }
+  }
+  return problems;
+}
+
+/** The `coalesce` key of every built-in writer. */
+export const COALESCE_KEY = {
+  name: "coalesce",
+  description: "false sends every row as its own statement; by default runs of one table's same-text INSERTs go as multi-row statements (see docs/delivery.md)",
+};
+
 /** Problems for keys that are set but are not positive numbers (ports: integers 1–65535). */
 export function checkNumbers(connection: Connection, keys: string[], options: { port?: string } = {}): Problem[] {
   const problems: Problem[] = [];
@@ -44,41 +70,4 @@ export function checkAliases(connection: Connection, aliases: string[][]): Probl
     if (given.length > 1) problems.push({ key: given[1]!, message: `is an alias of "${given[0]}": set only one of ${given.map((n) => `"${n}"`).join(", ")}` });
   }
   return problems;
-}
-
-/** A URL with its password (userinfo and `password=` parameters) replaced by `***`; unparsable text is fully masked. */
-export function maskUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = "***";
-    for (const key of [...u.searchParams.keys()]) {
-      if (/pass|token|secret|key/i.test(key)) u.searchParams.set(key, "***");
-    }
-    return u.toString();
-  } catch {
-    return "***";
-  }
-}
-
-/** Replaces every occurrence of each non-empty secret in `text` with `***`. */
-export function maskText(text: string, secrets: ReadonlyArray<string | undefined>): string {
-  let out = text;
-  for (const secret of secrets) {
-    if (secret && secret.length > 0) out = out.split(secret).join("***");
-    // A password inside a URL may appear percent-encoded.
-    if (secret && encodeURIComponent(secret) !== secret) out = out.split(encodeURIComponent(secret)).join("***");
-  }
-  return out;
-}
-
-/** The password embedded in a URL's userinfo, if any (decoded), so it can be masked in error text. */
-export function urlPassword(url: string | undefined): string | undefined {
-  if (!url) return undefined;
-  try {
-    const u = new URL(url);
-    const fromParams = u.searchParams.get("password") ?? undefined;
-    return u.password ? decodeURIComponent(u.password) : fromParams;
-  } catch {
-    return undefined;
-  }
 }

@@ -2,6 +2,7 @@ import type { WriteError } from "../errors.ts";
 import { statementCount } from "../sql/statement.ts";
 import type { Dialect } from "../vocabulary.ts";
 import type { ErrorKind } from "./classify.ts";
+import { coalesce } from "./coalesce.ts";
 import type { Statement, WriteResult } from "./writer.ts";
 
 /** How one statement of a pass ended: applied (`result`), failed (`error`), or never attempted. */
@@ -39,10 +40,17 @@ export type Fail = (message: string, error: unknown, misconfigured?: boolean) =>
  * then runs on its own (one transaction each, so a namespace whose rows satisfy their deferred
  * constraints among themselves still commits), and a namespace whose COMMIT fails again runs
  * `checking`, so the culprit fails on its own instead of the whole target stalling.
+ *
+ * With `coalesce`, the first pass sends runs of same-text INSERTs as multi-row statements (see
+ * `coalesce`); their rows report `rowsAffected` only where it is known (see `memberResult`). When a merged
+ * statement fails, nobody knows which of its rows is at fault, so what it carried runs again
+ * statement by statement — the same passes as without coalescing, one pass later.
  */
-export function runIsolated(stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, dialect: Dialect): Promise<WriteResult[]> {
+export function runIsolated(
+  stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, dialect: Dialect, options: { coalesce?: boolean } = {},
+): Promise<WriteResult[]> {
   const refused = stmts.map((s) => notOneStatement(s.sql, dialect));
-  return isolate(stmts, pass, classify, fail, "batch", refused);
+  return isolate(stmts, pass, classify, fail, "batch", refused, options.coalesce === true ? dialect : null);
 }
 
 // Statement texts repeat thousands of times in a backlog: count each one once.
@@ -74,7 +82,9 @@ function notOneStatement(sql: string, dialect: Dialect): string | null {
  *  `checking`: passes that blame deferred violations on their statement. */
 type Mode = "batch" | "namespace" | "checking";
 
-async function isolate(stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, initial: Mode, refused: Array<string | null> = []): Promise<WriteResult[]> {
+async function isolate(
+  stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, initial: Mode, refused: Array<string | null> = [], coalesceFor: Dialect | null = null,
+): Promise<WriteResult[]> {
   let mode = initial;
   const results: Array<WriteResult | undefined> = new Array(stmts.length);
   /** Per failed namespace, the index of its failed statement. */
@@ -106,9 +116,24 @@ async function isolate(stmts: Statement[], pass: Pass, classify: (error: unknown
   });
 
   let active = stmts.map((_, i) => i).filter((i) => results[i] === undefined);
+  let merging = coalesceFor;
   while (active.length > 0) {
-    const { outcomes, committed, commitError } = await pass(active.map((i) => stmts[i]!), mode === "checking");
-    if (outcomes.length !== active.length) throw fail("internal error: a pass returned the wrong number of outcomes", undefined);
+    const batch = merging === null ? null : coalesce(active.map((i) => stmts[i]!), merging);
+    const sent = batch === null ? active.map((i) => stmts[i]!) : batch.sent;
+    const answer = await pass(sent, mode === "checking");
+    if (answer.outcomes.length !== sent.length) throw fail("internal error: a pass returned the wrong number of outcomes", undefined);
+    const { committed, commitError } = answer;
+    let outcomes = answer.outcomes;
+    if (batch !== null && batch.sent.length < active.length) {
+      merging = null; // whatever happens next, no later pass of this batch is coalesced
+      const mergedFailed = batch.members.some((m, k) => m.length > 1 && "error" in answer.outcomes[k]!);
+      if (mergedFailed) {
+        if (committed) keepCommitted(active, batch.members, answer.outcomes);
+        active = active.filter((i) => results[i] === undefined);
+        continue;
+      }
+      outcomes = spread(batch.members, answer.outcomes, active.length);
+    }
     if (commitError !== undefined && !committed) {
       // Checked only at COMMIT: no statement is blamed. If even a checking pass cannot blame one
       // (or the target itself failed), it is an outage as before.
@@ -147,6 +172,46 @@ async function isolate(stmts: Statement[], pass: Pass, classify: (error: unknown
     active = active.filter((j) => results[j] === undefined);
   }
   return results as WriteResult[];
+
+  /**
+   * A coalesced pass committed although a merged statement failed (MySQL: nothing else of its
+   * namespace was applied). Keeps what committed and the failures of statements sent alone; the
+   * namespaces of failed merged statements stay unanswered, to run again statement by statement.
+   */
+  function keepCommitted(active: number[], members: number[][], sentOutcomes: Outcome[]): void {
+    const rerun = new Set(members.filter((m, k) => m.length > 1 && "error" in sentOutcomes[k]!).map((m) => stmts[active[m[0]!]!]!.namespace));
+    members.forEach((m, k) => {
+      const o = sentOutcomes[k]!;
+      const namespace = stmts[active[m[0]!]!]!.namespace;
+      if (rerun.has(namespace)) {
+        if ("result" in o) throw fail(`internal error: a pass committed seq ${stmts[active[m[0]!]!]!.seq} of a failed namespace`, undefined);
+        return;
+      }
+      if ("result" in o) for (const j of m) results[active[j]!] = m.length > 1 ? memberResult(o.result, m.length) : o.result;
+      else if ("error" in o && !failedAt.has(namespace)) failNamespace(active[m[0]!]!, failure(o.error));
+    });
+  }
+}
+
+/** The outcomes of a coalesced pass, one per original statement: a merged statement's result for each row it carried. */
+function spread(members: number[][], outcomes: Outcome[], count: number): Outcome[] {
+  const out = new Array<Outcome>(count);
+  members.forEach((m, k) => {
+    const o = outcomes[k]!;
+    if (m.length === 1) out[m[0]!] = o;
+    else for (const j of m) out[j] = "result" in o ? { result: memberResult(o.result, m.length) } : o;
+  });
+  return out;
+}
+
+/**
+ * One row's result from the result of the merged statement that carried `rows` rows: each single-row
+ * INSERT affects at most one row, so when the merged one affected exactly `rows`, each affected one;
+ * otherwise (some absorbed by ON CONFLICT DO NOTHING, or counted twice by ON DUPLICATE KEY UPDATE)
+ * nobody knows which, and rowsAffected is left out.
+ */
+function memberResult(merged: WriteResult, rows: number): WriteResult {
+  return merged.ok && merged.rowsAffected === rows ? { ok: true, rowsAffected: 1 } : { ok: true };
 }
 
 /** Why `args` is not a list of BindValues (string, number, bigint, boolean, null, Uint8Array), or undefined when it is. */

@@ -1,7 +1,8 @@
 import type { Client, InArgs, ResultSet } from "@libsql/client";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
-import { checkAliases, checkNumbers, type Connection, maskText, maskUrl, numberKey, stringKey } from "./connection.ts";
+import { maskCause, maskSecrets, maskUrl } from "../masking.ts";
+import { booleanKey, checkAliases, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, numberKey, stringKey } from "./connection.ts";
 import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
 import { statementKind } from "./statement-kind.ts";
@@ -26,6 +27,7 @@ export class LibsqlWriter implements OutboxWriter {
   /** Token values to mask: the auth token and an `authToken=` URL parameter. */
   readonly #secrets: string[];
   readonly #batchTimeoutMs: number;
+  readonly #coalesce: boolean;
   #client: Promise<Client> | null = null;
   #closed = false;
 
@@ -35,6 +37,7 @@ export class LibsqlWriter implements OutboxWriter {
     this.#url = url;
     this.#authToken = stringKey(connection, "auth_token", "db_token");
     this.#batchTimeoutMs = (numberKey(connection, "batch_timeout") ?? DEFAULT_LIBSQL_BATCH_TIMEOUT_S) * 1000;
+    this.#coalesce = booleanKey(connection, "coalesce", true);
     this.description = maskUrl(url);
     this.#secrets = [this.#authToken, tokenInUrl(url)].filter((s): s is string => !!s);
   }
@@ -51,7 +54,7 @@ export class LibsqlWriter implements OutboxWriter {
       timer = setTimeout(() => reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined)), this.#batchTimeoutMs);
     });
     try {
-      return await Promise.race([runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "libsql"), timeout]);
+      return await Promise.race([runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "libsql", { coalesce: this.#coalesce }), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -136,10 +139,8 @@ export class LibsqlWriter implements OutboxWriter {
 
   /** A `WriteError` whose message and cause never contain the auth token. */
   #fail(message: string, error: unknown, misconfigured = false): WriteError {
-    const secrets = this.#secrets;
-    const text = maskText(`libsql ${this.description}: ${message}`, secrets);
-    const raw = error instanceof Error ? `${error.message}\n${error.stack ?? ""}` : String(error ?? "");
-    const cause = error === undefined ? undefined : maskText(raw, secrets) === raw ? error : new Error(maskText(errorText(error), secrets));
+    const text = maskSecrets(`libsql ${this.description}: ${message}`, this.#secrets);
+    const cause = error === undefined ? undefined : maskCause(error, this.#secrets);
     return new WriteError(text, undefined, { ...(cause === undefined ? {} : { cause }), misconfigured });
   }
 }
@@ -206,9 +207,10 @@ export const libsqlWriter: WriterSpec = {
     { name: "auth_token", secret: true, description: "Turso auth token (alias: db_token)" },
     { name: "db_token", secret: true, description: "alias of auth_token (the reference's name)" },
     { name: "batch_timeout", description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_LIBSQL_BATCH_TIMEOUT_S})` },
+    COALESCE_KEY,
   ],
   validate(connection) {
-    const problems = [...checkAliases(connection, [["url", "db_url"], ["auth_token", "db_token"]]), ...checkNumbers(connection, ["batch_timeout"])];
+    const problems = [...checkAliases(connection, [["url", "db_url"], ["auth_token", "db_token"]]), ...checkNumbers(connection, ["batch_timeout"]), ...checkBooleans(connection, ["coalesce"])];
     const url = stringKey(connection, "url", "db_url");
     const key = connection.url !== undefined ? "url" : "db_url";
     if (!url) problems.push({ key: "url", message: 'is required (or its alias "db_url")' });

@@ -1,4 +1,5 @@
-import { checkAliases, checkNumbers, type Connection, maskUrl, type Problem, stringKey } from "./connection.ts";
+import { maskUrl } from "../masking.ts";
+import { checkAliases, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, type Problem, stringKey } from "./connection.ts";
 import type { ConnectionKey } from "./registry.ts";
 
 /** Default `connect_timeout` (seconds) of the `postgres` and `mysql` writers. */
@@ -23,6 +24,7 @@ export function serverKeys(defaultPort: number): ConnectionKey[] {
     { name: "connect_timeout", description: `seconds to wait for a connection (default ${DEFAULT_CONNECT_TIMEOUT_S})` },
     { name: "batch_timeout", description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_BATCH_TIMEOUT_S})` },
     { name: "max_connections", description: `pool size (default ${DEFAULT_MAX_CONNECTIONS})` },
+    COALESCE_KEY,
   ];
 }
 
@@ -33,6 +35,7 @@ export function validateServer(connection: Connection, schemes: string[]): Probl
   const problems: Problem[] = [
     ...checkAliases(connection, [["user", "username"], ["ssl", "tls"]]),
     ...checkNumbers(connection, ["port", "connect_timeout", "batch_timeout", "max_connections"], { port: "port" }),
+    ...checkBooleans(connection, ["coalesce"]),
   ];
   const url = stringKey(connection, "url");
   const host = stringKey(connection, "host");

@@ -1,7 +1,7 @@
 import { Database, type SQLQueryBindings } from "bun:sqlite";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
-import { checkNumbers, type Connection, numberKey, stringKey } from "./connection.ts";
+import { booleanKey, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, numberKey, stringKey } from "./connection.ts";
 import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
 import { statementKind } from "./statement-kind.ts";
@@ -20,6 +20,7 @@ export class SqliteWriter implements OutboxWriter {
   readonly path: string;
   readonly #busyTimeoutMs: number;
   readonly #foreignKeys: boolean;
+  readonly #coalesce: boolean;
   #db: Database | null = null;
   #closed = false;
 
@@ -28,14 +29,15 @@ export class SqliteWriter implements OutboxWriter {
     if (!path) throw new WriteError('sqlite writer: connection key "path" is required');
     this.path = path;
     this.#busyTimeoutMs = numberKey(connection, "busy_timeout") ?? DEFAULT_SQLITE_BUSY_TIMEOUT_MS;
-    this.#foreignKeys = stringKey(connection, "foreign_keys") === "true";
+    this.#foreignKeys = booleanKey(connection, "foreign_keys", false);
+    this.#coalesce = booleanKey(connection, "coalesce", true);
   }
 
   async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     const db = this.#open();
-    return runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)), classifyLocal, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "sqlite");
+    return runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)), classifyLocal, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "sqlite", { coalesce: this.#coalesce });
   }
 
   close(): void {
@@ -162,15 +164,9 @@ export const sqliteWriter: WriterSpec = {
     { name: "path", required: true, description: "SQLite database file (created if missing; relative to outbox.toml when loaded from TOML)" },
     { name: "busy_timeout", description: `milliseconds to wait for a lock (default ${DEFAULT_SQLITE_BUSY_TIMEOUT_MS})` },
     { name: "foreign_keys", description: "true to enforce foreign keys (PRAGMA foreign_keys = ON; default false, as SQLite)" },
+    COALESCE_KEY,
   ],
-  validate(connection) {
-    const problems = checkNumbers(connection, ["busy_timeout"]);
-    const fk = connection.foreign_keys;
-    if (fk !== undefined && fk !== true && fk !== false && fk !== "true" && fk !== "false") {
-      problems.push({ key: "foreign_keys", message: `must be true or false, got ${JSON.stringify(fk)}` });
-    }
-    return problems;
-  },
+  validate: (connection) => [...checkNumbers(connection, ["busy_timeout"]), ...checkBooleans(connection, ["foreign_keys", "coalesce"])],
   describe: (connection) => `sqlite:${stringKey(connection, "path") ?? ""}`,
   create: (connection) => new SqliteWriter(connection),
 };

@@ -1,0 +1,66 @@
+import { maxRows, multiRowSql, valuesInsert, type ValuesInsert } from "../sql/coalesce.ts";
+import type { BindValue, Dialect } from "../vocabulary.ts";
+import type { Statement } from "./writer.ts";
+
+/** What is sent for a batch: statements, each carrying the original statements at `members`. */
+export interface CoalescedBatch {
+  sent: Statement[];
+  /** Per sent statement, the indexes (into the original list) of the statements it carries, in order. */
+  members: number[][];
+}
+
+// A backlog repeats a few statement texts thousands of times: recognise each text once.
+const shapes = new Map<string, ValuesInsert | null>();
+const MAX_SHAPES = 4096;
+
+function shapeOf(sql: string, dialect: Dialect): ValuesInsert | null {
+  const key = `${dialect}\0${sql}`;
+  let shape = shapes.get(key);
+  if (shape === undefined) {
+    shape = valuesInsert(sql, dialect);
+    if (shapes.size >= MAX_SHAPES) shapes.clear();
+    shapes.set(key, shape);
+  }
+  return shape;
+}
+
+/**
+ * Merges each run of consecutive statements of one namespace with the same coalescible text (see
+ * `valuesInsert`) into one multi-row statement, within the dialect's parameter limit. Everything
+ * else — a fence, a statement with another text, one whose argument count does not fit its text —
+ * is sent as it is. Returns the batch unchanged (one member each) when nothing merges.
+ */
+export function coalesce(stmts: readonly Statement[], dialect: Dialect): CoalescedBatch {
+  const sent: Statement[] = [];
+  const members: number[][] = [];
+  let i = 0;
+  while (i < stmts.length) {
+    const first = stmts[i]!;
+    const shape = first.fence ? null : shapeOf(first.sql, dialect);
+    let j = i + 1;
+    if (shape !== null && first.args.length === shape.width) {
+      const limit = maxRows(shape, dialect);
+      while (j < stmts.length && j - i < limit) {
+        const next = stmts[j]!;
+        if (next.fence || next.sql !== first.sql || next.namespace !== first.namespace || next.args.length !== shape.width) break;
+        j++;
+      }
+    }
+    if (j - i === 1) {
+      sent.push(first);
+      members.push([i]);
+    } else {
+      const args: BindValue[] = [];
+      const carried: number[] = [];
+      for (let k = i; k < j; k++) {
+        const a = stmts[k]!.args;
+        for (let m = 0; m < a.length; m++) args.push(a[m]!);
+        carried.push(k);
+      }
+      sent.push({ sql: multiRowSql(shape!, j - i), args, namespace: first.namespace, seq: stmts[j - 1]!.seq });
+      members.push(carried);
+    }
+    i = j;
+  }
+  return { sent, members };
+}
