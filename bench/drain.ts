@@ -1,12 +1,21 @@
-// Drain throughput and end-to-end latency (`bun run bench:drain`). Prints one JSON line per case:
+// Drain throughput against the engine's own ingest limit, end-to-end latency, a fleet and large
+// rows (`bun run bench:drain [null|sqlite|postgres|mysql|fleet|large|latency …]`). One JSON line each:
 // {"bench":"drain","target":…,"rows":…,"rows_per_s":…,"peak_rss_mb":…}   100 000-row backlog,
-//   4 tables, batch_size 500, inject_outbox_seq on; each target drained in its own process so
-//   peak RSS is the drain's own (the backlog is written by this parent process first).
+//   4 tables, batch_size 500, delivery ledger on; each drain runs in its own process so peak RSS
+//   is the drain's own (the backlog is written by this parent process first).
+// {"bench":"limit","target":…,"form":…,"rows_per_s":…}   the same rows straight into the same
+//   engine from one connection, 500 rows per transaction: multi-row VALUES and, for PostgreSQL,
+//   INSERT … SELECT FROM unnest(arrays). Measured right after the drain, in the same run.
+// {"bench":"ratio","target":…,"drain_vs_limit":…}   the drain over the best limit form.
+// {"bench":"fleet","target":"postgres","drains":4,"rows":…,"rows_per_s":…}   four drain processes,
+//   each with its own queue file (its own origin), into ONE PostgreSQL table; checked afterwards.
+// {"bench":"large","target":"postgres","rows":…,"row_kb":64,"rows_per_s":…,"peak_rss_mb":…}
 // {"bench":"latency","target":…,"p50_ms":…,"p99_ms":…}   single events, flush_interval 5 ms,
 //   threshold 1: enqueue → the remote transaction committed (the writer's promise resolved).
 // The "null" target accepts everything instantly: its rate is the drain's own ceiling.
-// Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README "Try it").
+// Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README).
 import { Database } from "bun:sqlite";
+import { SQL } from "bun";
 import fs from "node:fs";
 import { defineConfig } from "../src/config/index.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
@@ -20,58 +29,69 @@ import { makeTempDir } from "../test/support/tmp.ts";
 
 const TABLES = ["bench_a", "bench_b", "bench_c", "bench_d"];
 const ROWS = 100_000;
+const CHUNK = 500;
 const LATENCY_EVENTS = 300;
+const FLEET_DRAINS = 4;
+const LARGE_ROWS = 2_000;
+const LARGE_ROW_BYTES = 64 * 1024;
 type Target = "sqlite" | "postgres" | "mysql" | "null";
+type Row = [number, string, number, string];
 
-/** Accepts everything instantly: what is left is the drain's own cost (fetch, decode, rewrite, confirm). */
+/** Accepts everything instantly: what is left is the drain's own cost (read, decode, rewrite, settle). */
 const nullWriter: OutboxWriter = {
   dialect: "postgres",
   writeBatch: async (stmts) => stmts.map(() => ({ ok: true as const, rowsAffected: 1 })),
 };
 
-function configFor(dbDir: string, writer: Target, connection: Record<string, unknown>, tuning: Record<string, unknown>) {
+const rowOf = (i: number, note = "a short note about this row"): Row => [i, `name-${i}`, i * 1.25, note];
+
+function configFor(dbDir: string, writer: Target, connection: Record<string, unknown>, tables: string[], tuning: Record<string, unknown>) {
   const target = writer === "null" ? { writer: "postgres" as const, connection: { url: "postgres://unused@127.0.0.1/x" } } : { writer, connection };
-  return defineConfig({ app: { bench: { dbDir, ...tuning, db: { remote: { ...target, tables: TABLES } } } } });
+  return defineConfig({ app: { bench: { dbDir, ...tuning, db: { remote: { ...target, tables } } } } });
 }
 
-/** Creates the remote tables (without outbox_seq: auto_schema adds it) and returns the writer connection. */
-async function remoteFor(target: Target, dir: string) {
-  if (target === "null") return { connection: {}, drop: async () => {} };
-  const ddl = (t: string) => `CREATE TABLE ${t} (id BIGINT NOT NULL, name VARCHAR(64), amount DOUBLE PRECISION, note TEXT)`;
+const ddl = (t: string, target: Target) => `CREATE TABLE ${t} (id BIGINT NOT NULL, name VARCHAR(64), amount ${target === "mysql" ? "DOUBLE" : "DOUBLE PRECISION"}, note ${target === "mysql" ? "LONGTEXT" : "TEXT"})`;
+
+/** Creates the remote tables and returns the writer connection plus a client for the limit runs. */
+async function remoteFor(target: Target, dir: string, tables = TABLES) {
+  if (target === "null") return { connection: {}, sql: null, path: null, drop: async () => {} };
   if (target === "sqlite") {
     const path = `${dir}/remote.db`;
     const db = new Database(path, { create: true });
     db.run("PRAGMA journal_mode = WAL");
-    for (const t of TABLES) db.run(ddl(t));
+    for (const t of tables) db.run(ddl(t, target));
     db.close();
-    return { connection: { path }, drop: async () => {} };
+    return { connection: { path }, sql: null, path, drop: async () => {} };
   }
   const db = target === "postgres" ? await createPgDb("sqloutbox_bench") : await createMysqlDb("sqloutbox_bench");
-  for (const t of TABLES) await db.sql.unsafe(target === "mysql" ? ddl(t).replace("DOUBLE PRECISION", "DOUBLE") : ddl(t));
-  return { connection: { url: db.url }, drop: () => db.drop() };
+  for (const t of tables) await db.sql.unsafe(ddl(t, target));
+  return { connection: { url: db.url }, sql: db.sql, path: null, drop: () => db.drop() };
 }
 
-function fillBacklog(dbDir: string): void {
+function fillBacklog(dbDir: string, tables: string[], rows: number, row = rowOf): void {
   fs.mkdirSync(dbDir, { recursive: true });
-  const perTable = ROWS / TABLES.length;
-  for (const table of TABLES) {
+  const perTable = rows / tables.length;
+  for (const table of tables) {
     const q = new Outbox(`${dbDir}/${table}.db`, table);
     const tag = `INSERT INTO ${table} (id, name, amount, note) VALUES (?, ?, ?, ?)`;
     for (let i = 0; i < perTable; i += 1000) {
-      const items = Array.from({ length: Math.min(1000, perTable - i) }, (_, k) => ({
-        tag,
-        payload: encodeArgs([i + k, `name-${i + k}`, (i + k) * 1.25, "a short note about this row"]),
-      }));
-      q.enqueueBatch(items);
+      q.enqueueBatch(Array.from({ length: Math.min(1000, perTable - i) }, (_, k) => ({ tag, payload: encodeArgs(row(i + k)) })));
     }
     q.close();
   }
 }
 
-/** Child mode: drain the backlog in `dbDir` into the target, print the JSON line. */
-async function drainChild(target: Target, dbDir: string, connection: Record<string, unknown>): Promise<void> {
-  const config = configFor(dbDir, target, connection, { batchSize: 500, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
-  const svc = new OutboxSyncService(config, { "bench.remote": target === "null" ? nullWriter : createWriter(target, connection) });
+interface ChildJob {
+  target: Target;
+  dbDir: string;
+  connection: Record<string, unknown>;
+  tables: string[];
+}
+
+/** Child mode: drain the backlog in `dbDir` into the target, print one JSON result on stdout. */
+async function drainChild(job: ChildJob): Promise<void> {
+  const config = configFor(job.dbDir, job.target, job.connection, job.tables, { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
+  const svc = new OutboxSyncService(config, { "bench.remote": job.target === "null" ? nullWriter : createWriter(job.target, job.connection) });
   let peak = process.memoryUsage().rss;
   const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 10);
   const total = svc.totalPending();
@@ -82,7 +102,108 @@ async function drainChild(target: Target, dbDir: string, connection: Record<stri
   clearInterval(sampler);
   peak = Math.max(peak, process.memoryUsage().rss);
   await svc.stop();
-  console.log(JSON.stringify({ bench: "drain", target, rows: total, rows_per_s: Math.round(total / seconds), peak_rss_mb: Math.round(peak / 1048576) }));
+  console.log(JSON.stringify({ rows: total, seconds, peak_rss_mb: Math.round(peak / 1048576) }));
+}
+
+async function runChild(job: ChildJob): Promise<{ rows: number; seconds: number; peak_rss_mb: number }> {
+  const child = Bun.spawn(["bun", import.meta.path, "--drain-child", JSON.stringify(job)], { stdout: "pipe", stderr: "inherit" });
+  const out = await new Response(child.stdout).text();
+  if ((await child.exited) !== 0) throw new Error(`drain child for ${job.target} failed`);
+  return JSON.parse(out.trim().split("\n").at(-1)!);
+}
+
+/** The engine's own ingest rate for the bench rows: one connection, CHUNK rows per transaction. */
+async function limits(target: Exclude<Target, "null">, remote: Awaited<ReturnType<typeof remoteFor>>): Promise<Array<{ form: string; rowsPerS: number }>> {
+  const rows = Array.from({ length: ROWS }, (_, i) => rowOf(i));
+  const table = "bench_limit";
+  const time = async (fn: (chunk: Row[]) => Promise<void> | void) => {
+    const start = performance.now();
+    for (let i = 0; i < rows.length; i += CHUNK) await fn(rows.slice(i, i + CHUNK));
+    return Math.round(rows.length / ((performance.now() - start) / 1000));
+  };
+  const values = (n: number, ph: (k: number) => string) =>
+    Array.from({ length: n }, (_, r) => `(${[1, 2, 3, 4].map((c) => ph(r * 4 + c)).join(", ")})`).join(", ");
+  if (target === "sqlite") {
+    const db = new Database(remote.path!);
+    db.run("PRAGMA journal_mode = WAL");
+    db.run(ddl(table, target));
+    const insert = db.prepare(`INSERT INTO ${table} (id, name, amount, note) VALUES ${values(CHUNK, () => "?")}`);
+    const rate = await time((chunk) => void db.transaction(() => insert.run(...(chunk.flat() as never[])))());
+    db.close();
+    return [{ form: "multi-row VALUES", rowsPerS: rate }];
+  }
+  const sql = new SQL(remote.connection.url as string, { max: 1 });
+  try {
+    await sql.unsafe(ddl(table, target));
+    const ph = target === "postgres" ? (k: number) => `$${k}` : () => "?";
+    const text = `INSERT INTO ${table} (id, name, amount, note) VALUES ${values(CHUNK, ph)}`;
+    const out = [{ form: "multi-row VALUES", rowsPerS: await time((chunk) => sql.begin((tx) => tx.unsafe(text, chunk.flat())).then(() => {})) }];
+    if (target === "postgres") {
+      const unnest = `INSERT INTO ${table} (id, name, amount, note) SELECT * FROM unnest($1::bigint[], $2::text[], $3::float8[], $4::text[])`;
+      const columns = (chunk: Row[]) => [0, 1, 2, 3].map((c) => chunk.map((r) => r[c]));
+      out.push({ form: "unnest", rowsPerS: await time((chunk) => sql.begin((tx) => tx.unsafe(unnest, columns(chunk))).then(() => {})) });
+    }
+    return out;
+  } finally {
+    await sql.close();
+  }
+}
+
+async function throughput(target: Target): Promise<void> {
+  const dir = makeTempDir("sqloutbox-bench-");
+  const remote = await remoteFor(target, dir.path);
+  try {
+    fillBacklog(`${dir.path}/outbox`, TABLES, ROWS);
+    const drained = await runChild({ target, dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: TABLES });
+    const rowsPerS = Math.round(drained.rows / drained.seconds);
+    console.log(JSON.stringify({ bench: "drain", target, rows: drained.rows, rows_per_s: rowsPerS, peak_rss_mb: drained.peak_rss_mb }));
+    if (target === "null") return;
+    const forms = await limits(target, remote);
+    for (const f of forms) console.log(JSON.stringify({ bench: "limit", target, form: f.form, rows_per_s: f.rowsPerS }));
+    const best = Math.max(...forms.map((f) => f.rowsPerS));
+    console.log(JSON.stringify({ bench: "ratio", target, drain_vs_limit: Math.round((rowsPerS / best) * 100) / 100 }));
+  } finally {
+    await remote.drop();
+    dir.cleanup();
+  }
+}
+
+/** Four drains, each with its own queue (its own origin), into one PostgreSQL table at once. */
+async function fleet(): Promise<void> {
+  const dir = makeTempDir("sqloutbox-bench-");
+  const remote = await remoteFor("postgres", dir.path, ["bench_fleet"]);
+  try {
+    const perDrain = ROWS / FLEET_DRAINS;
+    const jobs = Array.from({ length: FLEET_DRAINS }, (_, d) => {
+      const dbDir = `${dir.path}/host${d}`;
+      fillBacklog(dbDir, ["bench_fleet"], perDrain, (i) => rowOf(d * perDrain + i));
+      return { target: "postgres" as const, dbDir, connection: remote.connection, tables: ["bench_fleet"] };
+    });
+    const start = performance.now();
+    await Promise.all(jobs.map(runChild));
+    const seconds = (performance.now() - start) / 1000;
+    const [[count, distinct]] = (await remote.sql!.unsafe("SELECT count(*), count(DISTINCT id) FROM bench_fleet").values()) as [[string, string]];
+    if (Number(count) !== ROWS || Number(distinct) !== ROWS) throw new Error(`fleet: ${count} rows (${distinct} distinct) landed, expected ${ROWS}`);
+    console.log(JSON.stringify({ bench: "fleet", target: "postgres", drains: FLEET_DRAINS, rows: ROWS, rows_per_s: Math.round(ROWS / seconds) }));
+  } finally {
+    await remote.drop();
+    dir.cleanup();
+  }
+}
+
+/** 64 KB rows into PostgreSQL: throughput and the drain's peak RSS (bounded by batch_max_bytes, not the backlog). */
+async function large(): Promise<void> {
+  const dir = makeTempDir("sqloutbox-bench-");
+  const remote = await remoteFor("postgres", dir.path, ["bench_large"]);
+  try {
+    const note = "x".repeat(LARGE_ROW_BYTES);
+    fillBacklog(`${dir.path}/outbox`, ["bench_large"], LARGE_ROWS, (i) => rowOf(i, note));
+    const drained = await runChild({ target: "postgres", dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: ["bench_large"] });
+    console.log(JSON.stringify({ bench: "large", target: "postgres", rows: drained.rows, row_kb: LARGE_ROW_BYTES / 1024, rows_per_s: Math.round(drained.rows / drained.seconds), peak_rss_mb: drained.peak_rss_mb }));
+  } finally {
+    await remote.drop();
+    dir.cleanup();
+  }
 }
 
 /** Wraps a writer to timestamp the moment each seq's remote commit resolved. */
@@ -107,7 +228,7 @@ async function latency(target: Target): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
   const remote = await remoteFor(target, dir.path);
   const dbDir = `${dir.path}/outbox`;
-  const config = configFor(dbDir, target, remote.connection, { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
+  const config = configFor(dbDir, target, remote.connection, TABLES, { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
   const writer = new TimingWriter(createWriter(target, remote.connection));
   const svc = new OutboxSyncService(config, { "bench.remote": writer });
   await svc.start();
@@ -132,21 +253,12 @@ async function latency(target: Target): Promise<void> {
 }
 
 if (process.argv[2] === "--drain-child") {
-  await drainChild(process.argv[3] as Target, process.argv[4]!, JSON.parse(process.argv[5]!));
+  await drainChild(JSON.parse(process.argv[3]!) as ChildJob);
 } else {
   const only = process.argv.slice(2);
-  for (const target of ["null", "sqlite", "postgres", "mysql"] as const) {
-    if (only.length > 0 && !only.includes(target)) continue;
-    const dir = makeTempDir("sqloutbox-bench-");
-    const remote = await remoteFor(target, dir.path);
-    fillBacklog(`${dir.path}/outbox`);
-    const child = Bun.spawn(["bun", import.meta.path, "--drain-child", target, `${dir.path}/outbox`, JSON.stringify(remote.connection)], { stdout: "inherit", stderr: "inherit" });
-    await child.exited;
-    await remote.drop();
-    dir.cleanup();
-  }
-  for (const target of ["sqlite", "postgres"] as const) {
-    if (only.length > 0 && !only.includes(target)) continue;
-    await latency(target);
-  }
+  const wanted = (name: string) => only.length === 0 || only.includes(name);
+  for (const target of ["null", "sqlite", "postgres", "mysql"] as const) if (wanted(target)) await throughput(target);
+  if (wanted("fleet")) await fleet();
+  if (wanted("large")) await large();
+  for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target))) await latency(target);
 }
