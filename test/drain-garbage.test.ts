@@ -311,6 +311,23 @@ describe("local errors and housekeeping", () => {
     expect(s.ids().at(-1)).toBe(99); // the chain still verifies after pruning
   });
 
+  test("the same cleanup deletes dead letters replayed more than retain_replayed_days ago, and keeps those never replayed", async () => {
+    const s = setup({ cleanupEvery: 1, retainReplayedDays: 0, maxAttempts: 1 });
+    await s.svc.runOnce();
+    s.push(-1); // refused by the CHECK: dead-lettered at once
+    s.push(-2);
+    await waitFor(async () => (await s.svc.runOnce(), s.queue().deadCount() === 2), "both rows dead-lettered");
+    const q = s.queue();
+    const [first, second] = q.listDead().map((d) => d.seq);
+    q.replayDead(first!); // still refused: dead again as a new letter; the replayed one is history
+    await Bun.sleep(5); // replayed_at must be strictly older than the cleanup's cutoff
+    s.push(1);
+    await waitFor(async () => (await s.svc.runOnce(), s.ids().includes(1)), "a batch, and with it a cleanup");
+    const left = q.listDead().map((d) => [d.seq, d.replayedAt === null]);
+    expect(left).not.toContainEqual([first!, false]); // the replayed letter is gone
+    expect(left).toContainEqual([second!, true]); // the unreplayed one stays
+  });
+
   test("integrityScan reports every served file and says clean", async () => {
     const s = setup();
     s.push(1);

@@ -44,6 +44,7 @@ export interface AppInput {
   autoSchema?: boolean;
   cleanupEvery?: number;
   retainLogDays?: number;
+  retainReplayedDays?: number;
   maxPending?: number | null;
   maxAttempts?: number | null;
   backoffCapMinutes?: number;

@@ -66,6 +66,8 @@ export interface AppConfig {
   cleanupEvery: number;
   /** Default retention of the sync log, days. Default 30. */
   retainLogDays: number;
+  /** Days a replayed dead letter is kept after its replay (never-replayed ones are kept). Default 30. */
+  retainReplayedDays: number;
   /** Hard cap of pending rows per namespace for producers; null = unbounded (default). */
   maxPending: number | null;
   /** Dead-letter a head after this many failed attempts; null = retry forever. Default 10. */
@@ -105,6 +107,7 @@ export const DEFAULTS = {
   autoSchema: true, // auto_schema
   cleanupEvery: 500, // cleanup_every
   retainLogDays: 30, // retain_log_days
+  retainReplayedDays: 30, // retain_replayed_days
   maxPending: null, // max_pending
   maxAttempts: 10, // max_attempts
   backoffCapMinutes: 64, // backoff_cap_minutes

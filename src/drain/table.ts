@@ -445,14 +445,16 @@ export class DrainTable {
     if (this.#hold && this.#hold.reason !== "origin" && this.#hold.reason !== "writer contract") this.#hold = { ...this.#hold, until: now };
   }
 
-  /** Prunes the sync log per `retain_log_days`. */
+  /** Prunes the sync log per `retain_log_days` and replayed dead letters per `retain_replayed_days`. */
   prune(): void {
     if (!this.#outbox) return;
     try {
       const removed = this.#outbox.pruneSyncLog(this.config.retainLogDays);
       if (removed > 0) this.logger.debug(`drain: pruned ${removed} sync-log entries of "${this.name}"`, { namespace: this.name, rows: removed });
+      const replayed = this.#outbox.pruneReplayedDead(this.app.retainReplayedDays);
+      if (replayed > 0) this.logger.debug(`drain: pruned ${replayed} replayed dead letters of "${this.name}"`, { namespace: this.name, rows: replayed });
     } catch (error) {
-      this.logger.error(`drain: pruning the sync log of "${this.name}" (${this.file}) failed: ${describeError(error).message}`, { namespace: this.name });
+      this.logger.error(`drain: pruning the logs of "${this.name}" (${this.file}) failed: ${describeError(error).message}`, { namespace: this.name });
     }
   }
 
