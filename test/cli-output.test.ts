@@ -4,6 +4,8 @@ import type { LogObject } from "consola";
 import { ConfigError, OutboxError } from "../src/errors.ts";
 import { jsonLine, logOptionsFrom } from "../src/cli/_log.ts";
 import { formatAge, oneLine, redact, renderFields, renderTable } from "../src/cli/_output.ts";
+import { BIN, openQueue, run, seed } from "./cli-support.ts";
+import { makeTempDir } from "./support/tmp.ts";
 
 describe("renderTable", () => {
   test("aligns columns, right-aligns numbers, upper-cases headers and leaves no trailing spaces", () => {
@@ -90,4 +92,26 @@ describe("log options", () => {
   test("an invalid value is a UsageError naming the accepted ones", () => {
     expect(() => logOptionsFrom(["--log-format", "xml"], {})).toThrow(expect.objectContaining({ code: "E_USAGE", message: 'invalid log format "xml": expected one of pretty, json' }));
   });
+});
+
+describe("output through a slow pipe", () => {
+  test("a command's long output reaches a reader that is slow to read, whole (not cut at the pipe's 64 KiB)", async () => {
+    const tmp = makeTempDir();
+    try {
+      const dbDir = tmp.file("queue");
+      seed(dbDir, "t", 1_500);
+      const q = openQueue(dbDir, "t");
+      for (let head = q.head(); head; head = q.head()) q.deadLetter(head.seq, "skipped", "x".repeat(200));
+      q.close();
+      const direct = await run(["dead-letter", "list", "--db-dir", dbDir, "--json"]);
+      expect(direct.code).toBe(0);
+      expect(direct.stdout.length).toBeGreaterThan(256 * 1024);
+      const piped = await run(["-c", `bun ${BIN} dead-letter list --db-dir ${dbDir} --json | (sleep 1; cat)`], { cmd: ["sh"] });
+      expect(piped.code).toBe(0);
+      expect(piped.stdout.length).toBe(direct.stdout.length);
+      expect(JSON.parse(piped.stdout).deadLetters).toHaveLength(1_500);
+    } finally {
+      tmp.cleanup();
+    }
+  }, 20_000);
 });

@@ -9,8 +9,9 @@ for (const stream of [process.stdout, process.stderr]) {
 
 const code = await runCli(process.argv.slice(2));
 // Exit as soon as the output is flushed: a stray handle (a driver socket, a timer) must not keep
-// a finished command — or a drain that has stopped cleanly — alive. The timeout covers a pipe
-// that will never drain.
-const flushed = (stream: NodeJS.WriteStream) => new Promise<void>((resolve) => stream.write("", () => resolve()));
-await Promise.race([Promise.all([flushed(process.stdout), flushed(process.stderr)]), Bun.sleep(2000)]);
+// a finished command — or a drain that has stopped cleanly — alive. Only `end()` waits for what
+// a slow pipe has not taken yet (an empty write's callback fires with up to 64 KiB still queued,
+// and exiting then cut long output short); the timeout covers a reader that never reads.
+const ended = (stream: NodeJS.WriteStream) => new Promise<void>((resolve) => stream.end(() => resolve()));
+await Promise.race([Promise.all([ended(process.stdout), ended(process.stderr)]), Bun.sleep(30_000)]);
 process.exit(code);

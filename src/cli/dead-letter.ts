@@ -7,7 +7,7 @@ import { isoTimestamp } from "../outbox/timestamp.ts";
 import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "./_args.ts";
 import { log } from "./_context.ts";
 import { parseDurationMs, parsePointInTime } from "./_duration.ts";
-import { oneLine, renderFields, renderTable, redact } from "./_output.ts";
+import { oneLine, print, renderFields, renderTable, redact } from "./_output.ts";
 import { isDir, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Location, type Locations } from "./_targets.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
@@ -79,15 +79,6 @@ function recorder(failed: FileFailure[]): (file: string, err: Error) => void {
     failed.push({ file, error });
     log().error(error);
   };
-}
-
-/**
- * Writes `text` and a newline to stdout and waits until the stream has taken it: bin.ts's final
- * flush does not wait for a large write to a slow pipe, which cut a `--json` of thousands of
- * letters at 64 KiB (print() in _output.ts has the same problem).
- */
-function emit(text: string): Promise<void> {
-  return new Promise((resolve, reject) => process.stdout.write(`${text}\n`, (err) => (err ? reject(err) : resolve())));
 }
 
 function failIf(failed: readonly { file: string }[], what: string): void {
@@ -258,7 +249,7 @@ const list = defineCommand({
     const { entries, unreadable } = collectDeadLetters(await resolveLocations(args), filter);
     const filtered = Object.keys(filter).length > 0;
     const none = `no dead letters${filtered ? " match" : ""}${unreadable.length > 0 ? " in the readable files" : ""}`;
-    await emit(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : entries.length === 0 ? none : renderDeadLetters(entries));
+    print(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : entries.length === 0 ? none : renderDeadLetters(entries));
     failIf(unreadable.map((file) => ({ file })), "could not read");
   },
 });
@@ -274,7 +265,7 @@ const show = defineCommand({
     failIf(unreadable.map((file) => ({ file })), "could not read");
     const entry = entries.find((e) => e.seq === seq);
     if (!entry) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${args.namespace}" (${location.dbDir})`);
-    await emit(args.json ? JSON.stringify(entry, null, 2) : renderDeadLetter(entry));
+    print(args.json ? JSON.stringify(entry, null, 2) : renderDeadLetter(entry));
   },
 });
 
@@ -310,7 +301,7 @@ const replay = defineCommand({
     if (!all && given.length === 0) throw new UsageError("dead-letter replay needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, or --all");
     const filter = filterOf(args);
     const report = replaySelection(dirsOf(await resolveLocations(args), args.app), filter, dryRun);
-    await emit(args.json ? JSON.stringify(report, null, 2) : renderReplay(report));
+    print(args.json ? JSON.stringify(report, null, 2) : renderReplay(report));
     failIf(report.failed, "replay failed in");
   },
 });
@@ -326,8 +317,8 @@ async function replayOne(namespace: string, seq: number, args: { config?: string
   } finally {
     outbox.close();
   }
-  if (args.json) await emit(JSON.stringify({ action: "replay", namespace, seq, newSeq, file }, null, 2));
-  else await emit(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq} (re-enqueued at the tail, ${file})`);
+  if (args.json) print(JSON.stringify({ action: "replay", namespace, seq, newSeq, file }, null, 2));
+  else print(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq} (re-enqueued at the tail, ${file})`);
 }
 
 /**
@@ -396,7 +387,7 @@ const purge = defineCommand({
       failed: [],
     };
     for (const loc of dirs) if (isDir(loc.dbDir)) purgeDir(loc.dbDir, rule, args.namespace, report);
-    await emit(args.json ? JSON.stringify(report, null, 2) : renderPurge(report));
+    print(args.json ? JSON.stringify(report, null, 2) : renderPurge(report));
     failIf(report.failed, "purge failed in");
   },
 });
