@@ -51,7 +51,13 @@ test("a drain SIGKILLed at random moments while producers write INSERTs and UPDA
   while (kills < KILLS) {
     const drain = spawnDrain();
     // Kill anywhere from "still starting" to "mid-batch": the random moments the test is about.
-    await Bun.sleep(30 + Math.random() * 250);
+    // Every other kill waits for the drain to have started, so the drains also do real work
+    // between kills however slowly a loaded machine starts them.
+    if (kills % 2 === 0) await Bun.sleep(30 + Math.random() * 250);
+    else {
+      await Promise.race([drain.stdout.getReader().read(), Bun.sleep(10_000)]); // "started"
+      await Bun.sleep(Math.random() * 200);
+    }
     drain.kill("SIGKILL");
     await drain.exited;
     kills += 1;
