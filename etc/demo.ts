@@ -6,9 +6,9 @@ import { Database } from "bun:sqlite";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { healthAll } from "../outbox/health.ts";
-import { closeSharedOutboxes, SQLMiddleware } from "../outbox/middleware.ts";
-import { print, renderTable } from "./_output.ts";
+import { healthAll } from "../src/outbox/health.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { print, renderTable } from "../src/cli/_output.ts";
 
 const TABLES = {
   orders: { ddl: "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, total REAL NOT NULL)", count: 3000 },
@@ -22,7 +22,7 @@ const TIMEOUT_MS = 60_000;
 
 const keep = process.argv.includes("--keep");
 const tty = Boolean(process.stdout.isTTY);
-const bin = path.join(import.meta.dir, "bin.ts");
+const bin = path.join(import.meta.dir, "..", "src", "cli", "bin.ts");
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-demo-"));
 const dbDir = path.join(dir, "queue");
 const remoteFile = path.join(dir, "remote.db");
