@@ -1,4 +1,5 @@
 #!/usr/bin/env bun
+import { withTimeout } from "../timeout.ts";
 import { runCli } from "./main.ts";
 
 // A reader that stops reading (`sqloutbox status --watch --json | head -1`) ends the command;
@@ -13,5 +14,5 @@ const code = await runCli(process.argv.slice(2));
 // a slow pipe has not taken yet (an empty write's callback fires with up to 64 KiB still queued,
 // and exiting then cut long output short); the timeout covers a reader that never reads.
 const ended = (stream: NodeJS.WriteStream) => new Promise<void>((resolve) => stream.end(() => resolve()));
-await Promise.race([Promise.all([ended(process.stdout), ended(process.stderr)]), Bun.sleep(30_000)]);
+await withTimeout(Promise.all([ended(process.stdout), ended(process.stderr)]).then(() => {}), 30_000, () => {});
 process.exit(code);

@@ -1,4 +1,5 @@
 import { describeError, WriteError } from "../errors.ts";
+import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
 import type { BindValue } from "../vocabulary.ts";
 
@@ -34,29 +35,22 @@ export class BoundedWriter {
 
   async send(stmts: Statement[], onTimeout?: (abandoned: Promise<WriteResult[]>) => void): Promise<WriteResult[]> {
     const name = this.target;
-    let timer: ReturnType<typeof setTimeout> | undefined;
     let call: Promise<WriteResult[]>;
     try {
       call = Promise.resolve(this.writer.writeBatch(stmts));
     } catch (error) {
       throw new WriteError(`target ${name}: writeBatch threw: ${describeError(error).message}`, name, { cause: error });
     }
-    call.catch(() => {}); // a rejection after the timeout must not become an unhandled rejection
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        reject(new WriteError(`target ${name}: writeBatch did not answer within write_timeout (${this.timeoutMs / 1000} s)`, name));
-        onTimeout?.(call);
-      }, this.timeoutMs);
-    });
     let results: unknown;
     try {
-      results = await Promise.race([call, timeout]);
+      results = await withTimeout(call, this.timeoutMs, () => {
+        onTimeout?.(call);
+        throw new WriteError(`target ${name}: writeBatch did not answer within write_timeout (${this.timeoutMs / 1000} s)`, name);
+      });
     } catch (error) {
       if (error instanceof WriteError && error.target === name) throw error;
       const misconfigured = error instanceof WriteError && error.misconfigured;
       throw new WriteError(`target ${name}: ${describeError(error).message}`, name, { cause: error, misconfigured });
-    } finally {
-      clearTimeout(timer);
     }
     const problem = resultShapeProblem(results, stmts.length);
     if (problem) throw new WriteError(`target ${name}: ${problem}`, name);

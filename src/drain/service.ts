@@ -2,6 +2,7 @@ import path from "node:path";
 import type { AppConfig, OutboxConfig } from "../config/types.ts";
 import { ConfigError, OutboxError } from "../errors.ts";
 import { silentLogger, type Logger } from "../logger.ts";
+import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { scanIntegrity, type IntegrityReport } from "./integrity.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
@@ -126,13 +127,8 @@ export class OutboxSyncService {
   private async shutdown(timeoutMs: number): Promise<void> {
     this.closed = true;
     this.stopSignal.resolve();
-    let timer: ReturnType<typeof setTimeout> | undefined;
     const settled = Promise.all(this.runners.map((r) => r.stopLoop())).then(() => true);
-    const timedOut = new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), timeoutMs);
-    });
-    const clean = await Promise.race([settled, timedOut]);
-    clearTimeout(timer);
+    const clean = await withTimeout(settled, timeoutMs, () => false);
     if (!clean) this.logger.warn(`drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are settled from the ledger on the next start`);
     for (const runner of this.runners) await runner.closeWriter();
     for (const runner of this.runners) runner.closeTables();

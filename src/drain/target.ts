@@ -1,6 +1,7 @@
 import type { AppConfig, TargetConfig } from "../config/types.ts";
 import { describeError, WriteError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
+import { withTimeout } from "../timeout.ts";
 import type { OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
@@ -283,12 +284,7 @@ export class TargetRunner {
 
   /** Startup bounded by `write_timeout`, for `start()`: a remote that hangs must not hang the service. */
   async startupBounded(): Promise<void> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const limit = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, this.app.writeTimeoutMs);
-    });
-    await Promise.race([this.prepare(), limit]);
-    clearTimeout(timer);
+    await withTimeout(this.prepare(), this.app.writeTimeoutMs, () => false);
   }
 
   /** Starts the background loop (idempotent). */
@@ -312,13 +308,10 @@ export class TargetRunner {
 
   /** Closes the writer, bounded: a writer that cannot close (a dead server) must not hold the shutdown hostage. */
   async closeWriter(): Promise<void> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
     try {
-      await Promise.race([Promise.resolve(this.options.writer.close?.()), new Promise((r) => (timer = setTimeout(r, 2000)))]);
+      await withTimeout(Promise.resolve(this.options.writer.close?.()), 2000, () => undefined);
     } catch (error) {
       this.logger.warn(`drain: closing the writer of ${this.name} failed: ${describeError(error).message}`, { target: this.name });
-    } finally {
-      clearTimeout(timer);
     }
   }
 

@@ -2,6 +2,7 @@ import { SQL, type ReservedSQL } from "bun";
 import { WriteError } from "../errors.ts";
 import type { ErrorKind } from "./classify.ts";
 import { maskCause, maskSecrets, urlPassword } from "../masking.ts";
+import { withTimeout } from "../timeout.ts";
 import { booleanKey, type Connection, numberKey, stringKey } from "./connection.ts";
 import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS, describeServer } from "./server-keys.ts";
@@ -72,20 +73,13 @@ export class BunSqlWriter implements OutboxWriter {
     if (stmts.length === 0) return [];
     // The connection this call is using, so its timeout closes it (and no other call's).
     const inFlight: InFlight = { reserved: null, timedOut: false };
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        // Closing the connection makes the pipelined queries reject and the server roll back.
-        inFlight.timedOut = true;
-        void inFlight.reserved?.close().catch(() => {});
-        reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined));
-      }, this.#batchTimeoutMs);
+    const work = runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e, misconfigured) => this.#fail(m, e, misconfigured), this.dialect, { coalesce: this.#coalesce });
+    return withTimeout(work, this.#batchTimeoutMs, () => {
+      // Closing the connection makes the pipelined queries reject and the server roll back.
+      inFlight.timedOut = true;
+      void inFlight.reserved?.close().catch(() => {});
+      throw this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined);
     });
-    try {
-      return await Promise.race([runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e, misconfigured) => this.#fail(m, e, misconfigured), this.dialect, { coalesce: this.#coalesce }), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
   }
 
   async close(): Promise<void> {

@@ -2,6 +2,7 @@ import type { Client, InArgs, ResultSet } from "@libsql/client";
 import { WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { maskCause, maskSecrets, maskUrl } from "../masking.ts";
+import { withTimeout } from "../timeout.ts";
 import { booleanKey, checkAliases, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, numberKey, stringKey } from "./connection.ts";
 import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./registry.ts";
@@ -46,18 +47,13 @@ export class LibsqlWriter implements OutboxWriter {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     const client = await this.#connect();
-    let timer: ReturnType<typeof setTimeout> | undefined;
     // The client cannot cancel a request in flight; the batch is abandoned (not committed by us).
     // Should it commit late, the ledger row it moved makes the drain's next fence fail and the
     // drain settles from the ledger instead of delivering those rows again.
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined)), this.#batchTimeoutMs);
+    const work = runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "libsql", { coalesce: this.#coalesce });
+    return withTimeout(work, this.#batchTimeoutMs, () => {
+      throw this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined);
     });
-    try {
-      return await Promise.race([runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "libsql", { coalesce: this.#coalesce }), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
   }
 
   async close(): Promise<void> {
