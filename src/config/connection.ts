@@ -1,5 +1,5 @@
 import { isAbsolute, resolve } from "node:path";
-import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
+import { builtinWriter, missingKeys } from "../writers/registry.ts";
 import { maskSecrets } from "../masking.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { connectionSecrets } from "./secret-values.ts";
@@ -63,17 +63,13 @@ function checkBuiltinConnection(
   path: string,
   unresolved: ReadonlySet<string> = new Set(),
 ): void {
-  const spec = writer !== null && Object.hasOwn(builtinWriters, writer) ? builtinWriters[writer as BuiltinWriterName] : undefined;
+  const spec = builtinWriter(writer);
   if (!spec) return; // unknown writer already reported; an unregistered one is checked when created
   const known = spec.keys.map((k) => k.name);
   for (const key of Object.keys(connection)) {
     if (!known.includes(key)) r.fail(join(path, key), `unknown connection key "${key}" for writer "${writer}"${didYouMean(key, known)}; known keys: ${known.join(", ")}`);
   }
-  for (const key of spec.keys) {
-    if (key.required && (connection[key.name] === undefined || connection[key.name] === "")) {
-      r.fail(join(path, key.name), `required by writer "${writer}": ${key.description}`);
-    }
-  }
+  for (const key of missingKeys(spec, connection)) r.fail(join(path, key.name), `required by writer "${writer}": ${key.description}`);
   // A writer's message may quote a value: never let a credential into a config error.
   const secrets = [...connectionSecrets(writer, connection), ...r.secretValues];
   for (const problem of spec.validate?.(connection) ?? []) {

@@ -1,4 +1,4 @@
-import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
+import { builtinWriter } from "../writers/registry.ts";
 import type { OutboxConfig } from "./types.ts";
 
 /** Connection key names that hold credentials whatever the writer: password, token, secret, api_key, auth… */
@@ -17,7 +17,7 @@ export function configSecrets(config: OutboxConfig): string[] {
 
 /** The credential strings of one `[connection]` table (see `configSecrets`). */
 export function connectionSecrets(writer: string | null, connection: Record<string, unknown>): string[] {
-  const spec = writer && Object.hasOwn(builtinWriters, writer) ? builtinWriters[writer as BuiltinWriterName] : undefined;
+  const spec = builtinWriter(writer);
   const marked = new Set(spec?.keys.filter((k) => k.secret).map((k) => k.name) ?? []);
   const out: string[] = [];
   collect(connection, (key, value) => {

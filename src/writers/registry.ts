@@ -37,12 +37,22 @@ export const builtinWriters: Record<BuiltinWriterName, WriterSpec> = {
   mysql: mysqlWriter,
 };
 
+/** The built-in writer called `name`, or undefined; only the registry's own keys count (`toString` is no writer). */
+export function builtinWriter(name: string | null | undefined): WriterSpec | undefined {
+  return name != null && Object.hasOwn(builtinWriters, name) ? builtinWriters[name as BuiltinWriterName] : undefined;
+}
+
+/** The keys `spec` requires that `connection` leaves out or sets to "". */
+export function missingKeys(spec: WriterSpec, connection: Record<string, unknown>): ConnectionKey[] {
+  return spec.keys.filter((k) => k.required && (connection[k.name] === undefined || connection[k.name] === ""));
+}
+
 /** Constructs the built-in writer `name` from a `[connection]` table; throws `ConfigError` for an unknown name or invalid keys. */
 export function createWriter(name: string, connection: Record<string, unknown>): OutboxWriter {
-  const spec = Object.hasOwn(builtinWriters, name) ? builtinWriters[name as BuiltinWriterName] : undefined;
+  const spec = builtinWriter(name);
   if (!spec) throw new ConfigError(`unknown writer "${name}"; built-in writers: ${Object.keys(builtinWriters).join(", ")}`);
   const problems = [
-    ...spec.keys.filter((k) => k.required && (connection[k.name] === undefined || connection[k.name] === "")).map((k) => ({ key: k.name, message: `is required: ${k.description}` })),
+    ...missingKeys(spec, connection).map((k) => ({ key: k.name, message: `is required: ${k.description}` })),
     ...(spec.validate?.(connection) ?? []),
   ];
   if (problems.length > 0) {
