@@ -152,6 +152,10 @@ export class SQLMiddleware {
     const file = this.#fileFor(table);
     const key = `${join(this.#ensureDir(), `${table}.db`)}\0${table}`;
     let outbox = shared.get(key);
+    if (outbox?.closed) {
+      shared.delete(key); // closed by its owner (or found deleted while open): the next push reopens the file
+      outbox = undefined;
+    }
     if (outbox) {
       // A second producer must not silently get a different cap or a weaker durability.
       for (const [option, have, want] of [["maxPending", outbox.maxPending, this.maxPending], ["durability", outbox.durability, this.durability]] as const) {
@@ -164,10 +168,6 @@ export class SQLMiddleware {
     } else {
       outbox = new Outbox(file, table, { maxPending: this.maxPending, durability: this.durability });
       shared.set(key, outbox);
-      const created = outbox;
-      outbox._setOnClose(() => {
-        if (shared.get(key) === created) shared.delete(key);
-      });
     }
     this.#mine.set(table, outbox);
     return outbox;
