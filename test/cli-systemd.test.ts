@@ -66,12 +66,12 @@ describe("etc/sqloutbox.service", () => {
     expect(Number(timeout)).toBeGreaterThan(STOP_TIMEOUT_MS / 1000);
   });
 
-  test("runs the installed binary's runservice on the config the README installs, with JSON logs", () => {
+  test("runs the installed binary's runservice on the config the operations runbook installs, with JSON logs", () => {
     expect(values("ExecStart")).toEqual(["/usr/local/bin/sqloutbox runservice --config /etc/sqloutbox/outbox.toml"]);
     expect(values("Environment")).toContain("LOG_FORMAT=json");
-    const readme = fs.readFileSync(path.join(REPO, "README.md"), "utf8");
-    expect(readme).toContain("sudo install -m 0755 dist/sqloutbox /usr/local/bin/sqloutbox");
-    expect(readme).toContain("/etc/sqloutbox/outbox.toml");
+    const runbook = fs.readFileSync(path.join(REPO, "docs", "operations.md"), "utf8");
+    expect(runbook).toContain("sudo install -m 0755 dist/sqloutbox /usr/local/bin/sqloutbox");
+    expect(runbook).toContain("/etc/sqloutbox/outbox.toml");
     expect(values("ReadWritePaths")).toEqual(["/var/lib/sqloutbox"]);
   });
 
