@@ -1,10 +1,12 @@
 // Where the outbox files are: from `--db-dir DIR`, or every app's db_dir in `--config FILE`
-// (default ./outbox.toml). Read-only: the config is parsed, writers are never constructed.
+// (default ./outbox.toml). Read-only: the config is inspected (config/load.ts), writers are never constructed.
 import fs from "node:fs";
 import path from "node:path";
+import type { AppLayout } from "../config/layout.ts";
+import { inspectConfigToml } from "../config/load.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
 import { fileHealth } from "../outbox/health.ts";
-import { readConfigForInspection, type AppLayout } from "./_config.ts";
+import { log } from "./_context.ts";
 
 /** One db_dir to inspect, with the tuning that matters for display. */
 export interface Location {
@@ -41,7 +43,13 @@ export async function resolveLocations(args: { config?: string; "db-dir"?: strin
   if (args.config === undefined && !fs.existsSync(file)) {
     throw new UsageError(`no ${DEFAULT_CONFIG} in ${process.cwd()}: give --config FILE or --db-dir DIR`);
   }
-  const { apps, secrets } = readConfigForInspection(file);
+  if (!fs.existsSync(file)) throw new NotFoundError(`config file ${file} does not exist`);
+  const { apps, secrets, layoutOnly } = inspectConfigToml(file);
+  if (layoutOnly?.unsetVariables.length) {
+    log().warn(`${layoutOnly.unsetVariables.map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs of ${file}`);
+  } else if (layoutOnly) {
+    log().warn(`${(layoutOnly.problem as Error).message}\n  (the drain refuses this config; reading only the db_dirs of ${file})`);
+  }
   return { dirs: locationsOf(apps), secrets, configFile: file };
 }
 

@@ -17,9 +17,13 @@ export function parseConfigToml(text: string, file: string, env: EnvMap): Outbox
 
 /** `parseConfigToml` plus the secret strings the config contains (see `configSecrets`). */
 export function parseConfigDocument(text: string, file: string, env: EnvMap): { config: OutboxConfig; secrets: string[] } {
-  let doc: unknown;
+  return buildTomlConfig(parseToml(text, file), text, file, env);
+}
+
+/** TOML text as a plain document; a syntax error is a `ConfigError` carrying the line and column. */
+export function parseToml(text: string, file: string): unknown {
   try {
-    doc = parse(text);
+    return parse(text);
   } catch (error) {
     if (error instanceof TomlError) {
       const reason = error.message.replace(/^Invalid TOML document: /, "").split("\n")[0];
@@ -28,6 +32,10 @@ export function parseConfigDocument(text: string, file: string, env: EnvMap): { 
     }
     throw error;
   }
+}
+
+/** Validates a document `parseToml` read from `text` (kept for the line/column of each problem): the config and its secrets. */
+export function buildTomlConfig(doc: unknown, text: string, file: string, env: EnvMap): { config: OutboxConfig; secrets: string[] } {
   const { config, interpolatedSecrets } = buildConfig(doc, { file, baseDir: dirname(resolve(file)), env, style: "toml", text });
   return { config, secrets: filterSecrets([...interpolatedSecrets, ...configSecrets(config)]) };
 }

@@ -28,13 +28,7 @@ export interface SecretsOptions {
  * Returns the map and the secrets it introduced (the Doppler token and every Doppler value).
  */
 export async function resolveEnv(configDir: string, options: SecretsOptions = {}): Promise<{ env: EnvMap; secrets: string[] }> {
-  const env: EnvMap = { ...(options.env ?? process.env) };
-  const dotenvFile = join(configDir, ".env");
-  const dotenv = readDotenv(dotenvFile);
-  if (dotenv) {
-    const added = addMissing(env, dotenv);
-    options.logger?.debug(`loaded ${added} variable(s) from ${dotenvFile}`);
-  }
+  const env = localEnv(configDir, options);
   const token = env.DOPPLER_TOKEN;
   if (!token) return { env, secrets: [] };
 
@@ -51,6 +45,18 @@ export async function resolveEnv(configDir: string, options: SecretsOptions = {}
   const added = addMissing(env, doppler);
   options.logger?.info(`loaded ${added} of ${Object.keys(doppler).length} Doppler secret(s)`);
   return { env, secrets: [token, ...Object.values(doppler)] };
+}
+
+/** The variables at hand without the network: process env (or `options.env`) > `.env` in `configDir`. A new map; Doppler is not asked. */
+export function localEnv(configDir: string, options: Pick<SecretsOptions, "env" | "logger"> = {}): EnvMap {
+  const env: EnvMap = { ...(options.env ?? process.env) };
+  const dotenvFile = join(configDir, ".env");
+  const dotenv = readDotenv(dotenvFile);
+  if (dotenv) {
+    const added = addMissing(env, dotenv);
+    options.logger?.debug(`loaded ${added} variable(s) from ${dotenvFile}`);
+  }
+  return env;
 }
 
 function readDotenv(file: string): Record<string, string> | undefined {
