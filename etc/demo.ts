@@ -8,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { healthAll } from "../src/outbox/health.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
-import { print, renderTable } from "../src/cli/_output.ts";
+import { print, renderTable } from "../src/cli/text-output.ts";
 
 const TABLES = {
   orders: { ddl: "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, total REAL NOT NULL)", count: 3000 },

@@ -2,7 +2,7 @@
 // refusal that names the flag and the value.
 import { describe, expect, test } from "bun:test";
 import { UsageError } from "../src/errors.ts";
-import { parseDurationMs, parsePointInTime } from "../src/cli/_duration.ts";
+import { parseDurationMs, parsePointInTime } from "../src/cli/durations.ts";
 
 describe("parseDurationMs", () => {
   test.each([

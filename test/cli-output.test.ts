@@ -2,8 +2,9 @@
 import { describe, expect, test } from "bun:test";
 import type { LogObject } from "consola";
 import { ConfigError, OutboxError } from "../src/errors.ts";
-import { jsonLine, logOptionsFrom } from "../src/cli/_log.ts";
-import { formatAge, oneLine, redact, renderFields, renderTable } from "../src/cli/_output.ts";
+import { jsonLine } from "../src/cli/log-format.ts";
+import { logOptionsFrom } from "../src/cli/log-options.ts";
+import { formatAge, oneLine, redact, renderFields, renderTable } from "../src/cli/text-output.ts";
 import { BIN, openQueue, run, seed } from "./cli-support.ts";
 import { makeTempDir } from "./support/tmp.ts";
 

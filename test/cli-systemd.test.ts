@@ -5,7 +5,7 @@ import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { STOP_TIMEOUT_MS } from "../src/cli/runservice.ts";
+import { STOP_TIMEOUT_MS } from "../src/cli/commands/runservice.ts";
 import { DEFAULTS } from "../src/config/types.ts";
 import { REPO } from "./cli-support.ts";
 

@@ -1,12 +1,13 @@
 import { renderUsage, runCommand, defineCommand, type CommandDef } from "citty";
 import { OutboxError, UsageError } from "../errors.ts";
 import { VERSION } from "../version.ts";
-import { resolveCommandLine } from "./_argv.ts";
-import { createCliLogger, logArgs, logOptionsFrom } from "./_log.ts";
-import { log, logFormat, setLogger } from "./_context.ts";
-import { print } from "./_output.ts";
+import { logArgs } from "./args.ts";
+import { createCliLogger, log, logFormat, setLogger } from "./cli-logger.ts";
+import { logOptionsFrom } from "./log-options.ts";
+import { resolveCommandLine } from "./strict-argv.ts";
+import { print } from "./text-output.ts";
 
-/** The root `sqloutbox` command; each subcommand lives in src/cli/<command>.ts. */
+/** The root `sqloutbox` command; each subcommand lives in src/cli/commands/<command>.ts. */
 export const main = defineCommand({
   meta: {
     name: "sqloutbox",
@@ -18,14 +19,14 @@ export const main = defineCommand({
   // Loaded on demand: `--version` and `status` stay fast, and one command's dependencies
   // (drivers, the drain) are not loaded by another.
   subCommands: {
-    runservice: () => import("./runservice.ts").then((m) => m.runservice),
-    init: () => import("./init.ts").then((m) => m.init),
-    status: () => import("./status.ts").then((m) => m.status),
-    verify: () => import("./verify.ts").then((m) => m.verify),
-    "dead-letter": () => import("./dead-letter.ts").then((m) => m.deadLetter),
-    skip: () => import("./skip.ts").then((m) => m.skip),
-    kick: () => import("./kick.ts").then((m) => m.kick),
-    schema: () => import("./schema.ts").then((m) => m.schema),
+    runservice: () => import("./commands/runservice.ts").then((m) => m.runservice),
+    init: () => import("./commands/init.ts").then((m) => m.init),
+    status: () => import("./commands/status.ts").then((m) => m.status),
+    verify: () => import("./commands/verify.ts").then((m) => m.verify),
+    "dead-letter": () => import("./commands/dead-letter.ts").then((m) => m.deadLetter),
+    skip: () => import("./commands/skip.ts").then((m) => m.skip),
+    kick: () => import("./commands/kick.ts").then((m) => m.kick),
+    schema: () => import("./commands/schema.ts").then((m) => m.schema),
   },
 });
 

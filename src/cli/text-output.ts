@@ -1,5 +1,5 @@
 // Output formatting for the CLI: aligned tables, durations, truncation and stable JSON.
-// Command output goes to stdout; logs go to stderr (see _log.ts), so `--json` stays parseable.
+// Command output goes to stdout; logs go to stderr (see cli-logger.ts), so `--json` stays parseable.
 import { maskSecrets, maskUrlPasswords } from "../masking.ts";
 
 /** A column of a table: its header and whether values align right (numbers). */
@@ -48,6 +48,11 @@ export function oneLine(text: string | null | undefined, max = 60): string {
   if (!text) return "-";
   const flat = text.replace(/\s+/g, " ").trim();
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+}
+
+/** A storage error's message names its file; where the line already starts with the file, drop it from the message. */
+export function withoutFile(message: string, file: string): string {
+  return message.replace(` ${file}:`, "").replace(`${file}: `, "");
 }
 
 /** Writes text followed by a newline to stdout. */

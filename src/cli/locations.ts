@@ -6,7 +6,7 @@ import type { AppLayout } from "../config/layout.ts";
 import { inspectConfigToml } from "../config/load.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
 import { fileHealth } from "../outbox/health.ts";
-import { log } from "./_context.ts";
+import { log } from "./cli-logger.ts";
 
 /** One db_dir to inspect, with the tuning that matters for display. */
 export interface Location {
@@ -70,11 +70,7 @@ export function namespaceFile(locations: Locations, namespace: string, app?: str
   if (!namespace || namespace.includes("/") || namespace.includes("\\") || namespace.startsWith(".")) {
     throw new UsageError(`--namespace must be a table name, got "${namespace}"`);
   }
-  let dirs = locations.dirs;
-  if (app !== undefined) {
-    dirs = dirs.filter((d) => d.app === app);
-    if (dirs.length === 0) throw new UsageError(`--app ${app}: no such app in ${locations.configFile ?? "the config"}`);
-  }
+  const dirs = appDirs(locations, app);
   const hits = dirs
     .map((location) => ({ location, file: path.join(location.dbDir, `${namespace}.db`) }))
     .filter((hit) => fs.existsSync(hit.file));
@@ -87,6 +83,14 @@ export function namespaceFile(locations: Locations, namespace: string, app?: str
     );
   }
   return hits[0]!;
+}
+
+/** The locations to work on: all, or the one app `--app` names (a usage error when the config has no such app). */
+export function appDirs(locations: Locations, app: string | undefined): Location[] {
+  if (app === undefined) return locations.dirs;
+  const dirs = locations.dirs.filter((d) => d.app === app);
+  if (dirs.length === 0) throw new UsageError(`--app ${app}: no such app in ${locations.configFile ?? "the config"}`);
+  return dirs;
 }
 
 /** True when `p` is an existing directory. */

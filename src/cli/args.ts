@@ -1,6 +1,19 @@
 // Flag definitions shared by several commands, so every command spells and documents them alike.
 import { UsageError } from "../errors.ts";
-export { logArgs } from "./_log.ts";
+
+/** The logging flags every command accepts (they may appear anywhere on the command line; read by log-options.ts). */
+export const logArgs = {
+  "log-level": {
+    type: "string",
+    valueHint: "error|warn|info|debug",
+    description: "Log verbosity (env LOG_LEVEL; default info)",
+  },
+  "log-format": {
+    type: "string",
+    valueHint: "pretty|json",
+    description: "Log format: json = one object per line, for journald (env LOG_FORMAT; default pretty)",
+  },
+} as const;
 
 /** Where the outbox files are: `--config FILE` (every app's db_dir) or `--db-dir DIR`. */
 export const locationArgs = {

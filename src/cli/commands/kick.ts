@@ -1,9 +1,9 @@
 import { defineCommand } from "citty";
-import { lockHolder } from "../drain/lock.ts";
-import { NotFoundError } from "../errors.ts";
-import { jsonArg, locationArgs, logArgs } from "./_args.ts";
-import { print } from "./_output.ts";
-import { isDir, resolveLocations } from "./_targets.ts";
+import { lockHolder } from "../../drain/lock.ts";
+import { NotFoundError } from "../../errors.ts";
+import { jsonArg, locationArgs, logArgs } from "../args.ts";
+import { print } from "../text-output.ts";
+import { isDir, resolveLocations } from "../locations.ts";
 
 /**
  * `sqloutbox kick`: asks the drain of each db_dir to retry now — every backed-off target and

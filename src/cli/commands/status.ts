@@ -1,13 +1,12 @@
 import { defineCommand } from "citty";
-import { lockHolder } from "../drain/lock.ts";
-import { readDrainState, type DrainState, type TableView, type TargetView } from "../drain/state-file.ts";
-import { OutboxError, StorageError, UsageError } from "../errors.ts";
-import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
-import { jsonArg, locationArgs, logArgs } from "./_args.ts";
-import { parseDurationMs } from "./_duration.ts";
-import { withoutFile } from "./verify.ts";
-import { formatAge, oneLine, print, renderTable, redact } from "./_output.ts";
-import { isDir, resolveLocations, withAccessHint, type Locations } from "./_targets.ts";
+import { lockHolder } from "../../drain/lock.ts";
+import { readDrainState, type DrainState, type TableView, type TargetView } from "../../drain/state-file.ts";
+import { OutboxError, StorageError, UsageError } from "../../errors.ts";
+import { healthAll, type NamespaceHealth } from "../../outbox/health.ts";
+import { jsonArg, locationArgs, logArgs } from "../args.ts";
+import { parseDurationMs } from "../durations.ts";
+import { formatAge, oneLine, print, renderTable, redact, withoutFile } from "../text-output.ts";
+import { isDir, resolveLocations, withAccessHint, type Locations } from "../locations.ts";
 
 /** One namespace in `status --json`: where it lives plus its health (errors masked) and its hold, if the drain holds it. */
 export interface StatusEntry extends NamespaceHealth {

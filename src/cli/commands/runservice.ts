@@ -1,20 +1,20 @@
 import { defineCommand } from "citty";
 import fs from "node:fs";
 import path from "node:path";
-import { loadConfigToml } from "../config/load.ts";
-import { runService } from "../drain/run.ts";
-import { parseListenAddress, type ListenAddress } from "../config/listen-address.ts";
-import { maskError, maskSecrets } from "../masking.ts";
-import type { OutboxSyncService } from "../drain/service.ts";
-import { NotFoundError, UsageError } from "../errors.ts";
-import { serveOps, type OpsServer } from "../ops/http.ts";
-import { createDrainMetrics } from "../ops/metrics.ts";
-import { createSystemdNotifier } from "../ops/systemd.ts";
-import type { Logger } from "../logger.ts";
-import { VERSION } from "../version.ts";
-import { logArgs } from "./_log.ts";
-import { log } from "./_context.ts";
-import { DEFAULT_CONFIG } from "./_targets.ts";
+import { loadConfigToml } from "../../config/load.ts";
+import { runService } from "../../drain/run.ts";
+import { parseListenAddress, type ListenAddress } from "../../config/listen-address.ts";
+import { maskError, maskSecrets } from "../../masking.ts";
+import type { OutboxSyncService } from "../../drain/service.ts";
+import { NotFoundError, UsageError } from "../../errors.ts";
+import { serveOps, type OpsServer } from "../../ops/http.ts";
+import { createDrainMetrics } from "../../ops/metrics.ts";
+import { createSystemdNotifier } from "../../ops/systemd.ts";
+import type { Logger } from "../../logger.ts";
+import { VERSION } from "../../version.ts";
+import { logArgs } from "../args.ts";
+import { log } from "../cli-logger.ts";
+import { DEFAULT_CONFIG } from "../locations.ts";
 
 /** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
 export const STOP_TIMEOUT_MS = 30_000;

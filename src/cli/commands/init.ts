@@ -1,14 +1,14 @@
 import { defineCommand } from "citty";
 import fs from "node:fs";
 import path from "node:path";
-import { OutboxError, StorageError } from "../errors.ts";
-import { logArgs } from "./_log.ts";
-import { print } from "./_output.ts";
+import { OutboxError, StorageError } from "../../errors.ts";
+import { logArgs } from "../args.ts";
+import { print } from "../text-output.ts";
 // Text imports are embedded by `bun build --compile`, so the binary scaffolds without the sources.
-import configTemplate from "./templates/outbox.config.ts.txt" with { type: "text" };
-import runnerTemplate from "./templates/run.ts.txt" with { type: "text" };
-import tomlTemplate from "./templates/outbox.toml.txt" with { type: "text" };
-import tsconfigTemplate from "./templates/tsconfig.json.txt" with { type: "text" };
+import configTemplate from "../templates/outbox.config.ts.txt" with { type: "text" };
+import runnerTemplate from "../templates/run.ts.txt" with { type: "text" };
+import tomlTemplate from "../templates/outbox.toml.txt" with { type: "text" };
+import tsconfigTemplate from "../templates/tsconfig.json.txt" with { type: "text" };
 
 /** The scaffold: file name, content, and what it is for (printed). */
 export const SCAFFOLD: ReadonlyArray<{ name: string; text: string; purpose: string }> = [

@@ -1,14 +1,14 @@
 import { defineCommand } from "citty";
-import { NotFoundError, StorageError, UsageError } from "../errors.ts";
-import { listOutboxFiles } from "../outbox/files.ts";
-import { findDeadLetterRefs, findDeadLetters, planPurge, type DeadLetterFilter, type DeadLetterRef, type FiledDeadLetter, type PurgeOutcome, type PurgeRule } from "../outbox/dead-letters.ts";
-import { Outbox } from "../outbox/outbox.ts";
-import { isoTimestamp } from "../outbox/timestamp.ts";
-import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "./_args.ts";
-import { log } from "./_context.ts";
-import { parseDurationMs, parsePointInTime } from "./_duration.ts";
-import { oneLine, print, renderFields, renderTable, redact } from "./_output.ts";
-import { isDir, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Location, type Locations } from "./_targets.ts";
+import { NotFoundError, StorageError, UsageError } from "../../errors.ts";
+import { listOutboxFiles } from "../../outbox/files.ts";
+import { findDeadLetterRefs, findDeadLetters, planPurge, type DeadLetterFilter, type DeadLetterRef, type FiledDeadLetter, type PurgeOutcome, type PurgeRule } from "../../outbox/dead-letters.ts";
+import { Outbox } from "../../outbox/outbox.ts";
+import { isoTimestamp } from "../../outbox/timestamp.ts";
+import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "../args.ts";
+import { log } from "../cli-logger.ts";
+import { parseDurationMs, parsePointInTime } from "../durations.ts";
+import { oneLine, print, renderFields, renderTable, redact } from "../text-output.ts";
+import { appDirs, isDir, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Location, type Locations } from "../locations.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
 export interface DeadLetterEntry extends FiledDeadLetter {
@@ -200,14 +200,6 @@ function seqRanges(seqs: readonly number[]): string {
   return parts.join(", ") || "-";
 }
 
-/** The locations to work on: all, or the one app `--app` names. */
-function dirsOf(locations: Locations, app: string | undefined): Location[] {
-  if (app === undefined) return locations.dirs;
-  const dirs = locations.dirs.filter((d) => d.app === app);
-  if (dirs.length === 0) throw new UsageError(`--app ${app}: no such app in ${locations.configFile ?? "the config"}`);
-  return dirs;
-}
-
 const reasonArg = {
   reason: { type: "string", valueHint: "R", description: "Only this reason (max_attempts, undecodable, unsupported_statement, skipped, …)" },
 } as const;
@@ -300,7 +292,7 @@ const replay = defineCommand({
     if (all && given.length > 0) throw new UsageError(`--all selects every dead letter: give either --all or ${given.join(", ")}`);
     if (!all && given.length === 0) throw new UsageError("dead-letter replay needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, or --all");
     const filter = filterOf(args);
-    const report = replaySelection(dirsOf(await resolveLocations(args), args.app), filter, dryRun);
+    const report = replaySelection(appDirs(await resolveLocations(args), args.app), filter, dryRun);
     print(args.json ? JSON.stringify(report, null, 2) : renderReplay(report));
     failIf(report.failed, "replay failed in");
   },
@@ -375,7 +367,7 @@ const purge = defineCommand({
     const olderThan = args["older-than"];
     const before = new Date(Date.now() - parseDurationMs("--older-than", olderThan));
     const rule: PurgeRule = { before, unreplayed: args.unreplayed === true };
-    const dirs = dirsOf(await resolveLocations(args), args.app);
+    const dirs = appDirs(await resolveLocations(args), args.app);
     const report: PurgeReport = {
       action: "purge",
       dryRun: args["dry-run"] === true,

@@ -1,12 +1,12 @@
 import { defineCommand } from "citty";
 import path from "node:path";
-import { OutboxError } from "../errors.ts";
-import { listOutboxFiles, verifyFile } from "../outbox/inspect.ts";
-import type { ChainGap } from "../outbox/outbox.ts";
-import { jsonArg, locationArgs, logArgs } from "./_args.ts";
-import { log } from "./_context.ts";
-import { print, renderTable } from "./_output.ts";
-import { isDir, resolveLocations, withAccessHint, type Locations } from "./_targets.ts";
+import { OutboxError } from "../../errors.ts";
+import { listOutboxFiles, verifyFile } from "../../outbox/inspect.ts";
+import type { ChainGap } from "../../outbox/outbox.ts";
+import { jsonArg, locationArgs, logArgs } from "../args.ts";
+import { log } from "../cli-logger.ts";
+import { print, renderTable, withoutFile } from "../text-output.ts";
+import { isDir, resolveLocations, withAccessHint, type Locations } from "../locations.ts";
 
 /** One file in `verify --json`. */
 export interface VerifiedFile {
@@ -69,11 +69,6 @@ export function renderVerify(report: VerifyReport): string {
     ? `ok: ${report.files.length} file(s) verified, no problems`
     : `${details.length} problem(s):\n${details.map((d) => `  - ${d}`).join("\n")}`;
   return `${table}\n\n${summary}`;
-}
-
-/** A storage error's message names its file; the line already starts with it. */
-export function withoutFile(message: string, file: string): string {
-  return message.replace(` ${file}:`, "").replace(`${file}: `, "");
 }
 
 /** `sqloutbox verify`: offline, read-only integrity scan; exit 1 when anything is wrong. */

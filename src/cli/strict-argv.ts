@@ -2,7 +2,7 @@
 // A typo such as `status --db_dirr x` must be a usage error (exit 2), not a run with defaults.
 import type { ArgsDef, CommandDef } from "citty";
 import { UsageError } from "../errors.ts";
-import { logArgs } from "./_log.ts";
+import { logArgs } from "./args.ts";
 
 /** The command a command line resolves to and the words that led there. */
 export interface ResolvedCommand {

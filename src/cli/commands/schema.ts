@@ -1,19 +1,19 @@
 import { defineCommand } from "citty";
 import fs from "node:fs";
 import path from "node:path";
-import { loadConfigToml } from "../config/load.ts";
-import { maskSecrets } from "../masking.ts";
-import { BoundedWriter } from "../drain/bounded-writer.ts";
-import { ensureStep } from "../drain/remote-schema.ts";
-import { targetDialect } from "../drain/target.ts";
-import { OutboxError, NotFoundError } from "../errors.ts";
-import { injectedSteps, ledgerStep, type SchemaStep } from "../sql/probe.ts";
-import { dropSchemaSql } from "../sql/schema.ts";
-import type { OutboxWriter } from "../writers/writer.ts";
-import type { Dialect } from "../vocabulary.ts";
-import { jsonArg, logArgs } from "./_args.ts";
-import { print } from "./_output.ts";
-import { DEFAULT_CONFIG } from "./_targets.ts";
+import { loadConfigToml } from "../../config/load.ts";
+import { maskSecrets } from "../../masking.ts";
+import { BoundedWriter } from "../../drain/bounded-writer.ts";
+import { ensureStep } from "../../drain/remote-schema.ts";
+import { targetDialect } from "../../drain/target.ts";
+import { OutboxError, NotFoundError } from "../../errors.ts";
+import { injectedSteps, ledgerStep, type SchemaStep } from "../../sql/probe.ts";
+import { dropSchemaSql } from "../../sql/schema.ts";
+import type { OutboxWriter } from "../../writers/writer.ts";
+import type { Dialect } from "../../vocabulary.ts";
+import { jsonArg, logArgs } from "../args.ts";
+import { print } from "../text-output.ts";
+import { DEFAULT_CONFIG } from "../locations.ts";
 
 /** One target in `schema --json`: its dialect and the DDL it needs, in order. */
 export interface TargetSchema {

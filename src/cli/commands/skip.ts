@@ -1,8 +1,8 @@
 import { defineCommand } from "citty";
-import { Outbox } from "../outbox/outbox.ts";
-import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "./_args.ts";
-import { print } from "./_output.ts";
-import { namespaceFile, requireOutboxNamespace, resolveLocations } from "./_targets.ts";
+import { Outbox } from "../../outbox/outbox.ts";
+import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "../args.ts";
+import { print } from "../text-output.ts";
+import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../locations.ts";
 
 /** `sqloutbox skip`: move a stuck head to the dead-letter log (reason "skipped"), so its namespace advances. */
 export const skip = defineCommand({
