@@ -6,7 +6,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
-import { hashTree, normalize, openQueue, REPO, run } from "./cli-support.ts";
+import { hashTree, normalize, openQueue, REPO, run, runInProcess } from "./cli-support.ts";
 
 let tmp: string;
 let dbDir: string;
@@ -451,7 +451,7 @@ describe("usage errors exit 2 and change nothing", () => {
     [["purge", "--older-than", "-1d"], /--older-than must be a duration .* got "-1d"/],
   ])("dead-letter %p", async (args, message) => {
     const before = hashTree(tmp);
-    const r = await dl(...(args as string[]));
+    const r = await runInProcess(["dead-letter", ...(args as string[]), "--db-dir", dbDir]);
     expect(r.code).toBe(2);
     expect(r.stdout).toBe("");
     expect(r.stderr).toMatch(message);

@@ -3,6 +3,7 @@ import { Database } from "bun:sqlite";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
+import { runCli } from "../src/cli/main.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 
 /** The repository root and the CLI entry point the tests run. */
@@ -41,6 +42,50 @@ export async function run(
     proc.exited,
   ]);
   return { code, stdout, stderr };
+}
+
+/**
+ * Runs the CLI inside this process (`runCli`, what bin.ts calls) with stdout and stderr captured,
+ * the working directory and the environment of `run` set for the call and restored after. For
+ * tests of argument parsing — exit code plus output — where starting a `bun` per case costs
+ * ~100 ms. Not for output that goes through consola's pretty reporter: in-process its format
+ * follows this runner's terminal, not a pipe.
+ */
+export async function runInProcess(
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string | undefined> } = {},
+): Promise<RunResult> {
+  const wanted = cleanEnv(options.env);
+  const keys = new Set([...Object.keys(process.env), ...Object.keys(wanted)]);
+  const savedEnv = Object.fromEntries([...keys].map((k) => [k, process.env[k]]));
+  const savedCwd = process.cwd();
+  const out = { stdout: "", stderr: "" };
+  const writes = { stdout: process.stdout.write, stderr: process.stderr.write };
+  const capture = (name: "stdout" | "stderr") =>
+    ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+      out[name] += typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk);
+      const done = rest.find((r) => typeof r === "function") as (() => void) | undefined;
+      done?.();
+      return true;
+    }) as typeof process.stdout.write;
+  for (const k of keys) setEnv(k, wanted[k]);
+  process.chdir(options.cwd ?? REPO);
+  process.stdout.write = capture("stdout");
+  process.stderr.write = capture("stderr");
+  try {
+    const code = await runCli(args);
+    return { code, ...out };
+  } finally {
+    process.stdout.write = writes.stdout;
+    process.stderr.write = writes.stderr;
+    process.chdir(savedCwd);
+    for (const k of keys) setEnv(k, savedEnv[k]);
+  }
+}
+
+function setEnv(key: string, value: string | undefined): void {
+  if (value === undefined) delete process.env[key];
+  else process.env[key] = value;
 }
 
 /**

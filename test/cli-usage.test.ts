@@ -1,22 +1,24 @@
 // The command line's contract: --version, --help everywhere, usage errors exit 2 with a hint.
+// Argument parsing runs in this process (runInProcess); a few smoke cases and the failures that
+// consola reports start the real `bun src/cli/bin.ts`.
 import { afterAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pkg from "../package.json" with { type: "json" };
-import { run } from "./cli-support.ts";
+import { run, runInProcess } from "./cli-support.ts";
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-usage-"));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 describe("version and help", () => {
   test("--version prints the package version and exits 0", async () => {
-    const r = await run(["--version"]);
+    const r = await runInProcess(["--version"]);
     expect(r).toEqual({ code: 0, stdout: `${pkg.version}\n`, stderr: "" });
   });
 
   test("--help lists every command", async () => {
-    const r = await run(["--help"]);
+    const r = await runInProcess(["--help"]);
     expect(r.code).toBe(0);
     for (const cmd of ["runservice", "init", "status", "verify", "dead-letter", "skip"]) expect(r.stdout).toContain(cmd);
   });
@@ -25,15 +27,14 @@ describe("version and help", () => {
     "%s --help shows that command's usage and exits 0",
     async (line) => {
       const cmd = line.split(" ");
-      const r = await run([...cmd, "--help"]);
+      const r = await runInProcess([...cmd, "--help"]);
       expect(r.code).toBe(0);
       expect(r.stdout).toContain(`USAGE sqloutbox ${cmd.join(" ")}`);
-      expect(r.stdout).not.toContain("\u001B["); // no colour codes when piped
     },
   );
 
   test("status --help documents its flags", async () => {
-    const r = await run(["status", "--help"]);
+    const r = await runInProcess(["status", "--help"]);
     expect(r.stdout.replace(pkg.version, "<VERSION>")).toMatchInlineSnapshot(`
       "Per-namespace depth, oldest pending age, stuck heads and dead letters (read-only) (sqloutbox status v<VERSION>)
 
@@ -54,6 +55,24 @@ describe("version and help", () => {
 
       "
     `);
+  });
+});
+
+describe("a real process", () => {
+  test("--version prints the package version and exits 0", async () => {
+    expect(await run(["--version"])).toEqual({ code: 0, stdout: `${pkg.version}\n`, stderr: "" });
+  });
+
+  test("--help through a pipe has no colour codes", async () => {
+    const r = await run(["dead-letter", "replay", "--help"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("USAGE sqloutbox dead-letter replay");
+    expect(r.stdout).not.toContain("\u001B[");
+  });
+
+  test("a usage error exits 2 with the hint on stderr only", async () => {
+    const r = await run(["status", "--db_dirr", "x"], { cwd: tmp });
+    expect(r).toEqual({ code: 2, stdout: "", stderr: 'error: unknown option --db_dirr for "sqloutbox status"\nRun "sqloutbox status --help" for usage.\n' });
   });
 });
 
@@ -79,7 +98,7 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [["status", "--interval", "1", "--db-dir", "."], /--interval only applies with --watch/],
     [["init", "a", "b"], /unexpected argument "b" for "sqloutbox init"/],
   ])("sqloutbox %p", async (args, message) => {
-    const r = await run(args as string[], { cwd: tmp });
+    const r = await runInProcess(args as string[], { cwd: tmp });
     expect(r.code).toBe(2);
     expect(r.stdout).toBe("");
     expect(r.stderr).toMatch(message);
@@ -87,13 +106,13 @@ describe("usage errors exit 2 and say what is wrong", () => {
   });
 
   test("an invalid LOG_LEVEL in the environment is a usage error too", async () => {
-    const r = await run(["status", "--db-dir", "."], { cwd: tmp, env: { LOG_LEVEL: "verbose" } });
+    const r = await runInProcess(["status", "--db-dir", "."], { cwd: tmp, env: { LOG_LEVEL: "verbose" } });
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('invalid log level "verbose": expected one of error, warn, info, debug');
   });
 
   test("status without --config or --db-dir and no ./outbox.toml is a usage error", async () => {
-    const r = await run(["status"], { cwd: tmp });
+    const r = await runInProcess(["status"], { cwd: tmp });
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("no outbox.toml in");
   });
@@ -101,7 +120,7 @@ describe("usage errors exit 2 and say what is wrong", () => {
 
 describe("logging options", () => {
   test("may come before the command", async () => {
-    const r = await run(["--log-format", "json", "--log-level", "debug", "status", "--db-dir", path.join(tmp, "nope")]);
+    const r = await runInProcess(["--log-format", "json", "--log-level", "debug", "status", "--db-dir", path.join(tmp, "nope")]);
     expect(r.code).toBe(1);
     expect(JSON.parse(r.stderr.trim().split("\n").at(-1)!)).toMatchObject({ level: "error", code: "E_NOT_FOUND" });
   });
