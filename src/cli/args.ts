@@ -15,6 +15,14 @@ export const logArgs = {
   },
 } as const;
 
+/** The default config file name, looked up in the working directory. */
+export const DEFAULT_CONFIG = "outbox.toml";
+
+/** `--config FILE` of the commands that need the whole config (runservice, schema). */
+export const configArg = {
+  config: { type: "string", valueHint: "FILE", description: `The config file (default ./${DEFAULT_CONFIG})` },
+} as const;
+
 /** Where the outbox files are: `--config FILE` (every app's db_dir) or `--db-dir DIR`. */
 export const locationArgs = {
   config: {

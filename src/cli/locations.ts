@@ -6,6 +6,7 @@ import type { AppLayout } from "../config/layout.ts";
 import { inspectConfigToml } from "../config/load.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
 import { fileHealth } from "../outbox/health.ts";
+import { DEFAULT_CONFIG } from "./args.ts";
 import { log } from "./cli-logger.ts";
 
 /** One db_dir to inspect, with the tuning that matters for display. */
@@ -22,9 +23,6 @@ export interface Locations {
   secrets: string[];
   configFile: string | null;
 }
-
-/** The default config file name, looked up in the working directory. */
-export const DEFAULT_CONFIG = "outbox.toml";
 
 /** Resolves `--config` / `--db-dir` (exactly one, or ./outbox.toml when neither is given). */
 export async function resolveLocations(args: { config?: string; "db-dir"?: string }): Promise<Locations> {

@@ -12,9 +12,8 @@ import { createDrainMetrics } from "../../ops/metrics.ts";
 import { createSystemdNotifier } from "../../ops/systemd.ts";
 import type { Logger } from "../../logger.ts";
 import { VERSION } from "../../version.ts";
-import { logArgs } from "../args.ts";
+import { configArg, DEFAULT_CONFIG, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
-import { DEFAULT_CONFIG } from "../locations.ts";
 
 /** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
 export const STOP_TIMEOUT_MS = 30_000;
@@ -28,7 +27,7 @@ export const STOP_TIMEOUT_MS = 30_000;
 export const runservice = defineCommand({
   meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT/SIGHUP (SIGUSR1: integrity scan; SIGUSR2: retry now)" },
   args: {
-    config: { type: "string", valueHint: "FILE", description: `The config file (default ./${DEFAULT_CONFIG})` },
+    ...configArg,
     "metrics-addr": { type: "string", valueHint: "HOST:PORT", description: "Serve /metrics, /healthz and /readyz here (a bare PORT listens on 127.0.0.1; overrides metrics_addr)" },
     ...logArgs,
   },

@@ -11,9 +11,8 @@ import { injectedSteps, ledgerStep, type SchemaStep } from "../../sql/probe.ts";
 import { dropSchemaSql } from "../../sql/schema.ts";
 import type { OutboxWriter } from "../../writers/writer.ts";
 import type { Dialect } from "../../vocabulary.ts";
-import { jsonArg, logArgs } from "../args.ts";
+import { configArg, DEFAULT_CONFIG, jsonArg, logArgs } from "../args.ts";
 import { print } from "../text-output.ts";
-import { DEFAULT_CONFIG } from "../locations.ts";
 
 /** One target in `schema --json`: its dialect and the DDL it needs, in order. */
 export interface TargetSchema {
@@ -38,7 +37,7 @@ const APPLY_TIMEOUT_MS = 60_000;
 export const schema = defineCommand({
   meta: { name: "schema", description: "Print (or --apply) the remote DDL the drain needs: the ledger table, outbox_seq for injected tables; --drop removes outbox_seq" },
   args: {
-    config: { type: "string", valueHint: "FILE", description: `The config file (default ./${DEFAULT_CONFIG})` },
+    ...configArg,
     drop: { type: "boolean", description: "The DDL that removes outbox_seq and its index from injected tables instead" },
     apply: { type: "boolean", description: "Run the DDL on the targets (one statement at a time, skipping what is already there) instead of only printing it" },
     ...jsonArg,
