@@ -3,7 +3,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import type { AppLayout } from "../config/layout.ts";
-import { inspectConfigToml } from "../config/load.ts";
+import { inspectConfigToml, type InspectedConfig } from "../config/load.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
 import { fileHealth } from "../outbox/health.ts";
 import { DEFAULT_CONFIG } from "./args.ts";
@@ -43,12 +43,14 @@ export async function resolveLocations(args: { config?: string; "db-dir"?: strin
   }
   if (!fs.existsSync(file)) throw new NotFoundError(`config file ${file} does not exist`);
   const { apps, secrets, layoutOnly } = inspectConfigToml(file);
-  if (layoutOnly?.unsetVariables.length) {
-    log().warn(`${layoutOnly.unsetVariables.map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs of ${file}`);
-  } else if (layoutOnly) {
-    log().warn(`${(layoutOnly.problem as Error).message}\n  (the drain refuses this config; reading only the db_dirs of ${file})`);
-  }
+  if (layoutOnly) log().warn(layoutOnlyWarning(layoutOnly, file));
   return { dirs: locationsOf(apps), secrets, configFile: file };
+}
+
+/** Why only the db_dirs are read: the variables this shell lacks, else the drain's own complaint about the file. */
+function layoutOnlyWarning({ problem, unsetVariables }: NonNullable<InspectedConfig["layoutOnly"]>, file: string): string {
+  if (unsetVariables.length > 0) return `${unsetVariables.map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs of ${file}`;
+  return `${(problem as Error).message}\n  (the drain refuses this config; reading only the db_dirs of ${file})`;
 }
 
 /** Every app's db_dir (an app listed twice with one db_dir is inspected once). */
