@@ -26,7 +26,8 @@ export { quoteIdent } from "./sql/ident.ts";
 
 // Writers.
 export type { Statement, WriteResult, OutboxWriter } from "./writers/writer.ts";
-export { createWriter, builtinWriters, type BuiltinWriterName, type WriterSpec, type ConnectionKey } from "./writers/registry.ts";
+export { createWriter, builtinWriters, type BuiltinWriterName } from "./writers/registry.ts";
+export type { WriterSpec, ConnectionKey } from "./writers/writer-spec.ts";
 
 // Configuration.
 export { loadConfigToml, type LoadConfigOptions, type LoadedConfig } from "./config/load.ts";
@@ -42,9 +43,9 @@ export { DEFAULTS, type OutboxConfig, type AppConfig, type TargetConfig, type Ta
 export { OutboxSyncService, type SyncServiceOptions, type CycleReport, type TargetActivity } from "./drain/service.ts";
 export { runService, type RunServiceOptions } from "./drain/run.ts";
 export { rowBackoffMs, outageBackoffMs } from "./drain/schedule.ts";
-export type { TargetCycle, TargetState, BatchEvent } from "./drain/target.ts";
-export type { LedgerRow } from "./drain/ledger.ts";
-export { readDrainState, type DrainState, type TargetView, type TableView } from "./drain/state-file.ts";
+export type { TargetCycle, BatchEvent } from "./drain/target.ts";
+export type { HoldReason, LedgerRow, TargetState, TargetView, TableView } from "./drain/views.ts";
+export { readDrainState, type DrainState } from "./drain/state-file.ts";
 export type { IntegrityReport } from "./drain/integrity.ts";
 export { createDrainMetrics, type DrainMetrics } from "./ops/metrics.ts";
 export { serveOps, type OpsServer } from "./ops/http.ts";

@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { ConfigError, ConfigIssuesError, parseConfigToml } from "../src/index.ts";
 import { tableNameProblem } from "../src/outbox/table-name.ts";
-import { builtinWriters, type WriterSpec } from "../src/writers/registry.ts";
+import { builtinWriters } from "../src/writers/registry.ts";
+import type { WriterSpec } from "../src/writers/writer-spec.ts";
 
 const FILE = "/srv/app/outbox.toml";
 

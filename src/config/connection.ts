@@ -1,5 +1,6 @@
 import { isAbsolute, resolve } from "node:path";
-import { builtinWriter, missingKeys } from "../writers/registry.ts";
+import { builtinWriter } from "../writers/registry.ts";
+import { missingKeys } from "../writers/writer-spec.ts";
 import { maskSecrets } from "../masking.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { connectionSecrets } from "./secret-values.ts";

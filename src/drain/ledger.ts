@@ -8,16 +8,7 @@ import type { Dialect } from "../vocabulary.ts";
 import { parseCount, type BoundedWriter } from "./bounded-writer.ts";
 import { ensureStep } from "./remote-schema.ts";
 import type { DrainTable } from "./table.ts";
-
-/** One origin's ledger row for a served table, as every drain of the fleet sees it. */
-export interface LedgerRow {
-  origin: string;
-  namespace: string;
-  through: number;
-  label: string;
-  /** ISO-8601, the target's clock. */
-  updatedAt: string;
-}
+import type { LedgerRow } from "./views.ts";
 
 /**
  * One target's delivery ledger as the drain uses it: the table is checked (and with auto_schema

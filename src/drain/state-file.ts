@@ -1,42 +1,6 @@
 import fs from "node:fs";
 import path from "node:path";
-import type { LedgerRow } from "./ledger.ts";
-import type { HoldReason } from "./table.ts";
-import type { TargetState } from "./target.ts";
-
-/** One served table as the drain sees it. Times are ISO-8601. */
-export interface TableView {
-  namespace: string;
-  /** The queue file's origin id (null while the file cannot be opened). */
-  origin: string | null;
-  /** The ledger's `through` this drain last saw (null: not settled yet, or no ledger). */
-  through: number | null;
-  held: { reason: HoldReason; message: string; since: string; until: string | null } | null;
-}
-
-/** One target as the drain sees it: reachable or not, since when, why; its tables and the fleet view. */
-export interface TargetView {
-  target: string;
-  app: string;
-  state: TargetState;
-  /** Consecutive failed attempts to reach it. */
-  failures: number;
-  downSince: string | null;
-  lastError: string | null;
-  lastSuccessAt: string | null;
-  /** When its loop last finished a cycle. */
-  lastCycleAt: string | null;
-  /** When its loop last ran at all (a cycle, or a poll while idle): the liveness signal. */
-  lastBeatAt: string | null;
-  /** Why the ledger table is not set up, while it is not. */
-  setupProblem: string | null;
-  ledger: boolean;
-  totals: { delivered: number; failed: number; deadLettered: number };
-  tables: TableView[];
-  /** Every origin's ledger row for the served tables, as last read (null: never read). */
-  fleet: LedgerRow[];
-  fleetReadAt: string | null;
-}
+import type { TargetView } from "./views.ts";
 
 /** What a running drain persists for each db_dir, so `status` shows it without a network call. */
 export interface DrainState {

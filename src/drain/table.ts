@@ -5,10 +5,7 @@ import { Outbox, type OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
 import { rowBackoffMs, tableReadiness } from "./schedule.ts";
-import type { TableView } from "./state-file.ts";
-
-/** Why a table is not delivering right now. */
-export type HoldReason = "file" | "local" | "remote schema" | "origin" | "writer contract";
+import type { HoldReason, TableView } from "./views.ts";
 
 /** A table held back: why, the message that says it, since and until when (epoch ms). */
 export interface TableHold {

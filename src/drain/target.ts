@@ -8,11 +8,11 @@ import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts"
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
-import { TargetLedger, type LedgerRow } from "./ledger.ts";
+import { TargetLedger } from "./ledger.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
 import { outageBackoffMs } from "./schedule.ts";
 import { DrainTable, minWake, type TableSlice } from "./table.ts";
-import type { TargetView } from "./state-file.ts";
+import type { LedgerRow, TargetState, TargetView } from "./views.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
 
 /** What one cycle of one target did. */
@@ -28,9 +28,6 @@ export interface TargetCycle {
   /** When something becomes ready next (epoch ms), if known. */
   wakeAt: number | null;
 }
-
-/** How a target is doing: reachable, down (retried with backoff) or misconfigured (retried, but a person must act). */
-export type TargetState = "starting" | "ok" | "outage" | "misconfigured";
 
 /** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
 export function targetDialect(target: TargetConfig, writer: OutboxWriter): Dialect {

@@ -1,6 +1,7 @@
 import client from "prom-client";
 import type { OutboxSyncService } from "../drain/service.ts";
-import type { BatchEvent, TargetState } from "../drain/target.ts";
+import type { BatchEvent } from "../drain/target.ts";
+import type { TargetState } from "../drain/views.ts";
 
 /** Every metric name this module exports: the alert rules and the dashboard may only use these (a test checks). */
 export const METRIC_NAMES = [

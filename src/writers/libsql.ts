@@ -5,7 +5,7 @@ import { maskCause, maskSecrets, maskUrl } from "../masking.ts";
 import { withTimeout } from "../timeout.ts";
 import { booleanKey, checkAliases, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, numberKey, stringKey } from "./connection.ts";
 import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
-import type { WriterSpec } from "./registry.ts";
+import type { WriterSpec } from "./writer-spec.ts";
 import { statementKind } from "./statement-kind.ts";
 import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
 

@@ -1,6 +1,6 @@
 import { BunSqlWriter } from "./bun-sql.ts";
 import { classifyMysql } from "./classify.ts";
-import type { WriterSpec } from "./registry.ts";
+import type { WriterSpec } from "./writer-spec.ts";
 import { describeServer, serverKeys, validateServer } from "./server-keys.ts";
 
 /** The `mysql` writer: MySQL or MariaDB through Bun.SQL, one pipelined transaction per batch. */

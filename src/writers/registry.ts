@@ -3,31 +3,11 @@ import { libsqlWriter } from "./libsql.ts";
 import { mysqlWriter } from "./mysql.ts";
 import { postgresWriter } from "./postgres.ts";
 import { sqliteWriter } from "./sqlite.ts";
-import type { Dialect } from "../vocabulary.ts";
 import type { OutboxWriter } from "./writer.ts";
+import { missingKeys, type WriterSpec } from "./writer-spec.ts";
 
 /** Names accepted by `writer = "…"` in outbox.toml. */
 export type BuiltinWriterName = "sqlite" | "libsql" | "postgres" | "mysql";
-
-/** One `[connection]` key a built-in writer understands. */
-export interface ConnectionKey {
-  name: string;
-  required?: boolean;
-  /** Masked in logs, errors and status output. */
-  secret?: boolean;
-  description: string;
-}
-
-/** How the config loader validates and constructs a built-in writer. */
-export interface WriterSpec {
-  dialect: Dialect;
-  keys: ConnectionKey[];
-  /** Checks beyond `required` (e.g. "url or host"); returns one problem per bad key. */
-  validate?(connection: Record<string, unknown>): Array<{ key: string; message: string }>;
-  /** The target as text for logs and `status`, with passwords and tokens masked. */
-  describe?(connection: Record<string, unknown>): string;
-  create(connection: Record<string, unknown>): OutboxWriter;
-}
 
 /** The built-in writers, one file per engine in src/writers/. */
 export const builtinWriters: Record<BuiltinWriterName, WriterSpec> = {
@@ -40,11 +20,6 @@ export const builtinWriters: Record<BuiltinWriterName, WriterSpec> = {
 /** The built-in writer called `name`, or undefined; only the registry's own keys count (`toString` is no writer). */
 export function builtinWriter(name: string | null | undefined): WriterSpec | undefined {
   return name != null && Object.hasOwn(builtinWriters, name) ? builtinWriters[name as BuiltinWriterName] : undefined;
-}
-
-/** The keys `spec` requires that `connection` leaves out or sets to "". */
-export function missingKeys(spec: WriterSpec, connection: Record<string, unknown>): ConnectionKey[] {
-  return spec.keys.filter((k) => k.required && (connection[k.name] === undefined || connection[k.name] === ""));
 }
 
 /** Constructs the built-in writer `name` from a `[connection]` table; throws `ConfigError` for an unknown name or invalid keys. */

@@ -1,6 +1,6 @@
 import { maskUrl } from "../masking.ts";
 import { checkAliases, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, type Problem, stringKey } from "./connection.ts";
-import type { ConnectionKey } from "./registry.ts";
+import type { ConnectionKey } from "./writer-spec.ts";
 
 /** Default `connect_timeout` (seconds) of the `postgres` and `mysql` writers. */
 export const DEFAULT_CONNECT_TIMEOUT_S = 10;

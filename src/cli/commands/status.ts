@@ -1,6 +1,7 @@
 import { defineCommand } from "citty";
 import { lockHolder } from "../../drain/lock.ts";
-import { readDrainState, type DrainState, type TableView, type TargetView } from "../../drain/state-file.ts";
+import { readDrainState, type DrainState } from "../../drain/state-file.ts";
+import type { TableView, TargetView } from "../../drain/views.ts";
 import { OutboxError, StorageError, UsageError } from "../../errors.ts";
 import { healthAll, type NamespaceHealth } from "../../outbox/health.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";

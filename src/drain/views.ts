@@ -1,0 +1,54 @@
+/*
+ * What the drain shows of itself — to `status` (through the state file), to the metrics and to
+ * the fleet view: plain data, no behaviour, so every part of the drain can name it.
+ */
+
+/** Why a table is not delivering right now. */
+export type HoldReason = "file" | "local" | "remote schema" | "origin" | "writer contract";
+
+/** How a target is doing: reachable, down (retried with backoff) or misconfigured (retried, but a person must act). */
+export type TargetState = "starting" | "ok" | "outage" | "misconfigured";
+
+/** One origin's ledger row for a served table, as every drain of the fleet sees it. */
+export interface LedgerRow {
+  origin: string;
+  namespace: string;
+  through: number;
+  label: string;
+  /** ISO-8601, the target's clock. */
+  updatedAt: string;
+}
+
+/** One served table as the drain sees it. Times are ISO-8601. */
+export interface TableView {
+  namespace: string;
+  /** The queue file's origin id (null while the file cannot be opened). */
+  origin: string | null;
+  /** The ledger's `through` this drain last saw (null: not settled yet, or no ledger). */
+  through: number | null;
+  held: { reason: HoldReason; message: string; since: string; until: string | null } | null;
+}
+
+/** One target as the drain sees it: reachable or not, since when, why; its tables and the fleet view. */
+export interface TargetView {
+  target: string;
+  app: string;
+  state: TargetState;
+  /** Consecutive failed attempts to reach it. */
+  failures: number;
+  downSince: string | null;
+  lastError: string | null;
+  lastSuccessAt: string | null;
+  /** When its loop last finished a cycle. */
+  lastCycleAt: string | null;
+  /** When its loop last ran at all (a cycle, or a poll while idle): the liveness signal. */
+  lastBeatAt: string | null;
+  /** Why the ledger table is not set up, while it is not. */
+  setupProblem: string | null;
+  ledger: boolean;
+  totals: { delivered: number; failed: number; deadLettered: number };
+  tables: TableView[];
+  /** Every origin's ledger row for the served tables, as last read (null: never read). */
+  fleet: LedgerRow[];
+  fleetReadAt: string | null;
+}
