@@ -44,7 +44,7 @@ describe("version and help", () => {
 
         --config=<FILE>                        The outbox.toml whose apps' db_dirs are read (default ./outbox.toml)
         --db-dir=<DIR>                         A db_dir holding {table}.db outbox files (instead of --config)
-        --json                                 Print JSON (stable shape, see README.md)
+        --json                                 Print JSON (stable shape, see docs/cli.md)
         --watch                                Refresh until interrupted (with --json: one JSON document per line)
         --interval=<SECONDS>                   Refresh interval for --watch (default 2)
         --check                                Exit 1 when something needs an operator: stuck, held, dead letters, too old, a target down (for cron, Nagios, probes)

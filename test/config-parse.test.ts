@@ -138,8 +138,8 @@ describe("target keys", () => {
   });
 
   test("dialect and compat override their defaults", () => {
-    const target = targetOf(minimal("", 'dialect = "postgres"\ncompat = true'));
-    expect(target.dialect).toBe("postgres");
+    const target = targetOf(minimal("", 'dialect = "libsql"\ncompat = true'));
+    expect(target.dialect).toBe("libsql");
     expect(target.compat).toBe(true);
   });
 

@@ -112,6 +112,8 @@ describe("wrong types and ranges", () => {
 
   test.each([
     ['compat = "no"', "app.myapp.db.primary.compat", "expected a boolean"],
+    ['compat = true\ndialect = "postgres"', "app.myapp.db.primary.compat", "exists only for sqlite and libsql targets; this target writes postgres"],
+    ['compat = true\ndialect = "mysql"', "app.myapp.db.primary.compat", "exists only for sqlite and libsql targets; this target writes mysql"],
     ['dialect = "postgresql"', "app.myapp.db.primary.dialect", '(did you mean "postgres"?)'],
     ["retain_log_days = -2", "app.myapp.db.primary.retain_log_days", "must be ≥ 0"],
     ['inject_outbox_seq = "yes"', "app.myapp.db.primary.inject_outbox_seq", "expected a boolean or an array of table names, got string"],
@@ -407,4 +409,13 @@ describe("missing ${VAR} in [connection]", () => {
     expect(error.line).toBe(9);
     expect(error.message).toContain('environment variable "DATABASE_URL" is not set');
   });
+});
+
+test("compat = true on a built-in postgres or mysql writer is a config error, not a drain that dead-letters every injected row", () => {
+  for (const writer of ["postgres", "mysql"]) {
+    const error = errorOf(`[app.myapp]\ndb_dir = "d"\n[app.myapp.db.primary]\nwriter = "${writer}"\ntables = ["events"]\ninject_outbox_seq = true\ncompat = true\n[app.myapp.db.primary.connection]\nurl = "${writer}://u@h/db"\n`);
+    expect(error.keyPath).toBe("app.myapp.db.primary.compat");
+    expect(error.message).toContain(`this target writes ${writer}`);
+  }
+  expect(() => parseConfigToml(`[app.myapp]\ndb_dir = "d"\n[app.myapp.db.primary]\nwriter = "sqlite"\ntables = ["events"]\ninject_outbox_seq = true\ncompat = true\n[app.myapp.db.primary.connection]\npath = "r.db"\n`, FILE, {})).not.toThrow();
 });

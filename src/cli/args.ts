@@ -37,9 +37,9 @@ export const locationArgs = {
   },
 } as const;
 
-/** `--json`: the stable machine-readable shape documented in README.md. */
+/** `--json`: the stable machine-readable shape documented in docs/cli.md. */
 export const jsonArg = {
-  json: { type: "boolean", description: "Print JSON (stable shape, see README.md)" },
+  json: { type: "boolean", description: "Print JSON (stable shape, see docs/cli.md)" },
 } as const;
 
 /** `--namespace N --seq S` (+ `--app A` to pick one app when a config has several). */

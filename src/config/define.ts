@@ -14,7 +14,7 @@ export interface TargetInput {
   /** `"./file.ts:Export"` (relative to `baseDir`) or `"package:Export"`. */
   writerClass?: string;
   tables: TableInput[];
-  /** true/false for every table, or the names of the tables to inject. Default true. */
+  /** true/false for every table, or the names of the tables to inject. Default false (the ledger). */
   injectOutboxSeq?: boolean | string[];
   retainLogDays?: number;
   dialect?: Dialect;

@@ -8,7 +8,7 @@ export const TABLE_KEYS = ["name", "inject_outbox_seq", "retain_log_days"] as co
 
 /**
  * Reads a target's `tables` with per-table overrides applied: `inject_outbox_seq` (entry >
- * target's boolean or name list > true) and `retain_log_days` (entry > `retainLogDays`).
+ * target's boolean or name list > false) and `retain_log_days` (entry > `retainLogDays`).
  * `claim` registers each table with the app so one table cannot drain to two targets.
  */
 export function readTables(r: Reader, raw: Table, path: string, retainLogDays: number, claim: (table: string, keyPath: string) => boolean): TableConfig[] {

@@ -1,6 +1,6 @@
 import { resolve } from "node:path";
 import { DIALECTS } from "../vocabulary.ts";
-import { builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
+import { builtinWriter, builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
 import { readConnection } from "./connection.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { didYouMean } from "./suggest.ts";
@@ -40,6 +40,13 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
   const retainLogDays = r.number(raw, "retain_log_days", path, { min: 0 }) ?? input.retainLogDays;
   const tables = readTables(r, raw, path, retainLogDays, input.claim);
   const connection = readConnection(r, raw, path, writer, input.baseDir);
+  const dialect = r.oneOf(raw, "dialect", path, DIALECTS) ?? null;
+  const compat = r.boolean(raw, "compat", path) ?? DEFAULTS.compat;
+  const writes = dialect ?? builtinWriter(writer)?.dialect ?? null;
+  if (compat && (writes === "postgres" || writes === "mysql")) {
+    // Accepted, it would dead-letter every injected row as unsupported at the first batch.
+    r.fail(join(path, r.key("compat")), `compat = true reproduces the reference's SQLite statement forms and exists only for sqlite and libsql targets; this target writes ${writes}`);
+  }
   return {
     name: `${input.app}.${input.db}`,
     app: input.app,
@@ -47,8 +54,8 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
     writer,
     writerClass,
     connection,
-    dialect: r.oneOf(raw, "dialect", path, DIALECTS) ?? null,
-    compat: r.boolean(raw, "compat", path) ?? DEFAULTS.compat,
+    dialect,
+    compat,
     ledger: r.boolean(raw, "ledger", path) ?? DEFAULTS.ledger,
     ledgerTable: readLedgerTable(r, raw, path),
     tables,

@@ -10,7 +10,7 @@ import { checkOwnFile, migrate } from "./schema.ts";
  * Every enqueue commit writes pages to the WAL (two in the lean layout: the table and the worker
  * index; four in the reference's) and the cost of a page write grows with its size: 2 KiB pages make an enqueue ~12% faster than 4 KiB, with batch enqueue and the drain
  * unchanged within noise. 1 KiB pages gained only ~0.7 µs more, at twice the p99, slower batches
- * and overflow pages for every row over ~1 KB. See README "Benchmarks".
+ * and overflow pages for every row over ~1 KB. See docs/benchmarks.md.
  */
 export const NEW_FILE_PAGE_SIZE = 2048;
 

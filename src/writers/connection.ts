@@ -43,7 +43,7 @@ export function checkBooleans(connection: Connection, keys: string[]): Problem[]
 /** The `coalesce` key of every built-in writer. */
 export const COALESCE_KEY = {
   name: "coalesce",
-  description: "false sends every row as its own statement; by default runs of one table's same-text INSERTs go as multi-row statements (see docs/delivery.md)",
+  description: "false sends every row as its own statement; by default runs of one table's same-text INSERTs go as multi-row statements (see docs/writers.md)",
 };
 
 /** Problems for keys that are set but are not positive numbers (ports: integers 1–65535). */
