@@ -175,12 +175,16 @@ describe("delivery", () => {
     expect(q.pendingCount()).toBe(2);
     expect(q.deadCount()).toBe(0);
     expect(log.lines.filter((l) => l.includes(`seq ${seqs[2]} links to prev_seq ${seqs[1]}`)).length).toBe(1);
-    // The operator accepts the loss (the reference's recovery recipe): the gap is bridged.
+    // status and the metrics show it as a held table, as they show every other stop.
+    expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({ reason: "chain gap", message: expect.stringContaining(`seq ${seqs[2]} links to prev_seq ${seqs[1]}`) });
+    // The operator accepts the loss (the reference's recovery recipe): the gap is bridged, then `kick`.
     const fix = new Database(dir.file("outbox/t.db"));
     fix.run("INSERT INTO outbox_sync_log (seq, namespace, synced_at) VALUES (?, 't', '2026-01-01T00:00:00.000000+00:00')", [seqs[1]!]);
     fix.close();
+    svc.retryNow();
     await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "delivery after the gap is bridged");
     expect(remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY rowid").all().map((r) => r.id)).toEqual([1, 3, 4]);
+    expect(svc.targets()[0]!.tables[0]!.view().held).toBeNull();
   });
 
   test("a batch whose outcome was lost after the remote commit is settled from the ledger: no duplicate, nothing resent", async () => {

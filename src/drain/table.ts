@@ -80,8 +80,6 @@ export class DrainTable {
   #through: number | null = null;
   /** A row behind the head failed: the next slice stops before it, so the rows before it go first. */
   #cutBefore: number | null = null;
-  /** The chain gap last reported, so a held gap is logged once, not every cycle. */
-  #reportedGap: number | null = null;
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
    *  MAX(outbox_seq) can then only be another queue's seqs (see compat.ts). */
   freshQueue = false;
@@ -254,10 +252,10 @@ export class DrainTable {
       return null;
     }
     if (read.rows.length === 0) {
-      if (read.gap) this.#reportGap(read.gap.seq, read.gap.prevSeq);
+      if (read.gap) this.#holdGap(read.gap.seq, read.gap.prevSeq, now);
       return null;
     }
-    if (read.gap === null) this.#reportedGap = null;
+    this.#release("chain gap");
     if (read.truncated) out.more = true;
 
     const rows: OutboxRow[] = [];
@@ -480,13 +478,10 @@ export class DrainTable {
     });
   }
 
-  #reportGap(seq: number, prevSeq: number): void {
-    if (this.#reportedGap === seq) return;
-    this.#reportedGap = seq;
-    this.logger.error(
-      `drain: namespace "${this.name}" (${this.file}) is held: seq ${seq} links to prev_seq ${prevSeq}, which is neither pending, delivered nor dead-lettered (a lost row). Run \`sqloutbox verify\`; see the operations runbook.`,
-      { namespace: this.name, seq },
-    );
+  /** The head links to a row that exists nowhere (a lost row): nothing is sent past it until an operator looks; re-checked every 30 s and on `kick`. */
+  #holdGap(seq: number, prevSeq: number, now: number): void {
+    const message = `seq ${seq} links to prev_seq ${prevSeq}, which is neither pending, delivered nor dead-lettered (a lost row in ${this.file}); run \`sqloutbox verify\`, see the operations runbook`;
+    this.#holdFor("chain gap", message, now, now + FILE_RETRY_MS, "error");
   }
 
   /** Holds the table after a local SQLite error: 100 ms doubling to 30 s, so a broken file is retried, not spun on. */

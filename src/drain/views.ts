@@ -4,7 +4,7 @@
  */
 
 /** Why a table is not delivering right now. */
-export type HoldReason = "file" | "local" | "remote schema" | "origin" | "writer contract";
+export type HoldReason = "file" | "local" | "remote schema" | "origin" | "writer contract" | "chain gap";
 
 /** How a target is doing: reachable, down (retried with backoff) or misconfigured (retried, but a person must act). */
 export type TargetState = "starting" | "ok" | "outage" | "misconfigured";
