@@ -95,8 +95,9 @@ describe("etc/sqloutbox.service", () => {
     expect(seconds("TimeoutStartSec", 90)).toBeGreaterThan(DEFAULTS.writeTimeout);
   });
 
-  test("restarts on failure after a pause, and no burst of failed starts leaves it failed for good", () => {
-    expect(values("Restart")).toEqual(["on-failure"]);
+  test("restarts after a failure or a reload (SIGHUP exits 0) after a pause, and no burst of failed starts leaves it failed for good", () => {
+    expect(values("Restart")).toEqual(["always"]);
+    expect(values("ExecReload")).toEqual(["/bin/kill -HUP $MAINPID"]);
     const restartSec = seconds("RestartSec", 0.1);
     expect(restartSec).toBeGreaterThanOrEqual(1); // not a tight loop against a broken config
     // systemd's defaults (DefaultStartLimitIntervalSec=10s, DefaultStartLimitBurst=5) apply when unset.
