@@ -36,6 +36,9 @@ export interface DrainMetrics {
   readonly contentType: string;
 }
 
+/** prom-client's per-heap-space gauges, which the drain does not serve (see createDrainMetrics). */
+export const HEAP_SPACE_METRICS = ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"] as const;
+
 /**
  * Creates the drain's metrics on a registry of their own (plus prom-client's process metrics).
  * Gauges and counters are read from `service()` when scraped — a pending count and one head read
@@ -45,6 +48,9 @@ export interface DrainMetrics {
 export function createDrainMetrics(service: () => OutboxSyncService | null): DrainMetrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
+  // Bun answers v8.getHeapSpaceStatistics() by walking the heap: 10 ms a scrape for a drain with a
+  // 100 MB heap, 32 ms with a larger one, measured; the other process metrics cost 0.7 ms together.
+  for (const name of HEAP_SPACE_METRICS) registry.removeSingleMetric(name);
   const registers = [registry];
   const tableLabels = ["app", "target", "table"] as const;
   const targetLabels = ["app", "target"] as const;
