@@ -1,8 +1,8 @@
 // Drain throughput against the engine's own ingest limit, end-to-end latency, a fleet and large
 // rows (`bun run bench:drain [null|sqlite|postgres|mysql|fleet|large|latency …]`). One JSON line each:
-// {"bench":"drain","target":…,"rows":…,"rows_per_s":…,"peak_rss_mb":…}   100 000-row backlog,
-//   4 tables, batch_size 500, delivery ledger on; each drain runs in its own process so peak RSS
-//   is the drain's own (the backlog is written by this parent process first).
+// {"bench":"drain","target":…,"mode":"ledger","rows":…,"rows_per_s":…,"peak_rss_mb":…}   100 000-row
+//   backlog, 4 tables, batch_size 500, delivered through the ledger (the default); each drain runs
+//   in its own process so peak RSS is the drain's own (the backlog is written by this parent first).
 // {"bench":"limit","target":…,"form":…,"rows_per_s":…}   the same rows straight into the same
 //   engine from one connection, 500 rows per transaction: multi-row VALUES and, for PostgreSQL,
 //   INSERT … SELECT FROM unnest(arrays). Measured right after the drain, in the same run.
@@ -10,15 +10,19 @@
 // {"bench":"fleet","target":"postgres","drains":4,"rows":…,"rows_per_s":…}   four drain processes,
 //   each with its own queue file (its own origin), into ONE PostgreSQL table; checked afterwards.
 // {"bench":"large","target":"postgres","rows":…,"row_kb":64,"rows_per_s":…,"peak_rss_mb":…}
+// {"bench":"metrics","target":"postgres","off_rows_per_s":…,"on_rows_per_s":…,"on_vs_off":…}   the
+//   same drain with the Prometheus metrics on and scraped every 100 ms, against off, alternated.
 // {"bench":"latency","target":…,"p50_ms":…,"p99_ms":…}   single events, flush_interval 5 ms,
 //   threshold 1: enqueue → the remote transaction committed (the writer's promise resolved).
 // The "null" target accepts everything instantly: its rate is the drain's own ceiling.
+// Arguments pick lines: null sqlite postgres mysql fleet large metrics latency (none: all).
 // Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README).
 import { Database } from "bun:sqlite";
 import { SQL } from "bun";
 import fs from "node:fs";
 import { defineConfig } from "../src/config/index.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
+import { createDrainMetrics } from "../src/ops/metrics.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { encodeArgs } from "../src/outbox/payload.ts";
 import { createWriter } from "../src/writers/registry.ts";
@@ -86,12 +90,17 @@ interface ChildJob {
   dbDir: string;
   connection: Record<string, unknown>;
   tables: string[];
+  /** Serve the drain's metrics and scrape them every 100 ms (ten times what Prometheus usually does). */
+  metrics?: boolean;
 }
 
 /** Child mode: drain the backlog in `dbDir` into the target, print one JSON result on stdout. */
 async function drainChild(job: ChildJob): Promise<void> {
   const config = configFor(job.dbDir, job.target, job.connection, job.tables, { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
-  const svc = new OutboxSyncService(config, { "bench.remote": job.target === "null" ? nullWriter : createWriter(job.target, job.connection) });
+  let svc: OutboxSyncService | null = null;
+  const metrics = job.metrics ? createDrainMetrics(() => svc) : null;
+  svc = new OutboxSyncService(config, { "bench.remote": job.target === "null" ? nullWriter : createWriter(job.target, job.connection) }, metrics ? { onBatch: metrics.observeBatch } : {});
+  const scraper = metrics ? setInterval(() => void metrics.text(), 100) : undefined;
   let peak = process.memoryUsage().rss;
   const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 10);
   const total = svc.totalPending();
@@ -100,6 +109,7 @@ async function drainChild(job: ChildJob): Promise<void> {
   while (svc.totalPending() > 0) await Bun.sleep(5);
   const seconds = (performance.now() - start) / 1000;
   clearInterval(sampler);
+  clearInterval(scraper);
   peak = Math.max(peak, process.memoryUsage().rss);
   await svc.stop();
   console.log(JSON.stringify({ rows: total, seconds, peak_rss_mb: Math.round(peak / 1048576) }));
@@ -156,7 +166,7 @@ async function throughput(target: Target): Promise<void> {
     fillBacklog(`${dir.path}/outbox`, TABLES, ROWS);
     const drained = await runChild({ target, dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: TABLES });
     const rowsPerS = Math.round(drained.rows / drained.seconds);
-    console.log(JSON.stringify({ bench: "drain", target, rows: drained.rows, rows_per_s: rowsPerS, peak_rss_mb: drained.peak_rss_mb }));
+    console.log(JSON.stringify({ bench: "drain", target, mode: "ledger", rows: drained.rows, rows_per_s: rowsPerS, peak_rss_mb: drained.peak_rss_mb }));
     if (target === "null") return;
     const forms = await limits(target, remote);
     for (const f of forms) console.log(JSON.stringify({ bench: "limit", target, form: f.form, rows_per_s: f.rowsPerS }));
@@ -204,6 +214,29 @@ async function large(): Promise<void> {
     await remote.drop();
     dir.cleanup();
   }
+}
+
+/** The PostgreSQL drain with metrics off and on, alternated three times each on fresh backlogs: the medians. */
+async function metricsCost(): Promise<void> {
+  const rates: Record<"off" | "on", number[]> = { off: [], on: [] };
+  for (let round = 0; round < 3; round++) {
+    for (const mode of ["off", "on"] as const) {
+      const dir = makeTempDir("sqloutbox-bench-");
+      const remote = await remoteFor("postgres", dir.path);
+      try {
+        fillBacklog(`${dir.path}/outbox`, TABLES, ROWS);
+        const drained = await runChild({ target: "postgres", dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: TABLES, metrics: mode === "on" });
+        rates[mode].push(drained.rows / drained.seconds);
+      } finally {
+        await remote.drop();
+        dir.cleanup();
+      }
+    }
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const off = median(rates.off);
+  const on = median(rates.on);
+  console.log(JSON.stringify({ bench: "metrics", target: "postgres", off_rows_per_s: Math.round(off), on_rows_per_s: Math.round(on), on_vs_off: Math.round((on / off) * 100) / 100 }));
 }
 
 /** Wraps a writer to timestamp the moment each seq's remote commit resolved. */
@@ -260,5 +293,6 @@ if (process.argv[2] === "--drain-child") {
   for (const target of ["null", "sqlite", "postgres", "mysql"] as const) if (wanted(target)) await throughput(target);
   if (wanted("fleet")) await fleet();
   if (wanted("large")) await large();
+  if (wanted("metrics")) await metricsCost();
   for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target))) await latency(target);
 }
