@@ -13,7 +13,9 @@ export { VERSION } from "./version.ts";
 export { SQLMiddleware, closeSharedOutboxes, DEFAULT_MAX_PAYLOAD_BYTES, type SQLMiddlewareOptions } from "./outbox/middleware.ts";
 export { Outbox, type OutboxOptions, type OutboxRow, type ChainGap, type DeadLetter, type DeadReason, type Resequenced } from "./outbox/outbox.ts";
 export { healthAll, type NamespaceHealth, type HealthOptions } from "./outbox/health.ts";
-export { listOutboxFiles, verifyFile, readDeadLetters, type FileVerification, type NamespaceVerification } from "./outbox/inspect.ts";
+export { listOutboxFiles } from "./outbox/files.ts";
+export { verifyFile, scanIntegrity, type FileVerification, type NamespaceVerification, type IntegrityReport } from "./outbox/inspect.ts";
+export { findDeadLetters, type DeadLetterFilter, type FiledDeadLetter } from "./outbox/dead-letters.ts";
 export { encodeArgs, decodeArgs } from "./outbox/payload.ts";
 
 // Statements: the checks producers run, placeholder conversion, the compatibility mode's rewrite.
@@ -46,7 +48,6 @@ export { rowBackoffMs, outageBackoffMs } from "./drain/schedule.ts";
 export type { TargetCycle, BatchEvent } from "./drain/target.ts";
 export type { HoldReason, LedgerRow, TargetState, TargetView, TableView } from "./drain/views.ts";
 export { readDrainState, type DrainState } from "./drain/state-file.ts";
-export type { IntegrityReport } from "./drain/integrity.ts";
 export { createDrainMetrics, type DrainMetrics } from "./ops/metrics.ts";
 export { serveOps, type OpsServer } from "./ops/http.ts";
 export { createSystemdNotifier, type SystemdNotifier } from "./ops/systemd.ts";

@@ -2,7 +2,7 @@ import { Database } from "bun:sqlite";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { healthAll, listOutboxFiles, Outbox, readDeadLetters, StorageError, verifyFile } from "../src/index.ts";
+import { findDeadLetters, healthAll, listOutboxFiles, Outbox, StorageError, verifyFile } from "../src/index.ts";
 import { pendingCountSql } from "../src/outbox/schema.ts";
 import { readSnapshot } from "../src/outbox/sqlite-open.ts";
 import { snapshotDir } from "./fixtures/dir-snapshot.ts";
@@ -66,7 +66,7 @@ describe("healthAll", () => {
     expect(Object.keys(before).some((n) => n.endsWith("-wal") || n.endsWith("-shm"))).toBe(false);
     healthAll(tmp.path);
     verifyFile(tmp.file("orders.db"));
-    readDeadLetters(tmp.path);
+    findDeadLetters(tmp.path);
     expect(snapshotDir(tmp.path)).toEqual(before);
   });
 
@@ -175,7 +175,7 @@ describe("healthAll", () => {
     const before = snapshotDir(tmp.path);
     expect(healthAll(tmp.path, { maxPending: 10 })).toMatchObject([{ namespace: "fresh", depth: 0, headSeq: null, capacityPct: 0 }]);
     expect(verifyFile(tmp.file("fresh.db"))).toMatchObject({ file: tmp.file("fresh.db"), namespaces: [], problems: [expect.stringContaining("empty file")], ok: false });
-    expect(readDeadLetters(tmp.path)).toEqual([]);
+    expect(findDeadLetters(tmp.path)).toEqual([]);
     expect(snapshotDir(tmp.path)).toEqual(before);
   });
 
@@ -264,9 +264,9 @@ describe("inspect", () => {
     expect(result.namespaces.find((n) => n.namespace === "payments")!.problems).toContain("pending count (by counter) says 7 but 2 row(s) are pending");
   });
 
-  test("readDeadLetters returns dead letters of every file", () => {
+  test("findDeadLetters returns dead letters of every file", () => {
     seed();
-    const dead = readDeadLetters(tmp.path);
+    const dead = findDeadLetters(tmp.path);
     expect(dead.map((d) => [d.namespace, d.reason, d.error])).toEqual([["users", "skipped", "skipped by operator"]]);
   });
 });

@@ -4,7 +4,7 @@ import { ConfigError, OutboxError } from "../errors.ts";
 import { silentLogger, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { scanIntegrity, type IntegrityReport } from "./integrity.ts";
+import { scanIntegrity, type IntegrityReport } from "../outbox/inspect.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
 import { writeDrainState, type DrainState } from "./state-file.ts";
 import { TargetRunner, type BatchEvent, type TargetCycle } from "./target.ts";

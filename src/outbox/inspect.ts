@@ -1,12 +1,10 @@
 import type { Database } from "bun:sqlite";
-import type { OutboxError } from "../errors.ts";
-import { listOutboxFiles } from "./files.ts";
-import { fileFeatures, fileNamespaces, hasOutboxSchema, isBlank, type FileFeatures } from "./health.ts";
-import { DEAD_ROW_COLUMNS, type ChainGap, type DeadLetter } from "./rows.ts";
+import { describeError } from "../errors.ts";
+import { fileFeatures, fileNamespaces, isBlank, type FileFeatures } from "./health.ts";
+import type { ChainGap } from "./rows.ts";
 import { checkOwnFile, pendingCountSql, tableColumns } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 
-export { listOutboxFiles } from "./files.ts";
 
 /** The chain check of one namespace: `gaps` are links to rows that exist nowhere. */
 export interface NamespaceVerification {
@@ -123,29 +121,30 @@ function lookupOwner(db: Database, features: FileFeatures): (seq: number) => str
   return (seq) => stmt.get(seq)?.namespace ?? null;
 }
 
-/**
- * Every dead letter in every outbox file of `dbDir` (ordered by file, then seq), read-only. A
- * file that cannot be read throws StorageError unless `onError` is given (the file is then skipped).
- */
-export function readDeadLetters(dbDir: string, options: { onError?: (file: string, error: OutboxError) => void } = {}): DeadLetter[] {
-  const out: DeadLetter[] = [];
-  for (const file of listOutboxFiles(dbDir)) {
-    try {
-      out.push(...deadLettersOf(file));
-    } catch (e) {
-      const err = storageError(e, "cannot read dead letters", file);
-      if (!options.onError) throw err;
-      options.onError(file, err);
-    }
-  }
-  return out;
+/** The outcome of an integrity scan: one verify result per file plus printable lines. */
+export interface IntegrityReport {
+  ok: boolean;
+  files: FileVerification[];
+  /** One human line per namespace (and per unreadable file). */
+  lines: string[];
 }
 
-function deadLettersOf(file: string): DeadLetter[] {
-  return readSnapshot(file, (db) => {
-    if (!hasOutboxSchema(db, file)) return [];
-    const features = fileFeatures(db);
-    if (!features.deadLog || !features.deadReplay) return [];
-    return db.query<DeadLetter, []>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log ORDER BY seq`).all();
-  });
+/** Verifies each file read-only (chain links, schema); an unreadable file is a problem, not a crash. */
+export function scanIntegrity(paths: readonly string[]): IntegrityReport {
+  const report: IntegrityReport = { ok: true, files: [], lines: [] };
+  for (const file of new Set(paths)) {
+    try {
+      const result = verifyFile(file);
+      report.files.push(result);
+      if (!result.ok) report.ok = false;
+      for (const ns of result.namespaces) {
+        const issues = [...ns.gaps.map((g) => `seq ${g.seq} links to missing prev_seq ${g.prevSeq}`), ...ns.problems];
+        report.lines.push(`${file} [${ns.namespace}]: ${ns.rows} pending, ${issues.length === 0 ? "ok" : issues.join("; ")}`);
+      }
+    } catch (error) {
+      report.ok = false;
+      report.lines.push(`${file}: cannot verify: ${describeError(error).message}`);
+    }
+  }
+  return report;
 }

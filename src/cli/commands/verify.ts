@@ -1,7 +1,8 @@
 import { defineCommand } from "citty";
 import path from "node:path";
 import { OutboxError } from "../../errors.ts";
-import { listOutboxFiles, verifyFile } from "../../outbox/inspect.ts";
+import { listOutboxFiles } from "../../outbox/files.ts";
+import { verifyFile } from "../../outbox/inspect.ts";
 import type { ChainGap } from "../../outbox/outbox.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
