@@ -27,8 +27,7 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { encodeArgs } from "../src/outbox/payload.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
-import { createMysqlDb } from "../test/support/mysql.ts";
-import { createPgDb } from "../test/support/pg.ts";
+import { createMysqlDb, createPgDb } from "../test/support/server-db.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
 
 const TABLES = ["bench_a", "bench_b", "bench_c", "bench_d"];

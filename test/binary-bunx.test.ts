@@ -5,7 +5,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pkg from "../package.json" with { type: "json" };
-import { REPO, run, seed } from "./cli-support.ts";
+import { REPO, run } from "./support/cli.ts";
+import { seed } from "./support/queue.ts";
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-bunx-"));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));

@@ -10,7 +10,7 @@ import path from "node:path";
 import { RELEASE_TARGETS } from "../build.ts";
 import pkg from "../package.json" with { type: "json" };
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
-import { REPO, run } from "./cli-support.ts";
+import { REPO, run } from "./support/cli.ts";
 import { type Launcher, NATIVE, muslLauncher, qemuArm64Launcher } from "./support/foreign-binary.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 

@@ -7,7 +7,10 @@ import os from "node:os";
 import path from "node:path";
 import { buildBinary } from "../build.ts";
 import pkg from "../package.json" with { type: "json" };
-import { cleanEnv, countRows, hashTree, run, seed } from "./cli-support.ts";
+import { cleanEnv, run } from "./support/cli.ts";
+import { hashTree } from "./support/dir-hash.ts";
+import { seed } from "./support/queue.ts";
+import { countRows } from "./support/remote.ts";
 
 let tmp: string;
 let binary: string;

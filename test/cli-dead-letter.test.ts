@@ -6,7 +6,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
-import { hashTree, normalize, openQueue, REPO, run, runInProcess } from "./cli-support.ts";
+import { normalize, REPO, run, runInProcess } from "./support/cli.ts";
+import { hashTree } from "./support/dir-hash.ts";
+import { openQueue } from "./support/queue.ts";
 
 let tmp: string;
 let dbDir: string;
@@ -271,7 +273,7 @@ describe("5 000 letters: one transaction per file", () => {
   });
 
   test("while a producer process writes to the file: the producer never fails and the replayed letters get one unbroken run of seqs", async () => {
-    const producer = Bun.spawn(["bun", path.join(REPO, "test/fixtures/outbox-producer.ts"), dbDir, "orders", "1500", "1"], { stdout: "pipe", stderr: "pipe" });
+    const producer = Bun.spawn(["bun", path.join(REPO, "test/support/children/outbox-producer.ts"), dbDir, "orders", "1500", "1"], { stdout: "pipe", stderr: "pipe" });
     // Start replaying once the producer is writing.
     while (count("orders", "outbox_queue") === 0) await Bun.sleep(10);
     const r = await json("replay", "--namespace", "orders");

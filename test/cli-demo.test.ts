@@ -1,6 +1,6 @@
 // `bun run demo` — the newcomer's first command — works end to end and delivers every event.
 import { expect, test } from "bun:test";
-import { REPO, run } from "./cli-support.ts";
+import { REPO, run } from "./support/cli.ts";
 
 test("bun run demo delivers every produced event to the local sqlite target and exits 0", async () => {
   const r = await run(["run", "demo"], { cmd: ["bun"], cwd: REPO });

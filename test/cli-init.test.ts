@@ -6,7 +6,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
-import { cleanEnv, countRows, hashTree, REPO, run } from "./cli-support.ts";
+import { cleanEnv, REPO, run } from "./support/cli.ts";
+import { hashTree } from "./support/dir-hash.ts";
+import { countRows } from "./support/remote.ts";
 
 let project: string;
 let scaffold: string;

@@ -5,7 +5,9 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { breakChain, hashTree, normalize, openQueue, REPO, run, seed } from "./cli-support.ts";
+import { normalize, REPO, run } from "./support/cli.ts";
+import { hashTree } from "./support/dir-hash.ts";
+import { breakChain, openQueue, seed } from "./support/queue.ts";
 
 let tmp: string;
 let dbDir: string;

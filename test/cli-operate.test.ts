@@ -7,11 +7,11 @@ import { afterEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { BIN, cleanEnv, REPO, run } from "./cli-support.ts";
-import { waitFor } from "./fixtures/drain-harness.ts";
-import { createPgDb } from "./support/pg.ts";
+import { BIN, cleanEnv, REPO, run } from "./support/cli.ts";
+import { createPgDb } from "./support/server-db.ts";
 import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {

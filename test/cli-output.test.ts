@@ -5,7 +5,8 @@ import { ConfigError, OutboxError } from "../src/errors.ts";
 import { jsonLine } from "../src/cli/log-format.ts";
 import { logOptionsFrom } from "../src/cli/log-options.ts";
 import { formatAge, oneLine, redact, renderFields, renderTable } from "../src/cli/text-output.ts";
-import { BIN, openQueue, run, seed } from "./cli-support.ts";
+import { BIN, run } from "./support/cli.ts";
+import { openQueue, seed } from "./support/queue.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
 describe("renderTable", () => {

@@ -4,8 +4,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { cleanEnv, REPO, run } from "./cli-support.ts";
-import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { cleanEnv, REPO, run } from "./support/cli.ts";
+import { createPgDb, type ServerDb } from "./support/server-db.ts";
 
 /** The fenced code blocks of the README section `heading`, in order, with their language. */
 function codeBlocks(heading: string): Array<{ lang: string; code: string }> {
@@ -17,7 +17,7 @@ function codeBlocks(heading: string): Array<{ lang: string; code: string }> {
 }
 
 let project: string;
-let pg: PgTestDb;
+let pg: ServerDb;
 
 beforeAll(async () => {
   pg = await createPgDb("sqloutbox_qs");

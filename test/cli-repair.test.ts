@@ -6,7 +6,11 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { countRows, hashTree, openQueue, REPO, run, seed } from "./cli-support.ts";
+import { REPO, run } from "./support/cli.ts";
+import { hashTree } from "./support/dir-hash.ts";
+import { openQueue, seed } from "./support/queue.ts";
+import { countRows } from "./support/remote.ts";
+import { waitFor } from "./support/wait.ts";
 
 let tmp: string;
 let dbDir: string;
@@ -125,10 +129,10 @@ describe("while the drain runs", () => {
     );
     const drain = Bun.spawn(["bun", "src/cli/bin.ts", "runservice", "--config", config], { cwd: REPO, stdout: "pipe", stderr: "pipe" });
     try {
-      await waitFor(async () => JSON.parse((await run(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces[0].isStuck);
+      await waitFor(async () => JSON.parse((await run(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces[0].isStuck, "status to report the stuck head");
       expect(countRows(remote, "orders")).toBe(3);
       expect((await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"])).code).toBe(0);
-      await waitFor(() => countRows(remote, "orders") === 4); // row 5 passes the skipped head
+      await waitFor(() => countRows(remote, "orders") === 4, "rows 1–3 and 5"); // row 5 passes the skipped head
       const fix = new Database(remote);
       fix.run("CREATE TABLE orders2 (id INTEGER PRIMARY KEY, note TEXT)");
       fix.run("INSERT INTO orders2 SELECT id, note FROM orders");
@@ -137,18 +141,10 @@ describe("while the drain runs", () => {
       fix.close();
       const replay = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"]);
       expect(replay.code).toBe(0);
-      await waitFor(() => countRows(remote, "orders") === 5);
+      await waitFor(() => countRows(remote, "orders") === 5, "the replayed head");
     } finally {
       drain.kill("SIGTERM");
     }
     expect(await drain.exited).toBe(0);
   });
 });
-
-async function waitFor(check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error("condition not met in time");
-    await Bun.sleep(50);
-  }
-}

@@ -5,7 +5,10 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { cleanEnv, countRows, REPO, run, seed } from "./cli-support.ts";
+import { cleanEnv, REPO, run } from "./support/cli.ts";
+import { seed } from "./support/queue.ts";
+import { countRows } from "./support/remote.ts";
+import { waitFor } from "./support/wait.ts";
 
 let tmp: string;
 let config: string;
@@ -41,18 +44,10 @@ function start(args: string[], env: Record<string, string | undefined> = {}) {
   return Bun.spawn(["bun", "src/cli/bin.ts", "runservice", ...args], { cwd: REPO, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
 }
 
-async function waitFor(check: () => boolean, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error("condition not met in time");
-    await Bun.sleep(50);
-  }
-}
-
 describe("runservice", () => {
   test("drains every table into the sqlite target and exits 0 on SIGTERM, logging JSON lines", async () => {
     const proc = start(["--config", config], { LOG_FORMAT: "json" });
-    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40 && countRows(path.join(tmp, "remote.db"), "payments") === 25);
+    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40 && countRows(path.join(tmp, "remote.db"), "payments") === 25, "every row in remote.db");
     proc.kill("SIGTERM");
     expect(await proc.exited).toBe(0);
     const lines = (await new Response(proc.stderr).text()).trim().split("\n").map((l) => JSON.parse(l));
@@ -65,7 +60,7 @@ describe("runservice", () => {
 
   test("reads ./outbox.toml by default and stops on SIGINT with exit 0", async () => {
     const proc = Bun.spawn(["bun", path.join(REPO, "src/cli/bin.ts"), "runservice"], { cwd: tmp, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
-    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40);
+    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40, "the 40 orders in remote.db");
     proc.kill("SIGINT");
     expect(await proc.exited).toBe(0);
   });
@@ -73,7 +68,7 @@ describe("runservice", () => {
   test("a second drain on the same db_dir exits 1 naming the lock file; the first keeps running", async () => {
     const first = start(["--config", config]);
     try {
-      await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40);
+      await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40, "the 40 orders in remote.db");
       const second = await run(["runservice", "--config", config]);
       expect(second.code).toBe(1);
       expect(second.stderr).toContain(path.join(tmp, "queue", ".sqloutbox.lock"));
@@ -86,7 +81,7 @@ describe("runservice", () => {
 
   test("pretty log lines start with the ISO time, for a log file read later", async () => {
     const proc = start(["--config", config]);
-    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40);
+    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40, "the 40 orders in remote.db");
     proc.kill("SIGTERM");
     expect(await proc.exited).toBe(0);
     const lines = (await new Response(proc.stderr).text()).trim().split("\n");

@@ -1,10 +1,9 @@
 import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import { createMysqlDb } from "./support/mysql.ts";
-import { createPgDb } from "./support/pg.ts";
+import { normalize, run } from "./support/cli.ts";
+import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { makeTempDir } from "./support/tmp.ts";
-import { normalize, run } from "./cli-support.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {

@@ -7,7 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import { STOP_TIMEOUT_MS } from "../src/cli/commands/runservice.ts";
 import { DEFAULTS } from "../src/config/types.ts";
-import { REPO } from "./cli-support.ts";
+import { REPO } from "./support/cli.ts";
 
 const UNIT = path.join(REPO, "etc", "sqloutbox.service");
 const text = fs.readFileSync(UNIT, "utf8");

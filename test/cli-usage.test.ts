@@ -6,7 +6,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pkg from "../package.json" with { type: "json" };
-import { run, runInProcess } from "./cli-support.ts";
+import { run, runInProcess } from "./support/cli.ts";
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-usage-"));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));

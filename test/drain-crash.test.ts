@@ -2,9 +2,9 @@ import fs from "node:fs";
 import { afterEach, expect, test } from "bun:test";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { waitFor } from "./fixtures/drain-harness.ts";
-import { createPgDb } from "./support/pg.ts";
+import { createPgDb } from "./support/server-db.ts";
 import { makeTempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -35,10 +35,10 @@ test("a drain SIGKILLed at random moments while producers write INSERTs and UPDA
     // test about exactly-once, not about how many kills a head may absorb.
     tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 200, maxAttempts: null, backoffUnitSeconds: 0.01 },
   });
-  const spawnDrain = () => Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-child.ts`, drainSpec], { stdout: "pipe", stderr: "ignore" });
+  const spawnDrain = () => Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, drainSpec], { stdout: "pipe", stderr: "ignore" });
 
   const producers = Array.from({ length: PRODUCERS }, (_, p) =>
-    Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: p, stopFile: dir.file("stop-producing"), updates: true })], {
+    Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: p, stopFile: dir.file("stop-producing"), updates: true })], {
       stdout: "pipe",
       stderr: "inherit",
     }),

@@ -7,10 +7,11 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
-import { createPgDb } from "./support/pg.ts";
+import { createPgDb } from "./support/server-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {

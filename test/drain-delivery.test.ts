@@ -7,9 +7,10 @@ import { LockedError, StorageError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import { FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
-import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
+import { createPgDb, type ServerDb } from "./support/server-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -23,7 +24,7 @@ function tmp(): TempDir {
   cleanups.push(() => t.cleanup());
   return t;
 }
-async function pg(): Promise<PgTestDb> {
+async function pg(): Promise<ServerDb> {
   const db = await createPgDb();
   cleanups.push(() => db.drop());
   return db;

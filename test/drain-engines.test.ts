@@ -6,11 +6,11 @@ import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter, type BuiltinWriterName } from "../src/writers/registry.ts";
-import { FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
-import { createMysqlDb } from "./support/mysql.ts";
-import { createPgDb } from "./support/pg.ts";
+import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {

@@ -8,11 +8,11 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
-import { createMysqlDb } from "./support/mysql.ts";
-import { createPgDb } from "./support/pg.ts";
+import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -73,7 +73,7 @@ describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("a fle
     const stopFile = dir.file("stop-producing");
     const hosts = Array.from({ length: HOSTS }, (_, h) => ({ h, dbDir: dir.file(`host${h}/queue`) }));
     const spawnDrain = (dbDir: string, h: number) =>
-      Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-child.ts`, JSON.stringify({
+      Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
         dbDir,
         targets: { main: { writer: remote.writer, connection: remote.connection, tables: TABLES } },
         tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 50, originLabel: `host-${h}`, outageBackoffCapMinutes: 0.01 },
@@ -81,7 +81,7 @@ describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("a fle
     const drains = hosts.map(({ dbDir, h }) => spawnDrain(dbDir, h));
     cleanups.push(() => drains.forEach((d) => d.kill("SIGKILL")));
     const producers = hosts.map(({ dbDir, h }) =>
-      Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: h, stopFile, pauseEvery: 10, pauseMs: 5 })], { stdout: "pipe", stderr: "inherit" }),
+      Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: h, stopFile, pauseEvery: 10, pauseMs: 5 })], { stdout: "pipe", stderr: "inherit" }),
     );
     cleanups.push(() => producers.forEach((p) => p.kill("SIGKILL")));
     // Let every host produce and deliver a while, concurrently, whatever the machine's load.

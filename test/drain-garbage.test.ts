@@ -6,8 +6,9 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter } from "../src/writers/writer.ts";
-import { type Fault, FaultyWriter, memoryLogger, oneApp, type Tuning, waitFor } from "./fixtures/drain-harness.ts";
+import { type Fault, FaultyWriter, memoryLogger, oneApp, type Tuning } from "./support/drain-harness.ts";
 import { makeTempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {

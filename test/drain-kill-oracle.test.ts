@@ -6,12 +6,11 @@ import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { waitFor } from "./fixtures/drain-harness.ts";
-import { mixSchema, mixStatement } from "./fixtures/statement-mix.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
-import { createMysqlDb } from "./support/mysql.ts";
-import { createPgDb } from "./support/pg.ts";
+import { createMysqlDb, createPgDb } from "./support/server-db.ts";
+import { mixSchema, mixStatement } from "./support/statement-mix.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -73,13 +72,13 @@ describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("state
     const dbDir = dir.file("outbox");
     const stopFile = dir.file("stop");
     const spawnDrain = () =>
-      Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-child.ts`, JSON.stringify({
+      Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
         dbDir,
         targets: { r: { ...remote.target, tables: ["kv"] } },
         // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
         tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 40, maxAttempts: null, backoffUnitSeconds: 0.01, outageBackoffCapMinutes: 0.005 },
       })], { stdout: "pipe", stderr: "pipe" });
-    const producer = Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-mix-producer.ts`, JSON.stringify({ dbDir, seed, dialect: remote.dialect, stopFile })], { stdout: "pipe", stderr: "inherit" });
+    const producer = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-mix-producer.ts`, JSON.stringify({ dbDir, seed, dialect: remote.dialect, stopFile })], { stdout: "pipe", stderr: "inherit" });
     cleanups.push(() => producer.kill("SIGKILL"));
     for (let kill = 0; kill < KILLS; kill++) {
       const drain = spawnDrain();

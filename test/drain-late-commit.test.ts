@@ -10,10 +10,10 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { ledgerDdl } from "../src/sql/ledger.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { Statement } from "../src/writers/writer.ts";
-import { FaultyWriter, memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
-import { createMysqlDb, MYSQL_BASE_URL } from "./support/mysql.ts";
-import { createPgDb } from "./support/pg.ts";
+import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
+import { createMysqlDb, createPgDb, MYSQL_BASE_URL } from "./support/server-db.ts";
 import { makeTempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -132,7 +132,7 @@ test("a drain SIGKILLed while PostgreSQL runs its COMMIT (a slow deferred trigge
   await db.sql.unsafe("CREATE CONSTRAINT TRIGGER t_slow AFTER INSERT ON t DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id = 999) EXECUTE FUNCTION slow_commit()");
   const dbDir = dir.file("outbox");
   const spawnDrain = () =>
-    Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-child.ts`, JSON.stringify({
+    Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
       dbDir,
       targets: { pg: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } },
       tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0 },

@@ -2,8 +2,8 @@ import { Database } from "bun:sqlite";
 import { afterEach, expect, test } from "bun:test";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
-import { waitFor } from "./fixtures/drain-harness.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -12,7 +12,7 @@ afterEach(async () => {
   closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
 });
 
-/** Spawns test/fixtures/drain-child.ts; collects stdout/stderr as text while it runs. */
+/** Spawns test/support/children/drain-child.ts; collects stdout/stderr as text while it runs. */
 function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { startupDelayMs?: number; writeTimeout?: number; activityLogIntervalMs?: number } = {}) {
   const spec = {
     stopTimeoutMs,
@@ -20,7 +20,7 @@ function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { 
     dbDir: dir.file("outbox"),
     targets: {
       r: {
-        writerClass: `${import.meta.dir}/fixtures/drain-slow-writer.ts:SlowWriter`,
+        writerClass: `${import.meta.dir}/support/children/drain-slow-writer.ts:SlowWriter`,
         dialect: "sqlite",
         connection: { path: dir.file("remote.db"), delay_ms: delayMs, startup_delay_ms: extra.startupDelayMs ?? 0 },
         tables: ["t"],
@@ -28,7 +28,7 @@ function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { 
     },
     tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, writeTimeout: extra.writeTimeout ?? 5 },
   };
-  const child = Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-child.ts`, JSON.stringify(spec)], { stdout: "pipe", stderr: "pipe" });
+  const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify(spec)], { stdout: "pipe", stderr: "pipe" });
   cleanups.push(() => child.kill("SIGKILL"));
   const out = { stdout: "", stderr: "" };
   const pump = async (stream: ReadableStream<Uint8Array>, key: "stdout" | "stderr") => {

@@ -3,10 +3,11 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
-import { createPgDb } from "./support/pg.ts";
+import { memoryLogger, oneApp } from "./support/drain-harness.ts";
+import { createPgDb } from "./support/server-db.ts";
 import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { ConfigError, LockedError } from "../src/errors.ts";
-import { oneApp } from "./fixtures/drain-harness.ts";
+import { oneApp } from "./support/drain-harness.ts";
 import { parseCount, resultShapeProblem } from "../src/drain/bounded-writer.ts";
 import { acquireLock } from "../src/drain/lock.ts";
 import { outageBackoffMs, rowBackoffMs, tableReadiness } from "../src/drain/schedule.ts";
@@ -119,7 +119,7 @@ describe("drain lock", () => {
   test("a lock held by another process fails fast with LockedError", async () => {
     const tmp = makeTempDir();
     try {
-      const child = Bun.spawn(["bun", `${import.meta.dir}/fixtures/drain-lock-holder.ts`, tmp.path], { stdout: "pipe", stderr: "inherit" });
+      const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-lock-holder.ts`, tmp.path], { stdout: "pipe", stderr: "inherit" });
       const reader = child.stdout.getReader();
       const { value } = await reader.read();
       expect(new TextDecoder().decode(value)).toContain("locked");

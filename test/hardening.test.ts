@@ -13,11 +13,11 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { FORMAT_VERSION } from "../src/outbox/schema.ts";
 import { ledgerDdl } from "../src/sql/ledger.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import { run } from "./cli-support.ts";
-import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
-import { createMysqlDb } from "./support/mysql.ts";
-import { createPgDb } from "./support/pg.ts";
+import { run } from "./support/cli.ts";
+import { memoryLogger, oneApp } from "./support/drain-harness.ts";
+import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -200,7 +200,7 @@ describe("byte bounds", () => {
   test("the drain's memory stays bounded with large rows: twelve 10 MB rows peak no higher than four (batches are cut by bytes, not only rows)", async () => {
     const peak = async (rows: number) => {
       const dir = tmp();
-      const proc = Bun.spawn(["bun", `${import.meta.dir}/fixtures/large-row-drain.ts`, JSON.stringify({ dir: dir.path, rows, rowMb: 10, batchMaxBytes: 16 * 1024 * 1024 })], { stdout: "pipe", stderr: "inherit" });
+      const proc = Bun.spawn(["bun", `${import.meta.dir}/support/children/large-row-drain.ts`, JSON.stringify({ dir: dir.path, rows, rowMb: 10, batchMaxBytes: 16 * 1024 * 1024 })], { stdout: "pipe", stderr: "inherit" });
       expect(await proc.exited).toBe(0);
       const out = JSON.parse(await new Response(proc.stdout).text()) as { baselineMb: number; peakMb: number; delivered: number };
       expect(out.delivered).toBe(rows);

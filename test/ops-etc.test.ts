@@ -6,10 +6,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { METRIC_NAMES } from "../src/ops/metrics.ts";
-import { REPO, seed } from "./cli-support.ts";
-import { startCliDrain } from "./fixtures/ops-drain.ts";
-import type { Scrape } from "./fixtures/prom-text.ts";
-import { parsePromQL, PromQLError } from "./fixtures/promql.ts";
+import { startCliDrain } from "./support/cli-drain.ts";
+import { REPO } from "./support/cli.ts";
+import type { Scrape } from "./support/prom-text.ts";
+import { parsePromQL, PromQLError } from "./support/promql.ts";
+import { seed } from "./support/queue.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 const ALERTS = path.join(REPO, "etc/prometheus/sqloutbox-alerts.yml");

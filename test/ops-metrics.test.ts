@@ -7,9 +7,9 @@ import path from "node:path";
 import { serveOps } from "../src/ops/http.ts";
 import { createDrainMetrics } from "../src/ops/metrics.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { startCliDrain, type CliDrain } from "./fixtures/ops-drain.ts";
-import { parsePrometheusText, type Scrape } from "./fixtures/prom-text.ts";
-import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { type CliDrain, startCliDrain } from "./support/cli-drain.ts";
+import { parsePrometheusText, type Scrape } from "./support/prom-text.ts";
+import { createPgDb, type ServerDb } from "./support/server-db.ts";
 import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
@@ -20,7 +20,7 @@ afterEach(async () => {
 });
 
 /** A temp dir and a fresh PostgreSQL database, both removed after the test. */
-async function setup(): Promise<{ dir: TempDir; db: PgTestDb }> {
+async function setup(): Promise<{ dir: TempDir; db: ServerDb }> {
   const dir = makeTempDir("sqloutbox-ops-");
   cleanups.push(() => dir.cleanup());
   const db = await createPgDb();

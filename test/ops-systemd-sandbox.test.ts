@@ -1,5 +1,5 @@
 // etc/sqloutbox.service's sandbox around the compiled binary, without systemd (this machine has
-// none running): test/fixtures/systemd-sandbox.py applies what one process can of the unit —
+// none running): test/support/children/systemd-sandbox.py applies what one process can of the unit —
 // its SystemCallFilter= (expanded by systemd-analyze) with SystemCallErrorNumber=EPERM,
 // RestrictAddressFamilies=, ProtectProc=/ProcSubset= (a fresh /proc), ProtectSystem=strict with
 // ReadWritePaths=, a non-root User=, UMask= — and the drain must still deliver, scan on SIGUSR1 and
@@ -10,9 +10,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { buildBinary } from "../build.ts";
-import { cleanEnv, countRows, REPO, seed } from "./cli-support.ts";
-import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { cleanEnv, REPO } from "./support/cli.ts";
+import { seed } from "./support/queue.ts";
+import { countRows } from "./support/remote.ts";
+import { createPgDb, type ServerDb } from "./support/server-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 const SLOW = process.env.SQLOUTBOX_SLOW_TESTS === "1";
 const tools = ["unshare", "mount", "python3", "systemd-analyze"].every((t) => Bun.which(t) !== null);
@@ -24,8 +27,8 @@ const SUITE = !SLOW
     : "the unit's sandbox";
 
 const UNIT_TEXT = fs.readFileSync(path.join(REPO, "etc", "sqloutbox.service"), "utf8");
-const SANDBOX = path.join(REPO, "test", "fixtures", "systemd-sandbox.py");
-const RECEIVER = path.join(REPO, "test", "fixtures", "notify-receiver.py");
+const SANDBOX = path.join(REPO, "test", "support", "children", "systemd-sandbox.py");
+const RECEIVER = path.join(REPO, "test", "support", "children", "notify-receiver.py");
 const NOBODY = 65534;
 
 function unitValues(key: string): string[] {
@@ -69,7 +72,7 @@ function allowedSyscalls(): string[] {
 const FAMILY_NUMBERS: Record<string, number> = { AF_UNIX: 1, AF_LOCAL: 1, AF_INET: 2, AF_INET6: 10, AF_NETLINK: 16 };
 
 let tmp: TempDir;
-let pg: PgTestDb;
+let pg: ServerDb;
 let drainBinary: string;
 let notifyBinary: string;
 let rwDir: string;
@@ -101,14 +104,6 @@ function sandboxed(command: string[], env: Record<string, string | undefined> = 
   });
 }
 
-async function waitFor(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`${what}: not in time`);
-    await Bun.sleep(50);
-  }
-}
-
 beforeAll(async () => {
   if (!SLOW || !ABLE) return;
   tmp = makeTempDir("sqloutbox-sandbox-");
@@ -116,7 +111,7 @@ beforeAll(async () => {
   drainBinary = tmp.file("bin/sqloutbox");
   notifyBinary = tmp.file("bin/notify-once");
   await buildBinary(drainBinary);
-  const built = await Bun.build({ entrypoints: [path.join(REPO, "test", "fixtures", "notify-once.ts")], compile: { outfile: notifyBinary } });
+  const built = await Bun.build({ entrypoints: [path.join(REPO, "test", "support", "children", "notify-once.ts")], compile: { outfile: notifyBinary } });
   if (!built.success) throw new Error(built.logs.map(String).join("\n"));
   etcDir = tmp.file("etc");
   rwDir = tmp.file("lib");
@@ -186,11 +181,11 @@ url = "${pgUrl}"
     const drain = sandboxed([drainBinary, "runservice", "--config", path.join(etcDir, "outbox.toml")], { LOG_FORMAT: "json" });
     const stderr = new Response(drain.stderr).text();
     try {
-      await waitFor(() => countRows(remote, "orders") === 40, "the first 40 orders");
-      await waitFor(async () => (await pgCount()) === 30, "the first 30 payments");
+      await waitFor(() => countRows(remote, "orders") === 40, "the first 40 orders", 20_000);
+      await waitFor(async () => (await pgCount()) === 30, "the first 30 payments", 20_000);
       // Rows pushed while it runs (by root here; SQLite hands new -wal files to the db's owner).
       seed(queue, "orders", 5);
-      await waitFor(() => countRows(remote, "orders") === 45, "5 more orders");
+      await waitFor(() => countRows(remote, "orders") === 45, "5 more orders", 20_000);
       drain.kill("SIGUSR1");
       await Bun.sleep(500);
       drain.kill("SIGTERM");
@@ -221,7 +216,7 @@ url = "${pgUrl}"
       }
     })();
     try {
-      await waitFor(() => received.startsWith("listening\n"), "the receiver");
+      await waitFor(() => received.startsWith("listening\n"), "the receiver", 20_000);
       const sender = sandboxed([notifyBinary], { NOTIFY_SOCKET: socket, WATCHDOG_USEC: "60000000" });
       const out = await new Response(sender.stdout).text();
       expect({ code: await sender.exited, out, err: await new Response(sender.stderr).text() }).toEqual({
@@ -229,7 +224,7 @@ url = "${pgUrl}"
         out: "ready=true watchdog=true stopping=true interval=30000\n",
         err: "",
       });
-      await waitFor(() => lineCount() >= 4, "three datagrams");
+      await waitFor(() => lineCount() >= 4, "three datagrams", 20_000);
       const datagrams = received.trim().split("\n").slice(1).map((l) => JSON.parse(l));
       // unshare and the sandbox exec in place, so the sender is the pid systemd would have forked.
       expect(datagrams).toEqual([

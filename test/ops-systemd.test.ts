@@ -5,7 +5,7 @@ import path from "node:path";
 import { createSystemdNotifier, notifySocketAddress, watchdogIntervalMs, type SystemdNotifier } from "../src/ops/systemd.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
-const RECEIVER = path.join(import.meta.dir, "fixtures", "notify-receiver.py");
+const RECEIVER = path.join(import.meta.dir, "support", "children", "notify-receiver.py");
 const PYTHON = Bun.which("python3");
 const linuxWithPython = process.platform === "linux" && PYTHON !== null;
 

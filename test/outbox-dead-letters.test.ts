@@ -8,8 +8,8 @@ import { findDeadLetterRefs, findDeadLetters, planPurge } from "../src/outbox/de
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
-import { hashTree } from "./cli-support.ts";
-import { highestSeq } from "./support/seqs.ts";
+import { hashTree } from "./support/dir-hash.ts";
+import { highestSeq } from "./support/queue.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;

@@ -5,8 +5,8 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { findDeadLetters, healthAll, listOutboxFiles, Outbox, StorageError, verifyFile } from "../src/index.ts";
 import { pendingCountSql } from "../src/outbox/schema.ts";
 import { readSnapshot } from "../src/outbox/sqlite-open.ts";
-import { snapshotDir } from "./fixtures/dir-snapshot.ts";
-import { buildReferenceFile } from "./fixtures/reference-db.ts";
+import { hashTree } from "./support/dir-hash.ts";
+import { buildReferenceFile } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -62,12 +62,12 @@ describe("healthAll", () => {
 
   test("never creates or changes a file when no writer has them open", () => {
     seed();
-    const before = snapshotDir(tmp.path);
+    const before = hashTree(tmp.path);
     expect(Object.keys(before).some((n) => n.endsWith("-wal") || n.endsWith("-shm"))).toBe(false);
     healthAll(tmp.path);
     verifyFile(tmp.file("orders.db"));
     findDeadLetters(tmp.path);
-    expect(snapshotDir(tmp.path)).toEqual(before);
+    expect(hashTree(tmp.path)).toEqual(before);
   });
 
   test("reads a file a writer has open without creating files or changing the database and its WAL", () => {
@@ -75,8 +75,8 @@ describe("healthAll", () => {
     const writer = new Outbox(tmp.file("orders.db"), "orders");
     try {
       writer.enqueue("D", "[]");
-      const withoutShm = () => Object.fromEntries(Object.entries(snapshotDir(tmp.path)).filter(([n]) => !n.endsWith("-shm")));
-      const names = () => Object.keys(snapshotDir(tmp.path));
+      const withoutShm = () => Object.fromEntries(Object.entries(hashTree(tmp.path)).filter(([n]) => !n.endsWith("-shm")));
+      const names = () => Object.keys(hashTree(tmp.path));
       const before = withoutShm();
       const namesBefore = names();
       const health = healthAll(tmp.path);
@@ -97,7 +97,7 @@ describe("healthAll", () => {
     for (let i = 0; i < 20; i++) ob.enqueueBatch(Array.from({ length: 500 }, (_, j) => ({ tag: `INSERT ${i}.${j}`, payload: "[]" })));
     ob.close();
     const stop = tmp.file("stop");
-    const churn = Bun.spawn([process.execPath, join(import.meta.dir, "fixtures", "outbox-churn.ts"), path, "orders", stop], { stdout: "pipe", stderr: "pipe" });
+    const churn = Bun.spawn([process.execPath, join(import.meta.dir, "support", "children", "outbox-churn.ts"), path, "orders", stop], { stdout: "pipe", stderr: "pipe" });
     const problems = new Set<string>();
     let reads = 0;
     try {
@@ -148,7 +148,7 @@ describe("healthAll", () => {
   test("a garbage file is a StorageError naming it, unless onError takes it; its bytes stay as they were", () => {
     seed();
     writeFileSync(tmp.file("garbage.db"), Buffer.alloc(8192, 0x5a));
-    const before = snapshotDir(tmp.path);
+    const before = hashTree(tmp.path);
     let err: unknown;
     try { healthAll(tmp.path); } catch (e) { err = e; }
     expect(err).toBeInstanceOf(StorageError);
@@ -158,25 +158,25 @@ describe("healthAll", () => {
     const health = healthAll(tmp.path, { onError: (file) => skipped.push(file) });
     expect(skipped).toEqual([tmp.file("garbage.db")]);
     expect(health).toHaveLength(3);
-    expect(snapshotDir(tmp.path)).toEqual(before);
+    expect(hashTree(tmp.path)).toEqual(before);
   });
 
   test("a SQLite file without an outbox is reported, and no schema is created in it", () => {
     const other = new Database(tmp.file("other.db"));
     other.run("CREATE TABLE x (a)");
     other.close();
-    const before = snapshotDir(tmp.path);
+    const before = hashTree(tmp.path);
     expect(() => healthAll(tmp.path)).toThrow(/not an outbox file/);
-    expect(snapshotDir(tmp.path)).toEqual(before);
+    expect(hashTree(tmp.path)).toEqual(before);
   });
 
   test("a zero-byte file (created, never migrated) reads as an empty outbox for health, is flagged by verify, and stays zero bytes", () => {
     writeFileSync(tmp.file("fresh.db"), "");
-    const before = snapshotDir(tmp.path);
+    const before = hashTree(tmp.path);
     expect(healthAll(tmp.path, { maxPending: 10 })).toMatchObject([{ namespace: "fresh", depth: 0, headSeq: null, capacityPct: 0 }]);
     expect(verifyFile(tmp.file("fresh.db"))).toMatchObject({ file: tmp.file("fresh.db"), namespaces: [], problems: [expect.stringContaining("empty file")], ok: false });
     expect(findDeadLetters(tmp.path)).toEqual([]);
-    expect(snapshotDir(tmp.path)).toEqual(before);
+    expect(hashTree(tmp.path)).toEqual(before);
   });
 
   test("a missing db_dir is a StorageError, not an empty answer", () => {

@@ -4,7 +4,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError, verifyFile } from "../src/index.ts";
 import { NEW_FILE_PAGE_SIZE, openWritable } from "../src/outbox/sqlite-open.ts";
 import { isoTimestamp, parseTimestamp } from "../src/outbox/timestamp.ts";
-import { buildReferenceFile } from "./fixtures/reference-db.ts";
+import { buildReferenceFile } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;

@@ -3,8 +3,8 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { decodeArgs, healthAll, Outbox, verifyFile } from "../src/index.ts";
-import { snapshotDir } from "./fixtures/dir-snapshot.ts";
-import { buildReferenceFile, referenceEnqueue } from "./fixtures/reference-db.ts";
+import { hashTree } from "./support/dir-hash.ts";
+import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -17,9 +17,9 @@ beforeEach(() => {
 afterEach(() => tmp.cleanup());
 
 test("a reference file verifies read-only, reporting only its leftover synced=1 row", () => {
-  const before = snapshotDir(tmp.path);
+  const before = hashTree(tmp.path);
   const result = verifyFile(file);
-  expect(snapshotDir(tmp.path)).toEqual(before);
+  expect(hashTree(tmp.path)).toEqual(before);
   expect(result.problems).toEqual([]);
   const orders = result.namespaces.find((n) => n.namespace === "orders")!;
   expect(orders.gaps).toEqual([]);
@@ -30,9 +30,9 @@ test("a reference file verifies read-only, reporting only its leftover synced=1 
 });
 
 test("a reference file reports health read-only, without our migrations", () => {
-  const before = snapshotDir(tmp.path);
+  const before = hashTree(tmp.path);
   const health = healthAll(tmp.path, { now: new Date("2025-06-01T10:00:05.000000Z") });
-  expect(snapshotDir(tmp.path)).toEqual(before);
+  expect(hashTree(tmp.path)).toEqual(before);
   expect(health.map((h) => [h.namespace, h.depth, h.headSeq, h.isStuck, h.deadLetterCount])).toEqual([
     ["orders", 2, 4, false, 0],
     ["payments", 2, 6, false, 0],
@@ -100,7 +100,7 @@ test("the pending counter stays exact when the reference writes a migrated file"
 
 test("migrating a reference file while the reference keeps writing it leaves exact counters and intact chains", async () => {
   const stop = tmp.file("stop");
-  const writer = Bun.spawn([process.execPath, join(import.meta.dir, "fixtures", "reference-writer.ts"), file, stop], { stdout: "pipe", stderr: "pipe" });
+  const writer = Bun.spawn([process.execPath, join(import.meta.dir, "support", "children", "reference-writer.ts"), file, stop], { stdout: "pipe", stderr: "pipe" });
   try {
     await Bun.sleep(150); // the reference is writing
     const orders = new Outbox(file, "orders"); // migrates under the write lock, between the reference's commits

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { REPO, run } from "./cli-support.ts";
+import { REPO, run } from "./support/cli.ts";
 
 const TSC = path.join(REPO, "node_modules", ".bin", "tsc");
 

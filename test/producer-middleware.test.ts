@@ -10,7 +10,7 @@ import {
   SQLMiddleware,
   StorageError,
 } from "../src/index.ts";
-import { snapshotDir } from "./fixtures/dir-snapshot.ts";
+import { hashTree } from "./support/dir-hash.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -112,7 +112,7 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
     const mw = new SQLMiddleware({ dbDir: tmp.path });
     mw.push("t", "INSERT INTO t (a) VALUES (?)", [1]);
     mw.outbox("t").close();
-    const before = snapshotDir(tmp.path);
+    const before = hashTree(tmp.path);
     for (const bad of [new Date(), { a: 1 }, NaN, Infinity, undefined, () => 1, Symbol("s")]) {
       const err = errorOf(() => mw.push("t", "INSERT INTO t (a, b) VALUES (?, ?)", [1, bad]));
       expect(err).toBeInstanceOf(InvalidArgumentError);
@@ -121,7 +121,7 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
       expect(err.message).toContain(tmp.file("t.db"));
     }
     closeSharedOutboxes();
-    expect(snapshotDir(tmp.path)).toEqual(before);
+    expect(hashTree(tmp.path)).toEqual(before);
   });
 
   test("a full queue", () => {
@@ -148,14 +148,14 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
   test("a file of garbage bytes", () => {
     const garbage = Buffer.alloc(4096, 0xab);
     writeFileSync(tmp.file("t.db"), garbage);
-    const before = snapshotDir(tmp.path);
+    const before = hashTree(tmp.path);
     const mw = new SQLMiddleware({ dbDir: tmp.path });
     const err = errorOf(() => mw.push("t", stmt("X"), []));
     expect(err).toBeInstanceOf(StorageError);
     expect(err).toMatchObject({ code: "E_STORAGE", file: tmp.file("t.db"), namespace: "t" });
     expect(err.message).toContain(tmp.file("t.db"));
     expect(err.message).toContain('namespace "t"');
-    expect(snapshotDir(tmp.path)).toEqual(before);
+    expect(hashTree(tmp.path)).toEqual(before);
   });
 
   test("a closed outbox", () => {
@@ -176,7 +176,7 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
       expect(err.message).toStartWith(`invalid table name ${JSON.stringify(table)}: use letters, digits, _ $ . - (not starting with . or -)`);
       expect(errorOf(() => mw.pushMany(table, [[stmt("X")]]))).toBeInstanceOf(InvalidArgumentError);
     }
-    expect(Object.keys(snapshotDir(tmp.path))).toEqual([]);
+    expect(Object.keys(hashTree(tmp.path))).toEqual([]);
   });
 
   test("a producer asking for a different durability than the already shared outbox has", () => {
@@ -219,7 +219,7 @@ describe("statements are checked at push, before anything is written", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path });
     mw.push("orders", stmt("kept"), []);
     closeSharedOutboxes();
-    const before = snapshotDir(tmp.path);
+    const before = hashTree(tmp.path);
     const err = statementError(() => mw.push("orders", sql, [...args]));
     expect(err.table).toBe("orders");
     expect(err.reason).toContain(reason);
@@ -227,7 +227,7 @@ describe("statements are checked at push, before anything is written", () => {
     // The same text is refused again from the cache, naming the table it is pushed for.
     expect(statementError(() => mw.pushMany("payments", [[stmt("ok")], [sql, [...args]]])).table).toBe("payments");
     closeSharedOutboxes();
-    expect(snapshotDir(tmp.path)).toEqual(before);
+    expect(hashTree(tmp.path)).toEqual(before);
   });
 
   test("a bad statement creates no file for a table pushed for the first time", () => {

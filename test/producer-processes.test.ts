@@ -9,7 +9,7 @@ const DURATION_MS = 3_000;
 test("four producer processes and a concurrent confirmer share one file: no SQLITE_BUSY, intact chain, every acked seq once", async () => {
   const tmp = makeTempDir();
   try {
-    const script = join(import.meta.dir, "fixtures", "outbox-producer.ts");
+    const script = join(import.meta.dir, "support", "children", "outbox-producer.ts");
     const procs = Array.from({ length: PRODUCERS }, (_, i) =>
       Bun.spawn([process.execPath, script, tmp.path, "events", String(DURATION_MS), String(i + 1)], { stdout: "pipe", stderr: "pipe" }),
     );

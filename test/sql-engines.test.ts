@@ -3,10 +3,9 @@ import { describe, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
 import { dropSchemaSql, injectOutboxSeq, maxSeqSql, quoteIdent, schemaSql, toDialect, tokenize } from "../src/sql/index.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
-import { createMysqlDb } from "./support/mysql.ts";
-import { createPgDb } from "./support/pg.ts";
+import { createMysqlDb, createPgDb } from "./support/server-db.ts";
+import { rng, StatementGenerator } from "./support/sql-gen.ts";
 import { makeTempDir } from "./support/tmp.ts";
-import { rng, StatementGenerator } from "./sql-gen.ts";
 
 /** A fresh database on one real engine, with just what these tests need. */
 interface Engine {

@@ -3,8 +3,8 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
 import { injectOutboxSeq } from "../src/sql/index.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
+import { type GeneratedStatement, rng, StatementGenerator } from "./support/sql-gen.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
-import { rng, StatementGenerator, type GeneratedStatement } from "./sql-gen.ts";
 
 // Seeded so a failure reproduces: SQLOUTBOX_FUZZ_SEED / SQLOUTBOX_FUZZ_CASES override. The default
 // run is small enough for every `bun test`; CI runs the 100k cases SPEC §5 asks for

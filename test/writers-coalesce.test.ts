@@ -8,8 +8,7 @@ import type { Statement, WriteResult } from "../src/writers/writer.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
 import { classifyPostgres } from "../src/writers/classify.ts";
 import { WriteError } from "../src/errors.ts";
-import { createMysqlDb, type MysqlTestDb } from "./support/mysql.ts";
-import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { createMysqlDb, createPgDb, type ServerDb } from "./support/server-db.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
 describe("valuesInsert: which statements may be merged into one multi-row INSERT", () => {
@@ -164,7 +163,7 @@ const cases: Record<string, Array<{ name: string; sql: (t: string, ph: (n: numbe
 cases.libsql = cases.sqlite!;
 
 function serverEngine(kind: "postgres" | "mysql"): () => Engine {
-  let db: PgTestDb | MysqlTestDb;
+  let db: ServerDb | ServerDb;
   beforeAll(async () => {
     db = kind === "postgres" ? await createPgDb() : await createMysqlDb();
   });

@@ -3,10 +3,9 @@ import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
 import type { BindValue } from "../src/vocabulary.ts";
-import { createMysqlDb, type MysqlTestDb } from "./support/mysql.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
-import { createPgDb, type PgTestDb } from "./support/pg.ts";
 import { fileRemote, type Remote } from "./support/remote.ts";
+import { createMysqlDb, createPgDb, type ServerDb } from "./support/server-db.ts";
 
 /** What the suite needs from one engine; everything else is the same SQL for every writer. */
 interface Fixture {
@@ -39,7 +38,7 @@ const sqliteCodes = { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONST
 
 
 function serverFixture(kind: "postgres" | "mysql"): Fixture {
-  let db: PgTestDb | MysqlTestDb;
+  let db: ServerDb | ServerDb;
   const isPg = kind === "postgres";
   beforeAll(async () => {
     db = isPg ? await createPgDb() : await createMysqlDb();

@@ -3,9 +3,8 @@ import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
-import { createMysqlDb, type MysqlTestDb } from "./support/mysql.ts";
-import { createPgDb, type PgTestDb } from "./support/pg.ts";
 import { fileRemote, type Remote } from "./support/remote.ts";
+import { createMysqlDb, createPgDb, type ServerDb } from "./support/server-db.ts";
 
 // Constraints checked only at COMMIT (DEFERRABLE INITIALLY DEFERRED) fail the batch's COMMIT with
 // a row-fault code and no statement index. The writer must blame the statement that caused it
@@ -50,7 +49,7 @@ const engines: Array<[string, () => Engine]> = [
   [
     "postgres",
     () => {
-      let db: PgTestDb;
+      let db: ServerDb;
       beforeAll(async () => {
         db = await createPgDb();
       });
@@ -173,7 +172,7 @@ describe.each(engines)("%s writer, deferred constraints", (_name, makeEngine) =>
 });
 
 describe("postgres writer, other deferred constraints", () => {
-  let db: PgTestDb;
+  let db: ServerDb;
   let writer: OutboxWriter;
   beforeAll(async () => {
     db = await createPgDb();
@@ -217,7 +216,7 @@ describe("postgres writer, other deferred constraints", () => {
 });
 
 describe("mysql writer, foreign keys", () => {
-  let db: MysqlTestDb;
+  let db: ServerDb;
   beforeAll(async () => {
     db = await createMysqlDb();
   });

@@ -10,9 +10,10 @@ import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts"
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
-import { memoryLogger, oneApp, waitFor } from "./fixtures/drain-harness.ts";
+import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { type HranaServer, startHranaServer } from "./support/hrana-server.ts";
 import { makeTempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 const TOKEN = "tok-Secret-123";
 let cleanups: Array<() => unknown> = [];

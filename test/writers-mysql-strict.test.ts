@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { SQL } from "bun";
 import { createWriter } from "../src/writers/registry.ts";
-import { createMysqlDb, MYSQL_BASE_URL, type MysqlTestDb } from "./support/mysql.ts";
+import { createMysqlDb, MYSQL_BASE_URL, type ServerDb } from "./support/server-db.ts";
 
 // The server's default sql_mode is changed for this test only (new connections pick it up) and
 // restored after: the writer must not depend on the server being configured strict.
-let db: MysqlTestDb;
+let db: ServerDb;
 let admin: SQL;
 let saved: string;
 beforeAll(async () => {

@@ -2,11 +2,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
-import { createPgDb, type PgTestDb } from "./support/pg.ts";
+import { createPgDb, type ServerDb } from "./support/server-db.ts";
 import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.ts";
 
 describe("postgres writer behind a cuttable TCP proxy", () => {
-  let db: PgTestDb;
+  let db: ServerDb;
   let proxy: TcpProxy;
   let writer: OutboxWriter;
   const insert = (id: number): Statement => ({ sql: "INSERT INTO t (id) VALUES ($1)", args: [id], namespace: "t", seq: id });

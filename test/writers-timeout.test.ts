@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import { createMysqlDb } from "./support/mysql.ts";
-import { createPgDb } from "./support/pg.ts";
+import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 
 const engines = [
   { name: "postgres" as const, create: createPgDb, ph: "$1", sleep: "SELECT pg_sleep(2)" },

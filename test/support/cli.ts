@@ -1,13 +1,11 @@
-// Helpers for the CLI end-to-end tests: run the real command, normalise output, hash a tree.
-import { Database } from "bun:sqlite";
-import { createHash } from "node:crypto";
+// The CLI as the tests run it: the real command in a child process or in-process, with output
+// normalised for comparison.
 import fs from "node:fs";
 import path from "node:path";
-import { runCli } from "../src/cli/main.ts";
-import { Outbox } from "../src/outbox/outbox.ts";
+import { runCli } from "../../src/cli/main.ts";
 
 /** The repository root and the CLI entry point the tests run. */
-export const REPO = path.resolve(import.meta.dir, "..");
+export const REPO = path.resolve(import.meta.dir, "../..");
 export const BIN = path.join(REPO, "src/cli/bin.ts");
 
 /** What a finished command left behind. */
@@ -97,55 +95,4 @@ export function normalize(text: string, dir?: string): string {
   out = out.replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)/g, "<TIME>");
   out = out.replace(/ +\d+(?:ms|s|m\d\ds)(?= )/g, "  <age>");
   return out;
-}
-
-/** sha256 of every file under `dir`, keyed by relative path (so a new file shows up as a new key). */
-export function hashTree(dir: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const entry of fs.readdirSync(dir, { recursive: true, withFileTypes: true })) {
-    if (!entry.isFile()) continue;
-    const file = path.join(entry.parentPath, entry.name);
-    out[path.relative(dir, file)] = createHash("sha256").update(fs.readFileSync(file)).digest("hex");
-  }
-  return out;
-}
-
-/** Enqueues `count` INSERTs into `{dbDir}/{table}.db` and closes the queue. */
-export function seed(dbDir: string, table: string, count: number): void {
-  fs.mkdirSync(dbDir, { recursive: true });
-  const outbox = new Outbox(path.join(dbDir, `${table}.db`), table);
-  try {
-    outbox.enqueueBatch(
-      Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: JSON.stringify([i + 1]) })),
-      "test",
-    );
-  } finally {
-    outbox.close();
-  }
-}
-
-/** Opens the queue of `table` in `dbDir` for a test's direct manipulation. */
-export function openQueue(dbDir: string, table: string): Outbox {
-  return new Outbox(path.join(dbDir, `${table}.db`), table);
-}
-
-/** Deletes one queued row behind the chain's back: the next row's prev_seq then points nowhere. */
-export function breakChain(dbDir: string, table: string, seq: number): void {
-  const db = new Database(path.join(dbDir, `${table}.db`));
-  try {
-    db.run("DELETE FROM outbox_queue WHERE seq = ?", [seq]);
-  } finally {
-    db.close();
-  }
-}
-
-/** Row count of `table` in a SQLite file (the remote of a `sqlite` target). */
-export function countRows(file: string, table: string): number {
-  const db = new Database(file, { readonly: true });
-  try {
-    db.run("PRAGMA busy_timeout = 5000"); // the drain may be committing right now
-    return db.query<{ n: number }, []>(`SELECT count(*) AS n FROM "${table}"`).get()!.n;
-  } finally {
-    db.close();
-  }
 }

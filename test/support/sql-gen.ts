@@ -1,4 +1,4 @@
-import type { BindValue } from "../src/vocabulary.ts";
+import type { BindValue } from "../../src/vocabulary.ts";
 
 /** A seeded PRNG (mulberry32): the same seed always yields the same statements. */
 export function rng(seed: number): () => number {
