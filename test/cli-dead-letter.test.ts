@@ -1,14 +1,16 @@
-// dead-letter list/replay/purge at scale, run for real against queue files in a temp db_dir:
-// filters, --dry-run, one transaction per file, chain-safe purge, --json shapes, usage errors.
+// dead-letter list/replay/purge at scale, run for real (in this process: runInProcess) against
+// queue files in a temp db_dir: filters, --dry-run, one transaction per file, chain-safe purge,
+// --json shapes, usage errors.
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
-import { normalize, REPO, run, runInProcess } from "./support/cli.ts";
+import { normalize, REPO, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { openQueue } from "./support/queue.ts";
+import { waitFor } from "./support/wait.ts";
 
 let tmp: string;
 let dbDir: string;
@@ -57,7 +59,7 @@ function count(table: string, sql: string): number {
 }
 
 const daysAgo = (days: number) => isoTimestamp(new Date(Date.now() - days * 86_400_000));
-const dl = (...args: string[]) => run(["dead-letter", ...args, "--db-dir", dbDir]);
+const dl = (...args: string[]) => runInProcess(["dead-letter", ...args, "--db-dir", dbDir]);
 const json = async (...args: string[]) => {
   const r = await dl(...args, "--json");
   expect(r.stderr).toBe("");
@@ -69,7 +71,7 @@ const keys = (letters: Array<{ namespace: string; seq: number }>) => letters.map
 describe("dead-letter list filters", () => {
   test("by namespace, reason, since (a duration or an ISO time) and replay state, combined with AND", async () => {
     setDead("orders", [1, 2], "dead_at = ?", daysAgo(3));
-    await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "payments", "--seq", "1"]);
+    await runInProcess(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "payments", "--seq", "1"]);
     const list = async (...args: string[]) => keys((await json("list", ...args)).deadLetters);
     expect(await list()).toEqual(["orders:1", "orders:2", "orders:3", "orders:4", "payments:1", "payments:2"]);
     expect(await list("--namespace", "orders")).toEqual(["orders:1", "orders:2", "orders:3", "orders:4"]);
@@ -269,13 +271,13 @@ describe("5 000 letters: one transaction per file", () => {
     const ok = await json("replay", "--namespace", "orders");
     expect(ok.replayed).toHaveLength(5_000);
     expect(ok.replayed.every((e: { seq: number; newSeq: number }, i: number) => e.seq === i + 1 && e.newSeq === 5_001 + i)).toBe(true);
-    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+    expect((await runInProcess(["verify", "--db-dir", dbDir])).code).toBe(0);
   });
 
   test("while a producer process writes to the file: the producer never fails and the replayed letters get one unbroken run of seqs", async () => {
     const producer = Bun.spawn(["bun", path.join(REPO, "test/support/children/outbox-producer.ts"), dbDir, "orders", "1500", "1"], { stdout: "pipe", stderr: "pipe" });
     // Start replaying once the producer is writing.
-    while (count("orders", "outbox_queue") === 0) await Bun.sleep(10);
+    await waitFor(() => count("orders", "outbox_queue") > 0, "the producer's first row");
     const r = await json("replay", "--namespace", "orders");
     const [out, err, code] = await Promise.all([new Response(producer.stdout).text(), new Response(producer.stderr).text(), producer.exited]);
     expect({ code, err }).toEqual({ code: 0, err: "" });
@@ -286,7 +288,7 @@ describe("5 000 letters: one transaction per file", () => {
     expect(last - first).toBe(4_999); // no producer row inside the run: it was one transaction
     expect(acked.filter((s) => s >= first && s <= last)).toEqual([]);
     expect(count("orders", "outbox_queue")).toBe(5_000 + acked.length);
-    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+    expect((await runInProcess(["verify", "--db-dir", dbDir])).code).toBe(0);
   });
 });
 
@@ -305,7 +307,7 @@ describe("dead-letter purge", () => {
       "
     `);
     expect(keys((await json("list")).deadLetters)).toEqual(["orders:4", "payments:2"]);
-    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+    expect((await runInProcess(["verify", "--db-dir", dbDir])).code).toBe(0);
   });
 
   test("never-replayed letters stay unless --unreplayed, which says how many events are gone for good", async () => {
@@ -326,7 +328,7 @@ describe("dead-letter purge", () => {
       "
     `);
     expect(keys((await json("list")).deadLetters)).toEqual(["orders:4", "payments:2"]);
-    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+    expect((await runInProcess(["verify", "--db-dir", dbDir])).code).toBe(0);
   });
 
   test("--older-than compares dead_at: younger letters stay; --namespace limits it to one namespace", async () => {
@@ -419,7 +421,7 @@ describe("dead-letter purge", () => {
     const r = await json("purge", "--older-than", "0s", "--unreplayed", "--namespace", "payments");
     expect(keys(r.purged)).toEqual(["payments:1"]);
     expect(r.kept).toEqual([{ namespace: "payments", seq: 2, file: "<DIR>/queue/payments.db", reason: "skipped", deadAt: "<TIME>", replayedAt: null, keptBecause: "newest" }]);
-    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(0);
+    expect((await runInProcess(["verify", "--db-dir", dbDir])).code).toBe(0);
   });
 });
 

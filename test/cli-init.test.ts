@@ -6,9 +6,10 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
-import { cleanEnv, REPO, run } from "./support/cli.ts";
+import { cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { countRows } from "./support/remote.ts";
+import { waitFor } from "./support/wait.ts";
 
 let project: string;
 let scaffold: string;
@@ -29,7 +30,7 @@ afterAll(() => {
 
 describe("init", () => {
   test("writes the config module, the runner, an outbox.toml and a tsconfig into ./outbox and prints next steps", async () => {
-    const r = await run(["init"], { cwd: project });
+    const r = await runInProcess(["init"], { cwd: project });
     expect(r.code).toBe(0);
     expect(r.stdout).toMatchInlineSnapshot(`
       "created outbox/outbox.config.ts  typed config (defineConfig)
@@ -54,20 +55,20 @@ describe("init", () => {
     for (const name of ["outbox.config.ts", "outbox.toml", "tsconfig.json"]) fs.rmSync(path.join(scaffold, name));
     fs.writeFileSync(path.join(scaffold, "run.ts"), "// mine\n");
     const before = hashTree(project);
-    const r = await run(["init"], { cwd: project });
+    const r = await runInProcess(["init"], { cwd: project });
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("refusing to overwrite ");
     expect(r.stderr).toContain(`${path.sep}outbox${path.sep}run.ts`);
     expect(hashTree(project)).toEqual(before);
     // Restore the scaffold for the next tests.
     fs.rmSync(scaffold, { recursive: true });
-    expect((await run(["init", "outbox"], { cwd: project })).code).toBe(0);
+    expect((await runInProcess(["init", "outbox"], { cwd: project })).code).toBe(0);
   });
 
   test("a DIR that cannot be created is one error line naming it (no stack trace), exit 1, nothing written", async () => {
     const blocker = path.join(project, "not-a-dir");
     fs.writeFileSync(blocker, "");
-    const r = await run(["init", path.join(blocker, "outbox")], { cwd: project });
+    const r = await runInProcess(["init", path.join(blocker, "outbox")], { cwd: project });
     expect(r.code).toBe(1);
     expect(r.stdout).toBe("");
     expect(r.stderr).toBe(`[error] cannot write the scaffold into ${path.join(blocker, "outbox")}: ENOTDIR: not a directory, mkdir '${path.join(blocker, "outbox")}'\n`);
@@ -81,7 +82,7 @@ describe("init", () => {
   });
 
   test("the outbox.toml alternative is valid for the CLI", async () => {
-    const r = await run(["status", "--config", path.join(scaffold, "outbox.toml")], { cwd: project });
+    const r = await runInProcess(["status", "--config", path.join(scaffold, "outbox.toml")], { cwd: project });
     expect(r.code).toBe(0);
   });
 
@@ -98,10 +99,12 @@ describe("init", () => {
     for (let i = 1; i <= 15; i++) producer.push("payments", "INSERT INTO payments (id) VALUES (?)", [i]);
 
     const runner = Bun.spawn(["bun", "run.ts"], { cwd: scaffold, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
-    const deadline = Date.now() + 15_000;
     const delivered = () => countRows(path.join(data, "remote.db"), "orders") + countRows(path.join(data, "remote.db"), "payments");
-    while (delivered() < 35 && Date.now() < deadline) await Bun.sleep(50);
-    runner.kill("SIGTERM");
+    try {
+      await waitFor(() => delivered() >= 35, "the runner to deliver all 35 rows");
+    } finally {
+      runner.kill("SIGTERM");
+    }
     const code = await runner.exited;
     const output = (await new Response(runner.stdout).text()) + (await new Response(runner.stderr).text());
     expect({ code, output: output.includes("outbox drain running") }).toEqual({ code: 0, output: true });

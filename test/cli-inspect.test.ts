@@ -1,11 +1,13 @@
 // status, verify and dead-letter list/show against real queue files in a temp db_dir: output,
 // exit codes, --json parsed back, and the read-only promise (every file byte-identical, none created).
+// Commands run in this process (runInProcess) unless the test needs a process of their own: another
+// user, a pipe, a signal.
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { normalize, REPO, run } from "./support/cli.ts";
+import { normalize, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { breakChain, openQueue, seed } from "./support/queue.ts";
 
@@ -33,7 +35,7 @@ afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 describe("status", () => {
   test("prints an aligned row per namespace with depth, age, stuck head, masked error and dead letters", async () => {
-    const r = await run(["status", "--db-dir", dbDir]);
+    const r = await runInProcess(["status", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "no drain is running on <DIR>/queue
@@ -52,14 +54,14 @@ describe("status", () => {
     q.recordAttempt(head.seq);
     q.recordFailure(head.seq, '23505: duplicate key value violates unique constraint "payments_pkey"', "23505", new Date(Date.now() + 60_000));
     q.close();
-    const r = await run(["status", "--db-dir", dbDir]);
+    const r = await runInProcess(["status", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("  23505: duplicate key value violates unique constraint");
     expect(r.stdout).not.toContain("23505: 23505");
   });
 
   test("--json is the documented shape, parsed back", async () => {
-    const r = await run(["status", "--db-dir", dbDir, "--json"]);
+    const r = await runInProcess(["status", "--db-dir", dbDir, "--json"]);
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout);
     expect(Object.keys(report)).toEqual(["generatedAt", "dbDirs", "namespaces", "targets", "fleet", "unreadable", "totals"]);
@@ -91,7 +93,7 @@ describe("status", () => {
       config,
       `[app.shop]\ndb_dir = "queue"\nbatch_szie = 5\n[app.shop.db.main]\nwriter = "postgres"\ntables = ["orders", "payments"]\n[app.shop.db.main.connection]\nurl = "postgres://app:hunter2@db.internal/prod"\n`,
     );
-    const r = await run(["status", "--config", config]);
+    const r = await runInProcess(["status", "--config", config]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("shop  orders");
     expect(r.stderr).toContain(`${config}:3:1 [app.shop.batch_szie]: unknown key "batch_szie" (did you mean "batch_size"?)`);
@@ -102,11 +104,11 @@ describe("status", () => {
   test("with a TOML syntax error or no apps: exit 1 with the config error", async () => {
     const config = path.join(tmp, "outbox.toml");
     fs.writeFileSync(config, `[app.shop\ndb_dir = "queue"\n`);
-    const syntax = await run(["status", "--config", config]);
+    const syntax = await runInProcess(["status", "--config", config]);
     expect(syntax.code).toBe(1);
     expect(syntax.stderr).toContain(`${config}:1:10: TOML syntax error`);
     fs.writeFileSync(config, "");
-    const empty = await run(["status", "--config", config]);
+    const empty = await runInProcess(["status", "--config", config]);
     expect(empty.code).toBe(1);
     expect(empty.stderr).toContain("no apps configured");
   });
@@ -135,7 +137,7 @@ tables = ["events"]
 url = "\${UNSET_IN_THIS_SHELL}"
 `,
     );
-    const r = await run(["status", "--config", config]);
+    const r = await runInProcess(["status", "--config", config]);
     expect(r.code).toBe(0);
     expect(r.stdout).not.toContain("hunter2");
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
@@ -149,7 +151,7 @@ url = "\${UNSET_IN_THIS_SHELL}"
       3 namespace(s), 11 pending, 1 stuck, 0 held, 1 dead letter(s)
       "
     `);
-    const json = JSON.parse((await run(["status", "--config", config, "--json"])).stdout);
+    const json = JSON.parse((await runInProcess(["status", "--config", config, "--json"])).stdout);
     expect(json.namespaces.map((n: { app: string; namespace: string; capacityPct: number | null }) => [n.app, n.namespace, n.capacityPct])).toEqual([
       ["shop", "orders", null],
       ["shop", "payments", null],
@@ -159,14 +161,14 @@ url = "\${UNSET_IN_THIS_SHELL}"
 
   test("./outbox.toml in the working directory is the default config", async () => {
     fs.writeFileSync(path.join(tmp, "outbox.toml"), `[app.a]\ndb_dir = "queue"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.x.connection]\npath = "r.db"\n`);
-    const r = await run(["status", "--json"], { cwd: tmp });
+    const r = await runInProcess(["status", "--json"], { cwd: tmp });
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).totals.namespaces).toBe(2);
   });
 
   test("a file that is not a database is reported and the exit code is 1", async () => {
     fs.writeFileSync(path.join(dbDir, "garbage.db"), "this is not sqlite".repeat(100));
-    const r = await run(["status", "--db-dir", dbDir]);
+    const r = await runInProcess(["status", "--db-dir", dbDir]);
     expect(r.code).toBe(1);
     // One line, naming the file once.
     expect(r.stdout).toContain(`UNREADABLE ${path.join(dbDir, "garbage.db")}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`);
@@ -189,7 +191,7 @@ url = "\${UNSET_IN_THIS_SHELL}"
     const only = path.join(tmp, "only-garbage");
     fs.mkdirSync(only);
     fs.writeFileSync(path.join(only, "x.db"), "this is not sqlite".repeat(100));
-    const r = await run(["status", "--db-dir", only]);
+    const r = await runInProcess(["status", "--db-dir", only]);
     expect(r.code).toBe(1);
     expect(r.stdout).toEndWith("\nno readable outbox files\n");
   });
@@ -255,7 +257,7 @@ describe("namespaces across apps", () => {
   };
 
   test("an app whose db_dir does not exist yet is noted, not an error", async () => {
-    const r = await run(["status", "--config", twoApps()]);
+    const r = await runInProcess(["status", "--config", twoApps()]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain(`app third: db_dir ${path.join(tmp, "not-yet")} does not exist yet (nothing enqueued)`);
     expect(fs.existsSync(path.join(tmp, "not-yet"))).toBe(false);
@@ -263,13 +265,13 @@ describe("namespaces across apps", () => {
 
   test("a namespace in two apps needs --app (usage error), and --app picks the db_dir", async () => {
     const config = twoApps();
-    const ambiguous = await run(["skip", "--config", config, "--namespace", "orders", "--seq", "1"]);
+    const ambiguous = await runInProcess(["skip", "--config", config, "--namespace", "orders", "--seq", "1"]);
     expect(ambiguous.code).toBe(2);
     expect(ambiguous.stderr).toContain('namespace "orders" exists in several apps (first, second): add --app APP');
-    const r = await run(["skip", "--config", config, "--namespace", "orders", "--seq", "1", "--app", "second", "--json"]);
+    const r = await runInProcess(["skip", "--config", config, "--namespace", "orders", "--seq", "1", "--app", "second", "--json"]);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).file).toBe(path.join(tmp, "second", "orders.db"));
-    const unknown = await run(["skip", "--config", config, "--namespace", "orders", "--seq", "1", "--app", "fourth"]);
+    const unknown = await runInProcess(["skip", "--config", config, "--namespace", "orders", "--seq", "1", "--app", "fourth"]);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain("--app fourth: no such app");
   });
@@ -277,7 +279,7 @@ describe("namespaces across apps", () => {
 
 describe("verify", () => {
   test("reports every namespace ok and exits 0 on a sound db_dir", async () => {
-    const r = await run(["verify", "--db-dir", dbDir]);
+    const r = await runInProcess(["verify", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "FILE         NAMESPACE  ROWS  GAPS  RESULT
@@ -291,11 +293,11 @@ describe("verify", () => {
 
   test("a broken chain is a problem: named row and missing link, exit 1", async () => {
     breakChain(dbDir, "orders", 3);
-    const r = await run(["verify", "--db-dir", dbDir]);
+    const r = await runInProcess(["verify", "--db-dir", dbDir]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain("row 4 links to prev_seq 3, which is in no table");
     expect(r.stderr).toContain("verify found problems in 1 of 2 file(s)");
-    const json = JSON.parse((await run(["verify", "--db-dir", dbDir, "--json"])).stdout);
+    const json = JSON.parse((await runInProcess(["verify", "--db-dir", dbDir, "--json"])).stdout);
     expect(json.ok).toBe(false);
     const orders = json.files.find((f: { file: string }) => f.file.endsWith("orders.db"));
     expect(orders.ok).toBe(false);
@@ -308,7 +310,7 @@ describe("verify", () => {
     const app = (name: string, dir: string) =>
       `[app.${name}]\ndb_dir = "${dir}"\n[app.${name}.db.main]\nwriter = "sqlite"\ntables = ["orders"]\n[app.${name}.db.main.connection]\npath = "r-${name}.db"\n`;
     fs.writeFileSync(config, app("shop", "queue") + app("jobs", "other"));
-    const r = await run(["verify", "--config", config]);
+    const r = await runInProcess(["verify", "--config", config]);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatchInlineSnapshot(`
       "APP   FILE         NAMESPACE  ROWS  GAPS  RESULT
@@ -324,7 +326,7 @@ describe("verify", () => {
   test("a garbage file is one problem line naming the file once, exit 1", async () => {
     const garbage = path.join(dbDir, "garbage.db");
     fs.writeFileSync(garbage, "this is not sqlite".repeat(100));
-    const r = await run(["verify", "--db-dir", dbDir]);
+    const r = await runInProcess(["verify", "--db-dir", dbDir]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain(`\n1 problem(s):\n  - ${garbage}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`);
   });
@@ -332,7 +334,7 @@ describe("verify", () => {
 
 describe("dead-letter list and show", () => {
   test("list prints one row per dead letter", async () => {
-    const r = await run(["dead-letter", "list", "--db-dir", dbDir]);
+    const r = await runInProcess(["dead-letter", "list", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "NAMESPACE  SEQ  REASON   ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
@@ -346,7 +348,7 @@ describe("dead-letter list and show", () => {
     fs.mkdirSync(only);
     const garbage = path.join(only, "x.db");
     fs.writeFileSync(garbage, "this is not sqlite".repeat(100));
-    const r = await run(["dead-letter", "list", "--db-dir", only]);
+    const r = await runInProcess(["dead-letter", "list", "--db-dir", only]);
     expect(r.code).toBe(1);
     expect(r.stdout).toBe("no dead letters in the readable files\n");
     expect(r.stderr).toContain(garbage);
@@ -354,15 +356,15 @@ describe("dead-letter list and show", () => {
   });
 
   test("list --json and --namespace filter", async () => {
-    const all = JSON.parse((await run(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
+    const all = JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
     expect(all.deadLetters).toHaveLength(1);
     expect(all.deadLetters[0]).toMatchObject({ namespace: "payments", seq: 1, reason: "skipped", tag: "INSERT INTO payments (id) VALUES (?)", payload: "[1]" });
-    const none = JSON.parse((await run(["dead-letter", "list", "--db-dir", dbDir, "--json", "--namespace", "orders"])).stdout);
+    const none = JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", dbDir, "--json", "--namespace", "orders"])).stdout);
     expect(none.deadLetters).toEqual([]);
   });
 
   test("show prints the whole record, SQL and arguments included", async () => {
-    const r = await run(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "payments", "--seq", "1"]);
+    const r = await runInProcess(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "payments", "--seq", "1"]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "namespace:   payments
@@ -385,13 +387,13 @@ describe("dead-letter list and show", () => {
   });
 
   test("show of a seq that is not dead exits 1 saying so", async () => {
-    const r = await run(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "payments", "--seq", "2"]);
+    const r = await runInProcess(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "payments", "--seq", "2"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('no dead letter with seq 2 in namespace "payments"');
   });
 
   test("a namespace without a file exits 1 and creates none", async () => {
-    const r = await run(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "refunds", "--seq", "1"]);
+    const r = await runInProcess(["dead-letter", "show", "--db-dir", dbDir, "--namespace", "refunds", "--seq", "1"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('namespace "refunds": no refunds.db in');
     expect(fs.existsSync(path.join(dbDir, "refunds.db"))).toBe(false);
@@ -408,7 +410,7 @@ describe("read-only commands change nothing", () => {
     [["dead-letter", "show", "--namespace", "payments", "--seq", "1"]],
   ])("sqloutbox %p leaves every file byte-identical and creates none", async (args) => {
     const before = hashTree(tmp);
-    const r = await run([...args, "--db-dir", dbDir]);
+    const r = await runInProcess([...args, "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(hashTree(tmp)).toEqual(before);
   });
@@ -420,7 +422,7 @@ describe("read-only commands change nothing", () => {
       const before = hashTree(tmp);
       expect(Object.keys(before)).toContain(path.join("queue", "orders.db-wal"));
       for (const args of [["status"], ["verify"], ["dead-letter", "list"]]) {
-        expect((await run([...args, "--db-dir", dbDir])).code).toBe(0);
+        expect((await runInProcess([...args, "--db-dir", dbDir])).code).toBe(0);
       }
       const after = hashTree(tmp);
       expect(Object.keys(after).sort()).toEqual(Object.keys(before).sort());
@@ -448,17 +450,17 @@ describe("read-only commands change nothing", () => {
     }
     db.close();
     const before = hashTree(refDir);
-    const status = JSON.parse((await run(["status", "--db-dir", refDir, "--json"])).stdout);
+    const status = JSON.parse((await runInProcess(["status", "--db-dir", refDir, "--json"])).stdout);
     expect(status.namespaces[0]).toMatchObject({ namespace: "events", depth: 3, headSeq: 2, headAttempts: 0, isStuck: false, deadLetterCount: 0 });
-    expect((await run(["verify", "--db-dir", refDir])).code).toBe(0);
-    expect(JSON.parse((await run(["dead-letter", "list", "--db-dir", refDir, "--json"])).stdout)).toEqual({ deadLetters: [] });
+    expect((await runInProcess(["verify", "--db-dir", refDir])).code).toBe(0);
+    expect(JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", refDir, "--json"])).stdout)).toEqual({ deadLetters: [] });
     expect(hashTree(refDir)).toEqual(before);
   });
 
   test("a failing verify (broken chain) also changes nothing", async () => {
     breakChain(dbDir, "orders", 2);
     const before = hashTree(tmp);
-    expect((await run(["verify", "--db-dir", dbDir])).code).toBe(1);
+    expect((await runInProcess(["verify", "--db-dir", dbDir])).code).toBe(1);
     expect(hashTree(tmp)).toEqual(before);
   });
 });

@@ -6,7 +6,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { REPO, run } from "./support/cli.ts";
+import { REPO, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { openQueue, seed } from "./support/queue.ts";
 import { countRows } from "./support/remote.ts";
@@ -24,7 +24,7 @@ afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 describe("skip", () => {
   test("moves the head to the dead-letter log, prints it, and the namespace advances", async () => {
-    const r = await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"]);
+    const r = await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"]);
     expect(r.code).toBe(0);
     expect(r.stdout.replaceAll(tmp, "<DIR>")).toMatchInlineSnapshot(`
       "skipped orders seq 1: moved to the dead-letter log (reason "skipped"), <DIR>/queue/orders.db
@@ -33,7 +33,7 @@ describe("skip", () => {
     `);
     // The undo line works when pasted as printed.
     const undo = r.stdout.split("\n").find((l) => l.startsWith("undo with: sqloutbox "))!;
-    const replay = await run(undo.slice("undo with: sqloutbox ".length).split(" "));
+    const replay = await runInProcess(undo.slice("undo with: sqloutbox ".length).split(" "));
     expect(replay.code).toBe(0);
     expect(replay.stdout).toContain("replayed dead letter orders seq 1 as seq 4");
     const orders = openQueue(dbDir, "orders");
@@ -46,7 +46,7 @@ describe("skip", () => {
   });
 
   test("refuses a seq that is not the head, exit 1, nothing moved", async () => {
-    const r = await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "2"]);
+    const r = await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "2"]);
     expect(r.code).toBe(1);
     expect(r.stderr.length).toBeGreaterThan(0);
     const orders = openQueue(dbDir, "orders");
@@ -59,7 +59,7 @@ describe("skip", () => {
   });
 
   test("--json reports the action", async () => {
-    const r = await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
+    const r = await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
     expect(JSON.parse(r.stdout)).toEqual({ action: "skip", namespace: "orders", seq: 1, file: path.join(dbDir, "orders.db") });
   });
 });
@@ -72,7 +72,7 @@ describe("repair commands on a file that is not an outbox", () => {
     db.run("CREATE TABLE users (id INTEGER PRIMARY KEY)");
     db.close();
     const before = hashTree(dbDir);
-    const r = await run([...cmd, "--db-dir", dbDir, "--namespace", "users", "--seq", "1"]);
+    const r = await runInProcess([...cmd, "--db-dir", dbDir, "--namespace", "users", "--seq", "1"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toBe(`[error] not an outbox file: ${foreign} holds other tables (users) and no outbox_queue; sqloutbox never adds its tables to another database\n`);
     expect(hashTree(dbDir)).toEqual(before);
@@ -84,7 +84,7 @@ describe("repair commands on a file that is not an outbox", () => {
     q.enqueue("INSERT INTO t (id) VALUES (?)", "[1]");
     q.close();
     const before = hashTree(dbDir);
-    const r = await run(["skip", "--db-dir", dbDir, "--namespace", "shared", "--seq", "1"]);
+    const r = await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "shared", "--seq", "1"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toBe(`[error] namespace "shared" is not in ${shared} (it holds: other)\n`);
     expect(hashTree(dbDir)).toEqual(before);
@@ -93,19 +93,19 @@ describe("repair commands on a file that is not an outbox", () => {
 
 describe("dead-letter replay", () => {
   test("re-enqueues a dead letter at the tail once, printing the new seq", async () => {
-    expect((await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"])).code).toBe(0);
-    const r = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
+    expect((await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"])).code).toBe(0);
+    const r = await runInProcess(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toEqual({ action: "replay", namespace: "orders", seq: 1, newSeq: 4, file: path.join(dbDir, "orders.db") });
-    const list = JSON.parse((await run(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
+    const list = JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
     expect(list.deadLetters[0]).toMatchObject({ seq: 1, replayedAsSeq: 4 });
-    const again = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"]);
+    const again = await runInProcess(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"]);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("already replayed as seq 4");
   });
 
   test("replaying a seq that is not dead exits 1", async () => {
-    const r = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "2"]);
+    const r = await runInProcess(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "2"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('no dead letter with seq 2 in namespace "orders"');
   });
@@ -129,9 +129,9 @@ describe("while the drain runs", () => {
     );
     const drain = Bun.spawn(["bun", "src/cli/bin.ts", "runservice", "--config", config], { cwd: REPO, stdout: "pipe", stderr: "pipe" });
     try {
-      await waitFor(async () => JSON.parse((await run(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces[0].isStuck, "status to report the stuck head");
+      await waitFor(async () => JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces[0].isStuck, "status to report the stuck head");
       expect(countRows(remote, "orders")).toBe(3);
-      expect((await run(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"])).code).toBe(0);
+      expect((await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"])).code).toBe(0);
       await waitFor(() => countRows(remote, "orders") === 4, "rows 1–3 and 5"); // row 5 passes the skipped head
       const fix = new Database(remote);
       fix.run("CREATE TABLE orders2 (id INTEGER PRIMARY KEY, note TEXT)");
@@ -139,7 +139,7 @@ describe("while the drain runs", () => {
       fix.run("DROP TABLE orders");
       fix.run("ALTER TABLE orders2 RENAME TO orders");
       fix.close();
-      const replay = await run(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"]);
+      const replay = await runInProcess(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"]);
       expect(replay.code).toBe(0);
       await waitFor(() => countRows(remote, "orders") === 5, "the replayed head");
     } finally {

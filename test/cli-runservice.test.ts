@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { cleanEnv, REPO, run } from "./support/cli.ts";
+import { cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { seed } from "./support/queue.ts";
 import { countRows } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
@@ -54,7 +54,7 @@ describe("runservice", () => {
     expect(lines.every((l) => typeof l.time === "string" && ["debug", "info", "warn", "error"].includes(l.level))).toBe(true);
     expect(lines.some((l) => l.msg.includes("SIGTERM"))).toBe(true);
     expect(lines.filter((l) => l.level === "error")).toEqual([]);
-    const status = JSON.parse((await run(["status", "--config", config, "--json"])).stdout);
+    const status = JSON.parse((await runInProcess(["status", "--config", config, "--json"])).stdout);
     expect(status.totals.depth).toBe(0);
   });
 
@@ -91,7 +91,7 @@ describe("runservice", () => {
   });
 
   test("a missing config file exits 1 and points at init", async () => {
-    const r = await run(["runservice", "--config", path.join(tmp, "nope.toml")]);
+    const r = await runInProcess(["runservice", "--config", path.join(tmp, "nope.toml")]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(`config file ${path.join(tmp, "nope.toml")} does not exist`);
     expect(r.stderr).toContain("sqloutbox init");
@@ -99,7 +99,7 @@ describe("runservice", () => {
 
   test("an invalid config exits 1 naming the file and key", async () => {
     fs.writeFileSync(config, `[app.shop]\ndb_dir = "queue"\nbatch_sise = 5\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.local.connection]\npath = "remote.db"\n`);
-    const r = await run(["runservice", "--config", config]);
+    const r = await runInProcess(["runservice", "--config", config]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(config);
     expect(r.stderr).toContain("batch_sise");
@@ -109,7 +109,7 @@ describe("runservice", () => {
   test("a db_dir that cannot be created is one error line naming it, exit 1", async () => {
     fs.writeFileSync(path.join(tmp, "blocker"), "");
     fs.writeFileSync(config, `[app.shop]\ndb_dir = "blocker/queue"\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.local.connection]\npath = "remote.db"\n`);
-    const r = await run(["runservice", "--config", config]);
+    const r = await runInProcess(["runservice", "--config", config]);
     expect(r.code).toBe(1);
     const lines = r.stderr.trim().split("\n");
     expect(lines).toHaveLength(1);
@@ -121,15 +121,23 @@ describe("runservice", () => {
   test("credentials never reach the log", async () => {
     fs.writeFileSync(
       config,
-      `[app.shop]\ndb_dir = "queue"\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders"]\nwrite_timeout = 2\n[app.shop.db.pg.connection]\nurl = "postgres://postgres:\${PG_SECRET}@127.0.0.1:1/nowhere"\n`,
+      `[app.shop]\ndb_dir = "queue"\nwrite_timeout = 2\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders"]\n[app.shop.db.pg.connection]\nurl = "postgres://postgres:\${PG_SECRET}@127.0.0.1:1/nowhere"\n`,
     );
     fs.writeFileSync(path.join(tmp, ".env"), "PG_SECRET=s3cr3t-value\n");
     const proc = start(["--config", config, "--log-level", "debug"]);
-    await Bun.sleep(1500);
-    proc.kill("SIGTERM");
-    await proc.exited;
-    const stderr = await new Response(proc.stderr).text();
-    expect(stderr.length).toBeGreaterThan(0);
+    let stderr = "";
+    const pump = (async () => {
+      const decoder = new TextDecoder();
+      for await (const chunk of proc.stderr) stderr += decoder.decode(chunk, { stream: true });
+    })();
+    try {
+      await waitFor(() => stderr.includes("is unavailable"), "the drain to log the refused connection");
+    } finally {
+      proc.kill("SIGTERM");
+      await proc.exited;
+      await pump;
+    }
+    expect(stderr).toContain("postgres://postgres:***@127.0.0.1:1/nowhere"); // the URL is logged, masked
     expect(stderr).not.toContain("s3cr3t-value");
   });
 });

@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import { normalize, run } from "./support/cli.ts";
+import { normalize, runInProcess } from "./support/cli.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
@@ -26,7 +26,7 @@ function project(writer: string, connection: string) {
 describe("schema", () => {
   test("prints the ledger's DDL and that of every injected table in the target's dialect, and touches nothing", async () => {
     const dir = project("sqlite", `path = "remote.db"`);
-    const r = await run(["schema", "--config", dir.file("outbox.toml")]);
+    const r = await runInProcess(["schema", "--config", dir.file("outbox.toml")]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, dir.path)).toMatchInlineSnapshot(`
 "-- target shop.main (sqlite)
@@ -52,14 +52,14 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
       return { cols, idx };
     };
     const config = dir.file("outbox.toml");
-    const first = await run(["schema", "--config", config, "--apply", "--json"]);
+    const first = await runInProcess(["schema", "--config", config, "--apply", "--json"]);
     expect(first.code).toBe(0);
     expect(JSON.parse(first.stdout).targets[0].outcomes).toEqual(["applied", "applied", "applied"]);
     expect(columns()).toEqual({ cols: ["id", "outbox_seq"], idx: ["idx_orders_outbox_seq"] });
-    const second = await run(["schema", "--config", config, "--apply", "--json"]);
+    const second = await runInProcess(["schema", "--config", config, "--apply", "--json"]);
     expect(second.code).toBe(0);
     expect(JSON.parse(second.stdout).targets[0].outcomes).toEqual(["already", "already", "already"]);
-    const drop = await run(["schema", "--config", config, "--drop", "--apply"]);
+    const drop = await runInProcess(["schema", "--config", config, "--drop", "--apply"]);
     expect(drop.code).toBe(0);
     expect(drop.stdout).toContain("-- applied");
     expect(columns()).toEqual({ cols: ["id"], idx: [] });
@@ -76,7 +76,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
       const dir = project(engine, `url = "${db.url}"`);
       const config = dir.file("outbox.toml");
       for (const round of [1, 2]) {
-        const r = await run(["schema", "--config", config, "--apply", "--json"]);
+        const r = await runInProcess(["schema", "--config", config, "--apply", "--json"]);
         expect({ engine, round, code: r.code, stderr: r.stderr }).toEqual({ engine, round, code: 0, stderr: "" });
         expect(JSON.parse(r.stdout).targets[0].outcomes).toEqual(round === 1 ? ["applied", "applied", "applied"] : ["already", "already", "already"]);
       }
@@ -90,7 +90,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
       // The unique index really absorbs: a second row with the same outbox_seq is refused.
       await db.sql.unsafe("INSERT INTO orders (id, outbox_seq) VALUES (1, 7)");
       await expect(db.sql.unsafe("INSERT INTO orders (id, outbox_seq) VALUES (2, 7)")).rejects.toThrow();
-      const drop = await run(["schema", "--config", config, "--drop", "--apply"]);
+      const drop = await runInProcess(["schema", "--config", config, "--drop", "--apply"]);
       expect(drop.code).toBe(0);
       expect(await cols()).toEqual(["id"]);
     }
@@ -98,7 +98,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
 
   test("a statement the remote refuses is reported beside it and exits 1", async () => {
     const dir = project("sqlite", `path = "remote.db"`); // no orders table in remote.db
-    const r = await run(["schema", "--config", dir.file("outbox.toml"), "--apply"]);
+    const r = await runInProcess(["schema", "--config", dir.file("outbox.toml"), "--apply"]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain("-- error: SQLITE_ERROR: no such table: orders");
     expect(r.stdout).toMatch(/sqloutbox_ledger.*-- applied/);
@@ -108,7 +108,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
   test("a missing config file is one error line, exit 1", async () => {
     const dir = makeTempDir();
     cleanups.push(() => dir.cleanup());
-    const r = await run(["schema", "--config", dir.file("nope.toml")]);
+    const r = await runInProcess(["schema", "--config", dir.file("nope.toml")]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("nope.toml does not exist");
   });

@@ -1,6 +1,6 @@
 // The command line's contract: --version, --help everywhere, usage errors exit 2 with a hint.
-// Argument parsing runs in this process (runInProcess); a few smoke cases and the failures that
-// consola reports start the real `bun src/cli/bin.ts`.
+// Everything runs in this process (runInProcess) but a few smoke cases, which start the real
+// `bun src/cli/bin.ts`.
 import { afterAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
@@ -128,7 +128,7 @@ describe("logging options", () => {
 
 describe("failures exit 1", () => {
   test("a missing db_dir exits 1 naming it", async () => {
-    const r = await run(["status", "--db-dir", path.join(tmp, "nope")]);
+    const r = await runInProcess(["status", "--db-dir", path.join(tmp, "nope")]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(`db_dir ${path.join(tmp, "nope")} does not exist`);
   });
@@ -136,7 +136,7 @@ describe("failures exit 1", () => {
   test("--db-dir naming a file says it is a file, and creates nothing", async () => {
     const file = path.join(tmp, "outbox.toml.bak");
     fs.writeFileSync(file, "");
-    const r = await run(["status", "--db-dir", file]);
+    const r = await runInProcess(["status", "--db-dir", file]);
     expect(r.code).toBe(1);
     expect(r.stderr).toBe(`[error] --db-dir ${file} is a file, not a directory (give the directory that holds the {table}.db files)\n`);
     fs.rmSync(file);
@@ -144,14 +144,14 @@ describe("failures exit 1", () => {
 
   test.each(["status", "verify", "runservice"])("%s --config naming a directory is one error line, exit 1", async (cmd) => {
     const dir = fs.mkdtempSync(path.join(tmp, "cfgdir-"));
-    const r = await run([cmd, "--config", dir]);
+    const r = await runInProcess([cmd, "--config", dir]);
     expect(r.code).toBe(1);
     // runservice's lines start with the time; the rest is the same one line.
     expect(r.stderr.replace(/^\S+Z /, "")).toBe(`[error] ${dir}: cannot read config file: EISDIR: illegal operation on a directory, read\n`);
   });
 
   test("errors are one JSON object per line with --log-format json", async () => {
-    const r = await run(["verify", "--config", path.join(tmp, "missing.toml"), "--log-format", "json"]);
+    const r = await runInProcess(["verify", "--config", path.join(tmp, "missing.toml"), "--log-format", "json"]);
     expect(r.code).toBe(1);
     const line = JSON.parse(r.stderr.trim());
     expect(line).toMatchObject({ level: "error", code: "E_NOT_FOUND" });
@@ -167,7 +167,7 @@ describe("read-only commands and a db_dir that does not exist yet", () => {
       path.join(dir, "outbox.toml"),
       `[app.a]\ndb_dir = "q"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["t"]\n[app.a.db.x.connection]\npath = "r.db"\n`,
     );
-    const r = await run([...line.split(" "), "--config", "outbox.toml"], { cwd: dir });
+    const r = await runInProcess([...line.split(" "), "--config", "outbox.toml"], { cwd: dir });
     expect(r.code).toBe(0);
     expect(fs.readdirSync(dir)).toEqual(["outbox.toml"]);
   });

@@ -43,11 +43,11 @@ export async function run(
 }
 
 /**
- * Runs the CLI inside this process (`runCli`, what bin.ts calls) with stdout and stderr captured,
- * the working directory and the environment of `run` set for the call and restored after. For
- * tests of argument parsing — exit code plus output — where starting a `bun` per case costs
- * ~100 ms. Not for output that goes through consola's pretty reporter: in-process its format
- * follows this runner's terminal, not a pipe.
+ * Runs the CLI inside this process (`runCli`, what bin.ts calls) with stdout and stderr captured
+ * and seen as pipes (isTTY false, so consola prints its basic `[level] message` lines as it does
+ * for `run`), the working directory and the environment of `run` set for the call and restored
+ * after. Starting a `bun` per command costs ~150 ms; use `run` where the test needs a process of
+ * its own: signals, a long-running command, or a command that runs beside another.
  */
 export async function runInProcess(
   args: string[],
@@ -66,14 +66,21 @@ export async function runInProcess(
       done?.();
       return true;
     }) as typeof process.stdout.write;
+  const ttys = { stdout: Object.getOwnPropertyDescriptor(process.stdout, "isTTY"), stderr: Object.getOwnPropertyDescriptor(process.stderr, "isTTY") };
   for (const k of keys) setEnv(k, wanted[k]);
   process.chdir(options.cwd ?? REPO);
   process.stdout.write = capture("stdout");
   process.stderr.write = capture("stderr");
+  for (const name of ["stdout", "stderr"] as const) Object.defineProperty(process[name], "isTTY", { value: false, configurable: true, writable: true });
   try {
     const code = await runCli(args);
     return { code, ...out };
   } finally {
+    for (const name of ["stdout", "stderr"] as const) {
+      const saved = ttys[name];
+      if (saved) Object.defineProperty(process[name], "isTTY", saved);
+      else delete (process[name] as { isTTY?: boolean }).isTTY;
+    }
     process.stdout.write = writes.stdout;
     process.stderr.write = writes.stderr;
     process.chdir(savedCwd);
