@@ -163,7 +163,7 @@ const cases: Record<string, Array<{ name: string; sql: (t: string, ph: (n: numbe
 cases.libsql = cases.sqlite!;
 
 function serverEngine(kind: "postgres" | "mysql"): () => Engine {
-  let db: ServerDb | ServerDb;
+  let db: ServerDb;
   beforeAll(async () => {
     db = kind === "postgres" ? await createPgDb() : await createMysqlDb();
   });

@@ -38,7 +38,7 @@ const sqliteCodes = { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONST
 
 
 function serverFixture(kind: "postgres" | "mysql"): Fixture {
-  let db: ServerDb | ServerDb;
+  let db: ServerDb;
   const isPg = kind === "postgres";
   beforeAll(async () => {
     db = isPg ? await createPgDb() : await createMysqlDb();
