@@ -21,7 +21,7 @@ export interface ServerDb {
   user: string;
   /** A small independent client on the fresh database for setup and assertions. */
   sql: SQL;
-  /** Closes `sql` and drops the database (PostgreSQL forces other sessions out). */
+  /** Closes `sql` and drops the database (PostgreSQL forces other sessions out); after `createDatabasesAhead` the DROP finishes in the background. */
   drop(): Promise<void>;
 }
 
@@ -30,19 +30,65 @@ const SERVERS: Record<ServerEngine, { base: string; adminDb: string; port: numbe
   mysql: { base: MYSQL_BASE_URL, adminDb: "mysql", port: 3306, user: "root", quote: (n) => `\`${n}\``, force: "" },
 };
 
-/** Creates a database named `<prefix>_<random>` through the server's maintenance database; `drop()` it after. */
-export async function createServerDb(engine: ServerEngine, prefix = "sqloutbox_t"): Promise<ServerDb> {
+const DEFAULT_PREFIX = "sqloutbox_t";
+
+/** Runs one statement on the server's maintenance database, on a connection of its own. */
+async function admin(engine: ServerEngine, statement: string): Promise<void> {
   const server = SERVERS[engine];
+  const sql = new SQL(`${server.base}/${server.adminDb}`, { max: 1 });
+  try {
+    await sql.unsafe(statement);
+  } finally {
+    await sql.close();
+  }
+}
+
+async function createNamed(engine: ServerEngine, prefix: string): Promise<string> {
   const name = `${prefix}_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
-  const admin = async (statement: string) => {
-    const sql = new SQL(`${server.base}/${server.adminDb}`, { max: 1 });
-    try {
-      await sql.unsafe(statement);
-    } finally {
-      await sql.close();
-    }
-  };
-  await admin(`CREATE DATABASE ${server.quote(name)}`);
+  await admin(engine, `CREATE DATABASE ${SERVERS[engine].quote(name)}`);
+  return name;
+}
+
+const dropStatement = (engine: ServerEngine, name: string) => `DROP DATABASE IF EXISTS ${SERVERS[engine].quote(name)}${SERVERS[engine].force}`;
+
+// PostgreSQL takes ~0.15 s to create a database and ~0.1 s to drop it, half of a short test's
+// time. After `createDatabasesAhead()` (test/support/preload.ts, for `bun test`) each engine's
+// next database is created while the current test runs, and `drop()` leaves the DROP running;
+// `settleServerDbs()`, after the last test, waits for those and drops the spares.
+let ahead = false;
+const spares = new Map<ServerEngine, Promise<string>>();
+const dropping = new Set<Promise<void>>();
+
+/** From now on, create each engine's next database (default prefix) ahead of the call that takes it, and drop in the background. */
+export function createDatabasesAhead(): void {
+  ahead = true;
+}
+
+/** Waits for the drops under way and drops the databases created ahead and never taken. */
+export async function settleServerDbs(): Promise<void> {
+  const left = [...spares.entries()];
+  spares.clear();
+  for (const [engine, spare] of left) {
+    const name = await spare.catch(() => null);
+    if (name) await admin(engine, dropStatement(engine, name));
+  }
+  await Promise.all(dropping);
+}
+
+/** A fresh database name: the spare made ahead (a new spare starts at once), or made now. */
+function freshName(engine: ServerEngine, prefix: string): Promise<string> {
+  if (!ahead || prefix !== DEFAULT_PREFIX) return createNamed(engine, prefix);
+  const name = spares.get(engine) ?? createNamed(engine, prefix);
+  const next = createNamed(engine, prefix);
+  next.catch(() => {}); // a failure shows when the spare is taken
+  spares.set(engine, next);
+  return name;
+}
+
+/** Creates a database named `<prefix>_<random>` through the server's maintenance database; `drop()` it after. */
+export async function createServerDb(engine: ServerEngine, prefix = DEFAULT_PREFIX): Promise<ServerDb> {
+  const server = SERVERS[engine];
+  const name = await freshName(engine, prefix);
   const base = new URL(server.base);
   const url = `${server.base}/${name}`;
   const sql = new SQL(url, { max: 2 });
@@ -55,7 +101,11 @@ export async function createServerDb(engine: ServerEngine, prefix = "sqloutbox_t
     sql,
     async drop() {
       await sql.close();
-      await admin(`DROP DATABASE IF EXISTS ${server.quote(name)}${server.force}`);
+      const dropped = admin(engine, dropStatement(engine, name));
+      if (!ahead) return dropped;
+      const done = dropped.catch((error: Error) => console.error(`test database ${name} was not dropped: ${error.message}`));
+      dropping.add(done);
+      void done.finally(() => dropping.delete(done));
     },
   };
 }
