@@ -275,7 +275,7 @@ describe("5 000 letters: one transaction per file", () => {
   });
 
   test("while a producer process writes to the file: the producer never fails and the replayed letters get one unbroken run of seqs", async () => {
-    const producer = Bun.spawn(["bun", path.join(REPO, "test/support/children/outbox-producer.ts"), dbDir, "orders", "1500", "1"], { stdout: "pipe", stderr: "pipe" });
+    const producer = Bun.spawn(["bun", path.join(REPO, "test/support/children/outbox-producer.ts"), dbDir, "orders", "800", "1"], { stdout: "pipe", stderr: "pipe" });
     // Start replaying once the producer is writing.
     await waitFor(() => count("orders", "outbox_queue") > 0, "the producer's first row");
     const r = await json("replay", "--namespace", "orders");

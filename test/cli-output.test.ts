@@ -108,7 +108,7 @@ describe("output through a slow pipe", () => {
       const direct = await run(["dead-letter", "list", "--db-dir", dbDir, "--json"]);
       expect(direct.code).toBe(0);
       expect(direct.stdout.length).toBeGreaterThan(256 * 1024);
-      const piped = await run(["-c", `bun ${BIN} dead-letter list --db-dir ${dbDir} --json | (sleep 1; cat)`], { cmd: ["sh"] });
+      const piped = await run(["-c", `bun ${BIN} dead-letter list --db-dir ${dbDir} --json | (sleep 0.3; cat)`], { cmd: ["sh"] });
       expect(piped.code).toBe(0);
       expect(piped.stdout.length).toBe(direct.stdout.length);
       expect(JSON.parse(piped.stdout).deadLetters).toHaveLength(1_500);

@@ -226,7 +226,8 @@ describe("delivery", () => {
     await db.sql.unsafe("CREATE TABLE present (id BIGINT NOT NULL)");
     const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["present", "absent"] } }, { maxAttempts: 2 });
     const log = memoryLogger();
-    const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) }, { logger: log });
+    let shiftMs = 0; // the drain's clock runs ahead by this much
+    const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) }, { logger: log, now: () => Date.now() + shiftMs });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     for (let i = 0; i < 5; i++) producer.push("absent", "INSERT INTO absent (id) VALUES (?)", [i]);
     for (let i = 0; i < 5; i++) producer.push("present", "INSERT INTO present (id) VALUES (?)", [i]);
@@ -240,6 +241,7 @@ describe("delivery", () => {
     expect(q.head()!.attempts).toBe(0);
     expect(log.lines.filter((l) => l.includes('"absent" is held'))).toHaveLength(1); // said once, not per retry
     await db.sql.unsafe("CREATE TABLE absent (id BIGINT NOT NULL)");
+    shiftMs = 2_000; // the first schema retry is 2 s after the hold: move the clock past it instead of waiting
     await waitFor(() => svc.pendingCount().absent === 0, "the held table to resume once its table exists", 20_000);
     const rows = await db.sql.unsafe("SELECT id::int AS id FROM absent ORDER BY id");
     expect(rows.map((r: { id: number }) => r.id)).toEqual([0, 1, 2, 3, 4]);

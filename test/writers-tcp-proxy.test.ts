@@ -15,7 +15,7 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
     db = await createPgDb();
     await db.sql.unsafe("CREATE TABLE t (id BIGINT PRIMARY KEY)");
     proxy = startTcpProxy(db.port, db.host);
-    writer = createWriter("postgres", { host: "127.0.0.1", port: proxy.port, user: db.user, database: db.name, connect_timeout: 1, batch_timeout: 5 });
+    writer = createWriter("postgres", { host: "127.0.0.1", port: proxy.port, user: db.user, database: db.name, connect_timeout: 0.5, batch_timeout: 5 });
   });
   afterAll(async () => {
     await writer?.close?.();

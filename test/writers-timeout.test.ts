@@ -4,8 +4,8 @@ import { createWriter } from "../src/writers/registry.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 
 const engines = [
-  { name: "postgres" as const, create: createPgDb, ph: "$1", sleep: "SELECT pg_sleep(2)" },
-  { name: "mysql" as const, create: createMysqlDb, ph: "?", sleep: "SELECT SLEEP(2)" },
+  { name: "postgres" as const, create: createPgDb, ph: "$1", sleep: "SELECT pg_sleep(1)" },
+  { name: "mysql" as const, create: createMysqlDb, ph: "?", sleep: "SELECT SLEEP(1)" },
 ];
 
 describe.each(engines)("$name writer batch_timeout", ({ name, create, ph, sleep }) => {
