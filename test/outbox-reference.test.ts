@@ -6,6 +6,7 @@ import { decodeArgs, healthAll, Outbox, verifyFile } from "../src/index.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
 
 let tmp: TempDir;
 let file: string;
@@ -100,9 +101,19 @@ test("the pending counter stays exact when the reference writes a migrated file"
 
 test("migrating a reference file while the reference keeps writing it leaves exact counters and intact chains", async () => {
   const stop = tmp.file("stop");
+  const queueRows = () => {
+    const db = new Database(file, { readonly: true });
+    try {
+      db.run("PRAGMA busy_timeout = 5000"); // the reference may be committing right now
+      return db.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_queue").get()!.n;
+    } finally {
+      db.close();
+    }
+  };
+  const before = queueRows();
   const writer = Bun.spawn([process.execPath, join(import.meta.dir, "support", "children", "reference-writer.ts"), file, stop], { stdout: "pipe", stderr: "pipe" });
   try {
-    await Bun.sleep(150); // the reference is writing
+    await waitFor(() => queueRows() > before, "the reference to write"); // migrate while it writes
     const orders = new Outbox(file, "orders"); // migrates under the write lock, between the reference's commits
     const payments = new Outbox(file, "payments");
     for (let i = 0; i < 50; i++) {

@@ -261,7 +261,8 @@ describe("hrana test server (protocol fidelity the writer relies on)", () => {
     cleanups.push(() => client.close());
     const tx = await client.transaction("write");
     await tx.execute("INSERT INTO t (id) VALUES (1)");
-    await Bun.sleep(300);
+    expect(s.server.openStreams).toBe(1);
+    await waitFor(() => s.server.openStreams === 0, "the idle stream to expire");
     await expect(tx.execute("INSERT INTO t (id) VALUES (2)")).rejects.toMatchObject({ code: "STREAM_EXPIRED" });
     const db = new Database(s.file);
     db.run("PRAGMA busy_timeout = 0");
