@@ -3,7 +3,7 @@
 // loader, arm64 under qemu), the darwin one is checked as a file. Slow (cross-compiles, a first
 // run downloads each target's Bun runtime from the npm registry), so it runs only with
 // SQLOUTBOX_SLOW_TESTS=1, which .ci/run sets.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
@@ -12,12 +12,9 @@ import pkg from "../package.json" with { type: "json" };
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { REPO, run } from "./support/cli.ts";
 import { type Launcher, NATIVE, muslLauncher, qemuArm64Launcher } from "./support/foreign-binary.ts";
+import { describeSlow, SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
-const SLOW = process.env.SQLOUTBOX_SLOW_TESTS === "1";
-const SUITE = SLOW
-  ? "release binaries"
-  : "release binaries (skipped: set SQLOUTBOX_SLOW_TESTS=1 to cross-compile them and run them under musl and qemu)";
 
 let tmp: TempDir;
 let releaseDir: string;
@@ -38,7 +35,7 @@ beforeAll(async () => {
 }, 240_000);
 afterAll(() => tmp?.cleanup());
 
-describe.skipIf(!SLOW)(SUITE, () => {
+describeSlow("release binaries", "cross-compile them and run them under musl and qemu", () => {
   test("writes one binary per target and a SHA256SUMS that `sha256sum -c` accepts", async () => {
     const binaries = RELEASE_TARGETS.map((t) => `sqloutbox-${t.name}`);
     expect(fs.readdirSync(releaseDir).sort()).toEqual(["SHA256SUMS", ...binaries].sort());

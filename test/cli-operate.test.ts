@@ -7,9 +7,10 @@ import { afterEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { BIN, cleanEnv, REPO, run } from "./support/cli.ts";
+import { BIN, cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { startTcpProxy } from "./support/tcp-proxy.ts";
+import { describeSlow } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
@@ -55,7 +56,7 @@ async function runservice(file: string, extra: string[] = [], env: Record<string
   return { proc, lines, stderr: () => err };
 }
 
-const check = (file: string, ...extra: string[]) => run(["status", "--config", file, "--check", ...extra]);
+const check = (file: string, ...extra: string[]) => runInProcess(["status", "--config", file, "--check", ...extra]);
 
 describe("status --check", () => {
   test("exits 0 when all is well and 1 for a stuck head, dead letters or a too-old row, naming each; --fail-on picks the conditions", async () => {
@@ -90,7 +91,11 @@ describe("status --check", () => {
     expect(json.check).toEqual({ ok: false, problems: ["dead letters: a/b has 1"] });
     expect((await check(file, "--fail-on", "nonsense")).code).toBe(2);
   });
+});
 
+// The drain writes what status reads every 2 s (runService's stateIntervalMs, which runservice
+// does not expose), so each step of this test waits that long.
+describeSlow("status of a running drain", "watch runservice's persisted state change as a target goes down and comes back", () => {
   test("a running drain's held table and down target are in status (no network call) and fail the check; status shows the fleet view", async () => {
     const dir = tmp();
     const db = await createPgDb();
@@ -105,7 +110,7 @@ describe("status --check", () => {
     producer.push("absent", "INSERT INTO absent (id) VALUES (?)", [1]);
     closeSharedOutboxes();
     await runservice(file);
-    const status = async () => JSON.parse((await run(["status", "--config", file, "--json"])).stdout);
+    const status = async () => JSON.parse((await runInProcess(["status", "--config", file, "--json"])).stdout);
     await waitFor(async () => (await status()).namespaces.some((n: { held: unknown }) => n.held !== null), "the held table to show in status", 20_000);
     const held = await status();
     expect(held.dbDirs[0].drain.pid).toBeGreaterThan(0);
@@ -114,7 +119,7 @@ describe("status --check", () => {
     await waitFor(async () => (await status()).fleet.length > 0, "the fleet view", 20_000);
     const fleet = (await status()).fleet;
     expect(fleet).toEqual([expect.objectContaining({ target: "a.r", namespace: "present", label: "web-7", through: 1, self: true })]);
-    const human = await run(["status", "--config", file]);
+    const human = await runInProcess(["status", "--config", file]);
     expect(human.stdout).toMatch(/drain running \(pid \d+\)/);
     expect(human.stdout).toMatch(/absent .* remote schema/);
     expect(human.stdout).toMatch(/fleet .*\n.*\n.*present .* \(this host\) +web-7 +1/);
@@ -129,14 +134,26 @@ describe("status --check", () => {
     const down = await check(file, "--fail-on", "down");
     expect(down.code).toBe(1);
     expect(down.stdout).toMatch(/- down: target a\.r since .*, \d+ failed attempt\(s\)/);
-    expect((await run(["status", "--config", file])).stdout).toMatch(/a\.r +DOWN/);
+    expect((await runInProcess(["status", "--config", file])).stdout).toMatch(/a\.r +DOWN/);
     proxy.restore();
     await waitFor(async () => (await status()).targets[0]?.state === "ok", "the target to be back", 20_000);
   }, 60_000);
 });
 
 describe("kick", () => {
-  test("makes a drain that backs off from a long outage retry at once; without a drain it says so and exits 1", async () => {
+  test("without a drain says so and exits 1", async () => {
+    const dir = tmp();
+    const file = config(dir, `writer = "sqlite"\ntables = ["t"]\n[app.a.db.r.connection]\npath = "remote.db"`);
+    const kicked = await runInProcess(["kick", "--config", file]); // no drain (and no db_dir)
+    expect(kicked.code).toBe(1);
+    expect(kicked.stderr).toContain(`no drain is running on ${dir.file("queue")}`);
+  });
+});
+
+// The outage backoff's first step is a fixed 1 s (src/drain/schedule.ts), so reaching a backoff
+// long enough to tell a kick from a retry takes seconds of real outage.
+describeSlow("kick against a real backoff", "wait out four outage backoffs of a running drain", () => {
+  test("makes a drain that backs off from a long outage retry at once", async () => {
     const dir = tmp();
     const db = await createPgDb();
     cleanups.push(() => db.drop());
@@ -145,7 +162,6 @@ describe("kick", () => {
     cleanups.push(() => proxy.close());
     const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
     const file = config(dir, `writer = "postgres"\ntables = ["t"]\n[app.a.db.r.connection]\nurl = "${url}"\nconnect_timeout = 1`, "outage_backoff_cap_minutes = 10");
-    expect((await run(["kick", "--config", file])).code).toBe(1); // no drain yet (and no db_dir)
     const drain = await runservice(file);
     proxy.cut();
     const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
@@ -181,7 +197,7 @@ describe("JSON logs", () => {
     const q = new Outbox(dir.file("queue/t.db"), "t");
     cleanups.push(() => q.close());
     await waitFor(() => q.pendingCount() === 0 && q.deadCount() === 1, "the poison row to be dead-lettered and the next to land", 20_000);
-    await Bun.sleep(100);
+    await waitFor(() => /dead-lettered seq 1/.test(drain.stderr()) && /drain: batch to a\.r/.test(drain.stderr()), "the dead letter and the next batch in the log");
     const records = drain.stderr().trim().split("\n").filter(Boolean).map((l) => JSON.parse(l));
     const failed = records.find((r) => /failed on target/.test(r.msg));
     expect(failed).toMatchObject({ level: "warn", app: "a", target: "a.r", namespace: "t", seq: 1, attempt: 1, error_class: "SQLITE_CONSTRAINT_CHECK" });

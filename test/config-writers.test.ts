@@ -3,6 +3,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { ConfigError, createWriters, defineConfig, loadConfigToml } from "../src/index.ts";
 import { parseConfigDocument } from "../src/config/parse.ts";
+import { describeSlow } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let dir: TempDir;
@@ -191,7 +192,7 @@ describe("createWriters for defineConfig", () => {
   });
 });
 
-describe("compiled binary", () => {
+describeSlow("compiled binary", "compile a binary that loads a writer_class .ts file", () => {
   test("loads a writer_class .ts file from disk at runtime", async () => {
     fs.mkdirSync(dir.file("writers"));
     fs.writeFileSync(dir.file("writers/turso.ts"), WRITER_SOURCE);

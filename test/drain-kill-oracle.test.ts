@@ -8,6 +8,7 @@ import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
+import { describeSlow } from "./support/slow.ts";
 import { mixSchema, mixStatement } from "./support/statement-mix.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
@@ -63,47 +64,49 @@ function oracle(dir: TempDir, seed: number, count: number): { kv: number[][]; lo
   }
 }
 
-describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("statement kinds under repeated SIGKILLs, delivered to %s", (engine) => {
-  test(`${KILLS} kills while a producer writes every statement kind: the remote equals the serial application of what was produced`, async () => {
-    const dir = makeTempDir();
-    cleanups.push(() => dir.cleanup());
-    const remote = await remoteFor(engine, dir);
-    const seed = 1 + Math.floor(Math.random() * 1_000_000);
-    const dbDir = dir.file("outbox");
-    const stopFile = dir.file("stop");
-    const spawnDrain = () =>
-      Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
-        dbDir,
-        targets: { r: { ...remote.target, tables: ["kv"] } },
-        // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
-        tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 40, maxAttempts: null, backoffUnitSeconds: 0.01, outageBackoffCapMinutes: 0.005 },
-      })], { stdout: "pipe", stderr: "pipe" });
-    const producer = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-mix-producer.ts`, JSON.stringify({ dbDir, seed, dialect: remote.dialect, stopFile })], { stdout: "pipe", stderr: "inherit" });
-    cleanups.push(() => producer.kill("SIGKILL"));
-    for (let kill = 0; kill < KILLS; kill++) {
-      const drain = spawnDrain();
-      await Bun.sleep(60 + Math.random() * 250);
-      drain.kill("SIGKILL");
-      await drain.exited;
-    }
-    fs.writeFileSync(stopFile, "");
-    expect(await producer.exited).toBe(0);
-    const produced = Number((await new Response(producer.stdout).text()).split(" ")[1]);
-    expect(produced).toBeGreaterThan(50);
+describeSlow("every statement kind under SIGKILL", "kill a drain 12 times per engine while a producer process writes", () => {
+  describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("statement kinds under repeated SIGKILLs, delivered to %s", (engine) => {
+    test(`${KILLS} kills while a producer writes every statement kind: the remote equals the serial application of what was produced`, async () => {
+      const dir = makeTempDir();
+      cleanups.push(() => dir.cleanup());
+      const remote = await remoteFor(engine, dir);
+      const seed = 1 + Math.floor(Math.random() * 1_000_000);
+      const dbDir = dir.file("outbox");
+      const stopFile = dir.file("stop");
+      const spawnDrain = () =>
+        Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
+          dbDir,
+          targets: { r: { ...remote.target, tables: ["kv"] } },
+          // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
+          tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 40, maxAttempts: null, backoffUnitSeconds: 0.01, outageBackoffCapMinutes: 0.005 },
+        })], { stdout: "pipe", stderr: "pipe" });
+      const producer = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-mix-producer.ts`, JSON.stringify({ dbDir, seed, dialect: remote.dialect, stopFile })], { stdout: "pipe", stderr: "inherit" });
+      cleanups.push(() => producer.kill("SIGKILL"));
+      for (let kill = 0; kill < KILLS; kill++) {
+        const drain = spawnDrain();
+        await Bun.sleep(60 + Math.random() * 250);
+        drain.kill("SIGKILL");
+        await drain.exited;
+      }
+      fs.writeFileSync(stopFile, "");
+      expect(await producer.exited).toBe(0);
+      const produced = Number((await new Response(producer.stdout).text()).split(" ")[1]);
+      expect(produced).toBeGreaterThan(50);
 
-    const final = spawnDrain();
-    cleanups.push(() => final.kill("SIGKILL"));
-    const q = new Outbox(`${dbDir}/kv.db`, "kv");
-    cleanups.push(() => q.close());
-    await waitFor(() => q.pendingCount() === 0, "the final drain", 30_000);
-    final.kill("SIGTERM");
-    expect(await final.exited).toBe(0);
+      const final = spawnDrain();
+      cleanups.push(() => final.kill("SIGKILL"));
+      const q = new Outbox(`${dbDir}/kv.db`, "kv");
+      cleanups.push(() => q.close());
+      await waitFor(() => q.pendingCount() === 0, "the final drain", 30_000);
+      final.kill("SIGTERM");
+      expect(await final.exited).toBe(0);
 
-    expect(q.deadCount()).toBe(0); // nothing was refused: every statement was sent verbatim and applied
-    const expected = oracle(dir, seed, produced);
-    const kv = (await remote.rows("SELECT k, v FROM kv ORDER BY k")).map((r) => r.map(Number));
-    const log = (await remote.rows("SELECT id, n FROM log ORDER BY id")).map((r) => r.map(Number));
-    expect({ seed, kv }).toEqual({ seed, kv: expected.kv });
-    expect({ seed, log }).toEqual({ seed, log: expected.log });
-  }, 90_000);
+      expect(q.deadCount()).toBe(0); // nothing was refused: every statement was sent verbatim and applied
+      const expected = oracle(dir, seed, produced);
+      const kv = (await remote.rows("SELECT k, v FROM kv ORDER BY k")).map((r) => r.map(Number));
+      const log = (await remote.rows("SELECT id, n FROM log ORDER BY id")).map((r) => r.map(Number));
+      expect({ seed, kv }).toEqual({ seed, kv: expected.kv });
+      expect({ seed, log }).toEqual({ seed, log: expected.log });
+    }, 90_000);
+  });
 });

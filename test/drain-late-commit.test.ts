@@ -12,6 +12,7 @@ import { createWriter } from "../src/writers/registry.ts";
 import type { Statement } from "../src/writers/writer.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createMysqlDb, createPgDb, MYSQL_BASE_URL } from "./support/server-db.ts";
+import { describeSlow } from "./support/slow.ts";
 import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
@@ -78,85 +79,87 @@ function lateCommit(engine: Engine, url: string, holdMs: number, committed: { at
   };
 }
 
-describe.each([
-  ["postgres", "auto_schema"],
-  ["postgres", "no auto_schema"],
-  ["postgres", "restricted role"],
-  ["mysql", "auto_schema"],
-  ["mysql", "no auto_schema"],
-  ["mysql", "restricted role"],
-] as Array<[Engine, Access]>)("a late COMMIT on %s (%s)", (engine, access) => {
-  test("the next drain waits for it on the ledger row: no row sent twice, no spurious dead letter, the UPDATE applied once", async () => {
+describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and MariaDB", () => {
+  describe.each([
+    ["postgres", "auto_schema"],
+    ["postgres", "no auto_schema"],
+    ["postgres", "restricted role"],
+    ["mysql", "auto_schema"],
+    ["mysql", "no auto_schema"],
+    ["mysql", "restricted role"],
+  ] as Array<[Engine, Access]>)("a late COMMIT on %s (%s)", (engine, access) => {
+    test("the next drain waits for it on the ledger row: no row sent twice, no spurious dead letter, the UPDATE applied once", async () => {
+      const dir = makeTempDir();
+      cleanups.push(() => dir.cleanup());
+      const { db, url } = await remote(engine, access);
+      const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: { url }, tables: ["t"] } }, { maxAttempts: 2, autoSchema: access === "auto_schema" });
+      const writer = new FaultyWriter(createWriter(engine, { url }));
+      const log = memoryLogger();
+      const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
+      cleanups.push(() => svc.stop(3000));
+      const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+      for (let i = 0; i < 20; i++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [i, "v1"]);
+      expect((await svc.runOnce()).delivered).toBe(20);
+      for (let i = 20; i < 40; i++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [i, "v1"]);
+      producer.push("t", "UPDATE t SET note = ? WHERE id = ?", ["v2", 30]);
+      const committed = { at: 0 };
+      writer.faults.push(lateCommit(engine, url, 1500, committed));
+      expect((await svc.runOnce()).outages).toEqual(["app.r"]);
+      const retriedAt = Date.now();
+      await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "settlement after the late COMMIT", 20_000);
+      expect(committed.at).toBeGreaterThan(retriedAt); // the drain was retrying while the COMMIT was still out
+
+      const [n, distinct, v2] = Array.from(
+        (await db.sql.unsafe("SELECT count(*), count(DISTINCT id), sum(CASE WHEN note = 'v2' THEN 1 ELSE 0 END) FROM t").values()) as unknown[][],
+      )[0]!.map(Number);
+      expect({ n, distinct, v2 }).toEqual({ n: 40, distinct: 40, v2: 1 });
+      const q = new Outbox(dir.file("outbox/t.db"), "t");
+      cleanups.push(() => q.close());
+      expect(q.deadCount()).toBe(0);
+      // The late batch was never sent again: 20 + 21 rows in all.
+      expect(writer.statements.filter((s) => s.seq > 0).length).toBe(20);
+      expect(log.has(/were applied there \(the ledger says so\)/)).toBe(true);
+      expect(log.lines.filter((l) => l.startsWith("error"))).toEqual([]);
+    }, 30_000);
+  });
+
+  test("a drain SIGKILLed while PostgreSQL runs its COMMIT (a slow deferred trigger): the next drain waits for that COMMIT and sends nothing twice", async () => {
     const dir = makeTempDir();
     cleanups.push(() => dir.cleanup());
-    const { db, url } = await remote(engine, access);
-    const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: { url }, tables: ["t"] } }, { maxAttempts: 2, autoSchema: access === "auto_schema" });
-    const writer = new FaultyWriter(createWriter(engine, { url }));
-    const log = memoryLogger();
-    const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
-    cleanups.push(() => svc.stop(3000));
-    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    for (let i = 0; i < 20; i++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [i, "v1"]);
-    expect((await svc.runOnce()).delivered).toBe(20);
-    for (let i = 20; i < 40; i++) producer.push("t", "INSERT INTO t (id, note) VALUES (?, ?)", [i, "v1"]);
-    producer.push("t", "UPDATE t SET note = ? WHERE id = ?", ["v2", 30]);
-    const committed = { at: 0 };
-    writer.faults.push(lateCommit(engine, url, 1500, committed));
-    expect((await svc.runOnce()).outages).toEqual(["app.r"]);
-    const retriedAt = Date.now();
-    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "settlement after the late COMMIT", 20_000);
-    expect(committed.at).toBeGreaterThan(retriedAt); // the drain was retrying while the COMMIT was still out
-
-    const [n, distinct, v2] = Array.from(
-      (await db.sql.unsafe("SELECT count(*), count(DISTINCT id), sum(CASE WHEN note = 'v2' THEN 1 ELSE 0 END) FROM t").values()) as unknown[][],
-    )[0]!.map(Number);
-    expect({ n, distinct, v2 }).toEqual({ n: 40, distinct: 40, v2: 1 });
-    const q = new Outbox(dir.file("outbox/t.db"), "t");
+    const db = await createPgDb();
+    cleanups.push(() => db.drop());
+    await db.sql.unsafe("CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL)");
+    // Row 999 makes COMMIT itself take 2 s: the transaction holds its locks until it is decided.
+    await db.sql.unsafe("CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$");
+    await db.sql.unsafe("CREATE CONSTRAINT TRIGGER t_slow AFTER INSERT ON t DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id = 999) EXECUTE FUNCTION slow_commit()");
+    const dbDir = dir.file("outbox");
+    const spawnDrain = () =>
+      Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
+        dbDir,
+        targets: { pg: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } },
+        tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0 },
+      })], { stdout: "pipe", stderr: "pipe" });
+    const producer = new SQLMiddleware({ dbDir });
+    for (let i = 0; i < 10; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+    producer.push("t", "INSERT INTO t (id) VALUES (?)", [999]);
+    for (let i = 10; i < 20; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+    const first = spawnDrain();
+    cleanups.push(() => first.kill("SIGKILL"));
+    const committing = async () =>
+      (await db.sql.unsafe("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = 'COMMIT' AND state = 'active'"))[0].n > 0;
+    await waitFor(committing, "the first drain's COMMIT to be in flight", 15_000);
+    first.kill("SIGKILL");
+    await first.exited;
+    const second = spawnDrain();
+    cleanups.push(() => second.kill("SIGKILL"));
+    const q = new Outbox(`${dbDir}/t.db`, "t");
     cleanups.push(() => q.close());
+    await waitFor(() => q.pendingCount() === 0, "the second drain to settle and finish", 20_000);
+    second.kill("SIGTERM");
+    expect(await second.exited).toBe(0);
+    if (process.env.DRAIN_DEBUG) console.log(await new Response(first.stderr).text(), "----", await new Response(second.stderr).text());
+    const rows = await db.sql.unsafe("SELECT id::int AS id FROM t ORDER BY pos");
+    expect(rows.map((r: { id: number }) => r.id)).toEqual([...Array(10).keys(), 999, ...Array.from({ length: 10 }, (_, i) => i + 10)]);
     expect(q.deadCount()).toBe(0);
-    // The late batch was never sent again: 20 + 21 rows in all.
-    expect(writer.statements.filter((s) => s.seq > 0).length).toBe(20);
-    expect(log.has(/were applied there \(the ledger says so\)/)).toBe(true);
-    expect(log.lines.filter((l) => l.startsWith("error"))).toEqual([]);
-  }, 30_000);
+  }, 40_000);
 });
-
-test("a drain SIGKILLed while PostgreSQL runs its COMMIT (a slow deferred trigger): the next drain waits for that COMMIT and sends nothing twice", async () => {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
-  const db = await createPgDb();
-  cleanups.push(() => db.drop());
-  await db.sql.unsafe("CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL)");
-  // Row 999 makes COMMIT itself take 2 s: the transaction holds its locks until it is decided.
-  await db.sql.unsafe("CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$");
-  await db.sql.unsafe("CREATE CONSTRAINT TRIGGER t_slow AFTER INSERT ON t DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id = 999) EXECUTE FUNCTION slow_commit()");
-  const dbDir = dir.file("outbox");
-  const spawnDrain = () =>
-    Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
-      dbDir,
-      targets: { pg: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } },
-      tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0 },
-    })], { stdout: "pipe", stderr: "pipe" });
-  const producer = new SQLMiddleware({ dbDir });
-  for (let i = 0; i < 10; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
-  producer.push("t", "INSERT INTO t (id) VALUES (?)", [999]);
-  for (let i = 10; i < 20; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
-  const first = spawnDrain();
-  cleanups.push(() => first.kill("SIGKILL"));
-  const committing = async () =>
-    (await db.sql.unsafe("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = 'COMMIT' AND state = 'active'"))[0].n > 0;
-  await waitFor(committing, "the first drain's COMMIT to be in flight", 15_000);
-  first.kill("SIGKILL");
-  await first.exited;
-  const second = spawnDrain();
-  cleanups.push(() => second.kill("SIGKILL"));
-  const q = new Outbox(`${dbDir}/t.db`, "t");
-  cleanups.push(() => q.close());
-  await waitFor(() => q.pendingCount() === 0, "the second drain to settle and finish", 20_000);
-  second.kill("SIGTERM");
-  expect(await second.exited).toBe(0);
-  if (process.env.DRAIN_DEBUG) console.log(await new Response(first.stderr).text(), "----", await new Response(second.stderr).text());
-  const rows = await db.sql.unsafe("SELECT id::int AS id FROM t ORDER BY pos");
-  expect(rows.map((r: { id: number }) => r.id)).toEqual([...Array(10).keys(), 999, ...Array.from({ length: 10 }, (_, i) => i + 10)]);
-  expect(q.deadCount()).toBe(0);
-}, 40_000);

@@ -5,6 +5,7 @@ import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts"
 import { createWriter } from "../src/writers/registry.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createPgDb } from "./support/server-db.ts";
+import { describeSlow } from "./support/slow.ts";
 import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
@@ -16,75 +17,77 @@ afterEach(async () => {
   closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
 });
 
-test("a PostgreSQL outage charges and dead-letters nothing while producers keep writing; after restore everything lands once, in order", async () => {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
-  const db = await createPgDb();
-  cleanups.push(() => db.drop());
-  await db.sql.unsafe("CREATE TABLE a (pos BIGSERIAL, id BIGINT NOT NULL)");
-  await db.sql.unsafe("CREATE TABLE b (pos BIGSERIAL, id BIGINT NOT NULL)");
-  const proxy = startTcpProxy(db.port, db.host);
-  cleanups.push(() => proxy.close());
-  const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
-  const connection = { url, connect_timeout: 1, batch_timeout: 2 };
-  const config = oneApp(dir.file("outbox"), { pg: { writer: "postgres", connection, tables: ["a", "b"] } }, {
-    maxAttempts: 2, // a single wrongly charged attempt pair would dead-letter: the test would see it
-    backoffUnitSeconds: 0.05,
-    outageBackoffCapMinutes: 0.005, // 300 ms
-    writeTimeout: 1.5,
-    batchSize: 100,
-  });
-  const log = memoryLogger();
-  const svc = new OutboxSyncService(config, { "app.pg": createWriter("postgres", connection) }, { logger: log });
-  cleanups.push(() => svc.stop(3000));
-  await svc.start();
+describeSlow("an outage in real time", "cut PostgreSQL for seconds under a running drain", () => {
+  test("a PostgreSQL outage charges and dead-letters nothing while producers keep writing; after restore everything lands once, in order", async () => {
+    const dir = makeTempDir();
+    cleanups.push(() => dir.cleanup());
+    const db = await createPgDb();
+    cleanups.push(() => db.drop());
+    await db.sql.unsafe("CREATE TABLE a (pos BIGSERIAL, id BIGINT NOT NULL)");
+    await db.sql.unsafe("CREATE TABLE b (pos BIGSERIAL, id BIGINT NOT NULL)");
+    const proxy = startTcpProxy(db.port, db.host);
+    cleanups.push(() => proxy.close());
+    const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
+    const connection = { url, connect_timeout: 1, batch_timeout: 2 };
+    const config = oneApp(dir.file("outbox"), { pg: { writer: "postgres", connection, tables: ["a", "b"] } }, {
+      maxAttempts: 2, // a single wrongly charged attempt pair would dead-letter: the test would see it
+      backoffUnitSeconds: 0.05,
+      outageBackoffCapMinutes: 0.005, // 300 ms
+      writeTimeout: 1.5,
+      batchSize: 100,
+    });
+    const log = memoryLogger();
+    const svc = new OutboxSyncService(config, { "app.pg": createWriter("postgres", connection) }, { logger: log });
+    cleanups.push(() => svc.stop(3000));
+    await svc.start();
 
-  const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-  const produced = { a: 0, b: 0 };
-  const produce = () => {
-    producer.push("a", "INSERT INTO a (id) VALUES (?)", [produced.a++]);
-    producer.push("b", "INSERT INTO b (id) VALUES (?)", [produced.b++]);
-  };
-  const timer = setInterval(() => {
-    for (let i = 0; i < 10; i++) produce();
-  }, 5);
-  cleanups.push(() => clearInterval(timer));
-  await waitFor(async () => (await db.sql.unsafe("SELECT count(*)::int AS n FROM a"))[0].n > 100, "delivery before the cut");
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    const produced = { a: 0, b: 0 };
+    const produce = () => {
+      producer.push("a", "INSERT INTO a (id) VALUES (?)", [produced.a++]);
+      producer.push("b", "INSERT INTO b (id) VALUES (?)", [produced.b++]);
+    };
+    const timer = setInterval(() => {
+      for (let i = 0; i < 10; i++) produce();
+    }, 5);
+    cleanups.push(() => clearInterval(timer));
+    await waitFor(async () => (await db.sql.unsafe("SELECT count(*)::int AS n FROM a"))[0].n > 100, "delivery before the cut");
 
-  const queues = ["a", "b"].map((t) => new Outbox(dir.file(`outbox/${t}.db`), t));
-  cleanups.push(() => queues.forEach((q) => q.close()));
-  let maxAttemptsSeen = 0;
-  const sample = () => {
-    for (const q of queues) {
-      maxAttemptsSeen = Math.max(maxAttemptsSeen, q.head()?.attempts ?? 0);
-      expect(q.deadCount()).toBe(0);
+    const queues = ["a", "b"].map((t) => new Outbox(dir.file(`outbox/${t}.db`), t));
+    cleanups.push(() => queues.forEach((q) => q.close()));
+    let maxAttemptsSeen = 0;
+    const sample = () => {
+      for (const q of queues) {
+        maxAttemptsSeen = Math.max(maxAttemptsSeen, q.head()?.attempts ?? 0);
+        expect(q.deadCount()).toBe(0);
+      }
+    };
+    for (const mode of ["reset", "blackhole"] as const) {
+      proxy.cut(mode);
+      const until = Date.now() + 1200;
+      while (Date.now() < until) {
+        sample();
+        await Bun.sleep(20);
+      }
+      expect(queues[0]!.pendingCount()).toBeGreaterThan(100); // producers kept enqueueing
+      proxy.restore();
+      await Bun.sleep(100);
     }
-  };
-  for (const mode of ["reset", "blackhole"] as const) {
-    proxy.cut(mode);
-    const until = Date.now() + 1200;
-    while (Date.now() < until) {
-      sample();
-      await Bun.sleep(20);
-    }
-    expect(queues[0]!.pendingCount()).toBeGreaterThan(100); // producers kept enqueueing
-    proxy.restore();
-    await Bun.sleep(100);
-  }
-  clearInterval(timer);
-  for (let i = 0; i < 50; i++) produce();
-  await waitFor(() => svc.totalPending() === 0, "everything to land after the restore", 20_000);
+    clearInterval(timer);
+    for (let i = 0; i < 50; i++) produce();
+    await waitFor(() => svc.totalPending() === 0, "everything to land after the restore", 20_000);
 
-  // A head is charged up front and refunded when the batch fails: never more than that one.
-  if (process.env.DRAIN_DEBUG) console.log(log.lines.join("\n"));
-  expect(maxAttemptsSeen).toBeLessThanOrEqual(1);
-  for (const q of queues) expect(q.deadCount()).toBe(0);
-  expect(log.has(/target app\.pg is unavailable/)).toBe(true);
-  expect(log.has(/target app\.pg is reachable again/)).toBe(true);
-  for (const t of ["a", "b"] as const) {
-    // pos is the order the remote inserted rows in: every row once, in the order produced.
-    const rows = await db.sql.unsafe(`SELECT id::int AS id FROM ${t} ORDER BY pos`);
-    expect(rows.length).toBe(produced[t]);
-    expect(rows.map((r: { id: number }) => r.id)).toEqual([...Array(produced[t]).keys()]);
-  }
-}, 30_000);
+    // A head is charged up front and refunded when the batch fails: never more than that one.
+    if (process.env.DRAIN_DEBUG) console.log(log.lines.join("\n"));
+    expect(maxAttemptsSeen).toBeLessThanOrEqual(1);
+    for (const q of queues) expect(q.deadCount()).toBe(0);
+    expect(log.has(/target app\.pg is unavailable/)).toBe(true);
+    expect(log.has(/target app\.pg is reachable again/)).toBe(true);
+    for (const t of ["a", "b"] as const) {
+      // pos is the order the remote inserted rows in: every row once, in the order produced.
+      const rows = await db.sql.unsafe(`SELECT id::int AS id FROM ${t} ORDER BY pos`);
+      expect(rows.length).toBe(produced[t]);
+      expect(rows.map((r: { id: number }) => r.id)).toEqual([...Array(produced[t]).keys()]);
+    }
+  }, 30_000);
+});

@@ -14,10 +14,10 @@ import { cleanEnv, REPO } from "./support/cli.ts";
 import { seed } from "./support/queue.ts";
 import { countRows } from "./support/remote.ts";
 import { createPgDb, type ServerDb } from "./support/server-db.ts";
+import { SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-const SLOW = process.env.SQLOUTBOX_SLOW_TESTS === "1";
 const tools = ["unshare", "mount", "python3", "systemd-analyze"].every((t) => Bun.which(t) !== null);
 const ABLE = process.platform === "linux" && process.getuid?.() === 0 && tools;
 const SUITE = !SLOW
@@ -179,7 +179,11 @@ url = "${pgUrl}"
     );
     const pgCount = async () => Number((await pg.sql`SELECT count(*)::int AS n FROM payments`)[0].n);
     const drain = sandboxed([drainBinary, "runservice", "--config", path.join(etcDir, "outbox.toml")], { LOG_FORMAT: "json" });
-    const stderr = new Response(drain.stderr).text();
+    let log = "";
+    const pump = (async () => {
+      const decoder = new TextDecoder();
+      for await (const chunk of drain.stderr) log += decoder.decode(chunk, { stream: true });
+    })();
     try {
       await waitFor(() => countRows(remote, "orders") === 40, "the first 40 orders", 20_000);
       await waitFor(async () => (await pgCount()) === 30, "the first 30 payments", 20_000);
@@ -187,14 +191,16 @@ url = "${pgUrl}"
       seed(queue, "orders", 5);
       await waitFor(() => countRows(remote, "orders") === 45, "5 more orders", 20_000);
       drain.kill("SIGUSR1");
-      await Bun.sleep(500);
+      await waitFor(() => log.includes("integrity scan of"), "the integrity scan's log line", 20_000);
       drain.kill("SIGTERM");
       expect(await drain.exited).toBe(0);
+      await pump;
     } catch (error) {
       drain.kill("SIGKILL");
-      throw new Error(`${(error as Error).message}; the drain logged:\n${await stderr}`);
+      await pump;
+      throw new Error(`${(error as Error).message}; the drain logged:\n${log}`);
     }
-    const lines = (await stderr).trim().split("\n").map((l) => JSON.parse(l) as { level: string; msg: string });
+    const lines = log.trim().split("\n").map((l) => JSON.parse(l) as { level: string; msg: string });
     expect(lines.filter((l) => l.level === "error" || l.level === "warn")).toEqual([]);
     expect(lines.some((l) => l.msg.includes("integrity scan of 2 file(s): clean"))).toBe(true);
     expect(lines.some((l) => l.msg === "drain: stopped")).toBe(true);

@@ -1,11 +1,13 @@
 // Types for consumers: pack this repo (prepack writes the declarations), unpack the tarball into a
 // temp project with a strict tsconfig and type-check code that uses the library. Offline: the
-// package's dependencies and @types/bun are symlinked from this repo's node_modules.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+// package's dependencies and @types/bun are symlinked from this repo's node_modules. Packing and
+// tsc take seconds, so it runs with SQLOUTBOX_SLOW_TESTS=1.
+import { afterAll, beforeAll, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { REPO, run } from "./support/cli.ts";
+import { describeSlow, SLOW } from "./support/slow.ts";
 
 const TSC = path.join(REPO, "node_modules", ".bin", "tsc");
 
@@ -97,7 +99,9 @@ async function typecheck(files: string[]): Promise<{ code: number; output: strin
   return { code: r.code, output: r.stdout + r.stderr };
 }
 
+// Outside the describes, so a skipped run lists only the tests (a skipped describe's hooks show up as unnamed skips).
 beforeAll(async () => {
+  if (!SLOW) return;
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-types-"));
   // No --ignore-scripts: the declarations exist only because pack runs the prepack script.
   const pack = await run(["pm", "pack", "--destination", tmp, "--quiet"], { cmd: ["bun"], cwd: REPO });
@@ -119,9 +123,11 @@ beforeAll(async () => {
   fs.writeFileSync(path.join(project, "app.ts"), APP);
   fs.writeFileSync(path.join(project, "wrong.ts"), WRONG);
 }, 60_000);
-afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+afterAll(() => {
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
 
-describe("the packed tarball", () => {
+describeSlow("the packed tarball", "pack the package (its prepack writes the declarations with tsc)", () => {
   test("ships the declarations and points types at them, Bun at the sources", () => {
     const manifest = JSON.parse(fs.readFileSync(path.join(project, "node_modules", "sqloutbox", "package.json"), "utf8"));
     expect(manifest.exports["."]).toEqual({ types: "./dist/types/index.d.ts", bun: "./src/index.ts", default: "./src/index.ts" });
@@ -146,7 +152,7 @@ describe("the packed tarball", () => {
   });
 });
 
-describe("a strict consumer project", () => {
+describeSlow("a strict consumer project", "type-check a consumer of the packed package with tsc", () => {
   test("type-checks code using the producer, the queue, the config, the drain, writers and errors with zero errors", async () => {
     expect(await typecheck(["app.ts"])).toEqual({ code: 0, output: "" });
   }, 30_000);

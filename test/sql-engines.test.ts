@@ -4,6 +4,7 @@ import { UnsupportedStatementError } from "../src/errors.ts";
 import { dropSchemaSql, injectOutboxSeq, maxSeqSql, quoteIdent, schemaSql, toDialect, tokenize } from "../src/sql/index.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
+import { SLOW } from "./support/slow.ts";
 import { rng, StatementGenerator } from "./support/sql-gen.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
@@ -360,7 +361,8 @@ describe.each(ENGINES)("%s flavoured statements", (name) => {
   });
 });
 
-const GENERATED = Number(process.env.SQLOUTBOX_ENGINE_FUZZ_CASES ?? 300);
+// 100 per engine by default, 300 with SQLOUTBOX_SLOW_TESTS=1; SQLOUTBOX_ENGINE_FUZZ_CASES overrides both.
+const GENERATED = Number(process.env.SQLOUTBOX_ENGINE_FUZZ_CASES ?? (SLOW ? 300 : 100));
 
 describe.each(["postgres", "mysql"] as const)("%s generated statements", (name) => {
   test(`${GENERATED} random accepted statements change exactly what the original does (same error code when it fails)`, async () => {
