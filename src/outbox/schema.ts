@@ -202,11 +202,14 @@ const ADDED_DDL = [
 ];
 
 /**
- * The on-disk format version of files we write, kept in `PRAGMA user_version` (the reference
- * leaves it 0). A file with a higher version was written by a newer sqloutbox, whose format this
- * one may misread: it is refused, never "upgraded" backwards.
+ * The newest on-disk format this version reads, kept in `PRAGMA user_version` (the reference
+ * leaves it 0): 2 is the lean layout of the files we create, which an earlier sqloutbox would
+ * misread (it allocates seqs by AUTOINCREMENT), so those refuse it; a reference file we migrated
+ * keeps the legacy layout and format 1, which every version reads. A file with a higher version
+ * was written by a newer sqloutbox: it is refused, never "upgraded" backwards.
  */
-export const FORMAT_VERSION = 1;
+export const FORMAT_VERSION = 2;
+const LEGACY_FORMAT_VERSION = 1;
 
 /** `PRAGMA application_id` of our files ("sqob"): marks a SQLite file as an outbox file. */
 export const APPLICATION_ID = 0x73716f62;
@@ -268,7 +271,7 @@ function isMigrated(db: Database): boolean {
   const counted = row.ord === 1 ? row.foreign_insert === 1 : row.triggers === COUNTER_TRIGGERS.length; // lean: ord; legacy: the counter
   return (
     row.objects === MARKERS.length && counted && row.columns === QUEUE_EXTRA_COLUMNS.length && row.dead === DEAD_COLUMNS.length + 1 &&
-    row.version === FORMAT_VERSION && readOrigin(db) !== null
+    row.version === (row.ord === 1 ? FORMAT_VERSION : LEGACY_FORMAT_VERSION) && readOrigin(db) !== null
   );
 }
 
@@ -302,7 +305,7 @@ export function migrate(db: Database, file: string): void {
       // and never changes: the ledger knows this queue by it.
       db.query("INSERT OR IGNORE INTO outbox_meta (key, value) VALUES (?, ?)").run(ORIGIN_KEY, Bun.randomUUIDv7());
       db.run(`PRAGMA application_id = ${APPLICATION_ID}`);
-      db.run(`PRAGMA user_version = ${FORMAT_VERSION}`);
+      db.run(`PRAGMA user_version = ${queueLayout(db) === "lean" ? FORMAT_VERSION : LEGACY_FORMAT_VERSION}`);
     }
     db.run("COMMIT");
   } catch (e) {
