@@ -3,6 +3,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { decodeArgs, healthAll, Outbox, verifyFile } from "../src/index.ts";
+import { FORMAT_VERSION } from "../src/outbox/schema.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
@@ -181,4 +182,20 @@ test("the reference writing a file we created: its rows are counted, and a drain
   } finally {
     again.close();
   }
+});
+
+test("files we create carry format 2 (the lean layout); a reference file we migrate keeps its layout and format 1", () => {
+  const versionOf = (path: string) => {
+    const db = new Database(path, { readonly: true });
+    try {
+      return db.query<{ user_version: number }, []>("PRAGMA user_version").get()!.user_version;
+    } finally {
+      db.close();
+    }
+  };
+  new Outbox(tmp.file("ours.db"), "t").close();
+  expect(versionOf(tmp.file("ours.db"))).toBe(FORMAT_VERSION);
+  expect(FORMAT_VERSION).toBe(2);
+  new Outbox(file, "orders").close(); // the reference's file, migrated
+  expect(versionOf(file)).toBe(1);
 });
