@@ -59,7 +59,7 @@ describeSlow("release binaries", "cross-compile them and run them under musl and
     expect(status.code).toBe(0);
     const report = JSON.parse(status.stdout);
     expect(report.namespaces.map((n: { namespace: string; depth: number }) => [n.namespace, n.depth])).toEqual([["orders", 2]]);
-    expect(report.totals).toEqual({ namespaces: 1, depth: 2, stuck: 0, deadLetters: 0 });
+    expect(report.totals).toEqual({ namespaces: 1, depth: 2, stuck: 0, held: 0, deadLetters: 0, targetsDown: 0 });
   }, 60_000);
 
   test("sqloutbox-darwin-arm64 is a signed Mach-O arm64 executable listed in SHA256SUMS with its hash", () => {
