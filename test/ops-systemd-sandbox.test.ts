@@ -106,7 +106,9 @@ function sandboxed(command: string[], env: Record<string, string | undefined> = 
 
 beforeAll(async () => {
   if (!SLOW || !ABLE) return;
-  tmp = makeTempDir("sqloutbox-sandbox-");
+  // On disk, not in the run's tmpfs under /dev: ProtectSystem=strict leaves /dev writable, so the
+  // read-only config dir would not be read-only there.
+  tmp = makeTempDir("sqloutbox-sandbox-", "/var/tmp");
   fs.chmodSync(tmp.path, 0o755); // the service user walks through it to its bin/, etc/ and lib/
   drainBinary = tmp.file("bin/sqloutbox");
   notifyBinary = tmp.file("bin/notify-once");

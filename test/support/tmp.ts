@@ -10,9 +10,12 @@ export interface TempDir {
   cleanup(): void;
 }
 
-/** Creates a fresh temp directory; call `cleanup()` (e.g. in afterEach/afterAll) to remove it. */
-export function makeTempDir(prefix = "sqloutbox-"): TempDir {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+/**
+ * Creates a fresh temp directory under `parent` (default: the OS temp dir, a tmpfs during
+ * `bun test`, see preload.ts); call `cleanup()` (e.g. in afterEach/afterAll) to remove it.
+ */
+export function makeTempDir(prefix = "sqloutbox-", parent = os.tmpdir()): TempDir {
+  const dir = fs.mkdtempSync(path.join(parent, prefix));
   return {
     path: dir,
     file: (name) => path.join(dir, name),
