@@ -9,8 +9,8 @@ import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts"
 import { Outbox } from "../src/outbox/outbox.ts";
 import { BIN, cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { createPgDb } from "./support/server-db.ts";
-import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { describeSlow } from "./support/slow.ts";
+import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 

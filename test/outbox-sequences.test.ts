@@ -1,8 +1,8 @@
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { Outbox, verifyFile } from "../src/index.ts";
-import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import { highestSeq } from "./support/queue.ts";
+import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import { SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
