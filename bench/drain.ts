@@ -9,7 +9,8 @@
 // {"bench":"ratio","target":…,"drain_vs_limit":…}   the drain over the best limit form.
 // {"bench":"fleet","target":"postgres","drains":4,"rows":…,"rows_per_s":…}   four drain processes,
 //   each with its own queue file (its own origin), into ONE PostgreSQL table; checked afterwards.
-// {"bench":"large","target":"postgres","rows":…,"row_kb":64,"rows_per_s":…,"peak_rss_mb":…}
+// {"bench":"large","target":"postgres","rows":…,"row_kb":64,"rows_per_s":…,"peak_rss_mb":…}   two
+//   backlogs (128 MB and 384 MB of rows): the peak must not grow with the backlog.
 // {"bench":"metrics","target":"postgres","off_rows_per_s":…,"on_rows_per_s":…,"on_vs_off":…}   the
 //   same drain with the Prometheus metrics on and scraped every 100 ms, against off, alternated.
 // {"bench":"latency","target":…,"p50_ms":…,"p99_ms":…}   single events, flush_interval 5 ms,
@@ -35,7 +36,8 @@ const ROWS = 100_000;
 const CHUNK = 500;
 const LATENCY_EVENTS = 300;
 const FLEET_DRAINS = 4;
-const LARGE_ROWS = 2_000;
+/** Two backlogs of large rows: peak RSS that does not grow with the backlog is bounded by batch_max_bytes. */
+const LARGE_BACKLOGS = [2_000, 6_000];
 const LARGE_ROW_BYTES = 64 * 1024;
 type Target = "sqlite" | "postgres" | "mysql" | "null";
 type Row = [number, string, number, string];
@@ -201,12 +203,12 @@ async function fleet(): Promise<void> {
 }
 
 /** 64 KB rows into PostgreSQL: throughput and the drain's peak RSS (bounded by batch_max_bytes, not the backlog). */
-async function large(): Promise<void> {
+async function large(rows: number): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
   const remote = await remoteFor("postgres", dir.path, ["bench_large"]);
   try {
     const note = "x".repeat(LARGE_ROW_BYTES);
-    fillBacklog(`${dir.path}/outbox`, ["bench_large"], LARGE_ROWS, (i) => rowOf(i, note));
+    fillBacklog(`${dir.path}/outbox`, ["bench_large"], rows, (i) => rowOf(i, note));
     const drained = await runChild({ target: "postgres", dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: ["bench_large"] });
     console.log(JSON.stringify({ bench: "large", target: "postgres", rows: drained.rows, row_kb: LARGE_ROW_BYTES / 1024, rows_per_s: Math.round(drained.rows / drained.seconds), peak_rss_mb: drained.peak_rss_mb }));
   } finally {
@@ -291,7 +293,7 @@ if (process.argv[2] === "--drain-child") {
   const wanted = (name: string) => only.length === 0 || only.includes(name);
   for (const target of ["null", "sqlite", "postgres", "mysql"] as const) if (wanted(target)) await throughput(target);
   if (wanted("fleet")) await fleet();
-  if (wanted("large")) await large();
+  if (wanted("large")) for (const rows of LARGE_BACKLOGS) await large(rows);
   if (wanted("metrics")) await metricsCost();
   for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target))) await latency(target);
 }
