@@ -18,7 +18,7 @@ afterEach(async () => {
 });
 
 /** A sqlite remote with table t, a producer, a queue handle and a drain whose writer injects faults. */
-function setup(tuning: Tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter, target: { ledger?: boolean; injectOutboxSeq?: boolean } = {}) {
+function setup(tuning: Tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter, target: { ledger?: boolean; injectOutboxSeq?: boolean } = {}, now?: () => number) {
   const dir = makeTempDir();
   cleanups.push(() => dir.cleanup());
   const remote = new Database(dir.file("remote.db"), { create: true });
@@ -28,7 +28,7 @@ function setup(tuning: Tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter, ta
   const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
   const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], ...target } }, tuning);
   const log = memoryLogger();
-  const svc = new OutboxSyncService(config, { "app.r": wrap ? wrap(writer) : writer }, { logger: log });
+  const svc = new OutboxSyncService(config, { "app.r": wrap ? wrap(writer) : writer }, { logger: log, ...(now ? { now } : {}) });
   cleanups.push(() => svc.stop(1000));
   const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
   const push = (id: number) => producer.push("t", "INSERT INTO t (id) VALUES (?)", [id]);
@@ -350,13 +350,16 @@ describe("scheduling", () => {
   });
 
   test("a table below the threshold waits for table_max_wait, then goes out", async () => {
-    const s = setup({ flushInterval: 0.01, tableFlushThreshold: 1000, tableMaxWait: 0.3 });
+    let shift = 0; // the drain's clock runs ahead of the wall clock by this much
+    const s = setup({ flushInterval: 0.01, tableFlushThreshold: 1000, tableMaxWait: 30 }, undefined, {}, () => Date.now() + shift);
     await s.svc.runOnce();
     s.push(1);
     const early = await s.svc.runOnce();
     expect(early.delivered).toBe(0);
-    expect(early.targets[0]!.wakeAt).not.toBeNull();
-    await Bun.sleep(350);
+    expect(early.targets[0]!.wakeAt).toBeGreaterThan(Date.now() + 29_000); // the row's creation + table_max_wait
+    shift = 29_000;
+    expect((await s.svc.runOnce()).delivered).toBe(0); // not yet
+    shift = 31_000;
     expect((await s.svc.runOnce()).delivered).toBe(1);
   });
 });
