@@ -18,6 +18,7 @@ import type { LedgerRow } from "./views.ts";
  */
 export class TargetLedger {
   private readonly fenceText: string;
+  private readonly settleText: string;
 
   constructor(
     private readonly writer: BoundedWriter,
@@ -28,6 +29,7 @@ export class TargetLedger {
     private readonly logger: Logger,
   ) {
     this.fenceText = fenceSql(table, dialect);
+    this.settleText = settleReadSql(table, dialect);
   }
 
   /**
@@ -63,7 +65,7 @@ export class TargetLedger {
     const ready = tables.filter((t) => t.outbox !== null);
     if (ready.length === 0) return 0;
     const results = await this.writer.send(
-      ready.map((t) => ({ sql: settleReadSql(this.table, this.dialect), args: [t.outbox!.origin, t.name], namespace: t.name, seq: 0 })),
+      ready.map((t) => ({ sql: this.settleText, args: [t.outbox!.origin, t.name], namespace: t.name, seq: 0 })),
     );
     const read = new Map<DrainTable, number | null>();
     ready.forEach((t, i) => {

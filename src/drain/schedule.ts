@@ -1,13 +1,20 @@
 import { parseTimestamp } from "../outbox/timestamp.ts";
 
 /**
+ * The delay after `failures` (≥ 1) failures in a row: `firstMs`, doubled for each failure after
+ * the first, capped at `capMs`. Every retry schedule of the drain is one of these.
+ */
+export function doublingMs(failures: number, firstMs: number, capMs: number): number {
+  // 2^exponent overflows to Infinity long before it matters; min() keeps the cap exact.
+  return Math.max(0, Math.min(firstMs * 2 ** Math.min(Math.max(0, failures - 1), 1000), capMs));
+}
+
+/**
  * Delay before a head that has failed `attempts` times is tried again: `2^attempts × unitMs`,
  * capped at `capMs`. `unitMs` is 60 000 in production, tiny in tests.
  */
 export function rowBackoffMs(attempts: number, unitMs: number, capMs: number): number {
-  // 2^exponent overflows to Infinity long before it matters; min() keeps the cap exact.
-  const ms = 2 ** Math.min(Math.max(0, attempts), 1000) * unitMs;
-  return Math.max(0, Math.min(ms, capMs));
+  return doublingMs(attempts + 1, unitMs, capMs);
 }
 
 /** The first retry of a target that just went down comes after one second. */
@@ -21,8 +28,8 @@ const FIRST_OUTAGE_RETRY_MS = 1000;
  * returns [0, 1) (Math.random by default; tests pass a fixed one).
  */
 export function outageBackoffMs(outages: number, capMs: number, random: () => number = Math.random): number {
-  const ms = Math.min(FIRST_OUTAGE_RETRY_MS * 2 ** Math.min(Math.max(0, outages - 1), 1000), capMs);
-  return Math.max(0, ms / 2 + (random() * ms) / 2);
+  const ms = doublingMs(outages, FIRST_OUTAGE_RETRY_MS, capMs);
+  return ms / 2 + (random() * ms) / 2;
 }
 
 /** The scheduling knobs of one app. */

@@ -4,7 +4,7 @@ import type { Logger } from "../logger.ts";
 import { Outbox, type OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
-import { rowBackoffMs, tableReadiness } from "./schedule.ts";
+import { doublingMs, rowBackoffMs, tableReadiness } from "./schedule.ts";
 import type { HoldReason, TableView } from "./views.ts";
 
 /** A table held back: why, the message that says it, since and until when (epoch ms). */
@@ -160,7 +160,7 @@ export class DrainTable {
     if (this.#hold && this.#hold.until > now) return false;
     try {
       this.#outbox = new Outbox(this.file, this.name, { maxPending: this.app.maxPending, durability: this.app.durability, fileMode: this.app.fileMode });
-      this.freshQueue = !this.#outbox.hasHistory();
+      if (this.config.injectOutboxSeq) this.freshQueue = !this.#outbox.hasHistory(); // only the compatibility mode asks (compat.ts)
       this.#origin = this.#outbox.origin;
       this.#release("file");
       return true;
@@ -487,13 +487,13 @@ export class DrainTable {
   /** Holds the table after a local SQLite error: 100 ms doubling to 30 s, so a broken file is retried, not spun on. */
   #holdLocal(error: unknown, now: number, what: string): void {
     this.#localErrors += 1;
-    const ms = Math.min(100 * 2 ** Math.min(this.#localErrors - 1, 20), 30_000);
+    const ms = doublingMs(this.#localErrors, 100, 30_000);
     this.#holdFor("local", `local error ${what} (${this.file}): ${describeError(error).message}`, now, now + ms, "error");
   }
 
   #holdSchema(message: string, now: number): void {
     this.#schemaErrors += 1;
-    const ms = Math.min(SCHEMA_RETRY_FIRST_MS * 2 ** Math.min(this.#schemaErrors - 1, 20), SCHEMA_RETRY_CAP_MS);
+    const ms = doublingMs(this.#schemaErrors, SCHEMA_RETRY_FIRST_MS, SCHEMA_RETRY_CAP_MS);
     this.#holdFor("remote schema", `remote schema on ${this.target}: ${message}`, now, now + ms);
   }
 

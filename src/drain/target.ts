@@ -10,7 +10,7 @@ import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
 import { TargetLedger } from "./ledger.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
-import { outageBackoffMs } from "./schedule.ts";
+import { doublingMs, outageBackoffMs } from "./schedule.ts";
 import { DrainTable, minWake, type TableSlice } from "./table.ts";
 import type { LedgerRow, TargetState, TargetView } from "./views.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
@@ -85,8 +85,6 @@ export class TargetRunner {
   readonly tables: DrainTable[];
   readonly dialect: Dialect;
   readonly ledger: TargetLedger | null;
-  /** Rows delivered, failed and dead-lettered since the service started. */
-  readonly totals = { delivered: 0, failed: 0, deadLettered: 0 };
   state: TargetState = "starting";
   /** Consecutive failed attempts to reach the target (0 when it answers). */
   failures = 0;
@@ -146,6 +144,17 @@ export class TargetRunner {
     this.ledger = target.ledger ? new TargetLedger(this.writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger) : null;
   }
 
+  /** Rows delivered, failed and dead-lettered since the service started: the sum of its tables' counts. */
+  get totals(): { delivered: number; failed: number; deadLettered: number } {
+    const totals = { delivered: 0, failed: 0, deadLettered: 0 };
+    for (const { counts } of this.tables) {
+      totals.delivered += counts.delivered;
+      totals.failed += counts.failed;
+      totals.deadLettered += counts.deadLettered;
+    }
+    return totals;
+  }
+
   /** Opens every table's queue file; a file that cannot be opened holds only its table. */
   openTables(): void {
     const now = this.now();
@@ -161,9 +170,6 @@ export class TargetRunner {
   cycle(): Promise<TargetCycle> {
     this.running ??= this.runCycle()
       .then((out) => {
-        this.totals.delivered += out.delivered;
-        this.totals.failed += out.failed;
-        this.totals.deadLettered += out.deadLettered;
         this.lastCycleAt = Date.now();
         this.lastBeatAt = this.lastCycleAt;
         return out;
@@ -189,7 +195,7 @@ export class TargetRunner {
       lastBeatAt: iso(this.lastBeatAt),
       setupProblem: this.setupProblem,
       ledger: this.ledger !== null,
-      totals: { ...this.totals },
+      totals: this.totals,
       tables: this.tables.map((t) => t.view()),
       fleet: this.fleet,
       fleetReadAt: this.fleetReadAt ? iso(this.fleetReadAt) : null,
@@ -198,11 +204,13 @@ export class TargetRunner {
 
   /**
    * Whether the loop is alive: it ran (a cycle, or a poll while idle or backing off) within twice
-   * write_timeout plus flush_interval plus 10 s — a batch blocked on a dead remote is not a hung loop.
+   * write_timeout plus flush_interval plus 10 s of its last run or of its start — a batch blocked on
+   * a dead remote is not a hung loop. Before the loop starts the target is starting, which is alive:
+   * a liveness probe must not kill a slow start (startup is bounded by write_timeout).
    */
   liveness(now = Date.now()): { ok: boolean; why?: string } {
     const boundMs = 2 * this.app.writeTimeoutMs + this.app.flushIntervalMs + 10_000;
-    if (this.lastBeatAt === null) return { ok: false, why: "the loop has not run yet" };
+    if (this.lastBeatAt === null) return { ok: true, why: "starting" };
     const ageMs = now - this.lastBeatAt;
     return ageMs <= boundMs ? { ok: true } : { ok: false, why: `the loop last ran ${Math.round(ageMs / 1000)} s ago (bound ${Math.round(boundMs / 1000)} s)` };
   }
@@ -262,7 +270,7 @@ export class TargetRunner {
       this.recovered();
       if (problem) {
         this.setupFailures += 1;
-        this.setupRetryAt = now + Math.min(SETUP_RETRY_FIRST_MS * 2 ** Math.min(this.setupFailures - 1, 20), SETUP_RETRY_CAP_MS);
+        this.setupRetryAt = now + doublingMs(this.setupFailures, SETUP_RETRY_FIRST_MS, SETUP_RETRY_CAP_MS);
         if (this.setupProblem !== problem) this.logger.error(`drain: target ${this.name} is held (remote schema): ${problem}`, { target: this.name, error_class: "remote schema" });
         this.setupProblem = problem;
         for (const table of this.tables) table.holdSchema(problem, now);
@@ -288,6 +296,7 @@ export class TargetRunner {
   startLoop(): void {
     if (this.loopDone) return;
     this.stopping = false;
+    this.lastBeatAt ??= Date.now(); // from here on, a loop that never runs is a hung loop
     this.watch();
     this.loopDone = this.supervise();
   }

@@ -13,8 +13,7 @@ export interface OpsServer {
 /**
  * Serves the drain's operations endpoints on `address` (port 0 picks a free one):
  * - `/metrics`: Prometheus text (see metrics.ts);
- * - `/healthz`: 200 while every target's loop is alive (TargetRunner.liveness), and while the
- *   drain is still starting; else 503;
+ * - `/healthz`: 200 while every target's loop is alive or still starting (TargetRunner.liveness); else 503;
  * - `/readyz`: 200 when every target is reachable and set up (TargetRunner.readiness), else 503.
  * Health answers are short JSON bodies saying why, per target, passed through `mask` (credentials).
  */
@@ -39,9 +38,7 @@ export function serveOps(address: ListenAddress, service: () => OutboxSyncServic
         case "/metrics":
           return new Response(await metrics.text(), { headers: { "content-type": metrics.contentType } });
         case "/healthz":
-          // Starting is alive: a liveness probe must not kill a slow start. A loop that has not run
-          // yet is still in startup (bounded by write_timeout) or in its first cycle, not hung.
-          return health((r) => (r.lastBeatAt === null ? { ok: true, why: "starting" } : r.liveness()), 200);
+          return health((r) => r.liveness(), 200);
         case "/readyz":
           return health((r) => r.readiness(), 503);
         default:
