@@ -1,3 +1,4 @@
+import { BoundedMemo } from "../bounded-memo.ts";
 import { UnsupportedStatementError } from "../errors.ts";
 import { bindTemplate, rewriteTemplate, type RewriteTemplate } from "../sql/template.ts";
 import type { BindValue, Dialect } from "../vocabulary.ts";
@@ -14,7 +15,7 @@ const MAX_ENTRIES = 2048;
  * Refusals (UnsupportedStatementError) are cached as such.
  */
 export class RewriteCache {
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries = new BoundedMemo<Entry>(MAX_ENTRIES);
 
   constructor(
     private readonly dialect: Dialect,
@@ -23,19 +24,14 @@ export class RewriteCache {
 
   /** The statement of one row: with outbox_seq injected (`inject`), or placeholders converted only. Throws what the rewriter throws. */
   rewrite(sql: string, args: readonly BindValue[], seq: number, inject: boolean): { sql: string; args: BindValue[] } {
-    const key = `${inject ? "i" : "d"}${args.length}\u0000${sql}`;
-    let entry = this.entries.get(key);
-    if (entry === undefined) {
+    const entry = this.entries.get(`${inject ? "i" : "d"}${args.length}\u0000${sql}`, () => {
       try {
-        entry = rewriteTemplate(sql, this.dialect, args.length, { inject, compat: this.compat });
+        return rewriteTemplate(sql, this.dialect, args.length, { inject, compat: this.compat });
       } catch (error) {
         if (!(error instanceof UnsupportedStatementError)) throw error;
-        entry = { error };
+        return { error };
       }
-      // Statement texts are few; a flood of unique ones just stops being cached well.
-      if (this.entries.size >= MAX_ENTRIES) this.entries.clear();
-      this.entries.set(key, entry);
-    }
+    });
     if ("error" in entry) throw entry.error;
     return { sql: entry.sql, args: bindTemplate(entry, args, seq) };
   }

@@ -1,3 +1,4 @@
+import { BoundedMemo } from "../bounded-memo.ts";
 import { InvalidStatementError } from "../errors.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { checkInjectable, checkStatement, validateStatement } from "./statement.ts";
@@ -12,13 +13,16 @@ const MAX_ENTRIES = 4096;
  * verdict is forgotten. One cache per dialect (null: every dialect).
  */
 export class StatementCache {
-  private readonly verdicts = new Map<string, number | string>();
-  private readonly injectVerdicts = new Map<string, string | null>();
+  private readonly verdicts: BoundedMemo<number | string>;
+  private readonly injectVerdicts: BoundedMemo<string | null>;
 
   constructor(
     readonly dialect: Dialect | null,
-    private readonly maxEntries = MAX_ENTRIES,
-  ) {}
+    maxEntries = MAX_ENTRIES,
+  ) {
+    this.verdicts = new BoundedMemo(maxEntries);
+    this.injectVerdicts = new BoundedMemo(maxEntries);
+  }
 
   /**
    * Throws `InvalidStatementError` naming `table` unless `sql` is one valid statement taking
@@ -26,35 +30,24 @@ export class StatementCache {
    */
   check(table: string, sql: string, argCount: number, inject: boolean): void {
     if (typeof sql !== "string") throw new InvalidStatementError(`SQL text must be a string, got ${sql === null ? "null" : typeof sql}`, table);
-    let verdict = this.verdicts.get(sql);
-    if (verdict === undefined) {
-      try {
-        verdict = validateStatement(sql, this.dialect);
-      } catch (error) {
-        if (!(error instanceof InvalidStatementError)) throw error;
-        verdict = error.reason;
-      }
-      remember(this.verdicts, sql, verdict, this.maxEntries);
-    }
+    const verdict = this.verdicts.get(sql, () => reasonOf(() => validateStatement(sql, this.dialect)));
     if (typeof verdict === "string") throw new InvalidStatementError(verdict, table);
     if (verdict !== argCount) checkStatement(sql, argCount, this.dialect, table); // throws, with the full reason
     if (!inject) return;
-    let problem = this.injectVerdicts.get(sql);
-    if (problem === undefined) {
-      problem = null;
-      try {
-        checkInjectable(sql, argCount, this.dialect);
-      } catch (error) {
-        if (!(error instanceof InvalidStatementError)) throw error;
-        problem = error.reason;
-      }
-      remember(this.injectVerdicts, sql, problem, this.maxEntries);
-    }
+    const problem = this.injectVerdicts.get(sql, () => {
+      const reason = reasonOf(() => checkInjectable(sql, argCount, this.dialect));
+      return typeof reason === "string" ? reason : null;
+    });
     if (problem !== null) throw new InvalidStatementError(problem, table);
   }
 }
 
-function remember<V>(map: Map<string, V>, key: string, value: V, max: number): void {
-  if (map.size >= max) map.delete(map.keys().next().value!);
-  map.set(key, value);
+/** What `check` returns, or the reason of the InvalidStatementError it throws (anything else is thrown on). */
+function reasonOf<T>(check: () => T): T | string {
+  try {
+    return check();
+  } catch (error) {
+    if (!(error instanceof InvalidStatementError)) throw error;
+    return error.reason;
+  }
 }

@@ -1,3 +1,4 @@
+import { BoundedMemo } from "../bounded-memo.ts";
 import { maxRows, multiRowSql, valuesInsert, type ValuesInsert } from "../sql/coalesce.ts";
 import type { BindValue, Dialect } from "../vocabulary.ts";
 import type { Statement } from "./writer.ts";
@@ -10,18 +11,10 @@ export interface CoalescedBatch {
 }
 
 // A backlog repeats a few statement texts thousands of times: recognise each text once.
-const shapes = new Map<string, ValuesInsert | null>();
-const MAX_SHAPES = 4096;
+const shapes = new BoundedMemo<ValuesInsert | null>(4096);
 
 function shapeOf(sql: string, dialect: Dialect): ValuesInsert | null {
-  const key = `${dialect}\0${sql}`;
-  let shape = shapes.get(key);
-  if (shape === undefined) {
-    shape = valuesInsert(sql, dialect);
-    if (shapes.size >= MAX_SHAPES) shapes.clear();
-    shapes.set(key, shape);
-  }
-  return shape;
+  return shapes.get(`${dialect}\0${sql}`, () => valuesInsert(sql, dialect));
 }
 
 /**

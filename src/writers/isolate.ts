@@ -1,3 +1,4 @@
+import { BoundedMemo } from "../bounded-memo.ts";
 import type { WriteError } from "../errors.ts";
 import { statementCount } from "../sql/statement.ts";
 import type { Dialect } from "../vocabulary.ts";
@@ -54,8 +55,7 @@ export function runIsolated(
 }
 
 // Statement texts repeat thousands of times in a backlog: count each one once.
-const counted = new Map<string, string | null>();
-const MAX_COUNTED = 4096;
+const counted = new BoundedMemo<string | null>(4096);
 
 /**
  * Why `sql` is not exactly one statement as `dialect` reads it, or null. Drivers do not all refuse
@@ -63,19 +63,14 @@ const MAX_COUNTED = 4096;
  * arguments), and a row queued before producers checked at push must never run `…; DROP TABLE`.
  */
 function notOneStatement(sql: string, dialect: Dialect): string | null {
-  const key = `${dialect}\0${sql}`;
-  let why = counted.get(key);
-  if (why === undefined) {
+  return counted.get(`${dialect}\0${sql}`, () => {
     try {
       const n = statementCount(sql, dialect);
-      why = n === 1 ? null : n === 0 ? "the statement text is empty" : `the text holds ${n} statements; a row must be exactly one`;
+      return n === 1 ? null : n === 0 ? "the statement text is empty" : `the text holds ${n} statements; a row must be exactly one`;
     } catch (error) {
-      why = (error as Error).message;
+      return (error as Error).message;
     }
-    if (counted.size >= MAX_COUNTED) counted.clear();
-    counted.set(key, why);
-  }
-  return why;
+  });
 }
 
 /** `batch`: all namespaces together; `namespace`: one namespace, split off after a failed COMMIT;
