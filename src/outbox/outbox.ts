@@ -363,3 +363,13 @@ export class Outbox {
     if (!Number.isFinite(retainDays) || retainDays < 0) throw this.#file.invalid(`retainDays must be a non-negative number, got ${retainDays}`);
   }
 }
+
+/** Opens the queue of `namespace` in `path`, runs `fn` on it and closes it, whatever `fn` does. */
+export function withOutbox<T>(path: string, namespace: string, fn: (outbox: Outbox) => T): T {
+  const outbox = new Outbox(path, namespace);
+  try {
+    return fn(outbox);
+  } finally {
+    outbox.close();
+  }
+}

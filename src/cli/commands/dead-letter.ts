@@ -2,7 +2,7 @@ import { defineCommand } from "citty";
 import { NotFoundError, StorageError, UsageError } from "../../errors.ts";
 import { listOutboxFiles } from "../../outbox/files.ts";
 import { findDeadLetterRefs, findDeadLetters, planPurge, type DeadLetterFilter, type DeadLetterRef, type FiledDeadLetter, type PurgeOutcome, type PurgeRule } from "../../outbox/dead-letters.ts";
-import { Outbox } from "../../outbox/outbox.ts";
+import { withOutbox } from "../../outbox/outbox.ts";
 import { isoTimestamp } from "../../outbox/timestamp.ts";
 import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
@@ -302,13 +302,7 @@ const replay = defineCommand({
 async function replayOne(namespace: string, seq: number, args: { config?: string; "db-dir"?: string; app?: string; json?: boolean }): Promise<void> {
   const { file } = namespaceFile(await resolveLocations(args), namespace, args.app);
   requireOutboxNamespace(file, namespace);
-  const outbox = new Outbox(file, namespace);
-  let newSeq: number;
-  try {
-    newSeq = outbox.replayDead(seq);
-  } finally {
-    outbox.close();
-  }
+  const newSeq = withOutbox(file, namespace, (outbox) => outbox.replayDead(seq));
   if (args.json) print(JSON.stringify({ action: "replay", namespace, seq, newSeq, file }, null, 2));
   else print(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq} (re-enqueued at the tail, ${file})`);
 }
@@ -332,14 +326,9 @@ function replaySelection(dirs: readonly Location[], filter: DeadLetterFilter, dr
         continue;
       }
       try {
-        const outbox = new Outbox(file, namespace);
-        try {
-          const done = outbox.replayDeadMany(rows.map((l) => l.seq));
-          for (const r of done.replayed) report.replayed.push({ namespace, seq: r.seq, newSeq: r.newSeq, file });
-          for (const s of done.skipped) report.skipped.push({ namespace, seq: s.seq, file, replayedAsSeq: s.replayedAsSeq });
-        } finally {
-          outbox.close();
-        }
+        const done = withOutbox(file, namespace, (outbox) => outbox.replayDeadMany(rows.map((l) => l.seq)));
+        for (const r of done.replayed) report.replayed.push({ namespace, seq: r.seq, newSeq: r.newSeq, file });
+        for (const s of done.skipped) report.skipped.push({ namespace, seq: s.seq, file, replayedAsSeq: s.replayedAsSeq });
       } catch (e) {
         fail(file, e as Error);
       }
@@ -394,15 +383,7 @@ function purgeDir(dbDir: string, rule: PurgeRule, namespace: string | undefined,
   for (const file of listOutboxFiles(dbDir)) {
     try {
       for (const plan of planPurge(file, rule, namespace)) {
-        let outcome: PurgeOutcome = plan;
-        if (!report.dryRun && plan.purged.length > 0) {
-          const outbox = new Outbox(file, plan.namespace);
-          try {
-            outcome = outbox.purgeDead(rule);
-          } finally {
-            outbox.close();
-          }
-        }
+        const outcome: PurgeOutcome = !report.dryRun && plan.purged.length > 0 ? withOutbox(file, plan.namespace, (outbox) => outbox.purgeDead(rule)) : plan;
         for (const p of outcome.purged) report.purged.push({ namespace: p.namespace, seq: p.seq, file, reason: p.reason, deadAt: p.deadAt, replayedAt: p.replayedAt });
         for (const k of outcome.kept) report.kept.push({ namespace: k.namespace, seq: k.seq, file, reason: k.reason, deadAt: k.deadAt, replayedAt: k.replayedAt, keptBecause: k.keptBecause });
       }

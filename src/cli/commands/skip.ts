@@ -1,5 +1,5 @@
 import { defineCommand } from "citty";
-import { Outbox } from "../../outbox/outbox.ts";
+import { withOutbox } from "../../outbox/outbox.ts";
 import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "../args.ts";
 import { print } from "../text-output.ts";
 import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../locations.ts";
@@ -17,12 +17,7 @@ export const skip = defineCommand({
     requireOutboxNamespace(file, args.namespace);
     // The Outbox methods run in one IMMEDIATE transaction with busy_timeout, so a running drain
     // either sees the row before or after the move, never half of it.
-    const outbox = new Outbox(file, args.namespace);
-    try {
-      outbox.skipHead(seq);
-    } finally {
-      outbox.close();
-    }
+    withOutbox(file, args.namespace, (outbox) => outbox.skipHead(seq));
     if (args.json) print(JSON.stringify({ action: "skip", namespace: args.namespace, seq, file }, null, 2));
     else {
       print(`skipped ${args.namespace} seq ${seq}: moved to the dead-letter log (reason "skipped"), ${file}`);
