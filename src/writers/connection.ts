@@ -1,3 +1,5 @@
+import type { ConnectionKey } from "./writer-spec.ts";
+
 /** A `[connection]` table: TOML values or a programmatic object. */
 export type Connection = Record<string, unknown>;
 /** One invalid key of a connection table and what is wrong with it. */
@@ -41,7 +43,7 @@ export function checkBooleans(connection: Connection, keys: string[]): Problem[]
 }
 
 /** The `coalesce` key of every built-in writer. */
-export const COALESCE_KEY = {
+export const COALESCE_KEY: ConnectionKey = {
   name: "coalesce",
   description: "false sends every row as its own statement; by default runs of one table's same-text INSERTs go as multi-row statements (see docs/writers.md)",
 };
