@@ -3,29 +3,20 @@
 // non-zero for each condition cron, Nagios or a probe cares about, `kick` cuts a backoff short,
 // and JSON logs carry their facts as fields.
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { BIN, cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import { startTcpProxy } from "./support/tcp-proxy.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes();
-});
-
-function tmp(): TempDir {
-  const t = makeTempDir();
-  cleanups.push(() => t.cleanup());
-  return t;
-}
+const cleanups = cleanupsAfterEach();
+const tmp = (): TempDir => tempDirCleanedBy(cleanups);
 
 /** outbox.toml for one app over `queue/` with one target; `tuning` lines go under [app.a]. */
 function config(dir: TempDir, target: string, tuning = ""): string {

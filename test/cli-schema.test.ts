@@ -1,15 +1,12 @@
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { normalize, runInProcess } from "./support/cli.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsAfterEach();
 
 /** A temp dir with an outbox.toml routing `orders` (injected: the compatibility mode) and `raw` (not) to one target. */
 function project(writer: string, connection: string) {

@@ -1,17 +1,14 @@
 import fs from "node:fs";
-import { afterEach, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsAfterEach();
 
 const TABLES = ["t1", "t2"];
 const PRODUCERS = 2;

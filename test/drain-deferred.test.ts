@@ -2,23 +2,19 @@
 // key) must hold only its own table and be dead-lettered after max_attempts (SPEC §6), on every
 // engine that has deferred constraints — not stall every table of the target as an outage.
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
-import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes();
-});
+const cleanups = cleanupsAfterEach();
 
 type Engine = "sqlite" | "libsql" | "libsql-http" | "postgres";
 

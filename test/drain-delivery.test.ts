@@ -1,29 +1,20 @@
 import fs from "node:fs";
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { acquireLock } from "../src/drain/lock.ts";
 import { LockedError, StorageError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createPgDb, type ServerDb } from "./support/server-db.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
-});
-
-function tmp(): TempDir {
-  const t = makeTempDir();
-  cleanups.push(() => t.cleanup());
-  return t;
-}
+const cleanups = cleanupsAfterEach();
+const tmp = (): TempDir => tempDirCleanedBy(cleanups);
 async function pg(): Promise<ServerDb> {
   const db = await createPgDb();
   cleanups.push(() => db.drop());

@@ -1,21 +1,17 @@
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { StorageError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter } from "../src/writers/writer.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { type Fault, FaultyWriter, memoryLogger, oneApp, type Tuning } from "./support/drain-harness.ts";
 import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
-});
+const cleanups = cleanupsAfterEach();
 
 /** A sqlite remote with table t, a producer, a queue handle and a drain whose writer injects faults. */
 function setup(tuning: Tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter, target: { ledger?: boolean; injectOutboxSeq?: boolean } = {}, now?: () => number) {

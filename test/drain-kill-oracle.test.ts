@@ -3,9 +3,10 @@
 // the remote must end exactly where a serial, once-each application of the produced statements
 // ends. The oracle is that application, replayed into a local SQLite file.
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
@@ -13,11 +14,7 @@ import { mixSchema, mixStatement } from "./support/statement-mix.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsAfterEach();
 
 const KILLS = Number(process.env.SQLOUTBOX_KILLS ?? 12);
 type Engine = "sqlite" | "libsql-http" | "postgres" | "mysql";

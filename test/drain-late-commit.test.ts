@@ -3,25 +3,21 @@
 // decided, or it would send the rows again. Its settlement read locks the ledger row and so waits
 // for the holder; the fence of its next batch would fail on the moved row anyway.
 import { SQL } from "bun";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
-import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { ledgerDdl } from "../src/sql/ledger.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { Statement } from "../src/writers/writer.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createMysqlDb, createPgDb, MYSQL_BASE_URL } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes();
-});
+const cleanups = cleanupsAfterEach();
 
 type Engine = "postgres" | "mysql";
 /** How the drain reaches the remote: as the owner with auto_schema, with auto_schema off (a DBA made the ledger), or as a role that may not ALTER or CREATE. */

@@ -1,16 +1,12 @@
 import { Database } from "bun:sqlite";
-import { afterEach, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
-});
+const cleanups = cleanupsAfterEach();
 
 /** Spawns test/support/children/drain-child.ts; collects stdout/stderr as text while it runs. */
 function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { startupDelayMs?: number; writeTimeout?: number; activityLogIntervalMs?: number } = {}) {

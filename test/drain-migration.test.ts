@@ -2,29 +2,20 @@
 // not: from the Python reference's files, from this project's outbox_seq mode, and a queue file
 // restored from an older copy while the remote is ahead.
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes();
-});
-
-function tmp(): TempDir {
-  const t = makeTempDir();
-  cleanups.push(() => t.cleanup());
-  return t;
-}
+const cleanups = cleanupsAfterEach();
+const tmp = (): TempDir => tempDirCleanedBy(cleanups);
 
 /** A local SQLite remote with `t`/`orders` tables as given. */
 function remoteDb(dir: TempDir, ddl: string[]): Database {

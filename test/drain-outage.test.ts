@@ -1,8 +1,9 @@
-import { afterEach, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
@@ -10,12 +11,7 @@ import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
-});
+const cleanups = cleanupsAfterEach();
 
 describeSlow("an outage in real time", "cut PostgreSQL for seconds under a running drain", () => {
   test("a PostgreSQL outage charges and dead-letters nothing while producers keep writing; after restore everything lands once, in order", async () => {

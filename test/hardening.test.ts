@@ -3,7 +3,7 @@
 // config table names and Doppler have their own suites: producer-middleware, outbox-payload,
 // config-validation, config-doppler.)
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { StorageError } from "../src/errors.ts";
@@ -13,25 +13,16 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { FORMAT_VERSION } from "../src/outbox/schema.ts";
 import { ledgerDdl } from "../src/sql/ledger.ts";
 import { createWriter } from "../src/writers/registry.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { runInProcess } from "./support/cli.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes();
-});
-
-function tmp(): TempDir {
-  const t = makeTempDir();
-  cleanups.push(() => t.cleanup());
-  return t;
-}
+const cleanups = cleanupsAfterEach();
+const tmp = (): TempDir => tempDirCleanedBy(cleanups);
 
 describe.each(["postgres", "mysql"] as const)("a queued '…; DROP TABLE victim' delivered to %s", (engine) => {
   test("is refused by push, and a row queued before that check is dead-lettered unrun: the victim table survives, the other rows land", async () => {

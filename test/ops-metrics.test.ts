@@ -1,12 +1,13 @@
 // /metrics, /healthz and /readyz of a running `sqloutbox runservice --metrics-addr` against a real
 // PostgreSQL: the values follow rows as they are produced, delivered, failed and dead-lettered, a
 // missing remote table, an outage (a cut TCP proxy) and the fleet view of the delivery ledger.
-import { afterEach, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { serveOps } from "../src/ops/http.ts";
 import { createDrainMetrics } from "../src/ops/metrics.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { type CliDrain, startCliDrain } from "./support/cli-drain.ts";
 import { parsePrometheusText, type Scrape } from "./support/prom-text.ts";
 import { createPgDb, type ServerDb } from "./support/server-db.ts";
@@ -15,11 +16,7 @@ import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsAfterEach();
 
 /** A temp dir and a fresh PostgreSQL database, both removed after the test. */
 async function setup(): Promise<{ dir: TempDir; db: ServerDb }> {

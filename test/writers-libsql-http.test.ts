@@ -3,25 +3,21 @@
 // executed by SQLite on a real file. The conformance suite runs the shared scenarios; this file
 // covers what only a remote target has: auth, HTTP failures, batons, the URL forms.
 import { Database } from "bun:sqlite";
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { WriteError } from "../src/errors.ts";
-import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { type HranaServer, startHranaServer } from "./support/hrana-server.ts";
 import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const TOKEN = "tok-Secret-123";
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-  closeSharedOutboxes(); // producers' per-process Outbox handles on the removed temp dirs
-});
+const cleanups = cleanupsAfterEach();
 
 /** A fresh SQLite file with table t, a Hrana server in front of it, and a direct reader. */
 function setup(streamExpiryMs?: number): { server: HranaServer; file: string; ids(): number[]; writer(connection?: Record<string, unknown>): OutboxWriter } {
