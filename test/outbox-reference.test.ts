@@ -194,8 +194,9 @@ test("files we create carry format 2 (the lean layout); a reference file we migr
     }
   };
   new Outbox(tmp.file("ours.db"), "t").close();
-  expect(versionOf(tmp.file("ours.db"))).toBe(FORMAT_VERSION);
-  expect(FORMAT_VERSION).toBe(2);
   new Outbox(file, "orders").close(); // the reference's file, migrated
+  expect(versionOf(tmp.file("ours.db"))).toBe(FORMAT_VERSION);
+  // A sqloutbox that reads only the legacy format refuses ours and still reads a migrated reference file.
   expect(versionOf(file)).toBe(1);
+  expect(versionOf(tmp.file("ours.db"))).toBeGreaterThan(versionOf(file));
 });
