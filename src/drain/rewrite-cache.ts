@@ -15,7 +15,8 @@ const MAX_ENTRIES = 2048;
  * Refusals (UnsupportedStatementError) are cached as such.
  */
 export class RewriteCache {
-  private readonly entries = new BoundedMemo<Entry>(MAX_ENTRIES);
+  /** Per argument count and inject flag, the templates by SQL text (the text itself is the key: no key is built per row). */
+  private readonly entries = new Map<number, BoundedMemo<Entry>>();
 
   constructor(
     private readonly dialect: Dialect,
@@ -24,7 +25,10 @@ export class RewriteCache {
 
   /** The statement of one row: with outbox_seq injected (`inject`), or placeholders converted only. Throws what the rewriter throws. */
   rewrite(sql: string, args: readonly BindValue[], seq: number, inject: boolean): { sql: string; args: BindValue[] } {
-    const entry = this.entries.get(`${inject ? "i" : "d"}${args.length}\u0000${sql}`, () => {
+    const kind = args.length * 2 + (inject ? 1 : 0);
+    let memo = this.entries.get(kind);
+    if (!memo) this.entries.set(kind, (memo = new BoundedMemo<Entry>(MAX_ENTRIES)));
+    const entry = memo.get(sql, () => {
       try {
         return rewriteTemplate(sql, this.dialect, args.length, { inject, compat: this.compat });
       } catch (error) {

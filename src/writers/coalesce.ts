@@ -1,4 +1,4 @@
-import { BoundedMemo } from "../bounded-memo.ts";
+import { memoPerDialect } from "../bounded-memo.ts";
 import { maxRows, multiRowSql, valuesInsert, type ValuesInsert } from "../sql/coalesce.ts";
 import type { BindValue, Dialect } from "../vocabulary.ts";
 import type { Statement } from "./writer.ts";
@@ -11,10 +11,10 @@ export interface CoalescedBatch {
 }
 
 // A backlog repeats a few statement texts thousands of times: recognise each text once.
-const shapes = new BoundedMemo<ValuesInsert | null>(4096);
+const shapes = memoPerDialect<ValuesInsert | null>(4096);
 
 function shapeOf(sql: string, dialect: Dialect): ValuesInsert | null {
-  return shapes.get(`${dialect}\0${sql}`, () => valuesInsert(sql, dialect));
+  return shapes(dialect).get(sql, () => valuesInsert(sql, dialect));
 }
 
 /**

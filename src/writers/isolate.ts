@@ -1,4 +1,4 @@
-import { BoundedMemo } from "../bounded-memo.ts";
+import { memoPerDialect } from "../bounded-memo.ts";
 import type { WriteError } from "../errors.ts";
 import { statementCount } from "../sql/statement.ts";
 import type { Dialect } from "../vocabulary.ts";
@@ -55,7 +55,7 @@ export function runIsolated(
 }
 
 // Statement texts repeat thousands of times in a backlog: count each one once.
-const counted = new BoundedMemo<string | null>(4096);
+const counted = memoPerDialect<string | null>(4096);
 
 /**
  * Why `sql` is not exactly one statement as `dialect` reads it, or null. Drivers do not all refuse
@@ -63,7 +63,7 @@ const counted = new BoundedMemo<string | null>(4096);
  * arguments), and a row queued before producers checked at push must never run `…; DROP TABLE`.
  */
 function notOneStatement(sql: string, dialect: Dialect): string | null {
-  return counted.get(`${dialect}\0${sql}`, () => {
+  return counted(dialect).get(sql, () => {
     try {
       const n = statementCount(sql, dialect);
       return n === 1 ? null : n === 0 ? "the statement text is empty" : `the text holds ${n} statements; a row must be exactly one`;
@@ -182,7 +182,10 @@ async function isolate(
         if ("result" in o) throw fail(`internal error: a pass committed seq ${stmts[active[m[0]!]!]!.seq} of a failed namespace`, undefined);
         return;
       }
-      if ("result" in o) for (const j of m) results[active[j]!] = m.length > 1 ? memberResult(o.result, m.length) : o.result;
+      if ("result" in o) {
+        const each = m.length > 1 ? memberResult(o.result, m.length) : o.result;
+        for (const j of m) results[active[j]!] = each;
+      }
       else if ("error" in o && !failedAt.has(namespace)) failNamespace(active[m[0]!]!, failure(o.error));
     });
   }
@@ -193,8 +196,8 @@ function spread(members: number[][], outcomes: Outcome[], count: number): Outcom
   const out = new Array<Outcome>(count);
   members.forEach((m, k) => {
     const o = outcomes[k]!;
-    if (m.length === 1) out[m[0]!] = o;
-    else for (const j of m) out[j] = "result" in o ? { result: memberResult(o.result, m.length) } : o;
+    const each = m.length > 1 && "result" in o ? { result: memberResult(o.result, m.length) } : o; // shared: answers are read, never written
+    for (const j of m) out[j] = each;
   });
   return out;
 }
