@@ -7,6 +7,7 @@ import { LockedError, StorageError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
+import type { OutboxWriter } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createPgDb, type ServerDb } from "./support/server-db.ts";
@@ -320,5 +321,39 @@ describe("delivery", () => {
     const namespaces = writer.statements.filter((st) => st.seq > 0).map((st) => st.namespace);
     expect(namespaces).toEqual(["x", "x", "x", "x", "y", "y", "y"]);
     expect(remote.query("SELECT 1 FROM z").all()).toEqual([]);
+  });
+
+  test("under load the loop confirms a batch locally while the next is in flight: each batch starts above the last, none is sent twice, and stop confirms the last", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER)"]);
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } }, { batchSize: 50 });
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    const N = 500;
+    for (let i = 0; i < N; i++) producer.push("x", "INSERT INTO x (id) VALUES (?)", [i]);
+    const queue = new Outbox(dir.file("outbox/x.db"), "x");
+    cleanups.push(() => queue.close());
+    // Per batch: its seqs, and the rows still pending locally when it was sent.
+    const sent: Array<{ seqs: number[]; pendingAtSend: number }> = [];
+    const inner = createWriter("sqlite", { path: dir.file("remote.db") });
+    const writer: OutboxWriter = {
+      dialect: "sqlite",
+      writeBatch: (stmts) => {
+        sent.push({ seqs: stmts.filter((st) => st.seq > 0 && st.namespace === "x").map((st) => st.seq), pendingAtSend: queue.pendingCount() });
+        return inner.writeBatch(stmts);
+      },
+    };
+    const svc = service(config, { "app.r": writer });
+    await svc.start();
+    await waitFor(() => remote.query<{ n: number }, []>("SELECT count(*) AS n FROM x").get()!.n === N, "every row delivered");
+    await svc.stop();
+    const batches = sent.filter((b) => b.seqs.length > 0);
+    const seqs = batches.flatMap((b) => b.seqs);
+    expect(new Set(seqs).size).toBe(N); // none sent twice
+    expect(seqs).toEqual([...seqs].sort((a, b) => a - b)); // each batch starts above the one before
+    // The previous batch's rows were still pending locally when the next one left: it was confirmed while that one was in flight.
+    const overlapped = batches.filter((b, k) => k > 0 && b.pendingAtSend === N - seqs.indexOf(b.seqs[0]!) + batches[k - 1]!.seqs.length);
+    expect(overlapped.length).toBeGreaterThan(0);
+    expect(queue.pendingCount()).toBe(0); // stop confirmed the last batch
+    expect(remote.query<{ id: number }, []>("SELECT id FROM x ORDER BY rowid").all().map((r) => r.id)).toEqual([...Array(N).keys()]);
   });
 });

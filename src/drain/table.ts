@@ -80,6 +80,14 @@ export class DrainTable {
   #through: number | null = null;
   /** A row behind the head failed: the next slice stops before it, so the rows before it go first. */
   #cutBefore: number | null = null;
+  /**
+   * The last seq of a fenced slice the remote applied (its fence moved the ledger there) whose rows
+   * are not confirmed locally yet: they are confirmed while the next batch is in flight, and the
+   * next slice starts above it. Null when nothing waits.
+   */
+  #applied: number | null = null;
+  /** Rows at or below this were counted delivered when applied, but their local confirmation failed: settlement confirms them without counting them again. */
+  #countedThrough = 0;
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
    *  MAX(outbox_seq) can then only be another queue's seqs (see compat.ts). */
   freshQueue = false;
@@ -170,8 +178,9 @@ export class DrainTable {
     }
   }
 
-  /** Closes the queue file. */
+  /** Closes the queue file (confirming first what a target applied). */
   close(): void {
+    this.confirmApplied(Date.now());
     this.#outbox?.close();
     this.#outbox = null;
   }
@@ -189,6 +198,10 @@ export class DrainTable {
     const through = Math.max(remote ?? 0, options.adopted ?? 0);
     let confirmed = options.adopted ? outbox.confirmThrough(options.adopted) : 0;
     this.tally({ delivered: confirmed });
+    if (this.#countedThrough > 0) {
+      outbox.confirmThrough(Math.min(this.#countedThrough, through)); // counted when applied
+      this.#countedThrough = 0;
+    }
     // The sent mark is never lowered here: a batch the ledger does not show yet may still commit
     // (an uncommitted INSERT of the ledger row is invisible to a locking read on PostgreSQL).
     const settled = outbox.confirmThrough(Math.min(outbox.sentMark(), through));
@@ -206,6 +219,7 @@ export class DrainTable {
     }
     if (through > 0) outbox.seedSequence(through);
     this.#through = through;
+    this.#applied = null; // the sent mark covers every row a fence moved the ledger past: confirmed above
     return confirmed;
   }
 
@@ -245,7 +259,7 @@ export class DrainTable {
       const readiness = tableReadiness(head, pending, now, { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs });
       wakeAt = readiness.wakeAt;
       return readiness.ready;
-    });
+    }, this.#applied);
     out.wakeAt = wakeAt;
     if (read.head === null) {
       this.#cutBefore = null;
@@ -294,7 +308,8 @@ export class DrainTable {
         break;
       }
       bytes += row.tag.length + row.payload.length;
-      rows.push({ ...row, tag: "", payload: "" });
+      row.tag = row.payload = ""; // the row is ours (read for this slice): its text lives on in stmt only
+      rows.push(row);
       stmts.push(stmt);
     }
     if (rows.length === 0) return null;
@@ -338,8 +353,11 @@ export class DrainTable {
       while (okPrefix < answers.length && answers[okPrefix]!.ok) okPrefix++;
       const failedAt = answers.findIndex((r) => !r.ok && !(r as { skipped?: boolean }).skipped);
       if (okPrefix === rows.length) {
-        outbox.confirmThrough(rows[rows.length - 1]!.seq);
-        if (fenced) this.#through = rows[rows.length - 1]!.seq;
+        const last = rows[rows.length - 1]!.seq;
+        // Fenced: the ledger now says the remote applied them, so the local confirmation can wait
+        // for the next batch to be in flight (confirmApplied); a crash before it is settled.
+        if (fenced) this.#through = this.#applied = last;
+        else outbox.confirmThrough(last);
         this.#schemaErrors = 0;
         this.#release("remote schema");
         out.delivered = rows.length;
@@ -398,6 +416,28 @@ export class DrainTable {
     if (this.#charge(row, row.attempts + 1, message, errorClass)) out.deadLettered = 1;
     out.more = true; // re-plan: the next head may be ready
     return out;
+  }
+
+  /**
+   * Confirms locally the rows a target applied (see `#applied`): sync log + delete, one transaction.
+   * A local failure holds the table; settlement from the ledger confirms them later.
+   */
+  /** Rows a target applied wait for their local confirmation. */
+  get hasApplied(): boolean {
+    return this.#applied !== null;
+  }
+
+  confirmApplied(now: number): void {
+    const bound = this.#applied;
+    if (bound === null || !this.#outbox) return;
+    this.#applied = null;
+    try {
+      this.#outbox.confirmThrough(bound);
+    } catch (error) {
+      this.#countedThrough = bound;
+      this.#through = null;
+      this.#holdLocal(error, now, `confirming rows applied by ${this.target}`);
+    }
   }
 
   /** Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays for settlement. */

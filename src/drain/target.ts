@@ -119,6 +119,8 @@ export class TargetRunner {
   private running: Promise<TargetCycle> | null = null;
   private preparing: Promise<boolean> | null = null;
   private stopping = false;
+  /** The background loop runs: a batch's local confirmation may wait for the next batch to be in flight. */
+  private pipelining = false;
   private loopDone: Promise<void> | null = null;
   private readonly waker = new Waker();
   private watcher: CommitWatcher | null = null;
@@ -297,6 +299,7 @@ export class TargetRunner {
     if (this.loopDone) return;
     this.stopping = false;
     this.lastBeatAt ??= Date.now(); // from here on, a loop that never runs is a hung loop
+    this.pipelining = true;
     this.watch();
     this.loopDone = this.supervise();
   }
@@ -308,6 +311,8 @@ export class TargetRunner {
     await this.loopDone;
     await this.running; // a runOnce() cycle in flight settles too
     this.loopDone = null;
+    this.pipelining = false;
+    this.confirmApplied();
     this.watcher?.close();
     this.watcher = null;
   }
@@ -469,11 +474,17 @@ export class TargetRunner {
       stmts.push(...slice.stmts);
       budget -= slice.bytes;
     }
-    if (stmts.length === 0) return out;
+    if (stmts.length === 0) {
+      this.confirmApplied();
+      return out;
+    }
     let results: WriteResult[];
     const started = performance.now();
     try {
-      results = await this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(slices, abandoned));
+      const call = this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(slices, abandoned));
+      call.catch(() => {}); // awaited below, after the local work that overlaps it
+      await this.confirmWhileInFlight();
+      results = await call;
     } catch (error) {
       for (const slice of slices) {
         slice.table.refundOutage(slice);
@@ -509,12 +520,35 @@ export class TargetRunner {
       // commits would wake the watcher at once, so wait a full flush_interval instead.
       this.quietUntil = this.now() + this.app.flushIntervalMs;
     }
+    // Under load the next batch follows at once and these rows are confirmed while it is in flight;
+    // otherwise (or outside the loop: runOnce) now.
+    if (!(out.more && this.pipelining)) this.confirmApplied();
     this.batches += 1;
     if (this.batches % this.app.cleanupEvery === 0) for (const table of this.tables) table.prune();
     // Large rows: give their strings back now, so the next batch does not stack on this one's
     // garbage and the drain's memory stays bounded by batch_max_bytes, not by the backlog.
     if (this.app.batchMaxBytes - budget > LARGE_BATCH_BYTES) Bun.gc(false);
     return out;
+  }
+
+  /** Confirms locally what the target applied in the previous batch (see DrainTable.confirmApplied). */
+  private confirmApplied(): void {
+    const now = this.now();
+    for (const table of this.tables) table.confirmApplied(now);
+  }
+
+  /**
+   * The previous batch's local confirmation, overlapping the remote's work on this one. Before each
+   * table's transaction the event loop turns, so the batch goes on the wire and the remote's answers
+   * keep the pipeline moving while SQLite holds the thread (measured: ~15% more rows/s into
+   * PostgreSQL than confirming before the send; see docs/benchmarks.md).
+   */
+  private async confirmWhileInFlight(): Promise<void> {
+    for (const table of this.tables) {
+      if (!table.hasApplied) continue;
+      await Bun.sleep(0);
+      table.confirmApplied(this.now());
+    }
   }
 
   /** Decodes one row and converts it for the target's dialect (and, in compatibility mode, injects outbox_seq). */

@@ -46,7 +46,7 @@ export class DeliveryLog {
   }
 
   /** See Outbox.readForDelivery. */
-  readForDelivery(limit: number, maxBytes: number, ready: (head: OutboxRow, pending: number) => boolean): DeliveryRead {
+  readForDelivery(limit: number, maxBytes: number, ready: (head: OutboxRow, pending: number) => boolean, after: number | null = null): DeliveryRead {
     const file = this.#file;
     return file.read("cannot read rows to deliver", () =>
       file.db.transaction((): DeliveryRead => {
@@ -56,7 +56,7 @@ export class DeliveryLog {
         let gap: ChainGap | null = null;
         let truncated = false;
         let bytes = 0;
-        for (const row of file.pendingRows()) {
+        for (const row of file.pendingRows(after)) {
           if (head === null) {
             head = row;
             if (!ready(row, pending)) break;

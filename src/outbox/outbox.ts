@@ -174,11 +174,12 @@ export class Outbox {
    * and — when `ready(head, pending)` says so — up to `limit` rows head first, no more than
    * `maxBytes` of SQL text and payload (the first row always, however large), cut before the
    * first row whose chain link exists nowhere. Rows are streamed, so a backlog of large rows is
-   * never loaded beyond the budget.
+   * never loaded beyond the budget. With `after`, the rows at or below it are passed over (a target
+   * applied them; their local confirmation is still to come) and the first row above it is the head.
    */
-  readForDelivery(limit: number, maxBytes: number, ready: (head: OutboxRow, pending: number) => boolean): DeliveryRead {
+  readForDelivery(limit: number, maxBytes: number, ready: (head: OutboxRow, pending: number) => boolean, after: number | null = null): DeliveryRead {
     this.#file.ensureOpen();
-    return this.#delivery.readForDelivery(limit, maxBytes, ready);
+    return this.#delivery.readForDelivery(limit, maxBytes, ready, after);
   }
 
   /**

@@ -33,6 +33,7 @@ export class QueueFile {
   #rollback: Statement;
   #pending: Statement<{ pending: number }, [string]>;
   #pendingRows: Statement<OutboxRow, [string]>;
+  #pendingRowsAfter: Statement<OutboxRow, [string, number]>;
   #exists: Statement<{ found: number }, [number, string]>;
 
   constructor(path: string, namespace: string, options: { durability: Durability; busyTimeoutMs: number; fileMode?: number }) {
@@ -48,6 +49,7 @@ export class QueueFile {
       this.#rollback = this.prepare("ROLLBACK");
       this.#pending = this.prepare(pendingCountSql(this.layout === "lean" ? "ord" : "counter"));
       this.#pendingRows = this.prepare(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq`);
+      this.#pendingRowsAfter = this.prepare(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq`);
       this.#exists = this.prepare(`SELECT
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
         OR EXISTS (SELECT 1 FROM outbox_sync_log WHERE seq = ?1 AND namespace = ?2)
@@ -105,9 +107,9 @@ export class QueueFile {
     return this.#pending.get(this.namespace)!.pending;
   }
 
-  /** This namespace's pending rows, head first, streamed. */
-  pendingRows(): IterableIterator<OutboxRow> {
-    return this.#pendingRows.iterate(this.namespace);
+  /** This namespace's pending rows, head first (or from the first above `after`), streamed. */
+  pendingRows(after: number | null = null): IterableIterator<OutboxRow> {
+    return after === null ? this.#pendingRows.iterate(this.namespace) : this.#pendingRowsAfter.iterate(this.namespace, after);
   }
 
   /** Whether `seq` is a row of this namespace anywhere: pending, delivered (sync log) or dead-lettered. */
