@@ -323,7 +323,7 @@ describe("delivery", () => {
     expect(remote.query("SELECT 1 FROM z").all()).toEqual([]);
   });
 
-  test("under load the loop confirms a batch locally while the next is in flight: each batch starts above the last, none is sent twice, and stop confirms the last", async () => {
+  test("under load the loop confirms a batch locally and reads the next one while a batch is in flight: each batch starts above the last, none is sent twice, and stop confirms the last", async () => {
     const dir = tmp();
     const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER)"]);
     const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } }, { batchSize: 50 });
@@ -332,13 +332,23 @@ describe("delivery", () => {
     for (let i = 0; i < N; i++) producer.push("x", "INSERT INTO x (id) VALUES (?)", [i]);
     const queue = new Outbox(dir.file("outbox/x.db"), "x");
     cleanups.push(() => queue.close());
-    // Per batch: its seqs, and the rows still pending locally when it was sent.
-    const sent: Array<{ seqs: number[]; pendingAtSend: number }> = [];
+    let reads = 0;
+    const { readForDelivery } = Outbox.prototype;
+    Outbox.prototype.readForDelivery = function (this: Outbox, ...args: Parameters<Outbox["readForDelivery"]>) {
+      reads += 1;
+      return readForDelivery.apply(this, args);
+    };
+    cleanups.push(() => Object.assign(Outbox.prototype, { readForDelivery }));
+    // Per batch: its seqs, the rows still pending locally when it was sent, and the queue reads while it was in flight.
+    const sent: Array<{ seqs: number[]; pendingAtSend: number; readsInFlight: number }> = [];
     const inner = createWriter("sqlite", { path: dir.file("remote.db") });
     const writer: OutboxWriter = {
       dialect: "sqlite",
-      writeBatch: (stmts) => {
-        sent.push({ seqs: stmts.filter((st) => st.seq > 0 && st.namespace === "x").map((st) => st.seq), pendingAtSend: queue.pendingCount() });
+      writeBatch: async (stmts) => {
+        const batch = { seqs: stmts.filter((st) => st.seq > 0 && st.namespace === "x").map((st) => st.seq), pendingAtSend: queue.pendingCount(), readsInFlight: -reads };
+        sent.push(batch);
+        await Bun.sleep(2); // a remote that takes its time
+        batch.readsInFlight += reads;
         return inner.writeBatch(stmts);
       },
     };
@@ -353,7 +363,30 @@ describe("delivery", () => {
     // The previous batch's rows were still pending locally when the next one left: it was confirmed while that one was in flight.
     const overlapped = batches.filter((b, k) => k > 0 && b.pendingAtSend === N - seqs.indexOf(b.seqs[0]!) + batches[k - 1]!.seqs.length);
     expect(overlapped.length).toBeGreaterThan(0);
+    // The rows of the next batch were read while this one was in flight, and sent without another read.
+    expect(batches.slice(0, -2).every((b) => b.readsInFlight === 1)).toBe(true);
     expect(queue.pendingCount()).toBe(0); // stop confirmed the last batch
     expect(remote.query<{ id: number }, []>("SELECT id FROM x ORDER BY rowid").all().map((r) => r.id)).toEqual([...Array(N).keys()]);
+  });
+
+  test("under load, rows read ahead of a batch that fails are not sent: the rows before a poison row land in order, the rest after it, only the culprit charged", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER NOT NULL CHECK (id >= 0))"]);
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } }, { batchSize: 50, maxAttempts: 2, backoffUnitSeconds: 0.01 });
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    const ids = Array.from({ length: 400 }, (_, i) => (i === 175 ? -1 : i));
+    const seqs = ids.map((id) => producer.push("x", "INSERT INTO x (id) VALUES (?)", [id]));
+    const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
+    const svc = service(config, { "app.r": writer });
+    await svc.start();
+    const queue = new Outbox(dir.file("outbox/x.db"), "x");
+    cleanups.push(() => queue.close());
+    await waitFor(() => queue.pendingCount() === 0 && queue.deadCount() === 1, "every row delivered or dead-lettered");
+    await svc.stop();
+    expect(remote.query<{ id: number }, []>("SELECT id FROM x ORDER BY rowid").all().map((r) => r.id)).toEqual(ids.filter((id) => id >= 0));
+    const dead = queue.getDead(seqs[175]!)!;
+    expect(dead.attempts).toBe(2); // charged twice, then dead-lettered: nobody else was
+    expect(queue.deadCount()).toBe(1);
+    expect(writer.batches).toBeGreaterThan(ids.length / 50); // several batches, the failed ones among them
   });
 });

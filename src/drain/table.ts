@@ -27,6 +27,23 @@ export interface TableSlice {
   fenced: boolean;
   /** SQL text and payload of the rows, in characters: what the batch's byte budget counts. */
   bytes: number;
+  /** More rows were ready behind this slice when it was read. */
+  more: boolean;
+}
+
+/** Rows read and converted for a slice, before its fence and its head's charge. */
+interface SliceRows {
+  rows: OutboxRow[];
+  stmts: Statement[];
+  bytes: number;
+  /** More rows were ready behind them. */
+  more: boolean;
+}
+
+/** Rows read and converted ahead of their batch (see DrainTable.readAhead). */
+interface ReadAhead extends SliceRows {
+  /** The last seq of the slice in flight when they were read: they follow it. */
+  after: number;
 }
 
 /** What planning or settling one table did, for the cycle's report. */
@@ -86,6 +103,8 @@ export class DrainTable {
    * next slice starts above it. Null when nothing waits.
    */
   #applied: number | null = null;
+  /** The next slice, read while the batch before it was in flight; used only if that batch was applied whole. */
+  #ahead: ReadAhead | null = null;
   /** Rows at or below this were counted delivered when applied, but their local confirmation failed: settlement confirms them without counting them again. */
   #countedThrough = 0;
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
@@ -220,6 +239,7 @@ export class DrainTable {
     if (through > 0) outbox.seedSequence(through);
     this.#through = through;
     this.#applied = null; // the sent mark covers every row a fence moved the ledger past: confirmed above
+    this.#ahead = null;
     return confirmed;
   }
 
@@ -233,6 +253,8 @@ export class DrainTable {
   plan(ctx: PlanContext): { slice: TableSlice | null; outcome: TableOutcome } {
     const out = none();
     const { now } = ctx;
+    const ahead = this.#ahead;
+    this.#ahead = null;
     if (this.awaitingLateAnswer || !this.compatReady) return { slice: null, outcome: out };
     if (this.held(now)) {
       out.wakeAt = this.#hold?.until ?? null;
@@ -240,7 +262,8 @@ export class DrainTable {
     }
     if (ctx.fence && this.#through === null) return { slice: null, outcome: out };
     try {
-      const slice = this.#planRows(ctx, out);
+      // Read ahead for exactly this: the slice before it was applied whole (and confirmation waits).
+      const slice = ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes ? this.#sliceOf(ahead, ctx, out) : this.#planRows(ctx, out);
       this.#localErrors = 0;
       this.#release("local");
       return { slice, outcome: out };
@@ -270,7 +293,6 @@ export class DrainTable {
       return null;
     }
     this.#release("chain gap");
-    if (read.truncated) out.more = true;
 
     const rows: OutboxRow[] = [];
     const stmts: Statement[] = [];
@@ -313,11 +335,51 @@ export class DrainTable {
       stmts.push(stmt);
     }
     if (rows.length === 0) return null;
+    return this.#sliceOf({ rows, stmts, bytes, more: read.truncated }, ctx, out);
+  }
+
+  /** The slice of `rows`: opened by the fence, its head charged one attempt and the sent mark raised (before delivery). */
+  #sliceOf({ rows, stmts, bytes, more }: SliceRows, ctx: PlanContext, out: TableOutcome): TableSlice {
     const last = rows[rows.length - 1]!.seq;
     const fenced = ctx.fence !== null;
     if (fenced) stmts.unshift(ctx.fence!(this, this.#through!, last));
-    outbox.recordAttempt(rows[0]!.seq, new Date(now), last);
-    return { table: this, rows, stmts, fenced, bytes };
+    this.#outbox!.recordAttempt(rows[0]!.seq, new Date(ctx.now), last);
+    out.more ||= more;
+    return { table: this, rows, stmts, fenced, bytes, more };
+  }
+
+  /**
+   * While `slice` is in flight, reads and converts the rows that follow it, so the next cycle need
+   * not: used only if the slice is applied whole (see plan). Rows with a history (attempts, a
+   * backoff) or that cannot be converted end it: they are planned as usual, where they are dealt
+   * with. A failure here only means the next cycle reads them itself.
+   */
+  readAhead(slice: TableSlice, ctx: Omit<PlanContext, "fence">): void {
+    this.#ahead = null;
+    const outbox = this.#outbox;
+    if (!outbox || !slice.fenced || !slice.more || this.#cutBefore !== null) return;
+    const after = slice.rows[slice.rows.length - 1]!.seq;
+    try {
+      const read = outbox.readForDelivery(this.app.batchSize, ctx.maxBytes, () => true, after);
+      const ahead: ReadAhead = { after, rows: [], stmts: [], bytes: 0, more: read.truncated };
+      for (const row of read.rows) {
+        if (row.attempts > 0 || row.nextAttemptAt) break;
+        let stmt: Statement;
+        try {
+          stmt = ctx.prepare(this, row);
+        } catch {
+          break;
+        }
+        ahead.bytes += row.tag.length + row.payload.length;
+        row.tag = row.payload = "";
+        ahead.rows.push(row);
+        ahead.stmts.push(stmt);
+      }
+      ahead.more ||= ahead.rows.length < read.rows.length || read.gap !== null;
+      if (ahead.rows.length > 0) this.#ahead = ahead;
+    } catch {
+      this.#ahead = null;
+    }
   }
 
   /**
