@@ -17,6 +17,23 @@ function shapeOf(sql: string, dialect: Dialect): ValuesInsert | null {
   return shapes(dialect).get(sql, () => valuesInsert(sql, dialect));
 }
 
+// Full batches carry the same number of rows every time: build each merged text once per shape.
+const texts = new WeakMap<ValuesInsert, Map<number, string>>();
+
+function textOf(shape: ValuesInsert, rows: number): string {
+  let byRows = texts.get(shape);
+  if (!byRows) texts.set(shape, (byRows = new Map()));
+  let text = byRows.get(rows);
+  if (text === undefined) {
+    text = multiRowSql(shape, rows);
+    if (byRows.size < MAX_TEXTS_PER_SHAPE) byRows.set(rows, text);
+  }
+  return text;
+}
+
+/** Merged texts kept per shape: the full batch's row count and the odd remainders. */
+const MAX_TEXTS_PER_SHAPE = 64;
+
 /**
  * Merges each run of consecutive statements of one namespace with the same coalescible text (see
  * `valuesInsert`) into one multi-row statement, within the dialect's parameter limit. Everything
@@ -50,7 +67,7 @@ export function coalesce(stmts: readonly Statement[], dialect: Dialect): Coalesc
         for (let m = 0; m < a.length; m++) args.push(a[m]!);
         carried.push(k);
       }
-      sent.push({ sql: multiRowSql(shape!, j - i), args, namespace: first.namespace, seq: stmts[j - 1]!.seq });
+      sent.push({ sql: textOf(shape!, j - i), args, namespace: first.namespace, seq: stmts[j - 1]!.seq });
       members.push(carried);
     }
     i = j;
