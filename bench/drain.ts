@@ -16,6 +16,10 @@
 // {"bench":"latency","target":…,"p50_ms":…,"p99_ms":…}   single events, flush_interval 5 ms,
 //   threshold 1: enqueue → the remote transaction committed (the writer's promise resolved).
 // The "null" target accepts everything instantly: its rate is the drain's own ceiling.
+// {"bench":"floor","target":"null","rows_per_s":…}   what SQLite alone needs for the same backlog:
+//   each 500-row slice read with the drain's SELECT and confirmed with its sync-log INSERT, DELETE
+//   and COMMIT, nothing else — the most any drain on this on-disk format could do on this machine;
+//   then {"bench":"ratio","target":"null","drain_vs_floor":…}.
 // Arguments pick lines: null sqlite postgres mysql fleet large metrics latency (none: all).
 // Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README).
 import { Database } from "bun:sqlite";
@@ -25,6 +29,7 @@ import { defineConfig } from "../src/config/index.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { createDrainMetrics } from "../src/ops/metrics.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
+import { QUEUE_ROW_COLUMNS } from "../src/outbox/rows.ts";
 import { encodeArgs } from "../src/outbox/payload.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
@@ -168,13 +173,56 @@ async function throughput(target: Target): Promise<void> {
     const drained = await runChild({ target, dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: TABLES });
     const rowsPerS = Math.round(drained.rows / drained.seconds);
     console.log(JSON.stringify({ bench: "drain", target, mode: "ledger", rows: drained.rows, rows_per_s: rowsPerS, peak_rss_mb: drained.peak_rss_mb }));
-    if (target === "null") return;
+    if (target === "null") {
+      const floorRate = await floor();
+      console.log(JSON.stringify({ bench: "floor", target, rows: ROWS, rows_per_s: floorRate }));
+      console.log(JSON.stringify({ bench: "ratio", target, drain_vs_floor: Math.round((rowsPerS / floorRate) * 100) / 100 }));
+      return;
+    }
     const forms = await limits(target, remote);
     for (const f of forms) console.log(JSON.stringify({ bench: "limit", target, form: f.form, rows_per_s: f.rowsPerS }));
     const best = Math.max(...forms.map((f) => f.rowsPerS));
     console.log(JSON.stringify({ bench: "ratio", target, drain_vs_limit: Math.round((rowsPerS / best) * 100) / 100 }));
   } finally {
     await remote.drop();
+    dir.cleanup();
+  }
+}
+
+/** The local SQLite work alone (read + confirm per 500-row slice), on the same backlog, same pragmas as the drain. */
+async function floor(): Promise<number> {
+  const dir = makeTempDir("sqloutbox-bench-");
+  try {
+    fillBacklog(dir.path, TABLES, ROWS);
+    const files = TABLES.map((table) => {
+      const db = new Database(`${dir.path}/${table}.db`);
+      db.run("PRAGMA synchronous = NORMAL");
+      return {
+        db,
+        table,
+        read: db.query<{ seq: number }, [string, number]>(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq LIMIT ${CHUNK}`),
+        log: db.query("INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 0 AND seq <= ?3"),
+        remove: db.query("DELETE FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq <= ?"),
+      };
+    });
+    const start = performance.now();
+    for (let more = true; more; ) {
+      more = false;
+      for (const f of files) {
+        const rows = f.read.all(f.table, 0);
+        if (rows.length === 0) continue;
+        more = true;
+        const last = rows[rows.length - 1]!.seq;
+        f.db.transaction(() => {
+          f.log.run(new Date().toISOString(), f.table, last);
+          f.remove.run(f.table, last);
+        }).immediate();
+      }
+    }
+    const seconds = (performance.now() - start) / 1000;
+    for (const f of files) f.db.close();
+    return Math.round(ROWS / seconds);
+  } finally {
     dir.cleanup();
   }
 }
