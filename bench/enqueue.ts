@@ -4,6 +4,10 @@
 // {"bench":"enqueue-ratio","case":…,"depth":…,"vs_raw":…}
 // The `enqueue-legacy` case is a file in the reference's layout (what every file was before the
 // lean layout), so the two layouts are compared on the same disk in the same run.
+// `raw-batch-500` is the floor of a batch: the same 500-row transactions written with bun:sqlite
+// straight into a file of the lean layout (its index and its foreign-insert trigger included),
+// nothing else; `enqueue-batch-500` is then also given over it ({"bench":"enqueue-ratio",
+// "case":"enqueue-batch-500","vs_raw_batch":…}).
 // and, on the 1M-deep file it built, the read-only inspection the README quotes:
 // {"bench":"inspect","case":"health"|"verifyFile","depth":…,"p50_ms":…,"runs":…}
 // All cases run on the same disk (a temp dir under /tmp) with the same pragmas (the page size of
@@ -38,7 +42,12 @@ function report(name: string, depth: number, samplesNs: number[], ops: number, t
 
 function ratios(): void {
   const raw = p50s.find((p) => p.case === "raw-insert")!.p50;
-  for (const p of p50s) if (p.case !== "raw-insert") console.log(JSON.stringify({ bench: "enqueue-ratio", case: p.case, depth: p.depth, vs_raw: round(p.p50 / raw) }));
+  const rawBatch = p50s.find((p) => p.case === "raw-batch-500")!.p50;
+  for (const p of p50s) {
+    if (p.case === "raw-insert" || p.case === "raw-batch-500") continue;
+    if (p.case === "enqueue-batch-500") console.log(JSON.stringify({ bench: "enqueue-ratio", case: p.case, depth: p.depth, vs_raw_batch: round(p.p50 / rawBatch) }));
+    else console.log(JSON.stringify({ bench: "enqueue-ratio", case: p.case, depth: p.depth, vs_raw: round(p.p50 / raw) }));
+  }
 }
 
 function measure(name: string, depth: number, op: () => void): void {
@@ -152,6 +161,33 @@ function batchCase(): void {
   }
   report("enqueue-batch-500", 0, samples, BATCHES * items.length, Bun.nanoseconds() - start);
   ob.close();
+  rawBatchCase(items.length);
+}
+
+/** The floor of a batch: the appender's own INSERT, `rows` per transaction, into a lean file, with nothing around it. */
+function rawBatchCase(rows: number): void {
+  const path = join(dir, "raw-batch.db");
+  new Outbox(path, "orders").close(); // the lean layout, as a producer creates it
+  const db = new Database(path);
+  db.run("PRAGMA synchronous = NORMAL");
+  const insert = db.prepare("INSERT INTO outbox_queue (seq, ord, created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  let seq = 1;
+  const batch = () => {
+    db.run("BEGIN IMMEDIATE");
+    const now = isoTimestamp();
+    for (let i = 0; i < rows; i++, seq++) insert.run(seq, seq, now, "orders", "", TAG, PAYLOAD, seq - 1);
+    db.run("COMMIT");
+  };
+  for (let i = 0; i < 10; i++) batch();
+  const samples: number[] = [];
+  const start = Bun.nanoseconds();
+  for (let i = 0; i < BATCHES; i++) {
+    const t = Bun.nanoseconds();
+    batch();
+    samples.push((Bun.nanoseconds() - t) / rows);
+  }
+  report("raw-batch-500", 0, samples, BATCHES * rows, Bun.nanoseconds() - start);
+  db.close();
 }
 
 try {
