@@ -480,15 +480,15 @@ export class DrainTable {
     return out;
   }
 
-  /**
-   * Confirms locally the rows a target applied (see `#applied`): sync log + delete, one transaction.
-   * A local failure holds the table; settlement from the ledger confirms them later.
-   */
   /** Rows a target applied wait for their local confirmation. */
   get hasApplied(): boolean {
     return this.#applied !== null;
   }
 
+  /**
+   * Confirms locally the rows a target applied (see `#applied`): sync log + delete, one transaction.
+   * A local failure holds the table; settlement from the ledger confirms them later.
+   */
   confirmApplied(now: number): void {
     const bound = this.#applied;
     if (bound === null || !this.#outbox) return;
