@@ -333,9 +333,11 @@ describe("delivery", () => {
     const queue = new Outbox(dir.file("outbox/x.db"), "x");
     cleanups.push(() => queue.close());
     let reads = 0;
+    let onRead: (() => void) | null = null;
     const { readForDelivery } = Outbox.prototype;
     Outbox.prototype.readForDelivery = function (this: Outbox, ...args: Parameters<Outbox["readForDelivery"]>) {
       reads += 1;
+      onRead?.();
       return readForDelivery.apply(this, args);
     };
     cleanups.push(() => Object.assign(Outbox.prototype, { readForDelivery }));
@@ -347,7 +349,9 @@ describe("delivery", () => {
       writeBatch: async (stmts) => {
         const batch = { seqs: stmts.filter((st) => st.seq > 0 && st.namespace === "x").map((st) => st.seq), pendingAtSend: queue.pendingCount(), readsInFlight: -reads };
         sent.push(batch);
-        await Bun.sleep(2); // a remote that takes its time
+        // A remote that takes its time: until the drain reads the queue, or 200 ms.
+        await Promise.race([new Promise<void>((resolve) => (onRead = resolve)), Bun.sleep(200)]);
+        onRead = null;
         batch.readsInFlight += reads;
         return inner.writeBatch(stmts);
       },
