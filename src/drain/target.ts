@@ -11,6 +11,7 @@ import { prepareInjected } from "./compat.ts";
 import { TargetLedger } from "./ledger.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
 import { doublingMs, outageBackoffMs } from "./schedule.ts";
+import { FleetView } from "./fleet-view.ts";
 import { DrainTable, minWake, type TableSlice } from "./table.ts";
 import type { LedgerRow, TargetState, TargetView } from "./views.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
@@ -36,8 +37,6 @@ export function targetDialect(target: TargetConfig, writer: OutboxWriter): Diale
 
 /** A batch whose rows carry more than this (characters) is followed by a garbage collection. */
 const LARGE_BATCH_BYTES = 4 * 1024 * 1024;
-/** How often the fleet view (every origin's ledger row for the served tables) is read again. */
-const FLEET_REFRESH_MS = 15_000;
 /** A target whose ledger cannot be set up tries again after this long, doubling to the cap. */
 const SETUP_RETRY_FIRST_MS = 2_000;
 const SETUP_RETRY_CAP_MS = 60_000;
@@ -98,9 +97,6 @@ export class TargetRunner {
   lastCycleAt: number | null = null;
   /** When the loop last ran at all — a cycle, or a poll while idle or backing off (epoch ms): the liveness signal. */
   lastBeatAt: number | null = null;
-  /** Every origin's ledger row for the served tables, as last read, and when. */
-  fleet: LedgerRow[] = [];
-  fleetReadAt = 0;
   /** Why setup (the ledger table) is not done, while it is not. */
   setupProblem: string | null = null;
   prepared = false;
@@ -126,6 +122,7 @@ export class TargetRunner {
   private watcher: CommitWatcher | null = null;
   private watched = 0;
   private lastOutageMessage: string | null = null;
+  private readonly fleetView: FleetView;
 
   constructor(private readonly options: TargetRunnerOptions) {
     const { target, app, writer } = options;
@@ -143,7 +140,13 @@ export class TargetRunner {
     this.writer = new BoundedWriter(target.name, writer, app.writeTimeoutMs);
     this.rewrites = new RewriteCache(this.dialect, target.compat);
     this.tables = target.tables.map((config) => new DrainTable(config, app.dbDir, app, target.name, logger));
+    this.fleetView = new FleetView(target.name, app.originLabel);
     this.ledger = target.ledger ? new TargetLedger(this.writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger) : null;
+  }
+
+  /** Every origin's ledger row for the served tables, as last read (see FleetView). */
+  get fleet(): LedgerRow[] {
+    return this.fleetView.rows;
   }
 
   /** Rows delivered, failed and dead-lettered since the service started: the sum of its tables' counts. */
@@ -200,7 +203,7 @@ export class TargetRunner {
       totals: this.totals,
       tables: this.tables.map((t) => t.view()),
       fleet: this.fleet,
-      fleetReadAt: this.fleetReadAt ? iso(this.fleetReadAt) : null,
+      fleetReadAt: this.fleetView.readAt ? iso(this.fleetView.readAt) : null,
     };
   }
 
@@ -413,43 +416,8 @@ export class TargetRunner {
     if (!this.ledger) return 0;
     const unsettled = this.tables.filter((t) => t.unsettled && !t.held(now));
     const confirmed = unsettled.length > 0 ? await this.ledger.settle(unsettled, now) : 0;
-    if (now - this.fleetReadAt >= FLEET_REFRESH_MS) {
-      this.fleet = await this.ledger.readFleet(this.tables);
-      this.fleetReadAt = now;
-      this.checkOrigins(now);
-    }
+    await this.fleetView.refresh(this.ledger, this.tables, now);
     return confirmed;
-  }
-
-  /** Our own ledger row moved with a batch: the fleet view shows it at once, not at the next read. */
-  private noteThrough(table: DrainTable): void {
-    const origin = table.outbox?.origin;
-    if (!origin || table.through === null) return;
-    const row: LedgerRow = { origin, namespace: table.name, through: table.through, label: this.app.originLabel, updatedAt: new Date(this.now()).toISOString() };
-    const i = this.fleet.findIndex((r) => r.origin === origin && r.namespace === table.name);
-    if (i >= 0) this.fleet[i] = row;
-    else this.fleet = [...this.fleet, row].sort((a, b) => a.namespace.localeCompare(b.namespace) || a.origin.localeCompare(b.origin));
-  }
-
-  /**
-   * Compatibility mode stamps per-file seqs into `outbox_seq`: two queue files feeding one injected
-   * table would absorb each other's rows as duplicates. Refused loudly: the table is held, naming both.
-   */
-  private checkOrigins(now: number): void {
-    for (const table of this.tables) {
-      if (!table.config.injectOutboxSeq || !table.outbox) continue;
-      const others = this.fleet.filter((r) => r.namespace === table.name && r.origin !== table.outbox!.origin);
-      if (others.length === 0) {
-        table.releaseOrigin();
-        continue;
-      }
-      const theirs = others.map((r) => `${r.origin} (${r.label || "no label"})`).join(", ");
-      table.holdOrigin(
-        `inject_outbox_seq table "${table.name}" on ${this.name} is also fed by origin ${theirs}; this queue is origin ${table.outbox.origin} (${this.app.originLabel}). ` +
-          "Per-file outbox_seq values of two queues collide and would be absorbed as duplicates: set inject_outbox_seq = false to deliver through the ledger",
-        now,
-      );
-    }
   }
 
   /** Plans one batch over every ready table, sends it, and applies the answer. */
@@ -500,7 +468,7 @@ export class TargetRunner {
     for (const slice of slices) {
       const answer = slice.table.applyAnswer(slice, results.slice(start, start + slice.stmts.length), this.now());
       slice.table.tally(answer);
-      if (slice.fenced && answer.delivered > 0) this.noteThrough(slice.table);
+      if (slice.fenced && answer.delivered > 0) this.fleetView.noteThrough(slice.table, this.now());
       start += slice.stmts.length;
       out.delivered += answer.delivered;
       out.failed += answer.failed;

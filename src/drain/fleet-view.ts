@@ -1,0 +1,62 @@
+import type { TargetLedger } from "./ledger.ts";
+import type { DrainTable } from "./table.ts";
+import type { LedgerRow } from "./views.ts";
+
+/** How often the fleet view (every origin's ledger row for the served tables) is read again. */
+const FLEET_REFRESH_MS = 15_000;
+
+/**
+ * What one target's drain knows of the fleet feeding its tables: every origin's ledger row, read
+ * again every 15 s and updated at once when our own row moves, for `status` and the metrics; and,
+ * from it, the compatibility mode's refusal of a second origin on an injected table.
+ */
+export class FleetView {
+  /** Every origin's ledger row for the served tables, as last read (sorted by table, then origin). */
+  rows: LedgerRow[] = [];
+  /** When they were last read (epoch ms; 0: never). */
+  readAt = 0;
+
+  constructor(
+    private readonly target: string,
+    private readonly originLabel: string,
+  ) {}
+
+  /** Reads the rows again when due, then holds every injected table another origin feeds too. An outage throws. */
+  async refresh(ledger: TargetLedger, tables: DrainTable[], now: number): Promise<void> {
+    if (now - this.readAt < FLEET_REFRESH_MS) return;
+    this.rows = await ledger.readFleet(tables);
+    this.readAt = now;
+    this.#checkOrigins(tables, now);
+  }
+
+  /** Our own ledger row moved with a batch: the view shows it at once, not at the next read. */
+  noteThrough(table: DrainTable, now: number): void {
+    const origin = table.outbox?.origin;
+    if (!origin || table.through === null) return;
+    const row: LedgerRow = { origin, namespace: table.name, through: table.through, label: this.originLabel, updatedAt: new Date(now).toISOString() };
+    const i = this.rows.findIndex((r) => r.origin === origin && r.namespace === table.name);
+    if (i >= 0) this.rows[i] = row;
+    else this.rows = [...this.rows, row].sort((a, b) => a.namespace.localeCompare(b.namespace) || a.origin.localeCompare(b.origin));
+  }
+
+  /**
+   * Compatibility mode stamps per-file seqs into `outbox_seq`: two queue files feeding one injected
+   * table would absorb each other's rows as duplicates. Refused loudly: the table is held, naming both.
+   */
+  #checkOrigins(tables: DrainTable[], now: number): void {
+    for (const table of tables) {
+      if (!table.config.injectOutboxSeq || !table.outbox) continue;
+      const others = this.rows.filter((r) => r.namespace === table.name && r.origin !== table.outbox!.origin);
+      if (others.length === 0) {
+        table.releaseOrigin();
+        continue;
+      }
+      const theirs = others.map((r) => `${r.origin} (${r.label || "no label"})`).join(", ");
+      table.holdOrigin(
+        `inject_outbox_seq table "${table.name}" on ${this.target} is also fed by origin ${theirs}; this queue is origin ${table.outbox.origin} (${this.originLabel}). ` +
+          "Per-file outbox_seq values of two queues collide and would be absorbed as duplicates: set inject_outbox_seq = false to deliver through the ledger",
+        now,
+      );
+    }
+  }
+}
