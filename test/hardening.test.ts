@@ -93,8 +93,8 @@ describe("a target that no retry can fix is misconfigured, not an outage", () =>
       await svc.runOnce();
       shiftMs += 80; // past the (tiny, test-tuned) backoff
     }
-    expect(svc.targets()[0]!.state).toBe("misconfigured");
-    expect(svc.targets()[0]!.failures).toBeGreaterThanOrEqual(2);
+    expect(svc.targets()[0]!.reachability.state).toBe("misconfigured");
+    expect(svc.targets()[0]!.reachability.failures).toBeGreaterThanOrEqual(2);
     expect(log.lines.filter((l) => /^error .*is misconfigured/.test(l))).toHaveLength(1);
     const q = new Outbox(dir.file("outbox/t.db"), "t");
     cleanups.push(() => q.close());

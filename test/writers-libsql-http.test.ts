@@ -165,7 +165,7 @@ test("the drain treats a revoked token as a misconfigured target: nothing charge
   expect(queue.head()?.attempts ?? 0).toBe(0); // max_attempts = 1: one charged attempt would dead-letter it
   expect(queue.deadCount()).toBe(0);
   expect(log.has(/401/)).toBe(true);
-  expect(svc.targets()[0]!.state).toBe("misconfigured");
+  expect(svc.targets()[0]!.reachability.state).toBe("misconfigured");
   expect(log.lines.filter((l) => /^error .*is misconfigured/.test(l))).toHaveLength(1); // not once per retry
   expect(log.lines.join("\n")).not.toContain(TOKEN);
   s.server.setToken(TOKEN);

@@ -166,7 +166,7 @@ export class OutboxSyncService {
 
   /** What each target has done since the service started, and whether it is down right now. */
   activity(): TargetActivity[] {
-    return this.runners.map((r) => ({ target: r.name, ...r.totals, down: r.down }));
+    return this.runners.map((r) => ({ target: r.name, ...r.totals, down: r.reachability.down }));
   }
 
   /** Every target's runner (state, tables, fleet view), for status, metrics and health endpoints. */

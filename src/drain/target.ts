@@ -1,5 +1,5 @@
 import type { AppConfig, TargetConfig } from "../config/types.ts";
-import { describeError, WriteError } from "../errors.ts";
+import { describeError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxRow } from "../outbox/outbox.ts";
@@ -8,12 +8,13 @@ import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts"
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
-import { TargetLedger } from "./ledger.ts";
-import { RewriteCache } from "./rewrite-cache.ts";
-import { doublingMs, outageBackoffMs } from "./schedule.ts";
 import { FleetView } from "./fleet-view.ts";
+import { TargetLedger } from "./ledger.ts";
+import { Reachability } from "./reachability.ts";
+import { RewriteCache } from "./rewrite-cache.ts";
+import { doublingMs } from "./schedule.ts";
 import { DrainTable, minWake, type TableSlice } from "./table.ts";
-import type { LedgerRow, TargetState, TargetView } from "./views.ts";
+import type { LedgerRow, TargetView } from "./views.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
 
 /** What one cycle of one target did. */
@@ -84,13 +85,8 @@ export class TargetRunner {
   readonly tables: DrainTable[];
   readonly dialect: Dialect;
   readonly ledger: TargetLedger | null;
-  state: TargetState = "starting";
-  /** Consecutive failed attempts to reach the target (0 when it answers). */
-  failures = 0;
-  /** When the current outage began (epoch ms), if down. */
-  downSince: number | null = null;
-  /** The last failure's message (credential-free), while down or misconfigured. */
-  lastError: string | null = null;
+  /** Whether the target answers, since when, why, and the backoff. */
+  readonly reachability: Reachability;
   /** When a batch was last answered (epoch ms). */
   lastSuccessAt: number | null = null;
   /** When the loop last finished a cycle (epoch ms). */
@@ -106,7 +102,6 @@ export class TargetRunner {
   private readonly writer: BoundedWriter;
   private readonly rewrites: RewriteCache;
   private readonly pollIntervalMs: number;
-  private backoffUntil = 0;
   private setupRetryAt = 0;
   private setupFailures = 0;
   /** After a batch that changed nothing, commits do not wake the loop before this (epoch ms). */
@@ -121,7 +116,6 @@ export class TargetRunner {
   private readonly waker = new Waker();
   private watcher: CommitWatcher | null = null;
   private watched = 0;
-  private lastOutageMessage: string | null = null;
   private readonly fleetView: FleetView;
 
   constructor(private readonly options: TargetRunnerOptions) {
@@ -141,6 +135,7 @@ export class TargetRunner {
     this.rewrites = new RewriteCache(this.dialect, target.compat);
     this.tables = target.tables.map((config) => new DrainTable(config, app.dbDir, app, target.name, logger));
     this.fleetView = new FleetView(target.name, app.originLabel);
+    this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
     this.ledger = target.ledger ? new TargetLedger(this.writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger) : null;
   }
 
@@ -191,10 +186,10 @@ export class TargetRunner {
     return {
       target: this.name,
       app: this.app.name,
-      state: this.state,
-      failures: this.failures,
-      downSince: iso(this.downSince),
-      lastError: this.lastError,
+      state: this.reachability.state,
+      failures: this.reachability.failures,
+      downSince: iso(this.reachability.downSince),
+      lastError: this.reachability.lastError,
       lastSuccessAt: iso(this.lastSuccessAt),
       lastCycleAt: iso(this.lastCycleAt),
       lastBeatAt: iso(this.lastBeatAt),
@@ -222,8 +217,9 @@ export class TargetRunner {
 
   /** Whether the target can take batches: reachable and set up (its ledger table present). */
   readiness(): { ok: boolean; why?: string } {
-    if (this.state === "outage") return { ok: false, why: `down: ${this.lastError ?? "unreachable"}` };
-    if (this.state === "misconfigured") return { ok: false, why: `misconfigured: ${this.lastError ?? ""}` };
+    const { state, lastError } = this.reachability;
+    if (state === "outage") return { ok: false, why: `down: ${lastError ?? "unreachable"}` };
+    if (state === "misconfigured") return { ok: false, why: `misconfigured: ${lastError ?? ""}` };
     if (this.setupProblem) return { ok: false, why: `not set up: ${this.setupProblem}` };
     if (!this.prepared) return { ok: false, why: "starting" };
     return { ok: true };
@@ -234,15 +230,10 @@ export class TargetRunner {
     return this.app;
   }
 
-  /** True while the target is backing off after an outage (or is misconfigured). */
-  get down(): boolean {
-    return this.state === "outage" || this.state === "misconfigured";
-  }
-
   /** Ends every backoff and timed hold now (`sqloutbox kick`): the operator fixed the cause. */
   retryNow(): void {
     const now = this.now();
-    this.backoffUntil = 0;
+    this.reachability.retryNow();
     this.quietUntil = 0;
     this.setupRetryAt = 0;
     for (const table of this.tables) table.retryNow(now);
@@ -257,7 +248,7 @@ export class TargetRunner {
     if (this.prepared) return Promise.resolve(true);
     this.preparing ??= this.runSetup()
       .catch((error) => {
-        if (!this.stopping) this.outage(error, "startup (ledger / auto_schema)"); // a stop during startup closed the writer
+        if (!this.stopping) this.reachability.outage(error, "startup (ledger / auto_schema)", this.now()); // a stop during startup closed the writer
         return false;
       })
       .finally(() => {
@@ -272,7 +263,7 @@ export class TargetRunner {
     this.openTables();
     if (this.ledger) {
       const problem = await this.ledger.setup();
-      this.recovered();
+      this.reachability.recovered();
       if (problem) {
         this.setupFailures += 1;
         this.setupRetryAt = now + doublingMs(this.setupFailures, SETUP_RETRY_FIRST_MS, SETUP_RETRY_CAP_MS);
@@ -287,7 +278,7 @@ export class TargetRunner {
     }
     // Compatibility-mode seeding before start() returns, so a producer's next seq is above the remote's.
     await prepareInjected(this.writer, this.dialect, this.tables, this.app.autoSchema, this.logger, now);
-    this.recovered();
+    this.reachability.recovered();
     this.prepared = true;
     return true;
   }
@@ -379,7 +370,7 @@ export class TargetRunner {
       this.lastBeatAt = Date.now();
       if (this.stopping) return;
       try {
-        if (this.watcher?.changed() && Date.now() >= Math.max(this.backoffUntil, this.quietUntil)) return;
+        if (this.watcher?.changed() && Date.now() >= Math.max(this.reachability.backoffUntil, this.quietUntil)) return;
       } catch (error) {
         this.logger.warn(`drain: commit watcher of target ${this.name} failed, falling back to flush_interval: ${describeError(error).message}`, { target: this.name });
         this.watcher?.close();
@@ -391,9 +382,10 @@ export class TargetRunner {
   private async runCycle(): Promise<TargetCycle> {
     const out: TargetCycle = { target: this.name, delivered: 0, failed: 0, deadLettered: 0, outage: false, more: false, wakeAt: null };
     try {
-      if (this.now() < this.backoffUntil) return { ...out, outage: true, wakeAt: this.backoffUntil };
+      const { reachability } = this;
+      if (this.now() < reachability.backoffUntil) return { ...out, outage: true, wakeAt: reachability.backoffUntil };
       if (!this.prepared && !(await this.prepare())) {
-        return { ...out, outage: this.down, wakeAt: this.down ? this.backoffUntil : this.setupRetryAt };
+        return { ...out, outage: reachability.down, wakeAt: reachability.down ? reachability.backoffUntil : this.setupRetryAt };
       }
       const now = this.now();
       this.openTables();
@@ -401,8 +393,8 @@ export class TargetRunner {
         out.delivered += await this.settleAndLook(now);
         await prepareInjected(this.writer, this.dialect, this.tables, this.app.autoSchema, this.logger, now);
       } catch (error) {
-        this.outage(error, "reading the delivery ledger");
-        return { ...out, outage: true, wakeAt: this.backoffUntil };
+        this.reachability.outage(error, "reading the delivery ledger", this.now());
+        return { ...out, outage: true, wakeAt: this.reachability.backoffUntil };
       }
       return noSpin(await this.deliver(now, out));
     } catch (error) {
@@ -458,10 +450,10 @@ export class TargetRunner {
         slice.table.refundOutage(slice);
         if (slice.fenced) slice.table.unsettle(); // it may have committed: the ledger will say
       }
-      this.outage(error, `a batch of ${stmts.length} statements`);
-      return { ...out, outage: true, more: false, wakeAt: this.backoffUntil };
+      this.reachability.outage(error, `a batch of ${stmts.length} statements`, this.now());
+      return { ...out, outage: true, more: false, wakeAt: this.reachability.backoffUntil };
     }
-    this.recovered();
+    this.reachability.recovered();
     this.lastSuccessAt = this.now();
     let start = 0;
     let moved = 0;
@@ -574,44 +566,4 @@ export class TargetRunner {
       });
   }
 
-  /**
-   * Records a failed attempt to reach the target: backs off (one second doubling, jittered, capped
-   * at outage_backoff_cap_minutes). A misconfigured target (authentication, unknown database) is
-   * retried on the same schedule, but said once, not at every retry.
-   */
-  private outage(error: unknown, what: string): void {
-    const now = this.now();
-    const misconfigured = error instanceof WriteError && error.misconfigured;
-    this.failures += 1;
-    this.downSince ??= now;
-    this.state = misconfigured ? "misconfigured" : "outage";
-    const delay = outageBackoffMs(this.failures, this.app.outageBackoffCapMs);
-    this.backoffUntil = now + delay;
-    const { message, errorClass } = describeError(error);
-    this.lastError = message;
-    const fields = { target: this.name, attempt: this.failures, error_class: errorClass };
-    const repeated = this.lastOutageMessage === message;
-    this.lastOutageMessage = message;
-    if (misconfigured) {
-      if (repeated) this.logger.debug(`drain: target ${this.name} is still misconfigured (attempt ${this.failures}), retrying in ${Math.round(delay)} ms`, fields);
-      else this.logger.error(`drain: target ${this.name} is misconfigured (${what}); retrying every few minutes until it is fixed: ${message}`, fields);
-      return;
-    }
-    // The first failure and every change of cause are news; the same cause again is said at debug,
-    // and every tenth retry at warn so a long outage stays visible in the journal.
-    const level = !repeated || this.failures % 10 === 0 ? "warn" : "debug";
-    this.logger[level](`drain: target ${this.name} is unavailable (${what}; attempt ${this.failures}, nothing charged), retrying in ${Math.round(delay)} ms: ${message}`, fields);
-  }
-
-  private recovered(): void {
-    if (this.failures > 0) {
-      this.logger.info(`drain: target ${this.name} is reachable again after ${this.failures} failed attempts`, { target: this.name, attempt: this.failures });
-    }
-    this.failures = 0;
-    this.backoffUntil = 0;
-    this.downSince = null;
-    this.lastError = null;
-    this.lastOutageMessage = null;
-    this.state = "ok";
-  }
 }

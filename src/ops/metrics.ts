@@ -148,11 +148,11 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
     labelNames: [...targetLabels, "state"], registers,
     collect() {
       this.reset();
-      for (const r of runners()) for (const state of TARGET_STATES) this.set({ app: r.appConfig.name, target: r.name, state }, r.state === state ? 1 : 0);
+      for (const r of runners()) for (const state of TARGET_STATES) this.set({ app: r.appConfig.name, target: r.name, state }, r.reachability.state === state ? 1 : 0);
     },
   });
-  targetGauge("sqloutbox_target_up", "1 when the target answered its last call, 0 while down or misconfigured.", (r) => (r.down ? 0 : 1));
-  targetGauge("sqloutbox_target_consecutive_failures", "Failed attempts to reach the target in a row.", (r) => r.failures);
+  targetGauge("sqloutbox_target_up", "1 when the target answered its last call, 0 while down or misconfigured.", (r) => (r.reachability.down ? 0 : 1));
+  targetGauge("sqloutbox_target_consecutive_failures", "Failed attempts to reach the target in a row.", (r) => r.reachability.failures);
   targetGauge("sqloutbox_target_last_success_age_seconds", "Seconds since the target last answered a batch (absent before the first).", (r, now) => (r.lastSuccessAt === null ? null : (now - r.lastSuccessAt) / 1000));
   targetGauge("sqloutbox_loop_last_beat_age_seconds", "Seconds since the target's loop last ran (a cycle or an idle poll): its liveness.", (r, now) => (r.lastBeatAt === null ? null : (now - r.lastBeatAt) / 1000));
 
