@@ -22,7 +22,7 @@ export async function prepareInjected(writer: BoundedWriter, dialect: Dialect, t
     const problem = autoSchema ? await ensureSeqSchema(writer, dialect, name) : null;
     const result = await writer.control(maxSeqSql(name, dialect), name);
     if (!result.ok) {
-      table.holdSchema(`outbox_seq of "${name}" is not readable${problem ? ` (${problem})` : ""}: ${result.error}; "sqloutbox schema" prints the DDL`, now);
+      table.holds.schema(`outbox_seq of "${name}" is not readable${problem ? ` (${problem})` : ""}: ${result.error}; "sqloutbox schema" prints the DDL`, now);
       continue;
     }
     if (problem) logger.warn(`drain: table "${name}" on ${writer.target}: ${problem} (check that its unique outbox_seq index exists; "sqloutbox schema" prints the DDL)`, { target: writer.target, namespace: name });
@@ -32,7 +32,7 @@ export async function prepareInjected(writer: BoundedWriter, dialect: Dialect, t
       table.compatReady = true;
     } catch (error) {
       // Nothing is sent before this succeeds: rows under colliding seqs would be absorbed remotely.
-      table.holdLocal(error, now, `seeding "${name}" above the remote MAX(outbox_seq) ${max}`);
+      table.holds.local(error, now, `seeding "${name}" above the remote MAX(outbox_seq) ${max}`);
     }
   }
 }

@@ -4,16 +4,9 @@ import type { Logger } from "../logger.ts";
 import { Outbox, type OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
-import { doublingMs, rowBackoffMs, tableReadiness } from "./schedule.ts";
-import type { HoldReason, TableView } from "./views.ts";
-
-/** A table held back: why, the message that says it, since and until when (epoch ms). */
-export interface TableHold {
-  reason: HoldReason;
-  message: string;
-  since: number;
-  until: number;
-}
+import { rowBackoffMs, tableReadiness } from "./schedule.ts";
+import { TableHolds } from "./table-hold.ts";
+import type { TableView } from "./views.ts";
 
 /**
  * One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows.
@@ -68,20 +61,16 @@ export interface PlanContext {
   fence: ((table: DrainTable, through: number, last: number) => Statement) | null;
 }
 
-/** How long a table whose file cannot be opened waits before the next try. */
-const FILE_RETRY_MS = 30_000;
-/** How long a table whose remote schema lacks something waits before the next try (doubling, capped). */
-const SCHEMA_RETRY_FIRST_MS = 2_000;
-const SCHEMA_RETRY_CAP_MS = 60_000;
 
 const minWake = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b));
 const none = (): TableOutcome => ({ delivered: 0, failed: 0, deadLettered: 0, more: false, wakeAt: null });
 
 /**
  * One served table as the drain sees it, and the single owner of its drain state: its queue file,
- * what this drain last saw of its ledger row (`through`), holds (a bad file, a local error, a
- * remote schema fault), and a cut that lets the rows before a failed row go first. The target's
- * runner asks it to settle from the ledger, to plan its slice of a batch and to apply the answer.
+ * what this drain last saw of its ledger row (`through`), what holds it back (`holds`), a cut that
+ * lets the rows before a failed row go first, and the pipeline's applied-but-unconfirmed rows and
+ * read-ahead. The target's runner asks it to settle from the ledger, to plan its slice of a batch
+ * and to apply the answer.
  */
 export class DrainTable {
   readonly name: string;
@@ -90,9 +79,8 @@ export class DrainTable {
   #outbox: Outbox | null = null;
   /** The file's origin id, once opened (kept after close, for the final drain state). */
   #origin: string | null = null;
-  #hold: TableHold | null = null;
-  #localErrors = 0;
-  #schemaErrors = 0;
+  /** What holds this table back, if anything. */
+  readonly holds: TableHolds;
   /** The ledger's `through` for this queue as this drain last saw or set it; null: settle first. */
   #through: number | null = null;
   /** A row behind the head failed: the next slice stops before it, so the rows before it go first. */
@@ -127,6 +115,7 @@ export class DrainTable {
     this.name = config.name;
     this.file = `${dbDir}/${config.name}.db`;
     this.compatReady = !config.injectOutboxSeq;
+    this.holds = new TableHolds({ table: this.name, target, file: this.file }, logger);
   }
 
   /** The open queue, or null while its file cannot be opened. */
@@ -139,11 +128,6 @@ export class DrainTable {
     return this.#through;
   }
 
-  /** The table's current hold, if any. */
-  get hold(): TableHold | null {
-    return this.#hold;
-  }
-
   /** Adds an outcome to this table's counts. */
   tally(outcome: Partial<TableOutcome>): void {
     this.counts.delivered += outcome.delivered ?? 0;
@@ -153,19 +137,12 @@ export class DrainTable {
 
   /** This table as status and metrics show it. */
   view(): TableView {
-    const hold = this.#hold;
-    const iso = (ms: number) => new Date(ms).toISOString();
-    return {
-      namespace: this.name,
-      origin: this.#origin,
-      through: this.#through,
-      held: hold ? { reason: hold.reason, message: hold.message, since: iso(hold.since), until: Number.isFinite(hold.until) ? iso(hold.until) : null } : null,
-    };
+    return { namespace: this.name, origin: this.#origin, through: this.#through, held: this.holds.view() };
   }
 
   /** True while held at `now` (or unopened). */
   held(now: number): boolean {
-    return this.#outbox === null || (this.#hold !== null && this.#hold.until > now);
+    return this.#outbox === null || this.holds.active(now);
   }
 
   /** Settlement is needed before this table's next fenced batch. */
@@ -184,15 +161,15 @@ export class DrainTable {
    */
   open(now: number): boolean {
     if (this.#outbox) return true;
-    if (this.#hold && this.#hold.until > now) return false;
+    if (this.holds.active(now)) return false;
     try {
       this.#outbox = new Outbox(this.file, this.name, { maxPending: this.app.maxPending, durability: this.app.durability, fileMode: this.app.fileMode });
       if (this.config.injectOutboxSeq) this.freshQueue = !this.#outbox.hasHistory(); // only the compatibility mode asks (compat.ts)
       this.#origin = this.#outbox.origin;
-      this.#release("file");
+      this.holds.release("file");
       return true;
     } catch (error) {
-      this.#holdFor("file", `cannot open ${this.file}: ${describeError(error).message}`, now, now + FILE_RETRY_MS);
+      this.holds.file(error, now);
       return false;
     }
   }
@@ -257,19 +234,18 @@ export class DrainTable {
     this.#ahead = null;
     if (this.awaitingLateAnswer || !this.compatReady) return { slice: null, outcome: out };
     if (this.held(now)) {
-      out.wakeAt = this.#hold?.until ?? null;
+      out.wakeAt = this.holds.current?.until ?? null;
       return { slice: null, outcome: out };
     }
     if (ctx.fence && this.#through === null) return { slice: null, outcome: out };
     try {
       // Read ahead for exactly this: the slice before it was applied whole (and confirmation waits).
       const slice = ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes ? this.#sliceOf(ahead, ctx, out) : this.#planRows(ctx, out);
-      this.#localErrors = 0;
-      this.#release("local");
+      this.holds.release("local");
       return { slice, outcome: out };
     } catch (error) {
-      this.#holdLocal(error, now, "planning");
-      out.wakeAt = this.#hold?.until ?? null;
+      this.holds.local(error, now, "planning");
+      out.wakeAt = this.holds.current?.until ?? null;
       return { slice: null, outcome: out };
     }
   }
@@ -289,10 +265,10 @@ export class DrainTable {
       return null;
     }
     if (read.rows.length === 0) {
-      if (read.gap) this.#holdGap(read.gap.seq, read.gap.prevSeq, now);
+      if (read.gap) this.holds.gap(read.gap.seq, read.gap.prevSeq, now);
       return null;
     }
-    this.#release("chain gap");
+    this.holds.release("chain gap");
 
     const rows: OutboxRow[] = [];
     const stmts: Statement[] = [];
@@ -402,7 +378,7 @@ export class DrainTable {
         this.#through = null;
         if (fence.remoteSchema) {
           out.ledgerMissing = true;
-          this.#holdSchema(`the ledger is not usable: ${fence.error}`, now);
+          this.holds.schema(`the ledger is not usable: ${fence.error}`, now);
         } else {
           this.logger.info(`drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`, {
             target: this.target, namespace: this.name, error_class: fence.errorClass ?? null,
@@ -420,8 +396,7 @@ export class DrainTable {
         // for the next batch to be in flight (confirmApplied); a crash before it is settled.
         if (fenced) this.#through = this.#applied = last;
         else outbox.confirmThrough(last);
-        this.#schemaErrors = 0;
-        this.#release("remote schema");
+        this.holds.release("remote schema");
         out.delivered = rows.length;
         return out;
       }
@@ -429,7 +404,7 @@ export class DrainTable {
         // A namespace partly applied: the writer broke the contract the ledger relies on. Its
         // fence may have committed for rows that were not: stop, loudly, rather than guess.
         this.#through = null;
-        this.#holdFor("writer contract", `the writer of ${this.target} applied part of a namespace (seq ${rows[0]!.seq}..${rows[okPrefix - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now, Number.POSITIVE_INFINITY, "error");
+        this.holds.contract(`the writer of ${this.target} applied part of a namespace (seq ${rows[0]!.seq}..${rows[okPrefix - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now);
         return out;
       }
       const after = failedAt >= 0 ? answers.findIndex((r, i) => i > failedAt && r.ok) : -1;
@@ -459,7 +434,7 @@ export class DrainTable {
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
       this.#through = null;
-      this.#holdLocal(error, now, `settling a batch delivered to ${this.target}`);
+      this.holds.local(error, now, `settling a batch delivered to ${this.target}`);
       return out;
     }
   }
@@ -471,7 +446,7 @@ export class DrainTable {
     const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
     if (result.remoteSchema) {
       this.#outbox!.refundAttempt(row.seq);
-      this.#holdSchema(message, now);
+      this.holds.schema(message, now);
       return out;
     }
     out.failed = 1;
@@ -498,7 +473,7 @@ export class DrainTable {
     } catch (error) {
       this.#countedThrough = bound;
       this.#through = null;
-      this.#holdLocal(error, now, `confirming rows applied by ${this.target}`);
+      this.holds.local(error, now, `confirming rows applied by ${this.target}`);
     }
   }
 
@@ -509,37 +484,6 @@ export class DrainTable {
     } catch (error) {
       this.logger.error(`drain: local error refunding seq ${slice.rows[0]!.seq} of namespace "${this.name}": ${describeError(error).message}`, { namespace: this.name, seq: slice.rows[0]!.seq });
     }
-  }
-
-  /** Holds the table after a local SQLite error: 100 ms doubling to 30 s. */
-  holdLocal(error: unknown, now: number, what: string): void {
-    this.#holdLocal(error, now, what);
-  }
-
-  /** Holds the table after a remote schema fault, retried on a doubling schedule. */
-  holdSchema(message: string, now: number): void {
-    this.#holdSchema(message, now);
-  }
-
-  /** Releases a remote-schema hold early (the operator ran `kick`, or setup succeeded). */
-  releaseSchemaHold(): void {
-    this.#schemaErrors = 0;
-    this.#release("remote schema");
-  }
-
-  /** Holds the table because another origin writes its injected remote table. */
-  holdOrigin(message: string, now: number): void {
-    this.#holdFor("origin", message, now, Number.POSITIVE_INFINITY, "error");
-  }
-
-  /** Releases an origin hold (the other origin is gone from the ledger). */
-  releaseOrigin(): void {
-    this.#release("origin");
-  }
-
-  /** Ends every timed hold now, so the table is tried at once (the operator fixed the cause). */
-  retryNow(now: number): void {
-    if (this.#hold && this.#hold.reason !== "origin" && this.#hold.reason !== "writer contract") this.#hold = { ...this.#hold, until: now };
   }
 
   /** Prunes the sync log per `retain_log_days` and replayed dead letters per `retain_replayed_days`. */
@@ -578,40 +522,6 @@ export class DrainTable {
     this.logger.error(`drain: dead-lettered seq ${row.seq} of namespace "${this.name}" (${reason}): ${message}`, {
       target: this.target, namespace: this.name, seq: row.seq, attempt: row.attempts, error_class: errorClass,
     });
-  }
-
-  /** The head links to a row that exists nowhere (a lost row): nothing is sent past it until an operator looks; re-checked every 30 s and on `kick`. */
-  #holdGap(seq: number, prevSeq: number, now: number): void {
-    const message = `seq ${seq} links to prev_seq ${prevSeq}, which is neither pending, delivered nor dead-lettered (a lost row in ${this.file}); run \`sqloutbox verify\`, see the operations runbook`;
-    this.#holdFor("chain gap", message, now, now + FILE_RETRY_MS, "error");
-  }
-
-  /** Holds the table after a local SQLite error: 100 ms doubling to 30 s, so a broken file is retried, not spun on. */
-  #holdLocal(error: unknown, now: number, what: string): void {
-    this.#localErrors += 1;
-    const ms = doublingMs(this.#localErrors, 100, 30_000);
-    this.#holdFor("local", `local error ${what} (${this.file}): ${describeError(error).message}`, now, now + ms, "error");
-  }
-
-  #holdSchema(message: string, now: number): void {
-    this.#schemaErrors += 1;
-    const ms = doublingMs(this.#schemaErrors, SCHEMA_RETRY_FIRST_MS, SCHEMA_RETRY_CAP_MS);
-    this.#holdFor("remote schema", `remote schema on ${this.target}: ${message}`, now, now + ms);
-  }
-
-  /** Holds the table; says so once per distinct message (a hold that repeats is not news). */
-  #holdFor(reason: HoldReason, message: string, now: number, until: number, level: "warn" | "error" = "warn"): void {
-    const repeated = this.#hold?.reason === reason && this.#hold.message === message;
-    this.#hold = { reason, message, since: repeated ? this.#hold!.since : now, until };
-    if (repeated) return;
-    const retry = Number.isFinite(until) ? `, retrying in ${Math.round(until - now)} ms` : "";
-    this.logger[level](`drain: "${this.name}" is held (${reason})${retry}: ${message}`, { target: this.target, namespace: this.name, error_class: reason });
-  }
-
-  #release(reason: HoldReason): void {
-    if (this.#hold?.reason !== reason) return;
-    this.#hold = null;
-    this.logger.info(`drain: "${this.name}" on ${this.target} is no longer held (${reason})`, { target: this.target, namespace: this.name });
   }
 }
 

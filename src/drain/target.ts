@@ -236,7 +236,7 @@ export class TargetRunner {
     this.reachability.retryNow();
     this.quietUntil = 0;
     this.setupRetryAt = 0;
-    for (const table of this.tables) table.retryNow(now);
+    for (const table of this.tables) table.holds.retryNow(now);
     this.waker.wake();
   }
 
@@ -269,10 +269,10 @@ export class TargetRunner {
         this.setupRetryAt = now + doublingMs(this.setupFailures, SETUP_RETRY_FIRST_MS, SETUP_RETRY_CAP_MS);
         if (this.setupProblem !== problem) this.logger.error(`drain: target ${this.name} is held (remote schema): ${problem}`, { target: this.name, error_class: "remote schema" });
         this.setupProblem = problem;
-        for (const table of this.tables) table.holdSchema(problem, now);
+        for (const table of this.tables) table.holds.schema(problem, now);
         return false;
       }
-      if (this.setupProblem) for (const table of this.tables) table.releaseSchemaHold();
+      if (this.setupProblem) for (const table of this.tables) table.holds.release("remote schema");
       this.setupProblem = null;
       this.setupFailures = 0;
     }

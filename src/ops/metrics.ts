@@ -112,7 +112,7 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
         for (const t of r.tables) {
           // Held until the hold is released, as `status` says: not only until its retry time. A hold
           // whose retry is due (or overdue while the target is down) still holds every row of the table.
-          const hold = t.hold;
+          const hold = t.holds.current;
           this.set({ app: r.appConfig.name, target: r.name, table: t.name, reason: hold ? hold.reason : "none" }, hold ? 1 : 0);
         }
       }

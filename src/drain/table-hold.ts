@@ -1,0 +1,112 @@
+import { describeError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import { doublingMs } from "./schedule.ts";
+import type { HoldReason, TableView } from "./views.ts";
+
+/** A table held back: why, the message that says it, since and until when (epoch ms). */
+export interface TableHold {
+  reason: HoldReason;
+  message: string;
+  since: number;
+  until: number;
+}
+
+/** How long a table whose file cannot be opened, or whose chain has a gap, waits before the next look. */
+const FILE_RETRY_MS = 30_000;
+/** A local SQLite error: 100 ms doubling to 30 s, so a broken file is retried, not spun on. */
+const LOCAL_RETRY_FIRST_MS = 100;
+const LOCAL_RETRY_CAP_MS = 30_000;
+/** A remote schema fault: 2 s doubling to 60 s. */
+const SCHEMA_RETRY_FIRST_MS = 2_000;
+const SCHEMA_RETRY_CAP_MS = 60_000;
+
+/**
+ * What holds one table back, if anything — a file that cannot be opened, a local SQLite error, a
+ * remote schema fault, a chain gap, another origin on an injected table, a writer that broke its
+ * contract — each cause with its own retry schedule, said in the log once per distinct message.
+ */
+export class TableHolds {
+  #hold: TableHold | null = null;
+  #localErrors = 0;
+  #schemaErrors = 0;
+
+  constructor(
+    private readonly where: { table: string; target: string; file: string },
+    private readonly logger: Logger,
+  ) {}
+
+  /** The current hold, if any (it may have expired: see `active`). */
+  get current(): TableHold | null {
+    return this.#hold;
+  }
+
+  /** True while a hold lasts at `now`. */
+  active(now: number): boolean {
+    return this.#hold !== null && this.#hold.until > now;
+  }
+
+  /** The hold as status and metrics show it (times ISO-8601). */
+  view(): TableView["held"] {
+    const hold = this.#hold;
+    const iso = (ms: number) => new Date(ms).toISOString();
+    return hold ? { reason: hold.reason, message: hold.message, since: iso(hold.since), until: Number.isFinite(hold.until) ? iso(hold.until) : null } : null;
+  }
+
+  /** The queue file cannot be opened (corrupt, not an outbox file, a newer format, no permission). */
+  file(error: unknown, now: number): void {
+    this.#holdFor("file", `cannot open ${this.where.file}: ${describeError(error).message}`, now, now + FILE_RETRY_MS);
+  }
+
+  /** A local SQLite error while doing `what`. */
+  local(error: unknown, now: number, what: string): void {
+    this.#localErrors += 1;
+    const ms = doublingMs(this.#localErrors, LOCAL_RETRY_FIRST_MS, LOCAL_RETRY_CAP_MS);
+    this.#holdFor("local", `local error ${what} (${this.where.file}): ${describeError(error).message}`, now, now + ms, "error");
+  }
+
+  /** The remote schema lacks something (the table, a column, the ledger): nothing is charged. */
+  schema(message: string, now: number): void {
+    this.#schemaErrors += 1;
+    const ms = doublingMs(this.#schemaErrors, SCHEMA_RETRY_FIRST_MS, SCHEMA_RETRY_CAP_MS);
+    this.#holdFor("remote schema", `remote schema on ${this.where.target}: ${message}`, now, now + ms);
+  }
+
+  /** The head links to a row that exists nowhere (a lost row): nothing is sent past it until an operator looks; re-checked every 30 s and on `kick`. */
+  gap(seq: number, prevSeq: number, now: number): void {
+    const message = `seq ${seq} links to prev_seq ${prevSeq}, which is neither pending, delivered nor dead-lettered (a lost row in ${this.where.file}); run \`sqloutbox verify\`, see the operations runbook`;
+    this.#holdFor("chain gap", message, now, now + FILE_RETRY_MS, "error");
+  }
+
+  /** Another origin feeds this injected remote table: held until it is gone. */
+  origin(message: string, now: number): void {
+    this.#holdFor("origin", message, now, Number.POSITIVE_INFINITY, "error");
+  }
+
+  /** The writer applied part of a namespace: held until the drain restarts. */
+  contract(message: string, now: number): void {
+    this.#holdFor("writer contract", message, now, Number.POSITIVE_INFINITY, "error");
+  }
+
+  /** The cause is gone (the file opened, the local work or the remote schema succeeded): the hold of that reason ends, its retry schedule starts over. */
+  release(reason: HoldReason): void {
+    if (reason === "local") this.#localErrors = 0;
+    if (reason === "remote schema") this.#schemaErrors = 0;
+    if (this.#hold?.reason !== reason) return;
+    this.#hold = null;
+    this.logger.info(`drain: "${this.where.table}" on ${this.where.target} is no longer held (${reason})`, { target: this.where.target, namespace: this.where.table });
+  }
+
+  /** Ends a timed hold now, so the table is tried at once (the operator fixed the cause); an origin or contract hold stays. */
+  retryNow(now: number): void {
+    if (this.#hold && this.#hold.reason !== "origin" && this.#hold.reason !== "writer contract") this.#hold = { ...this.#hold, until: now };
+  }
+
+  /** Holds the table; says so once per distinct message (a hold that repeats is not news). */
+  #holdFor(reason: HoldReason, message: string, now: number, until: number, level: "warn" | "error" = "warn"): void {
+    const repeated = this.#hold?.reason === reason && this.#hold.message === message;
+    this.#hold = { reason, message, since: repeated ? this.#hold!.since : now, until };
+    if (repeated) return;
+    const retry = Number.isFinite(until) ? `, retrying in ${Math.round(until - now)} ms` : "";
+    this.logger[level](`drain: "${this.where.table}" is held (${reason})${retry}: ${message}`, { target: this.where.target, namespace: this.where.table, error_class: reason });
+  }
+}
