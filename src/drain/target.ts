@@ -6,9 +6,10 @@ import type { OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
-import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
+import { BoundedWriter } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
 import { FleetView } from "./fleet-view.ts";
+import { awaitLateAnswer } from "./late-answer.ts";
 import { TargetLedger } from "./ledger.ts";
 import { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
@@ -441,7 +442,7 @@ export class TargetRunner {
     let results: WriteResult[];
     const started = performance.now();
     try {
-      const call = this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(slices, abandoned));
+      const call = this.writer.send(stmts, (abandoned) => awaitLateAnswer(slices, abandoned, { target: this.name, logger: this.logger, wake: () => this.waker.wake() }));
       call.catch(() => {}); // awaited below, after the local work that overlaps it
       await this.whileInFlight(slices);
       results = await call;
@@ -525,45 +526,4 @@ export class TargetRunner {
     const { sql, args: sent } = this.rewrites.rewrite(row.tag, args, row.seq, table.config.injectOutboxSeq);
     return { sql, args: sent, namespace: table.name, seq: row.seq };
   }
-
-  /**
-   * A batch given up after `write_timeout` may still commit. With a ledger that is harmless: its
-   * fence moved the ledger row, so the next fence fails and settlement (which waits on that row)
-   * confirms what it applied. Without one, nothing would stop a late commit from landing after newer
-   * rows (an old UPDATE overwriting a newer one), so those tables are held until the call answers;
-   * a late well-formed answer confirms the ok prefix it reports per table.
-   */
-  private awaitLateAnswer(slices: TableSlice[], call: Promise<WriteResult[]>): void {
-    const held = slices.filter((s) => !s.fenced);
-    if (held.length === 0) return;
-    for (const s of held) s.table.awaitingLateAnswer = true;
-    const names = held.map((s) => `"${s.table.name}"`).join(", ");
-    this.logger.warn(`drain: ${names} on ${this.name} held until the timed-out batch answers: without a ledger a late commit must not land after newer rows`, { target: this.name });
-    const expected = slices.reduce((n, s) => n + s.stmts.length, 0);
-    const settle = (results: unknown) => {
-      if (resultShapeProblem(results, expected) !== null) return;
-      const answers = results as WriteResult[];
-      let start = 0;
-      for (const s of slices) {
-        if (!s.fenced && s.table.outbox) {
-          let ok = 0;
-          while (ok < s.rows.length && answers[start + ok]!.ok) ok++;
-          try {
-            if (ok > 0) s.table.outbox.confirmThrough(s.rows[ok - 1]!.seq);
-          } catch (error) {
-            this.logger.error(`drain: confirming the late answer for "${s.table.name}" failed; its rows are redelivered: ${describeError(error).message}`, { namespace: s.table.name });
-          }
-        }
-        start += s.stmts.length;
-      }
-      this.logger.info(`drain: the timed-out batch to ${this.name} answered late; what it committed of ${names} is confirmed`, { target: this.name });
-    };
-    call
-      .then(settle, () => this.logger.info(`drain: the timed-out batch to ${this.name} failed late; ${names} are redelivered`, { target: this.name }))
-      .finally(() => {
-        for (const s of held) s.table.awaitingLateAnswer = false;
-        this.waker.wake();
-      });
-  }
-
 }
