@@ -373,6 +373,40 @@ describe("delivery", () => {
     expect(remote.query<{ id: number }, []>("SELECT id FROM x ORDER BY rowid").all().map((r) => r.id)).toEqual([...Array(N).keys()]);
   });
 
+  test("under load, an outage before the next batch leaves no applied row pending: the pending count never holds rows the remote already has", async () => {
+    const dir = tmp();
+    const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER)"]);
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } }, { batchSize: 50, outageBackoffCapMinutes: 1 });
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (let i = 0; i < 200; i++) producer.push("x", "INSERT INTO x (id) VALUES (?)", [i]);
+    let clock = Date.now();
+    const inner = createWriter("sqlite", { path: dir.file("remote.db") });
+    let dataBatches = 0;
+    let down = false;
+    const writer: OutboxWriter = {
+      dialect: "sqlite",
+      writeBatch: async (stmts) => {
+        if (down) throw new Error("injected: connection refused");
+        const results = await inner.writeBatch(stmts);
+        // After the second batch the remote goes away, and the clock passes the fleet view's
+        // refresh: the next cycle fails reading the ledger, before any batch is sent.
+        if (stmts.some((st) => st.seq > 0) && ++dataBatches === 2) {
+          down = true;
+          clock += 16_000;
+        }
+        return results;
+      },
+    };
+    const svc = service(config, { "app.r": writer }, { now: () => clock });
+    await svc.start();
+    await waitFor(() => svc.targets()[0]!.reachability.state === "outage", "the outage");
+    const queue = new Outbox(dir.file("outbox/x.db"), "x");
+    cleanups.push(() => queue.close());
+    const applied = remote.query<{ n: number }, []>("SELECT count(*) AS n FROM x").get()!.n;
+    expect(applied).toBe(100);
+    expect(queue.pendingCount()).toBe(200 - applied);
+  });
+
   test("under load, rows read ahead of a batch that fails are not sent: the rows before a poison row land in order, the rest after it, only the culprit charged", async () => {
     const dir = tmp();
     const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER NOT NULL CHECK (id >= 0))"]);

@@ -93,8 +93,6 @@ export class DrainTable {
   #applied: number | null = null;
   /** The next slice, read while the batch before it was in flight; used only if that batch was applied whole. */
   #ahead: ReadAhead | null = null;
-  /** Rows at or below this were counted delivered when applied, but their local confirmation failed: settlement confirms them without counting them again. */
-  #countedThrough = 0;
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
    *  MAX(outbox_seq) can then only be another queue's seqs (see compat.ts). */
   freshQueue = false;
@@ -128,8 +126,8 @@ export class DrainTable {
     return this.#through;
   }
 
-  /** Adds an outcome to this table's counts. */
-  tally(outcome: Partial<TableOutcome>): void {
+  /** Adds an outcome to this table's counts: every count is made here, where the outcome is decided. */
+  #tally(outcome: Partial<TableOutcome>): void {
     this.counts.delivered += outcome.delivered ?? 0;
     this.counts.failed += outcome.failed ?? 0;
     this.counts.deadLettered += outcome.deadLettered ?? 0;
@@ -193,15 +191,13 @@ export class DrainTable {
     const outbox = this.#outbox!;
     const through = Math.max(remote ?? 0, options.adopted ?? 0);
     let confirmed = options.adopted ? outbox.confirmThrough(options.adopted) : 0;
-    this.tally({ delivered: confirmed });
-    if (this.#countedThrough > 0) {
-      outbox.confirmThrough(Math.min(this.#countedThrough, through)); // counted when applied
-      this.#countedThrough = 0;
-    }
+    this.#tally({ delivered: confirmed });
+    // Rows a target applied whose local confirmation failed were counted when applied.
+    if (this.#applied !== null) outbox.confirmThrough(Math.min(this.#applied, through));
     // The sent mark is never lowered here: a batch the ledger does not show yet may still commit
     // (an uncommitted INSERT of the ledger row is invisible to a locking read on PostgreSQL).
     const settled = outbox.confirmThrough(Math.min(outbox.sentMark(), through));
-    this.tally({ delivered: settled });
+    this.#tally({ delivered: settled });
     confirmed += settled;
     const head = outbox.head();
     if (head && head.seq <= through) {
@@ -228,6 +224,12 @@ export class DrainTable {
    * and marked sent before delivery (crash-loop protection; settlement reads the mark).
    */
   plan(ctx: PlanContext): { slice: TableSlice | null; outcome: TableOutcome } {
+    const planned = this.#plan(ctx);
+    this.#tally(planned.outcome);
+    return planned;
+  }
+
+  #plan(ctx: PlanContext): { slice: TableSlice | null; outcome: TableOutcome } {
     const out = none();
     const { now } = ctx;
     const ahead = this.#ahead;
@@ -366,6 +368,12 @@ export class DrainTable {
    * the ledger next.
    */
   applyAnswer(slice: TableSlice, results: WriteResult[], now: number): TableOutcome & { ledgerMissing: boolean } {
+    const out = this.#applyAnswer(slice, results, now);
+    this.#tally(out);
+    return out;
+  }
+
+  #applyAnswer(slice: TableSlice, results: WriteResult[], now: number): TableOutcome & { ledgerMissing: boolean } {
     const out = { ...none(), ledgerMissing: false };
     const outbox = this.#outbox!;
     const { rows, fenced } = slice;
@@ -462,18 +470,35 @@ export class DrainTable {
 
   /**
    * Confirms locally the rows a target applied (see `#applied`): sync log + delete, one transaction.
-   * A local failure holds the table; settlement from the ledger confirms them later.
+   * A local failure holds the table and keeps them waiting: the next try, or settlement from the
+   * ledger, confirms them (without counting them again).
    */
   confirmApplied(now: number): void {
     const bound = this.#applied;
     if (bound === null || !this.#outbox) return;
-    this.#applied = null;
     try {
       this.#outbox.confirmThrough(bound);
+      this.#applied = null;
     } catch (error) {
-      this.#countedThrough = bound;
       this.#through = null;
       this.holds.local(error, now, `confirming rows applied by ${this.target}`);
+    }
+  }
+
+  /**
+   * The late answer of a timed-out batch without a ledger (see TargetRunner): the rows of this
+   * slice it reports applied, from the head on, are confirmed and counted; the rest are delivered
+   * again.
+   */
+  applyLateAnswer(slice: TableSlice, answers: WriteResult[]): void {
+    let ok = 0;
+    while (ok < slice.rows.length && answers[ok]!.ok) ok++;
+    if (ok === 0 || !this.#outbox) return;
+    try {
+      this.#outbox.confirmThrough(slice.rows[ok - 1]!.seq);
+      this.#tally({ delivered: ok });
+    } catch (error) {
+      this.logger.error(`drain: confirming the late answer for "${this.name}" failed; its rows are redelivered: ${describeError(error).message}`, { namespace: this.name });
     }
   }
 

@@ -6,10 +6,9 @@ import type { OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
-import { BoundedWriter } from "./bounded-writer.ts";
+import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
 import { FleetView } from "./fleet-view.ts";
-import { awaitLateAnswer } from "./late-answer.ts";
 import { TargetLedger } from "./ledger.ts";
 import { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
@@ -171,6 +170,10 @@ export class TargetRunner {
   cycle(): Promise<TargetCycle> {
     this.running ??= this.runCycle()
       .then((out) => {
+        // Rows a target applied are confirmed while the next batch is in flight; a cycle after
+        // which no batch follows at once (nothing more ready, an outage, outside the loop) confirms
+        // them now, so the pending count never holds rows the remote already has.
+        if (!(out.more && this.pipelining)) this.confirmApplied();
         this.lastCycleAt = Date.now();
         this.lastBeatAt = this.lastCycleAt;
         return out;
@@ -425,7 +428,6 @@ export class TargetRunner {
         break;
       }
       const { slice, outcome } = table.plan({ now, maxBytes: budget, prepare: (t, row) => this.prepareRow(t, row), fence });
-      table.tally(outcome);
       out.deadLettered += outcome.deadLettered;
       out.failed += outcome.failed;
       out.more ||= outcome.more;
@@ -435,14 +437,11 @@ export class TargetRunner {
       stmts.push(...slice.stmts);
       budget -= slice.bytes;
     }
-    if (stmts.length === 0) {
-      this.confirmApplied();
-      return out;
-    }
+    if (stmts.length === 0) return out;
     let results: WriteResult[];
     const started = performance.now();
     try {
-      const call = this.writer.send(stmts, (abandoned) => awaitLateAnswer(slices, abandoned, { target: this.name, logger: this.logger, wake: () => this.waker.wake() }));
+      const call = this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(slices, abandoned));
       call.catch(() => {}); // awaited below, after the local work that overlaps it
       await this.whileInFlight(slices);
       results = await call;
@@ -460,7 +459,6 @@ export class TargetRunner {
     let moved = 0;
     for (const slice of slices) {
       const answer = slice.table.applyAnswer(slice, results.slice(start, start + slice.stmts.length), this.now());
-      slice.table.tally(answer);
       if (slice.fenced && answer.delivered > 0) this.fleetView.noteThrough(slice.table, this.now());
       start += slice.stmts.length;
       out.delivered += answer.delivered;
@@ -481,9 +479,6 @@ export class TargetRunner {
       // commits would wake the watcher at once, so wait a full flush_interval instead.
       this.quietUntil = this.now() + this.app.flushIntervalMs;
     }
-    // Under load the next batch follows at once and these rows are confirmed while it is in flight;
-    // otherwise (or outside the loop: runOnce) now.
-    if (!(out.more && this.pipelining)) this.confirmApplied();
     this.batches += 1;
     if (this.batches % this.app.cleanupEvery === 0) for (const table of this.tables) table.prune();
     // Large rows: give their strings back now, so the next batch does not stack on this one's
@@ -525,5 +520,37 @@ export class TargetRunner {
     const args = decodeArgs(row.payload);
     const { sql, args: sent } = this.rewrites.rewrite(row.tag, args, row.seq, table.config.injectOutboxSeq);
     return { sql, args: sent, namespace: table.name, seq: row.seq };
+  }
+
+  /**
+   * A batch given up after `write_timeout` may still commit. With a ledger that is harmless: its
+   * fence moved the ledger row, so the next fence fails and settlement (which waits on that row)
+   * confirms what it applied. Without one, nothing would stop a late commit from landing after newer
+   * rows (an old UPDATE overwriting a newer one), so those tables are held until the call answers;
+   * a late well-formed answer confirms the ok prefix it reports per table.
+   */
+  private awaitLateAnswer(slices: TableSlice[], call: Promise<WriteResult[]>): void {
+    const held = slices.filter((s) => !s.fenced);
+    if (held.length === 0) return;
+    for (const s of held) s.table.awaitingLateAnswer = true;
+    const names = held.map((s) => `"${s.table.name}"`).join(", ");
+    this.logger.warn(`drain: ${names} on ${this.name} held until the timed-out batch answers: without a ledger a late commit must not land after newer rows`, { target: this.name });
+    const expected = slices.reduce((n, s) => n + s.stmts.length, 0);
+    const settle = (results: unknown) => {
+      if (resultShapeProblem(results, expected) !== null) return;
+      const answers = results as WriteResult[];
+      let start = 0;
+      for (const s of slices) {
+        if (!s.fenced) s.table.applyLateAnswer(s, answers.slice(start, start + s.stmts.length));
+        start += s.stmts.length;
+      }
+      this.logger.info(`drain: the timed-out batch to ${this.name} answered late; what it committed of ${names} is confirmed`, { target: this.name });
+    };
+    call
+      .then(settle, () => this.logger.info(`drain: the timed-out batch to ${this.name} failed late; ${names} are redelivered`, { target: this.name }))
+      .finally(() => {
+        for (const s of held) s.table.awaitingLateAnswer = false;
+        this.waker.wake();
+      });
   }
 }
