@@ -8,6 +8,7 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
+import type { OutboxWriter } from "../src/writers/writer.ts";
 import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
@@ -133,11 +134,22 @@ test("a second origin feeding an injected (compatibility-mode) table is refused 
   remote.run("PRAGMA journal_mode = WAL");
   remote.run("CREATE TABLE t (id INTEGER NOT NULL)");
   cleanups.push(() => remote.close());
+  let clock = Date.now();
+  let refuseFleetRead = false;
   const host = (h: number) => {
     const dbDir = dir.file(`host${h}/queue`);
     const config = oneApp(dbDir, { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } }, { originLabel: `host-${h}` });
     const log = memoryLogger();
-    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    const inner = createWriter("sqlite", { path: dir.file("remote.db") });
+    // The ledger may answer the fleet read (namespace: the ledger table) with an error.
+    const writer: OutboxWriter = {
+      dialect: "sqlite",
+      writeBatch: (stmts) =>
+        refuseFleetRead && stmts.some((st) => st.namespace === "sqloutbox_ledger")
+          ? Promise.resolve(stmts.map(() => ({ ok: false as const, error: "injected: permission denied for table sqloutbox_ledger" })))
+          : inner.writeBatch(stmts),
+    };
+    const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log, now: () => clock });
     cleanups.push(() => svc.stop(2000));
     return { svc, log, producer: new SQLMiddleware({ dbDir }), dbDir };
   };
@@ -160,4 +172,11 @@ test("a second origin feeding an injected (compatibility-mode) table is refused 
   expect(line).toContain("host-0");
   expect(line).toStartWith("error");
   expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual([0, 1, 2, 3, 4]);
+  // A fleet read the ledger refuses keeps the hold: it must not lapse for want of an answer.
+  refuseFleetRead = true;
+  clock += 60_000; // the fleet view is due again
+  await b.svc.runOnce();
+  await b.svc.runOnce();
+  expect(b.svc.totalPending()).toBe(5);
+  expect(b.svc.targets()[0]!.tables[0]!.holds.current?.reason).toBe("origin");
 });

@@ -21,10 +21,16 @@ export class FleetView {
     private readonly originLabel: string,
   ) {}
 
-  /** Reads the rows again when due, then holds every injected table another origin feeds too. An outage throws. */
+  /**
+   * Reads the rows again when due, then holds every injected table another origin feeds too. A read
+   * the ledger refuses keeps the last rows and holds (an origin hold must not lapse for want of an
+   * answer) and is tried again at the next cycle. An outage throws.
+   */
   async refresh(ledger: TargetLedger, tables: DrainTable[], now: number): Promise<void> {
     if (now - this.readAt < FLEET_REFRESH_MS) return;
-    this.rows = await ledger.readFleet(tables);
+    const rows = await ledger.readFleet(tables);
+    if (rows === null) return;
+    this.rows = rows;
     this.readAt = now;
     this.#checkOrigins(tables, now);
   }

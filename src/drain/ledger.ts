@@ -1,4 +1,3 @@
-import { describeError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { fenceSql, fleetReadSql, settleReadSql } from "../sql/ledger.ts";
 import { ledgerStep } from "../sql/probe.ts";
@@ -87,7 +86,7 @@ export class TargetLedger {
         }
       } catch (error) {
         table.unsettle();
-        this.logger.error(`drain: local error settling "${table.name}" (${table.file}) from the ledger: ${describeError(error).message}`, { namespace: table.name });
+        table.holds.local(error, now, "settling from the ledger");
       }
     }
     if (confirmed > 0) {
@@ -111,13 +110,13 @@ export class TargetLedger {
     return marks;
   }
 
-  /** Every origin's ledger row for `tables` (no lock): the fleet view. An outage throws. */
-  async readFleet(tables: DrainTable[]): Promise<LedgerRow[]> {
+  /** Every origin's ledger row for `tables` (no lock): the fleet view; null when the ledger answered with an error. An outage throws. */
+  async readFleet(tables: DrainTable[]): Promise<LedgerRow[] | null> {
     if (tables.length === 0) return [];
     const [result] = await this.writer.send([
       { sql: fleetReadSql(this.table, this.dialect, tables.length), args: tables.map((t) => t.name), namespace: this.table, seq: 0 },
     ]);
-    if (!result!.ok || !result!.rows) return [];
+    if (!result!.ok || !result!.rows) return null;
     return result!.rows.map(([origin, namespace, through, label, updatedAt]) => ({
       origin: String(origin),
       namespace: String(namespace),
