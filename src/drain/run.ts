@@ -137,7 +137,7 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
  * an operator reading the journal can tell a healthy idle drain from a stuck one. Returns a stop
  * function. The timer never keeps the process alive.
  */
-export function logActivity(service: OutboxSyncService, logger: Logger, intervalMs: number): () => void {
+function logActivity(service: OutboxSyncService, logger: Logger, intervalMs: number): () => void {
   let last = new Map(service.activity().map((a) => [a.target, a]));
   const timer = setInterval(() => {
     if (service.isStopped) return; // stopping: the service no longer answers, and the last line is said

@@ -32,7 +32,7 @@ export interface TargetActivity {
   delivered: number;
   failed: number;
   deadLettered: number;
-  /** The target is backing off after an outage. */
+  /** The target is backing off after an outage, or is misconfigured. */
   down: boolean;
 }
 

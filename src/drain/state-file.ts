@@ -15,7 +15,7 @@ export interface DrainState {
 }
 
 /** The state file every drain of a db_dir writes: `<db_dir>/.sqloutbox-state.json`. */
-export const STATE_FILE_NAME = ".sqloutbox-state.json";
+const STATE_FILE_NAME = ".sqloutbox-state.json";
 
 /**
  * Writes `state` to `<dbDir>/.sqloutbox-state.json` atomically (a temp file renamed over it), so a

@@ -4,7 +4,7 @@ import { doublingMs } from "./schedule.ts";
 import type { HoldReason, TableView } from "./views.ts";
 
 /** A table held back: why, the message that says it, since and until when (epoch ms). */
-export interface TableHold {
+interface TableHold {
   reason: HoldReason;
   message: string;
   since: number;

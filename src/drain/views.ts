@@ -48,7 +48,7 @@ export interface TargetView {
   ledger: boolean;
   totals: { delivered: number; failed: number; deadLettered: number };
   tables: TableView[];
-  /** Every origin's ledger row for the served tables, as last read (null: never read). */
+  /** Every origin's ledger row for the served tables, as last read (empty until the first read; when, `fleetReadAt`). */
   fleet: LedgerRow[];
   fleetReadAt: string | null;
 }

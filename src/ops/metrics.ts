@@ -104,7 +104,7 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
   tableGauge("sqloutbox_dead_letters", "Dead letters present (not yet replayed).", (t) => t.dead);
 
   new client.Gauge({
-    name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, origin, writer contract).",
+    name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract).",
     labelNames: [...tableLabels, "reason"], registers,
     collect() {
       this.reset();
