@@ -25,7 +25,7 @@
 import { Database } from "bun:sqlite";
 import { SQL } from "bun";
 import fs from "node:fs";
-import { defineConfig } from "../src/config/index.ts";
+import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { createDrainMetrics } from "../src/ops/metrics.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
