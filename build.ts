@@ -3,7 +3,9 @@
 // RELEASE_TARGETS entry into dist/release/ with a SHA256SUMS (`bun build.ts --release OUTDIR`
 // for another directory). `bun build.ts --types` writes the library's declarations into
 // dist/types/ — `bun pm pack` and `bun publish` run it as the prepack script, so a release step
-// needs nothing more (not `--ignore-scripts`). Tests and bench/cli.ts call buildBinary() and buildRelease().
+// needs nothing more (not `--ignore-scripts`). test/binary-smoke.test.ts, test/ops-systemd-sandbox.test.ts
+// and bench/cli.ts import buildBinary(); test/binary-release.test.ts imports RELEASE_TARGETS and runs
+// `bun run build --release`; buildRelease() and buildTypes() are called only from the command line below.
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";

@@ -6,7 +6,7 @@ import type { AppLayout } from "../config/layout.ts";
 import { inspectConfigToml, type InspectedConfig } from "../config/load.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
 import { fileHealth } from "../outbox/health.ts";
-import { DEFAULT_CONFIG } from "./args.ts";
+import { configFile, DEFAULT_CONFIG } from "./args.ts";
 import { log } from "./cli-logger.ts";
 
 /** One db_dir to inspect, with the tuning that matters for display. */
@@ -37,11 +37,7 @@ export async function resolveLocations(args: { config?: string; "db-dir"?: strin
     }
     return { dirs: [{ app: null, dbDir: abs, maxPending: null }], secrets: [], configFile: null };
   }
-  const file = path.resolve(args.config ?? DEFAULT_CONFIG);
-  if (args.config === undefined && !fs.existsSync(file)) {
-    throw new UsageError(`no ${DEFAULT_CONFIG} in ${process.cwd()}: give --config FILE or --db-dir DIR`);
-  }
-  if (!fs.existsSync(file)) throw new NotFoundError(`config file ${file} does not exist`);
+  const file = configFile(args.config, { usage: `no ${DEFAULT_CONFIG} in ${process.cwd()}: give --config FILE or --db-dir DIR` });
   const { apps, secrets, layoutOnly } = inspectConfigToml(file);
   if (layoutOnly) log().warn(layoutOnlyWarning(layoutOnly, file));
   return { dirs: locationsOf(apps), secrets, configFile: file };

@@ -14,21 +14,27 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
  * Structured fields (a plain object) are for JSON logs: the message already says it for a human.
  */
 export function prettyLine(obj: LogObject): string {
-  const text = (obj.args ?? [])
-    .filter((a) => !isFieldBag(a))
-    .map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : inspect(a, { breakLength: Infinity })));
+  const text = (obj.args ?? []).filter((a) => !isFieldBag(a)).map((a) => (a instanceof Error ? a.message : textOf(a)));
   return `[${levelName(obj)}] ${text.join(" ")}`;
 }
 
-/** One log record as a single JSON line: time, level, msg, optional tag, fields and err. */
+/** A log argument that is neither an Error nor a field bag, as text: a string as it is, anything else inspected on one line. */
+function textOf(arg: unknown): string {
+  return typeof arg === "string" ? arg : inspect(arg, { breakLength: Infinity });
+}
+
+/**
+ * One log record as a single JSON line: time, level, msg, optional tag, fields and err. Field bags
+ * (plain objects, as for prettyLine) become keys; any other value is part of msg, written as prettyLine writes it.
+ */
 export function jsonLine(obj: LogObject): string {
   const record: Record<string, unknown> = { time: obj.date.toISOString(), level: levelName(obj), msg: "" };
   if (obj.tag) record.tag = obj.tag;
   const text: string[] = [];
   for (const arg of obj.args ?? []) {
     if (arg instanceof Error) record.err = errorJson(arg);
-    else if (arg !== null && typeof arg === "object" && !Array.isArray(arg)) Object.assign(record, arg);
-    else text.push(typeof arg === "string" ? arg : JSON.stringify(arg));
+    else if (isFieldBag(arg)) Object.assign(record, arg);
+    else text.push(textOf(arg));
   }
   if (typeof obj.message === "string" && obj.message) text.unshift(obj.message);
   record.msg = text.join(" ");

@@ -4,7 +4,7 @@ import { listOutboxFiles } from "../../outbox/files.ts";
 import { findDeadLetterRefs, findDeadLetters, planPurge, type DeadLetterFilter, type DeadLetterRef, type FiledDeadLetter, type PurgeOutcome, type PurgeRule } from "../../outbox/dead-letters.ts";
 import { withOutbox } from "../../outbox/outbox.ts";
 import { isoTimestamp } from "../../outbox/timestamp.ts";
-import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "../args.ts";
+import { appArg, jsonArg, locationArgs, logArgs, namespaceFilterArg, parseSeq, rowArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 import { parseDurationMs, parsePointInTime } from "../durations.ts";
 import { oneLine, print, renderFields, renderTable, redact } from "../text-output.ts";
@@ -57,9 +57,9 @@ export interface PurgeReport {
 
 /**
  * Reads the dead letters of every location that match `filter`, read-only. A file that cannot be
- * read is logged and listed in `unreadable`; the command then exits 1 after printing the rest.
+ * read is logged and listed in `failed`; the command then exits 1 after printing the rest.
  */
-export function collectDeadLetters(locations: Locations, filter: DeadLetterFilter = {}): { entries: DeadLetterEntry[]; unreadable: string[] } {
+export function collectDeadLetters(locations: Locations, filter: DeadLetterFilter = {}): { entries: DeadLetterEntry[]; failed: FileFailure[] } {
   const out: DeadLetterEntry[] = [];
   const failed: FileFailure[] = [];
   for (const loc of locations.dirs) {
@@ -69,7 +69,7 @@ export function collectDeadLetters(locations: Locations, filter: DeadLetterFilte
       out.push({ app: loc.app, dbDir: loc.dbDir, ...d, error });
     }
   }
-  return { entries: out, unreadable: failed.map((f) => f.file) };
+  return { entries: out, failed };
 }
 
 /** A failure callback that logs the file's error (with a permission hint) and records it. */
@@ -81,7 +81,7 @@ function recorder(failed: FileFailure[]): (file: string, err: Error) => void {
   };
 }
 
-function failIf(failed: readonly { file: string }[], what: string): void {
+function failIf(failed: readonly FileFailure[], what: string): void {
   if (failed.length > 0) throw new StorageError(`dead-letter ${what} ${failed.length} file(s)`, failed[0]!.file);
 }
 
@@ -206,9 +206,6 @@ const reasonArg = {
 const sinceArg = {
   since: { type: "string", valueHint: "DUR|TIME", description: "Only letters dead within DUR (90s, 30m, 12h, 7d, 2w, 1h30m) or at/after an ISO-8601 TIME (UTC unless it has an offset)" },
 } as const;
-const appArg = {
-  app: { type: "string", valueHint: "APP", description: "With --config: only this app's db_dir" },
-} as const;
 const dryRunArg = {
   "dry-run": { type: "boolean", description: "Print what would be done and change nothing (files are only read)" },
 } as const;
@@ -225,7 +222,7 @@ const list = defineCommand({
   meta: { name: "list", description: "List quarantined rows, optionally filtered (read-only)" },
   args: {
     ...locationArgs,
-    namespace: { type: "string", valueHint: "N", description: "Only this namespace" },
+    ...namespaceFilterArg,
     ...reasonArg,
     ...sinceArg,
     replayed: { type: "boolean", description: "Only letters already replayed" },
@@ -238,11 +235,11 @@ const list = defineCommand({
     const filter = filterOf(args);
     if (args.replayed === true) filter.replayed = true;
     if (args.unreplayed === true) filter.replayed = false;
-    const { entries, unreadable } = collectDeadLetters(await resolveLocations(args), filter);
+    const { entries, failed } = collectDeadLetters(await resolveLocations(args), filter);
     const filtered = Object.keys(filter).length > 0;
-    const none = `no dead letters${filtered ? " match" : ""}${unreadable.length > 0 ? " in the readable files" : ""}`;
+    const none = `no dead letters${filtered ? " match" : ""}${failed.length > 0 ? " in the readable files" : ""}`;
     print(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : entries.length === 0 ? none : renderDeadLetters(entries));
-    failIf(unreadable.map((file) => ({ file })), "could not read");
+    failIf(failed, "could not read");
   },
 });
 
@@ -253,8 +250,8 @@ const show = defineCommand({
     const seq = parseSeq(args.seq);
     const locations = await resolveLocations(args);
     const { location } = namespaceFile(locations, args.namespace, args.app);
-    const { entries, unreadable } = collectDeadLetters({ ...locations, dirs: [location] }, { namespace: args.namespace });
-    failIf(unreadable.map((file) => ({ file })), "could not read");
+    const { entries, failed } = collectDeadLetters({ ...locations, dirs: [location] }, { namespace: args.namespace });
+    failIf(failed, "could not read");
     const entry = entries.find((e) => e.seq === seq);
     if (!entry) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${args.namespace}" (${location.dbDir})`);
     print(args.json ? JSON.stringify(entry, null, 2) : renderDeadLetter(entry));
@@ -345,7 +342,7 @@ const purge = defineCommand({
   args: {
     ...locationArgs,
     "older-than": { type: "string", valueHint: "DUR", required: true, description: "Letters dead longer than this (90s, 30m, 12h, 7d, 2w, 1h30m)" },
-    namespace: { type: "string", valueHint: "N", description: "Only this namespace" },
+    ...namespaceFilterArg,
     unreplayed: { type: "boolean", description: "Also delete letters never replayed: their events are lost for good" },
     ...dryRunArg,
     ...appArg,

@@ -1,18 +1,16 @@
 import { defineCommand } from "citty";
-import fs from "node:fs";
-import path from "node:path";
 import { loadConfigToml } from "../../config/load.ts";
 import { runService } from "../../drain/run.ts";
 import { parseListenAddress, type ListenAddress } from "../../config/listen-address.ts";
 import { maskError, maskSecrets } from "../../masking.ts";
 import type { OutboxSyncService } from "../../drain/service.ts";
-import { NotFoundError, UsageError } from "../../errors.ts";
+import { UsageError } from "../../errors.ts";
 import { serveOps, type OpsServer } from "../../ops/http.ts";
 import { createDrainMetrics } from "../../ops/metrics.ts";
 import { createSystemdNotifier } from "../../ops/systemd.ts";
 import type { Logger } from "../../logger.ts";
 import { VERSION } from "../../version.ts";
-import { configArg, DEFAULT_CONFIG, logArgs } from "../args.ts";
+import { configArg, configFile, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 
 /** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
@@ -32,10 +30,7 @@ export const runservice = defineCommand({
     ...logArgs,
   },
   async run({ args }) {
-    const file = path.resolve(args.config ?? DEFAULT_CONFIG);
-    if (!fs.existsSync(file)) {
-      throw new NotFoundError(`config file ${file} does not exist (give --config FILE, or scaffold one with "sqloutbox init")`);
-    }
+    const file = configFile(args.config, { hint: 'give --config FILE, or scaffold one with "sqloutbox init"' });
     let address: ListenAddress | null = null;
     if (args["metrics-addr"] !== undefined) {
       const parsed = parseListenAddress(args["metrics-addr"]);

@@ -1,17 +1,15 @@
 import { defineCommand } from "citty";
-import fs from "node:fs";
-import path from "node:path";
 import { loadConfigToml } from "../../config/load.ts";
 import { maskSecrets } from "../../masking.ts";
 import { BoundedWriter } from "../../drain/bounded-writer.ts";
 import { ensureStep } from "../../drain/remote-schema.ts";
 import { targetDialect } from "../../drain/target.ts";
-import { OutboxError, NotFoundError } from "../../errors.ts";
+import { OutboxError } from "../../errors.ts";
 import { injectedSteps, ledgerStep, type SchemaStep } from "../../sql/probe.ts";
 import { dropSchemaSql } from "../../sql/schema.ts";
 import type { OutboxWriter } from "../../writers/writer.ts";
 import type { Dialect } from "../../vocabulary.ts";
-import { configArg, DEFAULT_CONFIG, jsonArg, logArgs } from "../args.ts";
+import { configArg, configFile, jsonArg, logArgs } from "../args.ts";
 import { print } from "../text-output.ts";
 
 /** One target in `schema --json`: its dialect and the DDL it needs, in order. */
@@ -44,8 +42,7 @@ export const schema = defineCommand({
     ...logArgs,
   },
   async run({ args }) {
-    const file = path.resolve(args.config ?? DEFAULT_CONFIG);
-    if (!fs.existsSync(file)) throw new NotFoundError(`config file ${file} does not exist (give --config FILE)`);
+    const file = configFile(args.config, { hint: "give --config FILE" });
     const { config, writers, secrets } = await loadConfigToml(file);
     const targets: TargetSchema[] = [];
     try {
