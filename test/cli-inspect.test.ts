@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { acquireLock } from "../src/drain/lock.ts";
 import { normalize, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { breakChain, openQueue, seed } from "./support/queue.ts";
@@ -85,6 +86,20 @@ describe("status", () => {
     expect(orders.lastError).toBe('relation "orders" does not exist (postgres://app:***@db.internal/prod)');
     expect(orders.oldestPendingAgeMs).toBeGreaterThanOrEqual(0);
     expect(payments).toMatchObject({ namespace: "payments", depth: 2, isStuck: false, deadLetterCount: 1, lastError: null });
+  });
+
+  test("a drain holding the lock without a state file (OutboxSyncService on its own) is running, not stale", async () => {
+    const lock = acquireLock(dbDir);
+    try {
+      const human = await runInProcess(["status", "--db-dir", dbDir, "--check", "--fail-on", "down"]);
+      expect(human.code).toBe(0);
+      expect(human.stdout.split("\n")[0]).toBe(`drain running (pid ${process.pid}) on ${dbDir}, without a state file`);
+      expect(human.stdout).toContain("check: ok");
+      const json = JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout);
+      expect(json.dbDirs[0].drain).toEqual({ pid: process.pid, updatedAt: null, stoppedAt: null, stale: false });
+    } finally {
+      lock.release();
+    }
   });
 
   test("with a config the drain would refuse (a typo): warns with every problem, still shows the queues, masks secrets", async () => {

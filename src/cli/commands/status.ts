@@ -20,10 +20,14 @@ export interface StatusEntry extends NamespaceHealth {
 export interface DrainSummary {
   /** The PID holding the db_dir's lock, or null when no drain runs there. */
   pid: number | null;
-  /** When the drain last wrote its state (null: no drain ever ran here). */
+  /**
+   * When the drain last wrote its state. Null: there is no state file — no drain ever ran here, or
+   * the running one writes none (an app running OutboxSyncService itself, or runService with
+   * stateIntervalMs 0, or runservice still starting up).
+   */
   updatedAt: string | null;
   stoppedAt: string | null;
-  /** A running drain that has not written its state for a while: its loop may be hung. */
+  /** A running drain whose state file has not been rewritten for a while: its loop may be hung. Never set without a state file. */
   stale: boolean;
 }
 
@@ -52,7 +56,11 @@ export interface StatusReport {
   totals: { namespaces: number; depth: number; stuck: number; held: number; deadLetters: number; targetsDown: number };
 }
 
-/** A drain rewrites its state every 2 s: three times that without a write means its loop is not running. */
+/**
+ * runService rewrites the state every 2 s (its default stateIntervalMs): five of those intervals
+ * without a write means its loop is not running. A drain that writes no state file at all (the
+ * library's OutboxSyncService on its own) is never called stale: there is nothing to go by.
+ */
 const STALE_AFTER_MS = 10_000;
 
 /** Reads the health of every namespace of every location and each drain's persisted state; opens files read-only, creates nothing, no network. */
@@ -71,19 +79,19 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
       pid,
       updatedAt: state?.updatedAt ?? null,
       stoppedAt: state?.stoppedAt ?? null,
-      stale: pid !== null && (state === null || now.getTime() - Date.parse(state.updatedAt) > STALE_AFTER_MS),
+      stale: pid !== null && state !== null && now.getTime() - Date.parse(state.updatedAt) > STALE_AFTER_MS,
     };
     dbDirs.push({ app: loc.app, dbDir: loc.dbDir, exists, drain });
     if (!exists) continue;
     // A stopped drain's view of its targets is history, not state: only a running drain's is shown.
     const live = pid !== null && state !== null && state.stoppedAt === null ? state : null;
-    for (const t of live?.targets ?? []) targets.push(maskTarget(t, loc.dbDir, mask));
+    const shown = (live?.targets ?? []).map((t) => maskTarget(t, loc.dbDir, mask));
+    targets.push(...shown);
     fleet.push(...fleetOf(live));
-    const holds = new Map((live?.targets ?? []).flatMap((t) => t.tables.map((tb) => [tb.namespace, tb.held] as const)));
+    const holds = new Map(shown.flatMap((t) => t.tables.map((tb) => [tb.namespace, tb.held] as const)));
     const onError = (file: string, err: Error) => unreadable.push({ file, error: withAccessHint(err.message, file) });
     for (const h of healthAll(loc.dbDir, { maxPending: loc.maxPending, now, onError })) {
-      const held = holds.get(h.namespace) ?? null;
-      namespaces.push({ app: loc.app, dbDir: loc.dbDir, ...h, lastError: mask(h.lastError), held: held && { ...held, message: mask(held.message)! } });
+      namespaces.push({ app: loc.app, dbDir: loc.dbDir, ...h, lastError: mask(h.lastError), held: holds.get(h.namespace) ?? null });
     }
   }
   return {
@@ -147,7 +155,7 @@ export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, ma
     for (const t of report.targets) {
       if (t.state === "outage" || t.state === "misconfigured") problems.push(`${t.state === "outage" ? "down" : "misconfigured"}: target ${t.target} since ${t.downSince}, ${t.failures} failed attempt(s): ${oneLine(t.lastError, 100)}`);
     }
-    for (const d of report.dbDirs) if (d.drain.stale) problems.push(`stale: the drain (pid ${d.drain.pid}) on ${d.dbDir} has not reported since ${d.drain.updatedAt ?? "it started"}`);
+    for (const d of report.dbDirs) if (d.drain.stale) problems.push(`stale: the drain (pid ${d.drain.pid}) on ${d.dbDir} has not reported since ${d.drain.updatedAt}`);
   }
   return problems;
 }
@@ -188,7 +196,7 @@ export function renderStatus(report: StatusReport): string {
   for (const d of report.dbDirs.filter((d) => d.exists)) {
     const label = `${d.app ? `app ${d.app}: ` : ""}`;
     if (d.drain.pid === null) lines.push(`${label}no drain is running on ${d.dbDir}${d.drain.stoppedAt ? ` (stopped ${formatAge(now - Date.parse(d.drain.stoppedAt))} ago)` : ""}`);
-    else lines.push(`${label}drain running (pid ${d.drain.pid}) on ${d.dbDir}${d.drain.updatedAt ? `, reported ${formatAge(now - Date.parse(d.drain.updatedAt))} ago` : ""}${d.drain.stale ? " — STALE: its loop is not reporting" : ""}`);
+    else lines.push(`${label}drain running (pid ${d.drain.pid}) on ${d.dbDir}${d.drain.updatedAt ? `, reported ${formatAge(now - Date.parse(d.drain.updatedAt))} ago` : ", without a state file"}${d.drain.stale ? " — STALE: its loop is not reporting" : ""}`);
   }
   if (report.targets.length > 0) {
     lines.push(renderTable(
