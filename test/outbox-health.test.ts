@@ -2,7 +2,7 @@ import { Database } from "bun:sqlite";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { findDeadLetters, healthAll, listOutboxFiles, Outbox, StorageError, verifyFile } from "../src/index.ts";
+import { findDeadLetters, healthAll, listOutboxFiles, Outbox, scanIntegrity, StorageError, verifyFile } from "../src/index.ts";
 import { pendingCountSql } from "../src/outbox/schema.ts";
 import { readSnapshot } from "../src/outbox/sqlite-open.ts";
 import { hashTree } from "./support/dir-hash.ts";
@@ -225,6 +225,20 @@ describe("inspect", () => {
     const garbage = verifyFile(tmp.file("garbage.db"));
     expect(garbage.ok).toBe(false);
     expect(garbage.problems[0]).toContain(tmp.file("garbage.db"));
+  });
+
+  test("scanIntegrity reports a file-level problem (a garbage file) in its lines", () => {
+    const ob = new Outbox(tmp.file("q.db"), "q");
+    ob.enqueue("A", "[]");
+    ob.close();
+    writeFileSync(tmp.file("garbage.db"), "this is not a database at all, just text".repeat(200));
+    const report = scanIntegrity([tmp.file("q.db"), tmp.file("garbage.db")]);
+    expect(report.ok).toBe(false);
+    // The file is named once, at the start of its line.
+    expect(report.lines).toEqual([
+      `${tmp.file("q.db")} [q]: 1 pending, ok`,
+      `${tmp.file("garbage.db")}: cannot read outbox file: file is not a database [SQLITE_NOTADB]`,
+    ]);
   });
 
   test("verifyFile reports forward links, a restarted chain and two rows linking to one predecessor in a damaged file", () => {

@@ -30,8 +30,9 @@ export class Appender {
   readonly #file: QueueFile;
   readonly #maxPending: number | null;
   readonly #tail: Statement<{ tail: number | null }, [string]>;
-  readonly #insert: Statement;
   readonly #insertAtTail: Statement<unknown, [string, string, string, string, string]>;
+  /** Legacy layout only: an insert whose seq AUTOINCREMENT allocates. */
+  readonly #insert: Statement | null = null;
   /** Lean layout only: the next free seq and ord, and an insert at a given seq and ord. */
   readonly #nextSlot: Statement<{ seq: number; ord: number }, [string]> | null = null;
   readonly #insertAt: Statement | null = null;
@@ -40,11 +41,12 @@ export class Appender {
     this.#file = file;
     this.#maxPending = maxPending;
     this.#tail = file.prepare(TAIL_SQL);
-    this.#insert = file.prepare(queueInsertSql(file.layout, COLUMNS, ["?2", "?1", "?3", "?4", "?5", "?6"]));
     this.#insertAtTail = file.prepare(queueInsertSql(file.layout, COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${TAIL_SQL})`]));
     if (file.layout === "lean") {
       this.#nextSlot = file.prepare(NEXT_SLOT_SQL);
       this.#insertAt = file.prepare(`INSERT INTO outbox_queue (seq, ord, ${COLUMNS.join(", ")}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`);
+    } else {
+      this.#insert = file.prepare(queueInsertSql(file.layout, COLUMNS, ["?2", "?1", "?3", "?4", "?5", "?6"]));
     }
   }
 
@@ -95,7 +97,10 @@ export class Appender {
   appender(now: string): Append {
     const namespace = this.#file.namespace;
     const insertAt = this.#insertAt;
-    if (insertAt === null) return (tag, payload, source, prev) => Number(this.#insert.run(namespace, now, source, tag, payload, prev).lastInsertRowid);
+    if (insertAt === null) {
+      const insert = this.#insert!;
+      return (tag, payload, source, prev) => Number(insert.run(namespace, now, source, tag, payload, prev).lastInsertRowid);
+    }
     let { seq, ord } = this.#nextSlot!.get(namespace)!;
     return (tag, payload, source, prev) => {
       insertAt.run(seq, ord++, now, namespace, source, tag, payload, prev);

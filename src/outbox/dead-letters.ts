@@ -1,5 +1,5 @@
 // The operator's work on dead letters: which letters a filter selects, and which a purge may delete
-// without breaking a chain. Outbox runs `purgeCandidates` inside its write transaction; the
+// without breaking a chain. DeadLog.purge runs `purgeCandidates` inside its write transaction; the
 // read-only readers here back `dead-letter list` and every --dry-run, so a dry run reports what
 // the real run does, from the same query.
 import type { Database } from "bun:sqlite";
@@ -113,8 +113,8 @@ export function planPurge(file: string, rule: PurgeRule, namespace?: string): Ar
 
 /**
  * The dead letters of `namespace` that `rule` selects, split into those a purge deletes and those
- * it keeps (see PurgeOutcome), in one read of `db`. Outbox.purgeDead calls it inside its write
- * transaction and deletes `purged`.
+ * it keeps (see PurgeOutcome), in one read of `db`. DeadLog.purge (behind Outbox.purgeDead) calls
+ * it inside its write transaction and deletes `purged`.
  */
 export function purgeCandidates(db: Database, namespace: string, rule: PurgeRule): PurgeOutcome {
   const column = rule.by === "replayedAt" ? "replayed_at" : "dead_at";

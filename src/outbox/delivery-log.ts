@@ -203,13 +203,16 @@ export class DeliveryLog {
       let newFirst = 0;
       let newLast = 0;
       // New seqs are all above range.last (the sequence is at least there), so paging by old seq
-      // never meets a copy. The first copy links to the old tail, which stays in the dead log.
+      // never meets a copy. The first copy links to the old tail, which stays in the dead log;
+      // each later one to the copy before it (the tail from then on), as a batch enqueue links.
+      let prev = this.#appender.tail();
       for (let rows = page.all(namespace, after, range.last); rows.length > 0; rows = page.all(namespace, after, range.last)) {
         for (const r of rows) {
           const seq = Number(
-            copy.run(namespace, r.createdAt, r.source, r.tag, r.payload, this.#appender.tail(), r.attempts, r.lastError, r.lastErrorClass, r.lastAttemptAt, r.nextAttemptAt)
+            copy.run(namespace, r.createdAt, r.source, r.tag, r.payload, prev, r.attempts, r.lastError, r.lastErrorClass, r.lastAttemptAt, r.nextAttemptAt)
               .lastInsertRowid,
           );
+          prev = seq;
           record.run(r.seq, namespace, r.source, r.tag, r.payload, r.prevSeq, r.createdAt, r.attempts, r.lastError, r.lastErrorClass, at, at, seq);
           remove.run(r.seq, namespace);
           if (newFirst === 0) newFirst = seq;

@@ -1,5 +1,4 @@
 import type { Database } from "bun:sqlite";
-import { describeError } from "../errors.ts";
 import { fileFeatures, fileNamespaces, isBlank, type FileFeatures } from "./health.ts";
 import type { ChainGap } from "./rows.ts";
 import { checkOwnFile, pendingCountSql, tableColumns } from "./schema.ts";
@@ -27,7 +26,8 @@ export interface FileVerification {
  * Offline integrity scan of one file, read-only (never creates or changes anything): SQLite's
  * quick_check, then per namespace a full walk of the chain, bridged through the sync and dead
  * logs. Reports gaps, forward or cross-namespace links, a chain that restarts behind the head,
- * leftover `synced=1` rows (the reference's interrupted confirm) and a drifted pending counter.
+ * leftover `synced=1` rows (the reference's interrupted confirm) and a pending count (by ord or
+ * by counter) that drifted from the rows.
  * An unreadable or garbage file is reported as a problem, not thrown.
  */
 export function verifyFile(path: string): FileVerification {
@@ -125,7 +125,7 @@ function lookupOwner(db: Database, features: FileFeatures): (seq: number) => str
 export interface IntegrityReport {
   ok: boolean;
   files: FileVerification[];
-  /** One human line per namespace (and per unreadable file). */
+  /** One human line per file-level problem (unreadable, not an outbox, corrupt) and per namespace. */
   lines: string[];
 }
 
@@ -133,17 +133,14 @@ export interface IntegrityReport {
 export function scanIntegrity(paths: readonly string[]): IntegrityReport {
   const report: IntegrityReport = { ok: true, files: [], lines: [] };
   for (const file of new Set(paths)) {
-    try {
-      const result = verifyFile(file);
-      report.files.push(result);
-      if (!result.ok) report.ok = false;
-      for (const ns of result.namespaces) {
-        const issues = [...ns.gaps.map((g) => `seq ${g.seq} links to missing prev_seq ${g.prevSeq}`), ...ns.problems];
-        report.lines.push(`${file} [${ns.namespace}]: ${ns.rows} pending, ${issues.length === 0 ? "ok" : issues.join("; ")}`);
-      }
-    } catch (error) {
-      report.ok = false;
-      report.lines.push(`${file}: cannot verify: ${describeError(error).message}`);
+    const result = verifyFile(file); // never throws: what stops it is in `problems`
+    report.files.push(result);
+    if (!result.ok) report.ok = false;
+    // A storage error's message names the file: the line already starts with it.
+    for (const problem of result.problems) report.lines.push(`${file}: ${problem.replace(`${file}: `, "")}`);
+    for (const ns of result.namespaces) {
+      const issues = [...ns.gaps.map((g) => `seq ${g.seq} links to missing prev_seq ${g.prevSeq}`), ...ns.problems];
+      report.lines.push(`${file} [${ns.namespace}]: ${ns.rows} pending, ${issues.length === 0 ? "ok" : issues.join("; ")}`);
     }
   }
   return report;

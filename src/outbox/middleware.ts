@@ -195,6 +195,7 @@ export class SQLMiddleware {
 
 /** Closes every shared Outbox of this process (shutdown, tests); later pushes reopen them. */
 export function closeSharedOutboxes(): void {
-  for (const outbox of [...shared.values()]) outbox.close();
+  for (const outbox of shared.values()) outbox.close();
+  shared.clear();
 }
 

@@ -8,6 +8,7 @@ import { DeliveryLog, type DeliveryRead, type Resequenced } from "./delivery-log
 import { namespaceHealth, type NamespaceHealth } from "./health.ts";
 import { QueueFile } from "./queue-file.ts";
 import { QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
+import { layoutPendingCount } from "./schema.ts";
 
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
 export type { DeliveryRead, Resequenced } from "./delivery-log.ts";
@@ -161,7 +162,7 @@ export class Outbox {
     const file = this.#file;
     // A file an Outbox opened went through migrations, so it has every table and column: the
     // schema need not be read. One read transaction: depth and head from the same state.
-    const features = { pendingCount: file.layout === "lean" ? "ord" : "counter", delivery: true, syncLog: true, deadLog: true, deadReplay: true } as const;
+    const features = { pendingCount: layoutPendingCount(file.layout), delivery: true, syncLog: true, deadLog: true, deadReplay: true } as const;
     return file.read("cannot read health", () =>
       file.db.transaction(() => namespaceHealth(file.db, this.path, this.namespace, features, { maxPending: this.maxPending, now }))(),
     );

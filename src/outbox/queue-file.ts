@@ -2,7 +2,7 @@ import { constants, type Database, type SQLQueryBindings, type Statement } from 
 import { InvalidArgumentError, OutboxClosedError, StorageError, type OutboxError } from "../errors.ts";
 import type { Durability } from "../vocabulary.ts";
 import { QUEUE_ROW_COLUMNS, type OutboxRow } from "./rows.ts";
-import { pendingCountSql, queueLayout, readOrigin, type QueueLayout } from "./schema.ts";
+import { layoutPendingCount, pendingCountSql, queueLayout, readOrigin, type QueueLayout } from "./schema.ts";
 import { openMigrated, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
@@ -32,8 +32,7 @@ export class QueueFile {
   #commit: Statement;
   #rollback: Statement;
   #pending: Statement<{ pending: number }, [string]>;
-  #pendingRows: Statement<OutboxRow, [string]>;
-  #pendingRowsAfter: Statement<OutboxRow, [string, number]>;
+  #pendingRows: Statement<OutboxRow, [string, number]>;
   #exists: Statement<{ found: number }, [number, string]>;
 
   constructor(path: string, namespace: string, options: { durability: Durability; busyTimeoutMs: number; fileMode?: number }) {
@@ -47,9 +46,8 @@ export class QueueFile {
       this.#begin = this.prepare("BEGIN IMMEDIATE");
       this.#commit = this.prepare("COMMIT");
       this.#rollback = this.prepare("ROLLBACK");
-      this.#pending = this.prepare(pendingCountSql(this.layout === "lean" ? "ord" : "counter"));
-      this.#pendingRows = this.prepare(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq`);
-      this.#pendingRowsAfter = this.prepare(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq`);
+      this.#pending = this.prepare(pendingCountSql(layoutPendingCount(this.layout)));
+      this.#pendingRows = this.prepare(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq`);
       this.#exists = this.prepare(`SELECT
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
         OR EXISTS (SELECT 1 FROM outbox_sync_log WHERE seq = ?1 AND namespace = ?2)
@@ -109,7 +107,9 @@ export class QueueFile {
 
   /** This namespace's pending rows, head first (or from the first above `after`), streamed. */
   pendingRows(after: number | null = null): IterableIterator<OutboxRow> {
-    return after === null ? this.#pendingRows.iterate(this.namespace) : this.#pendingRowsAfter.iterate(this.namespace, after);
+    // Every seq is at least 1 in both layouts (AUTOINCREMENT; the lean allocation and its
+    // foreign-insert trigger start one above 0), so "after 0" is every pending row.
+    return this.#pendingRows.iterate(this.namespace, after ?? 0);
   }
 
   /** Whether `seq` is a row of this namespace anywhere: pending, delivered (sync log) or dead-lettered. */

@@ -129,6 +129,11 @@ export function raiseSequence(db: Database, layout: QueueLayout, minSeq: number)
  */
 export type PendingCount = "ord" | "counter" | "scan";
 
+/** How a migrated file (one an Outbox opened) of `layout` counts pending rows; only an unmigrated reference file has to scan. */
+export function layoutPendingCount(layout: QueueLayout): PendingCount {
+  return layout === "lean" ? "ord" : "counter";
+}
+
 /** The query of a namespace's pending count (`?1` is the namespace; one column, `pending`). */
 export function pendingCountSql(how: PendingCount): string {
   switch (how) {

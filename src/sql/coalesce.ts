@@ -45,7 +45,7 @@ export function maxRows(shape: ValuesInsert, dialect: Dialect): number {
 export function valuesInsert(sql: string, dialect: Dialect): ValuesInsert | null {
   let tokens: Token[];
   try {
-    tokens = tokenize(sql, dialect === "libsql" ? "sqlite" : dialect);
+    tokens = tokenize(sql, dialect);
   } catch {
     return null;
   }
@@ -118,10 +118,8 @@ export function valuesInsert(sql: string, dialect: Dialect): ValuesInsert | null
     if (t.kind === "," && t.depth === 0 && k === j + 1) return null;
     if (t.kind === "param" || t.kind === "named" || t.kind === ";" || isKeyword(sql, t, "RETURNING") || isKeyword(sql, t, "SELECT")) return null;
   }
-  let headEnd = tokens[i]!.end;
-  while (headEnd < open.start) headEnd++;
   return {
-    head: sql.slice(0, headEnd),
+    head: sql.slice(0, open.start),
     tuple: sql.slice(open.start, close.end),
     tail: sql.slice(close.end),
     width,
