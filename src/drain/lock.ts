@@ -1,7 +1,7 @@
 import fs from "node:fs";
 import path from "node:path";
-import { dlopen, FFIType } from "bun:ffi";
 import { LockedError, StorageError } from "../errors.ts";
+import { hasLibc, loadLibc } from "../libc.ts";
 
 /** An exclusive drain lock on one db_dir; `release()` is idempotent. */
 export interface DrainLock {
@@ -10,7 +10,7 @@ export interface DrainLock {
 }
 
 /** The lock file every drain of a db_dir contends for; it holds the drain's PID. */
-export const LOCK_FILE_NAME = ".sqloutbox.lock";
+const LOCK_FILE_NAME = ".sqloutbox.lock";
 
 /**
  * The PID of the drain holding `dbDir`'s lock, or null when no drain holds it (the lock can be
@@ -26,8 +26,8 @@ export function lockHolder(dbDir: string): number | null {
     throw new StorageError(`cannot read drain lock file ${lockFile}: ${(error as Error).message}`, lockFile, undefined, { cause: error });
   }
   try {
-    if (flock()(fd, LOCK_EX | LOCK_NB) === 0) {
-      flock()(fd, LOCK_UN);
+    if (flock(fd, LOCK_EX | LOCK_NB) === 0) {
+      flock(fd, LOCK_UN);
       return null;
     }
     const pid = Number.parseInt(fs.readFileSync(lockFile, "utf8").trim(), 10);
@@ -41,21 +41,10 @@ const LOCK_EX = 2;
 const LOCK_NB = 4;
 const LOCK_UN = 8;
 
-type Flock = (fd: number, operation: number) => number;
-let flockFn: Flock | null = null;
-
-function libcPath(): string {
-  if (process.platform === "darwin") return "/usr/lib/libSystem.B.dylib";
-  if (process.platform === "linux") return "libc.so.6";
-  throw new StorageError(`drain lock: flock is not available on ${process.platform}`, "");
-}
-
-function flock(): Flock {
-  if (!flockFn) {
-    const lib = dlopen(libcPath(), { flock: { args: [FFIType.i32, FFIType.i32], returns: FFIType.i32 } });
-    flockFn = lib.symbols.flock as Flock;
-  }
-  return flockFn;
+/** flock(2), through libc. */
+function flock(fd: number, operation: number): number {
+  if (!hasLibc) throw new StorageError(`drain lock: flock is not available on ${process.platform}`, "");
+  return loadLibc().flock(fd, operation);
 }
 
 /**
@@ -75,7 +64,7 @@ export function acquireLock(dbDir: string, fileMode = 0o600): DrainLock {
   } catch (cause) {
     throw new StorageError(`cannot open drain lock file ${lockFile}: ${(cause as Error).message}`, lockFile, undefined, { cause });
   }
-  if (flock()(fd, LOCK_EX | LOCK_NB) !== 0) {
+  if (flock(fd, LOCK_EX | LOCK_NB) !== 0) {
     fs.closeSync(fd);
     throw new LockedError(lockFile);
   }
@@ -88,7 +77,7 @@ export function acquireLock(dbDir: string, fileMode = 0o600): DrainLock {
     release() {
       if (!held) return;
       held = false;
-      flock()(fd, LOCK_UN);
+      flock(fd, LOCK_UN);
       fs.closeSync(fd);
     },
   };

@@ -1,7 +1,7 @@
 // sd_notify(3) without libsystemd: Bun's JS API has no unix datagram sockets, so the socket is
-// libc's, through bun:ffi (like the drain lock's flock). Linux only; elsewhere there is no systemd.
+// libc's (src/libc.ts, which the drain lock's flock shares). Linux only; elsewhere there is no systemd.
 import os from "node:os";
-import { dlopen, FFIType, read, type Pointer } from "bun:ffi";
+import { loadLibc, type Libc } from "../libc.ts";
 
 /** Where a notifier reports a failed send (once per run of failures); a Logger satisfies it. */
 export interface NotifyLogger {
@@ -52,46 +52,14 @@ const SUN_PATH_OFFSET = 2; // after sa_family_t sun_family
 const NOTIFY_MAX_BYTES = 4096;
 const STATUS_MAX_CHARS = 1000; // at most 4 bytes each in UTF-8, so READY=1 plus a status always fits
 
-interface Libc {
-  socket(domain: number, type: number, protocol: number): number;
-  sendto(fd: number, buf: Uint8Array, len: number, flags: number, addr: Uint8Array, addrlen: number): number | bigint;
-  close(fd: number): number;
-  __errno_location(): Pointer | null;
-}
-let libc: Libc | null = null;
-
-// glibc's soname first; Alpine's musl has no libc.so.6 unless gcompat is installed.
-const LIBC_NAMES = ["libc.so.6", `libc.musl-${process.arch === "arm64" ? "aarch64" : "x86_64"}.so.1`];
-
-function loadLibc(): Libc {
-  if (libc) return libc;
-  let lastError: unknown;
-  for (const name of LIBC_NAMES) {
-    try {
-      const lib = dlopen(name, {
-        socket: { args: [FFIType.i32, FFIType.i32, FFIType.i32], returns: FFIType.i32 },
-        sendto: { args: [FFIType.i32, FFIType.ptr, FFIType.u64, FFIType.i32, FFIType.ptr, FFIType.u32], returns: FFIType.i64 },
-        close: { args: [FFIType.i32], returns: FFIType.i32 },
-        __errno_location: { args: [], returns: FFIType.ptr },
-      });
-      libc = lib.symbols as unknown as Libc;
-      return libc;
-    } catch (error) {
-      lastError = error;
-    }
-  }
-  throw lastError;
-}
-
 // First name wins: EAGAIN rather than its alias EWOULDBLOCK.
 const ERRNO_NAMES = new Map<number, string>();
 for (const [name, n] of Object.entries(os.constants.errno)) if (!ERRNO_NAMES.has(n)) ERRNO_NAMES.set(n, name);
 
 /** errno right after a failed libc call, by name ("ECONNREFUSED"); best effort, for the warning only. */
 function lastErrno(c: Libc): string {
-  const where = c.__errno_location();
-  if (where === null) return "unknown error";
-  const n = read.i32(where, 0);
+  const n = c.errno();
+  if (n === null) return "unknown error";
   return ERRNO_NAMES.get(n) ?? `errno ${n}`;
 }
 
