@@ -46,7 +46,13 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
 
     const started = Date.now();
     let kills = 0;
-    let midBatch = 0;
+    // Kills that interrupted delivery: the drain killed had sent a batch (the table's sent mark rose
+    // since the last kill) and the kill left rows of it unconfirmed (pending at or below the mark).
+    let interrupted = 0;
+    // Of those, kills after the remote had applied the rows (ledger through at or above the head):
+    // the case only the ledger settles. Reported with DRAIN_DEBUG, not asserted (a narrow window).
+    let appliedUnconfirmed = 0;
+    const lastMark = new Map<string, number>();
     while (kills < KILLS) {
       const drain = spawnDrain();
       // Kill anywhere from "still starting" to "mid-batch": the random moments the test is about.
@@ -60,13 +66,20 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
       drain.kill("SIGKILL");
       await drain.exited;
       kills += 1;
-      if (process.env.DRAIN_DEBUG) {
-        // A head left charged means the kill landed between "attempt recorded" and "confirmed".
-        for (const t of TABLES) {
-          const q = new Outbox(`${dbDir}/${t}.db`, t);
-          if ((q.head()?.attempts ?? 0) > 0) midBatch += 1;
-          q.close();
+      for (const t of TABLES) {
+        if (!fs.existsSync(`${dbDir}/${t}.db`)) continue; // killed before the producers made it
+        const q = new Outbox(`${dbDir}/${t}.db`, t);
+        const head = q.head();
+        const mark = q.sentMark();
+        const origin = q.origin;
+        q.close();
+        if (mark > (lastMark.get(t) ?? 0) && head !== null && head.seq <= mark) {
+          interrupted += 1;
+          // A batch was sent, so the drain had made the ledger table.
+          const [ledger] = await db.sql.unsafe(`SELECT through::int AS through FROM sqloutbox_ledger WHERE origin = $1 AND namespace = $2`, [origin, t]);
+          if ((ledger?.through ?? 0) >= head.seq) appliedUnconfirmed += 1;
         }
+        lastMark.set(t, mark);
       }
     }
     fs.writeFileSync(dir.file("stop-producing"), "");
@@ -78,7 +91,7 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
       produced.push(Number(out.split(" ")[1]));
     }
     const total = produced.reduce((a, b) => a + b, 0);
-    if (process.env.DRAIN_DEBUG) console.log(`kills=${kills} (${midBatch} table-heads left charged) in ${Date.now() - started} ms, produced per table ${produced.join("+")}`);
+    if (process.env.DRAIN_DEBUG) console.log(`kills=${kills} (${interrupted} left a sent batch unconfirmed, ${appliedUnconfirmed} of them applied remotely) in ${Date.now() - started} ms, produced per table ${produced.join("+")}`);
 
     // The killed drains did real work between kills (not just start and die).
     const [{ before }] = await db.sql.unsafe(`SELECT count(*)::int AS before FROM ${TABLES[0]}`);
@@ -104,7 +117,9 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
     final.kill("SIGTERM");
     expect(await final.exited).toBe(0);
 
-    expect(kills).toBeGreaterThanOrEqual(20);
+    // The kills did interrupt delivery: at least one left a batch it had sent unconfirmed, so the
+    // exactly-once checks below are about interrupted batches, not only about restarts.
+    expect(interrupted).toBeGreaterThan(0);
     for (const [i, t] of TABLES.entries()) {
       const [{ n, d }] = await db.sql.unsafe(`SELECT count(*)::int AS n, count(DISTINCT (producer, n))::int AS d FROM ${t}`);
       expect({ table: t, n, d }).toEqual({ table: t, n: total, d: total });

@@ -16,7 +16,7 @@ import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { runInProcess } from "./support/cli.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { createMysqlDb, createPgDb } from "./support/server-db.ts";
+import { createMysqlDb, createPgDb, MYSQL_BASE_URL, PG_BASE_URL } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
@@ -74,14 +74,21 @@ test("compatibility mode on PostgreSQL without the unique outbox_seq index (the 
   expect(Array.from((await db.sql.unsafe("SELECT id FROM t ORDER BY outbox_seq").values()) as unknown[][]).map((r) => Number(r[0]))).toEqual([0, 1, 2]);
 });
 
+/** `base` (a server URL without a database) with its password replaced by `password`, whatever the user. */
+function withPassword(base: string, password: string): string {
+  const url = new URL(base);
+  url.password = password;
+  return url.toString().replace(/\/$/, "");
+}
+
 describe("a target that no retry can fix is misconfigured, not an outage", () => {
   test.each([
     ["PostgreSQL, unknown database (3D000)", "postgres", (base: string) => `${base}/sqloutbox_no_such_db_${Date.now()}`],
     ["MariaDB, unknown database (1049)", "mysql", (base: string) => `${base}/sqloutbox_no_such_db_${Date.now()}`],
-    ["MariaDB, wrong password (1045)", "mysql", (base: string) => `${base.replace("root@", "root:wrong-password@")}/test`],
+    ["MariaDB, wrong password (1045)", "mysql", (base: string) => `${withPassword(base, "wrong-password")}/test`],
   ] as const)("%s: said once, retried on a capped schedule, nothing charged", async (_name, engine, urlOf) => {
     const dir = tmp();
-    const base = engine === "postgres" ? "postgres://postgres@127.0.0.1:5432" : "mysql://root@127.0.0.1:3306";
+    const base = engine === "postgres" ? PG_BASE_URL : MYSQL_BASE_URL; // SQLOUTBOX_TEST_PG / SQLOUTBOX_TEST_MYSQL honoured
     const url = urlOf(base);
     const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: { url, connect_timeout: 2 }, tables: ["t"] } }, { maxAttempts: 1 });
     const log = memoryLogger();

@@ -37,7 +37,7 @@ export interface DrainMetrics {
 }
 
 /** prom-client's per-heap-space gauges, which the drain does not serve (see createDrainMetrics). */
-export const HEAP_SPACE_METRICS = ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"] as const;
+const HEAP_SPACE_METRICS = ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"] as const;
 
 /**
  * Creates the drain's metrics on a registry of their own (plus prom-client's process metrics).
