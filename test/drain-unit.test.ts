@@ -142,6 +142,19 @@ describe("drain lock", () => {
       tmp.cleanup();
     }
   });
+
+  test("a lock held only for an instant (a status probe) does not turn a starting drain away", async () => {
+    const tmp = makeTempDir();
+    try {
+      const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-lock-holder.ts`, tmp.path, "50"], { stdout: "pipe", stderr: "inherit" });
+      const { value } = await child.stdout.getReader().read();
+      expect(new TextDecoder().decode(value)).toContain("locked");
+      acquireLock(tmp.path).release(); // taken once the holder lets go, 50 ms later
+      await child.exited;
+    } finally {
+      tmp.cleanup();
+    }
+  });
 });
 
 describe("service construction", () => {

@@ -37,6 +37,9 @@ export function lockHolder(dbDir: string): number | null {
   }
 }
 
+/** How long a refused lock is retried before a drain believes another one holds it (a probe holds it for microseconds). */
+const PROBE_GRACE_MS = 100;
+
 const LOCK_EX = 2;
 const LOCK_NB = 4;
 const LOCK_UN = 8;
@@ -51,7 +54,7 @@ function flock(fd: number, operation: number): number {
  * Takes an exclusive, non-blocking `flock` on `<dbDir>/.sqloutbox.lock` (creating dbDir and the
  * file if missing, the file with `fileMode`, default 0600) and holds it until `release()` or
  * process exit. A flock belongs to the open file, so a second drain — in another process or in
- * this one — fails fast with `LockedError`.
+ * this one — fails with `LockedError` (after 100 ms: a `status` probe may hold it for an instant).
  */
 export function acquireLock(dbDir: string, fileMode = 0o600): DrainLock {
   const lockFile = path.join(path.resolve(dbDir), LOCK_FILE_NAME);
@@ -64,9 +67,15 @@ export function acquireLock(dbDir: string, fileMode = 0o600): DrainLock {
   } catch (cause) {
     throw new StorageError(`cannot open drain lock file ${lockFile}: ${(cause as Error).message}`, lockFile, undefined, { cause });
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) !== 0) {
-    fs.closeSync(fd);
-    throw new LockedError(lockFile);
+  // `status` and `kick` probe the lock by taking it for an instant (lockHolder): a drain starting
+  // at that instant must not give up, so a refusal is believed only once it lasts.
+  const giveUpAt = Date.now() + PROBE_GRACE_MS;
+  while (flock(fd, LOCK_EX | LOCK_NB) !== 0) {
+    if (Date.now() >= giveUpAt) {
+      fs.closeSync(fd);
+      throw new LockedError(lockFile);
+    }
+    Bun.sleepSync(5);
   }
   // The holder's PID, for `sqloutbox kick` (which checks the lock is held before signalling it).
   fs.ftruncateSync(fd, 0);
