@@ -1,17 +1,15 @@
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { normalize, runInProcess } from "./support/cli.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
-import { makeTempDir } from "./support/tmp.ts";
 
 const cleanups = cleanupsAfterEach();
 
 /** A temp dir with an outbox.toml routing `orders` (injected: the compatibility mode) and `raw` (not) to one target. */
 function project(writer: string, connection: string) {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   fs.writeFileSync(
     dir.file("outbox.toml"),
     `[app.shop]\ndb_dir = "queue"\n\n[app.shop.db.main]\nwriter = "${writer}"\n` +
@@ -103,8 +101,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
   });
 
   test("a missing config file is one error line, exit 1", async () => {
-    const dir = makeTempDir();
-    cleanups.push(() => dir.cleanup());
+    const dir = tempDirCleanedBy(cleanups);
     const r = await runInProcess(["schema", "--config", dir.file("nope.toml")]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("nope.toml does not exist");

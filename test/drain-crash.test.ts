@@ -2,10 +2,9 @@ import fs from "node:fs";
 import { expect, test } from "bun:test";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
-import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -16,8 +15,7 @@ const KILLS = 22;
 
 describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer processes write", () => {
   test("a drain SIGKILLed at random moments while producers write INSERTs and UPDATEs of the same rows applies every event exactly once, in order (the ledger settles every interrupted batch)", async () => {
-    const dir = makeTempDir();
-    cleanups.push(() => dir.cleanup());
+    const dir = tempDirCleanedBy(cleanups);
     const db = await createPgDb();
     cleanups.push(() => db.drop());
     for (const t of TABLES) {

@@ -7,11 +7,11 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createPgDb } from "./support/server-db.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -56,8 +56,7 @@ async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
 
 describe.each(["sqlite", "libsql", "libsql-http", "postgres"] as Engine[])("deferred constraints, delivery to %s", (engine) => {
   test("a row that fails a deferred foreign key at COMMIT holds only its table and is dead-lettered after max_attempts", async () => {
-    const dir = makeTempDir();
-    cleanups.push(() => dir.cleanup());
+    const dir = tempDirCleanedBy(cleanups);
     const remote = await remoteFor(engine, dir);
     await remote.exec("CREATE TABLE parent (id BIGINT PRIMARY KEY)");
     await remote.exec("INSERT INTO parent (id) VALUES (1)");

@@ -8,11 +8,11 @@ import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter, type BuiltinWriterName } from "../src/writers/registry.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -83,8 +83,7 @@ const POS: Record<Engine, string> = {
 
 describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine[])("delivery to %s", (engine) => {
   async function setup(options: { inject?: boolean } = {}) {
-    const dir = makeTempDir();
-    cleanups.push(() => dir.cleanup());
+    const dir = tempDirCleanedBy(cleanups);
     const remote = await remoteFor(engine, dir);
     for (const t of ["a", "b"]) await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`);
     const target = { writer: writerOf(engine), connection: remote.connection, tables: ["a", "b"], injectOutboxSeq: options.inject ?? false };

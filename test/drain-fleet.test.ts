@@ -9,12 +9,12 @@ import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts"
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter } from "../src/writers/writer.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -66,8 +66,7 @@ const POS: Record<Engine, string> = {
 describeSlow("a fleet of drain and producer processes", "run three hosts' drains and producers as processes per engine", () => {
   describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("a fleet feeding %s", (engine) => {
     test(`${HOSTS} hosts, each with its own drain and producer process, feed the same tables at once: every event lands exactly once, each origin's in order`, async () => {
-      const dir = makeTempDir();
-      cleanups.push(() => dir.cleanup());
+      const dir = tempDirCleanedBy(cleanups);
       const remote = await remoteFor(engine, dir);
       for (const t of TABLES) await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, producer INTEGER NOT NULL, n INTEGER NOT NULL)`);
       const stopFile = dir.file("stop-producing");
@@ -128,8 +127,7 @@ describeSlow("a fleet of drain and producer processes", "run three hosts' drains
 
 test("a second origin feeding an injected (compatibility-mode) table is refused loudly: the table is held, the log names both origins, nothing is absorbed", async () => {
   cleanups.push(() => closeSharedOutboxes());
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   const remote = new Database(dir.file("remote.db"), { create: true });
   remote.run("PRAGMA journal_mode = WAL");
   remote.run("CREATE TABLE t (id INTEGER NOT NULL)");

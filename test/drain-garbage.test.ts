@@ -6,17 +6,15 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter } from "../src/writers/writer.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { type Fault, FaultyWriter, memoryLogger, oneApp, type Tuning } from "./support/drain-harness.ts";
-import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 
 /** A sqlite remote with table t, a producer, a queue handle and a drain whose writer injects faults. */
 function setup(tuning: Tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter, target: { ledger?: boolean; injectOutboxSeq?: boolean } = {}, now?: () => number) {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   const remote = new Database(dir.file("remote.db"), { create: true });
   remote.run("PRAGMA journal_mode = WAL");
   remote.run("CREATE TABLE t (id INTEGER NOT NULL CHECK (id >= 0))");
@@ -192,8 +190,7 @@ describe("a batch that answers after write_timeout", () => {
     ["without a ledger, the table waits for the answer and confirms what it committed", false],
     ["with a ledger, the late batch's fence fails once newer rows went out, so it applies nothing", true],
   ])("a late commit is never overtaken: %s", async (_name, ledger) => {
-    const dir = makeTempDir();
-    cleanups.push(() => dir.cleanup());
+    const dir = tempDirCleanedBy(cleanups);
     const remote = new Database(dir.file("remote.db"), { create: true });
     remote.run("PRAGMA journal_mode = WAL");
     remote.run("CREATE TABLE kv (k TEXT PRIMARY KEY, v INTEGER NOT NULL)");

@@ -6,12 +6,12 @@ import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import { mixSchema, mixStatement } from "./support/statement-mix.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -64,8 +64,7 @@ function oracle(dir: TempDir, seed: number, count: number): { kv: number[][]; lo
 describeSlow("every statement kind under SIGKILL", "kill a drain 12 times per engine while a producer process writes", () => {
   describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("statement kinds under repeated SIGKILLs, delivered to %s", (engine) => {
     test(`${KILLS} kills while a producer writes every statement kind: the remote equals the serial application of what was produced`, async () => {
-      const dir = makeTempDir();
-      cleanups.push(() => dir.cleanup());
+      const dir = tempDirCleanedBy(cleanups);
       const remote = await remoteFor(engine, dir);
       const seed = 1 + Math.floor(Math.random() * 1_000_000);
       const dbDir = dir.file("outbox");

@@ -10,11 +10,10 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { ledgerDdl } from "../src/sql/ledger.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { Statement } from "../src/writers/writer.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createMysqlDb, createPgDb, MYSQL_BASE_URL } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
-import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -85,8 +84,7 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
     ["mysql", "restricted role"],
   ] as Array<[Engine, Access]>)("a late COMMIT on %s (%s)", (engine, access) => {
     test("the next drain waits for it on the ledger row: no row sent twice, no spurious dead letter, the UPDATE applied once", async () => {
-      const dir = makeTempDir();
-      cleanups.push(() => dir.cleanup());
+      const dir = tempDirCleanedBy(cleanups);
       const { db, url } = await remote(engine, access);
       const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: { url }, tables: ["t"] } }, { maxAttempts: 2, autoSchema: access === "auto_schema" });
       const writer = new FaultyWriter(createWriter(engine, { url }));
@@ -120,8 +118,7 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
   });
 
   test("a drain SIGKILLed while PostgreSQL runs its COMMIT (a slow deferred trigger): the next drain waits for that COMMIT and sends nothing twice", async () => {
-    const dir = makeTempDir();
-    cleanups.push(() => dir.cleanup());
+    const dir = tempDirCleanedBy(cleanups);
     const db = await createPgDb();
     cleanups.push(() => db.drop());
     await db.sql.unsafe("CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL)");

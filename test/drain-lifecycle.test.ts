@@ -2,8 +2,8 @@ import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
-import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
+import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -45,8 +45,7 @@ function setupRemote(dir: TempDir) {
 }
 
 test.each(["SIGTERM", "SIGHUP"] as const)("%s lets the in-flight batch land and be confirmed, closes the writer and exits 0", async (signal) => {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   const remote = setupRemote(dir);
   const { child, out } = spawnDrain(dir, 400);
   await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
@@ -68,8 +67,7 @@ test.each(["SIGTERM", "SIGHUP"] as const)("%s lets the in-flight batch land and 
 }, 20_000);
 
 test("SIGUSR1 logs an integrity scan and the drain keeps running; a second drain on the db_dir exits non-zero naming the lock", async () => {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   setupRemote(dir);
   const { child, out } = spawnDrain(dir, 0);
   await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
@@ -87,8 +85,7 @@ test("SIGUSR1 logs an integrity scan and the drain keeps running; a second drain
 }, 20_000);
 
 test("SIGTERM with a batch that never finishes still exits 0 after the stop timeout; the rows stay queued", async () => {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   setupRemote(dir);
   const { child, out } = spawnDrain(dir, 600_000, 300);
   await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
@@ -104,8 +101,7 @@ test("SIGTERM with a batch that never finishes still exits 0 after the stop time
 }, 20_000);
 
 test("SIGTERM while startup waits on a hanging remote stops at once and exits 0, not after write_timeout", async () => {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   setupRemote(dir);
   // write_timeout 600 s: a drain that waited out its startup would outlive this test by far.
   const { child, out } = spawnDrain(dir, 0, 300, { startupDelayMs: 600_000, writeTimeout: 600 });
@@ -119,8 +115,7 @@ test("SIGTERM while startup waits on a hanging remote stops at once and exits 0,
 }, 20_000);
 
 test("logs what it delivered every activity interval, so a healthy drain is visible in the journal", async () => {
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   setupRemote(dir);
   const { child, out } = spawnDrain(dir, 0, 5000, { activityLogIntervalMs: 150 });
   await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);

@@ -3,20 +3,18 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import { startTcpProxy } from "./support/tcp-proxy.ts";
-import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 
 describeSlow("an outage in real time", "cut PostgreSQL for seconds under a running drain", () => {
   test("a PostgreSQL outage charges and dead-letters nothing while producers keep writing; after restore everything lands once, in order", async () => {
-    const dir = makeTempDir();
-    cleanups.push(() => dir.cleanup());
+    const dir = tempDirCleanedBy(cleanups);
     const db = await createPgDb();
     cleanups.push(() => db.drop());
     await db.sql.unsafe("CREATE TABLE a (pos BIGSERIAL, id BIGINT NOT NULL)");

@@ -10,7 +10,7 @@ import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
-import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { type HranaServer, startHranaServer } from "./support/hrana-server.ts";
 import { makeTempDir } from "./support/tmp.ts";
@@ -147,8 +147,7 @@ describe("libsql writer over HTTP (Hrana)", () => {
 
 test("the drain treats a revoked token as a misconfigured target: nothing charged or dead-lettered, said once; with a valid token again every row lands once", async () => {
   const s = setup();
-  const dir = makeTempDir();
-  cleanups.push(() => dir.cleanup());
+  const dir = tempDirCleanedBy(cleanups);
   const connection = { url: s.server.url, auth_token: TOKEN };
   const config = oneApp(dir.file("outbox"), { r: { writer: "libsql", connection, tables: ["t"] } }, { maxAttempts: 1, backoffUnitSeconds: 0.01 });
   const log = memoryLogger();
