@@ -11,7 +11,7 @@ import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { BIN, cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
-import { startTcpProxy } from "./support/tcp-proxy.ts";
+import { pgBehindProxy } from "./support/tcp-proxy.ts";
 import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
@@ -92,9 +92,7 @@ describeSlow("status of a running drain", "watch runservice's persisted state ch
     const db = await createPgDb();
     cleanups.push(() => db.drop());
     await db.sql.unsafe("CREATE TABLE present (id BIGINT)");
-    const proxy = startTcpProxy(db.port, db.host);
-    cleanups.push(() => proxy.close());
-    const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
+    const { proxy, url } = pgBehindProxy(db, cleanups);
     const file = config(dir, `writer = "postgres"\ntables = ["present", "absent"]\n[app.a.db.r.connection]\nurl = "${url}"\nconnect_timeout = 1`, "outage_backoff_cap_minutes = 0.02\norigin_label = \"web-7\"");
     const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
     producer.push("present", "INSERT INTO present (id) VALUES (?)", [1]);
@@ -149,9 +147,7 @@ describeSlow("kick against a real backoff", "wait out four outage backoffs of a 
     const db = await createPgDb();
     cleanups.push(() => db.drop());
     await db.sql.unsafe("CREATE TABLE t (id BIGINT)");
-    const proxy = startTcpProxy(db.port, db.host);
-    cleanups.push(() => proxy.close());
-    const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
+    const { proxy, url } = pgBehindProxy(db, cleanups);
     const file = config(dir, `writer = "postgres"\ntables = ["t"]\n[app.a.db.r.connection]\nurl = "${url}"\nconnect_timeout = 1`, "outage_backoff_cap_minutes = 10");
     const drain = await runservice(file);
     proxy.cut();

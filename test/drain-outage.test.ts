@@ -7,7 +7,7 @@ import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
-import { startTcpProxy } from "./support/tcp-proxy.ts";
+import { pgBehindProxy } from "./support/tcp-proxy.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -19,9 +19,7 @@ describeSlow("an outage in real time", "cut PostgreSQL for seconds under a runni
     cleanups.push(() => db.drop());
     await db.sql.unsafe("CREATE TABLE a (pos BIGSERIAL, id BIGINT NOT NULL)");
     await db.sql.unsafe("CREATE TABLE b (pos BIGSERIAL, id BIGINT NOT NULL)");
-    const proxy = startTcpProxy(db.port, db.host);
-    cleanups.push(() => proxy.close());
-    const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
+    const { proxy, url } = pgBehindProxy(db, cleanups);
     const connection = { url, connect_timeout: 1, batch_timeout: 2 };
     const config = oneApp(dir.file("outbox"), { pg: { writer: "postgres", connection, tables: ["a", "b"] } }, {
       maxAttempts: 2, // a single wrongly charged attempt pair would dead-letter: the test would see it

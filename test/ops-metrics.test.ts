@@ -12,7 +12,7 @@ import { type CliDrain, startCliDrain } from "./support/cli-drain.ts";
 import { parsePrometheusText, type Scrape } from "./support/prom-text.ts";
 import { createPgDb, type ServerDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
-import { startTcpProxy } from "./support/tcp-proxy.ts";
+import { pgBehindProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
@@ -178,9 +178,7 @@ describeSlow("a running drain scraped", "start runservice against PostgreSQL and
   test("a missing remote table is held (reason \"remote schema\"), charges nothing, and is released once the table exists — even across an outage", async () => {
     const { dir, db } = await setup();
     await db.sql.unsafe("CREATE TABLE orders (id BIGINT)");
-    const proxy = startTcpProxy(db.port, db.host);
-    cleanups.push(() => proxy.close());
-    const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
+    const { proxy, url } = pgBehindProxy(db, cleanups);
     const config = writeConfig(dir, url, ["orders", "late"], "table_flush_threshold = 1\nmax_attempts = 2\nbackoff_unit_seconds = 0.01");
     const d = await drain(config);
     const late = { ...T, table: "late" };
@@ -221,9 +219,7 @@ describeSlow("a running drain scraped", "start runservice against PostgreSQL and
   test("a target behind a cut TCP proxy reads down and not ready while the loop stays healthy, and recovers by itself", async () => {
     const { dir, db } = await setup();
     await db.sql.unsafe("CREATE TABLE orders (id BIGINT)");
-    const proxy = startTcpProxy(db.port, db.host);
-    cleanups.push(() => proxy.close());
-    const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
+    const { proxy, url } = pgBehindProxy(db, cleanups);
     const config = writeConfig(dir, url, ["orders"], "table_flush_threshold = 1\nmax_attempts = 2\nbackoff_unit_seconds = 0.01");
     const d = await drain(config);
     const q = producer(dir, "orders");
@@ -307,10 +303,8 @@ describeSlow("a running drain scraped", "start runservice against PostgreSQL and
   test("a slow start (the target blackholed at startup) is alive for /healthz but not ready, until the target answers", async () => {
     const { dir, db } = await setup();
     await db.sql.unsafe("CREATE TABLE orders (id BIGINT)");
-    const proxy = startTcpProxy(db.port, db.host);
-    cleanups.push(() => proxy.close());
+    const { proxy, url } = pgBehindProxy(db, cleanups);
     proxy.cut("blackhole"); // connections are accepted and never answered: startup waits out write_timeout
-    const url = `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}`;
     // connect_timeout above write_timeout: startup is bounded by write_timeout (3 s) alone.
     const config = writeConfig(dir, url, ["orders"], "table_flush_threshold = 1", "outbox.toml", "queue", 10);
     const d = await drain(config);

@@ -137,3 +137,13 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
     },
   };
 }
+
+/**
+ * The fresh PostgreSQL database `db` reached through a proxy the test can cut: the proxy (closed
+ * with the test's clean-ups) and the connection URL through it.
+ */
+export function pgBehindProxy(db: { host: string; port: number; user: string; name: string }, cleanups: Array<() => unknown>): { proxy: TcpProxy; url: string } {
+  const proxy = startTcpProxy(db.port, db.host);
+  cleanups.push(() => proxy.close());
+  return { proxy, url: `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}` };
+}
