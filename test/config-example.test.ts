@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
-import { APP_KEYS } from "../src/config/build.ts";
+import { APP_KEYS, TOP_KEYS } from "../src/config/build.ts";
 import { TABLE_KEYS } from "../src/config/tables.ts";
 import { TARGET_KEYS } from "../src/config/target.ts";
 import { DEFAULTS } from "../src/config/types.ts";
@@ -22,8 +22,6 @@ const ENV = {
   BILLING_DB_HOST: "127.0.0.1",
   BILLING_DB_PASSWORD: "pw",
 };
-// The top level's keys are a literal in build.ts (not exported): `app` and `metrics_addr`.
-const TOP_KEYS = ["app", "metrics_addr"];
 const CONFIG_KEYS = [...new Set([...TOP_KEYS, ...APP_KEYS, ...TARGET_KEYS, ...TABLE_KEYS])];
 const CONNECTION_KEYS = Object.entries(builtinWriters).flatMap(([writer, spec]) => spec.keys.map((k) => [writer, k.name] as const));
 

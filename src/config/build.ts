@@ -20,6 +20,9 @@ export interface BuildOptions {
   text?: string;
 }
 
+/** The keys of the top level of outbox.toml. */
+export const TOP_KEYS = ["app", "metrics_addr"];
+
 /** The keys of an `[app.NAME]` table (snake_case). */
 export const APP_KEYS = [
   "db_dir",
@@ -59,7 +62,7 @@ export function buildConfig(doc: unknown, options: BuildOptions): { config: Outb
   if (!isTable(doc)) {
     r.fail("", `expected a table at the top level, got ${typeName(doc)}`);
   } else {
-    r.checkKeys(doc, ["app", "metrics_addr"], "");
+    r.checkKeys(doc, TOP_KEYS, "");
     metricsAddr = readMetricsAddr(r, doc);
     const appsRaw = r.raw(doc, "app");
     if (appsRaw !== undefined && !isTable(appsRaw)) {
