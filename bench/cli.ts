@@ -53,7 +53,7 @@ function seed(dir: string): void {
       tag: `INSERT INTO ${table} (id, name, amount) VALUES (?, ?, ?)`,
       payload: JSON.stringify([i, `name-${i}`, i * 1.5]),
     }));
-    outbox.enqueueBatch(items, "bench");
+    outbox.enqueueBatch(items, "bench", { grouped: false });
     outbox.close();
   }
 }

@@ -85,7 +85,7 @@ function fillBacklog(dbDir: string, tables: string[], rows: number, row = rowOf)
     const q = new Outbox(`${dbDir}/${table}.db`, table);
     const tag = `INSERT INTO ${table} (id, name, amount, note) VALUES (?, ?, ?, ?)`;
     for (let i = 0; i < perTable; i += 1000) {
-      q.enqueueBatch(Array.from({ length: Math.min(1000, perTable - i) }, (_, k) => ({ tag, payload: encodeArgs(row(i + k)) })));
+      q.enqueueBatch(Array.from({ length: Math.min(1000, perTable - i) }, (_, k) => ({ tag, payload: encodeArgs(row(i + k)) })), "", { grouped: false });
     }
     q.close();
   }

@@ -13,6 +13,7 @@ export type OutboxErrorCode =
   | "E_INVALID_STATEMENT" // SQL text refused at push: not exactly one statement, wrong argument count, …
   | "E_WRITE" // a remote writer failure
   | "E_LOCKED" // another drain holds the db_dir lock
+  | "E_TRANSACTION" // a local transaction the outbox cannot keep whole (two files, one it did not open)
   | "E_USAGE"; // a command-line usage error
 
 /** Base class of every sqloutbox error; `code` is stable, `cause` carries the underlying error. */
@@ -135,6 +136,34 @@ export class WriteError extends OutboxError {
 export class LockedError extends OutboxError {
   constructor(readonly lockFile: string) {
     super("E_LOCKED", `another drain is already running: lock ${lockFile} is held`);
+  }
+}
+
+/**
+ * `outbox.transaction` touched two tables that live in different files (one file per table, a
+ * `db_dir`): no local transaction can span two SQLite files, so the call is refused before anything
+ * of it commits. `tables` are the table the transaction started in and the one refused.
+ */
+export class CrossTableTransactionError extends OutboxError {
+  constructor(readonly tables: readonly [string, string], readonly files: readonly [string, string]) {
+    super(
+      "E_TRANSACTION",
+      `outbox.transaction cannot span tables "${tables[0]}" and "${tables[1]}": with one file per table (db_dir) they are ${files[0]} and ${files[1]}, and one local transaction cannot span two files. Keep the tables of a transaction in one file: db_file = "…" in [app.NAME] and new SQLMiddleware({ dbFile }) (or { database } for the application's own database)`,
+    );
+  }
+}
+
+/**
+ * A push on the application's own database while a transaction the outbox did not open is in
+ * progress: the outbox cannot tell where that transaction ends, so it could not keep its events
+ * one group. Refused; `outbox.transaction(fn)` opens the transaction and keeps them together.
+ */
+export class ForeignTransactionError extends OutboxError {
+  constructor(readonly file: string) {
+    super(
+      "E_TRANSACTION",
+      `cannot push inside a transaction the outbox did not open (on ${file}): its events could not be delivered together. Run the application's writes and the pushes in outbox.transaction(() => { … }), which opens the transaction (BEGIN IMMEDIATE) and delivers what it committed as one group`,
+    );
   }
 }
 

@@ -1,8 +1,9 @@
 // The library: what a Bun app imports from "sqloutbox". Named exports only, so nothing internal
 // (the drain lock, the lexer, the writers' isolation passes) leaks into the public API by accident.
 export {
-  OutboxError, ConfigError, ConfigIssuesError, InvalidArgumentError, InvalidStatementError, LockedError, NotFoundError,
-  OutboxClosedError, QueueFullError, SecretsError, StorageError, UnsupportedStatementError, UsageError, WriteError,
+  OutboxError, ConfigError, ConfigIssuesError, CrossTableTransactionError, ForeignTransactionError, InvalidArgumentError,
+  InvalidStatementError, LockedError, NotFoundError, OutboxClosedError, QueueFullError, SecretsError, StorageError,
+  UnsupportedStatementError, UsageError, WriteError,
   type OutboxErrorCode,
 } from "./errors.ts";
 export { DIALECTS, type BindValue, type Dialect, type Durability } from "./vocabulary.ts";

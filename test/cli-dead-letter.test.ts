@@ -31,7 +31,7 @@ afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 function letters(table: string, count: number, dead: number): void {
   const q = openQueue(dbDir, table);
   try {
-    const seqs = q.enqueueBatch(Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: `[${i + 1}]` })), "test");
+    const seqs = q.enqueueBatch(Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: `[${i + 1}]` })), "test", { grouped: false });
     for (const seq of seqs.slice(0, dead)) q.skipHead(seq);
   } finally {
     q.close();
@@ -95,6 +95,7 @@ describe("dead-letter list filters", () => {
         "error": "skipped by operator",
         "errorClass": null,
         "file": "<DIR>/queue/payments.db",
+        "grp": null,
         "namespace": "payments",
         "payload": "[1]",
         "prevSeq": null,
@@ -104,6 +105,8 @@ describe("dead-letter list filters", () => {
         "seq": 1,
         "source": "test",
         "tag": "INSERT INTO payments (id) VALUES (?)",
+        "traceparent": null,
+        "tracestate": null,
       }
     `);
     const none = await dl("list", "--reason", "undecodable");

@@ -74,7 +74,7 @@ describe("repair commands on a file that is not an outbox", () => {
     const before = hashTree(dbDir);
     const r = await runInProcess([...cmd, "--db-dir", dbDir, "--namespace", "users", "--seq", "1"]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`[error] not an outbox file: ${foreign} holds other tables (users) and no outbox_queue; sqloutbox never adds its tables to another database\n`);
+    expect(r.stderr).toBe(`[error] not an outbox file: ${foreign} holds other tables (users) and no outbox_queue; sqloutbox never adds its tables to another database (an application keeps its events in its own database only by opening the outbox with new SQLMiddleware({ database }))\n`);
     expect(hashTree(dbDir)).toEqual(before);
   });
 

@@ -172,7 +172,7 @@ describe("delivery", () => {
     expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({ reason: "chain gap", message: expect.stringContaining(`seq ${seqs[2]} links to prev_seq ${seqs[1]}`) });
     // The operator accepts the loss (the reference's recovery recipe): the gap is bridged, then `kick`.
     const fix = new Database(dir.file("outbox/t.db"));
-    fix.run("INSERT INTO outbox_sync_log (seq, namespace, synced_at) VALUES (?, 't', '2026-01-01T00:00:00.000000+00:00')", [seqs[1]!]);
+    fix.run("INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at) VALUES (?1, 't', ?1, 1, NULL, '2026-01-01T00:00:00.000000+00:00', '2026-01-01T00:00:00.000000+00:00')", [seqs[1]!]);
     fix.close();
     svc.retryNow();
     await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "delivery after the gap is bridged");

@@ -293,20 +293,22 @@ describe("local errors and housekeeping", () => {
     expect(s.remote.query<{ n: number }, []>("SELECT min(outbox_seq) AS n FROM t WHERE id < 1000").get()!.n).toBe(31);
   });
 
-  test("every cleanup_every batches the sync log is pruned to retain_log_days, keeping the bridging entry", async () => {
+  test("every cleanup_every batches the delivered log is pruned to retain_log_days, keeping the bridging range", async () => {
     const s = setup({ cleanupEvery: 2, retainLogDays: 0 });
     await s.svc.runOnce();
+    const local = new Database(s.dir.file("outbox/t.db"));
+    cleanups.push(() => local.close());
     for (let round = 0; round < 6; round++) {
       for (let i = 0; i < 5; i++) s.push(round * 5 + i);
       await s.svc.runOnce();
-      await Bun.sleep(5); // sync-log timestamps have millisecond resolution: make earlier rounds strictly older
+      // Each round's range is made older than RANGE_SPAN_MS, so the next round logs a range of its own.
+      local.run("UPDATE outbox_delivered SET first_at = '2020-01-01T00:00:00.000000+00:00'");
+      await Bun.sleep(5); // timestamps have millisecond resolution: make earlier rounds strictly older
     }
     expect(s.ids().length).toBe(30);
-    const local = new Database(s.dir.file("outbox/t.db"), { readonly: true });
-    cleanups.push(() => local.close());
-    const logged = local.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_sync_log").get()!.n;
-    expect(logged).toBeGreaterThanOrEqual(1); // the newest entry bridges the next row's prev_seq
-    expect(logged).toBeLessThan(10);
+    const logged = local.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_delivered").get()!.n;
+    expect(logged).toBeGreaterThanOrEqual(1); // the newest range bridges the next row's prev_seq
+    expect(logged).toBeLessThan(4); // six rounds logged six ranges: pruning took the older ones
     s.push(99);
     await s.svc.runOnce();
     expect(s.ids().at(-1)).toBe(99); // the chain still verifies after pruning

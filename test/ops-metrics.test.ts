@@ -70,7 +70,7 @@ function producer(dir: TempDir, table: string, dbDir = "queue"): Outbox {
 }
 
 function insert(q: Outbox, table: string, ids: number[]): void {
-  q.enqueueBatch(ids.map((id) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: JSON.stringify([id]) })), "test");
+  q.enqueueBatch(ids.map((id) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: JSON.stringify([id]) })), "test", { grouped: false });
 }
 
 const T = { app: "shop", target: "shop.pg" };

@@ -29,7 +29,8 @@ const FUTURE = () => new Date(Date.now() + 60_000);
 function queue(count: number, dead: number, namespace = "orders", file = `${namespace}.db`): Outbox {
   const ob = new Outbox(tmp.file(file), namespace);
   open.push(ob);
-  const seqs = ob.enqueueBatch(Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${namespace} (id) VALUES (?)`, payload: `[${i + 1}]` })), "app");
+  // One row at a time: rows of one enqueueBatch form a group, dead-lettered and replayed together.
+  const seqs = Array.from({ length: count }, (_, i) => ob.enqueue(`INSERT INTO ${namespace} (id) VALUES (?)`, `[${i + 1}]`, "app"));
   for (const seq of seqs.slice(0, dead)) ob.skipHead(seq);
   return ob;
 }
@@ -55,7 +56,7 @@ describe("replayDeadMany", () => {
   test("re-enqueues the letters at the tail in their original seq order, each linked to the one before", () => {
     const ob = queue(6, 3);
     const out = ob.replayDeadMany([3, 1, 2, 1]);
-    expect(out).toEqual({ replayed: [{ seq: 1, newSeq: 7 }, { seq: 2, newSeq: 8 }, { seq: 3, newSeq: 9 }], skipped: [] });
+    expect(out).toEqual({ replayed: [{ seq: 1, namespace: "orders", newSeq: 7 }, { seq: 2, namespace: "orders", newSeq: 8 }, { seq: 3, namespace: "orders", newSeq: 9 }], skipped: [] });
     const rows = ob.fetchUnsynced(10);
     expect(rows.map((r) => [r.seq, r.prevSeq, r.payload, r.source])).toEqual([
       [4, 3, "[4]", "app"],
@@ -73,8 +74,8 @@ describe("replayDeadMany", () => {
   test("skips letters replayed before and never replays one twice", () => {
     const ob = queue(4, 2);
     expect(ob.replayDead(1)).toBe(5);
-    expect(ob.replayDeadMany([1, 2])).toEqual({ replayed: [{ seq: 2, newSeq: 6 }], skipped: [{ seq: 1, replayedAsSeq: 5 }] });
-    expect(ob.replayDeadMany([1, 2])).toEqual({ replayed: [], skipped: [{ seq: 1, replayedAsSeq: 5 }, { seq: 2, replayedAsSeq: 6 }] });
+    expect(ob.replayDeadMany([1, 2])).toEqual({ replayed: [{ seq: 2, namespace: "orders", newSeq: 6 }], skipped: [{ seq: 1, namespace: "orders", replayedAsSeq: 5 }] });
+    expect(ob.replayDeadMany([1, 2])).toEqual({ replayed: [], skipped: [{ seq: 1, namespace: "orders", replayedAsSeq: 5 }, { seq: 2, namespace: "orders", replayedAsSeq: 6 }] });
     expect(ob.pendingCount()).toBe(4);
   });
 

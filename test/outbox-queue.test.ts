@@ -138,21 +138,37 @@ describe("enqueueBatch", () => {
 });
 
 describe("confirm, pending count and sequence", () => {
-  test("confirm logs rows in the sync log and deletes them together", () => {
+  test("confirm logs rows in the delivered log and deletes them together", () => {
     const ob = outbox();
     const seqs = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
     ob.confirm([seqs[0]!]);
     const db = new Database(ob.path, { readonly: true });
-    expect(db.query("SELECT seq, namespace FROM outbox_sync_log").all()).toEqual([{ seq: seqs[0], namespace: "orders" }]);
+    expect(db.query("SELECT first_seq AS first, last_seq AS last, rows, namespace FROM outbox_delivered").all()).toEqual([{ first: seqs[0], last: seqs[0], rows: 1, namespace: "orders" }]);
     expect(db.query("SELECT seq FROM outbox_queue").all()).toEqual([{ seq: seqs[1] }]);
     db.close();
     expect(ob.pendingCount()).toBe(1);
   });
 
+  test("confirmThrough logs one range per slice, extends it while the chain continues, and starts another after RANGE_SPAN_MS", () => {
+    const ob = outbox();
+    const seqs = Array.from({ length: 9 }, (_, i) => ob.enqueue(`t${i}`, "[]"));
+    expect(ob.confirmThrough(seqs[2]!)).toBe(3);
+    expect(ob.confirmThrough(seqs[5]!)).toBe(3); // continues the chain: the same range, extended
+    const db = new Database(ob.path);
+    const ranges = () => db.query("SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered ORDER BY last_seq").all();
+    expect(ranges()).toEqual([{ first: seqs[0], last: seqs[5], rows: 6 }]);
+    db.run("UPDATE outbox_delivered SET first_at = '2020-01-01T00:00:00.000000+00:00'"); // the range is old: the next slice starts its own
+    expect(ob.confirmThrough(seqs[8]!)).toBe(3);
+    expect(ranges()).toEqual([{ first: seqs[0], last: seqs[5], rows: 6 }, { first: seqs[6], last: seqs[8], rows: 3 }]);
+    db.close();
+    expect(ob.enqueue("next", "[]")).toBe(seqs[8]! + 1);
+    expect(verifyFile(ob.path).ok).toBe(true);
+  });
+
   test("pendingCount follows enqueue, confirm and dead-lettering per namespace", () => {
     const a = outbox("s.db", "a");
     const b = outbox("s.db", "b");
-    a.enqueueBatch([{ tag: "1", payload: "[]" }, { tag: "2", payload: "[]" }, { tag: "3", payload: "[]" }]);
+    for (const tag of ["1", "2", "3"]) a.enqueue(tag, "[]");
     b.enqueue("1", "[]");
     expect([a.pendingCount(), b.pendingCount()]).toEqual([3, 1]);
     a.confirm([a.head()!.seq]);
@@ -244,7 +260,7 @@ describe("confirm, pending count and sequence", () => {
     const [first] = pruned.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
     pruned.confirm([first!]);
     const db = new Database(pruned.path);
-    db.run("DELETE FROM outbox_sync_log");
+    db.run("DELETE FROM outbox_delivered");
     db.close();
     expect(pruned.hasHistory()).toBe(true); // the head still links to the delivered row
   });
@@ -285,24 +301,30 @@ describe("backpressure", () => {
 });
 
 describe("pruneSyncLog", () => {
-  test("deletes old entries by time, keeping the entry that bridges the head and the newest one", () => {
-    const ob = outbox();
-    const seqs = ob.enqueueBatch(Array.from({ length: 4 }, (_, i) => ({ tag: `t${i}`, payload: "[]" })));
-    ob.confirm(seqs.slice(0, 3));
+  /** Confirms each seq as its own range (a range older than RANGE_SPAN_MS is not extended), dated `at`. */
+  function confirmApart(ob: Outbox, seqs: number[], at: string[]): void {
     const db = new Database(ob.path);
-    // Mixed formats: ours, SQLite's datetime(), and a +00:00 microsecond one from the reference.
-    db.run("UPDATE outbox_sync_log SET synced_at = '2020-01-01T00:00:00.000000+00:00' WHERE seq = ?", [seqs[0]!]);
-    db.run("UPDATE outbox_sync_log SET synced_at = '2020-01-02 00:00:00' WHERE seq = ?", [seqs[1]!]);
-    db.run("UPDATE outbox_sync_log SET synced_at = '2020-01-03T00:00:00.123456+00:00' WHERE seq = ?", [seqs[2]!]);
+    seqs.forEach((seq, i) => {
+      ob.confirmThrough(seq);
+      db.run("UPDATE outbox_delivered SET first_at = ?1, last_at = ?1 WHERE last_seq = ?2", [at[i]!, seq]);
+    });
     db.close();
-    expect(ob.pruneSyncLog(30, new Date("2026-01-01T00:00:00Z"))).toBe(2);
+  }
+
+  test("deletes old ranges by time, keeping the one that bridges the head and the newest one", () => {
+    const ob = outbox();
+    const seqs = Array.from({ length: 5 }, (_, i) => ob.enqueue(`t${i}`, "[]"));
+    // Mixed formats: ours, SQLite's datetime(), and a +00:00 microsecond one from the reference.
+    confirmApart(ob, seqs.slice(0, 4), ["2020-01-01T00:00:00.000000+00:00", "2020-01-02 00:00:00", "2020-01-03T00:00:00.123456+00:00", "2020-01-04T00:00:00.000000+00:00"]);
+    expect(ob.pruneSyncLog(30, new Date("2026-01-01T00:00:00Z"))).toBe(3); // the newest (seq 4, the head's bridge) stays
     expect(ob.verifyChain(ob.fetchUnsynced(10))).toEqual({ ok: true, gaps: [] });
+    expect(verifyFile(ob.path).ok).toBe(true);
   });
 
-  test("never deletes an entry a queued row links to, also behind rows the reference's worker left at synced=1", () => {
+  test("never deletes a range a queued row links to, also behind rows the reference's worker left at synced=1", () => {
     const ob = outbox();
-    const [a, b, c] = ob.enqueueBatch(Array.from({ length: 5 }, (_, i) => ({ tag: `t${i}`, payload: "[]" })));
-    ob.confirm([a!]);
+    const [a, b, c] = Array.from({ length: 5 }, (_, i) => ob.enqueue(`t${i}`, "[]"));
+    confirmApart(ob, [a!], ["2020-01-01T00:00:00.000000+00:00"]);
     const reference = new Database(ob.path);
     reference.run("UPDATE outbox_queue SET synced = 1 WHERE seq = ?", [b!]); // its confirm, interrupted before the delete
     reference.close();
@@ -314,15 +336,31 @@ describe("pruneSyncLog", () => {
     expect(verifyFile(ob.path).ok).toBe(true);
   });
 
-  test("keeps entries younger than the retention", () => {
+  test("keeps ranges younger than the retention", () => {
     const ob = outbox();
     const a = ob.enqueue("A", "[]");
     const b = ob.enqueue("B", "[]");
-    ob.confirm([a, b]);
+    confirmApart(ob, [a, b], [new Date(Date.now() - 120_000).toISOString(), new Date().toISOString()]);
     expect(ob.pruneSyncLog(30)).toBe(0);
     expect(ob.pruneSyncLog(0, new Date(Date.now() + 60_000))).toBe(1); // keeps the newest (bridge for the next row)
     ob.enqueue("C", "[]");
     expect(ob.verifyChain(ob.fetchUnsynced(10)).ok).toBe(true);
+  });
+
+  test("prunes a long log in chunks, every range but the newest once all are old", () => {
+    const ob = outbox();
+    const seqs = Array.from({ length: 1_203 }, (_, i) => ob.enqueue(`t${i}`, "[]"));
+    const db = new Database(ob.path);
+    db.transaction(() => {
+      for (const seq of seqs.slice(0, -1)) {
+        db.run("DELETE FROM outbox_queue WHERE seq = ?", [seq]);
+        db.run("INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at) VALUES (?1, 'orders', ?1, 1, NULL, '2020-01-01T00:00:00Z', '2020-01-01T00:00:00Z')", [seq]);
+      }
+      db.run("UPDATE outbox_queue SET ord = 1");
+    })();
+    db.close();
+    expect(ob.pruneSyncLog(1)).toBe(1_201);
+    expect(verifyFile(ob.path).ok).toBe(true);
   });
 });
 
@@ -377,7 +415,7 @@ describe("delivery bookkeeping and dead letters", () => {
 
   test("deadLetter moves the head with its last error and the namespace advances", () => {
     const ob = outbox();
-    const [a, b] = ob.enqueueBatch([{ tag: "A", payload: "[1]" }, { tag: "B", payload: "[]" }]);
+    const [a, b] = [ob.enqueue("A", "[1]"), ob.enqueue("B", "[]")];
     ob.recordAttempt(a!);
     ob.recordFailure(a!, "boom", "E1", new Date());
     ob.deadLetter(a!, "max_attempts");
@@ -397,7 +435,7 @@ describe("delivery bookkeeping and dead letters", () => {
 
   test("replayDead re-enqueues at the tail once and records the new seq", () => {
     const ob = outbox();
-    const [a] = ob.enqueueBatch([{ tag: "A", payload: "[1]" }, { tag: "B", payload: "[]" }]);
+    const [a] = [ob.enqueue("A", "[1]"), ob.enqueue("B", "[]")];
     ob.skipHead(a!);
     const replayed = ob.replayDead(a!);
     const rows = ob.fetchUnsynced(10);

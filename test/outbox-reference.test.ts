@@ -139,16 +139,17 @@ test("migrating a reference file while the reference keeps writing it leaves exa
   }
 }, 20_000);
 
-test("files we write keep the reference's columns and indexes so it can read them", () => {
+test("files we write keep the reference's queue columns and worker index so its producer and readers can use them", () => {
   const ob = new Outbox(tmp.file("ours.db"), "t");
   ob.enqueue("INSERT INTO t (a) VALUES (?)", "[1]");
   ob.close();
   const db = new Database(tmp.file("ours.db"), { readonly: true });
   const cols = db.query<{ name: string }, []>("SELECT name FROM pragma_table_info('outbox_queue')").all().map((c) => c.name);
   expect(cols.slice(0, 8)).toEqual(["seq", "created_at", "namespace", "source", "tag", "payload", "prev_seq", "synced"]);
-  expect(db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_worker', 'idx_sync_log') ORDER BY name").all()).toEqual([
+  // Delivered rows are logged as ranges (format 3): the reference's per-row sync log is only in its own files.
+  expect(db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_worker', 'idx_sync_log', 'outbox_delivered') ORDER BY name").all()).toEqual([
     { name: "idx_outbox_worker" },
-    { name: "idx_sync_log" },
+    { name: "outbox_delivered" },
   ]);
   // The reference reads pending rows with exactly this query.
   expect(db.query("SELECT seq, tag, payload, prev_seq FROM outbox_queue WHERE namespace = 't' AND synced = 0 ORDER BY seq").all()).toEqual([
@@ -184,7 +185,7 @@ test("the reference writing a file we created: its rows are counted, and a drain
   }
 });
 
-test("files we create carry format 2 (the lean layout); a reference file we migrate keeps its layout and format 1", () => {
+test("files we create carry format 3 (the lean layout); a reference file we migrate keeps its layout and format 1", () => {
   const versionOf = (path: string) => {
     const db = new Database(path, { readonly: true });
     try {

@@ -28,10 +28,14 @@ export interface FiledDeadLetter extends DeadLetter {
 /** What identifies a dead letter and its state, without its SQL and payload (cheap to hold by the thousand). */
 export type DeadLetterRef = Pick<FiledDeadLetter, "file" | "namespace" | "seq" | "reason" | "deadAt" | "replayedAt" | "replayedAsSeq">;
 
-/** What `Outbox.replayDeadMany` did, ascending seq: letters re-enqueued as `newSeq`, and letters skipped because they were replayed before. */
+/**
+ * What `Outbox.replayDeadMany` did, ascending seq: letters re-enqueued as `newSeq`, and letters
+ * skipped because they were replayed before. A letter of a group brings its group, so letters of
+ * other namespaces of the file (a group that spans tables) may be among them.
+ */
 export interface DeadReplays {
-  replayed: Array<{ seq: number; newSeq: number }>;
-  skipped: Array<{ seq: number; replayedAsSeq: number | null }>;
+  replayed: Array<{ seq: number; namespace: string; newSeq: number }>;
+  skipped: Array<{ seq: number; namespace: string; replayedAsSeq: number | null }>;
 }
 
 /**

@@ -1,76 +1,167 @@
+import type { Statement } from "bun:sqlite";
 import { NotFoundError } from "../errors.ts";
-import type { Appender } from "./append.ts";
+import { Appender } from "./append.ts";
 import { purgeCandidates, type DeadReplays, type PurgeOutcome, type PurgeRule } from "./dead-letters.ts";
-import type { QueueFile } from "./queue-file.ts";
+import { QueueFile } from "./queue-file.ts";
 import { DEAD_ROW_COLUMNS, type DeadLetter, type DeadReason } from "./rows.ts";
+import { renumberOrds } from "./schema.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
+/** The rows a dead-lettering moved: the group of the head, in seq order (other namespaces' parts included). */
+export interface DeadLettered {
+  seqs: number[];
+  /** Namespaces of the file whose rows moved besides the one asked (a group that spans tables). */
+  others: string[];
+}
+
 /**
- * One queue's dead log (outbox_dead_log): moving the head there so its namespace advances — the
- * drain at max_attempts, the operator's skip — and the operator's work on it: replaying letters at
- * the tail, purging and pruning them without breaking a chain, reading them.
+ * One queue's dead log (outbox_dead_log): moving the head's group there so its namespace advances
+ * — the drain at max_attempts, the operator's skip — and the operator's work on it: replaying
+ * letters at the tail (a group as a group again), purging and pruning them without breaking a
+ * chain, reading them.
  */
 export class DeadLog {
   readonly #file: QueueFile;
   readonly #appender: Appender;
+  /** Views of the file's other namespaces and their appenders, for groups that span them (replay). */
+  readonly #others = new Map<string, { view: QueueFile; appender: Appender }>();
+  readonly #move: Statement;
+  readonly #remove: Statement;
 
   constructor(file: QueueFile, appender: Appender) {
     this.#file = file;
     this.#appender = appender;
+    this.#move = file.prepare(
+      `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, grp, traceparent, tracestate)
+       SELECT seq, namespace, source, tag, payload, prev_seq, created_at, attempts,
+         coalesce(?1, last_error), coalesce(?2, last_error_class), ?3, ?4, grp, traceparent, tracestate
+       FROM outbox_queue WHERE seq = ?5`,
+    );
+    this.#remove = file.prepare("DELETE FROM outbox_queue WHERE seq = ?");
   }
 
-  /** See Outbox.deadLetter. */
-  deadLetter(seq: number, reason: DeadReason, error: string | null, errorClass: string | null): void {
+  /**
+   * See Outbox.deadLetter: the head and, when it starts a group, every other row of its group —
+   * this namespace's run behind it and, for a group that spans tables, the parts in the others —
+   * in one transaction, so nothing of the group is left to deliver.
+   */
+  deadLetter(seq: number, reason: DeadReason, error: string | null, errorClass: string | null): DeadLettered {
     const file = this.#file;
-    file.write("cannot dead-letter", () => {
+    return file.write("cannot dead-letter", () => {
       this.#requireHead(seq);
-      file.db
-        .query(
-          `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at)
-           SELECT seq, namespace, source, tag, payload, prev_seq, created_at, attempts,
-             coalesce(?1, last_error), coalesce(?2, last_error_class), ?3, ?4
-           FROM outbox_queue WHERE seq = ?5 AND namespace = ?6`,
-        )
-        .run(error, errorClass, reason, isoTimestamp(), seq, file.namespace);
-      file.db.query("DELETE FROM outbox_queue WHERE seq = ? AND namespace = ?").run(seq, file.namespace);
+      const rows = this.#groupOf(seq);
+      const at = isoTimestamp();
+      const heads = new Map<string, number | null>();
+      for (const r of rows) if (!heads.has(r.namespace)) heads.set(r.namespace, this.#headOf(r.namespace));
+      for (const r of rows) {
+        this.#move.run(error, errorClass, reason, at, r.seq);
+        this.#remove.run(r.seq);
+      }
+      const others = [...heads.keys()].filter((ns) => ns !== file.namespace);
+      if (rows.length > 1) file.db.query("DELETE FROM outbox_group WHERE grp = ?").run(rows[0]!.grp);
+      // Lean files count pending rows by ord, consecutive from the head: a part moved from behind
+      // another namespace's head leaves a hole there.
+      if (file.layout === "lean") {
+        for (const ns of others) if (heads.get(ns) !== rows.find((r) => r.namespace === ns)!.seq) renumberOrds(file.db, ns);
+      }
+      return { seqs: rows.map((r) => r.seq), others };
     });
   }
 
-  /** See Outbox.replayDead. */
+  /**
+   * The rows of the group `seq` starts (it is this namespace's head), seq order: the head alone
+   * when it has no group; its namespace's run of the group; and, when the group spans
+   * namespaces (outbox_group), every row of it in the file.
+   */
+  #groupOf(seq: number): Array<{ seq: number; namespace: string; grp: number | null }> {
+    const db = this.#file.db;
+    const head = db.query<{ grp: number | null }, [number]>("SELECT grp FROM outbox_queue WHERE seq = ?").get(seq)!;
+    if (head.grp === null) return [{ seq, namespace: this.#file.namespace, grp: null }];
+    const span = db.query<{ last: number }, [number]>("SELECT last_seq AS last FROM outbox_group WHERE grp = ?").get(head.grp);
+    if (span) {
+      return db
+        .query<{ seq: number; namespace: string; grp: number }, [number, number]>("SELECT seq, namespace, grp FROM outbox_queue WHERE seq >= ?1 AND seq <= ?2 AND grp = ?1 ORDER BY seq")
+        .all(head.grp, span.last);
+    }
+    const run: Array<{ seq: number; namespace: string; grp: number | null }> = [];
+    for (const row of this.#file.pendingRows(seq - 1)) {
+      if (row.grp !== head.grp) break;
+      run.push({ seq: row.seq, namespace: row.namespace, grp: row.grp });
+    }
+    return run;
+  }
+
+  #headOf(namespace: string): number | null {
+    return this.#file.db
+      .query<{ seq: number }, [string]>("SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1")
+      .get(namespace)?.seq ?? null;
+  }
+
+  /** See Outbox.replayDead: the letter's whole group when it has one; returns this letter's new seq. */
   replay(seq: number, source: string | undefined): number {
-    return this.#file.write("cannot replay dead letter", () => {
-      const dead = this.#dead(seq);
-      if (!dead) throw this.#notDead(seq);
-      if (dead.replayedAt !== null) {
-        throw this.#file.invalid(`dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`);
-      }
-      const now = isoTimestamp();
-      const newSeq = this.#appender.appender(now)(dead.tag, dead.payload, source ?? dead.source, this.#appender.tail());
-      this.#markReplayed(seq, newSeq, now);
-      return newSeq;
-    });
+    const dead = this.#file.read("cannot read dead letter", () => this.#dead(seq));
+    if (!dead) throw this.#notDead(seq);
+    if (dead.replayedAt !== null) {
+      throw this.#file.invalid(`dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`);
+    }
+    const { replayed } = this.replayMany([seq], source);
+    return replayed.find((r) => r.seq === seq && r.namespace === this.#file.namespace)!.newSeq;
   }
 
-  /** See Outbox.replayDeadMany (`ordered` ascending, without duplicates). */
+  /**
+   * See Outbox.replayDeadMany (`ordered` ascending, without duplicates). A letter of a group brings
+   * its whole group (other namespaces' parts included), replayed as one group again; letters
+   * without a group are replayed each alone. One transaction for all.
+   */
   replayMany(ordered: readonly number[], source: string | undefined): DeadReplays {
-    return this.#file.write("cannot replay dead letters", () => {
-      const out: DeadReplays = { replayed: [], skipped: [] };
-      const now = isoTimestamp(); // one transaction, one time
-      const append = this.#appender.appender(now);
-      let prev = this.#appender.tail();
-      for (const seq of ordered) {
-        const dead = this.#dead(seq);
-        if (!dead) throw this.#notDead(seq);
-        if (dead.replayedAt !== null) {
-          out.skipped.push({ seq, replayedAsSeq: dead.replayedAsSeq });
-          continue;
+    const file = this.#file;
+    const qdb = file.queueDb;
+    // Its groups would end the producer's: replay is an operator's transaction of its own.
+    if (qdb.group !== null) throw file.invalid("dead letters cannot be replayed inside outbox.transaction");
+    return file.read("cannot replay dead letters", () =>
+      qdb.transaction(() => {
+        const out: DeadReplays = { replayed: [], skipped: [] };
+        const done = new Set<string>();
+        for (const seq of ordered) {
+          const dead = this.#dead(seq);
+          if (!dead) throw this.#notDead(seq);
+          if (dead.replayedAt !== null) {
+            out.skipped.push({ seq, namespace: dead.namespace, replayedAsSeq: dead.replayedAsSeq });
+            continue;
+          }
+          if (done.has(`${dead.namespace}\0${seq}`)) continue;
+          qdb.nextGroup();
+          for (const letter of this.#letterGroup(dead)) {
+            const [newSeq] = this.#appenderOf(letter.namespace).appendToGroup([{ tag: letter.tag, payload: letter.payload }], source ?? letter.source, {
+              traceparent: letter.traceparent,
+              tracestate: letter.tracestate,
+            });
+            file.db.query("UPDATE outbox_dead_log SET replayed_at = ?, replayed_as_seq = ? WHERE seq = ? AND namespace = ?").run(qdb.group!.createdAt, newSeq!, letter.seq, letter.namespace);
+            out.replayed.push({ seq: letter.seq, namespace: letter.namespace, newSeq: newSeq! });
+            done.add(`${letter.namespace}\0${letter.seq}`);
+          }
         }
-        prev = append(dead.tag, dead.payload, source ?? dead.source, prev);
-        this.#markReplayed(seq, prev, now);
-        out.replayed.push({ seq, newSeq: prev });
-      }
-      return out;
-    });
+        return out;
+      }),
+    );
+  }
+
+  /** The unreplayed letters dead-lettered with `dead`, seq order: itself alone, or its group (every namespace). */
+  #letterGroup(dead: DeadLetter): DeadLetter[] {
+    if (dead.grp === null) return [dead];
+    return this.#file.db
+      .query<DeadLetter, [number]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE grp = ? AND replayed_at IS NULL ORDER BY seq`)
+      .all(dead.grp);
+  }
+
+  #appenderOf(namespace: string): Appender {
+    if (namespace === this.#file.namespace) return this.#appender;
+    let other = this.#others.get(namespace);
+    if (other === undefined) {
+      const view = new QueueFile(this.#file.queueDb.acquire(), namespace);
+      this.#others.set(namespace, (other = { view, appender: new Appender(view, null) }));
+    }
+    return other.appender;
   }
 
   /** See Outbox.purgeDead. */
@@ -103,10 +194,6 @@ export class DeadLog {
     );
   }
 
-  #markReplayed(seq: number, newSeq: number, at: string): void {
-    this.#file.db.query("UPDATE outbox_dead_log SET replayed_at = ?, replayed_as_seq = ? WHERE seq = ? AND namespace = ?").run(at, newSeq, seq, this.#file.namespace);
-  }
-
   #requireHead(seq: number): void {
     const file = this.#file;
     const head = file.headSeq();
@@ -124,5 +211,11 @@ export class DeadLog {
 
   #notDead(seq: number): NotFoundError {
     return new NotFoundError(`no dead letter with seq ${seq} in namespace "${this.#file.namespace}" (${this.#file.path})`);
+  }
+
+  /** Closes the views of other namespaces opened for replays. */
+  close(): void {
+    for (const { view } of this.#others.values()) view.close();
+    this.#others.clear();
   }
 }

@@ -1,9 +1,20 @@
+import type { Statement } from "bun:sqlite";
 import { NotFoundError } from "../errors.ts";
 import type { Appender } from "./append.ts";
+import { rangeLogWriter, rowLogWriter, type DeliveredWriter } from "./delivered.ts";
 import type { QueueFile } from "./queue-file.ts";
 import { QUEUE_ROW_COLUMNS, type ChainGap, type OutboxRow } from "./rows.ts";
 import { queueInsertSql, raiseSequence, renumberOrds } from "./schema.ts";
 import { isoTimestamp } from "./timestamp.ts";
+
+/**
+ * How many rows one confirmation transaction deletes, and how many log entries one pruning
+ * transaction looks at: every producer of the file waits for the write lock while it is held, so
+ * big confirmations (a settlement after a crash, a large backlog) and prunes of a long log go in
+ * chunks of a few milliseconds each.
+ */
+const CONFIRM_CHUNK_ROWS = 2_000;
+const PRUNE_CHUNK_ENTRIES = 500;
 
 /** What the drain reads of one namespace for a batch, from one consistent state of the file. */
 export interface DeliveryRead {
@@ -16,6 +27,11 @@ export interface DeliveryRead {
   gap: ChainGap | null;
   /** Reading stopped at `limit` or `maxBytes`: more rows are ready behind `rows`. */
   truncated: boolean;
+  /**
+   * The groups among `rows` that span namespaces, by group: the namespaces each touches (this one
+   * included). Empty for the common case — a file with one table, or groups within one table.
+   */
+  spans: Map<number, string[]>;
 }
 
 /** What `Outbox.resequenceAbove` moved: `count` pending rows from `oldFirst..oldLast` to `newFirst..newLast`. */
@@ -28,21 +44,38 @@ export interface Resequenced {
 }
 
 /**
- * The drain's bookkeeping on one queue: reading rows to deliver, charging attempts before a
- * delivery, recording failures, the sent mark, confirming what a target applied (sync log +
- * delete), pruning the sync log, and moving the sequence above seqs a remote already holds.
- * Every method runs in its own transaction of the queue file.
+ * The drain's bookkeeping on one queue: reading rows to deliver (whole groups only), charging
+ * attempts before a delivery, recording failures, the sent mark, confirming what a target applied
+ * (delivered log + delete), pruning the delivered log, and moving the sequence above seqs a remote
+ * already holds. Every method runs in its own transaction of the queue file.
  */
 export class DeliveryLog {
   readonly #file: QueueFile;
   readonly #appender: Appender;
   /** The outbox_meta key of this namespace's sent mark. */
   readonly #sentKey: string;
+  readonly #log: DeliveredWriter;
+  readonly #confirmSlice: Statement<{ first: number | null; last: number | null; rows: number; firstPrev: number | null }, [string, number, number]>;
+  readonly #deleteRange: Statement;
+  readonly #dropSpans: Statement;
+  readonly #spans: Statement<{ grp: number; namespaces: string }, [number, number]>;
 
   constructor(file: QueueFile, appender: Appender) {
     this.#file = file;
     this.#appender = appender;
     this.#sentKey = `sent:${file.namespace}`;
+    this.#log = file.layout === "lean" ? rangeLogWriter((sql) => file.prepare(sql)) : rowLogWriter((sql) => file.prepare(sql));
+    this.#confirmSlice = file.prepare(
+      `SELECT first, last, rows, (SELECT prev_seq FROM outbox_queue WHERE seq = first) AS firstPrev FROM
+        (SELECT min(seq) AS first, max(seq) AS last, count(*) AS rows FROM
+          (SELECT seq FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq <= ?2 ORDER BY seq LIMIT ?3))`,
+    );
+    this.#deleteRange = file.prepare("DELETE FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq >= ?2 AND seq <= ?3");
+    // A group's rows are the seqs from its first to its last: once none is queued, nothing of it is left to deliver.
+    this.#dropSpans = file.prepare(
+      "DELETE FROM outbox_group WHERE grp <= ?1 AND NOT EXISTS (SELECT 1 FROM outbox_queue WHERE seq >= outbox_group.grp AND seq <= outbox_group.last_seq)",
+    );
+    this.#spans = file.prepare("SELECT grp, namespaces FROM outbox_group WHERE grp >= ?1 AND grp <= ?2");
   }
 
   /** See Outbox.readForDelivery. */
@@ -56,55 +89,85 @@ export class DeliveryLog {
         let gap: ChainGap | null = null;
         let truncated = false;
         let bytes = 0;
+        /** Where the group of the last row read starts in `rows`: a slice ends only between groups. */
+        let groupStart = 0;
+        let grpMin = Number.POSITIVE_INFINITY;
+        let grpMax = Number.NEGATIVE_INFINITY;
         for (const row of file.pendingRows(after)) {
           if (head === null) {
             head = row;
             if (!ready(row, pending)) break;
           }
+          const previous = rows[rows.length - 1];
+          const continues = previous !== undefined && row.grp !== null && row.grp === previous.grp;
+          if (!continues) groupStart = rows.length;
           bytes += row.tag.length + row.payload.length;
-          if (rows.length > 0 && (rows.length >= limit || bytes > maxBytes)) {
+          if (groupStart > 0 && (rows.length >= limit || bytes > maxBytes)) {
+            // The group this row belongs to does not fit behind the ones before it: it goes first in a
+            // later slice, whole. The first group of a slice always goes, however large.
+            rows.length = groupStart;
             truncated = true;
             break;
           }
-          const previous = rows[rows.length - 1];
           const linked = row.prevSeq === null || row.prevSeq === previous?.seq || file.exists(row.prevSeq);
           if (!linked) {
             gap = { seq: row.seq, prevSeq: row.prevSeq! };
+            rows.length = groupStart; // never half a group
             break;
           }
           rows.push(row);
+          if (row.grp !== null) {
+            grpMin = Math.min(grpMin, row.grp);
+            grpMax = Math.max(grpMax, row.grp);
+          }
         }
-        return { head, pending, rows, gap, truncated };
+        const spans = new Map<number, string[]>();
+        if (rows.length > 0 && grpMin <= grpMax) {
+          for (const { grp, namespaces } of this.#spans.all(grpMin, grpMax)) spans.set(grp, JSON.parse(namespaces) as string[]);
+        }
+        return { head, pending, rows, gap, truncated, spans };
       })(),
     );
   }
 
-  /** Confirms every pending row at or below `bound` (sync log + delete, one transaction); returns how many. */
+  /**
+   * Confirms every pending row at or below `bound` (delivered log + delete); returns how many. In
+   * chunks of CONFIRM_CHUNK_ROWS rows, one transaction each, from the head: a crash between two
+   * leaves a prefix confirmed and the rest pending, which settlement confirms from the ledger.
+   */
   confirmThrough(bound: number): number {
     const file = this.#file;
-    const now = isoTimestamp();
-    return file.write("cannot confirm", () => {
-      file.db
-        .query("INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 0 AND seq <= ?3")
-        .run(now, file.namespace, bound);
-      return file.db.query("DELETE FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq <= ?").run(file.namespace, bound).changes;
-    });
+    let confirmed = 0;
+    for (;;) {
+      const now = new Date();
+      const rows = file.write("cannot confirm", () => {
+        const slice = this.#confirmSlice.get(file.namespace, bound, CONFIRM_CHUNK_ROWS)!;
+        if (slice.rows === 0 || slice.first === null || slice.last === null) return 0;
+        this.#log.record({ namespace: file.namespace, first: slice.first, last: slice.last, rows: slice.rows, firstPrev: slice.firstPrev }, isoTimestamp(now), now.getTime());
+        this.#deleteRange.run(file.namespace, slice.first, slice.last);
+        this.#dropSpans.run(slice.last);
+        return slice.rows;
+      });
+      confirmed += rows;
+      if (rows < CONFIRM_CHUNK_ROWS) return confirmed;
+    }
   }
 
-  /** Records the given rows in the sync log and deletes them from the queue, in ONE transaction. */
+  /** Records the given rows as delivered and deletes them from the queue, in ONE transaction. */
   confirm(seqs: readonly number[]): void {
     const file = this.#file;
-    const now = isoTimestamp();
+    const now = new Date();
+    const at = isoTimestamp(now);
     file.write("cannot confirm", () => {
-      const log = file.db.query(
-        "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE seq = ?2 AND namespace = ?3",
-      );
-      const del = file.db.query("DELETE FROM outbox_queue WHERE seq = ? AND namespace = ?");
+      const row = file.db.query<{ prev: number | null }, [number, string]>("SELECT prev_seq AS prev FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0");
       const headOrd = file.layout === "lean" ? this.#headOrd() : null;
       let deleted = 0;
-      for (const seq of seqs) {
-        log.run(now, seq, file.namespace);
-        deleted += del.run(seq, file.namespace).changes;
+      for (const seq of [...new Set(seqs)].sort((a, b) => a - b)) {
+        const found = row.get(seq, file.namespace);
+        if (!found) continue;
+        this.#log.record({ namespace: file.namespace, first: seq, last: seq, rows: 1, firstPrev: found.prev }, at, now.getTime());
+        deleted += this.#deleteRange.run(file.namespace, seq, seq).changes;
+        this.#dropSpans.run(seq);
       }
       // Lean files count pending rows by ord (consecutive from the head): a delete that was not a
       // prefix of the queue leaves the new head anywhere but `deleted` places on.
@@ -189,13 +252,14 @@ export class DeliveryLog {
       const copy = db.query(
         queueInsertSql(
           file.layout,
-          ["namespace", "created_at", "source", "tag", "payload", "prev_seq", "attempts", "last_error", "last_error_class", "last_attempt_at", "next_attempt_at"],
-          ["?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8", "?9", "?10", "?11"],
+          ["namespace", "created_at", "source", "tag", "payload", "prev_seq", "attempts", "last_error", "last_error_class", "last_attempt_at", "next_attempt_at", "grp", "traceparent", "tracestate"],
+          ["?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8", "?9", "?10", "?11", "?12", "?13", "?14"],
         ),
       );
+      const startGroup = db.query("UPDATE outbox_queue SET grp = ?1 WHERE seq = ?1");
       const record = db.query(
-        `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, replayed_at, replayed_as_seq)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'resequenced', ?, ?, ?)`,
+        `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, replayed_at, replayed_as_seq, grp, traceparent, tracestate)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'resequenced', ?, ?, ?, ?, ?, ?)`,
       );
       const remove = db.query("DELETE FROM outbox_queue WHERE seq = ? AND namespace = ?");
       const at = isoTimestamp();
@@ -206,14 +270,21 @@ export class DeliveryLog {
       // never meets a copy. The first copy links to the old tail, which stays in the dead log;
       // each later one to the copy before it (the tail from then on), as a batch enqueue links.
       let prev = this.#appender.tail();
+      // A group moves as a group: its copies form a new one, named by its first copy's seq. (A group
+      // that spans namespaces is moved here only in this namespace: its parts are delivered apart.)
+      let oldGroup: number | null = null;
+      let newGroup: number | null = null;
       for (let rows = page.all(namespace, after, range.last); rows.length > 0; rows = page.all(namespace, after, range.last)) {
         for (const r of rows) {
-          const seq = Number(
-            copy.run(namespace, r.createdAt, r.source, r.tag, r.payload, prev, r.attempts, r.lastError, r.lastErrorClass, r.lastAttemptAt, r.nextAttemptAt)
+          const continues = r.grp !== null && r.grp === oldGroup;
+          const seq: number = Number(
+            copy.run(namespace, r.createdAt, r.source, r.tag, r.payload, prev, r.attempts, r.lastError, r.lastErrorClass, r.lastAttemptAt, r.nextAttemptAt, continues ? newGroup : null, r.traceparent, r.tracestate)
               .lastInsertRowid,
           );
+          if (r.grp !== null && !continues) startGroup.run((newGroup = seq));
+          oldGroup = r.grp;
           prev = seq;
-          record.run(r.seq, namespace, r.source, r.tag, r.payload, r.prevSeq, r.createdAt, r.attempts, r.lastError, r.lastErrorClass, at, at, seq);
+          record.run(r.seq, namespace, r.source, r.tag, r.payload, r.prevSeq, r.createdAt, r.attempts, r.lastError, r.lastErrorClass, at, at, seq, r.grp, r.traceparent, r.tracestate);
           remove.run(r.seq, namespace);
           if (newFirst === 0) newFirst = seq;
           newLast = seq;
@@ -224,19 +295,27 @@ export class DeliveryLog {
     });
   }
 
-  /** See Outbox.pruneSyncLog. */
+  /**
+   * See Outbox.pruneSyncLog. By the log's namespace index, oldest first, PRUNE_CHUNK_ENTRIES entries
+   * per write transaction, so producers never wait on a long prune; stops at the first chunk that
+   * keeps an entry (the log is oldest first: what follows is newer). Spared: the namespace's newest
+   * entry and the one holding the head's predecessor (the chain's bridge).
+   */
   pruneSyncLog(retainDays: number, now: Date): number {
     const file = this.#file;
     const cutoff = isoTimestamp(new Date(now.getTime() - retainDays * 86_400_000));
-    return file.write("cannot prune sync log", () =>
-      file.db
-        .query(
-          `DELETE FROM outbox_sync_log WHERE namespace = ?1 AND julianday(synced_at) < julianday(?2)
-            AND NOT EXISTS (SELECT 1 FROM outbox_queue WHERE prev_seq = outbox_sync_log.seq)
-            AND seq IS NOT (SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1)`,
-        )
-        .run(file.namespace, cutoff).changes,
-    );
+    const prune = file.db.query(file.layout === "lean" ? PRUNE_RANGES_SQL : PRUNE_ROWS_SQL);
+    // The bridges: what the head links to, and what a row the reference's worker left at synced=1 links to.
+    const bridge = file.db.query<{ prev: number | null }, [string, number]>("SELECT prev_seq AS prev FROM outbox_queue WHERE namespace = ? AND synced = ? ORDER BY seq LIMIT 1");
+    let removed = 0;
+    for (;;) {
+      const changes = file.write("cannot prune the delivered log", () => {
+        const bridges = [bridge.get(file.namespace, 0)?.prev ?? null, bridge.get(file.namespace, 1)?.prev ?? null];
+        return prune.run(file.namespace, cutoff, PRUNE_CHUNK_ENTRIES, ...bridges).changes;
+      });
+      removed += changes;
+      if (changes < PRUNE_CHUNK_ENTRIES) return removed;
+    }
   }
 
   #headOrd(): number | null {
@@ -249,3 +328,17 @@ export class DeliveryLog {
     return new NotFoundError(`no pending row with seq ${seq} in namespace "${this.#file.namespace}" (${this.#file.path})`);
   }
 }
+
+// One chunk of a prune (see pruneSyncLog): ?1 namespace, ?2 cutoff time, ?3 chunk size, ?4 and ?5
+// the bridges. julianday() compares times, not strings (stored texts may differ in format).
+const PRUNE_RANGES_SQL = `DELETE FROM outbox_delivered WHERE last_seq IN (
+  SELECT last_seq FROM (SELECT last_seq, first_seq, last_at FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq LIMIT ?3)
+  WHERE julianday(last_at) < julianday(?2)
+    AND last_seq < (SELECT max(last_seq) FROM outbox_delivered WHERE namespace = ?1)
+    AND NOT (?4 IS NOT NULL AND first_seq <= ?4 AND last_seq >= ?4)
+    AND NOT (?5 IS NOT NULL AND first_seq <= ?5 AND last_seq >= ?5))`;
+const PRUNE_ROWS_SQL = `DELETE FROM outbox_sync_log WHERE seq IN (
+  SELECT seq FROM (SELECT seq, synced_at FROM outbox_sync_log WHERE namespace = ?1 ORDER BY seq LIMIT ?3)
+  WHERE julianday(synced_at) < julianday(?2)
+    AND seq < (SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1)
+    AND seq IS NOT ?4 AND seq IS NOT ?5)`;

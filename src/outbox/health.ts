@@ -1,6 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { basename } from "node:path";
 import { OutboxError, StorageError } from "../errors.ts";
+import { deliveredSqlOf, type DeliveredSql } from "./delivered.ts";
 import { listOutboxFiles } from "./files.ts";
 import { checkOwnFile, pendingCountIn, pendingCountSql, tableColumns, type PendingCount } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
@@ -36,11 +37,12 @@ export interface HealthOptions {
   now?: Date;
 }
 
-/** What a file has: reference files lack our columns, pending count and dead log. */
+/** What a file has: reference files lack our columns, pending count and dead log; ours log delivered ranges, the reference's delivered rows. */
 export interface FileFeatures {
   pendingCount: PendingCount;
   delivery: boolean;
-  syncLog: boolean;
+  /** How the file logs what it delivered (null: no log at all). */
+  deliveredLog: DeliveredSql | null;
   deadLog: boolean;
   deadReplay: boolean;
 }
@@ -62,7 +64,7 @@ export function fileFeatures(db: Database): FileFeatures {
   return {
     pendingCount: pendingCountIn(db),
     delivery: queue.has("attempts") && queue.has("last_error") && queue.has("next_attempt_at"),
-    syncLog: tableColumns(db, "outbox_sync_log").includes("synced_at"),
+    deliveredLog: deliveredSqlOf(db),
     deadLog: dead.has("namespace"),
     deadReplay: dead.has("replayed_at"),
   };
@@ -88,9 +90,7 @@ export function namespaceHealth(
       `SELECT seq, created_at AS createdAt, ${delivery} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1`,
     )
     .get(namespace);
-  const lastDeliveredAt = features.syncLog
-    ? (db.query<{ t: string }, [string]>("SELECT synced_at AS t FROM outbox_sync_log WHERE namespace = ? ORDER BY seq DESC LIMIT 1").get(namespace)?.t ?? null)
-    : null;
+  const lastDeliveredAt = features.deliveredLog ? (db.query<{ t: string }, [string]>(features.deliveredLog.lastAt).get(namespace)?.t ?? null) : null;
   const deadLetterCount = features.deadLog
     ? db
         .query<{ n: number }, [string]>(
@@ -124,7 +124,7 @@ export function namespaceHealth(
 /** Every namespace that has rows anywhere in the file (a skip-scan over the namespace indexes). */
 export function fileNamespaces(db: Database, features: FileFeatures): string[] {
   const tables = ["outbox_queue"];
-  if (features.syncLog) tables.push("outbox_sync_log");
+  if (features.deliveredLog) tables.push(features.deliveredLog.table);
   if (features.deadLog) tables.push("outbox_dead_log");
   const names = new Set<string>();
   for (const t of tables) {

@@ -24,8 +24,8 @@ export interface FileVerification {
 
 /**
  * Offline integrity scan of one file, read-only (never creates or changes anything): SQLite's
- * quick_check, then per namespace a full walk of the chain, bridged through the sync and dead
- * logs. Reports gaps, forward or cross-namespace links, a chain that restarts behind the head,
+ * quick_check, then per namespace a full walk of the chain, bridged through the delivered and dead
+ * logs, and an audit of the delivered ranges. Reports gaps, forward or cross-namespace links, a chain that restarts behind the head,
  * leftover `synced=1` rows (the reference's interrupted confirm) and a pending count (by ord or
  * by counter) that drifted from the rows.
  * An unreadable or garbage file is reported as a problem, not thrown.
@@ -86,7 +86,7 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
     } else if (prev >= seq) {
       problems.push(`seq ${seq} links forward to prev_seq ${prev}`);
     } else {
-      const ns = prev === before ? namespace : owner(prev);
+      const ns = prev === before ? namespace : owner(prev, namespace);
       if (ns === null) gaps.push({ seq, prevSeq: prev });
       else if (ns !== namespace) problems.push(`seq ${seq} links to seq ${prev} of namespace "${ns}"`);
     }
@@ -103,6 +103,7 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
   if (leftovers > 0) {
     problems.push(`${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`);
   }
+  if (features.deliveredLog?.table === "outbox_delivered") auditRanges(db, namespace, problems);
   if (features.pendingCount !== "scan") {
     const counted = db.query<{ pending: number }, [string]>(pendingCountSql(features.pendingCount)).get(namespace)!.pending;
     if (counted !== pending) problems.push(`pending count (by ${features.pendingCount}) says ${counted} but ${pending} row(s) are pending`);
@@ -110,15 +111,44 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
   return { namespace, rows: pending, gaps, problems };
 }
 
-/** Which namespace a seq belongs to, looking in the queue, the sync log and the dead log; null if nowhere. */
-function lookupOwner(db: Database, features: FileFeatures): (seq: number) => string | null {
+/**
+ * Which namespace a link from `namespace` to `seq` reaches: the row's namespace in the queue or the
+ * dead log, else `namespace` when its delivered log holds the seq, else another namespace whose
+ * delivered ranges cover it (ranges of a file's namespaces interleave: the nearest such is named);
+ * null if nowhere.
+ */
+function lookupOwner(db: Database, features: FileFeatures): (seq: number, namespace: string) => string | null {
   const sources = ["outbox_queue"];
-  if (features.syncLog) sources.push("outbox_sync_log");
   if (features.deadLog) sources.push("outbox_dead_log");
-  const stmt = db.query<{ namespace: string }, [number]>(
-    sources.map((t) => `SELECT namespace FROM ${t} WHERE seq = ?1`).join(" UNION ALL ") + " LIMIT 1",
-  );
-  return (seq) => stmt.get(seq)?.namespace ?? null;
+  if (features.deliveredLog?.table === "outbox_sync_log") sources.push("outbox_sync_log");
+  const exact = db.query<{ namespace: string }, [number]>(sources.map((t) => `SELECT namespace FROM ${t} WHERE seq = ?1`).join(" UNION ALL ") + " LIMIT 1");
+  if (features.deliveredLog?.table !== "outbox_delivered") return (seq) => exact.get(seq)?.namespace ?? null;
+  const ours = db.query<{ found: number }, [number, string]>(`SELECT ${features.deliveredLog.contains} AS found`);
+  const anyRange = db.query<{ namespace: string }, [number]>("SELECT namespace FROM outbox_delivered WHERE last_seq >= ?1 AND first_seq <= ?1 ORDER BY last_seq LIMIT 1");
+  return (seq, namespace) => exact.get(seq)?.namespace ?? (ours.get(seq, namespace)!.found === 1 ? namespace : (anyRange.get(seq)?.namespace ?? null));
+}
+
+/**
+ * The audit of a namespace's delivered ranges: each starts after the one before ends and holds no
+ * more rows than seqs, and every pending row comes after the last (a pending row inside a
+ * delivered range would be a row delivered twice, or one taken for delivered).
+ */
+function auditRanges(db: Database, namespace: string, problems: string[]): void {
+  const ranges = db
+    .query<{ first: number; last: number; rows: number }, [string]>("SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered WHERE namespace = ? ORDER BY last_seq")
+    .iterate(namespace);
+  let before: { first: number; last: number } | null = null;
+  let last = 0;
+  for (const range of ranges) {
+    if (range.first > range.last || range.rows < 1 || range.rows > range.last - range.first + 1) {
+      problems.push(`delivered range ${range.first}..${range.last} claims ${range.rows} row(s)`);
+    }
+    if (before !== null && range.first <= before.last) problems.push(`delivered ranges ${before.first}..${before.last} and ${range.first}..${range.last} overlap`);
+    before = range;
+    last = range.last;
+  }
+  const head = db.query<{ seq: number }, [string]>("SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1").get(namespace);
+  if (head && head.seq <= last) problems.push(`pending seq ${head.seq} is not above the last delivered seq ${last}: it lies inside what was delivered`);
 }
 
 /** The outcome of an integrity scan: one verify result per file plus printable lines. */

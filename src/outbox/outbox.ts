@@ -1,17 +1,21 @@
 import { resolve } from "node:path";
 import { InvalidArgumentError } from "../errors.ts";
 import type { Durability } from "../vocabulary.ts";
-import { Appender } from "./append.ts";
-import { DeadLog } from "./dead-log.ts";
+import { Appender, DEFAULT_GROUP_LIMITS, type RowTrace } from "./append.ts";
+import { DeadLog, type DeadLettered } from "./dead-log.ts";
 import type { DeadReplays, PurgeOutcome, PurgeRule } from "./dead-letters.ts";
 import { DeliveryLog, type DeliveryRead, type Resequenced } from "./delivery-log.ts";
 import { namespaceHealth, type NamespaceHealth } from "./health.ts";
+import { DELIVERED } from "./delivered.ts";
+import { QueueDb } from "./queue-db.ts";
 import { QueueFile } from "./queue-file.ts";
 import { QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, type OutboxRow } from "./rows.ts";
 import { layoutPendingCount } from "./schema.ts";
 
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
 export type { DeliveryRead, Resequenced } from "./delivery-log.ts";
+export type { DeadLettered } from "./dead-log.ts";
+export type { RowTrace } from "./append.ts";
 
 /** Options of an Outbox. Defaults: unbounded, `normal` durability, 10 s busy timeout, files created 0600. */
 export interface OutboxOptions {
@@ -23,7 +27,18 @@ export interface OutboxOptions {
   busyTimeoutMs?: number;
   /** Permission bits of the file (and its -wal/-shm) when this Outbox creates it; an existing file keeps its mode. */
   fileMode?: number;
+  /** false: the file must exist (the drain serving a `db_file`: its producer creates it). Default true. */
+  create?: boolean;
+  /** Most statements one local transaction (a group) may hold. Default 10 000. */
+  maxGroupStatements?: number;
+  /** Most characters of SQL text and encoded arguments one local transaction may hold. Default 16 Mi. */
+  maxGroupBytes?: number;
 }
+
+/** The open file an Outbox is a view of, when it shares one (outboxOn). */
+const SHARED = Symbol("sqloutbox.sharedQueueDb");
+/** Each Outbox's open file, for the producer's transactions (queueDbOf); not part of the public API. */
+const queueDbs = new WeakMap<Outbox, QueueDb>();
 
 /**
  * The local queue of one namespace in one SQLite file: an ordered, singly linked chain of events
@@ -48,7 +63,7 @@ export class Outbox {
   readonly #delivery: DeliveryLog;
   readonly #dead: DeadLog;
 
-  constructor(path: string, namespace: string, options: OutboxOptions = {}) {
+  constructor(path: string, namespace: string, options: OutboxOptions & { [SHARED]?: QueueDb } = {}) {
     if (typeof path !== "string" || path === "") throw new InvalidArgumentError("outbox path must be a non-empty string");
     if (typeof namespace !== "string" || namespace === "" || !namespace.isWellFormed()) {
       throw new InvalidArgumentError(`outbox namespace must be a non-empty string (file ${path})`, { file: path });
@@ -65,9 +80,18 @@ export class Outbox {
     this.namespace = namespace;
     this.maxPending = maxPending;
     this.durability = durability;
-    this.#file = new QueueFile(this.path, namespace, { durability, busyTimeoutMs: options.busyTimeoutMs ?? 10_000, fileMode: options.fileMode });
+    const limits = {
+      maxRows: positive(options.maxGroupStatements, DEFAULT_GROUP_LIMITS.maxRows, "maxGroupStatements", namespace, path),
+      maxChars: positive(options.maxGroupBytes, DEFAULT_GROUP_LIMITS.maxChars, "maxGroupBytes", namespace, path),
+    };
+    const shared = options[SHARED];
+    const queueDb = shared
+      ? shared.acquire()
+      : QueueDb.open(this.path, { durability, busyTimeoutMs: options.busyTimeoutMs ?? 10_000, fileMode: options.fileMode, create: options.create, namespace });
+    this.#file = new QueueFile(queueDb, namespace);
+    queueDbs.set(this, queueDb);
     this.origin = this.#file.origin;
-    this.#append = new Appender(this.#file, maxPending);
+    this.#append = new Appender(this.#file, maxPending, limits);
     this.#delivery = new DeliveryLog(this.#file, this.#append);
     this.#dead = new DeadLog(this.#file, this.#append);
   }
@@ -78,21 +102,36 @@ export class Outbox {
    * Appends one event at the namespace tail and returns its seq: one write transaction that holds
    * the write lock from before the tail is read until the row is committed.
    */
-  enqueue(tag: string, payload: string, source = ""): number {
+  enqueue(tag: string, payload: string, source = "", trace?: RowTrace): number {
     this.#file.ensureOpen();
     this.#checkItem(tag, payload, source);
     this.#file.checkNotMoved();
-    return this.#append.one(tag, payload, source);
+    return this.#append.one(tag, payload, source, trace);
   }
 
-  /** Appends events in one transaction: item 0 links to the tail, item i to item i−1's seq. */
-  enqueueBatch(items: ReadonlyArray<{ tag: string; payload: string }>, source = ""): number[] {
+  /**
+   * Appends events in one transaction, as one group (delivered whole, in one remote transaction):
+   * item 0 links to the tail, item i to item i−1's seq. Inside `transaction` they join its group.
+   * `{ grouped: false }` commits them together but delivers each on its own (a bulk load of
+   * independent events).
+   */
+  enqueueBatch(items: ReadonlyArray<{ tag: string; payload: string }>, source = "", options: { trace?: RowTrace; grouped?: boolean } = {}): number[] {
     this.#file.ensureOpen();
     if (!Array.isArray(items)) throw this.#file.invalid("enqueueBatch expects an array of { tag, payload }");
     for (const item of items) this.#checkItem(item?.tag, item?.payload, source);
     this.#file.checkNotMoved();
     if (items.length === 0) return [];
-    return this.#append.many(items, source);
+    return this.#append.many(items, source, options.trace, options.grouped ?? true);
+  }
+
+  /**
+   * Runs `fn` in one local transaction (BEGIN IMMEDIATE) of this outbox's file: everything it
+   * enqueues — into any namespace of the file — is one group, committed together and delivered
+   * together. `fn` must be synchronous; a nested call joins the open transaction.
+   */
+  transaction<T>(fn: () => T): T {
+    this.#file.ensureOpen();
+    return this.#file.queueDb.transaction(fn);
   }
 
   // ── reading the queue ─────────────────────────────────────────────────────────────────────
@@ -139,7 +178,7 @@ export class Outbox {
   }
 
   /**
-   * Whether this namespace has a history in this file: a row delivered (sync log) or dead-lettered,
+   * Whether this namespace has a history in this file: a row delivered or dead-lettered,
    * or a pending head linked to an earlier row (logs pruned). A fresh queue has none.
    */
   hasHistory(): boolean {
@@ -148,7 +187,7 @@ export class Outbox {
     return file.read("cannot read history", () =>
       file.db
         .query<{ found: number }, [string]>(
-          `SELECT EXISTS (SELECT 1 FROM outbox_sync_log WHERE namespace = ?1)
+          `SELECT ${DELIVERED[file.layout].any}
             OR EXISTS (SELECT 1 FROM outbox_dead_log WHERE namespace = ?1)
             OR (SELECT prev_seq FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq LIMIT 1) IS NOT NULL AS found`,
         )
@@ -162,7 +201,7 @@ export class Outbox {
     const file = this.#file;
     // A file an Outbox opened went through migrations, so it has every table and column: the
     // schema need not be read. One read transaction: depth and head from the same state.
-    const features = { pendingCount: layoutPendingCount(file.layout), delivery: true, syncLog: true, deadLog: true, deadReplay: true } as const;
+    const features = { pendingCount: layoutPendingCount(file.layout), delivery: true, deliveredLog: DELIVERED[file.layout], deadLog: true, deadReplay: true } as const;
     return file.read("cannot read health", () =>
       file.db.transaction(() => namespaceHealth(file.db, this.path, this.namespace, features, { maxPending: this.maxPending, now }))(),
     );
@@ -271,15 +310,15 @@ export class Outbox {
    * Moves the head atomically to outbox_dead_log with a reason, so the namespace advances. `error`
    * and `errorClass` default to the head's last recorded failure.
    */
-  deadLetter(seq: number, reason: DeadReason, error: string | null = null, errorClass: string | null = null): void {
+  deadLetter(seq: number, reason: DeadReason, error: string | null = null, errorClass: string | null = null): DeadLettered {
     this.#file.ensureOpen();
     if (typeof reason !== "string" || reason === "") throw this.#file.invalid("deadLetter needs a reason");
-    this.#dead.deadLetter(seq, reason, error, errorClass);
+    return this.#dead.deadLetter(seq, reason, error, errorClass);
   }
 
-  /** Operator action: dead-letters the head with reason "skipped". */
-  skipHead(seq: number): void {
-    this.deadLetter(seq, "skipped", "skipped by operator");
+  /** Operator action: dead-letters the head (and its group) with reason "skipped". */
+  skipHead(seq: number): DeadLettered {
+    return this.deadLetter(seq, "skipped", "skipped by operator");
   }
 
   /** Re-enqueues a dead letter at the tail (once) and records replayed_at / replayed_as_seq; returns the new seq. */
@@ -349,8 +388,9 @@ export class Outbox {
     return this.#file.closed;
   }
 
-  /** Closes the file; idempotent. Every later call throws OutboxClosedError. */
+  /** Closes the file (its connection closes with the last namespace open on it); idempotent. Every later call throws OutboxClosedError. */
   close(): void {
+    this.#dead.close();
     this.#file.close();
   }
 
@@ -364,6 +404,22 @@ export class Outbox {
   #checkDays(retainDays: number): void {
     if (!Number.isFinite(retainDays) || retainDays < 0) throw this.#file.invalid(`retainDays must be a non-negative number, got ${retainDays}`);
   }
+}
+
+/** The open file `outbox` is a view of. */
+export function queueDbOf(outbox: Outbox): QueueDb {
+  return queueDbs.get(outbox)!;
+}
+
+/** The queue of `namespace` in an open file shared with its other namespaces (one connection, one transaction across them). */
+export function outboxOn(queueDb: QueueDb, namespace: string, options: OutboxOptions = {}): Outbox {
+  return new Outbox(queueDb.path, namespace, { ...options, [SHARED]: queueDb });
+}
+
+function positive(value: number | undefined, fallback: number, name: string, namespace: string, path: string): number {
+  if (value === undefined) return fallback;
+  if (Number.isSafeInteger(value) && value > 0) return value;
+  throw new InvalidArgumentError(`${name} must be a positive integer, got ${String(value)} (namespace "${namespace}" in ${path})`, { namespace, file: path });
 }
 
 /** Opens the queue of `namespace` in `path`, runs `fn` on it and closes it, whatever `fn` does. */

@@ -13,6 +13,15 @@ export interface StoredEvent {
   createdAt: string;
   /** Delivery attempts charged to this row (recorded before each delivery). */
   attempts: number;
+  /**
+   * The row's group: the seq of the first row of the local transaction that wrote it (a
+   * `pushMany`, an `outbox.transaction`); null for a row enqueued alone (and every row of the
+   * reference's). A group is delivered whole, in one remote transaction, or not at all.
+   */
+  grp: number | null;
+  /** The W3C trace context the row was pushed in, if any. */
+  traceparent: string | null;
+  tracestate: string | null;
 }
 
 /** One pending event of a namespace, as stored in `outbox_queue`. */
@@ -45,7 +54,7 @@ export interface DeadLetter extends StoredEvent {
 }
 
 /** SELECT list of a StoredEvent, the same in outbox_queue and outbox_dead_log. */
-const EVENT_COLUMNS = "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts";
+const EVENT_COLUMNS = "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts, grp, traceparent, tracestate";
 
 /** SELECT list producing an OutboxRow from outbox_queue. */
 export const QUEUE_ROW_COLUMNS = `${EVENT_COLUMNS}, last_error AS lastError, last_error_class AS lastErrorClass,

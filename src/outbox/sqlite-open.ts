@@ -17,35 +17,75 @@ export const NEW_FILE_PAGE_SIZE = 2048;
 /** Permission bits of the queue files we create (their -wal/-shm inherit them). */
 export const DEFAULT_FILE_MODE = 0o600;
 
+/** How our own connection to a queue file is set up. */
+export interface OpenOptions {
+  durability: Durability;
+  busyTimeoutMs: number;
+  namespace?: string;
+  fileMode?: number;
+  /** false: the file must exist (a `db_file` the drain serves: the producer creates it). Default true. */
+  create?: boolean;
+}
+
+/**
+ * The WAL of a file we write is cut back to this size when a checkpoint has emptied it: without
+ * a limit it stays at its largest size (a burst's worth) for the life of the file.
+ */
+export const JOURNAL_SIZE_LIMIT_BYTES = 8 * 1024 * 1024;
+
 /**
  * Opens (creating if needed) an outbox file for writing: WAL, the chosen synchronous level and a
  * busy timeout so concurrent producer processes wait for the write lock instead of failing. A new
  * file is created with `fileMode` (default 0600: payloads rest in clear, and no other local user
- * should read them), whatever the umask; an existing file keeps its mode. Reads before it writes,
- * so a file of garbage bytes, a newer format or another application's database is reported untouched.
+ * should read them), whatever the umask, and with incremental auto-vacuum so the space a drained
+ * backlog leaves can be given back (see QueueDb.reclaim); an existing file keeps its mode. Reads
+ * before it writes, so a file of garbage bytes, a newer format or another application's database is
+ * reported untouched. An application's own database holding our tables (embedded) must already be
+ * in WAL mode: its journal mode is the application's, never switched here.
  */
-export function openWritable(
-  path: string,
-  options: { durability: Durability; busyTimeoutMs: number; namespace?: string; fileMode?: number },
-): Database {
+export function openWritable(path: string, options: OpenOptions): Database {
   let db: Database | undefined;
   try {
-    createPrivate(path, options.fileMode ?? DEFAULT_FILE_MODE);
-    db = new Database(path, { create: true, readwrite: true });
+    if (options.create === false) {
+      if (!existsSync(path)) throw new StorageError(`${path} does not exist yet (the producer creates it on first use)`, path, options.namespace);
+    } else {
+      createPrivate(path, options.fileMode ?? DEFAULT_FILE_MODE);
+    }
+    db = new Database(path, { create: options.create !== false, readwrite: true });
     db.run(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs))}`);
-    db.query("SELECT count(*) FROM sqlite_schema").get(); // fails on a non-database before any write
-    checkOwnFile(db, path); // before WAL: switching journal mode already writes to the file
-    db.run(`PRAGMA page_size = ${NEW_FILE_PAGE_SIZE}`); // only takes effect on a new, empty file
-    const mode = db.query<{ journal_mode: string }, []>("PRAGMA journal_mode = WAL").get();
-    if (mode?.journal_mode.toLowerCase() !== "wal") {
-      throw new Error(`cannot switch to WAL journal mode (got ${mode?.journal_mode})`);
+    // Fails on a non-database before any write.
+    const fresh = db.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema").get()!.n === 0;
+    const own = checkOwnFile(db, path); // before WAL: switching journal mode already writes to the file
+    if (own.embedded) {
+      requireWal(db, path);
+    } else {
+      if (fresh) {
+        // Both only take effect on a new, empty file.
+        db.run(`PRAGMA page_size = ${NEW_FILE_PAGE_SIZE}`);
+        db.run("PRAGMA auto_vacuum = INCREMENTAL");
+      }
+      const mode = db.query<{ journal_mode: string }, []>("PRAGMA journal_mode = WAL").get();
+      if (mode?.journal_mode.toLowerCase() !== "wal") {
+        throw new Error(`cannot switch to WAL journal mode (got ${mode?.journal_mode})`);
+      }
     }
     db.run(`PRAGMA synchronous = ${options.durability === "full" ? "FULL" : "NORMAL"}`);
+    db.run(`PRAGMA journal_size_limit = ${JOURNAL_SIZE_LIMIT_BYTES}`);
     return db;
   } catch (e) {
     db?.close();
     throw storageError(e, "cannot open outbox file", path, options.namespace);
   }
+}
+
+/** Throws StorageError unless `db` (an application's own database) is in WAL mode; never changes it. */
+export function requireWal(db: Database, path: string): void {
+  const mode = db.query<{ journal_mode: string }, []>("PRAGMA journal_mode").get()?.journal_mode ?? "unknown";
+  if (mode.toLowerCase() === "wal") return;
+  throw new StorageError(
+    `${path} is in journal_mode=${mode}, not WAL: the outbox shares an application's own database only in WAL mode (so the drain's reads never block the application's writes); switch it with PRAGMA journal_mode = WAL — sqloutbox never changes it behind the application's back`,
+    path,
+  );
 }
 
 /**
@@ -74,13 +114,13 @@ function createPrivate(path: string, mode: number): void {
  * fail at once), so when several processes open one new file together we retry, within the
  * busy timeout, instead of surfacing the race to a producer.
  */
-export function openMigrated(path: string, namespace: string, options: { durability: Durability; busyTimeoutMs: number; fileMode?: number }): Database {
-  const { busyTimeoutMs } = options;
+export function openMigrated(path: string, options: OpenOptions): Database {
+  const { busyTimeoutMs, namespace } = options;
   const deadline = Date.now() + busyTimeoutMs;
   for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
     let db: Database | undefined;
     try {
-      db = openWritable(path, { ...options, namespace });
+      db = openWritable(path, options);
       migrate(db, path);
       return db;
     } catch (e) {

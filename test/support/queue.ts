@@ -7,7 +7,7 @@ import { Outbox } from "../../src/outbox/outbox.ts";
 /**
  * The highest seq a queue file ever allocated or was seeded to, in either layout: the legacy
  * layout's AUTOINCREMENT counter, the lean layout's seed floor, and every seq still held in the
- * queue, the sync log or the dead log. A new row's seq must be above it.
+ * queue, the delivered log or the dead log. A new row's seq must be above it.
  */
 export function highestSeq(file: string): number {
   const db = new Database(file, { readonly: true });
@@ -17,6 +17,7 @@ export function highestSeq(file: string): number {
     if (has("sqlite_sequence")) parts.push("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_queue'");
     if (has("outbox_meta")) parts.push("SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = 'seq_floor'");
     if (has("outbox_sync_log")) parts.push("SELECT max(seq) FROM outbox_sync_log");
+    if (has("outbox_delivered")) parts.push("SELECT max(last_seq) FROM outbox_delivered");
     if (has("outbox_dead_log")) parts.push("SELECT max(seq) FROM outbox_dead_log");
     return db.query<{ s: number | null }, []>(`SELECT max(s) AS s FROM (${parts.join(" UNION ALL ")})`).get()?.s ?? 0;
   } finally {
@@ -32,6 +33,7 @@ export function seed(dbDir: string, table: string, count: number): void {
     outbox.enqueueBatch(
       Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: JSON.stringify([i + 1]) })),
       "test",
+      { grouped: false },
     );
   } finally {
     outbox.close();

@@ -1,0 +1,50 @@
+// Files of the previous format (2) migrate to format 3 on open: the per-row sync log becomes
+// ranges, the chain keeps its bridge, the origin and every pending row stay, and the next seq is
+// above everything the file ever held.
+import { Database } from "bun:sqlite";
+import { expect, test } from "bun:test";
+import { verifyFile } from "../src/outbox/inspect.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { FORMAT_VERSION } from "../src/outbox/schema.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
+import { buildFormat2File } from "./support/format2-db.ts";
+
+const cleanups = cleanupsAfterEach();
+
+test("a format-2 file migrates on open: its sync log becomes one range per confirm, its chain and origin stay", () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("orders.db");
+  const origin = buildFormat2File(file, "orders", 40, 50);
+  expect(verifyFile(file).ok).toBe(true); // read as it is, before any migration
+  const ob = new Outbox(file, "orders");
+  cleanups.push(() => ob.close());
+  expect(ob.origin).toBe(origin);
+  expect(ob.pendingCount()).toBe(10);
+  expect(ob.head()).toMatchObject({ seq: 41, prevSeq: 40, grp: null, traceparent: null });
+  expect(ob.verifyChain(ob.fetchUnsynced(100))).toEqual({ ok: true, gaps: [] });
+  const db = new Database(file, { readonly: true });
+  cleanups.push(() => db.close());
+  expect(db.query("PRAGMA user_version").get()).toEqual({ user_version: FORMAT_VERSION });
+  expect(db.query("SELECT name FROM sqlite_schema WHERE name = 'outbox_sync_log'").all()).toEqual([]);
+  expect(db.query("SELECT first_seq AS first, last_seq AS last, rows, first_at AS at FROM outbox_delivered ORDER BY last_seq").all()).toEqual([
+    { first: 1, last: 20, rows: 20, at: "2026-11-01T10:00:00.000000+00:00" },
+    { first: 21, last: 40, rows: 20, at: "2026-11-01T10:00:05.000000+00:00" },
+  ]);
+  expect(ob.health().lastDeliveredAt).toBe("2026-11-01T10:00:05.000000+00:00");
+  // Delivery goes on from where format 2 left it: the next slice joins the chain, new rows come after.
+  expect(ob.confirmThrough(45)).toBe(5);
+  expect(ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[51]")).toBe(51);
+  expect(verifyFile(file)).toMatchObject({ ok: true, problems: [] });
+});
+
+test("a format-2 file drained empty keeps its high-water mark: no seq is ever handed out twice", () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("orders.db");
+  buildFormat2File(file, "orders", 30, 30);
+  const ob = new Outbox(file, "orders");
+  cleanups.push(() => ob.close());
+  expect(ob.pendingCount()).toBe(0);
+  expect(ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[31]")).toBe(31);
+  expect(ob.head()!.prevSeq).toBe(30);
+  expect(verifyFile(file).ok).toBe(true);
+});
