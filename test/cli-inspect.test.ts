@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { drainHome } from "../src/drain/home.ts";
 import { acquireLock } from "../src/drain/lock.ts";
 import { normalize, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
@@ -89,7 +90,7 @@ describe("status", () => {
   });
 
   test("a drain holding the lock without a state file (OutboxSyncService on its own) is running, not stale", async () => {
-    const lock = acquireLock(dbDir);
+    const lock = acquireLock(drainHome(dbDir).lockFile);
     try {
       const human = await runInProcess(["status", "--db-dir", dbDir, "--check", "--fail-on", "down"]);
       expect(human.code).toBe(0);

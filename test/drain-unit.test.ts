@@ -3,6 +3,7 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { ConfigError, LockedError } from "../src/errors.ts";
 import { oneApp } from "./support/drain-harness.ts";
 import { parseCount, resultShapeProblem } from "../src/drain/bounded-writer.ts";
+import { drainHome } from "../src/drain/home.ts";
 import { acquireLock } from "../src/drain/lock.ts";
 import { outageBackoffMs, rowBackoffMs, tableReadiness } from "../src/drain/schedule.ts";
 import { makeTempDir } from "./support/tmp.ts";
@@ -107,10 +108,10 @@ describe("drain lock", () => {
     const tmp = makeTempDir();
     try {
       const dir = tmp.file("nested/db");
-      const first = acquireLock(dir);
+      const first = acquireLock(drainHome(dir).lockFile);
       let caught: unknown;
       try {
-        acquireLock(dir);
+        acquireLock(drainHome(dir).lockFile);
       } catch (error) {
         caught = error;
       }
@@ -120,7 +121,7 @@ describe("drain lock", () => {
       expect((caught as LockedError).message).toContain(`${dir}/.sqloutbox.lock`);
       first.release();
       first.release();
-      acquireLock(dir).release();
+      acquireLock(drainHome(dir).lockFile).release();
     } finally {
       tmp.cleanup();
     }
@@ -133,11 +134,11 @@ describe("drain lock", () => {
       const reader = child.stdout.getReader();
       const { value } = await reader.read();
       expect(new TextDecoder().decode(value)).toContain("locked");
-      expect(() => acquireLock(tmp.path)).toThrow(LockedError);
+      expect(() => acquireLock(drainHome(tmp.path).lockFile)).toThrow(LockedError);
       child.kill("SIGKILL");
       await child.exited;
       // The kernel drops a flock with its holder: a crashed drain never leaves a stale lock.
-      acquireLock(tmp.path).release();
+      acquireLock(drainHome(tmp.path).lockFile).release();
     } finally {
       tmp.cleanup();
     }
@@ -149,7 +150,7 @@ describe("drain lock", () => {
       const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-lock-holder.ts`, tmp.path, "50"], { stdout: "pipe", stderr: "inherit" });
       const { value } = await child.stdout.getReader().read();
       expect(new TextDecoder().decode(value)).toContain("locked");
-      acquireLock(tmp.path).release(); // taken once the holder lets go, 50 ms later
+      acquireLock(drainHome(tmp.path).lockFile).release(); // taken once the holder lets go, 50 ms later
       await child.exited;
     } finally {
       tmp.cleanup();

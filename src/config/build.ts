@@ -1,5 +1,5 @@
 import { hostname } from "node:os";
-import { resolve } from "node:path";
+import { dirname, resolve } from "node:path";
 import { ConfigError, ConfigIssuesError } from "../errors.ts";
 import type { EnvMap } from "./interpolate.ts";
 import { parseListenAddress, type ListenAddress } from "./listen-address.ts";
@@ -26,6 +26,7 @@ export const TOP_KEYS = ["app", "metrics_addr"];
 /** The keys of an `[app.NAME]` table (snake_case). */
 export const APP_KEYS = [
   "db_dir",
+  "db_file",
   "origin_label",
   "batch_size",
   "batch_max_bytes",
@@ -93,10 +94,7 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
   if (!isTable(raw)) return r.fail(path, `expected a table ([${path}]), got ${typeName(raw)}`);
   r.checkKeys(raw, APP_KEYS, path);
 
-  const dbDirRaw = r.string(raw, "db_dir", path);
-  if (r.raw(raw, "db_dir") === undefined) r.fail(join(path, r.key("db_dir")), "required: the directory holding this app's {table}.db outbox files");
-  else if (dbDirRaw === "") r.fail(join(path, r.key("db_dir")), "must not be empty");
-  const dbDir = dbDirRaw ? resolve(baseDir, dbDirRaw) : "";
+  const { dbDir, dbFile } = readQueues(r, raw, path, baseDir);
 
   const retainLogDays = r.number(raw, "retain_log_days", path, { min: 0 }) ?? DEFAULTS.retainLogDays;
   // Durations are read in the TOML key's unit and converted to milliseconds here, once.
@@ -105,6 +103,7 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
   const app: AppConfig = {
     name,
     dbDir,
+    dbFile,
     originLabel: readOriginLabel(r, raw, path),
     batchSize: r.number(raw, "batch_size", path, { integer: true, min: 1 }) ?? DEFAULTS.batchSize,
     batchMaxBytes: r.number(raw, "batch_max_bytes", path, { integer: true, min: 1024 }) ?? DEFAULTS.batchMaxBytes,
@@ -146,6 +145,32 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
     if (target) app.targets.push(target);
   }
   return app;
+}
+
+/**
+ * Where the app's queues are: exactly one of `db_dir` (one `{table}.db` file per table) and
+ * `db_file` (one file holding every table as a namespace: transactions may span tables). With
+ * `db_file`, `dbDir` is the file's directory (where the drain keeps its lock and state beside it).
+ */
+function readQueues(r: Reader, raw: Table, path: string, baseDir: string): { dbDir: string; dbFile: string | null } {
+  const dir = r.string(raw, "db_dir", path);
+  const file = r.string(raw, "db_file", path);
+  const given = (["db_dir", "db_file"] as const).filter((k) => r.raw(raw, k) !== undefined);
+  if (given.length === 0) {
+    r.fail(join(path, r.key("db_dir")), `required: db_dir (the directory holding this app's {table}.db outbox files) or db_file (one file holding every table)`);
+    return { dbDir: "", dbFile: null };
+  }
+  if (given.length === 2) {
+    r.fail(join(path, r.key("db_file")), "give exactly one of db_dir and db_file: one file per table, or every table in one file");
+    return { dbDir: "", dbFile: null };
+  }
+  const [key] = given;
+  const value = key === "db_dir" ? dir : file;
+  if (value === "") r.fail(join(path, r.key(key!)), "must not be empty");
+  if (!value) return { dbDir: "", dbFile: null };
+  if (key === "db_dir") return { dbDir: resolve(baseDir, value), dbFile: null };
+  const dbFile = resolve(baseDir, value);
+  return { dbDir: dirname(dbFile), dbFile };
 }
 
 /** `metrics_addr` (top level): `HOST:PORT`, `PORT` (127.0.0.1) or a TOML integer port. */
@@ -193,16 +218,27 @@ function optionalLimit(r: Reader, raw: Table, snake: string, path: string, fallb
   return n === 0 ? null : n;
 }
 
-/** Two apps on one db_dir would fight over its drain lock and its files. */
+/**
+ * Two apps on one db_dir or one db_file would fight over its drain lock and its files; a db_file
+ * inside another app's db_dir would be taken for one of its tables' files.
+ */
 function checkSharedDbDirs(r: Reader, apps: AppConfig[]): void {
-  const seen = new Map<string, string>();
+  const dirs = new Map<string, string>();
+  const files = new Map<string, string>();
   for (const app of apps) {
     if (!app.dbDir) continue;
-    const other = seen.get(app.dbDir);
-    if (other !== undefined) {
-      r.fail(join(join("app", app.name), r.key("db_dir")), `db_dir ${app.dbDir} is also used by app "${other}"; each app needs its own db_dir`);
-    } else {
-      seen.set(app.dbDir, app.name);
+    const at = join(join("app", app.name), r.key(app.dbFile === null ? "db_dir" : "db_file"));
+    const seen = app.dbFile === null ? dirs : files;
+    const key = app.dbFile ?? app.dbDir;
+    const other = seen.get(key);
+    if (other !== undefined) r.fail(at, `${app.dbFile === null ? "db_dir" : "db_file"} ${key} is also used by app "${other}"; each app needs its own`);
+    else seen.set(key, app.name);
+  }
+  for (const app of apps) {
+    if (app.dbFile === null || !app.dbFile.endsWith(".db")) continue;
+    const owner = dirs.get(app.dbDir);
+    if (owner !== undefined) {
+      r.fail(join(join("app", app.name), r.key("db_file")), `db_file ${app.dbFile} lies in the db_dir of app "${owner}", where it would be read as the queue file of a table named "${app.dbFile.slice(app.dbDir.length + 1, -3)}"; put it elsewhere`);
     }
   }
 }

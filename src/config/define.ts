@@ -32,7 +32,10 @@ export interface TargetInput {
  * minutes, as the names say); `null` or 0 means "no limit".
  */
 export interface AppInput {
-  dbDir: string;
+  /** One `{table}.db` file per table here; exactly one of `dbDir` and `dbFile`. */
+  dbDir?: string;
+  /** Every table as a namespace of this one file (it may be the application's own database). */
+  dbFile?: string;
   originLabel?: string;
   batchSize?: number;
   batchMaxBytes?: number;

@@ -46,8 +46,13 @@ export interface TargetConfig {
  */
 export interface AppConfig {
   name: string;
-  /** Absolute path of the directory holding `{table}.db` files. */
+  /** Absolute path of the directory holding `{table}.db` files — with `dbFile`, that file's directory. */
   dbDir: string;
+  /**
+   * Absolute path of the one file holding every table of the app as a namespace (`db_file`;
+   * possibly the application's own database); null: one `{table}.db` file per table in `dbDir`.
+   */
+  dbFile: string | null;
   /** The label this app's origins carry in the ledger (`origin_label`). Default: the host name. */
   originLabel: string;
   /** Max rows per table per cycle. Default 500. */

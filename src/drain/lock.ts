@@ -3,21 +3,18 @@ import path from "node:path";
 import { LockedError, StorageError } from "../errors.ts";
 import { hasLibc, loadLibc } from "../libc.ts";
 
-/** An exclusive drain lock on one db_dir; `release()` is idempotent. */
+/** An exclusive drain lock on one db_dir or db_file; `release()` is idempotent. */
 export interface DrainLock {
   readonly lockFile: string;
   release(): void;
 }
 
-/** The lock file every drain of a db_dir contends for; it holds the drain's PID. */
-const LOCK_FILE_NAME = ".sqloutbox.lock";
-
 /**
- * The PID of the drain holding `dbDir`'s lock, or null when no drain holds it (the lock can be
- * taken, so nothing runs there: a PID left in the file is stale and must not be signalled).
+ * The PID of the drain holding the lock file `lockFile` (see drainHome), or null when no drain
+ * holds it (the lock can be taken, so nothing runs there: a PID left in the file is stale and must
+ * not be signalled).
  */
-export function lockHolder(dbDir: string): number | null {
-  const lockFile = path.join(path.resolve(dbDir), LOCK_FILE_NAME);
+export function lockHolder(lockFile: string): number | null {
   let fd: number;
   try {
     fd = fs.openSync(lockFile, "r");
@@ -51,13 +48,12 @@ function flock(fd: number, operation: number): number {
 }
 
 /**
- * Takes an exclusive, non-blocking `flock` on `<dbDir>/.sqloutbox.lock` (creating dbDir and the
- * file if missing, the file with `fileMode`, default 0600) and holds it until `release()` or
- * process exit. A flock belongs to the open file, so a second drain — in another process or in
+ * Takes an exclusive, non-blocking `flock` on the lock file (see drainHome; creating its directory
+ * and the file if missing, the file with `fileMode`, default 0600) and holds it until `release()`
+ * or process exit. A flock belongs to the open file, so a second drain — in another process or in
  * this one — fails with `LockedError` (after 100 ms: a `status` probe may hold it for an instant).
  */
-export function acquireLock(dbDir: string, fileMode = 0o600): DrainLock {
-  const lockFile = path.join(path.resolve(dbDir), LOCK_FILE_NAME);
+export function acquireLock(lockFile: string, fileMode = 0o600): DrainLock {
   let fd: number;
   try {
     fs.mkdirSync(path.dirname(lockFile), { recursive: true });

@@ -5,7 +5,9 @@ import { silentLogger, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { scanIntegrity, type IntegrityReport } from "../outbox/inspect.ts";
+import { drainHome } from "./home.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
+import { QueuePool } from "./queue-pool.ts";
 import { writeDrainState, type DrainState } from "./state-file.ts";
 import { TargetRunner, type BatchEvent, type TargetCycle } from "./target.ts";
 
@@ -61,6 +63,8 @@ export class OutboxSyncService {
   private readonly now: () => number;
   private readonly runners: TargetRunner[] = [];
   private locks: DrainLock[] = [];
+  /** The drain's connections to db_files, shared by every target serving one. */
+  private readonly pool = new QueuePool();
   private readonly startedAt = new Date().toISOString();
   private opened = false;
   private closed = false;
@@ -87,9 +91,9 @@ export class OutboxSyncService {
           });
         }
         for (const table of target.tables) {
-          const key = `${path.resolve(app.dbDir)}\0${table.name}`;
+          const key = `${path.resolve(app.dbFile ?? app.dbDir)}\0${table.name}`;
           if (served.has(key)) {
-            throw new ConfigError(`table "${table.name}" in ${app.dbDir} is routed to more than one target; one queue can feed one target`, {
+            throw new ConfigError(`table "${table.name}" in ${app.dbFile ?? app.dbDir} is routed to more than one target; one queue can feed one target`, {
               file: config.file,
               keyPath: `app.${app.name}.db.${target.db}.tables`,
             });
@@ -111,7 +115,7 @@ export class OutboxSyncService {
     if (this.closed) return; // stopped during startup
     this.looping = true;
     for (const runner of this.runners) runner.startLoop();
-    this.logger.info(`drain: started: ${this.runners.length} target(s), ${this.tables().length} table(s), ${this.locks.length} db_dir(s)`);
+    this.logger.info(`drain: started: ${this.runners.length} target(s), ${this.tables().length} table(s), ${this.locks.length} queue location(s)`);
   }
 
   /**
@@ -132,6 +136,7 @@ export class OutboxSyncService {
     if (!clean) this.logger.warn(`drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are settled from the ledger on the next start`);
     for (const runner of this.runners) await runner.closeWriter();
     for (const runner of this.runners) runner.closeTables();
+    this.pool.close();
     for (const lock of this.locks) lock.release();
     this.locks = [];
     if (this.opened) this.logger.info("drain: stopped");
@@ -183,10 +188,11 @@ export class OutboxSyncService {
     for (const app of this.config.apps) {
       const targets = this.runners.filter((r) => r.appConfig === app).map((r) => r.view());
       const state: DrainState = { version: 1, pid: process.pid, startedAt: this.startedAt, updatedAt: now, stoppedAt: options.stopped ? now : null, targets };
+      const { stateFile } = drainHome(app);
       try {
-        writeDrainState(app.dbDir, state, app.fileMode);
+        writeDrainState(stateFile, state, app.fileMode);
       } catch (error) {
-        this.logger.warn(`drain: cannot write the drain state into ${app.dbDir}: ${(error as Error).message}`);
+        this.logger.warn(`drain: cannot write the drain state ${stateFile}: ${(error as Error).message}`);
       }
     }
   }
@@ -218,13 +224,14 @@ export class OutboxSyncService {
   private open(): void {
     if (this.closed) throw new OutboxError("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
     if (this.opened) return;
-    const dirs = new Map<string, number>();
-    for (const app of this.config.apps) dirs.set(path.resolve(app.dbDir), app.fileMode);
+    const homes = new Map<string, number>();
+    for (const app of this.config.apps) homes.set(drainHome(app).lockFile, app.fileMode);
     try {
-      for (const [dir, mode] of dirs) this.locks.push(acquireLock(dir, mode));
+      for (const [lockFile, mode] of homes) this.locks.push(acquireLock(lockFile, mode));
       for (const app of this.config.apps) this.openApp(app);
     } catch (error) {
       for (const runner of this.runners.splice(0)) runner.closeTables();
+      this.pool.close();
       for (const lock of this.locks.splice(0)) lock.release();
       throw error;
     }
@@ -234,7 +241,7 @@ export class OutboxSyncService {
   private openApp(app: AppConfig): void {
     const pollIntervalMs = this.options.pollIntervalMs ?? Math.min(50, Math.max(1, app.flushIntervalMs / 4));
     for (const target of app.targets) {
-      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs, onBatch: this.options.onBatch });
+      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs, onBatch: this.options.onBatch, pool: this.pool });
       this.runners.push(runner);
       runner.openTables();
     }

@@ -1,5 +1,4 @@
 import fs from "node:fs";
-import path from "node:path";
 import type { TargetView } from "./views.ts";
 
 /** What a running drain persists for each db_dir, so `status` shows it without a network call. */
@@ -14,24 +13,21 @@ export interface DrainState {
   targets: TargetView[];
 }
 
-/** The state file every drain of a db_dir writes: `<db_dir>/.sqloutbox-state.json`. */
-const STATE_FILE_NAME = ".sqloutbox-state.json";
-
 /**
- * Writes `state` to `<dbDir>/.sqloutbox-state.json` atomically (a temp file renamed over it), so a
- * reader never sees half a file; created with `fileMode` (error messages may quote rows).
+ * Writes `state` to the state file (`<db_dir>/.sqloutbox-state.json`, or beside the db_file: see
+ * drainHome) atomically (a temp file renamed over it), so a reader never sees half a file; created
+ * with `fileMode` (error messages may quote rows).
  */
-export function writeDrainState(dbDir: string, state: DrainState, fileMode = 0o600): void {
-  const file = path.join(dbDir, STATE_FILE_NAME);
+export function writeDrainState(file: string, state: DrainState, fileMode = 0o600): void {
   const tmp = `${file}.${process.pid}.tmp`;
   fs.writeFileSync(tmp, `${JSON.stringify(state, null, 1)}\n`, { mode: fileMode });
   fs.renameSync(tmp, file);
 }
 
-/** The drain state of a db_dir, or null when no drain ever wrote one (or it is unreadable). */
-export function readDrainState(dbDir: string): DrainState | null {
+/** The drain state in `file` (see drainHome), or null when no drain ever wrote one (or it is unreadable). */
+export function readDrainState(file: string): DrainState | null {
   try {
-    const parsed = JSON.parse(fs.readFileSync(path.join(dbDir, STATE_FILE_NAME), "utf8")) as DrainState;
+    const parsed = JSON.parse(fs.readFileSync(file, "utf8")) as DrainState;
     return parsed?.version === 1 && Array.isArray(parsed.targets) ? parsed : null;
   } catch {
     return null;

@@ -13,6 +13,8 @@ interface TableHold {
 
 /** How long a table whose file cannot be opened, or whose chain has a gap, waits before the next look. */
 const FILE_RETRY_MS = 30_000;
+/** A db_file its producer has not created yet is looked for again this soon: the first push should not wait 30 s. */
+const MISSING_RETRY_MS = 1_000;
 /** A local SQLite error: 100 ms doubling to 30 s, so a broken file is retried, not spun on. */
 const LOCAL_RETRY_FIRST_MS = 100;
 const LOCAL_RETRY_CAP_MS = 30_000;
@@ -55,6 +57,11 @@ export class TableHolds {
   /** The queue file cannot be opened (corrupt, not an outbox file, a newer format, no permission). */
   file(error: unknown, now: number): void {
     this.#holdFor("file", `cannot open ${this.where.file}: ${describeError(error).message}`, now, now + FILE_RETRY_MS);
+  }
+
+  /** The app's db_file does not exist yet: its producer creates it (the drain never does). */
+  missing(now: number): void {
+    this.#holdFor("file", `${this.where.file} does not exist yet: its producer creates it on first use (new SQLMiddleware({ dbFile }) or { database })`, now, now + MISSING_RETRY_MS);
   }
 
   /** A local SQLite error while doing `what`. */

@@ -1,7 +1,8 @@
+import { existsSync } from "node:fs";
 import type { AppConfig, TableConfig } from "../config/types.ts";
 import { describeError, InvalidArgumentError, UnsupportedStatementError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { Outbox, type OutboxRow } from "../outbox/outbox.ts";
+import type { DeadLettered, Outbox, OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
 import { rowBackoffMs, tableReadiness } from "./schedule.ts";
@@ -9,34 +10,53 @@ import { TableHolds } from "./table-hold.ts";
 import type { TableView } from "./views.ts";
 
 /**
- * One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows.
- * The rows keep their bookkeeping only; SQL text and payload live on in `stmts` alone, so a large
- * row is held in memory once, not twice.
+ * A table's rows read and converted for a batch, before its fence and its head's charge: whole
+ * groups only, which the runner may still trim at a group boundary (a group that spans tables goes
+ * only when it heads every table it touches). The rows keep their bookkeeping only; SQL text and
+ * payload live on in `stmts` alone, so a large row is held in memory once, not twice.
  */
-export interface TableSlice {
+export interface SliceDraft {
   table: DrainTable;
   rows: OutboxRow[];
   stmts: Statement[];
-  fenced: boolean;
-  /** SQL text and payload of the rows, in characters: what the batch's byte budget counts. */
-  bytes: number;
-  /** More rows were ready behind this slice when it was read. */
-  more: boolean;
-}
-
-/** Rows read and converted for a slice, before its fence and its head's charge. */
-interface SliceRows {
-  rows: OutboxRow[];
-  stmts: Statement[];
+  /** SQL text and payload of each row, in characters: what the batch's byte budget counts. */
+  rowBytes: number[];
+  /** Their sum. */
   bytes: number;
   /** More rows were ready behind them. */
   more: boolean;
+  /** The groups among `rows` that span tables: group → the tables it touches (this one included). */
+  spans: Map<number, string[]>;
 }
 
-/** Rows read and converted ahead of their batch (see DrainTable.readAhead). */
-interface ReadAhead extends SliceRows {
+/** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
+export interface TableSlice extends SliceDraft {
+  fenced: boolean;
+}
+
+/** A draft read and converted ahead of its batch (see DrainTable.readAhead). */
+interface ReadAhead extends Omit<SliceDraft, "table"> {
   /** The last seq of the slice in flight when they were read: they follow it. */
   after: number;
+}
+
+/** Where each group of `rows` starts (indexes): a row starts a group unless it shares its predecessor's. */
+export function groupStarts(rows: ReadonlyArray<Pick<OutboxRow, "grp">>): number[] {
+  const starts: number[] = [];
+  rows.forEach((row, i) => {
+    if (i === 0 || row.grp === null || row.grp !== rows[i - 1]!.grp) starts.push(i);
+  });
+  return starts;
+}
+
+/** The first `count` rows of a draft (a group boundary): the rest goes in a later batch. */
+export function trimDraft(draft: SliceDraft, count: number): void {
+  if (count >= draft.rows.length) return;
+  draft.rows.length = count;
+  draft.stmts.length = count;
+  draft.rowBytes.length = count;
+  draft.bytes = draft.rowBytes.reduce((a, b) => a + b, 0);
+  draft.more = true;
 }
 
 /** What planning or settling one table did, for the cycle's report. */
@@ -48,6 +68,8 @@ export interface TableOutcome {
   more: boolean;
   /** When this table becomes ready next (epoch ms), if known. */
   wakeAt: number | null;
+  /** Other tables of the file whose rows moved too (a dead-lettered group that spans tables). */
+  touched?: string[];
 }
 
 /** What the runner lends a table to plan its slice. */
@@ -57,9 +79,19 @@ export interface PlanContext {
   maxBytes: number;
   /** Decodes and converts one row into the statement sent for it; throws InvalidArgumentError (undecodable) or UnsupportedStatementError. */
   prepare(table: DrainTable, row: OutboxRow): Statement;
-  /** The fence statement that opens this table's slice, moving its ledger row from `through` to `last`; null without a ledger. */
+  /** Deliver whatever is pending, ready or not: a group that spans tables waits at this table's head. */
+  force?: boolean;
+}
+
+/** What the runner lends a table to open its slice: the fence, or null without a ledger. */
+export interface OpenContext {
+  now: number;
+  /** The fence statement that opens this table's slice, moving its ledger row from `through` to `last`. */
   fence: ((table: DrainTable, through: number, last: number) => Statement) | null;
 }
+
+/** Opens one table's queue: its own file (db_dir), or its namespace of the app's db_file. */
+export type QueueOpener = (table: DrainTable) => Outbox;
 
 
 const minWake = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b));
@@ -74,7 +106,7 @@ const none = (): TableOutcome => ({ delivered: 0, failed: 0, deadLettered: 0, mo
  */
 export class DrainTable {
   readonly name: string;
-  /** Absolute path of `{db_dir}/{table}.db`. */
+  /** Absolute path of `{db_dir}/{table}.db`, or of the app's `db_file`. */
   readonly file: string;
   #outbox: Outbox | null = null;
   /** The file's origin id, once opened (kept after close, for the final drain state). */
@@ -105,13 +137,13 @@ export class DrainTable {
 
   constructor(
     readonly config: TableConfig,
-    dbDir: string,
     private readonly app: AppConfig,
     private readonly target: string,
     private readonly logger: Logger,
+    private readonly opener: QueueOpener,
   ) {
     this.name = config.name;
-    this.file = `${dbDir}/${config.name}.db`;
+    this.file = app.dbFile ?? `${app.dbDir}/${config.name}.db`;
     this.compatReady = !config.injectOutboxSeq;
     this.holds = new TableHolds({ table: this.name, target, file: this.file }, logger);
   }
@@ -160,8 +192,12 @@ export class DrainTable {
   open(now: number): boolean {
     if (this.#outbox) return true;
     if (this.holds.active(now)) return false;
+    if (this.app.dbFile !== null && !existsSync(this.file)) {
+      this.holds.missing(now);
+      return false;
+    }
     try {
-      this.#outbox = new Outbox(this.file, this.name, { maxPending: this.app.maxPending, durability: this.app.durability, fileMode: this.app.fileMode });
+      this.#outbox = this.opener(this);
       if (this.config.injectOutboxSeq) this.freshQueue = !this.#outbox.hasHistory(); // only the compatibility mode asks (compat.ts)
       this.#origin = this.#outbox.origin;
       this.holds.release("file");
@@ -217,46 +253,57 @@ export class DrainTable {
   }
 
   /**
-   * Plans this table's slice of the batch: when ready, up to `batch_size` rows head first within
-   * the byte budget, each converted by `ctx.prepare`, opened by the fence. A head that cannot be
-   * sent (undecodable, unsupported, out of attempts) is dead-lettered on the spot and the next row
-   * becomes the head; such a row behind the head ends the slice. The head is charged one attempt
-   * and marked sent before delivery (crash-loop protection; settlement reads the mark).
+   * Plans this table's part of the batch: when ready (or `force`d), up to `batch_size` rows head
+   * first within the byte budget, whole groups only, each row converted by `ctx.prepare`. A head
+   * group that cannot be sent (a row undecodable or unsupported, out of attempts) is dead-lettered
+   * whole on the spot and the next group becomes the head; such a group behind the head ends the
+   * draft. The runner then `openSlice`s it (or trims it first).
    */
-  plan(ctx: PlanContext): { slice: TableSlice | null; outcome: TableOutcome } {
+  plan(ctx: PlanContext): { draft: SliceDraft | null; outcome: TableOutcome } {
     const planned = this.#plan(ctx);
     this.#tally(planned.outcome);
     return planned;
   }
 
-  #plan(ctx: PlanContext): { slice: TableSlice | null; outcome: TableOutcome } {
+  #plan(ctx: PlanContext): { draft: SliceDraft | null; outcome: TableOutcome } {
     const out = none();
     const { now } = ctx;
     const ahead = this.#ahead;
     this.#ahead = null;
-    if (this.awaitingLateAnswer || !this.compatReady) return { slice: null, outcome: out };
+    if (this.awaitingLateAnswer || !this.compatReady) return { draft: null, outcome: out };
     if (this.held(now)) {
       out.wakeAt = this.holds.current?.until ?? null;
-      return { slice: null, outcome: out };
+      return { draft: null, outcome: out };
     }
-    if (ctx.fence && this.#through === null) return { slice: null, outcome: out };
+    if (this.#applyingFenced && this.#through === null) return { draft: null, outcome: out };
     try {
       // Read ahead for exactly this: the slice before it was applied whole (and confirmation waits).
-      const slice = ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes ? this.#sliceOf(ahead, ctx, out) : this.#planRows(ctx, out);
+      const draft =
+        ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes ? { table: this, ...ahead } : this.#planRows(ctx, out);
+      if (draft !== null) out.more ||= draft.more;
       this.holds.release("local");
-      return { slice, outcome: out };
+      return { draft, outcome: out };
     } catch (error) {
       this.holds.local(error, now, "planning");
       out.wakeAt = this.holds.current?.until ?? null;
-      return { slice: null, outcome: out };
+      return { draft: null, outcome: out };
     }
   }
 
-  #planRows(ctx: PlanContext, out: TableOutcome): TableSlice | null {
+  /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
+  #applyingFenced = false;
+
+  /** The runner's target keeps a ledger: slices are fenced, and nothing is planned before settlement. */
+  fencedByLedger(): void {
+    this.#applyingFenced = true;
+  }
+
+  #planRows(ctx: PlanContext, out: TableOutcome): SliceDraft | null {
     const outbox = this.#outbox!;
     const { now } = ctx;
     let wakeAt: number | null = null;
     const read = outbox.readForDelivery(this.app.batchSize, ctx.maxBytes, (head, pending) => {
+      if (ctx.force) return true;
       const readiness = tableReadiness(head, pending, now, { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs });
       wakeAt = readiness.wakeAt;
       return readiness.ready;
@@ -272,88 +319,113 @@ export class DrainTable {
     }
     this.holds.release("chain gap");
 
-    const rows: OutboxRow[] = [];
-    const stmts: Statement[] = [];
-    let bytes = 0;
-    for (const row of read.rows) {
-      const isHead = rows.length === 0;
-      if (this.#cutBefore !== null && row.seq >= this.#cutBefore) {
+    const draft: SliceDraft = { table: this, rows: [], stmts: [], rowBytes: [], bytes: 0, more: read.truncated, spans: new Map() };
+    const starts = groupStarts(read.rows);
+    for (let g = 0; g < starts.length; g++) {
+      const group = read.rows.slice(starts[g], starts[g + 1] ?? read.rows.length);
+      const first = group[0]!;
+      const isHead = draft.rows.length === 0;
+      if (this.#cutBefore !== null && first.seq >= this.#cutBefore) {
         if (!isHead) break;
-        this.#cutBefore = null; // the rows before it went: it is the head now
+        this.#cutBefore = null; // the groups before it went: it heads the table now
       }
-      if (!isHead && row.nextAttemptAt && (parseTimestamp(row.nextAttemptAt) ?? 0) > now) break; // backing off: wait to be head
-      if (isHead && this.app.maxAttempts !== null && row.attempts >= this.app.maxAttempts) {
-        // Attempts were recorded but never resolved: the drain died delivering this row, again and again.
-        this.#deadLetter(row, "max_attempts", row.lastError ?? "attempts exhausted without a result (the drain stopped during delivery)", row.lastErrorClass ?? "max_attempts");
-        out.deadLettered += 1;
+      if (!isHead && first.nextAttemptAt && (parseTimestamp(first.nextAttemptAt) ?? 0) > now) break; // backing off: wait to be head
+      if (isHead && this.app.maxAttempts !== null && first.attempts >= this.app.maxAttempts) {
+        // Attempts were recorded but never resolved: the drain died delivering this group, again and again.
+        this.#deadLetter(first, "max_attempts", first.lastError ?? "attempts exhausted without a result (the drain stopped during delivery)", first.lastErrorClass ?? "max_attempts", out);
         out.more = true;
         continue;
       }
-      let stmt: Statement;
-      try {
-        stmt = ctx.prepare(this, row);
-      } catch (error) {
+      const stmts: Statement[] = [];
+      let refused: { row: OutboxRow; error: unknown } | null = null;
+      for (const row of group) {
+        try {
+          stmts.push(ctx.prepare(this, row));
+        } catch (error) {
+          refused = { row, error };
+          break;
+        }
+      }
+      if (refused !== null) {
         out.more = true;
-        if (!isHead) break; // it becomes the head of a later cycle and is handled then
-        const { message, errorClass } = describeError(error);
-        if (error instanceof UnsupportedStatementError || error instanceof InvalidArgumentError) {
-          this.#deadLetter(row, error instanceof UnsupportedStatementError ? "unsupported_statement" : "undecodable", message, errorClass);
-          out.deadLettered += 1;
+        draft.more = true;
+        if (!isHead) break; // it heads a later cycle and is handled then
+        const { message, errorClass } = describeError(refused.error);
+        const culprit = group.length > 1 ? `seq ${refused.row.seq} of the group of seq ${first.seq}: ` : "";
+        if (refused.error instanceof UnsupportedStatementError || refused.error instanceof InvalidArgumentError) {
+          this.#deadLetter(first, refused.error instanceof UnsupportedStatementError ? "unsupported_statement" : "undecodable", `${culprit}${message}`, errorClass, out);
           continue;
         }
         // A head that failed for a reason we did not foresee counts as a failed attempt, never silently.
-        outbox.recordAttempt(row.seq);
-        if (this.#charge(row, row.attempts + 1, message, errorClass)) out.deadLettered += 1;
-        out.failed += 1;
+        outbox.recordAttempt(first.seq);
+        this.#charge(first, first.attempts + 1, `${culprit}${message}`, errorClass, out);
         break;
       }
-      bytes += row.tag.length + row.payload.length;
-      row.tag = row.payload = ""; // the row is ours (read for this slice): its text lives on in stmt only
-      rows.push(row);
-      stmts.push(stmt);
+      for (let i = 0; i < group.length; i++) {
+        const row = group[i]!;
+        const bytes = row.tag.length + row.payload.length;
+        row.tag = row.payload = ""; // the row is ours (read for this slice): its text lives on in stmt only
+        draft.rows.push(row);
+        draft.stmts.push(stmts[i]!);
+        draft.rowBytes.push(bytes);
+        draft.bytes += bytes;
+        const span = row.grp === null ? undefined : read.spans.get(row.grp);
+        if (span !== undefined) draft.spans.set(row.grp!, span);
+      }
     }
-    if (rows.length === 0) return null;
-    return this.#sliceOf({ rows, stmts, bytes, more: read.truncated }, ctx, out);
+    return draft.rows.length === 0 ? null : draft;
   }
 
-  /** The slice of `rows`: opened by the fence, its head charged one attempt and the sent mark raised (before delivery). */
-  #sliceOf({ rows, stmts, bytes, more }: SliceRows, ctx: PlanContext, out: TableOutcome): TableSlice {
-    const last = rows[rows.length - 1]!.seq;
+  /** Opens a draft as this table's slice of the batch: its fence first, its head charged one attempt and the sent mark raised to its last row (before delivery). */
+  openSlice(draft: SliceDraft, ctx: OpenContext): TableSlice {
+    const last = draft.rows[draft.rows.length - 1]!.seq;
     const fenced = ctx.fence !== null;
-    if (fenced) stmts.unshift(ctx.fence!(this, this.#through!, last));
-    this.#outbox!.recordAttempt(rows[0]!.seq, new Date(ctx.now), last);
-    out.more ||= more;
-    return { table: this, rows, stmts, fenced, bytes, more };
+    const stmts = fenced ? [ctx.fence!(this, this.#through!, last), ...draft.stmts] : draft.stmts;
+    this.#outbox!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
+    return { ...draft, stmts, fenced };
+  }
+
+  /** The read-ahead no longer describes the queue (another table's group moved rows of this one). */
+  forgetReadAhead(): void {
+    this.#ahead = null;
   }
 
   /**
-   * While `slice` is in flight, reads and converts the rows that follow it, so the next cycle need
-   * not: used only if the slice is applied whole (see plan). Rows with a history (attempts, a
-   * backoff) or that cannot be converted end it: they are planned as usual, where they are dealt
+   * While `slice` is in flight, reads and converts the groups that follow it, so the next cycle need
+   * not: used only if the slice is applied whole (see plan). A group with a history (attempts, a
+   * backoff) or a row that cannot be converted ends it: it is planned as usual, where it is dealt
    * with. A failure here only means the next cycle reads them itself.
    */
-  readAhead(slice: TableSlice, ctx: Omit<PlanContext, "fence">): void {
+  readAhead(slice: TableSlice, ctx: PlanContext): void {
     this.#ahead = null;
     const outbox = this.#outbox;
     if (!outbox || !slice.fenced || !slice.more || this.#cutBefore !== null) return;
     const after = slice.rows[slice.rows.length - 1]!.seq;
     try {
       const read = outbox.readForDelivery(this.app.batchSize, ctx.maxBytes, () => true, after);
-      const ahead: ReadAhead = { after, rows: [], stmts: [], bytes: 0, more: read.truncated };
-      for (const row of read.rows) {
-        if (row.attempts > 0 || row.nextAttemptAt) break;
-        let stmt: Statement;
+      const ahead: ReadAhead = { after, rows: [], stmts: [], rowBytes: [], bytes: 0, more: read.truncated, spans: read.spans };
+      const starts = groupStarts(read.rows);
+      let end = 0;
+      for (let g = 0; g < starts.length; g++) {
+        const group = read.rows.slice(starts[g], starts[g + 1] ?? read.rows.length);
+        if (group.some((row) => row.attempts > 0 || row.nextAttemptAt)) break;
+        let stmts: Statement[];
         try {
-          stmt = ctx.prepare(this, row);
+          stmts = group.map((row) => ctx.prepare(this, row));
         } catch {
           break;
         }
-        ahead.bytes += row.tag.length + row.payload.length;
-        row.tag = row.payload = "";
-        ahead.rows.push(row);
-        ahead.stmts.push(stmt);
+        group.forEach((row, i) => {
+          const bytes = row.tag.length + row.payload.length;
+          row.tag = row.payload = "";
+          ahead.rows.push(row);
+          ahead.stmts.push(stmts[i]!);
+          ahead.rowBytes.push(bytes);
+          ahead.bytes += bytes;
+        });
+        end += group.length;
       }
-      ahead.more ||= ahead.rows.length < read.rows.length || read.gap !== null;
+      ahead.more ||= end < read.rows.length || read.gap !== null;
       if (ahead.rows.length > 0) this.#ahead = ahead;
     } catch {
       this.#ahead = null;
@@ -422,23 +494,26 @@ export class DrainTable {
         });
       }
       if (okPrefix > 0) {
-        // No ledger: a writer that commits statement by statement applied these rows; confirm them.
+        // No ledger: a writer that commits statement by statement applied these rows (part of a
+        // group, perhaps: without transactions a group cannot be kept whole); confirm them.
         outbox.confirmThrough(rows[okPrefix - 1]!.seq);
         out.delivered = okPrefix;
         if (failedAt !== okPrefix) return out; // the rest was skipped: sent again next cycle
         outbox.recordAttempt(rows[failedAt]!.seq); // the failed row is the head now
-        return this.#failed(rows[failedAt]!, answers[failedAt]!, now, out);
+        return this.#failed(rows[failedAt]!, rows[failedAt]!, answers[failedAt]!, now, out);
       }
-      if (failedAt !== 0) {
-        // Nothing of this table was tried (skipped), or a row behind the head failed: not the head's fault.
+      // The group the failed row belongs to: it fails whole (its rows were rolled back with it).
+      const failedGroup = failedAt < 0 ? -1 : groupStarts(rows).findLast((start) => start <= failedAt)!;
+      if (failedGroup !== 0) {
+        // Nothing of this table was tried (skipped), or a group behind the head failed: not the head's fault.
         outbox.refundAttempt(head.seq);
-        if (failedAt > 0) {
-          this.#cutBefore = rows[failedAt]!.seq;
+        if (failedGroup > 0) {
+          this.#cutBefore = rows[failedGroup]!.seq; // the groups before it go first, then it heads the table
           out.more = true;
         }
         return out;
       }
-      return this.#failed(head, answers[0]!, now, out);
+      return this.#failed(head, rows[failedAt]!, answers[failedAt]!, now, out);
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
       this.#through = null;
@@ -447,18 +522,21 @@ export class DrainTable {
     }
   }
 
-  /** The head `row` failed (the row's fault, or the remote schema's): charge it, or hold the table. */
-  #failed<T extends TableOutcome>(row: OutboxRow, answer: WriteResult, now: number, out: T): T {
+  /**
+   * The head group failed at `culprit` (the row's fault, or the remote schema's): charge the group
+   * (its head carries its attempts), or hold the table.
+   */
+  #failed<T extends TableOutcome>(head: OutboxRow, culprit: OutboxRow, answer: WriteResult, now: number, out: T): T {
     const result = answer as Extract<WriteResult, { ok: false }>;
-    const message = typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
+    const error = typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
     const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
     if (result.remoteSchema) {
-      this.#outbox!.refundAttempt(row.seq);
-      this.holds.schema(message, now);
+      this.#outbox!.refundAttempt(head.seq);
+      this.holds.schema(error, now);
       return out;
     }
-    out.failed = 1;
-    if (this.#charge(row, row.attempts + 1, message, errorClass)) out.deadLettered = 1;
+    const message = culprit.seq === head.seq ? error : `seq ${culprit.seq} of the group of seq ${head.seq}: ${error}`;
+    this.#charge(head, head.attempts + 1, message, errorClass, out);
     out.more = true; // re-plan: the next head may be ready
     return out;
   }
@@ -525,29 +603,45 @@ export class DrainTable {
   }
 
   /**
-   * Records a failed attempt of `row` (already charged: `attempts` includes it): backs it off
-   * `2^attempts` units, or dead-letters it once `max_attempts` is reached. Returns true if dead-lettered.
+   * Records a failed attempt of the group `row` heads (already charged: `attempts` includes it):
+   * backs it off `2^attempts` units, or dead-letters the whole group once `max_attempts` is reached.
    */
-  #charge(row: OutboxRow, attempts: number, message: string, errorClass: string): boolean {
+  #charge(row: OutboxRow, attempts: number, message: string, errorClass: string, out: TableOutcome): void {
     const { app } = this;
     const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
     this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(Date.now() + delay));
+    out.failed += 1;
     const fields = { target: this.target, namespace: this.name, seq: row.seq, attempt: attempts, error_class: errorClass };
     if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
-      this.#outbox!.deadLetter(row.seq, "max_attempts", message, errorClass);
-      this.logger.error(`drain: dead-lettered seq ${row.seq} of namespace "${this.name}" on target ${this.target} after ${attempts} attempts: ${message}`, fields);
-      return true;
+      const moved = this.#outbox!.deadLetter(row.seq, "max_attempts", message, errorClass);
+      this.#counted(moved, out);
+      this.logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" on target ${this.target} after ${attempts} attempts: ${message}`, fields);
+      return;
     }
-    this.logger.warn(`drain: seq ${row.seq} of namespace "${this.name}" failed on target ${this.target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`, fields);
-    return false;
+    const what = row.grp === null ? `seq ${row.seq}` : `the group of seq ${row.seq}`;
+    this.logger.warn(`drain: ${what} of namespace "${this.name}" failed on target ${this.target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`, fields);
   }
 
-  #deadLetter(row: OutboxRow, reason: string, message: string, errorClass: string): void {
-    this.#outbox!.deadLetter(row.seq, reason, message, errorClass);
-    this.logger.error(`drain: dead-lettered seq ${row.seq} of namespace "${this.name}" (${reason}): ${message}`, {
+  /** Dead-letters the group `row` heads at once (undecodable, unsupported, out of attempts). */
+  #deadLetter(row: OutboxRow, reason: string, message: string, errorClass: string, out: TableOutcome): void {
+    const moved = this.#outbox!.deadLetter(row.seq, reason, message, errorClass);
+    this.#counted(moved, out);
+    this.logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" (${reason}): ${message}`, {
       target: this.target, namespace: this.name, seq: row.seq, attempt: row.attempts, error_class: errorClass,
     });
   }
+
+  /** Counts what a dead-lettering moved; the other tables of the file it touched are reported to the runner. */
+  #counted(moved: DeadLettered, out: TableOutcome): void {
+    out.deadLettered += moved.seqs.length;
+    if (moved.others.length > 0) out.touched = [...(out.touched ?? []), ...moved.others];
+  }
+}
+
+/** "seq 7", or "the group of seq 7 (3 rows, also in tables a, b)". */
+function describeMoved(head: number, moved: DeadLettered): string {
+  if (moved.seqs.length <= 1) return `seq ${head}`;
+  return `the group of seq ${head} (${moved.seqs.length} rows${moved.others.length > 0 ? `, also in ${moved.others.map((t) => `"${t}"`).join(", ")}` : ""})`;
 }
 
 export { minWake };

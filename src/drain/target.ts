@@ -2,7 +2,7 @@ import type { AppConfig, TargetConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
-import type { OutboxRow } from "../outbox/outbox.ts";
+import { Outbox, type OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
@@ -13,7 +13,9 @@ import { TargetLedger } from "./ledger.ts";
 import { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
 import { doublingMs } from "./schedule.ts";
-import { DrainTable, minWake, type TableSlice } from "./table.ts";
+import { linkDrafts } from "./linked-groups.ts";
+import type { QueuePool } from "./queue-pool.ts";
+import { DrainTable, minWake, trimDraft, type SliceDraft, type TableSlice } from "./table.ts";
 import type { LedgerRow, TargetView } from "./views.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
 
@@ -61,6 +63,18 @@ export interface TargetRunnerOptions {
   pollIntervalMs: number;
   /** Told about every batch the target answered. */
   onBatch?: (event: BatchEvent) => void;
+  /** The drain's shared connections to db_files (every target serving tables of one file uses one). */
+  pool: QueuePool;
+}
+
+/** A batch as sent: its slices, the statements in the order sent, and where each slice's statements went. */
+interface SentBatch {
+  slices: TableSlice[];
+  stmts: Statement[];
+  /** Per slice, the index in `stmts` of each of its statements (its fence first), in the slice's order. */
+  positions: Map<TableSlice, number[]>;
+  /** The slices each unit of linked tables (a transaction across them) holds, when more than one. */
+  units: TableSlice[][];
 }
 
 /**
@@ -133,7 +147,11 @@ export class TargetRunner {
     }
     this.writer = new BoundedWriter(target.name, writer, app.writeTimeoutMs);
     this.rewrites = new RewriteCache(this.dialect, target.compat);
-    this.tables = target.tables.map((config) => new DrainTable(config, app.dbDir, app, target.name, logger));
+    const queue = { maxPending: app.maxPending, durability: app.durability, fileMode: app.fileMode };
+    const { pool } = options;
+    const opener = app.dbFile === null ? (t: DrainTable) => new Outbox(t.file, t.name, queue) : (t: DrainTable) => pool.outbox(t.file, t.name, queue);
+    this.tables = target.tables.map((config) => new DrainTable(config, app, target.name, logger, opener));
+    if (target.ledger) for (const table of this.tables) table.fencedByLedger();
     this.fleetView = new FleetView(target.name, app.originLabel);
     this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
     this.ledger = target.ledger ? new TargetLedger(this.writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger) : null;
@@ -418,30 +436,13 @@ export class TargetRunner {
 
   /** Plans one batch over every ready table, sends it, and applies the answer. */
   private async deliver(now: number, out: TargetCycle): Promise<TargetCycle> {
-    const slices: TableSlice[] = [];
-    const stmts: Statement[] = [];
-    let budget = this.app.batchMaxBytes;
-    const fence = this.ledger ? (table: DrainTable, through: number, last: number) => this.ledger!.fence(table, through, last) : null;
-    for (const table of this.tables) {
-      if (budget <= 0) {
-        out.more = true; // the batch is full: the rest goes in the next cycle, at once
-        break;
-      }
-      const { slice, outcome } = table.plan({ now, maxBytes: budget, prepare: (t, row) => this.prepareRow(t, row), fence });
-      out.deadLettered += outcome.deadLettered;
-      out.failed += outcome.failed;
-      out.more ||= outcome.more;
-      out.wakeAt = minWake(out.wakeAt, outcome.wakeAt);
-      if (!slice) continue;
-      slices.push(slice);
-      stmts.push(...slice.stmts);
-      budget -= slice.bytes;
-    }
-    if (stmts.length === 0) return out;
+    const batch = this.planBatch(now, out);
+    if (batch === null) return out;
+    const { slices, stmts } = batch;
     let results: WriteResult[];
     const started = performance.now();
     try {
-      const call = this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(slices, abandoned));
+      const call = this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(batch, abandoned));
       call.catch(() => {}); // awaited below, after the local work that overlaps it
       await this.whileInFlight(slices);
       results = await call;
@@ -455,19 +456,19 @@ export class TargetRunner {
     }
     this.reachability.recovered();
     this.lastSuccessAt = this.now();
-    let start = 0;
     let moved = 0;
     for (const slice of slices) {
-      const answer = slice.table.applyAnswer(slice, results.slice(start, start + slice.stmts.length), this.now());
+      const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), this.now());
       if (slice.fenced && answer.delivered > 0) this.fleetView.noteThrough(slice.table, this.now());
-      start += slice.stmts.length;
       out.delivered += answer.delivered;
       out.failed += answer.failed;
       out.deadLettered += answer.deadLettered;
       out.more ||= answer.more;
       moved += answer.delivered + answer.failed + answer.deadLettered;
       if (answer.ledgerMissing) this.prepared = false;
+      this.forgetReadAhead(answer.touched);
     }
+    this.checkUnits(batch, results);
     const durationMs = performance.now() - started;
     const rows = slices.reduce((n, sl) => n + sl.rows.length, 0);
     this.options.onBatch?.({ app: this.app.name, target: this.name, rows, durationMs });
@@ -483,8 +484,102 @@ export class TargetRunner {
     if (this.batches % this.app.cleanupEvery === 0) for (const table of this.tables) table.prune();
     // Large rows: give their strings back now, so the next batch does not stack on this one's
     // garbage and the drain's memory stays bounded by batch_max_bytes, not by the backlog.
-    if (this.app.batchMaxBytes - budget > LARGE_BATCH_BYTES) Bun.gc(false);
+    if (slices.reduce((n, sl) => n + sl.bytes, 0) > LARGE_BATCH_BYTES) Bun.gc(false);
     return out;
+  }
+
+  /**
+   * Plans one batch: every ready table's draft within the byte budget; the tables a group that
+   * spans tables waits on, ready or not; then the cut of groups that cannot go whole yet
+   * (linkDrafts); then each draft opened as a slice (fence, head charged). Tables a transaction
+   * links are one unit, sent in commit order (seq order: a file allocates seqs in commit order)
+   * behind their fences. Null when nothing is to be sent.
+   */
+  private planBatch(now: number, out: TargetCycle): SentBatch | null {
+    const drafts: SliceDraft[] = [];
+    let budget = this.app.batchMaxBytes;
+    const plan = (table: DrainTable, force: boolean) => {
+      const { draft, outcome } = table.plan({ now, maxBytes: budget, prepare: (t, row) => this.prepareRow(t, row), force });
+      out.deadLettered += outcome.deadLettered;
+      out.failed += outcome.failed;
+      out.more ||= outcome.more;
+      out.wakeAt = minWake(out.wakeAt, outcome.wakeAt);
+      this.forgetReadAhead(outcome.touched);
+      if (!draft) return;
+      drafts.push(draft);
+      budget -= draft.bytes;
+    };
+    for (const table of this.tables) {
+      if (budget <= 0) {
+        out.more = true; // the batch is full: the rest goes in the next cycle, at once
+        break;
+      }
+      plan(table, false);
+    }
+    // A group that spans tables goes when it heads all of them: a table it waits on that is not
+    // ready by its own measure (threshold, max wait) is planned anyway.
+    const planned = new Set(drafts.map((d) => d.table));
+    for (const table of this.awaitedBy(drafts)) if (!planned.has(table) && budget > 0) plan(table, true);
+    if (drafts.length === 0) return null;
+    const { keep, units } = linkDrafts(drafts, this.served);
+    const fence = this.ledger ? (table: DrainTable, through: number, last: number) => this.ledger!.fence(table, through, last) : null;
+    const opened = new Map<SliceDraft, TableSlice>();
+    for (const draft of drafts) {
+      const kept = keep.get(draft)!;
+      if (kept === 0) continue; // its head group waits for the tables it spans
+      trimDraft(draft, kept);
+      opened.set(draft, draft.table.openSlice(draft, { now, fence }));
+    }
+    const batch: SentBatch = { slices: [], stmts: [], positions: new Map(), units: [] };
+    for (const unit of units) {
+      const slices = unit.map((d) => opened.get(d)!);
+      batch.slices.push(...slices);
+      if (slices.length === 1) {
+        const slice = slices[0]!;
+        batch.positions.set(slice, slice.stmts.map((_, i) => batch.stmts.length + i));
+        batch.stmts.push(...slice.stmts);
+        continue;
+      }
+      batch.units.push(slices);
+      sendTogether(batch, slices);
+    }
+    return batch.stmts.length === 0 ? null : batch;
+  }
+
+  /** The tables this target serves by name (linking ignores tables another target serves). */
+  private get served(): Set<string> {
+    return new Set(this.tables.map((t) => t.name));
+  }
+
+  /** Tables of this target that a draft's group spanning tables waits on, and that have no draft. */
+  private awaitedBy(drafts: SliceDraft[]): DrainTable[] {
+    const names = new Set<string>();
+    for (const draft of drafts) for (const tables of draft.spans.values()) for (const t of tables) names.add(t);
+    if (names.size === 0) return [];
+    const drafted = new Set(drafts.map((d) => d.table.name));
+    return this.tables.filter((t) => names.has(t.name) && !drafted.has(t.name));
+  }
+
+  /** Another table's rows moved (a dead-lettered group spanning tables): what it read ahead is stale. */
+  private forgetReadAhead(tables: string[] | undefined): void {
+    if (!tables) return;
+    for (const table of this.tables) if (tables.includes(table.name)) table.forgetReadAhead();
+  }
+
+  /**
+   * A unit of linked tables must have been applied all together or not at all. A writer that
+   * applied part of one (one table's slice whole, another's not) broke the contract (Statement.unit):
+   * half a transaction is on the remote, and every table of the unit is held, loudly.
+   */
+  private checkUnits(batch: SentBatch, results: WriteResult[]): void {
+    for (const unit of batch.units) {
+      const applied = unit.map((slice) => answersOf(batch, slice, results).every((r) => r.ok));
+      if (applied.every((a) => a) || applied.every((a) => !a)) continue;
+      const names = unit.map((s) => `"${s.table.name}"`).join(", ");
+      for (const slice of unit) {
+        slice.table.holds.contract(`the writer of ${this.name} applied part of a transaction spanning ${names}: with ledger = true a writer must apply statements that share a unit (Statement.unit) all together or not at all`, this.now());
+      }
+    }
   }
 
   /** Confirms locally what the target applied in the previous batch (see DrainTable.confirmApplied). */
@@ -529,21 +624,16 @@ export class TargetRunner {
    * rows (an old UPDATE overwriting a newer one), so those tables are held until the call answers;
    * a late well-formed answer confirms the ok prefix it reports per table.
    */
-  private awaitLateAnswer(slices: TableSlice[], call: Promise<WriteResult[]>): void {
+  private awaitLateAnswer(batch: SentBatch, call: Promise<WriteResult[]>): void {
+    const { slices } = batch;
     const held = slices.filter((s) => !s.fenced);
     if (held.length === 0) return;
     for (const s of held) s.table.awaitingLateAnswer = true;
     const names = held.map((s) => `"${s.table.name}"`).join(", ");
     this.logger.warn(`drain: ${names} on ${this.name} held until the timed-out batch answers: without a ledger a late commit must not land after newer rows`, { target: this.name });
-    const expected = slices.reduce((n, s) => n + s.stmts.length, 0);
     const settle = (results: unknown) => {
-      if (resultShapeProblem(results, expected) !== null) return;
-      const answers = results as WriteResult[];
-      let start = 0;
-      for (const s of slices) {
-        if (!s.fenced) s.table.applyLateAnswer(s, answers.slice(start, start + s.stmts.length));
-        start += s.stmts.length;
-      }
+      if (resultShapeProblem(results, batch.stmts.length) !== null) return;
+      for (const s of held) s.table.applyLateAnswer(s, answersOf(batch, s, results as WriteResult[]));
       this.logger.info(`drain: the timed-out batch to ${this.name} answered late; what it committed of ${names} is confirmed`, { target: this.name });
     };
     call
@@ -552,5 +642,36 @@ export class TargetRunner {
         for (const s of held) s.table.awaitingLateAnswer = false;
         this.waker.wake();
       });
+  }
+}
+
+/** The answers of one slice of a batch, in the slice's order (its fence first). */
+function answersOf(batch: SentBatch, slice: TableSlice, results: WriteResult[]): WriteResult[] {
+  return batch.positions.get(slice)!.map((i) => results[i]!);
+}
+
+/**
+ * Adds the slices of tables a transaction links as one unit: every fence first (each takes its
+ * ledger row before any row is applied), then every row in seq order — the order the application
+ * committed them in — each statement marked with the unit, so the writer applies them together.
+ */
+function sendTogether(batch: SentBatch, slices: TableSlice[]): void {
+  const unit = slices.map((s) => s.table.name).sort().join("+");
+  const mark = (stmt: Statement): Statement => ({ ...stmt, unit });
+  const entries: Array<{ slice: TableSlice; index: number; seq: number }> = [];
+  for (const slice of slices) {
+    const offset = slice.fenced ? 1 : 0;
+    slice.rows.forEach((row, i) => entries.push({ slice, index: i + offset, seq: row.seq }));
+    batch.positions.set(slice, new Array<number>(slice.stmts.length));
+  }
+  for (const slice of slices) {
+    if (!slice.fenced) continue;
+    batch.positions.get(slice)![0] = batch.stmts.length;
+    batch.stmts.push(mark(slice.stmts[0]!));
+  }
+  entries.sort((a, b) => a.seq - b.seq);
+  for (const { slice, index } of entries) {
+    batch.positions.get(slice)![index] = batch.stmts.length;
+    batch.stmts.push(mark(slice.stmts[index]!));
   }
 }

@@ -7,7 +7,7 @@ import { booleanKey, type Connection, numberKey, stringKey } from "./connection.
 import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS, describeServer } from "./server-keys.ts";
 import { statementKind } from "./statement-kind.ts";
-import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
+import { unitOf, type OutboxWriter, type Statement, type WriteResult } from "./writer.ts";
 
 type Engine = "postgres" | "mysql";
 
@@ -154,7 +154,7 @@ export class BunSqlWriter implements OutboxWriter {
     const failed = new Set<string>();
     const applied = new Set<string>();
     for (const [i, o] of outcomes.entries()) {
-      const namespace = stmts[i]!.namespace;
+      const namespace = unitOf(stmts[i]!);
       if ("result" in o) applied.add(namespace);
       else if (!("error" in o)) return false;
       else {

@@ -52,7 +52,7 @@ export function coalesce(stmts: readonly Statement[], dialect: Dialect): Coalesc
       const limit = maxRows(shape, dialect);
       while (j < stmts.length && j - i < limit) {
         const next = stmts[j]!;
-        if (next.fence || next.sql !== first.sql || next.namespace !== first.namespace || next.args.length !== shape.width) break;
+        if (next.fence || next.sql !== first.sql || next.namespace !== first.namespace || next.unit !== first.unit || next.args.length !== shape.width) break;
         j++;
       }
     }
@@ -67,7 +67,7 @@ export function coalesce(stmts: readonly Statement[], dialect: Dialect): Coalesc
         for (let m = 0; m < a.length; m++) args.push(a[m]!);
         carried.push(k);
       }
-      sent.push({ sql: textOf(shape!, j - i), args, namespace: first.namespace, seq: stmts[j - 1]!.seq });
+      sent.push({ sql: textOf(shape!, j - i), args, namespace: first.namespace, seq: stmts[j - 1]!.seq, ...(first.unit === undefined ? {} : { unit: first.unit }) });
       members.push(carried);
     }
     i = j;

@@ -4,7 +4,7 @@ import { statementCount } from "../sql/statement.ts";
 import type { Dialect } from "../vocabulary.ts";
 import type { ErrorKind } from "./classify.ts";
 import { coalesce } from "./coalesce.ts";
-import type { Statement, WriteResult } from "./writer.ts";
+import { unitOf, type Statement, type WriteResult } from "./writer.ts";
 
 /** How one statement of a pass ended: applied (`result`), failed (`error`), or never attempted. */
 export type Outcome = { result: WriteResult } | { error: unknown } | { notRun: true };
@@ -30,7 +30,8 @@ export type PassResult = { outcomes: Outcome[]; committed: boolean; commitError?
 export type Fail = (message: string, error: unknown, misconfigured?: boolean) => WriteError;
 
 /**
- * Namespace-atomic batches on top of optimistic passes: the batch runs as one pass; when a
+ * Namespace-atomic batches on top of optimistic passes (a namespace here is a statement's atomic
+ * unit, see `unitOf`: tables a transaction links count as one): the batch runs as one pass; when a
  * statement fails and the pass rolled back, that statement is reported failed, every other
  * statement of its namespace `skipped`, and the remaining namespaces run again. So a namespace is
  * applied whole or not at all — what lets the ledger fence that opens it account for exactly its
@@ -82,16 +83,17 @@ async function isolate(
 ): Promise<WriteResult[]> {
   let mode = initial;
   const results: Array<WriteResult | undefined> = new Array(stmts.length);
-  /** Per failed namespace, the index of its failed statement. */
+  /** Per failed unit (see unitOf: a namespace, or tables a transaction links), the index of its failed statement. */
   const failedAt = new Map<string, number>();
-  /** Records statement `index` as the failure of its namespace and every other statement of it as skipped. */
+  /** Records statement `index` as the failure of its unit and every other statement of it as skipped. */
   const failNamespace = (index: number, result: WriteResult) => {
     const { namespace, seq } = stmts[index]!;
-    failedAt.set(namespace, index);
+    const unit = unitOf(stmts[index]!);
+    failedAt.set(unit, index);
     results[index] = result;
     const skipped: WriteResult = { ok: false, skipped: true, error: `not applied: ${seq ? `seq ${seq}` : "a statement"} of namespace "${namespace}" failed in this batch` };
     stmts.forEach((s, j) => {
-      if (j !== index && s.namespace === namespace) results[j] = skipped;
+      if (j !== index && unitOf(s) === unit) results[j] = skipped;
     });
   };
   const failure = (error: unknown): WriteResult => {
@@ -133,13 +135,13 @@ async function isolate(
       // Checked only at COMMIT: no statement is blamed. If even a checking pass cannot blame one
       // (or the target itself failed), it is an outage as before.
       if (mode === "checking" || classify(commitError).kind !== "row") throw fail(`COMMIT failed: ${errorText(commitError)}`, commitError);
-      const namespaces = [...new Set(active.map((i) => stmts[i]!.namespace))];
+      const namespaces = [...new Set(active.map((i) => unitOf(stmts[i]!)))];
       if (mode === "namespace" || namespaces.length === 1) {
         mode = "checking";
         continue;
       }
       for (const namespace of namespaces) {
-        const own = active.filter((i) => stmts[i]!.namespace === namespace);
+        const own = active.filter((i) => unitOf(stmts[i]!) === namespace);
         const ownResults = await isolate(own.map((i) => stmts[i]!), pass, classify, fail, "namespace");
         own.forEach((i, j) => (results[i] = ownResults[j]));
       }
@@ -148,11 +150,11 @@ async function isolate(
     if (committed) {
       outcomes.forEach((o, j) => {
         const i = active[j]!;
-        if ("error" in o && !failedAt.has(stmts[i]!.namespace)) failNamespace(i, failure(o.error));
+        if ("error" in o && !failedAt.has(unitOf(stmts[i]!))) failNamespace(i, failure(o.error));
       });
       outcomes.forEach((o, j) => {
         const i = active[j]!;
-        const failedHere = failedAt.has(stmts[i]!.namespace);
+        const failedHere = failedAt.has(unitOf(stmts[i]!));
         // A committed pass may hold failures only where nothing else of that namespace was applied.
         if ("result" in o && failedHere) throw fail(`internal error: a pass committed seq ${stmts[i]!.seq} of a failed namespace`, undefined);
         if ("result" in o) results[i] = o.result;
@@ -174,10 +176,10 @@ async function isolate(
    * namespaces of failed merged statements stay unanswered, to run again statement by statement.
    */
   function keepCommitted(active: number[], members: number[][], sentOutcomes: Outcome[]): void {
-    const rerun = new Set(members.filter((m, k) => m.length > 1 && "error" in sentOutcomes[k]!).map((m) => stmts[active[m[0]!]!]!.namespace));
+    const rerun = new Set(members.filter((m, k) => m.length > 1 && "error" in sentOutcomes[k]!).map((m) => unitOf(stmts[active[m[0]!]!]!)));
     members.forEach((m, k) => {
       const o = sentOutcomes[k]!;
-      const namespace = stmts[active[m[0]!]!]!.namespace;
+      const namespace = unitOf(stmts[active[m[0]!]!]!);
       if (rerun.has(namespace)) {
         if ("result" in o) throw fail(`internal error: a pass committed seq ${stmts[active[m[0]!]!]!.seq} of a failed namespace`, undefined);
         return;

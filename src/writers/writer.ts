@@ -15,6 +15,17 @@ export interface Statement {
    * runs it like any other statement; it may check that it affected exactly one row.
    */
   fence?: boolean;
+  /**
+   * Set when a transaction the application committed spans tables (one `db_file`): every statement
+   * of the tables it links carries the same `unit`, and they are applied all together or not at all
+   * — one atomic unit instead of one per namespace. Absent: the statement's unit is its namespace.
+   */
+  unit?: string;
+}
+
+/** The atomic unit of a statement: its `unit` when a transaction links tables, else its namespace. */
+export function unitOf(stmt: Statement): string {
+  return stmt.unit ?? stmt.namespace;
 }
 
 /**
@@ -36,10 +47,11 @@ export type WriteResult =
 /**
  * The contract of a remote writer.
  *
- * `writeBatch` applies statements in order, grouped by namespace: the statements of one namespace
- * in a batch are applied all together or not at all. When one of them fails, it is reported with
- * its error and every other statement of its namespace `skipped` (rolled back or never run); the
- * other namespaces are unaffected. Built-in writers run the batch as one remote transaction and
+ * `writeBatch` applies statements in order, grouped by atomic unit — the namespace, or the `unit`
+ * a transaction spanning tables links them into (see `unitOf`): the statements of one unit in a
+ * batch are applied all together or not at all. When one of them fails, it is reported with its
+ * error and every other statement of its unit `skipped` (rolled back or never run); the other units
+ * are unaffected. Built-in writers run the batch as one remote transaction and
  * re-run it without a failed namespace, so every `ok` result is committed together when the
  * promise resolves. Only then can the ledger's fence statement (`Statement.fence`), which opens
  * each namespace, account for exactly the rows applied with it. A writer that cannot run

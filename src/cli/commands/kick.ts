@@ -1,4 +1,5 @@
 import { defineCommand } from "citty";
+import { drainHome } from "../../drain/home.ts";
 import { lockHolder } from "../../drain/lock.ts";
 import { NotFoundError } from "../../errors.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";
@@ -18,7 +19,7 @@ export const kick = defineCommand({
     const locations = await resolveLocations(args);
     const kicked: Array<{ app: string | null; dbDir: string; pid: number | null }> = [];
     for (const loc of locations.dirs) {
-      const pid = isDir(loc.dbDir) ? lockHolder(loc.dbDir) : null;
+      const pid = isDir(loc.dbDir) ? lockHolder(drainHome(loc.dbDir).lockFile) : null;
       if (pid !== null) process.kill(pid, "SIGUSR2");
       kicked.push({ app: loc.app, dbDir: loc.dbDir, pid });
     }

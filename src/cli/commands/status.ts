@@ -1,4 +1,5 @@
 import { defineCommand } from "citty";
+import { drainHome } from "../../drain/home.ts";
 import { lockHolder } from "../../drain/lock.ts";
 import { readDrainState, type DrainState } from "../../drain/state-file.ts";
 import type { TableView, TargetView } from "../../drain/views.ts";
@@ -73,8 +74,8 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
   const mask = (text: string | null) => (text === null ? null : redact(text, locations.secrets));
   for (const loc of locations.dirs) {
     const exists = isDir(loc.dbDir);
-    const state = exists ? readDrainState(loc.dbDir) : null;
-    const pid = exists ? lockHolder(loc.dbDir) : null;
+    const state = exists ? readDrainState(drainHome(loc.dbDir).stateFile) : null;
+    const pid = exists ? lockHolder(drainHome(loc.dbDir).lockFile) : null;
     const drain: DrainSummary = {
       pid,
       updatedAt: state?.updatedAt ?? null,

@@ -1,0 +1,35 @@
+import type { Durability } from "../vocabulary.ts";
+import { outboxOn, type Outbox } from "../outbox/outbox.ts";
+import { QueueDb } from "../outbox/queue-db.ts";
+
+/** How the drain opens a queue file (its own connections: the app's durability and file mode). */
+export interface PoolOptions {
+  maxPending: number | null;
+  durability: Durability;
+  fileMode: number;
+}
+
+/**
+ * The drain's connections to `db_file`s: one per file, shared by every table served from it —
+ * across targets, so a transaction's tables are read and confirmed on one connection. A db_file is
+ * never created here: its producer creates it (it may be the application's own database).
+ */
+export class QueuePool {
+  readonly #files = new Map<string, QueueDb>();
+
+  /** The queue of `namespace` in `file`, on the file's shared connection (opened on first use). */
+  outbox(file: string, namespace: string, options: PoolOptions): Outbox {
+    let queueDb = this.#files.get(file);
+    if (queueDb === undefined || queueDb.closed) {
+      queueDb = QueueDb.open(file, { durability: options.durability, busyTimeoutMs: 10_000, fileMode: options.fileMode, create: false, namespace });
+      this.#files.set(file, queueDb);
+    }
+    return outboxOn(queueDb, namespace, { maxPending: options.maxPending, durability: options.durability });
+  }
+
+  /** Lets go of every file; each closes once its last table closed too. */
+  close(): void {
+    for (const queueDb of this.#files.values()) queueDb.release();
+    this.#files.clear();
+  }
+}
