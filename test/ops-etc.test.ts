@@ -28,6 +28,7 @@ const RUNBOOK_ANCHORS = [
   "table-held",
   "target-down",
   "target-misconfigured",
+  "wal-large",
 ];
 
 interface Rule {

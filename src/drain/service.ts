@@ -5,6 +5,7 @@ import { silentLogger, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { scanIntegrity, type IntegrityReport } from "../outbox/inspect.ts";
+import { FileCare } from "./file-care.ts";
 import { drainHome } from "./home.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
 import { QueuePool } from "./queue-pool.ts";
@@ -65,6 +66,8 @@ export class OutboxSyncService {
   private locks: DrainLock[] = [];
   /** The drain's connections to db_files, shared by every target serving one. */
   private readonly pool = new QueuePool();
+  /** WAL and free space of every file served (shared: a db_file may serve several targets). */
+  private readonly care: FileCare;
   private readonly startedAt = new Date().toISOString();
   private opened = false;
   private closed = false;
@@ -80,6 +83,7 @@ export class OutboxSyncService {
   ) {
     this.logger = options.logger ?? silentLogger;
     this.now = options.now ?? Date.now;
+    this.care = new FileCare(this.logger);
     const served = new Set<string>();
     for (const app of config.apps) {
       for (const target of app.targets) {
@@ -241,7 +245,7 @@ export class OutboxSyncService {
   private openApp(app: AppConfig): void {
     const pollIntervalMs = this.options.pollIntervalMs ?? Math.min(50, Math.max(1, app.flushIntervalMs / 4));
     for (const target of app.targets) {
-      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs, onBatch: this.options.onBatch, pool: this.pool });
+      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs, onBatch: this.options.onBatch, pool: this.pool, care: this.care });
       this.runners.push(runner);
       runner.openTables();
     }

@@ -2,7 +2,7 @@ import type { AppConfig, TargetConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
-import { Outbox, type OutboxRow } from "../outbox/outbox.ts";
+import { Outbox, queueDbOf, type OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
@@ -13,6 +13,7 @@ import { TargetLedger } from "./ledger.ts";
 import { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
 import { doublingMs } from "./schedule.ts";
+import type { FileCare } from "./file-care.ts";
 import { linkDrafts } from "./linked-groups.ts";
 import type { QueuePool } from "./queue-pool.ts";
 import { DrainTable, minWake, trimDraft, type SliceDraft, type TableSlice } from "./table.ts";
@@ -65,6 +66,8 @@ export interface TargetRunnerOptions {
   onBatch?: (event: BatchEvent) => void;
   /** The drain's shared connections to db_files (every target serving tables of one file uses one). */
   pool: QueuePool;
+  /** Keeps the files' WAL bounded and gives their space back (shared by every target of the drain). */
+  care: FileCare;
 }
 
 /** A batch as sent: its slices, the statements in the order sent, and where each slice's statements went. */
@@ -155,6 +158,12 @@ export class TargetRunner {
     this.fleetView = new FleetView(target.name, app.originLabel);
     this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
     this.ledger = target.ledger ? new TargetLedger(this.writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger) : null;
+    if (!target.ledger) {
+      logger.warn(
+        `drain: target ${target.name} has ledger = false: delivery is at least once, and a transaction's statements are sent together in one batch but not atomically — a writer without transactions may apply part of one before a statement fails; that part stays applied and the rest is retried from the failed statement`,
+        { target: target.name },
+      );
+    }
   }
 
   /** Every origin's ledger row for the served tables, as last read (see FleetView). */
@@ -221,6 +230,7 @@ export class TargetRunner {
       tables: this.tables.map((t) => t.view()),
       fleet: this.fleet,
       fleetReadAt: this.fleetView.readAt ? iso(this.fleetView.readAt) : null,
+      files: this.options.care.conditions().filter((c) => this.tables.some((t) => t.file === c.file)),
     };
   }
 
@@ -418,7 +428,9 @@ export class TargetRunner {
         this.reachability.outage(error, "reading the delivery ledger", this.now());
         return { ...out, outage: true, wakeAt: this.reachability.backoffUntil };
       }
-      return noSpin(await this.deliver(now, out));
+      const cycle = noSpin(await this.deliver(now, out));
+      this.tendFiles(cycle);
+      return cycle;
     } catch (error) {
       this.logger.error(`drain: cycle of target ${this.name} failed: ${describeError(error).message}`, { target: this.name });
       return { ...out, wakeAt: this.now() + 1000 };
@@ -579,6 +591,17 @@ export class TargetRunner {
       for (const slice of unit) {
         slice.table.holds.contract(`the writer of ${this.name} applied part of a transaction spanning ${names}: with ledger = true a writer must apply statements that share a unit (Statement.unit) all together or not at all`, this.now());
       }
+    }
+  }
+
+  /** Looks after the files of the open tables (see FileCare): one that has nothing pending here is idle. */
+  private tendFiles(cycle: TargetCycle): void {
+    const now = this.now();
+    const files = new Map<string, DrainTable[]>();
+    for (const table of this.tables) if (table.outbox) files.set(table.file, [...(files.get(table.file) ?? []), table]);
+    for (const tables of files.values()) {
+      const idle = () => !cycle.more && tables.every((t) => t.outbox!.pendingCount() === 0);
+      this.options.care.tend(queueDbOf(tables[0]!.outbox!), now, idle);
     }
   }
 

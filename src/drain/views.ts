@@ -51,4 +51,6 @@ export interface TargetView {
   /** Every origin's ledger row for the served tables, as last read (empty until the first read; when, `fleetReadAt`). */
   fleet: LedgerRow[];
   fleetReadAt: string | null;
+  /** The queue files of its tables as last looked after: WAL size and free pages (see FileCare). */
+  files: Array<{ file: string; walBytes: number; freePages: number; embedded: boolean }>;
 }

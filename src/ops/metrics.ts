@@ -22,6 +22,7 @@ export const METRIC_NAMES = [
   "sqloutbox_batch_rows",
   "sqloutbox_ledger_through",
   "sqloutbox_ledger_age_seconds",
+  "sqloutbox_wal_bytes",
 ] as const;
 
 const TARGET_STATES: readonly TargetState[] = ["starting", "ok", "outage", "misconfigured"];
@@ -185,6 +186,15 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
           if (age !== null && Number.isFinite(age)) this.set({ app: r.appConfig.name, target: r.name, table: row.namespace, origin: row.origin, label: row.label }, age);
         }
       }
+    },
+  });
+
+  new client.Gauge({
+    name: "sqloutbox_wal_bytes", help: "Size of each served queue file's write-ahead log, as last looked after (a checkpoint every second keeps it bounded).",
+    labelNames: ["app", "file"], registers,
+    collect() {
+      this.reset();
+      for (const r of runners()) for (const f of r.view().files) this.set({ app: r.appConfig.name, file: f.file }, f.walBytes);
     },
   });
 

@@ -1,0 +1,113 @@
+import { statSync } from "node:fs";
+import { describeError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import type { QueueDb } from "../outbox/queue-db.ts";
+
+/** How often one file is looked after at most. */
+const TEND_EVERY_MS = 1_000;
+/** A WAL above this is checkpointed (passively) even while the file is busy. */
+const CHECKPOINT_AT_BYTES = 4 * 1024 * 1024;
+/** Free pages that make an idle file give space back (2 MiB at our 2 KiB pages). */
+const VACUUM_FROM_FREE_PAGES = 1_024;
+/** Pages one incremental-vacuum step frees: one short write transaction each. */
+const VACUUM_STEP_PAGES = 512;
+/** Time one look may spend vacuuming; the rest waits for the next look. */
+const VACUUM_BUDGET_MS = 20;
+
+/** What the drain last saw of one file: its WAL and free space, for `status` and the metrics. */
+export interface FileCondition {
+  file: string;
+  walBytes: number;
+  freePages: number;
+  /** The application's own database (only passive checkpoints, no vacuum). */
+  embedded: boolean;
+}
+
+/**
+ * Keeps every queue file the drain serves in shape between batches: its WAL bounded and its
+ * space given back, without ever blocking a producer for long. At most once a second per file:
+ *
+ * - a WAL above 4 MiB gets a PASSIVE checkpoint (it never waits for or blocks anyone);
+ * - an idle file (nothing pending in the tables this drain serves from it) gets a TRUNCATE
+ *   checkpoint, so its WAL goes back to zero bytes, and, when it holds more than 1 024 free pages
+ *   (a drained backlog), incremental-vacuum steps of 512 pages, each its own short transaction,
+ *   20 ms at most per look — files we create have `auto_vacuum = INCREMENTAL`;
+ * - all of it with a zero busy timeout: a file another connection is busy with is left for the
+ *   next look rather than waited for.
+ *
+ * An application's own database only ever gets passive checkpoints: its journal, its vacuum mode
+ * and its writers' locks are the application's.
+ */
+export class FileCare {
+  readonly #looked = new Map<string, number>();
+  readonly #conditions = new Map<string, FileCondition>();
+
+  constructor(private readonly logger: Logger) {}
+
+  /** The files as last looked at, by path. */
+  conditions(): FileCondition[] {
+    return [...this.#conditions.values()];
+  }
+
+  /** Looks after `file` when it is due; `idle()` says whether nothing is pending in it (asked only when due). */
+  tend(file: QueueDb, now: number, idle: () => boolean): void {
+    if (now - (this.#looked.get(file.path) ?? 0) < TEND_EVERY_MS || file.closed) return;
+    this.#looked.set(file.path, now);
+    const { db } = file;
+    try {
+      let walBytes = walSize(file.path);
+      const quiet = idle();
+      const busyTimeoutMs = db.query<{ timeout: number }, []>("PRAGMA busy_timeout").get()?.timeout ?? 0;
+      db.run("PRAGMA busy_timeout = 0");
+      try {
+        if (quiet && !file.embedded) {
+          if (walBytes > 0) checkpoint(file, "TRUNCATE");
+          this.#vacuum(file);
+        } else if (walBytes > CHECKPOINT_AT_BYTES || (quiet && walBytes > 0)) {
+          checkpoint(file, "PASSIVE");
+        }
+      } finally {
+        db.run(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
+      }
+      walBytes = walSize(file.path);
+      const freePages = db.query<{ freelist_count: number }, []>("PRAGMA freelist_count").get()?.freelist_count ?? 0;
+      this.#conditions.set(file.path, { file: file.path, walBytes, freePages, embedded: file.embedded });
+    } catch (error) {
+      // Only housekeeping: a file that cannot be looked after now is looked after at the next look.
+      this.logger.debug(`drain: looking after ${file.path} failed: ${describeError(error).message}`);
+    }
+  }
+
+  /** Gives free pages back in steps while the budget lasts (a busy file is left for later). */
+  #vacuum(file: QueueDb): void {
+    const { db } = file;
+    if (db.query<{ auto_vacuum: number }, []>("PRAGMA auto_vacuum").get()?.auto_vacuum !== 2) return;
+    let free = db.query<{ freelist_count: number }, []>("PRAGMA freelist_count").get()?.freelist_count ?? 0;
+    if (free < VACUUM_FROM_FREE_PAGES) return;
+    const before = free;
+    const deadline = performance.now() + VACUUM_BUDGET_MS;
+    while (free > 0 && performance.now() < deadline) {
+      try {
+        db.run(`PRAGMA incremental_vacuum(${VACUUM_STEP_PAGES})`);
+      } catch {
+        return; // busy: the next look goes on
+      }
+      free = db.query<{ freelist_count: number }, []>("PRAGMA freelist_count").get()?.freelist_count ?? 0;
+    }
+    checkpoint(file, "TRUNCATE"); // the file shrinks when its last pages are checkpointed away
+    this.logger.debug(`drain: gave back ${before - free} free pages of ${file.path}${free > 0 ? ` (${free} left for the next look)` : ""}`, { rows: before - free });
+  }
+}
+
+/** The WAL's size in bytes (0 without one). */
+export function walSize(path: string): number {
+  try {
+    return statSync(`${path}-wal`).size;
+  } catch {
+    return 0;
+  }
+}
+
+function checkpoint(file: QueueDb, mode: "PASSIVE" | "TRUNCATE"): void {
+  file.db.query(`PRAGMA wal_checkpoint(${mode})`).get();
+}

@@ -1,0 +1,143 @@
+// What the drain does to the files it serves besides delivering: it keeps their WAL bounded and
+// gives back the space a drained backlog left; in an application's own database it creates and
+// changes nothing but its own rows, and the application's writers never see SQLITE_BUSY.
+import { Database } from "bun:sqlite";
+import { expect, test } from "bun:test";
+import { mkdirSync, statSync } from "node:fs";
+import { defineConfig } from "../src/config/define.ts";
+import { walSize } from "../src/drain/file-care.ts";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { SQLMiddleware } from "../src/outbox/middleware.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
+import { FAST, memoryLogger } from "./support/drain-harness.ts";
+import { countRows } from "./support/remote.ts";
+import { waitFor } from "./support/wait.ts";
+
+const cleanups = cleanupsAfterEach();
+
+/** A remote SQLite file with table `t` (and `credits`), and a drain of `queues` (db_dir or db_file) into it, on a clock the test moves. */
+function drainInto(dir: { file(n: string): string }, queues: { dbDir: string } | { dbFile: string }, tables: string[]) {
+  const remote = new Database(dir.file("remote.db"), { create: true });
+  remote.run("PRAGMA journal_mode = WAL");
+  remote.run("CREATE TABLE IF NOT EXISTS t (id INTEGER, note TEXT)");
+  remote.run("CREATE TABLE IF NOT EXISTS credits (n INTEGER PRIMARY KEY)");
+  remote.close();
+  const config = defineConfig({ app: { app: { ...queues, ...FAST, batchSize: 2_000, db: { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables } } } } });
+  let offsetMs = 0;
+  const log = memoryLogger();
+  const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log, now: () => Date.now() + offsetMs });
+  cleanups.push(() => svc.stop(2000));
+  /** Cycles until nothing is pending, then twice more a second apart on the drain's clock (each file is looked after once a second). */
+  const drainAndRest = async () => {
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the queue drained", 30_000);
+    for (let i = 0; i < 3; i++) {
+      offsetMs += 1_500;
+      await svc.runOnce();
+    }
+  };
+  return { svc, log, drainAndRest };
+}
+
+test("an idle file's WAL goes back to zero bytes and the space of a drained backlog is given back", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("outbox/t.db");
+  mkdirSync(dir.file("outbox"));
+  const q = new Outbox(file, "t");
+  cleanups.push(() => q.close());
+  const note = "x".repeat(400);
+  for (let i = 0; i < 20; i++) q.enqueueBatch(Array.from({ length: 1_000 }, (_, k) => ({ tag: "INSERT INTO t (id, note) VALUES (?, ?)", payload: JSON.stringify([i * 1_000 + k, note]) })), "", { grouped: false });
+  const db = new Database(file);
+  cleanups.push(() => db.close());
+  db.query("PRAGMA wal_checkpoint(PASSIVE)").get(); // the main file holds the backlog
+  const peak = statSync(file).size;
+  expect(peak).toBeGreaterThan(8_000_000);
+  const { svc, drainAndRest } = drainInto(dir, { dbDir: dir.file("outbox") }, ["t"]);
+  await drainAndRest();
+  expect(countRows(dir.file("remote.db"), "t")).toBe(20_000);
+  expect(walSize(file)).toBe(0);
+  expect(statSync(file).size).toBeLessThan(peak * 0.2);
+  const view = svc.targets()[0]!.view().files;
+  expect(view).toEqual([{ file, walBytes: 0, freePages: expect.any(Number), embedded: false }]);
+  expect(view[0]!.freePages).toBeLessThan(1_024);
+});
+
+test("in the application's own database the drain delivers, creates nothing, switches nothing and only checkpoints passively", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("app.db");
+  const app = new Database(file);
+  cleanups.push(() => app.close());
+  app.run("PRAGMA journal_mode = WAL");
+  app.run("PRAGMA user_version = 41");
+  app.run("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)");
+  app.run("INSERT INTO accounts VALUES (1, 0)");
+  const outbox = new SQLMiddleware({ database: app });
+  for (let n = 0; n < 50; n++) outbox.transaction(() => {
+    app.run("UPDATE accounts SET balance = balance + 1 WHERE id = 1");
+    outbox.push("credits", "INSERT INTO credits (n) VALUES (?)", [n]);
+  });
+  const schemaOf = () => app.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all();
+  const before = { schema: schemaOf(), pragmas: app.query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum").get() };
+  const { svc, drainAndRest } = drainInto(dir, { dbFile: file }, ["credits"]);
+  await drainAndRest();
+  expect(countRows(dir.file("remote.db"), "credits")).toBe(50);
+  expect(app.query("SELECT balance FROM accounts").get()).toEqual({ balance: 50 });
+  expect({ schema: schemaOf(), pragmas: app.query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum").get() }).toEqual(before);
+  expect(svc.targets()[0]!.view().files).toEqual([{ file, walBytes: expect.any(Number), freePages: expect.any(Number), embedded: true }]);
+  expect(walSize(file)).toBeGreaterThan(0); // never truncated behind the application's back
+});
+
+test("a db_file the producer has not created yet holds its tables and is never created by the drain; it delivers once the producer has", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("shop/outbox.db");
+  const { svc, log } = drainInto(dir, { dbFile: file }, ["t"]);
+  await svc.runOnce();
+  expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({ reason: "file", message: expect.stringContaining("does not exist yet: its producer creates it") });
+  expect(Bun.file(file).size).toBe(0);
+  expect(await Bun.file(file).exists()).toBe(false);
+  new SQLMiddleware({ dbFile: file }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
+  await waitFor(async () => (await svc.runOnce(), countRows(dir.file("remote.db"), "t") === 1), "delivery once the file exists", 10_000);
+  expect(log.lines.filter((l) => l.includes("does not exist yet")).length).toBe(1); // said once
+});
+
+test("a db_file that is an application's database without our tables is held, named, and left byte-identical", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("app.db");
+  const app = new Database(file);
+  app.run("PRAGMA journal_mode = WAL");
+  app.run("CREATE TABLE accounts (id INTEGER PRIMARY KEY)");
+  app.close();
+  const bytes = await Bun.file(file).bytes();
+  const { svc } = drainInto(dir, { dbFile: file }, ["t"]);
+  await svc.runOnce();
+  expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({ reason: "file", message: expect.stringContaining("holds other tables (accounts) and no outbox_queue") });
+  await svc.stop();
+  expect(await Bun.file(file).bytes()).toEqual(bytes);
+});
+
+test("an application writing its own rows and events at full speed while the drain delivers from the same file never sees SQLITE_BUSY", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("app.db");
+  const app = new Database(file);
+  app.run("PRAGMA journal_mode = WAL");
+  app.run("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)");
+  app.run("INSERT INTO accounts VALUES (1, 0)");
+  new SQLMiddleware({ database: app }).outbox("credits"); // the application creates our tables before the drain starts
+  app.close();
+  const { svc } = drainInto(dir, { dbFile: file }, ["credits"]);
+  await svc.start();
+  const stopFile = dir.file("stop");
+  const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/app-db-producer.ts`, JSON.stringify({ file, stopFile })], { stdout: "pipe", stderr: "inherit" });
+  cleanups.push(() => child.kill());
+  await Bun.sleep(2_000);
+  await Bun.write(stopFile, "");
+  const [, transactions, errors, ...first] = (await new Response(child.stdout).text()).trim().split(" ");
+  expect({ errors: Number(errors), first: first.join(" ") }).toEqual({ errors: 0, first: "" });
+  expect(Number(transactions)).toBeGreaterThan(500);
+  await waitFor(() => svc.totalPending() === 0, "the drain caught up", 20_000);
+  expect(countRows(dir.file("remote.db"), "credits")).toBe(Number(transactions));
+  const check = new Database(file, { readonly: true });
+  cleanups.push(() => check.close());
+  expect(check.query("SELECT balance FROM accounts").get()).toEqual({ balance: Number(transactions) });
+});
