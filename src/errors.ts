@@ -131,6 +131,20 @@ export class WriteError extends OutboxError {
   }
 }
 
+/**
+ * Whether `error` is a `WriteError`, told by its code rather than its class: a custom writer's
+ * module may hold a copy of this package of its own (the compiled binary has one built in, the
+ * writer imports another from its project's node_modules), and a copy's class is another class.
+ */
+export function isWriteError(error: unknown): error is WriteError {
+  return error instanceof Error && (error as { code?: unknown }).code === "E_WRITE";
+}
+
+/** Whether `error` is a `WriteError` that marks its target misconfigured (see `isWriteError`). */
+export function isMisconfigured(error: unknown): boolean {
+  return isWriteError(error) && error.misconfigured === true;
+}
+
 /** Another drain holds the exclusive lock on a db_dir. */
 export class LockedError extends OutboxError {
   constructor(readonly lockFile: string) {

@@ -1,4 +1,4 @@
-import { describeError, WriteError } from "../errors.ts";
+import { describeError, isMisconfigured } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { outageBackoffMs } from "./schedule.ts";
 import type { TargetState } from "./views.ts";
@@ -62,7 +62,7 @@ export class Reachability {
    * first failure, at every change of cause, and every tenth retry.
    */
   outage(error: unknown, what: string, now: number): void {
-    const misconfigured = error instanceof WriteError && error.misconfigured;
+    const misconfigured = isMisconfigured(error);
     const { message, errorClass } = describeError(error);
     const repeated = this.#lastError === message;
     this.#failures += 1;
