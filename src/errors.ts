@@ -145,10 +145,14 @@ export function isMisconfigured(error: unknown): boolean {
   return isWriteError(error) && error.misconfigured === true;
 }
 
-/** Another drain holds the exclusive lock on a db_dir. */
+/** Another drain holds the exclusive lock on a db_dir; `holder` is its PID and start time, as its lock file says (null if it says none). */
 export class LockedError extends OutboxError {
-  constructor(readonly lockFile: string) {
-    super("E_LOCKED", `another drain is already running: lock ${lockFile} is held`);
+  constructor(
+    readonly lockFile: string,
+    readonly holder: { pid: number; since: string | null } | null = null,
+  ) {
+    const who = holder ? ` (pid ${holder.pid}${holder.since ? `, running since ${holder.since}` : ""})` : "";
+    super("E_LOCKED", `another drain is already running${who}: lock ${lockFile} is held`);
   }
 }
 
