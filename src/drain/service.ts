@@ -1,7 +1,7 @@
 import path from "node:path";
 import type { AppConfig, OutboxConfig } from "../config/types.ts";
 import { ConfigError, OutboxError } from "../errors.ts";
-import { silentLogger, type Logger } from "../logger.ts";
+import { libraryLogger, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { scanIntegrity, type IntegrityReport } from "../outbox/inspect.ts";
@@ -74,7 +74,7 @@ export class OutboxSyncService {
     private readonly writers: Record<string, OutboxWriter>,
     private readonly options: SyncServiceOptions = {},
   ) {
-    this.logger = options.logger ?? silentLogger;
+    this.logger = libraryLogger(options.logger);
     this.now = options.now ?? Date.now;
     const served = new Set<string>();
     for (const app of config.apps) {
