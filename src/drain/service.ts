@@ -66,6 +66,8 @@ export class OutboxSyncService {
   private closed = false;
   private looping = false;
   private stopped: Promise<void> | null = null;
+  /** Each target's delivered total at the last persistState, and when: the base of the next write's `recent`. */
+  private persisted: { at: number; delivered: Map<string, number> } | null = null;
   /** Resolves when stop() is first called: a pending start() gives up its startup wait then. */
   private readonly stopSignal = Promise.withResolvers<void>();
 
@@ -175,13 +177,22 @@ export class OutboxSyncService {
   }
 
   /**
-   * Writes each db_dir's drain state (`.sqloutbox-state.json`: every target's state, holds and
-   * fleet view) for `status` to read without a network call; `stopped` marks it final.
+   * Writes each db_dir's drain state (`.sqloutbox-state.json`: every target's state, holds, fleet
+   * view and what it delivered since the previous write) for `status` to read without a network
+   * call; `stopped` marks it final.
    */
   persistState(options: { stopped?: boolean } = {}): void {
-    const now = new Date().toISOString();
+    const at = Date.now();
+    const now = new Date(at).toISOString();
+    const previous = this.persisted;
+    const delivered = new Map(this.runners.map((r) => [r.name, r.totals.delivered]));
+    this.persisted = { at, delivered };
+    const recent = (name: string) => {
+      const before = previous?.delivered.get(name);
+      return previous && before !== undefined ? { delivered: delivered.get(name)! - before, ms: at - previous.at } : null;
+    };
     for (const app of this.config.apps) {
-      const targets = this.runners.filter((r) => r.appConfig === app).map((r) => r.view());
+      const targets = this.runners.filter((r) => r.appConfig === app).map((r) => ({ ...r.view(), recent: recent(r.name) }));
       const state: DrainState = { version: 1, pid: process.pid, startedAt: this.startedAt, updatedAt: now, stoppedAt: options.stopped ? now : null, targets };
       try {
         writeDrainState(app.dbDir, state, app.fileMode);
