@@ -99,6 +99,17 @@ describe("documentation links", () => {
     expect(DOCS.filter((d) => d !== "README.md" && !linked.has(d))).toEqual([]);
   });
 
+  test("every command main.ts registers has a section in docs/cli.md and a row in the README's command table", async () => {
+    const { main } = await import("../src/cli/main.ts");
+    const { subCommandsOf } = await import("../src/cli/command-line.ts");
+    const cli = proseLines(fs.readFileSync(path.join(ROOT, "docs/cli.md"), "utf8")).filter((l) => l.startsWith("## `"));
+    const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8").split("\n").filter((l) => l.startsWith("| `sqloutbox "));
+    for (const [name] of await subCommandsOf(main)) {
+      expect({ name, cli: cli.some((h) => h.startsWith(`## \`${name}`)) }).toEqual({ name, cli: true });
+      expect({ name, readme: readme.some((r) => r.startsWith(`| \`sqloutbox ${name}`)) }).toEqual({ name, readme: true });
+    }
+  });
+
   test("every alert rule has a runbook_url, and each resolves to a heading of docs/operations.md", () => {
     const rules = fs.readFileSync(path.join(ROOT, ALERTS), "utf8");
     const alerts = [...rules.matchAll(/^\s*- alert:\s*(\S+)/gm)].map((m) => m[1]!);

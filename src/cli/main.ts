@@ -32,6 +32,7 @@ export const main = defineCommand({
     skip: () => import("./commands/skip.ts").then((m) => m.skip),
     kick: () => import("./commands/kick.ts").then((m) => m.kick),
     schema: () => import("./commands/schema.ts").then((m) => m.schema),
+    completion: () => import("./commands/completion.ts").then((m) => m.completion),
   },
 });
 
