@@ -48,10 +48,13 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
     expect(hashTree(dbDir)).toEqual(before);
   });
 
-  test("init writes the embedded templates", async () => {
+  test("init writes the embedded templates and the example target", async () => {
     const r = await sh(["init", "scaffold"]);
     expect(r.code).toBe(0);
     expect(fs.readFileSync(path.join(tmp, "scaffold", "outbox.config.ts"), "utf8")).toContain('import { defineConfig } from "sqloutbox"');
+    expect(fs.readFileSync(path.join(tmp, "scaffold", "produce.ts"), "utf8")).toContain('import { SQLMiddleware } from "sqloutbox"');
+    // The example target, with the tables the scaffold delivers into.
+    expect([countRows(path.join(tmp, "scaffold", "data", "remote.db"), "orders"), countRows(path.join(tmp, "scaffold", "data", "remote.db"), "payments")]).toEqual([0, 0]);
   });
 
   test("ignores a .env and a bunfig.toml in the working directory", async () => {

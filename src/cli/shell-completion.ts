@@ -1,6 +1,6 @@
 // Shell completion scripts for bash, zsh and fish, written from the command tree (every command's
 // citty definition), so a new command or flag completes without editing a script by hand.
-import type { ArgDef, CommandDef } from "citty";
+import type { ArgDef, ArgsDef, CommandDef } from "citty";
 import { logArgs } from "./args.ts";
 import { argsOf, subCommandsOf } from "./command-line.ts";
 
@@ -27,7 +27,7 @@ export async function commandTree(root: CommandDef<any>): Promise<Node[]> {
   const visit = async (cmd: CommandDef<any>, path: string[]) => {
     const subs = await subCommandsOf(cmd);
     // The logging flags are accepted at every level (command-line.ts), whatever a command lists.
-    const defs = Object.entries({ ...logArgs, ...(await argsOf(cmd)) });
+    const defs: Array<[string, ArgDef]> = Object.entries({ ...logArgs, ...(await argsOf(cmd)) } as ArgsDef);
     const meta = (await (typeof cmd.meta === "function" ? cmd.meta() : cmd.meta)) ?? {};
     const flags = defs.filter(([, d]) => d.type !== "positional").map(([name, d]) => ({ name, description: d.description ?? "", value: valueOf(d) }));
     if (!flags.some((f) => f.name === "help")) flags.push({ name: "help", description: "Show this command's usage", value: null });
