@@ -99,6 +99,13 @@ describe("documentation links", () => {
     expect(DOCS.filter((d) => d !== "README.md" && !linked.has(d))).toEqual([]);
   });
 
+  test("the README's install lines name the tarball `bun pm pack` makes of this version", async () => {
+    const { version } = (await import("../package.json", { with: { type: "json" } })).default;
+    const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
+    expect(readme).toContain(`bun add /path/to/sqloutbox-${version}.tgz`);
+    expect(readme).toContain(`sqloutbox-${version}.tgz, type declarations included`);
+  });
+
   test("every command main.ts registers has a section in docs/cli.md and a row in the README's command table", async () => {
     const { main } = await import("../src/cli/main.ts");
     const { subCommandsOf } = await import("../src/cli/command-line.ts");

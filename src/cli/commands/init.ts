@@ -34,7 +34,7 @@ const TARGET = {
 
 /** `sqloutbox init [DIR]`: scaffold the programmatic path; never overwrites a file. */
 export const init = defineCommand({
-  meta: { name: "init", description: "Scaffold a typed config, a drain runner and an outbox.toml into DIR (default ./outbox)" },
+  meta: { name: "init", description: "Scaffold a typed config, a drain runner, an outbox.toml, an example producer and target into DIR (default ./outbox)" },
   args: {
     dir: { type: "positional", required: false, description: "Directory to create the files in (default ./outbox)" },
     ...logArgs,
