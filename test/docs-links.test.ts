@@ -99,6 +99,17 @@ describe("documentation links", () => {
     expect(DOCS.filter((d) => d !== "README.md" && !linked.has(d))).toEqual([]);
   });
 
+  test("measured figures live in docs/benchmarks.md only: the README and the other pages link to it", () => {
+    // A throughput, a per-row or per-call cost, a latency percentile: what a benchmark run changes.
+    const figure = /\d[\d.,–-]*\s?k?\s?rows\/s|\d[\d.,–-]*\s?µs|\d[\d.,–-]*\s?ms (?:at the median|p50|p99)/;
+    const found = DOCS.filter((d) => d !== "docs/benchmarks.md" && d !== "docs/compatibility.md").flatMap((d) =>
+      fs.readFileSync(path.join(ROOT, d), "utf8").split("\n").flatMap((line, i) => (figure.test(line) ? [`${d}:${i + 1}: ${line.trim()}`] : [])),
+    );
+    expect(found).toEqual([]);
+    // compatibility.md quotes the Python reference's figures (from the spec), none of ours.
+    expect(fs.readFileSync(path.join(ROOT, "docs/compatibility.md"), "utf8").match(new RegExp(figure, "g"))).toEqual(["142 µs"]);
+  });
+
   test("the README's install lines name the tarball `bun pm pack` makes of this version", async () => {
     const { version } = (await import("../package.json", { with: { type: "json" } })).default;
     const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
