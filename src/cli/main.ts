@@ -19,7 +19,7 @@ export const main = defineCommand({
   args: {
     ...logArgs,
     version: { type: "boolean", alias: "v", description: "Print the version and exit" },
-    help: { type: "boolean", alias: "h", description: "Show this help; after a command, that command's" },
+    help: { type: "boolean", alias: "h", description: "Show this help (after a command: that command's usage)" },
   },
   // Loaded on demand: `--version` and `status` stay fast, and one command's dependencies
   // (drivers, the drain) are not loaded by another.

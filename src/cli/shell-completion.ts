@@ -2,7 +2,7 @@
 // citty definition), so a new command or flag completes without editing a script by hand.
 import type { ArgDef, ArgsDef, CommandDef } from "citty";
 import { logArgs } from "./args.ts";
-import { argsOf, subCommandsOf } from "./command-line.ts";
+import { argsOf, resolveDef, subCommandsOf } from "./command-line.ts";
 
 /** The shells `sqloutbox completion` writes a script for. */
 export const SHELLS = ["bash", "zsh", "fish"] as const;
@@ -15,7 +15,6 @@ type ValueKind = { kind: "file" } | { kind: "dir" } | { kind: "words"; words: st
 /** One command of the tree: its words from the root, its subcommands, flags and positional. */
 interface Node {
   path: string[];
-  description: string;
   commands: Array<{ name: string; description: string }>;
   flags: Array<{ name: string; description: string; value: ValueKind | null }>;
   positional: ValueKind | null;
@@ -28,18 +27,15 @@ export async function commandTree(root: CommandDef<any>): Promise<Node[]> {
     const subs = await subCommandsOf(cmd);
     // The logging flags are accepted at every level (command-line.ts), whatever a command lists.
     const defs: Array<[string, ArgDef]> = Object.entries({ ...logArgs, ...(await argsOf(cmd)) } as ArgsDef);
-    const meta = (await (typeof cmd.meta === "function" ? cmd.meta() : cmd.meta)) ?? {};
     const flags = defs.filter(([, d]) => d.type !== "positional").map(([name, d]) => ({ name, description: d.description ?? "", value: valueOf(d) }));
     if (!flags.some((f) => f.name === "help")) flags.push({ name: "help", description: "Show this command's usage", value: null });
     const positional = defs.find(([, d]) => d.type === "positional");
-    // A positional's name is its hint (`dir` → DIR), as citty's usage shows it.
-    if (positional) positional[1] = { valueHint: positional[0].toUpperCase(), ...positional[1] } as ArgDef;
     nodes.push({
       path,
-      description: meta.description ?? "",
-      commands: await Promise.all(subs.map(async ([name, sub]) => ({ name, description: ((await (typeof sub.meta === "function" ? sub.meta() : sub.meta)) ?? {}).description ?? "" }))),
+      commands: await Promise.all(subs.map(async ([name, sub]) => ({ name, description: (await resolveDef(sub.meta))?.description ?? "" }))),
       flags,
-      positional: positional ? (valueOf(positional[1]) ?? { kind: "any" }) : null,
+      // Without a hint a positional's name is one (`dir` → DIR), as citty's usage shows it.
+      positional: positional ? (valueOf({ valueHint: positional[0].toUpperCase(), ...positional[1] } as ArgDef) ?? { kind: "any" }) : null,
     });
     for (const [name, sub] of subs) await visit(sub, [...path, name]);
   };
@@ -62,7 +58,7 @@ export function completionScript(shell: Shell, program: string, nodes: readonly 
   return shell === "fish" ? fishScript(program, nodes) : bashScript(program, nodes, shell);
 }
 
-// bash (and zsh through its bashcompinit): the tree as three case tables the function walks.
+// bash (and zsh through its bashcompinit): the tree as case tables the completion function walks.
 function bashScript(program: string, nodes: readonly Node[], shell: "bash" | "zsh"): string {
   const fn = `_${program.replace(/\W/g, "_")}`;
   const key = (n: Node) => JSON.stringify(n.path.join(" "));
