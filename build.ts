@@ -39,7 +39,10 @@ export async function buildBinary(outfile: string, target?: Bun.Build.CompileTar
       autoloadBunfig: false,
       autoloadDotenv: false,
       autoloadTsconfig: false,
-      autoloadPackageJson: false,
+      // On: without it the binary's resolver reads no package.json at all, so a writer_class module
+      // cannot import a package ("sqloutbox", "smol-toml") from its project's node_modules — only
+      // relative and node: imports load. With it a writer resolves its imports as `bun` would.
+      autoloadPackageJson: true,
     },
     minify: true,
     sourcemap: "linked",

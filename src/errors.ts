@@ -132,10 +132,28 @@ export class WriteError extends OutboxError {
   }
 }
 
-/** Another drain holds the exclusive lock on a db_dir. */
+/**
+ * Whether `error` is a `WriteError`, told by its code rather than its class: a custom writer's
+ * module may hold a copy of this package of its own (the compiled binary has one built in, the
+ * writer imports another from its project's node_modules), and a copy's class is another class.
+ */
+export function isWriteError(error: unknown): error is WriteError {
+  return error instanceof Error && (error as { code?: unknown }).code === "E_WRITE";
+}
+
+/** Whether `error` is a `WriteError` that marks its target misconfigured (see `isWriteError`). */
+export function isMisconfigured(error: unknown): boolean {
+  return isWriteError(error) && error.misconfigured === true;
+}
+
+/** Another drain holds the exclusive lock on a db_dir; `holder` is its PID and start time, as its lock file says (null if it says none). */
 export class LockedError extends OutboxError {
-  constructor(readonly lockFile: string) {
-    super("E_LOCKED", `another drain is already running: lock ${lockFile} is held`);
+  constructor(
+    readonly lockFile: string,
+    readonly holder: { pid: number; since: string | null } | null = null,
+  ) {
+    const who = holder ? ` (pid ${holder.pid}${holder.since ? `, running since ${holder.since}` : ""})` : "";
+    super("E_LOCKED", `another drain is already running${who}: lock ${lockFile} is held`);
   }
 }
 

@@ -1,5 +1,6 @@
 // The compiled single binary: built once into a temp dir, then --version, status, verify, init
-// (templates embedded) and a short runservice draining into a sqlite target.
+// (templates embedded), a short runservice draining into a sqlite target, and a custom writer
+// that imports packages from its project's node_modules.
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fs from "node:fs";
@@ -7,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { buildBinary } from "../build.ts";
 import pkg from "../package.json" with { type: "json" };
-import { cleanEnv, run } from "./support/cli.ts";
+import { cleanEnv, REPO, run } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { seed } from "./support/queue.ts";
 import { countRows } from "./support/remote.ts";
@@ -47,10 +48,13 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
     expect(hashTree(dbDir)).toEqual(before);
   });
 
-  test("init writes the embedded templates", async () => {
+  test("init writes the embedded templates and the example target", async () => {
     const r = await sh(["init", "scaffold"]);
     expect(r.code).toBe(0);
     expect(fs.readFileSync(path.join(tmp, "scaffold", "outbox.config.ts"), "utf8")).toContain('import { defineConfig } from "sqloutbox"');
+    expect(fs.readFileSync(path.join(tmp, "scaffold", "produce.ts"), "utf8")).toContain('import { SQLMiddleware } from "sqloutbox"');
+    // The example target, with the tables the scaffold delivers into.
+    expect([countRows(path.join(tmp, "scaffold", "data", "remote.db"), "orders"), countRows(path.join(tmp, "scaffold", "data", "remote.db"), "payments")]).toEqual([0, 0]);
   });
 
   test("ignores a .env and a bunfig.toml in the working directory", async () => {
@@ -83,5 +87,55 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
     }
     expect(await proc.exited).toBe(0);
     expect(countRows(path.join(dir, "remote.db"), "orders")).toBe(30);
+  }, 30_000);
+
+  test("a writer_class module imports packages from its project's node_modules, and its WriteError({ misconfigured }) is recognised", async () => {
+    // A project as after `bun add sqloutbox`: the writer imports the package (another copy than the
+    // one compiled into the binary) and smol-toml, both resolved through their package.json exports.
+    const dir = path.join(tmp, "custom-writer");
+    fs.mkdirSync(path.join(dir, "writers"), { recursive: true });
+    fs.mkdirSync(path.join(dir, "node_modules"));
+    fs.symlinkSync(REPO, path.join(dir, "node_modules", "sqloutbox"));
+    fs.symlinkSync(path.join(REPO, "node_modules", "smol-toml"), path.join(dir, "node_modules", "smol-toml"));
+    fs.writeFileSync(
+      path.join(dir, "writers", "jsonl.ts"),
+      `import fs from "node:fs";
+import { WriteError, type Statement, type WriteResult } from "sqloutbox";
+import { stringify } from "smol-toml";
+
+export class JsonlWriter {
+  readonly dialect = "sqlite";
+  constructor(private readonly connection: { path: string; refuse?: boolean }) {}
+  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+    if (this.connection.refuse) throw new WriteError("the token was refused", undefined, { misconfigured: true });
+    for (const s of stmts) fs.appendFileSync(this.connection.path, JSON.stringify({ seq: s.seq, toml: stringify({ sql: s.sql }) }) + "\\n");
+    return stmts.map(() => ({ ok: true, rowsAffected: 1 }));
+  }
+}
+`,
+    );
+    const app = (name: string, connection: string) =>
+      `[app.${name}]\ndb_dir = "${name}"\nflush_interval = 0.05\ntable_flush_threshold = 1\n[app.${name}.db.out]\nwriter_class = "./writers/jsonl.ts:JsonlWriter"\ntables = ["orders"]\nledger = false\n[app.${name}.db.out.connection]\n${connection}\n`;
+    fs.writeFileSync(path.join(dir, "outbox.toml"), app("good", 'path = "good.jsonl"') + app("refused", 'path = "refused.jsonl"\nrefuse = true'));
+    seed(path.join(dir, "good"), "orders", 5);
+    seed(path.join(dir, "refused"), "orders", 1);
+
+    const proc = Bun.spawn([binary, "runservice"], { cwd: dir, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
+    let targets: Array<{ target: string; state: string; failures: number }> = [];
+    try {
+      await waitFor(async () => {
+        if (proc.exitCode !== null) return true; // it gave up: what it said is asserted below
+        const status = await sh(["status", "--json"], dir);
+        targets = status.code === 1 || status.code === 0 ? (JSON.parse(status.stdout).targets ?? []) : [];
+        return fs.existsSync(path.join(dir, "good.jsonl")) && fs.readFileSync(path.join(dir, "good.jsonl"), "utf8").split("\n").length === 6 && targets.some((t) => t.target === "refused.out" && t.failures > 0);
+      }, "the good target's 5 rows in good.jsonl and the refused target's state");
+    } finally {
+      proc.kill("SIGTERM");
+    }
+    const stderr = await new Response(proc.stderr).text();
+    expect({ code: await proc.exited, stderr }).toMatchObject({ code: 0, stderr: expect.stringContaining("drain: target refused.out is misconfigured") });
+    expect(stderr).not.toContain("Cannot find package");
+    expect(targets.map((t) => [t.target, t.state]).sort()).toEqual([["good.out", "ok"], ["refused.out", "misconfigured"]]);
+    expect(fs.readFileSync(path.join(dir, "good.jsonl"), "utf8")).toContain('"toml":"sql = ');
   }, 30_000);
 });

@@ -1,11 +1,12 @@
-// init scaffolds the programmatic path: the files type-check against this package and the
-// runner drains into a sqlite target and stops cleanly on SIGTERM.
+// init scaffolds the programmatic path: the files type-check against this package, and the
+// next steps it prints, run exactly as printed, deliver into its example target.
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
+import pkg from "../package.json" with { type: "json" };
+import { closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { countRows } from "./support/remote.ts";
@@ -19,6 +20,9 @@ beforeAll(() => {
   project = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-init-"));
   fs.mkdirSync(path.join(project, "node_modules"));
   fs.symlinkSync(REPO, path.join(project, "node_modules", "sqloutbox"));
+  // The package's bin, as `bun add` links it: what the printed `bunx sqloutbox …` lines run.
+  fs.mkdirSync(path.join(project, "node_modules", ".bin"));
+  fs.symlinkSync(path.join(REPO, "src", "cli", "bin.ts"), path.join(project, "node_modules", ".bin", "sqloutbox"));
   fs.symlinkSync(path.join(REPO, "node_modules", "@types"), path.join(project, "node_modules", "@types"));
   fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "app", type: "module", private: true }));
   scaffold = path.join(project, "outbox");
@@ -29,30 +33,48 @@ afterAll(() => {
 });
 
 describe("init", () => {
-  test("writes the config module, the runner, an outbox.toml and a tsconfig into ./outbox and prints next steps", async () => {
+  test("writes the config module, the runner, an outbox.toml, a producer, a tsconfig and the example target into ./outbox and prints next steps", async () => {
     const r = await runInProcess(["init"], { cwd: project });
     expect(r.code).toBe(0);
     expect(r.stdout).toMatchInlineSnapshot(`
       "created outbox/outbox.config.ts  typed config (defineConfig)
       created outbox/run.ts            the drain runner (SIGTERM/SIGINT/SIGHUP stop cleanly)
       created outbox/outbox.toml       the same config for \`sqloutbox runservice\`
+      created outbox/produce.ts        an example producer: an order and its payment
       created outbox/tsconfig.json     type-checking for the scaffold (bunx tsc -p)
+      created outbox/data/remote.db    the example target: SQLite, with tables orders and payments
 
       Next steps:
-        1. bun add sqloutbox                    (and bun add -d @types/bun typescript to type-check)
-        2. edit outbox/outbox.config.ts: your tables (they must exist on the target), its writer and connection
-        3. produce events: new SQLMiddleware({ dbDir: "outbox/data/queue" }).push("orders", "INSERT INTO orders (id) VALUES (?)", [1])
-        4. run the drain:  bun outbox/run.ts
-           or with TOML:   sqloutbox runservice --config outbox/outbox.toml
-        5. watch it:       sqloutbox status --config outbox/outbox.toml
+        1. Try it as generated (the target is a local SQLite file; nothing else to set up):
+             bun outbox/produce.ts                                  # queues an order and its payment in outbox/data/queue
+             bun outbox/run.ts                                      # the drain: delivers them into outbox/data/remote.db; Ctrl-C stops it
+             bunx sqloutbox runservice --config outbox/outbox.toml  # or the same drain, from outbox.toml
+             bunx sqloutbox status --config outbox/outbox.toml      # what is pending, delivered, held
+        2. Make it yours: your tables, writer and connection in outbox/outbox.config.ts (and outbox/outbox.toml);
+           the tables must exist on the target. Producers: new SQLMiddleware({ dbDir }).push(table, sql, args).
       "
     `);
-    expect(fs.readdirSync(scaffold).sort()).toEqual(["outbox.config.ts", "outbox.toml", "run.ts", "tsconfig.json"]);
+    expect(fs.readdirSync(scaffold).sort()).toEqual(["data", "outbox.config.ts", "outbox.toml", "produce.ts", "run.ts", "tsconfig.json"]);
+    expect(fs.readdirSync(path.join(scaffold, "data"))).toEqual(["remote.db"]);
+  });
+
+  test("where the package is not installed yet, the first step adds it (with the tarball line until it is on npm)", async () => {
+    const bare = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-init-bare-"));
+    try {
+      const r = await runInProcess(["init"], { cwd: bare });
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain(`Next steps:
+  1. Add the package to this project: bun add sqloutbox
+     (before its first npm release: \`bun pm pack\` in a sqloutbox checkout, then bun add ./sqloutbox-${pkg.version}.tgz)
+  2. Try it as generated`);
+    } finally {
+      fs.rmSync(bare, { recursive: true, force: true });
+    }
   });
 
   test("refuses to overwrite: exit 1 naming the file, nothing changed", async () => {
     // Only run.ts exists (the user's own): nothing else may be written either.
-    for (const name of ["outbox.config.ts", "outbox.toml", "tsconfig.json"]) fs.rmSync(path.join(scaffold, name));
+    for (const name of ["outbox.config.ts", "outbox.toml", "produce.ts", "tsconfig.json", "data"]) fs.rmSync(path.join(scaffold, name), { recursive: true });
     fs.writeFileSync(path.join(scaffold, "run.ts"), "// mine\n");
     const before = hashTree(project);
     const r = await runInProcess(["init"], { cwd: project });
@@ -86,29 +108,37 @@ describe("init", () => {
     expect(r.code).toBe(0);
   });
 
-  test("the runner drains into the sqlite target and exits 0 on SIGTERM", async () => {
-    const data = path.join(scaffold, "data");
-    fs.mkdirSync(data, { recursive: true });
-    const remote = new Database(path.join(data, "remote.db"));
-    remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)");
-    remote.run("CREATE TABLE payments (id INTEGER PRIMARY KEY)");
-    remote.close();
-    const producer = new SQLMiddleware({ dbDir: path.join(data, "queue") });
-    for (let i = 1; i <= 20; i++) producer.push("orders", "INSERT INTO orders (id, total) VALUES (?, ?)", [i, i * 2.5]);
-    // 15 = the scaffold's table_flush_threshold: flushed on the next scan, not after table_max_wait.
-    for (let i = 1; i <= 15; i++) producer.push("payments", "INSERT INTO payments (id) VALUES (?)", [i]);
-
-    const runner = Bun.spawn(["bun", "run.ts"], { cwd: scaffold, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
-    const delivered = () => countRows(path.join(data, "remote.db"), "orders") + countRows(path.join(data, "remote.db"), "payments");
-    try {
-      await waitFor(() => delivered() >= 35, "the runner to deliver all 35 rows");
-    } finally {
-      runner.kill("SIGTERM");
+  test("its next steps, run exactly as printed, deliver into the example target; the drains stop with exit 0 on SIGTERM", async () => {
+    fs.rmSync(scaffold, { recursive: true });
+    const init = await runInProcess(["init"], { cwd: project });
+    expect(init.code).toBe(0);
+    // Every command line of the steps, in order: `  bun outbox/produce.ts   # what it does`.
+    const commands = [...init.stdout.matchAll(/^ +(bunx? \S.*?) +# /gm)].map((m) => m[1]!);
+    expect(commands.map((c) => c.split(" ").slice(0, 3).join(" "))).toEqual(["bun outbox/produce.ts", "bun outbox/run.ts", "bunx sqloutbox runservice", "bunx sqloutbox status"]);
+    const remote = path.join(scaffold, "data", "remote.db");
+    const landed = () => [countRows(remote, "orders"), countRows(remote, "payments")];
+    for (const line of commands) {
+      const argv = line.split(" ");
+      const isDrain = line.endsWith("run.ts") || argv.includes("runservice");
+      if (!isDrain) {
+        const r = await run(argv.slice(1), { cmd: [argv[0]!], cwd: project });
+        expect({ line, code: r.code, stderr: r.stderr }).toEqual({ line, code: 0, stderr: "" });
+        if (argv.includes("status")) expect(r.stdout).toContain("2 namespace(s), 0 pending, 0 stuck, 0 held, 0 dead letter(s)");
+        continue;
+      }
+      // A drain: runs until SIGTERM. The first one delivers what produce.ts queued; the second finds nothing left.
+      const drain = Bun.spawn(argv, { cwd: project, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
+      try {
+        await waitFor(() => landed().join() === "1,1", `${line} to deliver the order and its payment`);
+        await waitFor(async () => (await run(["status", "--config", "outbox/outbox.toml", "--json"], { cwd: project })).stdout.match(/"pid": \d+/) !== null, `${line} to hold the lock`);
+      } finally {
+        drain.kill("SIGTERM");
+      }
+      const output = (await new Response(drain.stdout).text()) + (await new Response(drain.stderr).text());
+      expect({ line, code: await drain.exited, errors: output.split("\n").filter((l) => /error|warn/i.test(l)) }).toEqual({ line, code: 0, errors: [] });
     }
-    const code = await runner.exited;
-    const output = (await new Response(runner.stdout).text()) + (await new Response(runner.stderr).text());
-    expect({ code, output: output.includes("outbox drain running") }).toEqual({ code: 0, output: true });
-    expect(countRows(path.join(data, "remote.db"), "orders")).toBe(20);
-    expect(countRows(path.join(data, "remote.db"), "payments")).toBe(15);
+    const db = new Database(remote, { readonly: true });
+    expect(db.query("SELECT o.total, p.state FROM orders o JOIN payments p ON p.order_id = o.id").all()).toEqual([{ total: 99.9, state: "captured" }]);
+    db.close();
   }, 30_000);
 });

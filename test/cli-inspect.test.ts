@@ -7,8 +7,12 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { renderStatus } from "../src/cli/commands/status.ts";
+import { collectStatus } from "../src/cli/status-report.ts";
+import { stdoutStyle } from "../src/cli/text-output.ts";
 import { drainHome } from "../src/drain/home.ts";
 import { acquireLock } from "../src/drain/lock.ts";
+import { writeDrainState, type PersistedTarget } from "../src/drain/state-file.ts";
 import { normalize, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { breakChain, openQueue, seed } from "./support/queue.ts";
@@ -42,7 +46,7 @@ describe("status", () => {
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "no drain is running on <DIR>/queue
       NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
-      orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***…
+      orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)
       payments       2  <age>     2         0  no        1  -
 
       2 namespace(s), 7 pending, 1 stuck, 0 held, 1 dead letter(s)
@@ -254,11 +258,102 @@ describe("status --watch", () => {
       "<TIME>
       no drain is running on <DIR>/queue
       NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
-      orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***…
+      orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)
       payments       2  <age>     2         0  no        1  -
 
       2 namespace(s), 7 pending, 1 stuck, 0 held, 1 dead letter(s)"
     `);
+  });
+});
+
+describe("status of a running drain, from its state file", () => {
+  // The cause is the part of a message that gets cut: this one is long on purpose.
+  const CAUSE = `connection refused by postgres://app:hunter2@db.internal.example.com:5432/production (${"x".repeat(120)}) — the end`;
+  const target = (over: Partial<PersistedTarget>): PersistedTarget => ({
+    target: "shop.main", app: "shop", state: "ok", failures: 0, downSince: null, lastError: null, lastSuccessAt: new Date().toISOString(),
+    lastCycleAt: null, lastBeatAt: null, setupProblem: null, ledger: true, totals: { delivered: 0, failed: 0, deadLettered: 0 },
+    tables: [{ namespace: "orders", origin: null, through: null, held: null }, { namespace: "payments", origin: null, through: null, held: null }],
+    fleet: [], fleetReadAt: null, recent: null, files: [], ...over,
+  });
+  /** Holds dbDir's lock as a drain would and writes its state with these targets. */
+  const drainWith = (targets: PersistedTarget[]) => {
+    const lock = acquireLock(drainHome(dbDir).lockFile);
+    const now = new Date().toISOString();
+    writeDrainState(drainHome(dbDir).stateFile, { version: 1, pid: process.pid, startedAt: now, updatedAt: now, stoppedAt: null, targets });
+    return lock;
+  };
+
+  test("shows per target what it delivered, its rows/s over the last interval and its lag (the oldest pending row)", async () => {
+    const lock = drainWith([target({ totals: { delivered: 12_345, failed: 0, deadLettered: 0 }, recent: { delivered: 500, ms: 2000 } })]);
+    try {
+      const r = await runInProcess(["status", "--db-dir", dbDir]);
+      const [header, row] = r.stdout.split("\n").slice(1, 3);
+      expect(header).toMatch(/^TARGET +STATE +SINCE +FAILURES +DELIVERED +ROWS\/S +LAG +LAST BATCH +PROBLEM$/);
+      expect(row).toMatch(/^shop\.main  ok     -             0      12345   250\/s +\d+(ms|s)  +\d+ms ago  -$/);
+      const json = JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout);
+      expect(json.targets[0]).toMatchObject({ rowsPerSecond: 250, totals: { delivered: 12_345 } });
+      expect(json.targets[0].lagMs).toBe(Math.max(...json.namespaces.map((n: { oldestPendingAgeMs: number }) => n.oldestPendingAgeMs)));
+    } finally {
+      lock.release();
+    }
+  });
+
+  test("piped, and in --check, a long problem is never cut (its secret still masked)", async () => {
+    const lock = drainWith([target({ state: "outage", failures: 3, downSince: new Date().toISOString(), lastError: CAUSE })]);
+    try {
+      const masked = CAUSE.replace("hunter2", "***");
+      const piped = await runInProcess(["status", "--db-dir", dbDir]);
+      expect(piped.stdout).toContain(`  ${masked}\n`);
+      expect(piped.stdout).toContain(`  ${'42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)'}\n`);
+      const check = await runInProcess(["status", "--db-dir", dbDir, "--check", "--fail-on", "down,stuck"]);
+      expect(check.code).toBe(1);
+      expect(check.stdout).toContain(`  - down: target shop.main since `);
+      expect(check.stdout).toContain(`3 failed attempt(s): ${masked}\n`);
+      expect(check.stdout).toContain(`failed 2 time(s): relation "orders" does not exist (postgres://app:***@db.internal/prod)\n`);
+      expect(piped.stdout + check.stdout).not.toContain("…");
+      expect(piped.stdout + check.stdout).not.toContain("\u001B["); // no colour through a pipe
+    } finally {
+      lock.release();
+    }
+  });
+
+  test("on a terminal, a message wider than the terminal is cut in its table and given in full under it; colour marks down, stuck and dead", () => {
+    const lock = drainWith([target({ state: "misconfigured", failures: 1, downSince: new Date().toISOString(), lastError: CAUSE })]);
+    try {
+      const report = collectStatus({ dirs: [{ app: null, dbDir, maxPending: null }], secrets: [], configFile: null });
+      const text = renderStatus(report, { width: 120, color: false });
+      const lines = text.split("\n");
+      const tables = lines.filter((l) => /^(shop\.main|orders|payments) /.test(l));
+      expect(tables.map((l) => l.length <= 120)).toEqual([true, true, true]);
+      expect(tables[0]).toEndWith("…");
+      expect(lines).toContain(`problem of shop.main: ${CAUSE.replace("hunter2", "***")}`);
+      expect(lines).toContain('last error of orders: 42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)');
+      const coloured = renderStatus(report, { width: 120, color: true });
+      expect(coloured).toContain("\u001B[31mMISCONFIGURED\u001B[39m");
+      expect(coloured).toContain("\u001B[31mSTUCK\u001B[39m");
+      expect(coloured).toMatch(/  \u001B\[31m1\u001B\[39m  /); // payments' dead letter
+      // Colour does not shift the columns: without its codes the text is the uncoloured one.
+      expect(coloured.replace(/\u001B\[\d+m/g, "")).toBe(text);
+    } finally {
+      lock.release();
+    }
+  });
+
+  test("a terminal gets its width and colour, unless NO_COLOR is set; a pipe gets neither", () => {
+    const saved = Object.getOwnPropertyDescriptors(process.stdout);
+    try {
+      Object.defineProperty(process.stdout, "isTTY", { value: true, configurable: true });
+      Object.defineProperty(process.stdout, "columns", { value: 132, configurable: true });
+      expect(stdoutStyle({})).toEqual({ width: 132, color: true });
+      expect(stdoutStyle({ NO_COLOR: "1" })).toEqual({ width: 132, color: false });
+      Object.defineProperty(process.stdout, "isTTY", { value: false, configurable: true });
+      expect(stdoutStyle({})).toEqual({ width: null, color: false });
+    } finally {
+      for (const key of ["isTTY", "columns"] as const) {
+        if (saved[key]) Object.defineProperty(process.stdout, key, saved[key]);
+        else delete (process.stdout as { isTTY?: boolean; columns?: number })[key];
+      }
+    }
   });
 });
 

@@ -3,7 +3,9 @@ import { describe, expect, test } from "bun:test";
 import type { LogObject } from "consola";
 import { ConfigError, OutboxError } from "../src/errors.ts";
 import { jsonLine } from "../src/cli/log-format.ts";
+import { parseCommandLine } from "../src/cli/command-line.ts";
 import { logOptionsFrom } from "../src/cli/log-options.ts";
+import { main } from "../src/cli/main.ts";
 import { formatAge, oneLine, redact, renderFields, renderTable } from "../src/cli/text-output.ts";
 import { BIN, run } from "./support/cli.ts";
 import { openQueue, seed } from "./support/queue.ts";
@@ -82,17 +84,16 @@ describe("JSON log lines", () => {
 });
 
 describe("log options", () => {
-  test("flags win over LOG_LEVEL/LOG_FORMAT, which win over the defaults", () => {
-    expect(logOptionsFrom([], {})).toEqual({ level: "info", format: "pretty" });
-    expect(logOptionsFrom([], { LOG_LEVEL: "DEBUG", LOG_FORMAT: "json" })).toEqual({ level: "debug", format: "json" });
-    expect(logOptionsFrom(["--log-level=warn", "--log-format", "pretty"], { LOG_LEVEL: "debug", LOG_FORMAT: "json" })).toEqual({
-      level: "warn",
-      format: "pretty",
-    });
+  test("flags, wherever on the line, win over LOG_LEVEL/LOG_FORMAT, which win over the defaults", async () => {
+    expect(logOptionsFrom({}, {})).toEqual({ level: "info", format: "pretty" });
+    expect(logOptionsFrom({}, { LOG_LEVEL: "DEBUG", LOG_FORMAT: "json" })).toEqual({ level: "debug", format: "json" });
+    const line = await parseCommandLine(main, ["--log-level=warn", "status", "--log-format", "pretty", "--json"]);
+    expect(line.args).toEqual({ "log-level": "warn", "log-format": "pretty", json: true });
+    expect(logOptionsFrom(line.args, { LOG_LEVEL: "debug", LOG_FORMAT: "json" })).toEqual({ level: "warn", format: "pretty" });
   });
 
   test("an invalid value is a UsageError naming the accepted ones", () => {
-    expect(() => logOptionsFrom(["--log-format", "xml"], {})).toThrow(expect.objectContaining({ code: "E_USAGE", message: 'invalid log format "xml": expected one of pretty, json' }));
+    expect(() => logOptionsFrom({ "log-format": "xml" }, {})).toThrow(expect.objectContaining({ code: "E_USAGE", message: 'invalid log format "xml": expected one of pretty, json' }));
   });
 });
 

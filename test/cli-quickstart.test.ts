@@ -1,12 +1,13 @@
-// The README's Quick start, run exactly as written: its outbox.toml, its producer snippet and its
-// in-process drain snippet, against a fresh database on the local PostgreSQL.
-import { afterAll, beforeAll, expect, test } from "bun:test";
+// The README's Quick start, run to the letter: its DDL, its outbox.toml, its producer, and both
+// ways it drains — the `sqloutbox` commands of its shell block, and its in-process snippet —
+// each in a project of its own against a fresh database on the local PostgreSQL.
+import { afterAll, expect, test } from "bun:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { cleanEnv, REPO, run } from "./support/cli.ts";
+import { BIN, cleanEnv, REPO, run } from "./support/cli.ts";
 import { createPgDb, type ServerDb } from "./support/server-db.ts";
-import { describeSlow, SLOW } from "./support/slow.ts";
+import { describeSlow } from "./support/slow.ts";
 import { waitFor } from "./support/wait.ts";
 
 /** The fenced code blocks of the README section `heading`, in order, with their language. */
@@ -18,62 +19,85 @@ function codeBlocks(heading: string): Array<{ lang: string; code: string }> {
   return [...section.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map((m) => ({ lang: m[1]!, code: m[2]! }));
 }
 
-let project: string;
-let pg: ServerDb;
+const dbs: ServerDb[] = [];
+const projects: string[] = [];
+afterAll(async () => {
+  for (const dir of projects) fs.rmSync(dir, { recursive: true, force: true });
+  for (const db of dbs) await db.drop();
+});
 
-beforeAll(async () => {
-  if (!SLOW) return;
-  pg = await createPgDb("sqloutbox_qs");
-  await pg.sql.unsafe("CREATE TABLE orders (id integer PRIMARY KEY, total double precision)");
-  await pg.sql.unsafe("CREATE TABLE payments (id integer PRIMARY KEY, order_id integer, state text)");
-  // A temp project where "sqloutbox" resolves to this repository, as after `bun add sqloutbox`.
-  project = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-quickstart-"));
+/**
+ * Steps 1 to 3 as written: a fresh database with the README's DDL, a project (where "sqloutbox"
+ * resolves to this repository, as after installing it) with its outbox.toml, and its producer run.
+ */
+async function startProject(blocks: Array<{ lang: string; code: string }>): Promise<{ project: string; db: ServerDb; env: Record<string, string> }> {
+  const [ddl, toml, producer] = blocks;
+  const db = await createPgDb("sqloutbox_qs");
+  dbs.push(db);
+  await db.sql.unsafe(ddl!.code);
+  const project = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-quickstart-"));
+  projects.push(project);
   fs.mkdirSync(path.join(project, "node_modules"));
   fs.symlinkSync(REPO, path.join(project, "node_modules", "sqloutbox"));
   fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "app", type: "module", private: true }));
-});
-afterAll(async () => {
-  if (!SLOW) return;
-  fs.rmSync(project, { recursive: true, force: true });
-  await pg.drop();
-});
+  fs.writeFileSync(path.join(project, "outbox.toml"), toml!.code);
+  fs.writeFileSync(path.join(project, "produce.ts"), producer!.code);
+  const env = { DATABASE_URL: db.url };
+  const produced = await run(["produce.ts"], { cmd: ["bun"], cwd: project, env });
+  expect({ code: produced.code, stderr: produced.stderr }).toEqual({ code: 0, stderr: "" });
+  return { project, db, env };
+}
+
+/** Waits until the payment the producer queued landed on `db`, captured. */
+async function captured(db: ServerDb): Promise<void> {
+  await waitFor(async () => {
+    const rows: Array<{ id: number; state: string | null }> = await db.sql`SELECT p.id, p.state FROM payments p JOIN orders o ON o.id = p.order_id`;
+    return rows.length === 1 && rows[0]!.id === 7 && rows[0]!.state === "captured";
+  }, "the captured payment on PostgreSQL", 20_000);
+}
 
 // The README's outbox.toml keeps the default table_max_wait (6 s) and its three rows stay below the
-// flush threshold, so the drain waits that long before it sends them.
+// flush threshold, so each drain waits that long before it sends them; the two run side by side.
 describeSlow("README Quick start", "run it as written, waiting out the default table_max_wait of 6 s", () => {
-  test("its outbox.toml, producer and in-process drain deliver to PostgreSQL; SIGTERM ends the drain with exit 0", async () => {
+  test("its DDL, outbox.toml and producer, drained by its shell commands and by its in-process snippet, deliver to PostgreSQL", async () => {
     const blocks = codeBlocks("Quick start");
-    expect(blocks.map((b) => b.lang)).toEqual(["toml", "ts", "sh", "ts"]);
-    const [toml, producer, commands, drain] = blocks;
-    fs.writeFileSync(path.join(project, "outbox.toml"), toml!.code);
-    fs.writeFileSync(path.join(project, "produce.ts"), producer!.code);
-    fs.writeFileSync(path.join(project, "drain.ts"), drain!.code);
-    const env = { DATABASE_URL: pg.url };
+    expect(blocks.map((b) => b.lang)).toEqual(["sql", "toml", "ts", "sh", "ts"]);
+    const [, , , commands, snippet] = blocks;
+    // Each shell line is the `sqloutbox` executable with its arguments; this repository's CLI plays it.
+    const lines = commands!.code.trim().split("\n").map((l) => l.split(" "));
+    expect(lines.map((l) => l.slice(0, 2).join(" "))).toEqual(["sqloutbox runservice", "sqloutbox status"]);
 
-    const produced = await run(["produce.ts"], { cmd: ["bun"], cwd: project, env });
-    expect(produced.stderr).toBe("");
-    expect(produced.code).toBe(0);
+    const byCommands = async () => {
+      const { project, db, env } = await startProject(blocks);
+      const drain = Bun.spawn(["bun", BIN, ...lines[0]!.slice(1)], { cwd: project, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
+      try {
+        await captured(db);
+        const status = await run(lines[1]!.slice(1), { cwd: project, env });
+        expect(status.code).toBe(0);
+        expect(status.stdout).toMatch(/^app shop: drain running \(pid \d+\) on /);
+        expect(status.stdout).toContain("2 namespace(s), 0 pending, 0 stuck, 0 held, 0 dead letter(s)");
+      } finally {
+        drain.kill("SIGTERM");
+      }
+      const log = await new Response(drain.stderr).text();
+      expect({ code: await drain.exited, problems: log.split("\n").filter((l) => /\[(warn|error)\]/.test(l)) }).toEqual({ code: 0, problems: [] });
+    };
 
-    // The snippet's commands are valid as written (status reads the queue the producer wrote).
-    expect(commands!.code).toContain("sqloutbox status --config outbox.toml");
-    const status = await run(["status", "--config", "outbox.toml", "--json"], { cwd: project, env });
-    expect(status.code).toBe(0);
-    expect(JSON.parse(status.stdout).totals.depth).toBe(3);
+    const inProcess = async () => {
+      const { project, db, env } = await startProject(blocks);
+      fs.writeFileSync(path.join(project, "drain.ts"), snippet!.code);
+      const drain = Bun.spawn(["bun", "drain.ts"], { cwd: project, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
+      try {
+        await captured(db);
+      } finally {
+        drain.kill("SIGTERM");
+      }
+      expect(await drain.exited).toBe(0);
+      const output = (await new Response(drain.stdout).text()) + (await new Response(drain.stderr).text());
+      expect(output).toContain("drain: started");
+      expect(output).not.toContain("Error");
+    };
 
-    const proc = Bun.spawn(["bun", "drain.ts"], { cwd: project, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
-    let rows: Array<{ id: number; state: string | null }> = [];
-    try {
-      await waitFor(async () => {
-        rows = await pg.sql`SELECT p.id, p.state FROM payments p JOIN orders o ON o.id = p.order_id`;
-        return rows.length === 1 && rows[0]!.state === "captured";
-      }, "the captured payment on PostgreSQL", 20_000);
-    } finally {
-      proc.kill("SIGTERM");
-    }
-    expect(await proc.exited).toBe(0);
-    expect(rows).toEqual([{ id: 7, state: "captured" }]);
-    const stdout = await new Response(proc.stdout).text();
-    expect(stdout).toContain("drain: started");
-    expect(stdout + (await new Response(proc.stderr).text())).not.toContain("Error");
-  }, 30_000);
+    await Promise.all([byCommands(), inProcess()]);
+  }, 40_000);
 });

@@ -46,8 +46,29 @@ describe("TOML syntax errors", () => {
 
   test("a table defined twice points at the second definition", () => {
     const error = errorOf(`${BASE}\n[app.myapp]\nbatch_size = 3\n`);
-    expect(error.message).toContain("redefine");
+    expect(error.message).toContain("defined twice");
     expect([error.line, error.column]).toEqual([9, 2]);
+  });
+
+  // What the operator typed, what they are told, and where (line:column as smol-toml reports it).
+  test.each([
+    ['db_dir = "data\nx = 1', "unterminated string: a quoted value must close on the line it starts", 1, 15],
+    ["db_dir = 'data\r\nx = 1", "unterminated string: a quoted value must close on the line it starts", 1, 15],
+    ['db_dir = """data', "unterminated string: no closing quote before the end of the file", 1, 10],
+    ["db_dir = data", "invalid value: a string needs quotes", 1, 10],
+    ["db_dir = ", "missing value after =", 1, 10],
+    ["[app.shop\ndb_dir = 1", "unclosed table header: expected ]", 1, 10],
+    ["db_dir", "expected = after the key", 1, 1],
+    ["db_dir\nx = 1", "expected = after the key", 1, 7],
+    ['tables = ["a", "b"\n', "expected , or the closing ] or }: an array or inline table is not closed", 2, 1],
+    ["a = 1 b = 2", "expected the end of the line after the value: one key = value per line", 1, 7],
+    ['path = "C:\\data\\q"', "unknown escape sequence", 1, 12],
+    ["batch_size = 0500", "a number may not start with 0", 1, 14],
+    ["a = 1\na = 2", "defined twice", 2, 1],
+  ])("%j says %p at %i:%i", (text, plain, line, column) => {
+    const error = errorOf(text);
+    expect(error.message).toStartWith(`${FILE}:${line}:${column}: TOML syntax error: ${plain}`);
+    expect([error.line, error.column]).toEqual([line, column]);
   });
 
   test("an integer TOML cannot represent losslessly is a syntax error with its position", () => {

@@ -99,6 +99,35 @@ describe("documentation links", () => {
     expect(DOCS.filter((d) => d !== "README.md" && !linked.has(d))).toEqual([]);
   });
 
+  test("measured figures live in docs/benchmarks.md only: the README and the other pages link to it", () => {
+    // A throughput, a per-row or per-call cost, a latency percentile: what a benchmark run changes.
+    const figure = /\d[\d.,–-]*\s?k?\s?rows\/s|\d[\d.,–-]*\s?µs|\d[\d.,–-]*\s?ms (?:at the median|p50|p99)/;
+    const found = DOCS.filter((d) => d !== "docs/benchmarks.md" && d !== "docs/compatibility.md").flatMap((d) =>
+      fs.readFileSync(path.join(ROOT, d), "utf8").split("\n").flatMap((line, i) => (figure.test(line) ? [`${d}:${i + 1}: ${line.trim()}`] : [])),
+    );
+    expect(found).toEqual([]);
+    // compatibility.md quotes the Python reference's figures (from the spec), none of ours.
+    expect(fs.readFileSync(path.join(ROOT, "docs/compatibility.md"), "utf8").match(new RegExp(figure, "g"))).toEqual(["142 µs"]);
+  });
+
+  test("the README's install lines name the tarball `bun pm pack` makes of this version", async () => {
+    const { version } = (await import("../package.json", { with: { type: "json" } })).default;
+    const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
+    expect(readme).toContain(`bun add /path/to/sqloutbox-${version}.tgz`);
+    expect(readme).toContain(`sqloutbox-${version}.tgz, type declarations included`);
+  });
+
+  test("every command main.ts registers has a section in docs/cli.md and a row in the README's command table", async () => {
+    const { main } = await import("../src/cli/main.ts");
+    const { subCommandsOf } = await import("../src/cli/command-line.ts");
+    const cli = proseLines(fs.readFileSync(path.join(ROOT, "docs/cli.md"), "utf8")).filter((l) => l.startsWith("## `"));
+    const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8").split("\n").filter((l) => l.startsWith("| `sqloutbox "));
+    for (const [name] of await subCommandsOf(main)) {
+      expect({ name, cli: cli.some((h) => h.startsWith(`## \`${name}`)) }).toEqual({ name, cli: true });
+      expect({ name, readme: readme.some((r) => r.startsWith(`| \`sqloutbox ${name}`)) }).toEqual({ name, readme: true });
+    }
+  });
+
   test("every alert rule has a runbook_url, and each resolves to a heading of docs/operations.md", () => {
     const rules = fs.readFileSync(path.join(ROOT, ALERTS), "utf8");
     const alerts = [...rules.matchAll(/^\s*- alert:\s*(\S+)/gm)].map((m) => m[1]!);

@@ -2,7 +2,8 @@ import fs from "node:fs";
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
-import { acquireLock } from "../src/drain/lock.ts";
+import { drainHome } from "../src/drain/home.ts";
+import { readDrainState } from "../src/drain/state-file.ts";
 import { LockedError, StorageError } from "../src/errors.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
@@ -257,6 +258,28 @@ describe("delivery", () => {
     await other.unsafe("COMMIT");
     const cols = await db.sql.unsafe("SELECT column_name FROM information_schema.columns WHERE table_name = 't'");
     expect(cols.map((c: { column_name: string }) => c.column_name)).toEqual(["id"]);
+  });
+
+  test("the state file says what each target delivered since its previous write, and over how long (status's rows/s)", async () => {
+    const dir = tmp();
+    remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER)"]);
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    const deliver = async (n: number) => {
+      for (let i = 0; i < n; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+      await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), `${n} rows delivered`);
+    };
+    await deliver(3);
+    svc.persistState();
+    const first = readDrainState(drainHome(dir.file("outbox")).stateFile)!.targets[0]!;
+    expect([first.totals.delivered, first.recent]).toEqual([3, null]); // nothing to compare with yet
+    await deliver(5);
+    svc.persistState();
+    const second = readDrainState(drainHome(dir.file("outbox")).stateFile)!.targets[0]!;
+    expect(second.totals.delivered).toBe(8);
+    expect(second.recent).toEqual({ delivered: 5, ms: expect.any(Number) });
+    expect(second.recent!.ms).toBeGreaterThanOrEqual(0);
   });
 
   test("a second drain on the same db_dir fails fast with LockedError", async () => {

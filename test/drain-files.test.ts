@@ -140,4 +140,4 @@ test("an application writing its own rows and events at full speed while the dra
   const check = new Database(file, { readonly: true });
   cleanups.push(() => check.close());
   expect(check.query("SELECT balance FROM accounts").get()).toEqual({ balance: Number(transactions) });
-});
+}, 30_000);

@@ -9,8 +9,9 @@ import { waitFor } from "./support/wait.ts";
 const cleanups = cleanupsAfterEach();
 
 /** Spawns test/support/children/drain-child.ts; collects stdout/stderr as text while it runs. */
-function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { startupDelayMs?: number; writeTimeout?: number; activityLogIntervalMs?: number } = {}) {
+function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { startupDelayMs?: number; writeTimeout?: number; activityLogIntervalMs?: number; console?: boolean } = {}) {
   const spec = {
+    console: extra.console ?? false,
     stopTimeoutMs,
     activityLogIntervalMs: extra.activityLogIntervalMs ?? 0,
     dbDir: dir.file("outbox"),
@@ -129,4 +130,21 @@ test("logs what it delivered every activity interval, so a healthy drain is visi
   expect(delivered().reduce((n, m) => n + Number(m[1]), 0)).toBe(7);
   child.kill("SIGTERM");
   expect(await child.exited).toBe(0);
+}, 20_000);
+
+test("with { logger: console } the library writes one line per event, fields inline, and no per-batch debug lines", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  setupRemote(dir);
+  const { child, out } = spawnDrain(dir, 0, 5000, { console: true, activityLogIntervalMs: 150 });
+  await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
+  const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+  for (let i = 0; i < 7; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+  await waitFor(() => /delivered [1-7]/.test(out.stdout), "an activity line counting delivered rows");
+  child.kill("SIGTERM");
+  expect(await child.exited).toBe(0);
+  const lines = (out.stdout + out.stderr).trim().split("\n");
+  // Each line is a whole event (Bun's console prints a field object over several lines).
+  expect(lines.filter((l) => !/^(drain: |started$|stopped$|batch-|writer-)/.test(l))).toEqual([]);
+  expect(lines.some((l) => l.startsWith("drain: batch to"))).toBe(false);
+  expect(lines).toContainEqual("drain: created the delivery ledger sqloutbox_ledger on app.r  app=app target=app.r");
 }, 20_000);

@@ -134,7 +134,16 @@ describe("drain lock", () => {
       const reader = child.stdout.getReader();
       const { value } = await reader.read();
       expect(new TextDecoder().decode(value)).toContain("locked");
-      expect(() => acquireLock(drainHome(tmp.path).lockFile)).toThrow(LockedError);
+      let caught: unknown;
+      try {
+        acquireLock(drainHome(tmp.path).lockFile);
+      } catch (error) {
+        caught = error;
+      }
+      expect(caught).toBeInstanceOf(LockedError);
+      const { holder, message } = caught as LockedError;
+      expect(holder).toEqual({ pid: child.pid, since: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) });
+      expect(message).toBe(`another drain is already running (pid ${child.pid}, running since ${holder!.since}): lock ${tmp.path}/.sqloutbox.lock is held`);
       child.kill("SIGKILL");
       await child.exited;
       // The kernel drops a flock with its holder: a crashed drain never leaves a stale lock.

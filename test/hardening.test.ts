@@ -107,6 +107,25 @@ describe("a target that no retry can fix is misconfigured, not an outage", () =>
     cleanups.push(() => q.close());
     expect([q.pendingCount(), q.deadCount(), q.head()!.attempts]).toEqual([1, 0, 0]);
   });
+
+  test("a custom writer's WriteError from another copy of the package (another class, same code) marks its target misconfigured", async () => {
+    const dir = tmp();
+    // What `new WriteError(…, { misconfigured: true })` of a second sqloutbox copy looks like here.
+    class WriteError extends Error {
+      readonly code = "E_WRITE";
+      readonly misconfigured = true;
+    }
+    const writer = { dialect: "sqlite" as const, writeBatch: async () => { throw new WriteError("the token was refused"); } };
+    const config = oneApp(dir.file("outbox"), { r: { writerClass: "./w.ts:W", ledger: false, tables: ["t"] } }, { outageBackoffCapMinutes: 5 });
+    const log = memoryLogger();
+    const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
+    cleanups.push(() => svc.stop(2000));
+    new SQLMiddleware({ dbDir: dir.file("outbox") }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
+    await svc.runOnce();
+    expect(svc.targets()[0]!.reachability.state).toBe("misconfigured");
+    // What it does, not "every few minutes": the outage schedule, from a second up to the cap.
+    expect(log.lines.filter((l) => /^error drain: target app\.r is misconfigured \(a batch of 1 statements\); retrying in \d+ ms, then ever less often, at most 5 min apart \(outage_backoff_cap_minutes\), until it is fixed: .*the token was refused$/.test(l))).toHaveLength(1);
+  });
 });
 
 describe("never modify a foreign database", () => {

@@ -1,6 +1,12 @@
 import { expect, test } from "bun:test";
 import client from "prom-client";
+import fs from "node:fs";
+import path from "node:path";
+import { OutboxSyncService } from "../src/drain/service.ts";
 import { createDrainMetrics } from "../src/ops/metrics.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import { oneApp } from "./support/drain-harness.ts";
+import { makeTempDir } from "./support/tmp.ts";
 
 test("the process metrics the dashboard uses are served; the per-heap-space gauges, which Bun computes by walking the heap, are not", async () => {
   const text = await createDrainMetrics(() => null).text();
@@ -17,4 +23,24 @@ test("the process metrics the dashboard uses are served; the per-heap-space gaug
   expect(text).not.toMatch(/^nodejs_heap_space_size_/m);
   expect(text).not.toContain("nodejs_heap_space_");
   expect(text).toMatch(/^nodejs_heap_size_used_bytes /m);
+});
+
+test("head_attempts and table_held say what docs/operations.md says: 1 attempt is normal in flight; a table not held reports reason \"none\" at 0", async () => {
+  const dir = makeTempDir();
+  const config = oneApp(dir.file("q"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+  const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+  try {
+    await svc.runOnce();
+    const text = await createDrainMetrics(() => svc).text();
+    const help = (name: string) => new RegExp(`^# HELP ${name} (.*)$`, "m").exec(text)?.[1];
+    const ops = fs.readFileSync(path.join(import.meta.dir, "..", "docs", "operations.md"), "utf8");
+    expect(help("sqloutbox_head_attempts")).toContain("0, or 1 while its batch is in flight");
+    expect(ops).toContain("| `sqloutbox_head_attempts` | app, target, table | Attempts charged to the head: 0, or 1 while its batch is in flight");
+    expect(text).toContain('\nsqloutbox_table_held{app="app",target="app.r",table="t",reason="none"} 0\n');
+    expect(help("sqloutbox_table_held")).toContain('0 with reason "none" while it does not');
+    expect(ops).toContain('A table not held has one series, `reason="none"`, at 0');
+  } finally {
+    await svc.stop();
+    dir.cleanup();
+  }
 });

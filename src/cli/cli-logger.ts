@@ -1,6 +1,7 @@
 // The CLI's logger: consola, always on stderr (stdout carries command output and --json). main.ts
 // builds it from the logging options and installs it once; the commands read it with log().
 import { createConsola, type ConsolaInstance, type LogObject } from "consola";
+import { takesFieldBags } from "../logger.ts";
 import { jsonLine, prettyLine, type LogFormat } from "./log-format.ts";
 import type { LogLevelName } from "./log-options.ts";
 
@@ -21,14 +22,15 @@ export function createCliLogger(options: { level: LogLevelName; format: LogForma
       : options.timestamps
         ? (obj: LogObject) => stream.write(`${obj.date.toISOString()} ${prettyLine(obj)}\n`)
         : undefined;
-  return createConsola({
+  // Its reporters handle field bags (log-format.ts): JSON keys, or left out of a pretty line.
+  return takesFieldBags(createConsola({
     level: CONSOLA_LEVEL[options.level],
     stdout: stream,
     stderr: stream,
     // A daemon's repeated lines are information (each outage retry), not noise to fold away.
     throttle: options.format === "json" || options.timestamps ? 0 : 1000,
     ...(reporter ? { reporters: [{ log: reporter }] } : { fancy: Boolean(stream.isTTY) }),
-  });
+  }));
 }
 
 /** Installs the logger main.ts built from --log-level/--log-format. */

@@ -1,11 +1,11 @@
-import { renderUsage, runCommand, defineCommand, type CommandDef } from "citty";
+import { renderUsage, defineCommand, type CommandContext, type CommandDef } from "citty";
 import { OutboxError, UsageError } from "../errors.ts";
 import { VERSION } from "../version.ts";
 import { logArgs } from "./args.ts";
 import { createCliLogger, log, logFormat, setLogger } from "./cli-logger.ts";
+import { parseCommandLine } from "./command-line.ts";
 import { logOptionsFrom } from "./log-options.ts";
-import { resolveCommandLine } from "./strict-argv.ts";
-import { print } from "./text-output.ts";
+import { print, stripAnsi } from "./text-output.ts";
 
 /** The root `sqloutbox` command; each subcommand lives in src/cli/commands/<command>.ts. */
 export const main = defineCommand({
@@ -14,8 +14,13 @@ export const main = defineCommand({
     version: VERSION,
     description: "Durable SQLite transactional outbox: drain, inspect and repair.",
   },
-  // Accepted before the command too (`sqloutbox --log-level debug status`), so citty skips their values.
-  args: logArgs,
+  // The logging flags are accepted before the command too (`sqloutbox --log-level debug status`).
+  // --help and --version are read by command-line.ts everywhere; listed here for the root's help.
+  args: {
+    ...logArgs,
+    version: { type: "boolean", alias: "v", description: "Print the version and exit" },
+    help: { type: "boolean", alias: "h", description: "Show this help (after a command: that command's usage)" },
+  },
   // Loaded on demand: `--version` and `status` stay fast, and one command's dependencies
   // (drivers, the drain) are not loaded by another.
   subCommands: {
@@ -27,6 +32,7 @@ export const main = defineCommand({
     skip: () => import("./commands/skip.ts").then((m) => m.skip),
     kick: () => import("./commands/kick.ts").then((m) => m.kick),
     schema: () => import("./commands/schema.ts").then((m) => m.schema),
+    completion: () => import("./commands/completion.ts").then((m) => m.completion),
   },
 });
 
@@ -41,15 +47,15 @@ export async function runCli(argv: string[]): Promise<number> {
   let path: string[] = [];
   try {
     // The command line first, so that even a bad --log-level points at the right command's help.
-    const line = await resolveCommandLine(main, argv);
+    const line = await parseCommandLine(main, argv);
     path = line.path;
-    const options = logOptionsFrom(argv, process.env);
+    const options = logOptionsFrom(line.args, process.env);
     setLogger(createCliLogger({ ...options, timestamps: path[0] === "runservice" }), options.format);
     if (line.help) {
       const parent = path.length > 0 ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef) : undefined;
       // citty right-aligns the first column of its option tables; left-align it for reading.
       const usage = stripAnsi(await renderUsage(line.cmd, parent))
-        .replace(/^  ( +)(\S+)  /gm, (_m, pad: string, first: string) => `  ${first}${pad}  `)
+        .replace(/^  ( +)(\S+(?:, \S+)*)  /gm, (_m, pad: string, first: string) => `  ${first}${pad}  `)
         .replace(/[ \t]+$/gm, "");
       print(usage);
       return EXIT.ok;
@@ -59,7 +65,10 @@ export async function runCli(argv: string[]): Promise<number> {
       return EXIT.ok;
     }
     if (line.problem) throw line.problem;
-    await runCommand(main, { rawArgs: argv });
+    // The values parsed above, not a second parse by citty; `data.root` lets `completion` walk the
+    // command tree without importing this file.
+    const context = { rawArgs: argv, args: { _: [], ...line.args }, cmd: line.cmd, data: { root: main } };
+    await line.cmd.run?.(context as unknown as CommandContext<any>);
     return EXIT.ok;
   } catch (err) {
     return reportError(err, path);
@@ -85,10 +94,6 @@ function reportError(err: unknown, path: string[]): number {
     logger.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
   }
   return EXIT.failure;
-}
-
-function stripAnsi(text: string): string {
-  return text.replace(/\u001B\[[0-9;]*m/g, "");
 }
 
 /** The message plus every cause's message, so the operator sees the whole chain on one screen. */

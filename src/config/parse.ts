@@ -4,6 +4,7 @@ import { ConfigError } from "../errors.ts";
 import { buildConfig } from "./build.ts";
 import type { EnvMap } from "./interpolate.ts";
 import { configSecrets, filterSecrets } from "./secret-values.ts";
+import { plainTomlReason } from "./toml-syntax.ts";
 import type { OutboxConfig } from "./types.ts";
 
 /**
@@ -26,9 +27,10 @@ export function parseToml(text: string, file: string): unknown {
     return parse(text);
   } catch (error) {
     if (error instanceof TomlError) {
-      const reason = error.message.replace(/^Invalid TOML document: /, "").split("\n")[0];
+      const reason = error.message.replace(/^Invalid TOML document: /, "").split("\n")[0]!;
+      const plain = plainTomlReason(reason, { text, line: error.line, column: error.column });
       // No `cause`: smol-toml's message quotes the surrounding lines, which may hold a literal credential.
-      throw new ConfigError(`TOML syntax error: ${reason}`, { file, line: error.line, column: error.column });
+      throw new ConfigError(`TOML syntax error: ${plain}`, { file, line: error.line, column: error.column });
     }
     throw error;
   }

@@ -1,5 +1,5 @@
 import { ConfigError } from "../errors.ts";
-import type { Logger } from "../logger.ts";
+import { libraryLogger, type Logger } from "../logger.ts";
 import { createWriter as createBuiltinWriter } from "../writers/registry.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { maskError, maskSecrets } from "../masking.ts";
@@ -21,11 +21,12 @@ export interface CreateWritersOptions {
  */
 export async function createWriters(config: OutboxConfig, options: CreateWritersOptions = {}): Promise<Record<string, OutboxWriter>> {
   const writers: Record<string, OutboxWriter> = {};
+  const logger = libraryLogger(options.logger);
   try {
     for (const app of config.apps) {
       for (const target of app.targets) {
         writers[target.name] = await createWriter(config, target, options);
-        options.logger?.debug(`writer ready for target ${target.name} (${target.writer ?? target.writerClass})`);
+        logger.debug(`writer ready for target ${target.name} (${target.writer ?? target.writerClass})`);
       }
     }
   } catch (error) {

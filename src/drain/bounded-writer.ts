@@ -1,4 +1,4 @@
-import { describeError, WriteError } from "../errors.ts";
+import { describeError, isMisconfigured, isWriteError, WriteError } from "../errors.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
 import type { BindValue } from "../vocabulary.ts";
@@ -48,9 +48,8 @@ export class BoundedWriter {
         throw new WriteError(`target ${name}: writeBatch did not answer within write_timeout (${this.timeoutMs / 1000} s)`, name);
       });
     } catch (error) {
-      if (error instanceof WriteError && error.target === name) throw error;
-      const misconfigured = error instanceof WriteError && error.misconfigured;
-      throw new WriteError(`target ${name}: ${describeError(error).message}`, name, { cause: error, misconfigured });
+      if (isWriteError(error) && error.target === name) throw error;
+      throw new WriteError(`target ${name}: ${describeError(error).message}`, name, { cause: error, misconfigured: isMisconfigured(error) });
     }
     const problem = resultShapeProblem(results, stmts.length);
     if (problem) throw new WriteError(`target ${name}: ${problem}`, name);

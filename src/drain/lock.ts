@@ -10,6 +10,24 @@ export interface DrainLock {
 }
 
 /**
+ * Who holds a lock as its lock file says (`PID\nSTART\n`; `since` is null in a file an older
+ * version wrote); null when it names no PID (the holder has not written it yet).
+ */
+function readOwner(lockFile: string): LockedError["holder"] {
+  let text: string;
+  try {
+    text = fs.readFileSync(lockFile, "utf8");
+  } catch {
+    return null;
+  }
+  const [pidLine, sinceLine] = text.split("\n");
+  const pid = Number.parseInt(pidLine?.trim() ?? "", 10);
+  if (!Number.isSafeInteger(pid) || pid <= 0) return null;
+  const since = sinceLine?.trim() ?? "";
+  return { pid, since: Number.isNaN(Date.parse(since)) ? null : since };
+}
+
+/**
  * The PID of the drain holding the lock file `lockFile` (see drainHome), or null when no drain
  * holds it (the lock can be taken, so nothing runs there: a PID left in the file is stale and must
  * not be signalled).
@@ -27,8 +45,7 @@ export function lockHolder(lockFile: string): number | null {
       flock(fd, LOCK_UN);
       return null;
     }
-    const pid = Number.parseInt(fs.readFileSync(lockFile, "utf8").trim(), 10);
-    return Number.isSafeInteger(pid) && pid > 0 ? pid : null;
+    return readOwner(lockFile)?.pid ?? null;
   } finally {
     fs.closeSync(fd);
   }
@@ -69,13 +86,14 @@ export function acquireLock(lockFile: string, fileMode = 0o600): DrainLock {
   while (flock(fd, LOCK_EX | LOCK_NB) !== 0) {
     if (Date.now() >= giveUpAt) {
       fs.closeSync(fd);
-      throw new LockedError(lockFile);
+      throw new LockedError(lockFile, readOwner(lockFile));
     }
     Bun.sleepSync(5);
   }
-  // The holder's PID, for `sqloutbox kick` (which checks the lock is held before signalling it).
+  // The holder's PID, for `sqloutbox kick` (which checks the lock is held before signalling it),
+  // and since when, for the drain that is turned away.
   fs.ftruncateSync(fd, 0);
-  fs.writeSync(fd, `${process.pid}\n`);
+  fs.writeSync(fd, `${process.pid}\n${new Date().toISOString()}\n`);
   let held = true;
   return {
     lockFile,

@@ -1,4 +1,4 @@
-import { describeError, WriteError } from "../errors.ts";
+import { describeError, isMisconfigured } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { outageBackoffMs } from "./schedule.ts";
 import type { TargetState } from "./views.ts";
@@ -62,7 +62,7 @@ export class Reachability {
    * first failure, at every change of cause, and every tenth retry.
    */
   outage(error: unknown, what: string, now: number): void {
-    const misconfigured = error instanceof WriteError && error.misconfigured;
+    const misconfigured = isMisconfigured(error);
     const { message, errorClass } = describeError(error);
     const repeated = this.#lastError === message;
     this.#failures += 1;
@@ -74,7 +74,7 @@ export class Reachability {
     const fields = { target: this.target, attempt: this.#failures, error_class: errorClass };
     if (misconfigured) {
       if (repeated) this.logger.debug(`drain: target ${this.target} is still misconfigured (attempt ${this.#failures}), retrying in ${Math.round(delay)} ms`, fields);
-      else this.logger.error(`drain: target ${this.target} is misconfigured (${what}); retrying every few minutes until it is fixed: ${message}`, fields);
+      else this.logger.error(`drain: target ${this.target} is misconfigured (${what}); retrying in ${Math.round(delay)} ms, then ever less often, at most ${capText(this.backoffCapMs)} apart (outage_backoff_cap_minutes), until it is fixed: ${message}`, fields);
       return;
     }
     // The same cause again is said at debug, and every tenth retry at warn so a long outage stays
@@ -94,4 +94,9 @@ export class Reachability {
     this.#lastError = null;
     this.#state = "ok";
   }
+}
+
+/** `5 min`, `90 s`: the backoff cap as the config states it. */
+function capText(ms: number): string {
+  return ms >= 60_000 && ms % 60_000 === 0 ? `${ms / 60_000} min` : `${Math.round(ms / 1000)} s`;
 }

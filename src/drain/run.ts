@@ -1,5 +1,5 @@
 import type { OutboxConfig } from "../config/types.ts";
-import { silentLogger, type Logger } from "../logger.ts";
+import { libraryLogger, type Logger } from "../logger.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { OutboxSyncService, type SyncServiceOptions, type TargetActivity } from "./service.ts";
 
@@ -30,7 +30,7 @@ export interface RunServiceOptions extends SyncServiceOptions {
  * when stopped — the caller exits 0. Rejects if startup fails (e.g. `LockedError`).
  */
 export async function runService(config: OutboxConfig, writers: Record<string, OutboxWriter>, options: RunServiceOptions = {}): Promise<void> {
-  const logger: Logger = options.logger ?? silentLogger;
+  const logger: Logger = libraryLogger(options.logger);
   const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
   const service = new OutboxSyncService(config, writers, options);
   options.onCreated?.(service);

@@ -1,7 +1,7 @@
 import path from "node:path";
 import type { AppConfig, OutboxConfig } from "../config/types.ts";
 import { ConfigError, OutboxError } from "../errors.ts";
-import { silentLogger, type Logger } from "../logger.ts";
+import { libraryLogger, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { scanIntegrity, type IntegrityReport } from "../outbox/inspect.ts";
@@ -73,6 +73,8 @@ export class OutboxSyncService {
   private closed = false;
   private looping = false;
   private stopped: Promise<void> | null = null;
+  /** Each target's delivered total at the last persistState, and when: the base of the next write's `recent`. */
+  private persisted: { at: number; delivered: Map<string, number> } | null = null;
   /** Resolves when stop() is first called: a pending start() gives up its startup wait then. */
   private readonly stopSignal = Promise.withResolvers<void>();
 
@@ -81,7 +83,7 @@ export class OutboxSyncService {
     private readonly writers: Record<string, OutboxWriter>,
     private readonly options: SyncServiceOptions = {},
   ) {
-    this.logger = options.logger ?? silentLogger;
+    this.logger = libraryLogger(options.logger);
     this.now = options.now ?? Date.now;
     this.care = new FileCare(this.logger);
     const served = new Set<string>();
@@ -184,13 +186,22 @@ export class OutboxSyncService {
   }
 
   /**
-   * Writes each db_dir's drain state (`.sqloutbox-state.json`: every target's state, holds and
-   * fleet view) for `status` to read without a network call; `stopped` marks it final.
+   * Writes each db_dir's drain state (`.sqloutbox-state.json`: every target's state, holds, fleet
+   * view and what it delivered since the previous write) for `status` to read without a network
+   * call; `stopped` marks it final.
    */
   persistState(options: { stopped?: boolean } = {}): void {
-    const now = new Date().toISOString();
+    const at = Date.now();
+    const now = new Date(at).toISOString();
+    const previous = this.persisted;
+    const delivered = new Map(this.runners.map((r) => [r.name, r.totals.delivered]));
+    this.persisted = { at, delivered };
+    const recent = (name: string) => {
+      const before = previous?.delivered.get(name);
+      return previous && before !== undefined ? { delivered: delivered.get(name)! - before, ms: at - previous.at } : null;
+    };
     for (const app of this.config.apps) {
-      const targets = this.runners.filter((r) => r.appConfig === app).map((r) => r.view());
+      const targets = this.runners.filter((r) => r.appConfig === app).map((r) => ({ ...r.view(), recent: recent(r.name) }));
       const state: DrainState = { version: 1, pid: process.pid, startedAt: this.startedAt, updatedAt: now, stoppedAt: options.stopped ? now : null, targets };
       const { stateFile } = drainHome(app);
       try {

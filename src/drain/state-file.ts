@@ -10,7 +10,17 @@ export interface DrainState {
   updatedAt: string;
   /** Set when the drain stopped cleanly (the state is then final, not stale). */
   stoppedAt: string | null;
-  targets: TargetView[];
+  targets: PersistedTarget[];
+}
+
+/** One target in the state file: the drain's view of it, and its delivery over the last interval. */
+export interface PersistedTarget extends TargetView {
+  /**
+   * Rows delivered between the previous write of the state and this one, and the time between the
+   * two (ms): what `status` shows as rows/s. Null in a drain's first write (and absent in files
+   * of older versions).
+   */
+  recent?: { delivered: number; ms: number } | null;
 }
 
 /**

@@ -101,11 +101,11 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
 
   tableGauge("sqloutbox_pending_rows", "Rows waiting in the table's queue.", (t) => t.pending);
   tableGauge("sqloutbox_oldest_pending_age_seconds", "How long the oldest pending row has waited (absent when none).", (t) => t.oldestAgeS);
-  tableGauge("sqloutbox_head_attempts", "Delivery attempts charged to the head row (0 when healthy).", (t) => t.headAttempts);
+  tableGauge("sqloutbox_head_attempts", "Delivery attempts charged to the head row: 0, or 1 while its batch is in flight (charged before it is sent); 2 or more means it failed.", (t) => t.headAttempts);
   tableGauge("sqloutbox_dead_letters", "Dead letters present (not yet replayed).", (t) => t.dead);
 
   new client.Gauge({
-    name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract).",
+    name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract); 0 with reason \"none\" while it does not.",
     labelNames: [...tableLabels, "reason"], registers,
     collect() {
       this.reset();

@@ -1,11 +1,14 @@
+import { Database } from "bun:sqlite";
 import { defineCommand } from "citty";
 import fs from "node:fs";
 import path from "node:path";
 import { OutboxError, StorageError } from "../../errors.ts";
+import { VERSION } from "../../version.ts";
 import { logArgs } from "../args.ts";
 import { print } from "../text-output.ts";
 // Text imports are embedded by `bun build --compile`, so the binary scaffolds without the sources.
 import configTemplate from "../templates/outbox.config.ts.txt" with { type: "text" };
+import producerTemplate from "../templates/produce.ts.txt" with { type: "text" };
 import runnerTemplate from "../templates/run.ts.txt" with { type: "text" };
 import tomlTemplate from "../templates/outbox.toml.txt" with { type: "text" };
 import tsconfigTemplate from "../templates/tsconfig.json.txt" with { type: "text" };
@@ -15,12 +18,23 @@ export const SCAFFOLD: ReadonlyArray<{ name: string; text: string; purpose: stri
   { name: "outbox.config.ts", text: configTemplate, purpose: "typed config (defineConfig)" },
   { name: "run.ts", text: runnerTemplate, purpose: "the drain runner (SIGTERM/SIGINT/SIGHUP stop cleanly)" },
   { name: "outbox.toml", text: tomlTemplate, purpose: "the same config for `sqloutbox runservice`" },
+  { name: "produce.ts", text: producerTemplate, purpose: "an example producer: an order and its payment" },
   { name: "tsconfig.json", text: tsconfigTemplate, purpose: "type-checking for the scaffold (bunx tsc -p)" },
 ];
 
+/** The example target the scaffold's config names: a SQLite file with the tables produce.ts writes, so it delivers as generated. */
+const TARGET = {
+  name: "data/remote.db",
+  purpose: "the example target: SQLite, with tables orders and payments",
+  ddl: [
+    "CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL NOT NULL)",
+    "CREATE TABLE payments (id INTEGER PRIMARY KEY, order_id INTEGER NOT NULL, state TEXT)",
+  ],
+};
+
 /** `sqloutbox init [DIR]`: scaffold the programmatic path; never overwrites a file. */
 export const init = defineCommand({
-  meta: { name: "init", description: "Scaffold a typed config, a drain runner and an outbox.toml into DIR (default ./outbox)" },
+  meta: { name: "init", description: "Scaffold a typed config, a drain runner, an outbox.toml, an example producer and target into DIR (default ./outbox)" },
   args: {
     dir: { type: "positional", required: false, description: "Directory to create the files in (default ./outbox)" },
     ...logArgs,
@@ -30,27 +44,56 @@ export const init = defineCommand({
     const shown = path.relative(process.cwd(), dir) || ".";
     if (fs.existsSync(dir) && !fs.statSync(dir).isDirectory()) throw new OutboxError("E_OUTBOX", `${dir} exists and is not a directory`);
     // Check everything first: either the whole scaffold is written or nothing is.
-    for (const f of SCAFFOLD) {
-      const file = path.join(dir, f.name);
+    for (const name of [...SCAFFOLD.map((f) => f.name), TARGET.name]) {
+      const file = path.join(dir, name);
       if (fs.existsSync(file)) throw new OutboxError("E_OUTBOX", `refusing to overwrite ${file}: remove it or choose another DIR`);
     }
     writeScaffold(dir);
-    const width = Math.max(...SCAFFOLD.map((f) => path.join(shown, f.name).length));
-    for (const f of SCAFFOLD) print(`created ${path.join(shown, f.name).padEnd(width)}  ${f.purpose}`);
-    print(
-      [
-        "",
-        "Next steps:",
-        "  1. bun add sqloutbox                    (and bun add -d @types/bun typescript to type-check)",
-        `  2. edit ${path.join(shown, "outbox.config.ts")}: your tables (they must exist on the target), its writer and connection`,
-        `  3. produce events: new SQLMiddleware({ dbDir: "${path.join(shown, "data/queue")}" }).push("orders", "INSERT INTO orders (id) VALUES (?)", [1])`,
-        `  4. run the drain:  bun ${path.join(shown, "run.ts")}`,
-        `     or with TOML:   sqloutbox runservice --config ${path.join(shown, "outbox.toml")}`,
-        `  5. watch it:       sqloutbox status --config ${path.join(shown, "outbox.toml")}`,
-      ].join("\n"),
-    );
+    const created = [...SCAFFOLD, TARGET].map((f) => ({ file: path.join(shown, f.name), purpose: f.purpose }));
+    const width = Math.max(...created.map((c) => c.file.length));
+    for (const c of created) print(`created ${c.file.padEnd(width)}  ${c.purpose}`);
+    print(["", "Next steps:", ...nextSteps(shown, installed(dir))].join("\n"));
   },
 });
+
+/**
+ * What to run, in order: every command line is meant to be run as printed (test/cli-init.test.ts
+ * runs them). The install step only where "sqloutbox" does not resolve from DIR yet.
+ */
+function nextSteps(shown: string, isInstalled: boolean): string[] {
+  const at = (name: string) => path.join(shown, name);
+  const commands = [
+    [`bun ${at("produce.ts")}`, `queues an order and its payment in ${at("data/queue")}`],
+    [`bun ${at("run.ts")}`, `the drain: delivers them into ${at(TARGET.name)}; Ctrl-C stops it`],
+    [`bunx sqloutbox runservice --config ${at("outbox.toml")}`, "or the same drain, from outbox.toml"],
+    [`bunx sqloutbox status --config ${at("outbox.toml")}`, "what is pending, delivered, held"],
+  ];
+  const width = Math.max(...commands.map(([line]) => line!.length));
+  const steps = [
+    ["Try it as generated (the target is a local SQLite file; nothing else to set up):", ...commands.map(([line, note]) => `     ${line!.padEnd(width)}  # ${note}`)],
+    [
+      `Make it yours: your tables, writer and connection in ${at("outbox.config.ts")} (and ${at("outbox.toml")});`,
+      "   the tables must exist on the target. Producers: new SQLMiddleware({ dbDir }).push(table, sql, args).",
+    ],
+  ];
+  if (!isInstalled) {
+    steps.unshift([
+      "Add the package to this project: bun add sqloutbox",
+      `   (before its first npm release: \`bun pm pack\` in a sqloutbox checkout, then bun add ./sqloutbox-${VERSION}.tgz)`,
+    ]);
+  }
+  return steps.flatMap(([first, ...rest], i) => [`  ${i + 1}. ${first}`, ...rest.map((l) => `  ${l}`)]);
+}
+
+/** Whether "sqloutbox" resolves from `dir` as the scaffold's imports will (the project already has the package). */
+function installed(dir: string): boolean {
+  try {
+    Bun.resolveSync("sqloutbox", dir);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** Writes every scaffold file into `dir`, or none: a failure removes what was written and says where. */
 function writeScaffold(dir: string): void {
@@ -61,6 +104,15 @@ function writeScaffold(dir: string): void {
       const file = path.join(dir, f.name);
       fs.writeFileSync(file, f.text, { flag: "wx" });
       written.push(file);
+    }
+    const target = path.join(dir, TARGET.name);
+    fs.mkdirSync(path.dirname(target), { recursive: true });
+    written.push(target);
+    const db = new Database(target, { create: true, strict: true });
+    try {
+      for (const ddl of TARGET.ddl) db.run(ddl);
+    } finally {
+      db.close();
     }
   } catch (err) {
     for (const file of written) fs.rmSync(file, { force: true });

@@ -1,0 +1,178 @@
+// What `status` reports, as data: every namespace's health, each running drain's targets (from
+// its state file, with their pace and lag), the fleet view, and the problems `--check` fails on.
+// Read-only: files are opened read-only, nothing is created, no network call.
+import { drainHome } from "../drain/home.ts";
+import { lockHolder } from "../drain/lock.ts";
+import { readDrainState, type DrainState, type PersistedTarget } from "../drain/state-file.ts";
+import type { TableView } from "../drain/views.ts";
+import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
+import { formatAge, oneLine, redact } from "./text-output.ts";
+import { isDir, withAccessHint, type Locations } from "./locations.ts";
+
+/** One namespace in `status --json`: where it lives plus its health (errors masked) and its hold, if the drain holds it. */
+export interface StatusEntry extends NamespaceHealth {
+  app: string | null;
+  dbDir: string;
+  held: TableView["held"];
+}
+
+/** The drain of one db_dir as its state file and lock say: running or not, and when it last wrote. */
+export interface DrainSummary {
+  /** The PID holding the db_dir's lock, or null when no drain runs there. */
+  pid: number | null;
+  /**
+   * When the drain last wrote its state. Null: there is no state file — no drain ever ran here, or
+   * the running one writes none (an app running OutboxSyncService itself, or runService with
+   * stateIntervalMs 0, or runservice still starting up).
+   */
+  updatedAt: string | null;
+  stoppedAt: string | null;
+  /** A running drain whose state file has not been rewritten for a while: its loop may be hung. Never set without a state file. */
+  stale: boolean;
+}
+
+/** One line of the fleet view: an origin's ledger row for a served table, as this host's drain last read it. */
+export interface FleetEntry {
+  target: string;
+  namespace: string;
+  origin: string;
+  label: string;
+  through: number;
+  updatedAt: string;
+  /** The origin is one of this host's queue files. */
+  self: boolean;
+}
+
+/** One target in `status --json`: the running drain's view of it (credential-free, errors masked), where it drains from, its pace and lag. */
+export interface StatusTarget extends PersistedTarget {
+  dbDir: string;
+  /** Rows delivered per second over the drain's last state interval (about 2 s); null before it has two samples. */
+  rowsPerSecond: number | null;
+  /** The oldest pending row's age (ms) among its tables; null when nothing is pending. */
+  lagMs: number | null;
+}
+
+/** The stable `status --json` document. */
+export interface StatusReport {
+  generatedAt: string;
+  dbDirs: Array<{ app: string | null; dbDir: string; exists: boolean; drain: DrainSummary }>;
+  namespaces: StatusEntry[];
+  /** Every target as the running drain last reported it. */
+  targets: StatusTarget[];
+  fleet: FleetEntry[];
+  /** Files that could not be read (not a database, not an outbox file); they make the exit code 1. */
+  unreadable: Array<{ file: string; error: string }>;
+  totals: { namespaces: number; depth: number; stuck: number; held: number; deadLetters: number; targetsDown: number };
+}
+
+/**
+ * runService rewrites the state every 2 s (its default stateIntervalMs): five of those intervals
+ * without a write means its loop is not running. A drain that writes no state file at all (the
+ * library's OutboxSyncService on its own) is never called stale: there is nothing to go by.
+ */
+const STALE_AFTER_MS = 10_000;
+
+/** Reads the health of every namespace of every location and each drain's persisted state; opens files read-only, creates nothing, no network. */
+export function collectStatus(locations: Locations, now = new Date()): StatusReport {
+  const dbDirs: StatusReport["dbDirs"] = [];
+  const namespaces: StatusEntry[] = [];
+  const targets: StatusReport["targets"] = [];
+  const fleet: FleetEntry[] = [];
+  const unreadable: StatusReport["unreadable"] = [];
+  const mask = (text: string | null) => (text === null ? null : redact(text, locations.secrets));
+  for (const loc of locations.dirs) {
+    const exists = isDir(loc.dbDir);
+    const state = exists ? readDrainState(drainHome(loc.dbDir).stateFile) : null;
+    const pid = exists ? lockHolder(drainHome(loc.dbDir).lockFile) : null;
+    const drain: DrainSummary = {
+      pid,
+      updatedAt: state?.updatedAt ?? null,
+      stoppedAt: state?.stoppedAt ?? null,
+      stale: pid !== null && state !== null && now.getTime() - Date.parse(state.updatedAt) > STALE_AFTER_MS,
+    };
+    dbDirs.push({ app: loc.app, dbDir: loc.dbDir, exists, drain });
+    if (!exists) continue;
+    // A stopped drain's view of its targets is history, not state: only a running drain's is shown.
+    const live = pid !== null && state !== null && state.stoppedAt === null ? state : null;
+    fleet.push(...fleetOf(live));
+    const shown = (live?.targets ?? []).map((t) => maskTarget(t, mask));
+    const holds = new Map(shown.flatMap((t) => t.tables.map((tb) => [tb.namespace, tb.held] as const)));
+    const onError = (file: string, err: Error) => unreadable.push({ file, error: withAccessHint(err.message, file) });
+    const health = healthAll(loc.dbDir, { maxPending: loc.maxPending, now, onError });
+    for (const h of health) namespaces.push({ app: loc.app, dbDir: loc.dbDir, ...h, lastError: mask(h.lastError), held: holds.get(h.namespace) ?? null });
+    const ages = new Map(health.map((h) => [h.namespace, h.oldestPendingAgeMs]));
+    targets.push(...shown.map((t) => ({ ...t, dbDir: loc.dbDir, ...paceOf(t, ages) })));
+  }
+  return {
+    generatedAt: now.toISOString(),
+    dbDirs,
+    namespaces,
+    targets,
+    fleet,
+    unreadable,
+    totals: {
+      namespaces: namespaces.length,
+      depth: namespaces.reduce((n, h) => n + h.depth, 0),
+      stuck: namespaces.filter((h) => h.isStuck).length,
+      held: namespaces.filter((h) => h.held !== null).length,
+      deadLetters: namespaces.reduce((n, h) => n + h.deadLetterCount, 0),
+      targetsDown: targets.filter((t) => t.state === "outage" || t.state === "misconfigured").length,
+    },
+  };
+}
+
+function maskTarget(t: PersistedTarget, mask: (text: string | null) => string | null): PersistedTarget {
+  return {
+    ...t,
+    lastError: mask(t.lastError),
+    setupProblem: mask(t.setupProblem),
+    tables: t.tables.map((tb) => ({ ...tb, held: tb.held && { ...tb.held, message: mask(tb.held.message)! } })),
+  };
+}
+
+/** A target's rows/s over the drain's last state interval, and its lag: the oldest pending row of its tables. */
+function paceOf(t: PersistedTarget, ages: ReadonlyMap<string, number | null>): Pick<StatusTarget, "rowsPerSecond" | "lagMs"> {
+  const pending = t.tables.map((tb) => ages.get(tb.namespace) ?? null).filter((age): age is number => age !== null);
+  return {
+    rowsPerSecond: t.recent && t.recent.ms > 0 ? (t.recent.delivered * 1000) / t.recent.ms : null,
+    lagMs: pending.length > 0 ? Math.max(...pending) : null,
+  };
+}
+
+function fleetOf(state: DrainState | null): FleetEntry[] {
+  const out: FleetEntry[] = [];
+  for (const t of state?.targets ?? []) {
+    const mine = new Set(t.tables.map((tb) => tb.origin).filter((o): o is string => o !== null));
+    for (const r of t.fleet) out.push({ target: t.target, namespace: r.namespace, origin: r.origin, label: r.label, through: r.through, updatedAt: r.updatedAt, self: mine.has(r.origin) });
+  }
+  return out;
+}
+
+/** What `status --check` can fail on. */
+export const CHECKS = ["stuck", "held", "dead", "age", "down"] as const;
+export type Check = (typeof CHECKS)[number];
+
+/**
+ * The problems `status --check` reports, one line each: stuck heads, held tables, dead letters,
+ * an oldest pending row older than `maxAgeMs`, targets down or misconfigured, a running drain
+ * whose state went stale. Empty when all is well. Messages are never cut: the cause is the part that matters.
+ */
+export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, maxAgeMs: number): string[] {
+  const problems: string[] = [];
+  const where = (h: StatusEntry) => `${h.app ? `${h.app}/` : ""}${h.namespace}`;
+  for (const h of report.namespaces) {
+    if (checks.has("stuck") && h.isStuck) problems.push(`stuck: ${where(h)} head seq ${h.headSeq} failed ${h.headAttempts} time(s): ${oneLine(h.lastError)}`);
+    if (checks.has("held") && h.held) problems.push(`held: ${where(h)} (${h.held.reason}): ${oneLine(h.held.message)}`);
+    if (checks.has("dead") && h.deadLetterCount > 0) problems.push(`dead letters: ${where(h)} has ${h.deadLetterCount}`);
+    if (checks.has("age") && h.oldestPendingAgeMs !== null && h.oldestPendingAgeMs > maxAgeMs) {
+      problems.push(`too old: ${where(h)} oldest pending row waited ${formatAge(h.oldestPendingAgeMs)} (limit ${formatAge(maxAgeMs)})`);
+    }
+  }
+  if (checks.has("down")) {
+    for (const t of report.targets) {
+      if (t.state === "outage" || t.state === "misconfigured") problems.push(`${t.state === "outage" ? "down" : "misconfigured"}: target ${t.target} since ${t.downSince}, ${t.failures} failed attempt(s): ${oneLine(t.lastError)}`);
+    }
+    for (const d of report.dbDirs) if (d.drain.stale) problems.push(`stale: the drain (pid ${d.drain.pid}) on ${d.dbDir} has not reported since ${d.drain.updatedAt}`);
+  }
+  return problems;
+}
