@@ -91,6 +91,7 @@ describe("dead-letter list filters", () => {
         "attempts": 0,
         "createdAt": "<TIME>",
         "dbDir": "<DIR>/queue",
+        "dbFile": null,
         "deadAt": "<TIME>",
         "error": "skipped by operator",
         "errorClass": null,

@@ -71,7 +71,7 @@ describe("status", () => {
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout);
     expect(Object.keys(report)).toEqual(["generatedAt", "dbDirs", "namespaces", "targets", "fleet", "unreadable", "totals"]);
-    expect(report.dbDirs).toEqual([{ app: null, dbDir, exists: true, drain: { pid: null, updatedAt: null, stoppedAt: null, stale: false } }]);
+    expect(report.dbDirs).toEqual([{ app: null, dbDir, dbFile: null, exists: true, drain: { pid: null, updatedAt: null, stoppedAt: null, stale: false } }]);
     expect(report.totals).toEqual({ namespaces: 2, depth: 7, stuck: 1, held: 0, deadLetters: 1, targetsDown: 0 });
     expect([report.targets, report.fleet]).toEqual([[], []]); // no drain runs here
     const [orders, payments] = report.namespaces;
@@ -117,7 +117,7 @@ describe("status", () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("shop  orders");
     expect(r.stderr).toContain(`${config}:3:1 [app.shop.batch_szie]: unknown key "batch_szie" (did you mean "batch_size"?)`);
-    expect(r.stderr).toContain(`(the drain refuses this config; reading only the db_dirs of ${config})`);
+    expect(r.stderr).toContain(`(the drain refuses this config; reading only the db_dirs and db_files of ${config})`);
     expect(r.stdout + r.stderr).not.toContain("hunter2");
   });
 
@@ -320,7 +320,7 @@ describe("status of a running drain, from its state file", () => {
   test("on a terminal, a message wider than the terminal is cut in its table and given in full under it; colour marks down, stuck and dead", () => {
     const lock = drainWith([target({ state: "misconfigured", failures: 1, downSince: new Date().toISOString(), lastError: CAUSE })]);
     try {
-      const report = collectStatus({ dirs: [{ app: null, dbDir, maxPending: null }], secrets: [], configFile: null });
+      const report = collectStatus({ dirs: [{ app: null, dbDir, dbFile: null, maxPending: null }], secrets: [], configFile: null });
       const text = renderStatus(report, { width: 120, color: false });
       const lines = text.split("\n");
       const tables = lines.filter((l) => /^(shop\.main|orders|payments) /.test(l));
@@ -448,8 +448,8 @@ describe("dead-letter list and show", () => {
     const r = await runInProcess(["dead-letter", "list", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
-      "NAMESPACE  SEQ  REASON   ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
-      payments     1  skipped         0  <TIME>            -  skipped by operator
+      "NAMESPACE  SEQ  GROUP  REASON   ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
+      payments     1      -  skipped         0  <TIME>            -  skipped by operator
       "
     `);
   });
@@ -480,6 +480,7 @@ describe("dead-letter list and show", () => {
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "namespace:   payments
       seq:         1
+      group:       -
       file:        <DIR>/queue/payments.db
       source:      test
       created at:  <TIME>

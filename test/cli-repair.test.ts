@@ -60,7 +60,7 @@ describe("skip", () => {
 
   test("--json reports the action", async () => {
     const r = await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
-    expect(JSON.parse(r.stdout)).toEqual({ action: "skip", namespace: "orders", seq: 1, file: path.join(dbDir, "orders.db") });
+    expect(JSON.parse(r.stdout)).toEqual({ action: "skip", namespace: "orders", seq: 1, file: path.join(dbDir, "orders.db"), moved: [1], alsoIn: [] });
   });
 });
 

@@ -55,8 +55,9 @@ describe("version and help", () => {
 
       OPTIONS
 
-        --config=<FILE>                        The outbox.toml whose apps' db_dirs are read (default ./outbox.toml)
+        --config=<FILE>                        The outbox.toml whose apps' db_dirs and db_files are read (default ./outbox.toml)
         --db-dir=<DIR>                         A db_dir holding {table}.db outbox files (instead of --config)
+        --db-file=<FILE>                       A db_file holding every table of an app, or an application's database (instead of --config)
         --json                                 Print JSON (stable shape, see docs/cli.md)
         --watch                                Refresh until interrupted (with --json: one JSON document per line)
         --interval=<SECONDS>                   Refresh interval for --watch (default 2)
@@ -112,7 +113,7 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "-1"], /--seq must be a positive integer, got "-1"/],
     [["status", "--db-dir", ".", "--watch", "--interval", "-2"], /--interval must be a positive number of seconds, got "-2"/],
     [["skip", "--db-dir", ".", "--namespace", "../x", "--seq", "1"], /--namespace must be a table name/],
-    [["status", "--config", "a.toml", "--db-dir", "."], /give either --config FILE or --db-dir DIR, not both/],
+    [["status", "--config", "a.toml", "--db-dir", "."], /give one of --config FILE, --db-dir DIR and --db-file FILE, not --config FILE and --db-dir DIR/],
     [["status", "--log-level", "loud", "--db-dir", "."], /invalid log level "loud".*\nRun "sqloutbox status --help"/],
     [["status", "--interval", "1", "--db-dir", "."], /--interval only applies with --watch/],
     [["init", "a", "b"], /unexpected argument "b" for "sqloutbox init"/],
@@ -157,7 +158,7 @@ describe("failures exit 1", () => {
     fs.writeFileSync(file, "");
     const r = await runInProcess(["status", "--db-dir", file]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`[error] --db-dir ${file} is a file, not a directory (give the directory that holds the {table}.db files)\n`);
+    expect(r.stderr).toBe(`[error] --db-dir ${file} is a file, not a directory (give the directory that holds the {table}.db files, or --db-file ${file})\n`);
     fs.rmSync(file);
   });
 

@@ -115,7 +115,7 @@ describeSlow("a fleet of drain and producer processes", "run three hosts' drains
         const expected = hosts.map(({ dbDir, h }) => {
           const q = queues.find((x) => x.path === `${dbDir}/${t}.db`)!;
           const log = new Database(q.path, { readonly: true });
-          const last = log.query<{ s: number }, [string]>("SELECT max(seq) AS s FROM outbox_sync_log WHERE namespace = ?").get(t)!.s;
+          const last = log.query<{ s: number }, [string]>("SELECT max(last_seq) AS s FROM outbox_delivered WHERE namespace = ?").get(t)!.s;
           log.close();
           return [q.origin, last, `host-${h}`];
         });

@@ -246,7 +246,7 @@ describe("read-only readers", () => {
     expect(seqs({ namespace: "a", reason: "skipped", since: new Date(Date.now() - 4 * DAY), replayed: false })).toEqual(["a:2"]);
     expect(findDeadLetters(tmp.path, { namespace: "b", reason: "skipped" })[0]).toMatchObject({ file: b.path, seq: 2, tag: "INSERT INTO b (id) VALUES (?)", payload: "[2]" });
     expect(findDeadLetterRefs(tmp.path, { namespace: "a", replayed: true })).toEqual([
-      { file: a.path, namespace: "a", seq: 1, reason: "skipped", deadAt: expect.any(String), replayedAt: expect.any(String), replayedAsSeq: 5 },
+      { file: a.path, namespace: "a", seq: 1, reason: "skipped", deadAt: expect.any(String), replayedAt: expect.any(String), replayedAsSeq: 5, grp: null },
     ]);
   });
 

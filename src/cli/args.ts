@@ -39,17 +39,22 @@ export const configArg = {
   config: { type: "string", valueHint: "FILE", description: `The config file (default ./${DEFAULT_CONFIG})` },
 } as const;
 
-/** Where the outbox files are: `--config FILE` (every app's db_dir) or `--db-dir DIR`. */
+/** Where the outbox files are: `--config FILE` (every app's db_dir or db_file), `--db-dir DIR` or `--db-file FILE`. */
 export const locationArgs = {
   config: {
     type: "string",
     valueHint: "FILE",
-    description: "The outbox.toml whose apps' db_dirs are read (default ./outbox.toml)",
+    description: "The outbox.toml whose apps' db_dirs and db_files are read (default ./outbox.toml)",
   },
   "db-dir": {
     type: "string",
     valueHint: "DIR",
     description: "A db_dir holding {table}.db outbox files (instead of --config)",
+  },
+  "db-file": {
+    type: "string",
+    valueHint: "FILE",
+    description: "A db_file holding every table of an app, or an application's database (instead of --config)",
   },
 } as const;
 
@@ -58,9 +63,9 @@ export const jsonArg = {
   json: { type: "boolean", description: "Print JSON (stable shape, see docs/cli.md)" },
 } as const;
 
-/** `--app APP`: with --config, only that app's db_dir. */
+/** `--app APP`: with --config, only that app's db_dir or db_file. */
 export const appArg = {
-  app: { type: "string", valueHint: "APP", description: "With --config: only this app's db_dir" },
+  app: { type: "string", valueHint: "APP", description: "With --config: only this app's db_dir or db_file" },
 } as const;
 
 /** `--namespace N` as an optional filter. */
@@ -70,9 +75,9 @@ export const namespaceFilterArg = {
 
 /** `--namespace N --seq S` (+ `--app A` to pick one app when a config has several). */
 export const rowArgs = {
-  namespace: { type: "string", valueHint: "N", required: true, description: "The namespace (table); its file is {db_dir}/{N}.db" },
+  namespace: { type: "string", valueHint: "N", required: true, description: "The namespace (table); its file is {db_dir}/{N}.db, or the db_file" },
   seq: { type: "string", valueHint: "S", required: true, description: "The row's seq" },
-  app: { ...appArg.app, description: "With --config: the app whose db_dir holds the namespace" },
+  app: { ...appArg.app, description: "With --config: the app whose db_dir or db_file holds the namespace" },
 } as const;
 
 /** Parses `--seq` as a positive integer, or throws a usage error. */

@@ -7,12 +7,14 @@ import { readDrainState, type DrainState, type PersistedTarget } from "../drain/
 import type { TableView } from "../drain/views.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { formatAge, oneLine, redact } from "./text-output.ts";
-import { isDir, withAccessHint, type Locations } from "./locations.ts";
+import { locationExists, withAccessHint, type Locations } from "./locations.ts";
 
 /** One namespace in `status --json`: where it lives plus its health (errors masked) and its hold, if the drain holds it. */
 export interface StatusEntry extends NamespaceHealth {
   app: string | null;
   dbDir: string;
+  /** The db_file holding the namespace (null: its own file in the db_dir). */
+  dbFile: string | null;
   held: TableView["held"];
 }
 
@@ -46,6 +48,7 @@ export interface FleetEntry {
 /** One target in `status --json`: the running drain's view of it (credential-free, errors masked), where it drains from, its pace and lag. */
 export interface StatusTarget extends PersistedTarget {
   dbDir: string;
+  dbFile: string | null;
   /** Rows delivered per second over the drain's last state interval (about 2 s); null before it has two samples. */
   rowsPerSecond: number | null;
   /** The oldest pending row's age (ms) among its tables; null when nothing is pending. */
@@ -55,7 +58,8 @@ export interface StatusTarget extends PersistedTarget {
 /** The stable `status --json` document. */
 export interface StatusReport {
   generatedAt: string;
-  dbDirs: Array<{ app: string | null; dbDir: string; exists: boolean; drain: DrainSummary }>;
+  /** Each location read: a db_dir, or a db_file (`dbFile`; `dbDir` is then its directory). */
+  dbDirs: Array<{ app: string | null; dbDir: string; dbFile: string | null; exists: boolean; drain: DrainSummary }>;
   namespaces: StatusEntry[];
   /** Every target as the running drain last reported it. */
   targets: StatusTarget[];
@@ -81,16 +85,16 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
   const unreadable: StatusReport["unreadable"] = [];
   const mask = (text: string | null) => (text === null ? null : redact(text, locations.secrets));
   for (const loc of locations.dirs) {
-    const exists = isDir(loc.dbDir);
-    const state = exists ? readDrainState(drainHome(loc.dbDir).stateFile) : null;
-    const pid = exists ? lockHolder(drainHome(loc.dbDir).lockFile) : null;
+    const exists = locationExists(loc);
+    const state = exists ? readDrainState(drainHome(loc).stateFile) : null;
+    const pid = exists ? lockHolder(drainHome(loc).lockFile) : null;
     const drain: DrainSummary = {
       pid,
       updatedAt: state?.updatedAt ?? null,
       stoppedAt: state?.stoppedAt ?? null,
       stale: pid !== null && state !== null && now.getTime() - Date.parse(state.updatedAt) > STALE_AFTER_MS,
     };
-    dbDirs.push({ app: loc.app, dbDir: loc.dbDir, exists, drain });
+    dbDirs.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, exists, drain });
     if (!exists) continue;
     // A stopped drain's view of its targets is history, not state: only a running drain's is shown.
     const live = pid !== null && state !== null && state.stoppedAt === null ? state : null;
@@ -98,10 +102,10 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
     const shown = (live?.targets ?? []).map((t) => maskTarget(t, mask));
     const holds = new Map(shown.flatMap((t) => t.tables.map((tb) => [tb.namespace, tb.held] as const)));
     const onError = (file: string, err: Error) => unreadable.push({ file, error: withAccessHint(err.message, file) });
-    const health = healthAll(loc.dbDir, { maxPending: loc.maxPending, now, onError });
-    for (const h of health) namespaces.push({ app: loc.app, dbDir: loc.dbDir, ...h, lastError: mask(h.lastError), held: holds.get(h.namespace) ?? null });
+    const health = healthAll(loc, { maxPending: loc.maxPending, now, onError });
+    for (const h of health) namespaces.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, ...h, lastError: mask(h.lastError), held: holds.get(h.namespace) ?? null });
     const ages = new Map(health.map((h) => [h.namespace, h.oldestPendingAgeMs]));
-    targets.push(...shown.map((t) => ({ ...t, dbDir: loc.dbDir, ...paceOf(t, ages) })));
+    targets.push(...shown.map((t) => ({ ...t, dbDir: loc.dbDir, dbFile: loc.dbFile, ...paceOf(t, ages) })));
   }
   return {
     generatedAt: now.toISOString(),
@@ -172,7 +176,7 @@ export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, ma
     for (const t of report.targets) {
       if (t.state === "outage" || t.state === "misconfigured") problems.push(`${t.state === "outage" ? "down" : "misconfigured"}: target ${t.target} since ${t.downSince}, ${t.failures} failed attempt(s): ${oneLine(t.lastError)}`);
     }
-    for (const d of report.dbDirs) if (d.drain.stale) problems.push(`stale: the drain (pid ${d.drain.pid}) on ${d.dbDir} has not reported since ${d.drain.updatedAt}`);
+    for (const d of report.dbDirs) if (d.drain.stale) problems.push(`stale: the drain (pid ${d.drain.pid}) on ${d.dbFile ?? d.dbDir} has not reported since ${d.drain.updatedAt}`);
   }
   return problems;
 }

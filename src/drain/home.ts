@@ -1,10 +1,5 @@
 import path from "node:path";
-
-/** Where an app's queues are: one file per table in `dbDir`, or every table in `dbFile`. */
-export interface QueueLocation {
-  dbDir: string;
-  dbFile: string | null;
-}
+import type { QueueLocation } from "../outbox/files.ts";
 
 /**
  * Where the drain of an app's queues keeps its lock (one drain per db_dir or db_file) and the
@@ -12,7 +7,7 @@ export interface QueueLocation {
  * beside the db_file (`<db_file>.sqloutbox.lock`, `<db_file>.sqloutbox-state.json`) — never inside
  * a directory the db_file shares with other files of the application.
  */
-export function drainHome(location: QueueLocation | string): { lockFile: string; stateFile: string } {
+export function drainHome(location: QueueLocation): { lockFile: string; stateFile: string } {
   if (typeof location === "string") location = { dbDir: location, dbFile: null }; // a db_dir
   if (location.dbFile !== null) {
     const file = path.resolve(location.dbFile);

@@ -4,7 +4,7 @@
 // the real run does, from the same query.
 import type { Database } from "bun:sqlite";
 import type { OutboxError } from "../errors.ts";
-import { listOutboxFiles } from "./files.ts";
+import { queueFilesOf, type QueueLocation } from "./files.ts";
 import { fileFeatures, hasOutboxSchema } from "./health.ts";
 import { DEAD_ROW_COLUMNS, type DeadLetter } from "./rows.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
@@ -26,7 +26,7 @@ export interface FiledDeadLetter extends DeadLetter {
 }
 
 /** What identifies a dead letter and its state, without its SQL and payload (cheap to hold by the thousand). */
-export type DeadLetterRef = Pick<FiledDeadLetter, "file" | "namespace" | "seq" | "reason" | "deadAt" | "replayedAt" | "replayedAsSeq">;
+export type DeadLetterRef = Pick<FiledDeadLetter, "file" | "namespace" | "seq" | "reason" | "deadAt" | "replayedAt" | "replayedAsSeq" | "grp">;
 
 /**
  * What `Outbox.replayDeadMany` did, ascending seq: letters re-enqueued as `newSeq`, and letters
@@ -69,23 +69,23 @@ export interface PurgeOutcome {
 
 type OnError = (file: string, error: OutboxError) => void;
 
-/** Every matching dead letter of every outbox file in `dbDir` (by file, then seq), read-only; `onError` as in `findDeadLetterRefs`. */
-export function findDeadLetters(dbDir: string, filter: DeadLetterFilter = {}, options: { onError?: OnError } = {}): FiledDeadLetter[] {
-  return findIn<FiledDeadLetter>(dbDir, filter, DEAD_ROW_COLUMNS, options.onError);
+/** Every matching dead letter of every outbox file of a db_dir or db_file (by file, then seq), read-only; `onError` as in `findDeadLetterRefs`. */
+export function findDeadLetters(location: QueueLocation, filter: DeadLetterFilter = {}, options: { onError?: OnError } = {}): FiledDeadLetter[] {
+  return findIn<FiledDeadLetter>(location, filter, DEAD_ROW_COLUMNS, options.onError);
 }
 
 /**
  * Like `findDeadLetters`, without the SQL and payloads. A file that cannot be read throws
  * StorageError, unless `onError` is given: it then receives the error and the file is skipped.
  */
-export function findDeadLetterRefs(dbDir: string, filter: DeadLetterFilter = {}, options: { onError?: OnError } = {}): DeadLetterRef[] {
-  return findIn<DeadLetterRef>(dbDir, filter, "namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq", options.onError);
+export function findDeadLetterRefs(location: QueueLocation, filter: DeadLetterFilter = {}, options: { onError?: OnError } = {}): DeadLetterRef[] {
+  return findIn<DeadLetterRef>(location, filter, "namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq, grp", options.onError);
 }
 
-function findIn<T extends { file: string }>(dbDir: string, filter: DeadLetterFilter, columns: string, onError: OnError | undefined): T[] {
+function findIn<T extends { file: string }>(location: QueueLocation, filter: DeadLetterFilter, columns: string, onError: OnError | undefined): T[] {
   const { where, params } = filterSql(filter);
   const out: T[] = [];
-  for (const file of listOutboxFiles(dbDir)) {
+  for (const file of queueFilesOf(location)) {
     try {
       const rows = readDeadLog(file, (db) => db.query<Omit<T, "file">, string[]>(`SELECT ${columns} FROM outbox_dead_log ${where} ORDER BY seq`).all(...params));
       for (const row of rows ?? []) out.push({ ...row, file } as T);

@@ -154,6 +154,18 @@ export class DeadLog {
       .all(dead.grp);
   }
 
+  /** See Outbox.listDeadGroup: the letters of `seq`'s group that share its replay state (one dead-lettering, or one replay). */
+  groupOf(seq: number): DeadLetter[] {
+    return this.#file.read("cannot read dead letters", () => {
+      const dead = this.#dead(seq);
+      if (!dead) return [];
+      if (dead.grp === null) return [dead];
+      return this.#file.db
+        .query<DeadLetter, [number, string | null]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE grp = ?1 AND replayed_at IS ?2 ORDER BY seq`)
+        .all(dead.grp, dead.replayedAt);
+    });
+  }
+
   #appenderOf(namespace: string): Appender {
     if (namespace === this.#file.namespace) return this.#appender;
     let other = this.#others.get(namespace);

@@ -1,4 +1,4 @@
-import { readdirSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { StorageError } from "../errors.ts";
 
@@ -27,4 +27,19 @@ export function listOutboxFiles(dbDir: string): string[] {
       }
     })
     .sort();
+}
+
+/** Where queues are: a db_dir (one `{table}.db` file per table), or `{ dbFile }`: one file holding every table. */
+export type QueueLocation = string | { dbDir: string; dbFile: string | null };
+
+/**
+ * The queue files of a location without opening them: the `*.db` files of a db_dir (see
+ * listOutboxFiles), or the one db_file. Throws StorageError when the directory or the file does
+ * not exist (a missing location is reported, not mistaken for an empty one).
+ */
+export function queueFilesOf(location: QueueLocation): string[] {
+  if (typeof location === "string" || location.dbFile === null) return listOutboxFiles(typeof location === "string" ? location : location.dbDir);
+  const file = resolve(location.dbFile);
+  if (!existsSync(file)) throw new StorageError(`db_file ${file} does not exist`, file);
+  return [file];
 }

@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { basename } from "node:path";
 import { OutboxError, StorageError } from "../errors.ts";
 import { deliveredSqlOf, type DeliveredSql } from "./delivered.ts";
-import { listOutboxFiles } from "./files.ts";
+import { queueFilesOf, type QueueLocation } from "./files.ts";
 import { checkOwnFile, pendingCountIn, pendingCountSql, tableColumns, type PendingCount } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 import { parseTimestamp } from "./timestamp.ts";
@@ -192,17 +192,17 @@ function emptyHealth(file: string, options: HealthOptions): NamespaceHealth {
 }
 
 /**
- * Health of every namespace of every `*.db` file in `dbDir`, read-only: files are opened
- * read-only (immutable when no writer has them open), nothing is created or migrated. A file that
- * cannot be read throws StorageError naming it, unless `onError` is given, which then receives
- * the error and the file is skipped.
+ * Health of every namespace of every `*.db` file in a db_dir — or of the one db_file
+ * (`{ dbDir, dbFile }`) — read-only: files are opened read-only (immutable when no writer has them
+ * open), nothing is created or migrated. A file that cannot be read throws StorageError naming it,
+ * unless `onError` is given, which then receives the error and the file is skipped.
  */
 export function healthAll(
-  dbDir: string,
+  location: QueueLocation,
   options: HealthOptions & { onError?: (file: string, error: OutboxError) => void } = {},
 ): NamespaceHealth[] {
   const out: NamespaceHealth[] = [];
-  for (const file of listOutboxFiles(dbDir)) {
+  for (const file of queueFilesOf(location)) {
     try {
       out.push(...fileHealth(file, options));
     } catch (e) {

@@ -375,6 +375,16 @@ export class Outbox {
     return this.#dead.get(seq);
   }
 
+  /**
+   * The letters dead-lettered with the letter `seq` of this namespace, seq order, itself included:
+   * its group, in every namespace of the file (itself alone when it has none). Empty when `seq` is
+   * no dead letter here.
+   */
+  listDeadGroup(seq: number): DeadLetter[] {
+    this.#file.ensureOpen();
+    return this.#dead.groupOf(seq);
+  }
+
   /** Dead letters of this namespace not yet replayed. */
   deadCount(): number {
     this.#file.ensureOpen();

@@ -1,19 +1,20 @@
 import { defineCommand } from "citty";
 import { NotFoundError, StorageError, UsageError } from "../../errors.ts";
-import { listOutboxFiles } from "../../outbox/files.ts";
 import { findDeadLetterRefs, findDeadLetters, planPurge, type DeadLetterFilter, type DeadLetterRef, type FiledDeadLetter, type PurgeOutcome, type PurgeRule } from "../../outbox/dead-letters.ts";
-import { withOutbox } from "../../outbox/outbox.ts";
+import { withOutbox, type DeadLetter } from "../../outbox/outbox.ts";
 import { isoTimestamp } from "../../outbox/timestamp.ts";
 import { appArg, jsonArg, locationArgs, logArgs, namespaceFilterArg, parseSeq, rowArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 import { parseDurationMs, parsePointInTime } from "../durations.ts";
 import { oneLine, print, renderFields, renderTable, redact } from "../text-output.ts";
-import { appDirs, isDir, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Location, type Locations } from "../locations.ts";
+import { appDirs, describeLocation, filesOf, locationExists, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Location, type Locations } from "../locations.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
 export interface DeadLetterEntry extends FiledDeadLetter {
   app: string | null;
   dbDir: string;
+  /** The db_file holding it (null: a file of the db_dir). */
+  dbFile: string | null;
 }
 
 /** A file that could not be read or written; the others are still processed, and the command exits 1. */
@@ -63,10 +64,10 @@ export function collectDeadLetters(locations: Locations, filter: DeadLetterFilte
   const out: DeadLetterEntry[] = [];
   const failed: FileFailure[] = [];
   for (const loc of locations.dirs) {
-    if (!isDir(loc.dbDir)) continue;
-    for (const d of findDeadLetters(loc.dbDir, filter, { onError: recorder(failed) })) {
+    if (!locationExists(loc)) continue;
+    for (const d of findDeadLetters(loc, filter, { onError: recorder(failed) })) {
       const error = d.error === null ? null : redact(d.error, locations.secrets);
-      out.push({ app: loc.app, dbDir: loc.dbDir, ...d, error });
+      out.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, ...d, error });
     }
   }
   return { entries: out, failed };
@@ -94,6 +95,7 @@ export function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       ...(withApp ? [{ header: "app" }] : []),
       { header: "namespace" },
       { header: "seq", right: true },
+      { header: "group", right: true },
       { header: "reason" },
       { header: "attempts", right: true },
       { header: "dead at" },
@@ -104,6 +106,7 @@ export function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       ...(withApp ? [e.app ?? "-"] : []),
       e.namespace,
       String(e.seq),
+      e.grp === null ? "-" : String(e.grp),
       e.reason,
       String(e.attempts),
       e.deadAt,
@@ -113,11 +116,16 @@ export function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
   );
 }
 
-/** The human view of one dead letter: every field, the SQL and its arguments in full. */
-export function renderDeadLetter(e: DeadLetterEntry): string {
+/**
+ * The human view of one dead letter: every field, the SQL and its arguments in full, and the
+ * letters of its group (`group`: every letter dead-lettered with it, this one included).
+ */
+export function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] = []): string {
+  const members = group.length > 1 ? ` — ${group.length} statements: ${group.map((g) => (g.namespace === e.namespace ? `seq ${g.seq}` : `${g.namespace} seq ${g.seq}`)).join(", ")}; replayed and skipped together` : "";
   return renderFields([
     ["namespace", e.namespace],
     ["seq", String(e.seq)],
+    ["group", e.grp === null ? "-" : `${e.grp}${members}`],
     ["file", e.file],
     ["source", e.source || "-"],
     ["created at", e.createdAt],
@@ -249,12 +257,13 @@ const show = defineCommand({
   async run({ args }) {
     const seq = parseSeq(args.seq);
     const locations = await resolveLocations(args);
-    const { location } = namespaceFile(locations, args.namespace, args.app);
-    const { entries, failed } = collectDeadLetters({ ...locations, dirs: [location] }, { namespace: args.namespace });
+    const { location, file } = namespaceFile(locations, args.namespace, args.app);
+    const { entries, failed } = collectDeadLetters({ ...locations, dirs: [location] });
     failIf(failed, "could not read");
-    const entry = entries.find((e) => e.seq === seq);
-    if (!entry) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${args.namespace}" (${location.dbDir})`);
-    print(args.json ? JSON.stringify(entry, null, 2) : renderDeadLetter(entry));
+    const entry = entries.find((e) => e.seq === seq && e.namespace === args.namespace && e.file === file);
+    if (!entry) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${args.namespace}" (${describeLocation(location)})`);
+    const group = entry.grp === null ? [entry] : entries.filter((e) => e.file === entry.file && e.grp === entry.grp && e.replayedAt === entry.replayedAt);
+    print(args.json ? JSON.stringify({ ...entry, group: group.map(({ namespace, seq }) => ({ namespace, seq })) }, null, 2) : renderDeadLetter(entry, group));
   },
 });
 
@@ -296,12 +305,22 @@ const replay = defineCommand({
 });
 
 /** The original one-letter replay: its output is unchanged. */
-async function replayOne(namespace: string, seq: number, args: { config?: string; "db-dir"?: string; app?: string; json?: boolean }): Promise<void> {
+async function replayOne(namespace: string, seq: number, args: { config?: string; "db-dir"?: string; "db-file"?: string; app?: string; json?: boolean }): Promise<void> {
   const { file } = namespaceFile(await resolveLocations(args), namespace, args.app);
   requireOutboxNamespace(file, namespace);
-  const newSeq = withOutbox(file, namespace, (outbox) => outbox.replayDead(seq));
-  if (args.json) print(JSON.stringify({ action: "replay", namespace, seq, newSeq, file }, null, 2));
-  else print(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq} (re-enqueued at the tail, ${file})`);
+  // A letter of a group brings its whole group back, as one group again.
+  const { newSeq, replayed } = withOutbox(file, namespace, (outbox) => {
+    const newSeq = outbox.replayDead(seq); // refuses a letter replayed before, saying as what
+    return { newSeq, replayed: outbox.getDead(seq)!.grp === null ? [] : replayedWith(outbox.listDeadGroup(seq)) };
+  });
+  const group = replayed.length > 1 ? ` with its group (${replayed.map((r) => `${r.namespace} ${r.seq} → ${r.newSeq}`).join(", ")})` : "";
+  if (args.json) print(JSON.stringify({ action: "replay", namespace, seq, newSeq, file, ...(replayed.length > 1 ? { group: replayed } : {}) }, null, 2));
+  else print(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq}${group} (re-enqueued at the tail, ${file})`);
+}
+
+/** The letters of a group as replayed: each with the seq it came back as. */
+function replayedWith(group: readonly DeadLetter[]): Array<{ namespace: string; seq: number; newSeq: number }> {
+  return group.map((l) => ({ namespace: l.namespace, seq: l.seq, newSeq: l.replayedAsSeq! }));
 }
 
 /**
@@ -313,8 +332,8 @@ function replaySelection(dirs: readonly Location[], filter: DeadLetterFilter, dr
   const report: ReplayReport = { action: "replay", dryRun, replayed: [], skipped: [], failed: [] };
   const fail = recorder(report.failed);
   for (const loc of dirs) {
-    if (!isDir(loc.dbDir)) continue;
-    for (const { file, namespace, rows } of groupRows<DeadLetterRef>(findDeadLetterRefs(loc.dbDir, filter, { onError: fail }))) {
+    if (!locationExists(loc)) continue;
+    for (const { file, namespace, rows } of groupRows<DeadLetterRef>(findDeadLetterRefs(loc, filter, { onError: fail }))) {
       if (dryRun) {
         for (const l of rows) {
           if (l.replayedAt === null) report.replayed.push({ namespace, seq: l.seq, newSeq: null, file });
@@ -324,8 +343,10 @@ function replaySelection(dirs: readonly Location[], filter: DeadLetterFilter, dr
       }
       try {
         const done = withOutbox(file, namespace, (outbox) => outbox.replayDeadMany(rows.map((l) => l.seq)));
-        for (const r of done.replayed) report.replayed.push({ namespace, seq: r.seq, newSeq: r.newSeq, file });
-        for (const s of done.skipped) report.skipped.push({ namespace, seq: s.seq, file, replayedAsSeq: s.replayedAsSeq });
+        // Letters of a group come back with their group, whichever namespace the selection met first.
+        const seen = new Set(report.replayed.map((r) => `${r.file}\0${r.namespace}\0${r.seq}`));
+        for (const r of done.replayed) report.replayed.push({ namespace: r.namespace, seq: r.seq, newSeq: r.newSeq, file });
+        for (const s of done.skipped) if (!seen.has(`${file}\0${s.namespace}\0${s.seq}`)) report.skipped.push({ namespace: s.namespace, seq: s.seq, file, replayedAsSeq: s.replayedAsSeq });
       } catch (e) {
         fail(file, e as Error);
       }
@@ -364,20 +385,20 @@ const purge = defineCommand({
       kept: [],
       failed: [],
     };
-    for (const loc of dirs) if (isDir(loc.dbDir)) purgeDir(loc.dbDir, rule, args.namespace, report);
+    for (const loc of dirs) if (locationExists(loc)) purgeFiles(filesOf(loc), rule, args.namespace, report);
     print(args.json ? JSON.stringify(report, null, 2) : renderPurge(report));
     failIf(report.failed, "purge failed in");
   },
 });
 
 /**
- * Purges one db_dir file by file: a read-only plan first (it is the whole of a dry run, and it
- * keeps foreign files from being opened for writing), then per namespace with something to delete
- * ONE transaction (Outbox.purgeDead), which decides again under the write lock.
+ * Purges the files of one location file by file: a read-only plan first (it is the whole of a dry
+ * run, and it keeps foreign files from being opened for writing), then per namespace with something
+ * to delete ONE transaction (Outbox.purgeDead), which decides again under the write lock.
  */
-function purgeDir(dbDir: string, rule: PurgeRule, namespace: string | undefined, report: PurgeReport): void {
+function purgeFiles(files: readonly string[], rule: PurgeRule, namespace: string | undefined, report: PurgeReport): void {
   const fail = recorder(report.failed);
-  for (const file of listOutboxFiles(dbDir)) {
+  for (const file of files) {
     try {
       for (const plan of planPurge(file, rule, namespace)) {
         const outcome: PurgeOutcome = !report.dryRun && plan.purged.length > 0 ? withOutbox(file, plan.namespace, (outbox) => outbox.purgeDead(rule)) : plan;

@@ -4,7 +4,7 @@ import { lockHolder } from "../../drain/lock.ts";
 import { NotFoundError } from "../../errors.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";
 import { print } from "../text-output.ts";
-import { isDir, resolveLocations } from "../locations.ts";
+import { locationExists, resolveLocations } from "../locations.ts";
 
 /**
  * `sqloutbox kick`: asks the drain of each db_dir to retry now — every backed-off target and
@@ -17,14 +17,15 @@ export const kick = defineCommand({
   args: { ...locationArgs, ...jsonArg, ...logArgs },
   async run({ args }) {
     const locations = await resolveLocations(args);
-    const kicked: Array<{ app: string | null; dbDir: string; pid: number | null }> = [];
+    const kicked: Array<{ app: string | null; dbDir: string; dbFile: string | null; pid: number | null }> = [];
     for (const loc of locations.dirs) {
-      const pid = isDir(loc.dbDir) ? lockHolder(drainHome(loc.dbDir).lockFile) : null;
+      const pid = locationExists(loc) ? lockHolder(drainHome(loc).lockFile) : null;
       if (pid !== null) process.kill(pid, "SIGUSR2");
-      kicked.push({ app: loc.app, dbDir: loc.dbDir, pid });
+      kicked.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, pid });
     }
+    const where = (k: (typeof kicked)[number]) => k.dbFile ?? k.dbDir;
     if (args.json) print(JSON.stringify({ action: "kick", drains: kicked }, null, 2));
-    else for (const k of kicked) print(k.pid === null ? `no drain is running on ${k.dbDir}` : `asked the drain (pid ${k.pid}) on ${k.dbDir} to retry now`);
-    if (kicked.every((k) => k.pid === null)) throw new NotFoundError(`no drain is running on ${kicked.map((k) => k.dbDir).join(", ")}`);
+    else for (const k of kicked) print(k.pid === null ? `no drain is running on ${where(k)}` : `asked the drain (pid ${k.pid}) on ${where(k)} to retry now`);
+    if (kicked.every((k) => k.pid === null)) throw new NotFoundError(`no drain is running on ${kicked.map(where).join(", ")}`);
   },
 });

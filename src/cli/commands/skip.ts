@@ -17,10 +17,12 @@ export const skip = defineCommand({
     requireOutboxNamespace(file, args.namespace);
     // The Outbox methods run in one IMMEDIATE transaction with busy_timeout, so a running drain
     // either sees the row before or after the move, never half of it.
-    withOutbox(file, args.namespace, (outbox) => outbox.skipHead(seq));
-    if (args.json) print(JSON.stringify({ action: "skip", namespace: args.namespace, seq, file }, null, 2));
+    // A head that starts a group moves with its whole group (every table's part of it).
+    const moved = withOutbox(file, args.namespace, (outbox) => outbox.skipHead(seq));
+    if (args.json) print(JSON.stringify({ action: "skip", namespace: args.namespace, seq, file, moved: moved.seqs, alsoIn: moved.others }, null, 2));
     else {
-      print(`skipped ${args.namespace} seq ${seq}: moved to the dead-letter log (reason "skipped"), ${file}`);
+      const group = moved.seqs.length > 1 ? ` with its group: ${moved.seqs.length} rows (seqs ${moved.seqs.join(", ")})${moved.others.length > 0 ? `, also in ${moved.others.join(", ")}` : ""}` : "";
+      print(`skipped ${args.namespace} seq ${seq}${group}: moved to the dead-letter log (reason "skipped"), ${file}`);
       const undo = ["sqloutbox", "dead-letter", "replay", ...locationFlags(args), "--namespace", shellWord(args.namespace), "--seq", String(seq)];
       print(`undo with: ${undo.join(" ")}`);
     }
@@ -28,10 +30,11 @@ export const skip = defineCommand({
 });
 
 /** The location flags of this command line, so the printed undo command can be pasted as is. */
-function locationFlags(args: { config?: string; "db-dir"?: string; app?: string }): string[] {
+function locationFlags(args: { config?: string; "db-dir"?: string; "db-file"?: string; app?: string }): string[] {
   const flags: string[] = [];
   if (args.config !== undefined) flags.push("--config", shellWord(args.config));
   if (args["db-dir"] !== undefined) flags.push("--db-dir", shellWord(args["db-dir"]));
+  if (args["db-file"] !== undefined) flags.push("--db-file", shellWord(args["db-file"]));
   if (args.app !== undefined) flags.push("--app", shellWord(args.app));
   return flags;
 }

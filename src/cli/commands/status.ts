@@ -18,8 +18,8 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
   const now = Date.parse(report.generatedAt);
   for (const d of report.dbDirs.filter((d) => d.exists)) {
     const label = `${d.app ? `app ${d.app}: ` : ""}`;
-    if (d.drain.pid === null) lines.push(`${label}no drain is running on ${d.dbDir}${d.drain.stoppedAt ? ` (stopped ${formatAge(now - Date.parse(d.drain.stoppedAt))} ago)` : ""}`);
-    else lines.push(`${label}drain running (pid ${d.drain.pid}) on ${d.dbDir}${d.drain.updatedAt ? `, reported ${formatAge(now - Date.parse(d.drain.updatedAt))} ago` : ", without a state file"}${d.drain.stale ? red(" — STALE: its loop is not reporting") : ""}`);
+    if (d.drain.pid === null) lines.push(`${label}no drain is running on ${d.dbFile ?? d.dbDir}${d.drain.stoppedAt ? ` (stopped ${formatAge(now - Date.parse(d.drain.stoppedAt))} ago)` : ""}`);
+    else lines.push(`${label}drain running (pid ${d.drain.pid}) on ${d.dbFile ?? d.dbDir}${d.drain.updatedAt ? `, reported ${formatAge(now - Date.parse(d.drain.updatedAt))} ago` : ", without a state file"}${d.drain.stale ? red(" — STALE: its loop is not reporting") : ""}`);
   }
   if (report.targets.length > 0) {
     const columns: Column[] = [
@@ -40,7 +40,7 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
     lines.push(...withMessages(columns, rows, report.targets.map((t) => `problem of ${t.target}`), style), "");
   }
   for (const d of report.dbDirs.filter((d) => !d.exists)) {
-    lines.push(`${d.app ? `app ${d.app}: ` : ""}db_dir ${d.dbDir} does not exist yet (nothing enqueued)`);
+    lines.push(`${d.app ? `app ${d.app}: ` : ""}${d.dbFile === null ? `db_dir ${d.dbDir}` : `db_file ${d.dbFile}`} does not exist yet (nothing enqueued)`);
   }
   for (const u of report.unreadable) lines.push(`UNREADABLE ${u.file}: ${withoutFile(u.error, u.file)}`);
   if (report.namespaces.length === 0) lines.push(report.unreadable.length > 0 ? "no readable outbox files" : "no outbox files found");

@@ -1,18 +1,19 @@
 import { defineCommand } from "citty";
 import path from "node:path";
 import { OutboxError } from "../../errors.ts";
-import { listOutboxFiles } from "../../outbox/files.ts";
 import { verifyFile } from "../../outbox/inspect.ts";
 import type { ChainGap } from "../../outbox/outbox.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 import { print, renderTable, withoutFile } from "../text-output.ts";
-import { isDir, resolveLocations, withAccessHint, type Locations } from "../locations.ts";
+import { describeLocation, filesOf, locationExists, resolveLocations, withAccessHint, type Locations } from "../locations.ts";
 
 /** One file in `verify --json`. */
 export interface VerifiedFile {
   app: string | null;
   dbDir: string;
+  /** The db_file the file is (null: a file of the db_dir). */
+  dbFile: string | null;
   file: string;
   ok: boolean;
   namespaces: Array<{ namespace: string; rows: number; gaps: ChainGap[]; problems: string[] }>;
@@ -30,11 +31,11 @@ export interface VerifyReport {
 export function collectVerify(locations: Locations): VerifyReport {
   const files: VerifiedFile[] = [];
   for (const loc of locations.dirs) {
-    if (!isDir(loc.dbDir)) continue;
-    for (const file of listOutboxFiles(loc.dbDir)) {
+    if (!locationExists(loc)) continue;
+    for (const file of filesOf(loc)) {
       const { ok, namespaces, problems } = verifyFile(file);
       const shown = namespaces.map(({ namespace, rows, gaps, problems }) => ({ namespace, rows, gaps, problems }));
-      files.push({ app: loc.app, dbDir: loc.dbDir, file, ok, namespaces: shown, problems: problems.map((p) => withAccessHint(p, file)) });
+      files.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, file, ok, namespaces: shown, problems: problems.map((p) => withAccessHint(p, file)) });
     }
   }
   return { ok: files.every((f) => f.ok), files };
@@ -79,7 +80,7 @@ export const verify = defineCommand({
   async run({ args }) {
     const locations = await resolveLocations(args);
     for (const loc of locations.dirs) {
-      if (!isDir(loc.dbDir)) log().info(`db_dir ${loc.dbDir} does not exist yet: nothing to verify`);
+      if (!locationExists(loc)) log().info(`${describeLocation(loc)} does not exist yet: nothing to verify`);
     }
     const report = collectVerify(locations);
     print(args.json ? JSON.stringify(report, null, 2) : renderVerify(report));
