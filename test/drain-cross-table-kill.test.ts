@@ -1,0 +1,107 @@
+// Transactions across tables (one db_file per host) under SIGKILLs of the drains, from a fleet of
+// two hosts into the same remote tables, a foreign key between them: after every kill the remote
+// holds no half transaction (each order's `item_count` equals its item count), and in the end it equals
+// the serial application of every transaction each host committed — nothing lost, nothing twice.
+import { Database } from "bun:sqlite";
+import { describe, expect, test } from "bun:test";
+import fs from "node:fs";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
+import { engineRemote, type Engine } from "./support/engines.ts";
+import { ORDER_SCHEMA, OrderMix } from "./support/order-mix.ts";
+import { describeSlow } from "./support/slow.ts";
+import type { TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
+
+const cleanups = cleanupsAfterEach();
+
+const KILLS = Number(process.env.SQLOUTBOX_KILLS ?? 12);
+const HOSTS = 2;
+
+/** What a serial, once-each application of each host's first `committed[h]` transactions leaves. */
+function oracle(dir: TempDir, seed: number, committed: number[]): { orders: number[][]; items: number[][] } {
+  const db = new Database(dir.file("oracle.db"), { create: true });
+  try {
+    db.run("PRAGMA foreign_keys = ON");
+    for (const ddl of ORDER_SCHEMA) db.run(ddl);
+    db.transaction(() => {
+      committed.forEach((count, host) => {
+        const mix = new OrderMix(seed, host, HOSTS);
+        for (let i = 0; i < count; i++) for (const s of mix.next()) db.query(s.sql).run(...s.args);
+      });
+    })();
+    return {
+      orders: db.query("SELECT id, total, item_count FROM orders ORDER BY id").values().map((r) => r.map(Number)),
+      items: db.query("SELECT id, order_id, qty FROM order_items ORDER BY id").values().map((r) => r.map(Number)),
+    };
+  } finally {
+    db.close();
+  }
+}
+
+describeSlow("transactions across tables under SIGKILL, from a fleet", "kill two hosts' drains 12 times per engine while their producers commit transactions across tables", () => {
+  describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("delivered to %s", (engine) => {
+    test(`${KILLS} kills of two hosts' drains: never half a transaction on the remote, in the end every transaction once`, async () => {
+      const dir = tempDirCleanedBy(cleanups);
+      const remote = await engineRemote(engine, dir, cleanups, { foreignKeys: true });
+      for (const ddl of ORDER_SCHEMA) await remote.exec(ddl);
+      const seed = 1 + Math.floor(Math.random() * 1_000_000);
+      const stopFile = dir.file("stop");
+      const hosts = Array.from({ length: HOSTS }, (_, host) => ({ host, dbFile: dir.file(`host-${host}/outbox.db`) }));
+      const spawnDrain = (dbFile: string) =>
+        Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
+          dbFile,
+          targets: { r: { writer: remote.writer, connection: remote.connection, tables: ["orders", "order_items"] } },
+          // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
+          tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 12, maxAttempts: null, backoffUnitSeconds: 0.01, outageBackoffCapMinutes: 0.005 },
+        })], { stdout: "pipe", stderr: "pipe" });
+      const producers = hosts.map(({ host, dbFile }) =>
+        Bun.spawn(["bun", `${import.meta.dir}/support/children/order-mix-producer.ts`, JSON.stringify({ dbFile, seed, host, hosts: HOSTS, stopFile })], { stdout: "pipe", stderr: "inherit" }),
+      );
+      cleanups.push(() => producers.forEach((p) => p.kill("SIGKILL")));
+      const halfApplied = "SELECT o.id FROM orders o WHERE o.item_count <> (SELECT count(*) FROM order_items i WHERE i.order_id = o.id)";
+      let interrupted = 0;
+      for (let kill = 0; kill < KILLS; kill++) {
+        // Both hosts drain at once; one of them is killed mid-flight, in turn.
+        const drains = hosts.map((h) => spawnDrain(h.dbFile));
+        await Bun.sleep(80 + Math.random() * 250);
+        const victim = drains[kill % HOSTS]!;
+        victim.kill("SIGKILL");
+        await victim.exited;
+        for (const d of drains) d.kill("SIGKILL");
+        await Promise.all(drains.map((d) => d.exited));
+        // A kill right after a remote commit or during one: the remote still holds whole transactions only.
+        expect({ kill, half: await remote.ints(halfApplied) }).toEqual({ kill, half: [] });
+        const file = hosts[kill % HOSTS]!.dbFile;
+        if (fs.existsSync(file)) {
+          const q = new Outbox(file, "orders");
+          const head = q.head();
+          if (head !== null && head.seq <= q.sentMark()) interrupted += 1; // a sent batch left unconfirmed
+          q.close();
+        }
+      }
+      fs.writeFileSync(stopFile, "");
+      const committed: number[] = [];
+      for (const p of producers) {
+        expect(await p.exited).toBe(0);
+        committed.push(Number((await new Response(p.stdout).text()).split(" ")[1]));
+      }
+      expect(Math.min(...committed)).toBeGreaterThan(20);
+
+      const finals = hosts.map((h) => spawnDrain(h.dbFile));
+      cleanups.push(() => finals.forEach((f) => f.kill("SIGKILL")));
+      const queues = hosts.flatMap((h) => ["orders", "order_items"].map((t) => new Outbox(h.dbFile, t)));
+      cleanups.push(() => queues.forEach((q) => q.close()));
+      await waitFor(() => queues.every((q) => q.pendingCount() === 0), "the final drains", 60_000);
+      for (const f of finals) f.kill("SIGTERM");
+      for (const f of finals) expect(await f.exited).toBe(0);
+
+      expect(interrupted).toBeGreaterThan(0); // the kills did cut batches in flight
+      expect(queues.every((q) => q.deadCount() === 0)).toBe(true);
+      const expected = oracle(dir, seed, committed);
+      expect({ seed, orders: await remote.ints("SELECT id, total, item_count FROM orders ORDER BY id") }).toEqual({ seed, orders: expected.orders });
+      expect({ seed, items: await remote.ints("SELECT id, order_id, qty FROM order_items ORDER BY id") }).toEqual({ seed, items: expected.items });
+      expect(await remote.ints(halfApplied)).toEqual([]);
+    }, 120_000);
+  });
+});
