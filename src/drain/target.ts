@@ -338,6 +338,7 @@ export class TargetRunner {
     await this.running; // a runOnce() cycle in flight settles too
     this.loopDone = null;
     this.pipelining = false;
+    await Promise.all(this.tables.map((t) => t.pruning));
     this.confirmApplied();
     this.watcher?.close();
     this.watcher = null;
@@ -493,7 +494,7 @@ export class TargetRunner {
       this.quietUntil = this.now() + this.app.flushIntervalMs;
     }
     this.batches += 1;
-    if (this.batches % this.app.cleanupEvery === 0) for (const table of this.tables) table.prune();
+    if (this.batches % this.app.cleanupEvery === 0) for (const table of this.tables) void table.prune(); // in the background
     // Large rows: give their strings back now, so the next batch does not stack on this one's
     // garbage and the drain's memory stays bounded by batch_max_bytes, not by the backlog.
     if (slices.reduce((n, sl) => n + sl.bytes, 0) > LARGE_BATCH_BYTES) Bun.gc(false);

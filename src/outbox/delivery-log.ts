@@ -298,24 +298,26 @@ export class DeliveryLog {
   /**
    * See Outbox.pruneSyncLog. By the log's namespace index, oldest first, PRUNE_CHUNK_ENTRIES entries
    * per write transaction, so producers never wait on a long prune; stops at the first chunk that
-   * keeps an entry (the log is oldest first: what follows is newer). Spared: the namespace's newest
-   * entry and the one holding the head's predecessor (the chain's bridge).
+   * keeps an entry (the log is oldest first: what follows is newer), or after `maxChunks` (`done`
+   * false: more may be due). Spared: the namespace's newest entry and the one holding the head's
+   * predecessor (the chain's bridge).
    */
-  pruneSyncLog(retainDays: number, now: Date): number {
+  pruneSyncLog(retainDays: number, now: Date, maxChunks = Number.POSITIVE_INFINITY): { removed: number; done: boolean } {
     const file = this.#file;
     const cutoff = isoTimestamp(new Date(now.getTime() - retainDays * 86_400_000));
     const prune = file.db.query(file.layout === "lean" ? PRUNE_RANGES_SQL : PRUNE_ROWS_SQL);
     // The bridges: what the head links to, and what a row the reference's worker left at synced=1 links to.
     const bridge = file.db.query<{ prev: number | null }, [string, number]>("SELECT prev_seq AS prev FROM outbox_queue WHERE namespace = ? AND synced = ? ORDER BY seq LIMIT 1");
     let removed = 0;
-    for (;;) {
+    for (let chunk = 0; chunk < maxChunks; chunk++) {
       const changes = file.write("cannot prune the delivered log", () => {
         const bridges = [bridge.get(file.namespace, 0)?.prev ?? null, bridge.get(file.namespace, 1)?.prev ?? null];
         return prune.run(file.namespace, cutoff, PRUNE_CHUNK_ENTRIES, ...bridges).changes;
       });
       removed += changes;
-      if (changes < PRUNE_CHUNK_ENTRIES) return removed;
+      if (changes < PRUNE_CHUNK_ENTRIES) return { removed, done: true };
     }
+    return { removed, done: false };
   }
 
   #headOrd(): number | null {

@@ -301,7 +301,18 @@ export class Outbox {
   pruneSyncLog(retainDays: number, now: Date = new Date()): number {
     this.#file.ensureOpen();
     this.#checkDays(retainDays);
-    return this.#delivery.pruneSyncLog(retainDays, now);
+    return this.#delivery.pruneSyncLog(retainDays, now).removed;
+  }
+
+  /**
+   * One step of pruneSyncLog: at most one chunk (500 entries, one short write transaction).
+   * `done` is false when more may be due: a caller that prunes a long log steps with pauses
+   * between, so producers of the file get its write lock in between (SQLite's lock is not fair).
+   */
+  pruneSyncLogStep(retainDays: number, now: Date = new Date()): { removed: number; done: boolean } {
+    this.#file.ensureOpen();
+    this.#checkDays(retainDays);
+    return this.#delivery.pruneSyncLog(retainDays, now, 1);
   }
 
   // ── dead letters ──────────────────────────────────────────────────────────────────────────
