@@ -283,13 +283,14 @@ describe("status of a running drain, from its state file", () => {
     return lock;
   };
 
-  test("shows per target what it delivered, its rows/s over the last interval and its lag (the oldest pending row)", async () => {
-    const lock = drainWith([target({ totals: { delivered: 12_345, failed: 0, deadLettered: 0 }, recent: { delivered: 500, ms: 2000 } })]);
+  test("shows per target what it delivered, its rows/s over the last interval, its lag (the oldest pending row) and its files' WAL", async () => {
+    const files = [{ file: `${dbDir}/orders.db`, walBytes: 3 * 1024 * 1024, freePages: 0, embedded: false }, { file: `${dbDir}/payments.db`, walBytes: 512 * 1024, freePages: 0, embedded: false }];
+    const lock = drainWith([target({ totals: { delivered: 12_345, failed: 0, deadLettered: 0 }, recent: { delivered: 500, ms: 2000 }, files })]);
     try {
       const r = await runInProcess(["status", "--db-dir", dbDir]);
       const [header, row] = r.stdout.split("\n").slice(1, 3);
-      expect(header).toMatch(/^TARGET +STATE +SINCE +FAILURES +DELIVERED +ROWS\/S +LAG +LAST BATCH +PROBLEM$/);
-      expect(row).toMatch(/^shop\.main  ok     -             0      12345   250\/s +\d+(ms|s)  +\d+ms ago  -$/);
+      expect(header).toMatch(/^TARGET +STATE +SINCE +FAILURES +DELIVERED +ROWS\/S +LAG +WAL +LAST BATCH +PROBLEM$/);
+      expect(row).toMatch(/^shop\.main  ok     -             0      12345   250\/s +\d+(ms|s)  3\.5 MiB +\d+ms ago  -$/);
       const json = JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout);
       expect(json.targets[0]).toMatchObject({ rowsPerSecond: 250, totals: { delivered: 12_345 } });
       expect(json.targets[0].lagMs).toBe(Math.max(...json.namespaces.map((n: { oldestPendingAgeMs: number }) => n.oldestPendingAgeMs)));

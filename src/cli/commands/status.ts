@@ -24,7 +24,7 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
   if (report.targets.length > 0) {
     const columns: Column[] = [
       { header: "target" }, { header: "state" }, { header: "since" }, { header: "failures", right: true }, { header: "delivered", right: true },
-      { header: "rows/s", right: true }, { header: "lag", right: true }, { header: "last batch", right: true }, { header: "problem" },
+      { header: "rows/s", right: true }, { header: "lag", right: true }, { header: "wal", right: true }, { header: "last batch", right: true }, { header: "problem" },
     ];
     const rows = report.targets.map((t) => [
       t.target,
@@ -34,6 +34,7 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
       String(t.totals.delivered),
       t.rowsPerSecond === null ? "-" : formatRate(t.rowsPerSecond),
       formatAge(t.lagMs),
+      formatWal(t.files ?? []),
       t.lastSuccessAt ? `${formatAge(now - Date.parse(t.lastSuccessAt))} ago` : "-",
       oneLine(t.lastError ?? t.setupProblem),
     ]);
@@ -187,4 +188,11 @@ async function watch(locations: Locations, intervalMs: number, json: boolean): P
     process.off("SIGINT", stop);
     process.off("SIGTERM", stop);
   }
+}
+
+/** The WAL of a target's files, summed (`-` before the drain first looked at them): what a checkpoint has not written back yet. */
+function formatWal(files: ReadonlyArray<{ walBytes: number }>): string {
+  if (files.length === 0) return "-";
+  const bytes = files.reduce((n, f) => n + f.walBytes, 0);
+  return bytes >= 1024 * 1024 ? `${(bytes / 1024 / 1024).toFixed(1)} MiB` : bytes >= 1024 ? `${Math.round(bytes / 1024)} KiB` : `${bytes} B`;
 }
