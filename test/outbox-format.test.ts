@@ -3,11 +3,16 @@
 // above everything the file ever held.
 import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
+import { mkdirSync } from "node:fs";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { createWriter } from "../src/writers/registry.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { FORMAT_VERSION } from "../src/outbox/schema.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
+import { oneApp } from "./support/drain-harness.ts";
 import { buildFormat2File } from "./support/format2-db.ts";
+import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 
@@ -47,4 +52,22 @@ test("a format-2 file drained empty keeps its high-water mark: no seq is ever ha
   expect(ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[31]")).toBe(31);
   expect(ob.head()!.prevSeq).toBe(30);
   expect(verifyFile(file).ok).toBe(true);
+});
+
+test("a format-2 file drains after its migration: every pending row once, in order, and it verifies", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  mkdirSync(dir.file("outbox"));
+  const file = dir.file("outbox/orders.db");
+  buildFormat2File(file, "orders", 40, 50);
+  const remote = new Database(dir.file("remote.db"), { create: true });
+  remote.run("PRAGMA journal_mode = WAL");
+  remote.run("CREATE TABLE orders (pos INTEGER PRIMARY KEY, id INTEGER NOT NULL)");
+  cleanups.push(() => remote.close());
+  const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["orders"] } });
+  const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+  cleanups.push(() => svc.stop());
+  await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the format-2 file drained");
+  expect(remote.query("SELECT id FROM orders ORDER BY pos").values().flat()).toEqual(Array.from({ length: 10 }, (_, i) => 41 + i));
+  await svc.stop();
+  expect(verifyFile(file)).toMatchObject({ ok: true, problems: [] });
 });
