@@ -5,6 +5,7 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { drainHome } from "../src/drain/home.ts";
 import { readDrainState } from "../src/drain/state-file.ts";
 import { LockedError, StorageError } from "../src/errors.ts";
+import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
@@ -211,6 +212,11 @@ describe("delivery", () => {
     expect({ n, d, u }).toEqual({ n: 200, d: 200, u: 1 });
     expect(q.deadCount()).toBe(0);
     expect(writer.statements.filter((s) => s.seq > 0).length).toBe(100 + 101); // the second batch went once
+    // The settled rows are in the delivered log once: its ranges cover all 201 rows, none twice.
+    const ranges = new Database(dir.file("outbox/t.db"), { readonly: true });
+    cleanups.push(() => ranges.close());
+    expect(ranges.query<{ rows: number; first: number; last: number }, []>("SELECT sum(rows) AS rows, min(first_seq) AS first, max(last_seq) AS last FROM outbox_delivered").get()).toEqual({ rows: 201, first: 1, last: 201 });
+    expect(verifyFile(dir.file("outbox/t.db"))).toMatchObject({ ok: true, problems: [] }); // the range audit: no overlap, nothing pending inside
   });
 
   test("a remote table that does not exist holds its table (nothing charged, nothing dead-lettered), the others flow, and it resumes by itself once created", async () => {
