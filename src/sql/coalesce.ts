@@ -1,4 +1,5 @@
 import type { Dialect } from "../vocabulary.ts";
+import { DIALECT_TRAITS } from "./dialect.ts";
 import { isKeyword, tokenize, type Token } from "./lexer.ts";
 
 /**
@@ -62,7 +63,7 @@ export function valuesInsert(sql: string, dialect: Dialect): ValuesInsert | null
   }
   const open = tokens[i + 1];
   if (i >= end || open?.kind !== "(" || open.depth !== 0) return null;
-  const dollar = dialect === "postgres";
+  const dollar = DIALECT_TRAITS[dialect].placeholder === "dollar";
   const dollarAt: Array<readonly [number, number]> = [];
   let width = 0;
   let j = i + 2;

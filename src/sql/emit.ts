@@ -1,5 +1,6 @@
 import { UnsupportedStatementError } from "../errors.ts";
 import type { Dialect } from "../vocabulary.ts";
+import { DIALECT_TRAITS } from "./dialect.ts";
 import { isWordChar, type Token } from "./lexer.ts";
 
 /** Marks, in a rewrite template's `args`, the place that binds the row's seq (see `RewriteTemplate`). */
@@ -84,7 +85,7 @@ export class Emitter {
     private readonly argIndex: readonly number[] | null,
     dialect: Dialect,
   ) {
-    this.dollar = dialect === "postgres";
+    this.dollar = DIALECT_TRAITS[dialect].placeholder === "dollar";
   }
 
   /** Copies source text up to offset `end`, translating the placeholders in it. */

@@ -1,4 +1,5 @@
 import type { Dialect } from "../vocabulary.ts";
+import { placeholders } from "./dialect.ts";
 import { quoteIdent } from "./ident.ts";
 
 /*
@@ -11,47 +12,64 @@ import { quoteIdent } from "./ident.ts";
  * through the target's writer like any other statement.
  */
 
-/** Engine-side UTC time as ISO-8601 text; engine time, so hosts with skewed clocks agree. */
-function nowExpr(dialect: Dialect): string {
-  switch (dialect) {
-    case "postgres":
-      return "now()";
-    case "mysql":
-      return "UTC_TIMESTAMP(6)";
-    default:
-      return "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
-  }
+/** What the ledger's statements say differently per dialect. */
+interface LedgerDialect {
+  /** Column definitions of the ledger table (inside `CREATE TABLE … (…)`) and what follows its parenthesis. */
+  columns: string;
+  tableOptions: string;
+  /** Engine-side UTC time, stored in `updated_at`; engine time, so hosts with skewed clocks agree. */
+  now: string;
+  /** `updated_at` read back as ISO-8601 text. */
+  updatedAtText: string;
+  /** The alias the fence's INSERT gives the stored row, and the upsert that moves `through` only from `expected`. */
+  insertAlias: string;
+  fenceUpsert: (expected: string) => string;
+  /** What makes the settlement read wait for a transaction still holding the row. */
+  settleLock: string;
 }
 
-/** `updated_at` read back as ISO-8601 text in every dialect. */
-function updatedAtText(dialect: Dialect): string {
-  switch (dialect) {
-    case "postgres":
-      return `to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
-    case "mysql":
-      return "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ')";
-    default:
-      return "updated_at";
-  }
-}
+const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
+  sqlite: sqliteLedger(),
+  libsql: sqliteLedger(),
+  postgres: {
+    columns: "origin TEXT NOT NULL, namespace TEXT NOT NULL, through BIGINT NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (origin, namespace)",
+    tableOptions: "",
+    now: "now()",
+    updatedAtText: `to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`,
+    insertAlias: " AS l",
+    fenceUpsert: (expected) => `ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN l.through = ${expected} THEN EXCLUDED.through END, label = EXCLUDED.label, updated_at = EXCLUDED.updated_at`,
+    settleLock: " FOR UPDATE",
+  },
+  mysql: {
+    // Binary collation: namespaces are file names, "Orders" and "orders" are two queues.
+    columns: "origin VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, through BIGINT NOT NULL, label VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '', updated_at DATETIME(6) NOT NULL, PRIMARY KEY (origin, namespace)",
+    tableOptions: " ENGINE=InnoDB",
+    now: "UTC_TIMESTAMP(6)",
+    updatedAtText: "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ')",
+    insertAlias: "",
+    // Assignments run left to right: `through` in IF() is still the stored value.
+    fenceUpsert: (expected) => `ON DUPLICATE KEY UPDATE through = IF(through = ${expected}, VALUES(through), NULL), label = VALUES(label), updated_at = VALUES(updated_at)`,
+    settleLock: " FOR UPDATE",
+  },
+};
 
-/** `$n` for PostgreSQL, `?` elsewhere. */
-function params(dialect: Dialect, count: number, from = 1): string[] {
-  return Array.from({ length: count }, (_, i) => (dialect === "postgres" ? `$${from + i}` : "?"));
+/** SQLite's ledger, which libSQL shares: it stores ISO-8601 text and its writers read inside BEGIN IMMEDIATE, which needs no row lock. */
+function sqliteLedger(): LedgerDialect {
+  return {
+    columns: "origin TEXT NOT NULL, namespace TEXT NOT NULL, through INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL, PRIMARY KEY (origin, namespace)",
+    tableOptions: "",
+    now: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+    updatedAtText: "updated_at",
+    insertAlias: "",
+    fenceUpsert: (expected) => `ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN through = ${expected} THEN excluded.through END, label = excluded.label, updated_at = excluded.updated_at`,
+    settleLock: "",
+  };
 }
 
 /** The DDL that creates the ledger table if it does not exist (one statement). */
 export function ledgerDdl(table: string, dialect: Dialect): string {
-  const t = quoteIdent(table, dialect);
-  switch (dialect) {
-    case "postgres":
-      return `CREATE TABLE IF NOT EXISTS ${t} (origin TEXT NOT NULL, namespace TEXT NOT NULL, through BIGINT NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (origin, namespace))`;
-    case "mysql":
-      // Binary collation: namespaces are file names, "Orders" and "orders" are two queues.
-      return `CREATE TABLE IF NOT EXISTS ${t} (origin VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, through BIGINT NOT NULL, label VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '', updated_at DATETIME(6) NOT NULL, PRIMARY KEY (origin, namespace)) ENGINE=InnoDB`;
-    default:
-      return `CREATE TABLE IF NOT EXISTS ${t} (origin TEXT NOT NULL, namespace TEXT NOT NULL, through INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL, PRIMARY KEY (origin, namespace))`;
-  }
+  const d = LEDGER[dialect];
+  return `CREATE TABLE IF NOT EXISTS ${quoteIdent(table, dialect)} (${d.columns})${d.tableOptions}`;
 }
 
 /** A statement that succeeds when the ledger table exists and fails when it does not (reads no row). */
@@ -69,18 +87,9 @@ export function ledgerProbeSql(table: string, dialect: Dialect): string {
  * transaction waiting on the row lock sees the winner's value once it commits, and fails the same way.
  */
 export function fenceSql(table: string, dialect: Dialect): string {
-  const t = quoteIdent(table, dialect);
-  const [origin, namespace, through, label, expected] = params(dialect, 5);
-  const insert = `INSERT INTO ${t}${dialect === "postgres" ? " AS l" : ""} (origin, namespace, through, label, updated_at) VALUES (${origin}, ${namespace}, ${through}, ${label}, ${nowExpr(dialect)})`;
-  switch (dialect) {
-    case "postgres":
-      return `${insert} ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN l.through = ${expected} THEN EXCLUDED.through END, label = EXCLUDED.label, updated_at = EXCLUDED.updated_at`;
-    case "mysql":
-      // Assignments run left to right: `through` in IF() is still the stored value.
-      return `${insert} ON DUPLICATE KEY UPDATE through = IF(through = ${expected}, VALUES(through), NULL), label = VALUES(label), updated_at = VALUES(updated_at)`;
-    default:
-      return `${insert} ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN through = ${expected} THEN excluded.through END, label = excluded.label, updated_at = excluded.updated_at`;
-  }
+  const d = LEDGER[dialect];
+  const [origin, namespace, through, label, expected] = placeholders(dialect, 5);
+  return `INSERT INTO ${quoteIdent(table, dialect)}${d.insertAlias} (origin, namespace, through, label, updated_at) VALUES (${origin}, ${namespace}, ${through}, ${label}, ${d.now}) ${d.fenceUpsert(expected!)}`;
 }
 
 /**
@@ -90,9 +99,8 @@ export function fenceSql(table: string, dialect: Dialect): string {
  * writers read inside BEGIN IMMEDIATE, which waits for every other writer.
  */
 export function settleReadSql(table: string, dialect: Dialect): string {
-  const [origin, namespace] = params(dialect, 2);
-  const lock = dialect === "postgres" || dialect === "mysql" ? " FOR UPDATE" : "";
-  return `SELECT through FROM ${quoteIdent(table, dialect)} WHERE origin = ${origin} AND namespace = ${namespace}${lock}`;
+  const [origin, namespace] = placeholders(dialect, 2);
+  return `SELECT through FROM ${quoteIdent(table, dialect)} WHERE origin = ${origin} AND namespace = ${namespace}${LEDGER[dialect].settleLock}`;
 }
 
 /**
@@ -100,6 +108,6 @@ export function settleReadSql(table: string, dialect: Dialect): string {
  * `origin, namespace, through, label, updated_at` (ISO-8601 text), for the fleet view.
  */
 export function fleetReadSql(table: string, dialect: Dialect, namespaceCount: number): string {
-  const list = params(dialect, Math.max(1, namespaceCount)).join(", ");
-  return `SELECT origin, namespace, through, label, ${updatedAtText(dialect)} AS updated_at FROM ${quoteIdent(table, dialect)} WHERE namespace IN (${list}) ORDER BY namespace, origin`;
+  const list = placeholders(dialect, Math.max(1, namespaceCount)).join(", ");
+  return `SELECT origin, namespace, through, label, ${LEDGER[dialect].updatedAtText} AS updated_at FROM ${quoteIdent(table, dialect)} WHERE namespace IN (${list}) ORDER BY namespace, origin`;
 }

@@ -1,5 +1,6 @@
 import { UnsupportedStatementError } from "../errors.ts";
 import type { Dialect } from "../vocabulary.ts";
+import { DIALECT_TRAITS } from "./dialect.ts";
 
 /**
  * What a significant token is. Whitespace and comments are not tokens: they stay in the source
@@ -141,9 +142,10 @@ function pgContinuation(sql: string, i: number): number {
  * translating placeholders needs, without a token object per word.
  */
 export function tokenize(sql: string, dialect: Dialect, out: Token[] = [], checkParens = true, sparse = false): Token[] {
-  const my = dialect === "mysql";
-  const pg = dialect === "postgres";
-  const lite = !my && !pg;
+  const lexer = DIALECT_TRAITS[dialect].lexer;
+  const my = lexer === "mysql";
+  const pg = lexer === "postgres";
+  const lite = lexer === "sqlite";
   // SQLite stops reading at a NUL (the rest is silently ignored) and PostgreSQL's protocol
   // cannot carry one: text after it would mean different things to us and to the engine.
   const nul = sql.indexOf("\0");

@@ -1,7 +1,7 @@
 import type { Dialect } from "../vocabulary.ts";
 import { quoteIdent } from "./ident.ts";
 import { ledgerDdl, ledgerProbeSql } from "./ledger.ts";
-import { schemaSql, seqIndexName } from "./schema.ts";
+import { schemaSql, seqIndexName, seqIndexProbe } from "./schema.ts";
 
 /**
  * One piece of remote schema the drain relies on: the DDL that creates it, and a read-only probe
@@ -25,12 +25,7 @@ export function ledgerStep(table: string, dialect: Dialect): SchemaStep {
 export function injectedSteps(table: string, dialect: Dialect): SchemaStep[] {
   const [addColumn, createIndex] = schemaSql([table], dialect) as [string, string];
   const index = seqIndexName(table);
-  const indexProbe =
-    dialect === "postgres"
-      ? { sql: "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = $1", args: [index] }
-      : dialect === "mysql"
-        ? { sql: "SELECT 1 FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? AND index_name = ? LIMIT 1", args: [table, index] }
-        : { sql: "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", args: [index] };
+  const indexProbe = seqIndexProbe(table, dialect);
   return [
     { what: `outbox_seq column of ${table}`, ddl: addColumn, probe: { sql: `SELECT outbox_seq FROM ${quoteIdent(table, dialect)} WHERE 1 = 0`, args: [], present: "ok" } },
     { what: `unique index ${index}`, ddl: createIndex, probe: { ...indexProbe, present: "row" } },

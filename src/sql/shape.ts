@@ -1,5 +1,6 @@
 import { UnsupportedStatementError } from "../errors.ts";
 import type { Dialect } from "../vocabulary.ts";
+import { DIALECT_TRAITS } from "./dialect.ts";
 import { identName, isKeyword, tokenize, wordIs, type Token } from "./lexer.ts";
 
 /** A recognised single-row `INSERT [INTO] t (cols) VALUES (…)`; offsets index the source SQL. */
@@ -183,7 +184,7 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
     if (isKeyword(sql, after, "RETURNING")) reject("RETURNING is not supported (a redelivery returns no row)", sql);
     reject(`unexpected ${describe(sql, after)} after VALUES (…)`, sql);
   }
-  if (dialect === "mysql") {
+  if (DIALECT_TRAITS[dialect].seqGuard === "nullable-unique") {
     if (hasDefault) reject("DEFAULT in VALUES is not supported on mysql (the rewrite is an INSERT … SELECT)", sql);
     // Inside INSERT … SELECT, MySQL does not turn a subquery's conversion warnings into errors
     // the way strict mode does for VALUES: the rewrite could store a row the original refuses.

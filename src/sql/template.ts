@@ -1,6 +1,6 @@
 import { UnsupportedStatementError } from "../errors.ts";
 import type { BindValue, Dialect } from "../vocabulary.ts";
-import { checkDialect } from "./dialect.ts";
+import { checkDialect, DIALECT_TRAITS } from "./dialect.ts";
 import { Emitter, resolveParams, SEQ_ARG } from "./emit.ts";
 import { isWordChar, tokenize, type Token } from "./lexer.ts";
 import { recognise, type InsertShape, type UpdateShape } from "./shape.ts";
@@ -34,7 +34,7 @@ export function rewriteTemplate(sql: string, dialect: Dialect, argCount: number,
   checkDialect(dialect);
   if (!options.inject) return placeholderTemplate(sql, dialect, argCount);
   const compat = options.compat === true;
-  if (compat && dialect !== "sqlite" && dialect !== "libsql") {
+  if (compat && !DIALECT_TRAITS[dialect].compat) {
     throw new UnsupportedStatementError(`compat mode reproduces the reference's SQLite forms and exists only for sqlite/libsql, not ${dialect}`, sql);
   }
   const shape = recognise(sql, dialect);
@@ -66,7 +66,8 @@ function identity(sql: string, argCount: number): RewriteTemplate {
 
 function placeholderTemplate(sql: string, dialect: Dialect, argCount: number): RewriteTemplate {
   const tokens = tokenize(sql, dialect, [], true, true);
-  const my = dialect === "mysql";
+  const traits = DIALECT_TRAITS[dialect];
+  const my = traits.lexer === "mysql";
   const last = tokens.length - 1;
   let params = 0;
   let mysqlWork = false;
@@ -82,8 +83,7 @@ function placeholderTemplate(sql: string, dialect: Dialect, argCount: number): R
       if (k < last) throw new UnsupportedStatementError(`more than one statement: ';' at offset ${t.start} is followed by more SQL`, sql);
     } else if (kind === "named" && native === undefined) native = t;
   }
-  // SQLite/libSQL read `?`/`?NNN` natively.
-  if (dialect === "sqlite" || dialect === "libsql" || params === 0 || (my && !mysqlWork)) return identity(sql, argCount);
+  if (traits.readsQuestionMarks || params === 0 || (my && !mysqlWork)) return identity(sql, argCount);
   if (native !== undefined) {
     throw new UnsupportedStatementError(`statement mixes ? placeholders with ${sql.slice(native.start, native.end)} at offset ${native.start}`, sql);
   }
@@ -95,7 +95,7 @@ function placeholderTemplate(sql: string, dialect: Dialect, argCount: number): R
 function injectInsert(out: Emitter, s: InsertShape, sql: string, dialect: Dialect, compat: boolean): void {
   if (compat) out.copyTo(s.insertKw.end).text(" OR IGNORE");
   out.copyTo(s.columnsClose.start).text(", outbox_seq");
-  if (dialect === "mysql") {
+  if (DIALECT_TRAITS[dialect].seqGuard === "nullable-unique") {
     // No partial indexes: outbox_seq is a nullable UNIQUE column and the row is only inserted when
     // no row carries this seq yet. Every other constraint (NOT NULL, CHECK, keys) still raises.
     const table = sql.slice(s.tableStart, s.tableEnd);
@@ -125,7 +125,7 @@ function injectUpdate(out: Emitter, s: UpdateShape, dialect: Dialect, compat: bo
   if (compat) return;
   if (s.where !== null) out.copyTo(s.where.start).text("(").copyTo(s.where.end).text(") AND ");
   else out.copyTo(s.end).text(" WHERE ");
-  if (dialect === "mysql") {
+  if (DIALECT_TRAITS[dialect].seqGuard === "nullable-unique") {
     // MySQL's outbox_seq is nullable (rows written around the outbox): NULL counts as older. Not
     // `outbox_seq IS NULL OR outbox_seq < ?`: MariaDB then reads the rows through the outbox_seq
     // index, and a strict-mode conversion error the original WHERE raises (1292) is not raised.
