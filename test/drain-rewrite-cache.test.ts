@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { RewriteCache } from "../src/drain/rewrite-cache.ts";
 import { UnsupportedStatementError } from "../src/errors.ts";
-import { injectOutboxSeq, toDialect } from "../src/sql/index.ts";
+import { injectOutboxSeq, toDialect } from "../src/sql/rewrite.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
 
 const STATEMENTS: Array<[string, number]> = [

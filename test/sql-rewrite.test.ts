@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError, UnsupportedStatementError } from "../src/errors.ts";
-import { bindTemplate, injectOutboxSeq, rewriteTemplate, SEQ_ARG, toDialect } from "../src/sql/index.ts";
+import { injectOutboxSeq, toDialect } from "../src/sql/rewrite.ts";
+import { bindTemplate, rewriteTemplate, SEQ_ARG } from "../src/sql/template.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
 
 const SEQ = 42;

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError } from "../src/errors.ts";
-import { dropSchemaSql, maxSeqSql, quoteIdent, schemaSql } from "../src/sql/index.ts";
+import { quoteIdent } from "../src/sql/ident.ts";
+import { dropSchemaSql, maxSeqSql, schemaSql } from "../src/sql/schema.ts";
 import type { Dialect } from "../src/vocabulary.ts";
 
 describe("schemaSql", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError, InvalidStatementError, UnsupportedStatementError } from "../src/errors.ts";
-import { checkInjectable, checkStatement, statementCount, validateStatement } from "../src/sql/index.ts";
+import { checkInjectable, checkStatement, statementCount, validateStatement } from "../src/sql/statement.ts";
 import type { Dialect } from "../src/vocabulary.ts";
 
 function reasonOf(fn: () => unknown): string {
