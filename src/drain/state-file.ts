@@ -1,4 +1,5 @@
 import fs from "node:fs";
+import { DEFAULT_FILE_MODE } from "../vocabulary.ts";
 import type { TargetView } from "./views.ts";
 
 /** What a running drain persists for each db_dir, so `status` shows it without a network call. */
@@ -28,7 +29,7 @@ export interface PersistedTarget extends TargetView {
  * drainHome) atomically (a temp file renamed over it), so a reader never sees half a file; created
  * with `fileMode` (error messages may quote rows).
  */
-export function writeDrainState(file: string, state: DrainState, fileMode = 0o600): void {
+export function writeDrainState(file: string, state: DrainState, fileMode = DEFAULT_FILE_MODE): void {
   const tmp = `${file}.${process.pid}.tmp`;
   fs.writeFileSync(tmp, `${JSON.stringify(state, null, 1)}\n`, { mode: fileMode });
   fs.renameSync(tmp, file);
