@@ -1,7 +1,7 @@
 import type { OutboxConfig } from "../config/types.ts";
 import { libraryLogger, type Logger } from "../logger.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { OutboxSyncService, type SyncServiceOptions, type TargetActivity } from "./service.ts";
+import { DEFAULT_STOP_TIMEOUT_MS, OutboxSyncService, type SyncServiceOptions, type TargetActivity } from "./service.ts";
 
 /** Options of `runService`. */
 export interface RunServiceOptions extends SyncServiceOptions {
@@ -31,7 +31,7 @@ export interface RunServiceOptions extends SyncServiceOptions {
  */
 export async function runService(config: OutboxConfig, writers: Record<string, OutboxWriter>, options: RunServiceOptions = {}): Promise<void> {
   const logger: Logger = libraryLogger(options.logger);
-  const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
+  const stopTimeoutMs = options.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS;
   const service = new OutboxSyncService(config, writers, options);
   options.onCreated?.(service);
   let finish!: () => void;

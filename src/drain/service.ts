@@ -12,6 +12,9 @@ import { QueuePool } from "./queue-pool.ts";
 import { writeDrainState, type DrainState } from "./state-file.ts";
 import { TargetRunner, type BatchEvent, type TargetCycle } from "./target.ts";
 
+/** How long `stop()` waits for the in-flight batches unless told otherwise (`stopTimeoutMs`): 10 s. */
+export const DEFAULT_STOP_TIMEOUT_MS = 10_000;
+
 /** Options of an `OutboxSyncService` beyond the config. */
 export interface SyncServiceOptions {
   /** Where the drain reports; silent by default. */
@@ -129,7 +132,7 @@ export class OutboxSyncService {
    * then closes the writers and queues and releases the locks. Idempotent: every call resolves
    * when the first one is done.
    */
-  stop(timeoutMs = this.options.stopTimeoutMs ?? 10_000): Promise<void> {
+  stop(timeoutMs = this.options.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS): Promise<void> {
     this.stopped ??= this.shutdown(timeoutMs);
     return this.stopped;
   }
