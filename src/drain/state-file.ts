@@ -2,6 +2,9 @@ import fs from "node:fs";
 import { DEFAULT_FILE_MODE } from "../vocabulary.ts";
 import type { TargetView } from "./views.ts";
 
+/** How often `runService` rewrites each db_dir's state file unless `stateIntervalMs` says otherwise: 2 s. */
+export const DEFAULT_STATE_INTERVAL_MS = 2_000;
+
 /** What a running drain persists for each db_dir, so `status` shows it without a network call. */
 export interface DrainState {
   version: 1;
