@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
-import { ConfigError, LockedError } from "../src/errors.ts";
+import { ConfigError, LockedError, ServiceStoppedError } from "../src/errors.ts";
+import { createWriter } from "../src/writers/registry.ts";
 import { oneApp } from "./support/drain-harness.ts";
 import { parseCount, resultShapeProblem } from "../src/drain/bounded-writer.ts";
 import { drainHome } from "../src/drain/home.ts";
@@ -179,5 +180,22 @@ describe("service construction", () => {
     expect(caught).toBeInstanceOf(ConfigError);
     expect((caught as ConfigError).code).toBe("E_CONFIG");
     expect((caught as Error).message).toContain('no writer for target "app.main"');
+  });
+
+  test("a stopped service refuses to run again with ServiceStoppedError (E_CLOSED), the class the library exports", async () => {
+    const tmp = makeTempDir();
+    try {
+      const config = oneApp(tmp.file("outbox"), { main: { writer: "sqlite", connection: { path: tmp.file("r.db") }, tables: ["t"] } });
+      const service = new OutboxSyncService(config, { "app.main": createWriter("sqlite", { path: tmp.file("r.db") }) });
+      await service.stop();
+      for (const call of [() => service.start(), () => service.runOnce()]) {
+        const error = await call().catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(ServiceStoppedError);
+        expect(error).toMatchObject({ code: "E_CLOSED", message: "this OutboxSyncService was stopped; create a new one" });
+      }
+      expect(() => service.pendingCount()).toThrow(ServiceStoppedError);
+    } finally {
+      tmp.cleanup();
+    }
   });
 });

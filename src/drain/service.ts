@@ -1,6 +1,6 @@
 import path from "node:path";
 import type { AppConfig, OutboxConfig } from "../config/types.ts";
-import { ConfigError, OutboxError } from "../errors.ts";
+import { ConfigError, ServiceStoppedError } from "../errors.ts";
 import { libraryLogger, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
@@ -240,7 +240,7 @@ export class OutboxSyncService {
 
   /** Locks every db_dir (each once) and opens every served table's queue file; idempotent. */
   private open(): void {
-    if (this.closed) throw new OutboxError("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
+    if (this.closed) throw new ServiceStoppedError();
     if (this.opened) return;
     const homes = new Map<string, number>();
     for (const app of this.config.apps) homes.set(drainHome(app).lockFile, app.fileMode);
