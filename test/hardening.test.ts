@@ -16,6 +16,7 @@ import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { runInProcess } from "./support/cli.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
+import { errorOf } from "./support/errors.ts";
 import { createMysqlDb, createPgDb, MYSQL_BASE_URL, PG_BASE_URL } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import type { TempDir } from "./support/tmp.ts";
@@ -185,15 +186,9 @@ describe("format version", () => {
     expect(check.query("PRAGMA user_version").get()).toEqual({ user_version: FORMAT_VERSION });
     check.run(`PRAGMA user_version = ${FORMAT_VERSION + 1}`); // as a newer sqloutbox would leave it
     check.close();
-    const err = (() => {
-      try {
-        new SQLMiddleware({ dbDir: dir.file("q") }).push("new", "INSERT INTO new (id) VALUES (?)", [2]);
-      } catch (e) {
-        return e;
-      }
-    })();
+    const err = errorOf(() => new SQLMiddleware({ dbDir: dir.file("q") }).push("new", "INSERT INTO new (id) VALUES (?)", [2]));
     expect(err).toBeInstanceOf(StorageError);
-    expect((err as Error).message).toContain(`written by a newer sqloutbox (format ${FORMAT_VERSION + 1}; this version reads formats up to ${FORMAT_VERSION})`);
+    expect(err.message).toContain(`written by a newer sqloutbox (format ${FORMAT_VERSION + 1}; this version reads formats up to ${FORMAT_VERSION})`);
     const remote = new Database(dir.file("remote.db"), { create: true });
     remote.run("CREATE TABLE ok (id INTEGER)");
     remote.close();

@@ -3,6 +3,7 @@ import { ConfigError, WriteError } from "../src/errors.ts";
 import { classifyMysql, classifyPostgres, classifySqlite } from "../src/writers/classify.ts";
 import { builtinWriters, createWriter } from "../src/writers/registry.ts";
 import { statementKind } from "../src/writers/statement-kind.ts";
+import { errorOf } from "./support/errors.ts";
 
 describe("writer registry", () => {
   test("registers sqlite, libsql, postgres and mysql with their dialects", () => {
@@ -59,13 +60,7 @@ describe("writer registry", () => {
   });
 
   test("createWriter reports every problem of a connection table in one ConfigError", () => {
-    const error = (() => {
-      try {
-        createWriter("postgres", { port: "x" });
-      } catch (e) {
-        return e as ConfigError;
-      }
-    })();
+    const error = errorOf<ConfigError>(() => createWriter("postgres", { port: "x" }));
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.code).toBe("E_CONFIG");
     expect(error!.message).toContain("connection.port");
