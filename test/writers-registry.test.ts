@@ -67,6 +67,17 @@ describe("writer registry", () => {
     expect(error!.message).toContain("connection.url");
   });
 
+  test.each([
+    ["sqlite", "connection.path"],
+    ["libsql", "connection.url"],
+  ] as const)("a %s writer created past the registry's checks without its required key is a ConfigError at %s, not a WriteError", (name, keyPath) => {
+    const error = errorOf<ConfigError>(() => builtinWriters[name].create({}));
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error).not.toBeInstanceOf(WriteError);
+    expect(error).toMatchObject({ code: "E_CONFIG", keyPath });
+    expect(error.message).toStartWith(`[${keyPath}]: is required by the ${name} writer`);
+  });
+
   test("describe masks passwords and tokens", () => {
     expect(builtinWriters.postgres.describe!({ url: "postgres://app:hunter2@db.example:5432/prod?sslmode=require" })).toBe(
       "postgres://app:***@db.example:5432/prod?sslmode=require",
