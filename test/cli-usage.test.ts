@@ -113,6 +113,8 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "-1"], /--seq must be a positive integer, got "-1"/],
     [["status", "--db-dir", ".", "--watch", "--interval", "-2"], /--interval must be a positive number of seconds, got "-2"/],
     [["skip", "--db-dir", ".", "--namespace", "../x", "--seq", "1"], /--namespace must be a table name/],
+    [["skip", "--db-dir", ".", "--namespace", "a b", "--seq", "1"], /--namespace must be a table name: invalid table name "a b"/],
+    [["dead-letter", "show", "--db-dir", ".", "--namespace", "a;b", "--seq", "1"], /--namespace must be a table name: invalid table name "a;b"/],
     [["status", "--config", "a.toml", "--db-dir", "."], /give one of --config FILE, --db-dir DIR and --db-file FILE, not --config FILE and --db-dir DIR/],
     [["status", "--log-level", "loud", "--db-dir", "."], /invalid log level "loud".*\nRun "sqloutbox status --help"/],
     [["status", "--interval", "1", "--db-dir", "."], /--interval only applies with --watch/],
