@@ -9,11 +9,9 @@ export const PG_BASE_URL = process.env.SQLOUTBOX_TEST_PG ?? "postgres://postgres
 /** Where the test MariaDB server lives (root, empty password); override with SQLOUTBOX_TEST_MYSQL. */
 export const MYSQL_BASE_URL = process.env.SQLOUTBOX_TEST_MYSQL ?? "mysql://root@127.0.0.1:3306";
 
-/** The two server engines the tests run against, by their writer names. */
-export type ServerEngine = "postgres" | "mysql";
-
-/** Both server engines, in the order messages name them. */
-export const SERVER_ENGINES: readonly ServerEngine[] = ["postgres", "mysql"];
+/** The two server engines the tests run against, by their writer names, in the order messages name them. */
+export const SERVER_ENGINES = ["postgres", "mysql"] as const;
+export type ServerEngine = (typeof SERVER_ENGINES)[number];
 
 /** A fresh database on a server. */
 export interface ServerDb {
