@@ -1,7 +1,8 @@
 // Rewrite cost per statement (10 columns), per dialect and shape, and the push-time check of an
 // uncached statement text. Prints one JSON line each:
 // {"bench":"rewrite","dialect":…,"shape":…,"ns_per_stmt":…}. Target: ≤ 5 µs per statement.
-import { injectOutboxSeq, toDialect, validateStatement } from "../src/sql/index.ts";
+import { injectOutboxSeq, toDialect } from "../src/sql/rewrite.ts";
+import { validateStatement } from "../src/sql/statement.ts";
 import { DIALECTS } from "../src/vocabulary.ts";
 import type { BindValue } from "../src/vocabulary.ts";
 

@@ -5,7 +5,7 @@ export type OutboxErrorCode =
   | "E_SECRETS" // .env / Doppler resolution
   | "E_QUEUE_FULL" // max_pending reached
   | "E_INVALID_ARG" // a bind argument or payload that cannot be stored losslessly
-  | "E_CLOSED" // operation on a closed Outbox / writer
+  | "E_CLOSED" // operation on a closed Outbox, or on a stopped OutboxSyncService
   | "E_STORAGE" // the local SQLite file cannot be opened, read or written
   | "E_NOT_FOUND" // a namespace, seq or dead letter that does not exist
   | "E_CHAIN" // a broken prev_seq chain
@@ -51,6 +51,13 @@ export class InvalidArgumentError extends OutboxError {
 export class OutboxClosedError extends OutboxError {
   constructor(readonly file: string, readonly namespace: string) {
     super("E_CLOSED", `outbox is closed: namespace "${namespace}" in ${file}`);
+  }
+}
+
+/** A call that needs the queues (`start()`, `runOnce()`, `pendingCount()`) on an `OutboxSyncService` after `stop()`: a stopped service is not restarted; create a new one. */
+export class ServiceStoppedError extends OutboxError {
+  constructor() {
+    super("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
   }
 }
 

@@ -2,8 +2,8 @@
 // (the drain lock, the lexer, the writers' isolation passes) leaks into the public API by accident.
 export {
   OutboxError, ConfigError, ConfigIssuesError, CrossTableTransactionError, ForeignTransactionError, InvalidArgumentError,
-  InvalidStatementError, LockedError, NotFoundError, OutboxClosedError, QueueFullError, SecretsError, StorageError,
-  UnsupportedStatementError, UsageError, WriteError,
+  InvalidStatementError, LockedError, NotFoundError, OutboxClosedError, QueueFullError, SecretsError, ServiceStoppedError,
+  StorageError, UnsupportedStatementError, UsageError, WriteError,
   type OutboxErrorCode,
 } from "./errors.ts";
 export { DIALECTS, type BindValue, type Dialect, type Durability } from "./vocabulary.ts";

@@ -12,3 +12,10 @@ export type BindValue = string | number | bigint | boolean | null | Uint8Array;
 
 /** Local durability of the queue files: `normal` = synchronous=NORMAL (default), `full` = synchronous=FULL. */
 export type Durability = "normal" | "full";
+
+/**
+ * Permission bits of the files sqloutbox creates — queue files (their -wal/-shm inherit them), the
+ * drain's lock and state files — unless `file_mode` says otherwise: 0o600, since payloads and the
+ * errors that quote them rest in clear and no other local user should read them.
+ */
+export const DEFAULT_FILE_MODE = 0o600;

@@ -3,24 +3,24 @@
 // `bunx sqloutbox`. Dependencies come from Bun's cache or the registry.
 import { afterAll, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import pkg from "../package.json" with { type: "json" };
 import { REPO, run } from "./support/cli.ts";
 import { seed } from "./support/queue.ts";
 import { describeSlow } from "./support/slow.ts";
+import { makeTempDir } from "./support/tmp.ts";
 
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-bunx-"));
-afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+const tmp = makeTempDir("sqloutbox-bunx-");
+afterAll(() => tmp.cleanup());
 
 describeSlow("bunx", "pack the package and install it into a project", () => {
   test("bunx sqloutbox works from the packed tarball installed into a project", async () => {
-    const pack = await run(["pm", "pack", "--destination", tmp, "--quiet"], { cmd: ["bun"], cwd: REPO });
+    const pack = await run(["pm", "pack", "--destination", tmp.path, "--quiet"], { cmd: ["bun"], cwd: REPO });
     expect(pack.code).toBe(0);
-    const tarball = path.join(tmp, `sqloutbox-${pkg.version}.tgz`);
+    const tarball = tmp.file(`sqloutbox-${pkg.version}.tgz`);
     expect(fs.existsSync(tarball)).toBe(true);
 
-    const project = path.join(tmp, "project");
+    const project = tmp.file("project");
     fs.mkdirSync(project);
     fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "consumer", private: true }));
     const add = await run(["add", tarball], { cmd: ["bun"], cwd: project });

@@ -4,7 +4,6 @@
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { buildBinary } from "../build.ts";
 import pkg from "../package.json" with { type: "json" };
@@ -13,21 +12,22 @@ import { hashTree } from "./support/dir-hash.ts";
 import { seed } from "./support/queue.ts";
 import { countRows } from "./support/remote.ts";
 import { describeSlow, SLOW } from "./support/slow.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let tmp: string;
+let tmp: TempDir;
 let binary: string;
-const sh = (args: string[], cwd?: string, env?: Record<string, string | undefined>) => run(args, { cmd: [binary], cwd: cwd ?? tmp, env });
+const sh = (args: string[], cwd?: string, env?: Record<string, string | undefined>) => run(args, { cmd: [binary], cwd: cwd ?? tmp.path, env });
 
 // Outside the describe, so a skipped run lists only the tests (a skipped describe's hooks show up as unnamed skips).
 beforeAll(async () => {
   if (!SLOW) return;
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-bin-"));
-  binary = path.join(tmp, "bin", "sqloutbox");
+  tmp = makeTempDir("sqloutbox-bin-");
+  binary = path.join(tmp.path, "bin", "sqloutbox");
   await buildBinary(binary);
 }, 120_000);
 afterAll(() => {
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+  tmp?.cleanup();
 });
 
 describeSlow("the compiled binary", "build the single binary and run it", () => {
@@ -36,7 +36,7 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
   });
 
   test("status and verify read a db_dir without changing it", async () => {
-    const dbDir = path.join(tmp, "inspect");
+    const dbDir = tmp.file("inspect");
     seed(dbDir, "orders", 3);
     const before = hashTree(dbDir);
     const status = await sh(["status", "--db-dir", dbDir, "--json"]);
@@ -51,14 +51,14 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
   test("init writes the embedded templates and the example target", async () => {
     const r = await sh(["init", "scaffold"]);
     expect(r.code).toBe(0);
-    expect(fs.readFileSync(path.join(tmp, "scaffold", "outbox.config.ts"), "utf8")).toContain('import { defineConfig } from "sqloutbox"');
-    expect(fs.readFileSync(path.join(tmp, "scaffold", "produce.ts"), "utf8")).toContain('import { SQLMiddleware } from "sqloutbox"');
+    expect(fs.readFileSync(path.join(tmp.path, "scaffold", "outbox.config.ts"), "utf8")).toContain('import { defineConfig } from "sqloutbox"');
+    expect(fs.readFileSync(path.join(tmp.path, "scaffold", "produce.ts"), "utf8")).toContain('import { SQLMiddleware } from "sqloutbox"');
     // The example target, with the tables the scaffold delivers into.
-    expect([countRows(path.join(tmp, "scaffold", "data", "remote.db"), "orders"), countRows(path.join(tmp, "scaffold", "data", "remote.db"), "payments")]).toEqual([0, 0]);
+    expect([countRows(path.join(tmp.path, "scaffold", "data", "remote.db"), "orders"), countRows(path.join(tmp.path, "scaffold", "data", "remote.db"), "payments")]).toEqual([0, 0]);
   });
 
   test("ignores a .env and a bunfig.toml in the working directory", async () => {
-    const cwd = path.join(tmp, "hostile");
+    const cwd = tmp.file("hostile");
     fs.mkdirSync(cwd);
     fs.writeFileSync(path.join(cwd, ".env"), "LOG_FORMAT=json\n");
     fs.writeFileSync(path.join(cwd, "preload.ts"), `require("node:fs").writeFileSync(${JSON.stringify(path.join(cwd, "PRELOADED"))}, "x");\n`);
@@ -70,7 +70,7 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
   });
 
   test("runservice drains into a sqlite target and exits 0 on SIGTERM", async () => {
-    const dir = path.join(tmp, "drain");
+    const dir = tmp.file("drain");
     seed(path.join(dir, "queue"), "orders", 30);
     const remote = new Database(path.join(dir, "remote.db"));
     remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
@@ -92,7 +92,7 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
   test("a writer_class module imports packages from its project's node_modules, and its WriteError({ misconfigured }) is recognised", async () => {
     // A project as after `bun add sqloutbox`: the writer imports the package (another copy than the
     // one compiled into the binary) and smol-toml, both resolved through their package.json exports.
-    const dir = path.join(tmp, "custom-writer");
+    const dir = tmp.file("custom-writer");
     fs.mkdirSync(path.join(dir, "writers"), { recursive: true });
     fs.mkdirSync(path.join(dir, "node_modules"));
     fs.symlinkSync(REPO, path.join(dir, "node_modules", "sqloutbox"));

@@ -3,6 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { UsageError } from "../src/errors.ts";
 import { parseDurationMs, parsePointInTime } from "../src/cli/durations.ts";
+import { errorOf } from "./support/errors.ts";
 
 describe("parseDurationMs", () => {
   test.each([
@@ -20,12 +21,7 @@ describe("parseDurationMs", () => {
   });
 
   test.each(["", "7", "7x", "1.5h", "-2h", "30m1h", "1h1h", "h", "2 h", "P7D"])("refuses %p, naming the flag and the value", (text) => {
-    let err: unknown;
-    try {
-      parseDurationMs("--older-than", text);
-    } catch (e) {
-      err = e;
-    }
+    const err = errorOf(() => parseDurationMs("--older-than", text));
     expect(err).toBeInstanceOf(UsageError);
     expect(err).toMatchObject({ code: "E_USAGE", message: `--older-than must be a duration such as 90s, 30m, 12h, 7d, 2w or 1h30m, got "${text}"` });
   });

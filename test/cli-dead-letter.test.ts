@@ -2,21 +2,22 @@
 // queue files in a temp db_dir: filters, --dry-run, one transaction per file, chain-safe purge,
 // --json shapes, usage errors.
 import { Database } from "bun:sqlite";
-import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { normalize, REPO, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { openQueue } from "./support/queue.ts";
 import { waitFor } from "./support/wait.ts";
 
+const cleanups = cleanupsAfterEach();
 let tmp: string;
 let dbDir: string;
 
 beforeEach(() => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-dead-"));
+  tmp = tempDirCleanedBy(cleanups, "sqloutbox-cli-dead-").path;
   dbDir = path.join(tmp, "queue");
   fs.mkdirSync(dbDir);
   // orders: 6 rows, 1-4 dead (2 and 4 as max_attempts), 5 and 6 pending (5 links to 4).
@@ -25,7 +26,6 @@ beforeEach(() => {
   letters("payments", 4, 2);
   setDead("orders", [2, 4], "reason = 'max_attempts'");
 });
-afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 /** `count` rows in `{dbDir}/{table}.db`, the first `dead` of them skipped to the dead-letter log. */
 function letters(table: string, count: number, dead: number): void {

@@ -3,21 +3,21 @@
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import pkg from "../package.json" with { type: "json" };
 import { closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { countRows } from "./support/remote.ts";
+import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
-let project: string;
+const projectDir = makeTempDir("sqloutbox-init-");
+const project = projectDir.path;
 let scaffold: string;
 
 beforeAll(() => {
   // A temp project where "sqloutbox" resolves to this repository, as after `bun add sqloutbox`.
-  project = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-init-"));
   fs.mkdirSync(path.join(project, "node_modules"));
   fs.symlinkSync(REPO, path.join(project, "node_modules", "sqloutbox"));
   // The package's bin, as `bun add` links it: what the printed `bunx sqloutbox …` lines run.
@@ -29,7 +29,7 @@ beforeAll(() => {
 });
 afterAll(() => {
   closeSharedOutboxes();
-  fs.rmSync(project, { recursive: true, force: true });
+  projectDir.cleanup();
 });
 
 describe("init", () => {
@@ -59,16 +59,16 @@ describe("init", () => {
   });
 
   test("where the package is not installed yet, the first step adds it (with the tarball line until it is on npm)", async () => {
-    const bare = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-init-bare-"));
+    const bare = makeTempDir("sqloutbox-init-bare-");
     try {
-      const r = await runInProcess(["init"], { cwd: bare });
+      const r = await runInProcess(["init"], { cwd: bare.path });
       expect(r.code).toBe(0);
       expect(r.stdout).toContain(`Next steps:
   1. Add the package to this project: bun add sqloutbox
      (before its first npm release: \`bun pm pack\` in a sqloutbox checkout, then bun add ./sqloutbox-${pkg.version}.tgz)
   2. Try it as generated`);
     } finally {
-      fs.rmSync(bare, { recursive: true, force: true });
+      bare.cleanup();
     }
   });
 

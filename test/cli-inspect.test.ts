@@ -3,9 +3,8 @@
 // Commands run in this process (runInProcess) unless the test needs a process of their own: another
 // user, a pipe, a signal.
 import { Database } from "bun:sqlite";
-import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { renderStatus } from "../src/cli/commands/status.ts";
 import { collectStatus } from "../src/cli/status-report.ts";
@@ -13,15 +12,17 @@ import { stdoutStyle } from "../src/cli/text-output.ts";
 import { drainHome } from "../src/drain/home.ts";
 import { acquireLock } from "../src/drain/lock.ts";
 import { writeDrainState, type PersistedTarget } from "../src/drain/state-file.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { normalize, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { breakChain, openQueue, seed } from "./support/queue.ts";
 
+const cleanups = cleanupsAfterEach();
 let tmp: string;
 let dbDir: string;
 
 beforeEach(() => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-"));
+  tmp = tempDirCleanedBy(cleanups, "sqloutbox-cli-").path;
   dbDir = path.join(tmp, "queue");
   seed(dbDir, "orders", 5);
   seed(dbDir, "payments", 3);
@@ -37,7 +38,6 @@ beforeEach(() => {
   payments.skipHead(payments.head()!.seq);
   payments.close();
 });
-afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 describe("status", () => {
   test("prints an aligned row per namespace with depth, age, stuck head, masked error and dead letters", async () => {

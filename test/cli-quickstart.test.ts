@@ -3,11 +3,11 @@
 // each in a project of its own against a fresh database on the local PostgreSQL.
 import { afterAll, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { BIN, cleanEnv, REPO, run } from "./support/cli.ts";
 import { createPgDb, type ServerDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 /** The fenced code blocks of the README section `heading`, in order, with their language. */
@@ -20,9 +20,9 @@ function codeBlocks(heading: string): Array<{ lang: string; code: string }> {
 }
 
 const dbs: ServerDb[] = [];
-const projects: string[] = [];
+const projects: TempDir[] = [];
 afterAll(async () => {
-  for (const dir of projects) fs.rmSync(dir, { recursive: true, force: true });
+  for (const dir of projects) dir.cleanup();
   for (const db of dbs) await db.drop();
 });
 
@@ -35,8 +35,9 @@ async function startProject(blocks: Array<{ lang: string; code: string }>): Prom
   const db = await createPgDb("sqloutbox_qs");
   dbs.push(db);
   await db.sql.unsafe(ddl!.code);
-  const project = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-quickstart-"));
-  projects.push(project);
+  const dir = makeTempDir("sqloutbox-quickstart-");
+  projects.push(dir);
+  const project = dir.path;
   fs.mkdirSync(path.join(project, "node_modules"));
   fs.symlinkSync(REPO, path.join(project, "node_modules", "sqloutbox"));
   fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "app", type: "module", private: true }));

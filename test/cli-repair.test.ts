@@ -1,26 +1,26 @@
 // skip and dead-letter replay: no prompts, they print what they did, and they are safe while a
 // drain runs on the same db_dir.
 import { Database } from "bun:sqlite";
-import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { Outbox } from "../src/outbox/outbox.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { REPO, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { openQueue, seed } from "./support/queue.ts";
 import { countRows } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
+const cleanups = cleanupsAfterEach();
 let tmp: string;
 let dbDir: string;
 
 beforeEach(() => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-repair-"));
+  tmp = tempDirCleanedBy(cleanups, "sqloutbox-cli-repair-").path;
   dbDir = path.join(tmp, "queue");
   seed(dbDir, "orders", 3);
 });
-afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 describe("skip", () => {
   test("moves the head to the dead-letter log, prints it, and the namespace advances", async () => {

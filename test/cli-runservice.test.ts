@@ -1,20 +1,21 @@
 // runservice end to end: drains into a sqlite target, SIGTERM exits 0, JSON logs for journald,
 // one drain per db_dir, config errors exit 1 naming the place.
 import { Database } from "bun:sqlite";
-import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { seed } from "./support/queue.ts";
 import { countRows } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
+const cleanups = cleanupsAfterEach();
 let tmp: string;
 let config: string;
 
 beforeEach(() => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-run-"));
+  tmp = tempDirCleanedBy(cleanups, "sqloutbox-cli-run-").path;
   config = path.join(tmp, "outbox.toml");
   fs.writeFileSync(
     config,
@@ -38,7 +39,6 @@ path = "remote.db"
   seed(path.join(tmp, "queue"), "orders", 40);
   seed(path.join(tmp, "queue"), "payments", 25);
 });
-afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 function start(args: string[], env: Record<string, string | undefined> = {}) {
   return Bun.spawn(["bun", "src/cli/bin.ts", "runservice", ...args], { cwd: REPO, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });

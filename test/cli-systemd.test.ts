@@ -3,11 +3,11 @@
 // never leave it failed for good. (test/ops-systemd-sandbox.test.ts runs the binary inside it.)
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { STOP_TIMEOUT_MS } from "../src/cli/commands/runservice.ts";
 import { DEFAULTS } from "../src/config/types.ts";
 import { REPO } from "./support/cli.ts";
+import { makeTempDir } from "./support/tmp.ts";
 
 const UNIT = path.join(REPO, "etc", "sqloutbox.service");
 const text = fs.readFileSync(UNIT, "utf8");
@@ -36,15 +36,15 @@ const testWithAnalyze = test.if(ANALYZE !== null);
 
 /** Runs systemd-analyze on a copy of the unit named sqloutbox.service in a temp dir; stdout, then stderr. */
 async function analyze(args: string[]): Promise<[string, string]> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-unit-"));
+  const dir = makeTempDir("sqloutbox-unit-");
   try {
-    fs.copyFileSync(UNIT, path.join(dir, "sqloutbox.service"));
-    const proc = Bun.spawn([ANALYZE!, ...args, path.join(dir, "sqloutbox.service")], { stdout: "pipe", stderr: "pipe" });
+    fs.copyFileSync(UNIT, dir.file("sqloutbox.service"));
+    const proc = Bun.spawn([ANALYZE!, ...args, dir.file("sqloutbox.service")], { stdout: "pipe", stderr: "pipe" });
     const output: [string, string] = [await new Response(proc.stdout).text(), await new Response(proc.stderr).text()];
     await proc.exited;
     return output;
   } finally {
-    fs.rmSync(dir, { recursive: true, force: true });
+    dir.cleanup();
   }
 }
 

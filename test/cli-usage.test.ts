@@ -3,15 +3,15 @@
 // `bun src/cli/bin.ts`.
 import { afterAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import pkg from "../package.json" with { type: "json" };
 import { subCommandsOf } from "../src/cli/command-line.ts";
 import { main } from "../src/cli/main.ts";
 import { run, runInProcess } from "./support/cli.ts";
+import { makeTempDir } from "./support/tmp.ts";
 
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-cli-usage-"));
-afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+const tmp = makeTempDir("sqloutbox-cli-usage-");
+afterAll(() => tmp.cleanup());
 
 // The commands as main.ts registers them, so a new command is covered without editing this file.
 const COMMANDS = (await subCommandsOf(main)).map(([name]) => name);
@@ -85,7 +85,7 @@ describe("a real process", () => {
   });
 
   test("a usage error exits 2 with the hint on stderr only", async () => {
-    const r = await run(["status", "--db_dirr", "x"], { cwd: tmp });
+    const r = await run(["status", "--db_dirr", "x"], { cwd: tmp.path });
     expect(r).toEqual({ code: 2, stdout: "", stderr: 'error: unknown option --db_dirr for "sqloutbox status" (did you mean "--db-dir"?)\nRun "sqloutbox status --help" for usage.\n' });
   });
 });
@@ -113,12 +113,14 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "-1"], /--seq must be a positive integer, got "-1"/],
     [["status", "--db-dir", ".", "--watch", "--interval", "-2"], /--interval must be a positive number of seconds, got "-2"/],
     [["skip", "--db-dir", ".", "--namespace", "../x", "--seq", "1"], /--namespace must be a table name/],
+    [["skip", "--db-dir", ".", "--namespace", "a b", "--seq", "1"], /--namespace must be a table name: invalid table name "a b"/],
+    [["dead-letter", "show", "--db-dir", ".", "--namespace", "a;b", "--seq", "1"], /--namespace must be a table name: invalid table name "a;b"/],
     [["status", "--config", "a.toml", "--db-dir", "."], /give one of --config FILE, --db-dir DIR and --db-file FILE, not --config FILE and --db-dir DIR/],
     [["status", "--log-level", "loud", "--db-dir", "."], /invalid log level "loud".*\nRun "sqloutbox status --help"/],
     [["status", "--interval", "1", "--db-dir", "."], /--interval only applies with --watch/],
     [["init", "a", "b"], /unexpected argument "b" for "sqloutbox init"/],
   ])("sqloutbox %p", async (args, message) => {
-    const r = await runInProcess(args as string[], { cwd: tmp });
+    const r = await runInProcess(args as string[], { cwd: tmp.path });
     expect(r.code).toBe(2);
     expect(r.stdout).toBe("");
     expect(r.stderr).toMatch(message);
@@ -126,13 +128,13 @@ describe("usage errors exit 2 and say what is wrong", () => {
   });
 
   test("an invalid LOG_LEVEL in the environment is a usage error too", async () => {
-    const r = await runInProcess(["status", "--db-dir", "."], { cwd: tmp, env: { LOG_LEVEL: "verbose" } });
+    const r = await runInProcess(["status", "--db-dir", "."], { cwd: tmp.path, env: { LOG_LEVEL: "verbose" } });
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('invalid log level "verbose": expected one of error, warn, info, debug');
   });
 
   test("status without --config or --db-dir and no ./outbox.toml is a usage error", async () => {
-    const r = await runInProcess(["status"], { cwd: tmp });
+    const r = await runInProcess(["status"], { cwd: tmp.path });
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("no outbox.toml in");
   });
@@ -140,7 +142,7 @@ describe("usage errors exit 2 and say what is wrong", () => {
 
 describe("logging options", () => {
   test("may come before the command", async () => {
-    const r = await runInProcess(["--log-format", "json", "--log-level", "debug", "status", "--db-dir", path.join(tmp, "nope")]);
+    const r = await runInProcess(["--log-format", "json", "--log-level", "debug", "status", "--db-dir", tmp.file("nope")]);
     expect(r.code).toBe(1);
     expect(JSON.parse(r.stderr.trim().split("\n").at(-1)!)).toMatchObject({ level: "error", code: "E_NOT_FOUND" });
   });
@@ -148,13 +150,13 @@ describe("logging options", () => {
 
 describe("failures exit 1", () => {
   test("a missing db_dir exits 1 naming it", async () => {
-    const r = await runInProcess(["status", "--db-dir", path.join(tmp, "nope")]);
+    const r = await runInProcess(["status", "--db-dir", tmp.file("nope")]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain(`db_dir ${path.join(tmp, "nope")} does not exist`);
+    expect(r.stderr).toContain(`db_dir ${tmp.file("nope")} does not exist`);
   });
 
   test("--db-dir naming a file says it is a file, and creates nothing", async () => {
-    const file = path.join(tmp, "outbox.toml.bak");
+    const file = tmp.file("outbox.toml.bak");
     fs.writeFileSync(file, "");
     const r = await runInProcess(["status", "--db-dir", file]);
     expect(r.code).toBe(1);
@@ -163,7 +165,7 @@ describe("failures exit 1", () => {
   });
 
   test.each(["status", "verify", "runservice"])("%s --config naming a directory is one error line, exit 1", async (cmd) => {
-    const dir = fs.mkdtempSync(path.join(tmp, "cfgdir-"));
+    const dir = makeTempDir("cfgdir-", tmp.path).path;
     const r = await runInProcess([cmd, "--config", dir]);
     expect(r.code).toBe(1);
     // runservice's lines start with the time; the rest is the same one line.
@@ -171,7 +173,7 @@ describe("failures exit 1", () => {
   });
 
   test("errors are one JSON object per line with --log-format json", async () => {
-    const r = await runInProcess(["verify", "--config", path.join(tmp, "missing.toml"), "--log-format", "json"]);
+    const r = await runInProcess(["verify", "--config", tmp.file("missing.toml"), "--log-format", "json"]);
     expect(r.code).toBe(1);
     const line = JSON.parse(r.stderr.trim());
     expect(line).toMatchObject({ level: "error", code: "E_NOT_FOUND" });
@@ -182,7 +184,7 @@ describe("failures exit 1", () => {
 
 describe("read-only commands and a db_dir that does not exist yet", () => {
   test.each(["status", "verify", "dead-letter list"])("%s with a config whose db_dir does not exist creates nothing", async (line) => {
-    const dir = fs.mkdtempSync(path.join(tmp, "cfg-"));
+    const dir = makeTempDir("cfg-", tmp.path).path;
     fs.writeFileSync(
       path.join(dir, "outbox.toml"),
       `[app.a]\ndb_dir = "q"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["t"]\n[app.a.db.x.connection]\npath = "r.db"\n`,

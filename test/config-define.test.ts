@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { ConfigError, ConfigIssuesError, defineConfig, DEFAULTS, type ConfigInput } from "../src/index.ts";
+import { errorOf } from "./support/errors.ts";
 
 const input = (app: Partial<ConfigInput["app"][string]> = {}): ConfigInput => ({
   baseDir: "/srv/app",
@@ -50,26 +51,16 @@ describe("defineConfig", () => {
   });
 
   test("reports errors with camelCase key paths and suggestions", () => {
-    let error: unknown;
-    try {
-      defineConfig(input({ batchSzie: 3 } as never));
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf<ConfigError>(() => defineConfig(input({ batchSzie: 3 } as never)));
     expect(error).toBeInstanceOf(ConfigError);
-    expect((error as ConfigError).code).toBe("E_CONFIG");
-    expect((error as ConfigError).keyPath).toBe("app.myapp.batchSzie");
-    expect((error as ConfigError).message).toContain('(did you mean "batchSize"?)');
+    expect(error.code).toBe("E_CONFIG");
+    expect(error.keyPath).toBe("app.myapp.batchSzie");
+    expect(error.message).toContain('(did you mean "batchSize"?)');
   });
 
   test("reports every problem at once", () => {
-    let error: unknown;
-    try {
-      defineConfig(input({ batchSize: 0, db: { p: { tables: [] } } } as never));
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf<ConfigIssuesError>(() => defineConfig(input({ batchSize: 0, db: { p: { tables: [] } } } as never)));
     expect(error).toBeInstanceOf(ConfigIssuesError);
-    expect((error as ConfigIssuesError).issues.map((i) => i.keyPath)).toEqual(["app.myapp.batchSize", "app.myapp.db.p", "app.myapp.db.p.tables"]);
+    expect(error.issues.map((i) => i.keyPath)).toEqual(["app.myapp.batchSize", "app.myapp.db.p", "app.myapp.db.p.tables"]);
   });
 });

@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } fr
 import fs from "node:fs";
 import { parseDotenv } from "../src/config/dotenv.ts";
 import { ConfigError, loadConfigToml, maskSecrets, parseConfigToml, SecretsError } from "../src/index.ts";
+import { errorOf } from "./support/errors.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 const FILE = "/srv/outbox.toml";
@@ -46,16 +47,11 @@ describe("${VAR} interpolation", () => {
   });
 
   test("a missing variable fails fast naming the variable and the key path", () => {
-    let error: unknown;
-    try {
-      parseConfigToml(withConnection('db_token = "${PRIMARY_DB_TOKEN}"'), FILE, { OTHER: "x" });
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf<ConfigError>(() => parseConfigToml(withConnection('db_token = "${PRIMARY_DB_TOKEN}"'), FILE, { OTHER: "x" }));
     expect(error).toBeInstanceOf(ConfigError);
-    expect((error as ConfigError).code).toBe("E_CONFIG");
-    expect((error as ConfigError).keyPath).toBe("app.myapp.db.primary.connection.db_token");
-    expect((error as ConfigError).message).toContain('environment variable "PRIMARY_DB_TOKEN" is not set');
+    expect(error.code).toBe("E_CONFIG");
+    expect(error.keyPath).toBe("app.myapp.db.primary.connection.db_token");
+    expect(error.message).toContain('environment variable "PRIMARY_DB_TOKEN" is not set');
   });
 
   test("a missing variable in db_dir is reported at db_dir", () => {
@@ -120,15 +116,10 @@ describe(".env parsing", () => {
     ["A=1\n\n\nB='x' trailing\n", 4],
     ["1BAD=x\n", 1],
   ])("a malformed line is an error naming the file and line (%#)", (text, line) => {
-    let error: unknown;
-    try {
-      parseDotenv(text, "/cfg/.env");
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf<SecretsError>(() => parseDotenv(text, "/cfg/.env"));
     expect(error).toBeInstanceOf(SecretsError);
-    expect((error as SecretsError).code).toBe("E_SECRETS");
-    expect((error as SecretsError).message).toStartWith(`/cfg/.env:${line}: `);
+    expect(error.code).toBe("E_SECRETS");
+    expect(error.message).toStartWith(`/cfg/.env:${line}: `);
   });
 
   test("a malformed line's error does not echo the value", () => {

@@ -3,6 +3,7 @@ import { ConfigError, ConfigIssuesError, parseConfigToml } from "../src/index.ts
 import { tableNameProblem } from "../src/outbox/table-name.ts";
 import { builtinWriters } from "../src/writers/registry.ts";
 import type { WriterSpec } from "../src/writers/writer-spec.ts";
+import { errorOf } from "./support/errors.ts";
 
 const FILE = "/srv/app/outbox.toml";
 
@@ -16,22 +17,18 @@ tables = ["events"]
 `;
 
 /** The single ConfigError `text` raises (fails the test if it parses or raises several). */
-function errorOf(text: string, env: Record<string, string> = {}): ConfigError {
-  try {
-    parseConfigToml(text, FILE, env);
-  } catch (error) {
-    expect(error).toBeInstanceOf(ConfigError);
-    expect(error).not.toBeInstanceOf(ConfigIssuesError);
-    expect((error as ConfigError).code).toBe("E_CONFIG");
-    expect((error as ConfigError).file).toBe(FILE);
-    return error as ConfigError;
-  }
-  throw new Error("expected a ConfigError");
+function configErrorOf(text: string, env: Record<string, string> = {}): ConfigError {
+  const error = errorOf<ConfigError>(() => parseConfigToml(text, FILE, env));
+  expect(error).toBeInstanceOf(ConfigError);
+  expect(error).not.toBeInstanceOf(ConfigIssuesError);
+  expect(error.code).toBe("E_CONFIG");
+  expect(error.file).toBe(FILE);
+  return error;
 }
 
 describe("TOML syntax errors", () => {
   test("carry the file, line and column of the mistake", () => {
-    const error = errorOf(`[app.myapp]\ndb_dir = "data"\nbatch_size = = 3\n`);
+    const error = configErrorOf(`[app.myapp]\ndb_dir = "data"\nbatch_size = = 3\n`);
     expect(error.line).toBe(3);
     expect(error.column).toBe(14);
     expect(error.keyPath).toBeUndefined();
@@ -39,13 +36,13 @@ describe("TOML syntax errors", () => {
   });
 
   test("do not quote the surrounding lines, which may hold a literal credential", () => {
-    const error = errorOf(`[app.myapp]\npassword = "literal-secret-1"\nbatch_size = = 3\n`);
+    const error = configErrorOf(`[app.myapp]\npassword = "literal-secret-1"\nbatch_size = = 3\n`);
     expect(error.message).not.toContain("literal-secret-1");
     expect(error.cause).toBeUndefined();
   });
 
   test("a table defined twice points at the second definition", () => {
-    const error = errorOf(`${BASE}\n[app.myapp]\nbatch_size = 3\n`);
+    const error = configErrorOf(`${BASE}\n[app.myapp]\nbatch_size = 3\n`);
     expect(error.message).toContain("defined twice");
     expect([error.line, error.column]).toEqual([9, 2]);
   });
@@ -66,13 +63,13 @@ describe("TOML syntax errors", () => {
     ["batch_size = 0500", "a number may not start with 0", 1, 14],
     ["a = 1\na = 2", "defined twice", 2, 1],
   ])("%j says %p at %i:%i", (text, plain, line, column) => {
-    const error = errorOf(text);
+    const error = configErrorOf(text);
     expect(error.message).toStartWith(`${FILE}:${line}:${column}: TOML syntax error: ${plain}`);
     expect([error.line, error.column]).toEqual([line, column]);
   });
 
   test("an integer TOML cannot represent losslessly is a syntax error with its position", () => {
-    const error = errorOf(`${BASE}\n[app.other]\ndb_dir = "x"\nbatch_size = 99999999999999999999\n`);
+    const error = configErrorOf(`${BASE}\n[app.other]\ndb_dir = "x"\nbatch_size = 99999999999999999999\n`);
     expect([error.line, error.column]).toEqual([11, 14]);
   });
 });
@@ -85,13 +82,13 @@ describe("unknown keys", () => {
     [BASE.replace('tables = ["events"]', 'tables = [{ name = "events", retain_days = 3 }]'), "app.myapp.db.primary.tables[0].retain_days", '"retain_log_days"'],
     [`${BASE}\n[apps.x]\ndb_dir = "y"\n`, "apps", '"app"'],
   ])("are reported with a suggestion (%#)", (text, keyPath, suggestion) => {
-    const error = errorOf(text);
+    const error = configErrorOf(text);
     expect(error.keyPath).toBe(keyPath);
     expect(error.message).toContain(`(did you mean ${suggestion}?)`);
   });
 
   test("a key nothing resembles gets no suggestion", () => {
-    const error = errorOf(BASE.replace('db_dir = "data"', 'db_dir = "data"\nzzzzzzzzzzz = 1'));
+    const error = configErrorOf(BASE.replace('db_dir = "data"', 'db_dir = "data"\nzzzzzzzzzzz = 1'));
     expect(error.keyPath).toBe("app.myapp.zzzzzzzzzzz");
     expect(error.message).not.toContain("did you mean");
   });
@@ -126,7 +123,7 @@ describe("wrong types and ranges", () => {
   ])("%s is rejected", (line, keyPath, message) => {
     const key = line.split(" ")[0]!;
     const text = BASE.replace(/\[app\.myapp\]\n/, `[app.myapp]\n${line}\n`).replace(key === "db_dir" ? 'db_dir = "data"\n' : "\0", "");
-    const error = errorOf(key === "db" ? `[app.myapp]\ndb_dir = "d"\n${line}\n` : text);
+    const error = configErrorOf(key === "db" ? `[app.myapp]\ndb_dir = "d"\n${line}\n` : text);
     expect(error.keyPath).toBe(keyPath);
     expect(error.message).toContain(message);
   });
@@ -144,7 +141,7 @@ describe("wrong types and ranges", () => {
     ["writer_class = 5", "app.myapp.db.primary.writer_class", "expected a string, got integer"],
   ])("target %s is rejected", (line, keyPath, message) => {
     const text = BASE.replace('tables = ["events"]', `tables = ["events"]\n${line}`).replace(line.startsWith("writer_class") ? 'writer_class = "./w.ts:W"\n' : "\0", "");
-    const error = errorOf(text);
+    const error = configErrorOf(text);
     expect(error.keyPath).toBe(keyPath);
     expect(error.message).toContain(message);
   });
@@ -162,7 +159,7 @@ describe("tables", () => {
     ['tables = ["../etc/passwd"]', "app.myapp.db.primary.tables[0]", 'invalid table name "../etc/passwd"'],
     ['tables = [{ name = "a", inject_outbox_seq = 1 }]', "app.myapp.db.primary.tables[0].inject_outbox_seq", "expected a boolean"],
   ])("%s is rejected", (line, keyPath, message) => {
-    const error = errorOf(BASE.replace('tables = ["events"]', line));
+    const error = configErrorOf(BASE.replace('tables = ["events"]', line));
     expect(error.keyPath).toBe(keyPath);
     expect(error.message).toContain(message);
   });
@@ -170,14 +167,9 @@ describe("tables", () => {
   // The drain creates {db_dir}/{table}.db for every configured table: a name the producer refuses
   // would be a queue nobody can ever write to, so the config asks the producer's own question.
   test("refuses the table names the producer refuses, each with the producer's message, key path and position", () => {
-    let caught: unknown;
-    try {
-      parseConfigToml(BASE.replace('tables = ["events"]', 'tables = ["a b", "c;d"]'), FILE, {});
-    } catch (error) {
-      caught = error;
-    }
+    const caught = errorOf<ConfigIssuesError>(() => parseConfigToml(BASE.replace('tables = ["events"]', 'tables = ["a b", "c;d"]'), FILE, {}));
     expect(caught).toBeInstanceOf(ConfigIssuesError);
-    const issues = (caught as ConfigIssuesError).issues;
+    const issues = caught.issues;
     expect(issues.map((i) => [i.file, i.keyPath, i.line, i.column])).toEqual([
       [FILE, "app.myapp.db.primary.tables[0]", 7, 1],
       [FILE, "app.myapp.db.primary.tables[1]", 7, 1],
@@ -187,14 +179,14 @@ describe("tables", () => {
   });
 
   test("refuses an inline entry's name at its name key", () => {
-    const error = errorOf(BASE.replace('tables = ["events"]', 'tables = [\n  "events",\n  { name = "a b", retain_log_days = 1 },\n]'));
+    const error = configErrorOf(BASE.replace('tables = ["events"]', 'tables = [\n  "events",\n  { name = "a b", retain_log_days = 1 },\n]'));
     expect(error.keyPath).toBe("app.myapp.db.primary.tables[1].name");
     expect([error.line, error.column]).toEqual([7, 1]);
     expect(error.message).toEndWith(`: ${tableNameProblem("a b")}`);
   });
 
   test("refuses a name that only becomes invalid once ${VAR} is interpolated", () => {
-    const error = errorOf(BASE.replace('"events"', '"${TABLE}"'), { TABLE: "orders; drop" });
+    const error = configErrorOf(BASE.replace('"events"', '"${TABLE}"'), { TABLE: "orders; drop" });
     expect(error.keyPath).toBe("app.myapp.db.primary.tables[0]");
     expect(error.message).toEndWith(`: ${tableNameProblem("orders; drop")}`);
   });
@@ -204,7 +196,7 @@ describe("tables", () => {
     (name) => {
       expect(tableNameProblem(name)).not.toBeNull();
       for (const entry of [JSON.stringify(name), `{ name = ${JSON.stringify(name)} }`]) {
-        const error = errorOf(BASE.replace('tables = ["events"]', `tables = [${entry}]`));
+        const error = configErrorOf(BASE.replace('tables = ["events"]', `tables = [${entry}]`));
         expect(error.message).toEndWith(`: ${tableNameProblem(name)}`);
       }
     },
@@ -218,13 +210,13 @@ describe("tables", () => {
   });
 
   test("a target without tables is rejected", () => {
-    const error = errorOf(BASE.replace('tables = ["events"]', ""));
+    const error = configErrorOf(BASE.replace('tables = ["events"]', ""));
     expect(error.keyPath).toBe("app.myapp.db.primary.tables");
     expect(error.message).toContain("required");
   });
 
   test("the same table routed to two targets of one app is rejected at the second", () => {
-    const error = errorOf(`${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["other", "events"]\n`);
+    const error = configErrorOf(`${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["other", "events"]\n`);
     expect(error.keyPath).toBe("app.myapp.db.backup.tables[1]");
     expect(error.message).toContain('table "events" is already routed to target "myapp.primary"');
   });
@@ -237,38 +229,38 @@ describe("tables", () => {
 
 describe("writers", () => {
   test("both writer and writer_class is rejected", () => {
-    const error = errorOf(BASE.replace('tables = ["events"]', 'tables = ["events"]\nwriter = "sqlite"') + '[app.myapp.db.primary.connection]\npath = "x.db"\n');
+    const error = configErrorOf(BASE.replace('tables = ["events"]', 'tables = ["events"]\nwriter = "sqlite"') + '[app.myapp.db.primary.connection]\npath = "x.db"\n');
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
     expect(error.message).toContain('set either "writer" or "writer_class", not both');
   });
 
   test("neither writer nor writer_class is rejected", () => {
-    const error = errorOf(BASE.replace('writer_class = "./w.ts:W"', ""));
+    const error = configErrorOf(BASE.replace('writer_class = "./w.ts:W"', ""));
     expect(error.keyPath).toBe("app.myapp.db.primary");
     expect(error.message).toContain('missing "writer" (one of sqlite, libsql, postgres, mysql) or "writer_class"');
   });
 
   test("an unknown built-in writer is rejected with a suggestion", () => {
-    const error = errorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "postgresql"'));
+    const error = configErrorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "postgresql"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.writer");
     expect(error.message).toContain('unknown built-in writer "postgresql" (did you mean "postgres"?)');
   });
 
   test("a writer named like an Object.prototype member is just an unknown writer", () => {
-    const error = errorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "toString"'));
+    const error = configErrorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "toString"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.writer");
     expect(error.message).toContain('unknown built-in writer "toString"');
   });
 
   test("a writer's validation message never carries a credential", () => {
     const text = BASE.replace('writer_class = "./w.ts:W"', 'writer = "postgres"') + '[app.myapp.db.primary.connection]\nurl = "${DB_URL}"\n';
-    const error = errorOf(text, { DB_URL: "mysql://app:hunter2-secret@db/x" });
+    const error = configErrorOf(text, { DB_URL: "mysql://app:hunter2-secret@db/x" });
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.url");
     expect(error.message).not.toContain("hunter2-secret");
   });
 
   test("an empty writer_class is rejected", () => {
-    const error = errorOf(BASE.replace('"./w.ts:W"', '""'));
+    const error = configErrorOf(BASE.replace('"./w.ts:W"', '""'));
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
   });
 });
@@ -295,27 +287,27 @@ describe("built-in writer [connection] validation", () => {
 
   test("a missing required key is named with its description", () => {
     builtinWriters.mysql = spec;
-    const error = errorOf(text('port = 3306'));
+    const error = configErrorOf(text('port = 3306'));
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.host");
     expect(error.message).toContain('required by writer "mysql": server host name');
   });
 
   test("a missing [connection] table counts as every required key missing", () => {
     builtinWriters.mysql = spec;
-    const error = errorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "mysql"'));
+    const error = configErrorOf(BASE.replace('writer_class = "./w.ts:W"', 'writer = "mysql"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.host");
   });
 
   test("an unknown connection key is rejected with a suggestion", () => {
     builtinWriters.mysql = spec;
-    const error = errorOf(text('host = "db"\npasword = "x"'));
+    const error = configErrorOf(text('host = "db"\npasword = "x"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.pasword");
     expect(error.message).toContain('(did you mean "password"?)');
   });
 
   test("the writer's own validate() problems are reported at their key", () => {
     builtinWriters.mysql = spec;
-    const error = errorOf(text('host = "db"\nport = "x"'));
+    const error = configErrorOf(text('host = "db"\nport = "x"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.port");
     expect(error.message).toContain("must be a port number");
   });
@@ -323,30 +315,30 @@ describe("built-in writer [connection] validation", () => {
 
 describe("apps", () => {
   test("a file without apps is rejected", () => {
-    const error = errorOf(`# nothing here\n`);
+    const error = configErrorOf(`# nothing here\n`);
     expect(error.keyPath).toBe("app");
     expect(error.message).toContain("no apps configured");
   });
 
   test("an app without targets is rejected", () => {
-    const error = errorOf(`[app.myapp]\ndb_dir = "d"\n`);
+    const error = configErrorOf(`[app.myapp]\ndb_dir = "d"\n`);
     expect(error.keyPath).toBe("app.myapp.db");
     expect(error.message).toContain('app "myapp" has no targets');
   });
 
   test("an app without db_dir is rejected", () => {
-    const error = errorOf(BASE.replace('db_dir = "data"', ""));
+    const error = configErrorOf(BASE.replace('db_dir = "data"', ""));
     expect(error.keyPath).toBe("app.myapp.db_dir");
     expect(error.message).toContain("required");
   });
 
   test("an app name that cannot be part of a target name is rejected", () => {
-    const error = errorOf(BASE.replaceAll("app.myapp", 'app."my.app"'));
+    const error = configErrorOf(BASE.replaceAll("app.myapp", 'app."my.app"'));
     expect(error.keyPath).toBe('app."my.app"');
   });
 
   test("two apps sharing one db_dir are rejected", () => {
-    const error = errorOf(`${BASE}\n[app.other]\ndb_dir = "./data"\n[app.other.db.x]\nwriter_class = "./w.ts:W"\ntables = ["t"]\n`);
+    const error = configErrorOf(`${BASE}\n[app.other]\ndb_dir = "./data"\n[app.other.db.x]\nwriter_class = "./w.ts:W"\ntables = ["t"]\n`);
     expect(error.keyPath).toBe("app.other.db_dir");
     expect(error.message).toContain('also used by app "myapp"');
   });
@@ -354,14 +346,8 @@ describe("apps", () => {
 
 describe("several problems", () => {
   test("are all reported in one ConfigIssuesError, each with its key path", () => {
-    let caught: unknown;
-    try {
-      parseConfigToml(BASE.replace('db_dir = "data"', 'db_dir = "data"\nbatch_size = 0\ndurability = "fast"').replace('["events"]', '["a", "a"]'), FILE, {});
-    } catch (error) {
-      caught = error;
-    }
-    expect(caught).toBeInstanceOf(ConfigIssuesError);
-    const error = caught as ConfigIssuesError;
+    const error = errorOf<ConfigIssuesError>(() => parseConfigToml(BASE.replace('db_dir = "data"', 'db_dir = "data"\nbatch_size = 0\ndurability = "fast"').replace('["events"]', '["a", "a"]'), FILE, {}));
+    expect(error).toBeInstanceOf(ConfigIssuesError);
     expect(error.code).toBe("E_CONFIG");
     expect(error.issues.map((i) => i.keyPath)).toEqual(["app.myapp.batch_size", "app.myapp.durability", "app.myapp.db.primary.tables[1]"]);
     expect(error.message).toContain("3 problems");
@@ -391,41 +377,31 @@ describe("positions of validation errors", () => {
   ].join("\n");
 
   test("each problem carries the line and column of its key, or of the nearest enclosing table", () => {
-    let error: unknown;
-    try {
-      parseConfigToml(text, FILE, {});
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf<ConfigIssuesError>(() => parseConfigToml(text, FILE, {}));
     expect(error).toBeInstanceOf(ConfigIssuesError);
-    const where = (error as ConfigIssuesError).issues.map((i) => [i.keyPath, i.line, i.column]);
+    const where = error.issues.map((i) => [i.keyPath, i.line, i.column]);
     expect(where).toEqual([
       ["app.myapp.batch_size", 3, 3],
       ["app.myapp.db.primary.description", 7, 1],
       ["app.myapp.db.primary.tables[1]", 10, 1],
       ["app.other.db", 16, 1],
     ]);
-    expect((error as ConfigIssuesError).issues[0]!.message).toStartWith(`${FILE}:3:3 [app.myapp.batch_size]: `);
+    expect(error.issues[0]!.message).toStartWith(`${FILE}:3:3 [app.myapp.batch_size]: `);
   });
 });
 
 describe("routing key paths", () => {
   test("point at the original tables entry even after an earlier duplicate", () => {
-    let error: unknown;
-    try {
-      parseConfigToml(`${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["x", "x", "events"]\n`, FILE, {});
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf<ConfigIssuesError>(() => parseConfigToml(`${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["x", "x", "events"]\n`, FILE, {}));
     expect(error).toBeInstanceOf(ConfigIssuesError);
-    expect((error as ConfigIssuesError).issues.map((i) => i.keyPath)).toEqual(["app.myapp.db.backup.tables[1]", "app.myapp.db.backup.tables[2]"]);
+    expect(error.issues.map((i) => i.keyPath)).toEqual(["app.myapp.db.backup.tables[1]", "app.myapp.db.backup.tables[2]"]);
   });
 });
 
 describe("missing ${VAR} in [connection]", () => {
   test("is one problem at the key, not also an invalid value of the raw ${VAR} text", () => {
     const text = `[app.myapp]\ndb_dir = "data"\n\n[app.myapp.db.primary]\nwriter = "postgres"\ntables = ["events"]\n\n[app.myapp.db.primary.connection]\nurl = "\${DATABASE_URL}"\nport = 5432\n`;
-    const error = errorOf(text);
+    const error = configErrorOf(text);
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.url");
     expect(error.line).toBe(9);
     expect(error.message).toContain('environment variable "DATABASE_URL" is not set');
@@ -434,7 +410,7 @@ describe("missing ${VAR} in [connection]", () => {
 
 test("compat = true on a built-in postgres or mysql writer is a config error, not a drain that dead-letters every injected row", () => {
   for (const writer of ["postgres", "mysql"]) {
-    const error = errorOf(`[app.myapp]\ndb_dir = "d"\n[app.myapp.db.primary]\nwriter = "${writer}"\ntables = ["events"]\ninject_outbox_seq = true\ncompat = true\n[app.myapp.db.primary.connection]\nurl = "${writer}://u@h/db"\n`);
+    const error = configErrorOf(`[app.myapp]\ndb_dir = "d"\n[app.myapp.db.primary]\nwriter = "${writer}"\ntables = ["events"]\ninject_outbox_seq = true\ncompat = true\n[app.myapp.db.primary.connection]\nurl = "${writer}://u@h/db"\n`);
     expect(error.keyPath).toBe("app.myapp.db.primary.compat");
     expect(error.message).toContain(`this target writes ${writer}`);
   }

@@ -1,8 +1,9 @@
 import { describe, expect, test } from "bun:test";
 import { RewriteCache } from "../src/drain/rewrite-cache.ts";
 import { UnsupportedStatementError } from "../src/errors.ts";
-import { injectOutboxSeq, toDialect } from "../src/sql/index.ts";
+import { injectOutboxSeq, toDialect } from "../src/sql/rewrite.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
+import { errorOf } from "./support/errors.ts";
 
 const STATEMENTS: Array<[string, number]> = [
   ["INSERT INTO t (a, b, c) VALUES (?, ?, ?)", 3],
@@ -44,14 +45,9 @@ describe("rewrite cache", () => {
   test("a refused statement keeps being refused with the rewriter's UnsupportedStatementError", () => {
     const cache = new RewriteCache("postgres", false);
     for (let i = 0; i < 3; i++) {
-      let caught: unknown;
-      try {
-        cache.rewrite("INSERT INTO t (a) SELECT ?", [1], 5 + i, true);
-      } catch (error) {
-        caught = error;
-      }
+      const caught = errorOf<UnsupportedStatementError>(() => cache.rewrite("INSERT INTO t (a) SELECT ?", [1], 5 + i, true));
       expect(caught).toBeInstanceOf(UnsupportedStatementError);
-      expect((caught as UnsupportedStatementError).code).toBe("E_UNSUPPORTED_STATEMENT");
+      expect(caught.code).toBe("E_UNSUPPORTED_STATEMENT");
     }
   });
 });

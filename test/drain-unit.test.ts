@@ -1,11 +1,13 @@
 import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
-import { ConfigError, LockedError } from "../src/errors.ts";
+import { ConfigError, LockedError, ServiceStoppedError } from "../src/errors.ts";
+import { createWriter } from "../src/writers/registry.ts";
 import { oneApp } from "./support/drain-harness.ts";
 import { parseCount, resultShapeProblem } from "../src/drain/bounded-writer.ts";
 import { drainHome } from "../src/drain/home.ts";
 import { acquireLock } from "../src/drain/lock.ts";
 import { outageBackoffMs, rowBackoffMs, tableReadiness } from "../src/drain/schedule.ts";
+import { errorOf } from "./support/errors.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
 describe("backoff", () => {
@@ -109,16 +111,11 @@ describe("drain lock", () => {
     try {
       const dir = tmp.file("nested/db");
       const first = acquireLock(drainHome(dir).lockFile);
-      let caught: unknown;
-      try {
-        acquireLock(drainHome(dir).lockFile);
-      } catch (error) {
-        caught = error;
-      }
+      const caught = errorOf<LockedError>(() => acquireLock(drainHome(dir).lockFile));
       expect(caught).toBeInstanceOf(LockedError);
-      expect((caught as LockedError).code).toBe("E_LOCKED");
-      expect((caught as LockedError).lockFile).toBe(`${dir}/.sqloutbox.lock`);
-      expect((caught as LockedError).message).toContain(`${dir}/.sqloutbox.lock`);
+      expect(caught.code).toBe("E_LOCKED");
+      expect(caught.lockFile).toBe(`${dir}/.sqloutbox.lock`);
+      expect(caught.message).toContain(`${dir}/.sqloutbox.lock`);
       first.release();
       first.release();
       acquireLock(drainHome(dir).lockFile).release();
@@ -134,14 +131,9 @@ describe("drain lock", () => {
       const reader = child.stdout.getReader();
       const { value } = await reader.read();
       expect(new TextDecoder().decode(value)).toContain("locked");
-      let caught: unknown;
-      try {
-        acquireLock(drainHome(tmp.path).lockFile);
-      } catch (error) {
-        caught = error;
-      }
+      const caught = errorOf<LockedError>(() => acquireLock(drainHome(tmp.path).lockFile));
       expect(caught).toBeInstanceOf(LockedError);
-      const { holder, message } = caught as LockedError;
+      const { holder, message } = caught;
       expect(holder).toEqual({ pid: child.pid, since: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) });
       expect(message).toBe(`another drain is already running (pid ${child.pid}, running since ${holder!.since}): lock ${tmp.path}/.sqloutbox.lock is held`);
       child.kill("SIGKILL");
@@ -170,14 +162,26 @@ describe("drain lock", () => {
 describe("service construction", () => {
   test("a target without a writer is a ConfigError naming the target", () => {
     const config = oneApp("/nonexistent/outbox", { main: { writer: "sqlite", connection: { path: "/nonexistent/r.db" }, tables: ["t"] } });
-    let caught: unknown;
-    try {
-      new OutboxSyncService(config, {});
-    } catch (error) {
-      caught = error;
-    }
+    const caught = errorOf<ConfigError>(() => new OutboxSyncService(config, {}));
     expect(caught).toBeInstanceOf(ConfigError);
-    expect((caught as ConfigError).code).toBe("E_CONFIG");
-    expect((caught as Error).message).toContain('no writer for target "app.main"');
+    expect(caught.code).toBe("E_CONFIG");
+    expect(caught.message).toContain('no writer for target "app.main"');
+  });
+
+  test("a stopped service refuses to run again with ServiceStoppedError (E_CLOSED), the class the library exports", async () => {
+    const tmp = makeTempDir();
+    try {
+      const config = oneApp(tmp.file("outbox"), { main: { writer: "sqlite", connection: { path: tmp.file("r.db") }, tables: ["t"] } });
+      const service = new OutboxSyncService(config, { "app.main": createWriter("sqlite", { path: tmp.file("r.db") }) });
+      await service.stop();
+      for (const call of [() => service.start(), () => service.runOnce()]) {
+        const error = await call().catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(ServiceStoppedError);
+        expect(error).toMatchObject({ code: "E_CLOSED", message: "this OutboxSyncService was stopped; create a new one" });
+      }
+      expect(() => service.pendingCount()).toThrow(ServiceStoppedError);
+    } finally {
+      tmp.cleanup();
+    }
   });
 });

@@ -16,7 +16,8 @@ import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { runInProcess } from "./support/cli.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { createMysqlDb, createPgDb, MYSQL_BASE_URL, PG_BASE_URL } from "./support/server-db.ts";
+import { errorOf } from "./support/errors.ts";
+import { createMysqlDb, createPgDb, MYSQL_BASE_URL, PG_BASE_URL, requireServer } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
@@ -87,6 +88,7 @@ describe("a target that no retry can fix is misconfigured, not an outage", () =>
     ["MariaDB, unknown database (1049)", "mysql", (base: string) => `${base}/sqloutbox_no_such_db_${Date.now()}`],
     ["MariaDB, wrong password (1045)", "mysql", (base: string) => `${withPassword(base, "wrong-password")}/test`],
   ] as const)("%s: said once, retried on a capped schedule, nothing charged", async (_name, engine, urlOf) => {
+    await requireServer(engine); // no database of its own: a server that is down would pass for a misconfigured one
     const dir = tmp();
     const base = engine === "postgres" ? PG_BASE_URL : MYSQL_BASE_URL; // SQLOUTBOX_TEST_PG / SQLOUTBOX_TEST_MYSQL honoured
     const url = urlOf(base);
@@ -185,15 +187,9 @@ describe("format version", () => {
     expect(check.query("PRAGMA user_version").get()).toEqual({ user_version: FORMAT_VERSION });
     check.run(`PRAGMA user_version = ${FORMAT_VERSION + 1}`); // as a newer sqloutbox would leave it
     check.close();
-    const err = (() => {
-      try {
-        new SQLMiddleware({ dbDir: dir.file("q") }).push("new", "INSERT INTO new (id) VALUES (?)", [2]);
-      } catch (e) {
-        return e;
-      }
-    })();
+    const err = errorOf(() => new SQLMiddleware({ dbDir: dir.file("q") }).push("new", "INSERT INTO new (id) VALUES (?)", [2]));
     expect(err).toBeInstanceOf(StorageError);
-    expect((err as Error).message).toContain(`written by a newer sqloutbox (format ${FORMAT_VERSION + 1}; this version reads formats up to ${FORMAT_VERSION})`);
+    expect(err.message).toContain(`written by a newer sqloutbox (format ${FORMAT_VERSION + 1}; this version reads formats up to ${FORMAT_VERSION})`);
     const remote = new Database(dir.file("remote.db"), { create: true });
     remote.run("CREATE TABLE ok (id INTEGER)");
     remote.close();

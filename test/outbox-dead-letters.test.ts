@@ -9,6 +9,7 @@ import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
 import { hashTree } from "./support/dir-hash.ts";
+import { errorOf } from "./support/errors.ts";
 import { highestSeq } from "./support/queue.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
@@ -81,13 +82,7 @@ describe("replayDeadMany", () => {
 
   test("a seq that is no dead letter of the namespace replays nothing and throws NotFoundError", () => {
     const ob = queue(4, 2);
-    const err = (() => {
-      try {
-        ob.replayDeadMany([1, 2, 3]);
-      } catch (e) {
-        return e;
-      }
-    })();
+    const err = errorOf(() => ob.replayDeadMany([1, 2, 3]));
     expect(err).toBeInstanceOf(NotFoundError);
     expect(err).toMatchObject({ code: "E_NOT_FOUND", message: expect.stringContaining('no dead letter with seq 3 in namespace "orders"') });
     expect(ob.pendingCount()).toBe(2);

@@ -6,6 +6,7 @@ import { findDeadLetters, healthAll, listOutboxFiles, Outbox, scanIntegrity, Sto
 import { pendingCountSql } from "../src/outbox/schema.ts";
 import { readSnapshot } from "../src/outbox/sqlite-open.ts";
 import { hashTree } from "./support/dir-hash.ts";
+import { errorOf } from "./support/errors.ts";
 import { buildReferenceFile } from "./support/reference-db.ts";
 import { SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
@@ -151,11 +152,10 @@ describe("healthAll", () => {
     seed();
     writeFileSync(tmp.file("garbage.db"), Buffer.alloc(8192, 0x5a));
     const before = hashTree(tmp.path);
-    let err: unknown;
-    try { healthAll(tmp.path); } catch (e) { err = e; }
+    const err = errorOf(() => healthAll(tmp.path));
     expect(err).toBeInstanceOf(StorageError);
     expect(err).toMatchObject({ code: "E_STORAGE", file: tmp.file("garbage.db") });
-    expect((err as Error).message).toContain(tmp.file("garbage.db"));
+    expect(err.message).toContain(tmp.file("garbage.db"));
     const skipped: string[] = [];
     const health = healthAll(tmp.path, { onError: (file) => skipped.push(file) });
     expect(skipped).toEqual([tmp.file("garbage.db")]);

@@ -1,6 +1,7 @@
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { decodeArgs, encodeArgs, InvalidArgumentError } from "../src/index.ts";
+import { errorOf } from "./support/errors.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
 describe("encodeArgs / decodeArgs", () => {
@@ -36,16 +37,11 @@ describe("encodeArgs / decodeArgs", () => {
     ["1e21", 1e21],
     ["Number.MAX_VALUE", Number.MAX_VALUE],
   ])("refuses the integral number %s (beyond ±(2^53−1)): pass a bigint instead", (_name, value) => {
-    let err: unknown;
-    try {
-      encodeArgs([1, value], { namespace: "t", file: "/data/t.db" });
-    } catch (e) {
-      err = e;
-    }
+    const err = errorOf(() => encodeArgs([1, value], { namespace: "t", file: "/data/t.db" }));
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err).toMatchObject({ code: "E_INVALID_ARG", details: { index: 1, namespace: "t", file: "/data/t.db" } });
-    expect((err as Error).message).toContain("argument 1 is the number");
-    expect((err as Error).message).toContain("pass a bigint instead");
+    expect(err.message).toContain("argument 1 is the number");
+    expect(err.message).toContain("pass a bigint instead");
   });
 
   test.each([
@@ -53,15 +49,10 @@ describe("encodeArgs / decodeArgs", () => {
     ["a lone low surrogate after text", "ab\udc00", 2],
     ["a high surrogate at the end after a valid pair", "\ud83d\ude00\ud83d", 2],
   ])("refuses a string with %s, naming the argument and why", (_name, value, at) => {
-    let err: unknown;
-    try {
-      encodeArgs(["ok", value]);
-    } catch (e) {
-      err = e;
-    }
+    const err = errorOf(() => encodeArgs(["ok", value]));
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err).toMatchObject({ details: { index: 1 } });
-    expect((err as Error).message).toBe(`argument 1 is a string with a lone UTF-16 surrogate at index ${at}, which cannot be stored as UTF-8 losslessly`);
+    expect(err.message).toBe(`argument 1 is a string with a lone UTF-16 surrogate at index ${at}, which cannot be stored as UTF-8 losslessly`);
   });
 
   test("decodes a lone surrogate an earlier version stored (JSON escapes it), rather than dropping the row", () => {
@@ -107,17 +98,12 @@ describe("encodeArgs / decodeArgs", () => {
     ["an Int16Array", new Int16Array(2)],
     ["an ArrayBuffer", new ArrayBuffer(2)],
   ])("rejects %s naming the argument index, namespace and file", (_name, value) => {
-    let err: unknown;
-    try {
-      encodeArgs(["ok", value], { namespace: "orders", file: "/data/orders.db" });
-    } catch (e) {
-      err = e;
-    }
+    const err = errorOf(() => encodeArgs(["ok", value], { namespace: "orders", file: "/data/orders.db" }));
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err).toMatchObject({ code: "E_INVALID_ARG", details: { index: 1, namespace: "orders", file: "/data/orders.db" } });
-    expect((err as Error).message).toContain("argument 1");
-    expect((err as Error).message).toContain('namespace "orders"');
-    expect((err as Error).message).toContain("/data/orders.db");
+    expect(err.message).toContain("argument 1");
+    expect(err.message).toContain('namespace "orders"');
+    expect(err.message).toContain("/data/orders.db");
   });
 
   test.each([

@@ -4,6 +4,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError, verifyFile } from "../src/index.ts";
 import { NEW_FILE_PAGE_SIZE, openWritable } from "../src/outbox/sqlite-open.ts";
 import { isoTimestamp, parseTimestamp } from "../src/outbox/timestamp.ts";
+import { errorOf } from "./support/errors.ts";
 import { buildReferenceFile } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
@@ -62,7 +63,7 @@ describe("enqueue", () => {
   test("rejects a tag that is empty or not well-formed text, naming the namespace and file", () => {
     const ob = outbox();
     for (const tag of ["", "\ud800 lone surrogate", 5 as unknown as string]) {
-      const err = (() => { try { ob.enqueue(tag, "[]"); } catch (e) { return e; } })() as InvalidArgumentError;
+      const err = errorOf<InvalidArgumentError>(() => ob.enqueue(tag, "[]"));
       expect(err).toBeInstanceOf(InvalidArgumentError);
       expect(err.code).toBe("E_INVALID_ARG");
       expect(err.message).toContain('namespace "orders"');
@@ -282,8 +283,7 @@ describe("backpressure", () => {
     const ob = outbox("q.db", "orders", { maxPending: 2 });
     const a = ob.enqueue("A", "[]");
     ob.enqueue("B", "[]");
-    let err: unknown;
-    try { ob.enqueue("C", "[]"); } catch (e) { err = e; }
+    const err = errorOf(() => ob.enqueue("C", "[]"));
     expect(err).toBeInstanceOf(QueueFullError);
     expect(err).toMatchObject({ code: "E_QUEUE_FULL", namespace: "orders", maxPending: 2, file: ob.path });
     expect(() => ob.enqueueBatch([{ tag: "C", payload: "[]" }])).toThrow(QueueFullError);
@@ -455,11 +455,10 @@ describe("lifecycle and durability", () => {
     ob.enqueue("A", "[]");
     ob.close();
     ob.close();
-    let err: unknown;
-    try { ob.enqueue("B", "[]"); } catch (e) { err = e; }
+    const err = errorOf(() => ob.enqueue("B", "[]"));
     expect(err).toBeInstanceOf(OutboxClosedError);
     expect(err).toMatchObject({ code: "E_CLOSED", file: ob.path, namespace: "orders" });
-    expect((err as Error).message).toContain(ob.path);
+    expect(err.message).toContain(ob.path);
     for (const call of [() => ob.fetchUnsynced(1), () => ob.pendingCount(), () => ob.confirm([1]), () => ob.health()]) {
       expect(call).toThrow(OutboxClosedError);
     }
@@ -524,18 +523,16 @@ describe("lifecycle and durability", () => {
     const holder = new Database(ob.path);
     holder.run("PRAGMA busy_timeout = 0");
     holder.run("BEGIN IMMEDIATE");
-    let err: unknown;
+    let err: StorageError;
     try {
-      ob.enqueue("B", "[]");
-    } catch (e) {
-      err = e;
+      err = errorOf<StorageError>(() => ob.enqueue("B", "[]"));
     } finally {
       holder.run("ROLLBACK");
       holder.close();
     }
     expect(err).toBeInstanceOf(StorageError);
     expect(err).toMatchObject({ code: "E_STORAGE", file: ob.path, namespace: "orders" });
-    expect((err as Error).message).toContain("SQLITE_BUSY");
+    expect(err.message).toContain("SQLITE_BUSY");
     expect(ob.fetchUnsynced(10).map((r) => r.tag)).toEqual(["A"]);
     expect(ob.enqueue("B", "[]")).toBe(2); // the outbox is still usable
   });
@@ -556,15 +553,10 @@ describe("lifecycle and durability", () => {
     ob.enqueue("A", "[]");
     for (const suffix of ["", "-wal", "-shm"]) rmSync(`${ob.path}${suffix}`, { force: true });
     await Bun.sleep(1_100);
-    let err: unknown;
-    try {
-      ob.enqueue("B", "[]");
-    } catch (e) {
-      err = e;
-    }
+    const err = errorOf(() => ob.enqueue("B", "[]"));
     expect(err).toBeInstanceOf(StorageError);
     expect(err).toMatchObject({ code: "E_STORAGE", file: ob.path, namespace: "orders" });
-    expect((err as Error).message).toContain("deleted or replaced");
+    expect(err.message).toContain("deleted or replaced");
     expect(ob.closed).toBe(true); // a producer's next push reopens the path
     const again = outbox("gone.db");
     expect(again.enqueue("C", "[]")).toBe(1);

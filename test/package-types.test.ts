@@ -4,10 +4,10 @@
 // tsc take seconds, so it runs with SQLOUTBOX_SLOW_TESTS=1.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { REPO, run } from "./support/cli.ts";
 import { describeSlow, SLOW } from "./support/slow.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 const TSC = path.join(REPO, "node_modules", ".bin", "tsc");
 
@@ -87,7 +87,7 @@ new SQLMiddleware({ dbDir: "data/queue" }).push(42, "INSERT INTO t (id) VALUES (
 new SQLMiddleware({ dbDir: "data/queue", maxPending: undefined });
 `;
 
-let tmp: string;
+let tmp: TempDir | undefined;
 let tarball: string;
 let entries: string[];
 let project: string;
@@ -102,14 +102,14 @@ async function typecheck(files: string[]): Promise<{ code: number; output: strin
 // Outside the describes, so a skipped run lists only the tests (a skipped describe's hooks show up as unnamed skips).
 beforeAll(async () => {
   if (!SLOW) return;
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-types-"));
+  tmp = makeTempDir("sqloutbox-types-");
   // No --ignore-scripts: the declarations exist only because pack runs the prepack script.
-  const pack = await run(["pm", "pack", "--destination", tmp, "--quiet"], { cmd: ["bun"], cwd: REPO });
+  const pack = await run(["pm", "pack", "--destination", tmp.path, "--quiet"], { cmd: ["bun"], cwd: REPO });
   expect(pack.code).toBe(0);
   tarball = pack.stdout.trim();
   entries = (await run(["tzf", tarball], { cmd: ["tar"] })).stdout.split("\n").filter(Boolean).map((e) => e.replace(/^package\//, ""));
 
-  project = path.join(tmp, "consumer");
+  project = tmp.file("consumer");
   const pkgDir = path.join(project, "node_modules", "sqloutbox");
   fs.mkdirSync(pkgDir, { recursive: true });
   expect((await run(["xzf", tarball, "-C", pkgDir, "--strip-components=1"], { cmd: ["tar"] })).code).toBe(0);
@@ -124,7 +124,7 @@ beforeAll(async () => {
   fs.writeFileSync(path.join(project, "wrong.ts"), WRONG);
 }, 60_000);
 afterAll(() => {
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+  tmp?.cleanup();
 });
 
 describeSlow("the packed tarball", "pack the package (its prepack writes the declarations with tsc)", () => {

@@ -11,6 +11,7 @@ import {
   StorageError,
 } from "../src/index.ts";
 import { hashTree } from "./support/dir-hash.ts";
+import { errorOf } from "./support/errors.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -30,15 +31,6 @@ class OrderMiddleware extends SQLMiddleware {
 
 /** A valid statement that stands for the event `name`. */
 const stmt = (name: string) => `INSERT INTO t (a) VALUES ('${name}')`;
-
-function errorOf(fn: () => unknown): Error & Record<string, unknown> {
-  try {
-    fn();
-  } catch (e) {
-    return e as Error & Record<string, unknown>;
-  }
-  throw new Error("expected a throw");
-}
 
 describe("SQLMiddleware", () => {
   test("push stores the SQL as tag, the encoded args as payload and the class name as source", () => {

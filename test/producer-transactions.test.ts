@@ -7,6 +7,7 @@ import { existsSync } from "node:fs";
 import { CrossTableTransactionError, ForeignTransactionError, InvalidArgumentError, SQLMiddleware, StorageError } from "../src/index.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
+import { errorOf } from "./support/errors.ts";
 
 const cleanups = cleanupsAfterEach();
 
@@ -18,15 +19,6 @@ function rowsOf(file: string): Array<{ seq: number; namespace: string; grp: numb
   } finally {
     db.close();
   }
-}
-
-function errorOf(fn: () => unknown): Error & Record<string, unknown> {
-  try {
-    fn();
-  } catch (e) {
-    return e as Error & Record<string, unknown>;
-  }
-  throw new Error("expected a throw");
 }
 
 const insert = (table: string) => `INSERT INTO ${table} (id) VALUES (?)`;

@@ -1,7 +1,10 @@
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
-import { dropSchemaSql, injectOutboxSeq, maxSeqSql, quoteIdent, schemaSql, toDialect, tokenize } from "../src/sql/index.ts";
+import { quoteIdent } from "../src/sql/ident.ts";
+import { tokenize } from "../src/sql/lexer.ts";
+import { injectOutboxSeq, toDialect } from "../src/sql/rewrite.ts";
+import { dropSchemaSql, maxSeqSql, schemaSql } from "../src/sql/schema.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
 import { createMysqlDb, createPgDb } from "./support/server-db.ts";
 import { SLOW } from "./support/slow.ts";

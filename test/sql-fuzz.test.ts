@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
-import { injectOutboxSeq } from "../src/sql/index.ts";
+import { injectOutboxSeq } from "../src/sql/rewrite.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
 import { type GeneratedStatement, rng, StatementGenerator } from "./support/sql-gen.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";

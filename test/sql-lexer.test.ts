@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { UnsupportedStatementError } from "../src/errors.ts";
 import { identName, isKeyword, tokenize } from "../src/sql/lexer.ts";
 import type { Dialect } from "../src/vocabulary.ts";
+import { errorOf } from "./support/errors.ts";
 
 /** Token kinds (with ?NNN numbers and depth when non-zero) as one readable line. */
 function kinds(sql: string, d: Dialect): string {
@@ -77,13 +78,8 @@ describe("tokenize", () => {
     ["sqlite", "a)", "unbalanced parentheses: ')' at offset 1 has no matching '('"],
     ["sqlite", "?40000", "placeholder ?40000 at offset 0 is out of range 1…32766"],
   ] as const)("%s: rejects %p", (d, sql, reason) => {
-    let error: unknown;
-    try {
-      tokenize(sql, d);
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf<UnsupportedStatementError>(() => tokenize(sql, d));
     expect(error).toBeInstanceOf(UnsupportedStatementError);
-    expect((error as UnsupportedStatementError).reason).toBe(reason);
+    expect(error.reason).toBe(reason);
   });
 });

@@ -1,7 +1,9 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError, UnsupportedStatementError } from "../src/errors.ts";
-import { bindTemplate, injectOutboxSeq, rewriteTemplate, SEQ_ARG, toDialect } from "../src/sql/index.ts";
+import { injectOutboxSeq, toDialect } from "../src/sql/rewrite.ts";
+import { bindTemplate, rewriteTemplate, SEQ_ARG } from "../src/sql/template.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
+import { errorOf } from "./support/errors.ts";
 
 const SEQ = 42;
 const CONFLICT = " ON CONFLICT (outbox_seq) WHERE outbox_seq != 0 DO NOTHING";
@@ -279,13 +281,9 @@ describe("injectOutboxSeq compat mode", () => {
     });
   });
   test.each(["postgres", "mysql"] as const)("%s: rejects compat mode", (d) => {
-    try {
-      injectOutboxSeq("INSERT INTO t (a) VALUES (?)", [1], SEQ, d, { compat: true });
-      throw new Error("did not throw");
-    } catch (e) {
-      expect(e).toBeInstanceOf(UnsupportedStatementError);
-      expect((e as UnsupportedStatementError).reason).toContain("only for sqlite/libsql");
-    }
+    const e = errorOf<UnsupportedStatementError>(() => injectOutboxSeq("INSERT INTO t (a) VALUES (?)", [1], SEQ, d, { compat: true }));
+    expect(e).toBeInstanceOf(UnsupportedStatementError);
+    expect(e.reason).toContain("only for sqlite/libsql");
   });
 });
 
@@ -336,14 +334,8 @@ const rejected: Array<[string, string, BindValue[], string]> = [
 describe("injectOutboxSeq rejects", () => {
   const rows = dialects.flatMap((d) => rejected.map(([name, sql, args, reason]) => [d, name, sql, args, reason] as const));
   test.each(rows)("%s: %s", (d, _name, sql, args, reason) => {
-    let error: unknown;
-    try {
-      injectOutboxSeq(sql, args, SEQ, d);
-    } catch (e) {
-      error = e;
-    }
-    expect(error).toBeInstanceOf(UnsupportedStatementError);
-    const e = error as UnsupportedStatementError;
+    const e = errorOf<UnsupportedStatementError>(() => injectOutboxSeq(sql, args, SEQ, d));
+    expect(e).toBeInstanceOf(UnsupportedStatementError);
     expect(e.code).toBe("E_UNSUPPORTED_STATEMENT");
     expect(e.reason).toContain(reason);
     expect(e.sql).toBe(sql);

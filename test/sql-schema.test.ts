@@ -1,7 +1,9 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError } from "../src/errors.ts";
-import { dropSchemaSql, maxSeqSql, quoteIdent, schemaSql } from "../src/sql/index.ts";
+import { quoteIdent } from "../src/sql/ident.ts";
+import { dropSchemaSql, maxSeqSql, schemaSql } from "../src/sql/schema.ts";
 import type { Dialect } from "../src/vocabulary.ts";
+import { errorOf } from "./support/errors.ts";
 
 describe("schemaSql", () => {
   test.each([
@@ -83,15 +85,10 @@ describe("quoteIdent", () => {
     ["mysql", "emoji😀", "outside the Basic Multilingual Plane"],
   ];
   test.each(bad)("%s: rejects %p", (d, name, why) => {
-    let error: unknown;
-    try {
-      quoteIdent(name, d);
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf<InvalidArgumentError>(() => quoteIdent(name, d));
     expect(error).toBeInstanceOf(InvalidArgumentError);
-    expect((error as InvalidArgumentError).code).toBe("E_INVALID_ARG");
-    expect((error as Error).message).toContain(why);
+    expect(error.code).toBe("E_INVALID_ARG");
+    expect(error.message).toContain(why);
   });
 
   test("accepts the longest names each dialect keeps intact", () => {

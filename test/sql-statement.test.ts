@@ -1,18 +1,15 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError, InvalidStatementError, UnsupportedStatementError } from "../src/errors.ts";
-import { checkInjectable, checkStatement, statementCount, validateStatement } from "../src/sql/index.ts";
+import { checkInjectable, checkStatement, statementCount, validateStatement } from "../src/sql/statement.ts";
 import type { Dialect } from "../src/vocabulary.ts";
+import { errorOf } from "./support/errors.ts";
 
+/** The reason of the InvalidStatementError `fn` throws. */
 function reasonOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(InvalidStatementError);
-    const error = e as InvalidStatementError;
-    expect(error.code).toBe("E_INVALID_STATEMENT");
-    return error.reason;
-  }
-  throw new Error("expected an InvalidStatementError");
+  const error = errorOf<InvalidStatementError>(fn);
+  expect(error).toBeInstanceOf(InvalidStatementError);
+  expect(error.code).toBe("E_INVALID_STATEMENT");
+  return error.reason;
 }
 
 describe("validateStatement accepts one statement and returns its argument count", () => {
@@ -124,19 +121,14 @@ describe("validateStatement refuses", () => {
 
 describe("checkStatement", () => {
   test("refuses a wrong argument count, naming the table", () => {
-    let error: unknown;
-    try {
-      checkStatement("UPDATE t SET a = '?' WHERE id = ?", 2, null, "orders");
-    } catch (e) {
-      error = e;
-    }
+    const error = errorOf(() => checkStatement("UPDATE t SET a = '?' WHERE id = ?", 2, null, "orders"));
     expect(error).toBeInstanceOf(InvalidStatementError);
     expect(error).toMatchObject({
       code: "E_INVALID_STATEMENT",
       table: "orders",
       reason: "statement takes 1 bind arguments (1 more '?' inside string literals, identifiers or comments do not count) but 2 were given",
     });
-    expect((error as Error).message).toBe(
+    expect(error.message).toBe(
       `invalid statement for table "orders": statement takes 1 bind arguments (1 more '?' inside string literals, identifiers or comments do not count) but 2 were given`,
     );
   });

@@ -6,7 +6,7 @@ import { createMysqlDb, MYSQL_BASE_URL, type ServerDb } from "./support/server-d
 // The server's default sql_mode is changed for this test only (new connections pick it up) and
 // restored after: the writer must not depend on the server being configured strict.
 let db: ServerDb;
-let admin: SQL;
+let admin: SQL | undefined;
 let saved: string;
 beforeAll(async () => {
   db = await createMysqlDb();
@@ -15,6 +15,7 @@ beforeAll(async () => {
   await admin.unsafe("SET GLOBAL sql_mode = ''");
 });
 afterAll(async () => {
+  if (admin === undefined) return; // the server was down: beforeAll failed, saying so, and changed nothing
   await admin.unsafe("SET GLOBAL sql_mode = ?", [saved]);
   await admin.close();
   await db.drop();

@@ -3,6 +3,7 @@ import { ConfigError, WriteError } from "../src/errors.ts";
 import { classifyMysql, classifyPostgres, classifySqlite } from "../src/writers/classify.ts";
 import { builtinWriters, createWriter } from "../src/writers/registry.ts";
 import { statementKind } from "../src/writers/statement-kind.ts";
+import { errorOf } from "./support/errors.ts";
 
 describe("writer registry", () => {
   test("registers sqlite, libsql, postgres and mysql with their dialects", () => {
@@ -59,17 +60,22 @@ describe("writer registry", () => {
   });
 
   test("createWriter reports every problem of a connection table in one ConfigError", () => {
-    const error = (() => {
-      try {
-        createWriter("postgres", { port: "x" });
-      } catch (e) {
-        return e as ConfigError;
-      }
-    })();
+    const error = errorOf<ConfigError>(() => createWriter("postgres", { port: "x" }));
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.code).toBe("E_CONFIG");
     expect(error!.message).toContain("connection.port");
     expect(error!.message).toContain("connection.url");
+  });
+
+  test.each([
+    ["sqlite", "connection.path"],
+    ["libsql", "connection.url"],
+  ] as const)("a %s writer created past the registry's checks without its required key is a ConfigError at %s, not a WriteError", (name, keyPath) => {
+    const error = errorOf<ConfigError>(() => builtinWriters[name].create({}));
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error).not.toBeInstanceOf(WriteError);
+    expect(error).toMatchObject({ code: "E_CONFIG", keyPath });
+    expect(error.message).toStartWith(`[${keyPath}]: is required by the ${name} writer`);
   });
 
   test("describe masks passwords and tokens", () => {

@@ -8,6 +8,7 @@ import { inspectConfigToml, type InspectedConfig } from "../config/load.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
 import { queueFilesOf } from "../outbox/files.ts";
 import { fileHealth } from "../outbox/health.ts";
+import { tableNameProblem } from "../outbox/table-name.ts";
 import { configFile, DEFAULT_CONFIG } from "./args.ts";
 import { log } from "./cli-logger.ts";
 
@@ -90,12 +91,12 @@ export function filesOf(loc: Location): string[] {
 
 /**
  * The file that holds a namespace: `{db_dir}/{namespace}.db`, or the db_file when it holds that
- * namespace; it must exist (nothing is created).
+ * namespace; it must exist (nothing is created). The name must pass the producer's own check
+ * (`tableNameProblem`), so no name the producer refuses can point outside the location.
  */
 export function namespaceFile(locations: Locations, namespace: string, app?: string): { location: Location; file: string } {
-  if (!namespace || namespace.includes("/") || namespace.includes("\\") || namespace.startsWith(".")) {
-    throw new UsageError(`--namespace must be a table name, got "${namespace}"`);
-  }
+  const problem = tableNameProblem(namespace);
+  if (problem !== null) throw new UsageError(`--namespace must be a table name: ${problem}`);
   const dirs = appDirs(locations, app);
   const holds = (location: Location, file: string) => (location.dbFile === null ? fs.existsSync(file) : fs.existsSync(file) && fileHealth(file).some((h) => h.namespace === namespace));
   const hits = dirs

@@ -3,7 +3,7 @@
 // Read-only: files are opened read-only, nothing is created, no network call.
 import { drainHome } from "../drain/home.ts";
 import { lockHolder } from "../drain/lock.ts";
-import { readDrainState, type DrainState, type PersistedTarget } from "../drain/state-file.ts";
+import { DEFAULT_STATE_INTERVAL_MS, readDrainState, type DrainState, type PersistedTarget } from "../drain/state-file.ts";
 import type { TableView } from "../drain/views.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { formatAge, oneLine, redact } from "./text-output.ts";
@@ -70,11 +70,11 @@ export interface StatusReport {
 }
 
 /**
- * runService rewrites the state every 2 s (its default stateIntervalMs): five of those intervals
- * without a write means its loop is not running. A drain that writes no state file at all (the
+ * runService rewrites the state every DEFAULT_STATE_INTERVAL_MS: five of those intervals without a
+ * write means its loop is not running. A drain that writes no state file at all (the
  * library's OutboxSyncService on its own) is never called stale: there is nothing to go by.
  */
-const STALE_AFTER_MS = 10_000;
+const STALE_AFTER_MS = 5 * DEFAULT_STATE_INTERVAL_MS;
 
 /** Reads the health of every namespace of every location and each drain's persisted state; opens files read-only, creates nothing, no network. */
 export function collectStatus(locations: Locations, now = new Date()): StatusReport {

@@ -9,7 +9,7 @@ export const DOPPLER_DEFAULT_BASE_URL = "https://api.doppler.com";
 export const DOPPLER_DEFAULT_MAX_BYTES = 4 * 1024 * 1024;
 
 /** The waits before each retry by default: 3 attempts, 250 ms then 500 ms apart. */
-export const DOPPLER_DEFAULT_RETRY_DELAYS_MS: readonly number[] = [250, 500];
+const DOPPLER_DEFAULT_RETRY_DELAYS_MS: readonly number[] = [250, 500];
 
 /** How to reach Doppler; defaults: `timeoutMs` 10 000 per attempt, `maxBytes` 4 MiB, `retryDelaysMs` [250, 500]. */
 export interface DopplerOptions {

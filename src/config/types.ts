@@ -1,4 +1,4 @@
-import type { Dialect, Durability } from "../vocabulary.ts";
+import { DEFAULT_FILE_MODE, type Dialect, type Durability } from "../vocabulary.ts";
 import type { ListenAddress } from "./listen-address.ts";
 
 
@@ -120,7 +120,7 @@ export const DEFAULTS = {
   outageBackoffCapMinutes: 5, // outage_backoff_cap_minutes
   writeTimeout: 30, // write_timeout, seconds
   durability: "normal", // durability
-  fileMode: 0o600, // file_mode
+  fileMode: DEFAULT_FILE_MODE, // file_mode
   injectOutboxSeq: false, // inject_outbox_seq
   compat: false, // compat
   ledger: true, // ledger

@@ -2,6 +2,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { LockedError, StorageError } from "../errors.ts";
 import { hasLibc, loadLibc } from "../libc.ts";
+import { DEFAULT_FILE_MODE } from "../vocabulary.ts";
 
 /** An exclusive drain lock on one db_dir or db_file; `release()` is idempotent. */
 export interface DrainLock {
@@ -70,7 +71,7 @@ function flock(fd: number, operation: number): number {
  * or process exit. A flock belongs to the open file, so a second drain — in another process or in
  * this one — fails with `LockedError` (after 100 ms: a `status` probe may hold it for an instant).
  */
-export function acquireLock(lockFile: string, fileMode = 0o600): DrainLock {
+export function acquireLock(lockFile: string, fileMode = DEFAULT_FILE_MODE): DrainLock {
   let fd: number;
   try {
     fs.mkdirSync(path.dirname(lockFile), { recursive: true });

@@ -1,7 +1,8 @@
 import type { OutboxConfig } from "../config/types.ts";
 import { libraryLogger, type Logger } from "../logger.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
-import { OutboxSyncService, type SyncServiceOptions, type TargetActivity } from "./service.ts";
+import { DEFAULT_STOP_TIMEOUT_MS, OutboxSyncService, type SyncServiceOptions, type TargetActivity } from "./service.ts";
+import { DEFAULT_STATE_INTERVAL_MS } from "./state-file.ts";
 
 /** Options of `runService`. */
 export interface RunServiceOptions extends SyncServiceOptions {
@@ -31,7 +32,7 @@ export interface RunServiceOptions extends SyncServiceOptions {
  */
 export async function runService(config: OutboxConfig, writers: Record<string, OutboxWriter>, options: RunServiceOptions = {}): Promise<void> {
   const logger: Logger = libraryLogger(options.logger);
-  const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
+  const stopTimeoutMs = options.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS;
   const service = new OutboxSyncService(config, writers, options);
   options.onCreated?.(service);
   let finish!: () => void;
@@ -109,7 +110,7 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
     started = true;
     const every = options.activityLogIntervalMs ?? 60_000;
     if (every > 0) stopActivityLog = logActivity(service, logger, every);
-    const stateEvery = options.stateIntervalMs ?? 2_000;
+    const stateEvery = options.stateIntervalMs ?? DEFAULT_STATE_INTERVAL_MS;
     if (stateEvery > 0) {
       service.persistState();
       const timer = setInterval(() => service.persistState(), stateEvery);

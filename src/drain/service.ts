@@ -1,6 +1,6 @@
 import path from "node:path";
 import type { AppConfig, OutboxConfig } from "../config/types.ts";
-import { ConfigError, OutboxError } from "../errors.ts";
+import { ConfigError, ServiceStoppedError } from "../errors.ts";
 import { libraryLogger, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
@@ -11,6 +11,9 @@ import { acquireLock, type DrainLock } from "./lock.ts";
 import { QueuePool } from "./queue-pool.ts";
 import { writeDrainState, type DrainState } from "./state-file.ts";
 import { TargetRunner, type BatchEvent, type TargetCycle } from "./target.ts";
+
+/** How long `stop()` waits for the in-flight batches unless told otherwise (`stopTimeoutMs`): 10 s. */
+export const DEFAULT_STOP_TIMEOUT_MS = 10_000;
 
 /** Options of an `OutboxSyncService` beyond the config. */
 export interface SyncServiceOptions {
@@ -129,7 +132,7 @@ export class OutboxSyncService {
    * then closes the writers and queues and releases the locks. Idempotent: every call resolves
    * when the first one is done.
    */
-  stop(timeoutMs = this.options.stopTimeoutMs ?? 10_000): Promise<void> {
+  stop(timeoutMs = this.options.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS): Promise<void> {
     this.stopped ??= this.shutdown(timeoutMs);
     return this.stopped;
   }
@@ -237,7 +240,7 @@ export class OutboxSyncService {
 
   /** Locks every db_dir (each once) and opens every served table's queue file; idempotent. */
   private open(): void {
-    if (this.closed) throw new OutboxError("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
+    if (this.closed) throw new ServiceStoppedError();
     if (this.opened) return;
     const homes = new Map<string, number>();
     for (const app of this.config.apps) homes.set(drainHome(app).lockFile, app.fileMode);

@@ -1,5 +1,9 @@
 import fs from "node:fs";
+import { DEFAULT_FILE_MODE } from "../vocabulary.ts";
 import type { TargetView } from "./views.ts";
+
+/** How often `runService` rewrites each db_dir's state file unless `stateIntervalMs` says otherwise: 2 s. */
+export const DEFAULT_STATE_INTERVAL_MS = 2_000;
 
 /** What a running drain persists for each db_dir, so `status` shows it without a network call. */
 export interface DrainState {
@@ -28,7 +32,7 @@ export interface PersistedTarget extends TargetView {
  * drainHome) atomically (a temp file renamed over it), so a reader never sees half a file; created
  * with `fileMode` (error messages may quote rows).
  */
-export function writeDrainState(file: string, state: DrainState, fileMode = 0o600): void {
+export function writeDrainState(file: string, state: DrainState, fileMode = DEFAULT_FILE_MODE): void {
   const tmp = `${file}.${process.pid}.tmp`;
   fs.writeFileSync(tmp, `${JSON.stringify(state, null, 1)}\n`, { mode: fileMode });
   fs.renameSync(tmp, file);

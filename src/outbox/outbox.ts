@@ -265,7 +265,11 @@ export class Outbox {
     return this.#delivery.confirmThrough(bound);
   }
 
-  /** Records delivered rows in the sync log and deletes them from the queue, in ONE transaction. */
+  /**
+   * Records delivered rows in the sync log and deletes them from the queue, in ONE transaction:
+   * any set of pending seqs, not only a prefix (unknown ones are ignored). For an application
+   * that delivers rows itself; the drain confirms prefixes with `confirmThrough`.
+   */
   confirm(seqs: readonly number[]): void {
     this.#file.ensureOpen();
     if (seqs.length > 0) this.#delivery.confirm(seqs);

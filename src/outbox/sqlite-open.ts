@@ -1,7 +1,7 @@
 import { Database, constants } from "bun:sqlite";
 import { closeSync, existsSync, fchmodSync, openSync, statSync } from "node:fs";
 import { OutboxError, StorageError } from "../errors.ts";
-import type { Durability } from "../vocabulary.ts";
+import { DEFAULT_FILE_MODE, type Durability } from "../vocabulary.ts";
 import { checkOwnFile, migrate } from "./schema.ts";
 
 
@@ -13,9 +13,6 @@ import { checkOwnFile, migrate } from "./schema.ts";
  * and overflow pages for every row over ~1 KB. See docs/benchmarks.md.
  */
 export const NEW_FILE_PAGE_SIZE = 2048;
-
-/** Permission bits of the queue files we create (their -wal/-shm inherit them). */
-export const DEFAULT_FILE_MODE = 0o600;
 
 /** How our own connection to a queue file is set up. */
 export interface OpenOptions {

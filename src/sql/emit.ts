@@ -7,24 +7,10 @@ import { isWordChar, type Token } from "./lexer.ts";
 export const SEQ_ARG = -1;
 
 /**
- * How many bind arguments the placeholders among `tokens` read, with SQLite's numbering: `?NNN`
- * reads argument NNN, a plain `?` one past the largest number assigned so far; the statement
- * takes the largest number assigned.
- */
-export function argCountOf(tokens: readonly Token[]): number {
-  let max = 0;
-  for (const t of tokens) {
-    if (t.kind !== "param") continue;
-    const k = t.num !== 0 ? t.num : max + 1;
-    if (k > max) max = k;
-  }
-  return max;
-}
-
-/**
- * Maps every placeholder occurrence to the bind argument it reads (SQLite's numbering, see
- * `argCountOf`). The statement must take exactly `argCount` arguments, otherwise a bind value
- * would land in the wrong place: throws `UnsupportedStatementError`.
+ * Maps every placeholder occurrence to the bind argument it reads, with SQLite's numbering: `?NNN`
+ * reads argument NNN, a plain `?` one past the largest number assigned so far, and the statement
+ * takes the largest number assigned. It must take exactly `argCount` arguments, otherwise a bind
+ * value would land in the wrong place: throws `UnsupportedStatementError`.
  */
 export function resolveParams(sql: string, tokens: readonly Token[], argCount: number): { params: Token[]; argIndex: number[] | null } {
   const params: Token[] = [];

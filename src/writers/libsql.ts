@@ -1,5 +1,5 @@
 import type { Client, InArgs, ResultSet } from "@libsql/client";
-import { WriteError } from "../errors.ts";
+import { ConfigError, WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { maskCause, maskSecrets, maskUrl } from "../masking.ts";
 import { withTimeout } from "../timeout.ts";
@@ -34,7 +34,7 @@ export class LibsqlWriter implements OutboxWriter {
 
   constructor(connection: Connection) {
     const url = stringKey(connection, "url", "db_url");
-    if (!url) throw new WriteError('libsql writer: connection key "url" (or "db_url") is required');
+    if (!url) throw new ConfigError('is required by the libsql writer (or its alias "db_url")', { keyPath: "connection.url" });
     this.#url = url;
     this.#authToken = stringKey(connection, "auth_token", "db_token");
     this.#batchTimeoutMs = (numberKey(connection, "batch_timeout") ?? DEFAULT_LIBSQL_BATCH_TIMEOUT_S) * 1000;

@@ -1,5 +1,5 @@
 import { Database, type SQLQueryBindings } from "bun:sqlite";
-import { WriteError } from "../errors.ts";
+import { ConfigError, WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { booleanKey, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, numberKey, stringKey } from "./connection.ts";
 import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
@@ -26,7 +26,7 @@ export class SqliteWriter implements OutboxWriter {
 
   constructor(connection: Connection) {
     const path = stringKey(connection, "path");
-    if (!path) throw new WriteError('sqlite writer: connection key "path" is required');
+    if (!path) throw new ConfigError("is required by the sqlite writer", { keyPath: "connection.path" });
     this.path = path;
     this.#busyTimeoutMs = numberKey(connection, "busy_timeout") ?? DEFAULT_SQLITE_BUSY_TIMEOUT_MS;
     this.#foreignKeys = booleanKey(connection, "foreign_keys", false);

@@ -15,9 +15,9 @@ export function cleanupsAfterEach(): Array<() => unknown> {
   return cleanups;
 }
 
-/** A fresh temp dir, removed with the test's other clean-ups. */
-export function tempDirCleanedBy(cleanups: Array<() => unknown>): TempDir {
-  const dir = makeTempDir();
+/** A fresh temp dir (`prefix` as in makeTempDir), removed with the test's other clean-ups. */
+export function tempDirCleanedBy(cleanups: Array<() => unknown>, prefix?: string): TempDir {
+  const dir = makeTempDir(prefix);
   cleanups.push(() => dir.cleanup());
   return dir;
 }

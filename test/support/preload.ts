@@ -2,9 +2,16 @@
 import { afterAll } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
-import { createDatabasesAhead, settleServerDbs } from "./server-db.ts";
+import { createDatabasesAhead, SERVER_ENGINES, serverProblem, settleServerDbs } from "./server-db.ts";
 
 createDatabasesAhead();
+
+// PostgreSQL and MariaDB are probed once, here: where one is down the run says so in one line that
+// names it and how to start it, and each test that needs it fails at once with that line
+// (createServerDb) instead of with a driver error in every file. CI requires both: nothing skips.
+for (const problem of await Promise.all(SERVER_ENGINES.map(serverProblem))) {
+  if (problem !== null) console.error(`\n*** ${problem}\n`);
+}
 
 // The tests create, fsync and delete thousands of SQLite files; on a disk-backed /tmp that is
 // about a sixth of the run. Their temp dirs (os.tmpdir(), children included) go into one

@@ -10,7 +10,7 @@ import { oneLine, print, renderFields, renderTable, redact } from "../text-outpu
 import { appDirs, describeLocation, filesOf, locationExists, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Location, type Locations } from "../locations.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
-export interface DeadLetterEntry extends FiledDeadLetter {
+interface DeadLetterEntry extends FiledDeadLetter {
   app: string | null;
   dbDir: string;
   /** The db_file holding it (null: a file of the db_dir). */
@@ -18,13 +18,13 @@ export interface DeadLetterEntry extends FiledDeadLetter {
 }
 
 /** A file that could not be read or written; the others are still processed, and the command exits 1. */
-export interface FileFailure {
+interface FileFailure {
   file: string;
   error: string;
 }
 
 /** `dead-letter replay --json` with a selection: what was (with `dryRun`, would be) re-enqueued and what was skipped as already replayed. */
-export interface ReplayReport {
+interface ReplayReport {
   action: "replay";
   dryRun: boolean;
   /** `newSeq` is null in a dry run. */
@@ -34,7 +34,7 @@ export interface ReplayReport {
 }
 
 /** One dead letter a purge deleted or kept. */
-export interface PurgeEntry {
+interface PurgeEntry {
   namespace: string;
   seq: number;
   file: string;
@@ -44,7 +44,7 @@ export interface PurgeEntry {
 }
 
 /** `dead-letter purge --json`: what was (with `dryRun`, would be) deleted, and what the chain still needs. */
-export interface PurgeReport {
+interface PurgeReport {
   action: "purge";
   dryRun: boolean;
   olderThan: string;
@@ -60,7 +60,7 @@ export interface PurgeReport {
  * Reads the dead letters of every location that match `filter`, read-only. A file that cannot be
  * read is logged and listed in `failed`; the command then exits 1 after printing the rest.
  */
-export function collectDeadLetters(locations: Locations, filter: DeadLetterFilter = {}): { entries: DeadLetterEntry[]; failed: FileFailure[] } {
+function collectDeadLetters(locations: Locations, filter: DeadLetterFilter = {}): { entries: DeadLetterEntry[]; failed: FileFailure[] } {
   const out: DeadLetterEntry[] = [];
   const failed: FileFailure[] = [];
   for (const loc of locations.dirs) {
@@ -87,7 +87,7 @@ function failIf(failed: readonly FileFailure[], what: string): void {
 }
 
 /** The human list: one aligned row per dead letter. */
-export function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
+function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
   if (entries.length === 0) return "no dead letters";
   const withApp = entries.some((e) => e.app !== null);
   return renderTable(
@@ -120,7 +120,7 @@ export function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
  * The human view of one dead letter: every field, the SQL and its arguments in full, and the
  * letters of its group (`group`: every letter dead-lettered with it, this one included).
  */
-export function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] = []): string {
+function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] = []): string {
   const members = group.length > 1 ? ` — ${group.length} statements: ${group.map((g) => (g.namespace === e.namespace ? `seq ${g.seq}` : `${g.namespace} seq ${g.seq}`)).join(", ")}; replayed and skipped together` : "";
   return renderFields([
     ["namespace", e.namespace],
@@ -143,7 +143,7 @@ export function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterE
 }
 
 /** The human replay report: a row per namespace and file with counts and the seqs replayed, then a summary. */
-export function renderReplay(r: ReplayReport): string {
+function renderReplay(r: ReplayReport): string {
   if (r.replayed.length + r.skipped.length === 0) return r.failed.length > 0 ? "no dead letters match in the readable files" : "no dead letters match";
   const groups = groupRows([...r.replayed.map((e) => ({ ...e, done: true })), ...r.skipped.map((e) => ({ ...e, done: false }))]);
   const table = renderTable(
@@ -161,7 +161,7 @@ export function renderReplay(r: ReplayReport): string {
 }
 
 /** The human purge report: a row per namespace and file with counts, then what was lost and what was kept. */
-export function renderPurge(r: PurgeReport): string {
+function renderPurge(r: PurgeReport): string {
   const lines: string[] = [];
   if (r.purged.length + r.kept.length > 0) {
     const groups = groupRows([...r.purged.map((e) => ({ ...e, kept: false })), ...r.kept.map((e) => ({ ...e, kept: true }))]);

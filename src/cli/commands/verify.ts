@@ -9,7 +9,7 @@ import { print, renderTable, withoutFile } from "../text-output.ts";
 import { describeLocation, filesOf, locationExists, resolveLocations, withAccessHint, type Locations } from "../locations.ts";
 
 /** One file in `verify --json`. */
-export interface VerifiedFile {
+interface VerifiedFile {
   app: string | null;
   dbDir: string;
   /** The db_file the file is (null: a file of the db_dir). */
@@ -22,13 +22,13 @@ export interface VerifiedFile {
 }
 
 /** The stable `verify --json` document. */
-export interface VerifyReport {
+interface VerifyReport {
   ok: boolean;
   files: VerifiedFile[];
 }
 
 /** Scans every outbox file of every location read-only; a file that cannot be read is a problem, not a crash. */
-export function collectVerify(locations: Locations): VerifyReport {
+function collectVerify(locations: Locations): VerifyReport {
   const files: VerifiedFile[] = [];
   for (const loc of locations.dirs) {
     if (!locationExists(loc)) continue;
@@ -42,7 +42,7 @@ export function collectVerify(locations: Locations): VerifyReport {
 }
 
 /** The human view: one row per namespace, then every problem spelled out. */
-export function renderVerify(report: VerifyReport): string {
+function renderVerify(report: VerifyReport): string {
   const rows: string[][] = [];
   const details: string[] = [];
   // As in status: with --config the APP column tells apart two apps' files of one name.
