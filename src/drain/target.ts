@@ -8,6 +8,7 @@ import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts"
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
+import { DescriptorRoom, QUEUE_FILE_DESCRIPTORS } from "./descriptors.ts";
 import { FleetView } from "./fleet-view.ts";
 import { TargetLedger } from "./ledger.ts";
 import { Reachability } from "./reachability.ts";
@@ -155,10 +156,21 @@ export class TargetRunner {
     return totals;
   }
 
-  /** Opens every table's queue file; a file that cannot be opened holds only its table. */
+  /**
+   * Opens every table's queue file; a file that cannot be opened holds only its table. So does a
+   * file that would take the last descriptors of the process (see DescriptorRoom): the targets'
+   * connections and the state file need some, or no table at all would be delivered.
+   */
   openTables(): void {
     const now = this.now();
-    for (const table of this.tables) table.open(now);
+    let room: DescriptorRoom | null | undefined;
+    for (const table of this.tables) {
+      if (table.outbox !== null || table.holds.active(now)) continue;
+      room ??= DescriptorRoom.read(); // once per round, and only when a file is to be opened
+      const refused = room?.take(QUEUE_FILE_DESCRIPTORS, this.tables.length) ?? null;
+      if (refused) table.holds.file(refused, now);
+      else table.open(now);
+    }
   }
 
   /** Closes every table's queue file. */
