@@ -114,6 +114,16 @@ export class Outbox {
     return this.fetchUnsynced(1)[0] ?? null;
   }
 
+  /**
+   * This connection's `PRAGMA data_version`: it changes whenever another connection, in any
+   * process, committed to the file since — never for this connection's own commits.
+   */
+  dataVersion(): number {
+    this.#file.ensureOpen();
+    const db = this.#file.db;
+    return this.#file.read("cannot read data_version", () => db.query<{ data_version: number }, []>("PRAGMA data_version").get()!.data_version);
+  }
+
   /** Pending rows of this namespace, without a scan. */
   pendingCount(): number {
     this.#file.ensureOpen();
