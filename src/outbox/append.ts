@@ -2,7 +2,7 @@ import type { Statement } from "bun:sqlite";
 import { QueueFullError } from "../errors.ts";
 import type { QueueFile } from "./queue-file.ts";
 import { NEXT_SLOT_SQL, queueInsertSql } from "./schema.ts";
-import { storageError } from "./sqlite-open.ts";
+import { retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 // The namespace tail is the last seq the namespace ever allocated, wherever that row is now:
@@ -65,12 +65,16 @@ export class Appender {
       });
     }
     // Unbounded: ONE autocommit statement whose VALUES reads the tail. SQLite takes the write lock
-    // when the statement starts, before the subquery reads anything, and waits for it through the
-    // busy handler exactly as BEGIN IMMEDIATE does; the BEGIN/tail/COMMIT round trips are saved.
+    // when the statement starts, before the subquery reads anything, and we wait for it exactly as
+    // for BEGIN IMMEDIATE (retryBusy); the BEGIN/tail/COMMIT round trips are saved.
     try {
       return this.#appendAtTail(tag, payload, source);
     } catch (e) {
-      throw storageError(e, "cannot enqueue", file.path, file.namespace);
+      try {
+        return retryBusy(e, () => this.#appendAtTail(tag, payload, source), file.busyTimeoutMs);
+      } catch (e) {
+        throw storageError(e, "cannot enqueue", file.path, file.namespace);
+      }
     }
   }
 

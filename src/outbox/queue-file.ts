@@ -3,7 +3,7 @@ import { InvalidArgumentError, OutboxClosedError, StorageError, type OutboxError
 import type { Durability } from "../vocabulary.ts";
 import { QUEUE_ROW_COLUMNS, type OutboxRow } from "./rows.ts";
 import { layoutPendingCount, pendingCountSql, queueLayout, readOrigin, type QueueLayout } from "./schema.ts";
-import { openMigrated, storageError } from "./sqlite-open.ts";
+import { openMigrated, retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 // How often a producer checks that its file is still the one at its path (a stat, ~0.9 µs: too
@@ -24,6 +24,8 @@ export class QueueFile {
   readonly origin: string;
   readonly layout: QueueLayout;
   readonly db: Database;
+  /** How long a statement waits for another connection's lock before SQLITE_BUSY is an error (ms). */
+  readonly busyTimeoutMs: number;
   #closed = false;
   #movedCheckedAt = Date.now();
   #movedFlag = new Int32Array(2);
@@ -38,6 +40,7 @@ export class QueueFile {
   constructor(path: string, namespace: string, options: { durability: Durability; busyTimeoutMs: number; fileMode?: number }) {
     this.path = path;
     this.namespace = namespace;
+    this.busyTimeoutMs = options.busyTimeoutMs;
     this.db = openMigrated(path, namespace, options);
     try {
       this.origin = readOrigin(this.db)!;
@@ -52,6 +55,10 @@ export class QueueFile {
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
         OR EXISTS (SELECT 1 FROM outbox_sync_log WHERE seq = ?1 AND namespace = ?2)
         OR EXISTS (SELECT 1 FROM outbox_dead_log WHERE seq = ?1 AND namespace = ?2) AS found`);
+      // From here on SQLITE_BUSY is waited out by retryBusy, in short turns, in write() and read()
+      // and the producer's append: SQLite's own handler backs off to 100 ms sleeps and starves
+      // the waiters that slept longest (see retryBusy).
+      this.db.run("PRAGMA busy_timeout = 0");
     } catch (e) {
       this.db.close();
       throw storageError(e, "cannot prepare outbox", path, namespace);
@@ -74,12 +81,16 @@ export class QueueFile {
     if (this.#closed) throw new OutboxClosedError(this.path, this.namespace);
   }
 
-  /** Runs `fn` in one BEGIN IMMEDIATE transaction; any failure rolls back and throws a StorageError saying `what`. */
+  /** Runs `fn` in one BEGIN IMMEDIATE transaction (waiting for the write lock up to busyTimeoutMs); any failure rolls back and throws a StorageError saying `what`. */
   write<T>(what: string, fn: () => T): T {
     try {
       this.#begin.run();
     } catch (e) {
-      throw storageError(e, what, this.path, this.namespace);
+      try {
+        retryBusy(e, () => this.#begin.run(), this.busyTimeoutMs);
+      } catch (e) {
+        throw storageError(e, what, this.path, this.namespace);
+      }
     }
     try {
       const result = fn();
@@ -91,12 +102,16 @@ export class QueueFile {
     }
   }
 
-  /** Runs `fn` (reads), turning a failure into a StorageError saying `what`. */
+  /** Runs `fn` (reads: run again while another connection's lock makes it SQLITE_BUSY), turning a failure into a StorageError saying `what`. */
   read<T>(what: string, fn: () => T): T {
     try {
       return fn();
     } catch (e) {
-      throw storageError(e, what, this.path, this.namespace);
+      try {
+        return retryBusy(e, fn, this.busyTimeoutMs);
+      } catch (e) {
+        throw storageError(e, what, this.path, this.namespace);
+      }
     }
   }
 
