@@ -17,11 +17,11 @@ const cleanups = cleanupsAfterEach();
 const tmp = () => tempDirCleanedBy(cleanups);
 const CHECKS = { recheckMs: 1, sweepMs: 60_000 };
 
-/** A watcher whose reports are collected, with `version` as given. */
-function watching(paths: string[], version: CommitHandlers["version"], checks = CHECKS) {
+/** A watcher whose reports are collected, reading the owner's counters with `counters`. */
+function watching(paths: string[], counters: CommitHandlers["counters"], checks = CHECKS) {
   const commits: string[] = [];
   const errors: unknown[] = [];
-  const watcher = new CommitWatcher(paths, { onCommit: (p) => void commits.push(p), onCheckDue: () => {}, onError: (e) => void errors.push(e), version }, checks);
+  const watcher = new CommitWatcher(paths, { onCommit: (p) => void commits.push(p), onCheckDue: () => {}, onError: (e) => void errors.push(e), counters }, checks);
   cleanups.push(() => watcher.close());
   return { watcher, commits, errors };
 }
@@ -47,7 +47,7 @@ describe("CommitWatcher", () => {
     const two = tmp();
     const files = { a: one.file("a.db"), b: two.file("b.db"), c: one.file("c.db") };
     const owners = { a: outbox(files.a, "a"), b: outbox(files.b, "b") };
-    const { watcher, commits, errors } = watching([files.a, files.b], (p) => (p === files.a ? owners.a : owners.b).dataVersion());
+    const { watcher, commits, errors } = watching([files.a, files.b], (p) => (p === files.a ? owners.a : owners.b).commitCounters());
     outbox(files.b, "b").enqueue("INSERT INTO b VALUES (1)", "[]");
     await waitFor(() => { watcher.check(); return commits.includes(files.b); }, "the producer's commit to b.db");
     commits.length = 0;
@@ -64,7 +64,7 @@ describe("CommitWatcher", () => {
     const dir = tmp();
     const file = dir.file("q.db");
     let version = 1;
-    const { watcher, commits } = watching([file], () => version);
+    const { watcher, commits } = watching([file], () => ({ version, writes: 0 }));
     fs.writeFileSync(`${file}-wal`, "frames"); // what a writer does before its commit is in the WAL index
     await checkFor(watcher, 20);
     expect(commits).toEqual([]); // the connection sees nothing new yet
@@ -77,7 +77,7 @@ describe("CommitWatcher", () => {
     const dir = tmp();
     const files = [dir.file("x.db"), dir.file("y.db")];
     const versions = new Map(files.map((f) => [f, 1]));
-    const { watcher, commits } = watching(files, (p) => versions.get(p)!, { recheckMs: 1, sweepMs: 50 });
+    const { watcher, commits } = watching(files, (p) => ({ version: versions.get(p)!, writes: 0 }), { recheckMs: 1, sweepMs: 50 });
     versions.set(files[1]!, 2); // no file event at all
     watcher.check(Date.now());
     expect(commits).toEqual([]); // the sweep is not due yet
@@ -101,7 +101,7 @@ describe("CommitWatcher", () => {
     const dir = tmp();
     const file = dir.file("q.db");
     const owner = outbox(file, "q");
-    const { watcher, commits } = watching([file], () => owner.dataVersion());
+    const { watcher, commits } = watching([file], () => owner.commitCounters());
     watcher.pause();
     expect(watcher.armed).toBe(false);
     outbox(file, "q").enqueue("INSERT INTO q VALUES (1)", "[]");

@@ -379,7 +379,7 @@ export class TargetRunner {
         onCheckDue: () => this.waker.wake(), // the idle loop plans its sleep again
         onError: unwatch,
         // The drain's own connection to the file (any of its tables' in a shared file): no connection of the watcher's own.
-        version: (file) => byFile.get(file)?.find((t) => t.outbox !== null)?.outbox!.dataVersion() ?? null,
+        counters: (file) => byFile.get(file)?.find((t) => t.outbox !== null)?.outbox!.commitCounters() ?? null,
       }, { recheckMs: this.options.pollIntervalMs, sweepMs: Math.max(this.app.flushIntervalMs, SWEEP_MS) });
     } catch (error) {
       unwatch(error);

@@ -9,8 +9,14 @@ export interface CommitHandlers {
   onCheckDue(): void;
   /** Watching stopped working (the directory went away, the kernel dropped the watch). */
   onError(error: unknown): void;
-  /** `PRAGMA data_version` of the owner's own connection to `path`, or null when it has none open. */
-  version(path: string): number | null;
+  /** What the owner's own connection to `path` has seen, or null when it has none open. */
+  counters(path: string): CommitCounters | null;
+}
+
+/** What one connection has seen of its file: `PRAGMA data_version` (moves with every other connection's commit) and `total_changes()` (its own writes). */
+export interface CommitCounters {
+  version: number;
+  writes: number;
 }
 
 /** How a CommitWatcher checks. Times in ms. */
@@ -23,6 +29,17 @@ export interface CommitChecks {
 
 /** A change whose commit was not visible yet is checked again, doubling the wait, until the waits reach this (ms). */
 const RECHECK_WINDOW_MS = 64;
+/**
+ * Before that, the first WAL write of a burst (none in QUIET_MS) that nobody we know of made is
+ * looked at again after these short sleeps (ms): the writer is often mid-commit because the
+ * drain, woken by its write, took its CPU. On a loaded machine a quarter to a half of the single
+ * pushes met this and waited for the first timer (≥ 1 ms) instead; these real sleeps give the
+ * writer the CPU back. Only the first of a burst: one commit writes the WAL several times, and a
+ * drain that slept on every write of a steady stream starved its own connections.
+ */
+const YIELD_MS = [0.05, 0.1, 0.2];
+const QUIET_MS = 5;
+const sleepCell = new Int32Array(new SharedArrayBuffer(4));
 
 /**
  * Learns of commits to a set of SQLite files without polling them: one `fs.watch` (inotify on
@@ -46,8 +63,10 @@ export class CommitWatcher {
   readonly #paths: string[];
   /** directory → name seen in an event → the path the caller gave */
   readonly #dirs = new Map<string, Map<string, string>>();
-  /** The data_version each file had when its commit was last reported. */
-  readonly #seen = new Map<string, number>();
+  /** What the owner's connection had seen of each file when last looked at. */
+  readonly #seen = new Map<string, CommitCounters>();
+  /** When each file last changed (performance.now() ms). */
+  readonly #changedAt = new Map<string, number>();
   /** Files whose change was not visible yet: when to look again and how long the last wait was. */
   readonly #rechecks = new Map<string, { at: number; waitMs: number }>();
   #sweepAt: number;
@@ -66,8 +85,8 @@ export class CommitWatcher {
       if (!names) this.#dirs.set(dir, (names = new Map()));
       const name = basename(full);
       for (const seen of [name, `${name}-wal`, `${name}-journal`]) names.set(seen, path);
-      const version = this.#version(path);
-      if (version !== null) this.#seen.set(path, version);
+      const counters = this.#counters(path);
+      if (counters !== null) this.#seen.set(path, counters);
     }
     this.#arm();
   }
@@ -105,10 +124,10 @@ export class CommitWatcher {
         const all = [...new Set(names.values())];
         const watcher = watch(dir, { persistent: false }, (_event, name) => {
           // No name (the kernel's queue overflowed, or a platform that does not say): any of them.
-          if (name === null || name === undefined) for (const path of all) this.#changed(path);
+          if (name === null || name === undefined) for (const path of all) this.#changed(path, false);
           else {
             const path = names.get(String(name));
-            if (path !== undefined) this.#changed(path);
+            if (path !== undefined) this.#changed(path, String(name).endsWith("-wal"));
           }
         });
         watcher.on("error", (error) => this.handlers.onError(error));
@@ -146,8 +165,21 @@ export class CommitWatcher {
     this.#rechecks.clear();
   }
 
-  #changed(path: string): void {
-    if (this.#moved(path, true)) {
+  /** A change of `path` was reported (`wal`: of its -wal, where commits are written). */
+  #changed(path: string, wal: boolean): void {
+    const before = this.#seen.get(path);
+    const now = performance.now();
+    const burst = now - (this.#changedAt.get(path) ?? Number.NEGATIVE_INFINITY) > QUIET_MS;
+    this.#changedAt.set(path, now);
+    let moved = this.#moved(path, true);
+    // Not visible, and not our own write either: someone else is committing right now.
+    if (!moved && wal && burst && before !== undefined && this.#seen.get(path)!.writes === before.writes) {
+      for (const ms of YIELD_MS) {
+        Atomics.wait(sleepCell, 0, 0, ms); // a real sleep: the writer may need this CPU to finish
+        if ((moved = this.#moved(path, true))) break;
+      }
+    }
+    if (moved) {
       this.#rechecks.delete(path);
       this.handlers.onCommit(path);
     } else if (!this.#rechecks.has(path)) {
@@ -157,21 +189,22 @@ export class CommitWatcher {
   }
 
   /**
-   * Whether the owner's connection sees a commit it had not seen. A file it has no connection to
-   * (or a failing one) counts as moved after a change (`unknown`), as unmoved by the sweep: the
-   * cycle that looks says what is wrong, and an unopened table is retried on its own schedule.
+   * Whether the owner's connection sees a commit it had not seen (and notes what it has seen). A
+   * file it has no connection to (or a failing one) counts as moved after a change (`unknown`),
+   * as unmoved by the sweep: the cycle that looks says what is wrong, and an unopened table is
+   * retried on its own schedule.
    */
   #moved(path: string, unknown: boolean): boolean {
-    const version = this.#version(path);
-    if (version === null) return unknown;
-    if (this.#seen.get(path) === version) return false;
-    this.#seen.set(path, version);
-    return true;
+    const counters = this.#counters(path);
+    if (counters === null) return unknown;
+    const moved = this.#seen.get(path)?.version !== counters.version;
+    this.#seen.set(path, counters);
+    return moved;
   }
 
-  #version(path: string): number | null {
+  #counters(path: string): CommitCounters | null {
     try {
-      return this.handlers.version(path);
+      return this.handlers.counters(path);
     } catch {
       return null;
     }
