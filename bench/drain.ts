@@ -16,15 +16,23 @@
 // {"bench":"latency","target":…,"p50_ms":…,"p99_ms":…}   single events, flush_interval 5 ms,
 //   threshold 1: enqueue → the remote transaction committed (the writer's promise resolved).
 // The "null" target accepts everything instantly: its rate is the drain's own ceiling.
-// {"bench":"floor","target":"null","rows_per_s":…}   what SQLite alone needs for the same backlog:
-//   each 500-row slice read with the drain's SELECT and confirmed with its sync-log INSERT, DELETE
-//   and COMMIT, nothing else — the most any drain on this on-disk format could do on this machine;
-//   then {"bench":"ratio","target":"null","drain_vs_floor":…}.
-// Arguments pick lines: null sqlite postgres mysql fleet large metrics latency (none: all).
-// Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README).
+// {"bench":"floor","target":"null","rows_per_s":…}   the least any on-disk design must do for the
+//   same backlog: each 500-row slice read with the drain's SELECT and deleted by range in one
+//   commit, nothing else (no delivery log) — the most a drain could do on this machine; then
+//   {"bench":"ratio","target":"null","drain_vs_floor":…}.
+// {"bench":"drain"|"limit"|"ratio","target":"postgres"|"mysql","pinned":true,…}   `pinned`: the
+//   same drain and limit lines against a private PostgreSQL cluster and a private MariaDB, each
+//   started for the run in a temp directory on a free port and pinned to CPU 1 (taskset), with
+//   this process, the drain and the limit's client pinned to CPU 0: the remote's work overlaps
+//   the drain's as on a server whose database runs elsewhere. The servers are removed on exit.
+// Arguments pick lines: null sqlite postgres mysql fleet large metrics latency pinned (none: all).
+// Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README); `pinned` needs
+// two CPUs, taskset, and the PostgreSQL (/usr/lib/postgresql/*/bin) and MariaDB server binaries.
 import { Database } from "bun:sqlite";
 import { SQL } from "bun";
 import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { createDrainMetrics } from "../src/ops/metrics.ts";
@@ -35,6 +43,7 @@ import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
 import { createMysqlDb, createPgDb } from "../test/support/server-db.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
+import { startMariadb, startPostgres, type PrivateServer } from "./private-servers.ts";
 
 const TABLES = ["bench_a", "bench_b", "bench_c", "bench_d"];
 const ROWS = 100_000;
@@ -165,14 +174,19 @@ async function limits(target: Exclude<Target, "null">, remote: Awaited<ReturnTyp
   }
 }
 
-async function throughput(target: Target): Promise<void> {
+/** The drain and then the engine's limit on the same rows; `pinned`: the lines say so, and the ratio is over multi-row VALUES. */
+async function throughput(target: Target, pinned = false): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
-  const remote = await remoteFor(target, dir.path);
+  const remote = await remoteFor(target, dir.path).catch((error) => {
+    dir.cleanup();
+    throw error;
+  });
+  const tag = pinned ? { pinned: true } : {};
   try {
     fillBacklog(`${dir.path}/outbox`, TABLES, ROWS);
     const drained = await runChild({ target, dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: TABLES });
     const rowsPerS = Math.round(drained.rows / drained.seconds);
-    console.log(JSON.stringify({ bench: "drain", target, mode: "ledger", rows: drained.rows, rows_per_s: rowsPerS, peak_rss_mb: drained.peak_rss_mb }));
+    console.log(JSON.stringify({ bench: "drain", target, ...tag, mode: "ledger", rows: drained.rows, rows_per_s: rowsPerS, peak_rss_mb: drained.peak_rss_mb }));
     if (target === "null") {
       const floorRate = await floor();
       console.log(JSON.stringify({ bench: "floor", target, rows: ROWS, rows_per_s: floorRate }));
@@ -180,16 +194,16 @@ async function throughput(target: Target): Promise<void> {
       return;
     }
     const forms = await limits(target, remote);
-    for (const f of forms) console.log(JSON.stringify({ bench: "limit", target, form: f.form, rows_per_s: f.rowsPerS }));
-    const best = Math.max(...forms.map((f) => f.rowsPerS));
-    console.log(JSON.stringify({ bench: "ratio", target, drain_vs_limit: Math.round((rowsPerS / best) * 100) / 100 }));
+    for (const f of forms) console.log(JSON.stringify({ bench: "limit", target, ...tag, form: f.form, rows_per_s: f.rowsPerS }));
+    const best = pinned ? forms.find((f) => f.form === "multi-row VALUES")!.rowsPerS : Math.max(...forms.map((f) => f.rowsPerS));
+    console.log(JSON.stringify({ bench: "ratio", target, ...tag, drain_vs_limit: Math.round((rowsPerS / best) * 100) / 100 }));
   } finally {
     await remote.drop();
     dir.cleanup();
   }
 }
 
-/** The local SQLite work alone (read + confirm per 500-row slice), on the same backlog, same pragmas as the drain. */
+/** The least any on-disk design must do (read each 500-row slice, delete it by range in one commit), same backlog and pragmas as the drain. */
 async function floor(): Promise<number> {
   const dir = makeTempDir("sqloutbox-bench-");
   try {
@@ -201,7 +215,6 @@ async function floor(): Promise<number> {
         db,
         table,
         read: db.query<{ seq: number }, [string, number]>(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq LIMIT ${CHUNK}`),
-        log: db.query("INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 0 AND seq <= ?3"),
         remove: db.query("DELETE FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq <= ?"),
       };
     });
@@ -213,10 +226,7 @@ async function floor(): Promise<number> {
         if (rows.length === 0) continue;
         more = true;
         const last = rows[rows.length - 1]!.seq;
-        f.db.transaction(() => {
-          f.log.run(new Date().toISOString(), f.table, last);
-          f.remove.run(f.table, last);
-        }).immediate();
+        f.db.transaction(() => void f.remove.run(f.table, last)).immediate();
       }
     }
     const seconds = (performance.now() - start) / 1000;
@@ -334,8 +344,65 @@ async function latency(target: Target): Promise<void> {
   console.log(JSON.stringify({ bench: "latency", target, p50_ms: pct(0.5), p99_ms: pct(0.99) }));
 }
 
+/** A child of this script ends when its parent does (a run stopped by a signal): an orphaned drain would retry a dead server forever. */
+function exitWithParent(): void {
+  const parent = process.ppid;
+  setInterval(() => {
+    if (process.ppid !== parent) process.exit(1);
+  }, 200).unref();
+}
+
+/** CPU of the private servers, and of this process, its drains and the limit's client, in `pinned` mode. */
+const SERVER_CPU = "1";
+const CLIENT_CPU = "0";
+const PINNED_TARGETS = ["postgres", "mysql"] as const;
+
+/**
+ * `pinned`: starts the private servers on SERVER_CPU, then runs this script's pinned lines in a
+ * process pinned to CLIENT_CPU (its drain children inherit it) against them; the servers go
+ * whatever happens. A server that cannot be started is reported as skipped.
+ */
+async function pinned(): Promise<void> {
+  const skip = (target: string, why: string) => console.log(JSON.stringify({ bench: "drain", target, pinned: true, skipped: why }));
+  if (navigator.hardwareConcurrency < 2 || !Bun.which("taskset")) {
+    for (const target of PINNED_TARGETS) skip(target, "needs two CPUs and taskset");
+    return;
+  }
+  const servers: PrivateServer[] = [];
+  // The run's temp files go under a directory of ours, removed whatever happens to the run.
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-bench-pinned-"));
+  const removeTmp = () => fs.rmSync(tmp, { recursive: true, force: true });
+  process.on("exit", removeTmp);
+  try {
+    for (const [target, start] of [["postgres", startPostgres], ["mysql", startMariadb]] as const) {
+      try {
+        servers.push(await start(SERVER_CPU));
+      } catch (error) {
+        skip(target, (error as Error).message.split("\n")[0]!);
+      }
+    }
+    if (servers.length === 0) return;
+    const env: Record<string, string | undefined> = { ...process.env, TMPDIR: tmp };
+    for (const s of servers) env[s.engine === "postgres" ? "SQLOUTBOX_TEST_PG" : "SQLOUTBOX_TEST_MYSQL"] = s.url;
+    const child = Bun.spawn(["taskset", "-c", CLIENT_CPU, "bun", import.meta.path, "--pinned-child", ...servers.map((s) => s.engine)], { env, stdout: "inherit", stderr: "inherit" });
+    const orphaned = () => child.kill("SIGTERM"); // this process stopped (a signal): the servers are gone, so is the run
+    process.on("exit", orphaned);
+    const code = await child.exited;
+    process.off("exit", orphaned);
+    if (code !== 0) throw new Error(`the pinned run failed (exit ${code})`);
+  } finally {
+    for (const s of servers) s.stop();
+    removeTmp();
+    process.off("exit", removeTmp);
+  }
+}
+
 if (process.argv[2] === "--drain-child") {
+  exitWithParent();
   await drainChild(JSON.parse(process.argv[3]!) as ChildJob);
+} else if (process.argv[2] === "--pinned-child") {
+  exitWithParent();
+  for (const target of process.argv.slice(3) as Target[]) await throughput(target, true);
 } else {
   const only = process.argv.slice(2);
   const wanted = (name: string) => only.length === 0 || only.includes(name);
@@ -344,4 +411,5 @@ if (process.argv[2] === "--drain-child") {
   if (wanted("large")) for (const rows of LARGE_BACKLOGS) await large(rows);
   if (wanted("metrics")) await metricsCost();
   for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target))) await latency(target);
+  if (wanted("pinned")) await pinned();
 }

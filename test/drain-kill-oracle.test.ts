@@ -91,6 +91,8 @@ describeSlow("every statement kind under SIGKILL", "kill a drain 12 times per en
 
       const final = spawnDrain();
       cleanups.push(() => final.kill("SIGKILL"));
+      // Its SIGTERM handler is in place once it says so: the killed drains may have left nothing to do.
+      expect(new TextDecoder().decode((await final.stdout.getReader().read()).value)).toContain("started");
       const q = new Outbox(`${dbDir}/kv.db`, "kv");
       cleanups.push(() => q.close());
       await waitFor(() => q.pendingCount() === 0, "the final drain", 30_000);

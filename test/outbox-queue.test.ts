@@ -517,6 +517,19 @@ describe("lifecycle and durability", () => {
     }
   });
 
+  test("a push, a batch and a drain's write wait out another process holding the write lock, then succeed", async () => {
+    const ob = outbox("q.db", "orders", { busyTimeoutMs: 10_000 });
+    ob.enqueue("A", "[]");
+    for (const write of [() => ob.enqueue("B", "[]"), () => ob.enqueueBatch([{ tag: "C", payload: "[]" }]), () => ob.recordAttempt(ob.head()!.seq)]) {
+      const holder = Bun.spawn(["bun", `${import.meta.dir}/support/children/write-lock-holder.ts`, ob.path, "150"], { stdout: "pipe" });
+      await holder.stdout.getReader().read(); // "locked"
+      write(); // SQLite's own busy handler is off on our connections: without our waits this throws SQLITE_BUSY at once
+      expect(await holder.exited).toBe(0);
+    }
+    expect(ob.fetchUnsynced(10).map((r) => r.tag)).toEqual(["A", "B", "C"]);
+    expect(ob.head()!.attempts).toBe(1);
+  });
+
   test("a write lock held past the busy timeout is a StorageError naming the file and SQLITE_BUSY, never a silent drop", () => {
     const ob = outbox("q.db", "orders", { busyTimeoutMs: 30 });
     ob.enqueue("A", "[]");

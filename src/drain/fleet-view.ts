@@ -2,8 +2,13 @@ import type { TargetLedger } from "./ledger.ts";
 import type { DrainTable } from "./table.ts";
 import type { LedgerRow } from "./views.ts";
 
+const keyOf = (origin: string, namespace: string) => `${origin}\0${namespace}`;
+const byTableThenOrigin = (a: LedgerRow, b: LedgerRow) => a.namespace.localeCompare(b.namespace) || a.origin.localeCompare(b.origin);
+
 /** How often the fleet view (every origin's ledger row for the served tables) is read again. */
 const FLEET_REFRESH_MS = 15_000;
+/** A read the ledger refused is tried again after this long: not in every cycle of a loop that waits for it. */
+const FLEET_RETRY_MS = 1_000;
 
 /**
  * What one target's drain knows of the fleet feeding its tables: every origin's ledger row, read
@@ -11,23 +16,33 @@ const FLEET_REFRESH_MS = 15_000;
  * from it, the compatibility mode's refusal of a second origin on an injected table.
  */
 export class FleetView {
-  /** Every origin's ledger row for the served tables, as last read (sorted by table, then origin). */
-  rows: LedgerRow[] = [];
+  /** Every origin's ledger row for the served tables by origin and namespace: our row moves with every batch, and a search per batch cost O(tables). */
+  #rows = new Map<string, LedgerRow>();
+  /** The keys of `#rows` in display order; null: sort them again (a table's first row since the last read). */
+  #order: string[] | null = [];
   /** When they were last read (epoch ms; 0: never). */
   readAt = 0;
+  /** When a read was last tried, answered or not (epoch ms; 0: never). */
+  #triedAt = 0;
 
   constructor(
     private readonly target: string,
     private readonly originLabel: string,
   ) {}
 
+  /** When the rows are due to be read again (epoch ms, the drain's clock). */
+  get dueAt(): number {
+    return Math.max(this.readAt + FLEET_REFRESH_MS, this.#triedAt + FLEET_RETRY_MS);
+  }
+
   /**
    * Reads the rows again when due, then holds every injected table another origin feeds too. A read
    * the ledger refuses keeps the last rows and holds (an origin hold must not lapse for want of an
-   * answer) and is tried again at the next cycle. An outage throws.
+   * answer) and is tried again a second later. An outage throws.
    */
   async refresh(ledger: TargetLedger, tables: DrainTable[], now: number): Promise<void> {
-    if (now - this.readAt < FLEET_REFRESH_MS) return;
+    if (now < this.dueAt) return;
+    this.#triedAt = now;
     const rows = await ledger.readFleet(tables);
     if (rows === null) return;
     this.rows = rows;
@@ -35,14 +50,24 @@ export class FleetView {
     this.#checkOrigins(tables, now);
   }
 
+  /** Every origin's ledger row for the served tables, as last read or moved by us (sorted by table, then origin). */
+  get rows(): LedgerRow[] {
+    this.#order ??= [...this.#rows.keys()].sort((a, b) => byTableThenOrigin(this.#rows.get(a)!, this.#rows.get(b)!));
+    return this.#order.map((key) => this.#rows.get(key)!);
+  }
+
+  set rows(rows: LedgerRow[]) {
+    this.#rows = new Map(rows.map((r) => [keyOf(r.origin, r.namespace), r]));
+    this.#order = [...this.#rows.keys()]; // as the ledger sorted them
+  }
+
   /** Our own ledger row moved with a batch: the view shows it at once, not at the next read. */
   noteThrough(table: DrainTable, now: number): void {
     const origin = table.outbox?.origin;
     if (!origin || table.through === null) return;
-    const row: LedgerRow = { origin, namespace: table.name, through: table.through, label: this.originLabel, updatedAt: new Date(now).toISOString() };
-    const i = this.rows.findIndex((r) => r.origin === origin && r.namespace === table.name);
-    if (i >= 0) this.rows[i] = row;
-    else this.rows = [...this.rows, row].sort((a, b) => a.namespace.localeCompare(b.namespace) || a.origin.localeCompare(b.origin));
+    const key = keyOf(origin, table.name);
+    if (!this.#rows.has(key)) this.#order = null;
+    this.#rows.set(key, { origin, namespace: table.name, through: table.through, label: this.originLabel, updatedAt: new Date(now).toISOString() });
   }
 
   /**

@@ -27,6 +27,11 @@ export class QueuePool {
     return outboxOn(queueDb, namespace, { maxPending: options.maxPending, durability: options.durability });
   }
 
+  /** Whether `file` is open here already: another table's queue on it takes no descriptor more. */
+  isOpen(file: string): boolean {
+    return this.#files.get(file)?.closed === false;
+  }
+
   /** Lets go of every file; each closes once its last table closed too. */
   close(): void {
     for (const queueDb of this.#files.values()) queueDb.release();

@@ -22,8 +22,9 @@ export interface SyncServiceOptions {
   /** The clock (epoch ms) for readiness, backoff and timestamps; tests may shift it. */
   now?: () => number;
   /**
-   * How often (ms) an idle target checks its files for new commits (`PRAGMA data_version`).
-   * Default: a quarter of `flush_interval`, between 1 and 50 ms.
+   * How long (ms) after a file changed without a commit the drain's connection can see yet it is
+   * checked again (`PRAGMA data_version`), doubling up to 64 ms. Default: a quarter of
+   * `flush_interval`, between 1 and 50 ms.
    */
   pollIntervalMs?: number;
   /** How long `stop()` waits for the in-flight batch by default (ms). Default 10 000. */

@@ -8,6 +8,7 @@ import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts"
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
+import { DescriptorRoom, QUEUE_FILE_DESCRIPTORS } from "./descriptors.ts";
 import { FleetView } from "./fleet-view.ts";
 import { TargetLedger } from "./ledger.ts";
 import { Reachability } from "./reachability.ts";
@@ -18,7 +19,7 @@ import { linkDrafts } from "./linked-groups.ts";
 import type { QueuePool } from "./queue-pool.ts";
 import { DrainTable, minWake, trimDraft, type SliceDraft, type TableSlice } from "./table.ts";
 import type { LedgerRow, TargetView } from "./views.ts";
-import { CommitWatcher, Waker } from "./wake.ts";
+import { Agenda, CommitWatcher, Waker } from "./wake.ts";
 
 /** What one cycle of one target did. */
 export interface TargetCycle {
@@ -41,6 +42,13 @@ export function targetDialect(target: TargetConfig, writer: OutboxWriter): Diale
 
 /** A batch whose rows carry more than this (characters) is followed by a garbage collection. */
 const LARGE_BATCH_BYTES = 4 * 1024 * 1024;
+/**
+ * While the files are watched: every file's data_version is read at least this often (or every
+ * flush_interval, if longer), so a commit the watcher did not report waits no longer than this...
+ */
+const SWEEP_MS = 1_000;
+/** ...and every table is looked at this often, for what changes without a commit. */
+const FULL_CYCLE_MS = 60_000;
 /** A target whose ledger cannot be set up tries again after this long, doubling to the cap. */
 const SETUP_RETRY_FIRST_MS = 2_000;
 const SETUP_RETRY_CAP_MS = 60_000;
@@ -60,7 +68,7 @@ export interface TargetRunnerOptions {
   writer: OutboxWriter;
   logger: Logger;
   now: () => number;
-  /** How often (ms) an idle target checks its files for new commits. */
+  /** How long (ms) after a file changed without a visible commit it is looked at again (see CommitWatcher). */
   pollIntervalMs: number;
   /** Told about every batch the target answered. */
   onBatch?: (event: BatchEvent) => void;
@@ -118,7 +126,6 @@ export class TargetRunner {
   private readonly now: () => number;
   private readonly writer: BoundedWriter;
   private readonly rewrites: RewriteCache;
-  private readonly pollIntervalMs: number;
   private setupRetryAt = 0;
   private setupFailures = 0;
   /** After a batch that changed nothing, commits do not wake the loop before this (epoch ms). */
@@ -132,7 +139,10 @@ export class TargetRunner {
   private loopDone: Promise<void> | null = null;
   private readonly waker = new Waker();
   private watcher: CommitWatcher | null = null;
-  private watched = 0;
+  /** Which tables the loop's next cycle looks at, while the files are watched. */
+  private readonly agenda: Agenda<DrainTable>;
+  /** The cycle in flight looks at some tables only (see Agenda). */
+  private selective = false;
   private readonly fleetView: FleetView;
 
   constructor(private readonly options: TargetRunnerOptions) {
@@ -142,7 +152,7 @@ export class TargetRunner {
     this.app = app;
     this.logger = logger;
     this.now = options.now;
-    this.pollIntervalMs = options.pollIntervalMs;
+    this.agenda = new Agenda(Math.max(app.flushIntervalMs, FULL_CYCLE_MS));
     this.dialect = targetDialect(target, writer);
     if (!target.dialect && !writer.dialect) {
       // The drain must convert for some dialect; say which one it picked rather than guess silently.
@@ -182,10 +192,24 @@ export class TargetRunner {
     return totals;
   }
 
-  /** Opens every table's queue file; a file that cannot be opened holds only its table. */
+  /**
+   * Opens every table's queue file; a file that cannot be opened holds only its table. So does a
+   * file that would take the last descriptors of the process (see DescriptorRoom): the targets'
+   * connections and the state file need some, or no table at all would be delivered.
+   */
   openTables(): void {
     const now = this.now();
-    for (const table of this.tables) table.open(now);
+    let room: DescriptorRoom | null | undefined;
+    const files = new Set(this.tables.map((t) => t.file)).size;
+    for (const table of this.tables) {
+      if (table.outbox !== null || table.holds.active(now)) continue;
+      // A db_file's tables share one connection (QueuePool): only its first opening takes descriptors.
+      const shared = this.app.dbFile !== null && this.options.pool.isOpen(table.file);
+      room ??= shared ? undefined : DescriptorRoom.read(); // once per round, and only when a file is to be opened
+      const refused = shared ? null : (room?.take(QUEUE_FILE_DESCRIPTORS, files) ?? null);
+      if (refused) table.holds.file(refused, now);
+      else table.open(now);
+    }
   }
 
   /** Closes every table's queue file. */
@@ -193,9 +217,15 @@ export class TargetRunner {
     for (const table of this.tables) table.close();
   }
 
-  /** Runs one cycle; concurrent callers share the cycle already in flight. */
-  cycle(): Promise<TargetCycle> {
-    this.running ??= this.runCycle()
+  /**
+   * Runs one cycle over every table, or over `only` (the loop's, see Agenda); concurrent callers
+   * share the cycle already in flight — but one that asks for every table waits out a cycle over
+   * some, then runs its own.
+   */
+  cycle(only: ReadonlySet<DrainTable> | null = null): Promise<TargetCycle> {
+    if (this.running && this.selective && only === null) return this.running.then(() => this.cycle());
+    this.selective = this.running ? this.selective : only !== null;
+    this.running ??= this.runCycle(only)
       .then((out) => {
         // Rows a target applied are confirmed while the next batch is in flight; a cycle after
         // which no batch follows at once (nothing more ready, an outage, outside the loop) confirms
@@ -265,6 +295,7 @@ export class TargetRunner {
   /** Ends every backoff and timed hold now (`sqloutbox kick`): the operator fixed the cause. */
   retryNow(): void {
     const now = this.now();
+    this.agenda.all();
     this.reachability.retryNow();
     this.quietUntil = 0;
     this.setupRetryAt = 0;
@@ -353,18 +384,43 @@ export class TargetRunner {
     }
   }
 
-  /** (Re)builds the commit watcher over the files that are open. */
+  /**
+   * Watches every table's file for commits, opened or not (a table whose file opens later is
+   * covered already). A commit wakes the loop for the tables of that file, unless the target is
+   * backing off or quiet (see quietUntil): those wait for the next cycle, whatever wakes it.
+   */
   private watch(): void {
-    const files = this.tables.filter((t) => t.outbox !== null).map((t) => t.file);
     this.watcher?.close();
     this.watcher = null;
-    this.watched = files.length;
-    try {
-      this.watcher = new CommitWatcher(files);
-    } catch (error) {
-      // Without the watcher the loop still scans every flush_interval: slower to react, never idle.
+    const byFile = new Map<string, DrainTable[]>();
+    for (const table of this.tables) byFile.set(table.file, [...(byFile.get(table.file) ?? []), table]);
+    const unwatch = (error: unknown) => {
+      // Without the watcher the loop scans every table every flush_interval: it costs CPU per table, it misses nothing.
       this.logger.warn(`drain: cannot watch the files of target ${this.name} for commits, scanning every flush_interval instead: ${describeError(error).message}`, { target: this.name });
+      this.watcher?.close();
+      this.watcher = null;
+      this.agenda.all();
+      this.waker.wake();
+    };
+    try {
+      this.watcher = new CommitWatcher([...byFile.keys()], {
+        onCommit: (file) => {
+          this.agenda.changed(byFile.get(file) ?? []);
+          if (Date.now() >= this.gate()) this.waker.wake();
+        },
+        onCheckDue: () => this.waker.wake(), // the idle loop plans its sleep again
+        onError: unwatch,
+        // The drain's own connection to the file (any of its tables' in a shared file): no connection of the watcher's own.
+        counters: (file) => byFile.get(file)?.find((t) => t.outbox !== null)?.outbox!.commitCounters() ?? null,
+      }, { recheckMs: this.options.pollIntervalMs, sweepMs: Math.max(this.app.flushIntervalMs, SWEEP_MS) });
+    } catch (error) {
+      unwatch(error);
     }
+  }
+
+  /** Commits do not wake the loop before this (epoch ms): the target's backoff, or a quiet spell. */
+  private gate(): number {
+    return Math.max(this.reachability.backoffUntil, this.quietUntil);
   }
 
   private async supervise(): Promise<void> {
@@ -381,38 +437,44 @@ export class TargetRunner {
 
   private async loop(): Promise<void> {
     while (!this.stopping) {
-      const outcome = await this.cycle();
+      // Watched, a cycle looks at the tables whose file changed or whose time came; else at all.
+      const outcome = await this.cycle(this.watcher ? this.agenda.take(Date.now()) : null);
       if (this.stopping) return;
-      if (this.tables.filter((t) => t.outbox !== null).length !== this.watched) this.watch();
+      // The agenda keeps real time; a table's wakeAt is the drain's clock (tests may shift it).
+      this.agenda.after(outcome.wakeAt === null ? null : Date.now() + (outcome.wakeAt - this.now()), outcome.more);
       if (outcome.more) {
+        this.watcher?.pause(); // the next cycles look at every table anyway
         await new Promise((resolve) => setImmediate(resolve)); // let producers and other targets in
         continue;
       }
-      const now = Date.now();
-      const until = Math.min(now + this.app.flushIntervalMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
+      this.watcher?.resume();
+      // Watched, the loop also wakes for the fleet view's next read (a cycle reads it), not only for its tables.
+      const fleetAt = this.ledger ? Date.now() + (this.fleetView.dueAt - this.now()) : Number.POSITIVE_INFINITY;
+      const until = this.watcher ? Math.min(this.agenda.nextAt(), fleetAt) : Math.min(Date.now() + this.app.flushIntervalMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
       await this.idle(until);
     }
   }
 
-  /** Sleeps until `until` (epoch ms) or a commit to one of the target's files. */
+  /** Sleeps until `until` (epoch ms) or, while the files are watched, a commit to one of them. */
   private async idle(until: number): Promise<void> {
     while (!this.stopping) {
-      const left = until - Date.now();
-      if (left <= 0) return;
-      await this.waker.sleep(Math.min(this.pollIntervalMs, left));
-      this.lastBeatAt = Date.now();
-      if (this.stopping) return;
-      try {
-        if (this.watcher?.changed() && Date.now() >= Math.max(this.reachability.backoffUntil, this.quietUntil)) return;
-      } catch (error) {
-        this.logger.warn(`drain: commit watcher of target ${this.name} failed, falling back to flush_interval: ${describeError(error).message}`, { target: this.name });
-        this.watcher?.close();
-        this.watcher = null;
+      const now = Date.now();
+      const watcher = this.watcher;
+      watcher?.check(now);
+      if (watcher && this.agenda.pending && now >= this.gate()) return;
+      if (now >= until) return;
+      let wakeAt = until;
+      if (watcher) {
+        wakeAt = Math.min(wakeAt, watcher.checkAt);
+        // A commit seen during a backoff or a quiet spell waits for the gate, not for the next deadline.
+        if (this.agenda.pending) wakeAt = Math.min(wakeAt, this.gate());
       }
+      await this.waker.sleep(wakeAt - now);
+      this.lastBeatAt = Date.now();
     }
   }
 
-  private async runCycle(): Promise<TargetCycle> {
+  private async runCycle(only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
     const out: TargetCycle = { target: this.name, delivered: 0, failed: 0, deadLettered: 0, outage: false, more: false, wakeAt: null };
     try {
       const { reachability } = this;
@@ -422,6 +484,8 @@ export class TargetRunner {
       }
       const now = this.now();
       this.openTables();
+      // A table settled from the ledger now may have rows to send without any new commit: look at every table.
+      if (only !== null && this.ledger && this.tables.some((t) => t.unsettled)) only = null;
       try {
         out.delivered += await this.settleAndLook(now);
         await prepareInjected(this.writer, this.dialect, this.tables, this.app.autoSchema, this.logger, now);
@@ -429,7 +493,7 @@ export class TargetRunner {
         this.reachability.outage(error, "reading the delivery ledger", this.now());
         return { ...out, outage: true, wakeAt: this.reachability.backoffUntil };
       }
-      const cycle = noSpin(await this.deliver(now, out));
+      const cycle = noSpin(await this.deliver(now, out, only));
       this.tendFiles(cycle);
       return cycle;
     } catch (error) {
@@ -447,9 +511,9 @@ export class TargetRunner {
     return confirmed;
   }
 
-  /** Plans one batch over every ready table, sends it, and applies the answer. */
-  private async deliver(now: number, out: TargetCycle): Promise<TargetCycle> {
-    const batch = this.planBatch(now, out);
+  /** Plans one batch over every ready table (of `only`, when given), sends it, and applies the answer. */
+  private async deliver(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
+    const batch = this.planBatch(now, out, only);
     if (batch === null) return out;
     const { slices, stmts } = batch;
     let results: WriteResult[];
@@ -469,6 +533,8 @@ export class TargetRunner {
     }
     this.reachability.recovered();
     this.lastSuccessAt = this.now();
+    // What an answer did (a cut, a hold, a charge, a confirmation) shows at the table's next plan: the next cycle looks at these.
+    this.agenda.changed(slices.map((sl) => sl.table));
     let moved = 0;
     for (const slice of slices) {
       const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), this.now());
@@ -508,7 +574,7 @@ export class TargetRunner {
    * links are one unit, sent in commit order (seq order: a file allocates seqs in commit order)
    * behind their fences. Null when nothing is to be sent.
    */
-  private planBatch(now: number, out: TargetCycle): SentBatch | null {
+  private planBatch(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): SentBatch | null {
     const drafts: SliceDraft[] = [];
     let budget = this.app.batchMaxBytes;
     const plan = (table: DrainTable, force: boolean) => {
@@ -517,12 +583,16 @@ export class TargetRunner {
       out.failed += outcome.failed;
       out.more ||= outcome.more;
       out.wakeAt = minWake(out.wakeAt, outcome.wakeAt);
+      // A hold this plan set (a chain gap) is retried on time even if no commit brings the table back.
+      const hold = table.holds.current;
+      if (hold && hold.until > now && Number.isFinite(hold.until)) out.wakeAt = minWake(out.wakeAt, hold.until);
       this.forgetReadAhead(outcome.touched);
       if (!draft) return;
       drafts.push(draft);
       budget -= draft.bytes;
     };
     for (const table of this.tables) {
+      if (only !== null && !only.has(table)) continue;
       if (budget <= 0) {
         out.more = true; // the batch is full: the rest goes in the next cycle, at once
         break;
@@ -576,7 +646,11 @@ export class TargetRunner {
   /** Another table's rows moved (a dead-lettered group spanning tables): what it read ahead is stale. */
   private forgetReadAhead(tables: string[] | undefined): void {
     if (!tables) return;
-    for (const table of this.tables) if (tables.includes(table.name)) table.forgetReadAhead();
+    for (const table of this.tables) {
+      if (!tables.includes(table.name)) continue;
+      table.forgetReadAhead();
+      this.agenda.changed([table]); // its rows moved: the next cycle looks at it
+    }
   }
 
   /**
@@ -664,6 +738,7 @@ export class TargetRunner {
       .then(settle, () => this.logger.info(`drain: the timed-out batch to ${this.name} failed late; ${names} are redelivered`, { target: this.name }))
       .finally(() => {
         for (const s of held) s.table.awaitingLateAnswer = false;
+        this.agenda.all();
         this.waker.wake();
       });
   }

@@ -3,7 +3,7 @@ import { ForeignTransactionError, QueueFullError } from "../errors.ts";
 import { DELIVERED } from "./delivered.ts";
 import type { QueueFile } from "./queue-file.ts";
 import { NEXT_ORD_SQL, NEXT_SEQ_SQL, queueInsertSql, type QueueLayout } from "./schema.ts";
-import { storageError } from "./sqlite-open.ts";
+import { retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 // The namespace tail is the last seq the namespace ever allocated, wherever that row is now:
@@ -119,12 +119,16 @@ export class Appender {
       });
     }
     // Unbounded: ONE autocommit statement whose VALUES reads the tail. SQLite takes the write lock
-    // when the statement starts, before the subquery reads anything, and waits for it through the
-    // busy handler exactly as BEGIN IMMEDIATE does; the BEGIN/tail/COMMIT round trips are saved.
+    // when the statement starts, before the subquery reads anything, and we wait for it exactly as
+    // for BEGIN IMMEDIATE (retryBusy); the BEGIN/tail/COMMIT round trips are saved.
     try {
       return this.#appendAtTail(tag, payload, source, trace);
     } catch (e) {
-      throw storageError(e, "cannot enqueue", file.path, file.namespace);
+      try {
+        return retryBusy(e, () => this.#appendAtTail(tag, payload, source, trace), file.queueDb.busyTimeoutMs);
+      } catch (e) {
+        throw storageError(e, "cannot enqueue", file.path, file.namespace);
+      }
     }
   }
 

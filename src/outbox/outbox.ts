@@ -153,6 +153,19 @@ export class Outbox {
     return this.fetchUnsynced(1)[0] ?? null;
   }
 
+  /**
+   * What this connection has seen of its file: `version` (`PRAGMA data_version`) changes whenever
+   * another connection, in any process, committed to the file — never for this connection's own
+   * commits, which `writes` (`total_changes()`: rows it inserted, updated or deleted) counts.
+   */
+  commitCounters(): { version: number; writes: number } {
+    this.#file.ensureOpen();
+    const db = this.#file.db;
+    return this.#file.read("cannot read data_version", () =>
+      db.query<{ version: number; writes: number }, []>("SELECT data_version AS version, total_changes() AS writes FROM pragma_data_version").get()!,
+    );
+  }
+
   /** Pending rows of this namespace, without a scan. */
   pendingCount(): number {
     this.#file.ensureOpen();

@@ -2,7 +2,7 @@ import { constants, type Database, type SQLQueryBindings, type Statement } from 
 import { ForeignTransactionError, InvalidArgumentError, OutboxClosedError, StorageError } from "../errors.ts";
 import type { Durability } from "../vocabulary.ts";
 import { isEmbedded, migrate, queueLayout, readOrigin, type QueueLayout } from "./schema.ts";
-import { openMigrated, requireWal, storageError } from "./sqlite-open.ts";
+import { openMigrated, requireWal, retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 // How often a producer checks that its file is still the one at its path (a stat, ~0.9 µs: too
@@ -57,6 +57,12 @@ export class QueueDb {
   readonly origin: string;
   /** The application's own database: its connection, pragmas and transactions are the application's. */
   readonly embedded: boolean;
+  /**
+   * How long a write or read waits out another connection's lock (SQLITE_BUSY), in short turns
+   * (retryBusy) rather than SQLite's backing-off handler, which our connections turn off once
+   * open. 0 on the application's connection: its own busy handler has waited already.
+   */
+  readonly busyTimeoutMs: number;
   /** Whether closing this closes the connection (false for the application's). */
   readonly #owned: boolean;
   #refs = 1;
@@ -70,10 +76,11 @@ export class QueueDb {
   #movedCheckedAt = Date.now();
   #movedFlag = new Int32Array(2);
 
-  private constructor(path: string, db: Database, owned: boolean) {
+  private constructor(path: string, db: Database, owned: boolean, busyTimeoutMs: number) {
     this.path = path;
     this.db = db;
     this.#owned = owned;
+    this.busyTimeoutMs = busyTimeoutMs;
     try {
       this.origin = readOrigin(db)!;
       this.layout = queueLayout(db);
@@ -82,6 +89,9 @@ export class QueueDb {
       this.#commit = this.prepare("COMMIT");
       this.#rollback = this.prepare("ROLLBACK");
       this.#span = this.prepare("INSERT INTO outbox_group (grp, last_seq, namespaces) VALUES (?, ?, ?)");
+      // SQLite's handler sleeps 1, 2, 5 … 50, then 100 ms between tries and keeps no queue: the
+      // waiter that slept longest keeps losing the lock to those that just tried (see retryBusy).
+      if (owned) db.run("PRAGMA busy_timeout = 0");
     } catch (e) {
       this.#finalize();
       if (owned) db.close();
@@ -91,7 +101,7 @@ export class QueueDb {
 
   /** Opens (creating and migrating if needed) our own connection to the queue file at `path`. */
   static open(path: string, options: QueueDbOptions): QueueDb {
-    return new QueueDb(path, openMigrated(path, options), true);
+    return new QueueDb(path, openMigrated(path, options), true, options.busyTimeoutMs);
   }
 
   /**
@@ -112,7 +122,7 @@ export class QueueDb {
     } catch (e) {
       throw storageError(e, "cannot use the application's database for the outbox", path);
     }
-    return new QueueDb(path, database, false);
+    return new QueueDb(path, database, false, 0);
   }
 
   /** A statement kept for the life of the connection (finalized by close()). */
@@ -159,7 +169,7 @@ export class QueueDb {
     const group = this.#group;
     if (group !== null) return this.#inSavepoint(what, fn, group, namespace);
     try {
-      this.#begin.run();
+      this.#takeWriteLock();
     } catch (e) {
       throw storageError(e, what, this.path, namespace);
     }
@@ -194,12 +204,25 @@ export class QueueDb {
     }
   }
 
-  /** Runs `fn` (reads), turning a failure into a StorageError saying `what`. */
+  /** Runs `fn` (reads: run again while another connection's lock makes it SQLITE_BUSY), turning a failure into a StorageError saying `what`. */
   read<T>(what: string, fn: () => T, namespace?: string): T {
     try {
       return fn();
     } catch (e) {
-      throw storageError(e, what, this.path, namespace);
+      try {
+        return retryBusy(e, fn, this.busyTimeoutMs);
+      } catch (e) {
+        throw storageError(e, what, this.path, namespace);
+      }
+    }
+  }
+
+  /** BEGIN IMMEDIATE, waiting for the write lock up to busyTimeoutMs. */
+  #takeWriteLock(): void {
+    try {
+      this.#begin.run();
+    } catch (e) {
+      retryBusy(e, () => this.#begin.run(), this.busyTimeoutMs);
     }
   }
 
@@ -213,7 +236,7 @@ export class QueueDb {
     if (this.#group !== null) throw new InvalidArgumentError(`a transaction is already open on ${this.path}`);
     if (this.db.inTransaction) throw new ForeignTransactionError(this.path);
     try {
-      this.#begin.run();
+      this.#takeWriteLock();
     } catch (e) {
       throw storageError(e, "cannot begin a transaction", this.path);
     }

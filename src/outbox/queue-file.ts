@@ -70,7 +70,7 @@ export class QueueFile {
     return this.queueDb.write(what, fn, this.namespace);
   }
 
-  /** Runs `fn` (reads), turning a failure into a StorageError saying `what`. */
+  /** Runs `fn` (reads: run again while another connection's lock makes it SQLITE_BUSY), turning a failure into a StorageError saying `what`. */
   read<T>(what: string, fn: () => T): T {
     return this.queueDb.read(what, fn, this.namespace);
   }
