@@ -40,9 +40,11 @@ export function linkDrafts<D extends LinkableDraft>(drafts: readonly D[], served
     const tables = grp === null ? undefined : d.spans.get(grp);
     return tables === undefined ? [] : tables.filter((t) => t !== d.table.name && served.has(t));
   };
+  // Only a draft that read a group spanning tables can be cut or link others (most read none).
+  const spanning = drafts.filter((d) => d.spans.size > 0);
   for (let changed = true; changed; ) {
     changed = false;
-    for (const d of drafts) {
+    for (const d of spanning) {
       const kept = keep.get(d)!;
       for (const start of groupStarts(d.rows.slice(0, kept))) {
         const grp = d.rows[start]!.grp!;
@@ -59,7 +61,7 @@ export function linkDrafts<D extends LinkableDraft>(drafts: readonly D[], served
     while (parent.get(d) !== d) d = parent.get(d)!;
     return d;
   };
-  for (const d of drafts) {
+  for (const d of spanning) {
     for (const start of groupStarts(d.rows.slice(0, keep.get(d)!))) {
       for (const t of crossing(d, start)) parent.set(root(byTable.get(t)!), root(d));
     }

@@ -412,32 +412,45 @@ export class DrainTable {
     try {
       const read = outbox.readForDelivery(this.app.batchSize, ctx.maxBytes, () => true, after);
       const ahead: ReadAhead = { after, rows: [], stmts: [], rowBytes: [], bytes: 0, more: read.truncated, spans: read.spans };
-      const starts = groupStarts(read.rows);
+      const rows = read.rows;
       let end = 0;
-      for (let g = 0; g < starts.length; g++) {
-        const group = read.rows.slice(starts[g], starts[g + 1] ?? read.rows.length);
-        if (group.some((row) => row.attempts > 0 || row.nextAttemptAt)) break;
-        let stmts: Statement[];
-        try {
-          stmts = group.map((row) => ctx.prepare(this, row));
-        } catch {
-          break;
-        }
-        group.forEach((row, i) => {
+      while (end < rows.length) {
+        // One group at a time, whole: [end, next).
+        let next = end + 1;
+        while (next < rows.length && rows[next]!.grp !== null && rows[next]!.grp === rows[end]!.grp) next++;
+        const stmts = this.#preparedAhead(rows, end, next, ctx);
+        if (stmts === null) break;
+        for (let i = end; i < next; i++) {
+          const row = rows[i]!;
           const bytes = row.tag.length + row.payload.length;
           row.tag = row.payload = "";
           ahead.rows.push(row);
-          ahead.stmts.push(stmts[i]!);
+          ahead.stmts.push(stmts[i - end]!);
           ahead.rowBytes.push(bytes);
           ahead.bytes += bytes;
-        });
-        end += group.length;
+        }
+        end = next;
       }
       ahead.more ||= end < read.rows.length || read.gap !== null;
       if (ahead.rows.length > 0) this.#ahead = ahead;
     } catch {
       this.#ahead = null;
     }
+  }
+
+  /** The statements of rows [from, to) read ahead, or null when one is charged already (its plan decides) or cannot be prepared. */
+  #preparedAhead(rows: OutboxRow[], from: number, to: number, ctx: PlanContext): Statement[] | null {
+    const stmts: Statement[] = [];
+    for (let i = from; i < to; i++) {
+      const row = rows[i]!;
+      if (row.attempts > 0 || row.nextAttemptAt) return null;
+      try {
+        stmts.push(ctx.prepare(this, row));
+      } catch {
+        return null;
+      }
+    }
+    return stmts;
   }
 
   /**
