@@ -1,5 +1,5 @@
 import type { OutboxRow } from "../outbox/outbox.ts";
-import { groupStarts } from "./table.ts";
+import { groupStarts } from "./row-groups.ts";
 
 /** What linking needs of a table's draft: its name, its rows' groups, and which of those span tables. */
 export interface LinkableDraft {

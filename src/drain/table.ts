@@ -5,6 +5,8 @@ import type { Logger } from "../logger.ts";
 import type { DeadLettered, Outbox, OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
+import { classifyAnswer, type Failure } from "./answer.ts";
+import { endOfGroup, groupStarts } from "./row-groups.ts";
 import { rowBackoffMs, tableReadiness } from "./schedule.ts";
 import { TableHolds } from "./table-hold.ts";
 import type { TableView } from "./views.ts";
@@ -38,15 +40,6 @@ export interface TableSlice extends SliceDraft {
 interface ReadAhead extends Omit<SliceDraft, "table"> {
   /** The last seq of the slice in flight when they were read: they follow it. */
   after: number;
-}
-
-/** Where each group of `rows` starts (indexes): a row starts a group unless it shares its predecessor's. */
-export function groupStarts(rows: ReadonlyArray<Pick<OutboxRow, "grp">>): number[] {
-  const starts: number[] = [];
-  rows.forEach((row, i) => {
-    if (i === 0 || row.grp === null || row.grp !== rows[i - 1]!.grp) starts.push(i);
-  });
-  return starts;
 }
 
 /** The first `count` rows of a draft (a group boundary): the rest goes in a later batch. */
@@ -415,9 +408,7 @@ export class DrainTable {
       const rows = read.rows;
       let end = 0;
       while (end < rows.length) {
-        // One group at a time, whole: [end, next).
-        let next = end + 1;
-        while (next < rows.length && rows[next]!.grp !== null && rows[next]!.grp === rows[end]!.grp) next++;
+        const next = endOfGroup(rows, end); // one group at a time, whole
         const stmts = this.#preparedAhead(rows, end, next, ctx);
         if (stmts === null) break;
         for (let i = end; i < next; i++) {
@@ -469,72 +460,66 @@ export class DrainTable {
   #applyAnswer(slice: TableSlice, results: WriteResult[], now: number): TableOutcome & { ledgerMissing: boolean } {
     const out = { ...none(), ledgerMissing: false };
     const outbox = this.#outbox!;
-    const { rows, fenced } = slice;
+    const { rows } = slice;
     const head = rows[0]!;
-    const answers = fenced ? results.slice(1) : results;
+    const answer = classifyAnswer(rows, slice.fenced, results);
+    if ("okAfterFailure" in answer && answer.okAfterFailure !== null) {
+      const seq = rows[answer.okAfterFailure]!.seq;
+      this.logger.warn(`drain: writer ${this.target} reported seq ${seq} ok after a failure in namespace "${this.name}"; it stays queued`, { target: this.target, namespace: this.name, seq });
+    }
     try {
-      const fence = fenced ? results[0]! : null;
-      if (fence && !fence.ok && !fence.skipped) {
-        outbox.refundAttempt(head.seq);
-        this.#through = null;
-        if (fence.remoteSchema) {
+      switch (answer.kind) {
+        case "applied": {
+          const last = rows[rows.length - 1]!.seq;
+          // Fenced: the ledger now says the remote applied them, so the local confirmation can wait
+          // for the next batch to be in flight (confirmApplied); a crash before it is settled.
+          if (slice.fenced) this.#through = this.#applied = last;
+          else outbox.confirmThrough(last);
+          this.holds.release("remote schema");
+          out.delivered = rows.length;
+          return out;
+        }
+        case "ledger-unusable":
+          outbox.refundAttempt(head.seq);
+          this.#through = null;
           out.ledgerMissing = true;
-          this.holds.schema(`the ledger is not usable: ${fence.error}`, now);
-        } else {
-          this.logger.info(`drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`, {
-            target: this.target, namespace: this.name, error_class: fence.errorClass ?? null,
-          });
-        }
-        out.more = true;
-        return out;
-      }
-      let okPrefix = 0;
-      while (okPrefix < answers.length && answers[okPrefix]!.ok) okPrefix++;
-      const failedAt = answers.findIndex((r) => !r.ok && !(r as { skipped?: boolean }).skipped);
-      if (okPrefix === rows.length) {
-        const last = rows[rows.length - 1]!.seq;
-        // Fenced: the ledger now says the remote applied them, so the local confirmation can wait
-        // for the next batch to be in flight (confirmApplied); a crash before it is settled.
-        if (fenced) this.#through = this.#applied = last;
-        else outbox.confirmThrough(last);
-        this.holds.release("remote schema");
-        out.delivered = rows.length;
-        return out;
-      }
-      if (fenced && okPrefix > 0) {
-        // A namespace partly applied: the writer broke the contract the ledger relies on. Its
-        // fence may have committed for rows that were not: stop, loudly, rather than guess.
-        this.#through = null;
-        this.holds.contract(`the writer of ${this.target} applied part of a namespace (seq ${rows[0]!.seq}..${rows[okPrefix - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now);
-        return out;
-      }
-      const after = failedAt >= 0 ? answers.findIndex((r, i) => i > failedAt && r.ok) : -1;
-      if (after >= 0) {
-        this.logger.warn(`drain: writer ${this.target} reported seq ${rows[after]!.seq} ok after a failure in namespace "${this.name}"; it stays queued`, {
-          target: this.target, namespace: this.name, seq: rows[after]!.seq,
-        });
-      }
-      if (okPrefix > 0) {
-        // No ledger: a writer that commits statement by statement applied these rows (part of a
-        // group, perhaps: without transactions a group cannot be kept whole); confirm them.
-        outbox.confirmThrough(rows[okPrefix - 1]!.seq);
-        out.delivered = okPrefix;
-        if (failedAt !== okPrefix) return out; // the rest was skipped: sent again next cycle
-        outbox.recordAttempt(rows[failedAt]!.seq); // the failed row is the head now
-        return this.#failed(rows[failedAt]!, rows[failedAt]!, answers[failedAt]!, now, out);
-      }
-      // The group the failed row belongs to: it fails whole (its rows were rolled back with it).
-      const failedGroup = failedAt < 0 ? -1 : groupStarts(rows).findLast((start) => start <= failedAt)!;
-      if (failedGroup !== 0) {
-        // Nothing of this table was tried (skipped), or a group behind the head failed: not the head's fault.
-        outbox.refundAttempt(head.seq);
-        if (failedGroup > 0) {
-          this.#cutBefore = rows[failedGroup]!.seq; // the groups before it go first, then it heads the table
+          this.holds.schema(`the ledger is not usable: ${answer.fence.error}`, now);
           out.more = true;
+          return out;
+        case "fence-moved":
+          outbox.refundAttempt(head.seq);
+          this.#through = null;
+          this.logger.info(`drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`, {
+            target: this.target, namespace: this.name, error_class: answer.fence.errorClass ?? null,
+          });
+          out.more = true;
+          return out;
+        case "contract-broken":
+          // Its fence may have committed for rows that were not applied: stop, loudly, rather than guess.
+          this.#through = null;
+          this.holds.contract(`the writer of ${this.target} applied part of a namespace (seq ${head.seq}..${rows[answer.applied - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now);
+          return out;
+        case "prefix-applied": {
+          // Part of a group, perhaps: without transactions a group cannot be kept whole.
+          outbox.confirmThrough(rows[answer.applied - 1]!.seq);
+          out.delivered = answer.applied;
+          if (answer.failedAt === null) return out; // the rest was skipped: sent again next cycle
+          const failed = rows[answer.failedAt]!;
+          outbox.recordAttempt(failed.seq); // the failed row is the head now
+          return this.#failed(failed, failed, answer.failure!, now, out);
         }
-        return out;
+        case "failed-behind-head":
+          // Not the head's fault: the groups before the failed one go first, then it heads the table.
+          outbox.refundAttempt(head.seq);
+          this.#cutBefore = rows[answer.groupStart]!.seq;
+          out.more = true;
+          return out;
+        case "not-tried":
+          outbox.refundAttempt(head.seq);
+          return out;
+        case "head-failed":
+          return this.#failed(head, rows[answer.failedAt]!, answer.failure, now, out);
       }
-      return this.#failed(head, rows[failedAt]!, answers[failedAt]!, now, out);
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
       this.#through = null;
@@ -547,8 +532,7 @@ export class DrainTable {
    * The head group failed at `culprit` (the row's fault, or the remote schema's): charge the group
    * (its head carries its attempts), or hold the table.
    */
-  #failed<T extends TableOutcome>(head: OutboxRow, culprit: OutboxRow, answer: WriteResult, now: number, out: T): T {
-    const result = answer as Extract<WriteResult, { ok: false }>;
+  #failed<T extends TableOutcome>(head: OutboxRow, culprit: OutboxRow, result: Failure, now: number, out: T): T {
     const error = typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
     const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
     if (result.remoteSchema) {
