@@ -176,5 +176,5 @@ test("a second origin feeding an injected (compatibility-mode) table is refused 
   await b.svc.runOnce();
   await b.svc.runOnce();
   expect(b.svc.totalPending()).toBe(5);
-  expect(b.svc.targets()[0]!.tables[0]!.holds.current?.reason).toBe("origin");
+  expect(b.svc.targets()[0]!.tables[0]!.view().held?.reason).toBe("origin");
 });

@@ -221,7 +221,10 @@ describe("a batch that answers after write_timeout", () => {
     expect((await svc.runOnce()).outages).toEqual(["app.r"]);
     event(2);
     // Cycle on while the late batch is still out; it must not be overtaken by a newer batch.
+    const kv = svc.targets()[0]!.tables.find((t) => t.name === "kv")!;
+    const shown = new Set<string | undefined>();
     while (late === "pending") {
+      shown.add(kv.view().held?.reason);
       await svc.runOnce();
       await Bun.sleep(10);
     }
@@ -230,6 +233,9 @@ describe("a batch that answers after write_timeout", () => {
     // What the late answer confirmed is not sent again (no duplicate in a table without a key).
     expect(remote.query("SELECT v FROM log ORDER BY rowid").all()).toEqual([{ v: 1 }, { v: 2 }]);
     expect(log.has(/warn drain: .*"kv".*held until the timed-out batch answers/)).toBe(!ledger);
+    // The wait is a hold with its reason, as status and sqloutbox_table_held show it, and it ends with the answer.
+    expect(shown.has("late answer")).toBe(!ledger);
+    expect(kv.view().held).toBeNull();
     // With the ledger the drain did not wait: it delivered again and the late batch's fences failed.
     if (ledger) expect(lateResults.every((r) => !r.ok)).toBe(true);
     // Each of the four rows is counted delivered once, whether a late answer or a batch confirmed it.
@@ -262,6 +268,25 @@ describe("local errors and housekeeping", () => {
     expect(s.ids()).toEqual([...Array(10).keys()]); // applied once: settled from the ledger, not resent
     expect(q.deadCount()).toBe(0);
     expect(s.svc.targets()[0]!.totals.delivered).toBe(10); // counted when applied, not again when settled
+  });
+
+  test("compatibility mode: until its setup is done the table shows as held (compat setup), not silently idle, and then delivers", async () => {
+    const dir = tempDirCleanedBy(cleanups);
+    const remote = new Database(dir.file("remote.db"), { create: true });
+    remote.run("CREATE TABLE t (id INTEGER)");
+    remote.close();
+    const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
+    writer.always = "throw"; // the target is down: the setup cannot run
+    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } });
+    const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: memoryLogger() });
+    cleanups.push(() => svc.stop(1000));
+    new SQLMiddleware({ dbDir: dir.file("outbox") }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
+    await svc.runOnce();
+    const table = svc.targets()[0]!.tables[0]!;
+    expect(table.view().held?.reason).toBe("compat setup");
+    writer.always = null;
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivery once the setup ran");
+    expect(table.view().held).toBeNull();
   });
 
   test("compatibility mode: local errors while seeding and moving a colliding fresh queue hold the table until the move succeeds: nothing is sent under colliding seqs", async () => {

@@ -17,22 +17,22 @@ import type { DrainTable } from "./table.ts";
  */
 export async function prepareInjected(writer: BoundedWriter, dialect: Dialect, tables: DrainTable[], autoSchema: boolean, logger: Logger, now: number): Promise<void> {
   for (const table of tables) {
-    if (table.compatReady || !table.outbox || table.held(now)) continue;
+    if (!table.needsCompatSetup(now)) continue;
     const name = table.name;
     const problem = autoSchema ? await ensureSeqSchema(writer, dialect, name) : null;
     const result = await writer.control(maxSeqSql(name, dialect), name);
     if (!result.ok) {
-      table.holds.schema(`outbox_seq of "${name}" is not readable${problem ? ` (${problem})` : ""}: ${result.error}; "sqloutbox schema" prints the DDL`, now);
+      table.hold({ reason: "remote schema", message: `outbox_seq of "${name}" is not readable${problem ? ` (${problem})` : ""}: ${result.error}; "sqloutbox schema" prints the DDL` }, now);
       continue;
     }
     if (problem) logger.warn(`drain: table "${name}" on ${writer.target}: ${problem} (check that its unique outbox_seq index exists; "sqloutbox schema" prints the DDL)`, { target: writer.target, namespace: name });
     const max = parseCount(result.rows, 0) ?? 0;
     try {
       if (max > 0) moveAbove(table, max, logger, writer.target);
-      table.compatReady = true;
+      table.compatReady();
     } catch (error) {
       // Nothing is sent before this succeeds: rows under colliding seqs would be absorbed remotely.
-      table.holds.local(error, now, `seeding "${name}" above the remote MAX(outbox_seq) ${max}`);
+      table.hold({ reason: "local", error, what: `seeding "${name}" above the remote MAX(outbox_seq) ${max}` }, now);
     }
   }
 }

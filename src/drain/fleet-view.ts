@@ -79,15 +79,14 @@ export class FleetView {
       if (!table.config.injectOutboxSeq || !table.outbox) continue;
       const others = this.rows.filter((r) => r.namespace === table.name && r.origin !== table.outbox!.origin);
       if (others.length === 0) {
-        table.holds.release("origin");
+        table.release("origin");
         continue;
       }
       const theirs = others.map((r) => `${r.origin} (${r.label || "no label"})`).join(", ");
-      table.holds.origin(
+      const message =
         `inject_outbox_seq table "${table.name}" on ${this.target} is also fed by origin ${theirs}; this queue is origin ${table.outbox.origin} (${this.originLabel}). ` +
-          "Per-file outbox_seq values of two queues collide and would be absorbed as duplicates: set inject_outbox_seq = false to deliver through the ledger",
-        now,
-      );
+        "Per-file outbox_seq values of two queues collide and would be absorbed as duplicates: set inject_outbox_seq = false to deliver through the ledger";
+      table.hold({ reason: "origin", message }, now);
     }
   }
 }

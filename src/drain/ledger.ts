@@ -70,7 +70,7 @@ export class TargetLedger {
     ready.forEach((t, i) => {
       const result = results[i]!;
       const through = result.ok ? parseCount(result.rows, null) : undefined;
-      if (through === undefined) t.holds.schema(`cannot read the ledger ${this.table}: ${result.ok ? "its through is not a number" : result.error}`, now);
+      if (through === undefined) t.hold({ reason: "remote schema", message: `cannot read the ledger ${this.table}: ${result.ok ? "its through is not a number" : result.error}` }, now);
       else read.set(t, through);
     });
     const adopted = await this.adoptions([...read].filter(([t, through]) => through === null && !t.config.injectOutboxSeq && hasDelivered(t)).map(([t]) => t));
@@ -86,7 +86,7 @@ export class TargetLedger {
         }
       } catch (error) {
         table.unsettle();
-        table.holds.local(error, now, "settling from the ledger");
+        table.hold({ reason: "local", error, what: "settling from the ledger" }, now);
       }
     }
     if (confirmed > 0) {

@@ -22,13 +22,19 @@ const LOCAL_RETRY_CAP_MS = 30_000;
 const SCHEMA_RETRY_FIRST_MS = 2_000;
 const SCHEMA_RETRY_CAP_MS = 60_000;
 
+/** What a table waits for before it is sent, with no fault in it: until `release(reason)`. */
+export type WaitReason = Extract<HoldReason, "compat setup" | "late answer">;
+
 /**
  * What holds one table back, if anything — a file that cannot be opened, a local SQLite error, a
  * remote schema fault, a chain gap, another origin on an injected table, a writer that broke its
  * contract — each cause with its own retry schedule, said in the log once per distinct message.
+ * Beside that one hold, the waits (see WaitReason) last until released, whatever hold comes and
+ * goes meanwhile: a remote schema retry must not let an injected table go before its setup did.
  */
 export class TableHolds {
   #hold: TableHold | null = null;
+  readonly #waits = new Map<WaitReason, TableHold>();
   #localErrors = 0;
   #schemaErrors = 0;
 
@@ -37,19 +43,33 @@ export class TableHolds {
     private readonly logger: Logger,
   ) {}
 
-  /** The current hold, if any (it may have expired: see `active`). */
-  get current(): TableHold | null {
-    return this.#hold;
-  }
-
-  /** True while a hold lasts at `now`. */
+  /** True while a hold lasts at `now` (until its retry time). */
   active(now: number): boolean {
     return this.#hold !== null && this.#hold.until > now;
   }
 
-  /** The hold as status and metrics show it (times ISO-8601). */
-  view(): TableView["held"] {
+  /** True while the table waits for something (see WaitReason). */
+  get waiting(): boolean {
+    return this.#waits.size > 0;
+  }
+
+  /** True while the table waits for `reason`. */
+  waitsFor(reason: WaitReason): boolean {
+    return this.#waits.has(reason);
+  }
+
+  /** When a timed hold is retried (epoch ms), if that is what keeps the table back at `now`; null otherwise. */
+  retryAt(now: number): number | null {
     const hold = this.#hold;
+    return this.#waits.size === 0 && hold !== null && hold.until > now && Number.isFinite(hold.until) ? hold.until : null;
+  }
+
+  /**
+   * The hold as status and metrics show it (times ISO-8601): the fault until it is released — not
+   * only until its retry time, for it holds every row of the table until then — else a wait.
+   */
+  view(): TableView["held"] {
+    const hold = this.#hold ?? this.#waits.values().next().value ?? null;
     const iso = (ms: number) => new Date(ms).toISOString();
     return hold ? { reason: hold.reason, message: hold.message, since: iso(hold.since), until: Number.isFinite(hold.until) ? iso(hold.until) : null } : null;
   }
@@ -94,8 +114,14 @@ export class TableHolds {
     this.#holdFor("writer contract", message, now, Number.POSITIVE_INFINITY, "error");
   }
 
-  /** The cause is gone (the file opened, the local work or the remote schema succeeded): the hold of that reason ends, its retry schedule starts over. */
+  /** Not sent before `release(reason)`: the table waits, for `message`. */
+  wait(reason: WaitReason, message: string, now: number): void {
+    if (!this.#waits.has(reason)) this.#waits.set(reason, { reason, message, since: now, until: Number.POSITIVE_INFINITY });
+  }
+
+  /** The cause is gone (the file opened, the local work or the remote schema succeeded, a wait is over): the hold of that reason ends, its retry schedule starts over. */
   release(reason: HoldReason): void {
+    if (this.#waits.delete(reason as WaitReason)) return;
     if (reason === "local") this.#localErrors = 0;
     if (reason === "remote schema") this.#schemaErrors = 0;
     if (this.#hold?.reason !== reason) return;

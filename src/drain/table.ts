@@ -9,7 +9,7 @@ import { classifyAnswer, type Failure } from "./answer.ts";
 import { endOfGroup, groupStarts } from "./row-groups.ts";
 import { rowBackoffMs, tableReadiness } from "./schedule.ts";
 import { TableHolds } from "./table-hold.ts";
-import type { TableView } from "./views.ts";
+import type { HoldReason, TableView } from "./views.ts";
 
 /**
  * A table's rows read and converted for a batch, before its fence and its head's charge: whole
@@ -90,6 +90,14 @@ export type QueueOpener = (table: DrainTable) => Outbox;
 /** The pause between two chunks of a background prune (see DrainTable.prune). */
 const PRUNE_PAUSE_MS = 5;
 
+/** A hold found outside the table's own work, with what its message needs (see DrainTable.hold). */
+export type HoldCause =
+  | { reason: "file"; error: unknown }
+  | { reason: "local"; error: unknown; what: string }
+  | { reason: "remote schema"; message: string }
+  | { reason: "origin"; message: string }
+  | { reason: "writer contract"; message: string };
+
 const minWake = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b));
 const none = (): TableOutcome => ({ delivered: 0, failed: 0, deadLettered: 0, more: false, wakeAt: null });
 
@@ -107,8 +115,8 @@ export class DrainTable {
   #outbox: Outbox | null = null;
   /** The file's origin id, once opened (kept after close, for the final drain state). */
   #origin: string | null = null;
-  /** What holds this table back, if anything. */
-  readonly holds: TableHolds;
+  /** What holds this table back, if anything: changed only here, through the methods below. */
+  readonly #holds: TableHolds;
   /** The ledger's `through` for this queue as this drain last saw or set it; null: settle first. */
   #through: number | null = null;
   /** A row behind the head failed: the next slice stops before it, so the rows before it go first. */
@@ -123,11 +131,7 @@ export class DrainTable {
   #ahead: ReadAhead | null = null;
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
    *  MAX(outbox_seq) can then only be another queue's seqs (see compat.ts). */
-  freshQueue = false;
-  /** Compatibility mode only: the remote outbox_seq schema and the local seeding are done (see compat.ts); nothing is sent before. */
-  compatReady: boolean;
-  /** A timed-out batch carrying this table (no ledger) may still commit: not planned until it answers. */
-  awaitingLateAnswer = false;
+  #freshQueue = false;
   /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
   readonly counts = { delivered: 0, failed: 0, deadLettered: 0 };
 
@@ -140,8 +144,65 @@ export class DrainTable {
   ) {
     this.name = config.name;
     this.file = app.dbFile ?? `${app.dbDir}/${config.name}.db`;
-    this.compatReady = !config.injectOutboxSeq;
-    this.holds = new TableHolds({ table: this.name, target, file: this.file }, logger);
+    this.#holds = new TableHolds({ table: this.name, target, file: this.file }, logger);
+    // Compatibility mode: nothing is sent before the remote outbox_seq schema and the local seeding are done (compat.ts).
+    if (config.injectOutboxSeq) this.#holds.wait("compat setup", `the compatibility mode's setup on ${target} (the outbox_seq column and index, the local sequence seeded above the remote's) is not done yet`, Date.now());
+  }
+
+  /** A cause found outside the table's own work: by the target (its setup, the open-file limit, a unit's answer), the ledger, the fleet view, the compatibility setup. */
+  hold(cause: HoldCause, now: number): void {
+    switch (cause.reason) {
+      case "file":
+        return this.#holds.file(cause.error, now);
+      case "local":
+        return this.#holds.local(cause.error, now, cause.what);
+      case "remote schema":
+        return this.#holds.schema(cause.message, now);
+      case "origin":
+        return this.#holds.origin(cause.message, now);
+      case "writer contract":
+        return this.#holds.contract(cause.message, now);
+    }
+  }
+
+  /** The cause of `reason` is gone. */
+  release(reason: HoldReason): void {
+    this.#holds.release(reason);
+  }
+
+  /** Ends every timed hold now, so the table is tried at once (`kick`: the operator fixed the cause). */
+  retryNow(now: number): void {
+    this.#holds.retryNow(now);
+  }
+
+  /** Compatibility mode: whether the setup is still to do, and can be done now (the file open, no fault holding the table). */
+  needsCompatSetup(now: number): boolean {
+    return this.#holds.waitsFor("compat setup") && this.#outbox !== null && !this.#holds.active(now);
+  }
+
+  /** The compatibility mode's setup is done: the table may be sent. */
+  compatReady(): void {
+    this.#holds.release("compat setup");
+  }
+
+  /** The queue had no history when opened (see compat.ts). */
+  get freshQueue(): boolean {
+    return this.#freshQueue;
+  }
+
+  /** A timed-out batch carrying this table (no ledger) may still commit: the table waits for its answer. */
+  awaitLateAnswer(now: number): void {
+    this.#holds.wait("late answer", `a timed-out batch to ${this.target} may still commit: without a ledger a late commit must not land after newer rows`, now);
+  }
+
+  /** The timed-out batch answered, or failed: the table may be sent again. */
+  lateAnswerCame(): void {
+    this.#holds.release("late answer");
+  }
+
+  /** Whether the file is to be opened (not open, and no hold says wait). */
+  wantsOpening(now: number): boolean {
+    return this.#outbox === null && !this.#holds.active(now);
   }
 
   /** The open queue, or null while its file cannot be opened. */
@@ -163,12 +224,12 @@ export class DrainTable {
 
   /** This table as status and metrics show it. */
   view(): TableView {
-    return { namespace: this.name, origin: this.#origin, through: this.#through, held: this.holds.view() };
+    return { namespace: this.name, origin: this.#origin, through: this.#through, held: this.#holds.view() };
   }
 
-  /** True while held at `now` (or unopened). */
+  /** True while held at `now`, waiting, or unopened. */
   held(now: number): boolean {
-    return this.#outbox === null || this.holds.active(now);
+    return this.#outbox === null || this.#holds.active(now) || this.#holds.waiting;
   }
 
   /** Settlement is needed before this table's next fenced batch. */
@@ -187,19 +248,19 @@ export class DrainTable {
    */
   open(now: number): boolean {
     if (this.#outbox) return true;
-    if (this.holds.active(now)) return false;
+    if (this.#holds.active(now)) return false;
     if (this.app.dbFile !== null && !existsSync(this.file)) {
-      this.holds.missing(now);
+      this.#holds.missing(now);
       return false;
     }
     try {
       this.#outbox = this.opener(this);
-      if (this.config.injectOutboxSeq) this.freshQueue = !this.#outbox.hasHistory(); // only the compatibility mode asks (compat.ts)
+      if (this.config.injectOutboxSeq) this.#freshQueue = !this.#outbox.hasHistory(); // only the compatibility mode asks (compat.ts)
       this.#origin = this.#outbox.origin;
-      this.holds.release("file");
+      this.#holds.release("file");
       return true;
     } catch (error) {
-      this.holds.file(error, now);
+      this.#holds.file(error, now);
       return false;
     }
   }
@@ -263,6 +324,8 @@ export class DrainTable {
   plan(ctx: PlanContext): { draft: SliceDraft | null; outcome: TableOutcome } {
     const planned = this.#plan(ctx);
     this.#tally(planned.outcome);
+    // A hold this plan found or set (a chain gap, a local error) is retried on time, even if no commit brings the table back.
+    planned.outcome.wakeAt = minWake(planned.outcome.wakeAt, this.#holds.retryAt(ctx.now));
     return planned;
   }
 
@@ -271,22 +334,17 @@ export class DrainTable {
     const { now } = ctx;
     const ahead = this.#ahead;
     this.#ahead = null;
-    if (this.awaitingLateAnswer || !this.compatReady) return { draft: null, outcome: out };
-    if (this.held(now)) {
-      out.wakeAt = this.holds.current?.until ?? null;
-      return { draft: null, outcome: out };
-    }
+    if (this.held(now)) return { draft: null, outcome: out };
     if (this.#applyingFenced && this.#through === null) return { draft: null, outcome: out };
     try {
       // Read ahead for exactly this: the slice before it was applied whole (and confirmation waits).
       const draft =
         ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes ? { table: this, ...ahead } : this.#planRows(ctx, out);
       if (draft !== null) out.more ||= draft.more;
-      this.holds.release("local");
+      this.#holds.release("local");
       return { draft, outcome: out };
     } catch (error) {
-      this.holds.local(error, now, "planning");
-      out.wakeAt = this.holds.current?.until ?? null;
+      this.#holds.local(error, now, "planning");
       return { draft: null, outcome: out };
     }
   }
@@ -315,10 +373,10 @@ export class DrainTable {
       return null;
     }
     if (read.rows.length === 0) {
-      if (read.gap) this.holds.gap(read.gap.seq, read.gap.prevSeq, now);
+      if (read.gap) this.#holds.gap(read.gap.seq, read.gap.prevSeq, now);
       return null;
     }
-    this.holds.release("chain gap");
+    this.#holds.release("chain gap");
 
     const draft: SliceDraft = { table: this, rows: [], stmts: [], rowBytes: [], bytes: 0, more: read.truncated, spans: new Map() };
     const starts = groupStarts(read.rows);
@@ -475,7 +533,7 @@ export class DrainTable {
           // for the next batch to be in flight (confirmApplied); a crash before it is settled.
           if (slice.fenced) this.#through = this.#applied = last;
           else outbox.confirmThrough(last);
-          this.holds.release("remote schema");
+          this.#holds.release("remote schema");
           out.delivered = rows.length;
           return out;
         }
@@ -483,7 +541,7 @@ export class DrainTable {
           outbox.refundAttempt(head.seq);
           this.#through = null;
           out.ledgerMissing = true;
-          this.holds.schema(`the ledger is not usable: ${answer.fence.error}`, now);
+          this.#holds.schema(`the ledger is not usable: ${answer.fence.error}`, now);
           out.more = true;
           return out;
         case "fence-moved":
@@ -497,7 +555,7 @@ export class DrainTable {
         case "contract-broken":
           // Its fence may have committed for rows that were not applied: stop, loudly, rather than guess.
           this.#through = null;
-          this.holds.contract(`the writer of ${this.target} applied part of a namespace (seq ${head.seq}..${rows[answer.applied - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now);
+          this.#holds.contract(`the writer of ${this.target} applied part of a namespace (seq ${head.seq}..${rows[answer.applied - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now);
           return out;
         case "prefix-applied": {
           // Part of a group, perhaps: without transactions a group cannot be kept whole.
@@ -523,7 +581,7 @@ export class DrainTable {
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
       this.#through = null;
-      this.holds.local(error, now, `settling a batch delivered to ${this.target}`);
+      this.#holds.local(error, now, `settling a batch delivered to ${this.target}`);
       return out;
     }
   }
@@ -537,7 +595,7 @@ export class DrainTable {
     const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
     if (result.remoteSchema) {
       this.#outbox!.refundAttempt(head.seq);
-      this.holds.schema(error, now);
+      this.#holds.schema(error, now);
       return out;
     }
     const message = culprit.seq === head.seq ? error : `seq ${culprit.seq} of the group of seq ${head.seq}: ${error}`;
@@ -564,7 +622,7 @@ export class DrainTable {
       this.#applied = null;
     } catch (error) {
       this.#through = null;
-      this.holds.local(error, now, `confirming rows applied by ${this.target}`);
+      this.#holds.local(error, now, `confirming rows applied by ${this.target}`);
     }
   }
 

@@ -202,12 +202,12 @@ export class TargetRunner {
     let room: DescriptorRoom | null | undefined;
     const files = new Set(this.tables.map((t) => t.file)).size;
     for (const table of this.tables) {
-      if (table.outbox !== null || table.holds.active(now)) continue;
+      if (!table.wantsOpening(now)) continue;
       // A db_file's tables share one connection (QueuePool): only its first opening takes descriptors.
       const shared = this.app.dbFile !== null && this.options.pool.isOpen(table.file);
       room ??= shared ? undefined : DescriptorRoom.read(); // once per round, and only when a file is to be opened
       const refused = shared ? null : (room?.take(QUEUE_FILE_DESCRIPTORS, files) ?? null);
-      if (refused) table.holds.file(refused, now);
+      if (refused) table.hold({ reason: "file", error: refused }, now);
       else table.open(now);
     }
   }
@@ -299,7 +299,7 @@ export class TargetRunner {
     this.reachability.retryNow();
     this.quietUntil = 0;
     this.setupRetryAt = 0;
-    for (const table of this.tables) table.holds.retryNow(now);
+    for (const table of this.tables) table.retryNow(now);
     this.waker.wake();
   }
 
@@ -332,10 +332,10 @@ export class TargetRunner {
         this.setupRetryAt = now + doublingMs(this.setupFailures, SETUP_RETRY_FIRST_MS, SETUP_RETRY_CAP_MS);
         if (this.setupProblem !== problem) this.logger.error(`drain: target ${this.name} is held (remote schema): ${problem}`, { target: this.name, error_class: "remote schema" });
         this.setupProblem = problem;
-        for (const table of this.tables) table.holds.schema(problem, now);
+        for (const table of this.tables) table.hold({ reason: "remote schema", message: problem }, now);
         return false;
       }
-      if (this.setupProblem) for (const table of this.tables) table.holds.release("remote schema");
+      if (this.setupProblem) for (const table of this.tables) table.release("remote schema");
       this.setupProblem = null;
       this.setupFailures = 0;
     }
@@ -583,9 +583,6 @@ export class TargetRunner {
       out.failed += outcome.failed;
       out.more ||= outcome.more;
       out.wakeAt = minWake(out.wakeAt, outcome.wakeAt);
-      // A hold this plan set (a chain gap) is retried on time even if no commit brings the table back.
-      const hold = table.holds.current;
-      if (hold && hold.until > now && Number.isFinite(hold.until)) out.wakeAt = minWake(out.wakeAt, hold.until);
       this.forgetReadAhead(outcome.touched);
       if (!draft) return;
       drafts.push(draft);
@@ -664,7 +661,8 @@ export class TargetRunner {
       if (applied.every((a) => a) || applied.every((a) => !a)) continue;
       const names = unit.map((s) => `"${s.table.name}"`).join(", ");
       for (const slice of unit) {
-        slice.table.holds.contract(`the writer of ${this.name} applied part of a transaction spanning ${names}: with ledger = true a writer must apply statements that share a unit (Statement.unit) all together or not at all`, this.now());
+        const message = `the writer of ${this.name} applied part of a transaction spanning ${names}: with ledger = true a writer must apply statements that share a unit (Statement.unit) all together or not at all`;
+        slice.table.hold({ reason: "writer contract", message }, this.now());
       }
     }
   }
@@ -726,7 +724,7 @@ export class TargetRunner {
     const { slices } = batch;
     const held = slices.filter((s) => !s.fenced);
     if (held.length === 0) return;
-    for (const s of held) s.table.awaitingLateAnswer = true;
+    for (const s of held) s.table.awaitLateAnswer(this.now());
     const names = held.map((s) => `"${s.table.name}"`).join(", ");
     this.logger.warn(`drain: ${names} on ${this.name} held until the timed-out batch answers: without a ledger a late commit must not land after newer rows`, { target: this.name });
     const settle = (results: unknown) => {
@@ -737,7 +735,7 @@ export class TargetRunner {
     call
       .then(settle, () => this.logger.info(`drain: the timed-out batch to ${this.name} failed late; ${names} are redelivered`, { target: this.name }))
       .finally(() => {
-        for (const s of held) s.table.awaitingLateAnswer = false;
+        for (const s of held) s.table.lateAnswerCame();
         this.agenda.all();
         this.waker.wake();
       });

@@ -105,15 +105,13 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
   tableGauge("sqloutbox_dead_letters", "Dead letters present (not yet replayed).", (t) => t.dead);
 
   new client.Gauge({
-    name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract); 0 with reason \"none\" while it does not.",
+    name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract, compat setup, late answer); 0 with reason \"none\" while it does not.",
     labelNames: [...tableLabels, "reason"], registers,
     collect() {
       this.reset();
       for (const r of runners()) {
         for (const t of r.tables) {
-          // Held until the hold is released, as `status` says: not only until its retry time. A hold
-          // whose retry is due (or overdue while the target is down) still holds every row of the table.
-          const hold = t.holds.current;
+          const hold = t.view().held; // as `status` shows it: until released, not only until its retry time
           this.set({ app: r.appConfig.name, target: r.name, table: t.name, reason: hold ? hold.reason : "none" }, hold ? 1 : 0);
         }
       }
