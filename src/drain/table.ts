@@ -5,6 +5,7 @@ import type { Logger } from "../logger.ts";
 import type { DeadLettered, Outbox, OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
+import type { DeliveryObserver } from "./observer.ts";
 import { rowBackoffMs, tableReadiness } from "./schedule.ts";
 import { TableHolds } from "./table-hold.ts";
 import type { TableView } from "./views.ts";
@@ -141,11 +142,13 @@ export class DrainTable {
     private readonly target: string,
     private readonly logger: Logger,
     private readonly opener: QueueOpener,
+    /** Told of failures, dead letters and holds (tracing); null: nobody listens. */
+    private readonly observer: DeliveryObserver | null = null,
   ) {
     this.name = config.name;
     this.file = app.dbFile ?? `${app.dbDir}/${config.name}.db`;
     this.compatReady = !config.injectOutboxSeq;
-    this.holds = new TableHolds({ table: this.name, target, file: this.file }, logger);
+    this.holds = new TableHolds({ table: this.name, target, file: this.file }, logger, observer);
   }
 
   /** The open queue, or null while its file cannot be opened. */
@@ -609,12 +612,15 @@ export class DrainTable {
   #charge(row: OutboxRow, attempts: number, message: string, errorClass: string, out: TableOutcome): void {
     const { app } = this;
     const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
-    this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(Date.now() + delay));
+    const at = Date.now();
+    this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(at + delay));
     out.failed += 1;
+    this.observer?.failed({ target: this.target, table: this.name, head: row, errorClass, message, at, attempt: attempts, retryAt: at + delay });
     const fields = { target: this.target, namespace: this.name, seq: row.seq, attempt: attempts, error_class: errorClass };
     if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
       const moved = this.#outbox!.deadLetter(row.seq, "max_attempts", message, errorClass);
       this.#counted(moved, out);
+      this.observer?.deadLettered({ target: this.target, table: this.name, head: row, errorClass, message, at, reason: "max_attempts", rows: moved.seqs.length });
       this.logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" on target ${this.target} after ${attempts} attempts: ${message}`, fields);
       return;
     }
@@ -626,6 +632,7 @@ export class DrainTable {
   #deadLetter(row: OutboxRow, reason: string, message: string, errorClass: string, out: TableOutcome): void {
     const moved = this.#outbox!.deadLetter(row.seq, reason, message, errorClass);
     this.#counted(moved, out);
+    this.observer?.deadLettered({ target: this.target, table: this.name, head: row, errorClass, message, at: Date.now(), reason, rows: moved.seqs.length });
     this.logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" (${reason}): ${message}`, {
       target: this.target, namespace: this.name, seq: row.seq, attempt: row.attempts, error_class: errorClass,
     });
