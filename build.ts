@@ -31,7 +31,10 @@ export const RELEASE_TARGETS: readonly ReleaseTarget[] = [
  */
 export async function buildBinary(outfile: string, target?: Bun.Build.CompileTarget): Promise<void> {
   const result = await Bun.build({
-    entrypoints: [new URL("./src/cli/bin.ts", import.meta.url).pathname],
+    // The tracing worker is a second entry point, embedded at ops/tracing/worker.js under the root:
+    // where `new Worker(...)` in src/ops/tracing/tracing.ts looks for it in the executable.
+    entrypoints: [new URL("./src/cli/bin.ts", import.meta.url).pathname, new URL("./src/ops/tracing/worker.ts", import.meta.url).pathname],
+    root: new URL("./src", import.meta.url).pathname,
     compile: {
       outfile,
       ...(target ? { target } : {}),

@@ -2,12 +2,12 @@
 // the span active in OpenTelemetry's context; checked at the door, where a bad header is dropped
 // (with a warning) and the event kept.
 import { Database } from "bun:sqlite";
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { context, trace } from "@opentelemetry/api";
-import { StackContextManager, TracerProvider } from "@opentelemetry/sdk-trace";
+import { describe, expect, test } from "bun:test";
+import { trace } from "@opentelemetry/api";
 import { SQLMiddleware } from "../src/index.ts";
 import { checkTraceContext, isStoredTraceparent, parseTraceparent, tracestateProblem } from "../src/trace-context.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
+import { registerOtelForTests } from "./support/otel.ts";
 
 const cleanups = cleanupsAfterEach();
 
@@ -125,15 +125,7 @@ describe("push, pushMany and transaction store the trace context", () => {
 });
 
 describe("the span active in OpenTelemetry's context", () => {
-  const provider = new TracerProvider();
-  beforeAll(() => {
-    context.setGlobalContextManager(new StackContextManager().enable());
-    trace.setGlobalTracerProvider(provider);
-  });
-  afterAll(() => {
-    trace.disable();
-    context.disable();
-  });
+  registerOtelForTests();
 
   test("a push inside an active span stores that span's context; outside it none; a given one wins", () => {
     const dir = tempDirCleanedBy(cleanups);

@@ -61,12 +61,27 @@ export interface AppInput {
   db: Record<string, TargetInput>;
 }
 
+/** `[tracing]` in camelCase; `exportTimeout` in seconds, as in TOML. */
+export interface TracingInput {
+  enabled?: boolean;
+  endpoint?: string;
+  protocol?: "http/protobuf" | "http/json";
+  headers?: Record<string, string>;
+  serviceName?: string;
+  maxQueueSpans?: number;
+  maxSpansPerSecond?: number;
+  /** Seconds. */
+  exportTimeout?: number;
+}
+
 /** The programmatic form of outbox.toml. */
 export interface ConfigInput {
   /** Relative `dbDir`, `writerClass` and sqlite `path` resolve against this (default: the cwd). */
   baseDir?: string;
   /** Where `runService` callers may serve metrics: `"HOST:PORT"` or a port (127.0.0.1). */
   metricsAddr?: string | number;
+  /** `[tracing]`: the OTLP export of delivery spans (OTEL_* variables fill in what is not given). */
+  tracing?: TracingInput;
   app: Record<string, AppInput>;
 }
 
