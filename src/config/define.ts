@@ -23,6 +23,8 @@ export interface TargetInput {
   ledger?: boolean;
   /** The ledger table's name (default "sqloutbox_ledger"). */
   ledgerTable?: string;
+  /** Append each row's traceparent to its statement as a sqlcommenter comment (default false). */
+  traceComments?: boolean;
   /** Passed to the writer as is (keys as the writer documents them). */
   connection?: Record<string, unknown>;
 }

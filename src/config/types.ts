@@ -37,6 +37,8 @@ export interface TargetConfig {
   ledger: boolean;
   /** Name of the ledger table in the target. Default `sqloutbox_ledger`. */
   ledgerTable: string;
+  /** Append each row's `traceparent` to its statement as a sqlcommenter comment (`trace_comments`). Default false. */
+  traceComments: boolean;
   tables: TableConfig[];
 }
 
@@ -149,6 +151,7 @@ export const DEFAULTS = {
   compat: false, // compat
   ledger: true, // ledger
   ledgerTable: "sqloutbox_ledger", // ledger_table
+  traceComments: false, // trace_comments
   maxQueueSpans: 8192, // [tracing] max_queue_spans
   maxSpansPerSecond: 5000, // [tracing] max_spans_per_second
   exportTimeout: 10, // [tracing] export_timeout, seconds

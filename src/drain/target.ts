@@ -20,6 +20,7 @@ import type { QueuePool } from "./queue-pool.ts";
 import { DrainTable, minWake, trimDraft, type SliceDraft, type TableSlice } from "./table.ts";
 import type { LedgerRow, TargetView } from "./views.ts";
 import { CommitWatcher, Waker } from "./wake.ts";
+import { TraceComments } from "./trace-comments.ts";
 
 /** What one cycle of one target did. */
 export interface TargetCycle {
@@ -138,6 +139,8 @@ export class TargetRunner {
   private watched = 0;
   private readonly fleetView: FleetView;
   private readonly observer: DeliveryObserver | null;
+  /** Sqlcommenter comments on the statements sent (trace_comments), or null when off. */
+  private readonly comments: TraceComments | null;
 
   constructor(private readonly options: TargetRunnerOptions) {
     const { target, app, writer } = options;
@@ -154,6 +157,7 @@ export class TargetRunner {
     }
     this.writer = new BoundedWriter(target.name, writer, app.writeTimeoutMs);
     this.rewrites = new RewriteCache(this.dialect, target.compat);
+    this.comments = target.traceComments ? new TraceComments(this.dialect) : null;
     const queue = { maxPending: app.maxPending, durability: app.durability, fileMode: app.fileMode };
     const { pool } = options;
     const opener = app.dbFile === null ? (t: DrainTable) => new Outbox(t.file, t.name, queue) : (t: DrainTable) => pool.outbox(t.file, t.name, queue);
@@ -675,7 +679,8 @@ export class TargetRunner {
   private prepareRow(table: DrainTable, row: OutboxRow): Statement {
     const args = decodeArgs(row.payload);
     const { sql, args: sent } = this.rewrites.rewrite(row.tag, args, row.seq, table.config.injectOutboxSeq);
-    return { sql, args: sent, namespace: table.name, seq: row.seq };
+    const text = this.comments === null || row.traceparent === null ? sql : this.comments.add(sql, row.traceparent);
+    return { sql: text, args: sent, namespace: table.name, seq: row.seq };
   }
 
   /**
