@@ -76,8 +76,8 @@ export async function buildRelease(outDir: string, targets: readonly ReleaseTarg
     const file = `sqloutbox-${name}`;
     const outfile = path.join(outDir, file);
     await buildBinary(outfile, target);
-    // The executable carries its own source map; the side file is not a release asset.
-    fs.rmSync(`${outfile}.map`, { force: true });
+    // The executable carries its own source maps; the side files (its own, the tracing worker's) are not release assets.
+    for (const f of fs.readdirSync(outDir)) if (f.endsWith(".map")) fs.rmSync(path.join(outDir, f), { force: true });
     artifacts.push({ file, sha256: await sha256File(outfile) });
   }
   fs.writeFileSync(path.join(outDir, "SHA256SUMS"), artifacts.map((a) => `${a.sha256}  ${a.file}\n`).join(""));
