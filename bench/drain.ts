@@ -129,7 +129,9 @@ async function drainChild(job: ChildJob): Promise<void> {
   const config = configFor(job.dbDir, job.target, job.connection, job.tables, { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
   let svc: OutboxSyncService | null = null;
   const metrics = job.metrics ? createDrainMetrics(() => svc) : null;
-  const tracing = job.tracing ? createTracing(traceSettings({ ...config.tracing, endpoint: job.tracing }, {})!) : null;
+  // SQLOUTBOX_BENCH_SPANS_PER_S: another max_spans_per_second, to see what the rate costs.
+  const rate = Number(process.env.SQLOUTBOX_BENCH_SPANS_PER_S ?? config.tracing.maxSpansPerSecond);
+  const tracing = job.tracing ? createTracing(traceSettings({ ...config.tracing, endpoint: job.tracing, maxSpansPerSecond: rate }, {})!) : null;
   await tracing?.ready(); // loading the SDK is a start-up cost, not a delivery cost
   const writerFor = () => (job.target === "null" ? nullWriter : createWriter(job.target, job.connection));
   if (job.warmupDbDir) {
@@ -426,6 +428,6 @@ if (process.argv[2] === "--drain-child") {
   if (wanted("fleet")) await fleet();
   if (wanted("large")) for (const rows of LARGE_BACKLOGS) await large(rows);
   if (wanted("metrics")) await metricsCost();
-  if (wanted("tracing")) for (const target of ["null", "postgres"] as const) await tracingCost(target);
-  for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target))) await latency(target);
+  if (wanted("tracing")) for (const target of ["null", "postgres"] as const) if (wanted(target) || !only.some((a) => a === "null" || a === "postgres")) await tracingCost(target);
+  for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target) && !only.includes("tracing"))) await latency(target);
 }

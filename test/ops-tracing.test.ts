@@ -11,7 +11,8 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createDrainMetrics } from "../src/ops/metrics.ts";
 import { traceSettings } from "../src/ops/tracing/settings.ts";
-import { createTracing, type Tracing } from "../src/ops/tracing/tracing.ts";
+import { createTracing, TraceObserver, type Tracing } from "../src/ops/tracing/tracing.ts";
+import type { ObservedBatch } from "../src/drain/observer.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, WriteResult } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
@@ -77,7 +78,7 @@ describe("[tracing] and the OTEL_* variables", () => {
       headers: { "x-api-key": "a b", tenant: "7" },
       resource: { "deployment.environment": "prod", "service.name": "shop", "service.version": expect.any(String) },
       maxQueueSpans: 8192,
-      maxSpansPerSecond: 5000,
+      maxSpansPerSecond: 2000,
       exportTimeoutMs: 10_000,
     });
     expect(traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://c:4318/custom" })!.url).toBe("http://c:4318/custom");
@@ -224,6 +225,25 @@ describe("delivery spans", () => {
     expect(batch!.status).toMatchObject({ code: 2, message: "target app.local: injected: connection refused" });
     expect(batch!.attributes["sqloutbox.outcome"]).toBe("lost");
     expect(batch!.events.map((e) => [e.name, e.attributes["exception.message"]])).toEqual([["exception", "target app.local: injected: connection refused"]]);
+  });
+});
+
+describe("what tracing may spend", () => {
+  test("at most max_spans_per_second are handed over, whole batches, bursts of a second's worth; the rest are counted", () => {
+    const posted: unknown[] = [];
+    const observer = new TraceObserver((m) => posted.push(m), 1_000_000, (t) => t, 100);
+    const batch = (n: number): ObservedBatch => ({
+      app: "a", target: "a.r", engine: "sqlite", dialect: "sqlite", statements: n, bytes: 0, attempt: 1, sentAt: Date.now(),
+      slices: [{ table: "t", rows: Array.from({ length: n }, (_, i) => ({ seq: i + 1, grp: null, createdAt: new Date().toISOString(), attempts: 0, traceparent: TP(i + 1), tracestate: null })) }],
+    });
+    for (let i = 0; i < 3; i++) {
+      const b = batch(59); // 60 spans with its batch span
+      observer.batchSent(b);
+      observer.batchAnswered(b, [59], Date.now());
+    }
+    // 100 allowed: the first batch (100 → 40), the second overdraws (→ −20), the third waits.
+    expect(posted).toHaveLength(2);
+    expect(observer.droppedBusy).toBe(60);
   });
 });
 

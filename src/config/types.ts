@@ -122,7 +122,7 @@ export interface TracingConfig {
   serviceName: string | null;
   /** Spans waiting for export beyond this are dropped, and counted. Default 8 192. */
   maxQueueSpans: number;
-  /** The most spans made a second (bursts of a second's worth allowed); the batches beyond get none, counted. Default 5 000. */
+  /** The most spans made a second (bursts of a second's worth allowed); the batches beyond get none, counted. Default 2 000. */
   maxSpansPerSecond: number;
   /** How long one export may take, retries included. Default 10 000. */
   exportTimeoutMs: number;
@@ -153,6 +153,6 @@ export const DEFAULTS = {
   ledgerTable: "sqloutbox_ledger", // ledger_table
   traceComments: false, // trace_comments
   maxQueueSpans: 8192, // [tracing] max_queue_spans
-  maxSpansPerSecond: 5000, // [tracing] max_spans_per_second
+  maxSpansPerSecond: 2000, // [tracing] max_spans_per_second
   exportTimeout: 10, // [tracing] export_timeout, seconds
 } as const satisfies Record<string, unknown>;
