@@ -31,7 +31,10 @@ export const RELEASE_TARGETS: readonly ReleaseTarget[] = [
  */
 export async function buildBinary(outfile: string, target?: Bun.Build.CompileTarget): Promise<void> {
   const result = await Bun.build({
-    entrypoints: [new URL("./src/cli/bin.ts", import.meta.url).pathname],
+    // The tracing worker is a second entry point, embedded at ops/tracing/worker.js under the root:
+    // where `new Worker(...)` in src/ops/tracing/tracing.ts looks for it in the executable.
+    entrypoints: [new URL("./src/cli/bin.ts", import.meta.url).pathname, new URL("./src/ops/tracing/worker.ts", import.meta.url).pathname],
+    root: new URL("./src", import.meta.url).pathname,
     compile: {
       outfile,
       ...(target ? { target } : {}),
@@ -73,8 +76,8 @@ export async function buildRelease(outDir: string, targets: readonly ReleaseTarg
     const file = `sqloutbox-${name}`;
     const outfile = path.join(outDir, file);
     await buildBinary(outfile, target);
-    // The executable carries its own source map; the side file is not a release asset.
-    fs.rmSync(`${outfile}.map`, { force: true });
+    // The executable carries its own source maps; the side files (its own, the tracing worker's) are not release assets.
+    for (const f of fs.readdirSync(outDir)) if (f.endsWith(".map")) fs.rmSync(path.join(outDir, f), { force: true });
     artifacts.push({ file, sha256: await sha256File(outfile) });
   }
   fs.writeFileSync(path.join(outDir, "SHA256SUMS"), artifacts.map((a) => `${a.sha256}  ${a.file}\n`).join(""));

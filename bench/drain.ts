@@ -13,6 +13,12 @@
 //   backlogs (128 MB and 384 MB of rows): the peak must not grow with the backlog.
 // {"bench":"metrics","target":"postgres","off_rows_per_s":…,"on_rows_per_s":…,"on_vs_off":…}   the
 //   same drain with the Prometheus metrics on and scraped every 100 ms, against off, alternated.
+// {"bench":"tracing","target":…,"off_rows_per_s":…,"on_rows_per_s":…,"on_vs_off":…,"spans_exported":…,"spans_dropped":…}
+//   the same drain with tracing on — every row pushed with its own sampled traceparent, spans
+//   exported over OTLP/HTTP (protobuf) to a receiver in this parent process — against off (the same
+//   traced backlog), alternated three times each: the medians; the span counts of the last run.
+//   400 000 rows (100 000 drain in half a second, too short beside the SDK's one-time JIT cost);
+//   each drain process first delivers 40 000 rows untimed, so both are warm: a drain runs for days.
 // {"bench":"latency","target":…,"p50_ms":…,"p99_ms":…}   single events, flush_interval 5 ms,
 //   threshold 1: enqueue → the remote transaction committed (the writer's promise resolved).
 // The "null" target accepts everything instantly: its rate is the drain's own ceiling.
@@ -25,7 +31,7 @@
 //   started for the run in a temp directory on a free port and pinned to CPU 1 (taskset), with
 //   this process, the drain and the limit's client pinned to CPU 0: the remote's work overlaps
 //   the drain's as on a server whose database runs elsewhere. The servers are removed on exit.
-// Arguments pick lines: null sqlite postgres mysql fleet large metrics latency pinned (none: all).
+// Arguments pick lines: null sqlite postgres mysql fleet large metrics tracing latency pinned (none: all).
 // Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README); `pinned` needs
 // two CPUs, taskset, and the PostgreSQL (/usr/lib/postgresql/*/bin) and MariaDB server binaries.
 import { Database } from "bun:sqlite";
@@ -36,6 +42,8 @@ import path from "node:path";
 import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { createDrainMetrics } from "../src/ops/metrics.ts";
+import { traceSettings } from "../src/ops/tracing/settings.ts";
+import { createTracing } from "../src/ops/tracing/tracing.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { QUEUE_ROW_COLUMNS } from "../src/outbox/rows.ts";
 import { encodeArgs } from "../src/outbox/payload.ts";
@@ -49,6 +57,8 @@ const TABLES = ["bench_a", "bench_b", "bench_c", "bench_d"];
 const ROWS = 100_000;
 const CHUNK = 500;
 const LATENCY_EVENTS = 300;
+/** The tracing runs' backlog: 100 000 rows drain in half a second, too short beside the SDK's one-time JIT cost (measured). */
+const TRACE_ROWS = 400_000;
 const FLEET_DRAINS = 4;
 /** Two backlogs of large rows: peak RSS that does not grow with the backlog is bounded by batch_max_bytes. */
 const LARGE_BACKLOGS = [2_000, 6_000];
@@ -87,12 +97,22 @@ async function remoteFor(target: Target, dir: string, tables = TABLES) {
   return { connection: { url: db.url }, sql: db.sql, path: null, drop: () => db.drop() };
 }
 
-function fillBacklog(dbDir: string, tables: string[], rows: number, row = rowOf): void {
+function fillBacklog(dbDir: string, tables: string[], rows: number, row = rowOf, traced = false): void {
   fs.mkdirSync(dbDir, { recursive: true });
   const perTable = rows / tables.length;
   for (const table of tables) {
     const q = new Outbox(`${dbDir}/${table}.db`, table);
     const tag = `INSERT INTO ${table} (id, name, amount, note) VALUES (?, ?, ?, ?)`;
+    if (traced) {
+      // Every row pushed alone, in a trace of its own (the worst case: one delivery span per row).
+      const hex = (n: number, width: number) => n.toString(16).padStart(width, "0");
+      for (let i = 0; i < perTable; i++) {
+        const id = tables.indexOf(table) * perTable + i + 1;
+        q.enqueue(tag, encodeArgs(row(i)), "", { traceparent: `00-${hex(id, 32)}-${hex(id, 16)}-01`, tracestate: null });
+      }
+      q.close();
+      continue;
+    }
     for (let i = 0; i < perTable; i += 1000) {
       q.enqueueBatch(Array.from({ length: Math.min(1000, perTable - i) }, (_, k) => ({ tag, payload: encodeArgs(row(i + k)) })), "", { grouped: false });
     }
@@ -107,6 +127,10 @@ interface ChildJob {
   tables: string[];
   /** Serve the drain's metrics and scrape them every 100 ms (ten times what Prometheus usually does). */
   metrics?: boolean;
+  /** Export delivery spans to this OTLP/HTTP base URL. */
+  tracing?: string;
+  /** A backlog drained first, untimed, by the same process (its JIT warm, the tracing worker's too). */
+  warmupDbDir?: string;
 }
 
 /** Child mode: drain the backlog in `dbDir` into the target, print one JSON result on stdout. */
@@ -114,7 +138,23 @@ async function drainChild(job: ChildJob): Promise<void> {
   const config = configFor(job.dbDir, job.target, job.connection, job.tables, { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
   let svc: OutboxSyncService | null = null;
   const metrics = job.metrics ? createDrainMetrics(() => svc) : null;
-  svc = new OutboxSyncService(config, { "bench.remote": job.target === "null" ? nullWriter : createWriter(job.target, job.connection) }, metrics ? { onBatch: metrics.observeBatch } : {});
+  // SQLOUTBOX_BENCH_SPANS_PER_S: another max_spans_per_second, to see what the rate costs.
+  const rate = Number(process.env.SQLOUTBOX_BENCH_SPANS_PER_S ?? config.tracing.maxSpansPerSecond);
+  const tracing = job.tracing ? createTracing(traceSettings({ ...config.tracing, endpoint: job.tracing, maxSpansPerSecond: rate }, {})!) : null;
+  await tracing?.ready(); // loading the SDK is a start-up cost, not a delivery cost
+  const writerFor = () => (job.target === "null" ? nullWriter : createWriter(job.target, job.connection));
+  if (job.warmupDbDir) {
+    const warm = new OutboxSyncService(configFor(job.warmupDbDir, job.target, job.connection, job.tables, { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 }), { "bench.remote": writerFor() }, tracing ? { observer: tracing.observer } : {});
+    await warm.start();
+    while (warm.totalPending() > 0) await Bun.sleep(5);
+    await warm.stop();
+    await tracing?.flush(10_000);
+  }
+  const before = tracing?.counts();
+  svc = new OutboxSyncService(config, { "bench.remote": writerFor() }, {
+    ...(metrics ? { onBatch: metrics.observeBatch } : {}),
+    ...(tracing ? { observer: tracing.observer } : {}),
+  });
   const scraper = metrics ? setInterval(() => void metrics.text(), 100) : undefined;
   let peak = process.memoryUsage().rss;
   const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 10);
@@ -127,10 +167,13 @@ async function drainChild(job: ChildJob): Promise<void> {
   clearInterval(scraper);
   peak = Math.max(peak, process.memoryUsage().rss);
   await svc.stop();
-  console.log(JSON.stringify({ rows: total, seconds, peak_rss_mb: Math.round(peak / 1048576) }));
+  await tracing?.shutdown(10_000);
+  const after = tracing?.counts();
+  const spans = after && before ? Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v - before[k as keyof typeof before]])) : null;
+  console.log(JSON.stringify({ rows: total, seconds, peak_rss_mb: Math.round(peak / 1048576), ...(spans ? { spans } : {}) }));
 }
 
-async function runChild(job: ChildJob): Promise<{ rows: number; seconds: number; peak_rss_mb: number }> {
+async function runChild(job: ChildJob): Promise<{ rows: number; seconds: number; peak_rss_mb: number; spans?: { exported: number; droppedQueueFull: number; droppedBusy: number; droppedExportFailed: number } }> {
   const child = Bun.spawn(["bun", import.meta.path, "--drain-child", JSON.stringify(job)], { stdout: "pipe", stderr: "inherit" });
   const out = await new Response(child.stdout).text();
   if ((await child.exited) !== 0) throw new Error(`drain child for ${job.target} failed`);
@@ -298,6 +341,48 @@ async function metricsCost(): Promise<void> {
   console.log(JSON.stringify({ bench: "metrics", target: "postgres", off_rows_per_s: Math.round(off), on_rows_per_s: Math.round(on), on_vs_off: Math.round((on / off) * 100) / 100 }));
 }
 
+/**
+ * The drain with tracing off and on, alternated three times each on fresh backlogs in which every
+ * row carries its own trace context; the spans go to a receiver served by this (idle) parent.
+ */
+async function tracingCost(target: "null" | "postgres"): Promise<void> {
+  let received = 0;
+  const receiver = Bun.serve({ hostname: "127.0.0.1", port: 0, async fetch(req) {
+    received += (await req.arrayBuffer()).byteLength;
+    return new Response(new Uint8Array(0), { headers: { "content-type": "application/x-protobuf" } });
+  } });
+  const rates: Record<"off" | "on", number[]> = { off: [], on: [] };
+  let spans: { exported: number; droppedQueueFull: number; droppedBusy: number; droppedExportFailed: number } | undefined;
+  try {
+    for (let round = 0; round < 3; round++) {
+      for (const mode of ["off", "on"] as const) {
+        const dir = makeTempDir("sqloutbox-bench-");
+        const remote = await remoteFor(target, dir.path);
+        try {
+          fillBacklog(`${dir.path}/warmup`, TABLES, TRACE_ROWS / 10, rowOf, true);
+          fillBacklog(`${dir.path}/outbox`, TABLES, TRACE_ROWS, rowOf, true);
+          const drained = await runChild({ target, dbDir: `${dir.path}/outbox`, warmupDbDir: `${dir.path}/warmup`, connection: remote.connection, tables: TABLES, ...(mode === "on" ? { tracing: `http://127.0.0.1:${receiver.port}` } : {}) });
+          rates[mode].push(drained.rows / drained.seconds);
+          if (drained.spans) spans = drained.spans;
+        } finally {
+          await remote.drop();
+          dir.cleanup();
+        }
+      }
+    }
+  } finally {
+    await receiver.stop(true);
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const off = median(rates.off);
+  const on = median(rates.on);
+  console.log(JSON.stringify({
+    bench: "tracing", target, off_rows_per_s: Math.round(off), on_rows_per_s: Math.round(on), on_vs_off: Math.round((on / off) * 100) / 100,
+    runs_off: rates.off.map(Math.round), runs_on: rates.on.map(Math.round),
+    spans_exported: spans?.exported, spans_dropped: spans ? spans.droppedQueueFull + spans.droppedBusy + spans.droppedExportFailed : undefined, received_mb: Math.round(received / 1048576),
+  }));
+}
+
 /** Wraps a writer to timestamp the moment each seq's remote commit resolved. */
 class TimingWriter implements OutboxWriter {
   readonly committedAt = new Map<number, number>();
@@ -410,6 +495,7 @@ if (process.argv[2] === "--drain-child") {
   if (wanted("fleet")) await fleet();
   if (wanted("large")) for (const rows of LARGE_BACKLOGS) await large(rows);
   if (wanted("metrics")) await metricsCost();
-  for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target))) await latency(target);
+  if (wanted("tracing")) for (const target of ["null", "postgres"] as const) if (wanted(target) || !only.some((a) => a === "null" || a === "postgres")) await tracingCost(target);
+  for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target) && !only.includes("tracing"))) await latency(target);
   if (wanted("pinned")) await pinned();
 }

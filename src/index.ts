@@ -52,3 +52,7 @@ export { readDrainState, type DrainState } from "./drain/state-file.ts";
 export { createDrainMetrics, type DrainMetrics } from "./ops/metrics.ts";
 export { serveOps, type OpsServer } from "./ops/http.ts";
 export { createSystemdNotifier, type SystemdNotifier } from "./ops/systemd.ts";
+export { createTracing, type Tracing, type TracingOptions, type TraceCounts } from "./ops/tracing/tracing.ts";
+export { traceSettings, type TraceSettings } from "./ops/tracing/settings.ts";
+export type { DeliveryObserver, ObservedBatch, ObservedRow, ObservedSlice, RowEvent } from "./drain/observer.ts";
+export { checkTraceContext, parseTraceparent, type RowTrace, type TraceContextInput } from "./trace-context.ts";

@@ -9,7 +9,8 @@ import { buildBinary } from "../build.ts";
 import pkg from "../package.json" with { type: "json" };
 import { cleanEnv, REPO, run } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
-import { seed } from "./support/queue.ts";
+import { startOtlpReceiver } from "./support/otlp-receiver.ts";
+import { openQueue, seed } from "./support/queue.ts";
 import { countRows } from "./support/remote.ts";
 import { describeSlow, SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
@@ -88,6 +89,54 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
     expect(await proc.exited).toBe(0);
     expect(countRows(path.join(dir, "remote.db"), "orders")).toBe(30);
   }, 30_000);
+
+  test("runservice exports delivery spans in the producer's trace over OTLP/HTTP (JSON from [tracing], protobuf from OTEL_*)", async () => {
+    const rx = startOtlpReceiver();
+    try {
+      const dir = tmp.file("tracing");
+      const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+      fs.mkdirSync(path.join(dir, "queue"), { recursive: true });
+      const queue = openQueue(path.join(dir, "queue"), "orders");
+      for (let i = 1; i <= 3; i++) queue.enqueue("INSERT INTO orders (id) VALUES (?)", JSON.stringify([i]), "test", { traceparent, tracestate: null });
+      queue.close();
+      const remote = new Database(path.join(dir, "remote.db"));
+      remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+      remote.close();
+      const toml = `[tracing]\nendpoint = "${rx.url}"\nprotocol = "http/json"\nservice_name = "shop-drain"\n[app.a]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n[app.a.db.r]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.r.connection]\npath = "remote.db"\n`;
+      fs.writeFileSync(path.join(dir, "outbox.toml"), toml);
+      const proc = Bun.spawn([binary, "runservice"], { cwd: dir, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
+      try {
+        await waitFor(() => countRows(path.join(dir, "remote.db"), "orders") >= 3, "the 3 orders in remote.db");
+      } finally {
+        proc.kill("SIGTERM");
+      }
+      expect(await proc.exited).toBe(0);
+      // Stopping flushes: the spans are there once it exited.
+      const deliveries = rx.spans.filter((s) => s.name === "deliver orders");
+      expect(deliveries.map((s) => [s.traceId, s.parentSpanId])).toEqual(Array(3).fill(["4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"]));
+      expect(rx.spans.find((s) => s.name === "BATCH a.r")!.resource["service.name"]).toBe("shop-drain");
+
+      // The standard variables alone, in the protocol they default to (protobuf: counted, not decoded here).
+      fs.writeFileSync(path.join(dir, "outbox.toml"), toml.replace(/^\[tracing\][^[]*/, ""));
+      const more = openQueue(path.join(dir, "queue"), "orders");
+      more.enqueue("INSERT INTO orders (id) VALUES (?)", JSON.stringify([4]), "test", { traceparent, tracestate: null });
+      more.close();
+      const before = rx.requests.length;
+      const env = { ...cleanEnv(), OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=s3cret" };
+      const second = Bun.spawn([binary, "runservice"], { cwd: dir, env, stdout: "pipe", stderr: "pipe" });
+      try {
+        await waitFor(() => countRows(path.join(dir, "remote.db"), "orders") >= 4, "the 4th order in remote.db");
+      } finally {
+        second.kill("SIGTERM");
+      }
+      expect(await second.exited).toBe(0);
+      const sent = rx.requests.slice(before);
+      expect(sent.length).toBeGreaterThan(0);
+      expect(sent.every((r) => r.contentType === "application/x-protobuf" && r.headers["x-api-key"] === "s3cret")).toBe(true);
+    } finally {
+      await rx.stop();
+    }
+  }, 60_000);
 
   test("a writer_class module imports packages from its project's node_modules, and its WriteError({ misconfigured }) is recognised", async () => {
     // A project as after `bun add sqloutbox`: the writer imports the package (another copy than the

@@ -122,6 +122,7 @@ describe("target keys", () => {
       compat: false,
       ledger: true,
       ledgerTable: "sqloutbox_ledger",
+      traceComments: false,
       tables: [{ name: "events", injectOutboxSeq: false, retainLogDays: 30 }],
     });
   });

@@ -28,6 +28,7 @@ const RUNBOOK_ANCHORS = [
   "table-held",
   "target-down",
   "target-misconfigured",
+  "trace-spans-dropped",
   "wal-large",
 ];
 

@@ -6,6 +6,7 @@ import { parseListenAddress, type ListenAddress } from "./listen-address.ts";
 import { keyLocator } from "./locate.ts";
 import { isTable, join, Reader, typeName, type KeyStyle, type Table } from "./reader.ts";
 import { buildTarget } from "./target.ts";
+import { readTracing } from "./tracing.ts";
 import { DEFAULTS, type AppConfig, type OutboxConfig } from "./types.ts";
 
 /** Where a config document came from and how to read it. */
@@ -21,7 +22,7 @@ export interface BuildOptions {
 }
 
 /** The keys of the top level of outbox.toml. */
-export const TOP_KEYS = ["app", "metrics_addr"];
+export const TOP_KEYS = ["app", "metrics_addr", "tracing"];
 
 /** The keys of an `[app.NAME]` table (snake_case). */
 export const APP_KEYS = [
@@ -60,11 +61,13 @@ export function buildConfig(doc: unknown, options: BuildOptions): { config: Outb
   const r = new Reader(options.file, options.style, options.env, options.text === undefined ? undefined : keyLocator(options.text));
   const apps: AppConfig[] = [];
   let metricsAddr: ListenAddress | null = null;
+  let tracing = readTracing(r, {});
   if (!isTable(doc)) {
     r.fail("", `expected a table at the top level, got ${typeName(doc)}`);
   } else {
     r.checkKeys(doc, TOP_KEYS, "");
     metricsAddr = readMetricsAddr(r, doc);
+    tracing = readTracing(r, doc);
     const appsRaw = r.raw(doc, "app");
     if (appsRaw !== undefined && !isTable(appsRaw)) {
       r.fail("app", `expected a table of apps ([app.NAME]), got ${typeName(appsRaw)}`);
@@ -79,7 +82,7 @@ export function buildConfig(doc: unknown, options: BuildOptions): { config: Outb
     }
   }
   throwIssues(r.issues);
-  return { config: { file: options.file, baseDir: options.baseDir, metricsAddr, apps }, interpolatedSecrets: [...r.secretValues] };
+  return { config: { file: options.file, baseDir: options.baseDir, metricsAddr, tracing, apps }, interpolatedSecrets: [...r.secretValues] };
 }
 
 /** Throws the single problem as is, or all of them in one `ConfigIssuesError`. */

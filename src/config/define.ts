@@ -23,6 +23,8 @@ export interface TargetInput {
   ledger?: boolean;
   /** The ledger table's name (default "sqloutbox_ledger"). */
   ledgerTable?: string;
+  /** Append each row's traceparent to its statement as a sqlcommenter comment (default false). */
+  traceComments?: boolean;
   /** Passed to the writer as is (keys as the writer documents them). */
   connection?: Record<string, unknown>;
 }
@@ -61,12 +63,27 @@ export interface AppInput {
   db: Record<string, TargetInput>;
 }
 
+/** `[tracing]` in camelCase; `exportTimeout` in seconds, as in TOML. */
+export interface TracingInput {
+  enabled?: boolean;
+  endpoint?: string;
+  protocol?: "http/protobuf" | "http/json";
+  headers?: Record<string, string>;
+  serviceName?: string;
+  maxQueueSpans?: number;
+  maxSpansPerSecond?: number;
+  /** Seconds. */
+  exportTimeout?: number;
+}
+
 /** The programmatic form of outbox.toml. */
 export interface ConfigInput {
   /** Relative `dbDir`, `writerClass` and sqlite `path` resolve against this (default: the cwd). */
   baseDir?: string;
   /** Where `runService` callers may serve metrics: `"HOST:PORT"` or a port (127.0.0.1). */
   metricsAddr?: string | number;
+  /** `[tracing]`: the OTLP export of delivery spans (OTEL_* variables fill in what is not given). */
+  tracing?: TracingInput;
   app: Record<string, AppInput>;
 }
 

@@ -12,7 +12,7 @@ import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 const BUILTIN_WRITER_NAMES = Object.keys(builtinWriters) as BuiltinWriterName[];
 
 /** The keys of an `[app.NAME.db.DB]` table. */
-export const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "ledger", "ledger_table", "connection"] as const;
+export const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "ledger", "ledger_table", "trace_comments", "connection"] as const;
 /** Db names become part of target names `app.db`. */
 const NAME = /^[A-Za-z0-9_-]+$/;
 
@@ -58,6 +58,7 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
     compat,
     ledger: r.boolean(raw, "ledger", path) ?? DEFAULTS.ledger,
     ledgerTable: readLedgerTable(r, raw, path),
+    traceComments: r.boolean(raw, "trace_comments", path) ?? DEFAULTS.traceComments,
     tables,
   };
 }

@@ -37,6 +37,8 @@ export interface TargetConfig {
   ledger: boolean;
   /** Name of the ledger table in the target. Default `sqloutbox_ledger`. */
   ledgerTable: string;
+  /** Append each row's `traceparent` to its statement as a sqlcommenter comment (`trace_comments`). Default false. */
+  traceComments: boolean;
   tables: TableConfig[];
 }
 
@@ -99,7 +101,31 @@ export interface OutboxConfig {
   baseDir?: string;
   /** Where `runservice` serves /metrics, /healthz and /readyz (`metrics_addr`); null: off (default). */
   metricsAddr: ListenAddress | null;
+  /** `[tracing]`: the OTLP export of delivery spans, as configured (the OTEL_* variables fill in what it leaves null). */
+  tracing: TracingConfig;
   apps: AppConfig[];
+}
+
+/** The OTLP/HTTP encodings the drain can export in. */
+export type TraceProtocol = "http/protobuf" | "http/json";
+export const TRACE_PROTOCOLS: readonly TraceProtocol[] = ["http/protobuf", "http/json"];
+
+/** `[tracing]` as written: null where a key is absent (then OTEL_* decides). */
+export interface TracingConfig {
+  /** false: off even when OTEL_* names an endpoint; true: on (at http://localhost:4318 unless an endpoint is given). */
+  enabled: boolean | null;
+  /** The collector's OTLP/HTTP base URL; spans go to `{endpoint}/v1/traces`. */
+  endpoint: string | null;
+  protocol: TraceProtocol | null;
+  /** Sent with every export (an API key): secrets. */
+  headers: Record<string, string>;
+  serviceName: string | null;
+  /** Spans waiting for export beyond this are dropped, and counted. Default 8 192. */
+  maxQueueSpans: number;
+  /** The most spans made a second (bursts of a second's worth allowed); the batches beyond get none, counted. Default 2 000. */
+  maxSpansPerSecond: number;
+  /** How long one export may take, retries included. Default 10 000. */
+  exportTimeoutMs: number;
 }
 
 /** Defaults of every tunable key, in the units of the TOML key named in the comment. */
@@ -125,4 +151,8 @@ export const DEFAULTS = {
   compat: false, // compat
   ledger: true, // ledger
   ledgerTable: "sqloutbox_ledger", // ledger_table
+  traceComments: false, // trace_comments
+  maxQueueSpans: 8192, // [tracing] max_queue_spans
+  maxSpansPerSecond: 2000, // [tracing] max_spans_per_second
+  exportTimeout: 10, // [tracing] export_timeout, seconds
 } as const satisfies Record<string, unknown>;

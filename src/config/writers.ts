@@ -49,8 +49,11 @@ async function createWriter(config: OutboxConfig, target: TargetConfig, options:
     }
     return writer;
   }
+  // With trace_comments every statement text is new: PostgreSQL must not keep each one prepared
+  // (Bun's MySQL driver bounds its own cache at 256 texts per connection).
+  const connection = target.traceComments && target.writer === "postgres" && target.connection.prepare === undefined ? { ...target.connection, prepare: false } : target.connection;
   try {
-    return createBuiltinWriter(target.writer ?? "", target.connection);
+    return createBuiltinWriter(target.writer ?? "", connection);
   } catch (error) {
     const message = maskSecrets(`cannot create writer "${target.writer}": ${(error as Error)?.message ?? error}`, secrets);
     throw new ConfigError(message, { file: config.file, keyPath: `${keyPath}.connection` }, { cause: maskError(error, secrets) });

@@ -10,6 +10,7 @@ import { drainHome } from "./home.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
 import { QueuePool } from "./queue-pool.ts";
 import { writeDrainState, type DrainState } from "./state-file.ts";
+import type { DeliveryObserver } from "./observer.ts";
 import { TargetRunner, type BatchEvent, type TargetCycle } from "./target.ts";
 
 /** How long `stop()` waits for the in-flight batches unless told otherwise (`stopTimeoutMs`): 10 s. */
@@ -31,6 +32,11 @@ export interface SyncServiceOptions {
   stopTimeoutMs?: number;
   /** Told about every batch a target answered (rows, duration): for metrics. */
   onBatch?: (event: BatchEvent) => void;
+  /**
+   * Told what every batch carried and what became of its rows — sent, applied, failed,
+   * dead-lettered, held — for tracing (`createTracing` in src/ops/tracing/). Default: none.
+   */
+  observer?: DeliveryObserver;
 }
 
 /** Cumulative counts of one target, for periodic activity logs and health endpoints. */
@@ -260,7 +266,7 @@ export class OutboxSyncService {
   private openApp(app: AppConfig): void {
     const pollIntervalMs = this.options.pollIntervalMs ?? Math.min(50, Math.max(1, app.flushIntervalMs / 4));
     for (const target of app.targets) {
-      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs, onBatch: this.options.onBatch, pool: this.pool, care: this.care });
+      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs, onBatch: this.options.onBatch, pool: this.pool, care: this.care, observer: this.options.observer ?? null });
       this.runners.push(runner);
       runner.openTables();
     }

@@ -1,5 +1,6 @@
 import { describeError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
+import type { DeliveryObserver } from "./observer.ts";
 import { doublingMs } from "./schedule.ts";
 import type { HoldReason, TableView } from "./views.ts";
 
@@ -41,6 +42,7 @@ export class TableHolds {
   constructor(
     private readonly where: { table: string; target: string; file: string },
     private readonly logger: Logger,
+    private readonly observer: DeliveryObserver | null = null,
   ) {}
 
   /** True while a hold lasts at `now` (until its retry time). */
@@ -139,6 +141,7 @@ export class TableHolds {
     const repeated = this.#hold?.reason === reason && this.#hold.message === message;
     this.#hold = { reason, message, since: repeated ? this.#hold!.since : now, until };
     if (repeated) return;
+    this.observer?.held({ target: this.where.target, table: this.where.table, reason, message, at: now, until });
     const retry = Number.isFinite(until) ? `, retrying in ${Math.round(until - now)} ms` : "";
     this.logger[level](`drain: "${this.where.table}" is held (${reason})${retry}: ${message}`, { target: this.where.target, namespace: this.where.table, error_class: reason });
   }

@@ -7,6 +7,7 @@ import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
 import { classifyAnswer, type Failure } from "./answer.ts";
 import { endOfGroup, groupStarts } from "./row-groups.ts";
+import type { DeliveryObserver } from "./observer.ts";
 import { rowBackoffMs, tableReadiness } from "./schedule.ts";
 import { TableHolds } from "./table-hold.ts";
 import type { HoldReason, TableView } from "./views.ts";
@@ -141,10 +142,12 @@ export class DrainTable {
     private readonly target: string,
     private readonly logger: Logger,
     private readonly opener: QueueOpener,
+    /** Told of failures, dead letters and holds (tracing); null: nobody listens. */
+    private readonly observer: DeliveryObserver | null = null,
   ) {
     this.name = config.name;
     this.file = app.dbFile ?? `${app.dbDir}/${config.name}.db`;
-    this.#holds = new TableHolds({ table: this.name, target, file: this.file }, logger);
+    this.#holds = new TableHolds({ table: this.name, target, file: this.file }, logger, observer);
     // Compatibility mode: nothing is sent before the remote outbox_seq schema and the local seeding are done (compat.ts).
     if (config.injectOutboxSeq) this.#holds.wait("compat setup", `the compatibility mode's setup on ${target} (the outbox_seq column and index, the local sequence seeded above the remote's) is not done yet`, Date.now());
   }
@@ -698,12 +701,15 @@ export class DrainTable {
   #charge(row: OutboxRow, attempts: number, message: string, errorClass: string, out: TableOutcome): void {
     const { app } = this;
     const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
-    this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(Date.now() + delay));
+    const at = Date.now();
+    this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(at + delay));
     out.failed += 1;
+    this.observer?.failed({ target: this.target, table: this.name, head: row, errorClass, message, at, attempt: attempts, retryAt: at + delay });
     const fields = { target: this.target, namespace: this.name, seq: row.seq, attempt: attempts, error_class: errorClass };
     if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
       const moved = this.#outbox!.deadLetter(row.seq, "max_attempts", message, errorClass);
       this.#counted(moved, out);
+      this.observer?.deadLettered({ target: this.target, table: this.name, head: row, errorClass, message, at, reason: "max_attempts", rows: moved.seqs.length });
       this.logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" on target ${this.target} after ${attempts} attempts: ${message}`, fields);
       return;
     }
@@ -715,6 +721,7 @@ export class DrainTable {
   #deadLetter(row: OutboxRow, reason: string, message: string, errorClass: string, out: TableOutcome): void {
     const moved = this.#outbox!.deadLetter(row.seq, reason, message, errorClass);
     this.#counted(moved, out);
+    this.observer?.deadLettered({ target: this.target, table: this.name, head: row, errorClass, message, at: Date.now(), reason, rows: moved.seqs.length });
     this.logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" (${reason}): ${message}`, {
       target: this.target, namespace: this.name, seq: row.seq, attempt: row.attempts, error_class: errorClass,
     });

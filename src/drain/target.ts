@@ -16,10 +16,12 @@ import { RewriteCache } from "./rewrite-cache.ts";
 import { doublingMs } from "./schedule.ts";
 import type { FileCare } from "./file-care.ts";
 import { linkDrafts } from "./linked-groups.ts";
+import type { DeliveryObserver, ObservedBatch } from "./observer.ts";
 import type { QueuePool } from "./queue-pool.ts";
 import { DrainTable, minWake, trimDraft, type SliceDraft, type TableSlice } from "./table.ts";
 import type { LedgerRow, TargetView } from "./views.ts";
 import { Agenda, CommitWatcher, Waker } from "./wake.ts";
+import { TraceComments } from "./trace-comments.ts";
 
 /** What one cycle of one target did. */
 export interface TargetCycle {
@@ -76,6 +78,8 @@ export interface TargetRunnerOptions {
   pool: QueuePool;
   /** Keeps the files' WAL bounded and gives their space back (shared by every target of the drain). */
   care: FileCare;
+  /** Told what each batch carried and what became of it (tracing); absent: nobody listens. */
+  observer?: DeliveryObserver | null;
 }
 
 /** A batch as sent: its slices, the statements in the order sent, and where each slice's statements went. */
@@ -144,6 +148,9 @@ export class TargetRunner {
   /** The cycle in flight looks at some tables only (see Agenda). */
   private selective = false;
   private readonly fleetView: FleetView;
+  private readonly observer: DeliveryObserver | null;
+  /** Sqlcommenter comments on the statements sent (trace_comments), or null when off. */
+  private readonly comments: TraceComments | null;
 
   constructor(private readonly options: TargetRunnerOptions) {
     const { target, app, writer } = options;
@@ -160,10 +167,12 @@ export class TargetRunner {
     }
     this.writer = new BoundedWriter(target.name, writer, app.writeTimeoutMs);
     this.rewrites = new RewriteCache(this.dialect, target.compat);
+    this.comments = target.traceComments ? new TraceComments(this.dialect) : null;
     const queue = { maxPending: app.maxPending, durability: app.durability, fileMode: app.fileMode };
     const { pool } = options;
     const opener = app.dbFile === null ? (t: DrainTable) => new Outbox(t.file, t.name, queue) : (t: DrainTable) => pool.outbox(t.file, t.name, queue);
-    this.tables = target.tables.map((config) => new DrainTable(config, app, target.name, logger, opener));
+    this.observer = options.observer ?? null;
+    this.tables = target.tables.map((config) => new DrainTable(config, app, target.name, logger, opener, this.observer));
     if (target.ledger) for (const table of this.tables) table.fencedByLedger();
     this.fleetView = new FleetView(target.name, app.originLabel);
     this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
@@ -517,6 +526,7 @@ export class TargetRunner {
     if (batch === null) return out;
     const { slices, stmts } = batch;
     let results: WriteResult[];
+    const observed = this.observer === null ? null : this.observed(batch);
     const started = performance.now();
     try {
       const call = this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(batch, abandoned));
@@ -529,6 +539,10 @@ export class TargetRunner {
         if (slice.fenced) slice.table.unsettle(); // it may have committed: the ledger will say
       }
       this.reachability.outage(error, `a batch of ${stmts.length} statements`, this.now());
+      if (observed !== null) {
+        const { message, errorClass } = describeError(error);
+        this.observer!.batchLost(observed, { message, errorClass }, this.now());
+      }
       return { ...out, outage: true, more: false, wakeAt: this.reachability.backoffUntil };
     }
     this.reachability.recovered();
@@ -536,8 +550,10 @@ export class TargetRunner {
     // What an answer did (a cut, a hold, a charge, a confirmation) shows at the table's next plan: the next cycle looks at these.
     this.agenda.changed(slices.map((sl) => sl.table));
     let moved = 0;
+    const applied: number[] = [];
     for (const slice of slices) {
       const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), this.now());
+      applied.push(answer.delivered);
       if (slice.fenced && answer.delivered > 0) this.fleetView.noteThrough(slice.table, this.now());
       out.delivered += answer.delivered;
       out.failed += answer.failed;
@@ -548,6 +564,7 @@ export class TargetRunner {
       this.forgetReadAhead(answer.touched);
     }
     this.checkUnits(batch, results);
+    if (observed !== null) this.observer!.batchAnswered(observed, applied, this.now());
     const durationMs = performance.now() - started;
     const rows = slices.reduce((n, sl) => n + sl.rows.length, 0);
     this.options.onBatch?.({ app: this.app.name, target: this.name, rows, durationMs });
@@ -565,6 +582,31 @@ export class TargetRunner {
     // garbage and the drain's memory stays bounded by batch_max_bytes, not by the backlog.
     if (slices.reduce((n, sl) => n + sl.bytes, 0) > LARGE_BATCH_BYTES) Bun.gc(false);
     return out;
+  }
+
+  /** The batch as an observer sees it (told just before it is sent). */
+  private observed(batch: SentBatch): ObservedBatch {
+    const { target } = this.options;
+    let bytes = 0;
+    let attempt = 1;
+    for (const slice of batch.slices) {
+      bytes += slice.bytes;
+      // The head was charged when its slice was opened: its stored count is the attempts before this one.
+      attempt = Math.max(attempt, slice.rows[0]!.attempts + 1);
+    }
+    const observed: ObservedBatch = {
+      app: this.app.name,
+      target: this.name,
+      engine: target.writer ?? target.writerClass ?? "custom",
+      dialect: this.dialect,
+      slices: batch.slices.map((s) => ({ table: s.table.name, rows: s.rows })),
+      statements: batch.stmts.length,
+      bytes,
+      attempt,
+      sentAt: this.now(),
+    };
+    this.observer!.batchSent(observed);
+    return observed;
   }
 
   /**
@@ -710,7 +752,8 @@ export class TargetRunner {
   private prepareRow(table: DrainTable, row: OutboxRow): Statement {
     const args = decodeArgs(row.payload);
     const { sql, args: sent } = this.rewrites.rewrite(row.tag, args, row.seq, table.config.injectOutboxSeq);
-    return { sql, args: sent, namespace: table.name, seq: row.seq };
+    const text = this.comments === null || row.traceparent === null ? sql : this.comments.add(sql, row.traceparent);
+    return { sql: text, args: sent, namespace: table.name, seq: row.seq };
   }
 
   /**

@@ -2,6 +2,7 @@ import client from "prom-client";
 import type { OutboxSyncService } from "../drain/service.ts";
 import type { BatchEvent } from "../drain/target.ts";
 import type { TargetState } from "../drain/views.ts";
+import type { TraceCounts } from "./tracing/tracing.ts";
 
 /** Every metric name this module exports: the alert rules and the dashboard may only use these (a test checks). */
 export const METRIC_NAMES = [
@@ -23,6 +24,8 @@ export const METRIC_NAMES = [
   "sqloutbox_ledger_through",
   "sqloutbox_ledger_age_seconds",
   "sqloutbox_wal_bytes",
+  "sqloutbox_trace_spans_exported_total",
+  "sqloutbox_trace_spans_dropped_total",
 ] as const;
 
 const TARGET_STATES: readonly TargetState[] = ["starting", "ok", "outage", "misconfigured"];
@@ -41,12 +44,13 @@ export interface DrainMetrics {
 const HEAP_SPACE_METRICS = ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"] as const;
 
 /**
- * Creates the drain's metrics on a registry of their own (plus prom-client's process metrics).
+ * Creates the drain's metrics on a registry of their own (plus prom-client's process metrics);
+ * `tracing`, when on, supplies the span export's counts.
  * Gauges and counters are read from `service()` when scraped — a pending count and one head read
  * per table, nothing while nobody scrapes — so they cost the drain nothing between scrapes.
  * Labels: `app`, `target`, `table`; ledger metrics add the `origin` and its `label`.
  */
-export function createDrainMetrics(service: () => OutboxSyncService | null): DrainMetrics {
+export function createDrainMetrics(service: () => OutboxSyncService | null, options: { tracing?: { counts(): TraceCounts } | null } = {}): DrainMetrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
   // Bun answers v8.getHeapSpaceStatistics() by walking the heap: 10 ms a scrape for a drain with a
@@ -193,6 +197,27 @@ export function createDrainMetrics(service: () => OutboxSyncService | null): Dra
     collect() {
       this.reset();
       for (const r of runners()) for (const f of r.view().files) this.set({ app: r.appConfig.name, file: f.file }, f.walBytes);
+    },
+  });
+
+  // Served with tracing off too (as 0), so an alert on drops needs no "absent" twin.
+  const traceCounts = (): TraceCounts => options.tracing?.counts() ?? { exported: 0, droppedQueueFull: 0, droppedBusy: 0, droppedExportFailed: 0 };
+  new client.Counter({
+    name: "sqloutbox_trace_spans_exported_total", help: "Delivery spans the collector accepted (0 while tracing is off).", registers,
+    collect() {
+      this.reset();
+      this.inc(traceCounts().exported);
+    },
+  });
+  new client.Counter({
+    name: "sqloutbox_trace_spans_dropped_total", help: "Delivery spans lost — spans only, never rows: queue_full (the export queue was full: the collector is slower than the drain, or down), busy (the drain delivered more rows a second than max_spans_per_second: those batches go without spans) or export_failed (an export the collector refused or did not answer in time).",
+    labelNames: ["reason"], registers,
+    collect() {
+      this.reset();
+      const counts = traceCounts();
+      this.inc({ reason: "queue_full" }, counts.droppedQueueFull);
+      this.inc({ reason: "busy" }, counts.droppedBusy);
+      this.inc({ reason: "export_failed" }, counts.droppedExportFailed);
     },
   });
 

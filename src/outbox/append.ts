@@ -5,6 +5,7 @@ import type { QueueFile } from "./queue-file.ts";
 import { NEXT_ORD_SQL, NEXT_SEQ_SQL, queueInsertSql, type QueueLayout } from "./schema.ts";
 import { retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
+import { NO_TRACE, type RowTrace } from "../trace-context.ts";
 
 // The namespace tail is the last seq the namespace ever allocated, wherever that row is now:
 // pending (synced=0, or a reference leftover synced=1), delivered or dead-lettered. Linking a new
@@ -19,13 +20,7 @@ const tailSql = (layout: QueueLayout) => `SELECT coalesce(
 
 const COLUMNS = ["created_at", "namespace", "source", "tag", "payload", "prev_seq", "traceparent", "tracestate"];
 
-/** The W3C trace context a row is stored with (see src/trace-context.ts). */
-export interface RowTrace {
-  traceparent: string | null;
-  tracestate: string | null;
-}
-
-const NO_TRACE: RowTrace = { traceparent: null, tracestate: null };
+export type { RowTrace };
 
 /** What one appended row carries beyond its text: its group and trace context. */
 export interface AppendExtra {

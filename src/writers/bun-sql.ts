@@ -53,6 +53,10 @@ export class BunSqlWriter implements OutboxWriter {
       max: numberKey(connection, "max_connections") ?? DEFAULT_MAX_CONNECTIONS,
       connectionTimeout: numberKey(connection, "connect_timeout") ?? DEFAULT_CONNECT_TIMEOUT_S,
       idleTimeout: 60,
+      // PostgreSQL keeps named prepared statements per connection, on the server too, without a
+      // bound: right for a program's few texts, a leak for texts that are each new (trace comments),
+      // which `prepare = false` sends unnamed. Bun's MySQL driver always prepares, 256 texts at most.
+      ...(engine === "postgres" ? { prepare: booleanKey(connection, "prepare", true) } : {}),
       ...(tls !== undefined ? { tls: tls as boolean } : {}),
     } as const;
     this.description = describeServer(connection, engine);

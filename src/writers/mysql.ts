@@ -7,7 +7,11 @@ import { describeServer, serverKeys, validateServer } from "./server-keys.ts";
 export const mysqlWriter: WriterSpec = {
   dialect: "mysql",
   keys: serverKeys(3306),
-  validate: (connection) => validateServer(connection, ["mysql", "mariadb"]),
+  validate: (connection) => [
+    ...validateServer(connection, ["mysql", "mariadb"]),
+    // Bun's MySQL driver always prepares (and keeps at most 256 texts per connection, the oldest closed first).
+    ...(connection.prepare === false ? [{ key: "prepare", message: "false is not supported by the MySQL driver, which always prepares (keeping at most 256 statement texts per connection)" }] : []),
+  ],
   describe: (connection) => describeServer(connection, "mysql"),
   create: (connection) => new BunSqlWriter("mysql", connection, classifyMysql),
 };

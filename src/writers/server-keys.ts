@@ -28,6 +28,7 @@ export function serverKeys(defaultPort: number): ConnectionKey[] {
     { name: "connect_timeout", description: `seconds to wait for a connection (default ${DEFAULT_CONNECT_TIMEOUT_S})` },
     { name: "batch_timeout", description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_BATCH_TIMEOUT_S})` },
     { name: "max_connections", description: `pool size (default ${DEFAULT_MAX_CONNECTIONS})` },
+    { name: "prepare", description: "PostgreSQL: keep each statement text prepared on its connection (default true; false with trace_comments, whose every text is new). MySQL always prepares, at most 256 texts per connection" },
     COALESCE_KEY,
   ];
 }
@@ -39,7 +40,7 @@ export function validateServer(connection: Connection, schemes: string[]): Probl
   const problems: Problem[] = [
     ...checkAliases(connection, [["user", "username"], ["ssl", "tls"]]),
     ...checkNumbers(connection, ["port", "connect_timeout", "batch_timeout", "max_connections"], { port: "port" }),
-    ...checkBooleans(connection, ["coalesce"]),
+    ...checkBooleans(connection, ["coalesce", "prepare"]),
   ];
   const url = stringKey(connection, "url");
   const host = stringKey(connection, "host");

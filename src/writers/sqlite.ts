@@ -147,10 +147,13 @@ function classifyLocal(error: unknown): ErrorKind {
   return classifySqlite(error);
 }
 
+const TRACE_COMMENT_OPEN = "/*traceparent='";
+
 function run(db: Database, stmt: Statement): WriteResult {
   const kind = statementKind(stmt.sql);
-  // DDL is prepared uncached: its text is one-off and the cache would only grow.
-  const query = kind === "ddl" ? db.prepare(stmt.sql) : db.query(stmt.sql);
+  // DDL, and a text with a trace comment (trace_comments: each row's is new), is prepared uncached:
+  // its text is one-off and the cache would only grow.
+  const query = kind === "ddl" || stmt.sql.includes(TRACE_COMMENT_OPEN) ? db.prepare(stmt.sql) : db.query(stmt.sql);
   const args = stmt.args as SQLQueryBindings[];
   if (kind === "read" || query.columnNames.length > 0) return { ok: true, rows: query.values(...args) as unknown[][] };
   const { changes } = query.run(...args);

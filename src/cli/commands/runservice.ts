@@ -8,6 +8,8 @@ import { UsageError } from "../../errors.ts";
 import { serveOps, type OpsServer } from "../../ops/http.ts";
 import { createDrainMetrics } from "../../ops/metrics.ts";
 import { createSystemdNotifier } from "../../ops/systemd.ts";
+import { traceSettings } from "../../ops/tracing/settings.ts";
+import { createTracing, type Tracing } from "../../ops/tracing/tracing.ts";
 import type { Logger } from "../../logger.ts";
 import { VERSION } from "../../version.ts";
 import { configArg, configFile, logArgs } from "../args.ts";
@@ -20,7 +22,8 @@ export const STOP_TIMEOUT_MS = 30_000;
  * `sqloutbox runservice`: load outbox.toml, drain until SIGTERM/SIGINT/SIGHUP, exit 0 after a clean
  * stop. With `--metrics-addr` (or `metrics_addr`) it serves /metrics, /healthz and /readyz; under
  * systemd (`NOTIFY_SOCKET`) it reports READY=1 once draining, STOPPING=1 on a stop signal, and
- * feeds the watchdog while every target's loop is alive.
+ * feeds the watchdog while every target's loop is alive. With `[tracing]` or the OTEL_EXPORTER_OTLP_*
+ * variables it exports delivery spans over OTLP/HTTP (see docs/operations.md#tracing).
  */
 export const runservice = defineCommand({
   meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT/SIGHUP (SIGUSR1: integrity scan; SIGUSR2: retry now)" },
@@ -43,7 +46,11 @@ export const runservice = defineCommand({
     const logger = maskingLogger(base, secrets);
     const targets = config.apps.flatMap((a) => a.targets.map((t) => t.name));
     let service: OutboxSyncService | null = null;
-    const metrics = createDrainMetrics(() => service);
+    const settings = traceSettings(config.tracing, process.env);
+    const mask = (text: string) => maskSecrets(text, [...secrets, ...Object.values(settings?.headers ?? {})]);
+    const tracing: Tracing | null = settings === null ? null : createTracing(settings, { logger, mask });
+    if (settings !== null) logger.info(`tracing: exporting delivery spans to ${settings.url} (${settings.protocol}) as service ${settings.resource["service.name"]}`);
+    const metrics = createDrainMetrics(() => service, { tracing });
     let server: OpsServer | null = null;
     const notifier = createSystemdNotifier(process.env, { logger });
     let watchdog: ReturnType<typeof setInterval> | undefined;
@@ -57,6 +64,7 @@ export const runservice = defineCommand({
         logger,
         stopTimeoutMs: STOP_TIMEOUT_MS,
         onBatch: metrics.observeBatch,
+        ...(tracing === null ? {} : { observer: tracing.observer }),
         onCreated: (created) => (service = created),
         onStarted: (running) => {
           const line = `sqloutbox ${VERSION} draining ${config.apps.map((a) => a.dbDir).join(", ")} to ${targets.join(", ")}`;
@@ -76,6 +84,8 @@ export const runservice = defineCommand({
     } finally {
       clearInterval(watchdog);
       notifier?.close();
+      // The spans of the last batches go out before the exit, bounded: a collector that is down must not hold the stop.
+      await tracing?.shutdown(3_000);
       await server?.stop();
     }
   },
