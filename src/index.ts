@@ -46,7 +46,7 @@ export { DEFAULTS, type OutboxConfig, type AppConfig, type TargetConfig, type Ta
 export { OutboxSyncService, type SyncServiceOptions, type CycleReport, type TargetActivity } from "./drain/service.ts";
 export { runService, type RunServiceOptions } from "./drain/run.ts";
 export { rowBackoffMs, outageBackoffMs } from "./drain/schedule.ts";
-export type { TargetCycle, BatchEvent } from "./drain/target.ts";
+export type { TargetCycle, BatchEvent } from "./drain/delivery.ts";
 export type { HoldReason, LedgerRow, TargetState, TargetView, TableView } from "./drain/views.ts";
 export { readDrainState, type DrainState } from "./drain/state-file.ts";
 export { createDrainMetrics, type DrainMetrics } from "./ops/metrics.ts";

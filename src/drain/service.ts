@@ -11,7 +11,8 @@ import { acquireLock, type DrainLock } from "./lock.ts";
 import { QueuePool } from "./queue-pool.ts";
 import { writeDrainState, type DrainState } from "./state-file.ts";
 import type { DeliveryObserver } from "./observer.ts";
-import { TargetRunner, type BatchEvent, type TargetCycle } from "./target.ts";
+import type { BatchEvent, TargetCycle } from "./delivery.ts";
+import { TargetRunner } from "./target.ts";
 
 /** How long `stop()` waits for the in-flight batches unless told otherwise (`stopTimeoutMs`): 10 s. */
 export const DEFAULT_STOP_TIMEOUT_MS = 10_000;

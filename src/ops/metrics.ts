@@ -1,6 +1,6 @@
 import client from "prom-client";
 import type { OutboxSyncService } from "../drain/service.ts";
-import type { BatchEvent } from "../drain/target.ts";
+import type { BatchEvent } from "../drain/delivery.ts";
 import type { TargetState } from "../drain/views.ts";
 import type { TraceCounts } from "./tracing/tracing.ts";
 

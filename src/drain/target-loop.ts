@@ -1,0 +1,202 @@
+import type { AppConfig } from "../config/types.ts";
+import { describeError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import type { Reachability } from "./reachability.ts";
+import type { DrainTable } from "./table.ts";
+import type { TargetCycle } from "./delivery.ts";
+import { Agenda, CommitWatcher, Waker } from "./wake.ts";
+
+/**
+ * While the files are watched: every file's data_version is read at least this often (or every
+ * flush_interval, if longer), so a commit the watcher did not report waits no longer than this...
+ */
+const SWEEP_MS = 1_000;
+/** ...and every table is looked at this often, for what changes without a commit. */
+const FULL_CYCLE_MS = 60_000;
+
+/** What one target's loop works with. */
+export interface LoopParts {
+  name: string;
+  app: AppConfig;
+  tables: DrainTable[];
+  reachability: Reachability;
+  logger: Logger;
+  now: () => number;
+  /** How long (ms) after a file changed without a visible commit it is looked at again (see CommitWatcher). */
+  pollIntervalMs: number;
+  /** One cycle, over every table or `only` these. */
+  cycle: (only: ReadonlySet<DrainTable> | null) => Promise<TargetCycle>;
+  /** When the fleet view is read next (the drain's clock), or null without a ledger. */
+  fleetDueAt: () => number | null;
+}
+
+/**
+ * One target's background loop: cycles back to back while rows are ready, else sleeps until the
+ * next deadline (a table's max wait, a head's retry time, a hold's retry, the target's backoff) —
+ * and wakes when a producer commits to one of its files, for the tables of that file (Agenda).
+ * A cycle never throws; a loop that crashes anyway is said loudly and restarted.
+ */
+export class TargetLoop {
+  #stopping = false;
+  #done: Promise<void> | null = null;
+  /** When the loop last ran at all — a cycle, or a poll while idle or backing off (epoch ms): the liveness signal. */
+  #lastBeatAt: number | null = null;
+  /** After a batch that changed nothing, commits do not wake the loop before this (epoch ms). */
+  #quietUntil = 0;
+  readonly #waker = new Waker();
+  #watcher: CommitWatcher | null = null;
+  /** Which tables the next cycle looks at, while the files are watched. */
+  readonly #agenda: Agenda<DrainTable>;
+
+  constructor(private readonly parts: LoopParts) {
+    this.#agenda = new Agenda(Math.max(parts.app.flushIntervalMs, FULL_CYCLE_MS));
+  }
+
+  /** When the loop last ran (epoch ms), or null before it started. */
+  get lastBeatAt(): number | null {
+    return this.#lastBeatAt;
+  }
+
+  /** True from stop() until the next start(). */
+  get stopping(): boolean {
+    return this.#stopping;
+  }
+
+  /** A cycle finished at `at` (epoch ms), in the loop or not: the loop is alive. */
+  beat(at: number): void {
+    this.#lastBeatAt = at;
+  }
+
+  /** The next cycle looks at `tables`. */
+  changed(tables: DrainTable[]): void {
+    this.#agenda.changed(tables);
+  }
+
+  /** Commits do not wake the loop before `until` (epoch ms): nothing moved. */
+  quiet(until: number): void {
+    this.#quietUntil = until;
+  }
+
+  /** The next cycle looks at every table, and runs now. */
+  wakeForAll(): void {
+    this.#agenda.all();
+    this.#waker.wake();
+  }
+
+  /** Ends the quiet spell and cycles over every table at once (`kick`). */
+  retryNow(): void {
+    this.#quietUntil = 0;
+    this.wakeForAll();
+  }
+
+  /** Starts the loop (idempotent). */
+  start(): void {
+    if (this.#done) return;
+    this.#stopping = false;
+    this.#lastBeatAt ??= Date.now(); // from here on, a loop that never runs is a hung loop
+    this.#watch();
+    this.#done = this.#supervise();
+  }
+
+  /** Stops scheduling; resolves when the loop's cycle in flight (if any) has settled. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#waker.wake();
+    await this.#done;
+    this.#done = null;
+    this.#watcher?.close();
+    this.#watcher = null;
+  }
+
+  /**
+   * Watches every table's file for commits, opened or not (a table whose file opens later is
+   * covered already). A commit wakes the loop for the tables of that file, unless the target is
+   * backing off or quiet (see quiet): those wait for the next cycle, whatever wakes it.
+   */
+  #watch(): void {
+    const { parts } = this;
+    this.#watcher?.close();
+    this.#watcher = null;
+    const byFile = new Map<string, DrainTable[]>();
+    for (const table of parts.tables) byFile.set(table.file, [...(byFile.get(table.file) ?? []), table]);
+    const unwatch = (error: unknown) => {
+      // Without the watcher the loop scans every table every flush_interval: it costs CPU per table, it misses nothing.
+      parts.logger.warn(`drain: cannot watch the files of target ${parts.name} for commits, scanning every flush_interval instead: ${describeError(error).message}`, { target: parts.name });
+      this.#watcher?.close();
+      this.#watcher = null;
+      this.wakeForAll();
+    };
+    try {
+      this.#watcher = new CommitWatcher([...byFile.keys()], {
+        onCommit: (file) => {
+          this.#agenda.changed(byFile.get(file) ?? []);
+          if (Date.now() >= this.#gate()) this.#waker.wake();
+        },
+        onCheckDue: () => this.#waker.wake(), // the idle loop plans its sleep again
+        onError: unwatch,
+        // The drain's own connection to the file (any of its tables' in a shared file): no connection of the watcher's own.
+        counters: (file) => byFile.get(file)?.find((t) => t.outbox !== null)?.outbox!.commitCounters() ?? null,
+      }, { recheckMs: parts.pollIntervalMs, sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS) });
+    } catch (error) {
+      unwatch(error);
+    }
+  }
+
+  /** Commits do not wake the loop before this (epoch ms): the target's backoff, or a quiet spell. */
+  #gate(): number {
+    return Math.max(this.parts.reachability.backoffUntil, this.#quietUntil);
+  }
+
+  async #supervise(): Promise<void> {
+    while (!this.#stopping) {
+      try {
+        await this.#loop();
+      } catch (error) {
+        // #loop() guards every step; reaching here is a bug. Say so loudly and keep draining.
+        this.parts.logger.error(`drain: the loop of target ${this.parts.name} crashed and is restarted: ${describeError(error).message}`, { target: this.parts.name });
+        await this.#waker.sleep(1000);
+      }
+    }
+  }
+
+  async #loop(): Promise<void> {
+    const { parts } = this;
+    while (!this.#stopping) {
+      // Watched, a cycle looks at the tables whose file changed or whose time came; else at all.
+      const outcome = await parts.cycle(this.#watcher ? this.#agenda.take(Date.now()) : null);
+      if (this.#stopping) return;
+      // The agenda keeps real time; a table's wakeAt is the drain's clock (tests may shift it).
+      this.#agenda.after(outcome.wakeAt === null ? null : Date.now() + (outcome.wakeAt - parts.now()), outcome.more);
+      if (outcome.more) {
+        this.#watcher?.pause(); // the next cycles look at every table anyway
+        await new Promise((resolve) => setImmediate(resolve)); // let producers and other targets in
+        continue;
+      }
+      this.#watcher?.resume();
+      // Watched, the loop also wakes for the fleet view's next read (a cycle reads it), not only for its tables.
+      const fleetDueAt = parts.fleetDueAt();
+      const fleetAt = fleetDueAt === null ? Number.POSITIVE_INFINITY : Date.now() + (fleetDueAt - parts.now());
+      const until = this.#watcher ? Math.min(this.#agenda.nextAt(), fleetAt) : Math.min(Date.now() + parts.app.flushIntervalMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
+      await this.#idle(until);
+    }
+  }
+
+  /** Sleeps until `until` (epoch ms) or, while the files are watched, a commit to one of them. */
+  async #idle(until: number): Promise<void> {
+    while (!this.#stopping) {
+      const now = Date.now();
+      const watcher = this.#watcher;
+      watcher?.check(now);
+      if (watcher && this.#agenda.pending && now >= this.#gate()) return;
+      if (now >= until) return;
+      let wakeAt = until;
+      if (watcher) {
+        wakeAt = Math.min(wakeAt, watcher.checkAt);
+        // A commit seen during a backoff or a quiet spell waits for the gate, not for the next deadline.
+        if (this.#agenda.pending) wakeAt = Math.min(wakeAt, this.#gate());
+      }
+      await this.#waker.sleep(wakeAt - now);
+      this.#lastBeatAt = Date.now();
+    }
+  }
+}
