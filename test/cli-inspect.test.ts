@@ -272,7 +272,7 @@ describe("status of a running drain, from its state file", () => {
   const target = (over: Partial<PersistedTarget>): PersistedTarget => ({
     target: "shop.main", app: "shop", state: "ok", failures: 0, downSince: null, lastError: null, lastSuccessAt: new Date().toISOString(),
     lastCycleAt: null, lastBeatAt: null, setupProblem: null, ledger: true, totals: { delivered: 0, failed: 0, deadLettered: 0 },
-    tables: [{ namespace: "orders", origin: null, through: null, held: null }, { namespace: "payments", origin: null, through: null, held: null }],
+    tables: ["orders", "payments"].map((namespace) => ({ namespace, origin: null, through: null, held: null, counts: { delivered: 0, failed: 0, deadLettered: 0 } })),
     fleet: [], fleetReadAt: null, recent: null, files: [], ...over,
   });
   /** Holds dbDir's lock as a drain would and writes its state with these targets. */

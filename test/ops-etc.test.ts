@@ -5,7 +5,9 @@ import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
-import { METRIC_NAMES } from "../src/ops/metrics.ts";
+import { metricNames } from "../src/ops/metrics.ts";
+
+const METRIC_NAMES = metricNames();
 import { startCliDrain } from "./support/cli-drain.ts";
 import { REPO } from "./support/cli.ts";
 import type { Scrape } from "./support/prom-text.ts";
@@ -255,8 +257,8 @@ describe("against a running drain", () => {
     const names = new Set(text.match(/\b(sqloutbox|process|nodejs)_[a-z_]+\b/g) ?? []);
     expect(names.size).toBeGreaterThan(15);
     expect([...names].filter((n) => !served(n) && !scrape.declares(n))).toEqual([]);
-    // The drain's own names are the documented ones (src/ops/metrics.ts METRIC_NAMES).
-    const base = (n: string) => (METRIC_NAMES as readonly string[]).find((m) => n === m || n === `${m}_bucket` || n === `${m}_sum` || n === `${m}_count`);
+    // The drain's own names are the documented ones (src/ops/metrics.ts metricNames(), from its registry).
+    const base = (n: string) => METRIC_NAMES.find((m) => n === m || n === `${m}_bucket` || n === `${m}_sum` || n === `${m}_count`);
     expect([...names].filter((n) => n.startsWith("sqloutbox_") && !base(n))).toEqual([]);
   });
 

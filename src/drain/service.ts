@@ -13,6 +13,7 @@ import { writeDrainState, type DrainState } from "./state-file.ts";
 import type { DeliveryObserver } from "./observer.ts";
 import type { BatchEvent, TargetCycle } from "./delivery.ts";
 import { TargetRunner } from "./target.ts";
+import type { TargetView } from "./views.ts";
 
 /** How long `stop()` waits for the in-flight batches unless told otherwise (`stopTimeoutMs`): 10 s. */
 export const DEFAULT_STOP_TIMEOUT_MS = 10_000;
@@ -191,6 +192,11 @@ export class OutboxSyncService {
     return this.runners.map((r) => ({ target: r.name, ...r.totals, down: r.reachability.down }));
   }
 
+  /** Every target as status and the metrics show it (see TargetView); `health` adds each table's queue health. */
+  views(options: { health?: boolean } = {}): TargetView[] {
+    return this.runners.map((r) => r.view(options));
+  }
+
   /** Every target's runner (state, tables, fleet view), for status, metrics and health endpoints. */
   targets(): readonly TargetRunner[] {
     return this.runners;
@@ -212,7 +218,7 @@ export class OutboxSyncService {
       return previous && before !== undefined ? { delivered: delivered.get(name)! - before, ms: at - previous.at } : null;
     };
     for (const app of this.config.apps) {
-      const targets = this.runners.filter((r) => r.appConfig === app).map((r) => ({ ...r.view(), recent: recent(r.name) }));
+      const targets = this.views().filter((v) => v.app === app.name).map((v) => ({ ...v, recent: recent(v.target) }));
       const state: DrainState = { version: 1, pid: process.pid, startedAt: this.startedAt, updatedAt: now, stoppedAt: options.stopped ? now : null, targets };
       const { stateFile } = drainHome(app);
       try {

@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import type { AppConfig, TableConfig } from "../config/types.ts";
 import { describeError, InvalidArgumentError, UnsupportedStatementError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
+import type { NamespaceHealth } from "../outbox/health.ts";
 import type { DeadLettered, Outbox, OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
@@ -225,9 +226,21 @@ export class DrainTable {
     this.counts.deadLettered += outcome.deadLettered ?? 0;
   }
 
-  /** This table as status and metrics show it. */
-  view(): TableView {
-    return { namespace: this.name, origin: this.#origin, through: this.#through, held: this.#holds.view() };
+  /** This table as status and metrics show it; with `health`, its queue's health read from the file. */
+  view(options: { health?: boolean } = {}): TableView {
+    const view: TableView = { namespace: this.name, origin: this.#origin, through: this.#through, held: this.#holds.view(), counts: { ...this.counts } };
+    if (options.health) view.health = this.#health();
+    return view;
+  }
+
+  #health(): NamespaceHealth | null {
+    const outbox = this.#outbox;
+    if (!outbox || outbox.closed) return null;
+    try {
+      return outbox.health();
+    } catch {
+      return null; // a file that cannot be read now holds its table; the hold is what is shown
+    }
   }
 
   /** True while held at `now`, waiting, or unopened. */

@@ -213,8 +213,8 @@ export class TargetRunner {
     return this.#running;
   }
 
-  /** This target as status, metrics and health endpoints show it. */
-  view(): TargetView {
+  /** This target as status, metrics and health endpoints show it; with `health`, each table's queue health too (see TableView). */
+  view(options: { health?: boolean } = {}): TargetView {
     const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
     return {
       target: this.name,
@@ -229,7 +229,7 @@ export class TargetRunner {
       setupProblem: this.setupProblem,
       ledger: this.ledger !== null,
       totals: this.totals,
-      tables: this.tables.map((t) => t.view()),
+      tables: this.tables.map((t) => t.view(options)),
       fleet: this.fleet,
       fleetReadAt: this.fleetView.readAt ? iso(this.fleetView.readAt) : null,
       files: this.options.care.conditions().filter((c) => this.tables.some((t) => t.file === c.file)),

@@ -1,3 +1,5 @@
+import type { NamespaceHealth } from "../outbox/health.ts";
+
 /*
  * What the drain shows of itself — to `status` (through the state file), to the metrics and to
  * the fleet view: plain data, no behaviour, so every part of the drain can name it.
@@ -30,6 +32,14 @@ export interface TableView {
   /** The ledger's `through` this drain last saw (null: not settled yet, or no ledger). */
   through: number | null;
   held: { reason: HoldReason; message: string; since: string; until: string | null } | null;
+  /** Rows delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
+  counts: { delivered: number; failed: number; deadLettered: number };
+  /**
+   * The queue's health as `status` reads it from the file, when asked for (the metrics ask; the
+   * state file leaves it out: status reads the files itself). Null while the file is not open or
+   * cannot be read now — a held table, whose hold says why.
+   */
+  health?: NamespaceHealth | null;
 }
 
 /** One target as the drain sees it: reachable or not, since when, why; its tables and the fleet view. */

@@ -1,32 +1,8 @@
 import client from "prom-client";
-import type { OutboxSyncService } from "../drain/service.ts";
 import type { BatchEvent } from "../drain/delivery.ts";
-import type { TargetState } from "../drain/views.ts";
+import type { OutboxSyncService } from "../drain/service.ts";
+import type { TableView, TargetState, TargetView } from "../drain/views.ts";
 import type { TraceCounts } from "./tracing/tracing.ts";
-
-/** Every metric name this module exports: the alert rules and the dashboard may only use these (a test checks). */
-export const METRIC_NAMES = [
-  "sqloutbox_pending_rows",
-  "sqloutbox_oldest_pending_age_seconds",
-  "sqloutbox_head_attempts",
-  "sqloutbox_dead_letters",
-  "sqloutbox_table_held",
-  "sqloutbox_delivered_rows_total",
-  "sqloutbox_failed_rows_total",
-  "sqloutbox_dead_lettered_rows_total",
-  "sqloutbox_target_state",
-  "sqloutbox_target_up",
-  "sqloutbox_target_consecutive_failures",
-  "sqloutbox_target_last_success_age_seconds",
-  "sqloutbox_loop_last_beat_age_seconds",
-  "sqloutbox_batch_duration_seconds",
-  "sqloutbox_batch_rows",
-  "sqloutbox_ledger_through",
-  "sqloutbox_ledger_age_seconds",
-  "sqloutbox_wal_bytes",
-  "sqloutbox_trace_spans_exported_total",
-  "sqloutbox_trace_spans_dropped_total",
-] as const;
 
 const TARGET_STATES: readonly TargetState[] = ["starting", "ok", "outage", "misconfigured"];
 
@@ -43,12 +19,94 @@ export interface DrainMetrics {
 /** prom-client's per-heap-space gauges, which the drain does not serve (see createDrainMetrics). */
 const HEAP_SPACE_METRICS = ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"] as const;
 
+type Labels = Record<string, string>;
+/** One series: its labels and its value. */
+type Sample = [labels: Labels, value: number];
+
+/** A table of a target's view, with the labels every table metric carries. */
+interface TableOf {
+  target: TargetView;
+  table: TableView;
+  labels: { app: string; target: string; table: string };
+}
+
+const ageSeconds = (iso: string | null, now: number): number | null => (iso === null ? null : Math.max(0, (now - Date.parse(iso)) / 1000));
+const targetLabels = (v: TargetView) => ({ app: v.app, target: v.target });
+const tablesOf = (views: readonly TargetView[]): TableOf[] =>
+  views.flatMap((target) => target.tables.map((table) => ({ target, table, labels: { ...targetLabels(target), table: table.namespace } })));
+/** One series per table, for the tables whose value is known. */
+const perTable = (views: readonly TargetView[], value: (t: TableOf) => number | null | undefined): Sample[] =>
+  tablesOf(views).flatMap((t) => {
+    const v = value(t);
+    return v === null || v === undefined ? [] : [[t.labels, v] as Sample];
+  });
+/** One series per target. */
+const perTarget = (views: readonly TargetView[], value: (v: TargetView, now: number) => number | null): Sample[] => {
+  const now = Date.now();
+  return views.flatMap((v) => {
+    const value_ = value(v, now);
+    return value_ === null ? [] : [[targetLabels(v), value_] as Sample];
+  });
+};
+/** One series per origin's ledger row of a served table. */
+const perLedgerRow = (views: readonly TargetView[], value: (row: TargetView["fleet"][number], now: number) => number | null): Sample[] => {
+  const now = Date.now();
+  return views.flatMap((v) =>
+    v.fleet.flatMap((row) => {
+      const value_ = value(row, now);
+      return value_ === null || !Number.isFinite(value_) ? [] : [[{ ...targetLabels(v), table: row.namespace, origin: row.origin, label: row.label }, value_] as Sample];
+    }),
+  );
+};
+
+/**
+ * Every gauge and counter the drain serves, as a function of the views `status` reads too
+ * (TargetView, TableView with its queue health): the metrics read no drain internals, and a value
+ * status shows and the one a dashboard shows cannot disagree.
+ */
+const FROM_VIEWS: ReadonlyArray<{ name: string; help: string; type: "gauge" | "counter"; labels: string[]; samples: (views: readonly TargetView[]) => Sample[] }> = [
+  { name: "sqloutbox_pending_rows", help: "Rows waiting in the table's queue.", type: "gauge", labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.health?.depth) },
+  { name: "sqloutbox_oldest_pending_age_seconds", help: "How long the oldest pending row has waited (absent when none).", type: "gauge", labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => { const ms = t.table.health?.oldestPendingAgeMs; return ms == null ? null : ms / 1000; }) },
+  { name: "sqloutbox_head_attempts", help: "Delivery attempts charged to the head row: 0, or 1 while its batch is in flight (charged before it is sent); 2 or more means it failed.", type: "gauge", labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.health?.headAttempts) },
+  { name: "sqloutbox_dead_letters", help: "Dead letters present (not yet replayed).", type: "gauge", labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.health?.deadLetterCount) },
+  { name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract, compat setup, late answer); 0 with reason \"none\" while it does not.", type: "gauge", labels: ["app", "target", "table", "reason"],
+    // As `status` shows it: until released, not only until its retry time.
+    samples: (views) => tablesOf(views).map((t) => [{ ...t.labels, reason: t.table.held?.reason ?? "none" }, t.table.held ? 1 : 0]) },
+  { name: "sqloutbox_delivered_rows_total", help: "Rows delivered since the drain started (settled from the ledger included).", type: "counter", labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.counts.delivered) },
+  { name: "sqloutbox_failed_rows_total", help: "Failed delivery attempts charged to rows since the drain started.", type: "counter", labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.counts.failed) },
+  { name: "sqloutbox_dead_lettered_rows_total", help: "Rows moved to the dead-letter log since the drain started.", type: "counter", labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.counts.deadLettered) },
+  { name: "sqloutbox_target_state", help: "1 for the target's current state: starting, ok, outage (down, retried with backoff) or misconfigured (a person must act).", type: "gauge", labels: ["app", "target", "state"],
+    samples: (views) => views.flatMap((v) => TARGET_STATES.map((state) => [{ ...targetLabels(v), state }, v.state === state ? 1 : 0] as Sample)) },
+  { name: "sqloutbox_target_up", help: "1 when the target answered its last call, 0 while down or misconfigured.", type: "gauge", labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v) => (v.state === "outage" || v.state === "misconfigured" ? 0 : 1)) },
+  { name: "sqloutbox_target_consecutive_failures", help: "Failed attempts to reach the target in a row.", type: "gauge", labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v) => v.failures) },
+  { name: "sqloutbox_target_last_success_age_seconds", help: "Seconds since the target last answered a batch (absent before the first).", type: "gauge", labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v, now) => ageSeconds(v.lastSuccessAt, now)) },
+  { name: "sqloutbox_loop_last_beat_age_seconds", help: "Seconds since the target's loop last ran (a cycle or an idle poll): its liveness.", type: "gauge", labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v, now) => ageSeconds(v.lastBeatAt, now)) },
+  { name: "sqloutbox_ledger_through", help: "Each origin's ledger row for a served table: the highest local seq of that queue file applied to the target.", type: "gauge", labels: ["app", "target", "table", "origin", "label"],
+    samples: (views) => perLedgerRow(views, (row) => row.through) },
+  { name: "sqloutbox_ledger_age_seconds", help: "Seconds since each origin's ledger row last moved (the target's clock), as last read: how far behind a host of the fleet is.", type: "gauge", labels: ["app", "target", "table", "origin", "label"],
+    samples: (views) => perLedgerRow(views, (row, now) => ageSeconds(row.updatedAt, now)) },
+  { name: "sqloutbox_wal_bytes", help: "Size of each served queue file's write-ahead log, as last looked after (a checkpoint every second keeps it bounded).", type: "gauge", labels: ["app", "file"],
+    // A file several targets serve is one series.
+    samples: (views) => [...new Map(views.flatMap((v) => v.files.map((f) => [`${v.app}\0${f.file}`, [{ app: v.app, file: f.file }, f.walBytes] as Sample]))).values()] },
+];
+
 /**
  * Creates the drain's metrics on a registry of their own (plus prom-client's process metrics);
- * `tracing`, when on, supplies the span export's counts.
- * Gauges and counters are read from `service()` when scraped — a pending count and one head read
- * per table, nothing while nobody scrapes — so they cost the drain nothing between scrapes.
- * Labels: `app`, `target`, `table`; ledger metrics add the `origin` and its `label`.
+ * `tracing`, when on, supplies the span export's counts. Gauges and counters are read from the
+ * service's views when scraped — one view per scrape, with a pending count and one head read per
+ * table, nothing while nobody scrapes — so they cost the drain nothing between scrapes. Labels:
+ * `app`, `target`, `table`; ledger metrics add the `origin` and its `label`.
  */
 export function createDrainMetrics(service: () => OutboxSyncService | null, options: { tracing?: { counts(): TraceCounts } | null } = {}): DrainMetrics {
   const registry = new client.Registry();
@@ -57,147 +115,33 @@ export function createDrainMetrics(service: () => OutboxSyncService | null, opti
   // 100 MB heap, 32 ms with a larger one, measured; the other process metrics cost 0.7 ms together.
   for (const name of HEAP_SPACE_METRICS) registry.removeSingleMetric(name);
   const registers = [registry];
-  const tableLabels = ["app", "target", "table"] as const;
-  const targetLabels = ["app", "target"] as const;
-  const runners = () => service()?.targets() ?? [];
-  const ageSeconds = (iso: string | null, now: number) => (iso === null ? null : Math.max(0, (now - Date.parse(iso)) / 1000));
 
-  /** One gauge whose values are recomputed from every table at scrape time. */
-  const tableGauge = (name: string, help: string, value: (t: TableSample) => number | null, extra: string[] = []) =>
-    new client.Gauge({
-      name, help, labelNames: [...tableLabels, ...extra], registers,
-      collect() {
-        this.reset();
-        for (const t of samples()) {
-          const v = value(t);
-          if (v !== null) this.set(t.labels, v);
-        }
-      },
-    });
-
-  type TableSample = { labels: { app: string; target: string; table: string }; pending: number; oldestAgeS: number | null; headAttempts: number; dead: number };
-  let sampled: { at: number; rows: TableSample[] } = { at: 0, rows: [] };
-  /** One read per table per scrape, shared by every table gauge of that scrape (`text()` starts each scrape afresh). */
-  const samples = (): TableSample[] => {
+  // One view per scrape, shared by every metric of it (`text()` starts each scrape afresh).
+  let viewed: { at: number; views: readonly TargetView[] } = { at: 0, views: [] };
+  const views = (): readonly TargetView[] => {
     const now = Date.now();
-    if (now - sampled.at < 500) return sampled.rows;
-    const rows: TableSample[] = [];
-    for (const r of runners()) {
-      for (const t of r.tables) {
-        if (!t.outbox || t.outbox.closed) continue;
-        try {
-          const h = t.outbox.health();
-          rows.push({
-            labels: { app: r.appConfig.name, target: r.name, table: t.name },
-            pending: h.depth,
-            oldestAgeS: h.oldestPendingAgeMs === null ? null : h.oldestPendingAgeMs / 1000,
-            headAttempts: h.headAttempts,
-            dead: h.deadLetterCount,
-          });
-        } catch {
-          // A file that cannot be read now is a held table; its hold is what the metrics show.
-        }
-      }
-    }
-    sampled = { at: now, rows };
-    return rows;
+    if (now - viewed.at >= 500) viewed = { at: now, views: service()?.views({ health: true }) ?? [] };
+    return viewed.views;
   };
 
-  tableGauge("sqloutbox_pending_rows", "Rows waiting in the table's queue.", (t) => t.pending);
-  tableGauge("sqloutbox_oldest_pending_age_seconds", "How long the oldest pending row has waited (absent when none).", (t) => t.oldestAgeS);
-  tableGauge("sqloutbox_head_attempts", "Delivery attempts charged to the head row: 0, or 1 while its batch is in flight (charged before it is sent); 2 or more means it failed.", (t) => t.headAttempts);
-  tableGauge("sqloutbox_dead_letters", "Dead letters present (not yet replayed).", (t) => t.dead);
+  for (const m of FROM_VIEWS) {
+    const samples = () => m.samples(views());
+    const config = { name: m.name, help: m.help, labelNames: m.labels, registers };
+    if (m.type === "counter") {
+      new client.Counter({ ...config, collect() { this.reset(); for (const [labels, value] of samples()) this.inc(labels, value); } });
+    } else {
+      new client.Gauge({ ...config, collect() { this.reset(); for (const [labels, value] of samples()) this.set(labels, value); } });
+    }
+  }
 
-  new client.Gauge({
-    name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract, compat setup, late answer); 0 with reason \"none\" while it does not.",
-    labelNames: [...tableLabels, "reason"], registers,
-    collect() {
-      this.reset();
-      for (const r of runners()) {
-        for (const t of r.tables) {
-          const hold = t.view().held; // as `status` shows it: until released, not only until its retry time
-          this.set({ app: r.appConfig.name, target: r.name, table: t.name, reason: hold ? hold.reason : "none" }, hold ? 1 : 0);
-        }
-      }
-    },
-  });
-
-  const tableCounter = (name: string, help: string, key: "delivered" | "failed" | "deadLettered") =>
-    new client.Counter({
-      name, help, labelNames: [...tableLabels], registers,
-      collect() {
-        this.reset();
-        for (const r of runners()) for (const t of r.tables) this.inc({ app: r.appConfig.name, target: r.name, table: t.name }, t.counts[key]);
-      },
-    });
-  tableCounter("sqloutbox_delivered_rows_total", "Rows delivered since the drain started (settled from the ledger included).", "delivered");
-  tableCounter("sqloutbox_failed_rows_total", "Failed delivery attempts charged to rows since the drain started.", "failed");
-  tableCounter("sqloutbox_dead_lettered_rows_total", "Rows moved to the dead-letter log since the drain started.", "deadLettered");
-
-  const targetGauge = (name: string, help: string, value: (r: ReturnType<typeof runners>[number], now: number) => number | null) =>
-    new client.Gauge({
-      name, help, labelNames: [...targetLabels], registers,
-      collect() {
-        this.reset();
-        const now = Date.now();
-        for (const r of runners()) {
-          const v = value(r, now);
-          if (v !== null) this.set({ app: r.appConfig.name, target: r.name }, v);
-        }
-      },
-    });
-  new client.Gauge({
-    name: "sqloutbox_target_state", help: "1 for the target's current state: starting, ok, outage (down, retried with backoff) or misconfigured (a person must act).",
-    labelNames: [...targetLabels, "state"], registers,
-    collect() {
-      this.reset();
-      for (const r of runners()) for (const state of TARGET_STATES) this.set({ app: r.appConfig.name, target: r.name, state }, r.reachability.state === state ? 1 : 0);
-    },
-  });
-  targetGauge("sqloutbox_target_up", "1 when the target answered its last call, 0 while down or misconfigured.", (r) => (r.reachability.down ? 0 : 1));
-  targetGauge("sqloutbox_target_consecutive_failures", "Failed attempts to reach the target in a row.", (r) => r.reachability.failures);
-  targetGauge("sqloutbox_target_last_success_age_seconds", "Seconds since the target last answered a batch (absent before the first).", (r, now) => (r.lastSuccessAt === null ? null : (now - r.lastSuccessAt) / 1000));
-  targetGauge("sqloutbox_loop_last_beat_age_seconds", "Seconds since the target's loop last ran (a cycle or an idle poll): its liveness.", (r, now) => (r.lastBeatAt === null ? null : (now - r.lastBeatAt) / 1000));
-
+  const batchLabels = ["app", "target"];
   const duration = new client.Histogram({
-    name: "sqloutbox_batch_duration_seconds", help: "How long the target took to answer a batch.", labelNames: [...targetLabels], registers,
+    name: "sqloutbox_batch_duration_seconds", help: "How long the target took to answer a batch.", labelNames: batchLabels, registers,
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
   });
   const size = new client.Histogram({
-    name: "sqloutbox_batch_rows", help: "Rows per batch.", labelNames: [...targetLabels], registers,
+    name: "sqloutbox_batch_rows", help: "Rows per batch.", labelNames: batchLabels, registers,
     buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500],
-  });
-
-  new client.Gauge({
-    name: "sqloutbox_ledger_through", help: "Each origin's ledger row for a served table: the highest local seq of that queue file applied to the target.",
-    labelNames: [...tableLabels, "origin", "label"], registers,
-    collect() {
-      this.reset();
-      for (const r of runners()) for (const row of r.fleet) this.set({ app: r.appConfig.name, target: r.name, table: row.namespace, origin: row.origin, label: row.label }, row.through);
-    },
-  });
-  new client.Gauge({
-    name: "sqloutbox_ledger_age_seconds", help: "Seconds since each origin's ledger row last moved (the target's clock), as last read: how far behind a host of the fleet is.",
-    labelNames: [...tableLabels, "origin", "label"], registers,
-    collect() {
-      this.reset();
-      const now = Date.now();
-      for (const r of runners()) {
-        for (const row of r.fleet) {
-          const age = ageSeconds(row.updatedAt, now);
-          if (age !== null && Number.isFinite(age)) this.set({ app: r.appConfig.name, target: r.name, table: row.namespace, origin: row.origin, label: row.label }, age);
-        }
-      }
-    },
-  });
-
-  new client.Gauge({
-    name: "sqloutbox_wal_bytes", help: "Size of each served queue file's write-ahead log, as last looked after (a checkpoint every second keeps it bounded).",
-    labelNames: ["app", "file"], registers,
-    collect() {
-      this.reset();
-      for (const r of runners()) for (const f of r.view().files) this.set({ app: r.appConfig.name, file: f.file }, f.walBytes);
-    },
   });
 
   // Served with tracing off too (as 0), so an alert on drops needs no "absent" twin.
@@ -228,11 +172,19 @@ export function createDrainMetrics(service: () => OutboxSyncService | null, opti
       size.observe({ app: event.app, target: event.target }, event.rows);
     },
     text: () => {
-      // A scrape reads the tables afresh: a read left from a scrape less than 500 ms ago would
-      // pair old pending counts with the live counters (pending 5 next to all 10 delivered).
-      sampled = { at: 0, rows: [] };
+      // A scrape reads the views afresh: one left from a scrape less than 500 ms ago would pair old
+      // pending counts with the live counters (pending 5 next to all 10 delivered).
+      viewed = { at: 0, views: [] };
       return registry.metrics();
     },
     contentType: registry.contentType,
   };
+}
+
+/** Every metric name the drain serves (its own, not prom-client's process metrics), from its registry: the alert rules and the dashboard may use only these (a test checks). */
+export function metricNames(): string[] {
+  return createDrainMetrics(() => null)
+    .registry.getMetricsAsArray()
+    .map((m) => m.name)
+    .filter((name) => name.startsWith("sqloutbox_"));
 }
