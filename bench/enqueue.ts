@@ -21,6 +21,7 @@ import { NEW_FILE_PAGE_SIZE } from "../src/outbox/sqlite-open.ts";
 import { fileHealth } from "../src/outbox/health.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { pendingCountSql } from "../src/outbox/schema.ts";
+import { percentile, timeCalls } from "./support/timing.ts";
 
 const OPS = 10_000;
 const WARMUP = 500;
@@ -33,9 +34,8 @@ const dir = mkdtempSync("/tmp/sqloutbox-bench-");
 const round = (x: number) => Math.round(x * 100) / 100;
 const p50s: Array<{ case: string; depth: number; p50: number }> = [];
 
-function report(name: string, depth: number, samplesNs: number[], ops: number, totalNs: number): void {
-  samplesNs.sort((a, b) => a - b);
-  const pct = (p: number) => samplesNs[Math.min(samplesNs.length - 1, Math.floor(samplesNs.length * p))]! / 1000;
+function report(name: string, depth: number, sortedNs: number[], ops: number, totalNs: number): void {
+  const pct = (p: number) => percentile(sortedNs, p) / 1000;
   p50s.push({ case: name, depth, p50: pct(0.5) });
   console.log(JSON.stringify({ bench: "enqueue", case: name, depth, p50_us: round(pct(0.5)), p99_us: round(pct(0.99)), ops_per_s: Math.round(ops / (totalNs / 1e9)) }));
 }
@@ -51,15 +51,8 @@ function ratios(): void {
 }
 
 function measure(name: string, depth: number, op: () => void): void {
-  for (let i = 0; i < WARMUP; i++) op();
-  const samples = new Array<number>(OPS);
-  const start = Bun.nanoseconds();
-  for (let i = 0; i < OPS; i++) {
-    const t = Bun.nanoseconds();
-    op();
-    samples[i] = Bun.nanoseconds() - t;
-  }
-  report(name, depth, samples, OPS, Bun.nanoseconds() - start);
+  const { sortedNs, totalNs } = timeCalls(op, OPS, WARMUP);
+  report(name, depth, sortedNs, OPS, totalNs);
 }
 
 /** The floor: a plain autocommit INSERT into a table with the same columns and only its primary key. */
@@ -159,7 +152,7 @@ function batchCase(): void {
     ob.enqueueBatch(items);
     samples.push((Bun.nanoseconds() - t) / items.length);
   }
-  report("enqueue-batch-500", 0, samples, BATCHES * items.length, Bun.nanoseconds() - start);
+  report("enqueue-batch-500", 0, samples.sort((a, b) => a - b), BATCHES * items.length, Bun.nanoseconds() - start);
   ob.close();
   rawBatchCase(items.length);
 }
@@ -186,7 +179,7 @@ function rawBatchCase(rows: number): void {
     batch();
     samples.push((Bun.nanoseconds() - t) / rows);
   }
-  report("raw-batch-500", 0, samples, BATCHES * rows, Bun.nanoseconds() - start);
+  report("raw-batch-500", 0, samples.sort((a, b) => a - b), BATCHES * rows, Bun.nanoseconds() - start);
   db.close();
 }
 

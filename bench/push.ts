@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { context, trace } from "@opentelemetry/api";
 import { StackContextManager, TracerProvider } from "@opentelemetry/sdk-trace";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { percentile, timeCalls } from "./support/timing.ts";
 
 const OPS = 5_000;
 const WARMUP = 500;
@@ -26,17 +27,8 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 /** One round of `op`: p50, p99 (µs) and ops/s. */
 function measure(op: () => void): { p50: number; p99: number; opsPerS: number } {
-  for (let i = 0; i < WARMUP; i++) op();
-  const samples = new Array<number>(OPS);
-  const start = Bun.nanoseconds();
-  for (let i = 0; i < OPS; i++) {
-    const t = Bun.nanoseconds();
-    op();
-    samples[i] = Bun.nanoseconds() - t;
-  }
-  const total = Bun.nanoseconds() - start;
-  samples.sort((a, b) => a - b);
-  return { p50: samples[OPS >> 1]! / 1000, p99: samples[Math.floor(OPS * 0.99)]! / 1000, opsPerS: OPS / (total / 1e9) };
+  const { sortedNs, totalNs } = timeCalls(op, OPS, WARMUP);
+  return { p50: percentile(sortedNs, 0.5) / 1000, p99: percentile(sortedNs, 0.99) / 1000, opsPerS: OPS / (totalNs / 1e9) };
 }
 
 const results = new Map<string, Array<ReturnType<typeof measure>>>();

@@ -21,9 +21,9 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
+import { percentile } from "./support/timing.ts";
 
 const round = (x: number, digits = 2) => Math.round(x * 10 ** digits) / 10 ** digits;
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;
 const line = (o: Record<string, unknown>) => console.log(JSON.stringify(o));
 const SQL_TEXT = "INSERT INTO credits (account, amount, note) VALUES (?, ?, ?)";
 const ARGS = (i: number) => [i, i * 1.5, "a short note"];

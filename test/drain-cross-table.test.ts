@@ -6,12 +6,11 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { defineConfig } from "../src/config/define.ts";
-import { ledgerDdl } from "../src/sql/ledger.ts";
 import type { Dialect } from "../src/vocabulary.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FAST, FaultyWriter, memoryLogger } from "./support/drain-harness.ts";
-import { AUTO_POS, ENGINES, engineRemote } from "./support/engines.ts";
+import { AUTO_POS, ENGINES, engineRemote, fenceCounter } from "./support/engines.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -31,22 +30,10 @@ function schema(dialect: Dialect): string[] {
       "CREATE TRIGGER items_applied AFTER INSERT OR UPDATE OR DELETE ON order_items FOR EACH ROW EXECUTE FUNCTION mark_applied()",
     ];
   }
-  const each = dialect === "mysql" ? "FOR EACH ROW" : "FOR EACH ROW BEGIN";
-  const end = dialect === "mysql" ? "" : "; END";
+  const { ddl, trigger } = fenceCounter(dialect);
   const mark = (table: string, event: "INSERT" | "DELETE") =>
-    `CREATE TRIGGER ${table}_${event.toLowerCase()} AFTER ${event} ON ${table} ${each} INSERT INTO applied (tbl, id, txn) SELECT '${table}', ${event === "DELETE" ? "OLD" : "NEW"}.id, n FROM txn${end}`;
-  return [
-    ...base,
-    ledgerDdl("sqloutbox_ledger", dialect),
-    "CREATE TABLE txn (n BIGINT NOT NULL)",
-    "INSERT INTO txn (n) VALUES (0)",
-    `CREATE TRIGGER ledger_inserted AFTER INSERT ON sqloutbox_ledger ${each} UPDATE txn SET n = n + 1${end}`,
-    `CREATE TRIGGER ledger_updated AFTER UPDATE ON sqloutbox_ledger ${each} UPDATE txn SET n = n + 1${end}`,
-    mark("orders", "INSERT"),
-    mark("orders", "DELETE"),
-    mark("order_items", "INSERT"),
-    mark("order_items", "DELETE"),
-  ];
+    trigger(`${table}_${event.toLowerCase()}`, event, table, `INSERT INTO applied (tbl, id, txn) SELECT '${table}', ${event === "DELETE" ? "OLD" : "NEW"}.id, n FROM txn`);
+  return [...base, ...ddl, mark("orders", "INSERT"), mark("orders", "DELETE"), mark("order_items", "INSERT"), mark("order_items", "DELETE")];
 }
 
 const ORDER = "INSERT INTO orders (id, total) VALUES (?, ?)";

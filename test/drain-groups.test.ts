@@ -6,12 +6,11 @@ import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
-import { ledgerDdl } from "../src/sql/ledger.ts";
 import type { Dialect } from "../src/vocabulary.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { AUTO_POS, ENGINES, engineRemote, type EngineRemote } from "./support/engines.ts";
+import { AUTO_POS, ENGINES, engineRemote, fenceCounter, type EngineRemote } from "./support/engines.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -35,18 +34,12 @@ function schema(dialect: Dialect): string[] {
       "CREATE TRIGGER accounts_applied AFTER INSERT OR UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION mark_applied()",
     ];
   }
-  const each = dialect === "mysql" ? "FOR EACH ROW" : "FOR EACH ROW BEGIN";
-  const end = dialect === "mysql" ? "" : "; END";
-  const txnNow = dialect === "mysql" ? "SELECT NEW.id, n FROM txn" : "SELECT NEW.id, n FROM txn";
+  const { ddl, trigger } = fenceCounter(dialect);
   return [
     ...base,
-    ledgerDdl("sqloutbox_ledger", dialect),
-    "CREATE TABLE txn (n BIGINT NOT NULL)",
-    "INSERT INTO txn (n) VALUES (0)",
-    `CREATE TRIGGER ledger_inserted AFTER INSERT ON sqloutbox_ledger ${each} UPDATE txn SET n = n + 1${end}`,
-    `CREATE TRIGGER ledger_updated AFTER UPDATE ON sqloutbox_ledger ${each} UPDATE txn SET n = n + 1${end}`,
-    `CREATE TRIGGER accounts_inserted AFTER INSERT ON accounts ${each} INSERT INTO applied (id, txn) ${txnNow}${end}`,
-    `CREATE TRIGGER accounts_updated AFTER UPDATE ON accounts ${each} INSERT INTO applied (id, txn) ${txnNow}${end}`,
+    ...ddl,
+    trigger("accounts_inserted", "INSERT", "accounts", "INSERT INTO applied (id, txn) SELECT NEW.id, n FROM txn"),
+    trigger("accounts_updated", "UPDATE", "accounts", "INSERT INTO applied (id, txn) SELECT NEW.id, n FROM txn"),
   ];
 }
 

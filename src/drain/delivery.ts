@@ -13,6 +13,7 @@ import type { DeliveryObserver, ObservedBatch } from "./observer.ts";
 import type { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
 import { minWake, trimDraft, type DrainTable, type SliceDraft, type TableSlice } from "./table.ts";
+import type { RemoteParts } from "./target-parts.ts";
 import { TraceComments } from "./trace-comments.ts";
 
 /** What one cycle of one target did. */
@@ -53,18 +54,9 @@ export interface DeliveryHooks {
 }
 
 /** What one target's delivery works with. */
-export interface DeliveryParts {
-  name: string;
+export interface DeliveryParts extends RemoteParts {
   target: TargetConfig;
-  app: AppConfig;
-  dialect: Dialect;
-  writer: BoundedWriter;
-  ledger: TargetLedger | null;
-  tables: DrainTable[];
-  reachability: Reachability;
   fleetView: FleetView;
-  logger: Logger;
-  now: () => number;
   observer: DeliveryObserver | null;
   onBatch?: (event: BatchEvent) => void;
   hooks: DeliveryHooks;

@@ -1,9 +1,7 @@
-import type { AppConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
-import type { Logger } from "../logger.ts";
-import type { Reachability } from "./reachability.ts";
 import type { DrainTable } from "./table.ts";
 import type { TargetCycle } from "./delivery.ts";
+import type { TargetParts } from "./target-parts.ts";
 import { Agenda, CommitWatcher, Waker } from "./wake.ts";
 
 /**
@@ -15,13 +13,7 @@ const SWEEP_MS = 1_000;
 const FULL_CYCLE_MS = 60_000;
 
 /** What one target's loop works with. */
-export interface LoopParts {
-  name: string;
-  app: AppConfig;
-  tables: DrainTable[];
-  reachability: Reachability;
-  logger: Logger;
-  now: () => number;
+export interface LoopParts extends TargetParts {
   /** How long (ms) after a file changed without a visible commit it is looked at again (see CommitWatcher). */
   pollIntervalMs: number;
   /** One cycle, over every table or `only` these. */

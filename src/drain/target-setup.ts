@@ -1,29 +1,15 @@
-import type { AppConfig } from "../config/types.ts";
-import type { Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
-import type { Dialect } from "../vocabulary.ts";
-import type { BoundedWriter } from "./bounded-writer.ts";
 import { prepareInjected } from "./compat.ts";
-import type { TargetLedger } from "./ledger.ts";
 import type { Reachability } from "./reachability.ts";
 import { doublingMs } from "./schedule.ts";
-import type { DrainTable } from "./table.ts";
+import type { RemoteParts } from "./target-parts.ts";
 
 /** A target whose ledger cannot be set up tries again after this long, doubling to the cap. */
 const SETUP_RETRY_FIRST_MS = 2_000;
 const SETUP_RETRY_CAP_MS = 60_000;
 
 /** What one target's setup works with: the runner's parts it reads and reports to. */
-export interface SetupParts {
-  name: string;
-  app: AppConfig;
-  dialect: Dialect;
-  writer: BoundedWriter;
-  ledger: TargetLedger | null;
-  tables: DrainTable[];
-  reachability: Reachability;
-  logger: Logger;
-  now: () => number;
+export interface SetupParts extends RemoteParts {
   /** Opens the tables' queue files (the compatibility mode's seeding needs them open). */
   openTables: () => void;
   /** True while the service stops: a failure then is the stop closing the writer, not an outage. */

@@ -2,6 +2,7 @@
 // SQLite file, the libSQL client on it, the Hrana double in front of it, PostgreSQL, MariaDB),
 // the target config that reaches it, and an independent connection to check what landed.
 import { Database } from "bun:sqlite";
+import { ledgerDdl } from "../../src/sql/ledger.ts";
 import type { Dialect } from "../../src/vocabulary.ts";
 import type { BuiltinWriterName } from "../../src/writers/registry.ts";
 import { startHranaServer } from "./hrana-server.ts";
@@ -63,5 +64,28 @@ export async function engineRemote(engine: Engine, dir: TempDir, cleanups: Array
     exec: async (sql) => void db.run(sql),
     rows,
     ints: async (sql) => (await rows(sql)).map((r) => r.map(Number)),
+  };
+}
+
+/**
+ * A stand-in for a remote transaction id where the engine has none to read in a trigger (SQLite,
+ * libSQL, MariaDB): the ledger table, created up front, and a counter `txn.n` that every ledger
+ * fence moves — one fence per table and remote transaction, so rows a trigger stamps with `n`
+ * share their transaction exactly when they share `n`. `trigger` builds a row trigger in the
+ * dialect's syntax (PostgreSQL reads txid_current() instead and does not use this).
+ */
+export function fenceCounter(dialect: Dialect): { ddl: string[]; trigger: (name: string, event: string, table: string, body: string) => string } {
+  const each = dialect === "mysql" ? "FOR EACH ROW" : "FOR EACH ROW BEGIN";
+  const end = dialect === "mysql" ? "" : "; END";
+  const trigger = (name: string, event: string, table: string, body: string) => `CREATE TRIGGER ${name} AFTER ${event} ON ${table} ${each} ${body}${end}`;
+  return {
+    ddl: [
+      ledgerDdl("sqloutbox_ledger", dialect),
+      "CREATE TABLE txn (n BIGINT NOT NULL)",
+      "INSERT INTO txn (n) VALUES (0)",
+      trigger("ledger_inserted", "INSERT", "sqloutbox_ledger", "UPDATE txn SET n = n + 1"),
+      trigger("ledger_updated", "UPDATE", "sqloutbox_ledger", "UPDATE txn SET n = n + 1"),
+    ],
+    trigger,
   };
 }
