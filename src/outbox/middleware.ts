@@ -7,7 +7,7 @@ import { StatementCache } from "../sql/statement-cache.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { Outbox, outboxOn, queueDbOf, type OutboxOptions } from "./outbox.ts";
 import { encodeArgs, type PayloadLocation } from "./payload.ts";
-import { QueueDb } from "./queue-db.ts";
+import { callSynchronously, QueueDb } from "./queue-db.ts";
 import type { Durability } from "../vocabulary.ts";
 import { tableNameProblem } from "./table-name.ts";
 import { checkTraceContext, type RowTrace, type TraceContextInput } from "../trace-context.ts";
@@ -256,11 +256,7 @@ export class SQLMiddleware {
     const tx = (open = { queueDb, table: null, began, trace: checked });
     let result: T;
     try {
-      result = fn();
-      if (result instanceof Promise) {
-        result.catch(() => {}); // its rejection is not ours to report
-        throw new InvalidArgumentError("transaction(fn) needs a synchronous function: an await inside it would let other code write into the transaction; do the async work before or after");
-      }
+      result = callSynchronously(fn, "transaction(fn)");
     } catch (e) {
       open = null;
       if (tx.began) tx.queueDb?.rollback();

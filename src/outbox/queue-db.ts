@@ -292,11 +292,7 @@ export class QueueDb {
     this.begin();
     let result: T;
     try {
-      result = fn();
-      if (result instanceof Promise) {
-        result.catch(() => {}); // its rejection is not ours to report
-        throw new InvalidArgumentError("outbox.transaction(fn) needs a synchronous function: an await inside it would let other code write into the transaction; do the async work before or after");
-      }
+      result = callSynchronously(fn, "outbox.transaction(fn)");
     } catch (e) {
       this.rollback();
       throw e;
@@ -336,4 +332,14 @@ export class QueueDb {
     for (const stmt of this.#statements) stmt.finalize();
     this.#statements = [];
   }
+}
+
+/** Calls a transaction's `fn`, refusing a promise: an await inside it would let other code write into the transaction. `who` names the call in the error. */
+export function callSynchronously<T>(fn: () => T, who: string): T {
+  const result = fn();
+  if (result instanceof Promise) {
+    result.catch(() => {}); // its rejection is not ours to report
+    throw new InvalidArgumentError(`${who} needs a synchronous function: an await inside it would let other code write into the transaction; do the async work before or after`);
+  }
+  return result;
 }
