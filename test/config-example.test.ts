@@ -1,11 +1,9 @@
 // etc/outbox.example.toml is the sample config people copy, and docs/configuration.md the reference
-// they read: both must keep up with every key the loader accepts, read from its own key lists.
+// they read: both must keep up with every key the loader accepts, read from its declarations.
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
-import { APP_KEYS, TOP_KEYS } from "../src/config/build.ts";
-import { TABLE_KEYS } from "../src/config/tables.ts";
-import { TARGET_KEYS } from "../src/config/target.ts";
+import { APP_KEYS, TABLE_KEYS, TARGET_KEYS, TOP_KEYS, TRACING_KEYS } from "../src/config/keys.ts";
 import { DEFAULTS } from "../src/config/types.ts";
 import { builtinWriters, parseConfigToml } from "../src/index.ts";
 import { DEFAULT_LIBSQL_BATCH_TIMEOUT_S } from "../src/writers/libsql.ts";
@@ -22,7 +20,7 @@ const ENV = {
   BILLING_DB_HOST: "127.0.0.1",
   BILLING_DB_PASSWORD: "pw",
 };
-const CONFIG_KEYS = [...new Set([...TOP_KEYS, ...APP_KEYS, ...TARGET_KEYS, ...TABLE_KEYS])];
+const CONFIG_KEYS = [...new Set([TOP_KEYS, APP_KEYS, TARGET_KEYS, TABLE_KEYS, TRACING_KEYS].flatMap((keys) => Object.keys(keys)))];
 const CONNECTION_KEYS = Object.entries(builtinWriters).flatMap(([writer, spec]) => spec.keys.map((k) => [writer, k.name] as const));
 
 describe("etc/outbox.example.toml", () => {
