@@ -1,12 +1,11 @@
 // etc/outbox.example.toml is the sample config people copy, and docs/configuration.md the reference
-// they read: both must keep up with every key the loader accepts, read from its own key lists.
+// they read: both must keep up with every key the loader accepts, read from its own declarations
+// (src/config/keys.ts) — the reference with each key's type, default and meaning as declared.
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
-import { APP_KEYS, TOP_KEYS } from "../src/config/build.ts";
-import { TABLE_KEYS } from "../src/config/tables.ts";
-import { TARGET_KEYS } from "../src/config/target.ts";
-import { DEFAULTS } from "../src/config/types.ts";
+import { Described, typeWords, type Key, type Keys } from "../src/config/declaration.ts";
+import { APP_KEYS, TABLE_KEYS, TARGET_KEYS, TOP_KEYS, TRACING_KEYS } from "../src/config/keys.ts";
 import { builtinWriters, parseConfigToml } from "../src/index.ts";
 import { DEFAULT_LIBSQL_BATCH_TIMEOUT_S } from "../src/writers/libsql.ts";
 import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS } from "../src/writers/server-keys.ts";
@@ -22,7 +21,16 @@ const ENV = {
   BILLING_DB_HOST: "127.0.0.1",
   BILLING_DB_PASSWORD: "pw",
 };
-const CONFIG_KEYS = [...new Set([...TOP_KEYS, ...APP_KEYS, ...TARGET_KEYS, ...TABLE_KEYS])];
+/** Each table of declared keys, under the heading of its section of the reference. */
+const SECTIONS: Array<[string, Keys]> = [
+  ["Top-level keys", TOP_KEYS],
+  ["App keys", APP_KEYS],
+  ["Target keys", TARGET_KEYS],
+  ["Table entries", TABLE_KEYS],
+  ["Tracing keys", TRACING_KEYS],
+];
+const DECLARED = SECTIONS.flatMap(([section, keys]) => Object.entries(keys).map(([name, key]) => [section, name, key] as const));
+const CONFIG_KEYS = [...new Set(DECLARED.map(([, name]) => name))];
 const CONNECTION_KEYS = Object.entries(builtinWriters).flatMap(([writer, spec]) => spec.keys.map((k) => [writer, k.name] as const));
 
 describe("etc/outbox.example.toml", () => {
@@ -52,18 +60,20 @@ describe("etc/outbox.example.toml", () => {
 });
 
 describe("docs/configuration.md", () => {
-  test.each(CONFIG_KEYS)("documents %s", (key) => {
-    expect(reference).toContain(`\`${key}\``);
+  test.each(SECTIONS)("%s: documents exactly the declared keys", (section, keys) => {
+    expect([...rowsOf(section).keys()].sort()).toEqual(Object.keys(keys).sort());
+  });
+
+  test.each(DECLARED)("%s: documents %s with its declared type, default and meaning", (section, name, key) => {
+    const row = rowsOf(section).get(name);
+    expect(row, `no row for ${name} under "${section}"`).toBeDefined();
+    expect(plain(row!.type)).toBe(typeWords(key));
+    expect(documentedDefault(row!.default, key)).toEqual(declaredDefault(key));
+    expect(plain(row!.meaning)).toStartWith(key.doc);
   });
 
   test.each(CONNECTION_KEYS)("documents the %s writer's connection key %s", (_writer, key) => {
     expect(reference).toContain(`\`${key}\``);
-  });
-
-  test.each(Object.entries(DEFAULTS))("gives the loader's default of %s", (camel, value) => {
-    const key = camel.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
-    // "no limit" is spelled 0 in TOML.
-    expect(documentedDefault(key)).toEqual(value === null ? 0 : value);
   });
 
   test("gives the writers' defaults, and max_attempts' 0 as 'forever'", () => {
@@ -76,23 +86,54 @@ describe("docs/configuration.md", () => {
   });
 });
 
+/** The rows of the key table under `heading` (a `##` or `###` section), by key: its cells as written. */
+function rowsOf(heading: string): Map<string, { type: string; default: string; meaning: string }> {
+  const rows = new Map<string, { type: string; default: string; meaning: string }>();
+  let section = "";
+  for (const line of reference.split("\n")) {
+    if (/^#{2,3} /.test(line)) section = line.replace(/^#+ /, "");
+    const row = /^\| `([a-z_]+)` \| (.*) \|$/.exec(line);
+    if (section !== heading || !row) continue;
+    const [type = "", value = "", meaning = ""] = row[2]!.split(" | ");
+    rows.set(row[1]!, { type, default: value, meaning });
+  }
+  return rows;
+}
+
+/** A cell as read: links as their text, code spans as their code, `\|` as `|`. */
+function plain(cell: string): string {
+  return cell.replace(/\[([^\]]+)\]\([^)]+\)/g, "$1").replaceAll("`", "").replaceAll("\\|", "|").trim();
+}
+
+/** What the declaration says the Default column shows: a literal, or the words of a default that is not one. */
+function declaredDefault(key: Key): unknown {
+  if (key.required) return "required";
+  if (key.default instanceof Described) return key.default.text;
+  // "No limit" is spelled 0 in TOML.
+  return key.default ?? 0;
+}
+
+/** The Default cell as `key` declares its default: the value of its first code span for a literal, else its words. */
+function documentedDefault(cell: string, key: Key): unknown {
+  return key.required || key.default instanceof Described ? plain(cell) : codeValue(cell);
+}
+
 /** The default column of every table row documenting `key`, as values (the first code span of the cell). */
 function documentedDefaults(key: string): unknown[] {
   const rows = reference.split("\n").filter((l) => l.startsWith(`| \`${key}\``));
   return rows.map((row) => {
     const cells = row.split(" | ");
     // Key tables are `| key | type | default | meaning |`; the writers' are `| key | default | meaning |`.
-    const cell = cells.length >= 4 ? cells[2]! : cells[1]!;
-    const code = /`([^`]+)`/.exec(cell)?.[1];
-    if (code === undefined) return cell.trim();
-    if (/^0o[0-7]+$/.test(code)) return Number.parseInt(code.slice(2), 8);
-    if (/^".*"$/.test(code)) return code.slice(1, -1);
-    if (code === "true" || code === "false") return code === "true";
-    return Number.isNaN(Number(code)) ? code : Number(code);
+    return codeValue(cells.length >= 4 ? cells[2]! : cells[1]!);
   });
 }
 
-/** The default documented in the first row of `key` (the app's or the target's own table). */
-function documentedDefault(key: string): unknown {
-  return documentedDefaults(key)[0];
+/** A cell's first code span as a value (`0o600`, `"normal"`, `true`, `500`), or the cell's text without one. */
+function codeValue(cell: string): unknown {
+  const code = /`([^`]+)`/.exec(cell)?.[1];
+  if (code === undefined) return cell.trim();
+  if (/^0o[0-7]+$/.test(code)) return Number.parseInt(code.slice(2), 8);
+  if (/^".*"$/.test(code)) return code.slice(1, -1);
+  if (code === "true" || code === "false") return code === "true";
+  return Number.isNaN(Number(code)) ? code : Number(code);
 }

@@ -1,13 +1,14 @@
-import { hostname } from "node:os";
 import { dirname, resolve } from "node:path";
 import { ConfigError, ConfigIssuesError } from "../errors.ts";
 import type { EnvMap } from "./interpolate.ts";
 import { parseListenAddress, type ListenAddress } from "./listen-address.ts";
 import { keyLocator } from "./locate.ts";
+import { readKeys } from "./declaration.ts";
+import { APP_KEYS, TOP_KEYS } from "./keys.ts";
 import { isTable, join, Reader, typeName, type KeyStyle, type Table } from "./reader.ts";
 import { buildTarget } from "./target.ts";
 import { readTracing } from "./tracing.ts";
-import { DEFAULTS, type AppConfig, type OutboxConfig } from "./types.ts";
+import type { AppConfig, OutboxConfig } from "./types.ts";
 
 /** Where a config document came from and how to read it. */
 export interface BuildOptions {
@@ -20,34 +21,6 @@ export interface BuildOptions {
   /** The source text, so problems carry the line/column of their key. */
   text?: string;
 }
-
-/** The keys of the top level of outbox.toml. */
-export const TOP_KEYS = ["app", "metrics_addr", "tracing"];
-
-/** The keys of an `[app.NAME]` table (snake_case). */
-export const APP_KEYS = [
-  "db_dir",
-  "db_file",
-  "origin_label",
-  "batch_size",
-  "batch_max_bytes",
-  "flush_interval",
-  "table_flush_threshold",
-  "table_max_wait",
-  "auto_schema",
-  "cleanup_every",
-  "retain_log_days",
-  "retain_replayed_days",
-  "max_pending",
-  "max_attempts",
-  "backoff_cap_minutes",
-  "backoff_unit_seconds",
-  "outage_backoff_cap_minutes",
-  "write_timeout",
-  "durability",
-  "file_mode",
-  "db",
-] as const;
 
 /** App and db names become target names `app.db` and log labels. */
 const NAME = /^[A-Za-z0-9_-]+$/;
@@ -65,7 +38,7 @@ export function buildConfig(doc: unknown, options: BuildOptions): { config: Outb
   if (!isTable(doc)) {
     r.fail("", `expected a table at the top level, got ${typeName(doc)}`);
   } else {
-    r.checkKeys(doc, TOP_KEYS, "");
+    r.checkKeys(doc, Object.keys(TOP_KEYS), "");
     metricsAddr = readMetricsAddr(r, doc);
     tracing = readTracing(r, doc);
     const appsRaw = r.raw(doc, "app");
@@ -95,38 +68,8 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
   const path = join("app", name);
   if (!NAME.test(name)) return r.fail(path, `app name "${name}" may only contain letters, digits, "_" and "-"`);
   if (!isTable(raw)) return r.fail(path, `expected a table ([${path}]), got ${typeName(raw)}`);
-  r.checkKeys(raw, APP_KEYS, path);
-
-  const { dbDir, dbFile } = readQueues(r, raw, path, baseDir);
-
-  const retainLogDays = r.number(raw, "retain_log_days", path, { min: 0 }) ?? DEFAULTS.retainLogDays;
-  // Durations are read in the TOML key's unit and converted to milliseconds here, once.
-  const seconds = (key: string, rule: { min?: number; above?: number }, fallback: number) => (r.number(raw, key, path, rule) ?? fallback) * 1000;
-  const minutes = (key: string, fallback: number) => (r.number(raw, key, path, { above: 0 }) ?? fallback) * 60_000;
-  const app: AppConfig = {
-    name,
-    dbDir,
-    dbFile,
-    originLabel: readOriginLabel(r, raw, path),
-    batchSize: r.number(raw, "batch_size", path, { integer: true, min: 1 }) ?? DEFAULTS.batchSize,
-    batchMaxBytes: r.number(raw, "batch_max_bytes", path, { integer: true, min: 1024 }) ?? DEFAULTS.batchMaxBytes,
-    flushIntervalMs: seconds("flush_interval", { above: 0 }, DEFAULTS.flushInterval),
-    tableFlushThreshold: r.number(raw, "table_flush_threshold", path, { integer: true, min: 1 }) ?? DEFAULTS.tableFlushThreshold,
-    tableMaxWaitMs: seconds("table_max_wait", { min: 0 }, DEFAULTS.tableMaxWait),
-    autoSchema: r.boolean(raw, "auto_schema", path) ?? DEFAULTS.autoSchema,
-    cleanupEvery: r.number(raw, "cleanup_every", path, { integer: true, min: 1 }) ?? DEFAULTS.cleanupEvery,
-    retainLogDays,
-    retainReplayedDays: r.number(raw, "retain_replayed_days", path, { min: 0 }) ?? DEFAULTS.retainReplayedDays,
-    maxPending: optionalLimit(r, raw, "max_pending", path, DEFAULTS.maxPending),
-    maxAttempts: optionalLimit(r, raw, "max_attempts", path, DEFAULTS.maxAttempts),
-    backoffCapMs: minutes("backoff_cap_minutes", DEFAULTS.backoffCapMinutes),
-    backoffUnitMs: seconds("backoff_unit_seconds", { above: 0 }, DEFAULTS.backoffUnitSeconds),
-    outageBackoffCapMs: minutes("outage_backoff_cap_minutes", DEFAULTS.outageBackoffCapMinutes),
-    writeTimeoutMs: seconds("write_timeout", { above: 0 }, DEFAULTS.writeTimeout),
-    durability: r.oneOf(raw, "durability", path, ["normal", "full"] as const) ?? DEFAULTS.durability,
-    fileMode: readFileMode(r, raw, path),
-    targets: [],
-  };
+  r.checkKeys(raw, Object.keys(APP_KEYS), path);
+  const app: AppConfig = { name, ...readQueues(r, raw, path, baseDir), ...readKeys(r, raw, path, APP_KEYS), targets: [] };
 
   const dbPath = join(path, "db");
   const dbs = r.raw(raw, "db");
@@ -144,7 +87,7 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
       else r.fail(keyPath, `table "${table}" is already routed to target "${other}"; each table of an app drains to exactly one target`);
       return other === undefined;
     };
-    const target = buildTarget(r, { app: name, db: dbName, raw: targetRaw, path: join(dbPath, dbName), baseDir, retainLogDays, claim });
+    const target = buildTarget(r, { app: name, db: dbName, raw: targetRaw, path: join(dbPath, dbName), baseDir, retainLogDays: app.retainLogDays, claim });
     if (target) app.targets.push(target);
   }
   return app;
@@ -186,39 +129,6 @@ function readMetricsAddr(r: Reader, doc: Table): ListenAddress | null {
   if (text === undefined) return null;
   const parsed = parseListenAddress(text);
   return "problem" in parsed ? (r.fail(at, parsed.problem) ?? null) : parsed;
-}
-
-/** The ledger's label column holds up to 255 characters (MySQL VARCHAR(255)). */
-const MAX_LABEL_LENGTH = 255;
-
-/** `origin_label`: a short human name for this host's queues in the ledger; default the host name. */
-function readOriginLabel(r: Reader, raw: Table, path: string): string {
-  const label = r.string(raw, "origin_label", path);
-  if (label === undefined) return hostname().slice(0, MAX_LABEL_LENGTH);
-  const at = join(path, r.key("origin_label"));
-  if (label.trim() === "") return r.fail(at, "must not be empty") ?? "";
-  if (label.length > MAX_LABEL_LENGTH) return r.fail(at, `must be at most ${MAX_LABEL_LENGTH} characters, got ${label.length}`) ?? "";
-  return label;
-}
-
-/** `file_mode`: permission bits such as 0o600 (TOML octal); the owner must keep read and write. */
-function readFileMode(r: Reader, raw: Table, path: string): number {
-  const mode = r.number(raw, "file_mode", path, { integer: true, min: 0 });
-  if (mode === undefined) return DEFAULTS.fileMode;
-  if (mode > 0o777 || (mode & 0o600) !== 0o600) {
-    return r.fail(join(path, r.key("file_mode")), `must be permission bits between 0o600 and 0o777 that let the owner read and write (e.g. 0o600 or 0o640), got 0o${mode.toString(8)}`) ?? DEFAULTS.fileMode;
-  }
-  return mode;
-}
-
-/** `max_pending` / `max_attempts`: a positive integer, or 0 (or null in code) for "no limit". */
-function optionalLimit(r: Reader, raw: Table, snake: string, path: string, fallback: number | null): number | null {
-  const value = r.raw(raw, snake);
-  if (value === undefined) return fallback;
-  if (value === null && r.style === "camel") return null;
-  const n = r.number(raw, snake, path, { integer: true, min: 0 });
-  if (n === undefined) return fallback;
-  return n === 0 ? null : n;
 }
 
 /**

@@ -24,7 +24,8 @@ export function isTable(value: unknown): value is Table {
   return typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date);
 }
 
-function camel(snake: string): string {
+/** `batch_max_bytes` → `batchMaxBytes`: how defineConfig spells a TOML key. */
+export function camel(snake: string): string {
   return snake.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
 }
 
@@ -113,13 +114,14 @@ export class Reader {
     return value;
   }
 
-  /** One of a fixed set of strings. */
-  oneOf<T extends string>(table: Table, snake: string, path: string, choices: readonly T[]): T | undefined {
+  /** One of a fixed set of strings; a value `refused` names is told its reason rather than the list. */
+  oneOf<T extends string>(table: Table, snake: string, path: string, choices: readonly T[], refused: Record<string, string> = {}): T | undefined {
     const value = this.string(table, snake, path);
     if (value === undefined) return undefined;
     if (!(choices as readonly string[]).includes(value)) {
       const list = choices.map((c) => `"${c}"`).join(", ");
-      return this.fail(join(path, this.key(snake)), `expected one of ${list}, got "${value}"${didYouMean(value, choices)}`);
+      const reason = Object.hasOwn(refused, value) ? refused[value]! : `expected one of ${list}, got "${value}"${didYouMean(value, choices)}`;
+      return this.fail(join(path, this.key(snake)), reason);
     }
     return value as T;
   }

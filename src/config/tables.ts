@@ -1,10 +1,12 @@
 import { tableNameProblem } from "../outbox/table-name.ts";
+import { readKeys, type Values } from "./declaration.ts";
+import { TABLE_KEYS, TARGET_KEYS } from "./keys.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { didYouMean } from "./suggest.ts";
-import { DEFAULTS, type TableConfig } from "./types.ts";
+import type { TableConfig } from "./types.ts";
 
-/** The keys of an inline `tables` entry. */
-export const TABLE_KEYS = ["name", "inject_outbox_seq", "retain_log_days"] as const;
+/** A target's inject_outbox_seq when it sets none: false, statements go as written, fenced by the ledger. */
+const INJECT_DEFAULT = TARGET_KEYS.inject_outbox_seq.default;
 
 /**
  * Reads a target's `tables` with per-table overrides applied: `inject_outbox_seq` (entry >
@@ -23,7 +25,7 @@ export function readTables(r: Reader, raw: Table, path: string, retainLogDays: n
   const firstIndex = new Map<string, number>();
   list.forEach((entry, i) => {
     const itemPath = `${at}[${i}]`;
-    const table = readTable(r, entry, itemPath, retainLogDays);
+    const table = readTable(r, entry, itemPath);
     if (!table) return;
     const seen = firstIndex.get(table.name);
     if (seen !== undefined) {
@@ -32,8 +34,8 @@ export function readTables(r: Reader, raw: Table, path: string, retainLogDays: n
     }
     firstIndex.set(table.name, i);
     if (!claim(table.name, itemPath)) return;
-    const inject = table.inject ?? (typeof injectDefault === "boolean" ? injectDefault : injectDefault.has(table.name));
-    tables.push({ name: table.name, injectOutboxSeq: inject, retainLogDays: table.retainLogDays });
+    const inject = table.injectOutboxSeq ?? (typeof injectDefault === "boolean" ? injectDefault : injectDefault.has(table.name));
+    tables.push({ name: table.name, injectOutboxSeq: inject, retainLogDays: table.retainLogDays ?? retainLogDays });
   });
   if (typeof injectDefault !== "boolean") {
     for (const name of injectDefault) {
@@ -47,9 +49,9 @@ export function readTables(r: Reader, raw: Table, path: string, retainLogDays: n
 function readInjectDefault(r: Reader, raw: Table, path: string): boolean | Set<string> {
   const value = r.raw(raw, "inject_outbox_seq");
   const at = join(path, r.key("inject_outbox_seq"));
-  if (value === undefined) return DEFAULTS.injectOutboxSeq;
+  if (value === undefined) return INJECT_DEFAULT;
   if (typeof value === "boolean") return value;
-  if (!Array.isArray(value)) return r.fail(at, `expected a boolean or an array of table names, got ${typeName(value)}`) ?? DEFAULTS.injectOutboxSeq;
+  if (!Array.isArray(value)) return r.fail(at, `expected a boolean or an array of table names, got ${typeName(value)}`) ?? INJECT_DEFAULT;
   const names = new Set<string>();
   value.forEach((name, i) => {
     if (typeof name !== "string") r.fail(`${at}[${i}]`, `expected a table name (string), got ${typeName(name)}`);
@@ -58,26 +60,19 @@ function readInjectDefault(r: Reader, raw: Table, path: string): boolean | Set<s
   return names;
 }
 
-function readTable(
-  r: Reader,
-  entry: unknown,
-  path: string,
-  retainLogDays: number,
-): { name: string; inject?: boolean; retainLogDays: number } | undefined {
+/** One entry: a name, or `{ name = "…", … }` with its own settings (null where it leaves the target's). */
+function readTable(r: Reader, entry: unknown, path: string): ({ name: string } & Values<typeof TABLE_KEYS>) | undefined {
   if (typeof entry === "string") {
     const name = r.text(entry, path);
-    return name !== undefined && checkTableName(r, name, path) ? { name, retainLogDays } : undefined;
+    // A bare name overrides nothing: every setting is its target's.
+    return name !== undefined && checkTableName(r, name, path) ? { name, ...readKeys(r, {}, path, TABLE_KEYS) } : undefined;
   }
   if (!isTable(entry)) return r.fail(path, `expected a table name or { name = "…" }, got ${typeName(entry)}`);
-  r.checkKeys(entry, TABLE_KEYS, path);
+  r.checkKeys(entry, Object.keys(TABLE_KEYS), path);
   const name = r.string(entry, "name", path);
   if (r.raw(entry, "name") === undefined) return r.fail(join(path, "name"), "required: the table name");
   if (name === undefined || !checkTableName(r, name, join(path, "name"))) return undefined;
-  return {
-    name,
-    inject: r.boolean(entry, "inject_outbox_seq", path),
-    retainLogDays: r.number(entry, "retain_log_days", path, { min: 0 }) ?? retainLogDays,
-  };
+  return { name, ...readKeys(r, entry, path, TABLE_KEYS) };
 }
 
 /**

@@ -1,18 +1,18 @@
 import { resolve } from "node:path";
-import { DIALECTS } from "../vocabulary.ts";
+import type { Dialect } from "../vocabulary.ts";
 import { builtinWriter, builtinWriters, type BuiltinWriterName } from "../writers/registry.ts";
 import { readConnection } from "./connection.ts";
+import { readKeys } from "./declaration.ts";
+import { TARGET_KEYS } from "./keys.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { didYouMean } from "./suggest.ts";
 import { readTables } from "./tables.ts";
-import { DEFAULTS, type TargetConfig } from "./types.ts";
+import type { TargetConfig } from "./types.ts";
 import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 
 /** The names `writer = "…"` accepts: the registry's, so a new engine needs no edit here. */
 const BUILTIN_WRITER_NAMES = Object.keys(builtinWriters) as BuiltinWriterName[];
 
-/** The keys of an `[app.NAME.db.DB]` table. */
-export const TARGET_KEYS = ["writer", "writer_class", "tables", "inject_outbox_seq", "retain_log_days", "dialect", "compat", "ledger", "ledger_table", "trace_comments", "connection"] as const;
 /** Db names become part of target names `app.db`. */
 const NAME = /^[A-Za-z0-9_-]+$/;
 
@@ -34,43 +34,24 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
   const { path, raw } = input;
   if (!NAME.test(input.db)) return r.fail(path, `db name "${input.db}" may only contain letters, digits, "_" and "-"`);
   if (!isTable(raw)) return r.fail(path, `expected a table ([${path}]), got ${typeName(raw)}`);
-  r.checkKeys(raw, TARGET_KEYS, path);
+  r.checkKeys(raw, Object.keys(TARGET_KEYS), path);
 
   const { writer, writerClass } = readWriter(r, raw, path, input.baseDir);
-  const retainLogDays = r.number(raw, "retain_log_days", path, { min: 0 }) ?? input.retainLogDays;
-  const tables = readTables(r, raw, path, retainLogDays, input.claim);
+  const { retainLogDays, ...settings } = readKeys(r, raw, path, TARGET_KEYS);
+  const tables = readTables(r, raw, path, retainLogDays ?? input.retainLogDays, input.claim);
   const connection = readConnection(r, raw, path, writer, input.baseDir);
-  const dialect = r.oneOf(raw, "dialect", path, DIALECTS) ?? null;
-  const compat = r.boolean(raw, "compat", path) ?? DEFAULTS.compat;
-  const writes = dialect ?? builtinWriter(writer)?.dialect ?? null;
-  if (compat && (writes === "postgres" || writes === "mysql")) {
-    // Accepted, it would dead-letter every injected row as unsupported at the first batch.
-    r.fail(join(path, r.key("compat")), `compat = true reproduces the reference's SQLite statement forms and exists only for sqlite and libsql targets; this target writes ${writes}`);
-  }
-  return {
-    name: `${input.app}.${input.db}`,
-    app: input.app,
-    db: input.db,
-    writer,
-    writerClass,
-    connection,
-    dialect,
-    compat,
-    ledger: r.boolean(raw, "ledger", path) ?? DEFAULTS.ledger,
-    ledgerTable: readLedgerTable(r, raw, path),
-    traceComments: r.boolean(raw, "trace_comments", path) ?? DEFAULTS.traceComments,
-    tables,
-  };
+  checkCompat(r, path, settings.compat, settings.dialect ?? builtinWriter(writer)?.dialect ?? null);
+  return { name: `${input.app}.${input.db}`, app: input.app, db: input.db, writer, writerClass, connection, ...settings, tables };
 }
 
-/** `ledger_table`: a plain identifier (it is quoted in every dialect, but a DBA must be able to type it). */
-function readLedgerTable(r: Reader, raw: Table, path: string): string {
-  const name = r.string(raw, "ledger_table", path);
-  if (name === undefined) return DEFAULTS.ledgerTable;
-  if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name)) {
-    return r.fail(join(path, r.key("ledger_table")), `must be a plain table name (letters, digits and _, not starting with a digit, at most 63 characters), got ${JSON.stringify(name)}`) ?? DEFAULTS.ledgerTable;
+/**
+ * `compat = true` reproduces the reference's SQLite statement forms: accepted on a postgres or
+ * mysql target, it would dead-letter every injected row as unsupported at the first batch.
+ */
+function checkCompat(r: Reader, path: string, compat: boolean, writes: Dialect | null): void {
+  if (compat && (writes === "postgres" || writes === "mysql")) {
+    r.fail(join(path, r.key("compat")), `compat = true reproduces the reference's SQLite statement forms and exists only for sqlite and libsql targets; this target writes ${writes}`);
   }
-  return name;
 }
 
 function readWriter(r: Reader, raw: Table, path: string, baseDir: string): { writer: string | null; writerClass: string | null } {

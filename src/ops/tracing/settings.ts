@@ -1,5 +1,5 @@
-import { isHttpUrl } from "../../config/tracing.ts";
-import { TRACE_PROTOCOLS, type TraceProtocol, type TracingConfig } from "../../config/types.ts";
+import { isHttpUrl, TRACE_PROTOCOLS, type TraceProtocol } from "../../config/keys.ts";
+import type { TracingConfig } from "../../config/types.ts";
 import { ConfigError } from "../../errors.ts";
 import { VERSION } from "../../version.ts";
 
