@@ -1,11 +1,4 @@
-// Producer processes writing flat out into ONE table while a drain empties it
-// (`bun run bench:contention [producers]`, default 4): how long single pushes wait for the write
-// lock, and whether the drain keeps pace. One JSON line:
-// {"bench":"contention","producers":4,"seconds":5,"pushes_per_s":…,"push_p50_ms":…,"push_p99_ms":…,
-//  "push_p999_ms":…,"push_max_ms":…,"pushes_over_100ms":…,"drain_rows_per_s":…}
-//   drain_rows_per_s: rows the drain delivered while the producers pushed (a writer that accepts
-//   everything at once, flush_interval 5 ms, threshold 1), in its own process like the producers.
-import fs from "node:fs";
+
 import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";

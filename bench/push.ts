@@ -8,7 +8,6 @@
 // {"bench":"push-ratio","case":…,"vs_none":…}   each case's p50 over "none", same run.
 // The OpenTelemetry cases run last: registering a context manager cannot be undone for "none".
 import { mkdtempSync, rmSync } from "node:fs";
-import { join } from "node:path";
 import { context, trace } from "@opentelemetry/api";
 import { StackContextManager, TracerProvider } from "@opentelemetry/sdk-trace";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";

@@ -32,8 +32,8 @@ describe("version and help", () => {
     expect(r.code).toBe(0);
     expect(COMMANDS.length).toBeGreaterThanOrEqual(8);
     for (const cmd of COMMANDS) expect(r.stdout).toMatch(new RegExp(`^  ${cmd} +\\S`, "m"));
-    expect(r.stdout).toMatch(/^  -v, --version +Print the version and exit$/m);
-    expect(r.stdout).toMatch(/^  -h, --help +Show this help/m);
+    expect(r.stdout).toMatch(/^ {2}-v, --version +Print the version and exit$/m);
+    expect(r.stdout).toMatch(/^ {2}-h, --help +Show this help/m);
   });
 
   test.each(COMMAND_LINES)(

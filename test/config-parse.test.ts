@@ -128,7 +128,7 @@ describe("target keys", () => {
   });
 
   test("writer selects a built-in writer", () => {
-    const target = targetOf(minimal().replace('writer_class = "./writers.ts:MyWriter"', 'writer = "sqlite"') + '[app.myapp.db.primary.connection]\npath = "/tmp/x.db"\n');
+    const target = targetOf(`${minimal().replace('writer_class = "./writers.ts:MyWriter"', 'writer = "sqlite"')}[app.myapp.db.primary.connection]\npath = "/tmp/x.db"\n`);
     expect(target.writer).toBe("sqlite");
     expect(target.writerClass).toBeNull();
   });
@@ -224,12 +224,12 @@ db_token = "\${TURSO_AUTH_TOKEN}"
   });
 
   test("a connection table is passed through with nested values", () => {
-    const target = targetOf(minimal("", "", `["t"]`) + `[app.myapp.db.primary.connection]\nport = 5432\ntls = true\nhosts = ["a", "b"]\n[app.myapp.db.primary.connection.opts]\nx = "y"\n`);
+    const target = targetOf(`${minimal("", "", `["t"]`)}[app.myapp.db.primary.connection]\nport = 5432\ntls = true\nhosts = ["a", "b"]\n[app.myapp.db.primary.connection.opts]\nx = "y"\n`);
     expect(target.connection).toEqual({ port: 5432, tls: true, hosts: ["a", "b"], opts: { x: "y" } });
   });
 
   test("a relative sqlite path resolves against the config file's directory", () => {
-    const target = targetOf(minimal().replace('writer_class = "./writers.ts:MyWriter"', 'writer = "sqlite"') + '[app.myapp.db.primary.connection]\npath = "remote/target.db"\n');
+    const target = targetOf(`${minimal().replace('writer_class = "./writers.ts:MyWriter"', 'writer = "sqlite"')}[app.myapp.db.primary.connection]\npath = "remote/target.db"\n`);
     expect(target.connection.path).toBe("/etc/sqloutbox/remote/target.db");
   });
 });

@@ -229,7 +229,7 @@ describe("tables", () => {
 
 describe("writers", () => {
   test("both writer and writer_class is rejected", () => {
-    const error = configErrorOf(BASE.replace('tables = ["events"]', 'tables = ["events"]\nwriter = "sqlite"') + '[app.myapp.db.primary.connection]\npath = "x.db"\n');
+    const error = configErrorOf(`${BASE.replace('tables = ["events"]', 'tables = ["events"]\nwriter = "sqlite"')}[app.myapp.db.primary.connection]\npath = "x.db"\n`);
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
     expect(error.message).toContain('set either "writer" or "writer_class", not both');
   });
@@ -253,7 +253,7 @@ describe("writers", () => {
   });
 
   test("a writer's validation message never carries a credential", () => {
-    const text = BASE.replace('writer_class = "./w.ts:W"', 'writer = "postgres"') + '[app.myapp.db.primary.connection]\nurl = "${DB_URL}"\n';
+    const text = `${BASE.replace('writer_class = "./w.ts:W"', 'writer = "postgres"')}[app.myapp.db.primary.connection]\nurl = "\${DB_URL}"\n`;
     const error = configErrorOf(text, { DB_URL: "mysql://app:hunter2-secret@db/x" });
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.url");
     expect(error.message).not.toContain("hunter2-secret");
@@ -283,7 +283,7 @@ describe("built-in writer [connection] validation", () => {
     validate: (c) => (c.port !== undefined && typeof c.port !== "number" ? [{ key: "port", message: "must be a port number" }] : []),
     create: () => ({ writeBatch: async () => [] }),
   };
-  const text = (connection: string) => BASE.replace('writer_class = "./w.ts:W"', 'writer = "mysql"') + `[app.myapp.db.primary.connection]\n${connection}\n`;
+  const text = (connection: string) => `${BASE.replace('writer_class = "./w.ts:W"', 'writer = "mysql"')}[app.myapp.db.primary.connection]\n${connection}\n`;
 
   test("a missing required key is named with its description", () => {
     builtinWriters.mysql = spec;

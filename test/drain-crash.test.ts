@@ -40,7 +40,9 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
         stderr: "inherit",
       }),
     );
-    cleanups.push(() => producers.forEach((p) => p.kill("SIGKILL")));
+    cleanups.push(() => {
+      for (const p of producers) p.kill("SIGKILL");
+    });
 
     const started = Date.now();
     let kills = 0;
@@ -110,7 +112,9 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
     const reader = final.stdout.getReader();
     expect(new TextDecoder().decode((await reader.read()).value)).toContain("started");
     const queues = TABLES.map((t) => new Outbox(`${dbDir}/${t}.db`, t));
-    cleanups.push(() => queues.forEach((q) => q.close()));
+    cleanups.push(() => {
+      for (const q of queues) q.close();
+    });
     await waitFor(() => queues.every((q) => q.pendingCount() === 0), "the final drain", 30_000);
     final.kill("SIGTERM");
     expect(await final.exited).toBe(0);

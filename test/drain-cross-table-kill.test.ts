@@ -58,7 +58,9 @@ describeSlow("transactions across tables under SIGKILL, from a fleet", "kill two
       const producers = hosts.map(({ host, dbFile }) =>
         Bun.spawn(["bun", `${import.meta.dir}/support/children/order-mix-producer.ts`, JSON.stringify({ dbFile, seed, host, hosts: HOSTS, stopFile })], { stdout: "pipe", stderr: "inherit" }),
       );
-      cleanups.push(() => producers.forEach((p) => p.kill("SIGKILL")));
+      cleanups.push(() => {
+      for (const p of producers) p.kill("SIGKILL");
+    });
       const halfApplied = "SELECT o.id FROM orders o WHERE o.item_count <> (SELECT count(*) FROM order_items i WHERE i.order_id = o.id)";
       let interrupted = 0;
       for (let kill = 0; kill < KILLS; kill++) {
@@ -89,9 +91,13 @@ describeSlow("transactions across tables under SIGKILL, from a fleet", "kill two
       expect(Math.min(...committed)).toBeGreaterThan(20);
 
       const finals = hosts.map((h) => spawnDrain(h.dbFile));
-      cleanups.push(() => finals.forEach((f) => f.kill("SIGKILL")));
+      cleanups.push(() => {
+      for (const f of finals) f.kill("SIGKILL");
+    });
       const queues = hosts.flatMap((h) => ["orders", "order_items"].map((t) => new Outbox(h.dbFile, t)));
-      cleanups.push(() => queues.forEach((q) => q.close()));
+      cleanups.push(() => {
+      for (const q of queues) q.close();
+    });
       await waitFor(() => queues.every((q) => q.pendingCount() === 0), "the final drains", 60_000);
       for (const f of finals) f.kill("SIGTERM");
       for (const f of finals) expect(await f.exited).toBe(0);

@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { drainHome } from "../src/drain/home.ts";
 import { readDrainState } from "../src/drain/state-file.ts";
-import { LockedError, StorageError } from "../src/errors.ts";
+import { LockedError, } from "../src/errors.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";

@@ -67,7 +67,9 @@ function sentInserts(engine: Engine, table: string): () => Promise<number> {
   // Spies call through; each call's first argument is one statement (a batch for `batch`).
   const libsql = (engine === "libsql" ? Sqlite3Client.prototype : HttpClient.prototype) as unknown as Record<"batch" | "execute", () => unknown>;
   const spies = engine === "sqlite" ? [spyOn(Database.prototype, "query"), spyOn(Database.prototype, "prepare")] : [spyOn(libsql, "batch"), spyOn(libsql, "execute")];
-  cleanups.push(() => spies.forEach((spy) => spy.mockRestore()));
+  cleanups.push(() => {
+      for (const spy of spies) spy.mockRestore();
+    });
   return async () =>
     spies.flatMap((spy) => (spy.mock.calls as unknown[][]).flatMap((call) => (Array.isArray(call[0]) ? call[0] : [call[0]]))).filter(isInsert).length;
 }

@@ -78,11 +78,15 @@ describeSlow("a fleet of drain and producer processes", "run three hosts' drains
           tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 50, originLabel: `host-${h}`, outageBackoffCapMinutes: 0.01 },
         })], { stdout: "pipe", stderr: "pipe" });
       const drains = hosts.map(({ dbDir, h }) => spawnDrain(dbDir, h));
-      cleanups.push(() => drains.forEach((d) => d.kill("SIGKILL")));
+      cleanups.push(() => {
+      for (const d of drains) d.kill("SIGKILL");
+    });
       const producers = hosts.map(({ dbDir, h }) =>
         Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: h, stopFile, pauseEvery: 10, pauseMs: 5 })], { stdout: "pipe", stderr: "inherit" }),
       );
-      cleanups.push(() => producers.forEach((p) => p.kill("SIGKILL")));
+      cleanups.push(() => {
+      for (const p of producers) p.kill("SIGKILL");
+    });
       // Let every host produce and deliver a while, concurrently, whatever the machine's load.
       await waitFor(async () => {
         const counts = (await remote.rows(`SELECT producer, count(*) FROM ${TABLES[0]} GROUP BY producer`)).map(([, n]) => Number(n));
@@ -95,7 +99,9 @@ describeSlow("a fleet of drain and producer processes", "run three hosts' drains
         produced.push(Number((await new Response(p.stdout).text()).split(" ")[1]));
       }
       const queues = hosts.flatMap(({ dbDir }) => TABLES.map((t) => new Outbox(`${dbDir}/${t}.db`, t)));
-      cleanups.push(() => queues.forEach((q) => q.close()));
+      cleanups.push(() => {
+      for (const q of queues) q.close();
+    });
       await waitFor(() => queues.every((q) => q.pendingCount() === 0), "every host's drain to empty its queues", 30_000);
       for (const d of drains) d.kill("SIGTERM");
       for (const d of drains) expect(await d.exited).toBe(0);

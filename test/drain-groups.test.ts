@@ -66,7 +66,10 @@ describe.each(ENGINES)("groups, delivered to %s", (engine) => {
   test("groups straddling batch boundaries each land in one remote transaction, whole and in order; a group larger than batch_size goes alone", async () => {
     const s = await setup({ batchSize: 3 });
     const sizes = Array.from({ length: 36 }, (_, i) => [2, 1, 3, 2, 5, 1][i % 6]!);
-    sizes.forEach((size, i) => (size === 1 ? s.producer.push("accounts", INSERT, [i + 1]) : s.producer.pushMany("accounts", group(i + 1, size))));
+    sizes.forEach((size, i) => {
+      if (size === 1) s.producer.push("accounts", INSERT, [i + 1]);
+      else s.producer.pushMany("accounts", group(i + 1, size));
+    });
     await s.drained();
     // Every row once, every account credited size − 1 times.
     expect(await s.remote.ints("SELECT count(*) FROM applied")).toEqual([[sizes.reduce((a, b) => a + b, 0)]]);

@@ -46,7 +46,9 @@ describeSlow("an outage in real time", "cut PostgreSQL for seconds under a runni
     await waitFor(async () => (await db.sql.unsafe("SELECT count(*)::int AS n FROM a"))[0].n > 100, "delivery before the cut");
 
     const queues = ["a", "b"].map((t) => new Outbox(dir.file(`outbox/${t}.db`), t));
-    cleanups.push(() => queues.forEach((q) => q.close()));
+    cleanups.push(() => {
+      for (const q of queues) q.close();
+    });
     let maxAttemptsSeen = 0;
     const sample = () => {
       for (const q of queues) {

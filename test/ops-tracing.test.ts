@@ -14,7 +14,7 @@ import { traceSettings } from "../src/ops/tracing/settings.ts";
 import { createTracing, TraceObserver, type Tracing } from "../src/ops/tracing/tracing.ts";
 import type { ObservedBatch } from "../src/drain/observer.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import type { OutboxWriter, WriteResult } from "../src/writers/writer.ts";
+import type { OutboxWriter, } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { registerOtelForTests } from "./support/otel.ts";
 import { FaultyWriter, oneApp } from "./support/drain-harness.ts";

@@ -1,5 +1,5 @@
 import { Database } from "bun:sqlite";
-import { afterEach, beforeEach, expect, test } from "bun:test";
+import { afterEach, beforeEach, test } from "bun:test";
 import { Outbox, verifyFile } from "../src/index.ts";
 import { highestSeq } from "./support/queue.ts";
 import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";

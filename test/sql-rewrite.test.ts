@@ -28,8 +28,8 @@ const inserts: Case[] = [
     sql: "INSERT INTO t (a, b) VALUES (?, ?)",
     args: [1, "x"],
     want: {
-      sqlite: "INSERT INTO t (a, b, outbox_seq) VALUES (?, ?, ?)" + CONFLICT,
-      pg: "INSERT INTO t (a, b, outbox_seq) VALUES ($1, $2, $3)" + CONFLICT,
+      sqlite: `INSERT INTO t (a, b, outbox_seq) VALUES (?, ?, ?)${CONFLICT}`,
+      pg: `INSERT INTO t (a, b, outbox_seq) VALUES ($1, $2, $3)${CONFLICT}`,
       mysql: "INSERT INTO t (a, b, outbox_seq) SELECT ?, ?, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
       args: [1, "x", SEQ],
     },
@@ -39,8 +39,8 @@ const inserts: Case[] = [
     sql: "insert\ninto\tt(a,b)values(?,?)",
     args: [1, 2],
     want: {
-      sqlite: "insert\ninto\tt(a,b, outbox_seq)values(?,?, ?)" + CONFLICT,
-      pg: "insert\ninto\tt(a,b, outbox_seq)values($1,$2, $3)" + CONFLICT,
+      sqlite: `insert\ninto\tt(a,b, outbox_seq)values(?,?, ?)${CONFLICT}`,
+      pg: `insert\ninto\tt(a,b, outbox_seq)values($1,$2, $3)${CONFLICT}`,
       mysql: "insert\ninto\tt(a,b, outbox_seq) SELECT ?,?, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
       args: [1, 2, SEQ],
     },
@@ -50,8 +50,8 @@ const inserts: Case[] = [
     sql: "INSERT INTO t (a, b, c) VALUES ('it''s ?) WHERE x;', ?, ')')",
     args: [7],
     want: {
-      sqlite: "INSERT INTO t (a, b, c, outbox_seq) VALUES ('it''s ?) WHERE x;', ?, ')', ?)" + CONFLICT,
-      pg: "INSERT INTO t (a, b, c, outbox_seq) VALUES ('it''s ?) WHERE x;', $1, ')', $2)" + CONFLICT,
+      sqlite: `INSERT INTO t (a, b, c, outbox_seq) VALUES ('it''s ?) WHERE x;', ?, ')', ?)${CONFLICT}`,
+      pg: `INSERT INTO t (a, b, c, outbox_seq) VALUES ('it''s ?) WHERE x;', $1, ')', $2)${CONFLICT}`,
       mysql: "INSERT INTO t (a, b, c, outbox_seq) SELECT 'it''s ?) WHERE x;', ?, ')', ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
       args: [7, SEQ],
     },
@@ -61,8 +61,8 @@ const inserts: Case[] = [
     sql: "INSERT INTO t /* (x?) */ (a -- b?)\n) VALUES (? /* ? */) -- done?",
     args: [1],
     want: {
-      sqlite: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) VALUES (? /* ? */, ?)" + CONFLICT + " -- done?",
-      pg: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) VALUES ($1 /* ? */, $2)" + CONFLICT + " -- done?",
+      sqlite: `INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) VALUES (? /* ? */, ?)${CONFLICT} -- done?`,
+      pg: `INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) VALUES ($1 /* ? */, $2)${CONFLICT} -- done?`,
       mysql: "INSERT INTO t /* (x?) */ (a -- b?)\n, outbox_seq) SELECT ? /* ? */, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?) -- done?",
       args: [1, SEQ],
     },
@@ -72,8 +72,8 @@ const inserts: Case[] = [
     sql: "INSERT INTO t (a) VALUES (?);  ",
     args: [1],
     want: {
-      sqlite: "INSERT INTO t (a, outbox_seq) VALUES (?, ?)" + CONFLICT + ";  ",
-      pg: "INSERT INTO t (a, outbox_seq) VALUES ($1, $2)" + CONFLICT + ";  ",
+      sqlite: `INSERT INTO t (a, outbox_seq) VALUES (?, ?)${CONFLICT};  `,
+      pg: `INSERT INTO t (a, outbox_seq) VALUES ($1, $2)${CONFLICT};  `,
       mysql: "INSERT INTO t (a, outbox_seq) SELECT ?, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?);  ",
       args: [1, SEQ],
     },
@@ -83,8 +83,8 @@ const inserts: Case[] = [
     sql: "INSERT INTO t (a, b, c) VALUES (coalesce(?, 1), (upper(lower(?))), ? + 1)",
     args: [1, 2, 3],
     want: {
-      sqlite: "INSERT INTO t (a, b, c, outbox_seq) VALUES (coalesce(?, 1), (upper(lower(?))), ? + 1, ?)" + CONFLICT,
-      pg: "INSERT INTO t (a, b, c, outbox_seq) VALUES (coalesce($1, 1), (upper(lower($2))), $3 + 1, $4)" + CONFLICT,
+      sqlite: `INSERT INTO t (a, b, c, outbox_seq) VALUES (coalesce(?, 1), (upper(lower(?))), ? + 1, ?)${CONFLICT}`,
+      pg: `INSERT INTO t (a, b, c, outbox_seq) VALUES (coalesce($1, 1), (upper(lower($2))), $3 + 1, $4)${CONFLICT}`,
       mysql: "INSERT INTO t (a, b, c, outbox_seq) SELECT coalesce(?, 1), (upper(lower(?))), ? + 1, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
       args: [1, 2, 3, SEQ],
     },
@@ -94,8 +94,8 @@ const inserts: Case[] = [
     sql: "INSERT INTO t (a) VALUES ('?')",
     args: [],
     want: {
-      sqlite: "INSERT INTO t (a, outbox_seq) VALUES ('?', ?)" + CONFLICT,
-      pg: "INSERT INTO t (a, outbox_seq) VALUES ('?', $1)" + CONFLICT,
+      sqlite: `INSERT INTO t (a, outbox_seq) VALUES ('?', ?)${CONFLICT}`,
+      pg: `INSERT INTO t (a, outbox_seq) VALUES ('?', $1)${CONFLICT}`,
       mysql: "INSERT INTO t (a, outbox_seq) SELECT '?', ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)",
       args: [SEQ],
     },
@@ -105,8 +105,8 @@ const inserts: Case[] = [
     sql: "INSERT INTO t (a, b, c) VALUES (?2, ?1, ?2)",
     args: ["one", "two"],
     want: {
-      sqlite: "INSERT INTO t (a, b, c, outbox_seq) VALUES (?, ?, ?, ?)" + CONFLICT,
-      pg: "INSERT INTO t (a, b, c, outbox_seq) VALUES ($1, $2, $3, $4)" + CONFLICT,
+      sqlite: `INSERT INTO t (a, b, c, outbox_seq) VALUES (?, ?, ?, ?)${CONFLICT}`,
+      pg: `INSERT INTO t (a, b, c, outbox_seq) VALUES ($1, $2, $3, $4)${CONFLICT}`,
       mysql: "INSERT INTO t (a, b, c, outbox_seq) SELECT ?, ?, ? , ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM t WHERE outbox_seq = ?)".replace("? , ?", "?, ?"),
       args: ["two", "one", "two", SEQ],
     },
@@ -228,9 +228,9 @@ const updates: Case[] = [
 
 // Quoted identifiers differ per dialect, so these cases are per dialect.
 const quotedCases: Array<[Dialect, string, string]> = [
-  ["sqlite", 'INSERT INTO "my tab" ("a b", [c?], `d)`) VALUES (?, 2, 3)', 'INSERT INTO "my tab" ("a b", [c?], `d)`, outbox_seq) VALUES (?, 2, 3, ?)' + CONFLICT],
-  ["libsql", 'INSERT INTO main."t""q" ("x?") VALUES (?)', 'INSERT INTO main."t""q" ("x?", outbox_seq) VALUES (?, ?)' + CONFLICT],
-  ["postgres", 'INSERT INTO "Sch"."T" ("?col") VALUES (?)', 'INSERT INTO "Sch"."T" ("?col", outbox_seq) VALUES ($1, $2)' + CONFLICT],
+  ["sqlite", 'INSERT INTO "my tab" ("a b", [c?], `d)`) VALUES (?, 2, 3)', `INSERT INTO "my tab" ("a b", [c?], \`d)\`, outbox_seq) VALUES (?, 2, 3, ?)${CONFLICT}`],
+  ["libsql", 'INSERT INTO main."t""q" ("x?") VALUES (?)', `INSERT INTO main."t""q" ("x?", outbox_seq) VALUES (?, ?)${CONFLICT}`],
+  ["postgres", 'INSERT INTO "Sch"."T" ("?col") VALUES (?)', `INSERT INTO "Sch"."T" ("?col", outbox_seq) VALUES ($1, $2)${CONFLICT}`],
   ["mysql", "INSERT INTO `db`.`t?` (`a``)`) VALUES (?)", "INSERT INTO `db`.`t?` (`a``)`, outbox_seq) SELECT ?, ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM `db`.`t?` WHERE outbox_seq = ?)"],
 ];
 
@@ -256,7 +256,7 @@ describe("injectOutboxSeq accepts", () => {
 
   test("postgres: dollar-quoted and E'' strings hide ? and quotes", () => {
     const out = injectOutboxSeq("INSERT INTO t (a, b, c) VALUES ($$it's ?)$$, E'x\\'?)', $tag$?$tag$) ", [], SEQ, "postgres");
-    expect(out.sql).toBe("INSERT INTO t (a, b, c, outbox_seq) VALUES ($$it's ?)$$, E'x\\'?)', $tag$?$tag$, $1)" + CONFLICT + " ");
+    expect(out.sql).toBe(`INSERT INTO t (a, b, c, outbox_seq) VALUES ($$it's ?)$$, E'x\\'?)', $tag$?$tag$, $1)${CONFLICT} `);
     expect(out.args).toEqual([SEQ]);
   });
 
@@ -358,7 +358,7 @@ describe("injectOutboxSeq rejects", () => {
   test("mysql: a subquery in VALUES (INSERT … SELECT would not escalate its conversion warnings)", () => {
     const sql = "INSERT INTO t (a, b) VALUES (?, (SELECT max(x) FROM u WHERE y = ?))";
     expect(() => injectOutboxSeq(sql, [1, 2], SEQ, "mysql")).toThrow("a subquery in VALUES (offset 33) is not supported on mysql");
-    expect(injectOutboxSeq(sql, [1, 2], SEQ, "sqlite").sql).toBe("INSERT INTO t (a, b, outbox_seq) VALUES (?, (SELECT max(x) FROM u WHERE y = ?), ?)" + CONFLICT);
+    expect(injectOutboxSeq(sql, [1, 2], SEQ, "sqlite").sql).toBe(`INSERT INTO t (a, b, outbox_seq) VALUES (?, (SELECT max(x) FROM u WHERE y = ?), ?)${CONFLICT}`);
     expect(injectOutboxSeq(sql, [1, 2], SEQ, "postgres").args).toEqual([1, 2, SEQ]);
   });
 

@@ -7,13 +7,20 @@ import { didYouMean } from "../config/suggest.ts";
 import { UsageError } from "../errors.ts";
 import { logArgs } from "./args.ts";
 
+/**
+ * Any command's definition. citty's CommandDef is invariant in its args, so a list of commands
+ * with different flags can only be typed with `any` here.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: see above
+export type AnyCommandDef = CommandDef<any>;
+
 /** Flag values by definition name (a boolean flag true/false, a string flag its text), positionals by theirs. */
 export type ArgValues = Record<string, string | boolean | undefined>;
 
 /** What a command line asks for. */
 export interface CommandLine {
   /** The command it names (the root when it names none). */
-  cmd: CommandDef<any>;
+  cmd: AnyCommandDef;
   /** The command words that led there (`["dead-letter", "list"]`). */
   path: string[];
   /** Every flag given, at any level (`sqloutbox --log-level debug status --json`), and the positionals. */
@@ -30,18 +37,18 @@ export async function resolveDef<T>(value: T | Promise<T> | (() => T | Promise<T
 }
 
 /** A command's flags and positionals, as defined. */
-export async function argsOf(cmd: CommandDef<any>): Promise<ArgsDef> {
+export async function argsOf(cmd: AnyCommandDef): Promise<ArgsDef> {
   return ((await resolveDef(cmd.args)) ?? {}) as ArgsDef;
 }
 
 /** A command's subcommands by name, each loaded (they are lazy imports); empty for a leaf. */
-export async function subCommandsOf(cmd: CommandDef<any>): Promise<Array<[string, CommandDef<any>]>> {
+export async function subCommandsOf(cmd: AnyCommandDef): Promise<Array<[string, AnyCommandDef]>> {
   const subs = ((await resolveDef(cmd.subCommands)) ?? {}) as Record<string, unknown>;
-  return Promise.all(Object.entries(subs).map(async ([name, sub]) => [name, (await resolveDef(sub)) as CommandDef<any>] as [string, CommandDef<any>]));
+  return Promise.all(Object.entries(subs).map(async ([name, sub]) => [name, (await resolveDef(sub)) as AnyCommandDef] as [string, AnyCommandDef]));
 }
 
 /** Walks argv down the command tree once, reading every flag and positional against the definitions. */
-export async function parseCommandLine(root: CommandDef<any>, argv: readonly string[]): Promise<CommandLine> {
+export async function parseCommandLine(root: AnyCommandDef, argv: readonly string[]): Promise<CommandLine> {
   let cmd = root;
   const path: string[] = [];
   const args: ArgValues = {};

@@ -1,4 +1,4 @@
-import { renderUsage, defineCommand, type CommandContext, type CommandDef } from "citty";
+import { renderUsage, defineCommand, type ArgsDef, type CommandContext, type CommandDef } from "citty";
 import { OutboxError, UsageError } from "../errors.ts";
 import { VERSION } from "../version.ts";
 import { logArgs } from "./args.ts";
@@ -55,7 +55,7 @@ export async function runCli(argv: string[]): Promise<number> {
       const parent = path.length > 0 ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef) : undefined;
       // citty right-aligns the first column of its option tables; left-align it for reading.
       const usage = stripAnsi(await renderUsage(line.cmd, parent))
-        .replace(/^  ( +)(\S+(?:, \S+)*)  /gm, (_m, pad: string, first: string) => `  ${first}${pad}  `)
+        .replace(/^ {2}( +)(\S+(?:, \S+)*) {2}/gm, (_m, pad: string, first: string) => `  ${first}${pad}  `)
         .replace(/[ \t]+$/gm, "");
       print(usage);
       return EXIT.ok;
@@ -68,7 +68,7 @@ export async function runCli(argv: string[]): Promise<number> {
     // The values parsed above, not a second parse by citty; `data.root` lets `completion` walk the
     // command tree without importing this file.
     const context = { rawArgs: argv, args: { _: [], ...line.args }, cmd: line.cmd, data: { root: main } };
-    await line.cmd.run?.(context as unknown as CommandContext<any>);
+    await line.cmd.run?.(context as unknown as CommandContext<ArgsDef>);
     return EXIT.ok;
   } catch (err) {
     return reportError(err, path);

@@ -1,8 +1,8 @@
 // Shell completion scripts for bash, zsh and fish, written from the command tree (every command's
 // citty definition), so a new command or flag completes without editing a script by hand.
-import type { ArgDef, ArgsDef, CommandDef } from "citty";
+import type { ArgDef, ArgsDef } from "citty";
 import { logArgs } from "./args.ts";
-import { argsOf, resolveDef, subCommandsOf } from "./command-line.ts";
+import { argsOf, resolveDef, subCommandsOf, type AnyCommandDef } from "./command-line.ts";
 
 /** The shells `sqloutbox completion` writes a script for. */
 export const SHELLS = ["bash", "zsh", "fish"] as const;
@@ -21,13 +21,13 @@ interface Node {
 }
 
 /** Every command of the tree under `root`, root first; `--help` (and at the root `--version`) included. */
-export async function commandTree(root: CommandDef<any>): Promise<Node[]> {
+export async function commandTree(root: AnyCommandDef): Promise<Node[]> {
   const nodes: Node[] = [];
-  const visit = async (cmd: CommandDef<any>, path: string[]) => {
+  const visit = async (cmd: AnyCommandDef, path: string[]) => {
     const subs = await subCommandsOf(cmd);
     // The logging flags are accepted at every level (command-line.ts), whatever a command lists.
     const defs: Array<[string, ArgDef]> = Object.entries({ ...logArgs, ...(await argsOf(cmd)) } as ArgsDef);
-    const flags = defs.filter(([, d]) => d.type !== "positional").map(([name, d]) => ({ name, description: d.description ?? "", value: valueOf(d) }));
+    const flags = defs.filter(([, d]) => d.type !== "positional").map(([name, d]) => ({ name, description: d.description ?? "", value: valueKindOf(d) }));
     if (!flags.some((f) => f.name === "help")) flags.push({ name: "help", description: "Show this command's usage", value: null });
     const positional = defs.find(([, d]) => d.type === "positional");
     nodes.push({
@@ -35,7 +35,7 @@ export async function commandTree(root: CommandDef<any>): Promise<Node[]> {
       commands: await Promise.all(subs.map(async ([name, sub]) => ({ name, description: (await resolveDef(sub.meta))?.description ?? "" }))),
       flags,
       // Without a hint a positional's name is one (`dir` → DIR), as citty's usage shows it.
-      positional: positional ? (valueOf({ valueHint: positional[0].toUpperCase(), ...positional[1] } as ArgDef) ?? { kind: "any" }) : null,
+      positional: positional ? (valueKindOf({ valueHint: positional[0].toUpperCase(), ...positional[1] } as ArgDef) ?? { kind: "any" }) : null,
     });
     for (const [name, sub] of subs) await visit(sub, [...path, name]);
   };
@@ -44,7 +44,7 @@ export async function commandTree(root: CommandDef<any>): Promise<Node[]> {
 }
 
 /** A value hint (`FILE`, `DIR`, `error|warn|info|debug`) as what to complete; null for a boolean flag. */
-function valueOf(def: ArgDef): ValueKind | null {
+function valueKindOf(def: ArgDef): ValueKind | null {
   if (def.type === "boolean") return null;
   const hint = (def as { valueHint?: string }).valueHint ?? "";
   if (hint === "FILE") return { kind: "file" };

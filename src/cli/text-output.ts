@@ -103,6 +103,7 @@ export function paint(text: string, colour: keyof typeof COLOURS, style: OutputS
 
 /** Text without its colour codes. */
 export function stripAnsi(text: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: ESC is exactly what a colour code starts with
   return text.replace(/\u001B\[[0-9;]*m/g, "");
 }
 

@@ -1,5 +1,5 @@
 import { dirname, resolve } from "node:path";
-import { ConfigError, ConfigIssuesError } from "../errors.ts";
+import { type ConfigError, ConfigIssuesError } from "../errors.ts";
 import type { EnvMap } from "./interpolate.ts";
 import { parseListenAddress, type ListenAddress } from "./listen-address.ts";
 import { keyLocator } from "./locate.ts";

@@ -34,7 +34,7 @@ export function filterSecrets(values: Iterable<string>): string[] {
 
 function collect(value: unknown, visit: (key: string, value: string) => void, key = ""): void {
   if (typeof value === "string") visit(key, value);
-  else if (Array.isArray(value)) value.forEach((v) => collect(v, visit, key));
+  else if (Array.isArray(value)) for (const v of value) collect(v, visit, key);
   else if (value && typeof value === "object") for (const [k, v] of Object.entries(value)) collect(v, visit, k);
 }
 

@@ -1,5 +1,5 @@
 import { literalDefaults, type Values } from "./declaration.ts";
-import { APP_KEYS, TABLE_KEYS, TARGET_KEYS, TRACING_KEYS } from "./keys.ts";
+import { APP_KEYS, type TABLE_KEYS, TARGET_KEYS, TRACING_KEYS } from "./keys.ts";
 import type { ListenAddress } from "./listen-address.ts";
 
 // The resolved configuration. Each declared key that is not a structure is a field here, named

@@ -394,7 +394,9 @@ function sendTogether(batch: SentBatch, slices: TableSlice[]): void {
   const entries: Array<{ slice: TableSlice; index: number; seq: number }> = [];
   for (const slice of slices) {
     const offset = slice.fenced ? 1 : 0;
-    slice.rows.forEach((row, i) => entries.push({ slice, index: i + offset, seq: row.seq }));
+    slice.rows.forEach((row, i) => {
+      entries.push({ slice, index: i + offset, seq: row.seq });
+    });
     batch.positions.set(slice, new Array<number>(slice.stmts.length));
   }
   for (const slice of slices) {

@@ -157,15 +157,20 @@ export class DrainTable {
   hold(cause: HoldCause, now: number): void {
     switch (cause.reason) {
       case "file":
-        return this.#holds.file(cause.error, now);
+        this.#holds.file(cause.error, now);
+        return;
       case "local":
-        return this.#holds.local(cause.error, now, cause.what);
+        this.#holds.local(cause.error, now, cause.what);
+        return;
       case "remote schema":
-        return this.#holds.schema(cause.message, now);
+        this.#holds.schema(cause.message, now);
+        return;
       case "origin":
-        return this.#holds.origin(cause.message, now);
+        this.#holds.origin(cause.message, now);
+        return;
       case "writer contract":
-        return this.#holds.contract(cause.message, now);
+        this.#holds.contract(cause.message, now);
+        return;
     }
   }
 

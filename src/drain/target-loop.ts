@@ -127,7 +127,7 @@ export class TargetLoop {
         onCheckDue: () => this.#waker.wake(), // the idle loop plans its sleep again
         onError: unwatch,
         // The drain's own connection to the file (any of its tables' in a shared file): no connection of the watcher's own.
-        counters: (file) => byFile.get(file)?.find((t) => t.outbox !== null)?.outbox!.commitCounters() ?? null,
+        counters: (file) => byFile.get(file)?.find((t) => t.outbox !== null)?.outbox?.commitCounters() ?? null,
       }, { recheckMs: parts.pollIntervalMs, sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS) });
     } catch (error) {
       unwatch(error);

@@ -1,6 +1,5 @@
 import { withTimeout } from "../timeout.ts";
 import { prepareInjected } from "./compat.ts";
-import type { Reachability } from "./reachability.ts";
 import { doublingMs } from "./schedule.ts";
 import type { RemoteParts } from "./target-parts.ts";
 

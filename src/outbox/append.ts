@@ -164,7 +164,7 @@ export class Appender {
     for (const item of items) chars += item.tag.length + item.payload.length;
     this.#checkGroupSize(group.rows + items.length, group.bytes + chars);
     const known = group.namespaces.get(namespace);
-    const state = known ?? { tail: this.tail(), ord: this.#nextOrd?.get(namespace)!.ord ?? 0, pending: this.#maxPending === null ? 0 : file.pendingCount() };
+    const state = known ?? { tail: this.tail(), ord: this.#nextOrd?.get(namespace)?.ord ?? 0, pending: this.#maxPending === null ? 0 : file.pendingCount() };
     this.#checkCapacity(state.pending, items.length);
     const seqs: number[] = [];
     let { tail: prev, ord } = state;

@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { basename } from "node:path";
-import { OutboxError, StorageError } from "../errors.ts";
+import { type OutboxError, StorageError } from "../errors.ts";
 import { deliveredSqlOf, type DeliveredSql } from "./delivered.ts";
 import { queueFilesOf, type QueueLocation } from "./files.ts";
 import { checkOwnFile, pendingCountIn, pendingCountSql, tableColumns, type PendingCount } from "./schema.ts";

@@ -121,7 +121,7 @@ function lookupOwner(db: Database, features: FileFeatures): (seq: number, namesp
   const sources = ["outbox_queue"];
   if (features.deadLog) sources.push("outbox_dead_log");
   if (features.deliveredLog?.table === "outbox_sync_log") sources.push("outbox_sync_log");
-  const exact = db.query<{ namespace: string }, [number]>(sources.map((t) => `SELECT namespace FROM ${t} WHERE seq = ?1`).join(" UNION ALL ") + " LIMIT 1");
+  const exact = db.query<{ namespace: string }, [number]>(`${sources.map((t) => `SELECT namespace FROM ${t} WHERE seq = ?1`).join(" UNION ALL ")} LIMIT 1`);
   if (features.deliveredLog?.table !== "outbox_delivered") return (seq) => exact.get(seq)?.namespace ?? null;
   const ours = db.query<{ found: number }, [number, string]>(`SELECT ${features.deliveredLog.contains} AS found`);
   const anyRange = db.query<{ namespace: string }, [number]>("SELECT namespace FROM outbox_delivered WHERE last_seq >= ?1 AND first_seq <= ?1 ORDER BY last_seq LIMIT 1");

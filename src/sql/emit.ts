@@ -76,7 +76,7 @@ export class Emitter {
 
   /** Copies source text up to offset `end`, translating the placeholders in it. */
   copyTo(end: number): this {
-    const { sql, params } = this;
+    const { params } = this;
     for (let p = params[this.next]; p !== undefined && p.start < end; p = params[++this.next]) {
       this.copy(p.start);
       this.placeholder(this.argIndex === null ? this.next : this.argIndex[this.next]!);

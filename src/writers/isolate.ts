@@ -107,7 +107,10 @@ async function isolate(
   // no driver gets to guess at it.
   stmts.forEach((stmt, i) => {
     if (results[i] !== undefined) return;
-    if (refused[i]) return failNamespace(i, { ok: false, error: refused[i]!, errorClass: "E_UNSUPPORTED_STATEMENT" });
+    if (refused[i]) {
+      failNamespace(i, { ok: false, error: refused[i]!, errorClass: "E_UNSUPPORTED_STATEMENT" });
+      return;
+    }
     const bad = invalidArg(stmt.args);
     if (bad !== undefined) failNamespace(i, { ok: false, error: bad, errorClass: "E_INVALID_ARG" });
   });
@@ -143,7 +146,9 @@ async function isolate(
       for (const namespace of namespaces) {
         const own = active.filter((i) => unitOf(stmts[i]!) === namespace);
         const ownResults = await isolate(own.map((i) => stmts[i]!), pass, classify, fail, "namespace");
-        own.forEach((i, j) => (results[i] = ownResults[j]));
+        own.forEach((i, j) => {
+          results[i] = ownResults[j];
+        });
       }
       break;
     }

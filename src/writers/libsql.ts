@@ -1,4 +1,4 @@
-import type { Client, InArgs, ResultSet } from "@libsql/client";
+import type { Client, InArgs, ResultSet, Transaction } from "@libsql/client";
 import { ConfigError, WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { maskCause, maskSecrets, maskUrl } from "../masking.ts";
@@ -101,7 +101,7 @@ export class LibsqlWriter implements OutboxWriter {
    * back when one is blamed. Only this rare path pays the round trips.
    */
   async #checkingPass(client: Client, stmts: Statement[]): Promise<PassResult> {
-    let tx;
+    let tx: Transaction;
     try {
       tx = await client.transaction("write");
     } catch (error) {

@@ -264,7 +264,7 @@ function execute(stream: Stream, stmt: Stmt): { result: StmtResult } | { error: 
   const sql = stmt.sql ?? stream.sqls.get(stmt.sql_id!);
   if (sql === undefined) throw new ProtocolError(`SQL text ${String(stmt.sql_id)} not found`);
   const { db } = stream;
-  let prepared;
+  let prepared: ReturnType<typeof db.prepare>;
   try {
     prepared = db.prepare(sql);
   } catch (error) {

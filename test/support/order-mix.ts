@@ -28,7 +28,7 @@ export class OrderMix {
   /** Live orders and their item ids. */
   readonly #orders = new Map<number, number[]>();
 
-  constructor(seed: number, private readonly host: number, private readonly hosts: number) {
+  constructor(seed: number, host: number, private readonly hosts: number) {
     this.#state = seed * 2654435761 + host;
     this.#nextOrder = host;
     this.#nextItem = host;

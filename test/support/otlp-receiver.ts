@@ -6,6 +6,20 @@
 /** An OTLP attribute value as the JSON protocol encodes it. */
 type AnyValue = { stringValue?: string; intValue?: string | number; doubleValue?: number; boolValue?: boolean; arrayValue?: { values: AnyValue[] } };
 type KeyValue = { key: string; value: AnyValue };
+/** A span as the JSON protocol sends it (the fields read here). */
+interface WireSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  kind: number;
+  startTimeUnixNano: string | number;
+  endTimeUnixNano: string | number;
+  attributes?: KeyValue[];
+  events?: Array<{ name: string; timeUnixNano: string | number; attributes?: KeyValue[] }>;
+  links?: Array<{ traceId: string; spanId: string; attributes?: KeyValue[] }>;
+  status?: { code?: number; message?: string };
+}
 
 /** One received span, its attributes decoded to plain values. */
 export interface ReceivedSpan {
@@ -63,7 +77,7 @@ export function startOtlpReceiver(): OtlpReceiver {
       requests.push({ contentType, headers: Object.fromEntries(req.headers) });
       if (receiver.failWith !== null) return new Response("refused", { status: receiver.failWith });
       if (!contentType.includes("json")) return new Response("{}", { headers: { "content-type": "application/json" } });
-      const body = (await req.json()) as { resourceSpans: Array<{ resource?: { attributes?: KeyValue[] }; scopeSpans: Array<{ spans: any[] }> }> };
+      const body = (await req.json()) as { resourceSpans: Array<{ resource?: { attributes?: KeyValue[] }; scopeSpans: Array<{ spans: WireSpan[] }> }> };
       for (const rs of body.resourceSpans ?? []) {
         const resource = attributesOf(rs.resource?.attributes);
         for (const ss of rs.scopeSpans ?? []) {
@@ -77,8 +91,8 @@ export function startOtlpReceiver(): OtlpReceiver {
               startMs: ms(s.startTimeUnixNano),
               endMs: ms(s.endTimeUnixNano),
               attributes: attributesOf(s.attributes),
-              events: (s.events ?? []).map((e: any) => ({ name: e.name, timeMs: ms(e.timeUnixNano), attributes: attributesOf(e.attributes) })),
-              links: (s.links ?? []).map((l: any) => ({ traceId: l.traceId, spanId: l.spanId, attributes: attributesOf(l.attributes) })),
+              events: (s.events ?? []).map((e) => ({ name: e.name, timeMs: ms(e.timeUnixNano), attributes: attributesOf(e.attributes) })),
+              links: (s.links ?? []).map((l) => ({ traceId: l.traceId, spanId: l.spanId, attributes: attributesOf(l.attributes) })),
               status: s.status ?? {},
               resource,
             });

@@ -243,7 +243,7 @@ export class StatementGenerator {
           rejectReason = "is already a conflict policy";
           break;
         case 4:
-          tail = ` ${this.kw("on conflict do nothing")}` + tail;
+          tail = ` ${this.kw("on conflict do nothing")}${tail}`;
           rejectReason = "ON CONFLICT";
           break;
         case 5:
@@ -264,7 +264,7 @@ export class StatementGenerator {
           rejectReason = "bind arguments";
           break;
         default:
-          tail = ` ${this.kw("returning")} *` + tail;
+          tail = ` ${this.kw("returning")} *${tail}`;
           rejectReason = "RETURNING";
       }
     }
@@ -314,11 +314,11 @@ export class StatementGenerator {
           rejectReason = "UPDATE … FROM is not supported";
           break;
         case 1:
-          tail = ` ${this.kw("limit")} 1` + tail;
+          tail = ` ${this.kw("limit")} 1${tail}`;
           rejectReason = "LIMIT is not supported";
           break;
         case 2:
-          tail = ` ${this.kw("returning")} *` + tail;
+          tail = ` ${this.kw("returning")} *${tail}`;
           rejectReason = "RETURNING is not supported";
           break;
         case 3:

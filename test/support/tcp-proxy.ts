@@ -32,7 +32,7 @@ interface Conn {
 interface Upstream { conn: Conn }
 
 /** Writes queued chunks until the socket pushes back; keeps the unwritten rest queued, in order. */
-function flush(sock: Socket<any>, queue: Uint8Array[]): void {
+function flush(sock: Socket<unknown>, queue: Uint8Array[]): void {
   while (queue.length > 0) {
     const chunk = queue[0]!;
     const n = sock.write(chunk);

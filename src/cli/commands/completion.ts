@@ -1,4 +1,5 @@
-import { defineCommand, type CommandDef } from "citty";
+import { defineCommand } from "citty";
+import type { AnyCommandDef } from "../command-line.ts";
 import { UsageError } from "../../errors.ts";
 import { logArgs } from "../args.ts";
 import { commandTree, completionScript, SHELLS, type Shell } from "../shell-completion.ts";
@@ -19,7 +20,7 @@ export const completion = defineCommand({
     const shell = args.shell as string | undefined;
     if (shell === undefined) throw new UsageError(`completion needs a shell: ${SHELLS.join(", ")}`);
     if (!(SHELLS as readonly string[]).includes(shell)) throw new UsageError(`completion: unknown shell "${shell}": expected one of ${SHELLS.join(", ")}`);
-    const root = (data as { root: CommandDef<any> }).root;
+    const root = (data as { root: AnyCommandDef }).root;
     print(completionScript(shell as Shell, "sqloutbox", await commandTree(root)).trimEnd());
   },
 });

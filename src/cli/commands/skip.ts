@@ -41,5 +41,5 @@ function locationFlags(args: { config?: string; "db-dir"?: string; "db-file"?: s
 
 /** `value` as one shell word (single-quoted when it holds anything but plain path characters). */
 function shellWord(value: string): string {
-  return /^[\w.\/@:+=-]+$/.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`;
+  return /^[\w./@:+=-]+$/.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`;
 }

@@ -1,6 +1,6 @@
 import type { DeliveryObserver, ObservedBatch, ObservedRow, RowEvent } from "../../drain/observer.ts";
 import { silentLogger, type Logger } from "../../logger.ts";
-import { type BatchRecord, type EventRecord, type FromWorker, type SliceRecord, type ToWorker, type WorkerStats } from "./messages.ts";
+import type { BatchRecord, EventRecord, FromWorker, SliceRecord, ToWorker, WorkerStats } from "./messages.ts";
 import type { TraceSettings } from "./settings.ts";
 
 /** What the tracing export has done since it started, for /metrics. */

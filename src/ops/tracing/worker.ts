@@ -62,6 +62,7 @@ let provider: TracerProvider | null = null;
 let processor: BoundedSpanProcessor | null = null;
 let writer: SpanWriter | null = null;
 let processed = 0;
+// biome-ignore lint/correctness/noUnusedVariables: read by `??=` in statsSoon (one timer at a time)
 let statsTimer: ReturnType<typeof setTimeout> | null = null;
 
 function stats(): WorkerStats {
