@@ -33,7 +33,10 @@ export async function buildBinary(outfile: string, target?: Bun.Build.CompileTar
   const result = await Bun.build({
     // The tracing worker is a second entry point, embedded at ops/tracing/worker.js under the root:
     // where `new Worker(...)` in src/ops/tracing/tracing.ts looks for it in the executable.
-    entrypoints: [new URL("./src/cli/bin.ts", import.meta.url).pathname, new URL("./src/ops/tracing/worker.ts", import.meta.url).pathname],
+    entrypoints: [
+      new URL("./src/cli/bin.ts", import.meta.url).pathname,
+      new URL("./src/ops/tracing/worker.ts", import.meta.url).pathname,
+    ],
     root: new URL("./src", import.meta.url).pathname,
     compile: {
       outfile,
@@ -65,7 +68,10 @@ export interface ReleaseArtifact {
  * Empties `outDir`, compiles `sqloutbox-<name>` for every target into it and writes SHA256SUMS
  * in `sha256sum` format, so `sha256sum -c SHA256SUMS` run there checks the download.
  */
-export async function buildRelease(outDir: string, targets: readonly ReleaseTarget[] = RELEASE_TARGETS): Promise<ReleaseArtifact[]> {
+export async function buildRelease(
+  outDir: string,
+  targets: readonly ReleaseTarget[] = RELEASE_TARGETS,
+): Promise<ReleaseArtifact[]> {
   // A binary left from an earlier release (or a dropped target) must not ship beside the new ones.
   fs.rmSync(outDir, { recursive: true, force: true });
   fs.mkdirSync(outDir, { recursive: true });
@@ -108,13 +114,25 @@ export function buildTypes(outDir = path.join(ROOT, "dist", "types")): string[] 
   // in one working tree must never see outDir emptied or a file half written.
   const staging = fs.mkdtempSync(path.join(path.dirname(outDir), ".types-"));
   try {
-    const tsc = Bun.spawnSync([path.join(ROOT, "node_modules", ".bin", "tsc"), "-p", path.join(ROOT, "tsconfig.types.json"), "--outDir", staging], {
-      cwd: ROOT,
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    if (tsc.exitCode !== 0) throw new Error(`declaration build failed:\n${tsc.stdout.toString()}${tsc.stderr.toString()}`);
-    const files = fs.readdirSync(staging, { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".d.ts") || f.endsWith(".d.ts.map"));
+    const tsc = Bun.spawnSync(
+      [
+        path.join(ROOT, "node_modules", ".bin", "tsc"),
+        "-p",
+        path.join(ROOT, "tsconfig.types.json"),
+        "--outDir",
+        staging,
+      ],
+      {
+        cwd: ROOT,
+        stdout: "pipe",
+        stderr: "pipe",
+      },
+    );
+    if (tsc.exitCode !== 0)
+      throw new Error(`declaration build failed:\n${tsc.stdout.toString()}${tsc.stderr.toString()}`);
+    const files = fs
+      .readdirSync(staging, { recursive: true, encoding: "utf8" })
+      .filter((f) => f.endsWith(".d.ts") || f.endsWith(".d.ts.map"));
     for (const file of files) {
       const text = fs.readFileSync(path.join(staging, file), "utf8");
       // ".ts" → ".js" keeps every column, so the declaration maps stay exact.
@@ -142,7 +160,9 @@ if (import.meta.main) {
   const types = args.includes("--types");
   const rest = args.filter((a) => a !== "--release" && a !== "--types");
   if (rest.length > 1 || rest.some((a) => a.startsWith("-")) || (release && types)) {
-    console.error("usage: bun build.ts [OUTFILE]\n       bun build.ts --release [OUTDIR]\n       bun build.ts --types [OUTDIR]");
+    console.error(
+      "usage: bun build.ts [OUTFILE]\n       bun build.ts --release [OUTDIR]\n       bun build.ts --types [OUTDIR]",
+    );
     process.exit(2);
   }
   if (types) {

@@ -21,7 +21,10 @@ try {
   report("status (20 ns, 100k pending)", await time([binary, "status", "--db-dir", dbDir]));
   const config = path.join(dbDir, "outbox.toml");
   const tables = Array.from({ length: NAMESPACES }, (_, n) => `"table_${String(n).padStart(2, "0")}"`).join(", ");
-  fs.writeFileSync(config, `[app.bench]\ndb_dir = "."\n[app.bench.db.pg]\nwriter = "postgres"\ntables = [${tables}]\n[app.bench.db.pg.connection]\nurl = "postgres://u:p@localhost/db"\n`);
+  fs.writeFileSync(
+    config,
+    `[app.bench]\ndb_dir = "."\n[app.bench.db.pg]\nwriter = "postgres"\ntables = [${tables}]\n[app.bench.db.pg.connection]\nurl = "postgres://u:p@localhost/db"\n`,
+  );
   report("status --json --config (20 ns, 100k pending)", await time([binary, "status", "--json", "--config", config]));
   report("verify (20 ns, 100k pending)", await time([binary, "verify", "--db-dir", dbDir]));
 } finally {

@@ -1,4 +1,3 @@
-
 import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
@@ -34,7 +33,15 @@ async function drain(dbDir: string): Promise<void> {
     },
   };
   const config = defineConfig({
-    app: { bench: { dbDir, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, db: { remote: { writer: "postgres", connection: { url: "postgres://unused@127.0.0.1/x" }, tables: [TABLE] } } } },
+    app: {
+      bench: {
+        dbDir,
+        flushInterval: 0.005,
+        tableFlushThreshold: 1,
+        tableMaxWait: 0,
+        db: { remote: { writer: "postgres", connection: { url: "postgres://unused@127.0.0.1/x" }, tables: [TABLE] } },
+      },
+    },
   });
   const svc = new OutboxSyncService(config, { "bench.remote": writer });
   await svc.start();
@@ -50,22 +57,39 @@ async function main(producers: number): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
   try {
     new Outbox(`${dir.path}/${TABLE}.db`, TABLE).close();
-    const drainer = Bun.spawn(["bun", import.meta.path, "--drain", dir.path], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+    const drainer = Bun.spawn(["bun", import.meta.path, "--drain", dir.path], {
+      stdin: "pipe",
+      stdout: "pipe",
+      stderr: "inherit",
+    });
     const out = drainer.stdout.pipeThrough(new TextDecoderStream()).getReader();
     let text = "";
     while (!text.includes("ready\n")) text += (await out.read()).value ?? "";
-    const procs = Array.from({ length: producers }, (_, i) => Bun.spawn(["bun", import.meta.path, "--producer", dir.path, String(i)], { stdout: "pipe", stderr: "inherit" }));
-    const lat = (await Promise.all(procs.map((p) => new Response(p.stdout).text()))).flatMap((o) => JSON.parse(o) as number[]);
+    const procs = Array.from({ length: producers }, (_, i) =>
+      Bun.spawn(["bun", import.meta.path, "--producer", dir.path, String(i)], { stdout: "pipe", stderr: "inherit" }),
+    );
+    const lat = (await Promise.all(procs.map((p) => new Response(p.stdout).text()))).flatMap(
+      (o) => JSON.parse(o) as number[],
+    );
     drainer.stdin.end();
     for (let chunk = await out.read(); !chunk.done; chunk = await out.read()) text += chunk.value;
     const drained = JSON.parse(text.trim().split("\n").at(-1)!) as { delivered: number; seconds: number };
     lat.sort((a, b) => a - b);
     const pct = (p: number) => Math.round(lat[Math.min(lat.length - 1, Math.floor(lat.length * p))]! * 1000) / 1000;
-    console.log(JSON.stringify({
-      bench: "contention", producers, seconds: SECONDS, pushes_per_s: Math.round(lat.length / SECONDS),
-      push_p50_ms: pct(0.5), push_p99_ms: pct(0.99), push_p999_ms: pct(0.999), push_max_ms: Math.round(lat.at(-1)!),
-      pushes_over_100ms: lat.filter((x) => x > 100).length, drain_rows_per_s: Math.round(drained.delivered / drained.seconds),
-    }));
+    console.log(
+      JSON.stringify({
+        bench: "contention",
+        producers,
+        seconds: SECONDS,
+        pushes_per_s: Math.round(lat.length / SECONDS),
+        push_p50_ms: pct(0.5),
+        push_p99_ms: pct(0.99),
+        push_p999_ms: pct(0.999),
+        push_max_ms: Math.round(lat.at(-1)!),
+        pushes_over_100ms: lat.filter((x) => x > 100).length,
+        drain_rows_per_s: Math.round(drained.delivered / drained.seconds),
+      }),
+    );
   } finally {
     dir.cleanup();
   }

@@ -74,12 +74,22 @@ const nullWriter: OutboxWriter = {
 
 const rowOf = (i: number, note = "a short note about this row"): Row => [i, `name-${i}`, i * 1.25, note];
 
-function configFor(dbDir: string, writer: Target, connection: Record<string, unknown>, tables: string[], tuning: Record<string, unknown>) {
-  const target = writer === "null" ? { writer: "postgres" as const, connection: { url: "postgres://unused@127.0.0.1/x" } } : { writer, connection };
+function configFor(
+  dbDir: string,
+  writer: Target,
+  connection: Record<string, unknown>,
+  tables: string[],
+  tuning: Record<string, unknown>,
+) {
+  const target =
+    writer === "null"
+      ? { writer: "postgres" as const, connection: { url: "postgres://unused@127.0.0.1/x" } }
+      : { writer, connection };
   return defineConfig({ app: { bench: { dbDir, ...tuning, db: { remote: { ...target, tables } } } } });
 }
 
-const ddl = (t: string, target: Target) => `CREATE TABLE ${t} (id BIGINT NOT NULL, name VARCHAR(64), amount ${target === "mysql" ? "DOUBLE" : "DOUBLE PRECISION"}, note ${target === "mysql" ? "LONGTEXT" : "TEXT"})`;
+const ddl = (t: string, target: Target) =>
+  `CREATE TABLE ${t} (id BIGINT NOT NULL, name VARCHAR(64), amount ${target === "mysql" ? "DOUBLE" : "DOUBLE PRECISION"}, note ${target === "mysql" ? "LONGTEXT" : "TEXT"})`;
 
 /** Creates the remote tables and returns the writer connection plus a client for the limit runs. */
 async function remoteFor(target: Target, dir: string, tables = TABLES) {
@@ -108,13 +118,20 @@ function fillBacklog(dbDir: string, tables: string[], rows: number, row = rowOf,
       const hex = (n: number, width: number) => n.toString(16).padStart(width, "0");
       for (let i = 0; i < perTable; i++) {
         const id = tables.indexOf(table) * perTable + i + 1;
-        q.enqueue(tag, encodeArgs(row(i)), "", { traceparent: `00-${hex(id, 32)}-${hex(id, 16)}-01`, tracestate: null });
+        q.enqueue(tag, encodeArgs(row(i)), "", {
+          traceparent: `00-${hex(id, 32)}-${hex(id, 16)}-01`,
+          tracestate: null,
+        });
       }
       q.close();
       continue;
     }
     for (let i = 0; i < perTable; i += 1000) {
-      q.enqueueBatch(Array.from({ length: Math.min(1000, perTable - i) }, (_, k) => ({ tag, payload: encodeArgs(row(i + k)) })), "", { grouped: false });
+      q.enqueueBatch(
+        Array.from({ length: Math.min(1000, perTable - i) }, (_, k) => ({ tag, payload: encodeArgs(row(i + k)) })),
+        "",
+        { grouped: false },
+      );
     }
     q.close();
   }
@@ -135,26 +152,46 @@ interface ChildJob {
 
 /** Child mode: drain the backlog in `dbDir` into the target, print one JSON result on stdout. */
 async function drainChild(job: ChildJob): Promise<void> {
-  const config = configFor(job.dbDir, job.target, job.connection, job.tables, { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
+  const config = configFor(job.dbDir, job.target, job.connection, job.tables, {
+    batchSize: CHUNK,
+    flushInterval: 0.005,
+    tableFlushThreshold: 1,
+    tableMaxWait: 0,
+  });
   let svc: OutboxSyncService | null = null;
   const metrics = job.metrics ? createDrainMetrics(() => svc) : null;
   // SQLOUTBOX_BENCH_SPANS_PER_S: another max_spans_per_second, to see what the rate costs.
   const rate = Number(process.env.SQLOUTBOX_BENCH_SPANS_PER_S ?? config.tracing.maxSpansPerSecond);
-  const tracing = job.tracing ? createTracing(traceSettings({ ...config.tracing, endpoint: job.tracing, maxSpansPerSecond: rate }, {})!) : null;
+  const tracing = job.tracing
+    ? createTracing(traceSettings({ ...config.tracing, endpoint: job.tracing, maxSpansPerSecond: rate }, {})!)
+    : null;
   await tracing?.ready(); // loading the SDK is a start-up cost, not a delivery cost
   const writerFor = () => (job.target === "null" ? nullWriter : createWriter(job.target, job.connection));
   if (job.warmupDbDir) {
-    const warm = new OutboxSyncService(configFor(job.warmupDbDir, job.target, job.connection, job.tables, { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 }), { "bench.remote": writerFor() }, tracing ? { observer: tracing.observer } : {});
+    const warm = new OutboxSyncService(
+      configFor(job.warmupDbDir, job.target, job.connection, job.tables, {
+        batchSize: CHUNK,
+        flushInterval: 0.005,
+        tableFlushThreshold: 1,
+        tableMaxWait: 0,
+      }),
+      { "bench.remote": writerFor() },
+      tracing ? { observer: tracing.observer } : {},
+    );
     await warm.start();
     while (warm.totalPending() > 0) await Bun.sleep(5);
     await warm.stop();
     await tracing?.flush(10_000);
   }
   const before = tracing?.counts();
-  svc = new OutboxSyncService(config, { "bench.remote": writerFor() }, {
-    ...(metrics ? { onBatch: metrics.observeBatch } : {}),
-    ...(tracing ? { observer: tracing.observer } : {}),
-  });
+  svc = new OutboxSyncService(
+    config,
+    { "bench.remote": writerFor() },
+    {
+      ...(metrics ? { onBatch: metrics.observeBatch } : {}),
+      ...(tracing ? { observer: tracing.observer } : {}),
+    },
+  );
   const scraper = metrics ? setInterval(() => void metrics.text(), 100) : undefined;
   let peak = process.memoryUsage().rss;
   const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 10);
@@ -169,19 +206,35 @@ async function drainChild(job: ChildJob): Promise<void> {
   await svc.stop();
   await tracing?.shutdown(10_000);
   const after = tracing?.counts();
-  const spans = after && before ? Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v - before[k as keyof typeof before]])) : null;
-  console.log(JSON.stringify({ rows: total, seconds, peak_rss_mb: Math.round(peak / 1048576), ...(spans ? { spans } : {}) }));
+  const spans =
+    after && before
+      ? Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v - before[k as keyof typeof before]]))
+      : null;
+  console.log(
+    JSON.stringify({ rows: total, seconds, peak_rss_mb: Math.round(peak / 1048576), ...(spans ? { spans } : {}) }),
+  );
 }
 
-async function runChild(job: ChildJob): Promise<{ rows: number; seconds: number; peak_rss_mb: number; spans?: { exported: number; droppedQueueFull: number; droppedBusy: number; droppedExportFailed: number } }> {
-  const child = Bun.spawn(["bun", import.meta.path, "--drain-child", JSON.stringify(job)], { stdout: "pipe", stderr: "inherit" });
+async function runChild(job: ChildJob): Promise<{
+  rows: number;
+  seconds: number;
+  peak_rss_mb: number;
+  spans?: { exported: number; droppedQueueFull: number; droppedBusy: number; droppedExportFailed: number };
+}> {
+  const child = Bun.spawn(["bun", import.meta.path, "--drain-child", JSON.stringify(job)], {
+    stdout: "pipe",
+    stderr: "inherit",
+  });
   const out = await new Response(child.stdout).text();
   if ((await child.exited) !== 0) throw new Error(`drain child for ${job.target} failed`);
   return JSON.parse(out.trim().split("\n").at(-1)!);
 }
 
 /** The engine's own ingest rate for the bench rows: one connection, CHUNK rows per transaction. */
-async function limits(target: Exclude<Target, "null">, remote: Awaited<ReturnType<typeof remoteFor>>): Promise<Array<{ form: string; rowsPerS: number }>> {
+async function limits(
+  target: Exclude<Target, "null">,
+  remote: Awaited<ReturnType<typeof remoteFor>>,
+): Promise<Array<{ form: string; rowsPerS: number }>> {
   const rows = Array.from({ length: ROWS }, (_, i) => rowOf(i));
   const table = "bench_limit";
   const time = async (fn: (chunk: Row[]) => Promise<void> | void) => {
@@ -205,11 +258,19 @@ async function limits(target: Exclude<Target, "null">, remote: Awaited<ReturnTyp
     await sql.unsafe(ddl(table, target));
     const ph = target === "postgres" ? (k: number) => `$${k}` : () => "?";
     const text = `INSERT INTO ${table} (id, name, amount, note) VALUES ${values(CHUNK, ph)}`;
-    const out = [{ form: "multi-row VALUES", rowsPerS: await time((chunk) => sql.begin((tx) => tx.unsafe(text, chunk.flat())).then(() => {})) }];
+    const out = [
+      {
+        form: "multi-row VALUES",
+        rowsPerS: await time((chunk) => sql.begin((tx) => tx.unsafe(text, chunk.flat())).then(() => {})),
+      },
+    ];
     if (target === "postgres") {
       const unnest = `INSERT INTO ${table} (id, name, amount, note) SELECT * FROM unnest($1::bigint[], $2::text[], $3::float8[], $4::text[])`;
       const columns = (chunk: Row[]) => [0, 1, 2, 3].map((c) => chunk.map((r) => r[c]));
-      out.push({ form: "unnest", rowsPerS: await time((chunk) => sql.begin((tx) => tx.unsafe(unnest, columns(chunk))).then(() => {})) });
+      out.push({
+        form: "unnest",
+        rowsPerS: await time((chunk) => sql.begin((tx) => tx.unsafe(unnest, columns(chunk))).then(() => {})),
+      });
     }
     return out;
   } finally {
@@ -227,19 +288,41 @@ async function throughput(target: Target, pinned = false): Promise<void> {
   const tag = pinned ? { pinned: true } : {};
   try {
     fillBacklog(`${dir.path}/outbox`, TABLES, ROWS);
-    const drained = await runChild({ target, dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: TABLES });
+    const drained = await runChild({
+      target,
+      dbDir: `${dir.path}/outbox`,
+      connection: remote.connection,
+      tables: TABLES,
+    });
     const rowsPerS = Math.round(drained.rows / drained.seconds);
-    console.log(JSON.stringify({ bench: "drain", target, ...tag, mode: "ledger", rows: drained.rows, rows_per_s: rowsPerS, peak_rss_mb: drained.peak_rss_mb }));
+    console.log(
+      JSON.stringify({
+        bench: "drain",
+        target,
+        ...tag,
+        mode: "ledger",
+        rows: drained.rows,
+        rows_per_s: rowsPerS,
+        peak_rss_mb: drained.peak_rss_mb,
+      }),
+    );
     if (target === "null") {
       const floorRate = await floor();
       console.log(JSON.stringify({ bench: "floor", target, rows: ROWS, rows_per_s: floorRate }));
-      console.log(JSON.stringify({ bench: "ratio", target, drain_vs_floor: Math.round((rowsPerS / floorRate) * 100) / 100 }));
+      console.log(
+        JSON.stringify({ bench: "ratio", target, drain_vs_floor: Math.round((rowsPerS / floorRate) * 100) / 100 }),
+      );
       return;
     }
     const forms = await limits(target, remote);
-    for (const f of forms) console.log(JSON.stringify({ bench: "limit", target, ...tag, form: f.form, rows_per_s: f.rowsPerS }));
-    const best = pinned ? forms.find((f) => f.form === "multi-row VALUES")!.rowsPerS : Math.max(...forms.map((f) => f.rowsPerS));
-    console.log(JSON.stringify({ bench: "ratio", target, ...tag, drain_vs_limit: Math.round((rowsPerS / best) * 100) / 100 }));
+    for (const f of forms)
+      console.log(JSON.stringify({ bench: "limit", target, ...tag, form: f.form, rows_per_s: f.rowsPerS }));
+    const best = pinned
+      ? forms.find((f) => f.form === "multi-row VALUES")!.rowsPerS
+      : Math.max(...forms.map((f) => f.rowsPerS));
+    console.log(
+      JSON.stringify({ bench: "ratio", target, ...tag, drain_vs_limit: Math.round((rowsPerS / best) * 100) / 100 }),
+    );
   } finally {
     await remote.drop();
     dir.cleanup();
@@ -257,7 +340,9 @@ async function floor(): Promise<number> {
       return {
         db,
         table,
-        read: db.query<{ seq: number }, [string, number]>(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq LIMIT ${CHUNK}`),
+        read: db.query<{ seq: number }, [string, number]>(
+          `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq LIMIT ${CHUNK}`,
+        ),
         remove: db.query("DELETE FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq <= ?"),
       };
     });
@@ -294,9 +379,20 @@ async function fleet(): Promise<void> {
     const start = performance.now();
     await Promise.all(jobs.map(runChild));
     const seconds = (performance.now() - start) / 1000;
-    const [[count, distinct]] = (await remote.sql!.unsafe("SELECT count(*), count(DISTINCT id) FROM bench_fleet").values()) as [[string, string]];
-    if (Number(count) !== ROWS || Number(distinct) !== ROWS) throw new Error(`fleet: ${count} rows (${distinct} distinct) landed, expected ${ROWS}`);
-    console.log(JSON.stringify({ bench: "fleet", target: "postgres", drains: FLEET_DRAINS, rows: ROWS, rows_per_s: Math.round(ROWS / seconds) }));
+    const [[count, distinct]] = (await remote
+      .sql!.unsafe("SELECT count(*), count(DISTINCT id) FROM bench_fleet")
+      .values()) as [[string, string]];
+    if (Number(count) !== ROWS || Number(distinct) !== ROWS)
+      throw new Error(`fleet: ${count} rows (${distinct} distinct) landed, expected ${ROWS}`);
+    console.log(
+      JSON.stringify({
+        bench: "fleet",
+        target: "postgres",
+        drains: FLEET_DRAINS,
+        rows: ROWS,
+        rows_per_s: Math.round(ROWS / seconds),
+      }),
+    );
   } finally {
     await remote.drop();
     dir.cleanup();
@@ -310,8 +406,22 @@ async function large(rows: number): Promise<void> {
   try {
     const note = "x".repeat(LARGE_ROW_BYTES);
     fillBacklog(`${dir.path}/outbox`, ["bench_large"], rows, (i) => rowOf(i, note));
-    const drained = await runChild({ target: "postgres", dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: ["bench_large"] });
-    console.log(JSON.stringify({ bench: "large", target: "postgres", rows: drained.rows, row_kb: LARGE_ROW_BYTES / 1024, rows_per_s: Math.round(drained.rows / drained.seconds), peak_rss_mb: drained.peak_rss_mb }));
+    const drained = await runChild({
+      target: "postgres",
+      dbDir: `${dir.path}/outbox`,
+      connection: remote.connection,
+      tables: ["bench_large"],
+    });
+    console.log(
+      JSON.stringify({
+        bench: "large",
+        target: "postgres",
+        rows: drained.rows,
+        row_kb: LARGE_ROW_BYTES / 1024,
+        rows_per_s: Math.round(drained.rows / drained.seconds),
+        peak_rss_mb: drained.peak_rss_mb,
+      }),
+    );
   } finally {
     await remote.drop();
     dir.cleanup();
@@ -327,7 +437,13 @@ async function metricsCost(): Promise<void> {
       const remote = await remoteFor("postgres", dir.path);
       try {
         fillBacklog(`${dir.path}/outbox`, TABLES, ROWS);
-        const drained = await runChild({ target: "postgres", dbDir: `${dir.path}/outbox`, connection: remote.connection, tables: TABLES, metrics: mode === "on" });
+        const drained = await runChild({
+          target: "postgres",
+          dbDir: `${dir.path}/outbox`,
+          connection: remote.connection,
+          tables: TABLES,
+          metrics: mode === "on",
+        });
         rates[mode].push(drained.rows / drained.seconds);
       } finally {
         await remote.drop();
@@ -338,7 +454,15 @@ async function metricsCost(): Promise<void> {
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   const off = median(rates.off);
   const on = median(rates.on);
-  console.log(JSON.stringify({ bench: "metrics", target: "postgres", off_rows_per_s: Math.round(off), on_rows_per_s: Math.round(on), on_vs_off: Math.round((on / off) * 100) / 100 }));
+  console.log(
+    JSON.stringify({
+      bench: "metrics",
+      target: "postgres",
+      off_rows_per_s: Math.round(off),
+      on_rows_per_s: Math.round(on),
+      on_vs_off: Math.round((on / off) * 100) / 100,
+    }),
+  );
 }
 
 /**
@@ -347,12 +471,18 @@ async function metricsCost(): Promise<void> {
  */
 async function tracingCost(target: "null" | "postgres"): Promise<void> {
   let received = 0;
-  const receiver = Bun.serve({ hostname: "127.0.0.1", port: 0, async fetch(req) {
-    received += (await req.arrayBuffer()).byteLength;
-    return new Response(new Uint8Array(0), { headers: { "content-type": "application/x-protobuf" } });
-  } });
+  const receiver = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    async fetch(req) {
+      received += (await req.arrayBuffer()).byteLength;
+      return new Response(new Uint8Array(0), { headers: { "content-type": "application/x-protobuf" } });
+    },
+  });
   const rates: Record<"off" | "on", number[]> = { off: [], on: [] };
-  let spans: { exported: number; droppedQueueFull: number; droppedBusy: number; droppedExportFailed: number } | undefined;
+  let spans:
+    | { exported: number; droppedQueueFull: number; droppedBusy: number; droppedExportFailed: number }
+    | undefined;
   try {
     for (let round = 0; round < 3; round++) {
       for (const mode of ["off", "on"] as const) {
@@ -361,7 +491,14 @@ async function tracingCost(target: "null" | "postgres"): Promise<void> {
         try {
           fillBacklog(`${dir.path}/warmup`, TABLES, TRACE_ROWS / 10, rowOf, true);
           fillBacklog(`${dir.path}/outbox`, TABLES, TRACE_ROWS, rowOf, true);
-          const drained = await runChild({ target, dbDir: `${dir.path}/outbox`, warmupDbDir: `${dir.path}/warmup`, connection: remote.connection, tables: TABLES, ...(mode === "on" ? { tracing: `http://127.0.0.1:${receiver.port}` } : {}) });
+          const drained = await runChild({
+            target,
+            dbDir: `${dir.path}/outbox`,
+            warmupDbDir: `${dir.path}/warmup`,
+            connection: remote.connection,
+            tables: TABLES,
+            ...(mode === "on" ? { tracing: `http://127.0.0.1:${receiver.port}` } : {}),
+          });
           rates[mode].push(drained.rows / drained.seconds);
           if (drained.spans) spans = drained.spans;
         } finally {
@@ -376,11 +513,20 @@ async function tracingCost(target: "null" | "postgres"): Promise<void> {
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   const off = median(rates.off);
   const on = median(rates.on);
-  console.log(JSON.stringify({
-    bench: "tracing", target, off_rows_per_s: Math.round(off), on_rows_per_s: Math.round(on), on_vs_off: Math.round((on / off) * 100) / 100,
-    runs_off: rates.off.map(Math.round), runs_on: rates.on.map(Math.round),
-    spans_exported: spans?.exported, spans_dropped: spans ? spans.droppedQueueFull + spans.droppedBusy + spans.droppedExportFailed : undefined, received_mb: Math.round(received / 1048576),
-  }));
+  console.log(
+    JSON.stringify({
+      bench: "tracing",
+      target,
+      off_rows_per_s: Math.round(off),
+      on_rows_per_s: Math.round(on),
+      on_vs_off: Math.round((on / off) * 100) / 100,
+      runs_off: rates.off.map(Math.round),
+      runs_on: rates.on.map(Math.round),
+      spans_exported: spans?.exported,
+      spans_dropped: spans ? spans.droppedQueueFull + spans.droppedBusy + spans.droppedExportFailed : undefined,
+      received_mb: Math.round(received / 1048576),
+    }),
+  );
 }
 
 /** Wraps a writer to timestamp the moment each seq's remote commit resolved. */
@@ -405,7 +551,11 @@ async function latency(target: Target): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
   const remote = await remoteFor(target, dir.path);
   const dbDir = `${dir.path}/outbox`;
-  const config = configFor(dbDir, target, remote.connection, TABLES, { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 });
+  const config = configFor(dbDir, target, remote.connection, TABLES, {
+    flushInterval: 0.005,
+    tableFlushThreshold: 1,
+    tableMaxWait: 0,
+  });
   const writer = new TimingWriter(createWriter(target, remote.connection));
   const svc = new OutboxSyncService(config, { "bench.remote": writer });
   await svc.start();
@@ -425,7 +575,8 @@ async function latency(target: Target): Promise<void> {
   await remote.drop();
   dir.cleanup();
   samples.sort((a, b) => a - b);
-  const pct = (p: number) => Math.round(samples[Math.min(samples.length - 1, Math.floor(samples.length * p))]! * 100) / 100;
+  const pct = (p: number) =>
+    Math.round(samples[Math.min(samples.length - 1, Math.floor(samples.length * p))]! * 100) / 100;
   console.log(JSON.stringify({ bench: "latency", target, p50_ms: pct(0.5), p99_ms: pct(0.99) }));
 }
 
@@ -448,7 +599,8 @@ const PINNED_TARGETS = ["postgres", "mysql"] as const;
  * whatever happens. A server that cannot be started is reported as skipped.
  */
 async function pinned(): Promise<void> {
-  const skip = (target: string, why: string) => console.log(JSON.stringify({ bench: "drain", target, pinned: true, skipped: why }));
+  const skip = (target: string, why: string) =>
+    console.log(JSON.stringify({ bench: "drain", target, pinned: true, skipped: why }));
   if (navigator.hardwareConcurrency < 2 || !Bun.which("taskset")) {
     for (const target of PINNED_TARGETS) skip(target, "needs two CPUs and taskset");
     return;
@@ -459,7 +611,10 @@ async function pinned(): Promise<void> {
   const removeTmp = () => fs.rmSync(tmp, { recursive: true, force: true });
   process.on("exit", removeTmp);
   try {
-    for (const [target, start] of [["postgres", startPostgres], ["mysql", startMariadb]] as const) {
+    for (const [target, start] of [
+      ["postgres", startPostgres],
+      ["mysql", startMariadb],
+    ] as const) {
       try {
         servers.push(await start(SERVER_CPU));
       } catch (error) {
@@ -469,7 +624,10 @@ async function pinned(): Promise<void> {
     if (servers.length === 0) return;
     const env: Record<string, string | undefined> = { ...process.env, TMPDIR: tmp };
     for (const s of servers) env[s.engine === "postgres" ? "SQLOUTBOX_TEST_PG" : "SQLOUTBOX_TEST_MYSQL"] = s.url;
-    const child = Bun.spawn(["taskset", "-c", CLIENT_CPU, "bun", import.meta.path, "--pinned-child", ...servers.map((s) => s.engine)], { env, stdout: "inherit", stderr: "inherit" });
+    const child = Bun.spawn(
+      ["taskset", "-c", CLIENT_CPU, "bun", import.meta.path, "--pinned-child", ...servers.map((s) => s.engine)],
+      { env, stdout: "inherit", stderr: "inherit" },
+    );
     const orphaned = () => child.kill("SIGTERM"); // this process stopped (a signal): the servers are gone, so is the run
     process.on("exit", orphaned);
     const code = await child.exited;
@@ -495,7 +653,11 @@ if (process.argv[2] === "--drain-child") {
   if (wanted("fleet")) await fleet();
   if (wanted("large")) for (const rows of LARGE_BACKLOGS) await large(rows);
   if (wanted("metrics")) await metricsCost();
-  if (wanted("tracing")) for (const target of ["null", "postgres"] as const) if (wanted(target) || !only.some((a) => a === "null" || a === "postgres")) await tracingCost(target);
-  for (const target of ["sqlite", "postgres"] as const) if (wanted("latency") || (only.length > 0 && only.includes(target) && !only.includes("tracing"))) await latency(target);
+  if (wanted("tracing"))
+    for (const target of ["null", "postgres"] as const)
+      if (wanted(target) || !only.some((a) => a === "null" || a === "postgres")) await tracingCost(target);
+  for (const target of ["sqlite", "postgres"] as const)
+    if (wanted("latency") || (only.length > 0 && only.includes(target) && !only.includes("tracing")))
+      await latency(target);
   if (wanted("pinned")) await pinned();
 }

@@ -37,7 +37,16 @@ const p50s: Array<{ case: string; depth: number; p50: number }> = [];
 function report(name: string, depth: number, sortedNs: number[], ops: number, totalNs: number): void {
   const pct = (p: number) => percentile(sortedNs, p) / 1000;
   p50s.push({ case: name, depth, p50: pct(0.5) });
-  console.log(JSON.stringify({ bench: "enqueue", case: name, depth, p50_us: round(pct(0.5)), p99_us: round(pct(0.99)), ops_per_s: Math.round(ops / (totalNs / 1e9)) }));
+  console.log(
+    JSON.stringify({
+      bench: "enqueue",
+      case: name,
+      depth,
+      p50_us: round(pct(0.5)),
+      p99_us: round(pct(0.99)),
+      ops_per_s: Math.round(ops / (totalNs / 1e9)),
+    }),
+  );
 }
 
 function ratios(): void {
@@ -45,8 +54,12 @@ function ratios(): void {
   const rawBatch = p50s.find((p) => p.case === "raw-batch-500")!.p50;
   for (const p of p50s) {
     if (p.case === "raw-insert" || p.case === "raw-batch-500") continue;
-    if (p.case === "enqueue-batch-500") console.log(JSON.stringify({ bench: "enqueue-ratio", case: p.case, depth: p.depth, vs_raw_batch: round(p.p50 / rawBatch) }));
-    else console.log(JSON.stringify({ bench: "enqueue-ratio", case: p.case, depth: p.depth, vs_raw: round(p.p50 / raw) }));
+    if (p.case === "enqueue-batch-500")
+      console.log(
+        JSON.stringify({ bench: "enqueue-ratio", case: p.case, depth: p.depth, vs_raw_batch: round(p.p50 / rawBatch) }),
+      );
+    else
+      console.log(JSON.stringify({ bench: "enqueue-ratio", case: p.case, depth: p.depth, vs_raw: round(p.p50 / raw) }));
   }
 }
 
@@ -63,7 +76,9 @@ function rawInsert(): void {
   db.run("PRAGMA synchronous = NORMAL");
   db.run(`CREATE TABLE raw (seq INTEGER PRIMARY KEY, created_at TEXT NOT NULL, namespace TEXT NOT NULL,
     source TEXT NOT NULL DEFAULT '', tag TEXT NOT NULL, payload TEXT NOT NULL, prev_seq INTEGER, synced INTEGER NOT NULL DEFAULT 0)`);
-  const insert = db.prepare("INSERT INTO raw (created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?)");
+  const insert = db.prepare(
+    "INSERT INTO raw (created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?)",
+  );
   let prev = 0;
   measure("raw-insert", 0, () => {
     prev = Number(insert.run(isoTimestamp(), "orders", "", TAG, PAYLOAD, prev).lastInsertRowid);
@@ -80,9 +95,15 @@ function fillTo(path: string, namespace: string, target: number): void {
   if (n > 0) {
     db.transaction(() => {
       const tail = db
-        .query<{ seq: number; ord: number }, [string]>("SELECT seq, ord FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq DESC LIMIT 1")
+        .query<{ seq: number; ord: number }, [string]>(
+          "SELECT seq, ord FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq DESC LIMIT 1",
+        )
         .get(namespace);
-      const base = db.query<{ b: number }, []>("SELECT max(ifnull((SELECT max(seq) FROM outbox_queue), 0), ifnull((SELECT max(seq) FROM outbox_sync_log), 0)) AS b").get()!.b;
+      const base = db
+        .query<{ b: number }, []>(
+          "SELECT max(ifnull((SELECT max(seq) FROM outbox_queue), 0), ifnull((SELECT max(seq) FROM outbox_sync_log), 0)) AS b",
+        )
+        .get()!.b;
       db.query(
         `WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1)
          INSERT INTO outbox_queue (seq, ord, created_at, namespace, source, tag, payload, prev_seq)
@@ -114,7 +135,10 @@ function enqueueCases(): void {
 /** Read-only health (what `healthAll` does per file: open, counter, head) and a full verifyFile of a deep file. */
 function inspectCases(path: string): void {
   const depth = fileHealth(path)[0]!.depth;
-  for (const [name, runs, read] of [["health", 50, () => fileHealth(path)], ["verifyFile", 5, () => verifyFile(path)]] as const) {
+  for (const [name, runs, read] of [
+    ["health", 50, () => fileHealth(path)],
+    ["verifyFile", 5, () => verifyFile(path)],
+  ] as const) {
     read(); // warm the page cache
     const samples: number[] = [];
     for (let i = 0; i < runs; i++) {
@@ -152,7 +176,13 @@ function batchCase(): void {
     ob.enqueueBatch(items);
     samples.push((Bun.nanoseconds() - t) / items.length);
   }
-  report("enqueue-batch-500", 0, samples.sort((a, b) => a - b), BATCHES * items.length, Bun.nanoseconds() - start);
+  report(
+    "enqueue-batch-500",
+    0,
+    samples.sort((a, b) => a - b),
+    BATCHES * items.length,
+    Bun.nanoseconds() - start,
+  );
   ob.close();
   rawBatchCase(items.length);
 }
@@ -163,7 +193,9 @@ function rawBatchCase(rows: number): void {
   new Outbox(path, "orders").close(); // the lean layout, as a producer creates it
   const db = new Database(path);
   db.run("PRAGMA synchronous = NORMAL");
-  const insert = db.prepare("INSERT INTO outbox_queue (seq, ord, created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  const insert = db.prepare(
+    "INSERT INTO outbox_queue (seq, ord, created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+  );
   let seq = 1;
   const batch = () => {
     db.run("BEGIN IMMEDIATE");
@@ -179,7 +211,13 @@ function rawBatchCase(rows: number): void {
     batch();
     samples.push((Bun.nanoseconds() - t) / rows);
   }
-  report("raw-batch-500", 0, samples.sort((a, b) => a - b), BATCHES * rows, Bun.nanoseconds() - start);
+  report(
+    "raw-batch-500",
+    0,
+    samples.sort((a, b) => a - b),
+    BATCHES * rows,
+    Bun.nanoseconds() - start,
+  );
   db.close();
 }
 

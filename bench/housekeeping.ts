@@ -42,22 +42,53 @@ async function prune(): Promise<void> {
   remote.run("CREATE TABLE t (id INTEGER)");
   remote.close();
   // The drain prunes after every batch (cleanup_every = 1), to one day, while it delivers the producer's rows.
-  const config = defineConfig({ app: { app: { dbDir: dir.path, cleanupEvery: 1, retainLogDays: 1, flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0, db: { r: { writer: "sqlite", connection: { path: join(dir.path, "remote.db") }, tables: ["t"] } } } } });
+  const config = defineConfig({
+    app: {
+      app: {
+        dbDir: dir.path,
+        cleanupEvery: 1,
+        retainLogDays: 1,
+        flushInterval: 0.01,
+        tableFlushThreshold: 1,
+        tableMaxWait: 0,
+        db: { r: { writer: "sqlite", connection: { path: join(dir.path, "remote.db") }, tables: ["t"] } },
+      },
+    },
+  });
   const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }) });
   const stopFile = join(dir.path, "stop");
-  const producer = Bun.spawn(["bun", join(import.meta.dir, "children/push-latency.ts"), JSON.stringify({ file, ns: "t", stopFile, perSecond: 2_000 })], { stdout: "pipe", stderr: "inherit" });
+  const producer = Bun.spawn(
+    [
+      "bun",
+      join(import.meta.dir, "children/push-latency.ts"),
+      JSON.stringify({ file, ns: "t", stopFile, perSecond: 2_000 }),
+    ],
+    { stdout: "pipe", stderr: "inherit" },
+  );
   await Bun.sleep(300);
   const started = performance.now();
   await svc.start();
   const log = new Database(file, { readonly: true });
-  const left = () => log.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_sync_log WHERE synced_at < '2026'").get()!.n;
+  const left = () =>
+    log.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_sync_log WHERE synced_at < '2026'").get()!.n;
   while (left() > 0) await Bun.sleep(100);
   const pruneMs = Math.round(performance.now() - started);
   log.close();
   writeFileSync(stopFile, "");
-  const pushes = JSON.parse((await new Response(producer.stdout).text()).trim()) as { p99_us: number; max_us: number; pushes: number };
+  const pushes = JSON.parse((await new Response(producer.stdout).text()).trim()) as {
+    p99_us: number;
+    max_us: number;
+    pushes: number;
+  };
   await svc.stop();
-  line({ bench: "prune", log_rows: LOG_ROWS, prune_ms: pruneMs, pushes: pushes.pushes, push_p99_us: pushes.p99_us, push_max_us: pushes.max_us });
+  line({
+    bench: "prune",
+    log_rows: LOG_ROWS,
+    prune_ms: pruneMs,
+    pushes: pushes.pushes,
+    push_p99_us: pushes.p99_us,
+    push_max_us: pushes.max_us,
+  });
   dir.cleanup();
 }
 
@@ -70,7 +101,17 @@ async function bytesPerRow(): Promise<void> {
   remote.run("PRAGMA journal_mode = WAL");
   remote.run("CREATE TABLE t (id INTEGER)");
   remote.close();
-  const config = defineConfig({ app: { app: { dbDir: join(dir.path, "outbox"), flushInterval: 0.05, tableFlushThreshold: 1, tableMaxWait: 0, db: { r: { writer: "sqlite", connection: { path: join(dir.path, "remote.db") }, tables: ["t"] } } } } });
+  const config = defineConfig({
+    app: {
+      app: {
+        dbDir: join(dir.path, "outbox"),
+        flushInterval: 0.05,
+        tableFlushThreshold: 1,
+        tableMaxWait: 0,
+        db: { r: { writer: "sqlite", connection: { path: join(dir.path, "remote.db") }, tables: ["t"] } },
+      },
+    },
+  });
   const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }) });
   await svc.start();
   const q = new Outbox(join(dir.path, "outbox/t.db"), "t");
@@ -85,11 +126,21 @@ async function bytesPerRow(): Promise<void> {
   await svc.stop();
   const log = q.health();
   const db = new Database(join(dir.path, "outbox/t.db"), { readonly: true });
-  const bytes = db.query<{ b: number }, []>("SELECT sum(pgsize) AS b FROM dbstat WHERE name IN ('outbox_delivered', 'idx_delivered')").get()!.b;
+  const bytes = db
+    .query<{ b: number }, []>("SELECT sum(pgsize) AS b FROM dbstat WHERE name IN ('outbox_delivered', 'idx_delivered')")
+    .get()!.b;
   const ranges = db.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_delivered").get()!.n;
   db.close();
   // The log's pages are shared by many ranges: what a steady state keeps per row is its pages over the rows they log.
-  line({ bench: "bytes-per-row", rows: pushed, seconds, ranges, log_bytes: bytes, bytes_per_row: Math.round((bytes / pushed) * 10_000) / 10_000, last_delivered: log.lastDeliveredAt });
+  line({
+    bench: "bytes-per-row",
+    rows: pushed,
+    seconds,
+    ranges,
+    log_bytes: bytes,
+    bytes_per_row: Math.round((bytes / pushed) * 10_000) / 10_000,
+    last_delivered: log.lastDeliveredAt,
+  });
   q.close();
   dir.cleanup();
 }
@@ -102,17 +153,39 @@ async function backlog(): Promise<void> {
   const file = join(dbDir, "t.db");
   const q = new Outbox(file, "t");
   const note = "a row of a large backlog, with some text to make it realistic";
-  for (let i = 0; i < ROWS; i += 5_000) q.enqueueBatch(Array.from({ length: 5_000 }, (_, k) => ({ tag: "INSERT INTO t (id, note) VALUES (?, ?)", payload: JSON.stringify([i + k, note]) })), "", { grouped: false });
+  for (let i = 0; i < ROWS; i += 5_000)
+    q.enqueueBatch(
+      Array.from({ length: 5_000 }, (_, k) => ({
+        tag: "INSERT INTO t (id, note) VALUES (?, ?)",
+        payload: JSON.stringify([i + k, note]),
+      })),
+      "",
+      { grouped: false },
+    );
   q.close();
-  const size = () => statSync(file).size + (() => { try { return statSync(`${file}-wal`).size; } catch { return 0; } })();
+  const size = () =>
+    statSync(file).size +
+    (() => {
+      try {
+        return statSync(`${file}-wal`).size;
+      } catch {
+        return 0;
+      }
+    })();
   const remote = new Database(join(dir.path, "remote.db"), { create: true });
   remote.run("PRAGMA journal_mode = WAL");
   remote.run("CREATE TABLE t (id INTEGER, note TEXT)");
   remote.close();
   const toml = join(dir.path, "outbox.toml");
-  writeFileSync(toml, `[app.app]\ndb_dir = "${dbDir}"\nflush_interval = 0.05\n[app.app.db.r]\nwriter = "sqlite"\ntables = ["t"]\n[app.app.db.r.connection]\npath = "${join(dir.path, "remote.db")}"\n`);
+  writeFileSync(
+    toml,
+    `[app.app]\ndb_dir = "${dbDir}"\nflush_interval = 0.05\n[app.app.db.r]\nwriter = "sqlite"\ntables = ["t"]\n[app.app.db.r.connection]\npath = "${join(dir.path, "remote.db")}"\n`,
+  );
   let peakFile = size();
-  const drain = Bun.spawn(["bun", join(import.meta.dir, "../src/cli/bin.ts"), "runservice", "--config", toml, "--log-level", "warn"], { stdout: "ignore", stderr: "inherit" });
+  const drain = Bun.spawn(
+    ["bun", join(import.meta.dir, "../src/cli/bin.ts"), "runservice", "--config", toml, "--log-level", "warn"],
+    { stdout: "ignore", stderr: "inherit" },
+  );
   const started = performance.now();
   let peakRss = 0;
   const check = new Database(join(dir.path, "remote.db"), { readonly: true });
@@ -132,7 +205,15 @@ async function backlog(): Promise<void> {
   const after = size();
   drain.kill("SIGTERM");
   await drain.exited;
-  line({ bench: "backlog", rows: ROWS, rows_per_s: rate, peak_rss_mb: mb(peakRss), peak_file_mb: mb(peakFile), file_mb_60s_after: mb(after), after_vs_peak: Math.round((after / peakFile) * 100) / 100 });
+  line({
+    bench: "backlog",
+    rows: ROWS,
+    rows_per_s: rate,
+    peak_rss_mb: mb(peakRss),
+    peak_file_mb: mb(peakFile),
+    file_mb_60s_after: mb(after),
+    after_vs_peak: Math.round((after / peakFile) * 100) / 100,
+  });
   dir.cleanup();
 }
 

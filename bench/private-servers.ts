@@ -39,7 +39,10 @@ const isRoot = () => process.getuid?.() === 0;
 function run(argv: string[], what: string, user?: string): SpawnSyncReturns<string> {
   const command = user && isRoot() ? ["runuser", "-u", user, "--", ...argv] : argv;
   const out = spawnSync(command[0]!, command.slice(1), { encoding: "utf8" });
-  if (out.error || out.status !== 0) throw new Error(`${what} failed (${command.join(" ")}): ${out.error?.message ?? `exit ${out.status}`}\n${out.stdout}${out.stderr}`);
+  if (out.error || out.status !== 0)
+    throw new Error(
+      `${what} failed (${command.join(" ")}): ${out.error?.message ?? `exit ${out.status}`}\n${out.stdout}${out.stderr}`,
+    );
   return out;
 }
 
@@ -61,7 +64,10 @@ function tempDirFor(user: string): string {
 function postgresBin(): string | null {
   const root = "/usr/lib/postgresql";
   if (!fs.existsSync(root)) return null;
-  const versions = fs.readdirSync(root).filter((v) => fs.existsSync(`${root}/${v}/bin/initdb`)).sort((a, b) => Number(b) - Number(a));
+  const versions = fs
+    .readdirSync(root)
+    .filter((v) => fs.existsSync(`${root}/${v}/bin/initdb`))
+    .sort((a, b) => Number(b) - Number(a));
   return versions.length > 0 ? `${root}/${versions[0]}/bin` : null;
 }
 
@@ -102,7 +108,24 @@ export async function startPostgres(cpus: string): Promise<PrivateServer> {
     run([`${bin}/initdb`, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"], "initdb", "postgres");
     started = true;
     // taskset before pg_ctl: the postmaster and every backend it forks inherit the CPUs.
-    run(["taskset", "-c", cpus, `${bin}/pg_ctl`, "-D", data, "-l", `${dir}/server.log`, "-o", `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`, "-w", "start"], "pg_ctl start", "postgres");
+    run(
+      [
+        "taskset",
+        "-c",
+        cpus,
+        `${bin}/pg_ctl`,
+        "-D",
+        data,
+        "-l",
+        `${dir}/server.log`,
+        "-o",
+        `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`,
+        "-w",
+        "start",
+      ],
+      "pg_ctl start",
+      "postgres",
+    );
   } catch (error) {
     server.stop();
     throw error;
@@ -133,11 +156,41 @@ export async function startMariadb(cpus: string): Promise<PrivateServer> {
   };
   running.add(server);
   try {
-    run([installer, "--no-defaults", ...user, `--datadir=${data}`, "--auth-root-authentication-method=normal", "--skip-test-db"], "mariadb-install-db");
-    proc = Bun.spawn(["taskset", "-c", cpus, daemon, "--no-defaults", ...user, `--datadir=${data}`, `--socket=${dir}/mysqld.sock`, `--port=${port}`, "--bind-address=127.0.0.1", `--pid-file=${dir}/mysqld.pid`, `--log-error=${dir}/server.log`, "--skip-name-resolve"], { stdout: "ignore", stderr: "ignore" });
+    run(
+      [
+        installer,
+        "--no-defaults",
+        ...user,
+        `--datadir=${data}`,
+        "--auth-root-authentication-method=normal",
+        "--skip-test-db",
+      ],
+      "mariadb-install-db",
+    );
+    proc = Bun.spawn(
+      [
+        "taskset",
+        "-c",
+        cpus,
+        daemon,
+        "--no-defaults",
+        ...user,
+        `--datadir=${data}`,
+        `--socket=${dir}/mysqld.sock`,
+        `--port=${port}`,
+        "--bind-address=127.0.0.1",
+        `--pid-file=${dir}/mysqld.pid`,
+        `--log-error=${dir}/server.log`,
+        "--skip-name-resolve",
+      ],
+      { stdout: "ignore", stderr: "ignore" },
+    );
     const { SQL } = await import("bun");
     await waitUntil(async () => {
-      if (proc!.exitCode !== null) throw new Error(`mariadbd exited ${proc!.exitCode}: ${fs.readFileSync(`${dir}/server.log`, "utf8").slice(-2000)}`);
+      if (proc!.exitCode !== null)
+        throw new Error(
+          `mariadbd exited ${proc!.exitCode}: ${fs.readFileSync(`${dir}/server.log`, "utf8").slice(-2000)}`,
+        );
       const sql = new SQL(`${server.url}/mysql`, { max: 1, connectionTimeout: 1 });
       try {
         await sql.unsafe("SELECT 1");

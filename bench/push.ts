@@ -18,7 +18,10 @@ const WARMUP = 500;
 const ROUNDS = 5;
 const SQL = "INSERT INTO orders (id, customer, amount, note) VALUES (?, ?, ?, ?)";
 const ARGS = [123456, "customer-42", 99.99, "a short note"];
-const TRACE = { traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tracestate: "congo=t61rcWkgMzE" };
+const TRACE = {
+  traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+  tracestate: "congo=t61rcWkgMzE",
+};
 
 const dir = mkdtempSync("/tmp/sqloutbox-bench-push-");
 const round = (x: number) => Math.round(x * 100) / 100;
@@ -27,7 +30,11 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 /** One round of `op`: p50, p99 (µs) and ops/s. */
 function measure(op: () => void): { p50: number; p99: number; opsPerS: number } {
   const { sortedNs, totalNs } = timeCalls(op, OPS, WARMUP);
-  return { p50: percentile(sortedNs, 0.5) / 1000, p99: percentile(sortedNs, 0.99) / 1000, opsPerS: OPS / (totalNs / 1e9) };
+  return {
+    p50: percentile(sortedNs, 0.5) / 1000,
+    p99: percentile(sortedNs, 0.99) / 1000,
+    opsPerS: OPS / (totalNs / 1e9),
+  };
 }
 
 const results = new Map<string, Array<ReturnType<typeof measure>>>();
@@ -61,10 +68,21 @@ try {
   span.end();
   const none = median(results.get("none")!.map((m) => m.p50));
   for (const [name, rounds] of results) {
-    console.log(JSON.stringify({ bench: "push", case: name, p50_us: round(median(rounds.map((m) => m.p50))), p99_us: round(median(rounds.map((m) => m.p99))), ops_per_s: Math.round(median(rounds.map((m) => m.opsPerS))) }));
+    console.log(
+      JSON.stringify({
+        bench: "push",
+        case: name,
+        p50_us: round(median(rounds.map((m) => m.p50))),
+        p99_us: round(median(rounds.map((m) => m.p99))),
+        ops_per_s: Math.round(median(rounds.map((m) => m.opsPerS))),
+      }),
+    );
   }
   for (const [name, rounds] of results) {
-    if (name !== "none") console.log(JSON.stringify({ bench: "push-ratio", case: name, vs_none: round(median(rounds.map((m) => m.p50)) / none) }));
+    if (name !== "none")
+      console.log(
+        JSON.stringify({ bench: "push-ratio", case: name, vs_none: round(median(rounds.map((m) => m.p50)) / none) }),
+      );
   }
 } finally {
   closeSharedOutboxes();

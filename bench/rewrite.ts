@@ -11,7 +11,9 @@ const ARGS: BindValue[] = COLS.map((_, i) => (i % 2 ? `value ${i}` : i));
 const SHAPES: Record<string, { sql: string; args: BindValue[] }> = {
   insert: { sql: `INSERT INTO orders (${COLS.join(", ")}) VALUES (${COLS.map(() => "?").join(", ")})`, args: ARGS },
   update: {
-    sql: `UPDATE orders SET ${COLS.slice(1).map((c) => `${c} = ?`).join(", ")}, note = 'it''s ?' WHERE ${COLS[0]} = ?`,
+    sql: `UPDATE orders SET ${COLS.slice(1)
+      .map((c) => `${c} = ?`)
+      .join(", ")}, note = 'it''s ?' WHERE ${COLS[0]} = ?`,
     args: [...ARGS.slice(1), ARGS[0]!],
   },
 };
@@ -40,4 +42,6 @@ const ns = measure(() => toDialect(pg.sql, pg.args, "postgres"));
 console.log(JSON.stringify({ bench: "rewrite", dialect: "postgres", shape: "toDialect", ns_per_stmt: Math.round(ns) }));
 // What a producer pays the first time it pushes a text (later pushes hit its cache): every dialect's lexer.
 const check = measure(() => validateStatement(pg.sql, null));
-console.log(JSON.stringify({ bench: "rewrite", dialect: "any", shape: "validateStatement", ns_per_stmt: Math.round(check) }));
+console.log(
+  JSON.stringify({ bench: "rewrite", dialect: "any", shape: "validateStatement", ns_per_stmt: Math.round(check) }),
+);

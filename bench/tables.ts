@@ -48,7 +48,11 @@ class ArrivalWriter implements OutboxWriter {
     const at = clock();
     const lines = stmts.filter((s) => s.seq > 0).map((s) => `${s.namespace}:${s.seq} ${at}\n`);
     if (lines.length > 0) process.stdout.write(lines.join(""));
-    return stmts.map((s) => (s.sql.startsWith("SELECT") ? { ok: true as const, rowsAffected: 0, rows: [] } : { ok: true as const, rowsAffected: 1 }));
+    return stmts.map((s) =>
+      s.sql.startsWith("SELECT")
+        ? { ok: true as const, rowsAffected: 0, rows: [] }
+        : { ok: true as const, rowsAffected: 1 },
+    );
   }
 }
 
@@ -56,7 +60,15 @@ class ArrivalWriter implements OutboxWriter {
 async function drainChild(count: number, dbDir: string): Promise<void> {
   const tables = Array.from({ length: count }, (_, i) => `t${i}`);
   const config = defineConfig({
-    app: { bench: { dbDir, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, db: { remote: { writer: "postgres", connection: { url: "postgres://unused@127.0.0.1/x" }, tables } } } },
+    app: {
+      bench: {
+        dbDir,
+        flushInterval: 0.005,
+        tableFlushThreshold: 1,
+        tableMaxWait: 0,
+        db: { remote: { writer: "postgres", connection: { url: "postgres://unused@127.0.0.1/x" }, tables } },
+      },
+    },
   });
   Bun.gc(true);
   const fdsBefore = openFds();
@@ -72,7 +84,9 @@ async function drainChild(count: number, dbDir: string): Promise<void> {
   await Bun.sleep(IDLE_MS);
   const cpu = process.cpuUsage(cpu0);
   const idleCpuPct = ((cpu.user + cpu.system) / 1000 / (performance.now() - wall0)) * 100;
-  process.stdout.write(`ready ${JSON.stringify({ idle_cpu_pct: round(idleCpuPct), fds_per_table: round(fdsPerTable), rss_kb_per_table: round(rssKbPerTable, 0) })}\n`);
+  process.stdout.write(
+    `ready ${JSON.stringify({ idle_cpu_pct: round(idleCpuPct), fds_per_table: round(fdsPerTable), rss_kb_per_table: round(rssKbPerTable, 0) })}\n`,
+  );
   for await (const _ of Bun.stdin.stream()); // the producer closes stdin when done
   await svc.stop();
 }
@@ -84,7 +98,11 @@ async function run(count: number): Promise<Result> {
     const dbDir = `${dir.path}/outbox`;
     fs.mkdirSync(dbDir);
     for (let i = 0; i < count; i++) producers.push(new Outbox(`${dbDir}/t${i}.db`, `t${i}`));
-    const child = Bun.spawn(["bun", import.meta.path, "--drain-child", String(count), dbDir], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+    const child = Bun.spawn(["bun", import.meta.path, "--drain-child", String(count), dbDir], {
+      stdin: "pipe",
+      stdout: "pipe",
+      stderr: "inherit",
+    });
     const arrived = new Map<string, number>();
     let ready = null as Omit<Result, "tables" | "push_p50_ms" | "push_p99_ms"> | null;
     const reading = (async () => {
@@ -121,7 +139,14 @@ async function run(count: number): Promise<Result> {
     samples.sort((a, b) => a - b);
     const pct = (p: number) => round(samples[Math.min(samples.length - 1, Math.floor(samples.length * p))]!);
     const idle = ready!;
-    return { tables: count, idle_cpu_pct: idle.idle_cpu_pct, push_p50_ms: pct(0.5), push_p99_ms: pct(0.99), fds_per_table: idle.fds_per_table, rss_kb_per_table: idle.rss_kb_per_table };
+    return {
+      tables: count,
+      idle_cpu_pct: idle.idle_cpu_pct,
+      push_p50_ms: pct(0.5),
+      push_p99_ms: pct(0.99),
+      fds_per_table: idle.fds_per_table,
+      rss_kb_per_table: idle.rss_kb_per_table,
+    };
   } finally {
     for (const q of producers) q.close();
     dir.cleanup();
@@ -140,6 +165,14 @@ if (process.argv[2] === "--drain-child") {
   }
   const first = results[0]!;
   for (const r of results.slice(1)) {
-    console.log(JSON.stringify({ bench: "ratio", case: "tables", tables: r.tables, push_p50_vs_first: round(r.push_p50_ms / first.push_p50_ms), idle_cpu_vs_first: round(r.idle_cpu_pct / Math.max(first.idle_cpu_pct, 0.01)) }));
+    console.log(
+      JSON.stringify({
+        bench: "ratio",
+        case: "tables",
+        tables: r.tables,
+        push_p50_vs_first: round(r.push_p50_ms / first.push_p50_ms),
+        idle_cpu_vs_first: round(r.idle_cpu_pct / Math.max(first.idle_cpu_pct, 0.01)),
+      }),
+    );
   }
 }

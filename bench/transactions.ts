@@ -42,7 +42,9 @@ function appDatabase(file: string): Database {
 function pushInTransaction(): void {
   const dir = makeTempDir("sqloutbox-bench-tx-");
   const db = appDatabase(join(dir.path, "app.db"));
-  db.run("CREATE TABLE raw_events (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, tag TEXT NOT NULL, payload TEXT NOT NULL)");
+  db.run(
+    "CREATE TABLE raw_events (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, tag TEXT NOT NULL, payload TEXT NOT NULL)",
+  );
   const outbox = new SQLMiddleware({ database: db });
   outbox.outbox("credits");
   const raw = db.prepare("INSERT INTO raw_events (created_at, tag, payload) VALUES (?, ?, ?)");
@@ -70,7 +72,12 @@ function pushInTransaction(): void {
   for (const name of ["raw", "push"] as const) {
     const sorted = samples[name].sort((a, b) => a - b);
     p50[name] = percentile(sorted, 0.5) / 1000;
-    line({ bench: "push-in-tx", case: name === "raw" ? "raw-insert" : "push", p50_us: round(p50[name]), p99_us: round(percentile(sorted, 0.99) / 1000) });
+    line({
+      bench: "push-in-tx",
+      case: name === "raw" ? "raw-insert" : "push",
+      p50_us: round(p50[name]),
+      p99_us: round(percentile(sorted, 0.99) / 1000),
+    });
   }
   line({ bench: "push-in-tx", push_vs_raw: round(p50.push / p50.raw) });
   raw.finalize();
@@ -86,8 +93,14 @@ async function startDrain(dir: string, dbFile: string, table: string): Promise<B
   remote.run(`CREATE TABLE IF NOT EXISTS ${table} (account INTEGER, amount REAL, note TEXT)`);
   remote.close();
   const toml = join(dir, "outbox.toml");
-  writeFileSync(toml, `[app.app]\ndb_file = "${dbFile}"\nflush_interval = 0.005\ntable_flush_threshold = 1\ntable_max_wait = 0\n[app.app.db.r]\nwriter = "sqlite"\ntables = ["${table}"]\n[app.app.db.r.connection]\npath = "${join(dir, "remote.db")}"\n`);
-  const drain = Bun.spawn(["bun", join(import.meta.dir, "../src/cli/bin.ts"), "runservice", "--config", toml, "--log-level", "warn"], { stdout: "pipe", stderr: "inherit" });
+  writeFileSync(
+    toml,
+    `[app.app]\ndb_file = "${dbFile}"\nflush_interval = 0.005\ntable_flush_threshold = 1\ntable_max_wait = 0\n[app.app.db.r]\nwriter = "sqlite"\ntables = ["${table}"]\n[app.app.db.r.connection]\npath = "${join(dir, "remote.db")}"\n`,
+  );
+  const drain = Bun.spawn(
+    ["bun", join(import.meta.dir, "../src/cli/bin.ts"), "runservice", "--config", toml, "--log-level", "warn"],
+    { stdout: "pipe", stderr: "inherit" },
+  );
   await Bun.sleep(1_000); // started and set up (its state file appears later)
   return drain;
 }
@@ -123,7 +136,15 @@ async function appWrites(): Promise<void> {
     }
     samples.sort((a, b) => a - b);
     const p99 = percentile(samples, 0.99) / 1e6;
-    line({ bench: "app-writes", drain, tx: TX, tx_per_s: pace || "flat out", p50_ms: round(percentile(samples, 0.5) / 1e6, 3), p99_ms: round(p99, 3), busy_errors: busy });
+    line({
+      bench: "app-writes",
+      drain,
+      tx: TX,
+      tx_per_s: pace || "flat out",
+      p50_ms: round(percentile(samples, 0.5) / 1e6, 3),
+      p99_ms: round(p99, 3),
+      busy_errors: busy,
+    });
     return p99;
   };
   const without = await run(false);
@@ -193,16 +214,39 @@ async function groups(): Promise<void> {
     const producer = new SQLMiddleware({ dbDir: join(dir.path, "outbox") });
     const q = producer.outbox("credits");
     for (let i = 0; i < ROWS; i += 1_000) {
-      if (size === 1) q.enqueueBatch(Array.from({ length: 1_000 }, (_, k) => ({ tag: SQL_TEXT, payload: JSON.stringify(ARGS(i + k)) })), "", { grouped: false });
-      else q.transaction(() => { for (let k = 0; k < 1_000; k += size) q.enqueueBatch(Array.from({ length: size }, (_, j) => ({ tag: SQL_TEXT, payload: JSON.stringify(ARGS(i + k + j)) }))); });
+      if (size === 1)
+        q.enqueueBatch(
+          Array.from({ length: 1_000 }, (_, k) => ({ tag: SQL_TEXT, payload: JSON.stringify(ARGS(i + k)) })),
+          "",
+          { grouped: false },
+        );
+      else
+        q.transaction(() => {
+          for (let k = 0; k < 1_000; k += size)
+            q.enqueueBatch(
+              Array.from({ length: size }, (_, j) => ({ tag: SQL_TEXT, payload: JSON.stringify(ARGS(i + k + j)) })),
+            );
+        });
     }
     closeSharedOutboxes();
     const remote = new Database(join(dir.path, "remote.db"), { create: true });
     remote.run("PRAGMA journal_mode = WAL");
     remote.run("CREATE TABLE credits (account INTEGER, amount REAL, note TEXT)");
     remote.close();
-    const config = defineConfig({ app: { app: { dbDir: join(dir.path, "outbox"), flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, db: { r: { writer: "sqlite", connection: { path: join(dir.path, "remote.db") }, tables: ["credits"] } } } } });
-    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }) });
+    const config = defineConfig({
+      app: {
+        app: {
+          dbDir: join(dir.path, "outbox"),
+          flushInterval: 0.005,
+          tableFlushThreshold: 1,
+          tableMaxWait: 0,
+          db: { r: { writer: "sqlite", connection: { path: join(dir.path, "remote.db") }, tables: ["credits"] } },
+        },
+      },
+    });
+    const svc = new OutboxSyncService(config, {
+      "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }),
+    });
     await svc.runOnce(); // setup
     const started = performance.now();
     while (svc.totalPending() > 0) await svc.runOnce();

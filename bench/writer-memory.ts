@@ -13,7 +13,12 @@ const BATCHES = 1_000;
 const PER_BATCH = 100;
 
 const batch = (k: number): Statement[] =>
-  Array.from({ length: PER_BATCH }, (_, i) => ({ sql: "UPDATE t SET note = ? WHERE id = ?", args: ["x", k * PER_BATCH + i], namespace: "t", seq: k * PER_BATCH + i + 1 }));
+  Array.from({ length: PER_BATCH }, (_, i) => ({
+    sql: "UPDATE t SET note = ? WHERE id = ?",
+    args: ["x", k * PER_BATCH + i],
+    namespace: "t",
+    seq: k * PER_BATCH + i + 1,
+  }));
 
 /** Child mode: one writer, one file; prints one JSON line. */
 async function measure(kind: "libsql" | "sqlite", path: string): Promise<void> {
@@ -30,7 +35,15 @@ async function measure(kind: "libsql" | "sqlite", path: string): Promise<void> {
   const after = rss();
   await writer.close?.();
   const statements = BATCHES * PER_BATCH;
-  console.log(JSON.stringify({ bench: "writer-memory", writer: kind, statements, bytes_per_statement: Math.round((after - before) / statements), rss_mb: Math.round(after / 1048576) }));
+  console.log(
+    JSON.stringify({
+      bench: "writer-memory",
+      writer: kind,
+      statements,
+      bytes_per_statement: Math.round((after - before) / statements),
+      rss_mb: Math.round(after / 1048576),
+    }),
+  );
 }
 
 if (process.argv[2] === "--child") {
@@ -39,7 +52,10 @@ if (process.argv[2] === "--child") {
   const dir = makeTempDir("sqloutbox-bench-");
   try {
     for (const kind of ["sqlite", "libsql"]) {
-      const child = Bun.spawn(["bun", import.meta.path, "--child", kind, `${dir.path}/${kind}.db`], { stdout: "inherit", stderr: "inherit" });
+      const child = Bun.spawn(["bun", import.meta.path, "--child", kind, `${dir.path}/${kind}.db`], {
+        stdout: "inherit",
+        stderr: "inherit",
+      });
       if ((await child.exited) !== 0) throw new Error(`writer-memory child for ${kind} failed`);
     }
   } finally {

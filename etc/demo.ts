@@ -11,8 +11,14 @@ import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts"
 import { print, renderTable } from "../src/cli/text-output.ts";
 
 const TABLES = {
-  orders: { ddl: "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, total REAL NOT NULL)", count: 3000 },
-  payments: { ddl: "CREATE TABLE payments (id INTEGER PRIMARY KEY, order_id INTEGER NOT NULL, amount REAL NOT NULL)", count: 3000 },
+  orders: {
+    ddl: "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, total REAL NOT NULL)",
+    count: 3000,
+  },
+  payments: {
+    ddl: "CREATE TABLE payments (id INTEGER PRIMARY KEY, order_id INTEGER NOT NULL, amount REAL NOT NULL)",
+    count: 3000,
+  },
   events: { ddl: "CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, detail TEXT)", count: 6000 },
 } as const;
 type Table = keyof typeof TABLES;
@@ -63,7 +69,12 @@ const produced: Record<Table, number> = { orders: 0, payments: 0, events: 0 };
 const started = Date.now();
 let failed: string | null = null;
 try {
-  await Promise.race([produceAndWatch(), drain.exited.then((code) => { throw new Error(`runservice exited early with code ${code}`); })]);
+  await Promise.race([
+    produceAndWatch(),
+    drain.exited.then((code) => {
+      throw new Error(`runservice exited early with code ${code}`);
+    }),
+  ]);
 } catch (err) {
   failed = err instanceof Error ? err.message : String(err);
 }
@@ -73,17 +84,24 @@ const drainCode = await drain.exited;
 if (!failed && drainCode !== 0) failed = `runservice exited with code ${drainCode} after SIGTERM`;
 
 print("\n$ sqloutbox status --config outbox.toml");
-const status = Bun.spawnSync([process.execPath, bin, "status", "--config", configFile], { stdout: "pipe", stderr: "inherit" });
+const status = Bun.spawnSync([process.execPath, bin, "status", "--config", configFile], {
+  stdout: "pipe",
+  stderr: "inherit",
+});
 print(status.stdout.toString().trimEnd());
 
 const counts = remoteCounts();
 print("\nremote row counts (remote.db):");
-print(renderTable(
-  [{ header: "table" }, { header: "produced", right: true }, { header: "remote", right: true }, { header: "match" }],
-  NAMES.map((t) => [t, String(produced[t]), String(counts[t]), counts[t] === produced[t] ? "yes" : "NO"]),
-));
+print(
+  renderTable(
+    [{ header: "table" }, { header: "produced", right: true }, { header: "remote", right: true }, { header: "match" }],
+    NAMES.map((t) => [t, String(produced[t]), String(counts[t]), counts[t] === produced[t] ? "yes" : "NO"]),
+  ),
+);
 const allMatch = NAMES.every((t) => counts[t] === produced[t]);
-print(`\n${allMatch && !failed ? "ok" : "FAILED"}: ${NAMES.reduce((n, t) => n + produced[t], 0)} events produced, ${NAMES.reduce((n, t) => n + counts[t], 0)} delivered in ${((Date.now() - started) / 1000).toFixed(1)} s${failed ? ` (${failed})` : ""}`);
+print(
+  `\n${allMatch && !failed ? "ok" : "FAILED"}: ${NAMES.reduce((n, t) => n + produced[t], 0)} events produced, ${NAMES.reduce((n, t) => n + counts[t], 0)} delivered in ${((Date.now() - started) / 1000).toFixed(1)} s${failed ? ` (${failed})` : ""}`,
+);
 if (keep) print(`files kept in ${dir}`);
 else fs.rmSync(dir, { recursive: true, force: true });
 process.exit(allMatch && !failed ? 0 : 1);
@@ -104,7 +122,10 @@ async function produceAndWatch(): Promise<void> {
       `${name.padEnd(9)} produced ${String(p).padStart(5)}/${String(of).padEnd(5)}  pending ${String(q).padStart(5)}  delivered ${String(d).padStart(5)}  ${bar(d / of)}`;
     if (tty) {
       // Redraw the per-table block in place: cursor up over the previous frame.
-      const frame = [...NAMES.map((t) => line(t, produced[t], TABLES[t].count, pendingBy[t], remote[t])), line("total", producedNow, total, pending, delivered)];
+      const frame = [
+        ...NAMES.map((t) => line(t, produced[t], TABLES[t].count, pendingBy[t], remote[t])),
+        line("total", producedNow, total, pending, delivered),
+      ];
       process.stdout.write(`${drawn > 0 ? `\u001B[${drawn}A` : ""}${frame.map((l) => `\r${l}\u001B[K`).join("\n")}\n`);
       drawn = frame.length;
     } else if (final || Date.now() - lastPlain >= 1000) {
@@ -140,9 +161,24 @@ async function produceAndWatch(): Promise<void> {
 }
 
 function pushOne(producer: SQLMiddleware, table: Table, id: number): void {
-  if (table === "orders") producer.push("orders", "INSERT INTO orders (id, customer, total) VALUES (?, ?, ?)", [id, `customer-${id % 97}`, (id % 500) + 0.99]);
-  else if (table === "payments") producer.push("payments", "INSERT INTO payments (id, order_id, amount) VALUES (?, ?, ?)", [id, id, (id % 500) + 0.99]);
-  else producer.push("events", "INSERT INTO events (id, kind, detail) VALUES (?, ?, ?)", [id, id % 3 === 0 ? "login" : "click", JSON.stringify({ n: id })]);
+  if (table === "orders")
+    producer.push("orders", "INSERT INTO orders (id, customer, total) VALUES (?, ?, ?)", [
+      id,
+      `customer-${id % 97}`,
+      (id % 500) + 0.99,
+    ]);
+  else if (table === "payments")
+    producer.push("payments", "INSERT INTO payments (id, order_id, amount) VALUES (?, ?, ?)", [
+      id,
+      id,
+      (id % 500) + 0.99,
+    ]);
+  else
+    producer.push("events", "INSERT INTO events (id, kind, detail) VALUES (?, ?, ?)", [
+      id,
+      id % 3 === 0 ? "login" : "click",
+      JSON.stringify({ n: id }),
+    ]);
 }
 
 function pendingByTable(): Record<Table, number> {
@@ -156,7 +192,9 @@ function remoteCounts(): Record<Table, number> {
   const db = new Database(remoteFile, { readonly: true });
   try {
     db.run("PRAGMA busy_timeout = 5000");
-    return Object.fromEntries(NAMES.map((t) => [t, db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${t}`).get()!.n])) as Record<Table, number>;
+    return Object.fromEntries(
+      NAMES.map((t) => [t, db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${t}`).get()!.n]),
+    ) as Record<Table, number>;
   } finally {
     db.close();
   }

@@ -42,14 +42,20 @@ export class QueueFullError extends OutboxError {
 
 /** A value that cannot be stored and replayed losslessly (bind argument, tag, payload, namespace). */
 export class InvalidArgumentError extends OutboxError {
-  constructor(message: string, readonly details: { namespace?: string; file?: string; index?: number } = {}) {
+  constructor(
+    message: string,
+    readonly details: { namespace?: string; file?: string; index?: number } = {},
+  ) {
     super("E_INVALID_ARG", message);
   }
 }
 
 /** Operation on an `Outbox` (or writer) after `close()`. */
 export class OutboxClosedError extends OutboxError {
-  constructor(readonly file: string, readonly namespace: string) {
+  constructor(
+    readonly file: string,
+    readonly namespace: string,
+  ) {
     super("E_CLOSED", `outbox is closed: namespace "${namespace}" in ${file}`);
   }
 }
@@ -63,7 +69,12 @@ export class ServiceStoppedError extends OutboxError {
 
 /** The local SQLite file cannot be opened, read or written (not a database, read-only dir, disk full, …). */
 export class StorageError extends OutboxError {
-  constructor(message: string, readonly file: string, readonly namespace?: string, options?: { cause?: unknown }) {
+  constructor(
+    message: string,
+    readonly file: string,
+    readonly namespace?: string,
+    options?: { cause?: unknown },
+  ) {
     super("E_STORAGE", message, options);
   }
 }
@@ -77,7 +88,10 @@ export class NotFoundError extends OutboxError {
 
 /** The statement rewriter refuses a statement; `reason` says exactly why. */
 export class UnsupportedStatementError extends OutboxError {
-  constructor(readonly reason: string, readonly sql?: string) {
+  constructor(
+    readonly reason: string,
+    readonly sql?: string,
+  ) {
     super("E_UNSUPPORTED_STATEMENT", `unsupported statement: ${reason}`);
   }
 }
@@ -102,20 +116,27 @@ export class ConfigError extends OutboxError {
       Object.defineProperty(this, key, { value: where[key], enumerable: false, configurable: true, writable: false });
     }
   }
-  get file() { return this.where.file; }
-  get keyPath() { return this.where.keyPath; }
-  get line() { return this.where.line; }
-  get column() { return this.where.column; }
+  get file() {
+    return this.where.file;
+  }
+  get keyPath() {
+    return this.where.keyPath;
+  }
+  get line() {
+    return this.where.line;
+  }
+  get column() {
+    return this.where.column;
+  }
 }
 
 /** Several configuration problems found in one pass; `issues` holds each one with its own key path. */
 export class ConfigIssuesError extends ConfigError {
   constructor(readonly issues: ConfigError[]) {
     const first = issues[0]?.where ?? {};
-    super(
-      `${issues.length} problems:\n${issues.map((issue) => `  - ${issue.message}`).join("\n")}`,
-      { file: first.file },
-    );
+    super(`${issues.length} problems:\n${issues.map((issue) => `  - ${issue.message}`).join("\n")}`, {
+      file: first.file,
+    });
   }
 }
 
@@ -133,7 +154,11 @@ export class SecretsError extends OutboxError {
  */
 export class WriteError extends OutboxError {
   readonly misconfigured: boolean;
-  constructor(message: string, readonly target?: string, options?: { cause?: unknown; misconfigured?: boolean }) {
+  constructor(
+    message: string,
+    readonly target?: string,
+    options?: { cause?: unknown; misconfigured?: boolean },
+  ) {
     super("E_WRITE", message, options);
     this.misconfigured = options?.misconfigured ?? false;
   }
@@ -170,7 +195,10 @@ export class LockedError extends OutboxError {
  * of it commits. `tables` are the table the transaction started in and the one refused.
  */
 export class CrossTableTransactionError extends OutboxError {
-  constructor(readonly tables: readonly [string, string], readonly files: readonly [string, string]) {
+  constructor(
+    readonly tables: readonly [string, string],
+    readonly files: readonly [string, string],
+  ) {
     super(
       "E_TRANSACTION",
       `outbox.transaction cannot span tables "${tables[0]}" and "${tables[1]}": with one file per table (db_dir) they are ${files[0]} and ${files[1]}, and one local transaction cannot span two files. Keep the tables of a transaction in one file: db_file = "…" in [app.NAME] and new SQLMiddleware({ dbFile }) (or { database } for the application's own database)`,

@@ -1,9 +1,23 @@
 // The library: what a Bun app imports from "sqloutbox". Named exports only, so nothing internal
 // (the drain lock, the lexer, the writers' isolation passes) leaks into the public API by accident.
 export {
-  OutboxError, ConfigError, ConfigIssuesError, CrossTableTransactionError, ForeignTransactionError, InvalidArgumentError,
-  InvalidStatementError, LockedError, NotFoundError, OutboxClosedError, QueueFullError, SecretsError, ServiceStoppedError,
-  StorageError, UnsupportedStatementError, UsageError, WriteError,
+  OutboxError,
+  ConfigError,
+  ConfigIssuesError,
+  CrossTableTransactionError,
+  ForeignTransactionError,
+  InvalidArgumentError,
+  InvalidStatementError,
+  LockedError,
+  NotFoundError,
+  OutboxClosedError,
+  QueueFullError,
+  SecretsError,
+  ServiceStoppedError,
+  StorageError,
+  UnsupportedStatementError,
+  UsageError,
+  WriteError,
   type OutboxErrorCode,
 } from "./errors.ts";
 export { DIALECTS, type BindValue, type Dialect, type Durability } from "./vocabulary.ts";
@@ -11,11 +25,30 @@ export { silentLogger, type Logger } from "./logger.ts";
 export { VERSION } from "./version.ts";
 
 // Producing events and reading queue files.
-export { SQLMiddleware, closeSharedOutboxes, DEFAULT_MAX_PAYLOAD_BYTES, type SQLMiddlewareOptions } from "./outbox/middleware.ts";
-export { Outbox, type OutboxOptions, type OutboxRow, type ChainGap, type DeadLetter, type DeadReason, type Resequenced } from "./outbox/outbox.ts";
+export {
+  SQLMiddleware,
+  closeSharedOutboxes,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  type SQLMiddlewareOptions,
+} from "./outbox/middleware.ts";
+export {
+  Outbox,
+  type OutboxOptions,
+  type OutboxRow,
+  type ChainGap,
+  type DeadLetter,
+  type DeadReason,
+  type Resequenced,
+} from "./outbox/outbox.ts";
 export { healthAll, type NamespaceHealth, type HealthOptions } from "./outbox/health.ts";
 export { listOutboxFiles } from "./outbox/files.ts";
-export { verifyFile, scanIntegrity, type FileVerification, type NamespaceVerification, type IntegrityReport } from "./outbox/inspect.ts";
+export {
+  verifyFile,
+  scanIntegrity,
+  type FileVerification,
+  type NamespaceVerification,
+  type IntegrityReport,
+} from "./outbox/inspect.ts";
 export { findDeadLetters, type DeadLetterFilter, type FiledDeadLetter } from "./outbox/dead-letters.ts";
 export { encodeArgs, decodeArgs } from "./outbox/payload.ts";
 

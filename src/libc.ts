@@ -14,9 +14,11 @@ export interface Libc {
 
 // glibc's soname first; Alpine's musl has no libc.so.6 unless gcompat is installed.
 const NAMES: readonly string[] =
-  process.platform === "linux" ? ["libc.so.6", `libc.musl-${process.arch === "arm64" ? "aarch64" : "x86_64"}.so.1`]
-  : process.platform === "darwin" ? ["/usr/lib/libSystem.B.dylib"]
-  : [];
+  process.platform === "linux"
+    ? ["libc.so.6", `libc.musl-${process.arch === "arm64" ? "aarch64" : "x86_64"}.so.1`]
+    : process.platform === "darwin"
+      ? ["/usr/lib/libSystem.B.dylib"]
+      : [];
 
 /** Whether this platform has a libc we know how to open (Linux, macOS). */
 export const hasLibc = NAMES.length > 0;
@@ -27,7 +29,10 @@ const ERRNO_LOCATION = process.platform === "darwin" ? "__error" : "__errno_loca
 const SYMBOLS = {
   flock: { args: [FFIType.i32, FFIType.i32], returns: FFIType.i32 },
   socket: { args: [FFIType.i32, FFIType.i32, FFIType.i32], returns: FFIType.i32 },
-  sendto: { args: [FFIType.i32, FFIType.ptr, FFIType.u64, FFIType.i32, FFIType.ptr, FFIType.u32], returns: FFIType.i64 },
+  sendto: {
+    args: [FFIType.i32, FFIType.ptr, FFIType.u64, FFIType.i32, FFIType.ptr, FFIType.u32],
+    returns: FFIType.i64,
+  },
   close: { args: [FFIType.i32], returns: FFIType.i32 },
   [ERRNO_LOCATION]: { args: [], returns: FFIType.ptr },
 } as const;

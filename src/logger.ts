@@ -19,12 +19,19 @@ export type LogFields = Record<string, string | number | boolean | null | undefi
  * message having to.
  */
 export function withFields(logger: Logger, fields: LogFields): Logger {
-  const wrap = (fn: (message: string, ...rest: unknown[]) => void) => (message: string, ...rest: unknown[]) => {
-    const last = rest[rest.length - 1];
-    if (isFieldBag(last)) fn(message, ...rest.slice(0, -1), { ...fields, ...last });
-    else fn(message, ...rest, { ...fields });
+  const wrap =
+    (fn: (message: string, ...rest: unknown[]) => void) =>
+    (message: string, ...rest: unknown[]) => {
+      const last = rest[rest.length - 1];
+      if (isFieldBag(last)) fn(message, ...rest.slice(0, -1), { ...fields, ...last });
+      else fn(message, ...rest, { ...fields });
+    };
+  return {
+    debug: wrap(logger.debug.bind(logger)),
+    info: wrap(logger.info.bind(logger)),
+    warn: wrap(logger.warn.bind(logger)),
+    error: wrap(logger.error.bind(logger)),
   };
-  return { debug: wrap(logger.debug.bind(logger)), info: wrap(logger.info.bind(logger)), warn: wrap(logger.warn.bind(logger)), error: wrap(logger.error.bind(logger)) };
 }
 
 // Symbol.for, so that a logger marked by one copy of this package is recognised by another.
@@ -49,12 +56,16 @@ export function takesFieldBags<T extends Logger>(logger: T): T {
 export function libraryLogger(logger: Logger | undefined): Logger {
   if (logger === undefined) return silentLogger;
   if ((logger as { [TAKES_FIELD_BAGS]?: boolean })[TAKES_FIELD_BAGS]) return logger;
-  const inline = (fn: (message: string, ...rest: unknown[]) => void) => (message: string, ...rest: unknown[]) => {
-    const last = rest[rest.length - 1];
-    if (!isFieldBag(last)) return fn(message, ...rest);
-    const fields = Object.entries(last).filter(([, v]) => v !== undefined).map(([k, v]) => `${k}=${fieldText(v)}`);
-    fn(fields.length > 0 ? `${message}  ${fields.join(" ")}` : message, ...rest.slice(0, -1));
-  };
+  const inline =
+    (fn: (message: string, ...rest: unknown[]) => void) =>
+    (message: string, ...rest: unknown[]) => {
+      const last = rest[rest.length - 1];
+      if (!isFieldBag(last)) return fn(message, ...rest);
+      const fields = Object.entries(last)
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => `${k}=${fieldText(v)}`);
+      fn(fields.length > 0 ? `${message}  ${fields.join(" ")}` : message, ...rest.slice(0, -1));
+    };
   return takesFieldBags({
     debug: logger === globalThis.console ? noop : inline(logger.debug.bind(logger)),
     info: inline(logger.info.bind(logger)),

@@ -55,7 +55,10 @@ export function urlPassword(url: string | undefined): string | undefined {
 /** A copy of `error` (name, code, message, stack, cause chain) with every secret masked; other values pass through. */
 export function maskError(error: unknown, secrets: ReadonlyArray<string | undefined>): unknown {
   if (!(error instanceof Error)) return typeof error === "string" ? maskSecrets(error, secrets) : error;
-  const copy = new Error(maskSecrets(error.message, secrets), error.cause === undefined ? undefined : { cause: maskError(error.cause, secrets) });
+  const copy = new Error(
+    maskSecrets(error.message, secrets),
+    error.cause === undefined ? undefined : { cause: maskError(error.cause, secrets) },
+  );
   copy.name = error.name;
   if (error.stack) copy.stack = maskSecrets(error.stack, secrets);
   const code = (error as { code?: unknown }).code;

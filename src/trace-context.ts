@@ -34,7 +34,8 @@ const MAX_TRACESTATE_MEMBERS = 32;
 const MAX_TRACESTATE_CHARS = 512;
 // A tracestate member: `key=value`, key a simple or `tenant@system` name, value printable ASCII
 // without `,` and `=`, not ending in a space.
-const TRACESTATE_MEMBER = /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$/;
+const TRACESTATE_MEMBER =
+  /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$/;
 
 /**
  * Reads a `traceparent` header, or returns null when it is not one. A later version than 00 is
@@ -45,7 +46,8 @@ export function parseTraceparent(text: string): Traceparent | null {
   // A loop over char codes, not a regular expression: this runs on every push that passes a context.
   for (let i = 0; i < 55; i++) {
     const c = text.charCodeAt(i);
-    if (i === 2 || i === 35 || i === 52 ? c !== 45 /* - */ : !((c >= 48 && c <= 57) || (c >= 97 && c <= 102))) return null;
+    if (i === 2 || i === 35 || i === 52 ? c !== 45 /* - */ : !((c >= 48 && c <= 57) || (c >= 97 && c <= 102)))
+      return null;
   }
   const version = text.slice(0, 2);
   if (version === "ff" || (text.length > 55 && (version === "00" || text.charCodeAt(55) !== 45))) return null;
@@ -66,22 +68,36 @@ export function formatTraceparent(parts: Traceparent): string {
  * row written by something else than `push` can never put a quote or a `*​/` into a statement.
  */
 export function isStoredTraceparent(text: string | null): text is string {
-  return typeof text === "string" && text.length === 55 && text.charCodeAt(0) === 48 && text.charCodeAt(1) === 48 && parseTraceparent(text) !== null;
+  return (
+    typeof text === "string" &&
+    text.length === 55 &&
+    text.charCodeAt(0) === 48 &&
+    text.charCodeAt(1) === 48 &&
+    parseTraceparent(text) !== null
+  );
 }
 
 /** Why a `tracestate` header is not one, or null when it is (empty members are allowed, as the spec says). */
 export function tracestateProblem(text: string): string | null {
-  if (text.length > MAX_TRACESTATE_CHARS) return `tracestate is ${text.length} characters, over ${MAX_TRACESTATE_CHARS}`;
+  if (text.length > MAX_TRACESTATE_CHARS)
+    return `tracestate is ${text.length} characters, over ${MAX_TRACESTATE_CHARS}`;
   // The common header is one member: checked without splitting.
   if (text.indexOf(",") < 0) {
     const member = text.trim();
-    return member === "" || TRACESTATE_MEMBER.test(member) ? null : `tracestate member ${JSON.stringify(member.slice(0, 64))} is not key=value`;
+    return member === "" || TRACESTATE_MEMBER.test(member)
+      ? null
+      : `tracestate member ${JSON.stringify(member.slice(0, 64))} is not key=value`;
   }
-  const members = text.split(",").map((m) => m.trim()).filter((m) => m !== "");
-  if (members.length > MAX_TRACESTATE_MEMBERS) return `tracestate has ${members.length} members, over ${MAX_TRACESTATE_MEMBERS}`;
+  const members = text
+    .split(",")
+    .map((m) => m.trim())
+    .filter((m) => m !== "");
+  if (members.length > MAX_TRACESTATE_MEMBERS)
+    return `tracestate has ${members.length} members, over ${MAX_TRACESTATE_MEMBERS}`;
   const keys = new Set<string>();
   for (const member of members) {
-    if (!TRACESTATE_MEMBER.test(member)) return `tracestate member ${JSON.stringify(member.slice(0, 64))} is not key=value`;
+    if (!TRACESTATE_MEMBER.test(member))
+      return `tracestate member ${JSON.stringify(member.slice(0, 64))} is not key=value`;
     const key = member.slice(0, member.indexOf("="));
     if (keys.has(key)) return `tracestate names ${JSON.stringify(key)} twice`;
     keys.add(key);
@@ -102,18 +118,33 @@ export interface CheckedTrace {
  * observability header must never cost the business event — and `problem` says what was dropped.
  */
 export function checkTraceContext(input: TraceContextInput): CheckedTrace {
-  if (typeof input !== "object" || input === null) return { trace: NO_TRACE, problem: `the trace context must be { traceparent, tracestate }, got ${typeof input}` };
+  if (typeof input !== "object" || input === null)
+    return { trace: NO_TRACE, problem: `the trace context must be { traceparent, tracestate }, got ${typeof input}` };
   const { traceparent, tracestate } = input;
   if (traceparent === undefined || traceparent === null) {
-    const problem = tracestate === undefined || tracestate === null ? null : "a tracestate without a traceparent was dropped";
+    const problem =
+      tracestate === undefined || tracestate === null ? null : "a tracestate without a traceparent was dropped";
     return { trace: NO_TRACE, problem };
   }
-  if (typeof traceparent !== "string") return { trace: NO_TRACE, problem: `traceparent must be a string, got ${typeof traceparent}` };
+  if (typeof traceparent !== "string")
+    return { trace: NO_TRACE, problem: `traceparent must be a string, got ${typeof traceparent}` };
   const parsed = parseTraceparent(traceparent);
-  if (parsed === null) return { trace: NO_TRACE, problem: `${JSON.stringify(traceparent.slice(0, 80))} is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zero)` };
+  if (parsed === null)
+    return {
+      trace: NO_TRACE,
+      problem: `${JSON.stringify(traceparent.slice(0, 80))} is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zero)`,
+    };
   const stored = traceparent.length === 55 && traceparent.startsWith("00-") ? traceparent : formatTraceparent(parsed);
-  if (tracestate === undefined || tracestate === null || tracestate === "") return { trace: { traceparent: stored, tracestate: null }, problem: null };
-  const problem = typeof tracestate === "string" ? tracestateProblem(tracestate) : `tracestate must be a string, got ${typeof tracestate}`;
-  if (problem !== null) return { trace: { traceparent: stored, tracestate: null }, problem: `${problem}; the tracestate was dropped, the traceparent kept` };
+  if (tracestate === undefined || tracestate === null || tracestate === "")
+    return { trace: { traceparent: stored, tracestate: null }, problem: null };
+  const problem =
+    typeof tracestate === "string"
+      ? tracestateProblem(tracestate)
+      : `tracestate must be a string, got ${typeof tracestate}`;
+  if (problem !== null)
+    return {
+      trace: { traceparent: stored, tracestate: null },
+      problem: `${problem}; the tracestate was dropped, the traceparent kept`,
+    };
   return { trace: { traceparent: stored, tracestate }, problem: null };
 }

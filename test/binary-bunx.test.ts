@@ -39,12 +39,33 @@ describeSlow("bunx", "pack the package and install it into a project", () => {
 
   test("bun publish --dry-run is clean: the license, README, declarations, bin and sources, nothing else", async () => {
     // A dry run still wants a token; it never reaches the registry (an unreachable one proves it).
-    const r = await run(["publish", "--dry-run"], { cmd: ["bun"], cwd: REPO, env: { NPM_CONFIG_TOKEN: "dry-run", NPM_CONFIG_REGISTRY: "http://127.0.0.1:9/" } });
-    expect({ code: r.code, stderr: r.stderr.split("\n").filter((l) => /warn|error/i.test(l)) }).toEqual({ code: 0, stderr: [] });
+    const r = await run(["publish", "--dry-run"], {
+      cmd: ["bun"],
+      cwd: REPO,
+      env: { NPM_CONFIG_TOKEN: "dry-run", NPM_CONFIG_REGISTRY: "http://127.0.0.1:9/" },
+    });
+    expect({ code: r.code, stderr: r.stderr.split("\n").filter((l) => /warn|error/i.test(l)) }).toEqual({
+      code: 0,
+      stderr: [],
+    });
     expect(r.stdout).toContain(`+ sqloutbox@${pkg.version} (dry-run)`);
     const packed = [...r.stdout.matchAll(/^packed \S+ (\S+)$/gm)].map((m) => m[1]!);
-    expect(packed).toEqual(expect.arrayContaining(["LICENSE", "README.md", "package.json", "dist/types/index.d.ts", pkg.bin.sqloutbox.replace("./", ""), "src/index.ts", "etc/outbox.example.toml"]));
-    expect(packed.filter((f) => !/^(LICENSE|README\.md|package\.json|tsconfig\.json|src\/|dist\/types\/|docs\/|etc\/)/.test(f))).toEqual([]);
+    expect(packed).toEqual(
+      expect.arrayContaining([
+        "LICENSE",
+        "README.md",
+        "package.json",
+        "dist/types/index.d.ts",
+        pkg.bin.sqloutbox.replace("./", ""),
+        "src/index.ts",
+        "etc/outbox.example.toml",
+      ]),
+    );
+    expect(
+      packed.filter(
+        (f) => !/^(LICENSE|README\.md|package\.json|tsconfig\.json|src\/|dist\/types\/|docs\/|etc\/)/.test(f),
+      ),
+    ).toEqual([]);
     expect(packed.filter((f) => f.startsWith("dist/") && !f.startsWith("dist/types/"))).toEqual([]); // no binary
   }, 120_000);
 });

@@ -15,7 +15,6 @@ import { type Launcher, NATIVE, muslLauncher, qemuArm64Launcher } from "./suppor
 import { describeSlow, SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
-
 let tmp: TempDir;
 let releaseDir: string;
 let dbDir: string;
@@ -39,7 +38,12 @@ describeSlow("release binaries", "cross-compile them and run them under musl and
   test("writes one binary per target and a SHA256SUMS that `sha256sum -c` accepts", async () => {
     const binaries = RELEASE_TARGETS.map((t) => `sqloutbox-${t.name}`);
     expect(fs.readdirSync(releaseDir).sort()).toEqual(["SHA256SUMS", ...binaries].sort());
-    expect(binaries).toEqual(["sqloutbox-linux-x64", "sqloutbox-linux-x64-musl", "sqloutbox-linux-arm64", "sqloutbox-darwin-arm64"]);
+    expect(binaries).toEqual([
+      "sqloutbox-linux-x64",
+      "sqloutbox-linux-x64-musl",
+      "sqloutbox-linux-arm64",
+      "sqloutbox-darwin-arm64",
+    ]);
     const check = await run(["-c", "SHA256SUMS"], { cmd: ["sha256sum"], cwd: releaseDir });
     expect(check).toEqual({ code: 0, stdout: binaries.map((b) => `${b}: OK\n`).join(""), stderr: "" });
   });
@@ -49,18 +53,28 @@ describeSlow("release binaries", "cross-compile them and run them under musl and
     ["linux-x64-musl", () => muslLauncher(tmp.file("musl-lib"))],
     ["linux-arm64", () => qemuArm64Launcher()],
   ];
-  test.each(runnable)("sqloutbox-%s prints the baked-in version and the status of a real queue", async (name, launcher) => {
-    const { prefix, env } = launcher();
-    const cmd = [...prefix, path.join(releaseDir, `sqloutbox-${name}`)];
-    expect(await run(["--version"], { cmd, env, cwd: tmp.path })).toEqual({ code: 0, stdout: `${pkg.version}\n`, stderr: "" });
-    // --json: the stable contract, so a change to the table's layout does not break a test most runs skip.
-    const status = await run(["status", "--db-dir", dbDir, "--json"], { cmd, env, cwd: tmp.path });
-    expect(status.stderr).toBe("");
-    expect(status.code).toBe(0);
-    const report = JSON.parse(status.stdout);
-    expect(report.namespaces.map((n: { namespace: string; depth: number }) => [n.namespace, n.depth])).toEqual([["orders", 2]]);
-    expect(report.totals).toEqual({ namespaces: 1, depth: 2, stuck: 0, held: 0, deadLetters: 0, targetsDown: 0 });
-  }, 60_000);
+  test.each(runnable)(
+    "sqloutbox-%s prints the baked-in version and the status of a real queue",
+    async (name, launcher) => {
+      const { prefix, env } = launcher();
+      const cmd = [...prefix, path.join(releaseDir, `sqloutbox-${name}`)];
+      expect(await run(["--version"], { cmd, env, cwd: tmp.path })).toEqual({
+        code: 0,
+        stdout: `${pkg.version}\n`,
+        stderr: "",
+      });
+      // --json: the stable contract, so a change to the table's layout does not break a test most runs skip.
+      const status = await run(["status", "--db-dir", dbDir, "--json"], { cmd, env, cwd: tmp.path });
+      expect(status.stderr).toBe("");
+      expect(status.code).toBe(0);
+      const report = JSON.parse(status.stdout);
+      expect(report.namespaces.map((n: { namespace: string; depth: number }) => [n.namespace, n.depth])).toEqual([
+        ["orders", 2],
+      ]);
+      expect(report.totals).toEqual({ namespaces: 1, depth: 2, stuck: 0, held: 0, deadLetters: 0, targetsDown: 0 });
+    },
+    60_000,
+  );
 
   test("sqloutbox-darwin-arm64 is a signed Mach-O arm64 executable listed in SHA256SUMS with its hash", () => {
     const file = path.join(releaseDir, "sqloutbox-darwin-arm64");
@@ -71,9 +85,12 @@ describeSlow("release binaries", "cross-compile them and run them under musl and
     expect(header.readUInt32LE(12)).toBe(2); // MH_EXECUTE
     // macOS on Apple silicon kills an unsigned executable, so the (ad-hoc) signature must be there.
     const commands: number[] = [];
-    for (let i = 0, at = 32; i < header.readUInt32LE(16); i++, at += header.readUInt32LE(at + 4)) commands.push(header.readUInt32LE(at));
+    for (let i = 0, at = 32; i < header.readUInt32LE(16); i++, at += header.readUInt32LE(at + 4))
+      commands.push(header.readUInt32LE(at));
     expect(commands).toContain(0x1d); // LC_CODE_SIGNATURE
     const sha256 = createHash("sha256").update(bytes).digest("hex");
-    expect(fs.readFileSync(path.join(releaseDir, "SHA256SUMS"), "utf8")).toContain(`${sha256}  sqloutbox-darwin-arm64\n`);
+    expect(fs.readFileSync(path.join(releaseDir, "SHA256SUMS"), "utf8")).toContain(
+      `${sha256}  sqloutbox-darwin-arm64\n`,
+    );
   });
 });

@@ -18,7 +18,8 @@ import { waitFor } from "./support/wait.ts";
 
 let tmp: TempDir;
 let binary: string;
-const sh = (args: string[], cwd?: string, env?: Record<string, string | undefined>) => run(args, { cmd: [binary], cwd: cwd ?? tmp.path, env });
+const sh = (args: string[], cwd?: string, env?: Record<string, string | undefined>) =>
+  run(args, { cmd: [binary], cwd: cwd ?? tmp.path, env });
 
 // Outside the describe, so a skipped run lists only the tests (a skipped describe's hooks show up as unnamed skips).
 beforeAll(async () => {
@@ -42,7 +43,14 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
     const before = hashTree(dbDir);
     const status = await sh(["status", "--db-dir", dbDir, "--json"]);
     expect(status.code).toBe(0);
-    expect(JSON.parse(status.stdout).totals).toEqual({ namespaces: 1, depth: 3, stuck: 0, held: 0, deadLetters: 0, targetsDown: 0 });
+    expect(JSON.parse(status.stdout).totals).toEqual({
+      namespaces: 1,
+      depth: 3,
+      stuck: 0,
+      held: 0,
+      deadLetters: 0,
+      targetsDown: 0,
+    });
     const verify = await sh(["verify", "--db-dir", dbDir]);
     expect(verify.code).toBe(0);
     expect(verify.stdout).toContain("ok: 1 file(s) verified, no problems");
@@ -52,17 +60,27 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
   test("init writes the embedded templates and the example target", async () => {
     const r = await sh(["init", "scaffold"]);
     expect(r.code).toBe(0);
-    expect(fs.readFileSync(path.join(tmp.path, "scaffold", "outbox.config.ts"), "utf8")).toContain('import { defineConfig } from "sqloutbox"');
-    expect(fs.readFileSync(path.join(tmp.path, "scaffold", "produce.ts"), "utf8")).toContain('import { SQLMiddleware } from "sqloutbox"');
+    expect(fs.readFileSync(path.join(tmp.path, "scaffold", "outbox.config.ts"), "utf8")).toContain(
+      'import { defineConfig } from "sqloutbox"',
+    );
+    expect(fs.readFileSync(path.join(tmp.path, "scaffold", "produce.ts"), "utf8")).toContain(
+      'import { SQLMiddleware } from "sqloutbox"',
+    );
     // The example target, with the tables the scaffold delivers into.
-    expect([countRows(path.join(tmp.path, "scaffold", "data", "remote.db"), "orders"), countRows(path.join(tmp.path, "scaffold", "data", "remote.db"), "payments")]).toEqual([0, 0]);
+    expect([
+      countRows(path.join(tmp.path, "scaffold", "data", "remote.db"), "orders"),
+      countRows(path.join(tmp.path, "scaffold", "data", "remote.db"), "payments"),
+    ]).toEqual([0, 0]);
   });
 
   test("ignores a .env and a bunfig.toml in the working directory", async () => {
     const cwd = tmp.file("hostile");
     fs.mkdirSync(cwd);
     fs.writeFileSync(path.join(cwd, ".env"), "LOG_FORMAT=json\n");
-    fs.writeFileSync(path.join(cwd, "preload.ts"), `require("node:fs").writeFileSync(${JSON.stringify(path.join(cwd, "PRELOADED"))}, "x");\n`);
+    fs.writeFileSync(
+      path.join(cwd, "preload.ts"),
+      `require("node:fs").writeFileSync(${JSON.stringify(path.join(cwd, "PRELOADED"))}, "x");\n`,
+    );
     fs.writeFileSync(path.join(cwd, "bunfig.toml"), 'preload = ["./preload.ts"]\n');
     const r = await sh(["status", "--db-dir", "missing"], cwd);
     expect(r.code).toBe(1);
@@ -97,7 +115,11 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
       const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
       fs.mkdirSync(path.join(dir, "queue"), { recursive: true });
       const queue = openQueue(path.join(dir, "queue"), "orders");
-      for (let i = 1; i <= 3; i++) queue.enqueue("INSERT INTO orders (id) VALUES (?)", JSON.stringify([i]), "test", { traceparent, tracestate: null });
+      for (let i = 1; i <= 3; i++)
+        queue.enqueue("INSERT INTO orders (id) VALUES (?)", JSON.stringify([i]), "test", {
+          traceparent,
+          tracestate: null,
+        });
       queue.close();
       const remote = new Database(path.join(dir, "remote.db"));
       remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
@@ -113,16 +135,25 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
       expect(await proc.exited).toBe(0);
       // Stopping flushes: the spans are there once it exited.
       const deliveries = rx.spans.filter((s) => s.name === "deliver orders");
-      expect(deliveries.map((s) => [s.traceId, s.parentSpanId])).toEqual(Array(3).fill(["4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"]));
+      expect(deliveries.map((s) => [s.traceId, s.parentSpanId])).toEqual(
+        Array(3).fill(["4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"]),
+      );
       expect(rx.spans.find((s) => s.name === "BATCH a.r")!.resource["service.name"]).toBe("shop-drain");
 
       // The standard variables alone, in the protocol they default to (protobuf: counted, not decoded here).
       fs.writeFileSync(path.join(dir, "outbox.toml"), toml.replace(/^\[tracing\][^[]*/, ""));
       const more = openQueue(path.join(dir, "queue"), "orders");
-      more.enqueue("INSERT INTO orders (id) VALUES (?)", JSON.stringify([4]), "test", { traceparent, tracestate: null });
+      more.enqueue("INSERT INTO orders (id) VALUES (?)", JSON.stringify([4]), "test", {
+        traceparent,
+        tracestate: null,
+      });
       more.close();
       const before = rx.requests.length;
-      const env = { ...cleanEnv(), OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=s3cret" };
+      const env = {
+        ...cleanEnv(),
+        OTEL_EXPORTER_OTLP_ENDPOINT: rx.url,
+        OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=s3cret",
+      };
       const second = Bun.spawn([binary, "runservice"], { cwd: dir, env, stdout: "pipe", stderr: "pipe" });
       try {
         await waitFor(() => countRows(path.join(dir, "remote.db"), "orders") >= 4, "the 4th order in remote.db");
@@ -132,7 +163,9 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
       expect(await second.exited).toBe(0);
       const sent = rx.requests.slice(before);
       expect(sent.length).toBeGreaterThan(0);
-      expect(sent.every((r) => r.contentType === "application/x-protobuf" && r.headers["x-api-key"] === "s3cret")).toBe(true);
+      expect(sent.every((r) => r.contentType === "application/x-protobuf" && r.headers["x-api-key"] === "s3cret")).toBe(
+        true,
+      );
     } finally {
       await rx.stop();
     }
@@ -165,7 +198,10 @@ export class JsonlWriter {
     );
     const app = (name: string, connection: string) =>
       `[app.${name}]\ndb_dir = "${name}"\nflush_interval = 0.05\ntable_flush_threshold = 1\n[app.${name}.db.out]\nwriter_class = "./writers/jsonl.ts:JsonlWriter"\ntables = ["orders"]\nledger = false\n[app.${name}.db.out.connection]\n${connection}\n`;
-    fs.writeFileSync(path.join(dir, "outbox.toml"), app("good", 'path = "good.jsonl"') + app("refused", 'path = "refused.jsonl"\nrefuse = true'));
+    fs.writeFileSync(
+      path.join(dir, "outbox.toml"),
+      app("good", 'path = "good.jsonl"') + app("refused", 'path = "refused.jsonl"\nrefuse = true'),
+    );
     seed(path.join(dir, "good"), "orders", 5);
     seed(path.join(dir, "refused"), "orders", 1);
 
@@ -176,15 +212,25 @@ export class JsonlWriter {
         if (proc.exitCode !== null) return true; // it gave up: what it said is asserted below
         const status = await sh(["status", "--json"], dir);
         targets = status.code === 1 || status.code === 0 ? (JSON.parse(status.stdout).targets ?? []) : [];
-        return fs.existsSync(path.join(dir, "good.jsonl")) && fs.readFileSync(path.join(dir, "good.jsonl"), "utf8").split("\n").length === 6 && targets.some((t) => t.target === "refused.out" && t.failures > 0);
+        return (
+          fs.existsSync(path.join(dir, "good.jsonl")) &&
+          fs.readFileSync(path.join(dir, "good.jsonl"), "utf8").split("\n").length === 6 &&
+          targets.some((t) => t.target === "refused.out" && t.failures > 0)
+        );
       }, "the good target's 5 rows in good.jsonl and the refused target's state");
     } finally {
       proc.kill("SIGTERM");
     }
     const stderr = await new Response(proc.stderr).text();
-    expect({ code: await proc.exited, stderr }).toMatchObject({ code: 0, stderr: expect.stringContaining("drain: target refused.out is misconfigured") });
+    expect({ code: await proc.exited, stderr }).toMatchObject({
+      code: 0,
+      stderr: expect.stringContaining("drain: target refused.out is misconfigured"),
+    });
     expect(stderr).not.toContain("Cannot find package");
-    expect(targets.map((t) => [t.target, t.state]).sort()).toEqual([["good.out", "ok"], ["refused.out", "misconfigured"]]);
+    expect(targets.map((t) => [t.target, t.state]).sort()).toEqual([
+      ["good.out", "ok"],
+      ["refused.out", "misconfigured"],
+    ]);
     expect(fs.readFileSync(path.join(dir, "good.jsonl"), "utf8")).toContain('"toml":"sql = ');
   }, 30_000);
 });

@@ -25,7 +25,12 @@ afterAll(() => dir.cleanup());
 
 /** Runs `script` in `shell` (argv) in the temp dir; its stdout, trimmed. */
 function inShell(shell: string[], script: string): string {
-  const r = Bun.spawnSync([...shell, script], { cwd: dir.path, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH, HOME: dir.path } });
+  const r = Bun.spawnSync([...shell, script], {
+    cwd: dir.path,
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { PATH: process.env.PATH, HOME: dir.path },
+  });
   expect(r.stderr.toString()).toBe("");
   expect(r.exitCode).toBe(0);
   return r.stdout.toString().trim();
@@ -34,7 +39,10 @@ function inShell(shell: string[], script: string): string {
 describe("bash", () => {
   /** What Tab offers after `words` (the last one is the word being completed). */
   const complete = (...words: string[]) =>
-    inShell(["bash", "-c"], `source ${JSON.stringify(scripts.bash)}; COMP_WORDS=(${words.map((w) => JSON.stringify(w)).join(" ")}); COMP_CWORD=${words.length - 1}; _sqloutbox; echo "\${COMPREPLY[*]}"`);
+    inShell(
+      ["bash", "-c"],
+      `source ${JSON.stringify(scripts.bash)}; COMP_WORDS=(${words.map((w) => JSON.stringify(w)).join(" ")}); COMP_CWORD=${words.length - 1}; _sqloutbox; echo "\${COMPREPLY[*]}"`,
+    );
 
   test("completes a command, a subcommand and every registered command from nothing", async () => {
     expect(complete("sqloutbox", "sta")).toBe("status");
@@ -62,7 +70,10 @@ describe.skipIf(!zsh)(zsh ? "zsh" : "zsh (skipped: zsh is not installed)", () =>
   test("the script loads into zsh and offers the same commands and flags", () => {
     // zsh runs the function through bashcompinit, with bash's 0-based arrays, and filters by prefix itself.
     const offered = (...words: string[]) =>
-      inShell(["zsh", "-f", "-c"], `source ${JSON.stringify(scripts.zsh)}; setopt ksharrays; COMP_WORDS=(${words.map((w) => JSON.stringify(w)).join(" ")}); COMP_CWORD=${words.length - 1}; _sqloutbox; print -r -- "\${COMPREPLY[@]}"`).split(" ");
+      inShell(
+        ["zsh", "-f", "-c"],
+        `source ${JSON.stringify(scripts.zsh)}; setopt ksharrays; COMP_WORDS=(${words.map((w) => JSON.stringify(w)).join(" ")}); COMP_CWORD=${words.length - 1}; _sqloutbox; print -r -- "\${COMPREPLY[@]}"`,
+      ).split(" ");
     expect(offered("sqloutbox", "st")).toContain("status");
     expect(offered("sqloutbox", "status", "--js")).toContain("--json");
     expect(offered("sqloutbox", "dead-letter", "")).toEqual(["list", "show", "replay", "purge"]);
@@ -72,8 +83,14 @@ describe.skipIf(!zsh)(zsh ? "zsh" : "zsh (skipped: zsh is not installed)", () =>
 const fish = Bun.which("fish");
 describe.skipIf(!fish)(fish ? "fish" : "fish (skipped: fish is not installed)", () => {
   test("completes a command, a flag and a value, with their descriptions", () => {
-    const complete = (line: string) => inShell(["fish", "--no-config", "-c"], `source ${JSON.stringify(scripts.fish)}; complete -C ${JSON.stringify(line)}`);
-    expect(complete("sqloutbox sta")).toBe("status\tPer-namespace depth, oldest pending age, stuck heads and dead letters (read-only)");
+    const complete = (line: string) =>
+      inShell(
+        ["fish", "--no-config", "-c"],
+        `source ${JSON.stringify(scripts.fish)}; complete -C ${JSON.stringify(line)}`,
+      );
+    expect(complete("sqloutbox sta")).toBe(
+      "status\tPer-namespace depth, oldest pending age, stuck heads and dead letters (read-only)",
+    );
     expect(complete("sqloutbox status --js")).toBe("--json\tPrint JSON (stable shape, see docs/cli.md)");
     expect(complete("sqloutbox dead-letter re")).toStartWith("replay\t");
     expect(complete("sqloutbox status --config out")).toBe("outbox.toml");

@@ -31,7 +31,11 @@ beforeEach(() => {
 function letters(table: string, count: number, dead: number): void {
   const q = openQueue(dbDir, table);
   try {
-    const seqs = q.enqueueBatch(Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: `[${i + 1}]` })), "test", { grouped: false });
+    const seqs = q.enqueueBatch(
+      Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: `[${i + 1}]` })),
+      "test",
+      { grouped: false },
+    );
     for (const seq of seqs.slice(0, dead)) q.skipHead(seq);
   } finally {
     q.close();
@@ -80,7 +84,9 @@ describe("dead-letter list filters", () => {
     expect(await list("--since", daysAgo(4).slice(0, 10))).toEqual(await list());
     expect(await list("--replayed")).toEqual(["payments:1"]);
     expect(await list("--unreplayed", "--namespace", "payments")).toEqual(["payments:2"]);
-    expect(await list("--namespace", "orders", "--reason", "max_attempts", "--since", "2d", "--unreplayed")).toEqual(["orders:4"]);
+    expect(await list("--namespace", "orders", "--reason", "max_attempts", "--since", "2d", "--unreplayed")).toEqual([
+      "orders:4",
+    ]);
   });
 
   test("--json entries carry the file; a filter that matches nothing says so", async () => {
@@ -203,7 +209,14 @@ describe("dead-letter replay with a selection", () => {
     `);
     const again = await json("replay", "--all");
     expect(again.replayed).toEqual([]);
-    expect(again.skipped.map((s: { seq: number; replayedAsSeq: number }) => [s.seq, s.replayedAsSeq])).toEqual([[1, 7], [2, 8], [3, 9], [4, 10], [1, 5], [2, 6]]);
+    expect(again.skipped.map((s: { seq: number; replayedAsSeq: number }) => [s.seq, s.replayedAsSeq])).toEqual([
+      [1, 7],
+      [2, 8],
+      [3, 9],
+      [4, 10],
+      [1, 5],
+      [2, 6],
+    ]);
     const r = await dl("replay", "--all");
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "NAMESPACE  REPLAYED  SKIPPED  SEQS  FILE
@@ -244,8 +257,16 @@ describe("dead-letter replay with a selection", () => {
 
   test("the one-letter form is unchanged: --namespace N --seq S prints the same line and JSON", async () => {
     const r = await dl("replay", "--namespace", "payments", "--seq", "2");
-    expect(normalize(r.stdout, tmp)).toBe("replayed dead letter payments seq 2 as seq 5 (re-enqueued at the tail, <DIR>/queue/payments.db)\n");
-    expect(await json("replay", "--namespace", "orders", "--seq", "1")).toEqual({ action: "replay", namespace: "orders", seq: 1, newSeq: 7, file: "<DIR>/queue/orders.db" });
+    expect(normalize(r.stdout, tmp)).toBe(
+      "replayed dead letter payments seq 2 as seq 5 (re-enqueued at the tail, <DIR>/queue/payments.db)\n",
+    );
+    expect(await json("replay", "--namespace", "orders", "--seq", "1")).toEqual({
+      action: "replay",
+      namespace: "orders",
+      seq: 1,
+      newSeq: 7,
+      file: "<DIR>/queue/orders.db",
+    });
   });
 });
 
@@ -258,7 +279,9 @@ describe("5 000 letters: one transaction per file", () => {
   test("a write failing at the 4 000th letter replays none of them and exits 1 naming the file", async () => {
     const file = path.join(dbDir, "orders.db");
     const db = new Database(file);
-    db.run(`CREATE TRIGGER fail_midway BEFORE INSERT ON outbox_queue WHEN new.payload = '[4000]' BEGIN SELECT RAISE(ABORT, 'injected failure'); END`);
+    db.run(
+      `CREATE TRIGGER fail_midway BEFORE INSERT ON outbox_queue WHEN new.payload = '[4000]' BEGIN SELECT RAISE(ABORT, 'injected failure'); END`,
+    );
     db.close();
     const r = await dl("replay", "--namespace", "orders", "--json");
     expect(r.code).toBe(1);
@@ -274,16 +297,25 @@ describe("5 000 letters: one transaction per file", () => {
     fixed.close();
     const ok = await json("replay", "--namespace", "orders");
     expect(ok.replayed).toHaveLength(5_000);
-    expect(ok.replayed.every((e: { seq: number; newSeq: number }, i: number) => e.seq === i + 1 && e.newSeq === 5_001 + i)).toBe(true);
+    expect(
+      ok.replayed.every((e: { seq: number; newSeq: number }, i: number) => e.seq === i + 1 && e.newSeq === 5_001 + i),
+    ).toBe(true);
     expect((await runInProcess(["verify", "--db-dir", dbDir])).code).toBe(0);
   });
 
   test("while a producer process writes to the file: the producer never fails and the replayed letters get one unbroken run of seqs", async () => {
-    const producer = Bun.spawn(["bun", path.join(REPO, "test/support/children/outbox-producer.ts"), dbDir, "orders", "800", "1"], { stdout: "pipe", stderr: "pipe" });
+    const producer = Bun.spawn(
+      ["bun", path.join(REPO, "test/support/children/outbox-producer.ts"), dbDir, "orders", "800", "1"],
+      { stdout: "pipe", stderr: "pipe" },
+    );
     // Start replaying once the producer is writing.
     await waitFor(() => count("orders", "outbox_queue") > 0, "the producer's first row");
     const r = await json("replay", "--namespace", "orders");
-    const [out, err, code] = await Promise.all([new Response(producer.stdout).text(), new Response(producer.stderr).text(), producer.exited]);
+    const [out, err, code] = await Promise.all([
+      new Response(producer.stdout).text(),
+      new Response(producer.stderr).text(),
+      producer.exited,
+    ]);
     expect({ code, err }).toEqual({ code: 0, err: "" });
     const acked: number[] = JSON.parse(out).acked;
     const newSeqs: number[] = r.replayed.map((e: { newSeq: number }) => e.newSeq);
@@ -339,7 +371,10 @@ describe("dead-letter purge", () => {
     await dl("replay", "--all");
     setDead("orders", [1, 2], "dead_at = ?", daysAgo(10));
     setDead("payments", [1], "dead_at = ?", daysAgo(10));
-    expect(keys((await json("purge", "--older-than", "7d", "--namespace", "orders")).purged)).toEqual(["orders:1", "orders:2"]);
+    expect(keys((await json("purge", "--older-than", "7d", "--namespace", "orders")).purged)).toEqual([
+      "orders:1",
+      "orders:2",
+    ]);
     expect(keys((await json("purge", "--older-than", "1w2d")).purged)).toEqual(["payments:1"]);
     expect(keys((await json("list")).deadLetters)).toEqual(["orders:3", "orders:4", "payments:2"]);
   });
@@ -349,7 +384,16 @@ describe("dead-letter purge", () => {
     const before = hashTree(tmp);
     const dry = await json("purge", "--older-than", "0s", "--unreplayed", "--dry-run");
     expect(hashTree(tmp)).toEqual(before);
-    expect(Object.keys(dry)).toEqual(["action", "dryRun", "olderThan", "before", "unreplayed", "purged", "kept", "failed"]);
+    expect(Object.keys(dry)).toEqual([
+      "action",
+      "dryRun",
+      "olderThan",
+      "before",
+      "unreplayed",
+      "purged",
+      "kept",
+      "failed",
+    ]);
     expect(dry).toMatchInlineSnapshot(`
       {
         "action": "purge",
@@ -424,38 +468,63 @@ describe("dead-letter purge", () => {
     q.close();
     const r = await json("purge", "--older-than", "0s", "--unreplayed", "--namespace", "payments");
     expect(keys(r.purged)).toEqual(["payments:1"]);
-    expect(r.kept).toEqual([{ namespace: "payments", seq: 2, file: "<DIR>/queue/payments.db", reason: "skipped", deadAt: "<TIME>", replayedAt: null, keptBecause: "newest" }]);
+    expect(r.kept).toEqual([
+      {
+        namespace: "payments",
+        seq: 2,
+        file: "<DIR>/queue/payments.db",
+        reason: "skipped",
+        deadAt: "<TIME>",
+        replayedAt: null,
+        keptBecause: "newest",
+      },
+    ]);
     expect((await runInProcess(["verify", "--db-dir", dbDir])).code).toBe(0);
   });
 });
 
 describe("files that cannot be read", () => {
-  test.each([["replay --all"], ["purge --older-than 0s --unreplayed"]])("dead-letter %s reports the file, does the others, and exits 1", async (line) => {
-    const args = line.split(" ");
-    const garbage = path.join(dbDir, "garbage.db");
-    fs.writeFileSync(garbage, "this is not sqlite".repeat(100));
-    const r = await dl(...args, "--json");
-    expect(r.code).toBe(1);
-    expect(r.stderr).toContain(garbage);
-    expect(r.stderr).toContain(`dead-letter ${args[0]} failed in 1 file(s)`);
-    const report = JSON.parse(r.stdout);
-    expect(report.failed).toEqual([{ file: garbage, error: expect.stringContaining("file is not a database") }]);
-    expect(report.purged ?? report.replayed).not.toHaveLength(0);
-  });
+  test.each([["replay --all"], ["purge --older-than 0s --unreplayed"]])(
+    "dead-letter %s reports the file, does the others, and exits 1",
+    async (line) => {
+      const args = line.split(" ");
+      const garbage = path.join(dbDir, "garbage.db");
+      fs.writeFileSync(garbage, "this is not sqlite".repeat(100));
+      const r = await dl(...args, "--json");
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(garbage);
+      expect(r.stderr).toContain(`dead-letter ${args[0]} failed in 1 file(s)`);
+      const report = JSON.parse(r.stdout);
+      expect(report.failed).toEqual([{ file: garbage, error: expect.stringContaining("file is not a database") }]);
+      expect(report.purged ?? report.replayed).not.toHaveLength(0);
+    },
+  );
 });
 
 describe("usage errors exit 2 and change nothing", () => {
   test.each([
-    [["replay"], /dead-letter replay needs a selection: --namespace N \[--seq S\], --reason R, --since DUR\|TIME, or --all/],
+    [
+      ["replay"],
+      /dead-letter replay needs a selection: --namespace N \[--seq S\], --reason R, --since DUR\|TIME, or --all/,
+    ],
     [["replay", "--dry-run"], /dead-letter replay needs a selection/],
     [["replay", "--all", "--namespace", "orders"], /--all selects every dead letter: give either --all or --namespace/],
     [["replay", "--seq", "1"], /--seq needs --namespace N/],
-    [["replay", "--namespace", "orders", "--seq", "1", "--dry-run"], /--seq replays one dead letter; it does not combine with --reason, --since, --all or --dry-run/],
-    [["replay", "--since", "3 days"], /--since must be a duration \(2h, 7d, 1h30m\) or an ISO-8601 time \(2026-03-01T12:00:00Z\), got "3 days"/],
+    [
+      ["replay", "--namespace", "orders", "--seq", "1", "--dry-run"],
+      /--seq replays one dead letter; it does not combine with --reason, --since, --all or --dry-run/,
+    ],
+    [
+      ["replay", "--since", "3 days"],
+      /--since must be a duration \(2h, 7d, 1h30m\) or an ISO-8601 time \(2026-03-01T12:00:00Z\), got "3 days"/,
+    ],
     [["list", "--since", "2026-02-30"], /--since must be a duration .* got "2026-02-30"/],
     [["list", "--replayed", "--unreplayed"], /give --replayed or --unreplayed, not both/],
     [["purge"], /missing required option --older-than/],
-    [["purge", "--older-than", "30"], /--older-than must be a duration such as 90s, 30m, 12h, 7d, 2w or 1h30m, got "30"/],
+    [
+      ["purge", "--older-than", "30"],
+      /--older-than must be a duration such as 90s, 30m, 12h, 7d, 2w or 1h30m, got "30"/,
+    ],
     [["purge", "--older-than", "-1d"], /--older-than must be a duration .* got "-1d"/],
   ])("dead-letter %p", async (args, message) => {
     const before = hashTree(tmp);

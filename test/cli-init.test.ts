@@ -54,7 +54,14 @@ describe("init", () => {
            the tables must exist on the target. Producers: new SQLMiddleware({ dbDir }).push(table, sql, args).
       "
     `);
-    expect(fs.readdirSync(scaffold).sort()).toEqual(["data", "outbox.config.ts", "outbox.toml", "produce.ts", "run.ts", "tsconfig.json"]);
+    expect(fs.readdirSync(scaffold).sort()).toEqual([
+      "data",
+      "outbox.config.ts",
+      "outbox.toml",
+      "produce.ts",
+      "run.ts",
+      "tsconfig.json",
+    ]);
     expect(fs.readdirSync(path.join(scaffold, "data"))).toEqual(["remote.db"]);
   });
 
@@ -74,7 +81,8 @@ describe("init", () => {
 
   test("refuses to overwrite: exit 1 naming the file, nothing changed", async () => {
     // Only run.ts exists (the user's own): nothing else may be written either.
-    for (const name of ["outbox.config.ts", "outbox.toml", "produce.ts", "tsconfig.json", "data"]) fs.rmSync(path.join(scaffold, name), { recursive: true });
+    for (const name of ["outbox.config.ts", "outbox.toml", "produce.ts", "tsconfig.json", "data"])
+      fs.rmSync(path.join(scaffold, name), { recursive: true });
     fs.writeFileSync(path.join(scaffold, "run.ts"), "// mine\n");
     const before = hashTree(project);
     const r = await runInProcess(["init"], { cwd: project });
@@ -93,12 +101,17 @@ describe("init", () => {
     const r = await runInProcess(["init", path.join(blocker, "outbox")], { cwd: project });
     expect(r.code).toBe(1);
     expect(r.stdout).toBe("");
-    expect(r.stderr).toBe(`[error] cannot write the scaffold into ${path.join(blocker, "outbox")}: ENOTDIR: not a directory, mkdir '${path.join(blocker, "outbox")}'\n`);
+    expect(r.stderr).toBe(
+      `[error] cannot write the scaffold into ${path.join(blocker, "outbox")}: ENOTDIR: not a directory, mkdir '${path.join(blocker, "outbox")}'\n`,
+    );
     fs.rmSync(blocker);
   });
 
   test("the scaffold type-checks against the package", async () => {
-    const r = await run(["-p", path.join(scaffold, "tsconfig.json")], { cmd: [path.join(REPO, "node_modules", ".bin", "tsc")], cwd: project });
+    const r = await run(["-p", path.join(scaffold, "tsconfig.json")], {
+      cmd: [path.join(REPO, "node_modules", ".bin", "tsc")],
+      cwd: project,
+    });
     expect(r.stdout + r.stderr).toBe("");
     expect(r.code).toBe(0);
   });
@@ -114,7 +127,12 @@ describe("init", () => {
     expect(init.code).toBe(0);
     // Every command line of the steps, in order: `  bun outbox/produce.ts   # what it does`.
     const commands = [...init.stdout.matchAll(/^ +(bunx? \S.*?) +# /gm)].map((m) => m[1]!);
-    expect(commands.map((c) => c.split(" ").slice(0, 3).join(" "))).toEqual(["bun outbox/produce.ts", "bun outbox/run.ts", "bunx sqloutbox runservice", "bunx sqloutbox status"]);
+    expect(commands.map((c) => c.split(" ").slice(0, 3).join(" "))).toEqual([
+      "bun outbox/produce.ts",
+      "bun outbox/run.ts",
+      "bunx sqloutbox runservice",
+      "bunx sqloutbox status",
+    ]);
     const remote = path.join(scaffold, "data", "remote.db");
     const landed = () => [countRows(remote, "orders"), countRows(remote, "payments")];
     for (const line of commands) {
@@ -123,22 +141,35 @@ describe("init", () => {
       if (!isDrain) {
         const r = await run(argv.slice(1), { cmd: [argv[0]!], cwd: project });
         expect({ line, code: r.code, stderr: r.stderr }).toEqual({ line, code: 0, stderr: "" });
-        if (argv.includes("status")) expect(r.stdout).toContain("2 namespace(s), 0 pending, 0 stuck, 0 held, 0 dead letter(s)");
+        if (argv.includes("status"))
+          expect(r.stdout).toContain("2 namespace(s), 0 pending, 0 stuck, 0 held, 0 dead letter(s)");
         continue;
       }
       // A drain: runs until SIGTERM. The first one delivers what produce.ts queued; the second finds nothing left.
       const drain = Bun.spawn(argv, { cwd: project, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
       try {
         await waitFor(() => landed().join() === "1,1", `${line} to deliver the order and its payment`);
-        await waitFor(async () => (await run(["status", "--config", "outbox/outbox.toml", "--json"], { cwd: project })).stdout.match(/"pid": \d+/) !== null, `${line} to hold the lock`);
+        await waitFor(
+          async () =>
+            (await run(["status", "--config", "outbox/outbox.toml", "--json"], { cwd: project })).stdout.match(
+              /"pid": \d+/,
+            ) !== null,
+          `${line} to hold the lock`,
+        );
       } finally {
         drain.kill("SIGTERM");
       }
       const output = (await new Response(drain.stdout).text()) + (await new Response(drain.stderr).text());
-      expect({ line, code: await drain.exited, errors: output.split("\n").filter((l) => /error|warn/i.test(l)) }).toEqual({ line, code: 0, errors: [] });
+      expect({
+        line,
+        code: await drain.exited,
+        errors: output.split("\n").filter((l) => /error|warn/i.test(l)),
+      }).toEqual({ line, code: 0, errors: [] });
     }
     const db = new Database(remote, { readonly: true });
-    expect(db.query("SELECT o.total, p.state FROM orders o JOIN payments p ON p.order_id = o.id").all()).toEqual([{ total: 99.9, state: "captured" }]);
+    expect(db.query("SELECT o.total, p.state FROM orders o JOIN payments p ON p.order_id = o.id").all()).toEqual([
+      { total: 99.9, state: "captured" },
+    ]);
     db.close();
   }, 30_000);
 });

@@ -30,7 +30,12 @@ beforeEach(() => {
   const orders = openQueue(dbDir, "orders");
   const head = orders.head()!;
   orders.recordAttempt(head.seq);
-  orders.recordFailure(head.seq, 'relation "orders" does not exist (postgres://app:hunter2@db.internal/prod)', "42P01", new Date(Date.now() + 60_000));
+  orders.recordFailure(
+    head.seq,
+    'relation "orders" does not exist (postgres://app:hunter2@db.internal/prod)',
+    "42P01",
+    new Date(Date.now() + 60_000),
+  );
   orders.recordAttempt(head.seq);
   orders.close();
   // One dead letter in payments.
@@ -58,7 +63,12 @@ describe("status", () => {
     const q = openQueue(dbDir, "payments");
     const head = q.head()!;
     q.recordAttempt(head.seq);
-    q.recordFailure(head.seq, '23505: duplicate key value violates unique constraint "payments_pkey"', "23505", new Date(Date.now() + 60_000));
+    q.recordFailure(
+      head.seq,
+      '23505: duplicate key value violates unique constraint "payments_pkey"',
+      "23505",
+      new Date(Date.now() + 60_000),
+    );
     q.close();
     const r = await runInProcess(["status", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
@@ -70,8 +80,24 @@ describe("status", () => {
     const r = await runInProcess(["status", "--db-dir", dbDir, "--json"]);
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout);
-    expect(Object.keys(report)).toEqual(["generatedAt", "dbDirs", "namespaces", "targets", "fleet", "unreadable", "totals"]);
-    expect(report.dbDirs).toEqual([{ app: null, dbDir, dbFile: null, exists: true, drain: { pid: null, updatedAt: null, stoppedAt: null, stale: false } }]);
+    expect(Object.keys(report)).toEqual([
+      "generatedAt",
+      "dbDirs",
+      "namespaces",
+      "targets",
+      "fleet",
+      "unreadable",
+      "totals",
+    ]);
+    expect(report.dbDirs).toEqual([
+      {
+        app: null,
+        dbDir,
+        dbFile: null,
+        exists: true,
+        drain: { pid: null, updatedAt: null, stoppedAt: null, stale: false },
+      },
+    ]);
     expect(report.totals).toEqual({ namespaces: 2, depth: 7, stuck: 1, held: 0, deadLetters: 1, targetsDown: 0 });
     expect([report.targets, report.fleet]).toEqual([[], []]); // no drain runs here
     const [orders, payments] = report.namespaces;
@@ -90,7 +116,13 @@ describe("status", () => {
     });
     expect(orders.lastError).toBe('relation "orders" does not exist (postgres://app:***@db.internal/prod)');
     expect(orders.oldestPendingAgeMs).toBeGreaterThanOrEqual(0);
-    expect(payments).toMatchObject({ namespace: "payments", depth: 2, isStuck: false, deadLetterCount: 1, lastError: null });
+    expect(payments).toMatchObject({
+      namespace: "payments",
+      depth: 2,
+      isStuck: false,
+      deadLetterCount: 1,
+      lastError: null,
+    });
   });
 
   test("a drain holding the lock without a state file (OutboxSyncService on its own) is running, not stale", async () => {
@@ -116,7 +148,9 @@ describe("status", () => {
     const r = await runInProcess(["status", "--config", config]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("shop  orders");
-    expect(r.stderr).toContain(`${config}:3:1 [app.shop.batch_szie]: unknown key "batch_szie" (did you mean "batch_size"?)`);
+    expect(r.stderr).toContain(
+      `${config}:3:1 [app.shop.batch_szie]: unknown key "batch_szie" (did you mean "batch_size"?)`,
+    );
     expect(r.stderr).toContain(`(the drain refuses this config; reading only the db_dirs and db_files of ${config})`);
     expect(r.stdout + r.stderr).not.toContain("hunter2");
   });
@@ -172,7 +206,13 @@ url = "\${UNSET_IN_THIS_SHELL}"
       "
     `);
     const json = JSON.parse((await runInProcess(["status", "--config", config, "--json"])).stdout);
-    expect(json.namespaces.map((n: { app: string; namespace: string; capacityPct: number | null }) => [n.app, n.namespace, n.capacityPct])).toEqual([
+    expect(
+      json.namespaces.map((n: { app: string; namespace: string; capacityPct: number | null }) => [
+        n.app,
+        n.namespace,
+        n.capacityPct,
+      ]),
+    ).toEqual([
       ["shop", "orders", null],
       ["shop", "payments", null],
       ["metrics", "events", 50],
@@ -180,7 +220,10 @@ url = "\${UNSET_IN_THIS_SHELL}"
   });
 
   test("./outbox.toml in the working directory is the default config", async () => {
-    fs.writeFileSync(path.join(tmp, "outbox.toml"), `[app.a]\ndb_dir = "queue"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.x.connection]\npath = "r.db"\n`);
+    fs.writeFileSync(
+      path.join(tmp, "outbox.toml"),
+      `[app.a]\ndb_dir = "queue"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.x.connection]\npath = "r.db"\n`,
+    );
     const r = await runInProcess(["status", "--json"], { cwd: tmp });
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).totals.namespaces).toBe(2);
@@ -191,7 +234,9 @@ url = "\${UNSET_IN_THIS_SHELL}"
     const r = await runInProcess(["status", "--db-dir", dbDir]);
     expect(r.code).toBe(1);
     // One line, naming the file once.
-    expect(r.stdout).toContain(`UNREADABLE ${path.join(dbDir, "garbage.db")}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`);
+    expect(r.stdout).toContain(
+      `UNREADABLE ${path.join(dbDir, "garbage.db")}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`,
+    );
     expect(r.stdout).toContain("orders");
     expect(r.stderr).toContain("status could not read 1 file(s)");
   });
@@ -202,9 +247,13 @@ url = "\${UNSET_IN_THIS_SHELL}"
     fs.chmodSync(tmp, 0o755);
     fs.chmodSync(dbDir, 0o755);
     fs.chmodSync(path.join(dbDir, "orders.db"), 0o600);
-    const r = await run(["-u", "nobody", "--", "bun", path.join(REPO, "src/cli/bin.ts"), "status", "--db-dir", dbDir], { cmd: ["runuser"] });
+    const r = await run(["-u", "nobody", "--", "bun", path.join(REPO, "src/cli/bin.ts"), "status", "--db-dir", dbDir], {
+      cmd: ["runuser"],
+    });
     expect(r.code).toBe(1);
-    expect(r.stdout).toContain(`UNREADABLE ${path.join(dbDir, "orders.db")}: cannot read outbox file: unable to open database file [SQLITE_CANTOPEN] (permission denied for this user`);
+    expect(r.stdout).toContain(
+      `UNREADABLE ${path.join(dbDir, "orders.db")}: cannot read outbox file: unable to open database file [SQLITE_CANTOPEN] (permission denied for this user`,
+    );
   });
 
   test("a db_dir holding only an unreadable file says so, not that there are no files", async () => {
@@ -217,17 +266,24 @@ url = "\${UNSET_IN_THIS_SHELL}"
   });
 
   test("--watch --json prints one document per line until SIGTERM, then exits 0", async () => {
-    const proc = Bun.spawn(["bun", "src/cli/bin.ts", "status", "--db-dir", dbDir, "--watch", "--json", "--interval", "0.1"], {
-      cwd: path.resolve(import.meta.dir, ".."),
-      stdout: "pipe",
-      stderr: "pipe",
-    });
+    const proc = Bun.spawn(
+      ["bun", "src/cli/bin.ts", "status", "--db-dir", dbDir, "--watch", "--json", "--interval", "0.1"],
+      {
+        cwd: path.resolve(import.meta.dir, ".."),
+        stdout: "pipe",
+        stderr: "pipe",
+      },
+    );
     const reader = proc.stdout.getReader();
     let text = "";
     while (text.split("\n").length < 3) text += new TextDecoder().decode((await reader.read()).value);
     proc.kill("SIGTERM");
     expect(await proc.exited).toBe(0);
-    const docs = text.split("\n").filter(Boolean).slice(0, 2).map((l) => JSON.parse(l));
+    const docs = text
+      .split("\n")
+      .filter(Boolean)
+      .slice(0, 2)
+      .map((l) => JSON.parse(l));
     expect(docs.map((d) => d.totals.depth)).toEqual([7, 7]);
   });
 });
@@ -270,22 +326,58 @@ describe("status of a running drain, from its state file", () => {
   // The cause is the part of a message that gets cut: this one is long on purpose.
   const CAUSE = `connection refused by postgres://app:hunter2@db.internal.example.com:5432/production (${"x".repeat(120)}) — the end`;
   const target = (over: Partial<PersistedTarget>): PersistedTarget => ({
-    target: "shop.main", app: "shop", state: "ok", failures: 0, downSince: null, lastError: null, lastSuccessAt: new Date().toISOString(),
-    lastCycleAt: null, lastBeatAt: null, setupProblem: null, ledger: true, totals: { delivered: 0, failed: 0, deadLettered: 0 },
-    tables: ["orders", "payments"].map((namespace) => ({ namespace, origin: null, through: null, held: null, counts: { delivered: 0, failed: 0, deadLettered: 0 } })),
-    fleet: [], fleetReadAt: null, recent: null, files: [], ...over,
+    target: "shop.main",
+    app: "shop",
+    state: "ok",
+    failures: 0,
+    downSince: null,
+    lastError: null,
+    lastSuccessAt: new Date().toISOString(),
+    lastCycleAt: null,
+    lastBeatAt: null,
+    setupProblem: null,
+    ledger: true,
+    totals: { delivered: 0, failed: 0, deadLettered: 0 },
+    tables: ["orders", "payments"].map((namespace) => ({
+      namespace,
+      origin: null,
+      through: null,
+      held: null,
+      counts: { delivered: 0, failed: 0, deadLettered: 0 },
+    })),
+    fleet: [],
+    fleetReadAt: null,
+    recent: null,
+    files: [],
+    ...over,
   });
   /** Holds dbDir's lock as a drain would and writes its state with these targets. */
   const drainWith = (targets: PersistedTarget[]) => {
     const lock = acquireLock(drainHome(dbDir).lockFile);
     const now = new Date().toISOString();
-    writeDrainState(drainHome(dbDir).stateFile, { version: 1, pid: process.pid, startedAt: now, updatedAt: now, stoppedAt: null, targets });
+    writeDrainState(drainHome(dbDir).stateFile, {
+      version: 1,
+      pid: process.pid,
+      startedAt: now,
+      updatedAt: now,
+      stoppedAt: null,
+      targets,
+    });
     return lock;
   };
 
   test("shows per target what it delivered, its rows/s over the last interval, its lag (the oldest pending row) and its files' WAL", async () => {
-    const files = [{ file: `${dbDir}/orders.db`, walBytes: 3 * 1024 * 1024, freePages: 0, embedded: false }, { file: `${dbDir}/payments.db`, walBytes: 512 * 1024, freePages: 0, embedded: false }];
-    const lock = drainWith([target({ totals: { delivered: 12_345, failed: 0, deadLettered: 0 }, recent: { delivered: 500, ms: 2000 }, files })]);
+    const files = [
+      { file: `${dbDir}/orders.db`, walBytes: 3 * 1024 * 1024, freePages: 0, embedded: false },
+      { file: `${dbDir}/payments.db`, walBytes: 512 * 1024, freePages: 0, embedded: false },
+    ];
+    const lock = drainWith([
+      target({
+        totals: { delivered: 12_345, failed: 0, deadLettered: 0 },
+        recent: { delivered: 500, ms: 2000 },
+        files,
+      }),
+    ]);
     try {
       const r = await runInProcess(["status", "--db-dir", dbDir]);
       const [header, row] = r.stdout.split("\n").slice(1, 3);
@@ -293,24 +385,32 @@ describe("status of a running drain, from its state file", () => {
       expect(row).toMatch(/^shop\.main {2}ok {5}- {13}0 {6}12345 {3}250\/s +\d+(ms|s) {2}3\.5 MiB +\d+ms ago {2}-$/);
       const json = JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout);
       expect(json.targets[0]).toMatchObject({ rowsPerSecond: 250, totals: { delivered: 12_345 } });
-      expect(json.targets[0].lagMs).toBe(Math.max(...json.namespaces.map((n: { oldestPendingAgeMs: number }) => n.oldestPendingAgeMs)));
+      expect(json.targets[0].lagMs).toBe(
+        Math.max(...json.namespaces.map((n: { oldestPendingAgeMs: number }) => n.oldestPendingAgeMs)),
+      );
     } finally {
       lock.release();
     }
   });
 
   test("piped, and in --check, a long problem is never cut (its secret still masked)", async () => {
-    const lock = drainWith([target({ state: "outage", failures: 3, downSince: new Date().toISOString(), lastError: CAUSE })]);
+    const lock = drainWith([
+      target({ state: "outage", failures: 3, downSince: new Date().toISOString(), lastError: CAUSE }),
+    ]);
     try {
       const masked = CAUSE.replace("hunter2", "***");
       const piped = await runInProcess(["status", "--db-dir", dbDir]);
       expect(piped.stdout).toContain(`  ${masked}\n`);
-      expect(piped.stdout).toContain(`  ${'42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)'}\n`);
+      expect(piped.stdout).toContain(
+        `  ${'42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)'}\n`,
+      );
       const check = await runInProcess(["status", "--db-dir", dbDir, "--check", "--fail-on", "down,stuck"]);
       expect(check.code).toBe(1);
       expect(check.stdout).toContain(`  - down: target shop.main since `);
       expect(check.stdout).toContain(`3 failed attempt(s): ${masked}\n`);
-      expect(check.stdout).toContain(`failed 2 time(s): relation "orders" does not exist (postgres://app:***@db.internal/prod)\n`);
+      expect(check.stdout).toContain(
+        `failed 2 time(s): relation "orders" does not exist (postgres://app:***@db.internal/prod)\n`,
+      );
       expect(piped.stdout + check.stdout).not.toContain("…");
       expect(piped.stdout + check.stdout).not.toContain("\u001B["); // no colour through a pipe
     } finally {
@@ -319,16 +419,24 @@ describe("status of a running drain, from its state file", () => {
   });
 
   test("on a terminal, a message wider than the terminal is cut in its table and given in full under it; colour marks down, stuck and dead", () => {
-    const lock = drainWith([target({ state: "misconfigured", failures: 1, downSince: new Date().toISOString(), lastError: CAUSE })]);
+    const lock = drainWith([
+      target({ state: "misconfigured", failures: 1, downSince: new Date().toISOString(), lastError: CAUSE }),
+    ]);
     try {
-      const report = collectStatus({ dirs: [{ app: null, dbDir, dbFile: null, maxPending: null }], secrets: [], configFile: null });
+      const report = collectStatus({
+        dirs: [{ app: null, dbDir, dbFile: null, maxPending: null }],
+        secrets: [],
+        configFile: null,
+      });
       const text = renderStatus(report, { width: 120, color: false });
       const lines = text.split("\n");
       const tables = lines.filter((l) => /^(shop\.main|orders|payments) /.test(l));
       expect(tables.map((l) => l.length <= 120)).toEqual([true, true, true]);
       expect(tables[0]).toEndWith("…");
       expect(lines).toContain(`problem of shop.main: ${CAUSE.replace("hunter2", "***")}`);
-      expect(lines).toContain('last error of orders: 42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)');
+      expect(lines).toContain(
+        'last error of orders: 42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)',
+      );
       const coloured = renderStatus(report, { width: 120, color: true });
       expect(coloured).toContain("\u001B[31mMISCONFIGURED\u001B[39m");
       expect(coloured).toContain("\u001B[31mSTUCK\u001B[39m");
@@ -382,10 +490,31 @@ describe("namespaces across apps", () => {
     const ambiguous = await runInProcess(["skip", "--config", config, "--namespace", "orders", "--seq", "1"]);
     expect(ambiguous.code).toBe(2);
     expect(ambiguous.stderr).toContain('namespace "orders" exists in several apps (first, second): add --app APP');
-    const r = await runInProcess(["skip", "--config", config, "--namespace", "orders", "--seq", "1", "--app", "second", "--json"]);
+    const r = await runInProcess([
+      "skip",
+      "--config",
+      config,
+      "--namespace",
+      "orders",
+      "--seq",
+      "1",
+      "--app",
+      "second",
+      "--json",
+    ]);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).file).toBe(path.join(tmp, "second", "orders.db"));
-    const unknown = await runInProcess(["skip", "--config", config, "--namespace", "orders", "--seq", "1", "--app", "fourth"]);
+    const unknown = await runInProcess([
+      "skip",
+      "--config",
+      config,
+      "--namespace",
+      "orders",
+      "--seq",
+      "1",
+      "--app",
+      "fourth",
+    ]);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain("--app fourth: no such app");
   });
@@ -442,7 +571,9 @@ describe("verify", () => {
     fs.writeFileSync(garbage, "this is not sqlite".repeat(100));
     const r = await runInProcess(["verify", "--db-dir", dbDir]);
     expect(r.code).toBe(1);
-    expect(r.stdout).toContain(`\n1 problem(s):\n  - ${garbage}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`);
+    expect(r.stdout).toContain(
+      `\n1 problem(s):\n  - ${garbage}: cannot read outbox file: file is not a database [SQLITE_NOTADB]\n`,
+    );
   });
 });
 
@@ -472,8 +603,16 @@ describe("dead-letter list and show", () => {
   test("list --json and --namespace filter", async () => {
     const all = JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
     expect(all.deadLetters).toHaveLength(1);
-    expect(all.deadLetters[0]).toMatchObject({ namespace: "payments", seq: 1, reason: "skipped", tag: "INSERT INTO payments (id) VALUES (?)", payload: "[1]" });
-    const none = JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", dbDir, "--json", "--namespace", "orders"])).stdout);
+    expect(all.deadLetters[0]).toMatchObject({
+      namespace: "payments",
+      seq: 1,
+      reason: "skipped",
+      tag: "INSERT INTO payments (id) VALUES (?)",
+      payload: "[1]",
+    });
+    const none = JSON.parse(
+      (await runInProcess(["dead-letter", "list", "--db-dir", dbDir, "--json", "--namespace", "orders"])).stdout,
+    );
     expect(none.deadLetters).toEqual([]);
   });
 
@@ -542,7 +681,8 @@ describe("read-only commands change nothing", () => {
       const after = hashTree(tmp);
       expect(Object.keys(after).sort()).toEqual(Object.keys(before).sort());
       // The -shm index is shared memory that readers may touch; the data itself must not change.
-      for (const file of Object.keys(before).filter((f) => !f.endsWith("-shm"))) expect(after[file]).toBe(before[file]!);
+      for (const file of Object.keys(before).filter((f) => !f.endsWith("-shm")))
+        expect(after[file]).toBe(before[file]!);
     } finally {
       producer.close();
     }
@@ -560,15 +700,31 @@ describe("read-only commands change nothing", () => {
     db.run("CREATE INDEX idx_sync_log ON outbox_sync_log (namespace, seq)");
     db.run("CREATE UNIQUE INDEX idx_outbox_prev ON outbox_queue (prev_seq)");
     db.run("INSERT INTO outbox_sync_log VALUES (1, 'events', '2025-01-01T00:00:00.000000+00:00')");
-    for (const [seq, prev] of [[2, 1], [3, 2], [4, 3]]) {
-      db.run("INSERT INTO outbox_queue (seq, created_at, namespace, tag, payload, prev_seq) VALUES (?, '2025-01-01T00:00:01.000000+00:00', 'events', 'INSERT INTO events (id) VALUES (?)', ?, ?)", [seq!, `[${seq}]`, prev!]);
+    for (const [seq, prev] of [
+      [2, 1],
+      [3, 2],
+      [4, 3],
+    ]) {
+      db.run(
+        "INSERT INTO outbox_queue (seq, created_at, namespace, tag, payload, prev_seq) VALUES (?, '2025-01-01T00:00:01.000000+00:00', 'events', 'INSERT INTO events (id) VALUES (?)', ?, ?)",
+        [seq!, `[${seq}]`, prev!],
+      );
     }
     db.close();
     const before = hashTree(refDir);
     const status = JSON.parse((await runInProcess(["status", "--db-dir", refDir, "--json"])).stdout);
-    expect(status.namespaces[0]).toMatchObject({ namespace: "events", depth: 3, headSeq: 2, headAttempts: 0, isStuck: false, deadLetterCount: 0 });
+    expect(status.namespaces[0]).toMatchObject({
+      namespace: "events",
+      depth: 3,
+      headSeq: 2,
+      headAttempts: 0,
+      isStuck: false,
+      deadLetterCount: 0,
+    });
     expect((await runInProcess(["verify", "--db-dir", refDir])).code).toBe(0);
-    expect(JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", refDir, "--json"])).stdout)).toEqual({ deadLetters: [] });
+    expect(JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", refDir, "--json"])).stdout)).toEqual({
+      deadLetters: [],
+    });
     expect(hashTree(refDir)).toEqual(before);
   });
 

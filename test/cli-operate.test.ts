@@ -21,13 +21,21 @@ const tmp = (): TempDir => tempDirCleanedBy(cleanups);
 /** outbox.toml for one app over `queue/` with one target; `tuning` lines go under [app.a]. */
 function config(dir: TempDir, target: string, tuning = ""): string {
   const file = dir.file("outbox.toml");
-  fs.writeFileSync(file, `[app.a]\ndb_dir = "queue"\nflush_interval = 0.02\ntable_flush_threshold = 1\ntable_max_wait = 0\nbackoff_unit_seconds = 0.01\n${tuning}\n[app.a.db.r]\n${target}\n`);
+  fs.writeFileSync(
+    file,
+    `[app.a]\ndb_dir = "queue"\nflush_interval = 0.02\ntable_flush_threshold = 1\ntable_max_wait = 0\nbackoff_unit_seconds = 0.01\n${tuning}\n[app.a.db.r]\n${target}\n`,
+  );
   return file;
 }
 
 /** Starts `sqloutbox runservice` in the background; resolves once it logged that it is draining. */
 async function runservice(file: string, extra: string[] = [], env: Record<string, string> = {}) {
-  const proc = Bun.spawn(["bun", BIN, "runservice", "--config", file, ...extra], { cwd: REPO, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
+  const proc = Bun.spawn(["bun", BIN, "runservice", "--config", file, ...extra], {
+    cwd: REPO,
+    env: cleanEnv(env),
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   cleanups.push(async () => {
     proc.kill("SIGTERM");
     await proc.exited;
@@ -52,7 +60,10 @@ const check = (file: string, ...extra: string[]) => runInProcess(["status", "--c
 describe("status --check", () => {
   test("exits 0 when all is well and 1 for a stuck head, dead letters or a too-old row, naming each; --fail-on picks the conditions", async () => {
     const dir = tmp();
-    const file = config(dir, `writer = "sqlite"\ntables = ["a", "b", "c"]\n[app.a.db.r.connection]\npath = "remote.db"`);
+    const file = config(
+      dir,
+      `writer = "sqlite"\ntables = ["a", "b", "c"]\n[app.a.db.r.connection]\npath = "remote.db"`,
+    );
     const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
     for (const t of ["a", "b", "c"]) producer.push(t, `INSERT INTO ${t} (id) VALUES (?)`, [1]);
     closeSharedOutboxes();
@@ -86,48 +97,71 @@ describe("status --check", () => {
 
 // The drain writes what status reads every 2 s (runService's stateIntervalMs, which runservice
 // does not expose), so each step of this test waits that long.
-describeSlow("status of a running drain", "watch runservice's persisted state change as a target goes down and comes back", () => {
-  test("a running drain's held table and down target are in status (no network call) and fail the check; status shows the fleet view", async () => {
-    const dir = tmp();
-    const db = await createPgDb();
-    cleanups.push(() => db.drop());
-    await db.sql.unsafe("CREATE TABLE present (id BIGINT)");
-    const { proxy, url } = pgBehindProxy(db, cleanups);
-    const file = config(dir, `writer = "postgres"\ntables = ["present", "absent"]\n[app.a.db.r.connection]\nurl = "${url}"\nconnect_timeout = 1`, "outage_backoff_cap_minutes = 0.02\norigin_label = \"web-7\"");
-    const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
-    producer.push("present", "INSERT INTO present (id) VALUES (?)", [1]);
-    producer.push("absent", "INSERT INTO absent (id) VALUES (?)", [1]);
-    closeSharedOutboxes();
-    await runservice(file);
-    const status = async () => JSON.parse((await runInProcess(["status", "--config", file, "--json"])).stdout);
-    await waitFor(async () => (await status()).namespaces.some((n: { held: unknown }) => n.held !== null), "the held table to show in status", 20_000);
-    const held = await status();
-    expect(held.dbDirs[0].drain.pid).toBeGreaterThan(0);
-    expect(held.namespaces.find((n: { namespace: string }) => n.namespace === "absent").held).toMatchObject({ reason: "remote schema" });
-    expect(held.namespaces.find((n: { namespace: string }) => n.namespace === "present")).toMatchObject({ depth: 0, held: null });
-    await waitFor(async () => (await status()).fleet.length > 0, "the fleet view", 20_000);
-    const fleet = (await status()).fleet;
-    expect(fleet).toEqual([expect.objectContaining({ target: "a.r", namespace: "present", label: "web-7", through: 1, self: true })]);
-    const human = await runInProcess(["status", "--config", file]);
-    expect(human.stdout).toMatch(/drain running \(pid \d+\)/);
-    expect(human.stdout).toMatch(/absent .* remote schema/);
-    expect(human.stdout).toMatch(/fleet .*\n.*\n.*present .* \(this host\) +web-7 +1/);
-    const c1 = await check(file, "--fail-on", "held");
-    expect(c1.code).toBe(1);
-    expect(c1.stdout).toMatch(/- held: a\/absent \(remote schema\)/);
+describeSlow(
+  "status of a running drain",
+  "watch runservice's persisted state change as a target goes down and comes back",
+  () => {
+    test("a running drain's held table and down target are in status (no network call) and fail the check; status shows the fleet view", async () => {
+      const dir = tmp();
+      const db = await createPgDb();
+      cleanups.push(() => db.drop());
+      await db.sql.unsafe("CREATE TABLE present (id BIGINT)");
+      const { proxy, url } = pgBehindProxy(db, cleanups);
+      const file = config(
+        dir,
+        `writer = "postgres"\ntables = ["present", "absent"]\n[app.a.db.r.connection]\nurl = "${url}"\nconnect_timeout = 1`,
+        'outage_backoff_cap_minutes = 0.02\norigin_label = "web-7"',
+      );
+      const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
+      producer.push("present", "INSERT INTO present (id) VALUES (?)", [1]);
+      producer.push("absent", "INSERT INTO absent (id) VALUES (?)", [1]);
+      closeSharedOutboxes();
+      await runservice(file);
+      const status = async () => JSON.parse((await runInProcess(["status", "--config", file, "--json"])).stdout);
+      await waitFor(
+        async () => (await status()).namespaces.some((n: { held: unknown }) => n.held !== null),
+        "the held table to show in status",
+        20_000,
+      );
+      const held = await status();
+      expect(held.dbDirs[0].drain.pid).toBeGreaterThan(0);
+      expect(held.namespaces.find((n: { namespace: string }) => n.namespace === "absent").held).toMatchObject({
+        reason: "remote schema",
+      });
+      expect(held.namespaces.find((n: { namespace: string }) => n.namespace === "present")).toMatchObject({
+        depth: 0,
+        held: null,
+      });
+      await waitFor(async () => (await status()).fleet.length > 0, "the fleet view", 20_000);
+      const fleet = (await status()).fleet;
+      expect(fleet).toEqual([
+        expect.objectContaining({ target: "a.r", namespace: "present", label: "web-7", through: 1, self: true }),
+      ]);
+      const human = await runInProcess(["status", "--config", file]);
+      expect(human.stdout).toMatch(/drain running \(pid \d+\)/);
+      expect(human.stdout).toMatch(/absent .* remote schema/);
+      expect(human.stdout).toMatch(/fleet .*\n.*\n.*present .* \(this host\) +web-7 +1/);
+      const c1 = await check(file, "--fail-on", "held");
+      expect(c1.code).toBe(1);
+      expect(c1.stdout).toMatch(/- held: a\/absent \(remote schema\)/);
 
-    proxy.cut();
-    const again = new SQLMiddleware({ dbDir: dir.file("queue") });
-    again.push("present", "INSERT INTO present (id) VALUES (?)", [2]); // the drain finds out at its next batch
-    await waitFor(async () => (await status()).targets[0]?.state === "outage", "the target to be down in status", 20_000);
-    const down = await check(file, "--fail-on", "down");
-    expect(down.code).toBe(1);
-    expect(down.stdout).toMatch(/- down: target a\.r since .*, \d+ failed attempt\(s\)/);
-    expect((await runInProcess(["status", "--config", file])).stdout).toMatch(/a\.r +DOWN/);
-    proxy.restore();
-    await waitFor(async () => (await status()).targets[0]?.state === "ok", "the target to be back", 20_000);
-  }, 60_000);
-});
+      proxy.cut();
+      const again = new SQLMiddleware({ dbDir: dir.file("queue") });
+      again.push("present", "INSERT INTO present (id) VALUES (?)", [2]); // the drain finds out at its next batch
+      await waitFor(
+        async () => (await status()).targets[0]?.state === "outage",
+        "the target to be down in status",
+        20_000,
+      );
+      const down = await check(file, "--fail-on", "down");
+      expect(down.code).toBe(1);
+      expect(down.stdout).toMatch(/- down: target a\.r since .*, \d+ failed attempt\(s\)/);
+      expect((await runInProcess(["status", "--config", file])).stdout).toMatch(/a\.r +DOWN/);
+      proxy.restore();
+      await waitFor(async () => (await status()).targets[0]?.state === "ok", "the target to be back", 20_000);
+    }, 60_000);
+  },
+);
 
 describe("kick", () => {
   test("without a drain says so and exits 1", async () => {
@@ -148,14 +182,23 @@ describeSlow("kick against a real backoff", "wait out four outage backoffs of a 
     cleanups.push(() => db.drop());
     await db.sql.unsafe("CREATE TABLE t (id BIGINT)");
     const { proxy, url } = pgBehindProxy(db, cleanups);
-    const file = config(dir, `writer = "postgres"\ntables = ["t"]\n[app.a.db.r.connection]\nurl = "${url}"\nconnect_timeout = 1`, "outage_backoff_cap_minutes = 10");
+    const file = config(
+      dir,
+      `writer = "postgres"\ntables = ["t"]\n[app.a.db.r.connection]\nurl = "${url}"\nconnect_timeout = 1`,
+      "outage_backoff_cap_minutes = 10",
+    );
     const drain = await runservice(file);
     proxy.cut();
     const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [1]);
     // Four failures in a row: the next retry is 4-8 s away (8 s jittered to between half and all).
-    const failures = () => JSON.parse(fs.readFileSync(dir.file("queue/.sqloutbox-state.json"), "utf8")).targets[0].failures as number;
-    await waitFor(() => fs.existsSync(dir.file("queue/.sqloutbox-state.json")) && failures() >= 4, "four failed attempts", 40_000);
+    const failures = () =>
+      JSON.parse(fs.readFileSync(dir.file("queue/.sqloutbox-state.json"), "utf8")).targets[0].failures as number;
+    await waitFor(
+      () => fs.existsSync(dir.file("queue/.sqloutbox-state.json")) && failures() >= 4,
+      "four failed attempts",
+      40_000,
+    );
     proxy.restore();
     const kicked = await run(["kick", "--config", file]);
     expect(kicked.code).toBe(0);
@@ -164,7 +207,9 @@ describeSlow("kick against a real backoff", "wait out four outage backoffs of a 
     cleanups.push(() => q.close());
     // Within the wait the backoff (at least 4 s) cannot have ended by itself: only the kick retries.
     await waitFor(() => q.pendingCount() === 0, "delivery right after the kick", 3_500);
-    expect(drain.stderr()).toMatch(/SIGUSR2: retrying every backed-off target and held table now\n[\s\S]*target a\.r is reachable again/);
+    expect(drain.stderr()).toMatch(
+      /SIGUSR2: retrying every backed-off target and held table now\n[\s\S]*target a\.r is reachable again/,
+    );
   }, 90_000);
 });
 
@@ -174,7 +219,11 @@ describe("JSON logs", () => {
     const remote = new Database(dir.file("remote.db"), { create: true });
     remote.run("CREATE TABLE t (id INTEGER CHECK (id > 0))");
     remote.close();
-    const file = config(dir, `writer = "sqlite"\ntables = ["t"]\n[app.a.db.r.connection]\npath = "remote.db"`, "max_attempts = 2");
+    const file = config(
+      dir,
+      `writer = "sqlite"\ntables = ["t"]\n[app.a.db.r.connection]\npath = "remote.db"`,
+      "max_attempts = 2",
+    );
     const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [-1]); // poison: a CHECK violation
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [2]);
@@ -182,16 +231,37 @@ describe("JSON logs", () => {
     const drain = await runservice(file, ["--log-format", "json", "--log-level", "debug"]);
     const q = new Outbox(dir.file("queue/t.db"), "t");
     cleanups.push(() => q.close());
-    await waitFor(() => q.pendingCount() === 0 && q.deadCount() === 1, "the poison row to be dead-lettered and the next to land", 20_000);
-    await waitFor(() => /dead-lettered seq 1/.test(drain.stderr()) && /drain: batch to a\.r/.test(drain.stderr()), "the dead letter and the next batch in the log");
-    const records = drain.stderr().trim().split("\n").filter(Boolean).map((l) => JSON.parse(l));
+    await waitFor(
+      () => q.pendingCount() === 0 && q.deadCount() === 1,
+      "the poison row to be dead-lettered and the next to land",
+      20_000,
+    );
+    await waitFor(
+      () => /dead-lettered seq 1/.test(drain.stderr()) && /drain: batch to a\.r/.test(drain.stderr()),
+      "the dead letter and the next batch in the log",
+    );
+    const records = drain
+      .stderr()
+      .trim()
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
     const failed = records.find((r) => /failed on target/.test(r.msg));
-    expect(failed).toMatchObject({ level: "warn", app: "a", target: "a.r", namespace: "t", seq: 1, attempt: 1, error_class: "SQLITE_CONSTRAINT_CHECK" });
+    expect(failed).toMatchObject({
+      level: "warn",
+      app: "a",
+      target: "a.r",
+      namespace: "t",
+      seq: 1,
+      attempt: 1,
+      error_class: "SQLITE_CONSTRAINT_CHECK",
+    });
     const dead = records.find((r) => /dead-lettered seq 1/.test(r.msg));
     expect(dead).toMatchObject({ level: "error", app: "a", target: "a.r", namespace: "t", seq: 1, attempt: 2 });
     const batches = records.filter((r) => r.level === "debug" && /^drain: batch to a\.r/.test(r.msg));
     expect(batches.length).toBeGreaterThan(0);
-    for (const b of batches) expect(b).toMatchObject({ app: "a", target: "a.r", rows: expect.any(Number), duration_ms: expect.any(Number) });
+    for (const b of batches)
+      expect(b).toMatchObject({ app: "a", target: "a.r", rows: expect.any(Number), duration_ms: expect.any(Number) });
     // The same warning is not repeated: each distinct line at most a few times.
     const counts = new Map<string, number>();
     for (const r of records) if (r.level !== "debug") counts.set(r.msg, (counts.get(r.msg) ?? 0) + 1);

@@ -15,7 +15,10 @@ describe("renderTable", () => {
   test("aligns columns, right-aligns numbers, upper-cases headers and leaves no trailing spaces", () => {
     const out = renderTable(
       [{ header: "name" }, { header: "depth", right: true }, { header: "note" }],
-      [["orders", "5", "-"], ["a", "12345", "long note here"]],
+      [
+        ["orders", "5", "-"],
+        ["a", "12345", "long note here"],
+      ],
     );
     expect(out).toBe(["NAME    DEPTH  NOTE", "orders      5  -", "a       12345  long note here"].join("\n"));
   });
@@ -23,7 +26,12 @@ describe("renderTable", () => {
 
 describe("renderFields", () => {
   test("aligns values after the longest key", () => {
-    expect(renderFields([["seq", "1"], ["error class", "42P01"]])).toBe("seq:         1\nerror class: 42P01");
+    expect(
+      renderFields([
+        ["seq", "1"],
+        ["error class", "42P01"],
+      ]),
+    ).toBe("seq:         1\nerror class: 42P01");
   });
 });
 
@@ -52,7 +60,9 @@ describe("oneLine", () => {
 describe("redact", () => {
   test("masks configured secrets and any URL password, even without a config", () => {
     expect(redact("login failed for token abcd1234", ["abcd1234"])).toBe("login failed for token ***");
-    expect(redact("connect postgres://app:hunter2@db/prod failed", [])).toBe("connect postgres://app:***@db/prod failed");
+    expect(redact("connect postgres://app:hunter2@db/prod failed", [])).toBe(
+      "connect postgres://app:***@db/prod failed",
+    );
     expect(redact("mysql://root@localhost/test", [])).toBe("mysql://root@localhost/test");
   });
 });
@@ -89,11 +99,16 @@ describe("log options", () => {
     expect(logOptionsFrom({}, { LOG_LEVEL: "DEBUG", LOG_FORMAT: "json" })).toEqual({ level: "debug", format: "json" });
     const line = await parseCommandLine(main, ["--log-level=warn", "status", "--log-format", "pretty", "--json"]);
     expect(line.args).toEqual({ "log-level": "warn", "log-format": "pretty", json: true });
-    expect(logOptionsFrom(line.args, { LOG_LEVEL: "debug", LOG_FORMAT: "json" })).toEqual({ level: "warn", format: "pretty" });
+    expect(logOptionsFrom(line.args, { LOG_LEVEL: "debug", LOG_FORMAT: "json" })).toEqual({
+      level: "warn",
+      format: "pretty",
+    });
   });
 
   test("an invalid value is a UsageError naming the accepted ones", () => {
-    expect(() => logOptionsFrom({ "log-format": "xml" }, {})).toThrow(expect.objectContaining({ code: "E_USAGE", message: 'invalid log format "xml": expected one of pretty, json' }));
+    expect(() => logOptionsFrom({ "log-format": "xml" }, {})).toThrow(
+      expect.objectContaining({ code: "E_USAGE", message: 'invalid log format "xml": expected one of pretty, json' }),
+    );
   });
 });
 
@@ -109,7 +124,9 @@ describe("output through a slow pipe", () => {
       const direct = await run(["dead-letter", "list", "--db-dir", dbDir, "--json"]);
       expect(direct.code).toBe(0);
       expect(direct.stdout.length).toBeGreaterThan(256 * 1024);
-      const piped = await run(["-c", `bun ${BIN} dead-letter list --db-dir ${dbDir} --json | (sleep 0.3; cat)`], { cmd: ["sh"] });
+      const piped = await run(["-c", `bun ${BIN} dead-letter list --db-dir ${dbDir} --json | (sleep 0.3; cat)`], {
+        cmd: ["sh"],
+      });
       expect(piped.code).toBe(0);
       expect(piped.stdout.length).toBe(direct.stdout.length);
       expect(JSON.parse(piped.stdout).deadLetters).toHaveLength(1_500);

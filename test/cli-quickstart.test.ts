@@ -30,7 +30,9 @@ afterAll(async () => {
  * Steps 1 to 3 as written: a fresh database with the README's DDL, a project (where "sqloutbox"
  * resolves to this repository, as after installing it) with its outbox.toml, and its producer run.
  */
-async function startProject(blocks: Array<{ lang: string; code: string }>): Promise<{ project: string; db: ServerDb; env: Record<string, string> }> {
+async function startProject(
+  blocks: Array<{ lang: string; code: string }>,
+): Promise<{ project: string; db: ServerDb; env: Record<string, string> }> {
   const [ddl, toml, producer] = blocks;
   const db = await createPgDb("sqloutbox_qs");
   dbs.push(db);
@@ -51,10 +53,15 @@ async function startProject(blocks: Array<{ lang: string; code: string }>): Prom
 
 /** Waits until the payment the producer queued landed on `db`, captured. */
 async function captured(db: ServerDb): Promise<void> {
-  await waitFor(async () => {
-    const rows: Array<{ id: number; state: string | null }> = await db.sql`SELECT p.id, p.state FROM payments p JOIN orders o ON o.id = p.order_id`;
-    return rows.length === 1 && rows[0]!.id === 7 && rows[0]!.state === "captured";
-  }, "the captured payment on PostgreSQL", 20_000);
+  await waitFor(
+    async () => {
+      const rows: Array<{ id: number; state: string | null }> =
+        await db.sql`SELECT p.id, p.state FROM payments p JOIN orders o ON o.id = p.order_id`;
+      return rows.length === 1 && rows[0]!.id === 7 && rows[0]!.state === "captured";
+    },
+    "the captured payment on PostgreSQL",
+    20_000,
+  );
 }
 
 // The README's outbox.toml keeps the default table_max_wait (6 s) and its three rows stay below the
@@ -65,12 +72,20 @@ describeSlow("README Quick start", "run it as written, waiting out the default t
     expect(blocks.map((b) => b.lang)).toEqual(["sql", "toml", "ts", "sh", "ts"]);
     const [, , , commands, snippet] = blocks;
     // Each shell line is the `sqloutbox` executable with its arguments; this repository's CLI plays it.
-    const lines = commands!.code.trim().split("\n").map((l) => l.split(" "));
+    const lines = commands!.code
+      .trim()
+      .split("\n")
+      .map((l) => l.split(" "));
     expect(lines.map((l) => l.slice(0, 2).join(" "))).toEqual(["sqloutbox runservice", "sqloutbox status"]);
 
     const byCommands = async () => {
       const { project, db, env } = await startProject(blocks);
-      const drain = Bun.spawn(["bun", BIN, ...lines[0]!.slice(1)], { cwd: project, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
+      const drain = Bun.spawn(["bun", BIN, ...lines[0]!.slice(1)], {
+        cwd: project,
+        env: cleanEnv(env),
+        stdout: "pipe",
+        stderr: "pipe",
+      });
       try {
         await captured(db);
         const status = await run(lines[1]!.slice(1), { cwd: project, env });
@@ -81,13 +96,20 @@ describeSlow("README Quick start", "run it as written, waiting out the default t
         drain.kill("SIGTERM");
       }
       const log = await new Response(drain.stderr).text();
-      expect({ code: await drain.exited, problems: log.split("\n").filter((l) => /\[(warn|error)\]/.test(l)) }).toEqual({ code: 0, problems: [] });
+      expect({ code: await drain.exited, problems: log.split("\n").filter((l) => /\[(warn|error)\]/.test(l)) }).toEqual(
+        { code: 0, problems: [] },
+      );
     };
 
     const inProcess = async () => {
       const { project, db, env } = await startProject(blocks);
       fs.writeFileSync(path.join(project, "drain.ts"), snippet!.code);
-      const drain = Bun.spawn(["bun", "drain.ts"], { cwd: project, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
+      const drain = Bun.spawn(["bun", "drain.ts"], {
+        cwd: project,
+        env: cleanEnv(env),
+        stdout: "pipe",
+        stderr: "pipe",
+      });
       try {
         await captured(db);
       } finally {

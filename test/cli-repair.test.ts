@@ -60,23 +60,35 @@ describe("skip", () => {
 
   test("--json reports the action", async () => {
     const r = await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
-    expect(JSON.parse(r.stdout)).toEqual({ action: "skip", namespace: "orders", seq: 1, file: path.join(dbDir, "orders.db"), moved: [1], alsoIn: [] });
+    expect(JSON.parse(r.stdout)).toEqual({
+      action: "skip",
+      namespace: "orders",
+      seq: 1,
+      file: path.join(dbDir, "orders.db"),
+      moved: [1],
+      alsoIn: [],
+    });
   });
 });
 
 describe("repair commands on a file that is not an outbox", () => {
-  test.each(["skip", "dead-letter replay"])("%s leaves a foreign SQLite database byte-identical and exits 1 naming it", async (line) => {
-    const cmd = line.split(" ");
-    const foreign = path.join(dbDir, "users.db");
-    const db = new Database(foreign);
-    db.run("CREATE TABLE users (id INTEGER PRIMARY KEY)");
-    db.close();
-    const before = hashTree(dbDir);
-    const r = await runInProcess([...cmd, "--db-dir", dbDir, "--namespace", "users", "--seq", "1"]);
-    expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`[error] not an outbox file: ${foreign} holds other tables (users) and no outbox_queue; sqloutbox never adds its tables to another database (an application keeps its events in its own database only by opening the outbox with new SQLMiddleware({ database }))\n`);
-    expect(hashTree(dbDir)).toEqual(before);
-  });
+  test.each(["skip", "dead-letter replay"])(
+    "%s leaves a foreign SQLite database byte-identical and exits 1 naming it",
+    async (line) => {
+      const cmd = line.split(" ");
+      const foreign = path.join(dbDir, "users.db");
+      const db = new Database(foreign);
+      db.run("CREATE TABLE users (id INTEGER PRIMARY KEY)");
+      db.close();
+      const before = hashTree(dbDir);
+      const r = await runInProcess([...cmd, "--db-dir", dbDir, "--namespace", "users", "--seq", "1"]);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toBe(
+        `[error] not an outbox file: ${foreign} holds other tables (users) and no outbox_queue; sqloutbox never adds its tables to another database (an application keeps its events in its own database only by opening the outbox with new SQLMiddleware({ database }))\n`,
+      );
+      expect(hashTree(dbDir)).toEqual(before);
+    },
+  );
 
   test("a namespace that is not in its file is refused without migrating the file", async () => {
     const shared = path.join(dbDir, "shared.db");
@@ -94,12 +106,37 @@ describe("repair commands on a file that is not an outbox", () => {
 describe("dead-letter replay", () => {
   test("re-enqueues a dead letter at the tail once, printing the new seq", async () => {
     expect((await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"])).code).toBe(0);
-    const r = await runInProcess(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1", "--json"]);
+    const r = await runInProcess([
+      "dead-letter",
+      "replay",
+      "--db-dir",
+      dbDir,
+      "--namespace",
+      "orders",
+      "--seq",
+      "1",
+      "--json",
+    ]);
     expect(r.code).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual({ action: "replay", namespace: "orders", seq: 1, newSeq: 4, file: path.join(dbDir, "orders.db") });
+    expect(JSON.parse(r.stdout)).toEqual({
+      action: "replay",
+      namespace: "orders",
+      seq: 1,
+      newSeq: 4,
+      file: path.join(dbDir, "orders.db"),
+    });
     const list = JSON.parse((await runInProcess(["dead-letter", "list", "--db-dir", dbDir, "--json"])).stdout);
     expect(list.deadLetters[0]).toMatchObject({ seq: 1, replayedAsSeq: 4 });
-    const again = await runInProcess(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "1"]);
+    const again = await runInProcess([
+      "dead-letter",
+      "replay",
+      "--db-dir",
+      dbDir,
+      "--namespace",
+      "orders",
+      "--seq",
+      "1",
+    ]);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("already replayed as seq 4");
   });
@@ -127,9 +164,17 @@ describe("while the drain runs", () => {
       config,
       `[app.a]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n[app.a.db.r]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.r.connection]\npath = "remote.db"\n`,
     );
-    const drain = Bun.spawn(["bun", "src/cli/bin.ts", "runservice", "--config", config], { cwd: REPO, stdout: "pipe", stderr: "pipe" });
+    const drain = Bun.spawn(["bun", "src/cli/bin.ts", "runservice", "--config", config], {
+      cwd: REPO,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
     try {
-      await waitFor(async () => JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces[0].isStuck, "status to report the stuck head");
+      await waitFor(
+        async () =>
+          JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces[0].isStuck,
+        "status to report the stuck head",
+      );
       expect(countRows(remote, "orders")).toBe(3);
       expect((await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"])).code).toBe(0);
       await waitFor(() => countRows(remote, "orders") === 4, "rows 1–3 and 5"); // row 5 passes the skipped head
@@ -139,7 +184,16 @@ describe("while the drain runs", () => {
       fix.run("DROP TABLE orders");
       fix.run("ALTER TABLE orders2 RENAME TO orders");
       fix.close();
-      const replay = await runInProcess(["dead-letter", "replay", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"]);
+      const replay = await runInProcess([
+        "dead-letter",
+        "replay",
+        "--db-dir",
+        dbDir,
+        "--namespace",
+        "orders",
+        "--seq",
+        "4",
+      ]);
       expect(replay.code).toBe(0);
       await waitFor(() => countRows(remote, "orders") === 5, "the replayed head");
     } finally {

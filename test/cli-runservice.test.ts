@@ -41,17 +41,32 @@ path = "remote.db"
 });
 
 function start(args: string[], env: Record<string, string | undefined> = {}) {
-  return Bun.spawn(["bun", "src/cli/bin.ts", "runservice", ...args], { cwd: REPO, env: cleanEnv(env), stdout: "pipe", stderr: "pipe" });
+  return Bun.spawn(["bun", "src/cli/bin.ts", "runservice", ...args], {
+    cwd: REPO,
+    env: cleanEnv(env),
+    stdout: "pipe",
+    stderr: "pipe",
+  });
 }
 
 describe("runservice", () => {
   test("drains every table into the sqlite target and exits 0 on SIGTERM, logging JSON lines", async () => {
     const proc = start(["--config", config], { LOG_FORMAT: "json" });
-    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40 && countRows(path.join(tmp, "remote.db"), "payments") === 25, "every row in remote.db");
+    await waitFor(
+      () =>
+        countRows(path.join(tmp, "remote.db"), "orders") === 40 &&
+        countRows(path.join(tmp, "remote.db"), "payments") === 25,
+      "every row in remote.db",
+    );
     proc.kill("SIGTERM");
     expect(await proc.exited).toBe(0);
-    const lines = (await new Response(proc.stderr).text()).trim().split("\n").map((l) => JSON.parse(l));
-    expect(lines.every((l) => typeof l.time === "string" && ["debug", "info", "warn", "error"].includes(l.level))).toBe(true);
+    const lines = (await new Response(proc.stderr).text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    expect(lines.every((l) => typeof l.time === "string" && ["debug", "info", "warn", "error"].includes(l.level))).toBe(
+      true,
+    );
     expect(lines.some((l) => l.msg.includes("SIGTERM"))).toBe(true);
     expect(lines.filter((l) => l.level === "error")).toEqual([]);
     const status = JSON.parse((await runInProcess(["status", "--config", config, "--json"])).stdout);
@@ -59,7 +74,12 @@ describe("runservice", () => {
   });
 
   test("reads ./outbox.toml by default and stops on SIGINT with exit 0", async () => {
-    const proc = Bun.spawn(["bun", path.join(REPO, "src/cli/bin.ts"), "runservice"], { cwd: tmp, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn(["bun", path.join(REPO, "src/cli/bin.ts"), "runservice"], {
+      cwd: tmp,
+      env: cleanEnv(),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
     await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40, "the 40 orders in remote.db");
     proc.kill("SIGINT");
     expect(await proc.exited).toBe(0);
@@ -86,7 +106,8 @@ describe("runservice", () => {
     expect(await proc.exited).toBe(0);
     const lines = (await new Response(proc.stderr).text()).trim().split("\n");
     expect(lines.length).toBeGreaterThan(2);
-    for (const line of lines) expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[(debug|info|warn|error)\] \S/);
+    for (const line of lines)
+      expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[(debug|info|warn|error)\] \S/);
     expect(lines.at(-1)).toEndWith("[info] drain: stopped");
   });
 
@@ -98,7 +119,10 @@ describe("runservice", () => {
   });
 
   test("an invalid config exits 1 naming the file and key", async () => {
-    fs.writeFileSync(config, `[app.shop]\ndb_dir = "queue"\nbatch_sise = 5\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.local.connection]\npath = "remote.db"\n`);
+    fs.writeFileSync(
+      config,
+      `[app.shop]\ndb_dir = "queue"\nbatch_sise = 5\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.local.connection]\npath = "remote.db"\n`,
+    );
     const r = await runInProcess(["runservice", "--config", config]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(config);
@@ -108,7 +132,10 @@ describe("runservice", () => {
 
   test("a db_dir that cannot be created is one error line naming it, exit 1", async () => {
     fs.writeFileSync(path.join(tmp, "blocker"), "");
-    fs.writeFileSync(config, `[app.shop]\ndb_dir = "blocker/queue"\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.local.connection]\npath = "remote.db"\n`);
+    fs.writeFileSync(
+      config,
+      `[app.shop]\ndb_dir = "blocker/queue"\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.local.connection]\npath = "remote.db"\n`,
+    );
     const r = await runInProcess(["runservice", "--config", config]);
     expect(r.code).toBe(1);
     const lines = r.stderr.trim().split("\n");

@@ -41,8 +41,14 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
     remote.close();
     const columns = () => {
       const db = new Database(dir.file("remote.db"), { readonly: true });
-      const cols = db.query<{ name: string }, []>("SELECT name FROM pragma_table_info('orders')").all().map((c) => c.name);
-      const idx = db.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'orders'").all().map((i) => i.name);
+      const cols = db
+        .query<{ name: string }, []>("SELECT name FROM pragma_table_info('orders')")
+        .all()
+        .map((c) => c.name);
+      const idx = db
+        .query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'orders'")
+        .all()
+        .map((i) => i.name);
       db.close();
       return { cols, idx };
     };
@@ -73,14 +79,18 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
       for (const round of [1, 2]) {
         const r = await runInProcess(["schema", "--config", config, "--apply", "--json"]);
         expect({ engine, round, code: r.code, stderr: r.stderr }).toEqual({ engine, round, code: 0, stderr: "" });
-        expect(JSON.parse(r.stdout).targets[0].outcomes).toEqual(round === 1 ? ["applied", "applied", "applied"] : ["already", "already", "already"]);
+        expect(JSON.parse(r.stdout).targets[0].outcomes).toEqual(
+          round === 1 ? ["applied", "applied", "applied"] : ["already", "already", "already"],
+        );
       }
       const cols = async () =>
-        (await db.sql.unsafe(
-          engine === "postgres"
-            ? "SELECT column_name AS c FROM information_schema.columns WHERE table_name = 'orders' ORDER BY column_name"
-            : "SELECT column_name AS c FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'orders' ORDER BY column_name",
-        )).map((r: { c: string }) => r.c);
+        (
+          await db.sql.unsafe(
+            engine === "postgres"
+              ? "SELECT column_name AS c FROM information_schema.columns WHERE table_name = 'orders' ORDER BY column_name"
+              : "SELECT column_name AS c FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'orders' ORDER BY column_name",
+          )
+        ).map((r: { c: string }) => r.c);
       expect(await cols()).toEqual(["id", "outbox_seq"]);
       // The unique index really absorbs: a second row with the same outbox_seq is refused.
       await db.sql.unsafe("INSERT INTO orders (id, outbox_seq) VALUES (1, 7)");

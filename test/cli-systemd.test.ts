@@ -78,13 +78,16 @@ describe("etc/sqloutbox.service", () => {
     expect(values("ReadWritePaths")).toEqual(["/var/lib/sqloutbox"]);
   });
 
-  testWithAnalyze(withAnalyze("passes systemd-analyze verify (apart from the binary not being installed here)"), async () => {
-    const problems = (await analyze(["verify"]))
-      .join("\n")
-      .split("\n")
-      .filter((l) => l.trim() !== "" && !l.includes("/usr/local/bin/sqloutbox is not executable"));
-    expect(problems).toEqual([]);
-  });
+  testWithAnalyze(
+    withAnalyze("passes systemd-analyze verify (apart from the binary not being installed here)"),
+    async () => {
+      const problems = (await analyze(["verify"]))
+        .join("\n")
+        .split("\n")
+        .filter((l) => l.trim() !== "" && !l.includes("/usr/local/bin/sqloutbox is not executable"));
+      expect(problems).toEqual([]);
+    },
+  );
 
   test("is Type=notify for the main process only, with a watchdog, and gives startup time beyond the default write_timeout", () => {
     expect(values("Type")).toEqual(["notify"]);
@@ -112,23 +115,43 @@ describe("etc/sqloutbox.service", () => {
     for (const key of ["RestartPreventExitStatus", "SuccessExitStatus"]) expect(values(key)).toEqual([]); // exit 1 is a failure that restarts
   });
 
-  testWithAnalyze(withAnalyze(`rates at or below ${EXPOSURE_MAX} in systemd-analyze security, with only the accepted findings open`), async () => {
-    const overall = /Overall exposure level for sqloutbox\.service: (\d+\.\d+)/.exec((await analyze(["security", "--offline=true"]))[0]);
-    expect(overall).not.toBeNull();
-    const score = Number(overall![1]);
-    console.info(`etc/sqloutbox.service: systemd-analyze security exposure ${score} (bound ${EXPOSURE_MAX}, was 3.2)`);
-    expect(score).toBeLessThanOrEqual(EXPOSURE_MAX);
+  testWithAnalyze(
+    withAnalyze(`rates at or below ${EXPOSURE_MAX} in systemd-analyze security, with only the accepted findings open`),
+    async () => {
+      const overall = /Overall exposure level for sqloutbox\.service: (\d+\.\d+)/.exec(
+        (await analyze(["security", "--offline=true"]))[0],
+      );
+      expect(overall).not.toBeNull();
+      const score = Number(overall![1]);
+      console.info(
+        `etc/sqloutbox.service: systemd-analyze security exposure ${score} (bound ${EXPOSURE_MAX}, was 3.2)`,
+      );
+      expect(score).toBeLessThanOrEqual(EXPOSURE_MAX);
 
-    const findings = JSON.parse((await analyze(["security", "--offline=true", "--json=short"]))[0]) as { name: string; set: boolean }[];
-    const open = findings.filter((f) => !f.set).map((f) => f.name);
-    expect(open.sort()).toEqual(Object.keys(ACCEPTED_OPEN).sort());
-    const named = ["SystemCallFilter=", "ProtectProc=", "ProcSubset=", "RemoveIPC=", "PrivateUsers=", "UMask=", "NotifyAccess=", "PrivateMounts=", "CapabilityBoundingSet="];
-    for (const directive of named) {
-      const rows = findings.filter((f) => f.name.startsWith(directive));
-      expect(rows.length).toBeGreaterThan(0);
-      expect(rows.filter((f) => !f.set)).toEqual([]);
-    }
-  });
+      const findings = JSON.parse((await analyze(["security", "--offline=true", "--json=short"]))[0]) as {
+        name: string;
+        set: boolean;
+      }[];
+      const open = findings.filter((f) => !f.set).map((f) => f.name);
+      expect(open.sort()).toEqual(Object.keys(ACCEPTED_OPEN).sort());
+      const named = [
+        "SystemCallFilter=",
+        "ProtectProc=",
+        "ProcSubset=",
+        "RemoveIPC=",
+        "PrivateUsers=",
+        "UMask=",
+        "NotifyAccess=",
+        "PrivateMounts=",
+        "CapabilityBoundingSet=",
+      ];
+      for (const directive of named) {
+        const rows = findings.filter((f) => f.name.startsWith(directive));
+        expect(rows.length).toBeGreaterThan(0);
+        expect(rows.filter((f) => !f.set)).toEqual([]);
+      }
+    },
+  );
 
   test("allows exactly @system-service less @privileged and @resources, failing the rest with EPERM, and never MemoryDenyWriteExecute", () => {
     expect(values("SystemCallFilter")).toEqual(["@system-service", "~@privileged @resources"]);

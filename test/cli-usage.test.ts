@@ -36,15 +36,12 @@ describe("version and help", () => {
     expect(r.stdout).toMatch(/^ {2}-h, --help +Show this help/m);
   });
 
-  test.each(COMMAND_LINES)(
-    "%s --help shows that command's usage and exits 0",
-    async (line) => {
-      const cmd = line.split(" ");
-      const r = await runInProcess([...cmd, "--help"]);
-      expect(r.code).toBe(0);
-      expect(r.stdout).toContain(`USAGE sqloutbox ${cmd.join(" ")}`);
-    },
-  );
+  test.each(COMMAND_LINES)("%s --help shows that command's usage and exits 0", async (line) => {
+    const cmd = line.split(" ");
+    const r = await runInProcess([...cmd, "--help"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`USAGE sqloutbox ${cmd.join(" ")}`);
+  });
 
   test("status --help documents its flags", async () => {
     const r = await runInProcess(["status", "--help"]);
@@ -86,7 +83,12 @@ describe("a real process", () => {
 
   test("a usage error exits 2 with the hint on stderr only", async () => {
     const r = await run(["status", "--db_dirr", "x"], { cwd: tmp.path });
-    expect(r).toEqual({ code: 2, stdout: "", stderr: 'error: unknown option --db_dirr for "sqloutbox status" (did you mean "--db-dir"?)\nRun "sqloutbox status --help" for usage.\n' });
+    expect(r).toEqual({
+      code: 2,
+      stdout: "",
+      stderr:
+        'error: unknown option --db_dirr for "sqloutbox status" (did you mean "--db-dir"?)\nRun "sqloutbox status --help" for usage.\n',
+    });
   });
 });
 
@@ -95,7 +97,10 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [[], new RegExp(`"sqloutbox" needs a command: ${COMMANDS.join(", ")}\n`)],
     [["frobnicate"], /unknown command "frobnicate" for "sqloutbox"\n/],
     [["statsu"], /unknown command "statsu" for "sqloutbox" \(did you mean "status"\?\)/],
-    [["status", "--confg", "outbox.toml"], /unknown option --confg for "sqloutbox status" \(did you mean "--config"\?\)/],
+    [
+      ["status", "--confg", "outbox.toml"],
+      /unknown option --confg for "sqloutbox status" \(did you mean "--config"\?\)/,
+    ],
     [["status", "--jsn"], /unknown option --jsn for "sqloutbox status" \(did you mean "--json"\?\)/],
     [["--log-levl", "debug", "status"], /unknown option --log-levl for "sqloutbox" \(did you mean "--log-level"\?\)/],
     [["dead-letter", "lst"], /unknown command "lst" for "sqloutbox dead-letter" \(did you mean "list"\?\)/],
@@ -111,11 +116,23 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [["skip", "--db-dir", ".", "--namespace", "orders"], /^error: missing required option --seq\n/],
     [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "abc"], /--seq must be a positive integer, got "abc"/],
     [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "-1"], /--seq must be a positive integer, got "-1"/],
-    [["status", "--db-dir", ".", "--watch", "--interval", "-2"], /--interval must be a positive number of seconds, got "-2"/],
+    [
+      ["status", "--db-dir", ".", "--watch", "--interval", "-2"],
+      /--interval must be a positive number of seconds, got "-2"/,
+    ],
     [["skip", "--db-dir", ".", "--namespace", "../x", "--seq", "1"], /--namespace must be a table name/],
-    [["skip", "--db-dir", ".", "--namespace", "a b", "--seq", "1"], /--namespace must be a table name: invalid table name "a b"/],
-    [["dead-letter", "show", "--db-dir", ".", "--namespace", "a;b", "--seq", "1"], /--namespace must be a table name: invalid table name "a;b"/],
-    [["status", "--config", "a.toml", "--db-dir", "."], /give one of --config FILE, --db-dir DIR and --db-file FILE, not --config FILE and --db-dir DIR/],
+    [
+      ["skip", "--db-dir", ".", "--namespace", "a b", "--seq", "1"],
+      /--namespace must be a table name: invalid table name "a b"/,
+    ],
+    [
+      ["dead-letter", "show", "--db-dir", ".", "--namespace", "a;b", "--seq", "1"],
+      /--namespace must be a table name: invalid table name "a;b"/,
+    ],
+    [
+      ["status", "--config", "a.toml", "--db-dir", "."],
+      /give one of --config FILE, --db-dir DIR and --db-file FILE, not --config FILE and --db-dir DIR/,
+    ],
     [["status", "--log-level", "loud", "--db-dir", "."], /invalid log level "loud".*\nRun "sqloutbox status --help"/],
     [["status", "--interval", "1", "--db-dir", "."], /--interval only applies with --watch/],
     [["init", "a", "b"], /unexpected argument "b" for "sqloutbox init"/],
@@ -124,7 +141,7 @@ describe("usage errors exit 2 and say what is wrong", () => {
     expect(r.code).toBe(2);
     expect(r.stdout).toBe("");
     expect(r.stderr).toMatch(message);
-    expect(r.stderr).toContain("--help\" for usage.");
+    expect(r.stderr).toContain('--help" for usage.');
   });
 
   test("an invalid LOG_LEVEL in the environment is a usage error too", async () => {
@@ -142,7 +159,15 @@ describe("usage errors exit 2 and say what is wrong", () => {
 
 describe("logging options", () => {
   test("may come before the command", async () => {
-    const r = await runInProcess(["--log-format", "json", "--log-level", "debug", "status", "--db-dir", tmp.file("nope")]);
+    const r = await runInProcess([
+      "--log-format",
+      "json",
+      "--log-level",
+      "debug",
+      "status",
+      "--db-dir",
+      tmp.file("nope"),
+    ]);
     expect(r.code).toBe(1);
     expect(JSON.parse(r.stderr.trim().split("\n").at(-1)!)).toMatchObject({ level: "error", code: "E_NOT_FOUND" });
   });
@@ -160,17 +185,24 @@ describe("failures exit 1", () => {
     fs.writeFileSync(file, "");
     const r = await runInProcess(["status", "--db-dir", file]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`[error] --db-dir ${file} is a file, not a directory (give the directory that holds the {table}.db files, or --db-file ${file})\n`);
+    expect(r.stderr).toBe(
+      `[error] --db-dir ${file} is a file, not a directory (give the directory that holds the {table}.db files, or --db-file ${file})\n`,
+    );
     fs.rmSync(file);
   });
 
-  test.each(["status", "verify", "runservice"])("%s --config naming a directory is one error line, exit 1", async (cmd) => {
-    const dir = makeTempDir("cfgdir-", tmp.path).path;
-    const r = await runInProcess([cmd, "--config", dir]);
-    expect(r.code).toBe(1);
-    // runservice's lines start with the time; the rest is the same one line.
-    expect(r.stderr.replace(/^\S+Z /, "")).toBe(`[error] ${dir}: cannot read config file: EISDIR: illegal operation on a directory, read\n`);
-  });
+  test.each(["status", "verify", "runservice"])(
+    "%s --config naming a directory is one error line, exit 1",
+    async (cmd) => {
+      const dir = makeTempDir("cfgdir-", tmp.path).path;
+      const r = await runInProcess([cmd, "--config", dir]);
+      expect(r.code).toBe(1);
+      // runservice's lines start with the time; the rest is the same one line.
+      expect(r.stderr.replace(/^\S+Z /, "")).toBe(
+        `[error] ${dir}: cannot read config file: EISDIR: illegal operation on a directory, read\n`,
+      );
+    },
+  );
 
   test("errors are one JSON object per line with --log-format json", async () => {
     const r = await runInProcess(["verify", "--config", tmp.file("missing.toml"), "--log-format", "json"]);
@@ -183,14 +215,17 @@ describe("failures exit 1", () => {
 });
 
 describe("read-only commands and a db_dir that does not exist yet", () => {
-  test.each(["status", "verify", "dead-letter list"])("%s with a config whose db_dir does not exist creates nothing", async (line) => {
-    const dir = makeTempDir("cfg-", tmp.path).path;
-    fs.writeFileSync(
-      path.join(dir, "outbox.toml"),
-      `[app.a]\ndb_dir = "q"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["t"]\n[app.a.db.x.connection]\npath = "r.db"\n`,
-    );
-    const r = await runInProcess([...line.split(" "), "--config", "outbox.toml"], { cwd: dir });
-    expect(r.code).toBe(0);
-    expect(fs.readdirSync(dir)).toEqual(["outbox.toml"]);
-  });
+  test.each(["status", "verify", "dead-letter list"])(
+    "%s with a config whose db_dir does not exist creates nothing",
+    async (line) => {
+      const dir = makeTempDir("cfg-", tmp.path).path;
+      fs.writeFileSync(
+        path.join(dir, "outbox.toml"),
+        `[app.a]\ndb_dir = "q"\n[app.a.db.x]\nwriter = "sqlite"\ntables = ["t"]\n[app.a.db.x.connection]\npath = "r.db"\n`,
+      );
+      const r = await runInProcess([...line.split(" "), "--config", "outbox.toml"], { cwd: dir });
+      expect(r.code).toBe(0);
+      expect(fs.readdirSync(dir)).toEqual(["outbox.toml"]);
+    },
+  );
 });

@@ -4,7 +4,13 @@ import { errorOf } from "./support/errors.ts";
 
 const input = (app: Partial<ConfigInput["app"][string]> = {}): ConfigInput => ({
   baseDir: "/srv/app",
-  app: { myapp: { dbDir: "data", db: { primary: { writer: "sqlite", tables: ["events"], connection: { path: "remote.db" } } }, ...app } },
+  app: {
+    myapp: {
+      dbDir: "data",
+      db: { primary: { writer: "sqlite", tables: ["events"], connection: { path: "remote.db" } } },
+      ...app,
+    },
+  },
 });
 
 describe("defineConfig", () => {
@@ -20,22 +26,53 @@ describe("defineConfig", () => {
       maxPending: null,
       durability: "normal",
     });
-    expect(app.targets[0]).toMatchObject({ name: "myapp.primary", writer: "sqlite", connection: { path: "/srv/app/remote.db" } });
+    expect(app.targets[0]).toMatchObject({
+      name: "myapp.primary",
+      writer: "sqlite",
+      connection: { path: "/srv/app/remote.db" },
+    });
     expect(config.baseDir).toBe("/srv/app");
     expect(config.file).toBeUndefined();
   });
 
   test("takes camelCase overrides, with null meaning no limit", () => {
     const app = defineConfig(
-      input({ batchSize: 10, flushInterval: 0.01, tableFlushThreshold: 1, maxPending: null, maxAttempts: null, durability: "full", backoffUnitSeconds: 0.001 }),
+      input({
+        batchSize: 10,
+        flushInterval: 0.01,
+        tableFlushThreshold: 1,
+        maxPending: null,
+        maxAttempts: null,
+        durability: "full",
+        backoffUnitSeconds: 0.001,
+      }),
     ).apps[0]!;
-    expect(app).toMatchObject({ batchSize: 10, flushIntervalMs: 10, tableFlushThreshold: 1, maxPending: null, maxAttempts: null, durability: "full", backoffUnitMs: 1 });
+    expect(app).toMatchObject({
+      batchSize: 10,
+      flushIntervalMs: 10,
+      tableFlushThreshold: 1,
+      maxPending: null,
+      maxAttempts: null,
+      durability: "full",
+      backoffUnitMs: 1,
+    });
   });
 
   test("supports per-table overrides and the array form of injectOutboxSeq", () => {
     const config = defineConfig({
       baseDir: "/x",
-      app: { a: { dbDir: "/q", db: { t: { writerClass: "./w.ts:W", injectOutboxSeq: ["b"], tables: ["a", "b", { name: "c", injectOutboxSeq: true, retainLogDays: 2 }] } } } },
+      app: {
+        a: {
+          dbDir: "/q",
+          db: {
+            t: {
+              writerClass: "./w.ts:W",
+              injectOutboxSeq: ["b"],
+              tables: ["a", "b", { name: "c", injectOutboxSeq: true, retainLogDays: 2 }],
+            },
+          },
+        },
+      },
     });
     expect(config.apps[0]!.targets[0]!.tables).toEqual([
       { name: "a", injectOutboxSeq: false, retainLogDays: 30 },
@@ -46,7 +83,9 @@ describe("defineConfig", () => {
   });
 
   test("does not interpolate ${VAR} (code reads the environment itself)", () => {
-    const config = defineConfig(input({ db: { p: { writerClass: "pkg:W", tables: ["t"], connection: { token: "${NOT_INTERPOLATED}" } } } }));
+    const config = defineConfig(
+      input({ db: { p: { writerClass: "pkg:W", tables: ["t"], connection: { token: "${NOT_INTERPOLATED}" } } } }),
+    );
     expect(config.apps[0]!.targets[0]!.connection.token).toBe("${NOT_INTERPOLATED}");
   });
 
@@ -59,8 +98,14 @@ describe("defineConfig", () => {
   });
 
   test("reports every problem at once", () => {
-    const error = errorOf<ConfigIssuesError>(() => defineConfig(input({ batchSize: 0, db: { p: { tables: [] } } } as never)));
+    const error = errorOf<ConfigIssuesError>(() =>
+      defineConfig(input({ batchSize: 0, db: { p: { tables: [] } } } as never)),
+    );
     expect(error).toBeInstanceOf(ConfigIssuesError);
-    expect(error.issues.map((i) => i.keyPath)).toEqual(["app.myapp.batchSize", "app.myapp.db.p", "app.myapp.db.p.tables"]);
+    expect(error.issues.map((i) => i.keyPath)).toEqual([
+      "app.myapp.batchSize",
+      "app.myapp.db.p",
+      "app.myapp.db.p.tables",
+    ]);
   });
 });

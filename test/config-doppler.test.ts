@@ -27,7 +27,8 @@ beforeEach(() => {
 
 const local = () => `http://127.0.0.1:${server.port}`;
 /** Quick retries so the retry tests take milliseconds; each test may override any option. */
-const download = (options: Partial<DopplerOptions> = {}) => fetchDopplerSecrets({ token: TOKEN, baseUrl: local(), retryDelaysMs: [5, 5], ...options });
+const download = (options: Partial<DopplerOptions> = {}) =>
+  fetchDopplerSecrets({ token: TOKEN, baseUrl: local(), retryDelaysMs: [5, 5], ...options });
 
 /** The SecretsError `options` fail with, checked for the code and for the token in every message of its chain. */
 async function failure(options: Partial<DopplerOptions> = {}): Promise<SecretsError> {
@@ -69,16 +70,19 @@ function endless(totalBytes: number) {
 }
 
 describe("the base URL", () => {
-  test.each(["http://api.doppler.com", "http://10.0.0.5:8080", "http://[::2]/", "http://localhost.evil.example", "http://128.0.0.1"])(
-    "plain http to the non-loopback %s is refused before any request is made",
-    async (baseUrl) => {
-      const spy = spyFetch();
-      const error = await failure({ baseUrl, fetch: spy.fetch });
-      expect(spy.calls).toEqual([]);
-      expect(error.message).toContain("refused to send DOPPLER_TOKEN in clear over plain http");
-      expect(error.message).toContain("use https");
-    },
-  );
+  test.each([
+    "http://api.doppler.com",
+    "http://10.0.0.5:8080",
+    "http://[::2]/",
+    "http://localhost.evil.example",
+    "http://128.0.0.1",
+  ])("plain http to the non-loopback %s is refused before any request is made", async (baseUrl) => {
+    const spy = spyFetch();
+    const error = await failure({ baseUrl, fetch: spy.fetch });
+    expect(spy.calls).toEqual([]);
+    expect(error.message).toContain("refused to send DOPPLER_TOKEN in clear over plain http");
+    expect(error.message).toContain("use https");
+  });
 
   test.each([
     ["ftp://api.doppler.com", "must be https, got ftp:"],
@@ -89,14 +93,18 @@ describe("the base URL", () => {
     expect(spy.calls).toEqual([]);
   });
 
-  test.each(["https://api.doppler.com", "https://10.0.0.5:8443/", "http://127.0.0.1:9", "http://127.8.9.10", "http://localhost:8080", "http://[::1]:8080"])(
-    "%s is allowed",
-    async (baseUrl) => {
-      const spy = spyFetch();
-      expect(await download({ baseUrl, fetch: spy.fetch })).toEqual({ A: "1" });
-      expect(spy.calls).toEqual([`${baseUrl.replace(/\/$/, "")}/v3/configs/config/secrets/download?format=json`]);
-    },
-  );
+  test.each([
+    "https://api.doppler.com",
+    "https://10.0.0.5:8443/",
+    "http://127.0.0.1:9",
+    "http://127.8.9.10",
+    "http://localhost:8080",
+    "http://[::1]:8080",
+  ])("%s is allowed", async (baseUrl) => {
+    const spy = spyFetch();
+    expect(await download({ baseUrl, fetch: spy.fetch })).toEqual({ A: "1" });
+    expect(spy.calls).toEqual([`${baseUrl.replace(/\/$/, "")}/v3/configs/config/secrets/download?format=json`]);
+  });
 
   test("a redirect is not followed, so the token is not sent where Location points", async () => {
     handler = () => new Response(null, { status: 302, headers: { Location: "http://203.0.113.7/steal" } });
@@ -121,7 +129,9 @@ describe("the response size limit", () => {
     const error = await failure({ maxBytes });
     const rssGrowth = process.memoryUsage().rss - rssBefore;
 
-    expect(error.message).toContain(`HTTP 200 OK with a body larger than the ${maxBytes}-byte limit (stopped reading at `);
+    expect(error.message).toContain(
+      `HTTP 200 OK with a body larger than the ${maxBytes}-byte limit (stopped reading at `,
+    );
     expect(error.message).not.toContain("after 3 attempts");
     expect(requests).toHaveLength(1);
     // Reading the whole body (the old response.text()) made all 200 MB and grew RSS by ~210 MB.
@@ -143,7 +153,9 @@ describe("the response size limit", () => {
     });
     try {
       const error = await failure({ baseUrl: `http://127.0.0.1:${raw.port}`, timeoutMs: 4_000 });
-      expect(error.message).toContain(`with a body larger than the ${DOPPLER_DEFAULT_MAX_BYTES}-byte limit (Content-Length 5000000000, not read)`);
+      expect(error.message).toContain(
+        `with a body larger than the ${DOPPLER_DEFAULT_MAX_BYTES}-byte limit (Content-Length 5000000000, not read)`,
+      );
     } finally {
       raw.stop(true);
     }
@@ -175,7 +187,8 @@ describe("the response size limit", () => {
 
 describe("retries", () => {
   test("an outage that clears by the third attempt is ridden out, each retry logged with the token masked", async () => {
-    handler = (_, n) => (n < 3 ? new Response(`busy ${TOKEN}`, { status: n === 1 ? 503 : 429 }) : Response.json({ A: "third" }));
+    handler = (_, n) =>
+      n < 3 ? new Response(`busy ${TOKEN}`, { status: n === 1 ? 503 : 429 }) : Response.json({ A: "third" });
     const warnings: string[] = [];
     const logger: Logger = { debug() {}, info() {}, warn: (m) => warnings.push(m), error() {} };
     expect(await download({ logger })).toEqual({ A: "third" });
@@ -221,7 +234,9 @@ describe("retries", () => {
   ])("HTTP %d says the token is invalid at once, without retrying", async (status, text) => {
     handler = () => Response.json({ messages: [`Invalid Auth token ${TOKEN}`], success: false }, { status });
     const error = await failure();
-    expect(error.message).toContain(`failed: HTTP ${status} ${text}: Invalid Auth token ***: DOPPLER_TOKEN is invalid, expired or revoked`);
+    expect(error.message).toContain(
+      `failed: HTTP ${status} ${text}: Invalid Auth token ***: DOPPLER_TOKEN is invalid, expired or revoked`,
+    );
     expect(requests).toHaveLength(1);
   });
 
@@ -261,6 +276,8 @@ describe("timeouts", () => {
           pull: () => new Promise<void>(() => {}),
         }),
       );
-    expect((await failure({ timeoutMs: 100, retryDelaysMs: [] })).message).toContain("failed: no response within 100 ms");
+    expect((await failure({ timeoutMs: 100, retryDelaysMs: [] })).message).toContain(
+      "failed: no response within 100 ms",
+    );
   });
 });

@@ -8,7 +8,11 @@ import { Described, typeWords, type Key, type Keys } from "../src/config/declara
 import { APP_KEYS, TABLE_KEYS, TARGET_KEYS, TOP_KEYS, TRACING_KEYS } from "../src/config/keys.ts";
 import { builtinWriters, parseConfigToml } from "../src/index.ts";
 import { DEFAULT_LIBSQL_BATCH_TIMEOUT_S } from "../src/writers/libsql.ts";
-import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS } from "../src/writers/server-keys.ts";
+import {
+  DEFAULT_BATCH_TIMEOUT_S,
+  DEFAULT_CONNECT_TIMEOUT_S,
+  DEFAULT_MAX_CONNECTIONS,
+} from "../src/writers/server-keys.ts";
 import { DEFAULT_SQLITE_BUSY_TIMEOUT_MS } from "../src/writers/sqlite.ts";
 
 const root = path.resolve(import.meta.dir, "..");
@@ -29,9 +33,13 @@ const SECTIONS: Array<[string, Keys]> = [
   ["Table entries", TABLE_KEYS],
   ["Tracing keys", TRACING_KEYS],
 ];
-const DECLARED = SECTIONS.flatMap(([section, keys]) => Object.entries(keys).map(([name, key]) => [section, name, key] as const));
+const DECLARED = SECTIONS.flatMap(([section, keys]) =>
+  Object.entries(keys).map(([name, key]) => [section, name, key] as const),
+);
 const CONFIG_KEYS = [...new Set(DECLARED.map(([, name]) => name))];
-const CONNECTION_KEYS = Object.entries(builtinWriters).flatMap(([writer, spec]) => spec.keys.map((k) => [writer, k.name] as const));
+const CONNECTION_KEYS = Object.entries(builtinWriters).flatMap(([writer, spec]) =>
+  spec.keys.map((k) => [writer, k.name] as const),
+);
 
 describe("etc/outbox.example.toml", () => {
   test("is a valid config", () => {
@@ -102,7 +110,11 @@ function rowsOf(heading: string): Map<string, { type: string; default: string; m
 
 /** A cell as read: links as their text, code spans as their code, `\|` as `|`. */
 function plain(cell: string): string {
-  return cell.replace(/\[([^\]]+)\]\([^)]+\)/g, "$1").replaceAll("`", "").replaceAll("\\|", "|").trim();
+  return cell
+    .replace(/\[([^\]]+)\]\([^)]+\)/g, "$1")
+    .replaceAll("`", "")
+    .replaceAll("\\|", "|")
+    .trim();
 }
 
 /** What the declaration says the Default column shows: a literal, or the words of a default that is not one. */

@@ -128,13 +128,17 @@ describe("target keys", () => {
   });
 
   test("writer selects a built-in writer", () => {
-    const target = targetOf(`${minimal().replace('writer_class = "./writers.ts:MyWriter"', 'writer = "sqlite"')}[app.myapp.db.primary.connection]\npath = "/tmp/x.db"\n`);
+    const target = targetOf(
+      `${minimal().replace('writer_class = "./writers.ts:MyWriter"', 'writer = "sqlite"')}[app.myapp.db.primary.connection]\npath = "/tmp/x.db"\n`,
+    );
     expect(target.writer).toBe("sqlite");
     expect(target.writerClass).toBeNull();
   });
 
   test("writer_class keeps a package specifier and resolves a relative path", () => {
-    expect(targetOf(minimal().replace("./writers.ts:MyWriter", "@acme/writers:Turso")).writerClass).toBe("@acme/writers:Turso");
+    expect(targetOf(minimal().replace("./writers.ts:MyWriter", "@acme/writers:Turso")).writerClass).toBe(
+      "@acme/writers:Turso",
+    );
     expect(targetOf(minimal().replace("./writers.ts:MyWriter", "../w/x.ts:W")).writerClass).toBe("/etc/w/x.ts:W");
   });
 
@@ -145,7 +149,9 @@ describe("target keys", () => {
   });
 
   test("target retain_log_days overrides the app's, and an inline table overrides the target's", () => {
-    const target = targetOf(minimal("retain_log_days = 20", "retain_log_days = 10", `["a", { name = "b", retain_log_days = 7 }]`));
+    const target = targetOf(
+      minimal("retain_log_days = 20", "retain_log_days = 10", `["a", { name = "b", retain_log_days = 7 }]`),
+    );
     expect(target.tables).toEqual([
       { name: "a", injectOutboxSeq: false, retainLogDays: 10 },
       { name: "b", injectOutboxSeq: false, retainLogDays: 7 },
@@ -154,7 +160,9 @@ describe("target keys", () => {
   });
 
   test("inject_outbox_seq = true (the compatibility mode) applies to every table unless a table overrides it", () => {
-    const target = targetOf(minimal("", "inject_outbox_seq = true", `["a", { name = "b", inject_outbox_seq = false }]`));
+    const target = targetOf(
+      minimal("", "inject_outbox_seq = true", `["a", { name = "b", inject_outbox_seq = false }]`),
+    );
     expect(target.tables.map((t) => [t.name, t.injectOutboxSeq])).toEqual([
       ["a", true],
       ["b", false],
@@ -174,7 +182,9 @@ describe("target keys", () => {
   });
 
   test("inject_outbox_seq as an array injects only the named tables (the reference's frozenset)", () => {
-    const target = targetOf(minimal("", 'inject_outbox_seq = ["events", "metrics"]', `["events", "metrics", "raw_log"]`));
+    const target = targetOf(
+      minimal("", 'inject_outbox_seq = ["events", "metrics"]', `["events", "metrics", "raw_log"]`),
+    );
     expect(target.tables.map((t) => [t.name, t.injectOutboxSeq])).toEqual([
       ["events", true],
       ["metrics", true],
@@ -216,7 +226,12 @@ db_url  = "\${TURSO_URL}"
 db_token = "\${TURSO_AUTH_TOKEN}"
 `,
       FILE,
-      { PULSEVIEW_TURSO_URL: "libsql://p", PULSEVIEW_TURSO_TOKEN: "tok-p", TURSO_URL: "libsql://a", TURSO_AUTH_TOKEN: "tok-a" },
+      {
+        PULSEVIEW_TURSO_URL: "libsql://p",
+        PULSEVIEW_TURSO_TOKEN: "tok-p",
+        TURSO_URL: "libsql://a",
+        TURSO_AUTH_TOKEN: "tok-a",
+      },
     );
     expect(config.apps.map((a) => a.targets[0]!.name)).toEqual(["pulseview.analytics", "autopulse.main"]);
     expect(config.apps[1]!.targets[0]!.connection).toEqual({ db_url: "libsql://a", db_token: "tok-a" });
@@ -224,12 +239,16 @@ db_token = "\${TURSO_AUTH_TOKEN}"
   });
 
   test("a connection table is passed through with nested values", () => {
-    const target = targetOf(`${minimal("", "", `["t"]`)}[app.myapp.db.primary.connection]\nport = 5432\ntls = true\nhosts = ["a", "b"]\n[app.myapp.db.primary.connection.opts]\nx = "y"\n`);
+    const target = targetOf(
+      `${minimal("", "", `["t"]`)}[app.myapp.db.primary.connection]\nport = 5432\ntls = true\nhosts = ["a", "b"]\n[app.myapp.db.primary.connection.opts]\nx = "y"\n`,
+    );
     expect(target.connection).toEqual({ port: 5432, tls: true, hosts: ["a", "b"], opts: { x: "y" } });
   });
 
   test("a relative sqlite path resolves against the config file's directory", () => {
-    const target = targetOf(`${minimal().replace('writer_class = "./writers.ts:MyWriter"', 'writer = "sqlite"')}[app.myapp.db.primary.connection]\npath = "remote/target.db"\n`);
+    const target = targetOf(
+      `${minimal().replace('writer_class = "./writers.ts:MyWriter"', 'writer = "sqlite"')}[app.myapp.db.primary.connection]\npath = "remote/target.db"\n`,
+    );
     expect(target.connection.path).toBe("/etc/sqloutbox/remote/target.db");
   });
 });

@@ -23,8 +23,17 @@ ${lines}
 
 describe("${VAR} interpolation", () => {
   test("replaces variables in connection values, db_dir and table names", () => {
-    const text = withConnection('url = "libsql://${HOST}:${PORT}/x"\ntoken = "${TOKEN}"', "${DATA}/q").replace('"events"', '"${TABLE}"');
-    const config = parseConfigToml(text, FILE, { HOST: "h", PORT: "8080", TOKEN: "t0k3n", DATA: "/var/lib", TABLE: "orders" });
+    const text = withConnection('url = "libsql://${HOST}:${PORT}/x"\ntoken = "${TOKEN}"', "${DATA}/q").replace(
+      '"events"',
+      '"${TABLE}"',
+    );
+    const config = parseConfigToml(text, FILE, {
+      HOST: "h",
+      PORT: "8080",
+      TOKEN: "t0k3n",
+      DATA: "/var/lib",
+      TABLE: "orders",
+    });
     const target = config.apps[0]!.targets[0]!;
     expect(target.connection).toEqual({ url: "libsql://h:8080/x", token: "t0k3n" });
     expect(config.apps[0]!.dbDir).toBe("/var/lib/q");
@@ -32,12 +41,19 @@ describe("${VAR} interpolation", () => {
   });
 
   test("reaches strings nested in arrays and sub-tables of the connection", () => {
-    const config = parseConfigToml(withConnection('hosts = ["${A}", "b"]\nopts = { user = "${U}" }'), FILE, { A: "a1", U: "me" });
+    const config = parseConfigToml(withConnection('hosts = ["${A}", "b"]\nopts = { user = "${U}" }'), FILE, {
+      A: "a1",
+      U: "me",
+    });
     expect(config.apps[0]!.targets[0]!.connection).toEqual({ hosts: ["a1", "b"], opts: { user: "me" } });
   });
 
   test("$${ yields a literal ${ and is not interpolated", () => {
-    const config = parseConfigToml(withConnection('a = "$${HOME}"\nb = "x$${"\nc = "cost: $5 and $${Y} and ${Y}"'), FILE, { Y: "why" });
+    const config = parseConfigToml(
+      withConnection('a = "$${HOME}"\nb = "x$${"\nc = "cost: $5 and $${Y} and ${Y}"'),
+      FILE,
+      { Y: "why" },
+    );
     expect(config.apps[0]!.targets[0]!.connection).toEqual({ a: "${HOME}", b: "x${", c: "cost: $5 and ${Y} and why" });
   });
 
@@ -47,7 +63,9 @@ describe("${VAR} interpolation", () => {
   });
 
   test("a missing variable fails fast naming the variable and the key path", () => {
-    const error = errorOf<ConfigError>(() => parseConfigToml(withConnection('db_token = "${PRIMARY_DB_TOKEN}"'), FILE, { OTHER: "x" }));
+    const error = errorOf<ConfigError>(() =>
+      parseConfigToml(withConnection('db_token = "${PRIMARY_DB_TOKEN}"'), FILE, { OTHER: "x" }),
+    );
     expect(error).toBeInstanceOf(ConfigError);
     expect(error.code).toBe("E_CONFIG");
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.db_token");
@@ -55,7 +73,9 @@ describe("${VAR} interpolation", () => {
   });
 
   test("a missing variable in db_dir is reported at db_dir", () => {
-    expect(() => parseConfigToml(withConnection("", "${NOPE}"), FILE, {})).toThrow(expect.objectContaining({ keyPath: "app.myapp.db_dir" }));
+    expect(() => parseConfigToml(withConnection("", "${NOPE}"), FILE, {})).toThrow(
+      expect.objectContaining({ keyPath: "app.myapp.db_dir" }),
+    );
   });
 
   test.each([
@@ -63,7 +83,12 @@ describe("${VAR} interpolation", () => {
     ['a = "${}"', 'invalid variable name "${}"'],
     ['a = "${MY-VAR}"', 'invalid variable name "${MY-VAR}"'],
   ])("malformed reference %s is rejected", (line, message) => {
-    expect(() => parseConfigToml(withConnection(line), FILE, {})).toThrow(expect.objectContaining({ keyPath: "app.myapp.db.primary.connection.a", message: expect.stringContaining(message) }));
+    expect(() => parseConfigToml(withConnection(line), FILE, {})).toThrow(
+      expect.objectContaining({
+        keyPath: "app.myapp.db.primary.connection.a",
+        message: expect.stringContaining(message),
+      }),
+    );
   });
 });
 
@@ -123,7 +148,9 @@ describe(".env parsing", () => {
   });
 
   test("a malformed line's error does not echo the value", () => {
-    expect(() => parseDotenv("TOKEN='s3cr3t-value\n", "/cfg/.env")).toThrow(expect.not.objectContaining({ message: expect.stringContaining("s3cr3t") }));
+    expect(() => parseDotenv("TOKEN='s3cr3t-value\n", "/cfg/.env")).toThrow(
+      expect.not.objectContaining({ message: expect.stringContaining("s3cr3t") }),
+    );
   });
 });
 
@@ -156,13 +183,21 @@ afterAll(() => server.stop(true));
 beforeEach(() => {
   dir = makeTempDir();
   requests = [];
-  fs.writeFileSync(dir.file("w.ts"), "export class W { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n");
+  fs.writeFileSync(
+    dir.file("w.ts"),
+    "export class W { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n",
+  );
   fs.writeFileSync(dir.file("outbox.toml"), withConnection('a = "${A}"\nb = "${B}"\nc = "${C}"'));
 });
 afterEach(() => dir.cleanup());
 
 const baseUrl = () => `http://127.0.0.1:${server.port}`;
-type DopplerExtra = { dopplerTimeoutMs?: number; dopplerMaxBytes?: number; dopplerRetryDelaysMs?: number[]; fetch?: typeof fetch };
+type DopplerExtra = {
+  dopplerTimeoutMs?: number;
+  dopplerMaxBytes?: number;
+  dopplerRetryDelaysMs?: number[];
+  fetch?: typeof fetch;
+};
 const connectionOf = async (env: Record<string, string>, extra: DopplerExtra = {}) => {
   const loaded = await loadConfigToml(dir.file("outbox.toml"), { env, dopplerBaseUrl: baseUrl(), ...extra });
   return { connection: loaded.config.apps[0]!.targets[0]!.connection, loaded };
@@ -190,7 +225,9 @@ describe("secrets priority", () => {
 
   test("DOPPLER_API_URL from the environment selects the Doppler server", async () => {
     handler = () => Response.json({ A: "x1", B: "x2", C: "x3" });
-    const loaded = await loadConfigToml(dir.file("outbox.toml"), { env: { DOPPLER_TOKEN: TOKEN, DOPPLER_API_URL: `${baseUrl()}/` } });
+    const loaded = await loadConfigToml(dir.file("outbox.toml"), {
+      env: { DOPPLER_TOKEN: TOKEN, DOPPLER_API_URL: `${baseUrl()}/` },
+    });
     expect(loaded.config.apps[0]!.targets[0]!.connection.c).toBe("x3");
     expect(requests).toHaveLength(1);
   });
@@ -240,7 +277,10 @@ describe("secrets priority", () => {
 describe("Doppler failures halt loading with the token masked", () => {
   // Retries wait 1 ms here; their count and classification are test/config-doppler.test.ts's subject.
   async function failure(extra: DopplerExtra = {}): Promise<SecretsError> {
-    const error = await connectionOf({ DOPPLER_TOKEN: TOKEN, A: "1", B: "2", C: "3" }, { dopplerRetryDelaysMs: [1, 1], ...extra }).catch((e) => e);
+    const error = await connectionOf(
+      { DOPPLER_TOKEN: TOKEN, A: "1", B: "2", C: "3" },
+      { dopplerRetryDelaysMs: [1, 1], ...extra },
+    ).catch((e) => e);
     expect(error).toBeInstanceOf(SecretsError);
     expect(error.code).toBe("E_SECRETS");
     expect(error.message).not.toContain(TOKEN);
@@ -288,7 +328,11 @@ describe("Doppler failures halt loading with the token masked", () => {
     const closed = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("") });
     const url = `http://127.0.0.1:${closed.port}`;
     closed.stop(true);
-    const error = await loadConfigToml(dir.file("outbox.toml"), { env: { DOPPLER_TOKEN: TOKEN }, dopplerBaseUrl: url, dopplerRetryDelaysMs: [1, 1] }).catch((e) => e);
+    const error = await loadConfigToml(dir.file("outbox.toml"), {
+      env: { DOPPLER_TOKEN: TOKEN },
+      dopplerBaseUrl: url,
+      dopplerRetryDelaysMs: [1, 1],
+    }).catch((e) => e);
     expect(error).toBeInstanceOf(SecretsError);
     expect(error.message).not.toContain(TOKEN);
   });
@@ -307,7 +351,9 @@ describe("Doppler failures halt loading with the token masked", () => {
     const env = { DOPPLER_TOKEN: TOKEN, DOPPLER_API_URL: "http://doppler.internal.example:8080" };
     const error = await loadConfigToml(dir.file("outbox.toml"), { env, fetch: spy }).catch((e) => e);
     expect(error).toBeInstanceOf(SecretsError);
-    expect(error.message).toContain("refused to send DOPPLER_TOKEN in clear over plain http to doppler.internal.example");
+    expect(error.message).toContain(
+      "refused to send DOPPLER_TOKEN in clear over plain http to doppler.internal.example",
+    );
     expect(error.message).not.toContain(TOKEN);
     expect(calls).toBe(0);
   });

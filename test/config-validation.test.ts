@@ -77,9 +77,21 @@ describe("TOML syntax errors", () => {
 describe("unknown keys", () => {
   test.each([
     [BASE.replace('db_dir = "data"', 'db_dir = "data"\nbatch_szie = 10'), "app.myapp.batch_szie", '"batch_size"'],
-    [BASE.replace('db_dir = "data"', 'db_dir = "data"\nflush_intervall = 1'), "app.myapp.flush_intervall", '"flush_interval"'],
-    [BASE.replace('tables = ["events"]', 'tables = ["events"]\ninject_outbox = false'), "app.myapp.db.primary.inject_outbox", '"inject_outbox_seq"'],
-    [BASE.replace('tables = ["events"]', 'tables = [{ name = "events", retain_days = 3 }]'), "app.myapp.db.primary.tables[0].retain_days", '"retain_log_days"'],
+    [
+      BASE.replace('db_dir = "data"', 'db_dir = "data"\nflush_intervall = 1'),
+      "app.myapp.flush_intervall",
+      '"flush_interval"',
+    ],
+    [
+      BASE.replace('tables = ["events"]', 'tables = ["events"]\ninject_outbox = false'),
+      "app.myapp.db.primary.inject_outbox",
+      '"inject_outbox_seq"',
+    ],
+    [
+      BASE.replace('tables = ["events"]', 'tables = [{ name = "events", retain_days = 3 }]'),
+      "app.myapp.db.primary.tables[0].retain_days",
+      '"retain_log_days"',
+    ],
     [`${BASE}\n[apps.x]\ndb_dir = "y"\n`, "apps", '"app"'],
   ])("are reported with a suggestion (%#)", (text, keyPath, suggestion) => {
     const error = configErrorOf(text);
@@ -122,7 +134,10 @@ describe("wrong types and ranges", () => {
     ["db = 3", "app.myapp.db", "expected a table of targets"],
   ])("%s is rejected", (line, keyPath, message) => {
     const key = line.split(" ")[0]!;
-    const text = BASE.replace(/\[app\.myapp\]\n/, `[app.myapp]\n${line}\n`).replace(key === "db_dir" ? 'db_dir = "data"\n' : "\0", "");
+    const text = BASE.replace(/\[app\.myapp\]\n/, `[app.myapp]\n${line}\n`).replace(
+      key === "db_dir" ? 'db_dir = "data"\n' : "\0",
+      "",
+    );
     const error = configErrorOf(key === "db" ? `[app.myapp]\ndb_dir = "d"\n${line}\n` : text);
     expect(error.keyPath).toBe(keyPath);
     expect(error.message).toContain(message);
@@ -130,17 +145,40 @@ describe("wrong types and ranges", () => {
 
   test.each([
     ['compat = "no"', "app.myapp.db.primary.compat", "expected a boolean"],
-    ['compat = true\ndialect = "postgres"', "app.myapp.db.primary.compat", "exists only for sqlite and libsql targets; this target writes postgres"],
-    ['compat = true\ndialect = "mysql"', "app.myapp.db.primary.compat", "exists only for sqlite and libsql targets; this target writes mysql"],
+    [
+      'compat = true\ndialect = "postgres"',
+      "app.myapp.db.primary.compat",
+      "exists only for sqlite and libsql targets; this target writes postgres",
+    ],
+    [
+      'compat = true\ndialect = "mysql"',
+      "app.myapp.db.primary.compat",
+      "exists only for sqlite and libsql targets; this target writes mysql",
+    ],
     ['dialect = "postgresql"', "app.myapp.db.primary.dialect", '(did you mean "postgres"?)'],
     ["retain_log_days = -2", "app.myapp.db.primary.retain_log_days", "must be ≥ 0"],
-    ['inject_outbox_seq = "yes"', "app.myapp.db.primary.inject_outbox_seq", "expected a boolean or an array of table names, got string"],
-    ['inject_outbox_seq = ["evnts"]', "app.myapp.db.primary.inject_outbox_seq", 'names table "evnts", which is not in tables (did you mean "events"?)'],
-    ["inject_outbox_seq = [1]", "app.myapp.db.primary.inject_outbox_seq[0]", "expected a table name (string), got integer"],
+    [
+      'inject_outbox_seq = "yes"',
+      "app.myapp.db.primary.inject_outbox_seq",
+      "expected a boolean or an array of table names, got string",
+    ],
+    [
+      'inject_outbox_seq = ["evnts"]',
+      "app.myapp.db.primary.inject_outbox_seq",
+      'names table "evnts", which is not in tables (did you mean "events"?)',
+    ],
+    [
+      "inject_outbox_seq = [1]",
+      "app.myapp.db.primary.inject_outbox_seq[0]",
+      "expected a table name (string), got integer",
+    ],
     ['connection = "postgres://x"', "app.myapp.db.primary.connection", "expected a table"],
     ["writer_class = 5", "app.myapp.db.primary.writer_class", "expected a string, got integer"],
   ])("target %s is rejected", (line, keyPath, message) => {
-    const text = BASE.replace('tables = ["events"]', `tables = ["events"]\n${line}`).replace(line.startsWith("writer_class") ? 'writer_class = "./w.ts:W"\n' : "\0", "");
+    const text = BASE.replace('tables = ["events"]', `tables = ["events"]\n${line}`).replace(
+      line.startsWith("writer_class") ? 'writer_class = "./w.ts:W"\n' : "\0",
+      "",
+    );
     const error = configErrorOf(text);
     expect(error.keyPath).toBe(keyPath);
     expect(error.message).toContain(message);
@@ -151,13 +189,25 @@ describe("tables", () => {
   test.each([
     ["tables = []", "app.myapp.db.primary.tables", "must list at least one table"],
     ['tables = "events"', "app.myapp.db.primary.tables", "expected an array of table names, got string"],
-    ['tables = ["events", "events"]', "app.myapp.db.primary.tables[1]", 'table "events" is listed twice (also tables[0])'],
-    ['tables = ["a", { name = "a", retain_log_days = 1 }]', "app.myapp.db.primary.tables[1]", 'table "a" is listed twice'],
-    ['tables = ["a", 5]', "app.myapp.db.primary.tables[1]", "expected a table name or { name = \"…\" }, got integer"],
+    [
+      'tables = ["events", "events"]',
+      "app.myapp.db.primary.tables[1]",
+      'table "events" is listed twice (also tables[0])',
+    ],
+    [
+      'tables = ["a", { name = "a", retain_log_days = 1 }]',
+      "app.myapp.db.primary.tables[1]",
+      'table "a" is listed twice',
+    ],
+    ['tables = ["a", 5]', "app.myapp.db.primary.tables[1]", 'expected a table name or { name = "…" }, got integer'],
     ["tables = [{ retain_log_days = 1 }]", "app.myapp.db.primary.tables[0].name", "required: the table name"],
     ['tables = [""]', "app.myapp.db.primary.tables[0]", 'invalid table name ""'],
     ['tables = ["../etc/passwd"]', "app.myapp.db.primary.tables[0]", 'invalid table name "../etc/passwd"'],
-    ['tables = [{ name = "a", inject_outbox_seq = 1 }]', "app.myapp.db.primary.tables[0].inject_outbox_seq", "expected a boolean"],
+    [
+      'tables = [{ name = "a", inject_outbox_seq = 1 }]',
+      "app.myapp.db.primary.tables[0].inject_outbox_seq",
+      "expected a boolean",
+    ],
   ])("%s is rejected", (line, keyPath, message) => {
     const error = configErrorOf(BASE.replace('tables = ["events"]', line));
     expect(error.keyPath).toBe(keyPath);
@@ -167,7 +217,9 @@ describe("tables", () => {
   // The drain creates {db_dir}/{table}.db for every configured table: a name the producer refuses
   // would be a queue nobody can ever write to, so the config asks the producer's own question.
   test("refuses the table names the producer refuses, each with the producer's message, key path and position", () => {
-    const caught = errorOf<ConfigIssuesError>(() => parseConfigToml(BASE.replace('tables = ["events"]', 'tables = ["a b", "c;d"]'), FILE, {}));
+    const caught = errorOf<ConfigIssuesError>(() =>
+      parseConfigToml(BASE.replace('tables = ["events"]', 'tables = ["a b", "c;d"]'), FILE, {}),
+    );
     expect(caught).toBeInstanceOf(ConfigIssuesError);
     const issues = caught.issues;
     expect(issues.map((i) => [i.file, i.keyPath, i.line, i.column])).toEqual([
@@ -179,7 +231,9 @@ describe("tables", () => {
   });
 
   test("refuses an inline entry's name at its name key", () => {
-    const error = configErrorOf(BASE.replace('tables = ["events"]', 'tables = [\n  "events",\n  { name = "a b", retain_log_days = 1 },\n]'));
+    const error = configErrorOf(
+      BASE.replace('tables = ["events"]', 'tables = [\n  "events",\n  { name = "a b", retain_log_days = 1 },\n]'),
+    );
     expect(error.keyPath).toBe("app.myapp.db.primary.tables[1].name");
     expect([error.line, error.column]).toEqual([7, 1]);
     expect(error.message).toEndWith(`: ${tableNameProblem("a b")}`);
@@ -202,12 +256,18 @@ describe("tables", () => {
     },
   );
 
-  test.each(["events", "v1.orders", "$sys", "_private", "Order-Items_2", "a.b-c"])("accepts the valid name %p, plain or inline", (name) => {
-    expect(tableNameProblem(name)).toBeNull();
-    const text = BASE.replace('tables = ["events"]', `tables = ["${name}"]\n[app.myapp.db.other]\nwriter_class = "./w.ts:W"\ntables = [{ name = "${name}x", retain_log_days = 2 }]`);
-    const targets = parseConfigToml(text, FILE, {}).apps[0]!.targets;
-    expect(targets.map((t) => t.tables.map((table) => table.name))).toEqual([[name], [`${name}x`]]);
-  });
+  test.each(["events", "v1.orders", "$sys", "_private", "Order-Items_2", "a.b-c"])(
+    "accepts the valid name %p, plain or inline",
+    (name) => {
+      expect(tableNameProblem(name)).toBeNull();
+      const text = BASE.replace(
+        'tables = ["events"]',
+        `tables = ["${name}"]\n[app.myapp.db.other]\nwriter_class = "./w.ts:W"\ntables = [{ name = "${name}x", retain_log_days = 2 }]`,
+      );
+      const targets = parseConfigToml(text, FILE, {}).apps[0]!.targets;
+      expect(targets.map((t) => t.tables.map((table) => table.name))).toEqual([[name], [`${name}x`]]);
+    },
+  );
 
   test("a target without tables is rejected", () => {
     const error = configErrorOf(BASE.replace('tables = ["events"]', ""));
@@ -216,7 +276,9 @@ describe("tables", () => {
   });
 
   test("the same table routed to two targets of one app is rejected at the second", () => {
-    const error = configErrorOf(`${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["other", "events"]\n`);
+    const error = configErrorOf(
+      `${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["other", "events"]\n`,
+    );
     expect(error.keyPath).toBe("app.myapp.db.backup.tables[1]");
     expect(error.message).toContain('table "events" is already routed to target "myapp.primary"');
   });
@@ -229,7 +291,9 @@ describe("tables", () => {
 
 describe("writers", () => {
   test("both writer and writer_class is rejected", () => {
-    const error = configErrorOf(`${BASE.replace('tables = ["events"]', 'tables = ["events"]\nwriter = "sqlite"')}[app.myapp.db.primary.connection]\npath = "x.db"\n`);
+    const error = configErrorOf(
+      `${BASE.replace('tables = ["events"]', 'tables = ["events"]\nwriter = "sqlite"')}[app.myapp.db.primary.connection]\npath = "x.db"\n`,
+    );
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
     expect(error.message).toContain('set either "writer" or "writer_class", not both');
   });
@@ -280,14 +344,16 @@ describe("built-in writer [connection] validation", () => {
       { name: "port", description: "server port" },
       { name: "password", secret: true, description: "password" },
     ],
-    validate: (c) => (c.port !== undefined && typeof c.port !== "number" ? [{ key: "port", message: "must be a port number" }] : []),
+    validate: (c) =>
+      c.port !== undefined && typeof c.port !== "number" ? [{ key: "port", message: "must be a port number" }] : [],
     create: () => ({ writeBatch: async () => [] }),
   };
-  const text = (connection: string) => `${BASE.replace('writer_class = "./w.ts:W"', 'writer = "mysql"')}[app.myapp.db.primary.connection]\n${connection}\n`;
+  const text = (connection: string) =>
+    `${BASE.replace('writer_class = "./w.ts:W"', 'writer = "mysql"')}[app.myapp.db.primary.connection]\n${connection}\n`;
 
   test("a missing required key is named with its description", () => {
     builtinWriters.mysql = spec;
-    const error = configErrorOf(text('port = 3306'));
+    const error = configErrorOf(text("port = 3306"));
     expect(error.keyPath).toBe("app.myapp.db.primary.connection.host");
     expect(error.message).toContain('required by writer "mysql": server host name');
   });
@@ -338,7 +404,9 @@ describe("apps", () => {
   });
 
   test("two apps sharing one db_dir are rejected", () => {
-    const error = configErrorOf(`${BASE}\n[app.other]\ndb_dir = "./data"\n[app.other.db.x]\nwriter_class = "./w.ts:W"\ntables = ["t"]\n`);
+    const error = configErrorOf(
+      `${BASE}\n[app.other]\ndb_dir = "./data"\n[app.other.db.x]\nwriter_class = "./w.ts:W"\ntables = ["t"]\n`,
+    );
     expect(error.keyPath).toBe("app.other.db_dir");
     expect(error.message).toContain('also used by app "myapp"');
   });
@@ -346,10 +414,23 @@ describe("apps", () => {
 
 describe("several problems", () => {
   test("are all reported in one ConfigIssuesError, each with its key path", () => {
-    const error = errorOf<ConfigIssuesError>(() => parseConfigToml(BASE.replace('db_dir = "data"', 'db_dir = "data"\nbatch_size = 0\ndurability = "fast"').replace('["events"]', '["a", "a"]'), FILE, {}));
+    const error = errorOf<ConfigIssuesError>(() =>
+      parseConfigToml(
+        BASE.replace('db_dir = "data"', 'db_dir = "data"\nbatch_size = 0\ndurability = "fast"').replace(
+          '["events"]',
+          '["a", "a"]',
+        ),
+        FILE,
+        {},
+      ),
+    );
     expect(error).toBeInstanceOf(ConfigIssuesError);
     expect(error.code).toBe("E_CONFIG");
-    expect(error.issues.map((i) => i.keyPath)).toEqual(["app.myapp.batch_size", "app.myapp.durability", "app.myapp.db.primary.tables[1]"]);
+    expect(error.issues.map((i) => i.keyPath)).toEqual([
+      "app.myapp.batch_size",
+      "app.myapp.durability",
+      "app.myapp.db.primary.tables[1]",
+    ]);
     expect(error.message).toContain("3 problems");
     for (const issue of error.issues) expect(error.message).toContain(issue.message);
   });
@@ -392,9 +473,18 @@ describe("positions of validation errors", () => {
 
 describe("routing key paths", () => {
   test("point at the original tables entry even after an earlier duplicate", () => {
-    const error = errorOf<ConfigIssuesError>(() => parseConfigToml(`${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["x", "x", "events"]\n`, FILE, {}));
+    const error = errorOf<ConfigIssuesError>(() =>
+      parseConfigToml(
+        `${BASE}\n[app.myapp.db.backup]\nwriter_class = "./w.ts:W"\ntables = ["x", "x", "events"]\n`,
+        FILE,
+        {},
+      ),
+    );
     expect(error).toBeInstanceOf(ConfigIssuesError);
-    expect(error.issues.map((i) => i.keyPath)).toEqual(["app.myapp.db.backup.tables[1]", "app.myapp.db.backup.tables[2]"]);
+    expect(error.issues.map((i) => i.keyPath)).toEqual([
+      "app.myapp.db.backup.tables[1]",
+      "app.myapp.db.backup.tables[2]",
+    ]);
   });
 });
 
@@ -410,9 +500,17 @@ describe("missing ${VAR} in [connection]", () => {
 
 test("compat = true on a built-in postgres or mysql writer is a config error, not a drain that dead-letters every injected row", () => {
   for (const writer of ["postgres", "mysql"]) {
-    const error = configErrorOf(`[app.myapp]\ndb_dir = "d"\n[app.myapp.db.primary]\nwriter = "${writer}"\ntables = ["events"]\ninject_outbox_seq = true\ncompat = true\n[app.myapp.db.primary.connection]\nurl = "${writer}://u@h/db"\n`);
+    const error = configErrorOf(
+      `[app.myapp]\ndb_dir = "d"\n[app.myapp.db.primary]\nwriter = "${writer}"\ntables = ["events"]\ninject_outbox_seq = true\ncompat = true\n[app.myapp.db.primary.connection]\nurl = "${writer}://u@h/db"\n`,
+    );
     expect(error.keyPath).toBe("app.myapp.db.primary.compat");
     expect(error.message).toContain(`this target writes ${writer}`);
   }
-  expect(() => parseConfigToml(`[app.myapp]\ndb_dir = "d"\n[app.myapp.db.primary]\nwriter = "sqlite"\ntables = ["events"]\ninject_outbox_seq = true\ncompat = true\n[app.myapp.db.primary.connection]\npath = "r.db"\n`, FILE, {})).not.toThrow();
+  expect(() =>
+    parseConfigToml(
+      `[app.myapp]\ndb_dir = "d"\n[app.myapp.db.primary]\nwriter = "sqlite"\ntables = ["events"]\ninject_outbox_seq = true\ncompat = true\n[app.myapp.db.primary.connection]\npath = "r.db"\n`,
+      FILE,
+      {},
+    ),
+  ).not.toThrow();
 });

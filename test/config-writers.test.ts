@@ -36,7 +36,10 @@ export class NoWriteBatch { constructor(_c: unknown) {} }
 export class Throws { constructor(c: { db_token: string }) { throw new Error("cannot connect with token " + c.db_token); } }
 `;
 
-async function loadError(file: string, env: Record<string, string> = { TOKEN: "tok-abcdef-123" }): Promise<ConfigError> {
+async function loadError(
+  file: string,
+  env: Record<string, string> = { TOKEN: "tok-abcdef-123" },
+): Promise<ConfigError> {
   const error = await loadConfigToml(file, { env }).catch((e) => e);
   expect(error).toBeInstanceOf(ConfigError);
   expect(error.code).toBe("E_CONFIG");
@@ -52,7 +55,9 @@ describe("writer_class", () => {
   });
 
   test("a relative .ts path is imported and constructed with the [connection] table", async () => {
-    const { writers, config } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts:TursoWriter"'), { env: { TOKEN: "tok-1" } });
+    const { writers, config } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts:TursoWriter"'), {
+      env: { TOKEN: "tok-1" },
+    });
     const writer = writers["myapp.primary"] as unknown as { connection: unknown; tag(): string; dialect: string };
     expect(writer.connection).toEqual({ db_url: "libsql://example", db_token: "tok-1" });
     expect(writer.tag()).toBe("helped");
@@ -61,17 +66,30 @@ describe("writer_class", () => {
   });
 
   test("no :Export means the default export", async () => {
-    const { writers } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts"'), { env: { TOKEN: "t" } });
+    const { writers } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts"'), {
+      env: { TOKEN: "t" },
+    });
     expect(typeof writers["myapp.primary"]!.writeBatch).toBe("function");
   });
 
   test("a package specifier is resolved from the config file's directory", async () => {
     const pkg = dir.file("node_modules/acme-writers");
     fs.mkdirSync(pkg, { recursive: true });
-    fs.writeFileSync(path.join(pkg, "package.json"), JSON.stringify({ name: "acme-writers", type: "module", main: "index.ts" }));
-    fs.writeFileSync(path.join(pkg, "index.ts"), "export class AcmeWriter { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n");
-    const { writers } = await loadConfigToml(writeConfig('writer_class = "acme-writers:AcmeWriter"'), { env: { TOKEN: "t" } });
-    expect((writers["myapp.primary"] as unknown as { c: unknown }).c).toEqual({ db_url: "libsql://example", db_token: "t" });
+    fs.writeFileSync(
+      path.join(pkg, "package.json"),
+      JSON.stringify({ name: "acme-writers", type: "module", main: "index.ts" }),
+    );
+    fs.writeFileSync(
+      path.join(pkg, "index.ts"),
+      "export class AcmeWriter { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n",
+    );
+    const { writers } = await loadConfigToml(writeConfig('writer_class = "acme-writers:AcmeWriter"'), {
+      env: { TOKEN: "t" },
+    });
+    expect((writers["myapp.primary"] as unknown as { c: unknown }).c).toEqual({
+      db_url: "libsql://example",
+      db_token: "t",
+    });
   });
 
   test("a missing file is an error naming writer_class and the resolved path", async () => {
@@ -111,7 +129,9 @@ describe("writer_class", () => {
   });
 
   test("a throwing constructor is reported with the connection secrets masked", async () => {
-    const error = await loadError(writeConfig('writer_class = "./writers/turso.ts:Throws"'), { TOKEN: "tok-abcdef-123" });
+    const error = await loadError(writeConfig('writer_class = "./writers/turso.ts:Throws"'), {
+      TOKEN: "tok-abcdef-123",
+    });
     expect(error.message).toContain("constructor threw: cannot connect with token ***");
     expect(error.message).not.toContain("tok-abcdef-123");
     expect((error.cause as Error).message).toBe("cannot connect with token ***");
@@ -120,7 +140,10 @@ describe("writer_class", () => {
   });
 
   test("a dialect property the drain does not know is rejected", async () => {
-    fs.writeFileSync(dir.file("writers/odd.ts"), 'export class W { dialect = "oracle"; async writeBatch() { return []; } }\n');
+    fs.writeFileSync(
+      dir.file("writers/odd.ts"),
+      'export class W { dialect = "oracle"; async writeBatch() { return []; } }\n',
+    );
     const error = await loadError(writeConfig('writer_class = "./writers/odd.ts:W"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
     expect(error.message).toContain('has dialect "oracle"');
@@ -130,7 +153,10 @@ describe("writer_class", () => {
     fs.writeFileSync(dir.file("writers/plain.ts"), "export class W { async writeBatch() { return []; } }\n");
     const warnings: string[] = [];
     const logger = { debug() {}, info() {}, error() {}, warn: (m: string) => warnings.push(m) };
-    const { config } = await loadConfigToml(writeConfig('writer_class = "./writers/plain.ts:W"'), { env: { TOKEN: "t" }, logger });
+    const { config } = await loadConfigToml(writeConfig('writer_class = "./writers/plain.ts:W"'), {
+      env: { TOKEN: "t" },
+      logger,
+    });
     expect(warnings).toEqual([]);
     expect(config.apps[0]!.targets[0]!.dialect).toBeNull();
   });
@@ -140,13 +166,21 @@ describe("writer_class", () => {
     const error = await loadError(writeConfig('writer_class = "./writers/broken.ts:W"'));
     expect(error.keyPath).toBe("app.myapp.db.primary.writer_class");
     expect(error.message).toContain("failed to load");
-    expect(error.message).toMatch(new RegExp(`failed to load: ${dir.file("writers/broken.ts").replaceAll(".", "\\.")}:1:\\d+: \\S`));
+    expect(error.message).toMatch(
+      new RegExp(`failed to load: ${dir.file("writers/broken.ts").replaceAll(".", "\\.")}:1:\\d+: \\S`),
+    );
   });
 
   test("secret-looking connection values are reported as secrets", async () => {
-    const { secrets } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts:TursoWriter"', 'db_url = "postgres://u:pw-in-url@h/db"\ndb_token = "${TOKEN}"\nhost = "${HOST}"'), {
-      env: { TOKEN: "tok-777777", HOST: "internal-host" },
-    });
+    const { secrets } = await loadConfigToml(
+      writeConfig(
+        'writer_class = "./writers/turso.ts:TursoWriter"',
+        'db_url = "postgres://u:pw-in-url@h/db"\ndb_token = "${TOKEN}"\nhost = "${HOST}"',
+      ),
+      {
+        env: { TOKEN: "tok-777777", HOST: "internal-host" },
+      },
+    );
     expect(secrets).toEqual(expect.arrayContaining(["tok-777777", "pw-in-url", "internal-host"]));
   });
 });
@@ -178,15 +212,23 @@ describe("built-in writers", () => {
   test("an unopenable sqlite file surfaces as an outage (WriteError) at first write, not at load", async () => {
     fs.mkdirSync(dir.file("isdir.db"));
     const { writers } = await loadConfigToml(writeConfig('writer = "sqlite"', 'path = "isdir.db"'), { env: {} });
-    const error = await writers["myapp.primary"]!.writeBatch([{ sql: "SELECT 1", args: [], namespace: "t", seq: 1 }]).catch((e) => e);
+    const error = await writers["myapp.primary"]!.writeBatch([
+      { sql: "SELECT 1", args: [], namespace: "t", seq: 1 },
+    ]).catch((e) => e);
     expect(error).toMatchObject({ code: "E_WRITE" });
   });
 });
 
 describe("createWriters for defineConfig", () => {
   test("writerClass resolves against baseDir", async () => {
-    fs.writeFileSync(dir.file("w.ts"), "export class W { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n");
-    const config = defineConfig({ baseDir: dir.path, app: { a: { dbDir: "q", db: { x: { writerClass: "./w.ts:W", tables: ["t"], connection: { k: 1 } } } } } });
+    fs.writeFileSync(
+      dir.file("w.ts"),
+      "export class W { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n",
+    );
+    const config = defineConfig({
+      baseDir: dir.path,
+      app: { a: { dbDir: "q", db: { x: { writerClass: "./w.ts:W", tables: ["t"], connection: { k: 1 } } } } },
+    });
     const writers = await createWriters(config);
     expect((writers["a.x"] as unknown as { c: unknown }).c).toEqual({ k: 1 });
   });
@@ -207,9 +249,17 @@ const w = writers["myapp.primary"] as any;
 console.log(JSON.stringify({ tag: w.tag(), results: await w.writeBatch([{}]) }));\n`,
     );
     const bin = dir.file("bin");
-    const build = Bun.spawnSync(["bun", "build", "--compile", entry, "--outfile", bin], { stderr: "pipe", stdout: "pipe" });
+    const build = Bun.spawnSync(["bun", "build", "--compile", entry, "--outfile", bin], {
+      stderr: "pipe",
+      stdout: "pipe",
+    });
     expect(build.exitCode, build.stderr.toString()).toBe(0);
-    const run = Bun.spawnSync([bin, config], { cwd: "/", stderr: "pipe", stdout: "pipe", env: { PATH: process.env.PATH } });
+    const run = Bun.spawnSync([bin, config], {
+      cwd: "/",
+      stderr: "pipe",
+      stdout: "pipe",
+      env: { PATH: process.env.PATH },
+    });
     expect(run.stderr.toString()).toBe("");
     expect(JSON.parse(run.stdout.toString())).toEqual({ tag: "helped", results: [{ ok: true, rowsAffected: 1 }] });
   }, 60_000);
@@ -225,8 +275,13 @@ describe("loading", () => {
   });
 
   test("writer_class itself may use ${VAR}", async () => {
-    fs.writeFileSync(dir.file("w.ts"), "export class W { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n");
-    const { config } = await loadConfigToml(writeConfig('writer_class = "${WRITERS}/w.ts:W"'), { env: { WRITERS: ".", TOKEN: "t" } });
+    fs.writeFileSync(
+      dir.file("w.ts"),
+      "export class W { constructor(readonly c: unknown) {} async writeBatch() { return []; } }\n",
+    );
+    const { config } = await loadConfigToml(writeConfig('writer_class = "${WRITERS}/w.ts:W"'), {
+      env: { WRITERS: ".", TOKEN: "t" },
+    });
     expect(config.apps[0]!.targets[0]!.writerClass).toBe(`${dir.file("w.ts")}:W`);
   });
 });
@@ -239,7 +294,15 @@ describe("secrets a config contains", () => {
 [app.a.db.turso]\nwriter = "libsql"\ntables = ["t3"]\n[app.a.db.turso.connection]\nurl = "libsql://x.turso.io?authToken=query-token-1"\nauth_token = "turso-token-2"
 `;
     const { secrets } = parseConfigDocument(text, "/x/outbox.toml", {});
-    expect(secrets).toEqual(expect.arrayContaining(["postgres://app:hunter2-pw@db.internal/prod", "hunter2-pw", "literal-in-file", "query-token-1", "turso-token-2"]));
+    expect(secrets).toEqual(
+      expect.arrayContaining([
+        "postgres://app:hunter2-pw@db.internal/prod",
+        "hunter2-pw",
+        "literal-in-file",
+        "query-token-1",
+        "turso-token-2",
+      ]),
+    );
     expect(secrets).not.toContain("h");
   });
 });

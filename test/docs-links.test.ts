@@ -6,7 +6,14 @@ import fs from "node:fs";
 import path from "node:path";
 
 const ROOT = path.resolve(import.meta.dir, "..");
-const DOCS = ["README.md", ...fs.readdirSync(path.join(ROOT, "docs")).filter((f) => f.endsWith(".md")).sort().map((f) => `docs/${f}`)];
+const DOCS = [
+  "README.md",
+  ...fs
+    .readdirSync(path.join(ROOT, "docs"))
+    .filter((f) => f.endsWith(".md"))
+    .sort()
+    .map((f) => `docs/${f}`),
+];
 const ALERTS = "etc/prometheus/sqloutbox-alerts.yml";
 
 /** The text outside fenced code blocks, line by line (a `# comment` in a shell block is no heading). */
@@ -60,7 +67,8 @@ function links(file: string): Array<{ target: string; line: number }> {
     }
     if (fence !== null) return;
     const prose = line.replace(/`[^`]*`/g, "code"); // `[a](b)` inside a code span is no link
-    for (const m of prose.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g)) out.push({ target: m[1]!, line: i + 1 });
+    for (const m of prose.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g))
+      out.push({ target: m[1]!, line: i + 1 });
   });
   return out;
 }
@@ -71,7 +79,8 @@ function problem(from: string, target: string): string | null {
   const hash = target.indexOf("#");
   const filePart = hash < 0 ? target : target.slice(0, hash);
   const anchor = hash < 0 ? null : decodeURIComponent(target.slice(hash + 1));
-  const file = filePart === "" ? from : path.relative(ROOT, path.resolve(ROOT, path.dirname(from), decodeURIComponent(filePart)));
+  const file =
+    filePart === "" ? from : path.relative(ROOT, path.resolve(ROOT, path.dirname(from), decodeURIComponent(filePart)));
   if (file.startsWith("..")) return `${target} leaves the repository`;
   if (!fs.existsSync(path.join(ROOT, file))) return `${target}: ${file} does not exist`;
   if (anchor === null) return null;
@@ -88,7 +97,10 @@ describe("documentation links", () => {
   test.each(DOCS)("every relative link and #anchor in %s resolves", (file) => {
     const found = links(file);
     expect(found.length).toBeGreaterThan(0);
-    const broken = found.map((l) => ({ ...l, why: problem(file, l.target) })).filter((l) => l.why !== null).map((l) => `${file}:${l.line}: ${l.why}`);
+    const broken = found
+      .map((l) => ({ ...l, why: problem(file, l.target) }))
+      .filter((l) => l.why !== null)
+      .map((l) => `${file}:${l.line}: ${l.why}`);
     expect(broken).toEqual([]);
   });
 
@@ -103,11 +115,16 @@ describe("documentation links", () => {
     // A throughput, a per-row or per-call cost, a latency percentile: what a benchmark run changes.
     const figure = /\d[\d.,–-]*\s?k?\s?rows\/s|\d[\d.,–-]*\s?µs|\d[\d.,–-]*\s?ms (?:at the median|p50|p99)/;
     const found = DOCS.filter((d) => d !== "docs/benchmarks.md" && d !== "docs/compatibility.md").flatMap((d) =>
-      fs.readFileSync(path.join(ROOT, d), "utf8").split("\n").flatMap((line, i) => (figure.test(line) ? [`${d}:${i + 1}: ${line.trim()}`] : [])),
+      fs
+        .readFileSync(path.join(ROOT, d), "utf8")
+        .split("\n")
+        .flatMap((line, i) => (figure.test(line) ? [`${d}:${i + 1}: ${line.trim()}`] : [])),
     );
     expect(found).toEqual([]);
     // compatibility.md quotes the Python reference's figures (from the spec), none of ours.
-    expect(fs.readFileSync(path.join(ROOT, "docs/compatibility.md"), "utf8").match(new RegExp(figure, "g"))).toEqual(["142 µs"]);
+    expect(fs.readFileSync(path.join(ROOT, "docs/compatibility.md"), "utf8").match(new RegExp(figure, "g"))).toEqual([
+      "142 µs",
+    ]);
   });
 
   test("the README's install lines name the tarball `bun pm pack` makes of this version", async () => {
@@ -121,10 +138,16 @@ describe("documentation links", () => {
     const { main } = await import("../src/cli/main.ts");
     const { subCommandsOf } = await import("../src/cli/command-line.ts");
     const cli = proseLines(fs.readFileSync(path.join(ROOT, "docs/cli.md"), "utf8")).filter((l) => l.startsWith("## `"));
-    const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8").split("\n").filter((l) => l.startsWith("| `sqloutbox "));
+    const readme = fs
+      .readFileSync(path.join(ROOT, "README.md"), "utf8")
+      .split("\n")
+      .filter((l) => l.startsWith("| `sqloutbox "));
     for (const [name] of await subCommandsOf(main)) {
       expect({ name, cli: cli.some((h) => h.startsWith(`## \`${name}`)) }).toEqual({ name, cli: true });
-      expect({ name, readme: readme.some((r) => r.startsWith(`| \`sqloutbox ${name}`)) }).toEqual({ name, readme: true });
+      expect({ name, readme: readme.some((r) => r.startsWith(`| \`sqloutbox ${name}`)) }).toEqual({
+        name,
+        readme: true,
+      });
     }
   });
 

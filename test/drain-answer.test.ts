@@ -19,25 +19,48 @@ describe("classifyAnswer, fenced (ledger = true)", () => {
   test("a fence that failed: moved by another transaction, or the ledger unusable", () => {
     const moved = failed("null value in column through");
     expect(classifyAnswer(rows(1), true, [moved, skipped])).toEqual({ kind: "fence-moved", fence: moved as never });
-    expect(classifyAnswer(rows(1), true, [schema, skipped])).toEqual({ kind: "ledger-unusable", fence: schema as never });
+    expect(classifyAnswer(rows(1), true, [schema, skipped])).toEqual({
+      kind: "ledger-unusable",
+      fence: schema as never,
+    });
   });
   test("a skipped fence is not a moved fence: the rows decide", () => {
     expect(classifyAnswer(rows(null), true, [skipped, skipped])).toEqual({ kind: "not-tried" });
   });
   test("a prefix applied while fenced breaks the contract", () => {
-    expect(classifyAnswer(rows(null, null, null), true, [ok, ok, ok, failed()])).toEqual({ kind: "contract-broken", applied: 2 });
+    expect(classifyAnswer(rows(null, null, null), true, [ok, ok, ok, failed()])).toEqual({
+      kind: "contract-broken",
+      applied: 2,
+    });
   });
   test("the head group failing is the head's fault, wherever in the group the failure is", () => {
     const f = failed();
-    expect(classifyAnswer(rows(1, 1, 1, 4), true, [ok, skipped, f, skipped, skipped])).toEqual({ kind: "head-failed", failedAt: 1, failure: f as never, okAfterFailure: null });
+    expect(classifyAnswer(rows(1, 1, 1, 4), true, [ok, skipped, f, skipped, skipped])).toEqual({
+      kind: "head-failed",
+      failedAt: 1,
+      failure: f as never,
+      okAfterFailure: null,
+    });
   });
   test("a group behind the head failing cuts before that group, not before the failed row", () => {
-    expect(classifyAnswer(rows(1, 1, 3, 3, 3), true, [ok, skipped, skipped, skipped, failed(), skipped])).toEqual({ kind: "failed-behind-head", groupStart: 2, okAfterFailure: null });
-    expect(classifyAnswer(rows(null, null), true, [ok, skipped, failed()])).toEqual({ kind: "failed-behind-head", groupStart: 1, okAfterFailure: null });
+    expect(classifyAnswer(rows(1, 1, 3, 3, 3), true, [ok, skipped, skipped, skipped, failed(), skipped])).toEqual({
+      kind: "failed-behind-head",
+      groupStart: 2,
+      okAfterFailure: null,
+    });
+    expect(classifyAnswer(rows(null, null), true, [ok, skipped, failed()])).toEqual({
+      kind: "failed-behind-head",
+      groupStart: 1,
+      okAfterFailure: null,
+    });
   });
   test("a row reported ok behind a failure is named", () => {
     const f = failed();
-    expect(classifyAnswer(rows(null, null, null), true, [ok, f, skipped, ok])).toMatchObject({ kind: "head-failed", failedAt: 0, okAfterFailure: 2 });
+    expect(classifyAnswer(rows(null, null, null), true, [ok, f, skipped, ok])).toMatchObject({
+      kind: "head-failed",
+      failedAt: 0,
+      okAfterFailure: 2,
+    });
   });
 });
 
@@ -47,10 +70,22 @@ describe("classifyAnswer, without a ledger", () => {
   });
   test("a prefix applied and the next row failed: that row is the head now", () => {
     const f = failed();
-    expect(classifyAnswer(rows(1, 1, 1), false, [ok, f, skipped])).toEqual({ kind: "prefix-applied", applied: 1, failedAt: 1, failure: f as never, okAfterFailure: null });
+    expect(classifyAnswer(rows(1, 1, 1), false, [ok, f, skipped])).toEqual({
+      kind: "prefix-applied",
+      applied: 1,
+      failedAt: 1,
+      failure: f as never,
+      okAfterFailure: null,
+    });
   });
   test("a prefix applied and the rest skipped: nothing charged", () => {
-    expect(classifyAnswer(rows(null, null, 3), false, [ok, skipped, failed()])).toEqual({ kind: "prefix-applied", applied: 1, failedAt: null, failure: null, okAfterFailure: null });
+    expect(classifyAnswer(rows(null, null, 3), false, [ok, skipped, failed()])).toEqual({
+      kind: "prefix-applied",
+      applied: 1,
+      failedAt: null,
+      failure: null,
+      okAfterFailure: null,
+    });
   });
   test("everything skipped: not tried", () => {
     expect(classifyAnswer(rows(null, null), false, [skipped, skipped])).toEqual({ kind: "not-tried" });

@@ -22,7 +22,9 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
       // `pos` records the order the remote inserted the rows in, `upos` the order of the last UPDATE
       // applied to each row. No outbox_seq: statements go verbatim, fenced by the ledger.
       await db.sql.unsafe(`CREATE SEQUENCE ${t}_upos`);
-      await db.sql.unsafe(`CREATE TABLE ${t} (pos BIGSERIAL PRIMARY KEY, producer INT NOT NULL, n INT NOT NULL, hits INT NOT NULL DEFAULT 0, upos BIGINT)`);
+      await db.sql.unsafe(
+        `CREATE TABLE ${t} (pos BIGSERIAL PRIMARY KEY, producer INT NOT NULL, n INT NOT NULL, hits INT NOT NULL DEFAULT 0, upos BIGINT)`,
+      );
     }
     const dbDir = dir.file("outbox");
     const drainSpec = JSON.stringify({
@@ -30,15 +32,33 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
       targets: { pg: { writer: "postgres", connection: { url: db.url }, tables: TABLES } },
       // Every kill mid-batch charges the head once (crash-loop protection); "forever" keeps the
       // test about exactly-once, not about how many kills a head may absorb.
-      tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 200, maxAttempts: null, backoffUnitSeconds: 0.01 },
+      tuning: {
+        flushInterval: 0.005,
+        tableFlushThreshold: 1,
+        tableMaxWait: 0,
+        batchSize: 200,
+        maxAttempts: null,
+        backoffUnitSeconds: 0.01,
+      },
     });
-    const spawnDrain = () => Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, drainSpec], { stdout: "pipe", stderr: "ignore" });
+    const spawnDrain = () =>
+      Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, drainSpec], {
+        stdout: "pipe",
+        stderr: "ignore",
+      });
 
     const producers = Array.from({ length: PRODUCERS }, (_, p) =>
-      Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: p, stopFile: dir.file("stop-producing"), updates: true })], {
-        stdout: "pipe",
-        stderr: "inherit",
-      }),
+      Bun.spawn(
+        [
+          "bun",
+          `${import.meta.dir}/support/children/drain-producer.ts`,
+          JSON.stringify({ dbDir, tables: TABLES, producer: p, stopFile: dir.file("stop-producing"), updates: true }),
+        ],
+        {
+          stdout: "pipe",
+          stderr: "inherit",
+        },
+      ),
     );
     cleanups.push(() => {
       for (const p of producers) p.kill("SIGKILL");
@@ -76,7 +96,10 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
         if (mark > (lastMark.get(t) ?? 0) && head !== null && head.seq <= mark) {
           interrupted += 1;
           // A batch was sent, so the drain had made the ledger table.
-          const [ledger] = await db.sql.unsafe(`SELECT through::int AS through FROM sqloutbox_ledger WHERE origin = $1 AND namespace = $2`, [origin, t]);
+          const [ledger] = await db.sql.unsafe(
+            `SELECT through::int AS through FROM sqloutbox_ledger WHERE origin = $1 AND namespace = $2`,
+            [origin, t],
+          );
           if ((ledger?.through ?? 0) >= head.seq) appliedUnconfirmed += 1;
         }
         lastMark.set(t, mark);
@@ -91,7 +114,10 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
       produced.push(Number(out.split(" ")[1]));
     }
     const total = produced.reduce((a, b) => a + b, 0);
-    if (process.env.DRAIN_DEBUG) console.log(`kills=${kills} (${interrupted} left a sent batch unconfirmed, ${appliedUnconfirmed} of them applied remotely) in ${Date.now() - started} ms, produced per table ${produced.join("+")}`);
+    if (process.env.DRAIN_DEBUG)
+      console.log(
+        `kills=${kills} (${interrupted} left a sent batch unconfirmed, ${appliedUnconfirmed} of them applied remotely) in ${Date.now() - started} ms, produced per table ${produced.join("+")}`,
+      );
 
     // The killed drains did real work between kills (not just start and die).
     const [{ before }] = await db.sql.unsafe(`SELECT count(*)::int AS before FROM ${TABLES[0]}`);
@@ -123,7 +149,9 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
     // exactly-once checks below are about interrupted batches, not only about restarts.
     expect(interrupted).toBeGreaterThan(0);
     for (const [i, t] of TABLES.entries()) {
-      const [{ n, d }] = await db.sql.unsafe(`SELECT count(*)::int AS n, count(DISTINCT (producer, n))::int AS d FROM ${t}`);
+      const [{ n, d }] = await db.sql.unsafe(
+        `SELECT count(*)::int AS n, count(DISTINCT (producer, n))::int AS d FROM ${t}`,
+      );
       expect({ table: t, n, d }).toEqual({ table: t, n: total, d: total });
       // Each producer's rows were inserted in the order it wrote them, and every UPDATE was applied
       // exactly once: a redelivered INSERT after its UPDATE would be a second row, a redelivered

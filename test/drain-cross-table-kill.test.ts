@@ -31,83 +31,127 @@ function oracle(dir: TempDir, seed: number, committed: number[]): { orders: numb
       });
     })();
     return {
-      orders: db.query("SELECT id, total, item_count FROM orders ORDER BY id").values().map((r) => r.map(Number)),
-      items: db.query("SELECT id, order_id, qty FROM order_items ORDER BY id").values().map((r) => r.map(Number)),
+      orders: db
+        .query("SELECT id, total, item_count FROM orders ORDER BY id")
+        .values()
+        .map((r) => r.map(Number)),
+      items: db
+        .query("SELECT id, order_id, qty FROM order_items ORDER BY id")
+        .values()
+        .map((r) => r.map(Number)),
     };
   } finally {
     db.close();
   }
 }
 
-describeSlow("transactions across tables under SIGKILL, from a fleet", "kill two hosts' drains 12 times per engine while their producers commit transactions across tables", () => {
-  describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("delivered to %s", (engine) => {
-    test(`${KILLS} kills of two hosts' drains: never half a transaction on the remote, in the end every transaction once`, async () => {
-      const dir = tempDirCleanedBy(cleanups);
-      const remote = await engineRemote(engine, dir, cleanups, { foreignKeys: true });
-      for (const ddl of ORDER_SCHEMA) await remote.exec(ddl);
-      const seed = 1 + Math.floor(Math.random() * 1_000_000);
-      const stopFile = dir.file("stop");
-      const hosts = Array.from({ length: HOSTS }, (_, host) => ({ host, dbFile: dir.file(`host-${host}/outbox.db`) }));
-      const spawnDrain = (dbFile: string) =>
-        Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
-          dbFile,
-          targets: { r: { writer: remote.writer, connection: remote.connection, tables: ["orders", "order_items"] } },
-          // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
-          tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 12, maxAttempts: null, backoffUnitSeconds: 0.01, outageBackoffCapMinutes: 0.005 },
-        })], { stdout: "pipe", stderr: "pipe" });
-      const producers = hosts.map(({ host, dbFile }) =>
-        Bun.spawn(["bun", `${import.meta.dir}/support/children/order-mix-producer.ts`, JSON.stringify({ dbFile, seed, host, hosts: HOSTS, stopFile })], { stdout: "pipe", stderr: "inherit" }),
-      );
-      cleanups.push(() => {
-      for (const p of producers) p.kill("SIGKILL");
-    });
-      const halfApplied = "SELECT o.id FROM orders o WHERE o.item_count <> (SELECT count(*) FROM order_items i WHERE i.order_id = o.id)";
-      let interrupted = 0;
-      for (let kill = 0; kill < KILLS; kill++) {
-        // Both hosts drain at once; one of them is killed mid-flight, in turn.
-        const drains = hosts.map((h) => spawnDrain(h.dbFile));
-        await Bun.sleep(80 + Math.random() * 250);
-        const victim = drains[kill % HOSTS]!;
-        victim.kill("SIGKILL");
-        await victim.exited;
-        for (const d of drains) d.kill("SIGKILL");
-        await Promise.all(drains.map((d) => d.exited));
-        // A kill right after a remote commit or during one: the remote still holds whole transactions only.
-        expect({ kill, half: await remote.ints(halfApplied) }).toEqual({ kill, half: [] });
-        const file = hosts[kill % HOSTS]!.dbFile;
-        if (fs.existsSync(file)) {
-          const q = new Outbox(file, "orders");
-          const head = q.head();
-          if (head !== null && head.seq <= q.sentMark()) interrupted += 1; // a sent batch left unconfirmed
-          q.close();
+describeSlow(
+  "transactions across tables under SIGKILL, from a fleet",
+  "kill two hosts' drains 12 times per engine while their producers commit transactions across tables",
+  () => {
+    describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("delivered to %s", (engine) => {
+      test(`${KILLS} kills of two hosts' drains: never half a transaction on the remote, in the end every transaction once`, async () => {
+        const dir = tempDirCleanedBy(cleanups);
+        const remote = await engineRemote(engine, dir, cleanups, { foreignKeys: true });
+        for (const ddl of ORDER_SCHEMA) await remote.exec(ddl);
+        const seed = 1 + Math.floor(Math.random() * 1_000_000);
+        const stopFile = dir.file("stop");
+        const hosts = Array.from({ length: HOSTS }, (_, host) => ({
+          host,
+          dbFile: dir.file(`host-${host}/outbox.db`),
+        }));
+        const spawnDrain = (dbFile: string) =>
+          Bun.spawn(
+            [
+              "bun",
+              `${import.meta.dir}/support/children/drain-child.ts`,
+              JSON.stringify({
+                dbFile,
+                targets: {
+                  r: { writer: remote.writer, connection: remote.connection, tables: ["orders", "order_items"] },
+                },
+                // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
+                tuning: {
+                  flushInterval: 0.005,
+                  tableFlushThreshold: 1,
+                  tableMaxWait: 0,
+                  batchSize: 12,
+                  maxAttempts: null,
+                  backoffUnitSeconds: 0.01,
+                  outageBackoffCapMinutes: 0.005,
+                },
+              }),
+            ],
+            { stdout: "pipe", stderr: "pipe" },
+          );
+        const producers = hosts.map(({ host, dbFile }) =>
+          Bun.spawn(
+            [
+              "bun",
+              `${import.meta.dir}/support/children/order-mix-producer.ts`,
+              JSON.stringify({ dbFile, seed, host, hosts: HOSTS, stopFile }),
+            ],
+            { stdout: "pipe", stderr: "inherit" },
+          ),
+        );
+        cleanups.push(() => {
+          for (const p of producers) p.kill("SIGKILL");
+        });
+        const halfApplied =
+          "SELECT o.id FROM orders o WHERE o.item_count <> (SELECT count(*) FROM order_items i WHERE i.order_id = o.id)";
+        let interrupted = 0;
+        for (let kill = 0; kill < KILLS; kill++) {
+          // Both hosts drain at once; one of them is killed mid-flight, in turn.
+          const drains = hosts.map((h) => spawnDrain(h.dbFile));
+          await Bun.sleep(80 + Math.random() * 250);
+          const victim = drains[kill % HOSTS]!;
+          victim.kill("SIGKILL");
+          await victim.exited;
+          for (const d of drains) d.kill("SIGKILL");
+          await Promise.all(drains.map((d) => d.exited));
+          // A kill right after a remote commit or during one: the remote still holds whole transactions only.
+          expect({ kill, half: await remote.ints(halfApplied) }).toEqual({ kill, half: [] });
+          const file = hosts[kill % HOSTS]!.dbFile;
+          if (fs.existsSync(file)) {
+            const q = new Outbox(file, "orders");
+            const head = q.head();
+            if (head !== null && head.seq <= q.sentMark()) interrupted += 1; // a sent batch left unconfirmed
+            q.close();
+          }
         }
-      }
-      fs.writeFileSync(stopFile, "");
-      const committed: number[] = [];
-      for (const p of producers) {
-        expect(await p.exited).toBe(0);
-        committed.push(Number((await new Response(p.stdout).text()).split(" ")[1]));
-      }
-      expect(Math.min(...committed)).toBeGreaterThan(20);
+        fs.writeFileSync(stopFile, "");
+        const committed: number[] = [];
+        for (const p of producers) {
+          expect(await p.exited).toBe(0);
+          committed.push(Number((await new Response(p.stdout).text()).split(" ")[1]));
+        }
+        expect(Math.min(...committed)).toBeGreaterThan(20);
 
-      const finals = hosts.map((h) => spawnDrain(h.dbFile));
-      cleanups.push(() => {
-      for (const f of finals) f.kill("SIGKILL");
-    });
-      const queues = hosts.flatMap((h) => ["orders", "order_items"].map((t) => new Outbox(h.dbFile, t)));
-      cleanups.push(() => {
-      for (const q of queues) q.close();
-    });
-      await waitFor(() => queues.every((q) => q.pendingCount() === 0), "the final drains", 60_000);
-      for (const f of finals) f.kill("SIGTERM");
-      for (const f of finals) expect(await f.exited).toBe(0);
+        const finals = hosts.map((h) => spawnDrain(h.dbFile));
+        cleanups.push(() => {
+          for (const f of finals) f.kill("SIGKILL");
+        });
+        const queues = hosts.flatMap((h) => ["orders", "order_items"].map((t) => new Outbox(h.dbFile, t)));
+        cleanups.push(() => {
+          for (const q of queues) q.close();
+        });
+        await waitFor(() => queues.every((q) => q.pendingCount() === 0), "the final drains", 60_000);
+        for (const f of finals) f.kill("SIGTERM");
+        for (const f of finals) expect(await f.exited).toBe(0);
 
-      expect(interrupted).toBeGreaterThan(0); // the kills did cut batches in flight
-      expect(queues.every((q) => q.deadCount() === 0)).toBe(true);
-      const expected = oracle(dir, seed, committed);
-      expect({ seed, orders: await remote.ints("SELECT id, total, item_count FROM orders ORDER BY id") }).toEqual({ seed, orders: expected.orders });
-      expect({ seed, items: await remote.ints("SELECT id, order_id, qty FROM order_items ORDER BY id") }).toEqual({ seed, items: expected.items });
-      expect(await remote.ints(halfApplied)).toEqual([]);
-    }, 120_000);
-  });
-});
+        expect(interrupted).toBeGreaterThan(0); // the kills did cut batches in flight
+        expect(queues.every((q) => q.deadCount() === 0)).toBe(true);
+        const expected = oracle(dir, seed, committed);
+        expect({ seed, orders: await remote.ints("SELECT id, total, item_count FROM orders ORDER BY id") }).toEqual({
+          seed,
+          orders: expected.orders,
+        });
+        expect({ seed, items: await remote.ints("SELECT id, order_id, qty FROM order_items ORDER BY id") }).toEqual({
+          seed,
+          items: expected.items,
+        });
+        expect(await remote.ints(halfApplied)).toEqual([]);
+      }, 120_000);
+    });
+  },
+);

@@ -32,27 +32,52 @@ function schema(dialect: Dialect): string[] {
   }
   const { ddl, trigger } = fenceCounter(dialect);
   const mark = (table: string, event: "INSERT" | "DELETE") =>
-    trigger(`${table}_${event.toLowerCase()}`, event, table, `INSERT INTO applied (tbl, id, txn) SELECT '${table}', ${event === "DELETE" ? "OLD" : "NEW"}.id, n FROM txn`);
-  return [...base, ...ddl, mark("orders", "INSERT"), mark("orders", "DELETE"), mark("order_items", "INSERT"), mark("order_items", "DELETE")];
+    trigger(
+      `${table}_${event.toLowerCase()}`,
+      event,
+      table,
+      `INSERT INTO applied (tbl, id, txn) SELECT '${table}', ${event === "DELETE" ? "OLD" : "NEW"}.id, n FROM txn`,
+    );
+  return [
+    ...base,
+    ...ddl,
+    mark("orders", "INSERT"),
+    mark("orders", "DELETE"),
+    mark("order_items", "INSERT"),
+    mark("order_items", "DELETE"),
+  ];
 }
 
 const ORDER = "INSERT INTO orders (id, total) VALUES (?, ?)";
 const ITEM = "INSERT INTO order_items (id, order_id, sku) VALUES (?, ?, ?)";
 
 describe.each(ENGINES)("transactions across tables, delivered to %s", (engine) => {
-  async function setup(tuning: Record<string, unknown> = {}, wrap?: (w: ReturnType<typeof createWriter>) => ReturnType<typeof createWriter>) {
+  async function setup(
+    tuning: Record<string, unknown> = {},
+    wrap?: (w: ReturnType<typeof createWriter>) => ReturnType<typeof createWriter>,
+  ) {
     const dir = tempDirCleanedBy(cleanups);
     const remote = await engineRemote(engine, dir, cleanups, { foreignKeys: true });
     for (const ddl of schema(remote.dialect)) await remote.exec(ddl);
     const dbFile = dir.file("shop/outbox.db");
-    const config = defineConfig({ app: { shop: { dbFile, ...FAST, ...tuning, db: { main: { writer: remote.writer, connection: remote.connection, tables: ["orders", "order_items"] } } } } });
+    const config = defineConfig({
+      app: {
+        shop: {
+          dbFile,
+          ...FAST,
+          ...tuning,
+          db: { main: { writer: remote.writer, connection: remote.connection, tables: ["orders", "order_items"] } },
+        },
+      },
+    });
     const producer = new SQLMiddleware({ dbFile });
     producer.outbox("orders"); // the producer creates the db_file; the drain never does
     const log = memoryLogger();
     const writer = createWriter(remote.writer, remote.connection);
     const svc = new OutboxSyncService(config, { "shop.main": wrap ? wrap(writer) : writer }, { logger: log });
     cleanups.push(() => svc.stop(2000));
-    const drained = () => waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the queues drained", 20_000);
+    const drained = () =>
+      waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the queues drained", 20_000);
     return { dir, dbFile, remote, producer, svc, log, drained };
   }
 
@@ -74,15 +99,25 @@ describe.each(ENGINES)("transactions across tables, delivered to %s", (engine) =
       s.producer.push("orders", "DELETE FROM orders WHERE id = ?", [7]);
     });
     await s.drained();
-    expect(await s.remote.ints("SELECT id, total FROM orders ORDER BY id")).toEqual([1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12].map((id) => [id, id <= 6 ? id : 2]));
-    expect(await s.remote.ints("SELECT order_id, count(*) FROM order_items GROUP BY order_id ORDER BY order_id")).toEqual([8, 9, 10, 11, 12].map((id) => [id, 2]));
+    expect(await s.remote.ints("SELECT id, total FROM orders ORDER BY id")).toEqual(
+      [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12].map((id) => [id, id <= 6 ? id : 2]),
+    );
+    expect(
+      await s.remote.ints("SELECT order_id, count(*) FROM order_items GROUP BY order_id ORDER BY order_id"),
+    ).toEqual([8, 9, 10, 11, 12].map((id) => [id, 2]));
     // Each order of the transactions, its items and its update: one remote transaction.
     for (let id = 8; id <= 12; id++) {
-      const txns = await s.remote.ints(`SELECT DISTINCT txn FROM applied WHERE (tbl = 'orders' AND id = ${id}) OR (tbl = 'order_items' AND id IN (${id * 10 + 1}, ${id * 10 + 2}))`);
+      const txns = await s.remote.ints(
+        `SELECT DISTINCT txn FROM applied WHERE (tbl = 'orders' AND id = ${id}) OR (tbl = 'order_items' AND id IN (${id * 10 + 1}, ${id * 10 + 2}))`,
+      );
       expect(txns).toHaveLength(1);
     }
     // Order 7's delete: its items, then the order, in one transaction (the foreign key would refuse the other order).
-    expect(await s.remote.ints("SELECT count(DISTINCT txn) FROM applied WHERE (tbl = 'orders' AND id = 7) OR (tbl = 'order_items' AND id IN (71, 72))")).toEqual([[2]]);
+    expect(
+      await s.remote.ints(
+        "SELECT count(DISTINCT txn) FROM applied WHERE (tbl = 'orders' AND id = 7) OR (tbl = 'order_items' AND id IN (71, 72))",
+      ),
+    ).toEqual([[2]]);
     const q = new Outbox(s.dbFile, "orders");
     cleanups.push(() => q.close());
     expect(q.health().depth).toBe(0);
@@ -103,7 +138,11 @@ describe.each(ENGINES)("transactions across tables, delivered to %s", (engine) =
     s.producer.push("order_items", ITEM, [31, 3, "c"]);
     const items = new Outbox(s.dbFile, "order_items");
     cleanups.push(() => items.close());
-    await waitFor(async () => (await s.svc.runOnce(), items.listDead().length > 0), "the transaction dead-lettered", 20_000);
+    await waitFor(
+      async () => (await s.svc.runOnce(), items.listDead().length > 0),
+      "the transaction dead-lettered",
+      20_000,
+    );
     await s.drained();
     expect(await s.remote.ints("SELECT id FROM orders ORDER BY id")).toEqual([[1], [3]]);
     expect(await s.remote.ints("SELECT id FROM order_items ORDER BY id")).toEqual([[11], [31]]);
@@ -117,7 +156,11 @@ describe.each(ENGINES)("transactions across tables, delivered to %s", (engine) =
     await s.remote.exec("UPDATE order_items SET id = 12 WHERE id = 11");
     await s.remote.exec("DELETE FROM applied");
     await s.drained();
-    expect(await s.remote.ints("SELECT id, order_id FROM order_items ORDER BY id")).toEqual([[11, 2], [12, 1], [31, 3]]);
+    expect(await s.remote.ints("SELECT id, order_id FROM order_items ORDER BY id")).toEqual([
+      [11, 2],
+      [12, 1],
+      [31, 3],
+    ]);
     expect(await s.remote.ints("SELECT count(DISTINCT txn) FROM applied")).toEqual([[1]]);
   });
 
@@ -130,7 +173,9 @@ describe.each(ENGINES)("transactions across tables, delivered to %s", (engine) =
         const orders = stmts.filter((st) => st.namespace === "orders").map(({ unit: _, ...st }) => st);
         const applied = await inner.writeBatch(orders);
         let i = 0;
-        return stmts.map((st) => (st.namespace === "orders" ? applied[i++]! : { ok: false, error: "injected: not applied" }));
+        return stmts.map((st) =>
+          st.namespace === "orders" ? applied[i++]! : { ok: false, error: "injected: not applied" },
+        );
       };
       return faulty;
     });
@@ -140,7 +185,10 @@ describe.each(ENGINES)("transactions across tables, delivered to %s", (engine) =
     });
     await s.svc.runOnce();
     const held = s.svc.targets()[0]!.tables.map((t) => [t.name, t.view().held?.reason ?? null]);
-    expect(held).toEqual([["orders", "writer contract"], ["order_items", "writer contract"]]);
+    expect(held).toEqual([
+      ["orders", "writer contract"],
+      ["order_items", "writer contract"],
+    ]);
     expect(s.log.has(/applied part of a transaction spanning "orders", "order_items"/)).toBe(true);
   });
 });

@@ -40,7 +40,8 @@ async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
   const db = new Database(path, { create: true });
   db.run("PRAGMA journal_mode = WAL");
   cleanups.push(() => db.close());
-  let connection: Record<string, unknown> = engine === "sqlite" ? { path, foreign_keys: true } : { url: `file:${path}` };
+  let connection: Record<string, unknown> =
+    engine === "sqlite" ? { path, foreign_keys: true } : { url: `file:${path}` };
   if (engine === "libsql-http") {
     const server = startHranaServer({ file: path, foreignKeys: true });
     cleanups.push(() => server.stop());
@@ -50,42 +51,59 @@ async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
     writer: engine === "sqlite" ? "sqlite" : "libsql",
     connection,
     exec: async (sql) => void db.run(sql),
-    ints: async (sql) => db.query(sql).values().map((r) => r.map(Number)),
+    ints: async (sql) =>
+      db
+        .query(sql)
+        .values()
+        .map((r) => r.map(Number)),
   };
 }
 
-describe.each(["sqlite", "libsql", "libsql-http", "postgres"] as Engine[])("deferred constraints, delivery to %s", (engine) => {
-  test("a row that fails a deferred foreign key at COMMIT holds only its table and is dead-lettered after max_attempts", async () => {
-    const dir = tempDirCleanedBy(cleanups);
-    const remote = await remoteFor(engine, dir);
-    await remote.exec("CREATE TABLE parent (id BIGINT PRIMARY KEY)");
-    await remote.exec("INSERT INTO parent (id) VALUES (1)");
-    await remote.exec("CREATE TABLE a (id BIGINT NOT NULL, pid BIGINT REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)");
-    await remote.exec("CREATE TABLE b (id BIGINT NOT NULL)");
-    const config = oneApp(dir.file("outbox"), { r: { writer: remote.writer, connection: remote.connection, tables: ["a", "b"] } }, { maxAttempts: 2, backoffUnitSeconds: 0.01 });
-    const svc = new OutboxSyncService(config, { "app.r": createWriter(remote.writer, remote.connection) }, { logger: memoryLogger() });
-    cleanups.push(() => svc.stop(2000));
-    await svc.runOnce(); // setup: the ledger
-    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [1, 1]);
-    const poison = producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [2, 99]);
-    producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [3, 1]);
-    for (let i = 0; i < 10; i++) producer.push("b", "INSERT INTO b (id) VALUES (?)", [i]);
+describe.each(["sqlite", "libsql", "libsql-http", "postgres"] as Engine[])(
+  "deferred constraints, delivery to %s",
+  (engine) => {
+    test("a row that fails a deferred foreign key at COMMIT holds only its table and is dead-lettered after max_attempts", async () => {
+      const dir = tempDirCleanedBy(cleanups);
+      const remote = await remoteFor(engine, dir);
+      await remote.exec("CREATE TABLE parent (id BIGINT PRIMARY KEY)");
+      await remote.exec("INSERT INTO parent (id) VALUES (1)");
+      await remote.exec(
+        "CREATE TABLE a (id BIGINT NOT NULL, pid BIGINT REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
+      );
+      await remote.exec("CREATE TABLE b (id BIGINT NOT NULL)");
+      const config = oneApp(
+        dir.file("outbox"),
+        { r: { writer: remote.writer, connection: remote.connection, tables: ["a", "b"] } },
+        { maxAttempts: 2, backoffUnitSeconds: 0.01 },
+      );
+      const svc = new OutboxSyncService(
+        config,
+        { "app.r": createWriter(remote.writer, remote.connection) },
+        { logger: memoryLogger() },
+      );
+      cleanups.push(() => svc.stop(2000));
+      await svc.runOnce(); // setup: the ledger
+      const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+      producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [1, 1]);
+      const poison = producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [2, 99]);
+      producer.push("a", "INSERT INTO a (id, pid) VALUES (?, ?)", [3, 1]);
+      for (let i = 0; i < 10; i++) producer.push("b", "INSERT INTO b (id) VALUES (?)", [i]);
 
-    // a's slice rolls back whole (its fence with it), the culprit behind the head is found; b lands.
-    const first = await svc.runOnce();
-    expect(first).toMatchObject({ delivered: 10, failed: 0, deadLettered: 0 });
-    expect(await remote.ints("SELECT count(*) FROM a")).toEqual([[0]]);
-    expect(await remote.ints("SELECT count(*) FROM b")).toEqual([[10]]);
+      // a's slice rolls back whole (its fence with it), the culprit behind the head is found; b lands.
+      const first = await svc.runOnce();
+      expect(first).toMatchObject({ delivered: 10, failed: 0, deadLettered: 0 });
+      expect(await remote.ints("SELECT count(*) FROM a")).toEqual([[0]]);
+      expect(await remote.ints("SELECT count(*) FROM b")).toEqual([[10]]);
 
-    // b keeps flowing while a's bad row is retried.
-    producer.push("b", "INSERT INTO b (id) VALUES (?)", [100]);
-    const a = new Outbox(dir.file("outbox/a.db"), "a");
-    cleanups.push(() => a.close());
-    await waitFor(async () => (await svc.runOnce(), a.pendingCount() === 0), "the poison row to be dead-lettered");
-    expect(a.getDead(poison)).toMatchObject({ reason: "max_attempts", attempts: 2 });
-    expect(await remote.ints("SELECT id FROM a ORDER BY id")).toEqual([[1], [3]]);
-    expect(await remote.ints("SELECT count(*) FROM b")).toEqual([[11]]);
-    expect(await remote.ints("SELECT id FROM b WHERE id = 100")).toEqual([[100]]);
-  });
-});
+      // b keeps flowing while a's bad row is retried.
+      producer.push("b", "INSERT INTO b (id) VALUES (?)", [100]);
+      const a = new Outbox(dir.file("outbox/a.db"), "a");
+      cleanups.push(() => a.close());
+      await waitFor(async () => (await svc.runOnce(), a.pendingCount() === 0), "the poison row to be dead-lettered");
+      expect(a.getDead(poison)).toMatchObject({ reason: "max_attempts", attempts: 2 });
+      expect(await remote.ints("SELECT id FROM a ORDER BY id")).toEqual([[1], [3]]);
+      expect(await remote.ints("SELECT count(*) FROM b")).toEqual([[11]]);
+      expect(await remote.ints("SELECT id FROM b WHERE id = 100")).toEqual([[100]]);
+    });
+  },
+);

@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { drainHome } from "../src/drain/home.ts";
 import { readDrainState } from "../src/drain/state-file.ts";
-import { LockedError, } from "../src/errors.ts";
+import { LockedError } from "../src/errors.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
@@ -46,10 +46,14 @@ describe("delivery", () => {
     const db = await pg();
     await db.sql.unsafe("CREATE TABLE orders (pos BIGSERIAL, id BIGINT PRIMARY KEY, amount NUMERIC)");
     await db.sql.unsafe("CREATE TABLE balance (k TEXT PRIMARY KEY, v BIGINT)");
-    const config = oneApp(dir.file("outbox"), {
-      local: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["events", "metrics"] },
-      pg: { writer: "postgres", connection: { url: db.url }, tables: ["orders", "balance"] },
-    }, { batchSize: 300 });
+    const config = oneApp(
+      dir.file("outbox"),
+      {
+        local: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["events", "metrics"] },
+        pg: { writer: "postgres", connection: { url: db.url }, tables: ["orders", "balance"] },
+      },
+      { batchSize: 300 },
+    );
     const writers = {
       "app.local": createWriter("sqlite", { path: dir.file("remote.db") }),
       "app.pg": createWriter("postgres", { url: db.url }),
@@ -62,7 +66,8 @@ describe("delivery", () => {
     await svc.start();
     for (let i = 0; i < N; i++) {
       eventSeqs.push(producer.push("events", "INSERT INTO events (id, body) VALUES (?, ?)", [i, `e${i}`]));
-      if (i % 3 === 0) producer.pushMany("metrics", [["INSERT INTO metrics (name, value) VALUES (?, ?)", [`m${i}`, i / 2]]]);
+      if (i % 3 === 0)
+        producer.pushMany("metrics", [["INSERT INTO metrics (name, value) VALUES (?, ?)", [`m${i}`, i / 2]]]);
       producer.push("orders", "INSERT INTO orders (id, amount) VALUES (?, ?)", [i, i * 1.5]);
       producer.push("balance", "UPDATE balance SET v = ? WHERE k = ?", [i + 1, "total"]);
       if (i % 250 === 0) await Bun.sleep(1); // let the drain interleave with the producer
@@ -77,7 +82,9 @@ describe("delivery", () => {
     // The ledger accounts for every table: its through is the last seq delivered.
     const origin = new Outbox(dir.file("outbox/events.db"), "events");
     cleanups.push(() => origin.close());
-    expect(remote.query("SELECT through FROM sqloutbox_ledger WHERE origin = ? AND namespace = 'events'").get(origin.origin)).toEqual({ through: eventSeqs.at(-1) });
+    expect(
+      remote.query("SELECT through FROM sqloutbox_ledger WHERE origin = ? AND namespace = 'events'").get(origin.origin),
+    ).toEqual({ through: eventSeqs.at(-1) });
     const orders = await db.sql.unsafe("SELECT id::int AS id FROM orders ORDER BY pos");
     expect(orders.map((r: { id: number }) => r.id)).toEqual([...Array(N).keys()]);
     // Every UPDATE was applied in seq order: the last one wins, none was dropped or reordered.
@@ -91,9 +98,13 @@ describe("delivery", () => {
       "CREATE TABLE a (id INTEGER NOT NULL CHECK (id >= 0))",
       "CREATE TABLE b (id INTEGER NOT NULL)",
     ]);
-    const config = oneApp(dir.file("outbox"), {
-      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["a", "b"] },
-    }, { maxAttempts: 3, backoffUnitSeconds: 0.02 });
+    const config = oneApp(
+      dir.file("outbox"),
+      {
+        r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["a", "b"] },
+      },
+      { maxAttempts: 3, backoffUnitSeconds: 0.02 },
+    );
     const log = memoryLogger();
     const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
@@ -111,14 +122,24 @@ describe("delivery", () => {
     const held = aq.head();
     expect(held?.seq).toBe(poison);
     expect(held?.lastErrorClass).toContain("CONSTRAINT");
-    expect(remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY rowid").all().map((r) => r.id)).toEqual([1]);
+    expect(
+      remote
+        .query<{ id: number }, []>("SELECT id FROM a ORDER BY rowid")
+        .all()
+        .map((r) => r.id),
+    ).toEqual([1]);
 
     await waitFor(() => aq.deadCount() === 1, "the poison row to be dead-lettered");
     await waitFor(() => aq.pendingCount() === 0, "a to advance past the dead letter");
     const dead = aq.getDead(poison)!;
     expect(dead.reason).toBe("max_attempts");
     expect(dead.attempts).toBe(3);
-    expect(remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY rowid").all().map((r) => r.id)).toEqual([1, 3]);
+    expect(
+      remote
+        .query<{ id: number }, []>("SELECT id FROM a ORDER BY rowid")
+        .all()
+        .map((r) => r.id),
+    ).toEqual([1, 3]);
     expect(log.has(/dead-lettered seq \d+ of namespace "a"/)).toBe(true);
 
     // The operator fixes the cause and replays: the row lands at the tail, once.
@@ -129,13 +150,17 @@ describe("delivery", () => {
     await waitFor(() => aq.pendingCount() === 0, "the replayed row to be delivered");
     const rows = remote.query<{ id: number }, []>("SELECT id FROM a ORDER BY rowid").all();
     expect(rows.map((r) => r.id)).toEqual([1, 3, -5]);
-    expect(remote.query("SELECT through FROM sqloutbox_ledger WHERE namespace = 'a'").get()).toEqual({ through: replayed });
+    expect(remote.query("SELECT through FROM sqloutbox_ledger WHERE namespace = 'a'").get()).toEqual({
+      through: replayed,
+    });
   });
 
   test("an undecodable payload and an unsupported statement are dead-lettered at once, the rest flows", async () => {
     const dir = tmp();
     const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER)"]);
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    const config = oneApp(dir.file("outbox"), {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] },
+    });
     fs.mkdirSync(dir.file("outbox"));
     const q = new Outbox(dir.file("outbox/t.db"), "t");
     cleanups.push(() => q.close());
@@ -163,7 +188,11 @@ describe("delivery", () => {
     raw.run("DELETE FROM outbox_queue WHERE seq = ?", [seqs[1]!]); // lost: neither delivered nor dead-lettered
     raw.close();
     const log = memoryLogger();
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } }, { batchSize: 2 });
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } },
+      { batchSize: 2 },
+    );
     const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
     for (let i = 0; i < 5; i++) await svc.runOnce();
     expect(remote.query<{ id: number }, []>("SELECT id FROM t").all()).toEqual([{ id: 1 }]);
@@ -171,14 +200,25 @@ describe("delivery", () => {
     expect(q.deadCount()).toBe(0);
     expect(log.lines.filter((l) => l.includes(`seq ${seqs[2]} links to prev_seq ${seqs[1]}`)).length).toBe(1);
     // status and the metrics show it as a held table, as they show every other stop.
-    expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({ reason: "chain gap", message: expect.stringContaining(`seq ${seqs[2]} links to prev_seq ${seqs[1]}`) });
+    expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({
+      reason: "chain gap",
+      message: expect.stringContaining(`seq ${seqs[2]} links to prev_seq ${seqs[1]}`),
+    });
     // The operator accepts the loss (the reference's recovery recipe): the gap is bridged, then `kick`.
     const fix = new Database(dir.file("outbox/t.db"));
-    fix.run("INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at) VALUES (?1, 't', ?1, 1, NULL, '2026-01-01T00:00:00.000000+00:00', '2026-01-01T00:00:00.000000+00:00')", [seqs[1]!]);
+    fix.run(
+      "INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at) VALUES (?1, 't', ?1, 1, NULL, '2026-01-01T00:00:00.000000+00:00', '2026-01-01T00:00:00.000000+00:00')",
+      [seqs[1]!],
+    );
     fix.close();
     svc.retryNow();
     await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "delivery after the gap is bridged");
-    expect(remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY rowid").all().map((r) => r.id)).toEqual([1, 3, 4]);
+    expect(
+      remote
+        .query<{ id: number }, []>("SELECT id FROM t ORDER BY rowid")
+        .all()
+        .map((r) => r.id),
+    ).toEqual([1, 3, 4]);
     expect(svc.targets()[0]!.tables[0]!.view().held).toBeNull();
   });
 
@@ -186,7 +226,9 @@ describe("delivery", () => {
     const dir = tmp();
     const db = await pg();
     await db.sql.unsafe("CREATE TABLE t (id BIGINT NOT NULL, note TEXT)");
-    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } });
+    const config = oneApp(dir.file("outbox"), {
+      r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] },
+    });
     const writer = new FaultyWriter(createWriter("postgres", { url: db.url }));
     const svc = service(config, { "app.r": writer });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
@@ -215,7 +257,13 @@ describe("delivery", () => {
     // The settled rows are in the delivered log once: its ranges cover all 201 rows, none twice.
     const ranges = new Database(dir.file("outbox/t.db"), { readonly: true });
     cleanups.push(() => ranges.close());
-    expect(ranges.query<{ rows: number; first: number; last: number }, []>("SELECT sum(rows) AS rows, min(first_seq) AS first, max(last_seq) AS last FROM outbox_delivered").get()).toEqual({ rows: 201, first: 1, last: 201 });
+    expect(
+      ranges
+        .query<{ rows: number; first: number; last: number }, []>(
+          "SELECT sum(rows) AS rows, min(first_seq) AS first, max(last_seq) AS last FROM outbox_delivered",
+        )
+        .get(),
+    ).toEqual({ rows: 201, first: 1, last: 201 });
     expect(verifyFile(dir.file("outbox/t.db"))).toMatchObject({ ok: true, problems: [] }); // the range audit: no overlap, nothing pending inside
   });
 
@@ -223,10 +271,18 @@ describe("delivery", () => {
     const dir = tmp();
     const db = await pg();
     await db.sql.unsafe("CREATE TABLE present (id BIGINT NOT NULL)");
-    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["present", "absent"] } }, { maxAttempts: 2 });
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "postgres", connection: { url: db.url }, tables: ["present", "absent"] } },
+      { maxAttempts: 2 },
+    );
     const log = memoryLogger();
     let shiftMs = 0; // the drain's clock runs ahead by this much
-    const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) }, { logger: log, now: () => Date.now() + shiftMs });
+    const svc = service(
+      config,
+      { "app.r": createWriter("postgres", { url: db.url }) },
+      { logger: log, now: () => Date.now() + shiftMs },
+    );
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     for (let i = 0; i < 5; i++) producer.push("absent", "INSERT INTO absent (id) VALUES (?)", [i]);
     for (let i = 0; i < 5; i++) producer.push("present", "INSERT INTO present (id) VALUES (?)", [i]);
@@ -255,7 +311,11 @@ describe("delivery", () => {
     cleanups.push(() => other.release());
     await other.unsafe("BEGIN");
     await other.unsafe("SELECT * FROM t");
-    const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } }, { writeTimeout: 3 });
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } },
+      { writeTimeout: 3 },
+    );
     const svc = service(config, { "app.r": createWriter("postgres", { url: db.url }) });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [1]);
@@ -269,7 +329,9 @@ describe("delivery", () => {
   test("the state file says what each target delivered since its previous write, and over how long (status's rows/s)", async () => {
     const dir = tmp();
     remoteSqlite(dir.file("remote.db"), ["CREATE TABLE t (id INTEGER)"]);
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    const config = oneApp(dir.file("outbox"), {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] },
+    });
     const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     const deliver = async (n: number) => {
@@ -290,11 +352,16 @@ describe("delivery", () => {
 
   test("a second drain on the same db_dir fails fast with LockedError", async () => {
     const dir = tmp();
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
+    const config = oneApp(dir.file("outbox"), {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] },
+    });
     const first = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
     await first.start();
     const second = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote2.db") }) });
-    const error = await second.start().then(() => null, (e: unknown) => e);
+    const error = await second.start().then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(error).toBeInstanceOf(LockedError);
     expect((error as LockedError).code).toBe("E_LOCKED");
     expect((error as LockedError).lockFile).toBe(`${dir.file("outbox")}/.sqloutbox.lock`);
@@ -315,7 +382,9 @@ describe("delivery", () => {
     const foreign = new Database(dir.file("outbox/users.db"));
     foreign.run("CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT)");
     foreign.close();
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t", "users", "ok"] } });
+    const config = oneApp(dir.file("outbox"), {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t", "users", "ok"] },
+    });
     const log = memoryLogger();
     const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
     await svc.start();
@@ -333,8 +402,15 @@ describe("delivery", () => {
 
   test("one writeBatch per target per cycle carries every ready table, up to batch_size rows each", async () => {
     const dir = tmp();
-    const remote = remoteSqlite(dir.file("remote.db"), ["x", "y", "z"].map((t) => `CREATE TABLE ${t} (id INTEGER)`));
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x", "y", "z"] } }, { batchSize: 4, tableFlushThreshold: 3, tableMaxWait: 60 });
+    const remote = remoteSqlite(
+      dir.file("remote.db"),
+      ["x", "y", "z"].map((t) => `CREATE TABLE ${t} (id INTEGER)`),
+    );
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x", "y", "z"] } },
+      { batchSize: 4, tableFlushThreshold: 3, tableMaxWait: 60 },
+    );
     const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
     const svc = service(config, { "app.r": writer });
     await svc.runOnce(); // startup
@@ -355,7 +431,11 @@ describe("delivery", () => {
   test("under load the loop confirms a batch locally and reads the next one while a batch is in flight: each batch starts above the last, none is sent twice, and stop confirms the last", async () => {
     const dir = tmp();
     const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER)"]);
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } }, { batchSize: 50 });
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } },
+      { batchSize: 50 },
+    );
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     const N = 500;
     for (let i = 0; i < N; i++) producer.push("x", "INSERT INTO x (id) VALUES (?)", [i]);
@@ -376,7 +456,11 @@ describe("delivery", () => {
     const writer: OutboxWriter = {
       dialect: "sqlite",
       writeBatch: async (stmts) => {
-        const batch = { seqs: stmts.filter((st) => st.seq > 0 && st.namespace === "x").map((st) => st.seq), pendingAtSend: queue.pendingCount(), readsInFlight: -reads };
+        const batch = {
+          seqs: stmts.filter((st) => st.seq > 0 && st.namespace === "x").map((st) => st.seq),
+          pendingAtSend: queue.pendingCount(),
+          readsInFlight: -reads,
+        };
         sent.push(batch);
         // A remote that takes its time: until the drain reads the queue, or 200 ms.
         await Promise.race([new Promise<void>((resolve) => (onRead = resolve)), Bun.sleep(200)]);
@@ -387,25 +471,39 @@ describe("delivery", () => {
     };
     const svc = service(config, { "app.r": writer });
     await svc.start();
-    await waitFor(() => remote.query<{ n: number }, []>("SELECT count(*) AS n FROM x").get()!.n === N, "every row delivered");
+    await waitFor(
+      () => remote.query<{ n: number }, []>("SELECT count(*) AS n FROM x").get()!.n === N,
+      "every row delivered",
+    );
     await svc.stop();
     const batches = sent.filter((b) => b.seqs.length > 0);
     const seqs = batches.flatMap((b) => b.seqs);
     expect(new Set(seqs).size).toBe(N); // none sent twice
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b)); // each batch starts above the one before
     // The previous batch's rows were still pending locally when the next one left: it was confirmed while that one was in flight.
-    const overlapped = batches.filter((b, k) => k > 0 && b.pendingAtSend === N - seqs.indexOf(b.seqs[0]!) + batches[k - 1]!.seqs.length);
+    const overlapped = batches.filter(
+      (b, k) => k > 0 && b.pendingAtSend === N - seqs.indexOf(b.seqs[0]!) + batches[k - 1]!.seqs.length,
+    );
     expect(overlapped.length).toBeGreaterThan(0);
     // The rows of the next batch were read while this one was in flight, and sent without another read.
     expect(batches.slice(0, -2).every((b) => b.readsInFlight === 1)).toBe(true);
     expect(queue.pendingCount()).toBe(0); // stop confirmed the last batch
-    expect(remote.query<{ id: number }, []>("SELECT id FROM x ORDER BY rowid").all().map((r) => r.id)).toEqual([...Array(N).keys()]);
+    expect(
+      remote
+        .query<{ id: number }, []>("SELECT id FROM x ORDER BY rowid")
+        .all()
+        .map((r) => r.id),
+    ).toEqual([...Array(N).keys()]);
   });
 
   test("under load, an outage before the next batch leaves no applied row pending: the pending count never holds rows the remote already has", async () => {
     const dir = tmp();
     const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER)"]);
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } }, { batchSize: 50, outageBackoffCapMinutes: 1 });
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } },
+      { batchSize: 50, outageBackoffCapMinutes: 1 },
+    );
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     for (let i = 0; i < 200; i++) producer.push("x", "INSERT INTO x (id) VALUES (?)", [i]);
     let clock = Date.now();
@@ -439,7 +537,11 @@ describe("delivery", () => {
   test("under load, rows read ahead of a batch that fails are not sent: the rows before a poison row land in order, the rest after it, only the culprit charged", async () => {
     const dir = tmp();
     const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER NOT NULL CHECK (id >= 0))"]);
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } }, { batchSize: 50, maxAttempts: 2, backoffUnitSeconds: 0.01 });
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } },
+      { batchSize: 50, maxAttempts: 2, backoffUnitSeconds: 0.01 },
+    );
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     const ids = Array.from({ length: 400 }, (_, i) => (i === 175 ? -1 : i));
     const seqs = ids.map((id) => producer.push("x", "INSERT INTO x (id) VALUES (?)", [id]));
@@ -450,7 +552,12 @@ describe("delivery", () => {
     cleanups.push(() => queue.close());
     await waitFor(() => queue.pendingCount() === 0 && queue.deadCount() === 1, "every row delivered or dead-lettered");
     await svc.stop();
-    expect(remote.query<{ id: number }, []>("SELECT id FROM x ORDER BY rowid").all().map((r) => r.id)).toEqual(ids.filter((id) => id >= 0));
+    expect(
+      remote
+        .query<{ id: number }, []>("SELECT id FROM x ORDER BY rowid")
+        .all()
+        .map((r) => r.id),
+    ).toEqual(ids.filter((id) => id >= 0));
     const dead = queue.getDead(seqs[175]!)!;
     expect(dead.attempts).toBe(2); // charged twice, then dead-lettered: nobody else was
     expect(queue.deadCount()).toBe(1);

@@ -21,7 +21,9 @@ test("under an open-file limit too low for every table, the tables it cannot ope
   for (const t of TABLES) remote.run(`CREATE TABLE ${t} (id INTEGER)`);
   for (const t of TABLES) seed(dir.file("queue"), t, 1);
   const config = dir.file("outbox.toml");
-  fs.writeFileSync(config, `[app.shop]
+  fs.writeFileSync(
+    config,
+    `[app.shop]
 db_dir = "queue"
 flush_interval = 0.05
 table_flush_threshold = 1
@@ -32,22 +34,32 @@ tables = [${TABLES.map((t) => `"${t}"`).join(", ")}]
 
 [app.shop.db.local.connection]
 path = "remote.db"
-`);
+`,
+  );
   const drain = await startCliDrain(config, {}, { openFiles: OPEN_FILES });
   cleanups.push(() => drain.stop());
   const sum = (samples: Array<{ value: number }>) => samples.reduce((n, s) => n + s.value, 0);
-  const scrape = await drain.until((s) => {
-    const held = sum(s.all("sqloutbox_table_held", { reason: "file" }));
-    return held > 0 && sum(s.all("sqloutbox_delivered_rows_total")) === TABLES.length - held;
-  }, "every table the drain opened to deliver its row, the rest held (file)", 20_000);
+  const scrape = await drain.until(
+    (s) => {
+      const held = sum(s.all("sqloutbox_table_held", { reason: "file" }));
+      return held > 0 && sum(s.all("sqloutbox_delivered_rows_total")) === TABLES.length - held;
+    },
+    "every table the drain opened to deliver its row, the rest held (file)",
+    20_000,
+  );
   const held = sum(scrape.all("sqloutbox_table_held", { reason: "file" }));
   expect(held).toBeLessThan(TABLES.length);
-  const landed = TABLES.reduce((n, t) => n + remote.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${t}`).get()!.n, 0);
+  const landed = TABLES.reduce(
+    (n, t) => n + remote.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${t}`).get()!.n,
+    0,
+  );
   remote.close();
   expect(landed).toBe(TABLES.length - held);
 
   // status reads the drain's state file, which the reserve left room to write.
-  let status: { totals: { held: number }; namespaces: Array<{ held: { reason: string; message: string } | null }> } | undefined;
+  let status:
+    | { totals: { held: number }; namespaces: Array<{ held: { reason: string; message: string } | null }> }
+    | undefined;
   for (let i = 0; i < 50 && status?.totals.held !== held; i++) {
     status = JSON.parse((await runInProcess(["status", "--config", config, "--json"])).stdout);
     if (status!.totals.held !== held) await Bun.sleep(100);
@@ -55,6 +67,8 @@ path = "remote.db"
   expect(status!.totals.held).toBe(held);
   const message = status!.namespaces.find((n) => n.held)!.held!;
   expect(message.reason).toBe("file");
-  expect(message.message).toMatch(new RegExp(`open-file limit \\(${OPEN_FILES}, \`ulimit -n\`; systemd: LimitNOFILE=\\).*Raise it`));
+  expect(message.message).toMatch(
+    new RegExp(`open-file limit \\(${OPEN_FILES}, \`ulimit -n\`; systemd: LimitNOFILE=\\).*Raise it`),
+  );
   expect(await drain.stop()).toBe(0);
 }, 30_000);

@@ -43,7 +43,11 @@ async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
     return {
       connection,
       exec: async (sql) => void db.run(sql),
-      ints: async (sql) => db.query(sql).values().map((r) => r.map(Number)),
+      ints: async (sql) =>
+        db
+          .query(sql)
+          .values()
+          .map((r) => r.map(Number)),
     };
   }
   const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
@@ -63,15 +67,26 @@ async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
  */
 function sentInserts(engine: Engine, table: string): () => Promise<number> {
   const insert = new RegExp(`^\\s*INSERT\\s+INTO\\s+${table}\\b`, "i");
-  const isInsert = (stmt: unknown) => insert.test(typeof stmt === "string" ? stmt : String((stmt as { sql?: unknown } | null)?.sql ?? ""));
+  const isInsert = (stmt: unknown) =>
+    insert.test(typeof stmt === "string" ? stmt : String((stmt as { sql?: unknown } | null)?.sql ?? ""));
   // Spies call through; each call's first argument is one statement (a batch for `batch`).
-  const libsql = (engine === "libsql" ? Sqlite3Client.prototype : HttpClient.prototype) as unknown as Record<"batch" | "execute", () => unknown>;
-  const spies = engine === "sqlite" ? [spyOn(Database.prototype, "query"), spyOn(Database.prototype, "prepare")] : [spyOn(libsql, "batch"), spyOn(libsql, "execute")];
+  const libsql = (engine === "libsql" ? Sqlite3Client.prototype : HttpClient.prototype) as unknown as Record<
+    "batch" | "execute",
+    () => unknown
+  >;
+  const spies =
+    engine === "sqlite"
+      ? [spyOn(Database.prototype, "query"), spyOn(Database.prototype, "prepare")]
+      : [spyOn(libsql, "batch"), spyOn(libsql, "execute")];
   cleanups.push(() => {
-      for (const spy of spies) spy.mockRestore();
-    });
+    for (const spy of spies) spy.mockRestore();
+  });
   return async () =>
-    spies.flatMap((spy) => (spy.mock.calls as unknown[][]).flatMap((call) => (Array.isArray(call[0]) ? call[0] : [call[0]]))).filter(isInsert).length;
+    spies
+      .flatMap((spy) =>
+        (spy.mock.calls as unknown[][]).flatMap((call) => (Array.isArray(call[0]) ? call[0] : [call[0]])),
+      )
+      .filter(isInsert).length;
 }
 
 /** An auto-numbered first column: the order the remote inserted rows in. */
@@ -87,8 +102,14 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
   async function setup(options: { inject?: boolean } = {}) {
     const dir = tempDirCleanedBy(cleanups);
     const remote = await remoteFor(engine, dir);
-    for (const t of ["a", "b"]) await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`);
-    const target = { writer: writerOf(engine), connection: remote.connection, tables: ["a", "b"], injectOutboxSeq: options.inject ?? false };
+    for (const t of ["a", "b"])
+      await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`);
+    const target = {
+      writer: writerOf(engine),
+      connection: remote.connection,
+      tables: ["a", "b"],
+      injectOutboxSeq: options.inject ?? false,
+    };
     const config = oneApp(dir.file("outbox"), { r: target }, { maxAttempts: 2, backoffUnitSeconds: 0.01 });
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     const queue = (t: string) => {
@@ -153,19 +174,25 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     // How many INSERT statements the engine itself executed (server engines can tell; MySQL's
     // counter is server-wide, and counts the ledger's own INSERT … ON DUPLICATE KEY UPDATE), or —
     // for the file engines — how many INSERTs into b the writer handed to its driver.
-    const statements = engine === "postgres"
-      ? async () => {
-          await s.remote.exec(`CREATE TABLE IF NOT EXISTS stmt_count (n INT); CREATE OR REPLACE FUNCTION count_stmt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO stmt_count VALUES (1); RETURN NULL; END $$;
-            CREATE TRIGGER count_b AFTER INSERT ON b FOR EACH STATEMENT EXECUTE FUNCTION count_stmt()`);
-          return async () => (await s.remote.ints("SELECT count(*) FROM stmt_count"))[0]![0]!;
-        }
-      : engine === "mysql"
+    const statements =
+      engine === "postgres"
         ? async () => {
-            const comInsert = async () => (await s.remote.ints("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'COM_INSERT'"))[0]![0]!;
-            const before = await comInsert();
-            return async () => (await comInsert()) - before;
+            await s.remote.exec(`CREATE TABLE IF NOT EXISTS stmt_count (n INT); CREATE OR REPLACE FUNCTION count_stmt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO stmt_count VALUES (1); RETURN NULL; END $$;
+            CREATE TRIGGER count_b AFTER INSERT ON b FOR EACH STATEMENT EXECUTE FUNCTION count_stmt()`);
+            return async () => (await s.remote.ints("SELECT count(*) FROM stmt_count"))[0]![0]!;
           }
-        : async () => sentInserts(engine, "b");
+        : engine === "mysql"
+          ? async () => {
+              const comInsert = async () =>
+                (
+                  await s.remote.ints(
+                    "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'COM_INSERT'",
+                  )
+                )[0]![0]!;
+              const before = await comInsert();
+              return async () => (await comInsert()) - before;
+            }
+          : async () => sentInserts(engine, "b");
     const count = await statements();
     for (let i = 0; i < 200; i++) s.producer.push("b", "INSERT INTO b (id, note) VALUES (?, ?)", [i, `n${i}`]);
     await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "200 clean rows");
@@ -174,16 +201,24 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     const sent = await count();
     expect(sent).toBeGreaterThan(0); // the count sees the statements at all
     expect(sent).toBeLessThan(20);
-    const seqs = Array.from({ length: 300 }, (_, i) => s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [i === 200 ? -1 : i, `n${i}`]));
+    const seqs = Array.from({ length: 300 }, (_, i) =>
+      s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [i === 200 ? -1 : i, `n${i}`]),
+    );
     const a = s.queue("a");
-    await waitFor(async () => (await svc.runOnce(), (await s.remote.ints("SELECT count(*) FROM a"))[0]![0] === 200), "the 200 rows before the poison");
+    await waitFor(
+      async () => (await svc.runOnce(), (await s.remote.ints("SELECT count(*) FROM a"))[0]![0] === 200),
+      "the 200 rows before the poison",
+    );
     await svc.runOnce(); // the poison, now the head, runs alone and is charged
     expect((await s.remote.ints("SELECT id FROM a ORDER BY pos")).flat()).toEqual([...Array(200).keys()]);
     const pending = a.fetchUnsynced(1_000);
     expect(pending.map((r) => r.seq)).toEqual(seqs.slice(200));
     expect(pending[0]).toMatchObject({ attempts: 1, lastErrorClass: expect.any(String) });
     expect(pending.slice(1).every((r) => r.attempts === 0)).toBe(true);
-    await waitFor(async () => (await svc.runOnce(), a.pendingCount() === 0), "the poison dead-lettered and the rest delivered");
+    await waitFor(
+      async () => (await svc.runOnce(), a.pendingCount() === 0),
+      "the poison dead-lettered and the rest delivered",
+    );
     expect(a.getDead(seqs[200]!)).toMatchObject({ reason: "max_attempts", attempts: 2 });
     const ids = (await s.remote.ints("SELECT id FROM a ORDER BY pos")).flat();
     expect(ids).toEqual([...Array(300).keys()].filter((i) => i !== 200));
@@ -217,24 +252,38 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     await s.remote.exec(`INSERT INTO a (id, note, outbox_seq) VALUES ${old}`);
     // On the new machine producers fill a fresh queue (seq 1..20) before the drain first runs.
     const seqs: number[] = [];
-    for (let id = 1; id <= 10; id++) seqs.push(s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [id, "v1"]));
+    for (let id = 1; id <= 10; id++)
+      seqs.push(s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [id, "v1"]));
     for (let id = 1; id <= 5; id++) seqs.push(s.producer.push("a", "UPDATE a SET note = ? WHERE id = ?", ["v2", id]));
-    for (let id = 1000; id < 1005; id++) seqs.push(s.producer.push("a", "UPDATE a SET note = ? WHERE id = ?", ["new", id]));
+    for (let id = 1000; id < 1005; id++)
+      seqs.push(s.producer.push("a", "UPDATE a SET note = ? WHERE id = ?", ["new", id]));
     expect(seqs).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     const { svc, log } = s.drain();
     await svc.start();
     await waitFor(() => svc.totalPending() === 0, "delivery of the resequenced queue");
-    expect(log.has(/warn drain: "a" on app\.r already holds outbox_seq up to 50 .*moved 20 pending rows from seq 1\.\.20 to 51\.\.70/)).toBe(true);
-    expect(await s.remote.ints("SELECT count(*), count(DISTINCT outbox_seq), min(outbox_seq), max(outbox_seq) FROM a")).toEqual([[60, 60, 6, 70]]); // the old rows 1..5 were updated (66..70)
+    expect(
+      log.has(
+        /warn drain: "a" on app\.r already holds outbox_seq up to 50 .*moved 20 pending rows from seq 1\.\.20 to 51\.\.70/,
+      ),
+    ).toBe(true);
+    expect(
+      await s.remote.ints("SELECT count(*), count(DISTINCT outbox_seq), min(outbox_seq), max(outbox_seq) FROM a"),
+    ).toEqual([[60, 60, 6, 70]]); // the old rows 1..5 were updated (66..70)
     // Every new row landed once; updated rows carry the UPDATE's (later) seq, so order is visible.
-    expect((await s.remote.ints("SELECT id FROM a WHERE id < 1000 ORDER BY outbox_seq")).flat()).toEqual([6, 7, 8, 9, 10, 1, 2, 3, 4, 5]);
+    expect((await s.remote.ints("SELECT id FROM a WHERE id < 1000 ORDER BY outbox_seq")).flat()).toEqual([
+      6, 7, 8, 9, 10, 1, 2, 3, 4, 5,
+    ]);
     expect((await s.remote.ints("SELECT id FROM a WHERE note = 'v2' ORDER BY id")).flat()).toEqual([1, 2, 3, 4, 5]);
-    expect((await s.remote.ints("SELECT id FROM a WHERE note = 'new' ORDER BY id")).flat()).toEqual([1000, 1001, 1002, 1003, 1004]);
+    expect((await s.remote.ints("SELECT id FROM a WHERE note = 'new' ORDER BY id")).flat()).toEqual([
+      1000, 1001, 1002, 1003, 1004,
+    ]);
     expect((await s.remote.ints("SELECT count(*) FROM a WHERE note = 'old'")).flat()).toEqual([45]);
     await svc.stop();
     const q = s.queue("a");
     const dead = q.listDead();
-    expect(dead.map((d) => [d.seq, d.reason, d.replayedAsSeq])).toEqual(seqs.map((seq) => [seq, "resequenced", seq + 50]));
+    expect(dead.map((d) => [d.seq, d.reason, d.replayedAsSeq])).toEqual(
+      seqs.map((seq) => [seq, "resequenced", seq + 50]),
+    );
     expect(q.deadCount()).toBe(0);
     expect(verifyFile(s.dir.file("outbox/a.db"))).toMatchObject({ ok: true });
 

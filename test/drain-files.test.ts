@@ -24,10 +24,23 @@ function drainInto(dir: { file(n: string): string }, queues: { dbDir: string } |
   remote.run("CREATE TABLE IF NOT EXISTS t (id INTEGER, note TEXT)");
   remote.run("CREATE TABLE IF NOT EXISTS credits (n INTEGER PRIMARY KEY)");
   remote.close();
-  const config = defineConfig({ app: { app: { ...queues, ...FAST, batchSize: 2_000, db: { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables } } } } });
+  const config = defineConfig({
+    app: {
+      app: {
+        ...queues,
+        ...FAST,
+        batchSize: 2_000,
+        db: { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables } },
+      },
+    },
+  });
   let offsetMs = 0;
   const log = memoryLogger();
-  const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log, now: () => Date.now() + offsetMs });
+  const svc = new OutboxSyncService(
+    config,
+    { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) },
+    { logger: log, now: () => Date.now() + offsetMs },
+  );
   cleanups.push(() => svc.stop(2000));
   /** Cycles until nothing is pending, then twice more a second apart on the drain's clock (each file is looked after once a second). */
   const drainAndRest = async () => {
@@ -47,7 +60,15 @@ test("an idle file's WAL goes back to zero bytes and the space of a drained back
   const q = new Outbox(file, "t");
   cleanups.push(() => q.close());
   const note = "x".repeat(400);
-  for (let i = 0; i < 20; i++) q.enqueueBatch(Array.from({ length: 1_000 }, (_, k) => ({ tag: "INSERT INTO t (id, note) VALUES (?, ?)", payload: JSON.stringify([i * 1_000 + k, note]) })), "", { grouped: false });
+  for (let i = 0; i < 20; i++)
+    q.enqueueBatch(
+      Array.from({ length: 1_000 }, (_, k) => ({
+        tag: "INSERT INTO t (id, note) VALUES (?, ?)",
+        payload: JSON.stringify([i * 1_000 + k, note]),
+      })),
+      "",
+      { grouped: false },
+    );
   const db = new Database(file);
   cleanups.push(() => db.close());
   db.query("PRAGMA wal_checkpoint(PASSIVE)").get(); // the main file holds the backlog
@@ -73,18 +94,31 @@ test("in the application's own database the drain delivers, creates nothing, swi
   app.run("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)");
   app.run("INSERT INTO accounts VALUES (1, 0)");
   const outbox = new SQLMiddleware({ database: app });
-  for (let n = 0; n < 50; n++) outbox.transaction(() => {
-    app.run("UPDATE accounts SET balance = balance + 1 WHERE id = 1");
-    outbox.push("credits", "INSERT INTO credits (n) VALUES (?)", [n]);
-  });
+  for (let n = 0; n < 50; n++)
+    outbox.transaction(() => {
+      app.run("UPDATE accounts SET balance = balance + 1 WHERE id = 1");
+      outbox.push("credits", "INSERT INTO credits (n) VALUES (?)", [n]);
+    });
   const schemaOf = () => app.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all();
-  const before = { schema: schemaOf(), pragmas: app.query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum").get() };
+  const before = {
+    schema: schemaOf(),
+    pragmas: app
+      .query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum")
+      .get(),
+  };
   const { svc, drainAndRest } = drainInto(dir, { dbFile: file }, ["credits"]);
   await drainAndRest();
   expect(countRows(dir.file("remote.db"), "credits")).toBe(50);
   expect(app.query("SELECT balance FROM accounts").get()).toEqual({ balance: 50 });
-  expect({ schema: schemaOf(), pragmas: app.query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum").get() }).toEqual(before);
-  expect(svc.targets()[0]!.view().files).toEqual([{ file, walBytes: expect.any(Number), freePages: expect.any(Number), embedded: true }]);
+  expect({
+    schema: schemaOf(),
+    pragmas: app
+      .query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum")
+      .get(),
+  }).toEqual(before);
+  expect(svc.targets()[0]!.view().files).toEqual([
+    { file, walBytes: expect.any(Number), freePages: expect.any(Number), embedded: true },
+  ]);
   expect(walSize(file)).toBeGreaterThan(0); // never truncated behind the application's back
 });
 
@@ -93,11 +127,18 @@ test("a db_file the producer has not created yet holds its tables and is never c
   const file = dir.file("shop/outbox.db");
   const { svc, log } = drainInto(dir, { dbFile: file }, ["t"]);
   await svc.runOnce();
-  expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({ reason: "file", message: expect.stringContaining("does not exist yet: its producer creates it") });
+  expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({
+    reason: "file",
+    message: expect.stringContaining("does not exist yet: its producer creates it"),
+  });
   expect(Bun.file(file).size).toBe(0);
   expect(await Bun.file(file).exists()).toBe(false);
   new SQLMiddleware({ dbFile: file }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
-  await waitFor(async () => (await svc.runOnce(), countRows(dir.file("remote.db"), "t") === 1), "delivery once the file exists", 10_000);
+  await waitFor(
+    async () => (await svc.runOnce(), countRows(dir.file("remote.db"), "t") === 1),
+    "delivery once the file exists",
+    10_000,
+  );
   expect(log.lines.filter((l) => l.includes("does not exist yet")).length).toBe(1); // said once
 });
 
@@ -111,7 +152,10 @@ test("a db_file that is an application's database without our tables is held, na
   const bytes = await Bun.file(file).bytes();
   const { svc } = drainInto(dir, { dbFile: file }, ["t"]);
   await svc.runOnce();
-  expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({ reason: "file", message: expect.stringContaining("holds other tables (accounts) and no outbox_queue") });
+  expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({
+    reason: "file",
+    message: expect.stringContaining("holds other tables (accounts) and no outbox_queue"),
+  });
   await svc.stop();
   expect(await Bun.file(file).bytes()).toEqual(bytes);
 });
@@ -128,7 +172,10 @@ test("an application writing its own rows and events at full speed while the dra
   const { svc } = drainInto(dir, { dbFile: file }, ["credits"]);
   await svc.start();
   const stopFile = dir.file("stop");
-  const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/app-db-producer.ts`, JSON.stringify({ file, stopFile })], { stdout: "pipe", stderr: "inherit" });
+  const child = Bun.spawn(
+    ["bun", `${import.meta.dir}/support/children/app-db-producer.ts`, JSON.stringify({ file, stopFile })],
+    { stdout: "pipe", stderr: "inherit" },
+  );
   cleanups.push(() => child.kill());
   await Bun.sleep(2_000);
   await Bun.write(stopFile, "");

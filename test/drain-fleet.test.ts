@@ -44,7 +44,12 @@ async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
       writer = "libsql";
       connection = { url: server.url };
     }
-    return { writer, connection, exec: async (sql) => void db.run(sql), rows: async (sql) => db.query(sql).values() as unknown[][] };
+    return {
+      writer,
+      connection,
+      exec: async (sql) => void db.run(sql),
+      rows: async (sql) => db.query(sql).values() as unknown[][],
+    };
   }
   const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
   cleanups.push(() => db.drop());
@@ -63,73 +68,118 @@ const POS: Record<Engine, string> = {
   mysql: "pos BIGINT AUTO_INCREMENT PRIMARY KEY",
 };
 
-describeSlow("a fleet of drain and producer processes", "run three hosts' drains and producers as processes per engine", () => {
-  describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("a fleet feeding %s", (engine) => {
-    test(`${HOSTS} hosts, each with its own drain and producer process, feed the same tables at once: every event lands exactly once, each origin's in order`, async () => {
-      const dir = tempDirCleanedBy(cleanups);
-      const remote = await remoteFor(engine, dir);
-      for (const t of TABLES) await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, producer INTEGER NOT NULL, n INTEGER NOT NULL)`);
-      const stopFile = dir.file("stop-producing");
-      const hosts = Array.from({ length: HOSTS }, (_, h) => ({ h, dbDir: dir.file(`host${h}/queue`) }));
-      const spawnDrain = (dbDir: string, h: number) =>
-        Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
-          dbDir,
-          targets: { main: { writer: remote.writer, connection: remote.connection, tables: TABLES } },
-          tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 50, originLabel: `host-${h}`, outageBackoffCapMinutes: 0.01 },
-        })], { stdout: "pipe", stderr: "pipe" });
-      const drains = hosts.map(({ dbDir, h }) => spawnDrain(dbDir, h));
-      cleanups.push(() => {
-      for (const d of drains) d.kill("SIGKILL");
-    });
-      const producers = hosts.map(({ dbDir, h }) =>
-        Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-producer.ts`, JSON.stringify({ dbDir, tables: TABLES, producer: h, stopFile, pauseEvery: 10, pauseMs: 5 })], { stdout: "pipe", stderr: "inherit" }),
-      );
-      cleanups.push(() => {
-      for (const p of producers) p.kill("SIGKILL");
-    });
-      // Let every host produce and deliver a while, concurrently, whatever the machine's load.
-      await waitFor(async () => {
-        const counts = (await remote.rows(`SELECT producer, count(*) FROM ${TABLES[0]} GROUP BY producer`)).map(([, n]) => Number(n));
-        return counts.length === HOSTS && Math.min(...counts) >= 30;
-      }, "every host to deliver at least 30 rows", 30_000);
-      fs.writeFileSync(stopFile, "");
-      const produced: number[] = [];
-      for (const p of producers) {
-        expect(await p.exited).toBe(0);
-        produced.push(Number((await new Response(p.stdout).text()).split(" ")[1]));
-      }
-      const queues = hosts.flatMap(({ dbDir }) => TABLES.map((t) => new Outbox(`${dbDir}/${t}.db`, t)));
-      cleanups.push(() => {
-      for (const q of queues) q.close();
-    });
-      await waitFor(() => queues.every((q) => q.pendingCount() === 0), "every host's drain to empty its queues", 30_000);
-      for (const d of drains) d.kill("SIGTERM");
-      for (const d of drains) expect(await d.exited).toBe(0);
-
-      const total = produced.reduce((a, b) => a + b, 0);
-      expect(Math.min(...produced)).toBeGreaterThanOrEqual(30); // every host really produced
-      for (const t of TABLES) {
-        const rows = (await remote.rows(`SELECT producer, n FROM ${t} ORDER BY pos`)).map(([p, n]) => [Number(p), Number(n)]);
-        expect({ table: t, rows: rows.length }).toEqual({ table: t, rows: total });
-        expect(new Set(rows.map(([p, n]) => `${p}/${n}`)).size).toBe(total); // no duplicate
-        for (const { h } of hosts) {
-          // Each origin's rows in the order its producer wrote them, none missing.
-          expect(rows.filter(([p]) => p === h).map(([, n]) => n)).toEqual([...Array(produced[h]).keys()]);
-        }
-        // The ledger holds one row per origin, at that file's last delivered seq, under its label.
-        const ledger = (await remote.rows(`SELECT origin, through, label FROM sqloutbox_ledger WHERE namespace = '${t}' ORDER BY label`)).map(([o, th, l]) => [String(o), Number(th), String(l)]);
-        const expected = hosts.map(({ dbDir, h }) => {
-          const q = queues.find((x) => x.path === `${dbDir}/${t}.db`)!;
-          const log = new Database(q.path, { readonly: true });
-          const last = log.query<{ s: number }, [string]>("SELECT max(last_seq) AS s FROM outbox_delivered WHERE namespace = ?").get(t)!.s;
-          log.close();
-          return [q.origin, last, `host-${h}`];
+describeSlow(
+  "a fleet of drain and producer processes",
+  "run three hosts' drains and producers as processes per engine",
+  () => {
+    describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("a fleet feeding %s", (engine) => {
+      test(`${HOSTS} hosts, each with its own drain and producer process, feed the same tables at once: every event lands exactly once, each origin's in order`, async () => {
+        const dir = tempDirCleanedBy(cleanups);
+        const remote = await remoteFor(engine, dir);
+        for (const t of TABLES)
+          await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, producer INTEGER NOT NULL, n INTEGER NOT NULL)`);
+        const stopFile = dir.file("stop-producing");
+        const hosts = Array.from({ length: HOSTS }, (_, h) => ({ h, dbDir: dir.file(`host${h}/queue`) }));
+        const spawnDrain = (dbDir: string, h: number) =>
+          Bun.spawn(
+            [
+              "bun",
+              `${import.meta.dir}/support/children/drain-child.ts`,
+              JSON.stringify({
+                dbDir,
+                targets: { main: { writer: remote.writer, connection: remote.connection, tables: TABLES } },
+                tuning: {
+                  flushInterval: 0.01,
+                  tableFlushThreshold: 1,
+                  tableMaxWait: 0,
+                  batchSize: 50,
+                  originLabel: `host-${h}`,
+                  outageBackoffCapMinutes: 0.01,
+                },
+              }),
+            ],
+            { stdout: "pipe", stderr: "pipe" },
+          );
+        const drains = hosts.map(({ dbDir, h }) => spawnDrain(dbDir, h));
+        cleanups.push(() => {
+          for (const d of drains) d.kill("SIGKILL");
         });
-        expect(ledger).toEqual(expected);
-      }
-    }, 60_000);
-  });
-});
+        const producers = hosts.map(({ dbDir, h }) =>
+          Bun.spawn(
+            [
+              "bun",
+              `${import.meta.dir}/support/children/drain-producer.ts`,
+              JSON.stringify({ dbDir, tables: TABLES, producer: h, stopFile, pauseEvery: 10, pauseMs: 5 }),
+            ],
+            { stdout: "pipe", stderr: "inherit" },
+          ),
+        );
+        cleanups.push(() => {
+          for (const p of producers) p.kill("SIGKILL");
+        });
+        // Let every host produce and deliver a while, concurrently, whatever the machine's load.
+        await waitFor(
+          async () => {
+            const counts = (await remote.rows(`SELECT producer, count(*) FROM ${TABLES[0]} GROUP BY producer`)).map(
+              ([, n]) => Number(n),
+            );
+            return counts.length === HOSTS && Math.min(...counts) >= 30;
+          },
+          "every host to deliver at least 30 rows",
+          30_000,
+        );
+        fs.writeFileSync(stopFile, "");
+        const produced: number[] = [];
+        for (const p of producers) {
+          expect(await p.exited).toBe(0);
+          produced.push(Number((await new Response(p.stdout).text()).split(" ")[1]));
+        }
+        const queues = hosts.flatMap(({ dbDir }) => TABLES.map((t) => new Outbox(`${dbDir}/${t}.db`, t)));
+        cleanups.push(() => {
+          for (const q of queues) q.close();
+        });
+        await waitFor(
+          () => queues.every((q) => q.pendingCount() === 0),
+          "every host's drain to empty its queues",
+          30_000,
+        );
+        for (const d of drains) d.kill("SIGTERM");
+        for (const d of drains) expect(await d.exited).toBe(0);
+
+        const total = produced.reduce((a, b) => a + b, 0);
+        expect(Math.min(...produced)).toBeGreaterThanOrEqual(30); // every host really produced
+        for (const t of TABLES) {
+          const rows = (await remote.rows(`SELECT producer, n FROM ${t} ORDER BY pos`)).map(([p, n]) => [
+            Number(p),
+            Number(n),
+          ]);
+          expect({ table: t, rows: rows.length }).toEqual({ table: t, rows: total });
+          expect(new Set(rows.map(([p, n]) => `${p}/${n}`)).size).toBe(total); // no duplicate
+          for (const { h } of hosts) {
+            // Each origin's rows in the order its producer wrote them, none missing.
+            expect(rows.filter(([p]) => p === h).map(([, n]) => n)).toEqual([...Array(produced[h]).keys()]);
+          }
+          // The ledger holds one row per origin, at that file's last delivered seq, under its label.
+          const ledger = (
+            await remote.rows(
+              `SELECT origin, through, label FROM sqloutbox_ledger WHERE namespace = '${t}' ORDER BY label`,
+            )
+          ).map(([o, th, l]) => [String(o), Number(th), String(l)]);
+          const expected = hosts.map(({ dbDir, h }) => {
+            const q = queues.find((x) => x.path === `${dbDir}/${t}.db`)!;
+            const log = new Database(q.path, { readonly: true });
+            const last = log
+              .query<{ s: number }, [string]>("SELECT max(last_seq) AS s FROM outbox_delivered WHERE namespace = ?")
+              .get(t)!.s;
+            log.close();
+            return [q.origin, last, `host-${h}`];
+          });
+          expect(ledger).toEqual(expected);
+        }
+      }, 60_000);
+    });
+  },
+);
 
 test("a second origin feeding an injected (compatibility-mode) table is refused loudly: the table is held, the log names both origins, nothing is absorbed", async () => {
   cleanups.push(() => closeSharedOutboxes());
@@ -142,7 +192,11 @@ test("a second origin feeding an injected (compatibility-mode) table is refused 
   let refuseFleetRead = false;
   const host = (h: number) => {
     const dbDir = dir.file(`host${h}/queue`);
-    const config = oneApp(dbDir, { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } }, { originLabel: `host-${h}` });
+    const config = oneApp(
+      dbDir,
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } },
+      { originLabel: `host-${h}` },
+    );
     const log = memoryLogger();
     const inner = createWriter("sqlite", { path: dir.file("remote.db") });
     // The ledger may answer the fleet read (namespace: the ledger table) with an error.
@@ -150,7 +204,12 @@ test("a second origin feeding an injected (compatibility-mode) table is refused 
       dialect: "sqlite",
       writeBatch: (stmts) =>
         refuseFleetRead && stmts.some((st) => st.namespace === "sqloutbox_ledger")
-          ? Promise.resolve(stmts.map(() => ({ ok: false as const, error: "injected: permission denied for table sqloutbox_ledger" })))
+          ? Promise.resolve(
+              stmts.map(() => ({
+                ok: false as const,
+                error: "injected: permission denied for table sqloutbox_ledger",
+              })),
+            )
           : inner.writeBatch(stmts),
     };
     const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log, now: () => clock });

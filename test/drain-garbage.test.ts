@@ -13,26 +13,52 @@ import { waitFor } from "./support/wait.ts";
 const cleanups = cleanupsAfterEach();
 
 /** A sqlite remote with table t, a producer, a queue handle and a drain whose writer injects faults. */
-function setup(tuning: Tuning = {}, wrap?: (w: OutboxWriter) => OutboxWriter, target: { ledger?: boolean; injectOutboxSeq?: boolean } = {}, now?: () => number) {
+function setup(
+  tuning: Tuning = {},
+  wrap?: (w: OutboxWriter) => OutboxWriter,
+  target: { ledger?: boolean; injectOutboxSeq?: boolean } = {},
+  now?: () => number,
+) {
   const dir = tempDirCleanedBy(cleanups);
   const remote = new Database(dir.file("remote.db"), { create: true });
   remote.run("PRAGMA journal_mode = WAL");
   remote.run("CREATE TABLE t (id INTEGER NOT NULL CHECK (id >= 0))");
   cleanups.push(() => remote.close());
   const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
-  const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], ...target } }, tuning);
+  const config = oneApp(
+    dir.file("outbox"),
+    { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], ...target } },
+    tuning,
+  );
   const log = memoryLogger();
-  const svc = new OutboxSyncService(config, { "app.r": wrap ? wrap(writer) : writer }, { logger: log, ...(now ? { now } : {}) });
+  const svc = new OutboxSyncService(
+    config,
+    { "app.r": wrap ? wrap(writer) : writer },
+    { logger: log, ...(now ? { now } : {}) },
+  );
   cleanups.push(() => svc.stop(1000));
   const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
   const push = (id: number) => producer.push("t", "INSERT INTO t (id) VALUES (?)", [id]);
   // Rowid order is the order the remote inserted rows in.
-  const ids = () => remote.query<{ id: number }, []>("SELECT id FROM t ORDER BY rowid").all().map((r) => r.id);
-  return { dir, remote, writer, svc, log, push, ids, queue: () => {
-    const q = new Outbox(dir.file("outbox/t.db"), "t");
-    cleanups.push(() => q.close());
-    return q;
-  } };
+  const ids = () =>
+    remote
+      .query<{ id: number }, []>("SELECT id FROM t ORDER BY rowid")
+      .all()
+      .map((r) => r.id);
+  return {
+    dir,
+    remote,
+    writer,
+    svc,
+    log,
+    push,
+    ids,
+    queue: () => {
+      const q = new Outbox(dir.file("outbox/t.db"), "t");
+      cleanups.push(() => q.close());
+      return q;
+    },
+  };
 }
 
 describe("garbage from a writer", () => {
@@ -44,23 +70,26 @@ describe("garbage from a writer", () => {
     ["returns something that is not an array", "not-array"],
     ["hangs past write_timeout", "hang"],
   ];
-  test.each(faults)("a writer that %s is an outage: nothing charged, nothing dead-lettered, delivery resumes", async (_name, fault) => {
-    const s = setup({ writeTimeout: 0.2 });
-    await s.svc.runOnce(); // startup
-    for (let i = 0; i < 10; i++) s.push(i);
-    s.writer.faults.push(fault);
-    const report = await s.svc.runOnce();
-    expect(report.outages).toEqual(["app.r"]);
-    expect(report.delivered).toBe(0);
-    const q = s.queue();
-    expect(q.pendingCount()).toBe(10);
-    expect(q.head()!.attempts).toBe(0);
-    expect(q.deadCount()).toBe(0);
-    expect(s.log.has(/target app\.r is unavailable .*nothing charged/)).toBe(true);
-    await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "delivery after the outage");
-    expect(s.ids()).toEqual([...Array(10).keys()]);
-    expect(q.deadCount()).toBe(0);
-  });
+  test.each(faults)(
+    "a writer that %s is an outage: nothing charged, nothing dead-lettered, delivery resumes",
+    async (_name, fault) => {
+      const s = setup({ writeTimeout: 0.2 });
+      await s.svc.runOnce(); // startup
+      for (let i = 0; i < 10; i++) s.push(i);
+      s.writer.faults.push(fault);
+      const report = await s.svc.runOnce();
+      expect(report.outages).toEqual(["app.r"]);
+      expect(report.delivered).toBe(0);
+      const q = s.queue();
+      expect(q.pendingCount()).toBe(10);
+      expect(q.head()!.attempts).toBe(0);
+      expect(q.deadCount()).toBe(0);
+      expect(s.log.has(/target app\.r is unavailable .*nothing charged/)).toBe(true);
+      await waitFor(async () => (await s.svc.runOnce(), q.pendingCount() === 0), "delivery after the outage");
+      expect(s.ids()).toEqual([...Array(10).keys()]);
+      expect(q.deadCount()).toBe(0);
+    },
+  );
 
   test("a writer whose writeBatch throws synchronously is an outage too", async () => {
     let broken = true;
@@ -87,7 +116,12 @@ describe("garbage from a writer", () => {
     for (const kind of kinds) {
       s.writer.always = kind;
       for (let i = 0; i < 5; i++) s.push(n++);
-      await waitFor(() => s.writer.batches > 0 && s.log.lines.filter((l) => l.includes("unavailable")).length >= kinds.indexOf(kind) + 1, `an outage from ${kind}`);
+      await waitFor(
+        () =>
+          s.writer.batches > 0 &&
+          s.log.lines.filter((l) => l.includes("unavailable")).length >= kinds.indexOf(kind) + 1,
+        `an outage from ${kind}`,
+      );
     }
     s.writer.always = null;
     await waitFor(() => s.ids().length === n, "everything to land after the garbage stops");
@@ -105,7 +139,11 @@ describe("garbage from a writer", () => {
     s.writer.faults.push(async (stmts, inner) => {
       // Apply the first statement for real, fail the second, skip the rest: a writer that commits statement by statement.
       const [first] = await inner.writeBatch(stmts.slice(0, 1));
-      return [first!, { ok: false, error: "boom", errorClass: "XX001" }, ...stmts.slice(2).map(() => ({ ok: false as const, error: "skipped", skipped: true }))];
+      return [
+        first!,
+        { ok: false, error: "boom", errorClass: "XX001" },
+        ...stmts.slice(2).map(() => ({ ok: false as const, error: "skipped", skipped: true })),
+      ];
     });
     const report = await s.svc.runOnce();
     expect(report).toMatchObject({ delivered: 1, failed: 1, deadLettered: 0, outages: [] });
@@ -128,7 +166,11 @@ describe("garbage from a writer", () => {
       const bad = stmts.findIndex((st) => st.seq > 0 && st.args[0] === 3);
       if (!failing || bad < 0) return inner.writeBatch(stmts);
       // A namespace-atomic writer: the row fails, its whole namespace (the fence too) is not applied.
-      return stmts.map((_, i) => (i === bad ? { ok: false as const, error: "boom", errorClass: "XX001" } : { ok: false as const, error: "not applied", skipped: true }));
+      return stmts.map((_, i) =>
+        i === bad
+          ? { ok: false as const, error: "boom", errorClass: "XX001" }
+          : { ok: false as const, error: "not applied", skipped: true },
+      );
     };
     expect(await s.svc.runOnce()).toMatchObject({ delivered: 0, failed: 0 });
     const q = s.queue();
@@ -176,7 +218,10 @@ describe("garbage from a writer", () => {
     const s = setup({}, undefined, { ledger: false });
     await s.svc.runOnce();
     for (const id of [1, 2, 3]) s.push(id);
-    s.writer.faults.push(async (stmts) => [{ ok: false, error: "nope" }, ...stmts.slice(1).map(() => ({ ok: true as const, rowsAffected: 1 }))]);
+    s.writer.faults.push(async (stmts) => [
+      { ok: false, error: "nope" },
+      ...stmts.slice(1).map(() => ({ ok: true as const, rowsAffected: 1 })),
+    ]);
     await s.svc.runOnce();
     const q = s.queue();
     expect(q.pendingCount()).toBe(3);
@@ -198,8 +243,15 @@ describe("a batch that answers after write_timeout", () => {
     remote.run("INSERT INTO kv VALUES ('x', 0)");
     cleanups.push(() => remote.close());
     const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
-    const tables = [{ name: "kv", injectOutboxSeq: false }, { name: "log", injectOutboxSeq: false }];
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables, ledger } }, { writeTimeout: 0.1 });
+    const tables = [
+      { name: "kv", injectOutboxSeq: false },
+      { name: "log", injectOutboxSeq: false },
+    ];
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables, ledger } },
+      { writeTimeout: 0.1 },
+    );
     const log = memoryLogger();
     const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
     cleanups.push(() => svc.stop(1000));
@@ -277,7 +329,9 @@ describe("local errors and housekeeping", () => {
     remote.close();
     const writer = new FaultyWriter(createWriter("sqlite", { path: dir.file("remote.db") }));
     writer.always = "throw"; // the target is down: the setup cannot run
-    const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } });
+    const config = oneApp(dir.file("outbox"), {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true },
+    });
     const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: memoryLogger() });
     cleanups.push(() => svc.stop(1000));
     new SQLMiddleware({ dbDir: dir.file("outbox") }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
@@ -307,14 +361,25 @@ describe("local errors and housekeeping", () => {
     };
     cleanups.push(() => Object.assign(Outbox.prototype, { seedSequence, resequenceAbove }));
     const log = memoryLogger();
-    const config = oneApp(s.dir.file("outbox"), { r: { writer: "sqlite", connection: { path: s.dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } });
-    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: s.dir.file("remote.db") }) }, { logger: log });
+    const config = oneApp(s.dir.file("outbox"), {
+      r: { writer: "sqlite", connection: { path: s.dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true },
+    });
+    const svc = new OutboxSyncService(
+      config,
+      { "app.r": createWriter("sqlite", { path: s.dir.file("remote.db") }) },
+      { logger: log },
+    );
     cleanups.push(() => svc.stop(1000));
     const q = s.queue();
     await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "delivery after the move succeeded");
     expect(failures).toBeLessThan(0);
     expect(log.has(/injected: database is locked/)).toBe(true);
-    expect(s.remote.query<{ id: number }, []>("SELECT id FROM t WHERE id < 1000 ORDER BY outbox_seq").all().map((r) => r.id)).toEqual([...Array(10).keys()]);
+    expect(
+      s.remote
+        .query<{ id: number }, []>("SELECT id FROM t WHERE id < 1000 ORDER BY outbox_seq")
+        .all()
+        .map((r) => r.id),
+    ).toEqual([...Array(10).keys()]);
     expect(s.remote.query<{ n: number }, []>("SELECT min(outbox_seq) AS n FROM t WHERE id < 1000").get()!.n).toBe(31);
   });
 
@@ -378,7 +443,12 @@ describe("scheduling", () => {
 
   test("a table below the threshold waits for table_max_wait, then goes out", async () => {
     let shift = 0; // the drain's clock runs ahead of the wall clock by this much
-    const s = setup({ flushInterval: 0.01, tableFlushThreshold: 1000, tableMaxWait: 30 }, undefined, {}, () => Date.now() + shift);
+    const s = setup(
+      { flushInterval: 0.01, tableFlushThreshold: 1000, tableMaxWait: 30 },
+      undefined,
+      {},
+      () => Date.now() + shift,
+    );
     await s.svc.runOnce();
     s.push(1);
     const early = await s.svc.runOnce();
@@ -397,7 +467,9 @@ describe("dialect", () => {
     s.push(5);
     await s.svc.runOnce();
     expect(s.ids()).toEqual([5]);
-    expect(s.log.lines.filter((l) => /target app\.r: the writer has no dialect and none is configured/.test(l))).toHaveLength(1);
+    expect(
+      s.log.lines.filter((l) => /target app\.r: the writer has no dialect and none is configured/.test(l)),
+    ).toHaveLength(1);
   });
 });
 

@@ -51,17 +51,29 @@ describe.each(ENGINES)("groups, delivered to %s", (engine) => {
     const dir = tempDirCleanedBy(cleanups);
     const remote: EngineRemote = await engineRemote(engine, dir, cleanups);
     for (const ddl of schema(remote.dialect)) await remote.exec(ddl);
-    const config = oneApp(dir.file("outbox"), { r: { writer: remote.writer, connection: remote.connection, tables: ["accounts"] } }, tuning);
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: remote.writer, connection: remote.connection, tables: ["accounts"] } },
+      tuning,
+    );
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     const log = memoryLogger();
-    const svc = new OutboxSyncService(config, { "app.r": createWriter(remote.writer, remote.connection) }, { logger: log });
+    const svc = new OutboxSyncService(
+      config,
+      { "app.r": createWriter(remote.writer, remote.connection) },
+      { logger: log },
+    );
     cleanups.push(() => svc.stop(2000));
-    const drained = () => waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the queue drained", 20_000);
+    const drained = () =>
+      waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the queue drained", 20_000);
     return { dir, remote, producer, svc, log, drained };
   }
 
   /** A group of `size` statements for account `id`: it is created, then credited size − 1 times. */
-  const group = (id: number, size: number): Array<[string, number[]]> => [[INSERT, [id]], ...Array.from({ length: size - 1 }, (): [string, number[]] => [CREDIT, [id]])];
+  const group = (id: number, size: number): Array<[string, number[]]> => [
+    [INSERT, [id]],
+    ...Array.from({ length: size - 1 }, (): [string, number[]] => [CREDIT, [id]]),
+  ];
 
   test("groups straddling batch boundaries each land in one remote transaction, whole and in order; a group larger than batch_size goes alone", async () => {
     const s = await setup({ batchSize: 3 });
@@ -73,7 +85,9 @@ describe.each(ENGINES)("groups, delivered to %s", (engine) => {
     await s.drained();
     // Every row once, every account credited size − 1 times.
     expect(await s.remote.ints("SELECT count(*) FROM applied")).toEqual([[sizes.reduce((a, b) => a + b, 0)]]);
-    expect(await s.remote.ints("SELECT id, balance FROM accounts ORDER BY id")).toEqual(sizes.map((size, i) => [i + 1, size - 1]));
+    expect(await s.remote.ints("SELECT id, balance FROM accounts ORDER BY id")).toEqual(
+      sizes.map((size, i) => [i + 1, size - 1]),
+    );
     // One transaction per group: never a group seen by two transactions.
     expect(await s.remote.ints("SELECT id FROM applied GROUP BY id HAVING count(DISTINCT txn) > 1")).toEqual([]);
     // In order: the groups landed one after another.
@@ -88,7 +102,10 @@ describe.each(ENGINES)("groups, delivered to %s", (engine) => {
     const s = await setup({ maxAttempts: 2, backoffUnitSeconds: 0.01 });
     await s.remote.exec("INSERT INTO taken (name) VALUES ('x')");
     s.producer.pushMany("accounts", group(1, 2));
-    const [poison] = s.producer.pushMany("accounts", [[INSERT, [900]], ["INSERT INTO taken (name) VALUES (?)", ["x"]]]); // the second collides
+    const [poison] = s.producer.pushMany("accounts", [
+      [INSERT, [900]],
+      ["INSERT INTO taken (name) VALUES (?)", ["x"]],
+    ]); // the second collides
     s.producer.pushMany("accounts", group(2, 2));
     const q = new Outbox(s.dir.file("outbox/accounts.db"), "accounts");
     cleanups.push(() => q.close());
@@ -97,13 +114,19 @@ describe.each(ENGINES)("groups, delivered to %s", (engine) => {
     expect(await s.remote.ints("SELECT id FROM accounts ORDER BY id")).toEqual([[1], [2]]); // nothing of 900
     expect(await s.remote.ints("SELECT id FROM applied GROUP BY id ORDER BY min(pos)")).toEqual([[1], [2]]);
     const letters = q.listDead();
-    expect(letters.map((d) => [d.seq, d.grp, d.reason])).toEqual([[poison!, poison!, "max_attempts"], [poison! + 1, poison!, "max_attempts"]]);
+    expect(letters.map((d) => [d.seq, d.grp, d.reason])).toEqual([
+      [poison!, poison!, "max_attempts"],
+      [poison! + 1, poison!, "max_attempts"],
+    ]);
     expect(letters[0]!.error).toMatch(/seq \d+ of the group of seq \d+/);
     expect(s.log.has(/dead-lettered the group of seq \d+ \(2 rows\)/)).toBe(true);
     // The operator removes the cause and replays one letter: the whole group goes again, as a group.
     await s.remote.exec("DELETE FROM taken");
     const again = q.replayDead(poison!);
-    expect(q.fetchUnsynced(10).map((r) => [r.tag, r.grp])).toEqual([[INSERT, again], ["INSERT INTO taken (name) VALUES (?)", again]]);
+    expect(q.fetchUnsynced(10).map((r) => [r.tag, r.grp])).toEqual([
+      [INSERT, again],
+      ["INSERT INTO taken (name) VALUES (?)", again],
+    ]);
     await s.drained();
     expect(await s.remote.ints("SELECT id FROM accounts ORDER BY id")).toEqual([[1], [2], [900]]);
     expect(await s.remote.rows("SELECT name FROM taken")).toEqual([["x"]]);

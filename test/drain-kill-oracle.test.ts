@@ -38,7 +38,11 @@ async function remoteFor(engine: Engine, dir: TempDir) {
   const db = dialect === "postgres" ? await createPgDb() : await createMysqlDb();
   cleanups.push(() => db.drop());
   for (const ddl of mixSchema(dialect)) await db.sql.unsafe(ddl);
-  return { dialect, target: { writer: dialect, connection: { url: db.url } }, rows: async (sql: string) => Array.from((await db.sql.unsafe(sql).values()) as unknown[][]) };
+  return {
+    dialect,
+    target: { writer: dialect, connection: { url: db.url } },
+    rows: async (sql: string) => Array.from((await db.sql.unsafe(sql).values()) as unknown[][]),
+  };
 }
 
 /** The state a serial, once-each application of the first `count` statements leaves. */
@@ -53,58 +57,93 @@ function oracle(dir: TempDir, seed: number, count: number): { kv: number[][]; lo
       }
     })();
     return {
-      kv: db.query("SELECT k, v FROM kv ORDER BY k").values().map((r) => r.map(Number)),
-      log: db.query("SELECT id, n FROM log ORDER BY id").values().map((r) => r.map(Number)),
+      kv: db
+        .query("SELECT k, v FROM kv ORDER BY k")
+        .values()
+        .map((r) => r.map(Number)),
+      log: db
+        .query("SELECT id, n FROM log ORDER BY id")
+        .values()
+        .map((r) => r.map(Number)),
     };
   } finally {
     db.close();
   }
 }
 
-describeSlow("every statement kind under SIGKILL", "kill a drain 12 times per engine while a producer process writes", () => {
-  describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("statement kinds under repeated SIGKILLs, delivered to %s", (engine) => {
-    test(`${KILLS} kills while a producer writes every statement kind: the remote equals the serial application of what was produced`, async () => {
-      const dir = tempDirCleanedBy(cleanups);
-      const remote = await remoteFor(engine, dir);
-      const seed = 1 + Math.floor(Math.random() * 1_000_000);
-      const dbDir = dir.file("outbox");
-      const stopFile = dir.file("stop");
-      const spawnDrain = () =>
-        Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
-          dbDir,
-          targets: { r: { ...remote.target, tables: ["kv"] } },
-          // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
-          tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, batchSize: 40, maxAttempts: null, backoffUnitSeconds: 0.01, outageBackoffCapMinutes: 0.005 },
-        })], { stdout: "pipe", stderr: "pipe" });
-      const producer = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-mix-producer.ts`, JSON.stringify({ dbDir, seed, dialect: remote.dialect, stopFile })], { stdout: "pipe", stderr: "inherit" });
-      cleanups.push(() => producer.kill("SIGKILL"));
-      for (let kill = 0; kill < KILLS; kill++) {
-        const drain = spawnDrain();
-        await Bun.sleep(60 + Math.random() * 250);
-        drain.kill("SIGKILL");
-        await drain.exited;
-      }
-      fs.writeFileSync(stopFile, "");
-      expect(await producer.exited).toBe(0);
-      const produced = Number((await new Response(producer.stdout).text()).split(" ")[1]);
-      expect(produced).toBeGreaterThan(50);
+describeSlow(
+  "every statement kind under SIGKILL",
+  "kill a drain 12 times per engine while a producer process writes",
+  () => {
+    describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])(
+      "statement kinds under repeated SIGKILLs, delivered to %s",
+      (engine) => {
+        test(`${KILLS} kills while a producer writes every statement kind: the remote equals the serial application of what was produced`, async () => {
+          const dir = tempDirCleanedBy(cleanups);
+          const remote = await remoteFor(engine, dir);
+          const seed = 1 + Math.floor(Math.random() * 1_000_000);
+          const dbDir = dir.file("outbox");
+          const stopFile = dir.file("stop");
+          const spawnDrain = () =>
+            Bun.spawn(
+              [
+                "bun",
+                `${import.meta.dir}/support/children/drain-child.ts`,
+                JSON.stringify({
+                  dbDir,
+                  targets: { r: { ...remote.target, tables: ["kv"] } },
+                  // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
+                  tuning: {
+                    flushInterval: 0.005,
+                    tableFlushThreshold: 1,
+                    tableMaxWait: 0,
+                    batchSize: 40,
+                    maxAttempts: null,
+                    backoffUnitSeconds: 0.01,
+                    outageBackoffCapMinutes: 0.005,
+                  },
+                }),
+              ],
+              { stdout: "pipe", stderr: "pipe" },
+            );
+          const producer = Bun.spawn(
+            [
+              "bun",
+              `${import.meta.dir}/support/children/drain-mix-producer.ts`,
+              JSON.stringify({ dbDir, seed, dialect: remote.dialect, stopFile }),
+            ],
+            { stdout: "pipe", stderr: "inherit" },
+          );
+          cleanups.push(() => producer.kill("SIGKILL"));
+          for (let kill = 0; kill < KILLS; kill++) {
+            const drain = spawnDrain();
+            await Bun.sleep(60 + Math.random() * 250);
+            drain.kill("SIGKILL");
+            await drain.exited;
+          }
+          fs.writeFileSync(stopFile, "");
+          expect(await producer.exited).toBe(0);
+          const produced = Number((await new Response(producer.stdout).text()).split(" ")[1]);
+          expect(produced).toBeGreaterThan(50);
 
-      const final = spawnDrain();
-      cleanups.push(() => final.kill("SIGKILL"));
-      // Its SIGTERM handler is in place once it says so: the killed drains may have left nothing to do.
-      expect(new TextDecoder().decode((await final.stdout.getReader().read()).value)).toContain("started");
-      const q = new Outbox(`${dbDir}/kv.db`, "kv");
-      cleanups.push(() => q.close());
-      await waitFor(() => q.pendingCount() === 0, "the final drain", 30_000);
-      final.kill("SIGTERM");
-      expect(await final.exited).toBe(0);
+          const final = spawnDrain();
+          cleanups.push(() => final.kill("SIGKILL"));
+          // Its SIGTERM handler is in place once it says so: the killed drains may have left nothing to do.
+          expect(new TextDecoder().decode((await final.stdout.getReader().read()).value)).toContain("started");
+          const q = new Outbox(`${dbDir}/kv.db`, "kv");
+          cleanups.push(() => q.close());
+          await waitFor(() => q.pendingCount() === 0, "the final drain", 30_000);
+          final.kill("SIGTERM");
+          expect(await final.exited).toBe(0);
 
-      expect(q.deadCount()).toBe(0); // nothing was refused: every statement was sent verbatim and applied
-      const expected = oracle(dir, seed, produced);
-      const kv = (await remote.rows("SELECT k, v FROM kv ORDER BY k")).map((r) => r.map(Number));
-      const log = (await remote.rows("SELECT id, n FROM log ORDER BY id")).map((r) => r.map(Number));
-      expect({ seed, kv }).toEqual({ seed, kv: expected.kv });
-      expect({ seed, log }).toEqual({ seed, log: expected.log });
-    }, 90_000);
-  });
-});
+          expect(q.deadCount()).toBe(0); // nothing was refused: every statement was sent verbatim and applied
+          const expected = oracle(dir, seed, produced);
+          const kv = (await remote.rows("SELECT k, v FROM kv ORDER BY k")).map((r) => r.map(Number));
+          const log = (await remote.rows("SELECT id, n FROM log ORDER BY id")).map((r) => r.map(Number));
+          expect({ seed, kv }).toEqual({ seed, kv: expected.kv });
+          expect({ seed, log }).toEqual({ seed, log: expected.log });
+        }, 90_000);
+      },
+    );
+  },
+);

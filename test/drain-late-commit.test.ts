@@ -26,7 +26,11 @@ type Access = "auto_schema" | "no auto_schema" | "restricted role";
 async function remote(engine: Engine, access: Access) {
   const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
   cleanups.push(() => db.drop());
-  await db.sql.unsafe(engine === "postgres" ? "CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL, note TEXT)" : "CREATE TABLE t (pos BIGINT AUTO_INCREMENT PRIMARY KEY, id BIGINT NOT NULL, note TEXT) ENGINE=InnoDB");
+  await db.sql.unsafe(
+    engine === "postgres"
+      ? "CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL, note TEXT)"
+      : "CREATE TABLE t (pos BIGINT AUTO_INCREMENT PRIMARY KEY, id BIGINT NOT NULL, note TEXT) ENGINE=InnoDB",
+  );
   if (access !== "auto_schema") await db.sql.unsafe(ledgerDdl("sqloutbox_ledger", engine));
   let url = db.url;
   if (access === "restricted role") {
@@ -86,7 +90,11 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
     test("the next drain waits for it on the ledger row: no row sent twice, no spurious dead letter, the UPDATE applied once", async () => {
       const dir = tempDirCleanedBy(cleanups);
       const { db, url } = await remote(engine, access);
-      const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: { url }, tables: ["t"] } }, { maxAttempts: 2, autoSchema: access === "auto_schema" });
+      const config = oneApp(
+        dir.file("outbox"),
+        { r: { writer: engine, connection: { url }, tables: ["t"] } },
+        { maxAttempts: 2, autoSchema: access === "auto_schema" },
+      );
       const writer = new FaultyWriter(createWriter(engine, { url }));
       const log = memoryLogger();
       const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
@@ -100,11 +108,17 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
       writer.faults.push(lateCommit(engine, url, 1500, committed));
       expect((await svc.runOnce()).outages).toEqual(["app.r"]);
       const retriedAt = Date.now();
-      await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "settlement after the late COMMIT", 20_000);
+      await waitFor(
+        async () => (await svc.runOnce(), svc.totalPending() === 0),
+        "settlement after the late COMMIT",
+        20_000,
+      );
       expect(committed.at).toBeGreaterThan(retriedAt); // the drain was retrying while the COMMIT was still out
 
       const [n, distinct, v2] = Array.from(
-        (await db.sql.unsafe("SELECT count(*), count(DISTINCT id), sum(CASE WHEN note = 'v2' THEN 1 ELSE 0 END) FROM t").values()) as unknown[][],
+        (await db.sql
+          .unsafe("SELECT count(*), count(DISTINCT id), sum(CASE WHEN note = 'v2' THEN 1 ELSE 0 END) FROM t")
+          .values()) as unknown[][],
       )[0]!.map(Number);
       expect({ n, distinct, v2 }).toEqual({ n: 40, distinct: 40, v2: 1 });
       const q = new Outbox(dir.file("outbox/t.db"), "t");
@@ -123,15 +137,26 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
     cleanups.push(() => db.drop());
     await db.sql.unsafe("CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL)");
     // Row 999 makes COMMIT itself take 2 s: the transaction holds its locks until it is decided.
-    await db.sql.unsafe("CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$");
-    await db.sql.unsafe("CREATE CONSTRAINT TRIGGER t_slow AFTER INSERT ON t DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id = 999) EXECUTE FUNCTION slow_commit()");
+    await db.sql.unsafe(
+      "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$",
+    );
+    await db.sql.unsafe(
+      "CREATE CONSTRAINT TRIGGER t_slow AFTER INSERT ON t DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id = 999) EXECUTE FUNCTION slow_commit()",
+    );
     const dbDir = dir.file("outbox");
     const spawnDrain = () =>
-      Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify({
-        dbDir,
-        targets: { pg: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } },
-        tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0 },
-      })], { stdout: "pipe", stderr: "pipe" });
+      Bun.spawn(
+        [
+          "bun",
+          `${import.meta.dir}/support/children/drain-child.ts`,
+          JSON.stringify({
+            dbDir,
+            targets: { pg: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } },
+            tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0 },
+          }),
+        ],
+        { stdout: "pipe", stderr: "pipe" },
+      );
     const producer = new SQLMiddleware({ dbDir });
     for (let i = 0; i < 10; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [999]);
@@ -139,7 +164,11 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
     const first = spawnDrain();
     cleanups.push(() => first.kill("SIGKILL"));
     const committing = async () =>
-      (await db.sql.unsafe("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = 'COMMIT' AND state = 'active'"))[0].n > 0;
+      (
+        await db.sql.unsafe(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = 'COMMIT' AND state = 'active'",
+        )
+      )[0].n > 0;
     await waitFor(committing, "the first drain's COMMIT to be in flight", 15_000);
     first.kill("SIGKILL");
     await first.exited;
@@ -150,9 +179,14 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
     await waitFor(() => q.pendingCount() === 0, "the second drain to settle and finish", 20_000);
     second.kill("SIGTERM");
     expect(await second.exited).toBe(0);
-    if (process.env.DRAIN_DEBUG) console.log(await new Response(first.stderr).text(), "----", await new Response(second.stderr).text());
+    if (process.env.DRAIN_DEBUG)
+      console.log(await new Response(first.stderr).text(), "----", await new Response(second.stderr).text());
     const rows = await db.sql.unsafe("SELECT id::int AS id FROM t ORDER BY pos");
-    expect(rows.map((r: { id: number }) => r.id)).toEqual([...Array(10).keys(), 999, ...Array.from({ length: 10 }, (_, i) => i + 10)]);
+    expect(rows.map((r: { id: number }) => r.id)).toEqual([
+      ...Array(10).keys(),
+      999,
+      ...Array.from({ length: 10 }, (_, i) => i + 10),
+    ]);
     expect(q.deadCount()).toBe(0);
   }, 40_000);
 });

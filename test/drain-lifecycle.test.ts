@@ -9,7 +9,12 @@ import { waitFor } from "./support/wait.ts";
 const cleanups = cleanupsAfterEach();
 
 /** Spawns test/support/children/drain-child.ts; collects stdout/stderr as text while it runs. */
-function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { startupDelayMs?: number; writeTimeout?: number; activityLogIntervalMs?: number; console?: boolean } = {}) {
+function spawnDrain(
+  dir: TempDir,
+  delayMs = 300,
+  stopTimeoutMs = 5000,
+  extra: { startupDelayMs?: number; writeTimeout?: number; activityLogIntervalMs?: number; console?: boolean } = {},
+) {
   const spec = {
     console: extra.console ?? false,
     stopTimeoutMs,
@@ -25,7 +30,10 @@ function spawnDrain(dir: TempDir, delayMs = 300, stopTimeoutMs = 5000, extra: { 
     },
     tuning: { flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0, writeTimeout: extra.writeTimeout ?? 5 },
   };
-  const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify(spec)], { stdout: "pipe", stderr: "pipe" });
+  const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-child.ts`, JSON.stringify(spec)], {
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   cleanups.push(() => child.kill("SIGKILL"));
   const out = { stdout: "", stderr: "" };
   const pump = async (stream: ReadableStream<Uint8Array>, key: "stdout" | "stderr") => {
@@ -45,27 +53,31 @@ function setupRemote(dir: TempDir) {
   return remote;
 }
 
-test.each(["SIGTERM", "SIGHUP"] as const)("%s lets the in-flight batch land and be confirmed, closes the writer and exits 0", async (signal) => {
-  const dir = tempDirCleanedBy(cleanups);
-  const remote = setupRemote(dir);
-  const { child, out } = spawnDrain(dir, 400);
-  await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
-  const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-  for (let i = 0; i < 40; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
-  await waitFor(() => out.stdout.includes("batch-start"), "a batch to be in flight");
-  child.kill(signal);
-  expect(await child.exited).toBe(0);
-  expect(out.stdout).toContain("batch-done");
-  expect(out.stdout).toContain("writer-closed");
-  expect(out.stdout).toContain("stopped");
-  expect(out.stderr).toContain(`${signal}: finishing the in-flight batch`);
-  // Whatever the in-flight batch carried is on the remote AND confirmed locally: nothing to redeliver.
-  const delivered = remote.query<{ n: number }, []>("SELECT count(*) AS n FROM t").get()!.n;
-  const q = new Outbox(dir.file("outbox/t.db"), "t");
-  cleanups.push(() => q.close());
-  expect(delivered).toBeGreaterThan(0);
-  expect(delivered + q.pendingCount()).toBe(40);
-}, 20_000);
+test.each(["SIGTERM", "SIGHUP"] as const)(
+  "%s lets the in-flight batch land and be confirmed, closes the writer and exits 0",
+  async (signal) => {
+    const dir = tempDirCleanedBy(cleanups);
+    const remote = setupRemote(dir);
+    const { child, out } = spawnDrain(dir, 400);
+    await waitFor(() => out.stdout.includes("started"), "the drain to start", 10_000);
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (let i = 0; i < 40; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+    await waitFor(() => out.stdout.includes("batch-start"), "a batch to be in flight");
+    child.kill(signal);
+    expect(await child.exited).toBe(0);
+    expect(out.stdout).toContain("batch-done");
+    expect(out.stdout).toContain("writer-closed");
+    expect(out.stdout).toContain("stopped");
+    expect(out.stderr).toContain(`${signal}: finishing the in-flight batch`);
+    // Whatever the in-flight batch carried is on the remote AND confirmed locally: nothing to redeliver.
+    const delivered = remote.query<{ n: number }, []>("SELECT count(*) AS n FROM t").get()!.n;
+    const q = new Outbox(dir.file("outbox/t.db"), "t");
+    cleanups.push(() => q.close());
+    expect(delivered).toBeGreaterThan(0);
+    expect(delivered + q.pendingCount()).toBe(40);
+  },
+  20_000,
+);
 
 test("SIGUSR1 logs an integrity scan and the drain keeps running; a second drain on the db_dir exits non-zero naming the lock", async () => {
   const dir = tempDirCleanedBy(cleanups);
@@ -123,8 +135,13 @@ test("logs what it delivered every activity interval, so a healthy drain is visi
   const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
   for (let i = 0; i < 7; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
   // Each line counts only its own interval: over the lines, the 7 rows are counted exactly once.
-  const delivered = () => [...out.stderr.matchAll(/info drain: last 150 ms: delivered (\d+), 0 failed, 0 dead-lettered; (\d+) pending/g)];
-  await waitFor(() => delivered().reduce((n, m) => n + Number(m[1]), 0) === 7 && delivered().at(-1)![2] === "0", "activity lines counting the 7 rows");
+  const delivered = () => [
+    ...out.stderr.matchAll(/info drain: last 150 ms: delivered (\d+), 0 failed, 0 dead-lettered; (\d+) pending/g),
+  ];
+  await waitFor(
+    () => delivered().reduce((n, m) => n + Number(m[1]), 0) === 7 && delivered().at(-1)![2] === "0",
+    "activity lines counting the 7 rows",
+  );
   const seen = delivered().length;
   await waitFor(() => delivered().length > seen, "the next, idle activity line");
   expect(delivered().reduce((n, m) => n + Number(m[1]), 0)).toBe(7);

@@ -26,9 +26,19 @@ function remoteDb(dir: TempDir, ddl: string[]): Database {
   return db;
 }
 
-async function drainAll(dir: TempDir, tables: Array<string | { name: string; injectOutboxSeq?: boolean }>, log = memoryLogger()) {
-  const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables } });
-  const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+async function drainAll(
+  dir: TempDir,
+  tables: Array<string | { name: string; injectOutboxSeq?: boolean }>,
+  log = memoryLogger(),
+) {
+  const config = oneApp(dir.file("outbox"), {
+    r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables },
+  });
+  const svc = new OutboxSyncService(
+    config,
+    { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) },
+    { logger: log },
+  );
   await svc.start();
   await waitFor(() => svc.totalPending() === 0, "the drain to empty the queues");
   await svc.stop();
@@ -40,7 +50,10 @@ describe("migration onto the ledger", () => {
     const dir = tmp();
     // What an earlier version's drain (injecting outbox_seq, no ledger) left behind: rows 1..13
     // applied remotely, 1..10 confirmed locally, 11..15 pending with the head marked as sent through 13.
-    const remote = remoteDb(dir, ["CREATE TABLE t (id INTEGER NOT NULL, outbox_seq INTEGER NOT NULL DEFAULT 0)", "CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0"]);
+    const remote = remoteDb(dir, [
+      "CREATE TABLE t (id INTEGER NOT NULL, outbox_seq INTEGER NOT NULL DEFAULT 0)",
+      "CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0",
+    ]);
     for (let i = 1; i <= 13; i++) remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [i, i]);
     fs.mkdirSync(dir.file("outbox"));
     const q = new Outbox(dir.file("outbox/t.db"), "t");
@@ -51,8 +64,14 @@ describe("migration onto the ledger", () => {
     raw.run("UPDATE outbox_queue SET sent_through = 13, attempts = 1 WHERE seq = 11"); // the earlier version's mark
     raw.close();
     const log = await drainAll(dir, ["t"]); // inject_outbox_seq now defaults to false: the ledger
-    expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual([...Array(15).keys()].map((i) => i + 1));
-    expect(log.has(/"t" on app\.r starts on the delivery ledger: its earlier delivery reached outbox_seq 13 there, taken as applied/)).toBe(true);
+    expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual(
+      [...Array(15).keys()].map((i) => i + 1),
+    );
+    expect(
+      log.has(
+        /"t" on app\.r starts on the delivery ledger: its earlier delivery reached outbox_seq 13 there, taken as applied/,
+      ),
+    ).toBe(true);
     expect(remote.query("SELECT through FROM sqloutbox_ledger WHERE origin = ?").values(q.origin)).toEqual([[15]]);
     expect(q.deadCount()).toBe(0);
   });
@@ -65,18 +84,28 @@ describe("migration onto the ledger", () => {
     const ref = new Database(file);
     ref.run("DELETE FROM outbox_queue"); // the fixture's own rows exercise payload decoding; write a simple history instead
     ref.run("DELETE FROM outbox_sync_log");
-    const seqs = [1, 2, 3, 4, 5, 6].map((i) => referenceEnqueue(ref, "orders", "INSERT INTO orders (id, note) VALUES (?, ?)", `[${i}, "n${i}"]`));
+    const seqs = [1, 2, 3, 4, 5, 6].map((i) =>
+      referenceEnqueue(ref, "orders", "INSERT INTO orders (id, note) VALUES (?, ?)", `[${i}, "n${i}"]`),
+    );
     // The reference delivered ids 1..4 (it injects outbox_seq), confirmed 1..3, and died before confirming 4.
-    ref.run("INSERT INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, '2025-06-01T10:01:00.000000+00:00' FROM outbox_queue WHERE seq <= ?", [seqs[2]!]);
+    ref.run(
+      "INSERT INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, '2025-06-01T10:01:00.000000+00:00' FROM outbox_queue WHERE seq <= ?",
+      [seqs[2]!],
+    );
     ref.run("DELETE FROM outbox_queue WHERE seq <= ?", [seqs[2]!]);
     ref.close();
-    const remote = remoteDb(dir, ["CREATE TABLE orders (id INTEGER NOT NULL, note TEXT, outbox_seq INTEGER NOT NULL DEFAULT 0)"]);
-    for (let i = 1; i <= 4; i++) remote.run("INSERT INTO orders (id, note, outbox_seq) VALUES (?, ?, ?)", [i, `n${i}`, seqs[i - 1]!]);
+    const remote = remoteDb(dir, [
+      "CREATE TABLE orders (id INTEGER NOT NULL, note TEXT, outbox_seq INTEGER NOT NULL DEFAULT 0)",
+    ]);
+    for (let i = 1; i <= 4; i++)
+      remote.run("INSERT INTO orders (id, note, outbox_seq) VALUES (?, ?, ?)", [i, `n${i}`, seqs[i - 1]!]);
     const before = new Database(file, { readonly: true });
     expect(before.query("SELECT count(*) AS n FROM sqlite_schema WHERE name = 'outbox_meta'").get()).toEqual({ n: 0 });
     before.close();
     await drainAll(dir, ["orders"]);
-    expect(remote.query("SELECT id, note FROM orders ORDER BY rowid").values()).toEqual([1, 2, 3, 4, 5, 6].map((i) => [i, `n${i}`]));
+    expect(remote.query("SELECT id, note FROM orders ORDER BY rowid").values()).toEqual(
+      [1, 2, 3, 4, 5, 6].map((i) => [i, `n${i}`]),
+    );
     const q = new Outbox(file, "orders");
     cleanups.push(() => q.close());
     expect(q.origin).toMatch(/^[0-9a-f-]{36}$/);
@@ -85,7 +114,10 @@ describe("migration onto the ledger", () => {
 
   test("staying in the compatibility mode (inject_outbox_seq = true) needs no adoption: the remote absorbs what it already has", async () => {
     const dir = tmp();
-    const remote = remoteDb(dir, ["CREATE TABLE t (id INTEGER NOT NULL, outbox_seq INTEGER NOT NULL DEFAULT 0)", "CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0"]);
+    const remote = remoteDb(dir, [
+      "CREATE TABLE t (id INTEGER NOT NULL, outbox_seq INTEGER NOT NULL DEFAULT 0)",
+      "CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0",
+    ]);
     for (let i = 1; i <= 8; i++) remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [i, i]);
     fs.mkdirSync(dir.file("outbox"));
     const q = new Outbox(dir.file("outbox/t.db"), "t");
@@ -93,7 +125,9 @@ describe("migration onto the ledger", () => {
     for (let i = 1; i <= 10; i++) q.enqueue("INSERT INTO t (id) VALUES (?)", `[${i}]`);
     q.confirm([1, 2, 3, 4, 5]); // 6..8 applied but unconfirmed, 9..10 never sent
     await drainAll(dir, [{ name: "t", injectOutboxSeq: true }]);
-    expect(remote.query("SELECT id, outbox_seq FROM t ORDER BY outbox_seq").values()).toEqual([...Array(10).keys()].map((i) => [i + 1, i + 1]));
+    expect(remote.query("SELECT id, outbox_seq FROM t ORDER BY outbox_seq").values()).toEqual(
+      [...Array(10).keys()].map((i) => [i + 1, i + 1]),
+    );
   });
 });
 
@@ -111,25 +145,42 @@ describe("a queue file restored from an older copy", () => {
     fs.copyFileSync(`${dbDir}/t.db`, dir.file("backup.db"));
     for (let i = 9; i <= 10; i++) push(i);
     await drainAll(dir, ["t"]);
-    expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual([...Array(10).keys()].map((i) => i + 1));
+    expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual(
+      [...Array(10).keys()].map((i) => i + 1),
+    );
 
     // The host is restored from the copy: it still holds 6..8 as pending and never sent them.
     closeSharedOutboxes();
     for (const suffix of ["-wal", "-shm"]) fs.rmSync(`${dbDir}/t.db${suffix}`, { force: true });
     fs.copyFileSync(dir.file("backup.db"), `${dbDir}/t.db`);
     const log = memoryLogger();
-    const config = oneApp(dbDir, { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] } });
-    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    const config = oneApp(dbDir, {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"] },
+    });
+    const svc = new OutboxSyncService(
+      config,
+      { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) },
+      { logger: log },
+    );
     cleanups.push(() => svc.stop(2000));
     await svc.start();
-    await waitFor(() => log.has(/pending rows 6\.\.8 were never sent .*moved them, in order, to 11\.\.13/), "the settlement after the restore");
+    await waitFor(
+      () => log.has(/pending rows 6\.\.8 were never sent .*moved them, in order, to 11\.\.13/),
+      "the settlement after the restore",
+    );
     const fresh = push(11); // produced after the restore
     await waitFor(() => svc.totalPending() === 0, "delivery after the restore");
     expect(fresh).toBe(14); // the local sequence now runs above the ledger's through
     // 6..8 were delivered again (this copy cannot know they landed: at least once here), and 11 once.
-    expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 6, 7, 8, 11]);
+    expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual([
+      1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 6, 7, 8, 11,
+    ]);
     const q = new Outbox(`${dbDir}/t.db`, "t");
     cleanups.push(() => q.close());
-    expect(q.listDead().map((d) => [d.seq, d.reason])).toEqual([[6, "resequenced"], [7, "resequenced"], [8, "resequenced"]]);
+    expect(q.listDead().map((d) => [d.seq, d.reason])).toEqual([
+      [6, "resequenced"],
+      [7, "resequenced"],
+      [8, "resequenced"],
+    ]);
   });
 });

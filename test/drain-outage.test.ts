@@ -21,13 +21,17 @@ describeSlow("an outage in real time", "cut PostgreSQL for seconds under a runni
     await db.sql.unsafe("CREATE TABLE b (pos BIGSERIAL, id BIGINT NOT NULL)");
     const { proxy, url } = pgBehindProxy(db, cleanups);
     const connection = { url, connect_timeout: 1, batch_timeout: 2 };
-    const config = oneApp(dir.file("outbox"), { pg: { writer: "postgres", connection, tables: ["a", "b"] } }, {
-      maxAttempts: 2, // a single wrongly charged attempt pair would dead-letter: the test would see it
-      backoffUnitSeconds: 0.05,
-      outageBackoffCapMinutes: 0.005, // 300 ms
-      writeTimeout: 1.5,
-      batchSize: 100,
-    });
+    const config = oneApp(
+      dir.file("outbox"),
+      { pg: { writer: "postgres", connection, tables: ["a", "b"] } },
+      {
+        maxAttempts: 2, // a single wrongly charged attempt pair would dead-letter: the test would see it
+        backoffUnitSeconds: 0.05,
+        outageBackoffCapMinutes: 0.005, // 300 ms
+        writeTimeout: 1.5,
+        batchSize: 100,
+      },
+    );
     const log = memoryLogger();
     const svc = new OutboxSyncService(config, { "app.pg": createWriter("postgres", connection) }, { logger: log });
     cleanups.push(() => svc.stop(3000));
@@ -43,7 +47,10 @@ describeSlow("an outage in real time", "cut PostgreSQL for seconds under a runni
       for (let i = 0; i < 10; i++) produce();
     }, 5);
     cleanups.push(() => clearInterval(timer));
-    await waitFor(async () => (await db.sql.unsafe("SELECT count(*)::int AS n FROM a"))[0].n > 100, "delivery before the cut");
+    await waitFor(
+      async () => (await db.sql.unsafe("SELECT count(*)::int AS n FROM a"))[0].n > 100,
+      "delivery before the cut",
+    );
 
     const queues = ["a", "b"].map((t) => new Outbox(dir.file(`outbox/${t}.db`), t));
     cleanups.push(() => {

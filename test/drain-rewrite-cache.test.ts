@@ -7,14 +7,25 @@ import { errorOf } from "./support/errors.ts";
 
 const STATEMENTS: Array<[string, number]> = [
   ["INSERT INTO t (a, b, c) VALUES (?, ?, ?)", 3],
-  ["INSERT INTO \"odd table\" (\"x\", y) VALUES (?, 'lit ? eral', ?)", 2],
+  ['INSERT INTO "odd table" ("x", y) VALUES (?, \'lit ? eral\', ?)', 2],
   ["UPDATE t SET a = ?, b = ? WHERE id = ?", 3],
   ["UPDATE t SET a = ? WHERE id = ? AND note = 'x?'", 2],
   ["UPDATE t SET n = n + ?", 1],
   ["INSERT INTO t (a, b) VALUES (?2, ?1)", 2],
   ["INSERT INTO t (a, b) VALUES (?, ?) -- trailing ? comment", 2],
 ];
-const VALUES: BindValue[] = [null, 0, 7, -1.5, "s", "", "\u0000sqloutbox-arg-0", 2n ** 60n, true, new Uint8Array([1, 2])];
+const VALUES: BindValue[] = [
+  null,
+  0,
+  7,
+  -1.5,
+  "s",
+  "",
+  "\u0000sqloutbox-arg-0",
+  2n ** 60n,
+  true,
+  new Uint8Array([1, 2]),
+];
 const pick = (i: number) => VALUES[(i * 7 + 3) % VALUES.length]!;
 
 describe("rewrite cache", () => {
@@ -45,7 +56,9 @@ describe("rewrite cache", () => {
   test("a refused statement keeps being refused with the rewriter's UnsupportedStatementError", () => {
     const cache = new RewriteCache("postgres", false);
     for (let i = 0; i < 3; i++) {
-      const caught = errorOf<UnsupportedStatementError>(() => cache.rewrite("INSERT INTO t (a) SELECT ?", [1], 5 + i, true));
+      const caught = errorOf<UnsupportedStatementError>(() =>
+        cache.rewrite("INSERT INTO t (a) SELECT ?", [1], 5 + i, true),
+      );
       expect(caught).toBeInstanceOf(UnsupportedStatementError);
       expect(caught.code).toBe("E_UNSUPPORTED_STATEMENT");
     }

@@ -70,11 +70,18 @@ describe("readiness", () => {
     expect(tableReadiness(head("2026-01-01T00:00:04.000000+00:00"), 3, now, knobs).ready).toBe(true);
   });
   test("a head backing off holds its table even above the threshold", () => {
-    const r = tableReadiness(head("2026-01-01T00:00:00.000000+00:00", "2026-01-01T00:00:20.000000+00:00"), 500, now, knobs);
+    const r = tableReadiness(
+      head("2026-01-01T00:00:00.000000+00:00", "2026-01-01T00:00:20.000000+00:00"),
+      500,
+      now,
+      knobs,
+    );
     expect(r).toEqual({ ready: false, wakeAt: Date.parse("2026-01-01T00:00:20.000Z") });
   });
   test("a head whose backoff has passed is ready again", () => {
-    expect(tableReadiness(head("2026-01-01T00:00:00.000000+00:00", "2026-01-01T00:00:05.000000+00:00"), 1, now, knobs).ready).toBe(true);
+    expect(
+      tableReadiness(head("2026-01-01T00:00:00.000000+00:00", "2026-01-01T00:00:05.000000+00:00"), 1, now, knobs).ready,
+    ).toBe(true);
   });
   test("a reference-style timestamp without zone counts as UTC", () => {
     expect(tableReadiness(head("2026-01-01 00:00:01"), 1, now, knobs).ready).toBe(true);
@@ -127,7 +134,10 @@ describe("drain lock", () => {
   test("a lock held by another process fails fast with LockedError", async () => {
     const tmp = makeTempDir();
     try {
-      const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-lock-holder.ts`, tmp.path], { stdout: "pipe", stderr: "inherit" });
+      const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-lock-holder.ts`, tmp.path], {
+        stdout: "pipe",
+        stderr: "inherit",
+      });
       const reader = child.stdout.getReader();
       const { value } = await reader.read();
       expect(new TextDecoder().decode(value)).toContain("locked");
@@ -135,7 +145,9 @@ describe("drain lock", () => {
       expect(caught).toBeInstanceOf(LockedError);
       const { holder, message } = caught;
       expect(holder).toEqual({ pid: child.pid, since: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) });
-      expect(message).toBe(`another drain is already running (pid ${child.pid}, running since ${holder!.since}): lock ${tmp.path}/.sqloutbox.lock is held`);
+      expect(message).toBe(
+        `another drain is already running (pid ${child.pid}, running since ${holder!.since}): lock ${tmp.path}/.sqloutbox.lock is held`,
+      );
       child.kill("SIGKILL");
       await child.exited;
       // The kernel drops a flock with its holder: a crashed drain never leaves a stale lock.
@@ -148,7 +160,10 @@ describe("drain lock", () => {
   test("a lock held only for an instant (a status probe) does not turn a starting drain away", async () => {
     const tmp = makeTempDir();
     try {
-      const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-lock-holder.ts`, tmp.path, "50"], { stdout: "pipe", stderr: "inherit" });
+      const child = Bun.spawn(["bun", `${import.meta.dir}/support/children/drain-lock-holder.ts`, tmp.path, "50"], {
+        stdout: "pipe",
+        stderr: "inherit",
+      });
       const { value } = await child.stdout.getReader().read();
       expect(new TextDecoder().decode(value)).toContain("locked");
       acquireLock(drainHome(tmp.path).lockFile).release(); // taken once the holder lets go, 50 ms later
@@ -161,7 +176,9 @@ describe("drain lock", () => {
 
 describe("service construction", () => {
   test("a target without a writer is a ConfigError naming the target", () => {
-    const config = oneApp("/nonexistent/outbox", { main: { writer: "sqlite", connection: { path: "/nonexistent/r.db" }, tables: ["t"] } });
+    const config = oneApp("/nonexistent/outbox", {
+      main: { writer: "sqlite", connection: { path: "/nonexistent/r.db" }, tables: ["t"] },
+    });
     const caught = errorOf<ConfigError>(() => new OutboxSyncService(config, {}));
     expect(caught).toBeInstanceOf(ConfigError);
     expect(caught.code).toBe("E_CONFIG");
@@ -171,13 +188,18 @@ describe("service construction", () => {
   test("a stopped service refuses to run again with ServiceStoppedError (E_CLOSED), the class the library exports", async () => {
     const tmp = makeTempDir();
     try {
-      const config = oneApp(tmp.file("outbox"), { main: { writer: "sqlite", connection: { path: tmp.file("r.db") }, tables: ["t"] } });
+      const config = oneApp(tmp.file("outbox"), {
+        main: { writer: "sqlite", connection: { path: tmp.file("r.db") }, tables: ["t"] },
+      });
       const service = new OutboxSyncService(config, { "app.main": createWriter("sqlite", { path: tmp.file("r.db") }) });
       await service.stop();
       for (const call of [() => service.start(), () => service.runOnce()]) {
         const error = await call().catch((e: unknown) => e);
         expect(error).toBeInstanceOf(ServiceStoppedError);
-        expect(error).toMatchObject({ code: "E_CLOSED", message: "this OutboxSyncService was stopped; create a new one" });
+        expect(error).toMatchObject({
+          code: "E_CLOSED",
+          message: "this OutboxSyncService was stopped; create a new one",
+        });
       }
       expect(() => service.pendingCount()).toThrow(ServiceStoppedError);
     } finally {

@@ -21,7 +21,11 @@ const CHECKS = { recheckMs: 1, sweepMs: 60_000 };
 function watching(paths: string[], counters: CommitHandlers["counters"], checks = CHECKS) {
   const commits: string[] = [];
   const errors: unknown[] = [];
-  const watcher = new CommitWatcher(paths, { onCommit: (p) => void commits.push(p), onCheckDue: () => {}, onError: (e) => void errors.push(e), counters }, checks);
+  const watcher = new CommitWatcher(
+    paths,
+    { onCommit: (p) => void commits.push(p), onCheckDue: () => {}, onError: (e) => void errors.push(e), counters },
+    checks,
+  );
   cleanups.push(() => watcher.close());
   return { watcher, commits, errors };
 }
@@ -47,16 +51,24 @@ describe("CommitWatcher", () => {
     const two = tmp();
     const files = { a: one.file("a.db"), b: two.file("b.db"), c: one.file("c.db") };
     const owners = { a: outbox(files.a, "a"), b: outbox(files.b, "b") };
-    const { watcher, commits, errors } = watching([files.a, files.b], (p) => (p === files.a ? owners.a : owners.b).commitCounters());
+    const { watcher, commits, errors } = watching([files.a, files.b], (p) =>
+      (p === files.a ? owners.a : owners.b).commitCounters(),
+    );
     outbox(files.b, "b").enqueue("INSERT INTO b VALUES (1)", "[]");
-    await waitFor(() => { watcher.check(); return commits.includes(files.b); }, "the producer's commit to b.db");
+    await waitFor(() => {
+      watcher.check();
+      return commits.includes(files.b);
+    }, "the producer's commit to b.db");
     commits.length = 0;
     owners.a.enqueue("INSERT INTO a VALUES (1)", "[]"); // the owner's own commit: data_version does not move
     outbox(files.c, "c").enqueue("INSERT INTO c VALUES (1)", "[]"); // a file nobody watches, beside a.db
     await checkFor(watcher, 200); // past every recheck of the owner's change
     expect(commits).toEqual([]);
     outbox(files.a, "a").enqueue("INSERT INTO a VALUES (2)", "[]");
-    await waitFor(() => { watcher.check(); return commits.includes(files.a); }, "the producer's commit to a.db");
+    await waitFor(() => {
+      watcher.check();
+      return commits.includes(files.a);
+    }, "the producer's commit to a.db");
     expect(errors).toEqual([]);
   });
 
@@ -69,7 +81,14 @@ describe("CommitWatcher", () => {
     await checkFor(watcher, 20);
     expect(commits).toEqual([]); // the connection sees nothing new yet
     version = 2; // now it does
-    await waitFor(() => { watcher.check(); return commits.length > 0; }, "the recheck to find the commit", 2000);
+    await waitFor(
+      () => {
+        watcher.check();
+        return commits.length > 0;
+      },
+      "the recheck to find the commit",
+      2000,
+    );
     expect(commits).toEqual([file]);
   });
 
@@ -77,7 +96,10 @@ describe("CommitWatcher", () => {
     const dir = tmp();
     const files = [dir.file("x.db"), dir.file("y.db")];
     const versions = new Map(files.map((f) => [f, 1]));
-    const { watcher, commits } = watching(files, (p) => ({ version: versions.get(p)!, writes: 0 }), { recheckMs: 1, sweepMs: 50 });
+    const { watcher, commits } = watching(files, (p) => ({ version: versions.get(p)!, writes: 0 }), {
+      recheckMs: 1,
+      sweepMs: 50,
+    });
     versions.set(files[1]!, 2); // no file event at all
     watcher.check(Date.now());
     expect(commits).toEqual([]); // the sweep is not due yet
@@ -158,21 +180,33 @@ describe("the drain loop, watching", () => {
     cleanups.push(() => db.close());
     return db;
   };
-  const count = (db: Database, table: string) => db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${table}`).get()!.n;
+  const count = (db: Database, table: string) =>
+    db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${table}`).get()!.n;
 
   test("a commit wakes it for that table at once, and a table's max wait on time, with flush_interval at 60 s", async () => {
     const dir = tmp();
     const remote = remoteWith(dir.file("remote.db"), ["now", "later"]);
     const path = dir.file("remote.db");
-    const config = oneApp(dir.file("outbox"), {
-      r: { writer: "sqlite", connection: { path }, tables: ["now", { name: "later" }] },
-    }, { flushInterval: 60, tableFlushThreshold: 2, tableMaxWait: 0.3 });
+    const config = oneApp(
+      dir.file("outbox"),
+      {
+        r: { writer: "sqlite", connection: { path }, tables: ["now", { name: "later" }] },
+      },
+      { flushInterval: 60, tableFlushThreshold: 2, tableMaxWait: 0.3 },
+    );
     const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path }) });
     cleanups.push(() => svc.stop(2000));
     await svc.start();
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    producer.pushMany("now", [["INSERT INTO now (id) VALUES (?)", [1]], ["INSERT INTO now (id) VALUES (?)", [2]]]); // at the threshold
-    await waitFor(() => count(remote, "now") === 2, "the commit to wake the drain (a 60 s flush_interval would not)", 5000);
+    producer.pushMany("now", [
+      ["INSERT INTO now (id) VALUES (?)", [1]],
+      ["INSERT INTO now (id) VALUES (?)", [2]],
+    ]); // at the threshold
+    await waitFor(
+      () => count(remote, "now") === 2,
+      "the commit to wake the drain (a 60 s flush_interval would not)",
+      5000,
+    );
     producer.push("later", "INSERT INTO later (id) VALUES (?)", [1]); // below the threshold: sent at its max wait
     const pushedAt = Date.now();
     await waitFor(() => count(remote, "later") === 1, "the max wait to fall due", 5000);
@@ -183,18 +217,29 @@ describe("the drain loop, watching", () => {
     const dir = tmp();
     const paths = { one: dir.file("one.db"), two: dir.file("two.db") };
     const remotes = { one: remoteWith(paths.one, ["a"]), two: remoteWith(paths.two, ["b"]) };
-    const config = oneApp(dir.file("outbox"), {
-      one: { writer: "sqlite", connection: { path: paths.one }, tables: ["a"] },
-      two: { writer: "sqlite", connection: { path: paths.two }, tables: ["b"] },
-    }, { flushInterval: 60 });
-    const svc = new OutboxSyncService(config, { "app.one": createWriter("sqlite", { path: paths.one }), "app.two": createWriter("sqlite", { path: paths.two }) });
+    const config = oneApp(
+      dir.file("outbox"),
+      {
+        one: { writer: "sqlite", connection: { path: paths.one }, tables: ["a"] },
+        two: { writer: "sqlite", connection: { path: paths.two }, tables: ["b"] },
+      },
+      { flushInterval: 60 },
+    );
+    const svc = new OutboxSyncService(config, {
+      "app.one": createWriter("sqlite", { path: paths.one }),
+      "app.two": createWriter("sqlite", { path: paths.two }),
+    });
     cleanups.push(() => svc.stop(2000));
     await svc.start();
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     for (let i = 0; i < 3; i++) {
       producer.push("a", "INSERT INTO a (id) VALUES (?)", [i]);
       producer.push("b", "INSERT INTO b (id) VALUES (?)", [i]);
-      await waitFor(() => count(remotes.one, "a") === i + 1 && count(remotes.two, "b") === i + 1, `push ${i} to reach both targets`, 5000);
+      await waitFor(
+        () => count(remotes.one, "a") === i + 1 && count(remotes.two, "b") === i + 1,
+        `push ${i} to reach both targets`,
+        5000,
+      );
     }
   });
 });

@@ -34,7 +34,9 @@ describe.each(["postgres", "mysql"] as const)("a queued '…; DROP TABLE victim'
     await db.sql.unsafe("CREATE TABLE victim (id BIGINT)");
     await db.sql.unsafe("INSERT INTO victim (id) VALUES (1)");
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
-    expect(() => producer.push("t", "INSERT INTO t (id) VALUES (1); DROP TABLE victim", [])).toThrow(/more than one statement|statements/);
+    expect(() => producer.push("t", "INSERT INTO t (id) VALUES (1); DROP TABLE victim", [])).toThrow(
+      /more than one statement|statements/,
+    );
     // A row an earlier version queued: straight into the file, as push once allowed.
     fs.mkdirSync(dir.file("outbox"), { recursive: true });
     const q = new Outbox(dir.file("outbox/t.db"), "t");
@@ -42,12 +44,20 @@ describe.each(["postgres", "mysql"] as const)("a queued '…; DROP TABLE victim'
     const bad = q.enqueue("INSERT INTO t (id) VALUES (1); DROP TABLE victim", "[]");
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [2]);
     const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: { url: db.url }, tables: ["t"] } });
-    const svc = new OutboxSyncService(config, { "app.r": createWriter(engine, { url: db.url }) }, { logger: memoryLogger() });
+    const svc = new OutboxSyncService(
+      config,
+      { "app.r": createWriter(engine, { url: db.url }) },
+      { logger: memoryLogger() },
+    );
     cleanups.push(() => svc.stop(2000));
     await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "the queue to drain");
     expect(q.getDead(bad)).toMatchObject({ reason: "unsupported_statement" });
-    expect(Array.from((await db.sql.unsafe("SELECT id FROM victim").values()) as unknown[][]).map((r) => Number(r[0]))).toEqual([1]);
-    expect(Array.from((await db.sql.unsafe("SELECT id FROM t").values()) as unknown[][]).map((r) => Number(r[0]))).toEqual([2]);
+    expect(
+      Array.from((await db.sql.unsafe("SELECT id FROM victim").values()) as unknown[][]).map((r) => Number(r[0])),
+    ).toEqual([1]);
+    expect(
+      Array.from((await db.sql.unsafe("SELECT id FROM t").values()) as unknown[][]).map((r) => Number(r[0])),
+    ).toEqual([2]);
   });
 });
 
@@ -56,10 +66,18 @@ test("compatibility mode on PostgreSQL without the unique outbox_seq index (the 
   const db = await createPgDb();
   cleanups.push(() => db.drop());
   await db.sql.unsafe("CREATE TABLE t (id BIGINT, outbox_seq BIGINT NOT NULL DEFAULT 0)"); // column, but no index
-  const config = oneApp(dir.file("outbox"), { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"], injectOutboxSeq: true } }, { autoSchema: false, maxAttempts: 2 });
+  const config = oneApp(
+    dir.file("outbox"),
+    { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"], injectOutboxSeq: true } },
+    { autoSchema: false, maxAttempts: 2 },
+  );
   const log = memoryLogger();
   let shiftMs = 0; // the drain's clock runs ahead by this much
-  const svc = new OutboxSyncService(config, { "app.r": createWriter("postgres", { url: db.url }) }, { logger: log, now: () => Date.now() + shiftMs });
+  const svc = new OutboxSyncService(
+    config,
+    { "app.r": createWriter("postgres", { url: db.url }) },
+    { logger: log, now: () => Date.now() + shiftMs },
+  );
   cleanups.push(() => svc.stop(2000));
   await db.sql.unsafe(ledgerDdl("sqloutbox_ledger", "postgres"));
   const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
@@ -72,7 +90,11 @@ test("compatibility mode on PostgreSQL without the unique outbox_seq index (the 
   await db.sql.unsafe("CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0");
   shiftMs = 2_000; // the first schema retry is 2 s after the hold: move the clock past it instead of waiting
   await waitFor(() => q.pendingCount() === 0, "delivery once the index exists", 20_000);
-  expect(Array.from((await db.sql.unsafe("SELECT id FROM t ORDER BY outbox_seq").values()) as unknown[][]).map((r) => Number(r[0]))).toEqual([0, 1, 2]);
+  expect(
+    Array.from((await db.sql.unsafe("SELECT id FROM t ORDER BY outbox_seq").values()) as unknown[][]).map((r) =>
+      Number(r[0]),
+    ),
+  ).toEqual([0, 1, 2]);
 });
 
 /** `base` (a server URL without a database) with its password replaced by `password`, whatever the user. */
@@ -84,7 +106,11 @@ function withPassword(base: string, password: string): string {
 
 describe("a target that no retry can fix is misconfigured, not an outage", () => {
   test.each([
-    ["PostgreSQL, unknown database (3D000)", "postgres", (base: string) => `${base}/sqloutbox_no_such_db_${Date.now()}`],
+    [
+      "PostgreSQL, unknown database (3D000)",
+      "postgres",
+      (base: string) => `${base}/sqloutbox_no_such_db_${Date.now()}`,
+    ],
     ["MariaDB, unknown database (1049)", "mysql", (base: string) => `${base}/sqloutbox_no_such_db_${Date.now()}`],
     ["MariaDB, wrong password (1045)", "mysql", (base: string) => `${withPassword(base, "wrong-password")}/test`],
   ] as const)("%s: said once, retried on a capped schedule, nothing charged", async (_name, engine, urlOf) => {
@@ -92,10 +118,18 @@ describe("a target that no retry can fix is misconfigured, not an outage", () =>
     const dir = tmp();
     const base = engine === "postgres" ? PG_BASE_URL : MYSQL_BASE_URL; // SQLOUTBOX_TEST_PG / SQLOUTBOX_TEST_MYSQL honoured
     const url = urlOf(base);
-    const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: { url, connect_timeout: 2 }, tables: ["t"] } }, { maxAttempts: 1 });
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: engine, connection: { url, connect_timeout: 2 }, tables: ["t"] } },
+      { maxAttempts: 1 },
+    );
     const log = memoryLogger();
     let shiftMs = 0; // the drain's clock runs ahead by this much
-    const svc = new OutboxSyncService(config, { "app.r": createWriter(engine, { url, connect_timeout: 2 }) }, { logger: log, now: () => Date.now() + shiftMs });
+    const svc = new OutboxSyncService(
+      config,
+      { "app.r": createWriter(engine, { url, connect_timeout: 2 }) },
+      { logger: log, now: () => Date.now() + shiftMs },
+    );
     cleanups.push(() => svc.stop(2000));
     new SQLMiddleware({ dbDir: dir.file("outbox") }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
     for (let i = 0; i < 4; i++) {
@@ -117,8 +151,17 @@ describe("a target that no retry can fix is misconfigured, not an outage", () =>
       readonly code = "E_WRITE";
       readonly misconfigured = true;
     }
-    const writer = { dialect: "sqlite" as const, writeBatch: async () => { throw new WriteError("the token was refused"); } };
-    const config = oneApp(dir.file("outbox"), { r: { writerClass: "./w.ts:W", ledger: false, tables: ["t"] } }, { outageBackoffCapMinutes: 5 });
+    const writer = {
+      dialect: "sqlite" as const,
+      writeBatch: async () => {
+        throw new WriteError("the token was refused");
+      },
+    };
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writerClass: "./w.ts:W", ledger: false, tables: ["t"] } },
+      { outageBackoffCapMinutes: 5 },
+    );
     const log = memoryLogger();
     const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
     cleanups.push(() => svc.stop(2000));
@@ -126,7 +169,13 @@ describe("a target that no retry can fix is misconfigured, not an outage", () =>
     await svc.runOnce();
     expect(svc.targets()[0]!.reachability.state).toBe("misconfigured");
     // What it does, not "every few minutes": the outage schedule, from a second up to the cap.
-    expect(log.lines.filter((l) => /^error drain: target app\.r is misconfigured \(a batch of 1 statements\); retrying in \d+ ms, then ever less often, at most 5 min apart \(outage_backoff_cap_minutes\), until it is fixed: .*the token was refused$/.test(l))).toHaveLength(1);
+    expect(
+      log.lines.filter((l) =>
+        /^error drain: target app\.r is misconfigured \(a batch of 1 statements\); retrying in \d+ ms, then ever less often, at most 5 min apart \(outage_backoff_cap_minutes\), until it is fixed: .*the token was refused$/.test(
+          l,
+        ),
+      ),
+    ).toHaveLength(1);
   });
 });
 
@@ -140,7 +189,9 @@ describe("never modify a foreign database", () => {
     users.close();
     const before = fs.readFileSync(dir.file("data/users.db"));
     const producer = new SQLMiddleware({ dbDir: dir.file("data") });
-    expect(() => producer.push("users", "INSERT INTO users (email) VALUES (?)", ["b@example.com"])).toThrow(/not an outbox file: .*users\.db holds other tables \(users\)/);
+    expect(() => producer.push("users", "INSERT INTO users (email) VALUES (?)", ["b@example.com"])).toThrow(
+      /not an outbox file: .*users\.db holds other tables \(users\)/,
+    );
     expect(fs.readFileSync(dir.file("data/users.db")).equals(before)).toBe(true);
     expect(fs.existsSync(dir.file("data/users.db-wal"))).toBe(false);
   });
@@ -154,9 +205,13 @@ describe("private by default", () => {
     const producer = new SQLMiddleware({ dbDir: dir.file("q") });
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [1]);
     const mode = (p: string) => fs.statSync(p).mode & 0o777;
-    expect([mode(dir.file("q/t.db")), mode(dir.file("q/t.db-wal")), mode(dir.file("q/t.db-shm"))]).toEqual([0o600, 0o600, 0o600]);
+    expect([mode(dir.file("q/t.db")), mode(dir.file("q/t.db-wal")), mode(dir.file("q/t.db-shm"))]).toEqual([
+      0o600, 0o600, 0o600,
+    ]);
     // The drain creates the lock file and the files of tables nobody produced into yet.
-    const config = oneApp(dir.file("q"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t", "fresh"] } });
+    const config = oneApp(dir.file("q"), {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t", "fresh"] },
+    });
     const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
     cleanups.push(() => svc.stop(2000));
     await svc.start();
@@ -168,7 +223,11 @@ describe("private by default", () => {
     new SQLMiddleware({ dbDir: dir.file("q") }).push("t", "INSERT INTO t (id) VALUES (?)", [2]);
     expect(mode(dir.file("q/t.db"))).toBe(0o640);
     // file_mode for the drain's app, e.g. a group that reads the queues.
-    const shared = oneApp(dir.file("g"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["u"] } }, { fileMode: 0o640 });
+    const shared = oneApp(
+      dir.file("g"),
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["u"] } },
+      { fileMode: 0o640 },
+    );
     const svc2 = new OutboxSyncService(shared, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
     cleanups.push(() => svc2.stop(2000));
     await svc2.start();
@@ -187,20 +246,33 @@ describe("format version", () => {
     expect(check.query("PRAGMA user_version").get()).toEqual({ user_version: FORMAT_VERSION });
     check.run(`PRAGMA user_version = ${FORMAT_VERSION + 1}`); // as a newer sqloutbox would leave it
     check.close();
-    const err = errorOf(() => new SQLMiddleware({ dbDir: dir.file("q") }).push("new", "INSERT INTO new (id) VALUES (?)", [2]));
+    const err = errorOf(() =>
+      new SQLMiddleware({ dbDir: dir.file("q") }).push("new", "INSERT INTO new (id) VALUES (?)", [2]),
+    );
     expect(err).toBeInstanceOf(StorageError);
-    expect(err.message).toContain(`written by a newer sqloutbox (format ${FORMAT_VERSION + 1}; this version reads formats up to ${FORMAT_VERSION})`);
+    expect(err.message).toContain(
+      `written by a newer sqloutbox (format ${FORMAT_VERSION + 1}; this version reads formats up to ${FORMAT_VERSION})`,
+    );
     const remote = new Database(dir.file("remote.db"), { create: true });
     remote.run("CREATE TABLE ok (id INTEGER)");
     remote.close();
     const log = memoryLogger();
-    const config = oneApp(dir.file("q"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["new", "ok"] } });
-    const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { logger: log });
+    const config = oneApp(dir.file("q"), {
+      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["new", "ok"] },
+    });
+    const svc = new OutboxSyncService(
+      config,
+      { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) },
+      { logger: log },
+    );
     cleanups.push(() => svc.stop(2000));
     await svc.start();
     await waitFor(() => svc.pendingCount().ok === 0, "the healthy table to flow");
     expect(log.has(/"new" is held \(file\).*newer sqloutbox/)).toBe(true);
-    expect(verifyFile(dir.file("q/new.db"))).toMatchObject({ ok: false, problems: [expect.stringMatching(/newer sqloutbox/)] });
+    expect(verifyFile(dir.file("q/new.db"))).toMatchObject({
+      ok: false,
+      problems: [expect.stringMatching(/newer sqloutbox/)],
+    });
   });
 
   test("an empty (zero-byte) queue file is flagged by verify, not reported as a healthy empty queue", async () => {
@@ -213,20 +285,35 @@ describe("format version", () => {
   });
 });
 
-describeSlow("byte bounds", "drain 4 and then 12 rows of 10 MB in child processes and compare their peak memory", () => {
-  test("the drain's memory stays bounded with large rows: twelve 10 MB rows peak no higher than four (batches are cut by bytes, not only rows)", async () => {
-    const peak = async (rows: number) => {
-      const dir = tmp();
-      const proc = Bun.spawn(["bun", `${import.meta.dir}/support/children/large-row-drain.ts`, JSON.stringify({ dir: dir.path, rows, rowMb: 10, batchMaxBytes: 16 * 1024 * 1024 })], { stdout: "pipe", stderr: "inherit" });
-      expect(await proc.exited).toBe(0);
-      const out = JSON.parse(await new Response(proc.stdout).text()) as { baselineMb: number; peakMb: number; delivered: number };
-      expect(out.delivered).toBe(rows);
-      return out.peakMb - out.baselineMb;
-    };
-    const four = await peak(4);
-    const twelve = await peak(12);
-    if (process.env.DRAIN_DEBUG) console.log({ four, twelve });
-    expect(twelve).toBeLessThan(four + 40); // the backlog grew by 80 MB; the drain's peak did not follow it
-    expect(twelve).toBeLessThan(120); // less than the backlog itself
-  }, 60_000);
-});
+describeSlow(
+  "byte bounds",
+  "drain 4 and then 12 rows of 10 MB in child processes and compare their peak memory",
+  () => {
+    test("the drain's memory stays bounded with large rows: twelve 10 MB rows peak no higher than four (batches are cut by bytes, not only rows)", async () => {
+      const peak = async (rows: number) => {
+        const dir = tmp();
+        const proc = Bun.spawn(
+          [
+            "bun",
+            `${import.meta.dir}/support/children/large-row-drain.ts`,
+            JSON.stringify({ dir: dir.path, rows, rowMb: 10, batchMaxBytes: 16 * 1024 * 1024 }),
+          ],
+          { stdout: "pipe", stderr: "inherit" },
+        );
+        expect(await proc.exited).toBe(0);
+        const out = JSON.parse(await new Response(proc.stdout).text()) as {
+          baselineMb: number;
+          peakMb: number;
+          delivered: number;
+        };
+        expect(out.delivered).toBe(rows);
+        return out.peakMb - out.baselineMb;
+      };
+      const four = await peak(4);
+      const twelve = await peak(12);
+      if (process.env.DRAIN_DEBUG) console.log({ four, twelve });
+      expect(twelve).toBeLessThan(four + 40); // the backlog grew by 80 MB; the drain's peak did not follow it
+      expect(twelve).toBeLessThan(120); // less than the backlog itself
+    }, 60_000);
+  },
+);

@@ -57,26 +57,34 @@ interface Panel {
   panels?: Panel[];
 }
 
-const rules: Rule[] = (Bun.YAML.parse(fs.readFileSync(ALERTS, "utf8")) as { groups: { name: string; rules: Rule[] }[] }).groups.flatMap((g) => g.rules);
+const rules: Rule[] = (
+  Bun.YAML.parse(fs.readFileSync(ALERTS, "utf8")) as { groups: { name: string; rules: Rule[] }[] }
+).groups.flatMap((g) => g.rules);
 const dashboard = JSON.parse(fs.readFileSync(DASHBOARD, "utf8"));
 /** Every panel, including those inside collapsed rows. */
 const panels: Panel[] = (dashboard.panels as Panel[]).flatMap((p) => [p, ...(p.panels ?? [])]);
 const queryPanels = panels.filter((p) => p.type !== "row");
-const variables: { name: string; type: string; query: unknown; datasource?: { uid?: string } }[] = dashboard.templating.list;
+const variables: { name: string; type: string; query: unknown; datasource?: { uid?: string } }[] =
+  dashboard.templating.list;
 
 /** A dashboard query as Prometheus receives it: Grafana's interval macros replaced (`$var`s sit inside label matchers' strings). */
-const grafanaExpr = (expr: string) => expr.replaceAll("$__rate_interval", "5m").replaceAll("$__interval", "1m").replaceAll("$__range", "1h");
+const grafanaExpr = (expr: string) =>
+  expr.replaceAll("$__rate_interval", "5m").replaceAll("$__interval", "1m").replaceAll("$__range", "1h");
 /** The selector a `label_values(selector, label)` variable query reads. */
 const variableSelector = (query: string) => /^label_values\((.+),\s*[a-zA-Z_]\w*\)$/.exec(query)?.[1];
 
 /** Every PromQL expression of both files, named for failure messages. */
 const expressions: { where: string; expr: string }[] = [
   ...rules.map((r) => ({ where: `alert ${r.alert}`, expr: r.expr })),
-  ...queryPanels.flatMap((p) => (p.targets ?? []).map((t) => ({ where: `panel "${p.title}" ${t.refId}`, expr: grafanaExpr(t.expr ?? "") }))),
-  ...variables.filter((v) => v.type === "query").map((v) => {
-    const query = typeof v.query === "string" ? v.query : (v.query as { query: string }).query;
-    return { where: `variable ${v.name}`, expr: variableSelector(query) ?? `not label_values(…): ${query}` };
-  }),
+  ...queryPanels.flatMap((p) =>
+    (p.targets ?? []).map((t) => ({ where: `panel "${p.title}" ${t.refId}`, expr: grafanaExpr(t.expr ?? "") })),
+  ),
+  ...variables
+    .filter((v) => v.type === "query")
+    .map((v) => {
+      const query = typeof v.query === "string" ? v.query : (v.query as { query: string }).query;
+      return { where: `variable ${v.name}`, expr: variableSelector(query) ?? `not label_values(…): ${query}` };
+    }),
 ];
 
 describe("the Prometheus alert rules", () => {
@@ -113,7 +121,8 @@ describe("the Grafana dashboard", () => {
       expect(byName.get(name), name).toMatchObject({ type: "query", datasource: { uid: "${datasource}" } });
     }
     // Grafana shows `definition` and runs `query.query`: they must be the same text.
-    for (const v of variables.filter((x) => x.type === "query")) expect((v as { definition?: string }).definition, v.name).toBe((v.query as { query: string }).query);
+    for (const v of variables.filter((x) => x.type === "query"))
+      expect((v as { definition?: string }).definition, v.name).toBe((v.query as { query: string }).query);
   });
 
   test("every panel has the datasource variable and at least one query; ids are unique and the grid has no overlap", () => {
@@ -149,13 +158,31 @@ describe("the Grafana dashboard", () => {
   test("has panels for the queues, the targets, the batches, held tables, the fleet's ledger and the process", () => {
     const uses = (metric: string) => queryPanels.filter((p) => p.targets!.some((t) => t.expr!.includes(metric))).length;
     for (const metric of [
-      "sqloutbox_pending_rows", "sqloutbox_oldest_pending_age_seconds", "sqloutbox_delivered_rows_total", "sqloutbox_failed_rows_total",
-      "sqloutbox_dead_lettered_rows_total", "sqloutbox_target_state", "sqloutbox_batch_duration_seconds_bucket", "sqloutbox_batch_rows_bucket",
-      "sqloutbox_table_held", "sqloutbox_ledger_through", "sqloutbox_ledger_age_seconds", "process_resident_memory_bytes", "process_cpu_seconds_total",
+      "sqloutbox_pending_rows",
+      "sqloutbox_oldest_pending_age_seconds",
+      "sqloutbox_delivered_rows_total",
+      "sqloutbox_failed_rows_total",
+      "sqloutbox_dead_lettered_rows_total",
+      "sqloutbox_target_state",
+      "sqloutbox_batch_duration_seconds_bucket",
+      "sqloutbox_batch_rows_bucket",
+      "sqloutbox_table_held",
+      "sqloutbox_ledger_through",
+      "sqloutbox_ledger_age_seconds",
+      "process_resident_memory_bytes",
+      "process_cpu_seconds_total",
     ]) {
       expect(uses(metric), metric).toBeGreaterThanOrEqual(1);
     }
-    expect(queryPanels.some((p) => p.targets!.some((t) => /histogram_quantile\(0\.99, sum by \([^)]*\ble\b[^)]*\) \(rate\(sqloutbox_batch_duration_seconds_bucket/.test(t.expr!)))).toBe(true);
+    expect(
+      queryPanels.some((p) =>
+        p.targets!.some((t) =>
+          /histogram_quantile\(0\.99, sum by \([^)]*\ble\b[^)]*\) \(rate\(sqloutbox_batch_duration_seconds_bucket/.test(
+            t.expr!,
+          ),
+        ),
+      ),
+    ).toBe(true);
   });
 });
 
@@ -173,7 +200,7 @@ describe("PromQL", () => {
     ["x and on (a) group_left y", "group_left"],
     ["histogram_quantile(sum by (le) (rate(x_bucket[5m])))", "argument"],
     ["topk(x)", "scalar parameter"],
-    ['x{a=b}', "quoted label value"],
+    ["x{a=b}", "quoted label value"],
     ["sum(x", 'expected ")"'],
     ["sum by (a) x", 'expected "("'],
     ["x + y[5m]", "range vector"],
@@ -188,8 +215,19 @@ describe("PromQL", () => {
   });
 
   test.each([
-    "x[5m:1m]", "rate(x[5m:])", "x offset 5m", "x @ 100", "- - x", "x ^ 2 ^ 3", "1 > bool 1", "count(x == 0) or vector(0)",
-    'label_join(x, "a", ",", "b", "c")', 'count_values("v", x)', "max(x) by (a,)", '{__name__="x"}', "quantile_over_time(0.5, x[1h])",
+    "x[5m:1m]",
+    "rate(x[5m:])",
+    "x offset 5m",
+    "x @ 100",
+    "- - x",
+    "x ^ 2 ^ 3",
+    "1 > bool 1",
+    "count(x == 0) or vector(0)",
+    'label_join(x, "a", ",", "b", "c")',
+    'count_values("v", x)',
+    "max(x) by (a,)",
+    '{__name__="x"}',
+    "quantile_over_time(0.5, x[1h])",
   ])("accepts %s", (expr) => {
     expect(() => parsePromQL(expr)).not.toThrow();
   });
@@ -216,7 +254,10 @@ describe("against a running drain", () => {
     seed(dir.file("queue"), "late", 2);
     const first = await startCliDrain(config);
     try {
-      await first.until((s) => s.value("sqloutbox_delivered_rows_total", { table: "orders" }) === 3, "the first run's delivery");
+      await first.until(
+        (s) => s.value("sqloutbox_delivered_rows_total", { table: "orders" }) === 3,
+        "the first run's delivery",
+      );
     } finally {
       expect(await first.stop()).toBe(0);
     }
@@ -238,7 +279,8 @@ describe("against a running drain", () => {
   afterAll(() => dir?.cleanup());
 
   /** Whether the scrape has samples of `name` (a histogram's _bucket/_sum/_count included). */
-  const served = (name: string) => scrape.samples.some((s) => s.name === name || s.name.replace(/_(bucket|sum|count)$/, "") === name);
+  const served = (name: string) =>
+    scrape.samples.some((s) => s.name === name || s.name.replace(/_(bucket|sum|count)$/, "") === name);
   /** Series Prometheus makes itself, not the drain. */
   const PROMETHEUS_OWN = new Set(["up", "scrape_duration_seconds", "scrape_samples_scraped"]);
 
@@ -253,18 +295,24 @@ describe("against a running drain", () => {
   });
 
   test("every sqloutbox_, process_ or nodejs_ name written anywhere in either file (descriptions too) is in a real scrape", () => {
-    const text = fs.readFileSync(ALERTS, "utf8") + fs.readFileSync(ALERT_TESTS, "utf8") + fs.readFileSync(DASHBOARD, "utf8");
+    const text =
+      fs.readFileSync(ALERTS, "utf8") + fs.readFileSync(ALERT_TESTS, "utf8") + fs.readFileSync(DASHBOARD, "utf8");
     const names = new Set(text.match(/\b(sqloutbox|process|nodejs)_[a-z_]+\b/g) ?? []);
     expect(names.size).toBeGreaterThan(15);
     expect([...names].filter((n) => !served(n) && !scrape.declares(n))).toEqual([]);
     // The drain's own names are the documented ones (src/ops/metrics.ts metricNames(), from its registry).
-    const base = (n: string) => METRIC_NAMES.find((m) => n === m || n === `${m}_bucket` || n === `${m}_sum` || n === `${m}_count`);
+    const base = (n: string) =>
+      METRIC_NAMES.find((m) => n === m || n === `${m}_bucket` || n === `${m}_sum` || n === `${m}_count`);
     expect([...names].filter((n) => n.startsWith("sqloutbox_") && !base(n))).toEqual([]);
   });
 
   test("every metric the drain serves is used by an alert or the dashboard", () => {
     for (const name of METRIC_NAMES) expect(served(name), `${name} served`).toBe(true);
-    const used = new Set(expressions.flatMap(({ expr }) => [...parsePromQL(expr).metrics]).map((n) => n.replace(/_(bucket|sum|count)$/, "")));
+    const used = new Set(
+      expressions
+        .flatMap(({ expr }) => [...parsePromQL(expr).metrics])
+        .map((n) => n.replace(/_(bucket|sum|count)$/, "")),
+    );
     expect(METRIC_NAMES.filter((m) => !used.has(m))).toEqual([]);
   });
 });
@@ -296,7 +344,10 @@ describe.skipIf(!promtool)(`promtool (${promtool ?? "not installed: skipped"})`,
     try {
       const queries = expressions.filter((e) => !e.where.startsWith("alert "));
       const file = dir.file("dashboard-rules.yml");
-      fs.writeFileSync(file, `groups:\n  - name: dashboard\n    rules:\n${queries.map((q, i) => `      - record: dashboard:query${i}\n        expr: ${JSON.stringify(q.expr)}\n`).join("")}`);
+      fs.writeFileSync(
+        file,
+        `groups:\n  - name: dashboard\n    rules:\n${queries.map((q, i) => `      - record: dashboard:query${i}\n        expr: ${JSON.stringify(q.expr)}\n`).join("")}`,
+      );
       const r = run(["check", "rules", file]);
       expect(r.out).toContain(`SUCCESS: ${queries.length} rules found`);
       expect(r.code).toBe(0);

@@ -91,17 +91,22 @@ function sandboxSpec() {
     readWrite: [rwDir],
     proc: "hidepid=invisible,subset=pid",
     syscalls: allowedSyscalls(),
-    families: unitValues("RestrictAddressFamilies")[0]!.split(/\s+/).map((f) => FAMILY_NUMBERS[f]!),
+    families: unitValues("RestrictAddressFamilies")[0]!
+      .split(/\s+/)
+      .map((f) => FAMILY_NUMBERS[f]!),
   };
 }
 
 function sandboxed(command: string[], env: Record<string, string | undefined> = {}) {
-  return Bun.spawn(["unshare", "--mount", "--propagation", "private", "python3", SANDBOX, JSON.stringify(sandboxSpec()), ...command], {
-    cwd: etcDir, // WorkingDirectory=/etc/sqloutbox
-    env: cleanEnv(env),
-    stdout: "pipe",
-    stderr: "pipe",
-  });
+  return Bun.spawn(
+    ["unshare", "--mount", "--propagation", "private", "python3", SANDBOX, JSON.stringify(sandboxSpec()), ...command],
+    {
+      cwd: etcDir, // WorkingDirectory=/etc/sqloutbox
+      env: cleanEnv(env),
+      stdout: "pipe",
+      stderr: "pipe",
+    },
+  );
 }
 
 beforeAll(async () => {
@@ -113,7 +118,10 @@ beforeAll(async () => {
   drainBinary = tmp.file("bin/sqloutbox");
   notifyBinary = tmp.file("bin/notify-once");
   await buildBinary(drainBinary);
-  const built = await Bun.build({ entrypoints: [path.join(REPO, "test", "support", "children", "notify-once.ts")], compile: { outfile: notifyBinary } });
+  const built = await Bun.build({
+    entrypoints: [path.join(REPO, "test", "support", "children", "notify-once.ts")],
+    compile: { outfile: notifyBinary },
+  });
   if (!built.success) throw new Error(built.logs.map(String).join("\n"));
   etcDir = tmp.file("etc");
   rwDir = tmp.file("lib");
@@ -154,7 +162,8 @@ describe.if(SLOW && ABLE)(SUITE, () => {
     await pg.sql`CREATE TABLE payments (id integer PRIMARY KEY)`;
     seed(queue, "orders", 40);
     seed(queue, "payments", 30);
-    for (const entry of fs.readdirSync(rwDir, { recursive: true })) fs.chownSync(path.join(rwDir, String(entry)), NOBODY, NOBODY);
+    for (const entry of fs.readdirSync(rwDir, { recursive: true }))
+      fs.chownSync(path.join(rwDir, String(entry)), NOBODY, NOBODY);
     // By name, as a deployed config would: the resolver reads /etc/hosts and may try netlink (refused).
     const pgUrl = pg.url.replace("127.0.0.1", "localhost");
     fs.writeFileSync(
@@ -180,7 +189,9 @@ url = "${pgUrl}"
 `,
     );
     const pgCount = async () => Number((await pg.sql`SELECT count(*)::int AS n FROM payments`)[0].n);
-    const drain = sandboxed([drainBinary, "runservice", "--config", path.join(etcDir, "outbox.toml")], { LOG_FORMAT: "json" });
+    const drain = sandboxed([drainBinary, "runservice", "--config", path.join(etcDir, "outbox.toml")], {
+      LOG_FORMAT: "json",
+    });
     let log = "";
     const pump = (async () => {
       const decoder = new TextDecoder();
@@ -202,7 +213,10 @@ url = "${pgUrl}"
       await pump;
       throw new Error(`${(error as Error).message}; the drain logged:\n${log}`);
     }
-    const lines = log.trim().split("\n").map((l) => JSON.parse(l) as { level: string; msg: string });
+    const lines = log
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { level: string; msg: string });
     expect(lines.filter((l) => l.level === "error" || l.level === "warn")).toEqual([]);
     expect(lines.some((l) => l.msg.includes("integrity scan of 2 file(s): clean"))).toBe(true);
     expect(lines.some((l) => l.msg === "drain: stopped")).toBe(true);
@@ -233,7 +247,11 @@ url = "${pgUrl}"
         err: "",
       });
       await waitFor(() => lineCount() >= 4, "three datagrams", 20_000);
-      const datagrams = received.trim().split("\n").slice(1).map((l) => JSON.parse(l));
+      const datagrams = received
+        .trim()
+        .split("\n")
+        .slice(1)
+        .map((l) => JSON.parse(l));
       // unshare and the sandbox exec in place, so the sender is the pid systemd would have forked.
       expect(datagrams).toEqual([
         { pid: sender.pid, data: "READY=1\nSTATUS=sandboxed" },

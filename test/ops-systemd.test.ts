@@ -2,7 +2,12 @@
 // systemd does (SO_PASSCRED on) and reports each datagram with the sender's pid.
 import { afterEach, describe, expect, test } from "bun:test";
 import path from "node:path";
-import { createSystemdNotifier, notifySocketAddress, watchdogIntervalMs, type SystemdNotifier } from "../src/ops/systemd.ts";
+import {
+  createSystemdNotifier,
+  notifySocketAddress,
+  watchdogIntervalMs,
+  type SystemdNotifier,
+} from "../src/ops/systemd.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 const RECEIVER = path.join(import.meta.dir, "support", "children", "notify-receiver.py");
@@ -77,28 +82,37 @@ describe("createSystemdNotifier", () => {
     expect(warnings[0]).toContain("NOTIFY_SOCKET=vsock:2:1234");
   });
 
-  test.if(linuxWithPython)("sends READY=1, STATUS=, WATCHDOG=1 and STOPPING=1 as single datagrams to a socket path, from this pid", async () => {
-    tmp = makeTempDir();
-    const where = tmp.file("notify");
-    receiver = await startReceiver(where);
-    notifier = createSystemdNotifier({ NOTIFY_SOCKET: where })!;
-    expect(notifier.socket).toBe(where);
+  test.if(linuxWithPython)(
+    "sends READY=1, STATUS=, WATCHDOG=1 and STOPPING=1 as single datagrams to a socket path, from this pid",
+    async () => {
+      tmp = makeTempDir();
+      const where = tmp.file("notify");
+      receiver = await startReceiver(where);
+      notifier = createSystemdNotifier({ NOTIFY_SOCKET: where })!;
+      expect(notifier.socket).toBe(where);
 
-    expect(notifier.ready()).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "READY=1" });
-    expect(notifier.ready("draining 2 tables to pg")).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "READY=1\nSTATUS=draining 2 tables to pg" });
-    expect(notifier.status("pg: outage, retrying in 30 s")).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "STATUS=pg: outage, retrying in 30 s" });
-    expect(notifier.watchdog()).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "WATCHDOG=1" });
-    expect(notifier.stopping()).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "STOPPING=1" });
-    expect(notifier.stopping("finishing the in-flight batch")).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "STOPPING=1\nSTATUS=finishing the in-flight batch" });
-    expect(notifier.notify("EXTEND_TIMEOUT_USEC=5000000", "STATUS=still stopping")).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "EXTEND_TIMEOUT_USEC=5000000\nSTATUS=still stopping" });
-  });
+      expect(notifier.ready()).toBe(true);
+      expect(await receiver.next()).toEqual({ pid: process.pid, data: "READY=1" });
+      expect(notifier.ready("draining 2 tables to pg")).toBe(true);
+      expect(await receiver.next()).toEqual({ pid: process.pid, data: "READY=1\nSTATUS=draining 2 tables to pg" });
+      expect(notifier.status("pg: outage, retrying in 30 s")).toBe(true);
+      expect(await receiver.next()).toEqual({ pid: process.pid, data: "STATUS=pg: outage, retrying in 30 s" });
+      expect(notifier.watchdog()).toBe(true);
+      expect(await receiver.next()).toEqual({ pid: process.pid, data: "WATCHDOG=1" });
+      expect(notifier.stopping()).toBe(true);
+      expect(await receiver.next()).toEqual({ pid: process.pid, data: "STOPPING=1" });
+      expect(notifier.stopping("finishing the in-flight batch")).toBe(true);
+      expect(await receiver.next()).toEqual({
+        pid: process.pid,
+        data: "STOPPING=1\nSTATUS=finishing the in-flight batch",
+      });
+      expect(notifier.notify("EXTEND_TIMEOUT_USEC=5000000", "STATUS=still stopping")).toBe(true);
+      expect(await receiver.next()).toEqual({
+        pid: process.pid,
+        data: "EXTEND_TIMEOUT_USEC=5000000\nSTATUS=still stopping",
+      });
+    },
+  );
 
   test.if(linuxWithPython)("reaches an abstract socket (@name) by its exact name", async () => {
     const where = abstractName();
@@ -122,54 +136,66 @@ describe("createSystemdNotifier", () => {
     expect(await receiver.next()).toEqual({ pid: process.pid, data: "STATUS=error: bad row READY=1 MAINPID=1 " });
   });
 
-  test.if(linuxWithPython)("cuts a long status to 1000 characters and refuses raw assignments systemd would drop whole (over 4096 bytes)", async () => {
-    tmp = makeTempDir();
-    receiver = await startReceiver(tmp.file("notify"));
-    const warnings: string[] = [];
-    notifier = createSystemdNotifier({ NOTIFY_SOCKET: tmp.file("notify") }, { logger: { warn: (m) => warnings.push(m) } })!;
-    expect(notifier.ready("✓".repeat(5000))).toBe(true); // 3 bytes each: uncut, READY=1 would be lost with it
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: `READY=1\nSTATUS=${"✓".repeat(999)}…` });
-    expect(notifier.notify(`STATUS=${"x".repeat(4090)}`)).toBe(false);
-    expect(warnings).toEqual(["systemd: not sending a 4097-byte notification: systemd drops any over 4096 bytes"]);
-    expect(notifier.watchdog()).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "WATCHDOG=1" });
-  });
+  test.if(linuxWithPython)(
+    "cuts a long status to 1000 characters and refuses raw assignments systemd would drop whole (over 4096 bytes)",
+    async () => {
+      tmp = makeTempDir();
+      receiver = await startReceiver(tmp.file("notify"));
+      const warnings: string[] = [];
+      notifier = createSystemdNotifier(
+        { NOTIFY_SOCKET: tmp.file("notify") },
+        { logger: { warn: (m) => warnings.push(m) } },
+      )!;
+      expect(notifier.ready("✓".repeat(5000))).toBe(true); // 3 bytes each: uncut, READY=1 would be lost with it
+      expect(await receiver.next()).toEqual({ pid: process.pid, data: `READY=1\nSTATUS=${"✓".repeat(999)}…` });
+      expect(notifier.notify(`STATUS=${"x".repeat(4090)}`)).toBe(false);
+      expect(warnings).toEqual(["systemd: not sending a 4097-byte notification: systemd drops any over 4096 bytes"]);
+      expect(notifier.watchdog()).toBe(true);
+      expect(await receiver.next()).toEqual({ pid: process.pid, data: "WATCHDOG=1" });
+    },
+  );
 
-  test.if(linuxWithPython)("survives a vanished socket: returns false, warns once, and reaches the socket again once it is back", async () => {
-    tmp = makeTempDir();
-    const where = tmp.file("notify");
-    const warnings: string[] = [];
-    notifier = createSystemdNotifier({ NOTIFY_SOCKET: where }, { logger: { warn: (m) => warnings.push(m) } })!;
-    expect(notifier.ready()).toBe(false); // nothing bound there yet
-    expect(notifier.watchdog()).toBe(false);
-    expect(notifier.status("x")).toBe(false);
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toContain(`cannot notify ${where} (ENOENT)`);
-    expect(warnings[0]).toContain("READY lost");
+  test.if(linuxWithPython)(
+    "survives a vanished socket: returns false, warns once, and reaches the socket again once it is back",
+    async () => {
+      tmp = makeTempDir();
+      const where = tmp.file("notify");
+      const warnings: string[] = [];
+      notifier = createSystemdNotifier({ NOTIFY_SOCKET: where }, { logger: { warn: (m) => warnings.push(m) } })!;
+      expect(notifier.ready()).toBe(false); // nothing bound there yet
+      expect(notifier.watchdog()).toBe(false);
+      expect(notifier.status("x")).toBe(false);
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain(`cannot notify ${where} (ENOENT)`);
+      expect(warnings[0]).toContain("READY lost");
 
-    // As after `systemctl daemon-reexec`: a new socket at the same path.
-    receiver = await startReceiver(where);
-    expect(notifier.watchdog()).toBe(true);
-    expect(await receiver.next()).toEqual({ pid: process.pid, data: "WATCHDOG=1" });
-    await receiver.stop();
-    receiver = null;
-    expect(notifier.watchdog()).toBe(false);
-    expect(warnings).toHaveLength(2); // a new run of failures is reported again
-  });
+      // As after `systemctl daemon-reexec`: a new socket at the same path.
+      receiver = await startReceiver(where);
+      expect(notifier.watchdog()).toBe(true);
+      expect(await receiver.next()).toEqual({ pid: process.pid, data: "WATCHDOG=1" });
+      await receiver.stop();
+      receiver = null;
+      expect(notifier.watchdog()).toBe(false);
+      expect(warnings).toHaveLength(2); // a new run of failures is reported again
+    },
+  );
 
-  test.if(linuxWithPython)("never blocks on a manager that stopped reading: a full queue loses the message instead", async () => {
-    tmp = makeTempDir();
-    const where = tmp.file("notify");
-    receiver = await startReceiver(where, "hold");
-    const warnings: string[] = [];
-    notifier = createSystemdNotifier({ NOTIFY_SOCKET: where }, { logger: { warn: (m) => warnings.push(m) } })!;
-    let sent = 0;
-    while (notifier.watchdog() && sent < 100_000) sent++;
-    expect(sent).toBeGreaterThan(0);
-    expect(sent).toBeLessThan(100_000);
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toContain("(EAGAIN)");
-  });
+  test.if(linuxWithPython)(
+    "never blocks on a manager that stopped reading: a full queue loses the message instead",
+    async () => {
+      tmp = makeTempDir();
+      const where = tmp.file("notify");
+      receiver = await startReceiver(where, "hold");
+      const warnings: string[] = [];
+      notifier = createSystemdNotifier({ NOTIFY_SOCKET: where }, { logger: { warn: (m) => warnings.push(m) } })!;
+      let sent = 0;
+      while (notifier.watchdog() && sent < 100_000) sent++;
+      expect(sent).toBeGreaterThan(0);
+      expect(sent).toBeLessThan(100_000);
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain("(EAGAIN)");
+    },
+  );
 
   test.if(linuxWithPython)("after close() every send returns false and close() can be called again", async () => {
     tmp = makeTempDir();
@@ -181,14 +207,25 @@ describe("createSystemdNotifier", () => {
     expect(notifier.watchdog()).toBe(false);
   });
 
-  test.if(process.platform === "linux")("takes its watchdog interval from WATCHDOG_USEC when WATCHDOG_PID is this process", () => {
-    const socket = abstractName();
-    const a = createSystemdNotifier({ NOTIFY_SOCKET: socket, WATCHDOG_USEC: "60000000", WATCHDOG_PID: String(process.pid) })!;
-    const b = createSystemdNotifier({ NOTIFY_SOCKET: socket, WATCHDOG_USEC: "60000000", WATCHDOG_PID: String(process.pid + 1) })!;
-    const c = createSystemdNotifier({ NOTIFY_SOCKET: socket })!;
-    expect([a.watchdogIntervalMs, b.watchdogIntervalMs, c.watchdogIntervalMs]).toEqual([30_000, null, null]);
-    for (const n of [a, b, c]) n.close();
-  });
+  test.if(process.platform === "linux")(
+    "takes its watchdog interval from WATCHDOG_USEC when WATCHDOG_PID is this process",
+    () => {
+      const socket = abstractName();
+      const a = createSystemdNotifier({
+        NOTIFY_SOCKET: socket,
+        WATCHDOG_USEC: "60000000",
+        WATCHDOG_PID: String(process.pid),
+      })!;
+      const b = createSystemdNotifier({
+        NOTIFY_SOCKET: socket,
+        WATCHDOG_USEC: "60000000",
+        WATCHDOG_PID: String(process.pid + 1),
+      })!;
+      const c = createSystemdNotifier({ NOTIFY_SOCKET: socket })!;
+      expect([a.watchdogIntervalMs, b.watchdogIntervalMs, c.watchdogIntervalMs]).toEqual([30_000, null, null]);
+      for (const n of [a, b, c]) n.close();
+    },
+  );
 });
 
 describe("watchdogIntervalMs", () => {
@@ -218,9 +255,12 @@ describe("notifySocketAddress", () => {
     expect([...notifySocketAddress(socket)!]).toEqual(bytes);
   });
 
-  test.each([["relative"], ["vsock:2:1"], ["@"], ["/a\0b"], [`/${"x".repeat(107)}`], [`@${"x".repeat(108)}`]])("refuses %j", (socket) => {
-    expect(notifySocketAddress(socket)).toBeNull();
-  });
+  test.each([["relative"], ["vsock:2:1"], ["@"], ["/a\0b"], [`/${"x".repeat(107)}`], [`@${"x".repeat(108)}`]])(
+    "refuses %j",
+    (socket) => {
+      expect(notifySocketAddress(socket)).toBeNull();
+    },
+  );
 
   test("accepts the longest names sun_path holds", () => {
     expect(notifySocketAddress(`/${"x".repeat(106)}`)).toHaveLength(2 + 108);

@@ -14,7 +14,7 @@ import { traceSettings } from "../src/ops/tracing/settings.ts";
 import { createTracing, TraceObserver, type Tracing } from "../src/ops/tracing/tracing.ts";
 import type { ObservedBatch } from "../src/drain/observer.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import type { OutboxWriter, } from "../src/writers/writer.ts";
+import type { OutboxWriter } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { registerOtelForTests } from "./support/otel.ts";
 import { FaultyWriter, oneApp } from "./support/drain-harness.ts";
@@ -23,7 +23,9 @@ import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 const TP = (n: number) => `00-${n.toString(16).padStart(32, "a")}-${n.toString(16).padStart(16, "b")}-01`;
-const NO_TRACING = oneApp("/unused", { x: { writer: "sqlite", connection: { path: "/unused" }, tables: ["t"] } }).tracing;
+const NO_TRACING = oneApp("/unused", {
+  x: { writer: "sqlite", connection: { path: "/unused" }, tables: ["t"] },
+}).tracing;
 
 function receiver(): OtlpReceiver {
   const r = startOtlpReceiver();
@@ -39,8 +41,17 @@ function tracingTo(url: string, extra: Partial<Parameters<typeof traceSettings>[
 }
 
 /** A drain of table "t" (and "u") in `dir` into a SQLite file, observed by `tracing`. */
-function drain(dir: string, writer: OutboxWriter, tracing: Tracing, tuning: Record<string, unknown> = {}): OutboxSyncService {
-  const config = oneApp(`${dir}/outbox`, { local: { writer: "sqlite", connection: { path: `${dir}/remote.db` }, tables: ["t", "u"] } }, tuning);
+function drain(
+  dir: string,
+  writer: OutboxWriter,
+  tracing: Tracing,
+  tuning: Record<string, unknown> = {},
+): OutboxSyncService {
+  const config = oneApp(
+    `${dir}/outbox`,
+    { local: { writer: "sqlite", connection: { path: `${dir}/remote.db` }, tables: ["t", "u"] } },
+    tuning,
+  );
   const svc = new OutboxSyncService(config, { "app.local": writer }, { observer: tracing.observer });
   cleanups.push(() => svc.stop(2000));
   return svc;
@@ -68,11 +79,19 @@ function traced(settings: Partial<Parameters<typeof traceSettings>[0]> = {}) {
 
 describe("[tracing] and the OTEL_* variables", () => {
   const APP = `[app.a]\ndb_dir = "q"\n[app.a.db.r]\nwriter = "sqlite"\ntables = ["t"]\n[app.a.db.r.connection]\npath = "r.db"\n`;
-  const tracingOf = (toml: string, env: Record<string, string> = {}) => parseConfigToml(toml + APP, "/x/outbox.toml", env).tracing;
+  const tracingOf = (toml: string, env: Record<string, string> = {}) =>
+    parseConfigToml(toml + APP, "/x/outbox.toml", env).tracing;
 
   test("off without an endpoint; on with the standard variable, at its /v1/traces, in protobuf", () => {
     expect(traceSettings(tracingOf(""), {})).toBeNull();
-    expect(traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318/", OTEL_SERVICE_NAME: "shop", OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=a%20b,tenant=7", OTEL_RESOURCE_ATTRIBUTES: "deployment.environment=prod" })).toEqual({
+    expect(
+      traceSettings(tracingOf(""), {
+        OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318/",
+        OTEL_SERVICE_NAME: "shop",
+        OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=a%20b,tenant=7",
+        OTEL_RESOURCE_ATTRIBUTES: "deployment.environment=prod",
+      }),
+    ).toEqual({
       url: "http://collector:4318/v1/traces",
       protocol: "http/protobuf",
       headers: { "x-api-key": "a b", tenant: "7" },
@@ -81,17 +100,36 @@ describe("[tracing] and the OTEL_* variables", () => {
       maxSpansPerSecond: 2000,
       exportTimeoutMs: 10_000,
     });
-    expect(traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://c:4318/custom" })!.url).toBe("http://c:4318/custom");
-    expect(traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_SDK_DISABLED: "true" })).toBeNull();
-    expect(traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_TRACES_EXPORTER: "none" })).toBeNull();
+    expect(traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://c:4318/custom" })!.url).toBe(
+      "http://c:4318/custom",
+    );
+    expect(
+      traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_SDK_DISABLED: "true" }),
+    ).toBeNull();
+    expect(
+      traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_TRACES_EXPORTER: "none" }),
+    ).toBeNull();
   });
 
   test("a [tracing] key wins over its variable; enabled = false turns it off; enabled = true defaults to localhost:4318", () => {
     const toml = `[tracing]\nendpoint = "https://otlp.example.com"\nprotocol = "http/json"\nservice_name = "drain"\nheaders = { "x-api-key" = "\${KEY}" }\nmax_queue_spans = 100\nexport_timeout = 2.5\n`;
-    const settings = traceSettings(tracingOf(toml, { KEY: "k1" }), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://other:4318", OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf", OTEL_SERVICE_NAME: "env", OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=env,other=1" })!;
-    expect(settings).toMatchObject({ url: "https://otlp.example.com/v1/traces", protocol: "http/json", headers: { "x-api-key": "k1", other: "1" }, maxQueueSpans: 100, exportTimeoutMs: 2500 });
+    const settings = traceSettings(tracingOf(toml, { KEY: "k1" }), {
+      OTEL_EXPORTER_OTLP_ENDPOINT: "http://other:4318",
+      OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf",
+      OTEL_SERVICE_NAME: "env",
+      OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=env,other=1",
+    })!;
+    expect(settings).toMatchObject({
+      url: "https://otlp.example.com/v1/traces",
+      protocol: "http/json",
+      headers: { "x-api-key": "k1", other: "1" },
+      maxQueueSpans: 100,
+      exportTimeoutMs: 2500,
+    });
     expect(settings.resource["service.name"]).toBe("drain");
-    expect(traceSettings(tracingOf("[tracing]\nenabled = false\n"), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318" })).toBeNull();
+    expect(
+      traceSettings(tracingOf("[tracing]\nenabled = false\n"), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318" }),
+    ).toBeNull();
     expect(traceSettings(tracingOf("[tracing]\nenabled = true\n"), {})!.url).toBe("http://localhost:4318/v1/traces");
   });
 
@@ -104,12 +142,29 @@ describe("[tracing] and the OTEL_* variables", () => {
       }
       return [];
     };
-    expect(problems(`[tracing]\nendpoint = "collector:4318"\nprotocol = "grpc"\nheaders = { "bad name" = "x", n = 1 }\nmax_queue_spans = 0\nsampel = 1\n`).sort()).toEqual(
-      ["tracing.endpoint", "tracing.protocol", 'tracing.headers."bad name"', "tracing.headers.n", "tracing.max_queue_spans", "tracing.sampel"].sort(),
+    expect(
+      problems(
+        `[tracing]\nendpoint = "collector:4318"\nprotocol = "grpc"\nheaders = { "bad name" = "x", n = 1 }\nmax_queue_spans = 0\nsampel = 1\n`,
+      ).sort(),
+    ).toEqual(
+      [
+        "tracing.endpoint",
+        "tracing.protocol",
+        'tracing.headers."bad name"',
+        "tracing.headers.n",
+        "tracing.max_queue_spans",
+        "tracing.sampel",
+      ].sort(),
     );
-    expect(() => traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318" is not an http/);
-    expect(() => traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" })).toThrow(/gRPC is not supported/);
-    expect(() => traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c", OTEL_EXPORTER_OTLP_HEADERS: "novalue" })).toThrow(ConfigError);
+    expect(() => traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" })).toThrow(
+      /OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318" is not an http/,
+    );
+    expect(() =>
+      traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" }),
+    ).toThrow(/gRPC is not supported/);
+    expect(() =>
+      traceSettings(tracingOf(""), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://c", OTEL_EXPORTER_OTLP_HEADERS: "novalue" }),
+    ).toThrow(ConfigError);
   });
 });
 
@@ -129,7 +184,10 @@ describe("delivery spans", () => {
     const svc = drain(dir, createWriter("sqlite", { path: `${dir}/remote.db` }), tracing);
     expect((await svc.runOnce()).delivered).toBe(2);
     await tracing.flush();
-    await waitFor(() => named(rx.spans, "BATCH app.local").length === 1 && named(rx.spans, "deliver t").length === 1, "the batch and the delivery span");
+    await waitFor(
+      () => named(rx.spans, "BATCH app.local").length === 1 && named(rx.spans, "deliver t").length === 1,
+      "the batch and the delivery span",
+    );
     const [delivery] = named(rx.spans, "deliver t");
     const [batch] = named(rx.spans, "BATCH app.local");
     expect(delivery!.traceId).toBe(parent.traceId);
@@ -159,35 +217,62 @@ describe("delivery spans", () => {
       "sqloutbox.attempt": 1,
       "sqloutbox.outcome": "applied",
     });
-    expect(batch!.links).toEqual([{ traceId: parent.traceId, spanId: parent.spanId, attributes: { "messaging.message.id": String(seq) } }]);
+    expect(batch!.links).toEqual([
+      { traceId: parent.traceId, spanId: parent.spanId, attributes: { "messaging.message.id": String(seq) } },
+    ]);
     expect(batch!.resource["service.name"]).toBe("sqloutbox");
   });
 
   test("a batch span links every traced row it carried, and a group is one delivery span", async () => {
     const { dir, rx, tracing, producer } = traced();
     for (let i = 1; i <= 300; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i], { traceparent: TP(i) });
-    producer.pushMany("u", [["INSERT INTO u (id) VALUES (?)", [1]], ["INSERT INTO u (id) VALUES (?)", [2]]], { traceparent: TP(999) });
+    producer.pushMany(
+      "u",
+      [
+        ["INSERT INTO u (id) VALUES (?)", [1]],
+        ["INSERT INTO u (id) VALUES (?)", [2]],
+      ],
+      { traceparent: TP(999) },
+    );
     const svc = drain(dir, createWriter("sqlite", { path: `${dir}/remote.db` }), tracing);
     expect((await svc.runOnce()).delivered).toBe(302);
     await tracing.flush();
-    await waitFor(() => named(rx.spans, "BATCH app.local").length === 1 && rx.spans.length === 1 + 300 + 1, () => `302 spans, got ${rx.spans.length}`);
+    await waitFor(
+      () => named(rx.spans, "BATCH app.local").length === 1 && rx.spans.length === 1 + 300 + 1,
+      () => `302 spans, got ${rx.spans.length}`,
+    );
     const [batch] = named(rx.spans, "BATCH app.local");
     expect(batch!.links).toHaveLength(302);
-    expect(new Set(batch!.links.map((l) => l.traceId))).toEqual(new Set([...Array.from({ length: 300 }, (_, i) => TP(i + 1).slice(3, 35)), TP(999).slice(3, 35)]));
+    expect(new Set(batch!.links.map((l) => l.traceId))).toEqual(
+      new Set([...Array.from({ length: 300 }, (_, i) => TP(i + 1).slice(3, 35)), TP(999).slice(3, 35)]),
+    );
     const [group] = named(rx.spans, "deliver u");
     expect(group!.traceId).toBe(TP(999).slice(3, 35));
     expect(group!.attributes["messaging.batch.message_count"]).toBe(2);
-    expect(named(rx.spans, "deliver t").map((s) => s.traceId).sort()).toEqual(Array.from({ length: 300 }, (_, i) => TP(i + 1).slice(3, 35)).sort());
+    expect(
+      named(rx.spans, "deliver t")
+        .map((s) => s.traceId)
+        .sort(),
+    ).toEqual(Array.from({ length: 300 }, (_, i) => TP(i + 1).slice(3, 35)).sort());
   });
 
   test("a failing row shows its failure and its dead-lettering as events with the error class", async () => {
     const { dir, rx, tracing, producer } = traced();
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [1], { traceparent: TP(1) });
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [1], { traceparent: TP(2) }); // a duplicate key: fails every time
-    const svc = drain(dir, createWriter("sqlite", { path: `${dir}/remote.db` }), tracing, { maxAttempts: 2, backoffUnitSeconds: 0.001 });
-    await waitFor(async () => (await svc.runOnce()).deadLettered === 1 || svc.activity()[0]!.deadLettered === 1, "the duplicate dead-lettered");
+    const svc = drain(dir, createWriter("sqlite", { path: `${dir}/remote.db` }), tracing, {
+      maxAttempts: 2,
+      backoffUnitSeconds: 0.001,
+    });
+    await waitFor(
+      async () => (await svc.runOnce()).deadLettered === 1 || svc.activity()[0]!.deadLettered === 1,
+      "the duplicate dead-lettered",
+    );
     await tracing.flush();
-    await waitFor(() => rx.spans.filter((s) => s.traceId === TP(2).slice(3, 35)).length === 2, "two spans in the failing row's trace");
+    await waitFor(
+      () => rx.spans.filter((s) => s.traceId === TP(2).slice(3, 35)).length === 2,
+      "two spans in the failing row's trace",
+    );
     const spans = rx.spans.filter((s) => s.traceId === TP(2).slice(3, 35)).sort((a, b) => a.startMs - b.startMs);
     for (const s of spans) {
       expect(s.name).toBe("deliver t");
@@ -200,10 +285,19 @@ describe("delivery spans", () => {
       ["exception", "sqloutbox.delivery_failed", "exception", "sqloutbox.dead_lettered"],
     ]);
     const dead = spans[1]!.events.find((e) => e.name === "sqloutbox.dead_lettered")!;
-    expect(dead.attributes).toMatchObject({ "error.type": "SQLITE_CONSTRAINT_PRIMARYKEY", "sqloutbox.reason": "max_attempts", "sqloutbox.table": "t" });
-    expect(spans[0]!.events[1]!.attributes).toMatchObject({ "sqloutbox.attempt": 1, "error.type": "SQLITE_CONSTRAINT_PRIMARYKEY" });
+    expect(dead.attributes).toMatchObject({
+      "error.type": "SQLITE_CONSTRAINT_PRIMARYKEY",
+      "sqloutbox.reason": "max_attempts",
+      "sqloutbox.table": "t",
+    });
+    expect(spans[0]!.events[1]!.attributes).toMatchObject({
+      "sqloutbox.attempt": 1,
+      "error.type": "SQLITE_CONSTRAINT_PRIMARYKEY",
+    });
     // The batch that carried it says so too.
-    const failedBatch = named(rx.spans, "BATCH app.local").find((b) => b.events.some((e) => e.name === "sqloutbox.dead_lettered"))!;
+    const failedBatch = named(rx.spans, "BATCH app.local").find((b) =>
+      b.events.some((e) => e.name === "sqloutbox.dead_lettered"),
+    )!;
     expect(failedBatch.status.code).toBe(2);
     expect(failedBatch.attributes["sqloutbox.outcome"]).toBe("failed");
   });
@@ -224,17 +318,43 @@ describe("delivery spans", () => {
     const [batch] = rx.spans;
     expect(batch!.status).toMatchObject({ code: 2, message: "target app.local: injected: connection refused" });
     expect(batch!.attributes["sqloutbox.outcome"]).toBe("lost");
-    expect(batch!.events.map((e) => [e.name, e.attributes["exception.message"]])).toEqual([["exception", "target app.local: injected: connection refused"]]);
+    expect(batch!.events.map((e) => [e.name, e.attributes["exception.message"]])).toEqual([
+      ["exception", "target app.local: injected: connection refused"],
+    ]);
   });
 });
 
 describe("what tracing may spend", () => {
   test("at most max_spans_per_second are handed over, whole batches, bursts of a second's worth; the rest are counted", () => {
     const posted: unknown[] = [];
-    const observer = new TraceObserver((m) => posted.push(m), 1_000_000, (t) => t, 100);
+    const observer = new TraceObserver(
+      (m) => posted.push(m),
+      1_000_000,
+      (t) => t,
+      100,
+    );
     const batch = (n: number): ObservedBatch => ({
-      app: "a", target: "a.r", engine: "sqlite", dialect: "sqlite", statements: n, bytes: 0, attempt: 1, sentAt: Date.now(),
-      slices: [{ table: "t", rows: Array.from({ length: n }, (_, i) => ({ seq: i + 1, grp: null, createdAt: new Date().toISOString(), attempts: 0, traceparent: TP(i + 1), tracestate: null })) }],
+      app: "a",
+      target: "a.r",
+      engine: "sqlite",
+      dialect: "sqlite",
+      statements: n,
+      bytes: 0,
+      attempt: 1,
+      sentAt: Date.now(),
+      slices: [
+        {
+          table: "t",
+          rows: Array.from({ length: n }, (_, i) => ({
+            seq: i + 1,
+            grp: null,
+            createdAt: new Date().toISOString(),
+            attempts: 0,
+            traceparent: TP(i + 1),
+            tracestate: null,
+          })),
+        },
+      ],
     });
     for (let i = 0; i < 3; i++) {
       const b = batch(59); // 60 spans with its batch span
@@ -262,7 +382,11 @@ describe("an exporter that is down", () => {
       const c = tracing.counts();
       return c.droppedQueueFull + c.droppedBusy + c.droppedExportFailed;
     };
-    await waitFor(() => lost() === 2020, () => `2020 spans counted as lost, got ${JSON.stringify(tracing.counts())}`, 10_000);
+    await waitFor(
+      () => lost() === 2020,
+      () => `2020 spans counted as lost, got ${JSON.stringify(tracing.counts())}`,
+      10_000,
+    );
     const counts = tracing.counts();
     expect(counts.exported).toBe(0);
     expect(counts.droppedExportFailed).toBeGreaterThan(0);

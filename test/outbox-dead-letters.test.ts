@@ -31,7 +31,9 @@ function queue(count: number, dead: number, namespace = "orders", file = `${name
   const ob = new Outbox(tmp.file(file), namespace);
   open.push(ob);
   // One row at a time: rows of one enqueueBatch form a group, dead-lettered and replayed together.
-  const seqs = Array.from({ length: count }, (_, i) => ob.enqueue(`INSERT INTO ${namespace} (id) VALUES (?)`, `[${i + 1}]`, "app"));
+  const seqs = Array.from({ length: count }, (_, i) =>
+    ob.enqueue(`INSERT INTO ${namespace} (id) VALUES (?)`, `[${i + 1}]`, "app"),
+  );
   for (const seq of seqs.slice(0, dead)) ob.skipHead(seq);
   return ob;
 }
@@ -57,7 +59,14 @@ describe("replayDeadMany", () => {
   test("re-enqueues the letters at the tail in their original seq order, each linked to the one before", () => {
     const ob = queue(6, 3);
     const out = ob.replayDeadMany([3, 1, 2, 1]);
-    expect(out).toEqual({ replayed: [{ seq: 1, namespace: "orders", newSeq: 7 }, { seq: 2, namespace: "orders", newSeq: 8 }, { seq: 3, namespace: "orders", newSeq: 9 }], skipped: [] });
+    expect(out).toEqual({
+      replayed: [
+        { seq: 1, namespace: "orders", newSeq: 7 },
+        { seq: 2, namespace: "orders", newSeq: 8 },
+        { seq: 3, namespace: "orders", newSeq: 9 },
+      ],
+      skipped: [],
+    });
     const rows = ob.fetchUnsynced(10);
     expect(rows.map((r) => [r.seq, r.prevSeq, r.payload, r.source])).toEqual([
       [4, 3, "[4]", "app"],
@@ -67,7 +76,11 @@ describe("replayDeadMany", () => {
       [8, 7, "[2]", "app"],
       [9, 8, "[3]", "app"],
     ]);
-    expect(ob.listDead().map((d) => [d.seq, d.replayedAsSeq, d.replayedAt !== null])).toEqual([[1, 7, true], [2, 8, true], [3, 9, true]]);
+    expect(ob.listDead().map((d) => [d.seq, d.replayedAsSeq, d.replayedAt !== null])).toEqual([
+      [1, 7, true],
+      [2, 8, true],
+      [3, 9, true],
+    ]);
     expect(ob.deadCount()).toBe(0);
     expectIntactChain(ob);
   });
@@ -75,8 +88,17 @@ describe("replayDeadMany", () => {
   test("skips letters replayed before and never replays one twice", () => {
     const ob = queue(4, 2);
     expect(ob.replayDead(1)).toBe(5);
-    expect(ob.replayDeadMany([1, 2])).toEqual({ replayed: [{ seq: 2, namespace: "orders", newSeq: 6 }], skipped: [{ seq: 1, namespace: "orders", replayedAsSeq: 5 }] });
-    expect(ob.replayDeadMany([1, 2])).toEqual({ replayed: [], skipped: [{ seq: 1, namespace: "orders", replayedAsSeq: 5 }, { seq: 2, namespace: "orders", replayedAsSeq: 6 }] });
+    expect(ob.replayDeadMany([1, 2])).toEqual({
+      replayed: [{ seq: 2, namespace: "orders", newSeq: 6 }],
+      skipped: [{ seq: 1, namespace: "orders", replayedAsSeq: 5 }],
+    });
+    expect(ob.replayDeadMany([1, 2])).toEqual({
+      replayed: [],
+      skipped: [
+        { seq: 1, namespace: "orders", replayedAsSeq: 5 },
+        { seq: 2, namespace: "orders", replayedAsSeq: 6 },
+      ],
+    });
     expect(ob.pendingCount()).toBe(4);
   });
 
@@ -84,7 +106,10 @@ describe("replayDeadMany", () => {
     const ob = queue(4, 2);
     const err = errorOf(() => ob.replayDeadMany([1, 2, 3]));
     expect(err).toBeInstanceOf(NotFoundError);
-    expect(err).toMatchObject({ code: "E_NOT_FOUND", message: expect.stringContaining('no dead letter with seq 3 in namespace "orders"') });
+    expect(err).toMatchObject({
+      code: "E_NOT_FOUND",
+      message: expect.stringContaining('no dead letter with seq 3 in namespace "orders"'),
+    });
     expect(ob.pendingCount()).toBe(2);
     expect(ob.deadCount()).toBe(2);
   });
@@ -93,7 +118,9 @@ describe("replayDeadMany", () => {
     const ob = queue(5_000, 5_000);
     const counter = () => highestSeq(ob.path);
     const db = new Database(ob.path);
-    db.run(`CREATE TRIGGER fail_midway BEFORE INSERT ON outbox_queue WHEN new.payload = '[4000]' BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END`);
+    db.run(
+      `CREATE TRIGGER fail_midway BEFORE INSERT ON outbox_queue WHEN new.payload = '[4000]' BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END`,
+    );
     const seqs = ob.listDead().map((d) => d.seq);
     expect(() => ob.replayDeadMany(seqs)).toThrow(StorageError);
     expect(ob.pendingCount()).toBe(0);
@@ -172,7 +199,10 @@ describe("purgeDead", () => {
     const ob = queue(3, 0);
     expect(ob.resequenceAbove(10)).toMatchObject({ oldFirst: 1, oldLast: 3, newFirst: 11 });
     const out = ob.purgeDead({ before: FUTURE() });
-    expect(out.purged.map((p) => [p.seq, p.reason])).toEqual([[1, "resequenced"], [2, "resequenced"]]);
+    expect(out.purged.map((p) => [p.seq, p.reason])).toEqual([
+      [1, "resequenced"],
+      [2, "resequenced"],
+    ]);
     expect(out.kept.map((k) => [k.seq, k.keptBecause])).toEqual([[3, "linked"]]);
     expectIntactChain(ob);
   });
@@ -219,7 +249,9 @@ describe("read-only readers", () => {
     const before = data();
     const plan = planPurge(ob.path, rule);
     expect(data()).toEqual(before);
-    expect(plan.map((p) => [p.namespace, p.purged.map((x) => x.seq), p.kept.map((x) => x.seq)])).toEqual([["orders", [1, 2, 3], [4]]]);
+    expect(plan.map((p) => [p.namespace, p.purged.map((x) => x.seq), p.kept.map((x) => x.seq)])).toEqual([
+      ["orders", [1, 2, 3], [4]],
+    ]);
     const { purged, kept } = ob.purgeDead(rule);
     expect({ namespace: "orders", purged, kept }).toEqual(plan[0]!);
   });
@@ -231,17 +263,34 @@ describe("read-only readers", () => {
     setDead(a.path, [1, 2], "dead_at = ?", daysAgo(3));
     setDead(a.path, [3], "reason = ?", "max_attempts");
     setDead(b.path, [1], "reason = ?", "max_attempts");
-    const seqs = (filter: Parameters<typeof findDeadLetters>[1]) => findDeadLetters(tmp.path, filter).map((d) => `${d.namespace}:${d.seq}`);
+    const seqs = (filter: Parameters<typeof findDeadLetters>[1]) =>
+      findDeadLetters(tmp.path, filter).map((d) => `${d.namespace}:${d.seq}`);
     expect(seqs({})).toEqual(["a:1", "a:2", "a:3", "b:1", "b:2"]);
     expect(seqs({ namespace: "a" })).toEqual(["a:1", "a:2", "a:3"]);
     expect(seqs({ reason: "max_attempts" })).toEqual(["a:3", "b:1"]);
     expect(seqs({ since: new Date(Date.now() - DAY) })).toEqual(["a:3", "b:1", "b:2"]);
     expect(seqs({ replayed: true })).toEqual(["a:1"]);
     expect(seqs({ replayed: false, namespace: "a" })).toEqual(["a:2", "a:3"]);
-    expect(seqs({ namespace: "a", reason: "skipped", since: new Date(Date.now() - 4 * DAY), replayed: false })).toEqual(["a:2"]);
-    expect(findDeadLetters(tmp.path, { namespace: "b", reason: "skipped" })[0]).toMatchObject({ file: b.path, seq: 2, tag: "INSERT INTO b (id) VALUES (?)", payload: "[2]" });
+    expect(seqs({ namespace: "a", reason: "skipped", since: new Date(Date.now() - 4 * DAY), replayed: false })).toEqual(
+      ["a:2"],
+    );
+    expect(findDeadLetters(tmp.path, { namespace: "b", reason: "skipped" })[0]).toMatchObject({
+      file: b.path,
+      seq: 2,
+      tag: "INSERT INTO b (id) VALUES (?)",
+      payload: "[2]",
+    });
     expect(findDeadLetterRefs(tmp.path, { namespace: "a", replayed: true })).toEqual([
-      { file: a.path, namespace: "a", seq: 1, reason: "skipped", deadAt: expect.any(String), replayedAt: expect.any(String), replayedAsSeq: 5, grp: null },
+      {
+        file: a.path,
+        namespace: "a",
+        seq: 1,
+        reason: "skipped",
+        deadAt: expect.any(String),
+        replayedAt: expect.any(String),
+        replayedAsSeq: 5,
+        grp: null,
+      },
     ]);
   });
 

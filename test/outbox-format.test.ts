@@ -31,7 +31,13 @@ test("a format-2 file migrates on open: its sync log becomes one range per confi
   cleanups.push(() => db.close());
   expect(db.query("PRAGMA user_version").get()).toEqual({ user_version: FORMAT_VERSION });
   expect(db.query("SELECT name FROM sqlite_schema WHERE name = 'outbox_sync_log'").all()).toEqual([]);
-  expect(db.query("SELECT first_seq AS first, last_seq AS last, rows, first_at AS at FROM outbox_delivered ORDER BY last_seq").all()).toEqual([
+  expect(
+    db
+      .query(
+        "SELECT first_seq AS first, last_seq AS last, rows, first_at AS at FROM outbox_delivered ORDER BY last_seq",
+      )
+      .all(),
+  ).toEqual([
     { first: 1, last: 20, rows: 20, at: "2026-11-01T10:00:00.000000+00:00" },
     { first: 21, last: 40, rows: 20, at: "2026-11-01T10:00:05.000000+00:00" },
   ]);
@@ -63,11 +69,15 @@ test("a format-2 file drains after its migration: every pending row once, in ord
   remote.run("PRAGMA journal_mode = WAL");
   remote.run("CREATE TABLE orders (pos INTEGER PRIMARY KEY, id INTEGER NOT NULL)");
   cleanups.push(() => remote.close());
-  const config = oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["orders"] } });
+  const config = oneApp(dir.file("outbox"), {
+    r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["orders"] },
+  });
   const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
   cleanups.push(() => svc.stop());
   await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the format-2 file drained");
-  expect(remote.query("SELECT id FROM orders ORDER BY pos").values().flat()).toEqual(Array.from({ length: 10 }, (_, i) => 41 + i));
+  expect(remote.query("SELECT id FROM orders ORDER BY pos").values().flat()).toEqual(
+    Array.from({ length: 10 }, (_, i) => 41 + i),
+  );
   await svc.stop();
   expect(verifyFile(file)).toMatchObject({ ok: true, problems: [] });
 });

@@ -2,7 +2,15 @@ import { Database } from "bun:sqlite";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { findDeadLetters, healthAll, listOutboxFiles, Outbox, scanIntegrity, StorageError, verifyFile } from "../src/index.ts";
+import {
+  findDeadLetters,
+  healthAll,
+  listOutboxFiles,
+  Outbox,
+  scanIntegrity,
+  StorageError,
+  verifyFile,
+} from "../src/index.ts";
 import { pendingCountSql } from "../src/outbox/schema.ts";
 import { readSnapshot } from "../src/outbox/sqlite-open.ts";
 import { hashTree } from "./support/dir-hash.ts";
@@ -19,7 +27,11 @@ afterEach(() => tmp.cleanup());
 
 function seed(): void {
   const orders = new Outbox(tmp.file("orders.db"), "orders");
-  const [a, b] = orders.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+  const [a, b] = orders.enqueueBatch([
+    { tag: "A", payload: "[]" },
+    { tag: "B", payload: "[]" },
+    { tag: "C", payload: "[]" },
+  ]);
   orders.confirm([a!]);
   orders.recordAttempt(b!, new Date("2026-01-01T00:00:00Z"));
   orders.recordFailure(b!, "no such table", "SQLITE_ERROR", new Date("2026-01-01T00:02:00Z"));
@@ -53,7 +65,14 @@ describe("healthAll", () => {
     });
     expect(orders.oldestPendingAgeMs).toBeGreaterThanOrEqual(4_000);
     expect(orders.lastDeliveredAt).toMatch(/\+00:00$/);
-    expect(health[2]).toMatchObject({ depth: 0, headSeq: null, isStuck: false, deadLetterCount: 1, oldestPendingAgeMs: null, capacityPct: 0 });
+    expect(health[2]).toMatchObject({
+      depth: 0,
+      headSeq: null,
+      isStuck: false,
+      deadLetterCount: 1,
+      oldestPendingAgeMs: null,
+      capacityPct: 0,
+    });
     expect(health[0]).toMatchObject({ namespace: "empty", depth: 0, lastDeliveredAt: null });
   });
 
@@ -77,7 +96,8 @@ describe("healthAll", () => {
     const writer = new Outbox(tmp.file("orders.db"), "orders");
     try {
       writer.enqueue("D", "[]");
-      const withoutShm = () => Object.fromEntries(Object.entries(hashTree(tmp.path)).filter(([n]) => !n.endsWith("-shm")));
+      const withoutShm = () =>
+        Object.fromEntries(Object.entries(hashTree(tmp.path)).filter(([n]) => !n.endsWith("-shm")));
       const names = () => Object.keys(hashTree(tmp.path));
       const before = withoutShm();
       const namesBefore = names();
@@ -96,17 +116,25 @@ describe("healthAll", () => {
     // `immutable` must notice and read again, never report a torn state as a broken chain.
     const path = tmp.file("orders.db");
     const ob = new Outbox(path, "orders");
-    for (let i = 0; i < 20; i++) ob.enqueueBatch(Array.from({ length: 500 }, (_, j) => ({ tag: `INSERT ${i}.${j}`, payload: "[]" })));
+    for (let i = 0; i < 20; i++)
+      ob.enqueueBatch(Array.from({ length: 500 }, (_, j) => ({ tag: `INSERT ${i}.${j}`, payload: "[]" })));
     ob.close();
     const stop = tmp.file("stop");
-    const churn = Bun.spawn([process.execPath, join(import.meta.dir, "support", "children", "outbox-churn.ts"), path, "orders", stop], { stdout: "pipe", stderr: "pipe" });
+    const churn = Bun.spawn(
+      [process.execPath, join(import.meta.dir, "support", "children", "outbox-churn.ts"), path, "orders", stop],
+      { stdout: "pipe", stderr: "pipe" },
+    );
     const problems = new Set<string>();
     let reads = 0;
     try {
       // A second of churn by default, two with SQLOUTBOX_SLOW_TESTS=1.
       for (const end = Date.now() + (SLOW ? 2_000 : 1_000); Date.now() < end; reads++) {
         const verified = verifyFile(path);
-        for (const p of [...verified.problems, ...verified.namespaces.flatMap((n) => [...n.problems, ...n.gaps.map((g) => `gap ${g.seq} -> ${g.prevSeq}`)])]) problems.add(p);
+        for (const p of [
+          ...verified.problems,
+          ...verified.namespaces.flatMap((n) => [...n.problems, ...n.gaps.map((g) => `gap ${g.seq} -> ${g.prevSeq}`)]),
+        ])
+          problems.add(p);
         try {
           const depth = healthAll(tmp.path).find((h) => h.namespace === "orders")!.depth;
           if (depth !== 10_000 && depth !== 9_700) problems.add(`health depth ${depth}`); // between confirm and enqueue: 9 700
@@ -139,7 +167,9 @@ describe("healthAll", () => {
         writer.confirm(writer.fetchUnsynced(1_500).map((r) => r.seq));
         writer.close();
       }
-      const rows = db.query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_queue WHERE namespace = 'orders' AND synced = 0").get()!.n;
+      const rows = db
+        .query<{ n: number }, []>("SELECT count(*) AS n FROM outbox_queue WHERE namespace = 'orders' AND synced = 0")
+        .get()!.n;
       seen.push({ counter, rows });
       return { counter, rows };
     });
@@ -175,8 +205,15 @@ describe("healthAll", () => {
   test("a zero-byte file (created, never migrated) reads as an empty outbox for health, is flagged by verify, and stays zero bytes", () => {
     writeFileSync(tmp.file("fresh.db"), "");
     const before = hashTree(tmp.path);
-    expect(healthAll(tmp.path, { maxPending: 10 })).toMatchObject([{ namespace: "fresh", depth: 0, headSeq: null, capacityPct: 0 }]);
-    expect(verifyFile(tmp.file("fresh.db"))).toMatchObject({ file: tmp.file("fresh.db"), namespaces: [], problems: [expect.stringContaining("empty file")], ok: false });
+    expect(healthAll(tmp.path, { maxPending: 10 })).toMatchObject([
+      { namespace: "fresh", depth: 0, headSeq: null, capacityPct: 0 },
+    ]);
+    expect(verifyFile(tmp.file("fresh.db"))).toMatchObject({
+      file: tmp.file("fresh.db"),
+      namespaces: [],
+      problems: [expect.stringContaining("empty file")],
+      ok: false,
+    });
     expect(findDeadLetters(tmp.path)).toEqual([]);
     expect(hashTree(tmp.path)).toEqual(before);
   });
@@ -212,7 +249,11 @@ describe("inspect", () => {
 
   test("verifyFile reports a lost row as a gap and a garbage file as a problem", () => {
     const ob = new Outbox(tmp.file("q.db"), "q");
-    const [, b, c] = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+    const [, b, c] = ob.enqueueBatch([
+      { tag: "A", payload: "[]" },
+      { tag: "B", payload: "[]" },
+      { tag: "C", payload: "[]" },
+    ]);
     ob.close();
     const db = new Database(tmp.file("q.db"));
     db.run("DELETE FROM outbox_queue WHERE seq = ?", [b!]);
@@ -246,8 +287,17 @@ describe("inspect", () => {
     const db = new Database(tmp.file("damaged.db"));
     db.run(`CREATE TABLE outbox_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, namespace TEXT NOT NULL,
       source TEXT NOT NULL DEFAULT '', tag TEXT NOT NULL, payload TEXT NOT NULL, prev_seq INTEGER, synced INTEGER NOT NULL DEFAULT 0)`);
-    const add = db.query("INSERT INTO outbox_queue (seq, created_at, namespace, tag, payload, prev_seq) VALUES (?, 'x', 'q', 'T', '[]', ?)");
-    for (const [seq, prev] of [[1, null], [2, 1], [3, 1], [4, 9], [5, null]] as const) add.run(seq, prev);
+    const add = db.query(
+      "INSERT INTO outbox_queue (seq, created_at, namespace, tag, payload, prev_seq) VALUES (?, 'x', 'q', 'T', '[]', ?)",
+    );
+    for (const [seq, prev] of [
+      [1, null],
+      [2, 1],
+      [3, 1],
+      [4, 9],
+      [5, null],
+    ] as const)
+      add.run(seq, prev);
     db.close();
     const q = verifyFile(tmp.file("damaged.db")).namespaces[0]!;
     expect(q.problems).toEqual([
@@ -277,7 +327,9 @@ describe("inspect", () => {
     db.close();
     result = verifyFile(tmp.file("ref.db"));
     expect(result.ok).toBe(false);
-    expect(result.namespaces.find((n) => n.namespace === "payments")!.problems).toContain("pending count (by counter) says 7 but 2 row(s) are pending");
+    expect(result.namespaces.find((n) => n.namespace === "payments")!.problems).toContain(
+      "pending count (by counter) says 7 but 2 row(s) are pending",
+    );
   });
 
   test("findDeadLetters returns dead letters of every file", () => {

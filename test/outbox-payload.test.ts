@@ -7,11 +7,28 @@ import { makeTempDir } from "./support/tmp.ts";
 describe("encodeArgs / decodeArgs", () => {
   test("round-trips every value bun:sqlite binds, losslessly", () => {
     const args = [
-      "text", "", "quote \" and \\ and \n", "emoji 🎉 and a pair \ud83d\ude00",
-      0, 1, -1, 0.1, 1e-300, 4503599627370495.5, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, Number.MIN_VALUE,
-      2n ** 53n + 1n, -(2n ** 63n), 2n ** 63n - 1n,
-      true, false, null,
-      new Uint8Array([]), new Uint8Array([0, 1, 2, 254, 255]), Buffer.from("blob"),
+      "text",
+      "",
+      'quote " and \\ and \n',
+      "emoji 🎉 and a pair \ud83d\ude00",
+      0,
+      1,
+      -1,
+      0.1,
+      1e-300,
+      4503599627370495.5,
+      Number.MAX_SAFE_INTEGER,
+      -Number.MAX_SAFE_INTEGER,
+      Number.MIN_VALUE,
+      2n ** 53n + 1n,
+      -(2n ** 63n),
+      2n ** 63n - 1n,
+      true,
+      false,
+      null,
+      new Uint8Array([]),
+      new Uint8Array([0, 1, 2, 254, 255]),
+      Buffer.from("blob"),
     ];
     const decoded = decodeArgs(encodeArgs(args));
     expect(decoded).toHaveLength(args.length);
@@ -52,7 +69,9 @@ describe("encodeArgs / decodeArgs", () => {
     const err = errorOf(() => encodeArgs(["ok", value]));
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err).toMatchObject({ details: { index: 1 } });
-    expect(err.message).toBe(`argument 1 is a string with a lone UTF-16 surrogate at index ${at}, which cannot be stored as UTF-8 losslessly`);
+    expect(err.message).toBe(
+      `argument 1 is a string with a lone UTF-16 surrogate at index ${at}, which cannot be stored as UTF-8 losslessly`,
+    );
   });
 
   test("decodes a lone surrogate an earlier version stored (JSON escapes it), rather than dropping the row", () => {
@@ -65,9 +84,18 @@ describe("encodeArgs / decodeArgs", () => {
 
   test("decodes Python-style JSON, with integers beyond 2^53 as bigint", () => {
     expect(decodeArgs('[1, "a", 2.5, true, null, 12345678901234567890, -9007199254740993]')).toEqual([
-      1, "a", 2.5, true, null, 12345678901234567890n, -9007199254740993n,
+      1,
+      "a",
+      2.5,
+      true,
+      null,
+      12345678901234567890n,
+      -9007199254740993n,
     ]);
-    expect(decodeArgs('[ "digits 12345678901234567890 in text" , 1e20 ]')).toEqual(["digits 12345678901234567890 in text", 1e20]);
+    expect(decodeArgs('[ "digits 12345678901234567890 in text" , 1e20 ]')).toEqual([
+      "digits 12345678901234567890 in text",
+      1e20,
+    ]);
   });
 
   test("round-trips values through a real SQLite bind and read", () => {
@@ -77,7 +105,13 @@ describe("encodeArgs / decodeArgs", () => {
       db.run("CREATE TABLE t (a, b, c, d, e)");
       const args = decodeArgs(encodeArgs(["x", 2n ** 62n, 0.5, new Uint8Array([9, 8]), null]));
       db.query("INSERT INTO t VALUES (?, ?, ?, ?, ?)").run(...(args as never[]));
-      expect(db.query("SELECT * FROM t").get()).toEqual({ a: "x", b: 2n ** 62n, c: 0.5, d: new Uint8Array([9, 8]), e: null });
+      expect(db.query("SELECT * FROM t").get()).toEqual({
+        a: "x",
+        b: 2n ** 62n,
+        c: 0.5,
+        d: new Uint8Array([9, 8]),
+        e: null,
+      });
       db.close();
     } finally {
       tmp.cleanup();
@@ -100,7 +134,10 @@ describe("encodeArgs / decodeArgs", () => {
   ])("rejects %s naming the argument index, namespace and file", (_name, value) => {
     const err = errorOf(() => encodeArgs(["ok", value], { namespace: "orders", file: "/data/orders.db" }));
     expect(err).toBeInstanceOf(InvalidArgumentError);
-    expect(err).toMatchObject({ code: "E_INVALID_ARG", details: { index: 1, namespace: "orders", file: "/data/orders.db" } });
+    expect(err).toMatchObject({
+      code: "E_INVALID_ARG",
+      details: { index: 1, namespace: "orders", file: "/data/orders.db" },
+    });
     expect(err.message).toContain("argument 1");
     expect(err.message).toContain('namespace "orders"');
     expect(err.message).toContain("/data/orders.db");

@@ -1,7 +1,15 @@
 import { Database } from "bun:sqlite";
 import { rmSync } from "node:fs";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { InvalidArgumentError, NotFoundError, Outbox, OutboxClosedError, QueueFullError, StorageError, verifyFile } from "../src/index.ts";
+import {
+  InvalidArgumentError,
+  NotFoundError,
+  Outbox,
+  OutboxClosedError,
+  QueueFullError,
+  StorageError,
+  verifyFile,
+} from "../src/index.ts";
 import { NEW_FILE_PAGE_SIZE, openWritable } from "../src/outbox/sqlite-open.ts";
 import { isoTimestamp, parseTimestamp } from "../src/outbox/timestamp.ts";
 import { errorOf } from "./support/errors.ts";
@@ -36,8 +44,18 @@ describe("enqueue", () => {
     const a = ob.enqueue("INSERT 1", "[1]", "src");
     const b = ob.enqueue("INSERT 2", "[2]");
     const rows = ob.fetchUnsynced(10);
-    expect(rows.map((r) => [r.seq, r.prevSeq])).toEqual([[a, null], [b, a]]);
-    expect(rows[0]).toMatchObject({ namespace: "orders", source: "src", tag: "INSERT 1", payload: "[1]", attempts: 0, lastError: null });
+    expect(rows.map((r) => [r.seq, r.prevSeq])).toEqual([
+      [a, null],
+      [b, a],
+    ]);
+    expect(rows[0]).toMatchObject({
+      namespace: "orders",
+      source: "src",
+      tag: "INSERT 1",
+      payload: "[1]",
+      attempts: 0,
+      lastError: null,
+    });
     expect(rows[0]!.createdAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00$/);
   });
 
@@ -92,7 +110,11 @@ describe("enqueueBatch", () => {
   test("links item 0 to the tail and item i to item i-1's actual seq", () => {
     const ob = outbox();
     const first = ob.enqueue("A", "[]");
-    const seqs = ob.enqueueBatch([{ tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }, { tag: "D", payload: "[]" }]);
+    const seqs = ob.enqueueBatch([
+      { tag: "B", payload: "[]" },
+      { tag: "C", payload: "[]" },
+      { tag: "D", payload: "[]" },
+    ]);
     const rows = ob.fetchUnsynced(10);
     expect(rows.map((r) => r.prevSeq)).toEqual([null, first, seqs[0]!, seqs[1]!]);
     expectIntactChain(ob);
@@ -103,7 +125,10 @@ describe("enqueueBatch", () => {
     ob.enqueue("A", "[]");
     ob.enqueue("B", "[]");
     ob.seedSequence(1000);
-    const seqs = ob.enqueueBatch([{ tag: "C", payload: "[]" }, { tag: "D", payload: "[]" }]);
+    const seqs = ob.enqueueBatch([
+      { tag: "C", payload: "[]" },
+      { tag: "D", payload: "[]" },
+    ]);
     expect(seqs).toEqual([1001, 1002]);
     expectIntactChain(ob);
   });
@@ -115,8 +140,14 @@ describe("enqueueBatch", () => {
       a.enqueue(`a${i}`, "[]");
       b.enqueue(`b${i}`, "[]");
     }
-    a.enqueueBatch([{ tag: "a3", payload: "[]" }, { tag: "a4", payload: "[]" }]);
-    b.enqueueBatch([{ tag: "b3", payload: "[]" }, { tag: "b4", payload: "[]" }]);
+    a.enqueueBatch([
+      { tag: "a3", payload: "[]" },
+      { tag: "a4", payload: "[]" },
+    ]);
+    b.enqueueBatch([
+      { tag: "b3", payload: "[]" },
+      { tag: "b4", payload: "[]" },
+    ]);
     expectIntactChain(a);
     expectIntactChain(b);
     expect(a.fetchUnsynced(10).map((r) => r.tag)).toEqual(["a0", "a1", "a2", "a3", "a4"]);
@@ -126,14 +157,22 @@ describe("enqueueBatch", () => {
     const ob = outbox();
     const seqs = ob.enqueueBatch(Array.from({ length: 5 }, (_, i) => ({ tag: `t${i}`, payload: "[]" })));
     ob.confirm(seqs.slice(0, 2));
-    ob.enqueueBatch([{ tag: "x", payload: "[]" }, { tag: "y", payload: "[]" }]);
+    ob.enqueueBatch([
+      { tag: "x", payload: "[]" },
+      { tag: "y", payload: "[]" },
+    ]);
     expectIntactChain(ob);
     expect(ob.head()!.prevSeq).toBe(seqs[1]!);
   });
 
   test("writes nothing when any item is invalid", () => {
     const ob = outbox();
-    expect(() => ob.enqueueBatch([{ tag: "ok", payload: "[]" }, { tag: "", payload: "[]" }])).toThrow(InvalidArgumentError);
+    expect(() =>
+      ob.enqueueBatch([
+        { tag: "ok", payload: "[]" },
+        { tag: "", payload: "[]" },
+      ]),
+    ).toThrow(InvalidArgumentError);
     expect(ob.pendingCount()).toBe(0);
   });
 });
@@ -141,10 +180,15 @@ describe("enqueueBatch", () => {
 describe("confirm, pending count and sequence", () => {
   test("confirm logs rows in the delivered log and deletes them together", () => {
     const ob = outbox();
-    const seqs = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    const seqs = ob.enqueueBatch([
+      { tag: "A", payload: "[]" },
+      { tag: "B", payload: "[]" },
+    ]);
     ob.confirm([seqs[0]!]);
     const db = new Database(ob.path, { readonly: true });
-    expect(db.query("SELECT first_seq AS first, last_seq AS last, rows, namespace FROM outbox_delivered").all()).toEqual([{ first: seqs[0], last: seqs[0], rows: 1, namespace: "orders" }]);
+    expect(
+      db.query("SELECT first_seq AS first, last_seq AS last, rows, namespace FROM outbox_delivered").all(),
+    ).toEqual([{ first: seqs[0], last: seqs[0], rows: 1, namespace: "orders" }]);
     expect(db.query("SELECT seq FROM outbox_queue").all()).toEqual([{ seq: seqs[1] }]);
     db.close();
     expect(ob.pendingCount()).toBe(1);
@@ -156,11 +200,15 @@ describe("confirm, pending count and sequence", () => {
     expect(ob.confirmThrough(seqs[2]!)).toBe(3);
     expect(ob.confirmThrough(seqs[5]!)).toBe(3); // continues the chain: the same range, extended
     const db = new Database(ob.path);
-    const ranges = () => db.query("SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered ORDER BY last_seq").all();
+    const ranges = () =>
+      db.query("SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered ORDER BY last_seq").all();
     expect(ranges()).toEqual([{ first: seqs[0], last: seqs[5], rows: 6 }]);
     db.run("UPDATE outbox_delivered SET first_at = '2020-01-01T00:00:00.000000+00:00'"); // the range is old: the next slice starts its own
     expect(ob.confirmThrough(seqs[8]!)).toBe(3);
-    expect(ranges()).toEqual([{ first: seqs[0], last: seqs[5], rows: 6 }, { first: seqs[6], last: seqs[8], rows: 3 }]);
+    expect(ranges()).toEqual([
+      { first: seqs[0], last: seqs[5], rows: 6 },
+      { first: seqs[6], last: seqs[8], rows: 3 },
+    ]);
     db.close();
     expect(ob.enqueue("next", "[]")).toBe(seqs[8]! + 1);
     expect(verifyFile(ob.path).ok).toBe(true);
@@ -184,7 +232,11 @@ describe("confirm, pending count and sequence", () => {
       const ddl = db.query<{ sql: string }, []>("SELECT sql FROM sqlite_schema WHERE name = 'outbox_queue'").get()!.sql;
       expect(ddl).not.toContain("AUTOINCREMENT");
       expect(ddl).not.toContain("UNIQUE");
-      const indexes = db.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'outbox_queue' ORDER BY name").all();
+      const indexes = db
+        .query<{ name: string }, []>(
+          "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'outbox_queue' ORDER BY name",
+        )
+        .all();
       expect(indexes).toEqual([{ name: "idx_outbox_worker" }]);
       const triggers = db.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'trigger'").all();
       expect(triggers).toEqual([{ name: "outbox_foreign_insert" }]);
@@ -206,7 +258,12 @@ describe("confirm, pending count and sequence", () => {
     expect(c).toBe(b + 1);
     ob.confirm([c]);
     ob.seedSequence(100);
-    expect(ob.enqueueBatch([{ tag: "D", payload: "[]" }, { tag: "E", payload: "[]" }])).toEqual([101, 102]);
+    expect(
+      ob.enqueueBatch([
+        { tag: "D", payload: "[]" },
+        { tag: "E", payload: "[]" },
+      ]),
+    ).toEqual([101, 102]);
     expect(ob.pendingCount()).toBe(2);
     expectIntactChain(ob);
   });
@@ -224,7 +281,10 @@ describe("confirm, pending count and sequence", () => {
     const other = outbox("q.db", "other"); // a second namespace in the same file stays where it is
     const done = ob.enqueue("DONE", "[0]");
     ob.confirm([done]);
-    const old = ob.enqueueBatch(Array.from({ length: 5 }, (_, i) => ({ tag: `T${i}`, payload: `[${i}]` })), "app");
+    const old = ob.enqueueBatch(
+      Array.from({ length: 5 }, (_, i) => ({ tag: `T${i}`, payload: `[${i}]` })),
+      "app",
+    );
     const otherSeq = other.enqueue("O", "[]");
     ob.recordAttempt(old[0]!);
     ob.recordFailure(old[0]!, "boom", "E1", new Date(Date.UTC(2030, 0, 1)));
@@ -239,7 +299,9 @@ describe("confirm, pending count and sequence", () => {
     expectIntactChain(ob);
     expect(ob.pendingCount()).toBe(5);
     expect(ob.deadCount()).toBe(0);
-    expect(ob.listDead().map((d) => [d.seq, d.reason, d.replayedAsSeq, d.tag])).toEqual(old.map((s, i) => [s, "resequenced", 51 + i, `T${i}`]));
+    expect(ob.listDead().map((d) => [d.seq, d.reason, d.replayedAsSeq, d.tag])).toEqual(
+      old.map((s, i) => [s, "resequenced", 51 + i, `T${i}`]),
+    );
     expect(ob.listDead()[0]!.replayedAt).not.toBeNull();
     expect(other.fetchUnsynced(10).map((r) => r.seq)).toEqual([otherSeq]);
     expect(ob.enqueue("NEXT", "[]")).toBe(56);
@@ -249,7 +311,10 @@ describe("confirm, pending count and sequence", () => {
 
   test("hasHistory is false for a fresh queue and true once a row was delivered or dead-lettered, or the head links back", () => {
     const fresh = outbox("a.db");
-    fresh.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    fresh.enqueueBatch([
+      { tag: "A", payload: "[]" },
+      { tag: "B", payload: "[]" },
+    ]);
     expect(fresh.hasHistory()).toBe(false);
     fresh.confirm([fresh.head()!.seq]);
     expect(fresh.hasHistory()).toBe(true);
@@ -258,7 +323,10 @@ describe("confirm, pending count and sequence", () => {
     dead.skipHead(dead.head()!.seq);
     expect(dead.hasHistory()).toBe(true);
     const pruned = outbox("c.db");
-    const [first] = pruned.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    const [first] = pruned.enqueueBatch([
+      { tag: "A", payload: "[]" },
+      { tag: "B", payload: "[]" },
+    ]);
     pruned.confirm([first!]);
     const db = new Database(pruned.path);
     db.run("DELETE FROM outbox_delivered");
@@ -270,7 +338,10 @@ describe("confirm, pending count and sequence", () => {
     const ob = outbox();
     expect(ob.resequenceAbove(10)).toBeNull();
     ob.seedSequence(10);
-    const seqs = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    const seqs = ob.enqueueBatch([
+      { tag: "A", payload: "[]" },
+      { tag: "B", payload: "[]" },
+    ]);
     expect(ob.resequenceAbove(10)).toBeNull();
     expect(ob.fetchUnsynced(10).map((r) => r.seq)).toEqual(seqs);
     expect(ob.listDead()).toEqual([]);
@@ -295,7 +366,13 @@ describe("backpressure", () => {
   test("a batch that would cross maxPending is refused whole", () => {
     const ob = outbox("q.db", "orders", { maxPending: 3 });
     ob.enqueue("A", "[]");
-    expect(() => ob.enqueueBatch([{ tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }, { tag: "D", payload: "[]" }])).toThrow(QueueFullError);
+    expect(() =>
+      ob.enqueueBatch([
+        { tag: "B", payload: "[]" },
+        { tag: "C", payload: "[]" },
+        { tag: "D", payload: "[]" },
+      ]),
+    ).toThrow(QueueFullError);
     expect(ob.pendingCount()).toBe(1);
   });
 });
@@ -315,7 +392,12 @@ describe("pruneSyncLog", () => {
     const ob = outbox();
     const seqs = Array.from({ length: 5 }, (_, i) => ob.enqueue(`t${i}`, "[]"));
     // Mixed formats: ours, SQLite's datetime(), and a +00:00 microsecond one from the reference.
-    confirmApart(ob, seqs.slice(0, 4), ["2020-01-01T00:00:00.000000+00:00", "2020-01-02 00:00:00", "2020-01-03T00:00:00.123456+00:00", "2020-01-04T00:00:00.000000+00:00"]);
+    confirmApart(ob, seqs.slice(0, 4), [
+      "2020-01-01T00:00:00.000000+00:00",
+      "2020-01-02 00:00:00",
+      "2020-01-03T00:00:00.123456+00:00",
+      "2020-01-04T00:00:00.000000+00:00",
+    ]);
     expect(ob.pruneSyncLog(30, new Date("2026-01-01T00:00:00Z"))).toBe(3); // the newest (seq 4, the head's bridge) stays
     expect(ob.verifyChain(ob.fetchUnsynced(10))).toEqual({ ok: true, gaps: [] });
     expect(verifyFile(ob.path).ok).toBe(true);
@@ -354,7 +436,10 @@ describe("pruneSyncLog", () => {
     db.transaction(() => {
       for (const seq of seqs.slice(0, -1)) {
         db.run("DELETE FROM outbox_queue WHERE seq = ?", [seq]);
-        db.run("INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at) VALUES (?1, 'orders', ?1, 1, NULL, '2020-01-01T00:00:00Z', '2020-01-01T00:00:00Z')", [seq]);
+        db.run(
+          "INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at) VALUES (?1, 'orders', ?1, 1, NULL, '2020-01-01T00:00:00Z', '2020-01-01T00:00:00Z')",
+          [seq],
+        );
       }
       db.run("UPDATE outbox_queue SET ord = 1");
     })();
@@ -367,7 +452,11 @@ describe("pruneSyncLog", () => {
 describe("verifyChain", () => {
   test("reports a row whose predecessor exists nowhere", () => {
     const ob = outbox();
-    const seqs = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+    const seqs = ob.enqueueBatch([
+      { tag: "A", payload: "[]" },
+      { tag: "B", payload: "[]" },
+      { tag: "C", payload: "[]" },
+    ]);
     const db = new Database(ob.path);
     db.run("DELETE FROM outbox_queue WHERE seq = ?", [seqs[1]!]); // lost without a sync-log entry
     db.close();
@@ -397,7 +486,11 @@ describe("delivery bookkeeping and dead letters", () => {
 
   test("the sent mark records the highest seq ever sent and never goes down: not by a refund, a failure or a dead letter", () => {
     const ob = outbox();
-    const [a, b, c] = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }, { tag: "C", payload: "[]" }]);
+    const [a, b, c] = ob.enqueueBatch([
+      { tag: "A", payload: "[]" },
+      { tag: "B", payload: "[]" },
+      { tag: "C", payload: "[]" },
+    ]);
     expect(ob.sentMark()).toBe(0);
     ob.recordAttempt(a!, new Date(), c!);
     ob.refundAttempt(a!); // an outage: the outcome is still unknown, the mark stays
@@ -420,14 +513,26 @@ describe("delivery bookkeeping and dead letters", () => {
     ob.recordFailure(a!, "boom", "E1", new Date());
     ob.deadLetter(a!, "max_attempts");
     expect(ob.head()!.seq).toBe(b!);
-    expect(ob.getDead(a!)).toMatchObject({ seq: a, tag: "A", payload: "[1]", attempts: 1, error: "boom", errorClass: "E1", reason: "max_attempts", replayedAt: null });
+    expect(ob.getDead(a!)).toMatchObject({
+      seq: a,
+      tag: "A",
+      payload: "[1]",
+      attempts: 1,
+      error: "boom",
+      errorClass: "E1",
+      reason: "max_attempts",
+      replayedAt: null,
+    });
     expect(ob.deadCount()).toBe(1);
     expect(ob.verifyChain(ob.fetchUnsynced(10)).ok).toBe(true);
   });
 
   test("deadLetter refuses a row that is not the head, and a seq that does not exist", () => {
     const ob = outbox();
-    const [, b] = ob.enqueueBatch([{ tag: "A", payload: "[]" }, { tag: "B", payload: "[]" }]);
+    const [, b] = ob.enqueueBatch([
+      { tag: "A", payload: "[]" },
+      { tag: "B", payload: "[]" },
+    ]);
     expect(() => ob.deadLetter(b!, "skipped")).toThrow(InvalidArgumentError);
     expect(() => ob.skipHead(12345)).toThrow(NotFoundError);
     expect(ob.pendingCount()).toBe(2);
@@ -472,7 +577,9 @@ describe("lifecycle and durability", () => {
     expect(second.pendingCount()).toBe(1);
     const db = new Database(second.path, { readonly: true });
     expect(db.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
-    expect(db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_prev', 'idx_outbox_prev_unique')").all()).toEqual([]);
+    expect(
+      db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_prev', 'idx_outbox_prev_unique')").all(),
+    ).toEqual([]);
     db.close();
   });
 
@@ -485,7 +592,10 @@ describe("lifecycle and durability", () => {
     buildReferenceFile(tmp.file("old4k.db"));
     const existing = outbox("old4k.db", "orders");
     existing.enqueue("B", "[]");
-    for (const [ob, size] of [[fresh, NEW_FILE_PAGE_SIZE], [existing, 4096]] as const) {
+    for (const [ob, size] of [
+      [fresh, NEW_FILE_PAGE_SIZE],
+      [existing, 4096],
+    ] as const) {
       const db = new Database(ob.path, { readonly: true });
       expect(db.query("PRAGMA page_size").get()).toEqual({ page_size: size });
       db.close();
@@ -495,7 +605,10 @@ describe("lifecycle and durability", () => {
   });
 
   test("durability selects synchronous NORMAL (default) or FULL, always in WAL mode", () => {
-    for (const [durability, level] of [["normal", 1], ["full", 2]] as const) {
+    for (const [durability, level] of [
+      ["normal", 1],
+      ["full", 2],
+    ] as const) {
       const db = openWritable(tmp.file(`${durability}.db`), { durability, busyTimeoutMs: 1000 });
       expect(db.query("PRAGMA synchronous").get()).toEqual({ synchronous: level });
       expect(db.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
@@ -520,8 +633,14 @@ describe("lifecycle and durability", () => {
   test("a push, a batch and a drain's write wait out another process holding the write lock, then succeed", async () => {
     const ob = outbox("q.db", "orders", { busyTimeoutMs: 10_000 });
     ob.enqueue("A", "[]");
-    for (const write of [() => ob.enqueue("B", "[]"), () => ob.enqueueBatch([{ tag: "C", payload: "[]" }]), () => ob.recordAttempt(ob.head()!.seq)]) {
-      const holder = Bun.spawn(["bun", `${import.meta.dir}/support/children/write-lock-holder.ts`, ob.path, "150"], { stdout: "pipe" });
+    for (const write of [
+      () => ob.enqueue("B", "[]"),
+      () => ob.enqueueBatch([{ tag: "C", payload: "[]" }]),
+      () => ob.recordAttempt(ob.head()!.seq),
+    ]) {
+      const holder = Bun.spawn(["bun", `${import.meta.dir}/support/children/write-lock-holder.ts`, ob.path, "150"], {
+        stdout: "pipe",
+      });
       await holder.stdout.getReader().read(); // "locked"
       write(); // SQLite's own busy handler is off on our connections: without our waits this throws SQLITE_BUSY at once
       expect(await holder.exited).toBe(0);

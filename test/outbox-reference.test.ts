@@ -28,7 +28,12 @@ test("a reference file verifies read-only, reporting only its leftover synced=1 
   expect(orders.rows).toBe(2);
   expect(orders.problems).toHaveLength(1);
   expect(orders.problems[0]).toContain("synced=1");
-  expect(result.namespaces.find((n) => n.namespace === "payments")).toEqual({ namespace: "payments", rows: 2, gaps: [], problems: [] });
+  expect(result.namespaces.find((n) => n.namespace === "payments")).toEqual({
+    namespace: "payments",
+    rows: 2,
+    gaps: [],
+    problems: [],
+  });
 });
 
 test("a reference file reports health read-only, without our migrations", () => {
@@ -60,7 +65,10 @@ test("a reference file opens for writing: leftovers are finished, rows fetch and
     expect(payments.fetchUnsynced(10).map((r) => decodeArgs(r.payload))).toEqual([[6], [9.99, 6]]);
     expect([orders.pendingCount(), payments.pendingCount()]).toEqual([2, 2]);
 
-    const next = orders.enqueueBatch([{ tag: "X", payload: "[]" }, { tag: "Y", payload: "[]" }]);
+    const next = orders.enqueueBatch([
+      { tag: "X", payload: "[]" },
+      { tag: "Y", payload: "[]" },
+    ]);
     expect(next).toEqual([8, 9]);
     expect(orders.fetchUnsynced(10).map((r) => r.prevSeq)).toEqual([3, 4, 5, 8]);
     const result = verifyFile(file);
@@ -68,8 +76,16 @@ test("a reference file opens for writing: leftovers are finished, rows fetch and
 
     const db = new Database(file, { readonly: true });
     // The reference's redundant indexes are tolerated, not removed.
-    expect(db.query("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('idx_outbox_prev', 'idx_outbox_prev_unique')").get()).toEqual({ n: 2 });
-    expect(db.query("SELECT seq FROM outbox_sync_log ORDER BY seq").all()).toEqual([{ seq: 1 }, { seq: 2 }, { seq: 3 }]);
+    expect(
+      db
+        .query("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('idx_outbox_prev', 'idx_outbox_prev_unique')")
+        .get(),
+    ).toEqual({ n: 2 });
+    expect(db.query("SELECT seq FROM outbox_sync_log ORDER BY seq").all()).toEqual([
+      { seq: 1 },
+      { seq: 2 },
+      { seq: 3 },
+    ]);
     db.close();
   } finally {
     orders.close();
@@ -83,7 +99,9 @@ test("the pending counter stays exact when the reference writes a migrated file"
   const a = referenceEnqueue(db, "orders", "INSERT A", "[1]");
   referenceEnqueue(db, "refunds", "INSERT R", "[2]");
   db.run("UPDATE outbox_queue SET synced = 1 WHERE seq IN (4, 5)"); // reference mark_synced
-  db.run("INSERT INTO outbox_sync_log SELECT seq, namespace, '2025-06-02T00:00:00.000000+00:00' FROM outbox_queue WHERE seq IN (4, 5)");
+  db.run(
+    "INSERT INTO outbox_sync_log SELECT seq, namespace, '2025-06-02T00:00:00.000000+00:00' FROM outbox_queue WHERE seq IN (4, 5)",
+  );
   db.run("DELETE FROM outbox_queue WHERE seq IN (4, 5)"); // reference delete_synced
   db.close();
   const orders = new Outbox(file, "orders");
@@ -112,7 +130,10 @@ test("migrating a reference file while the reference keeps writing it leaves exa
     }
   };
   const before = queueRows();
-  const writer = Bun.spawn([process.execPath, join(import.meta.dir, "support", "children", "reference-writer.ts"), file, stop], { stdout: "pipe", stderr: "pipe" });
+  const writer = Bun.spawn(
+    [process.execPath, join(import.meta.dir, "support", "children", "reference-writer.ts"), file, stop],
+    { stdout: "pipe", stderr: "pipe" },
+  );
   try {
     await waitFor(() => queueRows() > before, "the reference to write"); // migrate while it writes
     const orders = new Outbox(file, "orders"); // migrates under the write lock, between the reference's commits
@@ -126,10 +147,14 @@ test("migrating a reference file while the reference keeps writing it leaves exa
     expect(await new Response(writer.stderr).text()).toBe("");
     expect(JSON.parse(await new Response(writer.stdout).text()).written).toBeGreaterThan(0);
     const db = new Database(file, { readonly: true });
-    const count = (ns: string) => db.query<{ n: number }, [string]>("SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND synced = 0").get(ns)!.n;
+    const count = (ns: string) =>
+      db
+        .query<{ n: number }, [string]>("SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND synced = 0")
+        .get(ns)!.n;
     expect([orders.pendingCount(), payments.pendingCount()]).toEqual([count("orders"), count("payments")]);
     db.close();
-    for (const ob of [orders, payments]) expect(ob.verifyChain(ob.fetchUnsynced(1_000_000))).toEqual({ ok: true, gaps: [] });
+    for (const ob of [orders, payments])
+      expect(ob.verifyChain(ob.fetchUnsynced(1_000_000))).toEqual({ ok: true, gaps: [] });
     orders.close();
     payments.close();
     expect(verifyFile(file)).toMatchObject({ ok: true, problems: [] });
@@ -144,17 +169,34 @@ test("files we write keep the reference's queue columns and worker index so its 
   ob.enqueue("INSERT INTO t (a) VALUES (?)", "[1]");
   ob.close();
   const db = new Database(tmp.file("ours.db"), { readonly: true });
-  const cols = db.query<{ name: string }, []>("SELECT name FROM pragma_table_info('outbox_queue')").all().map((c) => c.name);
-  expect(cols.slice(0, 8)).toEqual(["seq", "created_at", "namespace", "source", "tag", "payload", "prev_seq", "synced"]);
+  const cols = db
+    .query<{ name: string }, []>("SELECT name FROM pragma_table_info('outbox_queue')")
+    .all()
+    .map((c) => c.name);
+  expect(cols.slice(0, 8)).toEqual([
+    "seq",
+    "created_at",
+    "namespace",
+    "source",
+    "tag",
+    "payload",
+    "prev_seq",
+    "synced",
+  ]);
   // Delivered rows are logged as ranges (format 3): the reference's per-row sync log is only in its own files.
-  expect(db.query("SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_worker', 'idx_sync_log', 'outbox_delivered') ORDER BY name").all()).toEqual([
-    { name: "idx_outbox_worker" },
-    { name: "outbox_delivered" },
-  ]);
+  expect(
+    db
+      .query(
+        "SELECT name FROM sqlite_schema WHERE name IN ('idx_outbox_worker', 'idx_sync_log', 'outbox_delivered') ORDER BY name",
+      )
+      .all(),
+  ).toEqual([{ name: "idx_outbox_worker" }, { name: "outbox_delivered" }]);
   // The reference reads pending rows with exactly this query.
-  expect(db.query("SELECT seq, tag, payload, prev_seq FROM outbox_queue WHERE namespace = 't' AND synced = 0 ORDER BY seq").all()).toEqual([
-    { seq: 1, tag: "INSERT INTO t (a) VALUES (?)", payload: "[1]", prev_seq: null },
-  ]);
+  expect(
+    db
+      .query("SELECT seq, tag, payload, prev_seq FROM outbox_queue WHERE namespace = 't' AND synced = 0 ORDER BY seq")
+      .all(),
+  ).toEqual([{ seq: 1, tag: "INSERT INTO t (a) VALUES (?)", payload: "[1]", prev_seq: null }]);
   db.close();
 });
 

@@ -14,8 +14,23 @@ import { makeTempDir, type TempDir } from "./support/tmp.ts";
 // before, so a drained-empty queue never reuses one.
 
 const NAMESPACES = ["a", "b"] as const;
-const OPS = ["enqueue", "enqueue", "enqueue", "batch", "confirm", "deadLetter", "skip", "replay", "prune", "seed",
-  "reopen", "referenceConfirm", "referenceEnqueue", "resequence", "failure"] as const;
+const OPS = [
+  "enqueue",
+  "enqueue",
+  "enqueue",
+  "batch",
+  "confirm",
+  "deadLetter",
+  "skip",
+  "replay",
+  "prune",
+  "seed",
+  "reopen",
+  "referenceConfirm",
+  "referenceEnqueue",
+  "resequence",
+  "failure",
+] as const;
 
 let tmp: TempDir;
 let outboxes: Record<string, Outbox>;
@@ -46,7 +61,11 @@ function referenceConfirm(path: string, namespace: string, seqs: number[], crash
     if (crash) return;
     db.transaction(() => {
       for (const seq of seqs) {
-        db.run("INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) VALUES (?, ?, ?)", [seq, namespace, new Date().toISOString()]);
+        db.run("INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) VALUES (?, ?, ?)", [
+          seq,
+          namespace,
+          new Date().toISOString(),
+        ]);
         db.run("DELETE FROM outbox_queue WHERE seq = ?", [seq]);
       }
     })();
@@ -65,8 +84,11 @@ test.each(Array.from({ length: SEEDS }, (_, i) => i + 1))(
     const pick = <T>(items: readonly T[]): T => items[Math.floor(rnd() * items.length)]!;
     const path = tmp.file("shared.db");
     if (seed % 2 === 1) buildReferenceFile(path);
-    const pendingSeqs = () => new Set(NAMESPACES.flatMap((ns) => outboxes[ns]!.fetchUnsynced(1_000_000).map((r) => r.seq)));
-    outboxes = Object.fromEntries(NAMESPACES.map((ns) => [ns, new Outbox(path, ns, rnd() < 0.5 ? {} : { maxPending: 1_000 })]));
+    const pendingSeqs = () =>
+      new Set(NAMESPACES.flatMap((ns) => outboxes[ns]!.fetchUnsynced(1_000_000).map((r) => r.seq)));
+    outboxes = Object.fromEntries(
+      NAMESPACES.map((ns) => [ns, new Outbox(path, ns, rnd() < 0.5 ? {} : { maxPending: 1_000 })]),
+    );
     const history: string[] = [];
     for (let step = 0; step < 250; step++) {
       const ns = pick(NAMESPACES);
@@ -81,7 +103,9 @@ test.each(Array.from({ length: SEEDS }, (_, i) => i + 1))(
           ob.enqueue(`T${step}`, "[]");
           break;
         case "batch":
-          ob.enqueueBatch(Array.from({ length: 1 + Math.floor(rnd() * 4) }, (_, i) => ({ tag: `B${step}.${i}`, payload: "[]" })));
+          ob.enqueueBatch(
+            Array.from({ length: 1 + Math.floor(rnd() * 4) }, (_, i) => ({ tag: `B${step}.${i}`, payload: "[]" })),
+          );
           break;
         case "confirm":
           ob.confirm(ob.fetchUnsynced(Math.floor(rnd() * 4)).map((r) => r.seq));
@@ -133,7 +157,10 @@ test.each(Array.from({ length: SEEDS }, (_, i) => i + 1))(
           break;
       }
       for (const seq of pendingSeqs()) {
-        if (!before.has(seq) && seq <= highest) throw new Error(`new row ${seq} reuses a seq at or below ${highest}\nafter:\n${history.slice(-10).join("\n")}`);
+        if (!before.has(seq) && seq <= highest)
+          throw new Error(
+            `new row ${seq} reuses a seq at or below ${highest}\nafter:\n${history.slice(-10).join("\n")}`,
+          );
       }
       const verified = verifyFile(path);
       const problems = [
@@ -147,7 +174,8 @@ test.each(Array.from({ length: SEEDS }, (_, i) => i + 1))(
         const o = outboxes[name]!;
         const rows = o.fetchUnsynced(1_000_000);
         if (!o.verifyChain(rows).ok) problems.push(`${name}: verifyChain failed`);
-        if (o.pendingCount() !== rows.length) problems.push(`${name}: pendingCount ${o.pendingCount()} != ${rows.length}`);
+        if (o.pendingCount() !== rows.length)
+          problems.push(`${name}: pendingCount ${o.pendingCount()} != ${rows.length}`);
       }
       if (problems.length > 0) throw new Error(`${problems.join("; ")}\nafter:\n${history.slice(-10).join("\n")}`);
     }

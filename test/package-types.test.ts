@@ -107,19 +107,27 @@ beforeAll(async () => {
   const pack = await run(["pm", "pack", "--destination", tmp.path, "--quiet"], { cmd: ["bun"], cwd: REPO });
   expect(pack.code).toBe(0);
   tarball = pack.stdout.trim();
-  entries = (await run(["tzf", tarball], { cmd: ["tar"] })).stdout.split("\n").filter(Boolean).map((e) => e.replace(/^package\//, ""));
+  entries = (await run(["tzf", tarball], { cmd: ["tar"] })).stdout
+    .split("\n")
+    .filter(Boolean)
+    .map((e) => e.replace(/^package\//, ""));
 
   project = tmp.file("consumer");
   const pkgDir = path.join(project, "node_modules", "sqloutbox");
   fs.mkdirSync(pkgDir, { recursive: true });
   expect((await run(["xzf", tarball, "-C", pkgDir, "--strip-components=1"], { cmd: ["tar"] })).code).toBe(0);
   // The unpacked package's own dependency list, so a new dependency is linked without editing this test.
-  const manifest = JSON.parse(fs.readFileSync(path.join(pkgDir, "package.json"), "utf8")) as { dependencies: Record<string, string> };
+  const manifest = JSON.parse(fs.readFileSync(path.join(pkgDir, "package.json"), "utf8")) as {
+    dependencies: Record<string, string>;
+  };
   for (const dep of [...Object.keys(manifest.dependencies), "@types/bun"]) {
     fs.mkdirSync(path.dirname(path.join(project, "node_modules", dep)), { recursive: true });
     fs.symlinkSync(path.join(REPO, "node_modules", dep), path.join(project, "node_modules", dep));
   }
-  fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "consumer", type: "module", private: true }));
+  fs.writeFileSync(
+    path.join(project, "package.json"),
+    JSON.stringify({ name: "consumer", type: "module", private: true }),
+  );
   fs.writeFileSync(path.join(project, "app.ts"), APP);
   fs.writeFileSync(path.join(project, "wrong.ts"), WRONG);
 }, 60_000);
@@ -129,8 +137,14 @@ afterAll(() => {
 
 describeSlow("the packed tarball", "pack the package (its prepack writes the declarations with tsc)", () => {
   test("ships the declarations and points types at them, Bun at the sources", () => {
-    const manifest = JSON.parse(fs.readFileSync(path.join(project, "node_modules", "sqloutbox", "package.json"), "utf8"));
-    expect(manifest.exports["."]).toEqual({ types: "./dist/types/index.d.ts", bun: "./src/index.ts", default: "./src/index.ts" });
+    const manifest = JSON.parse(
+      fs.readFileSync(path.join(project, "node_modules", "sqloutbox", "package.json"), "utf8"),
+    );
+    expect(manifest.exports["."]).toEqual({
+      types: "./dist/types/index.d.ts",
+      bun: "./src/index.ts",
+      default: "./src/index.ts",
+    });
     expect(manifest.types).toBe("./dist/types/index.d.ts");
     expect(entries).toContain("dist/types/index.d.ts");
     expect(entries).toContain("src/index.ts");
@@ -138,7 +152,11 @@ describeSlow("the packed tarball", "pack the package (its prepack writes the dec
 
   test("leaves out tests, benchmarks, the demo, node_modules and other build output", () => {
     const stray = entries.filter(
-      (e) => /^(test|bench|node_modules)\//.test(e) || e.includes("/node_modules/") || e === "etc/demo.ts" || (e.startsWith("dist/") && !e.startsWith("dist/types/")),
+      (e) =>
+        /^(test|bench|node_modules)\//.test(e) ||
+        e.includes("/node_modules/") ||
+        e === "etc/demo.ts" ||
+        (e.startsWith("dist/") && !e.startsWith("dist/types/")),
     );
     expect(stray).toEqual([]);
   });
@@ -147,7 +165,11 @@ describeSlow("the packed tarball", "pack the package (its prepack writes the dec
     const dir = path.join(project, "node_modules", "sqloutbox", "dist", "types");
     const offending = entries
       .filter((e) => e.endsWith(".d.ts"))
-      .filter((e) => /(from\s*|import\s*\(\s*)["']\.{1,2}\/[^"']*\.ts["']/.test(fs.readFileSync(path.join(dir, e.slice("dist/types/".length)), "utf8")));
+      .filter((e) =>
+        /(from\s*|import\s*\(\s*)["']\.{1,2}\/[^"']*\.ts["']/.test(
+          fs.readFileSync(path.join(dir, e.slice("dist/types/".length)), "utf8"),
+        ),
+      );
     expect(offending).toEqual([]);
   });
 });

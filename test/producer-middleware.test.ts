@@ -37,7 +37,12 @@ describe("SQLMiddleware", () => {
     const mw = new OrderMiddleware({ dbDir: tmp.file("data") });
     const seq = mw.pushOrder(42, 99.99);
     const row = mw.outbox("orders").head()!;
-    expect(row).toMatchObject({ seq, namespace: "orders", source: "OrderMiddleware", tag: "INSERT INTO orders (id, amount) VALUES (?, ?)" });
+    expect(row).toMatchObject({
+      seq,
+      namespace: "orders",
+      source: "OrderMiddleware",
+      tag: "INSERT INTO orders (id, amount) VALUES (?, ?)",
+    });
     expect(decodeArgs(row.payload)).toEqual([42, 99.99]);
     expect(mw.outbox("orders").path).toBe(tmp.file("data/orders.db"));
   });
@@ -52,11 +57,20 @@ describe("SQLMiddleware", () => {
 
   test("pushMany writes all statements in one chained transaction, or none when one argument is invalid", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path });
-    const seqs = mw.pushMany("t", [["INSERT INTO t (a) VALUES (?)", [1]], ["DELETE FROM t"], ["UPDATE t SET a = ?", [2n ** 60n]]]);
+    const seqs = mw.pushMany("t", [
+      ["INSERT INTO t (a) VALUES (?)", [1]],
+      ["DELETE FROM t"],
+      ["UPDATE t SET a = ?", [2n ** 60n]],
+    ]);
     const rows = mw.outbox("t").fetchUnsynced(10);
     expect(rows.map((r) => r.seq)).toEqual(seqs);
     expect(rows.map((r) => decodeArgs(r.payload))).toEqual([[1], [], [2n ** 60n]]);
-    const err = errorOf(() => mw.pushMany("t", [["INSERT INTO t (a) VALUES (?)", [3]], ["INSERT INTO t (a) VALUES (?)", [new Date()]]]));
+    const err = errorOf(() =>
+      mw.pushMany("t", [
+        ["INSERT INTO t (a) VALUES (?)", [3]],
+        ["INSERT INTO t (a) VALUES (?)", [new Date()]],
+      ]),
+    );
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(mw.outbox("t").pendingCount()).toBe(3);
   });
@@ -68,7 +82,12 @@ describe("SQLMiddleware", () => {
     expect(a.outbox("orders")).not.toBe(a.outbox("users"));
     a.push("orders", stmt("X"), []);
     b.push("orders", stmt("Y"), []);
-    expect(a.outbox("orders").fetchUnsynced(10).map((r) => r.prevSeq)).toEqual([null, 1]);
+    expect(
+      a
+        .outbox("orders")
+        .fetchUnsynced(10)
+        .map((r) => r.prevSeq),
+    ).toEqual([null, 1]);
   });
 
   test("producers that reach one db_dir through a symlink share its Outbox", () => {
@@ -124,7 +143,12 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
     expect(err).toBeInstanceOf(QueueFullError);
     expect(err).toMatchObject({ code: "E_QUEUE_FULL", namespace: "t", maxPending: 2, file: tmp.file("t.db") });
     expect(err.message).toContain(tmp.file("t.db"));
-    expect(mw.outbox("t").fetchUnsynced(10).map((r) => r.tag)).toEqual([stmt("A"), stmt("B")]);
+    expect(
+      mw
+        .outbox("t")
+        .fetchUnsynced(10)
+        .map((r) => r.tag),
+    ).toEqual([stmt("A"), stmt("B")]);
   });
 
   test("an unwritable db_dir (its parent is a regular file)", () => {
@@ -165,7 +189,9 @@ describe("bad input is a typed error naming the file and namespace, and leaves d
     for (const table of ["../evil", "a/b", "", "..", "-x", ".hidden", "a..b"]) {
       const err = errorOf(() => mw.push(table, stmt("X"), []));
       expect(err).toBeInstanceOf(InvalidArgumentError);
-      expect(err.message).toStartWith(`invalid table name ${JSON.stringify(table)}: use letters, digits, _ $ . - (not starting with . or -)`);
+      expect(err.message).toStartWith(
+        `invalid table name ${JSON.stringify(table)}: use letters, digits, _ $ . - (not starting with . or -)`,
+      );
       expect(errorOf(() => mw.pushMany(table, [[stmt("X")]]))).toBeInstanceOf(InvalidArgumentError);
     }
     expect(Object.keys(hashTree(tmp.path))).toEqual([]);
@@ -200,13 +226,38 @@ describe("statements are checked at push, before anything is written", () => {
     ["whitespace", "  \n ", [], "empty statement"],
     ["a comment", "-- just a note", [], "empty statement (only comments)"],
     ["two semicolons", "DELETE FROM orders;;", [], "empty statement before ';' at offset 19"],
-    ["two statements", "DELETE FROM orders; DROP TABLE orders", [], "more than one statement: ';' at offset 18 is followed by more SQL"],
+    [
+      "two statements",
+      "DELETE FROM orders; DROP TABLE orders",
+      [],
+      "more than one statement: ';' at offset 18 is followed by more SQL",
+    ],
     ["not a statement", "hello world", [], "'hello' at offset 0 does not start a statement"],
     ["a transaction statement", "COMMIT", [], "COMMIT steers the connection or its transaction"],
-    ["too few arguments", "INSERT INTO orders (id, amount) VALUES (?, ?)", [1], "statement takes 2 bind arguments but 1 were given"],
-    ["an argument for a ? inside a literal", "INSERT INTO orders (note) VALUES ('?')", [1], "statement takes 0 bind arguments (1 more '?' inside string literals"],
-    ["a named placeholder", "INSERT INTO orders (id) VALUES (:id)", [1], "named or numbered-dollar placeholder :id at offset 32 is not supported"],
-    ["a string one dialect ends early", "INSERT INTO orders (note) VALUES ('x\\'; DROP TABLE victim; --')", [], "more than one statement"],
+    [
+      "too few arguments",
+      "INSERT INTO orders (id, amount) VALUES (?, ?)",
+      [1],
+      "statement takes 2 bind arguments but 1 were given",
+    ],
+    [
+      "an argument for a ? inside a literal",
+      "INSERT INTO orders (note) VALUES ('?')",
+      [1],
+      "statement takes 0 bind arguments (1 more '?' inside string literals",
+    ],
+    [
+      "a named placeholder",
+      "INSERT INTO orders (id) VALUES (:id)",
+      [1],
+      "named or numbered-dollar placeholder :id at offset 32 is not supported",
+    ],
+    [
+      "a string one dialect ends early",
+      "INSERT INTO orders (note) VALUES ('x\\'; DROP TABLE victim; --')",
+      [],
+      "more than one statement",
+    ],
   ] as const)("%s", (_name, sql, args, reason) => {
     const mw = new SQLMiddleware({ dbDir: tmp.path });
     mw.push("orders", stmt("kept"), []);
@@ -239,25 +290,47 @@ describe("statements are checked at push, before anything is written", () => {
   test("dialect: a producer that knows its target reads statements with that dialect's lexer only", () => {
     const sql = "INSERT INTO orders (note) VALUES ('x\\'; DROP TABLE victim; --')";
     expect(new SQLMiddleware({ dbDir: tmp.path, dialect: "mysql" }).push("orders", sql, [])).toBe(1);
-    expect(statementError(() => new SQLMiddleware({ dbDir: tmp.path, dialect: "postgres" }).push("orders", sql, [])).reason).toStartWith("more than one statement");
+    expect(
+      statementError(() => new SQLMiddleware({ dbDir: tmp.path, dialect: "postgres" }).push("orders", sql, [])).reason,
+    ).toStartWith("more than one statement");
     const userVariable = "UPDATE orders SET total = @rate * ? WHERE id = 1";
     expect(new SQLMiddleware({ dbDir: tmp.path, dialect: "mysql" }).push("orders", userVariable, [2])).toBe(2);
-    expect(statementError(() => new SQLMiddleware({ dbDir: tmp.path }).push("orders", userVariable, [2])).reason).toContain("@rate");
-    expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, dialect: "oracle" as never }))).toBeInstanceOf(InvalidArgumentError);
+    expect(
+      statementError(() => new SQLMiddleware({ dbDir: tmp.path }).push("orders", userVariable, [2])).reason,
+    ).toContain("@rate");
+    expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, dialect: "oracle" as never }))).toBeInstanceOf(
+      InvalidArgumentError,
+    );
   });
 
   test("injectOutboxSeq: the statements of the named tables must be ones the rewriter accepts", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: ["orders"] });
     const err = statementError(() => mw.push("orders", "DELETE FROM orders WHERE id = ?", [1]));
-    expect(err.reason).toBe("inject_outbox_seq cannot rewrite it for sqlite: only INSERT and UPDATE can be rewritten, got 'DELETE' at offset 0");
+    expect(err.reason).toBe(
+      "inject_outbox_seq cannot rewrite it for sqlite: only INSERT and UPDATE can be rewritten, got 'DELETE' at offset 0",
+    );
     expect(mw.push("payments", "DELETE FROM payments WHERE id = ?", [1])).toBe(1);
     mw.push("orders", "UPDATE orders SET status = 'paid' WHERE id = ?", [1]);
     // Without a dialect every dialect's rewrite must accept it; with one, that dialect's.
     const aggregate = "INSERT INTO orders (id, total) VALUES (?, max(?))";
-    expect(statementError(() => mw.push("orders", aggregate, [1, 2])).reason).toContain("cannot rewrite it for mysql: the aggregate function max()");
-    expect(new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: true, dialect: "postgres" }).push("orders", aggregate, [1, 2])).toBeGreaterThan(0);
-    expect(statementError(() => new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: true }).push("payments", "DELETE FROM payments", [])).table).toBe("payments");
-    expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: "orders" as never }))).toBeInstanceOf(InvalidArgumentError);
+    expect(statementError(() => mw.push("orders", aggregate, [1, 2])).reason).toContain(
+      "cannot rewrite it for mysql: the aggregate function max()",
+    );
+    expect(
+      new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: true, dialect: "postgres" }).push(
+        "orders",
+        aggregate,
+        [1, 2],
+      ),
+    ).toBeGreaterThan(0);
+    expect(
+      statementError(() =>
+        new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: true }).push("payments", "DELETE FROM payments", []),
+      ).table,
+    ).toBe("payments");
+    expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, injectOutboxSeq: "orders" as never }))).toBeInstanceOf(
+      InvalidArgumentError,
+    );
   });
 
   test("maxPayloadBytes: SQL text plus encoded arguments, in UTF-8 bytes, 1 MiB by default", () => {
@@ -267,7 +340,9 @@ describe("statements are checked at push, before anything is written", () => {
     mw.push("t", sql, ["x".repeat(1_000_000)]);
     const big = errorOf(() => mw.push("t", sql, ["x".repeat(1_048_576)]));
     expect(big).toBeInstanceOf(InvalidArgumentError);
-    expect(big.message).toBe(`statement for table "t" is ${sql.length + 1_048_576 + 4} bytes of SQL text and encoded arguments, over maxPayloadBytes=1048576 (in ${tmp.file("t.db")})`);
+    expect(big.message).toBe(
+      `statement for table "t" is ${sql.length + 1_048_576 + 4} bytes of SQL text and encoded arguments, over maxPayloadBytes=1048576 (in ${tmp.file("t.db")})`,
+    );
     expect(big.details).toMatchObject({ namespace: "t", file: tmp.file("t.db") });
     expect(mw.outbox("t").pendingCount()).toBe(1);
   });
@@ -281,15 +356,29 @@ describe("statements are checked at push, before anything is written", () => {
     expect(errorOf(() => mw.push("t", sql, ["€".repeat(101)]))).toBeInstanceOf(InvalidArgumentError);
     expect(errorOf(() => mw.push("t", sql, ["a".repeat(301)])).message).toContain(`is ${limit + 1} bytes`);
     // A text longer than the limit is refused before it is read.
-    expect(errorOf(() => mw.push("t", `${sql} -- ${"x".repeat(limit)}`, ["a"])).message).toContain(`over maxPayloadBytes=${limit}`);
-    expect(errorOf(() => mw.pushMany("t", [[sql, ["a"]], [sql, ["€".repeat(101)]]]))).toBeInstanceOf(InvalidArgumentError);
+    expect(errorOf(() => mw.push("t", `${sql} -- ${"x".repeat(limit)}`, ["a"])).message).toContain(
+      `over maxPayloadBytes=${limit}`,
+    );
+    expect(
+      errorOf(() =>
+        mw.pushMany("t", [
+          [sql, ["a"]],
+          [sql, ["€".repeat(101)]],
+        ]),
+      ),
+    ).toBeInstanceOf(InvalidArgumentError);
     expect(mw.outbox("t").pendingCount()).toBe(2);
-    for (const bad of [0, -1, 1.5, Number.NaN]) expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, maxPayloadBytes: bad }))).toBeInstanceOf(InvalidArgumentError);
+    for (const bad of [0, -1, 1.5, Number.NaN])
+      expect(errorOf(() => new SQLMiddleware({ dbDir: tmp.path, maxPayloadBytes: bad }))).toBeInstanceOf(
+        InvalidArgumentError,
+      );
   });
 
   test("a non-string SQL text is an InvalidStatementError, not a crash", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.path });
     expect(statementError(() => mw.push("t", 42 as never, [])).reason).toBe("SQL text must be a string, got number");
-    expect(statementError(() => mw.pushMany("t", [[null as never]])).reason).toBe("SQL text must be a string, got null");
+    expect(statementError(() => mw.pushMany("t", [[null as never]])).reason).toBe(
+      "SQL text must be a string, got null",
+    );
   });
 });

@@ -15,7 +15,10 @@ describeSlow("producer processes", "contend four producer processes on one file 
     try {
       const script = join(import.meta.dir, "support", "children", "outbox-producer.ts");
       const procs = Array.from({ length: PRODUCERS }, (_, i) =>
-        Bun.spawn([process.execPath, script, tmp.path, "events", String(DURATION_MS), String(i + 1)], { stdout: "pipe", stderr: "pipe" }),
+        Bun.spawn([process.execPath, script, tmp.path, "events", String(DURATION_MS), String(i + 1)], {
+          stdout: "pipe",
+          stderr: "pipe",
+        }),
       );
       // Meanwhile this process plays the drain: confirm heads as they appear, so new rows keep
       // linking across delivered predecessors while the file is contended.
@@ -31,7 +34,11 @@ describeSlow("producer processes", "contend four producer processes on one file 
         await Bun.sleep(20);
       }
       const results = await Promise.all(
-        procs.map(async (p) => ({ code: await p.exited, out: await new Response(p.stdout).text(), err: await new Response(p.stderr).text() })),
+        procs.map(async (p) => ({
+          code: await p.exited,
+          out: await new Response(p.stdout).text(),
+          err: await new Response(p.stderr).text(),
+        })),
       );
       for (const r of results) {
         expect(r.err).toBe("");

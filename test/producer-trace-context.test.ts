@@ -17,7 +17,11 @@ const TP2 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
 function tracesOf(file: string): Array<{ seq: number; traceparent: string | null; tracestate: string | null }> {
   const db = new Database(file, { readonly: true });
   try {
-    return db.query<{ seq: number; traceparent: string | null; tracestate: string | null }, []>("SELECT seq, traceparent, tracestate FROM outbox_queue ORDER BY seq").all();
+    return db
+      .query<{ seq: number; traceparent: string | null; tracestate: string | null }, []>(
+        "SELECT seq, traceparent, tracestate FROM outbox_queue ORDER BY seq",
+      )
+      .all();
   } finally {
     db.close();
   }
@@ -76,12 +80,23 @@ describe("reading the W3C headers", () => {
   });
 
   test("a bad traceparent drops both headers; a bad tracestate alone drops only itself", () => {
-    expect(checkTraceContext({ traceparent: "nope", tracestate: "a=b" })).toEqual({ trace: { traceparent: null, tracestate: null }, problem: expect.stringContaining("not a W3C traceparent") });
-    expect(checkTraceContext({ traceparent: TP, tracestate: "A=b" })).toEqual({ trace: { traceparent: TP, tracestate: null }, problem: expect.stringContaining("tracestate was dropped") });
+    expect(checkTraceContext({ traceparent: "nope", tracestate: "a=b" })).toEqual({
+      trace: { traceparent: null, tracestate: null },
+      problem: expect.stringContaining("not a W3C traceparent"),
+    });
+    expect(checkTraceContext({ traceparent: TP, tracestate: "A=b" })).toEqual({
+      trace: { traceparent: TP, tracestate: null },
+      problem: expect.stringContaining("tracestate was dropped"),
+    });
     expect(checkTraceContext({ tracestate: "a=b" }).problem).toContain("without a traceparent");
-    expect(checkTraceContext({ traceparent: TP, tracestate: "a=b" })).toEqual({ trace: { traceparent: TP, tracestate: "a=b" }, problem: null });
+    expect(checkTraceContext({ traceparent: TP, tracestate: "a=b" })).toEqual({
+      trace: { traceparent: TP, tracestate: "a=b" },
+      problem: null,
+    });
     // A later version is stored as the version-00 header of its first four fields.
-    expect(checkTraceContext({ traceparent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x" }).trace.traceparent).toBe(TP);
+    expect(
+      checkTraceContext({ traceparent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x" }).trace.traceparent,
+    ).toBe(TP);
   });
 });
 
@@ -92,11 +107,21 @@ describe("push, pushMany and transaction store the trace context", () => {
     const sql = "INSERT INTO t (id) VALUES (?)";
     mw.push("t", sql, [1]);
     mw.push("t", sql, [2], { traceparent: TP, tracestate: "congo=t61rcWkgMzE" });
-    mw.pushMany("t", [[sql, [3]], [sql, [4]]], { traceparent: TP2 });
-    mw.transaction(() => {
-      mw.push("t", sql, [5]); // the transaction's
-      mw.push("t", sql, [6], { traceparent: TP2 }); // its own
-    }, { traceparent: TP });
+    mw.pushMany(
+      "t",
+      [
+        [sql, [3]],
+        [sql, [4]],
+      ],
+      { traceparent: TP2 },
+    );
+    mw.transaction(
+      () => {
+        mw.push("t", sql, [5]); // the transaction's
+        mw.push("t", sql, [6], { traceparent: TP2 }); // its own
+      },
+      { traceparent: TP },
+    );
     expect(tracesOf(dir.file("t.db")).map((r) => [r.traceparent, r.tracestate])).toEqual([
       [null, null],
       [TP, "congo=t61rcWkgMzE"],
@@ -119,7 +144,9 @@ describe("push, pushMany and transaction store the trace context", () => {
       { seq, traceparent: null, tracestate: null },
       { seq: seq + 1, traceparent: null, tracestate: null },
     ]);
-    expect(warnings.map((w) => [w.name, (w as Error & { code?: string }).code])).toEqual([["SqloutboxTraceContextWarning", "SQLOUTBOX_TRACE_CONTEXT"]]);
+    expect(warnings.map((w) => [w.name, (w as Error & { code?: string }).code])).toEqual([
+      ["SqloutboxTraceContextWarning", "SQLOUTBOX_TRACE_CONTEXT"],
+    ]);
     expect(warnings[0]!.message).toContain('push to "t": "00-xyz" is not a W3C traceparent');
   });
 });

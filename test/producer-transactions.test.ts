@@ -4,7 +4,13 @@
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
-import { CrossTableTransactionError, ForeignTransactionError, InvalidArgumentError, SQLMiddleware, StorageError } from "../src/index.ts";
+import {
+  CrossTableTransactionError,
+  ForeignTransactionError,
+  InvalidArgumentError,
+  SQLMiddleware,
+  StorageError,
+} from "../src/index.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { errorOf } from "./support/errors.ts";
@@ -15,7 +21,11 @@ const cleanups = cleanupsAfterEach();
 function rowsOf(file: string): Array<{ seq: number; namespace: string; grp: number | null; tag: string }> {
   const db = new Database(file, { readonly: true });
   try {
-    return db.query<{ seq: number; namespace: string; grp: number | null; tag: string }, []>("SELECT seq, namespace, grp, tag FROM outbox_queue ORDER BY seq").all();
+    return db
+      .query<{ seq: number; namespace: string; grp: number | null; tag: string }, []>(
+        "SELECT seq, namespace, grp, tag FROM outbox_queue ORDER BY seq",
+      )
+      .all();
   } finally {
     db.close();
   }
@@ -28,14 +38,27 @@ describe("groups in one file per table (dbDir)", () => {
     const dir = tempDirCleanedBy(cleanups);
     const mw = new SQLMiddleware({ dbDir: dir.path });
     const alone = mw.push("orders", insert("orders"), [1]);
-    const [a, b, c] = mw.pushMany("orders", [[insert("orders"), [2]], [insert("orders"), [3]], [insert("orders"), [4]]]) as [number, number, number];
-    expect(rowsOf(dir.file("orders.db")).map((r) => [r.seq, r.grp])).toEqual([[alone, null], [a, a], [b, a], [c, a]]);
+    const [a, b, c] = mw.pushMany("orders", [
+      [insert("orders"), [2]],
+      [insert("orders"), [3]],
+      [insert("orders"), [4]],
+    ]) as [number, number, number];
+    expect(rowsOf(dir.file("orders.db")).map((r) => [r.seq, r.grp])).toEqual([
+      [alone, null],
+      [a, a],
+      [b, a],
+      [c, a],
+    ]);
   });
 
   test("transaction(fn): every push of one table is one group; a throw inside leaves nothing", () => {
     const dir = tempDirCleanedBy(cleanups);
     const mw = new SQLMiddleware({ dbDir: dir.path });
-    const seqs = mw.transaction(() => [mw.push("orders", insert("orders"), [1]), ...mw.pushMany("orders", [[insert("orders"), [2]]]), mw.push("orders", insert("orders"), [3])]);
+    const seqs = mw.transaction(() => [
+      mw.push("orders", insert("orders"), [1]),
+      ...mw.pushMany("orders", [[insert("orders"), [2]]]),
+      mw.push("orders", insert("orders"), [3]),
+    ]);
     expect(rowsOf(dir.file("orders.db")).map((r) => r.grp)).toEqual([seqs[0]!, seqs[0]!, seqs[0]!]);
     const thrown = errorOf(() =>
       mw.transaction(() => {
@@ -60,7 +83,11 @@ describe("groups in one file per table (dbDir)", () => {
       }),
     );
     expect(err).toBeInstanceOf(CrossTableTransactionError);
-    expect(err).toMatchObject({ code: "E_TRANSACTION", tables: ["orders", "order_items"], files: [dir.file("orders.db"), dir.file("order_items.db")] });
+    expect(err).toMatchObject({
+      code: "E_TRANSACTION",
+      tables: ["orders", "order_items"],
+      files: [dir.file("orders.db"), dir.file("order_items.db")],
+    });
     expect(err.message).toContain("db_file");
     expect(rowsOf(dir.file("orders.db"))).toEqual([]);
     expect(rowsOf(dir.file("order_items.db"))).toHaveLength(1);
@@ -95,13 +122,32 @@ describe("groups in one file per table (dbDir)", () => {
   test("a transaction larger than maxGroupStatements is refused whole, saying how to fix it", () => {
     const dir = tempDirCleanedBy(cleanups);
     const mw = new SQLMiddleware({ dbDir: dir.path, maxGroupStatements: 3 });
-    const err = errorOf(() => mw.transaction(() => { for (let i = 0; i < 4; i++) mw.push("orders", insert("orders"), [i]); }));
+    const err = errorOf(() =>
+      mw.transaction(() => {
+        for (let i = 0; i < 4; i++) mw.push("orders", insert("orders"), [i]);
+      }),
+    );
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err.message).toContain("4 statements, over the limit of 3");
     expect(err.message).toContain("split it into smaller transactions");
     expect(rowsOf(dir.file("orders.db"))).toEqual([]);
-    expect(errorOf(() => mw.pushMany("orders", [[insert("orders"), [1]], [insert("orders"), [2]], [insert("orders"), [3]], [insert("orders"), [4]]]))).toBeInstanceOf(InvalidArgumentError);
-    expect(mw.pushMany("orders", [[insert("orders"), [1]], [insert("orders"), [2]], [insert("orders"), [3]]])).toHaveLength(3);
+    expect(
+      errorOf(() =>
+        mw.pushMany("orders", [
+          [insert("orders"), [1]],
+          [insert("orders"), [2]],
+          [insert("orders"), [3]],
+          [insert("orders"), [4]],
+        ]),
+      ),
+    ).toBeInstanceOf(InvalidArgumentError);
+    expect(
+      mw.pushMany("orders", [
+        [insert("orders"), [1]],
+        [insert("orders"), [2]],
+        [insert("orders"), [3]],
+      ]),
+    ).toHaveLength(3);
   });
 });
 
@@ -113,13 +159,24 @@ describe("one file for several tables (dbFile)", () => {
     mw.push("orders", insert("orders"), [1]);
     const first = mw.transaction(() => {
       const s = mw.push("orders", insert("orders"), [2]);
-      mw.pushMany("order_items", [[insert("order_items"), [20]], [insert("order_items"), [21]]]);
+      mw.pushMany("order_items", [
+        [insert("order_items"), [20]],
+        [insert("order_items"), [21]],
+      ]);
       mw.push("orders", "UPDATE orders SET id = id WHERE id = ?", [2]);
       return s;
     });
-    expect(rowsOf(file).map((r) => [r.namespace, r.grp])).toEqual([["orders", null], ["orders", first], ["order_items", first], ["order_items", first], ["orders", first]]);
+    expect(rowsOf(file).map((r) => [r.namespace, r.grp])).toEqual([
+      ["orders", null],
+      ["orders", first],
+      ["order_items", first],
+      ["order_items", first],
+      ["orders", first],
+    ]);
     const db = new Database(file, { readonly: true });
-    expect(db.query("SELECT grp, last_seq AS last, namespaces FROM outbox_group").all()).toEqual([{ grp: first, last: first + 3, namespaces: '["order_items","orders"]' }]);
+    expect(db.query("SELECT grp, last_seq AS last, namespaces FROM outbox_group").all()).toEqual([
+      { grp: first, last: first + 3, namespaces: '["order_items","orders"]' },
+    ]);
     db.close();
     expect(verifyFile(file).ok).toBe(true);
     expect(existsSync(dir.file("shop/orders.db"))).toBe(false);
@@ -143,7 +200,12 @@ describe("one file for several tables (dbFile)", () => {
     const dir = tempDirCleanedBy(cleanups);
     const shop = new SQLMiddleware({ dbFile: dir.file("shop.db") });
     const other = new SQLMiddleware({ dbFile: dir.file("other.db") });
-    const err = errorOf(() => shop.transaction(() => { shop.push("orders", insert("orders"), [1]); other.push("audit", insert("audit"), [1]); }));
+    const err = errorOf(() =>
+      shop.transaction(() => {
+        shop.push("orders", insert("orders"), [1]);
+        other.push("audit", insert("audit"), [1]);
+      }),
+    );
     expect(err).toBeInstanceOf(CrossTableTransactionError);
     expect(rowsOf(dir.file("shop.db"))).toEqual([]);
   });
@@ -172,7 +234,12 @@ describe("inside the application's own database", () => {
     expect(rowsOf(dir.file("app.db")).map((r) => [r.seq, r.grp])).toEqual([[seq, seq]]);
     expect(app.query("PRAGMA user_version").get()).toEqual({ user_version: 7 });
     expect(app.query("PRAGMA application_id").get()).toEqual({ application_id: 0 });
-    const tables = app.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all().map((t) => t.name);
+    const tables = app
+      .query<{ name: string }, []>(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+      )
+      .all()
+      .map((t) => t.name);
     expect(tables.filter((t) => !t.startsWith("outbox_"))).toEqual(["accounts"]);
     expect(verifyFile(dir.file("app.db")).ok).toBe(true);
   });
@@ -224,7 +291,13 @@ describe("inside the application's own database", () => {
     expect(err.message).toContain("outbox.transaction");
     expect(app.query("SELECT count(*) AS n FROM accounts").get()).toEqual({ n: 0 });
     expect(rowsOf(dir.file("app.db"))).toEqual([]);
-    expect(errorOf(() => app.transaction(() => mw.pushMany("accounts", [["INSERT INTO accounts (id, balance) VALUES (?, ?)", [2, 2]]]))())).toBeInstanceOf(ForeignTransactionError);
+    expect(
+      errorOf(() =>
+        app.transaction(() =>
+          mw.pushMany("accounts", [["INSERT INTO accounts (id, balance) VALUES (?, ?)", [2, 2]]]),
+        )(),
+      ),
+    ).toBeInstanceOf(ForeignTransactionError);
   });
 
   test("a database not in WAL mode is refused with a clear error and left as it was; so is one in memory", () => {
@@ -234,16 +307,22 @@ describe("inside the application's own database", () => {
     expect(err).toBeInstanceOf(StorageError);
     expect(err.message).toContain("journal_mode=delete, not WAL");
     expect(app.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "delete" });
-    expect(app.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema WHERE name LIKE 'outbox_%'").get()!.n).toBe(0);
+    expect(
+      app.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema WHERE name LIKE 'outbox_%'").get()!.n,
+    ).toBe(0);
     const memory = new Database(":memory:");
     cleanups.push(() => memory.close());
-    expect(errorOf(() => new SQLMiddleware({ database: memory }).push("accounts", insert("accounts"), [1]))).toBeInstanceOf(InvalidArgumentError);
+    expect(
+      errorOf(() => new SQLMiddleware({ database: memory }).push("accounts", insert("accounts"), [1])),
+    ).toBeInstanceOf(InvalidArgumentError);
   });
 
   test("without the opt-in the application's database is never touched: dbFile pointed at it is refused", () => {
     const dir = tempDirCleanedBy(cleanups);
     appDatabase(dir);
-    const err = errorOf(() => new SQLMiddleware({ dbFile: dir.file("app.db") }).push("accounts", insert("accounts"), [1]));
+    const err = errorOf(() =>
+      new SQLMiddleware({ dbFile: dir.file("app.db") }).push("accounts", insert("accounts"), [1]),
+    );
     expect(err).toBeInstanceOf(StorageError);
     expect(err.message).toContain("holds other tables (accounts)");
   });
@@ -251,6 +330,8 @@ describe("inside the application's own database", () => {
   test("exactly one of dbDir, dbFile and database", () => {
     const dir = tempDirCleanedBy(cleanups);
     expect(errorOf(() => new SQLMiddleware({} as never)).message).toContain("needs where its queues are");
-    expect(errorOf(() => new SQLMiddleware({ dbDir: dir.path, dbFile: dir.file("a.db") })).message).toContain("exactly one of dbDir, dbFile and database, got dbDir and dbFile");
+    expect(errorOf(() => new SQLMiddleware({ dbDir: dir.path, dbFile: dir.file("a.db") })).message).toContain(
+      "exactly one of dbDir, dbFile and database, got dbDir and dbFile",
+    );
   });
 });

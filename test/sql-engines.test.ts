@@ -56,7 +56,8 @@ async function openEngine(name: EngineName): Promise<Engine> {
       const result = await t.sql.unsafe(sql, args as BindValue[]);
       // Without arguments Bun's MySQL client sends text with multi-statements on: a trailing
       // `; /* comment */` comes back as two results, each with its own count.
-      if (result.count === undefined && Array.isArray(result[0])) return (result as unknown as Array<{ count?: number }>).reduce((n, r) => n + (r.count ?? 0), 0);
+      if (result.count === undefined && Array.isArray(result[0]))
+        return (result as unknown as Array<{ count?: number }>).reduce((n, r) => n + (r.count ?? 0), 0);
       return result.count;
     },
     async rows(sql) {
@@ -73,7 +74,11 @@ const ENGINES: EngineName[] = ["sqlite", "postgres", "mysql"];
 
 // Per engine: the codes a NOT NULL, CHECK and primary-key violation must still raise.
 const CODES: Record<EngineName, { notNull: string; check: string; pk: string }> = {
-  sqlite: { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONSTRAINT_CHECK", pk: "SQLITE_CONSTRAINT_PRIMARYKEY" },
+  sqlite: {
+    notNull: "SQLITE_CONSTRAINT_NOTNULL",
+    check: "SQLITE_CONSTRAINT_CHECK",
+    pk: "SQLITE_CONSTRAINT_PRIMARYKEY",
+  },
   postgres: { notNull: "23502", check: "23514", pk: "23505" },
   mysql: { notNull: "1048", check: "4025", pk: "1062" },
 };
@@ -113,7 +118,13 @@ describe.each(ENGINES)("%s", (name) => {
       const table = 'odd "name`s" t';
       const t = await createOrders(e, table);
       const again: string[] = [];
-      for (const ddl of schemaSql([table], e.dialect)) again.push(await e.run(ddl).then(() => "ok", (err) => e.codeOf(err)));
+      for (const ddl of schemaSql([table], e.dialect))
+        again.push(
+          await e.run(ddl).then(
+            () => "ok",
+            (err) => e.codeOf(err),
+          ),
+        );
       // SQLite has no ADD COLUMN IF NOT EXISTS; MySQL neither (nor CREATE INDEX IF NOT EXISTS):
       // the drain tolerates exactly these "already exists" codes.
       const expected = { sqlite: ["SQLITE_ERROR", "ok"], postgres: ["ok", "ok"], mysql: ["1060", "1061"] }[name];
@@ -204,7 +215,10 @@ describe.each(ENGINES)("%s", (name) => {
       // Most rows already carry a newer seq; the two written around the outbox hold text that
       // the WHERE cannot convert.
       const blank = e.dialect === "mysql" ? "NULL" : "0";
-      for (let i = 1; i <= 200; i++) await e.run(`INSERT INTO t (id, a, b, outbox_seq) VALUES (${i}, ${i}, '${i <= 2 ? `b${i}` : "7"}', ${i <= 2 ? blank : 1000 + i})`);
+      for (let i = 1; i <= 200; i++)
+        await e.run(
+          `INSERT INTO t (id, a, b, outbox_seq) VALUES (${i}, ${i}, '${i <= 2 ? `b${i}` : "7"}', ${i <= 2 ? blank : 1000 + i})`,
+        );
       await e.run(e.dialect === "mysql" ? "ANALYZE TABLE t" : "ANALYZE");
       const where = { sqlite: "json_extract(b, '$.x') = ?", postgres: "b::int = ?", mysql: "b = ?" }[name];
       const sql = `UPDATE t SET a = ? WHERE ${where}`;
@@ -257,14 +271,20 @@ const FLAVOURED: Record<EngineName, Array<[string, BindValue[]]>> = {
     ["UPDATE items SET c = ? --\r, b = 'dropped by a wrong reading'\n WHERE id = ?", ["x", 2]], // SQLite ends -- at \n only
     ["UPDATE items SET c = 'constant' WHERE id = ?", [2]],
     ["INSERT INTO items (id, a) VALUES (?, ?); -- end\n", [13, 1]],
-    ["UPDATE items SET b = ? || ' WHERE ?', a = (SELECT max(a) FROM items WHERE id < ?) /* ? */ WHERE id = ?", ["z", 3, 2]],
+    [
+      "UPDATE items SET b = ? || ' WHERE ?', a = (SELECT max(a) FROM items WHERE id < ?) /* ? */ WHERE id = ?",
+      ["z", 3, 2],
+    ],
     ["UPDATE items SET a = ?2, b = ?1 WHERE id = ?3", ["w", 7, 1]],
     ["UPDATE items SET c = ? WHERE id = ? OR id = 99;", ["or", 3]],
   ],
   postgres: [
     ["INSERT INTO items (id, a, b, c) VALUES (?, ?, E'it\\'s ?)', $$dollar ? ) WHERE$$)", [10, 1]],
-    ['insert into "items" ("id", b) values (?, \'x\' || ? || \'?\') -- end ?', [11, "y"]],
-    ["UPDATE items SET b = $q$?$q$ || ?, a = (SELECT max(a) FROM items WHERE id < ?) /* /* ? */ ) */ WHERE id = ?::int", ["z", 3, 2]],
+    ["insert into \"items\" (\"id\", b) values (?, 'x' || ? || '?') -- end ?", [11, "y"]],
+    [
+      "UPDATE items SET b = $q$?$q$ || ?, a = (SELECT max(a) FROM items WHERE id < ?) /* /* ? */ ) */ WHERE id = ?::int",
+      ["z", 3, 2],
+    ],
     ["UPDATE items SET a = ?2, b = ?1 WHERE id = ?3", ["w", 7, 1]],
     ["UPDATE items SET c = ? WHERE b IS DISTINCT FROM ? AND id = ? OR id = 99;", ["or", "nope", 3]],
     // PostgreSQL ends a -- comment at a bare \r: what follows is SQL, in SET and in WHERE.
@@ -290,18 +310,30 @@ const FLAVOURED: Record<EngineName, Array<[string, BindValue[]]>> = {
 // Where a comment or string ends decides how many columns these SELECTs return: each lexer must
 // agree with its engine, or refuse the text. `engine` pins what the engine does (a column count,
 // or "error"); `ours` is what our lexer for it reads, "refused" when it will not guess.
-const PROBES: Array<{ sql: string; engine: Record<EngineName, number | "error">; ours?: Partial<Record<EngineName, number | "refused">> }> = [
+const PROBES: Array<{
+  sql: string;
+  engine: Record<EngineName, number | "error">;
+  ours?: Partial<Record<EngineName, number | "refused">>;
+}> = [
   { sql: "SELECT 1 AS a --\r, 2 AS b\n, 3 AS c", engine: { sqlite: 2, postgres: 3, mysql: 2 } },
   { sql: "SELECT 1 AS a -- x\r\n, 2 AS b", engine: { sqlite: 2, postgres: 2, mysql: 2 } },
   { sql: "SELECT 1 AS a --\x7f, 2 AS b\n, 3 AS c", engine: { sqlite: 2, postgres: 2, mysql: 2 } },
   { sql: "SELECT 1 AS a #\r, 2 AS b\n, 3 AS c", engine: { sqlite: "error", postgres: "error", mysql: 2 } },
   { sql: "SELECT 1 AS a /*M! , 2 AS b */", engine: { sqlite: 1, postgres: 1, mysql: 2 }, ours: { mysql: "refused" } },
-  { sql: "SELECT 1 AS a /*M!100000 , 2 AS b */", engine: { sqlite: 1, postgres: 1, mysql: 2 }, ours: { mysql: "refused" } },
+  {
+    sql: "SELECT 1 AS a /*M!100000 , 2 AS b */",
+    engine: { sqlite: 1, postgres: 1, mysql: 2 },
+    ours: { mysql: "refused" },
+  },
   { sql: "SELECT 1 AS a /*m! , 2 AS b */", engine: { sqlite: 1, postgres: 1, mysql: 1 } },
   { sql: "SELECT 1 AS a /*! , 2 AS b */", engine: { sqlite: 1, postgres: 1, mysql: 2 }, ours: { mysql: "refused" } },
   { sql: "SELECT E'x'\n'\\', 2 AS b, ' AS a -- '\n", engine: { sqlite: "error", postgres: 1, mysql: "error" } },
   { sql: "SELECT E'x' -- c\n'\\', 2 AS b, ' AS a -- '\n", engine: { sqlite: "error", postgres: 1, mysql: "error" } },
-  { sql: "SELECT 1 AS a\0, 2 AS b", engine: { sqlite: 1, postgres: "error", mysql: "error" }, ours: { sqlite: "refused", postgres: "refused", mysql: "refused" } },
+  {
+    sql: "SELECT 1 AS a\0, 2 AS b",
+    engine: { sqlite: 1, postgres: "error", mysql: "error" },
+    ours: { sqlite: "refused", postgres: "refused", mysql: "refused" },
+  },
 ];
 
 /** Columns of a one-row SELECT as our lexer reads it: top-level commas + 1. */
@@ -383,12 +415,19 @@ describe.each(["postgres", "mysql"] as const)("%s generated statements", (name) 
       const reset = async (t: string) => {
         await e.run(`DELETE FROM ${t}`);
         if (t === "u") await e.run("INSERT INTO u (id, a, b, e) VALUES (1, 1, 'one', 'e1')");
-        else await e.run("INSERT INTO t (id, a, b, c, e) VALUES (1, 10, NULL, 0.5, 'e1'), (2, 20, 'b2', 1, 'e2'), (3, 30, NULL, 1.5, 'e3'), (4, 40, 'b4', 2, 'e4'), (5, 50, NULL, 2.5, 'e5')");
+        else
+          await e.run(
+            "INSERT INTO t (id, a, b, c, e) VALUES (1, 10, NULL, 0.5, 'e1'), (2, 20, 'b2', 1, 'e2'), (3, 30, NULL, 1.5, 'e3'), (4, 40, 'b4', 2, 'e4'), (5, 50, NULL, 2.5, 'e5')",
+          );
       };
       const attempt = async (sql: string, args: BindValue[], t: string) => {
         try {
           const changes = await e.run(sql, args);
-          return { error: null, changes, rows: await e.rows(`SELECT id, a, b, c, d, e, outbox_seq FROM ${t} ORDER BY id`) };
+          return {
+            error: null,
+            changes,
+            rows: await e.rows(`SELECT id, a, b, c, d, e, outbox_seq FROM ${t} ORDER BY id`),
+          };
         } catch (error) {
           return { error: e.codeOf(error), changes: 0, rows: [] as unknown[][] };
         }
@@ -418,7 +457,8 @@ describe.each(["postgres", "mysql"] as const)("%s generated statements", (name) 
         const where = `${JSON.stringify(g.sql)} ${JSON.stringify(g.args, (_k, v) => (typeof v === "bigint" ? `${v}n` : v))}\n  → ${rewritten.sql}`;
         if (original.error !== null) {
           engineErrors++;
-          if (first.error !== original.error) failures.push(`error ${first.error} instead of ${original.error}: ${where}`);
+          if (first.error !== original.error)
+            failures.push(`error ${first.error} instead of ${original.error}: ${where}`);
           continue;
         }
         const blank = name === "mysql" ? null : 0;
@@ -426,13 +466,17 @@ describe.each(["postgres", "mysql"] as const)("%s generated statements", (name) 
         // MySQL counts changed rows, not matched ones: an UPDATE that rewrites a value with itself
         // reports 0, while its rewrite also moves outbox_seq and reports 1. The rows must agree.
         const stamped = first.rows.filter((r) => r[6] === seq).length;
-        const countsAgree = name === "mysql" ? first.changes >= original.changes && stamped === first.changes : first.changes === original.changes && stamped === first.changes;
+        const countsAgree =
+          name === "mysql"
+            ? first.changes >= original.changes && stamped === first.changes
+            : first.changes === original.changes && stamped === first.changes;
         if (first.error !== null || !countsAgree || !Bun.deepEquals(restored, original.rows)) {
           failures.push(`differs (${first.error ?? `changes ${first.changes}`} vs ${original.changes}): ${where}`);
           continue;
         }
         const again = await attempt(rewritten.sql, rewritten.args, g.table);
-        if (again.error !== null || again.changes !== 0) failures.push(`redelivery applied (${again.error ?? again.changes}): ${where}`);
+        if (again.error !== null || again.changes !== 0)
+          failures.push(`redelivery applied (${again.error ?? again.changes}): ${where}`);
       }
       expect(failures).toEqual([]);
       expect(engineErrors).toBeLessThan(checked); // most statements must really write

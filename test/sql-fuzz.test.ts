@@ -15,7 +15,8 @@ const CASES = Number(process.env.SQLOUTBOX_FUZZ_CASES ?? 5_000);
 let tmp: TempDir;
 let db: Database;
 
-const COLS = "id INTEGER PRIMARY KEY, a INTEGER, b TEXT, c REAL CHECK (c IS NULL OR c > -1e9), d BLOB, e TEXT NOT NULL DEFAULT 'dflt', outbox_seq INTEGER NOT NULL DEFAULT 0";
+const COLS =
+  "id INTEGER PRIMARY KEY, a INTEGER, b TEXT, c REAL CHECK (c IS NULL OR c > -1e9), d BLOB, e TEXT NOT NULL DEFAULT 'dflt', outbox_seq INTEGER NOT NULL DEFAULT 0";
 
 beforeAll(() => {
   tmp = makeTempDir();
@@ -29,7 +30,8 @@ beforeAll(() => {
   db.run("CREATE TABLE dual (x)");
   db.run("INSERT INTO dual VALUES (1)");
   const ins = db.prepare("INSERT INTO t (id, a, b, c, d, e, outbox_seq) VALUES (?, ?, ?, ?, ?, ?, ?)");
-  for (let i = 1; i <= 5; i++) ins.run(i, i * 10, i % 2 ? null : `b${i}`, i / 2, new Uint8Array([i]), `e${i}`, i % 2 ? 0 : i);
+  for (let i = 1; i <= 5; i++)
+    ins.run(i, i * 10, i % 2 ? null : `b${i}`, i / 2, new Uint8Array([i]), `e${i}`, i % 2 ? 0 : i);
   ins.finalize();
   db.run("INSERT INTO u (id, a, b, e) VALUES (1, 1, 'one', 'e1')");
 });
@@ -92,7 +94,10 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
   const failures: string[] = [];
   const stats = { accepted: 0, rejected: 0, originalErrors: 0, forms: 0 };
   const fail = (g: GeneratedStatement, i: number, what: string) => {
-    if (failures.length < 5) failures.push(`case ${i}: ${what}\n  sql: ${JSON.stringify(g.sql)}\n  args: ${JSON.stringify(g.args, (_k, v) => (typeof v === "bigint" ? `${v}n` : v))}`);
+    if (failures.length < 5)
+      failures.push(
+        `case ${i}: ${what}\n  sql: ${JSON.stringify(g.sql)}\n  args: ${JSON.stringify(g.args, (_k, v) => (typeof v === "bigint" ? `${v}n` : v))}`,
+      );
   };
 
   for (let i = 0; i < CASES && failures.length < 5; i++) {
@@ -108,7 +113,8 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
           fail(g, i, `${d}: accepted a statement that must be rejected (${g.rejectReason}): ${out.sql}`);
         } catch (e) {
           if (!(e instanceof UnsupportedStatementError)) fail(g, i, `${d}: threw ${String(e)}`);
-          else if (d === "sqlite" && !e.reason.includes(g.rejectReason)) fail(g, i, `reason "${e.reason}" does not mention "${g.rejectReason}"`);
+          else if (d === "sqlite" && !e.reason.includes(g.rejectReason))
+            fail(g, i, `reason "${e.reason}" does not mention "${g.rejectReason}"`);
         }
       }
       continue;
@@ -151,13 +157,25 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
         }
         const first = execute(out.sql, out.args, g.table);
         if (first.error !== original.error) {
-          fail(g, i, `${d}: error ${JSON.stringify(first.error)} but the original gave ${JSON.stringify(original.error)}: ${out.sql}`);
+          fail(
+            g,
+            i,
+            `${d}: error ${JSON.stringify(first.error)} but the original gave ${JSON.stringify(original.error)}: ${out.sql}`,
+          );
           continue;
         }
         if (original.error !== null) continue;
         const { rows, stamped } = unseq(first.rows, base, seq);
-        if (first.changes !== original.changes || stamped !== original.changes || !Bun.deepEquals(rows, original.rows)) {
-          fail(g, i, `${d}: rewritten result differs (changes ${first.changes} vs ${original.changes}, stamped ${stamped}): ${out.sql}`);
+        if (
+          first.changes !== original.changes ||
+          stamped !== original.changes ||
+          !Bun.deepEquals(rows, original.rows)
+        ) {
+          fail(
+            g,
+            i,
+            `${d}: rewritten result differs (changes ${first.changes} vs ${original.changes}, stamped ${stamped}): ${out.sql}`,
+          );
           continue;
         }
         // Redelivery: the same rewritten statement again changes nothing.
@@ -170,7 +188,8 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
         if (g.kind === "update" && i % 4 === 0) {
           const older = injectOutboxSeq(g.sql, g.args, seq - 1, d);
           const stale = execute(older.sql, older.args, g.table);
-          if (stale.error !== null || stale.changes !== 0) fail(g, i, `${d}: an older UPDATE was applied after a newer one: ${older.sql}`);
+          if (stale.error !== null || stale.changes !== 0)
+            fail(g, i, `${d}: an older UPDATE was applied after a newer one: ${older.sql}`);
         }
       } finally {
         db.run("ROLLBACK");
@@ -186,7 +205,28 @@ test(`never a wrong rewrite: ${CASES} generated statements checked against SQLit
 }, 120_000);
 
 const MUTATION_CASES = Math.max(1, Math.floor(CASES / 2));
-const NOISE = ["'", '"', "(", ")", "?", ";", "-", "--", "/*", "*/", "[", "]", "`", ",", " ", "\n", "?1", "WHERE", "VALUES", "''"];
+const NOISE = [
+  "'",
+  '"',
+  "(",
+  ")",
+  "?",
+  ";",
+  "-",
+  "--",
+  "/*",
+  "*/",
+  "[",
+  "]",
+  "`",
+  ",",
+  " ",
+  "\n",
+  "?1",
+  "WHERE",
+  "VALUES",
+  "''",
+];
 
 test(`never a wrong rewrite of mangled SQL: ${MUTATION_CASES} mutated statements either rejected or equivalent on SQLite`, () => {
   const r = rng(SEED ^ 0x5eed);
@@ -198,13 +238,17 @@ test(`never a wrong rewrite of mangled SQL: ${MUTATION_CASES} mutated statements
     let sql = g.sql;
     for (let m = 1 + Math.floor(r() * 3); m > 0; m--) {
       const at = Math.floor(r() * (sql.length + 1));
-      sql = r() < 0.3 ? sql.slice(0, at) + sql.slice(at + 1) : sql.slice(0, at) + NOISE[Math.floor(r() * NOISE.length)] + sql.slice(at);
+      sql =
+        r() < 0.3
+          ? sql.slice(0, at) + sql.slice(at + 1)
+          : sql.slice(0, at) + NOISE[Math.floor(r() * NOISE.length)] + sql.slice(at);
     }
     let out: { sql: string; args: BindValue[] };
     try {
       out = injectOutboxSeq(sql, g.args, 1000 + i, "sqlite");
     } catch (e) {
-      if (!(e instanceof UnsupportedStatementError)) failures.push(`case ${i}: threw ${String(e)} for ${JSON.stringify(sql)}`);
+      if (!(e instanceof UnsupportedStatementError))
+        failures.push(`case ${i}: threw ${String(e)} for ${JSON.stringify(sql)}`);
       continue;
     }
     accepted++;
@@ -218,7 +262,10 @@ test(`never a wrong rewrite of mangled SQL: ${MUTATION_CASES} mutated statements
     const base = new Map(snapshot(g.table).map((row) => [row[0], row[6]]));
     const restored = unseq(rewritten.rows, base, seq);
     // An UPDATE a mutation widened to several rows must fail on the unique outbox_seq (documented), not half-apply.
-    const widened = original.error === null && original.changes > 1 && rewritten.error === `UNIQUE constraint failed: ${g.table}.outbox_seq`;
+    const widened =
+      original.error === null &&
+      original.changes > 1 &&
+      rewritten.error === `UNIQUE constraint failed: ${g.table}.outbox_seq`;
     const same =
       widened ||
       (original.error !== null
@@ -227,7 +274,10 @@ test(`never a wrong rewrite of mangled SQL: ${MUTATION_CASES} mutated statements
           rewritten.changes === original.changes &&
           restored.stamped === original.changes &&
           Bun.deepEquals(restored.rows, original.rows));
-    if (!same) failures.push(`case ${i}: ${JSON.stringify(sql)} → ${JSON.stringify(out.sql)}: original ${original.error ?? `ok (${original.changes})`}, rewritten ${rewritten.error ?? `ok (${rewritten.changes})`}`);
+    if (!same)
+      failures.push(
+        `case ${i}: ${JSON.stringify(sql)} → ${JSON.stringify(out.sql)}: original ${original.error ?? `ok (${original.changes})`}, rewritten ${rewritten.error ?? `ok (${rewritten.changes})`}`,
+      );
   }
   expect(failures).toEqual([]);
   console.log(`sql mutation fuzz: ${accepted} of ${MUTATION_CASES} mangled statements accepted and checked`);

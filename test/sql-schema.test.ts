@@ -28,7 +28,13 @@ describe("schemaSql", () => {
         'CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_seq) WHERE outbox_seq != 0',
       ],
     ],
-    ["mysql", ["ALTER TABLE `orders` ADD COLUMN outbox_seq BIGINT NULL DEFAULT NULL", "CREATE UNIQUE INDEX `idx_orders_outbox_seq` ON `orders` (outbox_seq)"]],
+    [
+      "mysql",
+      [
+        "ALTER TABLE `orders` ADD COLUMN outbox_seq BIGINT NULL DEFAULT NULL",
+        "CREATE UNIQUE INDEX `idx_orders_outbox_seq` ON `orders` (outbox_seq)",
+      ],
+    ],
   ] as const)("%s: adds the column and the unique index", (d, want) => {
     expect(schemaSql(["orders"], d)).toEqual([...want]);
   });
@@ -46,7 +52,10 @@ describe("schemaSql", () => {
 describe("dropSchemaSql", () => {
   test.each([
     ["sqlite", ['DROP INDEX IF EXISTS "idx_orders_outbox_seq"', 'ALTER TABLE "orders" DROP COLUMN outbox_seq']],
-    ["postgres", ['DROP INDEX IF EXISTS "idx_orders_outbox_seq"', 'ALTER TABLE "orders" DROP COLUMN IF EXISTS outbox_seq']],
+    [
+      "postgres",
+      ['DROP INDEX IF EXISTS "idx_orders_outbox_seq"', 'ALTER TABLE "orders" DROP COLUMN IF EXISTS outbox_seq'],
+    ],
     ["mysql", ["DROP INDEX `idx_orders_outbox_seq` ON `orders`", "ALTER TABLE `orders` DROP COLUMN outbox_seq"]],
   ] as const)("%s: drops the index, then the column", (d, want) => {
     expect(dropSchemaSql(["orders"], d)).toEqual([...want]);

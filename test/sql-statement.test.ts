@@ -42,7 +42,11 @@ describe("validateStatement refuses", () => {
     ["a comment only", "-- nothing\n/* at all */", "empty statement (only comments)"],
     ["a lone semicolon", " ; ", "empty statement before ';' at offset 1"],
     ["two semicolons", "UPDATE t SET a = 1;;", "empty statement before ';' at offset 19"],
-    ["two statements", "UPDATE t SET a = 1; DELETE FROM t", "more than one statement: ';' at offset 18 is followed by more SQL"],
+    [
+      "two statements",
+      "UPDATE t SET a = 1; DELETE FROM t",
+      "more than one statement: ';' at offset 18 is followed by more SQL",
+    ],
     ["a second statement behind a comment", "SELECT 1; -- x\nSELECT 2", "more than one statement"],
     ["text that is not a statement", "hello world", "'hello' at offset 0 does not start a statement"],
     ["a quoted first word", '"INSERT" INTO t (a) VALUES (1)', `'"INSERT"' at offset 0 does not start a statement`],
@@ -53,7 +57,8 @@ describe("validateStatement refuses", () => {
     ["a NUL character", "DELETE FROM t\0 WHERE id = 1", "NUL character at offset 13"],
     ["a lone surrogate", "INSERT INTO t (a) VALUES ('\ud800')", "lone UTF-16 surrogate"],
   ] as const)("%s", (_name, sql, reason) => {
-    for (const d of [null, "sqlite", "postgres", "mysql"] as const) expect(reasonOf(() => validateStatement(sql, d))).toContain(reason);
+    for (const d of [null, "sqlite", "postgres", "mysql"] as const)
+      expect(reasonOf(() => validateStatement(sql, d))).toContain(reason);
   });
 
   test.each([
@@ -73,8 +78,12 @@ describe("validateStatement refuses", () => {
 
   test("a string MySQL reads as one literal but the others as two statements (every dialect's lexer decides)", () => {
     const sql = "INSERT INTO t (a) VALUES ('x\\'; DROP TABLE victim; --')";
-    expect(reasonOf(() => validateStatement(sql, null))).toBe("more than one statement: ';' at offset 30 is followed by more SQL (as sqlite reads it; set the producer's dialect if the target is another engine)");
-    expect(reasonOf(() => validateStatement(sql, "postgres"))).toBe("more than one statement: ';' at offset 30 is followed by more SQL");
+    expect(reasonOf(() => validateStatement(sql, null))).toBe(
+      "more than one statement: ';' at offset 30 is followed by more SQL (as sqlite reads it; set the producer's dialect if the target is another engine)",
+    );
+    expect(reasonOf(() => validateStatement(sql, "postgres"))).toBe(
+      "more than one statement: ';' at offset 30 is followed by more SQL",
+    );
     expect(validateStatement(sql, "mysql")).toBe(0); // the producer said where it goes: one string there
   });
 
@@ -94,12 +103,18 @@ describe("validateStatement refuses", () => {
       "the SQL dialects read different placeholder counts (sqlite: 1, postgres: 0, mysql: 1): a literal or comment means different things to them; set the producer's dialect",
     );
     expect(validateStatement("SELECT $$?$$", "postgres")).toBe(0);
-    expect(reasonOf(() => validateStatement("UPDATE t SET a = 1 --\r, b = ?", null))).toContain("(sqlite: 0, postgres: 1, mysql: 0)");
+    expect(reasonOf(() => validateStatement("UPDATE t SET a = 1 --\r, b = ?", null))).toContain(
+      "(sqlite: 0, postgres: 1, mysql: 0)",
+    );
   });
 
   test("a MySQL executable comment, even when the other dialects read it as a comment", () => {
-    expect(reasonOf(() => validateStatement("SELECT 1 /*! ; DROP TABLE victim */", null))).toBe("MySQL executable comment /*!…*/ at offset 9 is not supported");
-    expect(reasonOf(() => validateStatement("SELECT 1 /*M!100000 , 2 */", null))).toContain("MySQL executable comment /*M!…*/");
+    expect(reasonOf(() => validateStatement("SELECT 1 /*! ; DROP TABLE victim */", null))).toBe(
+      "MySQL executable comment /*!…*/ at offset 9 is not supported",
+    );
+    expect(reasonOf(() => validateStatement("SELECT 1 /*M!100000 , 2 */", null))).toContain(
+      "MySQL executable comment /*M!…*/",
+    );
     expect(validateStatement("SELECT 1 /*! , 2 */", "postgres")).toBe(0);
   });
 
@@ -126,7 +141,8 @@ describe("checkStatement", () => {
     expect(error).toMatchObject({
       code: "E_INVALID_STATEMENT",
       table: "orders",
-      reason: "statement takes 1 bind arguments (1 more '?' inside string literals, identifiers or comments do not count) but 2 were given",
+      reason:
+        "statement takes 1 bind arguments (1 more '?' inside string literals, identifiers or comments do not count) but 2 were given",
     });
     expect(error.message).toBe(
       `invalid statement for table "orders": statement takes 1 bind arguments (1 more '?' inside string literals, identifiers or comments do not count) but 2 were given`,
@@ -134,13 +150,19 @@ describe("checkStatement", () => {
   });
 
   test("names the table for every other refusal too", () => {
-    expect(() => checkStatement("SELECT 1; SELECT 2", 0, "sqlite", "t")).toThrow(`invalid statement for table "t": more than one statement`);
-    expect(() => checkStatement("SELECT 1; SELECT 2", 0, "sqlite")).toThrow("invalid statement: more than one statement");
+    expect(() => checkStatement("SELECT 1; SELECT 2", 0, "sqlite", "t")).toThrow(
+      `invalid statement for table "t": more than one statement`,
+    );
+    expect(() => checkStatement("SELECT 1; SELECT 2", 0, "sqlite")).toThrow(
+      "invalid statement: more than one statement",
+    );
   });
 
   test("accepts the right count, ?NNN counted the SQLite way", () => {
     checkStatement("INSERT INTO t (a, b) VALUES (?2, ?1)", 2, null, "t");
-    expect(() => checkStatement("INSERT INTO t (a, b) VALUES (?2, ?1)", 1, null, "t")).toThrow("statement takes 2 bind arguments but 1 were given");
+    expect(() => checkStatement("INSERT INTO t (a, b) VALUES (?2, ?1)", 1, null, "t")).toThrow(
+      "statement takes 2 bind arguments but 1 were given",
+    );
   });
 });
 
@@ -151,7 +173,9 @@ describe("checkInjectable", () => {
     );
     // Only MySQL's rewrite (an INSERT … SELECT) cannot carry an aggregate in VALUES.
     const sql = "INSERT INTO t (a, b) VALUES (?, max(?))";
-    expect(reasonOf(() => checkInjectable(sql, 2, null))).toContain("inject_outbox_seq cannot rewrite it for mysql: the aggregate function max() in VALUES");
+    expect(reasonOf(() => checkInjectable(sql, 2, null))).toContain(
+      "inject_outbox_seq cannot rewrite it for mysql: the aggregate function max() in VALUES",
+    );
     checkInjectable(sql, 2, "postgres");
     checkInjectable("UPDATE t SET status = 'shipped' WHERE id = ?", 1, null);
   });

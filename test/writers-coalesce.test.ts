@@ -16,7 +16,7 @@ describe("valuesInsert: which statements may be merged into one multi-row INSERT
     ["postgres", "INSERT INTO t (a, b) VALUES ($1, $2)", 2],
     ["postgres", "insert into s.t (a, b, c) values ($1::jsonb, -$2, 'x''y') ON CONFLICT (a) DO NOTHING;", 2],
     ["postgres", "INSERT INTO t (a, b) VALUES ($1, NULL) ON CONFLICT (a) DO UPDATE SET b = excluded.b", 1],
-    ["mysql", "INSERT INTO `t` (a, b) VALUES (?, \"lit\") ON DUPLICATE KEY UPDATE b = VALUES(b)", 1],
+    ["mysql", 'INSERT INTO `t` (a, b) VALUES (?, "lit") ON DUPLICATE KEY UPDATE b = VALUES(b)', 1],
     ["mysql", "INSERT IGNORE INTO t (a) VALUES (?)", 1],
     ["sqlite", "INSERT OR IGNORE INTO t (a, b) VALUES (?, TRUE) -- trailing comment", 1],
     ["sqlite", "INSERT INTO t VALUES (1.5, 'x')", 0],
@@ -27,7 +27,11 @@ describe("valuesInsert: which statements may be merged into one multi-row INSERT
 
   test.each([
     ["postgres", "INSERT INTO t (a) VALUES (now())", "a function call: evaluated per statement, not per row"],
-    ["postgres", "INSERT INTO t (a) VALUES ((SELECT max(a) FROM t))", "a subquery would not see the rows merged before it"],
+    [
+      "postgres",
+      "INSERT INTO t (a) VALUES ((SELECT max(a) FROM t))",
+      "a subquery would not see the rows merged before it",
+    ],
     ["postgres", "INSERT INTO t (a) VALUES ($1) RETURNING a", "RETURNING answers per row"],
     ["postgres", "INSERT INTO t (a, b) VALUES ($2, $1)", "placeholders out of order"],
     ["postgres", "INSERT INTO t (a) VALUES ($1) ON CONFLICT (a) DO UPDATE SET b = $2", "a placeholder after the tuple"],
@@ -48,7 +52,9 @@ describe("valuesInsert: which statements may be merged into one multi-row INSERT
 
   test("multi-row text repeats the tuple as written and renumbers PostgreSQL's placeholders", () => {
     const pg = valuesInsert("INSERT INTO t (a, b, c) VALUES ($1, 'x', $2::int) ON CONFLICT DO NOTHING", "postgres")!;
-    expect(multiRowSql(pg, 3)).toBe("INSERT INTO t (a, b, c) VALUES ($1, 'x', $2::int), ($3, 'x', $4::int), ($5, 'x', $6::int) ON CONFLICT DO NOTHING");
+    expect(multiRowSql(pg, 3)).toBe(
+      "INSERT INTO t (a, b, c) VALUES ($1, 'x', $2::int), ($3, 'x', $4::int), ($5, 'x', $6::int) ON CONFLICT DO NOTHING",
+    );
     const my = valuesInsert("INSERT INTO t (a, b) VALUES (?, ?);", "mysql")!;
     expect(multiRowSql(my, 2)).toBe("INSERT INTO t (a, b) VALUES (?, ?), (?, ?);");
   });
@@ -97,12 +103,15 @@ describe("runIsolated with coalescing: a failed merged statement is retried row 
     const pass = async (stmts: Statement[]): Promise<PassResult> => {
       passes.push(stmts.map((s) => s.args.length));
       const outcomes: Outcome[] = stmts.map((s) =>
-        s.args.some((a) => typeof a === "number" && a < 0) ? { error: Object.assign(new Error("check violated"), { errno: "23514" }) } : { result: { ok: true, rowsAffected: s.args.length } as WriteResult },
+        s.args.some((a) => typeof a === "number" && a < 0)
+          ? { error: Object.assign(new Error("check violated"), { errno: "23514" }) }
+          : { result: { ok: true, rowsAffected: s.args.length } as WriteResult },
       );
       const failedNs = new Set(stmts.filter((_, i) => "error" in outcomes[i]!).map((s) => s.namespace));
-      const committed = committing === "all-or-nothing"
-        ? outcomes.every((o) => "result" in o)
-        : stmts.every((s, i) => !failedNs.has(s.namespace) || "error" in outcomes[i]!); // MySQL: commits when a failed namespace had nothing applied
+      const committed =
+        committing === "all-or-nothing"
+          ? outcomes.every((o) => "result" in o)
+          : stmts.every((s, i) => !failedNs.has(s.namespace) || "error" in outcomes[i]!); // MySQL: commits when a failed namespace had nothing applied
       return { outcomes, committed };
     };
     return { pass, passes };
@@ -110,17 +119,35 @@ describe("runIsolated with coalescing: a failed merged statement is retried row 
 
   test("PostgreSQL-like: one merged pass, then the same rows one by one, which blames the culprit", async () => {
     const { pass, passes } = engine("all-or-nothing");
-    const batch = [1, 2, -3, 4].map((v, i) => stmt(ins, [v], "t", i + 1)).concat([stmt(ins, [5], "u", 5), stmt(ins, [6], "u", 6)]);
+    const batch = [1, 2, -3, 4]
+      .map((v, i) => stmt(ins, [v], "t", i + 1))
+      .concat([stmt(ins, [5], "u", 5), stmt(ins, [6], "u", 6)]);
     const results = await runIsolated(batch, pass, classifyPostgres, fail, "postgres", { coalesce: true });
-    expect(passes).toEqual([[4, 2], [1, 1, 1, 1, 1, 1], [1, 1]]);
-    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual(["skipped", "skipped", "failed", "skipped", "ok", "ok"]);
+    expect(passes).toEqual([
+      [4, 2],
+      [1, 1, 1, 1, 1, 1],
+      [1, 1],
+    ]);
+    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual([
+      "skipped",
+      "skipped",
+      "failed",
+      "skipped",
+      "ok",
+      "ok",
+    ]);
   });
 
   test("MySQL-like: a pass that committed around a failed merged statement keeps what it applied and retries only that namespace", async () => {
     const { pass, passes } = engine("statement");
-    const batch = [1, -2].map((v, i) => stmt(ins, [v], "t", i + 1)).concat([stmt(ins, [5], "u", 3), stmt(ins, [6], "u", 4)]);
+    const batch = [1, -2]
+      .map((v, i) => stmt(ins, [v], "t", i + 1))
+      .concat([stmt(ins, [5], "u", 3), stmt(ins, [6], "u", 4)]);
     const results = await runIsolated(batch, pass, classifyPostgres, fail, "postgres", { coalesce: true });
-    expect(passes).toEqual([[2, 2], [1, 1]]);
+    expect(passes).toEqual([
+      [2, 2],
+      [1, 1],
+    ]);
     expect(results).toEqual([
       { ok: false, skipped: true, error: expect.any(String) },
       { ok: false, error: expect.stringContaining("check violated"), errorClass: "23514" },
@@ -143,21 +170,98 @@ interface Engine {
   exec(sql: string): Promise<void>;
 }
 
-const cases: Record<string, Array<{ name: string; sql: (t: string, ph: (n: number) => string) => string; rows: BindValue[][] }>> = {
+const cases: Record<
+  string,
+  Array<{ name: string; sql: (t: string, ph: (n: number) => string) => string; rows: BindValue[][] }>
+> = {
   postgres: [
-    { name: "ON CONFLICT DO NOTHING with a key repeated in the batch", sql: (t, p) => `INSERT INTO ${t} (k, v) VALUES (${p(1)}, ${p(2)}) ON CONFLICT (k) DO NOTHING`, rows: [[1, "a"], [2, "b"], [1, "c"], [0, "seed"]] },
-    { name: "ON CONFLICT DO UPDATE with a key repeated in the batch (the engine refuses it merged)", sql: (t, p) => `INSERT INTO ${t} (k, v) VALUES (${p(1)}, ${p(2)}) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, rows: [[1, "a"], [1, "b"], [3, "c"]] },
-    { name: "values of different JS types in one column", sql: (t, p) => `INSERT INTO ${t} (k, v, n) VALUES (${p(1)}, ${p(2)}, ${p(3)})`, rows: [[1, "a", 1], [2, "b", 2.5], [3, "c", null], [4, "d", 10n]] },
+    {
+      name: "ON CONFLICT DO NOTHING with a key repeated in the batch",
+      sql: (t, p) => `INSERT INTO ${t} (k, v) VALUES (${p(1)}, ${p(2)}) ON CONFLICT (k) DO NOTHING`,
+      rows: [
+        [1, "a"],
+        [2, "b"],
+        [1, "c"],
+        [0, "seed"],
+      ],
+    },
+    {
+      name: "ON CONFLICT DO UPDATE with a key repeated in the batch (the engine refuses it merged)",
+      sql: (t, p) => `INSERT INTO ${t} (k, v) VALUES (${p(1)}, ${p(2)}) ON CONFLICT (k) DO UPDATE SET v = excluded.v`,
+      rows: [
+        [1, "a"],
+        [1, "b"],
+        [3, "c"],
+      ],
+    },
+    {
+      name: "values of different JS types in one column",
+      sql: (t, p) => `INSERT INTO ${t} (k, v, n) VALUES (${p(1)}, ${p(2)}, ${p(3)})`,
+      rows: [
+        [1, "a", 1],
+        [2, "b", 2.5],
+        [3, "c", null],
+        [4, "d", 10n],
+      ],
+    },
   ],
   mysql: [
-    { name: "ON DUPLICATE KEY UPDATE with a key repeated in the batch", sql: (t) => `INSERT INTO ${t} (k, v) VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)`, rows: [[1, "a"], [1, "b"], [0, "c"]] },
-    { name: "INSERT IGNORE with a key repeated in the batch", sql: (t) => `INSERT IGNORE INTO ${t} (k, v) VALUES (?, ?)`, rows: [[1, "a"], [1, "b"], [2, "c"]] },
-    { name: "a value strict mode refuses, in the middle", sql: (t) => `INSERT INTO ${t} (k, v) VALUES (?, ?)`, rows: [[1, "a"], [2, "x".repeat(40)], [3, "c"]] },
+    {
+      name: "ON DUPLICATE KEY UPDATE with a key repeated in the batch",
+      sql: (t) => `INSERT INTO ${t} (k, v) VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)`,
+      rows: [
+        [1, "a"],
+        [1, "b"],
+        [0, "c"],
+      ],
+    },
+    {
+      name: "INSERT IGNORE with a key repeated in the batch",
+      sql: (t) => `INSERT IGNORE INTO ${t} (k, v) VALUES (?, ?)`,
+      rows: [
+        [1, "a"],
+        [1, "b"],
+        [2, "c"],
+      ],
+    },
+    {
+      name: "a value strict mode refuses, in the middle",
+      sql: (t) => `INSERT INTO ${t} (k, v) VALUES (?, ?)`,
+      rows: [
+        [1, "a"],
+        [2, "x".repeat(40)],
+        [3, "c"],
+      ],
+    },
   ],
   sqlite: [
-    { name: "INSERT OR IGNORE with a key repeated in the batch", sql: (t) => `INSERT OR IGNORE INTO ${t} (k, v) VALUES (?, ?)`, rows: [[1, "a"], [1, "b"], [2, "c"]] },
-    { name: "an upsert with a key repeated in the batch", sql: (t) => `INSERT INTO ${t} (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, rows: [[1, "a"], [1, "b"], [2, "c"]] },
-    { name: "a NOT NULL violation in the middle", sql: (t) => `INSERT INTO ${t} (k, v) VALUES (?, ?)`, rows: [[1, "a"], [2, null], [3, "c"]] },
+    {
+      name: "INSERT OR IGNORE with a key repeated in the batch",
+      sql: (t) => `INSERT OR IGNORE INTO ${t} (k, v) VALUES (?, ?)`,
+      rows: [
+        [1, "a"],
+        [1, "b"],
+        [2, "c"],
+      ],
+    },
+    {
+      name: "an upsert with a key repeated in the batch",
+      sql: (t) => `INSERT INTO ${t} (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`,
+      rows: [
+        [1, "a"],
+        [1, "b"],
+        [2, "c"],
+      ],
+    },
+    {
+      name: "a NOT NULL violation in the middle",
+      sql: (t) => `INSERT INTO ${t} (k, v) VALUES (?, ?)`,
+      rows: [
+        [1, "a"],
+        [2, null],
+        [3, "c"],
+      ],
+    },
   ],
 };
 cases.libsql = cases.sqlite!;
@@ -197,7 +301,8 @@ function fileEngine(kind: "sqlite" | "libsql"): () => Engine {
       dialect: kind,
       ph: () => "?",
       ddl: (t) => `CREATE TABLE ${t} (k INTEGER PRIMARY KEY, v TEXT NOT NULL, n REAL)`,
-      writer: (coalesce) => createWriter(kind, kind === "sqlite" ? { path, coalesce } : { url: `file:${path}`, coalesce }),
+      writer: (coalesce) =>
+        createWriter(kind, kind === "sqlite" ? { path, coalesce } : { url: `file:${path}`, coalesce }),
       read: async (sql) => withDb((db) => db.query(sql).values() as unknown[][]),
       exec: async (sql) => withDb((db) => void db.run(sql)),
     };
@@ -233,7 +338,10 @@ for (const [name, make] of Object.entries(engines)) {
             batch.push(stmt(c.sql(table, e.ph), other, `${table}-other`, 99));
             const results = await writer.writeBatch(batch);
             const rows = await e.read(`SELECT k, v FROM ${table} ORDER BY k`);
-            return { results: results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : `failed ${r.errorClass}`)), rows: rows.map((r) => r.map(String)) };
+            return {
+              results: results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : `failed ${r.errorClass}`)),
+              rows: rows.map((r) => r.map(String)),
+            };
           } finally {
             await writer.close?.();
           }

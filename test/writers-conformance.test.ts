@@ -38,8 +38,14 @@ const sqliteSchema = [
 ];
 // SQLite as built into Bun, and libSQL, allow 250 000 (SQLITE_MAX_VARIABLE_NUMBER).
 const SQLITE_MAX_BIND_PARAMS = 250_000;
-const sqliteCodes = { notNull: "SQLITE_CONSTRAINT_NOTNULL", check: "SQLITE_CONSTRAINT_CHECK", primaryKey: "SQLITE_CONSTRAINT_PRIMARYKEY", syntax: "SQLITE_ERROR", noTable: "SQLITE_ERROR", noColumn: "SQLITE_ERROR" };
-
+const sqliteCodes = {
+  notNull: "SQLITE_CONSTRAINT_NOTNULL",
+  check: "SQLITE_CONSTRAINT_CHECK",
+  primaryKey: "SQLITE_CONSTRAINT_PRIMARYKEY",
+  syntax: "SQLITE_ERROR",
+  noTable: "SQLITE_ERROR",
+  noColumn: "SQLITE_ERROR",
+};
 
 function serverFixture(kind: "postgres" | "mysql"): Fixture {
   let db: ServerDb;
@@ -104,7 +110,8 @@ const fixtures: Array<[string, () => Fixture]> = [
       maxBindParams: SQLITE_MAX_BIND_PARAMS,
       codes: sqliteCodes,
       open: fileRemote((file) => createWriter("libsql", { url: `file:${file}` }), { safeIntegers: true }),
-      unreachable: (secret) => createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
+      unreachable: (secret) =>
+        createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
     }),
   ],
   [
@@ -116,20 +123,32 @@ const fixtures: Array<[string, () => Fixture]> = [
       ph: () => "?",
       schema: sqliteSchema,
       maxBindParams: SQLITE_MAX_BIND_PARAMS,
-      codes: { notNull: "SQLITE_CONSTRAINT", check: "SQLITE_CONSTRAINT", primaryKey: "SQLITE_CONSTRAINT", syntax: "SQL_PARSE_ERROR", noTable: "SQLITE_UNKNOWN", noColumn: "SQLITE_UNKNOWN" },
-      open: fileRemote((file, onDone) => {
-        const server = startHranaServer({ file, token: "test-token" });
-        onDone(() => server.stop());
-        return createWriter("libsql", { url: server.url, auth_token: "test-token" });
-      }, { safeIntegers: true }),
-      unreachable: (secret) => createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
+      codes: {
+        notNull: "SQLITE_CONSTRAINT",
+        check: "SQLITE_CONSTRAINT",
+        primaryKey: "SQLITE_CONSTRAINT",
+        syntax: "SQL_PARSE_ERROR",
+        noTable: "SQLITE_UNKNOWN",
+        noColumn: "SQLITE_UNKNOWN",
+      },
+      open: fileRemote(
+        (file, onDone) => {
+          const server = startHranaServer({ file, token: "test-token" });
+          onDone(() => server.stop());
+          return createWriter("libsql", { url: server.url, auth_token: "test-token" });
+        },
+        { safeIntegers: true },
+      ),
+      unreachable: (secret) =>
+        createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
     }),
   ],
   ["postgres", () => serverFixture("postgres")],
   ["mysql", () => serverFixture("mysql")],
 ];
 
-const norm = (rows: unknown[][]) => rows.map((r) => r.map((v) => (v === null ? null : v instanceof Uint8Array ? [...v] : String(v))));
+const norm = (rows: unknown[][]) =>
+  rows.map((r) => r.map((v) => (v === null ? null : v instanceof Uint8Array ? [...v] : String(v))));
 
 describe.each(fixtures)("%s writer", (_name, makeFixture) => {
   const fx = makeFixture();
@@ -161,7 +180,12 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
   test("applies a batch in order and returns one rowsAffected result per statement", async () => {
     const results = await writer.writeBatch([
       ins("events", 1, 1, "first"),
-      { sql: `UPDATE events SET name = ${ph(1)} WHERE id = ${ph(2)}`, args: ["renamed", 1], namespace: "events", seq: 2 },
+      {
+        sql: `UPDATE events SET name = ${ph(1)} WHERE id = ${ph(2)}`,
+        args: ["renamed", 1],
+        namespace: "events",
+        seq: 2,
+      },
       ins("events", 3, 2, "second"),
       { sql: `DELETE FROM events WHERE id = ${ph(1)}`, args: [404], namespace: "events", seq: 4 },
     ]);
@@ -171,7 +195,10 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       { ok: true, rowsAffected: 1 },
       { ok: true, rowsAffected: 0 },
     ]);
-    expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([["1", "renamed"], ["2", "second"]]);
+    expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([
+      ["1", "renamed"],
+      ["2", "second"],
+    ]);
   });
 
   test("returns an empty result list for an empty batch", async () => {
@@ -191,7 +218,15 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       { sql: `INSERT INTO kinds (k, s) VALUES (${ph(1)}, ${ph(2)})`, args: ["k2", null], namespace: "kinds", seq: 3 },
     ]);
     expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual([
-      "skipped", "ok", "failed", "ok", "skipped", "skipped", "failed", "ok", "skipped",
+      "skipped",
+      "ok",
+      "failed",
+      "ok",
+      "skipped",
+      "skipped",
+      "failed",
+      "ok",
+      "skipped",
     ]);
     const failed = results[2] as Extract<WriteResult, { ok: false }>;
     expect(failed.errorClass).toBe(fx.codes.primaryKey);
@@ -201,7 +236,11 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect((results[4] as { skipped?: boolean }).skipped).toBe(true);
     // Read back through an independent connection: every ok statement is committed, nothing else.
     expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([]);
-    expect(norm(await remote.read("SELECT id, note FROM other ORDER BY id"))).toEqual([["10", "x"], ["11", "y"], ["12", "z"]]);
+    expect(norm(await remote.read("SELECT id, note FROM other ORDER BY id"))).toEqual([
+      ["10", "x"],
+      ["11", "y"],
+      ["12", "z"],
+    ]);
     expect(norm(await remote.read("SELECT k, s FROM kinds ORDER BY k"))).toEqual([]);
   });
 
@@ -261,15 +300,29 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       namespace: "other",
       seq: 2,
     };
-    const results = await writer.writeBatch([note(1, 1, "before"), ins("events", 1, 1, "a"), big, note(3, 3, "after"), ins("events", 2, 2, "b")]);
-    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual(["skipped", "ok", "failed", "skipped", "ok"]);
+    const results = await writer.writeBatch([
+      note(1, 1, "before"),
+      ins("events", 1, 1, "a"),
+      big,
+      note(3, 3, "after"),
+      ins("events", 2, 2, "b"),
+    ]);
+    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual([
+      "skipped",
+      "ok",
+      "failed",
+      "skipped",
+      "ok",
+    ]);
     expect((results[2] as { errorClass?: string }).errorClass).toBeString();
     expect(norm(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([]);
     expect(norm(await remote.read("SELECT id FROM events ORDER BY id"))).toEqual([["1"], ["2"]]);
   });
 
   test("commits every statement of a successful batch together, visible to another connection", async () => {
-    const stmts = Array.from({ length: 300 }, (_, i) => (i % 3 === 0 ? note(i, i, `n${i}`) : ins("events", i, i, `e${i}`, i)));
+    const stmts = Array.from({ length: 300 }, (_, i) =>
+      i % 3 === 0 ? note(i, i, `n${i}`) : ins("events", i, i, `e${i}`, i),
+    );
     const results = await writer.writeBatch(stmts);
     expect(results.every((r) => r.ok && r.rowsAffected === 1)).toBe(true);
     expect(norm(await remote.read("SELECT COUNT(*) FROM events"))).toEqual([["200"]]);
@@ -282,7 +335,10 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       { sql: "SELECT id, name, qty FROM events ORDER BY id", args: [], namespace: "events", seq: 0 },
     ]);
     expect(result!.ok).toBe(true);
-    expect(norm((result as { rows: unknown[][] }).rows)).toEqual([["1", "one", "5"], ["2", "two", "7"]]);
+    expect(norm((result as { rows: unknown[][] }).rows)).toEqual([
+      ["1", "one", "5"],
+      ["2", "two", "7"],
+    ]);
     const [max] = await writer.writeBatch([{ sql: "SELECT MAX(id) FROM other", args: [], namespace: "other", seq: 0 }]);
     expect(max).toEqual({ ok: true, rows: [[null]] });
   });
@@ -316,7 +372,16 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect(results.every((r) => r.ok)).toBe(true);
     const rows = await remote.read("SELECT k, s, i, f, b, bytes FROM kinds ORDER BY k");
     const bool = (v: unknown) => (v === null ? null : v === true || v === 1 || v === 1n || v === "1" || v === "t");
-    expect(rows.map((r) => [r[0], r[1], r[2] === null ? null : String(r[2]), r[3] === null ? null : Number(r[3]), bool(r[4]), r[5] === null ? null : [...(r[5] as Uint8Array)]])).toEqual([
+    expect(
+      rows.map((r) => [
+        r[0],
+        r[1],
+        r[2] === null ? null : String(r[2]),
+        r[3] === null ? null : Number(r[3]),
+        bool(r[4]),
+        r[5] === null ? null : [...(r[5] as Uint8Array)],
+      ]),
+    ).toEqual([
       ["a", "héllo ✓", "9007199254740993", 1.5, true, [...bytes]],
       ["b", "", "-42", -0.25, false, []],
       ["c", null, null, null, null, null],
@@ -340,8 +405,18 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       { sql: "INSERT INTO no_such_table (id) VALUES (1)", args: [], namespace: "missing", seq: 1 },
       { sql: "INSERT INTO kinds (k, no_such_column) VALUES ('k', 1)", args: [], namespace: "kinds", seq: 1 },
     ]);
-    expect(results.map((r) => (r as { errorClass?: string }).errorClass)).toEqual([fx.codes.primaryKey, fx.codes.syntax, fx.codes.noTable, fx.codes.noColumn]);
-    expect(results.map((r) => (r as { remoteSchema?: boolean }).remoteSchema ?? false)).toEqual([false, false, true, true]);
+    expect(results.map((r) => (r as { errorClass?: string }).errorClass)).toEqual([
+      fx.codes.primaryKey,
+      fx.codes.syntax,
+      fx.codes.noTable,
+      fx.codes.noColumn,
+    ]);
+    expect(results.map((r) => (r as { remoteSchema?: boolean }).remoteSchema ?? false)).toEqual([
+      false,
+      false,
+      true,
+      true,
+    ]);
   });
 
   test("throws WriteError without the password when the server is unreachable", async () => {

@@ -26,11 +26,26 @@ const sqliteSchema = [
   "INSERT INTO parent (id) VALUES (1)",
 ];
 
-
 const engines: Array<[string, () => Engine]> = [
-  ["sqlite", () => ({ ph: () => "?", schema: sqliteSchema, fkCode: "SQLITE_CONSTRAINT_FOREIGNKEY", open: fileRemote((file) => createWriter("sqlite", { path: file, foreign_keys: true })) })],
+  [
+    "sqlite",
+    () => ({
+      ph: () => "?",
+      schema: sqliteSchema,
+      fkCode: "SQLITE_CONSTRAINT_FOREIGNKEY",
+      open: fileRemote((file) => createWriter("sqlite", { path: file, foreign_keys: true })),
+    }),
+  ],
   // @libsql/client turns foreign keys on for file: URLs itself.
-  ["libsql file:", () => ({ ph: () => "?", schema: sqliteSchema, fkCode: "SQLITE_CONSTRAINT_FOREIGNKEY", open: fileRemote((file) => createWriter("libsql", { url: `file:${file}` })) })],
+  [
+    "libsql file:",
+    () => ({
+      ph: () => "?",
+      schema: sqliteSchema,
+      fkCode: "SQLITE_CONSTRAINT_FOREIGNKEY",
+      open: fileRemote((file) => createWriter("libsql", { url: `file:${file}` })),
+    }),
+  ],
   [
     "libsql over http",
     () => ({
@@ -147,7 +162,10 @@ describe.each(engines)("%s writer, deferred constraints", (_name, makeEngine) =>
     expect(shape(results)).toEqual(["ok", "ok", "failed", "ok", "ok"]);
     expect((results[2] as { errorClass?: string }).errorClass).toBe(engine.fkCode);
     expect(str(await remote.read("SELECT id FROM parent ORDER BY id"))).toEqual([["1"], ["2"]]);
-    expect(str(await remote.read("SELECT id, pid FROM child ORDER BY id"))).toEqual([["1", "2"], ["5", "1"]]);
+    expect(str(await remote.read("SELECT id, pid FROM child ORDER BY id"))).toEqual([
+      ["1", "2"],
+      ["5", "1"],
+    ]);
     expect(str(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([["10"], ["11"]]);
   });
 
@@ -184,7 +202,9 @@ describe("postgres writer, other deferred constraints", () => {
   });
 
   test("a row that breaks a DEFERRABLE INITIALLY DEFERRED unique constraint fails its namespace alone with 23505", async () => {
-    await db.sql.unsafe("CREATE TABLE uniq (id BIGINT, code TEXT, CONSTRAINT uniq_code UNIQUE (code) DEFERRABLE INITIALLY DEFERRED)");
+    await db.sql.unsafe(
+      "CREATE TABLE uniq (id BIGINT, code TEXT, CONSTRAINT uniq_code UNIQUE (code) DEFERRABLE INITIALLY DEFERRED)",
+    );
     await db.sql.unsafe("CREATE TABLE other2 (id BIGINT PRIMARY KEY)");
     const results = await writer.writeBatch([
       { sql: "INSERT INTO uniq (id, code) VALUES ($1, $2)", args: [1, "a"], namespace: "uniq", seq: 1 },
@@ -195,14 +215,20 @@ describe("postgres writer, other deferred constraints", () => {
     ]);
     expect(shape(results)).toEqual(["skipped", "ok", "failed", "skipped", "ok"]);
     expect((results[2] as { errorClass?: string }).errorClass).toBe("23505");
-    expect(str(Array.from((await db.sql.unsafe("SELECT id, code FROM uniq ORDER BY id").values()) as unknown[][]))).toEqual([]);
-    expect(str(Array.from((await db.sql.unsafe("SELECT id FROM other2 ORDER BY id").values()) as unknown[][]))).toEqual([["1"], ["2"]]);
+    expect(
+      str(Array.from((await db.sql.unsafe("SELECT id, code FROM uniq ORDER BY id").values()) as unknown[][])),
+    ).toEqual([]);
+    expect(str(Array.from((await db.sql.unsafe("SELECT id FROM other2 ORDER BY id").values()) as unknown[][]))).toEqual(
+      [["1"], ["2"]],
+    );
   });
 
   test("a deferred violation the checking pass cannot blame on a statement is still an outage (WriteError), nothing committed", async () => {
     // The batch defers the constraint again after the writer made it immediate: only COMMIT sees it.
     await db.sql.unsafe("CREATE TABLE p3 (id BIGINT PRIMARY KEY)");
-    await db.sql.unsafe("CREATE TABLE c3 (id BIGINT PRIMARY KEY, pid BIGINT REFERENCES p3 (id) DEFERRABLE INITIALLY IMMEDIATE)");
+    await db.sql.unsafe(
+      "CREATE TABLE c3 (id BIGINT PRIMARY KEY, pid BIGINT REFERENCES p3 (id) DEFERRABLE INITIALLY IMMEDIATE)",
+    );
     const error = await writer
       .writeBatch([
         { sql: "SET CONSTRAINTS ALL DEFERRED", args: [], namespace: "c3", seq: 1 },
@@ -226,7 +252,9 @@ describe("mysql writer, foreign keys", () => {
 
   test("InnoDB checks a foreign key per statement (no deferred constraints): the violating row fails its namespace with 1452", async () => {
     await db.sql.unsafe("CREATE TABLE parent (id BIGINT PRIMARY KEY) ENGINE=InnoDB");
-    await db.sql.unsafe("CREATE TABLE child (id BIGINT PRIMARY KEY, pid BIGINT, FOREIGN KEY (pid) REFERENCES parent (id)) ENGINE=InnoDB");
+    await db.sql.unsafe(
+      "CREATE TABLE child (id BIGINT PRIMARY KEY, pid BIGINT, FOREIGN KEY (pid) REFERENCES parent (id)) ENGINE=InnoDB",
+    );
     await db.sql.unsafe("INSERT INTO parent (id) VALUES (1)");
     const writer = createWriter("mysql", { url: db.url });
     try {
@@ -237,7 +265,9 @@ describe("mysql writer, foreign keys", () => {
       ]);
       expect(shape(results)).toEqual(["skipped", "failed", "skipped"]);
       expect((results[1] as { errorClass?: string }).errorClass).toBe("1452");
-      expect(str(Array.from((await db.sql.unsafe("SELECT id FROM child ORDER BY id").values()) as unknown[][]))).toEqual([]);
+      expect(
+        str(Array.from((await db.sql.unsafe("SELECT id FROM child ORDER BY id").values()) as unknown[][])),
+      ).toEqual([]);
     } finally {
       await writer.close?.();
     }

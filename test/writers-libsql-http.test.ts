@@ -20,7 +20,12 @@ const TOKEN = "tok-Secret-123";
 const cleanups = cleanupsAfterEach();
 
 /** A fresh SQLite file with table t, a Hrana server in front of it, and a direct reader. */
-function setup(streamExpiryMs?: number): { server: HranaServer; file: string; ids(): number[]; writer(connection?: Record<string, unknown>): OutboxWriter } {
+function setup(streamExpiryMs?: number): {
+  server: HranaServer;
+  file: string;
+  ids(): number[];
+  writer(connection?: Record<string, unknown>): OutboxWriter;
+} {
   const dir = makeTempDir();
   const file = dir.file("remote.db");
   const db = new Database(file, { create: true });
@@ -28,14 +33,20 @@ function setup(streamExpiryMs?: number): { server: HranaServer; file: string; id
   db.run("CREATE TABLE t (id INTEGER PRIMARY KEY, note TEXT, loose, bytes BLOB)");
   db.close();
   const server = startHranaServer({ file, token: TOKEN, streamExpiryMs });
-  cleanups.push(() => dir.cleanup(), () => server.stop());
+  cleanups.push(
+    () => dir.cleanup(),
+    () => server.stop(),
+  );
   return {
     server,
     file,
     ids: () => {
       const r = new Database(file, { readonly: true });
       try {
-        return r.query("SELECT id FROM t ORDER BY id").values().map((row) => Number(row[0]));
+        return r
+          .query("SELECT id FROM t ORDER BY id")
+          .values()
+          .map((row) => Number(row[0]));
       } finally {
         r.close();
       }
@@ -48,15 +59,24 @@ function setup(streamExpiryMs?: number): { server: HranaServer; file: string; id
   };
 }
 
-const insert = (id: number): Statement => ({ sql: "INSERT INTO t (id) VALUES (?)", args: [id], namespace: "t", seq: id });
+const insert = (id: number): Statement => ({
+  sql: "INSERT INTO t (id) VALUES (?)",
+  args: [id],
+  namespace: "t",
+  seq: id,
+});
 
 async function writeError(promise: Promise<unknown>): Promise<WriteError> {
-  const error = await promise.then(() => undefined, (e: unknown) => e);
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(error).toBeInstanceOf(WriteError);
   return error as WriteError;
 }
 
-const fullText = (e: Error) => `${e.message} ${String(e.cause ?? "")} ${(e.cause as Error | undefined)?.stack ?? ""} ${e.stack}`;
+const fullText = (e: Error) =>
+  `${e.message} ${String(e.cause ?? "")} ${(e.cause as Error | undefined)?.stack ?? ""} ${e.stack}`;
 
 describe("libsql writer over HTTP (Hrana)", () => {
   test("a wrong auth token is an outage: WriteError (not a row fault), without the token, nothing lands", async () => {
@@ -71,7 +91,9 @@ describe("libsql writer over HTTP (Hrana)", () => {
 
   test("a token given in the URL (?authToken=) is sent and masked in errors", async () => {
     const s = setup();
-    expect(await s.writer({ url: `${s.server.url}?authToken=${TOKEN}` }).writeBatch([insert(1)])).toEqual([{ ok: true, rowsAffected: 1 }]);
+    expect(await s.writer({ url: `${s.server.url}?authToken=${TOKEN}` }).writeBatch([insert(1)])).toEqual([
+      { ok: true, rowsAffected: 1 },
+    ]);
     const wrong = "url-Token-do-not-log";
     const error = await writeError(s.writer({ url: `${s.server.url}?authToken=${wrong}` }).writeBatch([insert(2)]));
     expect(fullText(error)).not.toContain(wrong);
@@ -81,7 +103,10 @@ describe("libsql writer over HTTP (Hrana)", () => {
   test("a libsql:// URL with ?tls=0 speaks the same protocol (the form Turso URLs take, minus TLS)", async () => {
     const s = setup();
     const writer = s.writer({ url: `libsql://127.0.0.1:${s.server.port}?tls=0`, auth_token: TOKEN });
-    expect(await writer.writeBatch([insert(1), insert(2)])).toEqual([{ ok: true, rowsAffected: 1 }, { ok: true, rowsAffected: 1 }]);
+    expect(await writer.writeBatch([insert(1), insert(2)])).toEqual([
+      { ok: true, rowsAffected: 1 },
+      { ok: true, rowsAffected: 1 },
+    ]);
     expect(s.ids()).toEqual([1, 2]);
   });
 
@@ -126,7 +151,11 @@ describe("libsql writer over HTTP (Hrana)", () => {
       { sql: "-- nothing to run", args: [], namespace: "u", seq: 1 },
       { ...insert(3), namespace: "v" },
     ]);
-    expect(results.map((r) => (r.ok ? "ok" : (r as { errorClass?: string }).errorClass))).toEqual(["ARGS_INVALID", "E_UNSUPPORTED_STATEMENT", "ok"]);
+    expect(results.map((r) => (r.ok ? "ok" : (r as { errorClass?: string }).errorClass))).toEqual([
+      "ARGS_INVALID",
+      "E_UNSUPPORTED_STATEMENT",
+      "ok",
+    ]);
     expect(s.ids()).toEqual([3]);
   });
 
@@ -149,7 +178,11 @@ test("the drain treats a revoked token as a misconfigured target: nothing charge
   const s = setup();
   const dir = tempDirCleanedBy(cleanups);
   const connection = { url: s.server.url, auth_token: TOKEN };
-  const config = oneApp(dir.file("outbox"), { r: { writer: "libsql", connection, tables: ["t"] } }, { maxAttempts: 1, backoffUnitSeconds: 0.01 });
+  const config = oneApp(
+    dir.file("outbox"),
+    { r: { writer: "libsql", connection, tables: ["t"] } },
+    { maxAttempts: 1, backoffUnitSeconds: 0.01 },
+  );
   const log = memoryLogger();
   const svc = new OutboxSyncService(config, { "app.r": createWriter("libsql", connection) }, { logger: log });
   cleanups.push(() => svc.stop(2000));
@@ -181,9 +214,13 @@ describe.each(["file", "http"])("libsql writer (%s) argument and result types", 
 
   test("an integer argument lands as INTEGER in TEXT and untyped columns, as with the sqlite writer (not REAL 42.0)", async () => {
     const { s, writer } = open();
-    await writer.writeBatch([{ sql: "INSERT INTO t (id, note, loose) VALUES (?, ?, ?)", args: [1, 42, 42], namespace: "t", seq: 1 }]);
+    await writer.writeBatch([
+      { sql: "INSERT INTO t (id, note, loose) VALUES (?, ?, ?)", args: [1, 42, 42], namespace: "t", seq: 1 },
+    ]);
     const db = new Database(s.file, { readonly: true });
-    expect(db.query("SELECT note, typeof(note), loose, typeof(loose) FROM t").values()).toEqual([["42", "text", 42, "integer"]]);
+    expect(db.query("SELECT note, typeof(note), loose, typeof(loose) FROM t").values()).toEqual([
+      ["42", "text", 42, "integer"],
+    ]);
     db.close();
     // Over HTTP, what sqld would store as REAL is a `float` argument with an integral value.
     expect(s.server.integralFloatArgs).toBe(0);
@@ -198,15 +235,21 @@ describe.each(["file", "http"])("libsql writer (%s) argument and result types", 
       { ...insert(4), args: [Number.NaN] },
       { ...insert(5), namespace: "v", args: [Number.POSITIVE_INFINITY] },
     ]);
-    expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : (r as { errorClass?: string }).errorClass))).toEqual(["skipped", "ERR_OUT_OF_RANGE", "ok", "skipped", "ERR_OUT_OF_RANGE"]);
+    expect(
+      results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : (r as { errorClass?: string }).errorClass)),
+    ).toEqual(["skipped", "ERR_OUT_OF_RANGE", "ok", "skipped", "ERR_OUT_OF_RANGE"]);
     expect(s.ids()).toEqual([3]);
   });
 
   test("a float argument stays REAL and a SELECT returns BLOBs as Uint8Array", async () => {
     const { writer } = open();
     const bytes = new Uint8Array([0, 255, 7]);
-    await writer.writeBatch([{ sql: "INSERT INTO t (id, loose, bytes) VALUES (?, ?, ?)", args: [1, 2.5, bytes], namespace: "t", seq: 1 }]);
-    const [result] = await writer.writeBatch([{ sql: "SELECT loose, typeof(loose), bytes FROM t", args: [], namespace: "t", seq: 0 }]);
+    await writer.writeBatch([
+      { sql: "INSERT INTO t (id, loose, bytes) VALUES (?, ?, ?)", args: [1, 2.5, bytes], namespace: "t", seq: 1 },
+    ]);
+    const [result] = await writer.writeBatch([
+      { sql: "SELECT loose, typeof(loose), bytes FROM t", args: [], namespace: "t", seq: 0 },
+    ]);
     expect(result).toEqual({ ok: true, rows: [[2.5, "real", bytes]] });
   });
 });
@@ -216,15 +259,24 @@ describe("hrana test server (protocol fidelity the writer relies on)", () => {
     const s = setup();
     const db = new Database(s.file);
     db.run("CREATE TABLE audit (id INTEGER)");
-    db.run("CREATE TRIGGER t_audit AFTER INSERT ON t BEGIN INSERT INTO audit VALUES (NEW.id); INSERT INTO audit VALUES (NEW.id); END");
+    db.run(
+      "CREATE TRIGGER t_audit AFTER INSERT ON t BEGIN INSERT INTO audit VALUES (NEW.id); INSERT INTO audit VALUES (NEW.id); END",
+    );
     db.close();
-    const results = await s.writer().writeBatch([
-      insert(1),
-      { sql: "UPDATE t SET note = 'x' WHERE id > 100", args: [], namespace: "t", seq: 2 },
-      { sql: "CREATE TABLE later (id INTEGER)", args: [], namespace: "later", seq: 1 },
-      { sql: "SELECT count(*) FROM audit", args: [], namespace: "audit", seq: 1 },
+    const results = await s
+      .writer()
+      .writeBatch([
+        insert(1),
+        { sql: "UPDATE t SET note = 'x' WHERE id > 100", args: [], namespace: "t", seq: 2 },
+        { sql: "CREATE TABLE later (id INTEGER)", args: [], namespace: "later", seq: 1 },
+        { sql: "SELECT count(*) FROM audit", args: [], namespace: "audit", seq: 1 },
+      ]);
+    expect(results).toEqual([
+      { ok: true, rowsAffected: 1 },
+      { ok: true, rowsAffected: 0 },
+      { ok: true, rowsAffected: 0 },
+      { ok: true, rows: [[2n]] },
     ]);
-    expect(results).toEqual([{ ok: true, rowsAffected: 1 }, { ok: true, rowsAffected: 0 }, { ok: true, rowsAffected: 0 }, { ok: true, rows: [[2n]] }]);
   });
 
   test("an interactive transaction keeps its stream across requests by baton; a used baton is refused", async () => {
@@ -242,8 +294,14 @@ describe("hrana test server (protocol fidelity the writer relies on)", () => {
     expect(s.server.openStreams).toBe(0);
 
     const post = (body: unknown) =>
-      fetch(`${s.server.url}/v2/pipeline`, { method: "POST", headers: { authorization: `Bearer ${TOKEN}` }, body: JSON.stringify(body) });
-    const first = (await (await post({ requests: [{ type: "execute", stmt: { sql: "SELECT 1" } }] })).json()) as { baton: string };
+      fetch(`${s.server.url}/v2/pipeline`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify(body),
+      });
+    const first = (await (await post({ requests: [{ type: "execute", stmt: { sql: "SELECT 1" } }] })).json()) as {
+      baton: string;
+    };
     expect(first.baton).toBeString();
     expect((await post({ baton: first.baton, requests: [{ type: "close" }] })).status).toBe(200);
     expect((await post({ baton: first.baton, requests: [{ type: "close" }] })).status).toBe(400);

@@ -16,7 +16,11 @@ describe("writer registry", () => {
   });
 
   test("marks passwords, tokens and URLs that may embed them as secret", () => {
-    const secret = (name: keyof typeof builtinWriters) => builtinWriters[name].keys.filter((k) => k.secret).map((k) => k.name).sort();
+    const secret = (name: keyof typeof builtinWriters) =>
+      builtinWriters[name].keys
+        .filter((k) => k.secret)
+        .map((k) => k.name)
+        .sort();
     expect(secret("postgres")).toEqual(["password", "url"]);
     expect(secret("mysql")).toEqual(["password", "url"]);
     expect(secret("libsql")).toEqual(["auth_token", "db_token"]);
@@ -70,31 +74,56 @@ describe("writer registry", () => {
   test.each([
     ["sqlite", "connection.path"],
     ["libsql", "connection.url"],
-  ] as const)("a %s writer created past the registry's checks without its required key is a ConfigError at %s, not a WriteError", (name, keyPath) => {
-    const error = errorOf<ConfigError>(() => builtinWriters[name].create({}));
-    expect(error).toBeInstanceOf(ConfigError);
-    expect(error).not.toBeInstanceOf(WriteError);
-    expect(error).toMatchObject({ code: "E_CONFIG", keyPath });
-    expect(error.message).toStartWith(`[${keyPath}]: is required by the ${name} writer`);
-  });
+  ] as const)(
+    "a %s writer created past the registry's checks without its required key is a ConfigError at %s, not a WriteError",
+    (name, keyPath) => {
+      const error = errorOf<ConfigError>(() => builtinWriters[name].create({}));
+      expect(error).toBeInstanceOf(ConfigError);
+      expect(error).not.toBeInstanceOf(WriteError);
+      expect(error).toMatchObject({ code: "E_CONFIG", keyPath });
+      expect(error.message).toStartWith(`[${keyPath}]: is required by the ${name} writer`);
+    },
+  );
 
   test("describe masks passwords and tokens", () => {
-    expect(builtinWriters.postgres.describe!({ url: "postgres://app:hunter2@db.example:5432/prod?sslmode=require" })).toBe(
-      "postgres://app:***@db.example:5432/prod?sslmode=require",
+    expect(
+      builtinWriters.postgres.describe!({ url: "postgres://app:hunter2@db.example:5432/prod?sslmode=require" }),
+    ).toBe("postgres://app:***@db.example:5432/prod?sslmode=require");
+    expect(builtinWriters.mysql.describe!({ host: "db", user: "app", password: "hunter2", database: "d" })).toBe(
+      "mysql://app@db/d",
     );
-    expect(builtinWriters.mysql.describe!({ host: "db", user: "app", password: "hunter2", database: "d" })).toBe("mysql://app@db/d");
-    expect(builtinWriters.libsql.describe!({ url: "libsql://x.turso.io?authToken=abc", auth_token: "abc" })).not.toContain("abc");
+    expect(
+      builtinWriters.libsql.describe!({ url: "libsql://x.turso.io?authToken=abc", auth_token: "abc" }),
+    ).not.toContain("abc");
   });
 });
 
 describe("error classification", () => {
   test.each([
-    ["23505", "row"], ["23502", "row"], ["23514", "row"], ["22P02", "row"], ["42601", "row"],
-    ["2BP01", "row"], ["0A000", "row"], ["P0001", "row"],
-    ["42P01", "schema"], ["42703", "schema"], ["42P10", "schema"], ["42501", "schema"], ["3F000", "schema"],
-    ["28P01", "misconfigured"], ["28000", "misconfigured"], ["3D000", "misconfigured"],
-    ["08006", "outage"], ["57P01", "outage"], ["57014", "outage"], ["53300", "outage"], ["40001", "outage"],
-    ["40P01", "outage"], ["XX000", "outage"], ["55P03", "outage"],
+    ["23505", "row"],
+    ["23502", "row"],
+    ["23514", "row"],
+    ["22P02", "row"],
+    ["42601", "row"],
+    ["2BP01", "row"],
+    ["0A000", "row"],
+    ["P0001", "row"],
+    ["42P01", "schema"],
+    ["42703", "schema"],
+    ["42P10", "schema"],
+    ["42501", "schema"],
+    ["3F000", "schema"],
+    ["28P01", "misconfigured"],
+    ["28000", "misconfigured"],
+    ["3D000", "misconfigured"],
+    ["08006", "outage"],
+    ["57P01", "outage"],
+    ["57014", "outage"],
+    ["53300", "outage"],
+    ["40001", "outage"],
+    ["40P01", "outage"],
+    ["XX000", "outage"],
+    ["55P03", "outage"],
   ])("postgres SQLSTATE %s is %s", (errno, kind) => {
     expect(classifyPostgres({ code: "ERR_POSTGRES_SERVER_ERROR", errno }).kind).toBe(kind as "row" | "outage");
   });
@@ -105,21 +134,49 @@ describe("error classification", () => {
   });
 
   test.each([
-    [1062, "row"], [1048, "row"], [3819, "row"], [4025, "row"], [1064, "row"],
-    [1366, "row"], [1265, "row"], [1406, "row"],
-    [1146, "schema"], [1054, "schema"], [1142, "schema"], [1143, "schema"],
-    [1045, "misconfigured"], [1044, "misconfigured"], [1049, "misconfigured"],
-    [2002, "outage"], [2003, "outage"], [2006, "outage"], [2013, "outage"], [1927, "outage"], [1053, "outage"],
-    [1205, "outage"], [1213, "outage"], [1040, "outage"],
+    [1062, "row"],
+    [1048, "row"],
+    [3819, "row"],
+    [4025, "row"],
+    [1064, "row"],
+    [1366, "row"],
+    [1265, "row"],
+    [1406, "row"],
+    [1146, "schema"],
+    [1054, "schema"],
+    [1142, "schema"],
+    [1143, "schema"],
+    [1045, "misconfigured"],
+    [1044, "misconfigured"],
+    [1049, "misconfigured"],
+    [2002, "outage"],
+    [2003, "outage"],
+    [2006, "outage"],
+    [2013, "outage"],
+    [1927, "outage"],
+    [1053, "outage"],
+    [1205, "outage"],
+    [1213, "outage"],
+    [1040, "outage"],
   ])("mysql errno %d is %s", (errno, kind) => {
     expect(classifyMysql({ code: "ERR_MYSQL_SERVER_ERROR", errno }).kind).toBe(kind as "row" | "outage");
   });
 
   test.each([
-    ["SQLITE_CONSTRAINT_UNIQUE", "row"], ["SQLITE_CONSTRAINT_NOTNULL", "row"], ["SQLITE_ERROR", "row"],
-    ["SQLITE_MISMATCH", "row"], ["SQLITE_TOOBIG", "row"], ["SQL_PARSE_ERROR", "row"],
-    ["SQLITE_BUSY", "outage"], ["SQLITE_LOCKED", "outage"], ["SQLITE_IOERR_WRITE", "outage"], ["SQLITE_FULL", "outage"],
-    ["SQLITE_CANTOPEN", "outage"], ["SQLITE_CORRUPT", "outage"], ["ECONNREFUSED", "outage"], ["SERVER_ERROR", "outage"],
+    ["SQLITE_CONSTRAINT_UNIQUE", "row"],
+    ["SQLITE_CONSTRAINT_NOTNULL", "row"],
+    ["SQLITE_ERROR", "row"],
+    ["SQLITE_MISMATCH", "row"],
+    ["SQLITE_TOOBIG", "row"],
+    ["SQL_PARSE_ERROR", "row"],
+    ["SQLITE_BUSY", "outage"],
+    ["SQLITE_LOCKED", "outage"],
+    ["SQLITE_IOERR_WRITE", "outage"],
+    ["SQLITE_FULL", "outage"],
+    ["SQLITE_CANTOPEN", "outage"],
+    ["SQLITE_CORRUPT", "outage"],
+    ["ECONNREFUSED", "outage"],
+    ["SERVER_ERROR", "outage"],
   ])("sqlite/libsql code %s is %s", (code, kind) => {
     expect(classifySqlite({ code }).kind).toBe(kind as "row" | "outage");
   });
@@ -135,7 +192,10 @@ describe("error classification", () => {
   });
 
   test("libsql's extendedCode wins over the primary code", () => {
-    expect(classifySqlite({ code: "SQLITE_CONSTRAINT", extendedCode: "SQLITE_CONSTRAINT_PRIMARYKEY" })).toEqual({ kind: "row", errorClass: "SQLITE_CONSTRAINT_PRIMARYKEY" });
+    expect(classifySqlite({ code: "SQLITE_CONSTRAINT", extendedCode: "SQLITE_CONSTRAINT_PRIMARYKEY" })).toEqual({
+      kind: "row",
+      errorClass: "SQLITE_CONSTRAINT_PRIMARYKEY",
+    });
   });
 });
 
@@ -154,22 +214,34 @@ describe("statement kind", () => {
 });
 
 describe("credentials in errors", () => {
-  test.each(["postgres", "mysql"] as const)("a refused %s connection configured with host/password never shows the password", async (name) => {
-    const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
-    const port = listener.port;
-    listener.stop(true);
-    const password = "p@ss w0rd/with:specials";
-    const writer = createWriter(name, { host: "127.0.0.1", port, user: "app", password, database: "db", connect_timeout: 2 });
-    try {
-      const error = (await writer.writeBatch([{ sql: "SELECT 1", args: [], namespace: "t", seq: 1 }]).catch((e: unknown) => e)) as Error;
-      expect(error).toBeInstanceOf(WriteError);
-      expect(error.message).toContain(`127.0.0.1:${port}`);
-      for (const text of [error.message, String(error.stack), String((error.cause as Error | undefined)?.message)]) {
-        expect(text).not.toContain(password);
-        expect(text).not.toContain(encodeURIComponent(password));
+  test.each(["postgres", "mysql"] as const)(
+    "a refused %s connection configured with host/password never shows the password",
+    async (name) => {
+      const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+      const port = listener.port;
+      listener.stop(true);
+      const password = "p@ss w0rd/with:specials";
+      const writer = createWriter(name, {
+        host: "127.0.0.1",
+        port,
+        user: "app",
+        password,
+        database: "db",
+        connect_timeout: 2,
+      });
+      try {
+        const error = (await writer
+          .writeBatch([{ sql: "SELECT 1", args: [], namespace: "t", seq: 1 }])
+          .catch((e: unknown) => e)) as Error;
+        expect(error).toBeInstanceOf(WriteError);
+        expect(error.message).toContain(`127.0.0.1:${port}`);
+        for (const text of [error.message, String(error.stack), String((error.cause as Error | undefined)?.message)]) {
+          expect(text).not.toContain(password);
+          expect(text).not.toContain(encodeURIComponent(password));
+        }
+      } finally {
+        await writer.close?.();
       }
-    } finally {
-      await writer.close?.();
-    }
-  });
+    },
+  );
 });

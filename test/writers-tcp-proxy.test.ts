@@ -9,13 +9,25 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
   let db: ServerDb;
   let proxy: TcpProxy;
   let writer: OutboxWriter;
-  const insert = (id: number): Statement => ({ sql: "INSERT INTO t (id) VALUES ($1)", args: [id], namespace: "t", seq: id });
+  const insert = (id: number): Statement => ({
+    sql: "INSERT INTO t (id) VALUES ($1)",
+    args: [id],
+    namespace: "t",
+    seq: id,
+  });
 
   beforeAll(async () => {
     db = await createPgDb();
     await db.sql.unsafe("CREATE TABLE t (id BIGINT PRIMARY KEY)");
     proxy = startTcpProxy(db.port, db.host);
-    writer = createWriter("postgres", { host: "127.0.0.1", port: proxy.port, user: db.user, database: db.name, connect_timeout: 0.5, batch_timeout: 5 });
+    writer = createWriter("postgres", {
+      host: "127.0.0.1",
+      port: proxy.port,
+      user: db.user,
+      database: db.name,
+      connect_timeout: 0.5,
+      batch_timeout: 5,
+    });
   });
   afterAll(async () => {
     await writer?.close?.();
@@ -24,7 +36,10 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
   });
 
   test("forwards a writer's batches to the real server", async () => {
-    expect(await writer.writeBatch([insert(1), insert(2)])).toEqual([{ ok: true, rowsAffected: 1 }, { ok: true, rowsAffected: 1 }]);
+    expect(await writer.writeBatch([insert(1), insert(2)])).toEqual([
+      { ok: true, rowsAffected: 1 },
+      { ok: true, rowsAffected: 1 },
+    ]);
     expect(proxy.connections).toBeGreaterThan(0);
   });
 
@@ -40,7 +55,10 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
 
   test("restore() lets the pool reconnect and the same writer deliver again", async () => {
     proxy.restore();
-    expect(await writer.writeBatch([insert(3), insert(4)])).toEqual([{ ok: true, rowsAffected: 1 }, { ok: true, rowsAffected: 1 }]);
+    expect(await writer.writeBatch([insert(3), insert(4)])).toEqual([
+      { ok: true, rowsAffected: 1 },
+      { ok: true, rowsAffected: 1 },
+    ]);
     expect(await db.sql.unsafe("SELECT id FROM t ORDER BY id").values()).toEqual([["1"], ["2"], ["3"], ["4"]]);
   });
 

@@ -20,4 +20,6 @@ while (!fs.existsSync(spec.stopFile)) {
 q.close();
 samples.sort((a, b) => a - b);
 const at = (p: number) => Math.round(samples[Math.min(samples.length - 1, Math.floor(samples.length * p))]!);
-process.stdout.write(`${JSON.stringify({ pushes: samples.length, p50_us: at(0.5), p99_us: at(0.99), max_us: Math.round(samples.at(-1)!) })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ pushes: samples.length, p50_us: at(0.5), p99_us: at(0.99), max_us: Math.round(samples.at(-1)!) })}\n`,
+);

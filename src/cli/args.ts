@@ -75,7 +75,12 @@ export const namespaceFilterArg = {
 
 /** `--namespace N --seq S` (+ `--app A` to pick one app when a config has several). */
 export const rowArgs = {
-  namespace: { type: "string", valueHint: "N", required: true, description: "The namespace (table); its file is {db_dir}/{N}.db, or the db_file" },
+  namespace: {
+    type: "string",
+    valueHint: "N",
+    required: true,
+    description: "The namespace (table); its file is {db_dir}/{N}.db, or the db_file",
+  },
   seq: { type: "string", valueHint: "S", required: true, description: "The row's seq" },
   app: { ...appArg.app, description: "With --config: the app whose db_dir or db_file holds the namespace" },
 } as const;

@@ -14,5 +14,9 @@ const code = await runCli(process.argv.slice(2));
 // a slow pipe has not taken yet (an empty write's callback fires with up to 64 KiB still queued,
 // and exiting then cut long output short); the timeout covers a reader that never reads.
 const ended = (stream: NodeJS.WriteStream) => new Promise<void>((resolve) => stream.end(() => resolve()));
-await withTimeout(Promise.all([ended(process.stdout), ended(process.stderr)]).then(() => {}), 30_000, () => {});
+await withTimeout(
+  Promise.all([ended(process.stdout), ended(process.stderr)]).then(() => {}),
+  30_000,
+  () => {},
+);
 process.exit(code);

@@ -14,7 +14,11 @@ let format: LogFormat = "pretty";
  * Creates the CLI logger; it satisfies the core's `Logger` interface. `timestamps` (the daemon,
  * runservice) starts every pretty line with the ISO time, as a log file read later needs.
  */
-export function createCliLogger(options: { level: LogLevelName; format: LogFormat; timestamps?: boolean }): ConsolaInstance {
+export function createCliLogger(options: {
+  level: LogLevelName;
+  format: LogFormat;
+  timestamps?: boolean;
+}): ConsolaInstance {
   const stream = process.stderr;
   const reporter =
     options.format === "json"
@@ -23,14 +27,16 @@ export function createCliLogger(options: { level: LogLevelName; format: LogForma
         ? (obj: LogObject) => stream.write(`${obj.date.toISOString()} ${prettyLine(obj)}\n`)
         : undefined;
   // Its reporters handle field bags (log-format.ts): JSON keys, or left out of a pretty line.
-  return takesFieldBags(createConsola({
-    level: CONSOLA_LEVEL[options.level],
-    stdout: stream,
-    stderr: stream,
-    // A daemon's repeated lines are information (each outage retry), not noise to fold away.
-    throttle: options.format === "json" || options.timestamps ? 0 : 1000,
-    ...(reporter ? { reporters: [{ log: reporter }] } : { fancy: Boolean(stream.isTTY) }),
-  }));
+  return takesFieldBags(
+    createConsola({
+      level: CONSOLA_LEVEL[options.level],
+      stdout: stream,
+      stderr: stream,
+      // A daemon's repeated lines are information (each outage retry), not noise to fold away.
+      throttle: options.format === "json" || options.timestamps ? 0 : 1000,
+      ...(reporter ? { reporters: [{ log: reporter }] } : { fancy: Boolean(stream.isTTY) }),
+    }),
+  );
 }
 
 /** Installs the logger main.ts built from --log-level/--log-format. */

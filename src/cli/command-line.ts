@@ -32,7 +32,9 @@ export interface CommandLine {
 }
 
 /** A citty definition that may be a value, a promise or a function returning either. */
-export async function resolveDef<T>(value: T | Promise<T> | (() => T | Promise<T>) | undefined): Promise<T | undefined> {
+export async function resolveDef<T>(
+  value: T | Promise<T> | (() => T | Promise<T>) | undefined,
+): Promise<T | undefined> {
   return typeof value === "function" ? await (value as () => T | Promise<T>)() : await value;
 }
 
@@ -44,7 +46,11 @@ export async function argsOf(cmd: AnyCommandDef): Promise<ArgsDef> {
 /** A command's subcommands by name, each loaded (they are lazy imports); empty for a leaf. */
 export async function subCommandsOf(cmd: AnyCommandDef): Promise<Array<[string, AnyCommandDef]>> {
   const subs = ((await resolveDef(cmd.subCommands)) ?? {}) as Record<string, unknown>;
-  return Promise.all(Object.entries(subs).map(async ([name, sub]) => [name, (await resolveDef(sub)) as AnyCommandDef] as [string, AnyCommandDef]));
+  return Promise.all(
+    Object.entries(subs).map(
+      async ([name, sub]) => [name, (await resolveDef(sub)) as AnyCommandDef] as [string, AnyCommandDef],
+    ),
+  );
 }
 
 /** Walks argv down the command tree once, reading every flag and positional against the definitions. */
@@ -64,12 +70,20 @@ export async function parseCommandLine(root: AnyCommandDef, argv: readonly strin
     if (arg === "--") break;
     if (arg.startsWith("-") && arg !== "-") {
       const [rawName, inline] = splitFlag(arg);
-      if (rawName === "help" || rawName === "h") { line.help = true; continue; }
-      if (rawName === "version" || rawName === "v") { line.version = true; continue; }
+      if (rawName === "help" || rawName === "h") {
+        line.help = true;
+        continue;
+      }
+      if (rawName === "version" || rawName === "v") {
+        line.version = true;
+        continue;
+      }
       const flags: ArgsDef = { ...logArgs, ...defs };
       const found = findFlag(flags, rawName);
       if (!found) {
-        const names = Object.entries(flags).filter(([, d]) => d.type !== "positional").map(([n]) => `--${n}`);
+        const names = Object.entries(flags)
+          .filter(([, d]) => d.type !== "positional")
+          .map(([n]) => `--${n}`);
         const shown = arg.split("=")[0]!;
         fail(`unknown option ${shown} for "${where}"${didYouMean(shown, [...names, "--help", "--version"])}`);
         continue;
@@ -87,7 +101,8 @@ export async function parseCommandLine(root: AnyCommandDef, argv: readonly strin
       }
       const value = argv[i + 1];
       // A negative number is a (wrong) value, not a flag: `--seq -1` is judged by the command.
-      if (value === undefined || (value.startsWith("-") && value !== "-" && !/^-\d/.test(value))) fail(`option --${rawName} needs a value`);
+      if (value === undefined || (value.startsWith("-") && value !== "-" && !/^-\d/.test(value)))
+        fail(`option --${rawName} needs a value`);
       else args[name] = argv[++i];
       continue;
     }
@@ -95,7 +110,12 @@ export async function parseCommandLine(root: AnyCommandDef, argv: readonly strin
     if (subs.length > 0) {
       const sub = subs.find(([name]) => name === arg);
       if (!sub) {
-        fail(`unknown command "${arg}" for "${where}"${didYouMean(arg, subs.map(([name]) => name))}`);
+        fail(
+          `unknown command "${arg}" for "${where}"${didYouMean(
+            arg,
+            subs.map(([name]) => name),
+          )}`,
+        );
         break;
       }
       cmd = sub[1];
@@ -110,10 +130,12 @@ export async function parseCommandLine(root: AnyCommandDef, argv: readonly strin
     else fail(`unexpected argument "${arg}" for "${where}"`);
   }
   const subs = await subCommandsOf(cmd);
-  if (!line.problem && subs.length > 0 && !cmd.run) fail(`"${["sqloutbox", ...path].join(" ")}" needs a command: ${subs.map(([name]) => name).join(", ")}`);
+  if (!line.problem && subs.length > 0 && !cmd.run)
+    fail(`"${["sqloutbox", ...path].join(" ")}" needs a command: ${subs.map(([name]) => name).join(", ")}`);
   // Said here rather than by citty, so every usage error reads alike.
   for (const [name, def] of Object.entries(await argsOf(cmd))) {
-    if (def.type !== "positional" && (def as { required?: boolean }).required && !given.has(name)) fail(`missing required option --${name}`);
+    if (def.type !== "positional" && (def as { required?: boolean }).required && !given.has(name))
+      fail(`missing required option --${name}`);
   }
   return { ...line, cmd, path };
 }
@@ -132,7 +154,11 @@ function findFlag(defs: ArgsDef, name: string): { name: string; def: ArgDef; neg
     if (def.type === "positional") continue;
     const aliases = [(def as { alias?: string | string[] }).alias ?? []].flat();
     if (key === name || camel(key) === camel(name) || aliases.includes(name)) return { name: key, def, negated: false };
-    if ((def.type === "boolean" || def.type === undefined) && name.startsWith("no-") && camel(key) === camel(name.slice(3))) {
+    if (
+      (def.type === "boolean" || def.type === undefined) &&
+      name.startsWith("no-") &&
+      camel(key) === camel(name.slice(3))
+    ) {
       return { name: key, def, negated: true };
     }
   }

@@ -34,10 +34,18 @@ export function parsePointInTime(flag: string, value: string, now: Date = new Da
     const ms = Number(`0.${m[7] ?? "0"}`) * 1000;
     const utc = new Date(Date.UTC(y!, mo! - 1, d!, h, mi, s, Math.floor(ms)));
     // Date.UTC rolls 2026-02-30 over to March: a field that changed was out of range.
-    const exact = utc.getUTCFullYear() === y && utc.getUTCMonth() === mo! - 1 && utc.getUTCDate() === d && utc.getUTCHours() === h && utc.getUTCMinutes() === mi && utc.getUTCSeconds() === s;
+    const exact =
+      utc.getUTCFullYear() === y &&
+      utc.getUTCMonth() === mo! - 1 &&
+      utc.getUTCDate() === d &&
+      utc.getUTCHours() === h &&
+      utc.getUTCMinutes() === mi &&
+      utc.getUTCSeconds() === s;
     if (exact) return new Date(utc.getTime() - offsetMs(m[8]));
   }
-  throw new UsageError(`${flag} must be a duration (2h, 7d, 1h30m) or an ISO-8601 time (2026-03-01T12:00:00Z), got "${value}"`);
+  throw new UsageError(
+    `${flag} must be a duration (2h, 7d, 1h30m) or an ISO-8601 time (2026-03-01T12:00:00Z), got "${value}"`,
+  );
 }
 
 function offsetMs(zone: string | undefined): number {

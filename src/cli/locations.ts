@@ -31,15 +31,28 @@ export interface Locations {
 }
 
 /** Resolves `--config` / `--db-dir` / `--db-file` (at most one; ./outbox.toml when none is given). */
-export async function resolveLocations(args: { config?: string; "db-dir"?: string; "db-file"?: string }): Promise<Locations> {
+export async function resolveLocations(args: {
+  config?: string;
+  "db-dir"?: string;
+  "db-file"?: string;
+}): Promise<Locations> {
   const dbDir = args["db-dir"];
   const dbFile = args["db-file"];
-  const given = [args.config !== undefined && "--config FILE", dbDir !== undefined && "--db-dir DIR", dbFile !== undefined && "--db-file FILE"].filter(Boolean);
-  if (given.length > 1) throw new UsageError(`give one of --config FILE, --db-dir DIR and --db-file FILE, not ${given.join(" and ")}`);
+  const given = [
+    args.config !== undefined && "--config FILE",
+    dbDir !== undefined && "--db-dir DIR",
+    dbFile !== undefined && "--db-file FILE",
+  ].filter(Boolean);
+  if (given.length > 1)
+    throw new UsageError(`give one of --config FILE, --db-dir DIR and --db-file FILE, not ${given.join(" and ")}`);
   if (dbDir !== undefined) {
     const abs = path.resolve(dbDir);
     if (!isDir(abs)) {
-      throw new NotFoundError(fs.existsSync(abs) ? `--db-dir ${abs} is a file, not a directory (give the directory that holds the {table}.db files, or --db-file ${abs})` : `db_dir ${abs} does not exist`);
+      throw new NotFoundError(
+        fs.existsSync(abs)
+          ? `--db-dir ${abs} is a file, not a directory (give the directory that holds the {table}.db files, or --db-file ${abs})`
+          : `db_dir ${abs} does not exist`,
+      );
     }
     return { dirs: [{ app: null, dbDir: abs, dbFile: null, maxPending: null }], secrets: [], configFile: null };
   }
@@ -47,17 +60,27 @@ export async function resolveLocations(args: { config?: string; "db-dir"?: strin
     const abs = path.resolve(dbFile);
     if (!fs.existsSync(abs)) throw new NotFoundError(`db_file ${abs} does not exist`);
     if (isDir(abs)) throw new NotFoundError(`--db-file ${abs} is a directory (give the file, or --db-dir ${abs})`);
-    return { dirs: [{ app: null, dbDir: path.dirname(abs), dbFile: abs, maxPending: null }], secrets: [], configFile: null };
+    return {
+      dirs: [{ app: null, dbDir: path.dirname(abs), dbFile: abs, maxPending: null }],
+      secrets: [],
+      configFile: null,
+    };
   }
-  const file = configFile(args.config, { usage: `no ${DEFAULT_CONFIG} in ${process.cwd()}: give --config FILE, --db-dir DIR or --db-file FILE` });
+  const file = configFile(args.config, {
+    usage: `no ${DEFAULT_CONFIG} in ${process.cwd()}: give --config FILE, --db-dir DIR or --db-file FILE`,
+  });
   const { apps, secrets, layoutOnly } = inspectConfigToml(file);
   if (layoutOnly) log().warn(layoutOnlyWarning(layoutOnly, file));
   return { dirs: locationsOf(apps), secrets, configFile: file };
 }
 
 /** Why only the queue locations are read: the variables this shell lacks, else the drain's own complaint about the file. */
-function layoutOnlyWarning({ problem, unsetVariables }: NonNullable<InspectedConfig["layoutOnly"]>, file: string): string {
-  if (unsetVariables.length > 0) return `${unsetVariables.map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs and db_files of ${file}`;
+function layoutOnlyWarning(
+  { problem, unsetVariables }: NonNullable<InspectedConfig["layoutOnly"]>,
+  file: string,
+): string {
+  if (unsetVariables.length > 0)
+    return `${unsetVariables.map((v) => `\${${v}}`).join(", ")} not set in this shell: reading only the db_dirs and db_files of ${file}`;
   return `${(problem as Error).message}\n  (the drain refuses this config; reading only the db_dirs and db_files of ${file})`;
 }
 
@@ -94,16 +117,25 @@ export function filesOf(loc: Location): string[] {
  * namespace; it must exist (nothing is created). The name must pass the producer's own check
  * (`tableNameProblem`), so no name the producer refuses can point outside the location.
  */
-export function namespaceFile(locations: Locations, namespace: string, app?: string): { location: Location; file: string } {
+export function namespaceFile(
+  locations: Locations,
+  namespace: string,
+  app?: string,
+): { location: Location; file: string } {
   const problem = tableNameProblem(namespace);
   if (problem !== null) throw new UsageError(`--namespace must be a table name: ${problem}`);
   const dirs = appDirs(locations, app);
-  const holds = (location: Location, file: string) => (location.dbFile === null ? fs.existsSync(file) : fs.existsSync(file) && fileHealth(file).some((h) => h.namespace === namespace));
+  const holds = (location: Location, file: string) =>
+    location.dbFile === null
+      ? fs.existsSync(file)
+      : fs.existsSync(file) && fileHealth(file).some((h) => h.namespace === namespace);
   const hits = dirs
     .map((location) => ({ location, file: location.dbFile ?? path.join(location.dbDir, `${namespace}.db`) }))
     .filter((hit) => holds(hit.location, hit.file));
   if (hits.length === 0) {
-    throw new NotFoundError(`namespace "${namespace}": ${dirs.map((d) => (d.dbFile === null ? `no ${namespace}.db in ${d.dbDir}` : `not in ${d.dbFile}`)).join(", ")}`);
+    throw new NotFoundError(
+      `namespace "${namespace}": ${dirs.map((d) => (d.dbFile === null ? `no ${namespace}.db in ${d.dbDir}` : `not in ${d.dbFile}`)).join(", ")}`,
+    );
   }
   if (hits.length > 1) {
     throw new UsageError(
@@ -138,7 +170,9 @@ export function isDir(p: string): boolean {
 export function requireOutboxNamespace(file: string, namespace: string): void {
   const namespaces = fileHealth(file).map((h) => h.namespace); // StorageError: not an outbox file
   if (!namespaces.includes(namespace)) {
-    throw new NotFoundError(`namespace "${namespace}" is not in ${file} (it holds: ${namespaces.join(", ") || "none"})`);
+    throw new NotFoundError(
+      `namespace "${namespace}" is not in ${file} (it holds: ${namespaces.join(", ") || "none"})`,
+    );
   }
 }
 

@@ -52,7 +52,10 @@ export async function runCli(argv: string[]): Promise<number> {
     const options = logOptionsFrom(line.args, process.env);
     setLogger(createCliLogger({ ...options, timestamps: path[0] === "runservice" }), options.format);
     if (line.help) {
-      const parent = path.length > 0 ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef) : undefined;
+      const parent =
+        path.length > 0
+          ? ({ meta: { name: ["sqloutbox", ...path.slice(0, -1)].join(" "), version: VERSION } } as CommandDef)
+          : undefined;
       // citty right-aligns the first column of its option tables; left-align it for reading.
       const usage = stripAnsi(await renderUsage(line.cmd, parent))
         .replace(/^ {2}( +)(\S+(?:, \S+)*) {2}/gm, (_m, pad: string, first: string) => `  ${first}${pad}  `)

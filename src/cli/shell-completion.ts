@@ -27,15 +27,22 @@ export async function commandTree(root: AnyCommandDef): Promise<Node[]> {
     const subs = await subCommandsOf(cmd);
     // The logging flags are accepted at every level (command-line.ts), whatever a command lists.
     const defs: Array<[string, ArgDef]> = Object.entries({ ...logArgs, ...(await argsOf(cmd)) } as ArgsDef);
-    const flags = defs.filter(([, d]) => d.type !== "positional").map(([name, d]) => ({ name, description: d.description ?? "", value: valueKindOf(d) }));
-    if (!flags.some((f) => f.name === "help")) flags.push({ name: "help", description: "Show this command's usage", value: null });
+    const flags = defs
+      .filter(([, d]) => d.type !== "positional")
+      .map(([name, d]) => ({ name, description: d.description ?? "", value: valueKindOf(d) }));
+    if (!flags.some((f) => f.name === "help"))
+      flags.push({ name: "help", description: "Show this command's usage", value: null });
     const positional = defs.find(([, d]) => d.type === "positional");
     nodes.push({
       path,
-      commands: await Promise.all(subs.map(async ([name, sub]) => ({ name, description: (await resolveDef(sub.meta))?.description ?? "" }))),
+      commands: await Promise.all(
+        subs.map(async ([name, sub]) => ({ name, description: (await resolveDef(sub.meta))?.description ?? "" })),
+      ),
       flags,
       // Without a hint a positional's name is one (`dir` → DIR), as citty's usage shows it.
-      positional: positional ? (valueKindOf({ valueHint: positional[0].toUpperCase(), ...positional[1] } as ArgDef) ?? { kind: "any" }) : null,
+      positional: positional
+        ? (valueKindOf({ valueHint: positional[0].toUpperCase(), ...positional[1] } as ArgDef) ?? { kind: "any" })
+        : null,
     });
     for (const [name, sub] of subs) await visit(sub, [...path, name]);
   };
@@ -135,7 +142,8 @@ function fishScript(program: string, nodes: readonly Node[]): string {
   // The words typed so far name this node: each of its path's words seen, none of its subcommands yet.
   const at = (n: Node) => {
     const seen = n.path.map((w) => `__fish_seen_subcommand_from ${w}`);
-    const below = n.commands.length > 0 ? [`not __fish_seen_subcommand_from ${n.commands.map((c) => c.name).join(" ")}`] : [];
+    const below =
+      n.commands.length > 0 ? [`not __fish_seen_subcommand_from ${n.commands.map((c) => c.name).join(" ")}`] : [];
     return q([...seen, ...below].join("; and "));
   };
   const lines = [
@@ -145,10 +153,21 @@ function fishScript(program: string, nodes: readonly Node[]): string {
   ];
   for (const n of nodes) {
     for (const c of n.commands) lines.push(`complete -c ${program} -n ${at(n)} -a ${q(c.name)} -d ${q(c.description)}`);
-    if (n.positional?.kind === "dir") lines.push(`complete -c ${program} -n ${at(n)} -a '(__fish_complete_directories)'`);
-    if (n.positional?.kind === "words") lines.push(`complete -c ${program} -n ${at(n)} -a ${q(n.positional.words.join(" "))}`);
+    if (n.positional?.kind === "dir")
+      lines.push(`complete -c ${program} -n ${at(n)} -a '(__fish_complete_directories)'`);
+    if (n.positional?.kind === "words")
+      lines.push(`complete -c ${program} -n ${at(n)} -a ${q(n.positional.words.join(" "))}`);
     for (const f of n.flags) {
-      const value = f.value === null ? "" : f.value.kind === "file" ? " -r -F" : f.value.kind === "dir" ? " -r -a '(__fish_complete_directories)'" : f.value.kind === "words" ? ` -r -a ${q(f.value.words.join(" "))}` : " -r";
+      const value =
+        f.value === null
+          ? ""
+          : f.value.kind === "file"
+            ? " -r -F"
+            : f.value.kind === "dir"
+              ? " -r -a '(__fish_complete_directories)'"
+              : f.value.kind === "words"
+                ? ` -r -a ${q(f.value.words.join(" "))}`
+                : " -r";
       lines.push(`complete -c ${program} -n ${at(n)} -l ${f.name}${value} -d ${q(f.description)}`);
     }
   }

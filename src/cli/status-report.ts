@@ -3,7 +3,12 @@
 // Read-only: files are opened read-only, nothing is created, no network call.
 import { drainHome } from "../drain/home.ts";
 import { lockHolder } from "../drain/lock.ts";
-import { DEFAULT_STATE_INTERVAL_MS, readDrainState, type DrainState, type PersistedTarget } from "../drain/state-file.ts";
+import {
+  DEFAULT_STATE_INTERVAL_MS,
+  readDrainState,
+  type DrainState,
+  type PersistedTarget,
+} from "../drain/state-file.ts";
 import type { TableView } from "../drain/views.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { formatAge, oneLine, redact } from "./text-output.ts";
@@ -103,7 +108,15 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
     const holds = new Map(shown.flatMap((t) => t.tables.map((tb) => [tb.namespace, tb.held] as const)));
     const onError = (file: string, err: Error) => unreadable.push({ file, error: withAccessHint(err.message, file) });
     const health = healthAll(loc, { maxPending: loc.maxPending, now, onError });
-    for (const h of health) namespaces.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, ...h, lastError: mask(h.lastError), held: holds.get(h.namespace) ?? null });
+    for (const h of health)
+      namespaces.push({
+        app: loc.app,
+        dbDir: loc.dbDir,
+        dbFile: loc.dbFile,
+        ...h,
+        lastError: mask(h.lastError),
+        held: holds.get(h.namespace) ?? null,
+      });
     const ages = new Map(health.map((h) => [h.namespace, h.oldestPendingAgeMs]));
     targets.push(...shown.map((t) => ({ ...t, dbDir: loc.dbDir, dbFile: loc.dbFile, ...paceOf(t, ages) })));
   }
@@ -135,7 +148,10 @@ function maskTarget(t: PersistedTarget, mask: (text: string | null) => string | 
 }
 
 /** A target's rows/s over the drain's last state interval, and its lag: the oldest pending row of its tables. */
-function paceOf(t: PersistedTarget, ages: ReadonlyMap<string, number | null>): Pick<StatusTarget, "rowsPerSecond" | "lagMs"> {
+function paceOf(
+  t: PersistedTarget,
+  ages: ReadonlyMap<string, number | null>,
+): Pick<StatusTarget, "rowsPerSecond" | "lagMs"> {
   const pending = t.tables.map((tb) => ages.get(tb.namespace) ?? null).filter((age): age is number => age !== null);
   return {
     rowsPerSecond: t.recent && t.recent.ms > 0 ? (t.recent.delivered * 1000) / t.recent.ms : null,
@@ -147,7 +163,16 @@ function fleetOf(state: DrainState | null): FleetEntry[] {
   const out: FleetEntry[] = [];
   for (const t of state?.targets ?? []) {
     const mine = new Set(t.tables.map((tb) => tb.origin).filter((o): o is string => o !== null));
-    for (const r of t.fleet) out.push({ target: t.target, namespace: r.namespace, origin: r.origin, label: r.label, through: r.through, updatedAt: r.updatedAt, self: mine.has(r.origin) });
+    for (const r of t.fleet)
+      out.push({
+        target: t.target,
+        namespace: r.namespace,
+        origin: r.origin,
+        label: r.label,
+        through: r.through,
+        updatedAt: r.updatedAt,
+        self: mine.has(r.origin),
+      });
   }
   return out;
 }
@@ -165,18 +190,31 @@ export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, ma
   const problems: string[] = [];
   const where = (h: StatusEntry) => `${h.app ? `${h.app}/` : ""}${h.namespace}`;
   for (const h of report.namespaces) {
-    if (checks.has("stuck") && h.isStuck) problems.push(`stuck: ${where(h)} head seq ${h.headSeq} failed ${h.headAttempts} time(s): ${oneLine(h.lastError)}`);
+    if (checks.has("stuck") && h.isStuck)
+      problems.push(
+        `stuck: ${where(h)} head seq ${h.headSeq} failed ${h.headAttempts} time(s): ${oneLine(h.lastError)}`,
+      );
     if (checks.has("held") && h.held) problems.push(`held: ${where(h)} (${h.held.reason}): ${oneLine(h.held.message)}`);
-    if (checks.has("dead") && h.deadLetterCount > 0) problems.push(`dead letters: ${where(h)} has ${h.deadLetterCount}`);
+    if (checks.has("dead") && h.deadLetterCount > 0)
+      problems.push(`dead letters: ${where(h)} has ${h.deadLetterCount}`);
     if (checks.has("age") && h.oldestPendingAgeMs !== null && h.oldestPendingAgeMs > maxAgeMs) {
-      problems.push(`too old: ${where(h)} oldest pending row waited ${formatAge(h.oldestPendingAgeMs)} (limit ${formatAge(maxAgeMs)})`);
+      problems.push(
+        `too old: ${where(h)} oldest pending row waited ${formatAge(h.oldestPendingAgeMs)} (limit ${formatAge(maxAgeMs)})`,
+      );
     }
   }
   if (checks.has("down")) {
     for (const t of report.targets) {
-      if (t.state === "outage" || t.state === "misconfigured") problems.push(`${t.state === "outage" ? "down" : "misconfigured"}: target ${t.target} since ${t.downSince}, ${t.failures} failed attempt(s): ${oneLine(t.lastError)}`);
+      if (t.state === "outage" || t.state === "misconfigured")
+        problems.push(
+          `${t.state === "outage" ? "down" : "misconfigured"}: target ${t.target} since ${t.downSince}, ${t.failures} failed attempt(s): ${oneLine(t.lastError)}`,
+        );
     }
-    for (const d of report.dbDirs) if (d.drain.stale) problems.push(`stale: the drain (pid ${d.drain.pid}) on ${d.dbFile ?? d.dbDir} has not reported since ${d.drain.updatedAt}`);
+    for (const d of report.dbDirs)
+      if (d.drain.stale)
+        problems.push(
+          `stale: the drain (pid ${d.drain.pid}) on ${d.dbFile ?? d.dbDir} has not reported since ${d.drain.updatedAt}`,
+        );
   }
   return problems;
 }

@@ -33,9 +33,15 @@ function columnWidths(columns: readonly Column[], rows: ReadonlyArray<readonly s
  * in `width` characters, and says which rows were cut, so the caller can give their full text
  * elsewhere. `width` null (not a terminal): nothing is cut.
  */
-export function fitLastColumn(columns: readonly Column[], rows: ReadonlyArray<readonly string[]>, width: number | null): { rows: string[][]; cut: number[] } {
+export function fitLastColumn(
+  columns: readonly Column[],
+  rows: ReadonlyArray<readonly string[]>,
+  width: number | null,
+): { rows: string[][]; cut: number[] } {
   const last = columns.length - 1;
-  const before = columnWidths(columns, rows).slice(0, last).reduce((n, w) => n + w + 2, 0);
+  const before = columnWidths(columns, rows)
+    .slice(0, last)
+    .reduce((n, w) => n + w + 2, 0);
   // However narrow the terminal, keep a readable start of the message; the terminal wraps the rest.
   const room = width === null ? Infinity : Math.max(20, width - before);
   const cut: number[] = [];

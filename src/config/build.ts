@@ -30,8 +30,16 @@ const NAME = /^[A-Za-z0-9_-]+$/;
  * paths absolute) plus the values of `${VAR}`s used in `[connection]` tables (secrets).
  * Throws one `ConfigError`, or a `ConfigIssuesError` listing every problem.
  */
-export function buildConfig(doc: unknown, options: BuildOptions): { config: OutboxConfig; interpolatedSecrets: string[] } {
-  const r = new Reader(options.file, options.style, options.env, options.text === undefined ? undefined : keyLocator(options.text));
+export function buildConfig(
+  doc: unknown,
+  options: BuildOptions,
+): { config: OutboxConfig; interpolatedSecrets: string[] } {
+  const r = new Reader(
+    options.file,
+    options.style,
+    options.env,
+    options.text === undefined ? undefined : keyLocator(options.text),
+  );
   const apps: AppConfig[] = [];
   let metricsAddr: ListenAddress | null = null;
   let tracing = readTracing(r, {});
@@ -55,7 +63,10 @@ export function buildConfig(doc: unknown, options: BuildOptions): { config: Outb
     }
   }
   throwIssues(r.issues);
-  return { config: { file: options.file, baseDir: options.baseDir, metricsAddr, tracing, apps }, interpolatedSecrets: [...r.secretValues] };
+  return {
+    config: { file: options.file, baseDir: options.baseDir, metricsAddr, tracing, apps },
+    interpolatedSecrets: [...r.secretValues],
+  };
 }
 
 /** Throws the single problem as is, or all of them in one `ConfigIssuesError`. */
@@ -69,11 +80,17 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
   if (!NAME.test(name)) return r.fail(path, `app name "${name}" may only contain letters, digits, "_" and "-"`);
   if (!isTable(raw)) return r.fail(path, `expected a table ([${path}]), got ${typeName(raw)}`);
   r.checkKeys(raw, Object.keys(APP_KEYS), path);
-  const app: AppConfig = { name, ...readQueues(r, raw, path, baseDir), ...readKeys(r, raw, path, APP_KEYS), targets: [] };
+  const app: AppConfig = {
+    name,
+    ...readQueues(r, raw, path, baseDir),
+    ...readKeys(r, raw, path, APP_KEYS),
+    targets: [],
+  };
 
   const dbPath = join(path, "db");
   const dbs = r.raw(raw, "db");
-  if (dbs !== undefined && !isTable(dbs)) return r.fail(dbPath, `expected a table of targets ([${dbPath}.NAME]), got ${typeName(dbs)}`);
+  if (dbs !== undefined && !isTable(dbs))
+    return r.fail(dbPath, `expected a table of targets ([${dbPath}.NAME]), got ${typeName(dbs)}`);
   if (dbs === undefined || Object.keys(dbs).length === 0) {
     return r.fail(dbPath, `app "${name}" has no targets: add an [${dbPath}.NAME] table with writer and tables`);
   }
@@ -84,10 +101,22 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
     const claim = (table: string, keyPath: string): boolean => {
       const other = routedTo.get(table);
       if (other === undefined) routedTo.set(table, targetName);
-      else r.fail(keyPath, `table "${table}" is already routed to target "${other}"; each table of an app drains to exactly one target`);
+      else
+        r.fail(
+          keyPath,
+          `table "${table}" is already routed to target "${other}"; each table of an app drains to exactly one target`,
+        );
       return other === undefined;
     };
-    const target = buildTarget(r, { app: name, db: dbName, raw: targetRaw, path: join(dbPath, dbName), baseDir, retainLogDays: app.retainLogDays, claim });
+    const target = buildTarget(r, {
+      app: name,
+      db: dbName,
+      raw: targetRaw,
+      path: join(dbPath, dbName),
+      baseDir,
+      retainLogDays: app.retainLogDays,
+      claim,
+    });
     if (target) app.targets.push(target);
   }
   return app;
@@ -103,11 +132,17 @@ function readQueues(r: Reader, raw: Table, path: string, baseDir: string): { dbD
   const file = r.string(raw, "db_file", path);
   const given = (["db_dir", "db_file"] as const).filter((k) => r.raw(raw, k) !== undefined);
   if (given.length === 0) {
-    r.fail(join(path, r.key("db_dir")), `required: db_dir (the directory holding this app's {table}.db outbox files) or db_file (one file holding every table)`);
+    r.fail(
+      join(path, r.key("db_dir")),
+      `required: db_dir (the directory holding this app's {table}.db outbox files) or db_file (one file holding every table)`,
+    );
     return { dbDir: "", dbFile: null };
   }
   if (given.length === 2) {
-    r.fail(join(path, r.key("db_file")), "give exactly one of db_dir and db_file: one file per table, or every table in one file");
+    r.fail(
+      join(path, r.key("db_file")),
+      "give exactly one of db_dir and db_file: one file per table, or every table in one file",
+    );
     return { dbDir: "", dbFile: null };
   }
   const [key] = given;
@@ -124,7 +159,8 @@ function readMetricsAddr(r: Reader, doc: Table): ListenAddress | null {
   const raw = r.raw(doc, "metrics_addr");
   if (raw === undefined) return null;
   const at = r.key("metrics_addr");
-  if (typeof raw !== "string" && typeof raw !== "number") return r.fail(at, `expected "HOST:PORT" or a port number, got ${typeName(raw)}`) ?? null;
+  if (typeof raw !== "string" && typeof raw !== "number")
+    return r.fail(at, `expected "HOST:PORT" or a port number, got ${typeName(raw)}`) ?? null;
   const text = typeof raw === "string" ? r.text(raw, at) : raw;
   if (text === undefined) return null;
   const parsed = parseListenAddress(text);
@@ -144,14 +180,21 @@ function checkSharedDbDirs(r: Reader, apps: AppConfig[]): void {
     const seen = app.dbFile === null ? dirs : files;
     const key = app.dbFile ?? app.dbDir;
     const other = seen.get(key);
-    if (other !== undefined) r.fail(at, `${app.dbFile === null ? "db_dir" : "db_file"} ${key} is also used by app "${other}"; each app needs its own`);
+    if (other !== undefined)
+      r.fail(
+        at,
+        `${app.dbFile === null ? "db_dir" : "db_file"} ${key} is also used by app "${other}"; each app needs its own`,
+      );
     else seen.set(key, app.name);
   }
   for (const app of apps) {
     if (app.dbFile === null || !app.dbFile.endsWith(".db")) continue;
     const owner = dirs.get(app.dbDir);
     if (owner !== undefined) {
-      r.fail(join(join("app", app.name), r.key("db_file")), `db_file ${app.dbFile} lies in the db_dir of app "${owner}", where it would be read as the queue file of a table named "${app.dbFile.slice(app.dbDir.length + 1, -3)}"; put it elsewhere`);
+      r.fail(
+        join(join("app", app.name), r.key("db_file")),
+        `db_file ${app.dbFile} lies in the db_dir of app "${owner}", where it would be read as the queue file of a table named "${app.dbFile.slice(app.dbDir.length + 1, -3)}"; put it elsewhere`,
+      );
     }
   }
 }

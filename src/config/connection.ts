@@ -10,7 +10,13 @@ import { didYouMean } from "./suggest.ts";
  * Reads a target's `[connection]` table: `${VAR}` interpolated at any depth (the values used are
  * secrets), local paths made absolute, and checked against a built-in writer's declared keys.
  */
-export function readConnection(r: Reader, raw: Table, path: string, writer: string | null, baseDir: string): Record<string, unknown> {
+export function readConnection(
+  r: Reader,
+  raw: Table,
+  path: string,
+  writer: string | null,
+  baseDir: string,
+): Record<string, unknown> {
   const at = join(path, "connection");
   const value = r.raw(raw, "connection");
   if (value === undefined) {
@@ -38,14 +44,22 @@ export function readConnection(r: Reader, raw: Table, path: string, writer: stri
 function interpolateDeep(r: Reader, value: unknown, path: string): unknown {
   if (typeof value === "string") return r.text(value, path, true) ?? value;
   if (Array.isArray(value)) return value.map((v, i) => interpolateDeep(r, v, `${path}[${i}]`));
-  if (isTable(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolateDeep(r, v, join(path, k))]));
+  if (isTable(value))
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolateDeep(r, v, join(path, k))]));
   return value;
 }
 
 /** A relative sqlite `path` (or libsql `file:` URL) means relative to the config file, not the cwd. */
 function resolveLocalPaths(writer: string | null, connection: Record<string, unknown>, baseDir: string): void {
   const path = connection.path;
-  if (writer === "sqlite" && typeof path === "string" && path !== "" && path !== ":memory:" && !path.startsWith("file:") && !isAbsolute(path)) {
+  if (
+    writer === "sqlite" &&
+    typeof path === "string" &&
+    path !== "" &&
+    path !== ":memory:" &&
+    !path.startsWith("file:") &&
+    !isAbsolute(path)
+  ) {
     connection.path = resolve(baseDir, path);
   }
   for (const key of ["url", "db_url"]) {
@@ -68,9 +82,14 @@ function checkBuiltinConnection(
   if (!spec) return; // unknown writer already reported; an unregistered one is checked when created
   const known = spec.keys.map((k) => k.name);
   for (const key of Object.keys(connection)) {
-    if (!known.includes(key)) r.fail(join(path, key), `unknown connection key "${key}" for writer "${writer}"${didYouMean(key, known)}; known keys: ${known.join(", ")}`);
+    if (!known.includes(key))
+      r.fail(
+        join(path, key),
+        `unknown connection key "${key}" for writer "${writer}"${didYouMean(key, known)}; known keys: ${known.join(", ")}`,
+      );
   }
-  for (const key of missingKeys(spec, connection)) r.fail(join(path, key.name), `required by writer "${writer}": ${key.description}`);
+  for (const key of missingKeys(spec, connection))
+    r.fail(join(path, key.name), `required by writer "${writer}": ${key.description}`);
   // A writer's message may quote a value: never let a credential into a config error.
   const secrets = [...connectionSecrets(writer, connection), ...r.secretValues];
   for (const problem of spec.validate?.(connection) ?? []) {

@@ -39,7 +39,9 @@ export function described(text: string, value: () => unknown = () => null): Desc
 }
 
 /** A key is either required (only structures are) or has a default, in its own unit. */
-type Presence<T> = { readonly default: T | Described<unknown>; readonly required?: never } | { readonly required: true; readonly default?: never };
+type Presence<T> =
+  | { readonly default: T | Described<unknown>; readonly required?: never }
+  | { readonly required: true; readonly default?: never };
 
 /** What a key declares besides its kind. */
 export type Options<T> = Presence<T> & {
@@ -60,16 +62,26 @@ export type Key = Options<unknown> & { readonly kind: Kind<unknown> | Own<unknow
 export type Keys = Record<string, Key>;
 
 /** Declares a key of `kind`: the kind fixes the value's type, which `options` (its default, its check) must agree with. */
-export function key<K extends Kind<unknown> | Own<unknown>, const O extends Options<KindValue<K>>>(kind: K, options: O): O & { readonly kind: K } {
+export function key<K extends Kind<unknown> | Own<unknown>, const O extends Options<KindValue<K>>>(
+  kind: K,
+  options: O,
+): O & { readonly kind: K } {
   return { ...options, kind };
 }
 
 type Range = { min?: number; above?: number };
-const rangeWords = ({ min, above }: Range) => (min !== undefined ? ` ≥ ${min}` : above !== undefined ? ` > ${above}` : "");
+const rangeWords = ({ min, above }: Range) =>
+  min !== undefined ? ` ≥ ${min}` : above !== undefined ? ` > ${above}` : "";
 
-export const integer = (range: Range = {}): Kind<number> => ({ type: `integer${rangeWords(range)}`, read: (r, t, k, p) => r.number(t, k, p, { integer: true, ...range }) });
+export const integer = (range: Range = {}): Kind<number> => ({
+  type: `integer${rangeWords(range)}`,
+  read: (r, t, k, p) => r.number(t, k, p, { integer: true, ...range }),
+});
 /** A number, fractions allowed. */
-export const number = (range: Range = {}): Kind<number> => ({ type: `number${rangeWords(range)}`, read: (r, t, k, p) => r.number(t, k, p, range) });
+export const number = (range: Range = {}): Kind<number> => ({
+  type: `number${rangeWords(range)}`,
+  read: (r, t, k, p) => r.number(t, k, p, range),
+});
 export const boolean: Kind<boolean> = { type: "boolean", read: (r, t, k, p) => r.boolean(t, k, p) };
 export const string: Kind<string> = { type: "string", read: (r, t, k, p) => r.string(t, k, p) };
 /** One of `choices`; a value in `refused` is told its reason instead of the list. */
@@ -142,7 +154,9 @@ type Flat<T> = { [K in keyof T]: T[K] } & {};
 
 /** The resolved config's fields of the keys the table reads (not `own`). */
 export type Values<S extends Keys> = {
-  -readonly [K in keyof S & string as S[K]["kind"] extends Own<unknown> ? never : Field<K, S[K]>]: ValueOf<S[K]> | DefaultValue<S[K]>;
+  -readonly [K in keyof S & string as S[K]["kind"] extends Own<unknown> ? never : Field<K, S[K]>]:
+    | ValueOf<S[K]>
+    | DefaultValue<S[K]>;
 };
 
 /** defineConfig's input of a table: every key in camelCase, in its TOML unit; optional unless required. */
@@ -154,5 +168,9 @@ export type Input<S extends Keys> = Flat<
 
 /** The literal defaults of a table, by camelCase name. */
 export type Defaults<S extends Keys> = {
-  [K in keyof S & string as S[K] extends { default: infer D } ? (D extends Described<unknown> ? never : Camel<K>) : never]: S[K]["default"];
+  [K in keyof S & string as S[K] extends { default: infer D }
+    ? D extends Described<unknown>
+      ? never
+      : Camel<K>
+    : never]: S[K]["default"];
 };

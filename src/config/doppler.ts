@@ -45,7 +45,9 @@ export async function fetchDopplerSecrets(options: DopplerOptions): Promise<Reco
   const mask = (text: string) => maskSecrets(text, [options.token]);
   const fail = (why: string, attempts = 1, cause?: unknown) =>
     new SecretsError(
-      mask(`Doppler secrets download from ${url} failed${attempts > 1 ? ` after ${attempts} attempts` : ""}: ${why} (DOPPLER_TOKEN is set; unset it to skip Doppler)`),
+      mask(
+        `Doppler secrets download from ${url} failed${attempts > 1 ? ` after ${attempts} attempts` : ""}: ${why} (DOPPLER_TOKEN is set; unset it to skip Doppler)`,
+      ),
       cause === undefined ? undefined : { cause: maskError(cause, [options.token]) },
     );
 
@@ -56,7 +58,9 @@ export async function fetchDopplerSecrets(options: DopplerOptions): Promise<Reco
   const delays = options.retryDelaysMs ?? DOPPLER_DEFAULT_RETRY_DELAYS_MS;
   // A NaN cap would compare false against every size and read without limit.
   if (!(timeoutMs > 0) || !(maxBytes > 0) || !delays.every((ms) => ms >= 0)) {
-    throw fail(`timeoutMs (${timeoutMs}) and maxBytes (${maxBytes}) must be > 0 and every retry delay ≥ 0 (${delays.join(", ")})`);
+    throw fail(
+      `timeoutMs (${timeoutMs}) and maxBytes (${maxBytes}) must be > 0 and every retry delay ≥ 0 (${delays.join(", ")})`,
+    );
   }
 
   for (let attempt = 1; ; attempt++) {
@@ -64,7 +68,11 @@ export async function fetchDopplerSecrets(options: DopplerOptions): Promise<Reco
     if ("body" in result) return parseSecrets(result, (why) => fail(why, attempt));
     const delay = delays[attempt - 1];
     if (!result.retryable || delay === undefined) throw fail(result.why, attempt, result.cause);
-    options.logger?.warn(mask(`Doppler secrets download attempt ${attempt} of ${delays.length + 1} failed: ${result.why}; retrying in ${delay} ms`));
+    options.logger?.warn(
+      mask(
+        `Doppler secrets download attempt ${attempt} of ${delays.length + 1} failed: ${result.why}; retrying in ${delay} ms`,
+      ),
+    );
     await Bun.sleep(delay);
   }
 }
@@ -105,20 +113,30 @@ async function download(url: string, options: DopplerOptions, timeoutMs: number,
     if (response.ok) {
       const body = await readCapped(response, maxBytes, signal);
       if (typeof body === "string") return { body, status: response.status };
-      return { why: `${status} with a body larger than the ${maxBytes}-byte limit (${body.over}); a secrets download is a few KiB: is the base URL right?`, retryable: false };
+      return {
+        why: `${status} with a body larger than the ${maxBytes}-byte limit (${body.over}); a secrets download is a few KiB: is the base URL right?`,
+        retryable: false,
+      };
     }
     const read = await readCapped(response, ERROR_BODY_MAX_BYTES, signal).catch(() => "");
     const detail = `${status}${typeof read === "string" ? dopplerMessages(read) : ""}`;
     if (response.status === 401 || response.status === 403) {
-      return { why: `${detail}: DOPPLER_TOKEN is invalid, expired or revoked, or has no access to this config (not retried)`, retryable: false };
+      return {
+        why: `${detail}: DOPPLER_TOKEN is invalid, expired or revoked, or has no access to this config (not retried)`,
+        retryable: false,
+      };
     }
     if (response.status >= 300 && response.status < 400) {
-      return { why: `${status}: redirected to ${response.headers.get("location") ?? "nowhere"}, not followed so the token goes nowhere else`, retryable: false };
+      return {
+        why: `${status}: redirected to ${response.headers.get("location") ?? "nowhere"}, not followed so the token goes nowhere else`,
+        retryable: false,
+      };
     }
     return { why: detail, retryable: response.status === 408 || response.status === 429 || response.status >= 500 };
   } catch (error) {
     const name = (error as Error)?.name;
-    if (name === "TimeoutError" || name === "AbortError") return { why: `no response within ${timeoutMs} ms`, retryable: true };
+    if (name === "TimeoutError" || name === "AbortError")
+      return { why: `no response within ${timeoutMs} ms`, retryable: true };
     return { why: String((error as Error)?.message ?? error), retryable: true, cause: error };
   }
 }
@@ -129,7 +147,11 @@ async function download(url: string, options: DopplerOptions, timeoutMs: number,
  * whatever the server sends (a 2 GB body was buffered whole before, 2.6 GB RSS). Counting the
  * decoded stream, not the header, also stops a small gzip body that inflates to gigabytes.
  */
-async function readCapped(response: Response, maxBytes: number, signal: AbortSignal): Promise<string | { over: string }> {
+async function readCapped(
+  response: Response,
+  maxBytes: number,
+  signal: AbortSignal,
+): Promise<string | { over: string }> {
   const declared = Number(response.headers.get("content-length") ?? Number.NaN);
   if (declared > maxBytes) {
     await response.body?.cancel().catch(() => {});
@@ -161,7 +183,10 @@ async function readCapped(response: Response, maxBytes: number, signal: AbortSig
 }
 
 /** A JSON object of secrets; null values are skipped, numbers and booleans become strings. */
-function parseSecrets({ body, status }: { body: string; status: number }, fail: (why: string) => SecretsError): Record<string, string> {
+function parseSecrets(
+  { body, status }: { body: string; status: number },
+  fail: (why: string) => SecretsError,
+): Record<string, string> {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);

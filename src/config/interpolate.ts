@@ -23,7 +23,8 @@ export function interpolate(value: string, env: EnvMap, onVar?: (name: string, v
       const name = value.slice(i + 2, end);
       if (!VAR_NAME.test(name)) throw new Error(`invalid variable name "\${${name}}" (letters, digits and _ only)`);
       const resolved = env[name];
-      if (resolved === undefined) throw new Error(`environment variable "${name}" is not set (process env, .env, Doppler)`);
+      if (resolved === undefined)
+        throw new Error(`environment variable "${name}" is not set (process env, .env, Doppler)`);
       onVar?.(name, resolved);
       out += resolved;
       i = end + 1;

@@ -33,8 +33,10 @@ export function keyLocator(text: string): (keyPath: string) => Position | undefi
       remember(found, table, { line: i + 1, column: header[1]!.length + 1 });
       return;
     }
-    const assignment = /^(\s*)((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=/.exec(line);
-    if (assignment) remember(found, [...table, ...splitKey(assignment[2]!)], { line: i + 1, column: assignment[1]!.length + 1 });
+    const assignment =
+      /^(\s*)((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=/.exec(line);
+    if (assignment)
+      remember(found, [...table, ...splitKey(assignment[2]!)], { line: i + 1, column: assignment[1]!.length + 1 });
   });
 
   return (keyPath) => {

@@ -17,7 +17,11 @@ export function parseConfigToml(text: string, file: string, env: EnvMap): Outbox
 }
 
 /** `parseConfigToml` plus the secret strings the config contains (see `configSecrets`). */
-export function parseConfigDocument(text: string, file: string, env: EnvMap): { config: OutboxConfig; secrets: string[] } {
+export function parseConfigDocument(
+  text: string,
+  file: string,
+  env: EnvMap,
+): { config: OutboxConfig; secrets: string[] } {
   return buildTomlConfig(parseToml(text, file), text, file, env);
 }
 
@@ -37,7 +41,18 @@ export function parseToml(text: string, file: string): unknown {
 }
 
 /** Validates a document `parseToml` read from `text` (kept for the line/column of each problem): the config and its secrets. */
-export function buildTomlConfig(doc: unknown, text: string, file: string, env: EnvMap): { config: OutboxConfig; secrets: string[] } {
-  const { config, interpolatedSecrets } = buildConfig(doc, { file, baseDir: dirname(resolve(file)), env, style: "toml", text });
+export function buildTomlConfig(
+  doc: unknown,
+  text: string,
+  file: string,
+  env: EnvMap,
+): { config: OutboxConfig; secrets: string[] } {
+  const { config, interpolatedSecrets } = buildConfig(doc, {
+    file,
+    baseDir: dirname(resolve(file)),
+    env,
+    style: "toml",
+    text,
+  });
   return { config, secrets: filterSecrets([...interpolatedSecrets, ...configSecrets(config)]) };
 }

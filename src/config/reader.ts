@@ -91,7 +91,8 @@ export class Reader {
   boolean(table: Table, snake: string, path: string): boolean | undefined {
     const value = this.raw(table, snake);
     if (value === undefined) return undefined;
-    if (typeof value !== "boolean") return this.fail(join(path, this.key(snake)), `expected a boolean (true or false), got ${typeName(value)}`);
+    if (typeof value !== "boolean")
+      return this.fail(join(path, this.key(snake)), `expected a boolean (true or false), got ${typeName(value)}`);
     return value;
   }
 
@@ -106,7 +107,8 @@ export class Reader {
     if (value === undefined) return undefined;
     const at = join(path, this.key(snake));
     const kind = rule.integer ? "an integer" : "a number";
-    if (typeof value !== "number" || Number.isNaN(value)) return this.fail(at, `expected ${kind}, got ${Number.isNaN(value) ? "nan" : typeName(value)}`);
+    if (typeof value !== "number" || Number.isNaN(value))
+      return this.fail(at, `expected ${kind}, got ${Number.isNaN(value) ? "nan" : typeName(value)}`);
     if (rule.integer && !Number.isInteger(value)) return this.fail(at, `expected an integer, got ${value}`);
     if (!Number.isFinite(value)) return this.fail(at, `expected a finite number, got ${value}`);
     if (rule.min !== undefined && value < rule.min) return this.fail(at, `must be ≥ ${rule.min}, got ${value}`);
@@ -115,12 +117,20 @@ export class Reader {
   }
 
   /** One of a fixed set of strings; a value `refused` names is told its reason rather than the list. */
-  oneOf<T extends string>(table: Table, snake: string, path: string, choices: readonly T[], refused: Record<string, string> = {}): T | undefined {
+  oneOf<T extends string>(
+    table: Table,
+    snake: string,
+    path: string,
+    choices: readonly T[],
+    refused: Record<string, string> = {},
+  ): T | undefined {
     const value = this.string(table, snake, path);
     if (value === undefined) return undefined;
     if (!(choices as readonly string[]).includes(value)) {
       const list = choices.map((c) => `"${c}"`).join(", ");
-      const reason = Object.hasOwn(refused, value) ? refused[value]! : `expected one of ${list}, got "${value}"${didYouMean(value, choices)}`;
+      const reason = Object.hasOwn(refused, value)
+        ? refused[value]!
+        : `expected one of ${list}, got "${value}"${didYouMean(value, choices)}`;
       return this.fail(join(path, this.key(snake)), reason);
     }
     return value as T;

@@ -12,7 +12,9 @@ const MIN_SECRET_LENGTH = 4;
  * marks secret or whose name looks secret, URL passwords, and secret-looking URL query parameters.
  */
 export function configSecrets(config: OutboxConfig): string[] {
-  return filterSecrets(config.apps.flatMap((app) => app.targets.flatMap((t) => connectionSecrets(t.writer, t.connection))));
+  return filterSecrets(
+    config.apps.flatMap((app) => app.targets.flatMap((t) => connectionSecrets(t.writer, t.connection))),
+  );
 }
 
 /** The credential strings of one `[connection]` table (see `configSecrets`). */

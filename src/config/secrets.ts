@@ -27,7 +27,10 @@ export interface SecretsOptions {
  * when `DOPPLER_TOKEN` is set after the first two). A lower source never overwrites a higher one.
  * Returns the map and the secrets it introduced (the Doppler token and every Doppler value).
  */
-export async function resolveEnv(configDir: string, options: SecretsOptions = {}): Promise<{ env: EnvMap; secrets: string[] }> {
+export async function resolveEnv(
+  configDir: string,
+  options: SecretsOptions = {},
+): Promise<{ env: EnvMap; secrets: string[] }> {
   const env = localEnv(configDir, options);
   const token = env.DOPPLER_TOKEN;
   if (!token) return { env, secrets: [] };

@@ -13,7 +13,13 @@ const INJECT_DEFAULT = TARGET_KEYS.inject_outbox_seq.default;
  * target's boolean or name list > false) and `retain_log_days` (entry > `retainLogDays`).
  * `claim` registers each table with the app so one table cannot drain to two targets.
  */
-export function readTables(r: Reader, raw: Table, path: string, retainLogDays: number, claim: (table: string, keyPath: string) => boolean): TableConfig[] {
+export function readTables(
+  r: Reader,
+  raw: Table,
+  path: string,
+  retainLogDays: number,
+  claim: (table: string, keyPath: string) => boolean,
+): TableConfig[] {
   const at = join(path, r.key("tables"));
   const list = r.raw(raw, "tables");
   if (list === undefined) return r.fail(at, "required: the tables (outbox namespaces) this target receives") ?? [];
@@ -34,12 +40,17 @@ export function readTables(r: Reader, raw: Table, path: string, retainLogDays: n
     }
     firstIndex.set(table.name, i);
     if (!claim(table.name, itemPath)) return;
-    const inject = table.injectOutboxSeq ?? (typeof injectDefault === "boolean" ? injectDefault : injectDefault.has(table.name));
+    const inject =
+      table.injectOutboxSeq ?? (typeof injectDefault === "boolean" ? injectDefault : injectDefault.has(table.name));
     tables.push({ name: table.name, injectOutboxSeq: inject, retainLogDays: table.retainLogDays ?? retainLogDays });
   });
   if (typeof injectDefault !== "boolean") {
     for (const name of injectDefault) {
-      if (!firstIndex.has(name)) r.fail(join(path, r.key("inject_outbox_seq")), `names table "${name}", which is not in ${r.key("tables")}${didYouMean(name, [...firstIndex.keys()])}`);
+      if (!firstIndex.has(name))
+        r.fail(
+          join(path, r.key("inject_outbox_seq")),
+          `names table "${name}", which is not in ${r.key("tables")}${didYouMean(name, [...firstIndex.keys()])}`,
+        );
     }
   }
   return tables;
@@ -51,7 +62,8 @@ function readInjectDefault(r: Reader, raw: Table, path: string): boolean | Set<s
   const at = join(path, r.key("inject_outbox_seq"));
   if (value === undefined) return INJECT_DEFAULT;
   if (typeof value === "boolean") return value;
-  if (!Array.isArray(value)) return r.fail(at, `expected a boolean or an array of table names, got ${typeName(value)}`) ?? INJECT_DEFAULT;
+  if (!Array.isArray(value))
+    return r.fail(at, `expected a boolean or an array of table names, got ${typeName(value)}`) ?? INJECT_DEFAULT;
   const names = new Set<string>();
   value.forEach((name, i) => {
     if (typeof name !== "string") r.fail(`${at}[${i}]`, `expected a table name (string), got ${typeName(name)}`);
@@ -61,11 +73,17 @@ function readInjectDefault(r: Reader, raw: Table, path: string): boolean | Set<s
 }
 
 /** One entry: a name, or `{ name = "…", … }` with its own settings (null where it leaves the target's). */
-function readTable(r: Reader, entry: unknown, path: string): ({ name: string } & Values<typeof TABLE_KEYS>) | undefined {
+function readTable(
+  r: Reader,
+  entry: unknown,
+  path: string,
+): ({ name: string } & Values<typeof TABLE_KEYS>) | undefined {
   if (typeof entry === "string") {
     const name = r.text(entry, path);
     // A bare name overrides nothing: every setting is its target's.
-    return name !== undefined && checkTableName(r, name, path) ? { name, ...readKeys(r, {}, path, TABLE_KEYS) } : undefined;
+    return name !== undefined && checkTableName(r, name, path)
+      ? { name, ...readKeys(r, {}, path, TABLE_KEYS) }
+      : undefined;
   }
   if (!isTable(entry)) return r.fail(path, `expected a table name or { name = "…" }, got ${typeName(entry)}`);
   r.checkKeys(entry, Object.keys(TABLE_KEYS), path);

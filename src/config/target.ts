@@ -41,7 +41,16 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
   const tables = readTables(r, raw, path, retainLogDays ?? input.retainLogDays, input.claim);
   const connection = readConnection(r, raw, path, writer, input.baseDir);
   checkCompat(r, path, settings.compat, settings.dialect ?? builtinWriter(writer)?.dialect ?? null);
-  return { name: `${input.app}.${input.db}`, app: input.app, db: input.db, writer, writerClass, connection, ...settings, tables };
+  return {
+    name: `${input.app}.${input.db}`,
+    app: input.app,
+    db: input.db,
+    writer,
+    writerClass,
+    connection,
+    ...settings,
+    tables,
+  };
 }
 
 /**
@@ -50,29 +59,48 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
  */
 function checkCompat(r: Reader, path: string, compat: boolean, writes: Dialect | null): void {
   if (compat && (writes === "postgres" || writes === "mysql")) {
-    r.fail(join(path, r.key("compat")), `compat = true reproduces the reference's SQLite statement forms and exists only for sqlite and libsql targets; this target writes ${writes}`);
+    r.fail(
+      join(path, r.key("compat")),
+      `compat = true reproduces the reference's SQLite statement forms and exists only for sqlite and libsql targets; this target writes ${writes}`,
+    );
   }
 }
 
-function readWriter(r: Reader, raw: Table, path: string, baseDir: string): { writer: string | null; writerClass: string | null } {
+function readWriter(
+  r: Reader,
+  raw: Table,
+  path: string,
+  baseDir: string,
+): { writer: string | null; writerClass: string | null } {
   const writer = r.string(raw, "writer", path) ?? null;
   const writerClassRaw = r.string(raw, "writer_class", path) ?? null;
   const hasWriter = r.raw(raw, "writer") !== undefined;
   const hasClass = r.raw(raw, "writer_class") !== undefined;
   if (hasWriter && hasClass) {
-    r.fail(join(path, r.key("writer_class")), `set either "${r.key("writer")}" or "${r.key("writer_class")}", not both`);
+    r.fail(
+      join(path, r.key("writer_class")),
+      `set either "${r.key("writer")}" or "${r.key("writer_class")}", not both`,
+    );
   } else if (!hasWriter && !hasClass) {
-    r.fail(path, `missing "${r.key("writer")}" (one of ${BUILTIN_WRITER_NAMES.join(", ")}) or "${r.key("writer_class")}" ("./file.ts:Export")`);
+    r.fail(
+      path,
+      `missing "${r.key("writer")}" (one of ${BUILTIN_WRITER_NAMES.join(", ")}) or "${r.key("writer_class")}" ("./file.ts:Export")`,
+    );
   }
   if (writer !== null && !(BUILTIN_WRITER_NAMES as readonly string[]).includes(writer)) {
-    r.fail(join(path, r.key("writer")), `unknown built-in writer "${writer}"${didYouMean(writer, BUILTIN_WRITER_NAMES)}; built-ins are ${BUILTIN_WRITER_NAMES.join(", ")} (use ${r.key("writer_class")} for your own)`);
+    r.fail(
+      join(path, r.key("writer")),
+      `unknown built-in writer "${writer}"${didYouMean(writer, BUILTIN_WRITER_NAMES)}; built-ins are ${BUILTIN_WRITER_NAMES.join(", ")} (use ${r.key("writer_class")} for your own)`,
+    );
   }
   let writerClass: string | null = null;
   if (writerClassRaw !== null) {
     const at = join(path, r.key("writer_class"));
     const split = splitWriterClass(writerClassRaw);
-    if (!split.module) r.fail(at, `expected "./path/to/file.ts:ExportName" or "package:ExportName", got "${writerClassRaw}"`);
-    else writerClass = `${isRelativePath(split.module) ? resolve(baseDir, split.module) : split.module}:${split.exportName}`;
+    if (!split.module)
+      r.fail(at, `expected "./path/to/file.ts:ExportName" or "package:ExportName", got "${writerClassRaw}"`);
+    else
+      writerClass = `${isRelativePath(split.module) ? resolve(baseDir, split.module) : split.module}:${split.exportName}`;
   }
   return { writer, writerClass };
 }

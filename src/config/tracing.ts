@@ -22,7 +22,8 @@ function readHeaders(r: Reader, raw: Table, path: string): Record<string, string
   const value = r.raw(raw, "headers");
   const at = join(path, r.key("headers"));
   if (value === undefined) return {};
-  if (!isTable(value)) return r.fail(at, `expected a table of strings ({ "x-api-key" = "\${KEY}" }), got ${typeName(value)}`) ?? {};
+  if (!isTable(value))
+    return r.fail(at, `expected a table of strings ({ "x-api-key" = "\${KEY}" }), got ${typeName(value)}`) ?? {};
   const headers: Record<string, string> = {};
   for (const [name, v] of Object.entries(value)) {
     const here = join(at, name);

@@ -63,4 +63,8 @@ export interface TracingConfig extends Values<typeof TRACING_KEYS> {
 }
 
 /** The default of every key that has one literal default, by camelCase name, in the TOML key's unit. */
-export const DEFAULTS = Object.freeze({ ...literalDefaults(APP_KEYS), ...literalDefaults(TARGET_KEYS), ...literalDefaults(TRACING_KEYS) });
+export const DEFAULTS = Object.freeze({
+  ...literalDefaults(APP_KEYS),
+  ...literalDefaults(TARGET_KEYS),
+  ...literalDefaults(TRACING_KEYS),
+});

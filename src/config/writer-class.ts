@@ -20,9 +20,17 @@ export interface WriterClassSite {
  * (resolved from `baseDir`) and returns `new Export(connection)`. Works from the compiled binary:
  * Bun transpiles a `.ts` file imported from disk at runtime. Every failure is a `ConfigError` at `keyPath`.
  */
-export async function loadWriterClass(spec: string, connection: Record<string, unknown>, site: WriterClassSite): Promise<OutboxWriter> {
+export async function loadWriterClass(
+  spec: string,
+  connection: Record<string, unknown>,
+  site: WriterClassSite,
+): Promise<OutboxWriter> {
   const fail = (message: string, cause?: unknown) =>
-    new ConfigError(maskSecrets(message, site.secrets ?? []), { file: site.file, keyPath: site.keyPath }, { cause: maskError(cause, site.secrets ?? []) });
+    new ConfigError(
+      maskSecrets(message, site.secrets ?? []),
+      { file: site.file, keyPath: site.keyPath },
+      { cause: maskError(cause, site.secrets ?? []) },
+    );
   const { module, exportName } = splitWriterClass(spec);
 
   let path: string;
@@ -34,8 +42,13 @@ export async function loadWriterClass(spec: string, connection: Record<string, u
       path = Bun.resolveSync(module, site.baseDir);
     } catch (error) {
       // The reference's writer_class was a Python module path ("myapp.writers:TursoWriter").
-      const hint = /^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$/.test(module) ? ` — this looks like a Python module path; use "./path/to/writer.ts:${exportName}" or a built-in writer = "…"` : "";
-      throw fail(`writer_class package "${module}" cannot be resolved from ${site.baseDir}: ${(error as Error).message}${hint}`, error);
+      const hint = /^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$/.test(module)
+        ? ` — this looks like a Python module path; use "./path/to/writer.ts:${exportName}" or a built-in writer = "…"`
+        : "";
+      throw fail(
+        `writer_class package "${module}" cannot be resolved from ${site.baseDir}: ${(error as Error).message}${hint}`,
+        error,
+      );
     }
   }
 
@@ -50,7 +63,8 @@ export async function loadWriterClass(spec: string, connection: Record<string, u
     const names = Object.keys(mod).join(", ") || "none";
     throw fail(`writer_class module ${path} has no export "${exportName}" (exports: ${names})`);
   }
-  if (typeof Writer !== "function") throw fail(`writer_class export "${exportName}" of ${path} is not a class (got ${typeof Writer})`);
+  if (typeof Writer !== "function")
+    throw fail(`writer_class export "${exportName}" of ${path} is not a class (got ${typeof Writer})`);
 
   let writer: unknown;
   try {
@@ -66,8 +80,12 @@ export async function loadWriterClass(spec: string, connection: Record<string, u
 
 /** Bun reports a syntax error as an AggregateError of build messages: show the first with its line:column. */
 function loadErrorMessage(error: unknown): string {
-  const first = (error as { errors?: Array<{ message?: string; position?: { file?: string; line?: number; column?: number } }> }).errors?.[0];
+  const first = (
+    error as { errors?: Array<{ message?: string; position?: { file?: string; line?: number; column?: number } }> }
+  ).errors?.[0];
   if (!first?.message) return (error as Error).message;
-  const at = first.position?.line ? `${first.position.file ?? ""}:${first.position.line}:${first.position.column ?? 0}: ` : "";
+  const at = first.position?.line
+    ? `${first.position.file ?? ""}:${first.position.line}:${first.position.column ?? 0}: `
+    : "";
   return `${at}${first.message}`;
 }

@@ -19,7 +19,10 @@ export interface CreateWritersOptions {
  * registry, or a `writer_class` imported and constructed with the `[connection]` table. On any
  * failure the writers already made are closed and a `ConfigError` names the target's key.
  */
-export async function createWriters(config: OutboxConfig, options: CreateWritersOptions = {}): Promise<Record<string, OutboxWriter>> {
+export async function createWriters(
+  config: OutboxConfig,
+  options: CreateWritersOptions = {},
+): Promise<Record<string, OutboxWriter>> {
   const writers: Record<string, OutboxWriter> = {};
   const logger = libraryLogger(options.logger);
   try {
@@ -36,7 +39,11 @@ export async function createWriters(config: OutboxConfig, options: CreateWriters
   return writers;
 }
 
-async function createWriter(config: OutboxConfig, target: TargetConfig, options: CreateWritersOptions): Promise<OutboxWriter> {
+async function createWriter(
+  config: OutboxConfig,
+  target: TargetConfig,
+  options: CreateWritersOptions,
+): Promise<OutboxWriter> {
   const keyPath = `app.${target.app}.db.${target.db}`;
   const secrets = options.secrets ?? [];
   if (target.writerClass) {
@@ -45,17 +52,30 @@ async function createWriter(config: OutboxConfig, target: TargetConfig, options:
     const writer = await loadWriterClass(target.writerClass, target.connection, site);
     if (writer.dialect !== undefined && !DIALECTS.includes(writer.dialect)) {
       await writer.close?.();
-      throw new ConfigError(`writer_class ${target.writerClass} has dialect "${String(writer.dialect)}"; expected one of ${DIALECTS.join(", ")}`, { file: site.file, keyPath: site.keyPath });
+      throw new ConfigError(
+        `writer_class ${target.writerClass} has dialect "${String(writer.dialect)}"; expected one of ${DIALECTS.join(", ")}`,
+        { file: site.file, keyPath: site.keyPath },
+      );
     }
     return writer;
   }
   // With trace_comments every statement text is new: PostgreSQL must not keep each one prepared
   // (Bun's MySQL driver bounds its own cache at 256 texts per connection).
-  const connection = target.traceComments && target.writer === "postgres" && target.connection.prepare === undefined ? { ...target.connection, prepare: false } : target.connection;
+  const connection =
+    target.traceComments && target.writer === "postgres" && target.connection.prepare === undefined
+      ? { ...target.connection, prepare: false }
+      : target.connection;
   try {
     return createBuiltinWriter(target.writer ?? "", connection);
   } catch (error) {
-    const message = maskSecrets(`cannot create writer "${target.writer}": ${(error as Error)?.message ?? error}`, secrets);
-    throw new ConfigError(message, { file: config.file, keyPath: `${keyPath}.connection` }, { cause: maskError(error, secrets) });
+    const message = maskSecrets(
+      `cannot create writer "${target.writer}": ${(error as Error)?.message ?? error}`,
+      secrets,
+    );
+    throw new ConfigError(
+      message,
+      { file: config.file, keyPath: `${keyPath}.connection` },
+      { cause: maskError(error, secrets) },
+    );
   }
 }

@@ -24,7 +24,13 @@ export type Answer =
    * confirm them. `failedAt` is the row that failed right behind them, the head now, or null when
    * the rest was skipped (sent again next cycle).
    */
-  | { kind: "prefix-applied"; applied: number; failedAt: number | null; failure: Failure | null; okAfterFailure: number | null }
+  | {
+      kind: "prefix-applied";
+      applied: number;
+      failedAt: number | null;
+      failure: Failure | null;
+      okAfterFailure: number | null;
+    }
   /** The head group failed at row `failedAt` (its whole group rolled back): charge the group. */
   | { kind: "head-failed"; failedAt: number; failure: Failure; okAfterFailure: number | null }
   /** A group behind the head failed (starting at row `groupStart`): the groups before it go first, nothing is charged. */
@@ -36,9 +42,14 @@ export type Answer =
  * Classifies the answer `results` for a slice of `rows` (`fenced`: its first result is the
  * ledger's fence, the rows' follow). Pure: the same slice and answer always give the same Answer.
  */
-export function classifyAnswer(rows: ReadonlyArray<Pick<OutboxRow, "grp">>, fenced: boolean, results: readonly WriteResult[]): Answer {
+export function classifyAnswer(
+  rows: ReadonlyArray<Pick<OutboxRow, "grp">>,
+  fenced: boolean,
+  results: readonly WriteResult[],
+): Answer {
   const fence = fenced ? results[0]! : null;
-  if (fence && !fence.ok && !fence.skipped) return fence.remoteSchema ? { kind: "ledger-unusable", fence } : { kind: "fence-moved", fence };
+  if (fence && !fence.ok && !fence.skipped)
+    return fence.remoteSchema ? { kind: "ledger-unusable", fence } : { kind: "fence-moved", fence };
   const answers = fenced ? results.slice(1) : results;
   let applied = 0;
   while (applied < answers.length && answers[applied]!.ok) applied++;
@@ -49,7 +60,13 @@ export function classifyAnswer(rows: ReadonlyArray<Pick<OutboxRow, "grp">>, fenc
   const failure = failedAt < 0 ? null : (answers[failedAt] as Failure);
   if (applied > 0) {
     const headNow = failedAt === applied;
-    return { kind: "prefix-applied", applied, failedAt: headNow ? failedAt : null, failure: headNow ? failure : null, okAfterFailure };
+    return {
+      kind: "prefix-applied",
+      applied,
+      failedAt: headNow ? failedAt : null,
+      failure: headNow ? failure : null,
+      okAfterFailure,
+    };
   }
   if (failedAt < 0) return { kind: "not-tried" };
   // The group the failed row belongs to fails whole: its rows were rolled back with it.

@@ -45,11 +45,17 @@ export class BoundedWriter {
     try {
       results = await withTimeout(call, this.timeoutMs, () => {
         onTimeout?.(call);
-        throw new WriteError(`target ${name}: writeBatch did not answer within write_timeout (${this.timeoutMs / 1000} s)`, name);
+        throw new WriteError(
+          `target ${name}: writeBatch did not answer within write_timeout (${this.timeoutMs / 1000} s)`,
+          name,
+        );
       });
     } catch (error) {
       if (isWriteError(error) && error.target === name) throw error;
-      throw new WriteError(`target ${name}: ${describeError(error).message}`, name, { cause: error, misconfigured: isMisconfigured(error) });
+      throw new WriteError(`target ${name}: ${describeError(error).message}`, name, {
+        cause: error,
+        misconfigured: isMisconfigured(error),
+      });
     }
     const problem = resultShapeProblem(results, stmts.length);
     if (problem) throw new WriteError(`target ${name}: ${problem}`, name);

@@ -15,17 +15,34 @@ import type { DrainTable } from "./table.ts";
  * belong to the old queue, and ON CONFLICT (outbox_seq) would absorb ours as duplicates. A table
  * the remote cannot serve is held (remote schema); an outage throws.
  */
-export async function prepareInjected(writer: BoundedWriter, dialect: Dialect, tables: DrainTable[], autoSchema: boolean, logger: Logger, now: number): Promise<void> {
+export async function prepareInjected(
+  writer: BoundedWriter,
+  dialect: Dialect,
+  tables: DrainTable[],
+  autoSchema: boolean,
+  logger: Logger,
+  now: number,
+): Promise<void> {
   for (const table of tables) {
     if (!table.needsCompatSetup(now)) continue;
     const name = table.name;
     const problem = autoSchema ? await ensureSeqSchema(writer, dialect, name) : null;
     const result = await writer.control(maxSeqSql(name, dialect), name);
     if (!result.ok) {
-      table.hold({ reason: "remote schema", message: `outbox_seq of "${name}" is not readable${problem ? ` (${problem})` : ""}: ${result.error}; "sqloutbox schema" prints the DDL` }, now);
+      table.hold(
+        {
+          reason: "remote schema",
+          message: `outbox_seq of "${name}" is not readable${problem ? ` (${problem})` : ""}: ${result.error}; "sqloutbox schema" prints the DDL`,
+        },
+        now,
+      );
       continue;
     }
-    if (problem) logger.warn(`drain: table "${name}" on ${writer.target}: ${problem} (check that its unique outbox_seq index exists; "sqloutbox schema" prints the DDL)`, { target: writer.target, namespace: name });
+    if (problem)
+      logger.warn(
+        `drain: table "${name}" on ${writer.target}: ${problem} (check that its unique outbox_seq index exists; "sqloutbox schema" prints the DDL)`,
+        { target: writer.target, namespace: name },
+      );
     const max = parseCount(result.rows, 0) ?? 0;
     try {
       if (max > 0) moveAbove(table, max, logger, writer.target);

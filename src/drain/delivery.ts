@@ -101,8 +101,22 @@ export class Delivery {
   private readonly comments: TraceComments | null;
 
   constructor(private readonly parts: DeliveryParts) {
-    ({ name: this.name, app: this.app, dialect: this.dialect, writer: this.writer, ledger: this.ledger, tables: this.tables } = parts);
-    ({ reachability: this.reachability, fleetView: this.fleetView, logger: this.logger, now: this.now, observer: this.observer, hooks: this.hooks } = parts);
+    ({
+      name: this.name,
+      app: this.app,
+      dialect: this.dialect,
+      writer: this.writer,
+      ledger: this.ledger,
+      tables: this.tables,
+    } = parts);
+    ({
+      reachability: this.reachability,
+      fleetView: this.fleetView,
+      logger: this.logger,
+      now: this.now,
+      observer: this.observer,
+      hooks: this.hooks,
+    } = parts);
     this.rewrites = new RewriteCache(parts.dialect, parts.target.compat);
     this.comments = parts.target.traceComments ? new TraceComments(parts.dialect) : null;
   }
@@ -171,7 +185,10 @@ export class Delivery {
     const rows = slices.reduce((n, sl) => n + sl.rows.length, 0);
     this.parts.onBatch?.({ app: this.app.name, target: this.name, rows, durationMs });
     this.logger.debug(`drain: batch to ${this.name}: ${rows} rows, ${moved} settled in ${Math.round(durationMs)} ms`, {
-      app: this.app.name, target: this.name, rows, duration_ms: Math.round(durationMs),
+      app: this.app.name,
+      target: this.name,
+      rows,
+      duration_ms: Math.round(durationMs),
     });
     if (moved === 0) {
       // The remote answered but nothing moved (every head "skipped"): our own bookkeeping
@@ -222,7 +239,12 @@ export class Delivery {
     const drafts: SliceDraft[] = [];
     let budget = this.app.batchMaxBytes;
     const plan = (table: DrainTable, force: boolean) => {
-      const { draft, outcome } = table.plan({ now, maxBytes: budget, prepare: (t, row) => this.prepareRow(t, row), force });
+      const { draft, outcome } = table.plan({
+        now,
+        maxBytes: budget,
+        prepare: (t, row) => this.prepareRow(t, row),
+        force,
+      });
       out.deadLettered += outcome.deadLettered;
       out.failed += outcome.failed;
       out.more ||= outcome.more;
@@ -246,7 +268,9 @@ export class Delivery {
     for (const table of this.awaitedBy(drafts)) if (!planned.has(table) && budget > 0) plan(table, true);
     if (drafts.length === 0) return null;
     const { keep, units } = linkDrafts(drafts, this.served);
-    const fence = this.ledger ? (table: DrainTable, through: number, last: number) => this.ledger!.fence(table, through, last) : null;
+    const fence = this.ledger
+      ? (table: DrainTable, through: number, last: number) => this.ledger!.fence(table, through, last)
+      : null;
     const opened = new Map<SliceDraft, TableSlice>();
     for (const draft of drafts) {
       const kept = keep.get(draft)!;
@@ -260,7 +284,10 @@ export class Delivery {
       batch.slices.push(...slices);
       if (slices.length === 1) {
         const slice = slices[0]!;
-        batch.positions.set(slice, slice.stmts.map((_, i) => batch.stmts.length + i));
+        batch.positions.set(
+          slice,
+          slice.stmts.map((_, i) => batch.stmts.length + i),
+        );
         batch.stmts.push(...slice.stmts);
         continue;
       }
@@ -338,7 +365,11 @@ export class Delivery {
     for (const slice of slices) {
       if (!slice.more || !slice.fenced) continue;
       await Bun.sleep(0);
-      slice.table.readAhead(slice, { now: this.now(), maxBytes: this.app.batchMaxBytes - (bytes - slice.bytes), prepare: (t, row) => this.prepareRow(t, row) });
+      slice.table.readAhead(slice, {
+        now: this.now(),
+        maxBytes: this.app.batchMaxBytes - (bytes - slice.bytes),
+        prepare: (t, row) => this.prepareRow(t, row),
+      });
     }
   }
 
@@ -363,14 +394,24 @@ export class Delivery {
     if (held.length === 0) return;
     for (const s of held) s.table.awaitLateAnswer(this.now());
     const names = held.map((s) => `"${s.table.name}"`).join(", ");
-    this.logger.warn(`drain: ${names} on ${this.name} held until the timed-out batch answers: without a ledger a late commit must not land after newer rows`, { target: this.name });
+    this.logger.warn(
+      `drain: ${names} on ${this.name} held until the timed-out batch answers: without a ledger a late commit must not land after newer rows`,
+      { target: this.name },
+    );
     const settle = (results: unknown) => {
       if (resultShapeProblem(results, batch.stmts.length) !== null) return;
       for (const s of held) s.table.applyLateAnswer(s, answersOf(batch, s, results as WriteResult[]));
-      this.logger.info(`drain: the timed-out batch to ${this.name} answered late; what it committed of ${names} is confirmed`, { target: this.name });
+      this.logger.info(
+        `drain: the timed-out batch to ${this.name} answered late; what it committed of ${names} is confirmed`,
+        { target: this.name },
+      );
     };
     call
-      .then(settle, () => this.logger.info(`drain: the timed-out batch to ${this.name} failed late; ${names} are redelivered`, { target: this.name }))
+      .then(settle, () =>
+        this.logger.info(`drain: the timed-out batch to ${this.name} failed late; ${names} are redelivered`, {
+          target: this.name,
+        }),
+      )
       .finally(() => {
         for (const s of held) s.table.lateAnswerCame();
         this.hooks.lateAnswered();
@@ -389,7 +430,10 @@ function answersOf(batch: SentBatch, slice: TableSlice, results: WriteResult[]):
  * committed them in — each statement marked with the unit, so the writer applies them together.
  */
 function sendTogether(batch: SentBatch, slices: TableSlice[]): void {
-  const unit = slices.map((s) => s.table.name).sort().join("+");
+  const unit = slices
+    .map((s) => s.table.name)
+    .sort()
+    .join("+");
   const mark = (stmt: Statement): Statement => ({ ...stmt, unit });
   const entries: Array<{ slice: TableSlice; index: number; seq: number }> = [];
   for (const slice of slices) {

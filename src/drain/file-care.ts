@@ -95,7 +95,10 @@ export class FileCare {
       free = db.query<{ freelist_count: number }, []>("PRAGMA freelist_count").get()?.freelist_count ?? 0;
     }
     checkpoint(file, "TRUNCATE"); // the file shrinks when its last pages are checkpointed away
-    this.logger.debug(`drain: gave back ${before - free} free pages of ${file.path}${free > 0 ? ` (${free} left for the next look)` : ""}`, { rows: before - free });
+    this.logger.debug(
+      `drain: gave back ${before - free} free pages of ${file.path}${free > 0 ? ` (${free} left for the next look)` : ""}`,
+      { rows: before - free },
+    );
   }
 }
 

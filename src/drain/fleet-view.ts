@@ -3,7 +3,8 @@ import type { DrainTable } from "./table.ts";
 import type { LedgerRow } from "./views.ts";
 
 const keyOf = (origin: string, namespace: string) => `${origin}\0${namespace}`;
-const byTableThenOrigin = (a: LedgerRow, b: LedgerRow) => a.namespace.localeCompare(b.namespace) || a.origin.localeCompare(b.origin);
+const byTableThenOrigin = (a: LedgerRow, b: LedgerRow) =>
+  a.namespace.localeCompare(b.namespace) || a.origin.localeCompare(b.origin);
 
 /** How often the fleet view (every origin's ledger row for the served tables) is read again. */
 const FLEET_REFRESH_MS = 15_000;
@@ -67,7 +68,13 @@ export class FleetView {
     if (!origin || table.through === null) return;
     const key = keyOf(origin, table.name);
     if (!this.#rows.has(key)) this.#order = null;
-    this.#rows.set(key, { origin, namespace: table.name, through: table.through, label: this.originLabel, updatedAt: new Date(now).toISOString() });
+    this.#rows.set(key, {
+      origin,
+      namespace: table.name,
+      through: table.through,
+      label: this.originLabel,
+      updatedAt: new Date(now).toISOString(),
+    });
   }
 
   /**

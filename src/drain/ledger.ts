@@ -39,7 +39,10 @@ export class TargetLedger {
   async setup(): Promise<string | null> {
     const outcome = await ensureStep(this.writer, ledgerStep(this.table, this.dialect), this.table, this.autoSchema);
     if ("done" in outcome) {
-      if (outcome.done === "applied") this.logger.info(`drain: created the delivery ledger ${this.table} on ${this.writer.target}`, { target: this.writer.target });
+      if (outcome.done === "applied")
+        this.logger.info(`drain: created the delivery ledger ${this.table} on ${this.writer.target}`, {
+          target: this.writer.target,
+        });
       return null;
     }
     return this.autoSchema
@@ -49,7 +52,13 @@ export class TargetLedger {
 
   /** The statement that opens `table`'s slice: moves its ledger row from `through` to `last`, or fails when it moved meanwhile. */
   fence(table: DrainTable, through: number, last: number): Statement {
-    return { sql: this.fenceText, args: [table.outbox!.origin, table.name, last, this.label, through], namespace: table.name, seq: 0, fence: true };
+    return {
+      sql: this.fenceText,
+      args: [table.outbox!.origin, table.name, last, this.label, through],
+      namespace: table.name,
+      seq: 0,
+      fence: true,
+    };
   }
 
   /**
@@ -70,19 +79,35 @@ export class TargetLedger {
     ready.forEach((t, i) => {
       const result = results[i]!;
       const through = result.ok ? parseCount(result.rows, null) : undefined;
-      if (through === undefined) t.hold({ reason: "remote schema", message: `cannot read the ledger ${this.table}: ${result.ok ? "its through is not a number" : result.error}` }, now);
+      if (through === undefined)
+        t.hold(
+          {
+            reason: "remote schema",
+            message: `cannot read the ledger ${this.table}: ${result.ok ? "its through is not a number" : result.error}`,
+          },
+          now,
+        );
       else read.set(t, through);
     });
-    const adopted = await this.adoptions([...read].filter(([t, through]) => through === null && !t.config.injectOutboxSeq && hasDelivered(t)).map(([t]) => t));
+    const adopted = await this.adoptions(
+      [...read]
+        .filter(([t, through]) => through === null && !t.config.injectOutboxSeq && hasDelivered(t))
+        .map(([t]) => t),
+    );
     let confirmed = 0;
     for (const [table, through] of read) {
       try {
         const mark = adopted.get(table);
         confirmed += table.settle(through, mark ? { adopted: mark } : {});
         if (mark) {
-          this.logger.warn(`drain: "${table.name}" on ${this.writer.target} starts on the delivery ledger: its earlier delivery reached outbox_seq ${mark} there, taken as applied`, {
-            target: this.writer.target, namespace: table.name, seq: mark,
-          });
+          this.logger.warn(
+            `drain: "${table.name}" on ${this.writer.target} starts on the delivery ledger: its earlier delivery reached outbox_seq ${mark} there, taken as applied`,
+            {
+              target: this.writer.target,
+              namespace: table.name,
+              seq: mark,
+            },
+          );
         }
       } catch (error) {
         table.unsettle();
@@ -90,9 +115,13 @@ export class TargetLedger {
       }
     }
     if (confirmed > 0) {
-      this.logger.info(`drain: ${confirmed} rows sent to ${this.writer.target} before an interruption were applied there (the ledger says so); confirmed without redelivery`, {
-        target: this.writer.target, rows: confirmed,
-      });
+      this.logger.info(
+        `drain: ${confirmed} rows sent to ${this.writer.target} before an interruption were applied there (the ledger says so); confirmed without redelivery`,
+        {
+          target: this.writer.target,
+          rows: confirmed,
+        },
+      );
     }
     return confirmed;
   }
@@ -101,7 +130,9 @@ export class TargetLedger {
   private async adoptions(tables: DrainTable[]): Promise<Map<DrainTable, number>> {
     const marks = new Map<DrainTable, number>();
     if (tables.length === 0) return marks;
-    const results = await this.writer.send(tables.map((t) => ({ sql: maxSeqSql(t.name, this.dialect), args: [], namespace: t.name, seq: 0 })));
+    const results = await this.writer.send(
+      tables.map((t) => ({ sql: maxSeqSql(t.name, this.dialect), args: [], namespace: t.name, seq: 0 })),
+    );
     tables.forEach((t, i) => {
       const result = results[i]!;
       const max = result.ok ? parseCount(result.rows, 0) : 0; // no outbox_seq column: nothing was delivered idempotently
@@ -114,7 +145,12 @@ export class TargetLedger {
   async readFleet(tables: DrainTable[]): Promise<LedgerRow[] | null> {
     if (tables.length === 0) return [];
     const [result] = await this.writer.send([
-      { sql: fleetReadSql(this.table, this.dialect, tables.length), args: tables.map((t) => t.name), namespace: this.table, seq: 0 },
+      {
+        sql: fleetReadSql(this.table, this.dialect, tables.length),
+        args: tables.map((t) => t.name),
+        namespace: this.table,
+        seq: 0,
+      },
     ]);
     if (!result!.ok || !result!.rows) return null;
     return result!.rows.map(([origin, namespace, through, label, updatedAt]) => ({

@@ -39,7 +39,12 @@ export function lockHolder(lockFile: string): number | null {
     fd = fs.openSync(lockFile, "r");
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-    throw new StorageError(`cannot read drain lock file ${lockFile}: ${(error as Error).message}`, lockFile, undefined, { cause: error });
+    throw new StorageError(
+      `cannot read drain lock file ${lockFile}: ${(error as Error).message}`,
+      lockFile,
+      undefined,
+      { cause: error },
+    );
   }
   try {
     if (flock(fd, LOCK_EX | LOCK_NB) === 0) {
@@ -79,7 +84,12 @@ export function acquireLock(lockFile: string, fileMode = DEFAULT_FILE_MODE): Dra
     fd = fs.openSync(lockFile, "a", fileMode);
     if (created) fs.fchmodSync(fd, fileMode); // whatever the umask
   } catch (cause) {
-    throw new StorageError(`cannot open drain lock file ${lockFile}: ${(cause as Error).message}`, lockFile, undefined, { cause });
+    throw new StorageError(
+      `cannot open drain lock file ${lockFile}: ${(cause as Error).message}`,
+      lockFile,
+      undefined,
+      { cause },
+    );
   }
   // `status` and `kick` probe the lock by taking it for an instant (lockHolder): a drain starting
   // at that instant must not give up, so a refusal is believed only once it lasts.

@@ -21,7 +21,13 @@ export class QueuePool {
   outbox(file: string, namespace: string, options: PoolOptions): Outbox {
     let queueDb = this.#files.get(file);
     if (queueDb === undefined || queueDb.closed) {
-      queueDb = QueueDb.open(file, { durability: options.durability, busyTimeoutMs: 10_000, fileMode: options.fileMode, create: false, namespace });
+      queueDb = QueueDb.open(file, {
+        durability: options.durability,
+        busyTimeoutMs: 10_000,
+        fileMode: options.fileMode,
+        create: false,
+        namespace,
+      });
       this.#files.set(file, queueDb);
     }
     return outboxOn(queueDb, namespace, { maxPending: options.maxPending, durability: options.durability });

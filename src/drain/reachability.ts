@@ -73,20 +73,34 @@ export class Reachability {
     this.#lastError = message;
     const fields = { target: this.target, attempt: this.#failures, error_class: errorClass };
     if (misconfigured) {
-      if (repeated) this.logger.debug(`drain: target ${this.target} is still misconfigured (attempt ${this.#failures}), retrying in ${Math.round(delay)} ms`, fields);
-      else this.logger.error(`drain: target ${this.target} is misconfigured (${what}); retrying in ${Math.round(delay)} ms, then ever less often, at most ${capText(this.backoffCapMs)} apart (outage_backoff_cap_minutes), until it is fixed: ${message}`, fields);
+      if (repeated)
+        this.logger.debug(
+          `drain: target ${this.target} is still misconfigured (attempt ${this.#failures}), retrying in ${Math.round(delay)} ms`,
+          fields,
+        );
+      else
+        this.logger.error(
+          `drain: target ${this.target} is misconfigured (${what}); retrying in ${Math.round(delay)} ms, then ever less often, at most ${capText(this.backoffCapMs)} apart (outage_backoff_cap_minutes), until it is fixed: ${message}`,
+          fields,
+        );
       return;
     }
     // The same cause again is said at debug, and every tenth retry at warn so a long outage stays
     // visible in the journal.
     const level = !repeated || this.#failures % 10 === 0 ? "warn" : "debug";
-    this.logger[level](`drain: target ${this.target} is unavailable (${what}; attempt ${this.#failures}, nothing charged), retrying in ${Math.round(delay)} ms: ${message}`, fields);
+    this.logger[level](
+      `drain: target ${this.target} is unavailable (${what}; attempt ${this.#failures}, nothing charged), retrying in ${Math.round(delay)} ms: ${message}`,
+      fields,
+    );
   }
 
   /** The target answered. */
   recovered(): void {
     if (this.#failures > 0) {
-      this.logger.info(`drain: target ${this.target} is reachable again after ${this.#failures} failed attempts`, { target: this.target, attempt: this.#failures });
+      this.logger.info(`drain: target ${this.target} is reachable again after ${this.#failures} failed attempts`, {
+        target: this.target,
+        attempt: this.#failures,
+      });
     }
     this.#failures = 0;
     this.#backoffUntil = 0;

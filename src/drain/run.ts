@@ -30,7 +30,11 @@ export interface RunServiceOptions extends SyncServiceOptions {
  * batch settle (bounded by `stopTimeoutMs`), closes the writers and releases the locks. Resolves
  * when stopped — the caller exits 0. Rejects if startup fails (e.g. `LockedError`).
  */
-export async function runService(config: OutboxConfig, writers: Record<string, OutboxWriter>, options: RunServiceOptions = {}): Promise<void> {
+export async function runService(
+  config: OutboxConfig,
+  writers: Record<string, OutboxWriter>,
+  options: RunServiceOptions = {},
+): Promise<void> {
   const logger: Logger = libraryLogger(options.logger);
   const stopTimeoutMs = options.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS;
   const service = new OutboxSyncService(config, writers, options);
@@ -52,11 +56,16 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
       if (stopRequested) return;
       stopRequested = why;
       logger.info(`drain: ${why} during startup: stopping`);
-      if (starting) void service.stop(stopTimeoutMs).catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`));
+      if (starting)
+        void service
+          .stop(stopTimeoutMs)
+          .catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`));
       return;
     }
     if (stopping) {
-      logger.warn(`drain: ${why} again while stopping; still waiting for the in-flight batch (at most ${stopTimeoutMs} ms)`);
+      logger.warn(
+        `drain: ${why} again while stopping; still waiting for the in-flight batch (at most ${stopTimeoutMs} ms)`,
+      );
       return;
     }
     stopping = true;
@@ -104,7 +113,9 @@ export async function runService(config: OutboxConfig, writers: Record<string, O
       }
     }
     if (stopRequested) {
-      await service.stop(stopTimeoutMs).catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`));
+      await service
+        .stop(stopTimeoutMs)
+        .catch((error) => logger.error(`drain: stop failed: ${(error as Error).message}`));
       return;
     }
     started = true;
@@ -157,7 +168,12 @@ function logActivity(service: OutboxSyncService, logger: Logger, intervalMs: num
 
 function minus(a: TargetActivity, before: TargetActivity | undefined): TargetActivity {
   if (!before) return a;
-  return { ...a, delivered: a.delivered - before.delivered, failed: a.failed - before.failed, deadLettered: a.deadLettered - before.deadLettered };
+  return {
+    ...a,
+    delivered: a.delivered - before.delivered,
+    failed: a.failed - before.failed,
+    deadLettered: a.deadLettered - before.deadLettered,
+  };
 }
 
 /** `drain: last 60 s: delivered 1200 (app.pg 1000, app.local 200), 1 failed, 0 dead-lettered; 35 pending; down: app.pg` */

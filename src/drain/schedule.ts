@@ -56,7 +56,12 @@ export interface HeadTiming {
  * A table is ready when its head is not backing off and either `pending ≥ threshold` or the
  * head (the oldest pending row) has waited `maxWaitMs`. A head backing off holds the whole table.
  */
-export function tableReadiness(head: HeadTiming | null, pending: number, nowMs: number, knobs: ScheduleKnobs): TableReadiness {
+export function tableReadiness(
+  head: HeadTiming | null,
+  pending: number,
+  nowMs: number,
+  knobs: ScheduleKnobs,
+): TableReadiness {
   if (!head || pending <= 0) return { ready: false, wakeAt: null };
   if (head.nextAttemptAt) {
     const next = parseTimestamp(head.nextAttemptAt);

@@ -103,18 +103,24 @@ export class OutboxSyncService {
       for (const target of app.targets) {
         const writer = writers[target.name];
         if (!writer || typeof writer.writeBatch !== "function") {
-          throw new ConfigError(`no writer for target "${target.name}" (expected writers["${target.name}"] with a writeBatch method)`, {
-            file: config.file,
-            keyPath: `app.${app.name}.db.${target.db}`,
-          });
+          throw new ConfigError(
+            `no writer for target "${target.name}" (expected writers["${target.name}"] with a writeBatch method)`,
+            {
+              file: config.file,
+              keyPath: `app.${app.name}.db.${target.db}`,
+            },
+          );
         }
         for (const table of target.tables) {
           const key = `${path.resolve(app.dbFile ?? app.dbDir)}\0${table.name}`;
           if (served.has(key)) {
-            throw new ConfigError(`table "${table.name}" in ${app.dbFile ?? app.dbDir} is routed to more than one target; one queue can feed one target`, {
-              file: config.file,
-              keyPath: `app.${app.name}.db.${target.db}.tables`,
-            });
+            throw new ConfigError(
+              `table "${table.name}" in ${app.dbFile ?? app.dbDir} is routed to more than one target; one queue can feed one target`,
+              {
+                file: config.file,
+                keyPath: `app.${app.name}.db.${target.db}.tables`,
+              },
+            );
           }
           served.add(key);
         }
@@ -133,7 +139,9 @@ export class OutboxSyncService {
     if (this.closed) return; // stopped during startup
     this.looping = true;
     for (const runner of this.runners) runner.startLoop();
-    this.logger.info(`drain: started: ${this.runners.length} target(s), ${this.tables().length} table(s), ${this.locks.length} queue location(s)`);
+    this.logger.info(
+      `drain: started: ${this.runners.length} target(s), ${this.tables().length} table(s), ${this.locks.length} queue location(s)`,
+    );
   }
 
   /**
@@ -151,7 +159,10 @@ export class OutboxSyncService {
     this.stopSignal.resolve();
     const settled = Promise.all(this.runners.map((r) => r.stopLoop())).then(() => true);
     const clean = await withTimeout(settled, timeoutMs, () => false);
-    if (!clean) this.logger.warn(`drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are settled from the ledger on the next start`);
+    if (!clean)
+      this.logger.warn(
+        `drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are settled from the ledger on the next start`,
+      );
     for (const runner of this.runners) await runner.closeWriter();
     for (const runner of this.runners) runner.closeTables();
     this.pool.close();
@@ -183,7 +194,8 @@ export class OutboxSyncService {
   pendingCount(): Record<string, number> {
     this.open();
     const counts: Record<string, number> = {};
-    for (const table of this.tables()) counts[table.name] = (counts[table.name] ?? 0) + (table.outbox?.pendingCount() ?? 0);
+    for (const table of this.tables())
+      counts[table.name] = (counts[table.name] ?? 0) + (table.outbox?.pendingCount() ?? 0);
     return counts;
   }
 
@@ -215,11 +227,22 @@ export class OutboxSyncService {
     this.persisted = { at, delivered };
     const recent = (name: string) => {
       const before = previous?.delivered.get(name);
-      return previous && before !== undefined ? { delivered: delivered.get(name)! - before, ms: at - previous.at } : null;
+      return previous && before !== undefined
+        ? { delivered: delivered.get(name)! - before, ms: at - previous.at }
+        : null;
     };
     for (const app of this.config.apps) {
-      const targets = this.views().filter((v) => v.app === app.name).map((v) => ({ ...v, recent: recent(v.target) }));
-      const state: DrainState = { version: 1, pid: process.pid, startedAt: this.startedAt, updatedAt: now, stoppedAt: options.stopped ? now : null, targets };
+      const targets = this.views()
+        .filter((v) => v.app === app.name)
+        .map((v) => ({ ...v, recent: recent(v.target) }));
+      const state: DrainState = {
+        version: 1,
+        pid: process.pid,
+        startedAt: this.startedAt,
+        updatedAt: now,
+        stoppedAt: options.stopped ? now : null,
+        targets,
+      };
       const { stateFile } = drainHome(app);
       try {
         writeDrainState(stateFile, state, app.fileMode);
@@ -243,7 +266,9 @@ export class OutboxSyncService {
   integrityScan(): IntegrityReport {
     const report = scanIntegrity(this.tables().map((t) => t.file));
     const level = report.ok ? "info" : "error";
-    this.logger[level](`drain: integrity scan of ${report.files.length} file(s): ${report.ok ? "clean" : "PROBLEMS FOUND"}`);
+    this.logger[level](
+      `drain: integrity scan of ${report.files.length} file(s): ${report.ok ? "clean" : "PROBLEMS FOUND"}`,
+    );
     for (const line of report.lines) this.logger[report.ok ? "info" : "warn"](`drain:   ${line}`);
     return report;
   }
@@ -273,7 +298,18 @@ export class OutboxSyncService {
   private openApp(app: AppConfig): void {
     const pollIntervalMs = this.options.pollIntervalMs ?? Math.min(50, Math.max(1, app.flushIntervalMs / 4));
     for (const target of app.targets) {
-      const runner = new TargetRunner({ target, app, writer: this.writers[target.name]!, logger: this.logger, now: this.now, pollIntervalMs, onBatch: this.options.onBatch, pool: this.pool, care: this.care, observer: this.options.observer ?? null });
+      const runner = new TargetRunner({
+        target,
+        app,
+        writer: this.writers[target.name]!,
+        logger: this.logger,
+        now: this.now,
+        pollIntervalMs,
+        onBatch: this.options.onBatch,
+        pool: this.pool,
+        care: this.care,
+        observer: this.options.observer ?? null,
+      });
       this.runners.push(runner);
       runner.openTables();
     }

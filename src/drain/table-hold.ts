@@ -63,7 +63,9 @@ export class TableHolds {
   /** When a timed hold is retried (epoch ms), if that is what keeps the table back at `now`; null otherwise. */
   retryAt(now: number): number | null {
     const hold = this.#hold;
-    return this.#waits.size === 0 && hold !== null && hold.until > now && Number.isFinite(hold.until) ? hold.until : null;
+    return this.#waits.size === 0 && hold !== null && hold.until > now && Number.isFinite(hold.until)
+      ? hold.until
+      : null;
   }
 
   /**
@@ -73,7 +75,14 @@ export class TableHolds {
   view(): TableView["held"] {
     const hold = this.#hold ?? this.#waits.values().next().value ?? null;
     const iso = (ms: number) => new Date(ms).toISOString();
-    return hold ? { reason: hold.reason, message: hold.message, since: iso(hold.since), until: Number.isFinite(hold.until) ? iso(hold.until) : null } : null;
+    return hold
+      ? {
+          reason: hold.reason,
+          message: hold.message,
+          since: iso(hold.since),
+          until: Number.isFinite(hold.until) ? iso(hold.until) : null,
+        }
+      : null;
   }
 
   /** The queue file cannot be opened (corrupt, not an outbox file, a newer format, no permission). */
@@ -83,14 +92,25 @@ export class TableHolds {
 
   /** The app's db_file does not exist yet: its producer creates it (the drain never does). */
   missing(now: number): void {
-    this.#holdFor("file", `${this.where.file} does not exist yet: its producer creates it on first use (new SQLMiddleware({ dbFile }) or { database })`, now, now + MISSING_RETRY_MS);
+    this.#holdFor(
+      "file",
+      `${this.where.file} does not exist yet: its producer creates it on first use (new SQLMiddleware({ dbFile }) or { database })`,
+      now,
+      now + MISSING_RETRY_MS,
+    );
   }
 
   /** A local SQLite error while doing `what`. */
   local(error: unknown, now: number, what: string): void {
     this.#localErrors += 1;
     const ms = doublingMs(this.#localErrors, LOCAL_RETRY_FIRST_MS, LOCAL_RETRY_CAP_MS);
-    this.#holdFor("local", `local error ${what} (${this.where.file}): ${describeError(error).message}`, now, now + ms, "error");
+    this.#holdFor(
+      "local",
+      `local error ${what} (${this.where.file}): ${describeError(error).message}`,
+      now,
+      now + ms,
+      "error",
+    );
   }
 
   /** The remote schema lacks something (the table, a column, the ledger): nothing is charged. */
@@ -118,7 +138,8 @@ export class TableHolds {
 
   /** Not sent before `release(reason)`: the table waits, for `message`. */
   wait(reason: WaitReason, message: string, now: number): void {
-    if (!this.#waits.has(reason)) this.#waits.set(reason, { reason, message, since: now, until: Number.POSITIVE_INFINITY });
+    if (!this.#waits.has(reason))
+      this.#waits.set(reason, { reason, message, since: now, until: Number.POSITIVE_INFINITY });
   }
 
   /** The cause is gone (the file opened, the local work or the remote schema succeeded, a wait is over): the hold of that reason ends, its retry schedule starts over. */
@@ -128,12 +149,16 @@ export class TableHolds {
     if (reason === "remote schema") this.#schemaErrors = 0;
     if (this.#hold?.reason !== reason) return;
     this.#hold = null;
-    this.logger.info(`drain: "${this.where.table}" on ${this.where.target} is no longer held (${reason})`, { target: this.where.target, namespace: this.where.table });
+    this.logger.info(`drain: "${this.where.table}" on ${this.where.target} is no longer held (${reason})`, {
+      target: this.where.target,
+      namespace: this.where.table,
+    });
   }
 
   /** Ends a timed hold now, so the table is tried at once (the operator fixed the cause); an origin or contract hold stays. */
   retryNow(now: number): void {
-    if (this.#hold && this.#hold.reason !== "origin" && this.#hold.reason !== "writer contract") this.#hold = { ...this.#hold, until: now };
+    if (this.#hold && this.#hold.reason !== "origin" && this.#hold.reason !== "writer contract")
+      this.#hold = { ...this.#hold, until: now };
   }
 
   /** Holds the table; says so once per distinct message (a hold that repeats is not news). */
@@ -143,6 +168,10 @@ export class TableHolds {
     if (repeated) return;
     this.observer?.held({ target: this.where.target, table: this.where.table, reason, message, at: now, until });
     const retry = Number.isFinite(until) ? `, retrying in ${Math.round(until - now)} ms` : "";
-    this.logger[level](`drain: "${this.where.table}" is held (${reason})${retry}: ${message}`, { target: this.where.target, namespace: this.where.table, error_class: reason });
+    this.logger[level](`drain: "${this.where.table}" is held (${reason})${retry}: ${message}`, {
+      target: this.where.target,
+      namespace: this.where.table,
+      error_class: reason,
+    });
   }
 }

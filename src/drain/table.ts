@@ -88,7 +88,6 @@ export interface OpenContext {
 /** Opens one table's queue: its own file (db_dir), or its namespace of the app's db_file. */
 export type QueueOpener = (table: DrainTable) => Outbox;
 
-
 /** The pause between two chunks of a background prune (see DrainTable.prune). */
 const PRUNE_PAUSE_MS = 5;
 
@@ -150,7 +149,12 @@ export class DrainTable {
     this.file = app.dbFile ?? `${app.dbDir}/${config.name}.db`;
     this.#holds = new TableHolds({ table: this.name, target, file: this.file }, logger, observer);
     // Compatibility mode: nothing is sent before the remote outbox_seq schema and the local seeding are done (compat.ts).
-    if (config.injectOutboxSeq) this.#holds.wait("compat setup", `the compatibility mode's setup on ${target} (the outbox_seq column and index, the local sequence seeded above the remote's) is not done yet`, Date.now());
+    if (config.injectOutboxSeq)
+      this.#holds.wait(
+        "compat setup",
+        `the compatibility mode's setup on ${target} (the outbox_seq column and index, the local sequence seeded above the remote's) is not done yet`,
+        Date.now(),
+      );
   }
 
   /** A cause found outside the table's own work: by the target (its setup, the open-file limit, a unit's answer), the ledger, the fleet view, the compatibility setup. */
@@ -201,7 +205,11 @@ export class DrainTable {
 
   /** A timed-out batch carrying this table (no ledger) may still commit: the table waits for its answer. */
   awaitLateAnswer(now: number): void {
-    this.#holds.wait("late answer", `a timed-out batch to ${this.target} may still commit: without a ledger a late commit must not land after newer rows`, now);
+    this.#holds.wait(
+      "late answer",
+      `a timed-out batch to ${this.target} may still commit: without a ledger a late commit must not land after newer rows`,
+      now,
+    );
   }
 
   /** The timed-out batch answered, or failed: the table may be sent again. */
@@ -233,7 +241,13 @@ export class DrainTable {
 
   /** This table as status and metrics show it; with `health`, its queue's health read from the file. */
   view(options: { health?: boolean } = {}): TableView {
-    const view: TableView = { namespace: this.name, origin: this.#origin, through: this.#through, held: this.#holds.view(), counts: { ...this.counts } };
+    const view: TableView = {
+      namespace: this.name,
+      origin: this.#origin,
+      through: this.#through,
+      held: this.#holds.view(),
+      counts: { ...this.counts },
+    };
     if (options.health) view.health = this.#health();
     return view;
   }
@@ -360,7 +374,9 @@ export class DrainTable {
     try {
       // Read ahead for exactly this: the slice before it was applied whole (and confirmation waits).
       const draft =
-        ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes ? { table: this, ...ahead } : this.#planRows(ctx, out);
+        ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes
+          ? { table: this, ...ahead }
+          : this.#planRows(ctx, out);
       if (draft !== null) out.more ||= draft.more;
       this.#holds.release("local");
       return { draft, outcome: out };
@@ -382,12 +398,20 @@ export class DrainTable {
     const outbox = this.#outbox!;
     const { now } = ctx;
     let wakeAt: number | null = null;
-    const read = outbox.readForDelivery(this.app.batchSize, ctx.maxBytes, (head, pending) => {
-      if (ctx.force) return true;
-      const readiness = tableReadiness(head, pending, now, { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs });
-      wakeAt = readiness.wakeAt;
-      return readiness.ready;
-    }, this.#applied);
+    const read = outbox.readForDelivery(
+      this.app.batchSize,
+      ctx.maxBytes,
+      (head, pending) => {
+        if (ctx.force) return true;
+        const readiness = tableReadiness(head, pending, now, {
+          threshold: this.app.tableFlushThreshold,
+          maxWaitMs: this.app.tableMaxWaitMs,
+        });
+        wakeAt = readiness.wakeAt;
+        return readiness.ready;
+      },
+      this.#applied,
+    );
     out.wakeAt = wakeAt;
     if (read.head === null) {
       this.#cutBefore = null;
@@ -399,7 +423,15 @@ export class DrainTable {
     }
     this.#holds.release("chain gap");
 
-    const draft: SliceDraft = { table: this, rows: [], stmts: [], rowBytes: [], bytes: 0, more: read.truncated, spans: new Map() };
+    const draft: SliceDraft = {
+      table: this,
+      rows: [],
+      stmts: [],
+      rowBytes: [],
+      bytes: 0,
+      more: read.truncated,
+      spans: new Map(),
+    };
     const starts = groupStarts(read.rows);
     for (let g = 0; g < starts.length; g++) {
       const group = read.rows.slice(starts[g], starts[g + 1] ?? read.rows.length);
@@ -412,7 +444,13 @@ export class DrainTable {
       if (!isHead && first.nextAttemptAt && (parseTimestamp(first.nextAttemptAt) ?? 0) > now) break; // backing off: wait to be head
       if (isHead && this.app.maxAttempts !== null && first.attempts >= this.app.maxAttempts) {
         // Attempts were recorded but never resolved: the drain died delivering this group, again and again.
-        this.#deadLetter(first, "max_attempts", first.lastError ?? "attempts exhausted without a result (the drain stopped during delivery)", first.lastErrorClass ?? "max_attempts", out);
+        this.#deadLetter(
+          first,
+          "max_attempts",
+          first.lastError ?? "attempts exhausted without a result (the drain stopped during delivery)",
+          first.lastErrorClass ?? "max_attempts",
+          out,
+        );
         out.more = true;
         continue;
       }
@@ -433,7 +471,13 @@ export class DrainTable {
         const { message, errorClass } = describeError(refused.error);
         const culprit = group.length > 1 ? `seq ${refused.row.seq} of the group of seq ${first.seq}: ` : "";
         if (refused.error instanceof UnsupportedStatementError || refused.error instanceof InvalidArgumentError) {
-          this.#deadLetter(first, refused.error instanceof UnsupportedStatementError ? "unsupported_statement" : "undecodable", `${culprit}${message}`, errorClass, out);
+          this.#deadLetter(
+            first,
+            refused.error instanceof UnsupportedStatementError ? "unsupported_statement" : "undecodable",
+            `${culprit}${message}`,
+            errorClass,
+            out,
+          );
           continue;
         }
         // A head that failed for a reason we did not foresee counts as a failed attempt, never silently.
@@ -483,7 +527,15 @@ export class DrainTable {
     const after = slice.rows[slice.rows.length - 1]!.seq;
     try {
       const read = outbox.readForDelivery(this.app.batchSize, ctx.maxBytes, () => true, after);
-      const ahead: ReadAhead = { after, rows: [], stmts: [], rowBytes: [], bytes: 0, more: read.truncated, spans: read.spans };
+      const ahead: ReadAhead = {
+        after,
+        rows: [],
+        stmts: [],
+        rowBytes: [],
+        bytes: 0,
+        more: read.truncated,
+        spans: read.spans,
+      };
       const rows = read.rows;
       let end = 0;
       while (end < rows.length) {
@@ -544,7 +596,10 @@ export class DrainTable {
     const answer = classifyAnswer(rows, slice.fenced, results);
     if ("okAfterFailure" in answer && answer.okAfterFailure !== null) {
       const seq = rows[answer.okAfterFailure]!.seq;
-      this.logger.warn(`drain: writer ${this.target} reported seq ${seq} ok after a failure in namespace "${this.name}"; it stays queued`, { target: this.target, namespace: this.name, seq });
+      this.logger.warn(
+        `drain: writer ${this.target} reported seq ${seq} ok after a failure in namespace "${this.name}"; it stays queued`,
+        { target: this.target, namespace: this.name, seq },
+      );
     }
     try {
       switch (answer.kind) {
@@ -568,15 +623,23 @@ export class DrainTable {
         case "fence-moved":
           outbox.refundAttempt(head.seq);
           this.#through = null;
-          this.logger.info(`drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`, {
-            target: this.target, namespace: this.name, error_class: answer.fence.errorClass ?? null,
-          });
+          this.logger.info(
+            `drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`,
+            {
+              target: this.target,
+              namespace: this.name,
+              error_class: answer.fence.errorClass ?? null,
+            },
+          );
           out.more = true;
           return out;
         case "contract-broken":
           // Its fence may have committed for rows that were not applied: stop, loudly, rather than guess.
           this.#through = null;
-          this.#holds.contract(`the writer of ${this.target} applied part of a namespace (seq ${head.seq}..${rows[answer.applied - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`, now);
+          this.#holds.contract(
+            `the writer of ${this.target} applied part of a namespace (seq ${head.seq}..${rows[answer.applied - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`,
+            now,
+          );
           return out;
         case "prefix-applied": {
           // Part of a group, perhaps: without transactions a group cannot be kept whole.
@@ -612,7 +675,8 @@ export class DrainTable {
    * (its head carries its attempts), or hold the table.
    */
   #failed<T extends TableOutcome>(head: OutboxRow, culprit: OutboxRow, result: Failure, now: number, out: T): T {
-    const error = typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
+    const error =
+      typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
     const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
     if (result.remoteSchema) {
       this.#outbox!.refundAttempt(head.seq);
@@ -660,7 +724,10 @@ export class DrainTable {
       this.#outbox.confirmThrough(slice.rows[ok - 1]!.seq);
       this.#tally({ delivered: ok });
     } catch (error) {
-      this.logger.error(`drain: confirming the late answer for "${this.name}" failed; its rows are redelivered: ${describeError(error).message}`, { namespace: this.name });
+      this.logger.error(
+        `drain: confirming the late answer for "${this.name}" failed; its rows are redelivered: ${describeError(error).message}`,
+        { namespace: this.name },
+      );
     }
   }
 
@@ -669,7 +736,10 @@ export class DrainTable {
     try {
       this.#outbox!.refundAttempt(slice.rows[0]!.seq);
     } catch (error) {
-      this.logger.error(`drain: local error refunding seq ${slice.rows[0]!.seq} of namespace "${this.name}": ${describeError(error).message}`, { namespace: this.name, seq: slice.rows[0]!.seq });
+      this.logger.error(
+        `drain: local error refunding seq ${slice.rows[0]!.seq} of namespace "${this.name}": ${describeError(error).message}`,
+        { namespace: this.name, seq: slice.rows[0]!.seq },
+      );
     }
   }
 
@@ -704,11 +774,22 @@ export class DrainTable {
         // then finds the lock free within a retry or two.
         await Bun.sleep(Math.max(PRUNE_PAUSE_MS, 3 * (performance.now() - started)));
       }
-      if (removed > 0) this.logger.debug(`drain: pruned ${removed} delivered-log entries of "${this.name}"`, { namespace: this.name, rows: removed });
+      if (removed > 0)
+        this.logger.debug(`drain: pruned ${removed} delivered-log entries of "${this.name}"`, {
+          namespace: this.name,
+          rows: removed,
+        });
       const replayed = this.#outbox?.pruneReplayedDead(this.app.retainReplayedDays) ?? 0;
-      if (replayed > 0) this.logger.debug(`drain: pruned ${replayed} replayed dead letters of "${this.name}"`, { namespace: this.name, rows: replayed });
+      if (replayed > 0)
+        this.logger.debug(`drain: pruned ${replayed} replayed dead letters of "${this.name}"`, {
+          namespace: this.name,
+          rows: replayed,
+        });
     } catch (error) {
-      this.logger.error(`drain: pruning the logs of "${this.name}" (${this.file}) failed: ${describeError(error).message}`, { namespace: this.name });
+      this.logger.error(
+        `drain: pruning the logs of "${this.name}" (${this.file}) failed: ${describeError(error).message}`,
+        { namespace: this.name },
+      );
     }
   }
 
@@ -722,27 +803,73 @@ export class DrainTable {
     const at = Date.now();
     this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(at + delay));
     out.failed += 1;
-    this.observer?.failed({ target: this.target, table: this.name, head: row, errorClass, message, at, attempt: attempts, retryAt: at + delay });
-    const fields = { target: this.target, namespace: this.name, seq: row.seq, attempt: attempts, error_class: errorClass };
+    this.observer?.failed({
+      target: this.target,
+      table: this.name,
+      head: row,
+      errorClass,
+      message,
+      at,
+      attempt: attempts,
+      retryAt: at + delay,
+    });
+    const fields = {
+      target: this.target,
+      namespace: this.name,
+      seq: row.seq,
+      attempt: attempts,
+      error_class: errorClass,
+    };
     if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
       const moved = this.#outbox!.deadLetter(row.seq, "max_attempts", message, errorClass);
       this.#counted(moved, out);
-      this.observer?.deadLettered({ target: this.target, table: this.name, head: row, errorClass, message, at, reason: "max_attempts", rows: moved.seqs.length });
-      this.logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" on target ${this.target} after ${attempts} attempts: ${message}`, fields);
+      this.observer?.deadLettered({
+        target: this.target,
+        table: this.name,
+        head: row,
+        errorClass,
+        message,
+        at,
+        reason: "max_attempts",
+        rows: moved.seqs.length,
+      });
+      this.logger.error(
+        `drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" on target ${this.target} after ${attempts} attempts: ${message}`,
+        fields,
+      );
       return;
     }
     const what = row.grp === null ? `seq ${row.seq}` : `the group of seq ${row.seq}`;
-    this.logger.warn(`drain: ${what} of namespace "${this.name}" failed on target ${this.target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`, fields);
+    this.logger.warn(
+      `drain: ${what} of namespace "${this.name}" failed on target ${this.target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`,
+      fields,
+    );
   }
 
   /** Dead-letters the group `row` heads at once (undecodable, unsupported, out of attempts). */
   #deadLetter(row: OutboxRow, reason: string, message: string, errorClass: string, out: TableOutcome): void {
     const moved = this.#outbox!.deadLetter(row.seq, reason, message, errorClass);
     this.#counted(moved, out);
-    this.observer?.deadLettered({ target: this.target, table: this.name, head: row, errorClass, message, at: Date.now(), reason, rows: moved.seqs.length });
-    this.logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" (${reason}): ${message}`, {
-      target: this.target, namespace: this.name, seq: row.seq, attempt: row.attempts, error_class: errorClass,
+    this.observer?.deadLettered({
+      target: this.target,
+      table: this.name,
+      head: row,
+      errorClass,
+      message,
+      at: Date.now(),
+      reason,
+      rows: moved.seqs.length,
     });
+    this.logger.error(
+      `drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" (${reason}): ${message}`,
+      {
+        target: this.target,
+        namespace: this.name,
+        seq: row.seq,
+        attempt: row.attempts,
+        error_class: errorClass,
+      },
+    );
   }
 
   /** Counts what a dead-lettering moved; the other tables of the file it touched are reported to the runner. */

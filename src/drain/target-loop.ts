@@ -113,22 +113,33 @@ export class TargetLoop {
     for (const table of parts.tables) byFile.set(table.file, [...(byFile.get(table.file) ?? []), table]);
     const unwatch = (error: unknown) => {
       // Without the watcher the loop scans every table every flush_interval: it costs CPU per table, it misses nothing.
-      parts.logger.warn(`drain: cannot watch the files of target ${parts.name} for commits, scanning every flush_interval instead: ${describeError(error).message}`, { target: parts.name });
+      parts.logger.warn(
+        `drain: cannot watch the files of target ${parts.name} for commits, scanning every flush_interval instead: ${describeError(error).message}`,
+        { target: parts.name },
+      );
       this.#watcher?.close();
       this.#watcher = null;
       this.wakeForAll();
     };
     try {
-      this.#watcher = new CommitWatcher([...byFile.keys()], {
-        onCommit: (file) => {
-          this.#agenda.changed(byFile.get(file) ?? []);
-          if (Date.now() >= this.#gate()) this.#waker.wake();
+      this.#watcher = new CommitWatcher(
+        [...byFile.keys()],
+        {
+          onCommit: (file) => {
+            this.#agenda.changed(byFile.get(file) ?? []);
+            if (Date.now() >= this.#gate()) this.#waker.wake();
+          },
+          onCheckDue: () => this.#waker.wake(), // the idle loop plans its sleep again
+          onError: unwatch,
+          // The drain's own connection to the file (any of its tables' in a shared file): no connection of the watcher's own.
+          counters: (file) =>
+            byFile
+              .get(file)
+              ?.find((t) => t.outbox !== null)
+              ?.outbox?.commitCounters() ?? null,
         },
-        onCheckDue: () => this.#waker.wake(), // the idle loop plans its sleep again
-        onError: unwatch,
-        // The drain's own connection to the file (any of its tables' in a shared file): no connection of the watcher's own.
-        counters: (file) => byFile.get(file)?.find((t) => t.outbox !== null)?.outbox?.commitCounters() ?? null,
-      }, { recheckMs: parts.pollIntervalMs, sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS) });
+        { recheckMs: parts.pollIntervalMs, sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS) },
+      );
     } catch (error) {
       unwatch(error);
     }
@@ -145,7 +156,10 @@ export class TargetLoop {
         await this.#loop();
       } catch (error) {
         // #loop() guards every step; reaching here is a bug. Say so loudly and keep draining.
-        this.parts.logger.error(`drain: the loop of target ${this.parts.name} crashed and is restarted: ${describeError(error).message}`, { target: this.parts.name });
+        this.parts.logger.error(
+          `drain: the loop of target ${this.parts.name} crashed and is restarted: ${describeError(error).message}`,
+          { target: this.parts.name },
+        );
         await this.#waker.sleep(1000);
       }
     }
@@ -168,7 +182,9 @@ export class TargetLoop {
       // Watched, the loop also wakes for the fleet view's next read (a cycle reads it), not only for its tables.
       const fleetDueAt = parts.fleetDueAt();
       const fleetAt = fleetDueAt === null ? Number.POSITIVE_INFINITY : Date.now() + (fleetDueAt - parts.now());
-      const until = this.#watcher ? Math.min(this.#agenda.nextAt(), fleetAt) : Math.min(Date.now() + parts.app.flushIntervalMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
+      const until = this.#watcher
+        ? Math.min(this.#agenda.nextAt(), fleetAt)
+        : Math.min(Date.now() + parts.app.flushIntervalMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
       await this.#idle(until);
     }
   }

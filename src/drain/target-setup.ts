@@ -91,7 +91,11 @@ export class TargetSetup {
       if (problem) {
         this.#failures += 1;
         this.#retryAt = now + doublingMs(this.#failures, SETUP_RETRY_FIRST_MS, SETUP_RETRY_CAP_MS);
-        if (this.#problem !== problem) logger.error(`drain: target ${name} is held (remote schema): ${problem}`, { target: name, error_class: "remote schema" });
+        if (this.#problem !== problem)
+          logger.error(`drain: target ${name} is held (remote schema): ${problem}`, {
+            target: name,
+            error_class: "remote schema",
+          });
         this.#problem = problem;
         for (const table of tables) table.hold({ reason: "remote schema", message: problem }, now);
         return false;

@@ -91,18 +91,26 @@ export class TargetRunner {
     this.dialect = targetDialect(target, given);
     if (!target.dialect && !given.dialect) {
       // The drain must convert for some dialect; say which one it picked rather than guess silently.
-      logger.warn(`drain: target ${target.name}: the writer has no dialect and none is configured; statements are converted for sqlite (set dialect = "…" in [app.${target.app}.db.${target.db}])`, { target: target.name });
+      logger.warn(
+        `drain: target ${target.name}: the writer has no dialect and none is configured; statements are converted for sqlite (set dialect = "…" in [app.${target.app}.db.${target.db}])`,
+        { target: target.name },
+      );
     }
     const writer = new BoundedWriter(target.name, given, app.writeTimeoutMs);
     const queue = { maxPending: app.maxPending, durability: app.durability, fileMode: app.fileMode };
     const { pool } = options;
-    const opener = app.dbFile === null ? (t: DrainTable) => new Outbox(t.file, t.name, queue) : (t: DrainTable) => pool.outbox(t.file, t.name, queue);
+    const opener =
+      app.dbFile === null
+        ? (t: DrainTable) => new Outbox(t.file, t.name, queue)
+        : (t: DrainTable) => pool.outbox(t.file, t.name, queue);
     const observer = options.observer ?? null;
     this.tables = target.tables.map((config) => new DrainTable(config, app, target.name, logger, opener, observer));
     if (target.ledger) for (const table of this.tables) table.fencedByLedger();
     this.fleetView = new FleetView(target.name, app.originLabel);
     this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
-    this.ledger = target.ledger ? new TargetLedger(writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger) : null;
+    this.ledger = target.ledger
+      ? new TargetLedger(writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger)
+      : null;
     if (!target.ledger) {
       logger.warn(
         `drain: target ${target.name} has ledger = false: delivery is at least once, and a transaction's statements are sent together in one batch but not atomically — a writer without transactions may apply part of one before a statement fails; that part stays applied and the rest is retried from the failed statement`,
@@ -111,14 +119,44 @@ export class TargetRunner {
     }
     const { name, dialect, ledger, tables, reachability, fleetView } = this;
     this.loop = new TargetLoop({
-      name, app, tables, reachability, logger, now, pollIntervalMs: options.pollIntervalMs,
+      name,
+      app,
+      tables,
+      reachability,
+      logger,
+      now,
+      pollIntervalMs: options.pollIntervalMs,
       cycle: (only) => this.cycle(only),
       fleetDueAt: () => (ledger ? fleetView.dueAt : null),
     });
-    this.setup = new TargetSetup({ name, app, dialect, writer, ledger, tables, reachability, logger, now, openTables: () => this.openTables(), stopping: () => this.loop.stopping });
+    this.setup = new TargetSetup({
+      name,
+      app,
+      dialect,
+      writer,
+      ledger,
+      tables,
+      reachability,
+      logger,
+      now,
+      openTables: () => this.openTables(),
+      stopping: () => this.loop.stopping,
+    });
     const loop = this.loop;
     this.delivery = new Delivery({
-      name, target, app, dialect, writer, ledger, tables, reachability, fleetView, logger, now, observer, onBatch: options.onBatch,
+      name,
+      target,
+      app,
+      dialect,
+      writer,
+      ledger,
+      tables,
+      reachability,
+      fleetView,
+      logger,
+      now,
+      observer,
+      onBatch: options.onBatch,
       hooks: {
         changed: (changed) => loop.changed(changed),
         quiet: (until) => loop.quiet(until),
@@ -246,7 +284,12 @@ export class TargetRunner {
     const boundMs = 2 * this.app.writeTimeoutMs + this.app.flushIntervalMs + 10_000;
     if (this.lastBeatAt === null) return { ok: true, why: "starting" };
     const ageMs = now - this.lastBeatAt;
-    return ageMs <= boundMs ? { ok: true } : { ok: false, why: `the loop last ran ${Math.round(ageMs / 1000)} s ago (bound ${Math.round(boundMs / 1000)} s)` };
+    return ageMs <= boundMs
+      ? { ok: true }
+      : {
+          ok: false,
+          why: `the loop last ran ${Math.round(ageMs / 1000)} s ago (bound ${Math.round(boundMs / 1000)} s)`,
+        };
   }
 
   /** Whether the target can take batches: reachable and set up (its ledger table present). */
@@ -303,17 +346,31 @@ export class TargetRunner {
     try {
       await withTimeout(Promise.resolve(this.options.writer.close?.()), 2000, () => undefined);
     } catch (error) {
-      this.logger.warn(`drain: closing the writer of ${this.name} failed: ${describeError(error).message}`, { target: this.name });
+      this.logger.warn(`drain: closing the writer of ${this.name} failed: ${describeError(error).message}`, {
+        target: this.name,
+      });
     }
   }
 
   private async runCycle(only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
-    const out: TargetCycle = { target: this.name, delivered: 0, failed: 0, deadLettered: 0, outage: false, more: false, wakeAt: null };
+    const out: TargetCycle = {
+      target: this.name,
+      delivered: 0,
+      failed: 0,
+      deadLettered: 0,
+      outage: false,
+      more: false,
+      wakeAt: null,
+    };
     try {
       const { reachability } = this;
       if (this.now() < reachability.backoffUntil) return { ...out, outage: true, wakeAt: reachability.backoffUntil };
       if (!this.setup.done && !(await this.setup.run())) {
-        return { ...out, outage: reachability.down, wakeAt: reachability.down ? reachability.backoffUntil : this.setup.retryAt };
+        return {
+          ...out,
+          outage: reachability.down,
+          wakeAt: reachability.down ? reachability.backoffUntil : this.setup.retryAt,
+        };
       }
       const now = this.now();
       this.openTables();
@@ -330,7 +387,9 @@ export class TargetRunner {
       this.tendFiles(cycle);
       return cycle;
     } catch (error) {
-      this.logger.error(`drain: cycle of target ${this.name} failed: ${describeError(error).message}`, { target: this.name });
+      this.logger.error(`drain: cycle of target ${this.name} failed: ${describeError(error).message}`, {
+        target: this.name,
+      });
       return { ...out, wakeAt: this.now() + 1000 };
     }
   }

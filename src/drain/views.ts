@@ -9,7 +9,15 @@ import type { NamespaceHealth } from "../outbox/health.ts";
  * Why a table is not delivering right now. The last two are waits, not faults: the compatibility
  * mode's setup not done yet, a timed-out batch without a ledger that may still commit.
  */
-export type HoldReason = "file" | "local" | "remote schema" | "origin" | "writer contract" | "chain gap" | "compat setup" | "late answer";
+export type HoldReason =
+  | "file"
+  | "local"
+  | "remote schema"
+  | "origin"
+  | "writer contract"
+  | "chain gap"
+  | "compat setup"
+  | "late answer";
 
 /** How a target is doing: reachable, down (retried with backoff) or misconfigured (retried, but a person must act). */
 export type TargetState = "starting" | "ok" | "outage" | "misconfigured";

@@ -152,7 +152,8 @@ export class CommitWatcher {
       if (r.at > now) continue;
       this.#rechecks.delete(path);
       if (this.#moved(path, true)) this.handlers.onCommit(path);
-      else if (r.waitMs * 2 <= RECHECK_WINDOW_MS) this.#rechecks.set(path, { at: now + r.waitMs * 2, waitMs: r.waitMs * 2 });
+      else if (r.waitMs * 2 <= RECHECK_WINDOW_MS)
+        this.#rechecks.set(path, { at: now + r.waitMs * 2, waitMs: r.waitMs * 2 });
     }
     if (now < this.#sweepAt) return;
     this.#sweepAt = now + this.checks.sweepMs;
@@ -276,10 +277,13 @@ export class Waker {
   sleep(ms: number): Promise<void> {
     this.wake();
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.pending = null;
-        resolve();
-      }, Math.max(0, ms));
+      const timer = setTimeout(
+        () => {
+          this.pending = null;
+          resolve();
+        },
+        Math.max(0, ms),
+      );
       this.pending = { resolve, timer };
     });
   }

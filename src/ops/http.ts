@@ -17,8 +17,14 @@ export interface OpsServer {
  * - `/readyz`: 200 when every target is reachable and set up (TargetRunner.readiness), else 503.
  * Health answers are short JSON bodies saying why, per target, passed through `mask` (credentials).
  */
-export function serveOps(address: ListenAddress, service: () => OutboxSyncService | null, metrics: DrainMetrics, mask: (text: string) => string = (t) => t): OpsServer {
-  const json = (status: number, body: unknown) => new Response(`${mask(JSON.stringify(body))}\n`, { status, headers: { "content-type": "application/json" } });
+export function serveOps(
+  address: ListenAddress,
+  service: () => OutboxSyncService | null,
+  metrics: DrainMetrics,
+  mask: (text: string) => string = (t) => t,
+): OpsServer {
+  const json = (status: number, body: unknown) =>
+    new Response(`${mask(JSON.stringify(body))}\n`, { status, headers: { "content-type": "application/json" } });
   const health = (judge: (r: TargetRunner) => { ok: boolean; why?: string }, whileStarting: number) => {
     const svc = service();
     const runners = svc?.targets() ?? [];
@@ -33,7 +39,8 @@ export function serveOps(address: ListenAddress, service: () => OutboxSyncServic
     async fetch(req) {
       const path = new URL(req.url).pathname;
       // A 405 must say what is allowed (RFC 9110 §15.5.6).
-      if (req.method !== "GET" && req.method !== "HEAD") return new Response("method not allowed: use GET or HEAD\n", { status: 405, headers: { allow: "GET, HEAD" } });
+      if (req.method !== "GET" && req.method !== "HEAD")
+        return new Response("method not allowed: use GET or HEAD\n", { status: 405, headers: { allow: "GET, HEAD" } });
       switch (path) {
         case "/metrics":
           return new Response(await metrics.text(), { headers: { "content-type": metrics.contentType } });

@@ -17,7 +17,11 @@ export interface DrainMetrics {
 }
 
 /** prom-client's per-heap-space gauges, which the drain does not serve (see createDrainMetrics). */
-const HEAP_SPACE_METRICS = ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"] as const;
+const HEAP_SPACE_METRICS = [
+  "nodejs_heap_space_size_total_bytes",
+  "nodejs_heap_space_size_used_bytes",
+  "nodejs_heap_space_size_available_bytes",
+] as const;
 
 type Labels = Record<string, string>;
 /** One series: its labels and its value. */
@@ -30,10 +34,13 @@ interface TableOf {
   labels: { app: string; target: string; table: string };
 }
 
-const ageSeconds = (iso: string | null, now: number): number | null => (iso === null ? null : Math.max(0, (now - Date.parse(iso)) / 1000));
+const ageSeconds = (iso: string | null, now: number): number | null =>
+  iso === null ? null : Math.max(0, (now - Date.parse(iso)) / 1000);
 const targetLabels = (v: TargetView) => ({ app: v.app, target: v.target });
 const tablesOf = (views: readonly TargetView[]): TableOf[] =>
-  views.flatMap((target) => target.tables.map((table) => ({ target, table, labels: { ...targetLabels(target), table: table.namespace } })));
+  views.flatMap((target) =>
+    target.tables.map((table) => ({ target, table, labels: { ...targetLabels(target), table: table.namespace } })),
+  );
 /** One series per table, for the tables whose value is known. */
 const perTable = (views: readonly TargetView[], value: (t: TableOf) => number | null | undefined): Sample[] =>
   tablesOf(views).flatMap((t) => {
@@ -49,12 +56,17 @@ const perTarget = (views: readonly TargetView[], value: (v: TargetView, now: num
   });
 };
 /** One series per origin's ledger row of a served table. */
-const perLedgerRow = (views: readonly TargetView[], value: (row: TargetView["fleet"][number], now: number) => number | null): Sample[] => {
+const perLedgerRow = (
+  views: readonly TargetView[],
+  value: (row: TargetView["fleet"][number], now: number) => number | null,
+): Sample[] => {
   const now = Date.now();
   return views.flatMap((v) =>
     v.fleet.flatMap((row) => {
       const value_ = value(row, now);
-      return value_ === null || !Number.isFinite(value_) ? [] : [[{ ...targetLabels(v), table: row.namespace, origin: row.origin, label: row.label }, value_] as Sample];
+      return value_ === null || !Number.isFinite(value_)
+        ? []
+        : [[{ ...targetLabels(v), table: row.namespace, origin: row.origin, label: row.label }, value_] as Sample];
     }),
   );
 };
@@ -64,41 +76,141 @@ const perLedgerRow = (views: readonly TargetView[], value: (row: TargetView["fle
  * (TargetView, TableView with its queue health): the metrics read no drain internals, and a value
  * status shows and the one a dashboard shows cannot disagree.
  */
-const FROM_VIEWS: ReadonlyArray<{ name: string; help: string; type: "gauge" | "counter"; labels: string[]; samples: (views: readonly TargetView[]) => Sample[] }> = [
-  { name: "sqloutbox_pending_rows", help: "Rows waiting in the table's queue.", type: "gauge", labels: ["app", "target", "table"],
-    samples: (views) => perTable(views, (t) => t.table.health?.depth) },
-  { name: "sqloutbox_oldest_pending_age_seconds", help: "How long the oldest pending row has waited (absent when none).", type: "gauge", labels: ["app", "target", "table"],
-    samples: (views) => perTable(views, (t) => { const ms = t.table.health?.oldestPendingAgeMs; return ms == null ? null : ms / 1000; }) },
-  { name: "sqloutbox_head_attempts", help: "Delivery attempts charged to the head row: 0, or 1 while its batch is in flight (charged before it is sent); 2 or more means it failed.", type: "gauge", labels: ["app", "target", "table"],
-    samples: (views) => perTable(views, (t) => t.table.health?.headAttempts) },
-  { name: "sqloutbox_dead_letters", help: "Dead letters present (not yet replayed).", type: "gauge", labels: ["app", "target", "table"],
-    samples: (views) => perTable(views, (t) => t.table.health?.deadLetterCount) },
-  { name: "sqloutbox_table_held", help: "1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract, compat setup, late answer); 0 with reason \"none\" while it does not.", type: "gauge", labels: ["app", "target", "table", "reason"],
+const FROM_VIEWS: ReadonlyArray<{
+  name: string;
+  help: string;
+  type: "gauge" | "counter";
+  labels: string[];
+  samples: (views: readonly TargetView[]) => Sample[];
+}> = [
+  {
+    name: "sqloutbox_pending_rows",
+    help: "Rows waiting in the table's queue.",
+    type: "gauge",
+    labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.health?.depth),
+  },
+  {
+    name: "sqloutbox_oldest_pending_age_seconds",
+    help: "How long the oldest pending row has waited (absent when none).",
+    type: "gauge",
+    labels: ["app", "target", "table"],
+    samples: (views) =>
+      perTable(views, (t) => {
+        const ms = t.table.health?.oldestPendingAgeMs;
+        return ms == null ? null : ms / 1000;
+      }),
+  },
+  {
+    name: "sqloutbox_head_attempts",
+    help: "Delivery attempts charged to the head row: 0, or 1 while its batch is in flight (charged before it is sent); 2 or more means it failed.",
+    type: "gauge",
+    labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.health?.headAttempts),
+  },
+  {
+    name: "sqloutbox_dead_letters",
+    help: "Dead letters present (not yet replayed).",
+    type: "gauge",
+    labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.health?.deadLetterCount),
+  },
+  {
+    name: "sqloutbox_table_held",
+    help: '1 while the drain holds the table back, with the reason (file, local, remote schema, chain gap, origin, writer contract, compat setup, late answer); 0 with reason "none" while it does not.',
+    type: "gauge",
+    labels: ["app", "target", "table", "reason"],
     // As `status` shows it: until released, not only until its retry time.
-    samples: (views) => tablesOf(views).map((t) => [{ ...t.labels, reason: t.table.held?.reason ?? "none" }, t.table.held ? 1 : 0]) },
-  { name: "sqloutbox_delivered_rows_total", help: "Rows delivered since the drain started (settled from the ledger included).", type: "counter", labels: ["app", "target", "table"],
-    samples: (views) => perTable(views, (t) => t.table.counts.delivered) },
-  { name: "sqloutbox_failed_rows_total", help: "Failed delivery attempts charged to rows since the drain started.", type: "counter", labels: ["app", "target", "table"],
-    samples: (views) => perTable(views, (t) => t.table.counts.failed) },
-  { name: "sqloutbox_dead_lettered_rows_total", help: "Rows moved to the dead-letter log since the drain started.", type: "counter", labels: ["app", "target", "table"],
-    samples: (views) => perTable(views, (t) => t.table.counts.deadLettered) },
-  { name: "sqloutbox_target_state", help: "1 for the target's current state: starting, ok, outage (down, retried with backoff) or misconfigured (a person must act).", type: "gauge", labels: ["app", "target", "state"],
-    samples: (views) => views.flatMap((v) => TARGET_STATES.map((state) => [{ ...targetLabels(v), state }, v.state === state ? 1 : 0] as Sample)) },
-  { name: "sqloutbox_target_up", help: "1 when the target answered its last call, 0 while down or misconfigured.", type: "gauge", labels: ["app", "target"],
-    samples: (views) => perTarget(views, (v) => (v.state === "outage" || v.state === "misconfigured" ? 0 : 1)) },
-  { name: "sqloutbox_target_consecutive_failures", help: "Failed attempts to reach the target in a row.", type: "gauge", labels: ["app", "target"],
-    samples: (views) => perTarget(views, (v) => v.failures) },
-  { name: "sqloutbox_target_last_success_age_seconds", help: "Seconds since the target last answered a batch (absent before the first).", type: "gauge", labels: ["app", "target"],
-    samples: (views) => perTarget(views, (v, now) => ageSeconds(v.lastSuccessAt, now)) },
-  { name: "sqloutbox_loop_last_beat_age_seconds", help: "Seconds since the target's loop last ran (a cycle or an idle poll): its liveness.", type: "gauge", labels: ["app", "target"],
-    samples: (views) => perTarget(views, (v, now) => ageSeconds(v.lastBeatAt, now)) },
-  { name: "sqloutbox_ledger_through", help: "Each origin's ledger row for a served table: the highest local seq of that queue file applied to the target.", type: "gauge", labels: ["app", "target", "table", "origin", "label"],
-    samples: (views) => perLedgerRow(views, (row) => row.through) },
-  { name: "sqloutbox_ledger_age_seconds", help: "Seconds since each origin's ledger row last moved (the target's clock), as last read: how far behind a host of the fleet is.", type: "gauge", labels: ["app", "target", "table", "origin", "label"],
-    samples: (views) => perLedgerRow(views, (row, now) => ageSeconds(row.updatedAt, now)) },
-  { name: "sqloutbox_wal_bytes", help: "Size of each served queue file's write-ahead log, as last looked after (a checkpoint every second keeps it bounded).", type: "gauge", labels: ["app", "file"],
+    samples: (views) =>
+      tablesOf(views).map((t) => [{ ...t.labels, reason: t.table.held?.reason ?? "none" }, t.table.held ? 1 : 0]),
+  },
+  {
+    name: "sqloutbox_delivered_rows_total",
+    help: "Rows delivered since the drain started (settled from the ledger included).",
+    type: "counter",
+    labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.counts.delivered),
+  },
+  {
+    name: "sqloutbox_failed_rows_total",
+    help: "Failed delivery attempts charged to rows since the drain started.",
+    type: "counter",
+    labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.counts.failed),
+  },
+  {
+    name: "sqloutbox_dead_lettered_rows_total",
+    help: "Rows moved to the dead-letter log since the drain started.",
+    type: "counter",
+    labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => t.table.counts.deadLettered),
+  },
+  {
+    name: "sqloutbox_target_state",
+    help: "1 for the target's current state: starting, ok, outage (down, retried with backoff) or misconfigured (a person must act).",
+    type: "gauge",
+    labels: ["app", "target", "state"],
+    samples: (views) =>
+      views.flatMap((v) =>
+        TARGET_STATES.map((state) => [{ ...targetLabels(v), state }, v.state === state ? 1 : 0] as Sample),
+      ),
+  },
+  {
+    name: "sqloutbox_target_up",
+    help: "1 when the target answered its last call, 0 while down or misconfigured.",
+    type: "gauge",
+    labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v) => (v.state === "outage" || v.state === "misconfigured" ? 0 : 1)),
+  },
+  {
+    name: "sqloutbox_target_consecutive_failures",
+    help: "Failed attempts to reach the target in a row.",
+    type: "gauge",
+    labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v) => v.failures),
+  },
+  {
+    name: "sqloutbox_target_last_success_age_seconds",
+    help: "Seconds since the target last answered a batch (absent before the first).",
+    type: "gauge",
+    labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v, now) => ageSeconds(v.lastSuccessAt, now)),
+  },
+  {
+    name: "sqloutbox_loop_last_beat_age_seconds",
+    help: "Seconds since the target's loop last ran (a cycle or an idle poll): its liveness.",
+    type: "gauge",
+    labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v, now) => ageSeconds(v.lastBeatAt, now)),
+  },
+  {
+    name: "sqloutbox_ledger_through",
+    help: "Each origin's ledger row for a served table: the highest local seq of that queue file applied to the target.",
+    type: "gauge",
+    labels: ["app", "target", "table", "origin", "label"],
+    samples: (views) => perLedgerRow(views, (row) => row.through),
+  },
+  {
+    name: "sqloutbox_ledger_age_seconds",
+    help: "Seconds since each origin's ledger row last moved (the target's clock), as last read: how far behind a host of the fleet is.",
+    type: "gauge",
+    labels: ["app", "target", "table", "origin", "label"],
+    samples: (views) => perLedgerRow(views, (row, now) => ageSeconds(row.updatedAt, now)),
+  },
+  {
+    name: "sqloutbox_wal_bytes",
+    help: "Size of each served queue file's write-ahead log, as last looked after (a checkpoint every second keeps it bounded).",
+    type: "gauge",
+    labels: ["app", "file"],
     // A file several targets serve is one series.
-    samples: (views) => [...new Map(views.flatMap((v) => v.files.map((f) => [`${v.app}\0${f.file}`, [{ app: v.app, file: f.file }, f.walBytes] as Sample]))).values()] },
+    samples: (views) => [
+      ...new Map(
+        views.flatMap((v) =>
+          v.files.map((f) => [`${v.app}\0${f.file}`, [{ app: v.app, file: f.file }, f.walBytes] as Sample]),
+        ),
+      ).values(),
+    ],
+  },
 ];
 
 /**
@@ -108,7 +220,10 @@ const FROM_VIEWS: ReadonlyArray<{ name: string; help: string; type: "gauge" | "c
  * table, nothing while nobody scrapes — so they cost the drain nothing between scrapes. Labels:
  * `app`, `target`, `table`; ledger metrics add the `origin` and its `label`.
  */
-export function createDrainMetrics(service: () => OutboxSyncService | null, options: { tracing?: { counts(): TraceCounts } | null } = {}): DrainMetrics {
+export function createDrainMetrics(
+  service: () => OutboxSyncService | null,
+  options: { tracing?: { counts(): TraceCounts } | null } = {},
+): DrainMetrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
   // Bun answers v8.getHeapSpaceStatistics() by walking the heap: 10 ms a scrape for a drain with a
@@ -128,34 +243,57 @@ export function createDrainMetrics(service: () => OutboxSyncService | null, opti
     const samples = () => m.samples(views());
     const config = { name: m.name, help: m.help, labelNames: m.labels, registers };
     if (m.type === "counter") {
-      new client.Counter({ ...config, collect() { this.reset(); for (const [labels, value] of samples()) this.inc(labels, value); } });
+      new client.Counter({
+        ...config,
+        collect() {
+          this.reset();
+          for (const [labels, value] of samples()) this.inc(labels, value);
+        },
+      });
     } else {
-      new client.Gauge({ ...config, collect() { this.reset(); for (const [labels, value] of samples()) this.set(labels, value); } });
+      new client.Gauge({
+        ...config,
+        collect() {
+          this.reset();
+          for (const [labels, value] of samples()) this.set(labels, value);
+        },
+      });
     }
   }
 
   const batchLabels = ["app", "target"];
   const duration = new client.Histogram({
-    name: "sqloutbox_batch_duration_seconds", help: "How long the target took to answer a batch.", labelNames: batchLabels, registers,
+    name: "sqloutbox_batch_duration_seconds",
+    help: "How long the target took to answer a batch.",
+    labelNames: batchLabels,
+    registers,
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
   });
   const size = new client.Histogram({
-    name: "sqloutbox_batch_rows", help: "Rows per batch.", labelNames: batchLabels, registers,
+    name: "sqloutbox_batch_rows",
+    help: "Rows per batch.",
+    labelNames: batchLabels,
+    registers,
     buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500],
   });
 
   // Served with tracing off too (as 0), so an alert on drops needs no "absent" twin.
-  const traceCounts = (): TraceCounts => options.tracing?.counts() ?? { exported: 0, droppedQueueFull: 0, droppedBusy: 0, droppedExportFailed: 0 };
+  const traceCounts = (): TraceCounts =>
+    options.tracing?.counts() ?? { exported: 0, droppedQueueFull: 0, droppedBusy: 0, droppedExportFailed: 0 };
   new client.Counter({
-    name: "sqloutbox_trace_spans_exported_total", help: "Delivery spans the collector accepted (0 while tracing is off).", registers,
+    name: "sqloutbox_trace_spans_exported_total",
+    help: "Delivery spans the collector accepted (0 while tracing is off).",
+    registers,
     collect() {
       this.reset();
       this.inc(traceCounts().exported);
     },
   });
   new client.Counter({
-    name: "sqloutbox_trace_spans_dropped_total", help: "Delivery spans lost — spans only, never rows: queue_full (the export queue was full: the collector is slower than the drain, or down), busy (the drain delivered more rows a second than max_spans_per_second: those batches go without spans) or export_failed (an export the collector refused or did not answer in time).",
-    labelNames: ["reason"], registers,
+    name: "sqloutbox_trace_spans_dropped_total",
+    help: "Delivery spans lost — spans only, never rows: queue_full (the export queue was full: the collector is slower than the drain, or down), busy (the drain delivered more rows a second than max_spans_per_second: those batches go without spans) or export_failed (an export the collector refused or did not answer in time).",
+    labelNames: ["reason"],
+    registers,
     collect() {
       this.reset();
       const counts = traceCounts();

@@ -120,7 +120,9 @@ export function createSystemdNotifier(
   const warn = (message: string) => options.logger?.warn(message);
   const address = notifySocketAddress(socket);
   if (!address) {
-    warn(`systemd: NOTIFY_SOCKET=${socket} is not a unix socket path or @abstract name this process can use; not notifying systemd`);
+    warn(
+      `systemd: NOTIFY_SOCKET=${socket} is not a unix socket path or @abstract name this process can use; not notifying systemd`,
+    );
     return null;
   }
   let c: Libc;
@@ -142,7 +144,9 @@ export function createSystemdNotifier(
     if (!open) return false;
     const datagram = new TextEncoder().encode(assignments.join("\n")); // its own buffer, not a slice of a pool
     if (datagram.length > NOTIFY_MAX_BYTES) {
-      warn(`systemd: not sending a ${datagram.length}-byte notification: systemd drops any over ${NOTIFY_MAX_BYTES} bytes`);
+      warn(
+        `systemd: not sending a ${datagram.length}-byte notification: systemd drops any over ${NOTIFY_MAX_BYTES} bytes`,
+      );
       return false;
     }
     // Unconnected sendto by address: after `systemctl daemon-reexec` the socket file is new, and the next send reaches it.
@@ -154,7 +158,9 @@ export function createSystemdNotifier(
     if (!failing) {
       failing = true;
       const why = sent < 0 ? lastErrno(c) : `sent ${sent} of ${datagram.length} bytes`;
-      warn(`systemd: cannot notify ${socket} (${why}): ${assignments.map((a) => a.split("=")[0]).join(", ")} lost; later failures are not logged until one succeeds`);
+      warn(
+        `systemd: cannot notify ${socket} (${why}): ${assignments.map((a) => a.split("=")[0]).join(", ")} lost; later failures are not logged until one succeeds`,
+      );
     }
     return false;
   };

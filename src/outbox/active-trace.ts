@@ -9,7 +9,12 @@ const OTEL_GLOBAL = Symbol.for("opentelemetry.js.api.1");
 /** The two calls of @opentelemetry/api this module makes. */
 interface OtelApi {
   context: { active(): unknown };
-  trace: { getSpanContext(context: unknown): { traceId: string; spanId: string; traceFlags: number; traceState?: { serialize(): string } } | undefined; isSpanContextValid(sc: unknown): boolean };
+  trace: {
+    getSpanContext(
+      context: unknown,
+    ): { traceId: string; spanId: string; traceFlags: number; traceState?: { serialize(): string } } | undefined;
+    isSpanContextValid(sc: unknown): boolean;
+  };
 }
 
 /** undefined: not looked up yet; null: the package cannot be loaded here. */
@@ -40,7 +45,10 @@ export function activeTrace(): RowTrace {
     const sc = otel.trace.getSpanContext(otel.context.active());
     if (sc === undefined || !otel.trace.isSpanContextValid(sc)) return NO_TRACE;
     const tracestate = sc.traceState?.serialize() || null;
-    return { traceparent: formatTraceparent({ traceId: sc.traceId, spanId: sc.spanId, flags: sc.traceFlags & 0xff }), tracestate };
+    return {
+      traceparent: formatTraceparent({ traceId: sc.traceId, spanId: sc.spanId, flags: sc.traceFlags & 0xff }),
+      tracestate,
+    };
   } catch {
     return NO_TRACE;
   }

@@ -75,13 +75,19 @@ export class Appender {
     this.#limits = limits;
     const tail = tailSql(file.layout);
     this.#tail = file.prepare(tail);
-    this.#insertAtTail = file.prepare(queueInsertSql(file.layout, COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${tail})`, "?6", "?7"]));
+    this.#insertAtTail = file.prepare(
+      queueInsertSql(file.layout, COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${tail})`, "?6", "?7"]),
+    );
     if (file.layout === "lean") {
       this.#nextSeq = file.prepare(NEXT_SEQ_SQL);
       this.#nextOrd = file.prepare(NEXT_ORD_SQL);
-      this.#insertAt = file.prepare(`INSERT INTO outbox_queue (seq, ord, grp, ${COLUMNS.join(", ")}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+      this.#insertAt = file.prepare(
+        `INSERT INTO outbox_queue (seq, ord, grp, ${COLUMNS.join(", ")}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      );
     } else {
-      this.#insert = file.prepare(queueInsertSql(file.layout, ["grp", ...COLUMNS], ["?9", "?2", "?1", "?3", "?4", "?5", "?6", "?7", "?8"]));
+      this.#insert = file.prepare(
+        queueInsertSql(file.layout, ["grp", ...COLUMNS], ["?9", "?2", "?1", "?3", "?4", "?5", "?6", "?7", "?8"]),
+      );
       this.#setGroup = file.prepare("UPDATE outbox_queue SET grp = ?1 WHERE seq = ?1");
     }
   }
@@ -164,7 +170,11 @@ export class Appender {
     for (const item of items) chars += item.tag.length + item.payload.length;
     this.#checkGroupSize(group.rows + items.length, group.bytes + chars);
     const known = group.namespaces.get(namespace);
-    const state = known ?? { tail: this.tail(), ord: this.#nextOrd?.get(namespace)?.ord ?? 0, pending: this.#maxPending === null ? 0 : file.pendingCount() };
+    const state = known ?? {
+      tail: this.tail(),
+      ord: this.#nextOrd?.get(namespace)?.ord ?? 0,
+      pending: this.#maxPending === null ? 0 : file.pendingCount(),
+    };
     this.#checkCapacity(state.pending, items.length);
     const seqs: number[] = [];
     let { tail: prev, ord } = state;
@@ -173,13 +183,37 @@ export class Appender {
       let seq = group.nextSeq ?? this.#nextSeq!.get()!.seq;
       grp ??= seq;
       for (const item of items) {
-        this.#insertAt.run(seq, ord++, grp, group.createdAt, namespace, source, item.tag, item.payload, prev, trace.traceparent, trace.tracestate);
+        this.#insertAt.run(
+          seq,
+          ord++,
+          grp,
+          group.createdAt,
+          namespace,
+          source,
+          item.tag,
+          item.payload,
+          prev,
+          trace.traceparent,
+          trace.tracestate,
+        );
         seqs.push((prev = seq++));
       }
       group.nextSeq = seq;
     } else {
       for (const item of items) {
-        const seq = Number(this.#insert!.run(namespace, group.createdAt, source, item.tag, item.payload, prev, trace.traceparent, trace.tracestate, grp).lastInsertRowid);
+        const seq = Number(
+          this.#insert!.run(
+            namespace,
+            group.createdAt,
+            source,
+            item.tag,
+            item.payload,
+            prev,
+            trace.traceparent,
+            trace.tracestate,
+            grp,
+          ).lastInsertRowid,
+        );
         if (grp === null) this.#setGroup!.run((grp = seq));
         seqs.push((prev = seq));
       }
@@ -215,29 +249,67 @@ export class Appender {
     if (insertAt === null) {
       const insert = this.#insert!;
       return (tag, payload, source, prev, extra) =>
-        Number(insert.run(namespace, now, source, tag, payload, prev, extra?.trace.traceparent ?? null, extra?.trace.tracestate ?? null, extra?.grp ?? null).lastInsertRowid);
+        Number(
+          insert.run(
+            namespace,
+            now,
+            source,
+            tag,
+            payload,
+            prev,
+            extra?.trace.traceparent ?? null,
+            extra?.trace.tracestate ?? null,
+            extra?.grp ?? null,
+          ).lastInsertRowid,
+        );
     }
     let seq = this.#nextSeq!.get()!.seq;
     let ord = this.#nextOrd!.get(namespace)!.ord;
     return (tag, payload, source, prev, extra) => {
-      insertAt.run(seq, ord++, extra?.grp ?? null, now, namespace, source, tag, payload, prev, extra?.trace.traceparent ?? null, extra?.trace.tracestate ?? null);
+      insertAt.run(
+        seq,
+        ord++,
+        extra?.grp ?? null,
+        now,
+        namespace,
+        source,
+        tag,
+        payload,
+        prev,
+        extra?.trace.traceparent ?? null,
+        extra?.trace.tracestate ?? null,
+      );
       return seq++;
     };
   }
 
   #appendAtTail(tag: string, payload: string, source: string, trace: RowTrace): number {
-    return Number(this.#insertAtTail.run(this.#file.namespace, isoTimestamp(), source, tag, payload, trace.traceparent, trace.tracestate).lastInsertRowid);
+    return Number(
+      this.#insertAtTail.run(
+        this.#file.namespace,
+        isoTimestamp(),
+        source,
+        tag,
+        payload,
+        trace.traceparent,
+        trace.tracestate,
+      ).lastInsertRowid,
+    );
   }
 
   #checkCapacity(pending: number, adding: number): void {
     if (this.#maxPending === null) return;
-    if (pending + adding > this.#maxPending) throw new QueueFullError(this.#file.namespace, this.#maxPending, this.#file.path);
+    if (pending + adding > this.#maxPending)
+      throw new QueueFullError(this.#file.namespace, this.#maxPending, this.#file.path);
   }
 
   #checkGroupSize(rows: number, chars: number): void {
     const { maxRows, maxChars } = this.#limits;
     if (rows <= maxRows && chars <= maxChars) return;
-    const what = rows > maxRows ? `${rows} statements, over the limit of ${maxRows}` : `${chars} characters of SQL text and arguments, over the limit of ${maxChars}`;
+    const what =
+      rows > maxRows
+        ? `${rows} statements, over the limit of ${maxRows}`
+        : `${chars} characters of SQL text and arguments, over the limit of ${maxChars}`;
     throw this.#file.invalid(
       `a transaction would hold ${what} (maxGroupStatements / maxGroupBytes): the drain delivers a transaction whole, in one remote transaction, so it must fit in memory; split it into smaller transactions`,
     );

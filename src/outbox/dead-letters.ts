@@ -26,7 +26,10 @@ export interface FiledDeadLetter extends DeadLetter {
 }
 
 /** What identifies a dead letter and its state, without its SQL and payload (cheap to hold by the thousand). */
-export type DeadLetterRef = Pick<FiledDeadLetter, "file" | "namespace" | "seq" | "reason" | "deadAt" | "replayedAt" | "replayedAsSeq" | "grp">;
+export type DeadLetterRef = Pick<
+  FiledDeadLetter,
+  "file" | "namespace" | "seq" | "reason" | "deadAt" | "replayedAt" | "replayedAsSeq" | "grp"
+>;
 
 /**
  * What `Outbox.replayDeadMany` did, ascending seq: letters re-enqueued as `newSeq`, and letters
@@ -70,7 +73,11 @@ export interface PurgeOutcome {
 type OnError = (file: string, error: OutboxError) => void;
 
 /** Every matching dead letter of every outbox file of a db_dir or db_file (by file, then seq), read-only; `onError` as in `findDeadLetterRefs`. */
-export function findDeadLetters(location: QueueLocation, filter: DeadLetterFilter = {}, options: { onError?: OnError } = {}): FiledDeadLetter[] {
+export function findDeadLetters(
+  location: QueueLocation,
+  filter: DeadLetterFilter = {},
+  options: { onError?: OnError } = {},
+): FiledDeadLetter[] {
   return findIn<FiledDeadLetter>(location, filter, DEAD_ROW_COLUMNS, options.onError);
 }
 
@@ -78,16 +85,34 @@ export function findDeadLetters(location: QueueLocation, filter: DeadLetterFilte
  * Like `findDeadLetters`, without the SQL and payloads. A file that cannot be read throws
  * StorageError, unless `onError` is given: it then receives the error and the file is skipped.
  */
-export function findDeadLetterRefs(location: QueueLocation, filter: DeadLetterFilter = {}, options: { onError?: OnError } = {}): DeadLetterRef[] {
-  return findIn<DeadLetterRef>(location, filter, "namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq, grp", options.onError);
+export function findDeadLetterRefs(
+  location: QueueLocation,
+  filter: DeadLetterFilter = {},
+  options: { onError?: OnError } = {},
+): DeadLetterRef[] {
+  return findIn<DeadLetterRef>(
+    location,
+    filter,
+    "namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq, grp",
+    options.onError,
+  );
 }
 
-function findIn<T extends { file: string }>(location: QueueLocation, filter: DeadLetterFilter, columns: string, onError: OnError | undefined): T[] {
+function findIn<T extends { file: string }>(
+  location: QueueLocation,
+  filter: DeadLetterFilter,
+  columns: string,
+  onError: OnError | undefined,
+): T[] {
   const { where, params } = filterSql(filter);
   const out: T[] = [];
   for (const file of queueFilesOf(location)) {
     try {
-      const rows = readDeadLog(file, (db) => db.query<Omit<T, "file">, string[]>(`SELECT ${columns} FROM outbox_dead_log ${where} ORDER BY seq`).all(...params));
+      const rows = readDeadLog(file, (db) =>
+        db
+          .query<Omit<T, "file">, string[]>(`SELECT ${columns} FROM outbox_dead_log ${where} ORDER BY seq`)
+          .all(...params),
+      );
       for (const row of rows ?? []) out.push({ ...row, file } as T);
     } catch (e) {
       const err = storageError(e, "cannot read dead letters", file);
@@ -102,11 +127,21 @@ function findIn<T extends { file: string }>(location: QueueLocation, filter: Dea
  * The dry run of a purge of one file, read-only: per namespace that has dead letters (or only
  * `namespace`), what `rule` deletes and keeps. Throws StorageError when the file cannot be read.
  */
-export function planPurge(file: string, rule: PurgeRule, namespace?: string): Array<{ namespace: string } & PurgeOutcome> {
+export function planPurge(
+  file: string,
+  rule: PurgeRule,
+  namespace?: string,
+): Array<{ namespace: string } & PurgeOutcome> {
   try {
     return (
       readDeadLog(file, (db) => {
-        const names = namespace !== undefined ? [namespace] : db.query<{ ns: string }, []>("SELECT DISTINCT namespace AS ns FROM outbox_dead_log ORDER BY ns").all().map((r) => r.ns);
+        const names =
+          namespace !== undefined
+            ? [namespace]
+            : db
+                .query<{ ns: string }, []>("SELECT DISTINCT namespace AS ns FROM outbox_dead_log ORDER BY ns")
+                .all()
+                .map((r) => r.ns);
         return names.map((ns) => ({ namespace: ns, ...purgeCandidates(db, ns, rule) }));
       }) ?? []
     );

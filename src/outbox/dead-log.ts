@@ -62,7 +62,8 @@ export class DeadLog {
       // Lean files count pending rows by ord, consecutive from the head: a part moved from behind
       // another namespace's head leaves a hole there.
       if (file.layout === "lean") {
-        for (const ns of others) if (heads.get(ns) !== rows.find((r) => r.namespace === ns)!.seq) renumberOrds(file.db, ns);
+        for (const ns of others)
+          if (heads.get(ns) !== rows.find((r) => r.namespace === ns)!.seq) renumberOrds(file.db, ns);
       }
       return { seqs: rows.map((r) => r.seq), others };
     });
@@ -77,10 +78,14 @@ export class DeadLog {
     const db = this.#file.db;
     const head = db.query<{ grp: number | null }, [number]>("SELECT grp FROM outbox_queue WHERE seq = ?").get(seq)!;
     if (head.grp === null) return [{ seq, namespace: this.#file.namespace, grp: null }];
-    const span = db.query<{ last: number }, [number]>("SELECT last_seq AS last FROM outbox_group WHERE grp = ?").get(head.grp);
+    const span = db
+      .query<{ last: number }, [number]>("SELECT last_seq AS last FROM outbox_group WHERE grp = ?")
+      .get(head.grp);
     if (span) {
       return db
-        .query<{ seq: number; namespace: string; grp: number }, [number, number]>("SELECT seq, namespace, grp FROM outbox_queue WHERE seq >= ?1 AND seq <= ?2 AND grp = ?1 ORDER BY seq")
+        .query<{ seq: number; namespace: string; grp: number }, [number, number]>(
+          "SELECT seq, namespace, grp FROM outbox_queue WHERE seq >= ?1 AND seq <= ?2 AND grp = ?1 ORDER BY seq",
+        )
         .all(head.grp, span.last);
     }
     const run: Array<{ seq: number; namespace: string; grp: number | null }> = [];
@@ -92,9 +97,13 @@ export class DeadLog {
   }
 
   #headOf(namespace: string): number | null {
-    return this.#file.db
-      .query<{ seq: number }, [string]>("SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1")
-      .get(namespace)?.seq ?? null;
+    return (
+      this.#file.db
+        .query<{ seq: number }, [string]>(
+          "SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
+        )
+        .get(namespace)?.seq ?? null
+    );
   }
 
   /** See Outbox.replayDead: the letter's whole group when it has one; returns this letter's new seq. */
@@ -102,7 +111,9 @@ export class DeadLog {
     const dead = this.#file.read("cannot read dead letter", () => this.#dead(seq));
     if (!dead) throw this.#notDead(seq);
     if (dead.replayedAt !== null) {
-      throw this.#file.invalid(`dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`);
+      throw this.#file.invalid(
+        `dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`,
+      );
     }
     const { replayed } = this.replayMany([seq], source);
     return replayed.find((r) => r.seq === seq && r.namespace === this.#file.namespace)!.newSeq;
@@ -132,11 +143,17 @@ export class DeadLog {
           if (done.has(`${dead.namespace}\0${seq}`)) continue;
           qdb.nextGroup();
           for (const letter of this.#letterGroup(dead)) {
-            const [newSeq] = this.#appenderOf(letter.namespace).appendToGroup([{ tag: letter.tag, payload: letter.payload }], source ?? letter.source, {
-              traceparent: letter.traceparent,
-              tracestate: letter.tracestate,
-            });
-            file.db.query("UPDATE outbox_dead_log SET replayed_at = ?, replayed_as_seq = ? WHERE seq = ? AND namespace = ?").run(qdb.group!.createdAt, newSeq!, letter.seq, letter.namespace);
+            const [newSeq] = this.#appenderOf(letter.namespace).appendToGroup(
+              [{ tag: letter.tag, payload: letter.payload }],
+              source ?? letter.source,
+              {
+                traceparent: letter.traceparent,
+                tracestate: letter.tracestate,
+              },
+            );
+            file.db
+              .query("UPDATE outbox_dead_log SET replayed_at = ?, replayed_as_seq = ? WHERE seq = ? AND namespace = ?")
+              .run(qdb.group!.createdAt, newSeq!, letter.seq, letter.namespace);
             out.replayed.push({ seq: letter.seq, namespace: letter.namespace, newSeq: newSeq! });
             done.add(`${letter.namespace}\0${letter.seq}`);
           }
@@ -150,7 +167,9 @@ export class DeadLog {
   #letterGroup(dead: DeadLetter): DeadLetter[] {
     if (dead.grp === null) return [dead];
     return this.#file.db
-      .query<DeadLetter, [number]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE grp = ? AND replayed_at IS NULL ORDER BY seq`)
+      .query<DeadLetter, [number]>(
+        `SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE grp = ? AND replayed_at IS NULL ORDER BY seq`,
+      )
       .all(dead.grp);
   }
 
@@ -161,7 +180,9 @@ export class DeadLog {
       if (!dead) return [];
       if (dead.grp === null) return [dead];
       return this.#file.db
-        .query<DeadLetter, [number, string | null]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE grp = ?1 AND replayed_at IS ?2 ORDER BY seq`)
+        .query<DeadLetter, [number, string | null]>(
+          `SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE grp = ?1 AND replayed_at IS ?2 ORDER BY seq`,
+        )
         .all(dead.grp, dead.replayedAt);
     });
   }
@@ -190,7 +211,9 @@ export class DeadLog {
   list(): DeadLetter[] {
     const file = this.#file;
     return file.read("cannot list dead letters", () =>
-      file.db.query<DeadLetter, [string]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE namespace = ? ORDER BY seq`).all(file.namespace),
+      file.db
+        .query<DeadLetter, [string]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE namespace = ? ORDER BY seq`)
+        .all(file.namespace),
     );
   }
 
@@ -201,8 +224,14 @@ export class DeadLog {
   /** Dead letters not yet replayed. */
   count(): number {
     const file = this.#file;
-    return file.read("cannot count dead letters", () =>
-      file.db.query<{ n: number }, [string]>("SELECT count(*) AS n FROM outbox_dead_log WHERE namespace = ? AND replayed_at IS NULL").get(file.namespace)!.n,
+    return file.read(
+      "cannot count dead letters",
+      () =>
+        file.db
+          .query<{ n: number }, [string]>(
+            "SELECT count(*) AS n FROM outbox_dead_log WHERE namespace = ? AND replayed_at IS NULL",
+          )
+          .get(file.namespace)!.n,
     );
   }
 
@@ -211,18 +240,23 @@ export class DeadLog {
     const head = file.headSeq();
     if (head === seq) return;
     const exists = file.db.query("SELECT 1 FROM outbox_queue WHERE seq = ? AND namespace = ?").get(seq, file.namespace);
-    if (!exists) throw new NotFoundError(`no pending row with seq ${seq} in namespace "${file.namespace}" (${file.path})`);
+    if (!exists)
+      throw new NotFoundError(`no pending row with seq ${seq} in namespace "${file.namespace}" (${file.path})`);
     throw file.invalid(`seq ${seq} is not the head of namespace "${file.namespace}" (the head is ${head})`);
   }
 
   #dead(seq: number): DeadLetter | null {
     return this.#file.db
-      .query<DeadLetter, [number, string]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE seq = ? AND namespace = ?`)
+      .query<DeadLetter, [number, string]>(
+        `SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE seq = ? AND namespace = ?`,
+      )
       .get(seq, this.#file.namespace);
   }
 
   #notDead(seq: number): NotFoundError {
-    return new NotFoundError(`no dead letter with seq ${seq} in namespace "${this.#file.namespace}" (${this.#file.path})`);
+    return new NotFoundError(
+      `no dead letter with seq ${seq} in namespace "${this.#file.namespace}" (${this.#file.path})`,
+    );
   }
 
   /** Closes the views of other namespaces opened for replays. */

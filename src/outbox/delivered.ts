@@ -61,7 +61,8 @@ const RANGE_LOG: DeliveredSql = {
   maxOfNamespace: "(SELECT max(last_seq) FROM outbox_delivered WHERE namespace = ?1)",
   maxOfFile: "(SELECT max(last_seq) FROM outbox_delivered)",
   // The first range of the namespace ending at or after the seq: it holds the seq if it starts at or before it.
-  contains: "ifnull((SELECT first_seq <= ?1 FROM outbox_delivered WHERE namespace = ?2 AND last_seq >= ?1 ORDER BY last_seq LIMIT 1), 0)",
+  contains:
+    "ifnull((SELECT first_seq <= ?1 FROM outbox_delivered WHERE namespace = ?2 AND last_seq >= ?1 ORDER BY last_seq LIMIT 1), 0)",
   any: "EXISTS (SELECT 1 FROM outbox_delivered WHERE namespace = ?1)",
   lastAt: "SELECT last_at AS t FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq DESC LIMIT 1",
   table: "outbox_delivered",
@@ -121,9 +122,15 @@ export interface DeliveredWriter {
 
 /** The writer of the range log, with its statements prepared on `db`. */
 export function rangeLogWriter(prepare: (sql: string) => Statement): DeliveredWriter {
-  const newest = prepare("SELECT last_seq AS last, first_at AS firstAt FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq DESC LIMIT 1");
-  const extend = prepare("UPDATE outbox_delivered SET last_seq = ?1, rows = rows + ?2, last_at = ?3 WHERE last_seq = ?4");
-  const insert = prepare("INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)");
+  const newest = prepare(
+    "SELECT last_seq AS last, first_at AS firstAt FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq DESC LIMIT 1",
+  );
+  const extend = prepare(
+    "UPDATE outbox_delivered SET last_seq = ?1, rows = rows + ?2, last_at = ?3 WHERE last_seq = ?4",
+  );
+  const insert = prepare(
+    "INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+  );
   return {
     record(slice, at, atMs) {
       const open = newest.get(slice.namespace) as { last: number; firstAt: string } | null;

@@ -55,7 +55,10 @@ export class DeliveryLog {
   /** The outbox_meta key of this namespace's sent mark. */
   readonly #sentKey: string;
   readonly #log: DeliveredWriter;
-  readonly #confirmSlice: Statement<{ first: number | null; last: number | null; rows: number; firstPrev: number | null }, [string, number, number]>;
+  readonly #confirmSlice: Statement<
+    { first: number | null; last: number | null; rows: number; firstPrev: number | null },
+    [string, number, number]
+  >;
   readonly #deleteRange: Statement;
   readonly #dropSpans: Statement;
   readonly #spans: Statement<{ grp: number; namespaces: string }, [number, number]>;
@@ -64,13 +67,16 @@ export class DeliveryLog {
     this.#file = file;
     this.#appender = appender;
     this.#sentKey = `sent:${file.namespace}`;
-    this.#log = file.layout === "lean" ? rangeLogWriter((sql) => file.prepare(sql)) : rowLogWriter((sql) => file.prepare(sql));
+    this.#log =
+      file.layout === "lean" ? rangeLogWriter((sql) => file.prepare(sql)) : rowLogWriter((sql) => file.prepare(sql));
     this.#confirmSlice = file.prepare(
       `SELECT first, last, rows, (SELECT prev_seq FROM outbox_queue WHERE seq = first) AS firstPrev FROM
         (SELECT min(seq) AS first, max(seq) AS last, count(*) AS rows FROM
           (SELECT seq FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq <= ?2 ORDER BY seq LIMIT ?3))`,
     );
-    this.#deleteRange = file.prepare("DELETE FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq >= ?2 AND seq <= ?3");
+    this.#deleteRange = file.prepare(
+      "DELETE FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq >= ?2 AND seq <= ?3",
+    );
     // A group's rows are the seqs from its first to its last: once none is queued, nothing of it is left to deliver.
     this.#dropSpans = file.prepare(
       "DELETE FROM outbox_group WHERE grp <= ?1 AND NOT EXISTS (SELECT 1 FROM outbox_queue WHERE seq >= outbox_group.grp AND seq <= outbox_group.last_seq)",
@@ -79,7 +85,12 @@ export class DeliveryLog {
   }
 
   /** See Outbox.readForDelivery. */
-  readForDelivery(limit: number, maxBytes: number, ready: (head: OutboxRow, pending: number) => boolean, after: number | null = null): DeliveryRead {
+  readForDelivery(
+    limit: number,
+    maxBytes: number,
+    ready: (head: OutboxRow, pending: number) => boolean,
+    after: number | null = null,
+  ): DeliveryRead {
     const file = this.#file;
     return file.read("cannot read rows to deliver", () =>
       file.db.transaction((): DeliveryRead => {
@@ -123,7 +134,8 @@ export class DeliveryLog {
         }
         const spans = new Map<number, string[]>();
         if (rows.length > 0 && grpMin <= grpMax) {
-          for (const { grp, namespaces } of this.#spans.all(grpMin, grpMax)) spans.set(grp, JSON.parse(namespaces) as string[]);
+          for (const { grp, namespaces } of this.#spans.all(grpMin, grpMax))
+            spans.set(grp, JSON.parse(namespaces) as string[]);
         }
         return { head, pending, rows, gap, truncated, spans };
       })(),
@@ -143,7 +155,17 @@ export class DeliveryLog {
       const rows = file.write("cannot confirm", () => {
         const slice = this.#confirmSlice.get(file.namespace, bound, CONFIRM_CHUNK_ROWS)!;
         if (slice.rows === 0 || slice.first === null || slice.last === null) return 0;
-        this.#log.record({ namespace: file.namespace, first: slice.first, last: slice.last, rows: slice.rows, firstPrev: slice.firstPrev }, isoTimestamp(now), now.getTime());
+        this.#log.record(
+          {
+            namespace: file.namespace,
+            first: slice.first,
+            last: slice.last,
+            rows: slice.rows,
+            firstPrev: slice.firstPrev,
+          },
+          isoTimestamp(now),
+          now.getTime(),
+        );
         this.#deleteRange.run(file.namespace, slice.first, slice.last);
         this.#dropSpans.run(slice.last);
         return slice.rows;
@@ -159,13 +181,19 @@ export class DeliveryLog {
     const now = new Date();
     const at = isoTimestamp(now);
     file.write("cannot confirm", () => {
-      const row = file.db.query<{ prev: number | null }, [number, string]>("SELECT prev_seq AS prev FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0");
+      const row = file.db.query<{ prev: number | null }, [number, string]>(
+        "SELECT prev_seq AS prev FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0",
+      );
       const headOrd = file.layout === "lean" ? this.#headOrd() : null;
       let deleted = 0;
       for (const seq of [...new Set(seqs)].sort((a, b) => a - b)) {
         const found = row.get(seq, file.namespace);
         if (!found) continue;
-        this.#log.record({ namespace: file.namespace, first: seq, last: seq, rows: 1, firstPrev: found.prev }, at, now.getTime());
+        this.#log.record(
+          { namespace: file.namespace, first: seq, last: seq, rows: 1, firstPrev: found.prev },
+          at,
+          now.getTime(),
+        );
         deleted += this.#deleteRange.run(file.namespace, seq, seq).changes;
         this.#dropSpans.run(seq);
       }
@@ -183,11 +211,15 @@ export class DeliveryLog {
     const file = this.#file;
     const changes = file.write("cannot record attempt", () => {
       const changed = file.db
-        .query("UPDATE outbox_queue SET attempts = attempts + 1, last_attempt_at = ?1 WHERE seq = ?2 AND namespace = ?3")
+        .query(
+          "UPDATE outbox_queue SET attempts = attempts + 1, last_attempt_at = ?1 WHERE seq = ?2 AND namespace = ?3",
+        )
         .run(isoTimestamp(at), seq, file.namespace).changes;
       if (changed > 0 && sentThrough !== null) {
         file.db
-          .query("INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))")
+          .query(
+            "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+          )
           .run(this.#sentKey, sentThrough);
       }
       return changed;
@@ -198,21 +230,27 @@ export class DeliveryLog {
   /** See Outbox.sentMark. */
   sentMark(): number {
     const file = this.#file;
-    return file.read("cannot read the sent mark", () =>
-      file.db
-        .query<{ mark: number | null }, [string, string]>(
-          `SELECT max(coalesce((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = ?1), 0),
+    return file.read(
+      "cannot read the sent mark",
+      () =>
+        file.db
+          .query<{ mark: number | null }, [string, string]>(
+            `SELECT max(coalesce((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = ?1), 0),
             coalesce((SELECT sent_through FROM outbox_queue WHERE namespace = ?2 AND synced = 0 ORDER BY seq LIMIT 1), 0)) AS mark`,
-        )
-        .get(this.#sentKey, file.namespace)!.mark ?? 0,
+          )
+          .get(this.#sentKey, file.namespace)!.mark ?? 0,
     );
   }
 
   /** Undoes one attempt charge; never below zero. */
   refundAttempt(seq: number): void {
     const file = this.#file;
-    const changes = file.write("cannot refund attempt", () =>
-      file.db.query("UPDATE outbox_queue SET attempts = max(attempts - 1, 0) WHERE seq = ?1 AND namespace = ?2").run(seq, file.namespace).changes,
+    const changes = file.write(
+      "cannot refund attempt",
+      () =>
+        file.db
+          .query("UPDATE outbox_queue SET attempts = max(attempts - 1, 0) WHERE seq = ?1 AND namespace = ?2")
+          .run(seq, file.namespace).changes,
     );
     if (changes === 0) throw this.#notPending(seq);
   }
@@ -220,10 +258,14 @@ export class DeliveryLog {
   /** Records a failed delivery of a pending row: the error, its class and when to retry. */
   recordFailure(seq: number, error: string, errorClass: string | null, nextAttemptAt: Date): void {
     const file = this.#file;
-    const changes = file.write("cannot record failure", () =>
-      file.db
-        .query("UPDATE outbox_queue SET last_error = ?3, last_error_class = ?4, next_attempt_at = ?5 WHERE seq = ?1 AND namespace = ?2")
-        .run(seq, file.namespace, error, errorClass, isoTimestamp(nextAttemptAt)).changes,
+    const changes = file.write(
+      "cannot record failure",
+      () =>
+        file.db
+          .query(
+            "UPDATE outbox_queue SET last_error = ?3, last_error_class = ?4, next_attempt_at = ?5 WHERE seq = ?1 AND namespace = ?2",
+          )
+          .run(seq, file.namespace, error, errorClass, isoTimestamp(nextAttemptAt)).changes,
     );
     if (changes === 0) throw this.#notPending(seq);
   }
@@ -252,7 +294,22 @@ export class DeliveryLog {
       const copy = db.query(
         queueInsertSql(
           file.layout,
-          ["namespace", "created_at", "source", "tag", "payload", "prev_seq", "attempts", "last_error", "last_error_class", "last_attempt_at", "next_attempt_at", "grp", "traceparent", "tracestate"],
+          [
+            "namespace",
+            "created_at",
+            "source",
+            "tag",
+            "payload",
+            "prev_seq",
+            "attempts",
+            "last_error",
+            "last_error_class",
+            "last_attempt_at",
+            "next_attempt_at",
+            "grp",
+            "traceparent",
+            "tracestate",
+          ],
           ["?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8", "?9", "?10", "?11", "?12", "?13", "?14"],
         ),
       );
@@ -274,17 +331,52 @@ export class DeliveryLog {
       // that spans namespaces is moved here only in this namespace: its parts are delivered apart.)
       let oldGroup: number | null = null;
       let newGroup: number | null = null;
-      for (let rows = page.all(namespace, after, range.last); rows.length > 0; rows = page.all(namespace, after, range.last)) {
+      for (
+        let rows = page.all(namespace, after, range.last);
+        rows.length > 0;
+        rows = page.all(namespace, after, range.last)
+      ) {
         for (const r of rows) {
           const continues = r.grp !== null && r.grp === oldGroup;
           const seq: number = Number(
-            copy.run(namespace, r.createdAt, r.source, r.tag, r.payload, prev, r.attempts, r.lastError, r.lastErrorClass, r.lastAttemptAt, r.nextAttemptAt, continues ? newGroup : null, r.traceparent, r.tracestate)
-              .lastInsertRowid,
+            copy.run(
+              namespace,
+              r.createdAt,
+              r.source,
+              r.tag,
+              r.payload,
+              prev,
+              r.attempts,
+              r.lastError,
+              r.lastErrorClass,
+              r.lastAttemptAt,
+              r.nextAttemptAt,
+              continues ? newGroup : null,
+              r.traceparent,
+              r.tracestate,
+            ).lastInsertRowid,
           );
           if (r.grp !== null && !continues) startGroup.run((newGroup = seq));
           oldGroup = r.grp;
           prev = seq;
-          record.run(r.seq, namespace, r.source, r.tag, r.payload, r.prevSeq, r.createdAt, r.attempts, r.lastError, r.lastErrorClass, at, at, seq, r.grp, r.traceparent, r.tracestate);
+          record.run(
+            r.seq,
+            namespace,
+            r.source,
+            r.tag,
+            r.payload,
+            r.prevSeq,
+            r.createdAt,
+            r.attempts,
+            r.lastError,
+            r.lastErrorClass,
+            at,
+            at,
+            seq,
+            r.grp,
+            r.traceparent,
+            r.tracestate,
+          );
           remove.run(r.seq, namespace);
           if (newFirst === 0) newFirst = seq;
           newLast = seq;
@@ -302,12 +394,18 @@ export class DeliveryLog {
    * false: more may be due). Spared: the namespace's newest entry and the one holding the head's
    * predecessor (the chain's bridge).
    */
-  pruneSyncLog(retainDays: number, now: Date, maxChunks = Number.POSITIVE_INFINITY): { removed: number; done: boolean } {
+  pruneSyncLog(
+    retainDays: number,
+    now: Date,
+    maxChunks = Number.POSITIVE_INFINITY,
+  ): { removed: number; done: boolean } {
     const file = this.#file;
     const cutoff = isoTimestamp(new Date(now.getTime() - retainDays * 86_400_000));
     const prune = file.db.query(file.layout === "lean" ? PRUNE_RANGES_SQL : PRUNE_ROWS_SQL);
     // The bridges: what the head links to, and what a row the reference's worker left at synced=1 links to.
-    const bridge = file.db.query<{ prev: number | null }, [string, number]>("SELECT prev_seq AS prev FROM outbox_queue WHERE namespace = ? AND synced = ? ORDER BY seq LIMIT 1");
+    const bridge = file.db.query<{ prev: number | null }, [string, number]>(
+      "SELECT prev_seq AS prev FROM outbox_queue WHERE namespace = ? AND synced = ? ORDER BY seq LIMIT 1",
+    );
     let removed = 0;
     for (let chunk = 0; chunk < maxChunks; chunk++) {
       const changes = file.write("cannot prune the delivered log", () => {
@@ -321,13 +419,19 @@ export class DeliveryLog {
   }
 
   #headOrd(): number | null {
-    return this.#file.db
-      .query<{ ord: number }, [string]>("SELECT ord FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1")
-      .get(this.#file.namespace)?.ord ?? null;
+    return (
+      this.#file.db
+        .query<{ ord: number }, [string]>(
+          "SELECT ord FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
+        )
+        .get(this.#file.namespace)?.ord ?? null
+    );
   }
 
   #notPending(seq: number): NotFoundError {
-    return new NotFoundError(`no pending row with seq ${seq} in namespace "${this.#file.namespace}" (${this.#file.path})`);
+    return new NotFoundError(
+      `no pending row with seq ${seq} in namespace "${this.#file.namespace}" (${this.#file.path})`,
+    );
   }
 }
 

@@ -14,7 +14,12 @@ export function listOutboxFiles(dbDir: string): string[] {
     names = readdirSync(dir);
   } catch (e) {
     const code = (e as { code?: string }).code;
-    throw new StorageError(`cannot list db_dir ${dir}: ${code === "ENOENT" ? "it does not exist" : (e as Error).message}`, dir, undefined, { cause: e });
+    throw new StorageError(
+      `cannot list db_dir ${dir}: ${code === "ENOENT" ? "it does not exist" : (e as Error).message}`,
+      dir,
+      undefined,
+      { cause: e },
+    );
   }
   return names
     .filter((n) => n.endsWith(".db"))
@@ -38,7 +43,8 @@ export type QueueLocation = string | { dbDir: string; dbFile: string | null };
  * not exist (a missing location is reported, not mistaken for an empty one).
  */
 export function queueFilesOf(location: QueueLocation): string[] {
-  if (typeof location === "string" || location.dbFile === null) return listOutboxFiles(typeof location === "string" ? location : location.dbDir);
+  if (typeof location === "string" || location.dbFile === null)
+    return listOutboxFiles(typeof location === "string" ? location : location.dbDir);
   const file = resolve(location.dbFile);
   if (!existsSync(file)) throw new StorageError(`db_file ${file} does not exist`, file);
   return [file];

@@ -90,7 +90,9 @@ export function namespaceHealth(
       `SELECT seq, created_at AS createdAt, ${delivery} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1`,
     )
     .get(namespace);
-  const lastDeliveredAt = features.deliveredLog ? (db.query<{ t: string }, [string]>(features.deliveredLog.lastAt).get(namespace)?.t ?? null) : null;
+  const lastDeliveredAt = features.deliveredLog
+    ? (db.query<{ t: string }, [string]>(features.deliveredLog.lastAt).get(namespace)?.t ?? null)
+    : null;
   const deadLetterCount = features.deadLog
     ? db
         .query<{ n: number }, [string]>(

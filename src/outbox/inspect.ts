@@ -4,7 +4,6 @@ import type { ChainGap } from "./rows.ts";
 import { checkOwnFile, pendingCountSql, tableColumns } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 
-
 /** The chain check of one namespace: `gaps` are links to rows that exist nowhere. */
 export interface NamespaceVerification {
   namespace: string;
@@ -40,12 +39,17 @@ export function verifyFile(path: string): FileVerification {
 
 function verifyOpen(db: Database, path: string): FileVerification {
   const problems: string[] = [];
-  const check = db.query<{ quick_check: string }, []>("PRAGMA quick_check").all().map((r) => r.quick_check);
+  const check = db
+    .query<{ quick_check: string }, []>("PRAGMA quick_check")
+    .all()
+    .map((r) => r.quick_check);
   if (check.length !== 1 || check[0] !== "ok") problems.push(`SQLite quick_check: ${check.slice(0, 5).join("; ")}`);
   if (isBlank(db)) {
     // Our producers and drain create a file and its schema in one go: an empty one is an anomaly
     // (a crash between the two, a `touch`), not a healthy empty queue.
-    problems.push("empty file (no outbox schema): created but never initialised; the next producer or drain to open it initialises it");
+    problems.push(
+      "empty file (no outbox schema): created but never initialised; the next producer or drain to open it initialises it",
+    );
     return { file: path, namespaces: [], problems, ok: false };
   }
   try {
@@ -82,7 +86,8 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
     if (synced !== 0) leftovers++;
     else pending++;
     if (prev === null) {
-      if (synced === 0 && !firstPending) problems.push(`chain restarts at seq ${seq}: a pending row behind the head has no prev_seq`);
+      if (synced === 0 && !firstPending)
+        problems.push(`chain restarts at seq ${seq}: a pending row behind the head has no prev_seq`);
     } else if (prev >= seq) {
       problems.push(`seq ${seq} links forward to prev_seq ${prev}`);
     } else {
@@ -101,12 +106,17 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
     .all(namespace);
   for (const { prev, seqs } of shared) problems.push(`seq ${seqs} both link to prev_seq ${prev}`);
   if (leftovers > 0) {
-    problems.push(`${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`);
+    problems.push(
+      `${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`,
+    );
   }
   if (features.deliveredLog?.table === "outbox_delivered") auditRanges(db, namespace, problems);
   if (features.pendingCount !== "scan") {
-    const counted = db.query<{ pending: number }, [string]>(pendingCountSql(features.pendingCount)).get(namespace)!.pending;
-    if (counted !== pending) problems.push(`pending count (by ${features.pendingCount}) says ${counted} but ${pending} row(s) are pending`);
+    const counted = db
+      .query<{ pending: number }, [string]>(pendingCountSql(features.pendingCount))
+      .get(namespace)!.pending;
+    if (counted !== pending)
+      problems.push(`pending count (by ${features.pendingCount}) says ${counted} but ${pending} row(s) are pending`);
   }
   return { namespace, rows: pending, gaps, problems };
 }
@@ -121,11 +131,17 @@ function lookupOwner(db: Database, features: FileFeatures): (seq: number, namesp
   const sources = ["outbox_queue"];
   if (features.deadLog) sources.push("outbox_dead_log");
   if (features.deliveredLog?.table === "outbox_sync_log") sources.push("outbox_sync_log");
-  const exact = db.query<{ namespace: string }, [number]>(`${sources.map((t) => `SELECT namespace FROM ${t} WHERE seq = ?1`).join(" UNION ALL ")} LIMIT 1`);
+  const exact = db.query<{ namespace: string }, [number]>(
+    `${sources.map((t) => `SELECT namespace FROM ${t} WHERE seq = ?1`).join(" UNION ALL ")} LIMIT 1`,
+  );
   if (features.deliveredLog?.table !== "outbox_delivered") return (seq) => exact.get(seq)?.namespace ?? null;
   const ours = db.query<{ found: number }, [number, string]>(`SELECT ${features.deliveredLog.contains} AS found`);
-  const anyRange = db.query<{ namespace: string }, [number]>("SELECT namespace FROM outbox_delivered WHERE last_seq >= ?1 AND first_seq <= ?1 ORDER BY last_seq LIMIT 1");
-  return (seq, namespace) => exact.get(seq)?.namespace ?? (ours.get(seq, namespace)!.found === 1 ? namespace : (anyRange.get(seq)?.namespace ?? null));
+  const anyRange = db.query<{ namespace: string }, [number]>(
+    "SELECT namespace FROM outbox_delivered WHERE last_seq >= ?1 AND first_seq <= ?1 ORDER BY last_seq LIMIT 1",
+  );
+  return (seq, namespace) =>
+    exact.get(seq)?.namespace ??
+    (ours.get(seq, namespace)!.found === 1 ? namespace : (anyRange.get(seq)?.namespace ?? null));
 }
 
 /**
@@ -135,7 +151,9 @@ function lookupOwner(db: Database, features: FileFeatures): (seq: number, namesp
  */
 function auditRanges(db: Database, namespace: string, problems: string[]): void {
   const ranges = db
-    .query<{ first: number; last: number; rows: number }, [string]>("SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered WHERE namespace = ? ORDER BY last_seq")
+    .query<{ first: number; last: number; rows: number }, [string]>(
+      "SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered WHERE namespace = ? ORDER BY last_seq",
+    )
     .iterate(namespace);
   let before: { first: number; last: number } | null = null;
   let last = 0;
@@ -143,12 +161,20 @@ function auditRanges(db: Database, namespace: string, problems: string[]): void 
     if (range.first > range.last || range.rows < 1 || range.rows > range.last - range.first + 1) {
       problems.push(`delivered range ${range.first}..${range.last} claims ${range.rows} row(s)`);
     }
-    if (before !== null && range.first <= before.last) problems.push(`delivered ranges ${before.first}..${before.last} and ${range.first}..${range.last} overlap`);
+    if (before !== null && range.first <= before.last)
+      problems.push(`delivered ranges ${before.first}..${before.last} and ${range.first}..${range.last} overlap`);
     before = range;
     last = range.last;
   }
-  const head = db.query<{ seq: number }, [string]>("SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1").get(namespace);
-  if (head && head.seq <= last) problems.push(`pending seq ${head.seq} is not above the last delivered seq ${last}: it lies inside what was delivered`);
+  const head = db
+    .query<{ seq: number }, [string]>(
+      "SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
+    )
+    .get(namespace);
+  if (head && head.seq <= last)
+    problems.push(
+      `pending seq ${head.seq} is not above the last delivered seq ${last}: it lies inside what was delivered`,
+    );
 }
 
 /** The outcome of an integrity scan: one verify result per file plus printable lines. */
@@ -170,7 +196,9 @@ export function scanIntegrity(paths: readonly string[]): IntegrityReport {
     for (const problem of result.problems) report.lines.push(`${file}: ${problem.replace(`${file}: `, "")}`);
     for (const ns of result.namespaces) {
       const issues = [...ns.gaps.map((g) => `seq ${g.seq} links to missing prev_seq ${g.prevSeq}`), ...ns.problems];
-      report.lines.push(`${file} [${ns.namespace}]: ${ns.rows} pending, ${issues.length === 0 ? "ok" : issues.join("; ")}`);
+      report.lines.push(
+        `${file} [${ns.namespace}]: ${ns.rows} pending, ${issues.length === 0 ? "ok" : issues.join("; ")}`,
+      );
     }
   }
   return report;

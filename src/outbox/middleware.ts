@@ -95,7 +95,10 @@ function warnDropped(problem: string, table: string): void {
   const more = dropped.count > 1 ? ` (${dropped.count} trace contexts dropped since the last warning)` : "";
   dropped.count = 0;
   dropped.warnedAt = now;
-  process.emitWarning(`sqloutbox: push to "${table}": ${problem}; the event was stored without it${more}`, { type: "SqloutboxTraceContextWarning", code: "SQLOUTBOX_TRACE_CONTEXT" });
+  process.emitWarning(`sqloutbox: push to "${table}": ${problem}; the event was stored without it${more}`, {
+    type: "SqloutboxTraceContextWarning",
+    code: "SQLOUTBOX_TRACE_CONTEXT",
+  });
 }
 
 /** Where a producer's queues are (see SQLMiddlewareOptions). */
@@ -152,7 +155,8 @@ export class SQLMiddleware {
     } else {
       const path = options.dbDir ?? options.dbFile;
       const key = options.dbDir !== undefined ? "dbDir" : "dbFile";
-      if (typeof path !== "string" || path === "") throw new InvalidArgumentError(`SQLMiddleware needs a non-empty ${key}`);
+      if (typeof path !== "string" || path === "")
+        throw new InvalidArgumentError(`SQLMiddleware needs a non-empty ${key}`);
       if (options.dbDir !== undefined) {
         this.dbDir = resolve(path);
         this.dbFile = null;
@@ -168,7 +172,9 @@ export class SQLMiddleware {
     this.#source = options.source ?? new.target.name;
     const dialect = options.dialect ?? null;
     if (dialect !== null && !DIALECTS.includes(dialect)) {
-      throw new InvalidArgumentError(`unknown SQL dialect ${JSON.stringify(dialect)} (expected one of ${DIALECTS.join(", ")})`);
+      throw new InvalidArgumentError(
+        `unknown SQL dialect ${JSON.stringify(dialect)} (expected one of ${DIALECTS.join(", ")})`,
+      );
     }
     this.dialect = dialect;
     this.#statements = cacheFor(dialect);
@@ -177,7 +183,8 @@ export class SQLMiddleware {
     else if (Array.isArray(inject) && inject.every((t) => typeof t === "string")) this.#inject = new Set(inject);
     else throw new InvalidArgumentError("injectOutboxSeq must be a boolean or an array of table names");
     const max = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
-    if (!Number.isSafeInteger(max) || max < 1) throw new InvalidArgumentError(`maxPayloadBytes must be a positive integer, got ${String(max)}`);
+    if (!Number.isSafeInteger(max) || max < 1)
+      throw new InvalidArgumentError(`maxPayloadBytes must be a positive integer, got ${String(max)}`);
     this.maxPayloadBytes = max;
     this.#groupLimits = { maxGroupStatements: options.maxGroupStatements, maxGroupBytes: options.maxGroupBytes };
   }
@@ -209,12 +216,24 @@ export class SQLMiddleware {
    * delivered whole in one remote transaction; returns their seqs. Inside `transaction(fn)` they
    * join its group. `trace`: as for `push`, for every statement.
    */
-  pushMany(table: string, stmts: ReadonlyArray<readonly [string, (readonly unknown[])?]>, trace?: TraceContextInput): number[] {
+  pushMany(
+    table: string,
+    stmts: ReadonlyArray<readonly [string, (readonly unknown[])?]>,
+    trace?: TraceContextInput,
+  ): number[] {
     const file = this.#fileFor(table);
     const where = { namespace: table, file };
-    if (!Array.isArray(stmts)) throw new InvalidArgumentError(`pushMany expects an array of [sql, args] (namespace "${table}" in ${file})`, where);
+    if (!Array.isArray(stmts))
+      throw new InvalidArgumentError(
+        `pushMany expects an array of [sql, args] (namespace "${table}" in ${file})`,
+        where,
+      );
     const items = stmts.map((stmt, i) => {
-      if (!Array.isArray(stmt)) throw new InvalidArgumentError(`statement ${i} is not a [sql, args] pair (namespace "${table}" in ${file})`, where);
+      if (!Array.isArray(stmt))
+        throw new InvalidArgumentError(
+          `statement ${i} is not a [sql, args] pair (namespace "${table}" in ${file})`,
+          where,
+        );
       return { tag: stmt[0], payload: this.#payload(table, stmt[0], stmt[1] ?? [], where) };
     });
     const target = this.outbox(table);
@@ -281,7 +300,8 @@ export class SQLMiddleware {
       return;
     }
     tx.table ??= table;
-    if (tx.queueDb !== queueDb) throw new CrossTableTransactionError([tx.table, table], [tx.queueDb.path, queueDb.path]);
+    if (tx.queueDb !== queueDb)
+      throw new CrossTableTransactionError([tx.table, table], [tx.queueDb.path, queueDb.path]);
   }
 
   /** Checks one statement at the door and returns its encoded payload. */
@@ -294,7 +314,10 @@ export class SQLMiddleware {
     this.#statements.check(table, sql, args.length, inject === true || (inject !== false && inject.has(table)));
     const payload = encodeArgs(args, where);
     // At most 3 UTF-8 bytes per UTF-16 unit: only a statement that could be over the limit is measured.
-    if ((sql.length + payload.length) * 3 > limit && Buffer.byteLength(sql, "utf8") + Buffer.byteLength(payload, "utf8") > limit) {
+    if (
+      (sql.length + payload.length) * 3 > limit &&
+      Buffer.byteLength(sql, "utf8") + Buffer.byteLength(payload, "utf8") > limit
+    ) {
       throw this.#tooLarge(table, sql, payload, where);
     }
     return payload;
@@ -321,7 +344,10 @@ export class SQLMiddleware {
     }
     if (outbox) {
       // A second producer must not silently get a different cap or a weaker durability.
-      for (const [option, have, want] of [["maxPending", outbox.maxPending, this.maxPending], ["durability", outbox.durability, this.durability]] as const) {
+      for (const [option, have, want] of [
+        ["maxPending", outbox.maxPending, this.maxPending],
+        ["durability", outbox.durability, this.durability],
+      ] as const) {
         if (have === want) continue;
         throw new InvalidArgumentError(
           `namespace "${table}" in ${file} is already open in this process with ${option}=${JSON.stringify(have)}, not ${JSON.stringify(want)}`,
@@ -330,7 +356,8 @@ export class SQLMiddleware {
       }
     } else {
       const options: OutboxOptions = { maxPending: this.maxPending, durability: this.durability, ...this.#groupLimits };
-      outbox = this.#where.kind === "dir" ? new Outbox(file, table, options) : outboxOn(this.#queueDb(), table, options);
+      outbox =
+        this.#where.kind === "dir" ? new Outbox(file, table, options) : outboxOn(this.#queueDb(), table, options);
       shared.set(key, outbox);
     }
     this.#mine.set(table, outbox);
@@ -352,7 +379,8 @@ export class SQLMiddleware {
     const where = this.#where;
     if (where.kind === "database") {
       let queueDb = sharedDatabases.get(where.database);
-      if (queueDb === undefined || queueDb.closed) sharedDatabases.set(where.database, (queueDb = QueueDb.borrow(where.database)));
+      if (queueDb === undefined || queueDb.closed)
+        sharedDatabases.set(where.database, (queueDb = QueueDb.borrow(where.database)));
       return queueDb;
     }
     const key = this.#realFile();
@@ -366,7 +394,11 @@ export class SQLMiddleware {
   #fileFor(table: string): string {
     // The table name becomes a file name (or a namespace): refuse anything that could leave dbDir.
     const problem = tableNameProblem(table);
-    if (problem !== null) throw new InvalidArgumentError(`${problem} (${this.dbFile === null ? `db_dir ${this.dbDir}` : `db_file ${this.dbFile}`})`, { namespace: String(table) });
+    if (problem !== null)
+      throw new InvalidArgumentError(
+        `${problem} (${this.dbFile === null ? `db_dir ${this.dbDir}` : `db_file ${this.dbFile}`})`,
+        { namespace: String(table) },
+      );
     return this.dbFile ?? join(this.dbDir, `${table}.db`);
   }
 
@@ -377,7 +409,12 @@ export class SQLMiddleware {
       mkdirSync(this.dbDir, { recursive: true });
       this.#realDir = realpathSync(this.dbDir);
     } catch (e) {
-      throw new StorageError(`cannot create ${this.dbFile === null ? "db_dir" : "the directory of db_file"} ${this.dbDir}: ${(e as Error).message}`, this.dbDir, undefined, { cause: e });
+      throw new StorageError(
+        `cannot create ${this.dbFile === null ? "db_dir" : "the directory of db_file"} ${this.dbDir}: ${(e as Error).message}`,
+        this.dbDir,
+        undefined,
+        { cause: e },
+      );
     }
     return this.#realDir;
   }
@@ -396,4 +433,3 @@ export function closeSharedOutboxes(): void {
   sharedFiles.clear();
   sharedDatabases.clear();
 }
-

@@ -64,30 +64,49 @@ export class Outbox {
   readonly #dead: DeadLog;
 
   constructor(path: string, namespace: string, options: OutboxOptions & { [SHARED]?: QueueDb } = {}) {
-    if (typeof path !== "string" || path === "") throw new InvalidArgumentError("outbox path must be a non-empty string");
+    if (typeof path !== "string" || path === "")
+      throw new InvalidArgumentError("outbox path must be a non-empty string");
     if (typeof namespace !== "string" || namespace === "" || !namespace.isWellFormed()) {
       throw new InvalidArgumentError(`outbox namespace must be a non-empty string (file ${path})`, { file: path });
     }
     const maxPending = options.maxPending ?? null;
     if (maxPending !== null && !(Number.isSafeInteger(maxPending) && maxPending > 0)) {
-      throw new InvalidArgumentError(`maxPending must be a positive integer or null, got ${maxPending} (namespace "${namespace}" in ${path})`, { namespace, file: path });
+      throw new InvalidArgumentError(
+        `maxPending must be a positive integer or null, got ${maxPending} (namespace "${namespace}" in ${path})`,
+        { namespace, file: path },
+      );
     }
     const durability = options.durability ?? "normal";
     if (durability !== "normal" && durability !== "full") {
-      throw new InvalidArgumentError(`durability must be "normal" or "full", got ${JSON.stringify(durability)} (namespace "${namespace}" in ${path})`, { namespace, file: path });
+      throw new InvalidArgumentError(
+        `durability must be "normal" or "full", got ${JSON.stringify(durability)} (namespace "${namespace}" in ${path})`,
+        { namespace, file: path },
+      );
     }
     this.path = resolve(path);
     this.namespace = namespace;
     this.maxPending = maxPending;
     this.durability = durability;
     const limits = {
-      maxRows: positive(options.maxGroupStatements, DEFAULT_GROUP_LIMITS.maxRows, "maxGroupStatements", namespace, path),
+      maxRows: positive(
+        options.maxGroupStatements,
+        DEFAULT_GROUP_LIMITS.maxRows,
+        "maxGroupStatements",
+        namespace,
+        path,
+      ),
       maxChars: positive(options.maxGroupBytes, DEFAULT_GROUP_LIMITS.maxChars, "maxGroupBytes", namespace, path),
     };
     const shared = options[SHARED];
     const queueDb = shared
       ? shared.acquire()
-      : QueueDb.open(this.path, { durability, busyTimeoutMs: options.busyTimeoutMs ?? 10_000, fileMode: options.fileMode, create: options.create, namespace });
+      : QueueDb.open(this.path, {
+          durability,
+          busyTimeoutMs: options.busyTimeoutMs ?? 10_000,
+          fileMode: options.fileMode,
+          create: options.create,
+          namespace,
+        });
     this.#file = new QueueFile(queueDb, namespace);
     queueDbs.set(this, queueDb);
     this.origin = this.#file.origin;
@@ -115,7 +134,11 @@ export class Outbox {
    * `{ grouped: false }` commits them together but delivers each on its own (a bulk load of
    * independent events).
    */
-  enqueueBatch(items: ReadonlyArray<{ tag: string; payload: string }>, source = "", options: { trace?: RowTrace; grouped?: boolean } = {}): number[] {
+  enqueueBatch(
+    items: ReadonlyArray<{ tag: string; payload: string }>,
+    source = "",
+    options: { trace?: RowTrace; grouped?: boolean } = {},
+  ): number[] {
     this.#file.ensureOpen();
     if (!Array.isArray(items)) throw this.#file.invalid("enqueueBatch expects an array of { tag, payload }");
     for (const item of items) this.#checkItem(item?.tag, item?.payload, source);
@@ -139,11 +162,14 @@ export class Outbox {
   /** Up to `limit` pending rows of this namespace, ascending seq (the head first). */
   fetchUnsynced(limit: number): OutboxRow[] {
     this.#file.ensureOpen();
-    if (!Number.isSafeInteger(limit) || limit < 0) throw this.#file.invalid(`fetchUnsynced limit must be a non-negative integer, got ${limit}`);
+    if (!Number.isSafeInteger(limit) || limit < 0)
+      throw this.#file.invalid(`fetchUnsynced limit must be a non-negative integer, got ${limit}`);
     const file = this.#file;
     return file.read("cannot fetch", () =>
       file.db
-        .query<OutboxRow, [string, number]>(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT ?`)
+        .query<OutboxRow, [string, number]>(
+          `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT ?`,
+        )
         .all(this.namespace, limit),
     );
   }
@@ -161,8 +187,14 @@ export class Outbox {
   commitCounters(): { version: number; writes: number } {
     this.#file.ensureOpen();
     const db = this.#file.db;
-    return this.#file.read("cannot read data_version", () =>
-      db.query<{ version: number; writes: number }, []>("SELECT data_version AS version, total_changes() AS writes FROM pragma_data_version").get()!,
+    return this.#file.read(
+      "cannot read data_version",
+      () =>
+        db
+          .query<{ version: number; writes: number }, []>(
+            "SELECT data_version AS version, total_changes() AS writes FROM pragma_data_version",
+          )
+          .get()!,
     );
   }
 
@@ -197,14 +229,16 @@ export class Outbox {
   hasHistory(): boolean {
     this.#file.ensureOpen();
     const file = this.#file;
-    return file.read("cannot read history", () =>
-      file.db
-        .query<{ found: number }, [string]>(
-          `SELECT ${DELIVERED[file.layout].any}
+    return file.read(
+      "cannot read history",
+      () =>
+        file.db
+          .query<{ found: number }, [string]>(
+            `SELECT ${DELIVERED[file.layout].any}
             OR EXISTS (SELECT 1 FROM outbox_dead_log WHERE namespace = ?1)
             OR (SELECT prev_seq FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq LIMIT 1) IS NOT NULL AS found`,
-        )
-        .get(this.namespace)!.found === 1,
+          )
+          .get(this.namespace)!.found === 1,
     );
   }
 
@@ -214,9 +248,17 @@ export class Outbox {
     const file = this.#file;
     // A file an Outbox opened went through migrations, so it has every table and column: the
     // schema need not be read. One read transaction: depth and head from the same state.
-    const features = { pendingCount: layoutPendingCount(file.layout), delivery: true, deliveredLog: DELIVERED[file.layout], deadLog: true, deadReplay: true } as const;
+    const features = {
+      pendingCount: layoutPendingCount(file.layout),
+      delivery: true,
+      deliveredLog: DELIVERED[file.layout],
+      deadLog: true,
+      deadReplay: true,
+    } as const;
     return file.read("cannot read health", () =>
-      file.db.transaction(() => namespaceHealth(file.db, this.path, this.namespace, features, { maxPending: this.maxPending, now }))(),
+      file.db.transaction(() =>
+        namespaceHealth(file.db, this.path, this.namespace, features, { maxPending: this.maxPending, now }),
+      )(),
     );
   }
 
@@ -230,7 +272,12 @@ export class Outbox {
    * never loaded beyond the budget. With `after`, the rows at or below it are passed over (a target
    * applied them; their local confirmation is still to come) and the first row above it is the head.
    */
-  readForDelivery(limit: number, maxBytes: number, ready: (head: OutboxRow, pending: number) => boolean, after: number | null = null): DeliveryRead {
+  readForDelivery(
+    limit: number,
+    maxBytes: number,
+    ready: (head: OutboxRow, pending: number) => boolean,
+    after: number | null = null,
+  ): DeliveryRead {
     this.#file.ensureOpen();
     return this.#delivery.readForDelivery(limit, maxBytes, ready, after);
   }
@@ -266,7 +313,12 @@ export class Outbox {
   /** Records a failed delivery of a pending row: the error, its class and when to retry. */
   recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date): void {
     this.#file.ensureOpen();
-    this.#delivery.recordFailure(seq, String(error), errorClass === null || errorClass === undefined ? null : String(errorClass), nextAttemptAt);
+    this.#delivery.recordFailure(
+      seq,
+      String(error),
+      errorClass === null || errorClass === undefined ? null : String(errorClass),
+      nextAttemptAt,
+    );
   }
 
   /**
@@ -291,7 +343,8 @@ export class Outbox {
   /** Makes the next allocated seq of the file greater than `minSeq`; never lowers it. */
   seedSequence(minSeq: number): void {
     this.#file.ensureOpen();
-    if (!Number.isSafeInteger(minSeq) || minSeq < 0) throw this.#file.invalid(`seedSequence expects a non-negative integer, got ${minSeq}`);
+    if (!Number.isSafeInteger(minSeq) || minSeq < 0)
+      throw this.#file.invalid(`seedSequence expects a non-negative integer, got ${minSeq}`);
     this.#delivery.seedSequence(minSeq);
   }
 
@@ -305,7 +358,8 @@ export class Outbox {
    */
   resequenceAbove(minSeq: number): Resequenced | null {
     this.#file.ensureOpen();
-    if (!Number.isSafeInteger(minSeq) || minSeq < 0) throw this.#file.invalid(`resequenceAbove expects a non-negative integer, got ${minSeq}`);
+    if (!Number.isSafeInteger(minSeq) || minSeq < 0)
+      throw this.#file.invalid(`resequenceAbove expects a non-negative integer, got ${minSeq}`);
     return this.#delivery.resequenceAbove(minSeq);
   }
 
@@ -338,7 +392,12 @@ export class Outbox {
    * Moves the head atomically to outbox_dead_log with a reason, so the namespace advances. `error`
    * and `errorClass` default to the head's last recorded failure.
    */
-  deadLetter(seq: number, reason: DeadReason, error: string | null = null, errorClass: string | null = null): DeadLettered {
+  deadLetter(
+    seq: number,
+    reason: DeadReason,
+    error: string | null = null,
+    errorClass: string | null = null,
+  ): DeadLettered {
     this.#file.ensureOpen();
     if (typeof reason !== "string" || reason === "") throw this.#file.invalid("deadLetter needs a reason");
     return this.#dead.deadLetter(seq, reason, error, errorClass);
@@ -363,7 +422,8 @@ export class Outbox {
    */
   replayDeadMany(seqs: readonly number[], source?: string): DeadReplays {
     this.#file.ensureOpen();
-    if (!Array.isArray(seqs) || !seqs.every((s) => Number.isSafeInteger(s) && s > 0)) throw this.#file.invalid("replayDeadMany expects an array of positive integer seqs");
+    if (!Array.isArray(seqs) || !seqs.every((s) => Number.isSafeInteger(s) && s > 0))
+      throw this.#file.invalid("replayDeadMany expects an array of positive integer seqs");
     const ordered = [...new Set(seqs)].sort((a, b) => a - b);
     if (ordered.length === 0) return { replayed: [], skipped: [] };
     return this.#dead.replayMany(ordered, source);
@@ -376,7 +436,8 @@ export class Outbox {
    */
   purgeDead(rule: PurgeRule): PurgeOutcome {
     this.#file.ensureOpen();
-    if (!(rule?.before instanceof Date) || Number.isNaN(rule.before.getTime())) throw this.#file.invalid("purgeDead needs a valid `before` Date");
+    if (!(rule?.before instanceof Date) || Number.isNaN(rule.before.getTime()))
+      throw this.#file.invalid("purgeDead needs a valid `before` Date");
     return this.#dead.purge(rule);
   }
 
@@ -388,7 +449,8 @@ export class Outbox {
   pruneReplayedDead(retainDays: number, now: Date = new Date()): number {
     this.#file.ensureOpen();
     this.#checkDays(retainDays);
-    return this.#dead.purge({ before: new Date(now.getTime() - retainDays * 86_400_000), by: "replayedAt" }).purged.length;
+    return this.#dead.purge({ before: new Date(now.getTime() - retainDays * 86_400_000), by: "replayedAt" }).purged
+      .length;
   }
 
   /** Every dead letter of this namespace, ascending seq (replayed ones included). */
@@ -434,13 +496,17 @@ export class Outbox {
 
   #checkItem(tag: unknown, payload: unknown, source: unknown): void {
     // A lone surrogate would be silently replaced when SQLite stores the text as UTF-8.
-    if (typeof tag !== "string" || tag === "" || !tag.isWellFormed()) throw this.#file.invalid("tag must be a non-empty, well-formed string");
-    if (typeof payload !== "string" || !payload.isWellFormed()) throw this.#file.invalid("payload must be a well-formed string");
-    if (typeof source !== "string" || !source.isWellFormed()) throw this.#file.invalid("source must be a well-formed string");
+    if (typeof tag !== "string" || tag === "" || !tag.isWellFormed())
+      throw this.#file.invalid("tag must be a non-empty, well-formed string");
+    if (typeof payload !== "string" || !payload.isWellFormed())
+      throw this.#file.invalid("payload must be a well-formed string");
+    if (typeof source !== "string" || !source.isWellFormed())
+      throw this.#file.invalid("source must be a well-formed string");
   }
 
   #checkDays(retainDays: number): void {
-    if (!Number.isFinite(retainDays) || retainDays < 0) throw this.#file.invalid(`retainDays must be a non-negative number, got ${retainDays}`);
+    if (!Number.isFinite(retainDays) || retainDays < 0)
+      throw this.#file.invalid(`retainDays must be a non-negative number, got ${retainDays}`);
   }
 }
 
@@ -457,7 +523,10 @@ export function outboxOn(queueDb: QueueDb, namespace: string, options: OutboxOpt
 function positive(value: number | undefined, fallback: number, name: string, namespace: string, path: string): number {
   if (value === undefined) return fallback;
   if (Number.isSafeInteger(value) && value > 0) return value;
-  throw new InvalidArgumentError(`${name} must be a positive integer, got ${String(value)} (namespace "${namespace}" in ${path})`, { namespace, file: path });
+  throw new InvalidArgumentError(
+    `${name} must be a positive integer, got ${String(value)} (namespace "${namespace}" in ${path})`,
+    { namespace, file: path },
+  );
 }
 
 /** Opens the queue of `namespace` in `path`, runs `fn` on it and closes it, whatever `fn` does. */

@@ -45,7 +45,11 @@ export function encodeArgs(args: readonly unknown[], where: PayloadLocation = {}
     switch (typeof v) {
       case "string":
         if (!v.isWellFormed()) {
-          throw invalid(`argument ${i} is a string with a lone UTF-16 surrogate at index ${loneSurrogateAt(v)}, which cannot be stored as UTF-8 losslessly`, where, i);
+          throw invalid(
+            `argument ${i} is a string with a lone UTF-16 surrogate at index ${loneSurrogateAt(v)}, which cannot be stored as UTF-8 losslessly`,
+            where,
+            i,
+          );
         }
         continue;
       case "boolean":
@@ -55,7 +59,11 @@ export function encodeArgs(args: readonly unknown[], where: PayloadLocation = {}
         if (Number.isInteger(v) && !Number.isSafeInteger(v)) {
           // Every double that large is integral, and it may be a 64-bit id already rounded: refused, never stored as a different integer.
           const beyond64 = Math.abs(v) >= 2 ** 63 ? " (or a string: it is beyond 64 bits too)" : "";
-          throw invalid(`argument ${i} is the number ${v}, an integer beyond ±(2^53−1) that a double cannot hold exactly; pass a bigint instead${beyond64}`, where, i);
+          throw invalid(
+            `argument ${i} is the number ${v}, an integer beyond ±(2^53−1) that a double cannot hold exactly; pass a bigint instead${beyond64}`,
+            where,
+            i,
+          );
         }
         if (Object.is(v, -0)) plain = false;
         continue;
@@ -71,9 +79,17 @@ export function encodeArgs(args: readonly unknown[], where: PayloadLocation = {}
           plain = false;
           continue;
         }
-        throw invalid(`argument ${i} is ${describe(v)}, which is not a bind value (string, number, bigint, boolean, null, Uint8Array)`, where, i);
+        throw invalid(
+          `argument ${i} is ${describe(v)}, which is not a bind value (string, number, bigint, boolean, null, Uint8Array)`,
+          where,
+          i,
+        );
       default:
-        throw invalid(`argument ${i} is ${describe(v)}, which is not a bind value (string, number, bigint, boolean, null, Uint8Array)`, where, i);
+        throw invalid(
+          `argument ${i} is ${describe(v)}, which is not a bind value (string, number, bigint, boolean, null, Uint8Array)`,
+          where,
+          i,
+        );
     }
   }
   if (plain) return JSON.stringify(args);
@@ -169,7 +185,8 @@ function parseSlow(text: string): BindValue[] {
       const m = NUMBER.exec(text);
       if (!m) throw undecodable(`element ${out.length} is not a bind value`);
       const n = Number(m[0]);
-      if ((m[1] || m[2]) && !Number.isFinite(n)) throw undecodable(`element ${out.length} is a number beyond the double range`);
+      if ((m[1] || m[2]) && !Number.isFinite(n))
+        throw undecodable(`element ${out.length} is a number beyond the double range`);
       out.push(!m[1] && !m[2] && !Number.isSafeInteger(n) ? BigInt(m[0]) : n);
       i += m[0].length;
     }

@@ -112,7 +112,9 @@ export class QueueDb {
   static borrow(database: Database): QueueDb {
     const path = database.filename;
     if (typeof path !== "string" || path === "" || path === ":memory:" || path.startsWith("file::memory:")) {
-      throw new InvalidArgumentError("SQLMiddleware({ database }) needs a database in a file: the drain reads the events from it (an in-memory database has no file)");
+      throw new InvalidArgumentError(
+        "SQLMiddleware({ database }) needs a database in a file: the drain reads the events from it (an in-memory database has no file)",
+      );
     }
     // Creating or upgrading our tables needs a transaction of its own, and a push inside the application's would be refused anyway.
     if (database.inTransaction) throw new ForeignTransactionError(path);
@@ -240,7 +242,16 @@ export class QueueDb {
     } catch (e) {
       throw storageError(e, "cannot begin a transaction", this.path);
     }
-    this.#group = { id: null, nextSeq: null, namespaces: new Map(), touched: new Set(), createdAt: isoTimestamp(), rows: 0, bytes: 0, last: 0 };
+    this.#group = {
+      id: null,
+      nextSeq: null,
+      namespaces: new Map(),
+      touched: new Set(),
+      createdAt: isoTimestamp(),
+      rows: 0,
+      bytes: 0,
+      last: 0,
+    };
   }
 
   /**
@@ -256,7 +267,8 @@ export class QueueDb {
   }
 
   #recordSpan(group: OpenGroup): void {
-    if (group.id !== null && group.touched.size > 1) this.#span.run(group.id, group.last, JSON.stringify([...group.touched].sort()));
+    if (group.id !== null && group.touched.size > 1)
+      this.#span.run(group.id, group.last, JSON.stringify([...group.touched].sort()));
   }
 
   /** Commits the open transaction; a group that touched several namespaces is recorded for the drain first (outbox_group). */
@@ -308,7 +320,8 @@ export class QueueDb {
     if (now - this.#movedCheckedAt < MOVED_CHECK_MS) return;
     this.#movedCheckedAt = now;
     this.#movedFlag[0] = 0;
-    if (this.db.fileControl(constants.SQLITE_FCNTL_HAS_MOVED, this.#movedFlag) !== 0 || this.#movedFlag[0] === 0) return;
+    if (this.db.fileControl(constants.SQLITE_FCNTL_HAS_MOVED, this.#movedFlag) !== 0 || this.#movedFlag[0] === 0)
+      return;
     this.close();
     throw new StorageError(
       `cannot enqueue: namespace "${namespace}" in ${this.path}: the file was deleted or replaced while open; events enqueued in the last ${MOVED_CHECK_MS} ms went with it. The outbox is closed; open it again to write to a new file at this path.`,
@@ -339,7 +352,9 @@ export function callSynchronously<T>(fn: () => T, who: string): T {
   const result = fn();
   if (result instanceof Promise) {
     result.catch(() => {}); // its rejection is not ours to report
-    throw new InvalidArgumentError(`${who} needs a synchronous function: an await inside it would let other code write into the transaction; do the async work before or after`);
+    throw new InvalidArgumentError(
+      `${who} needs a synchronous function: an await inside it would let other code write into the transaction; do the async work before or after`,
+    );
   }
   return result;
 }

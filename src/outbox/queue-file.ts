@@ -39,7 +39,9 @@ export class QueueFile {
     try {
       this.#finishReferenceConfirms();
       this.#pending = this.prepare(pendingCountSql(layoutPendingCount(this.layout)));
-      this.#pendingRows = this.prepare(`SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq LIMIT ?`);
+      this.#pendingRows = this.prepare(
+        `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq LIMIT ?`,
+      );
       this.#exists = this.prepare(`SELECT
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
         OR ${DELIVERED[this.layout].contains}
@@ -104,14 +106,21 @@ export class QueueFile {
 
   /** The head's seq, or null when nothing is pending. */
   headSeq(): number | null {
-    return this.db
-      .query<{ seq: number }, [string]>("SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1")
-      .get(this.namespace)?.seq ?? null;
+    return (
+      this.db
+        .query<{ seq: number }, [string]>(
+          "SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
+        )
+        .get(this.namespace)?.seq ?? null
+    );
   }
 
   /** An InvalidArgumentError naming this namespace and file. */
   invalid(message: string): OutboxError {
-    return new InvalidArgumentError(`${message} (namespace "${this.namespace}" in ${this.path})`, { namespace: this.namespace, file: this.path });
+    return new InvalidArgumentError(`${message} (namespace "${this.namespace}" in ${this.path})`, {
+      namespace: this.namespace,
+      file: this.path,
+    });
   }
 
   /** Throws (and closes the file) when the file at our path is no longer the one we write: deleted, renamed or replaced. */

@@ -54,7 +54,8 @@ export interface DeadLetter extends StoredEvent {
 }
 
 /** SELECT list of a StoredEvent, the same in outbox_queue and outbox_dead_log. */
-const EVENT_COLUMNS = "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts, grp, traceparent, tracestate";
+const EVENT_COLUMNS =
+  "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts, grp, traceparent, tracestate";
 
 /** SELECT list producing an OutboxRow from outbox_queue. */
 export const QUEUE_ROW_COLUMNS = `${EVENT_COLUMNS}, last_error AS lastError, last_error_class AS lastErrorClass,

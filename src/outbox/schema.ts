@@ -105,7 +105,8 @@ const SEQ_HIGH_WATER = `max(
       ifnull((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = '${SEQ_FLOOR_KEY}'), 0))`;
 
 // A pending row's position in its namespace: one past the tail's (?1 is the namespace).
-const NEXT_ORD = "ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq DESC LIMIT 1), 0) + 1";
+const NEXT_ORD =
+  "ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq DESC LIMIT 1), 0) + 1";
 
 /**
  * The INSERT of one pending row with the given columns and value expressions, in which `?1` must
@@ -295,8 +296,26 @@ const COUNTER_DDL = [
 
 /** Names of schema objects whose presence means "fully migrated", per layout. */
 const MARKERS = {
-  lean: ["outbox_queue", "outbox_delivered", "idx_delivered", "outbox_dead_log", "idx_dead_log", "outbox_meta", "outbox_group", "idx_outbox_worker"],
-  legacy: ["outbox_queue", "outbox_sync_log", "idx_sync_log", "outbox_dead_log", "idx_dead_log", "outbox_meta", "outbox_group", "idx_outbox_worker"],
+  lean: [
+    "outbox_queue",
+    "outbox_delivered",
+    "idx_delivered",
+    "outbox_dead_log",
+    "idx_dead_log",
+    "outbox_meta",
+    "outbox_group",
+    "idx_outbox_worker",
+  ],
+  legacy: [
+    "outbox_queue",
+    "outbox_sync_log",
+    "idx_sync_log",
+    "outbox_dead_log",
+    "idx_dead_log",
+    "outbox_meta",
+    "outbox_group",
+    "idx_outbox_worker",
+  ],
 } as const;
 const COUNTER_TRIGGERS = ["outbox_pending_insert", "outbox_pending_delete", "outbox_pending_update"];
 
@@ -326,8 +345,13 @@ function isMigrated(db: Database, own: Ownership): boolean {
     .get()!;
   const counted = layout === "lean" ? row.foreign_insert === 1 : row.triggers === COUNTER_TRIGGERS.length; // lean: ord; legacy: the counter
   return (
-    own.marked === own.embedded && row.objects === markers.length && counted && row.columns === QUEUE_EXTRA_COLUMNS.length && row.dead === DEAD_COLUMNS.length + 1 &&
-    own.format === (layout === "lean" ? FORMAT_VERSION : LEGACY_FORMAT_VERSION) && readOrigin(db) !== null
+    own.marked === own.embedded &&
+    row.objects === markers.length &&
+    counted &&
+    row.columns === QUEUE_EXTRA_COLUMNS.length &&
+    row.dead === DEAD_COLUMNS.length + 1 &&
+    own.format === (layout === "lean" ? FORMAT_VERSION : LEGACY_FORMAT_VERSION) &&
+    readOrigin(db) !== null
   );
 }
 
@@ -394,7 +418,9 @@ function createOrUpgrade(db: Database, embedded: boolean): void {
   db.query("INSERT OR IGNORE INTO outbox_meta (key, value) VALUES (?, ?)").run(ORIGIN_KEY, Bun.randomUUIDv7());
   const format = layout === "lean" ? FORMAT_VERSION : LEGACY_FORMAT_VERSION;
   if (embedded) {
-    const meta = db.query("INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    const meta = db.query(
+      "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    );
     meta.run(EMBEDDED_KEY, "1");
     meta.run(FORMAT_KEY, String(format));
   } else {
@@ -436,7 +462,10 @@ export function checkOwnFile(db: Database, file: string, options: { embed?: bool
           (SELECT group_concat(name, ', ') FROM (SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE 'outbox\\_%' ESCAPE '\\' ORDER BY name LIMIT 6)) AS tables`,
       )
       .get()!;
-    const meta = (key: string) => (facts.meta > 0 ? db.query<{ value: string }, [string]>("SELECT value FROM outbox_meta WHERE key = ?").get(key)?.value ?? null : null);
+    const meta = (key: string) =>
+      facts.meta > 0
+        ? (db.query<{ value: string }, [string]>("SELECT value FROM outbox_meta WHERE key = ?").get(key)?.value ?? null)
+        : null;
     return { ...facts, embedded: meta(EMBEDDED_KEY) === "1", metaFormat: meta(FORMAT_KEY) };
   };
   const { version, app, queue, tables, embedded, metaFormat } = db.inTransaction ? read() : db.transaction(read)();
@@ -444,12 +473,18 @@ export function checkOwnFile(db: Database, file: string, options: { embed?: bool
     // An outbox file of ours that the application adopted as its own database keeps our marks until the adoption is written.
     const format = embedded ? Number(metaFormat ?? 0) : queue > 0 && app === APPLICATION_ID ? version : 0;
     if (format > FORMAT_VERSION) {
-      throw new StorageError(`the outbox tables in ${file} were written by a newer sqloutbox (format ${format}; this version reads formats up to ${FORMAT_VERSION}): upgrade sqloutbox to use them`, file);
+      throw new StorageError(
+        `the outbox tables in ${file} were written by a newer sqloutbox (format ${format}; this version reads formats up to ${FORMAT_VERSION}): upgrade sqloutbox to use them`,
+        file,
+      );
     }
     return { embedded: true, marked: embedded, format };
   }
   if (app !== 0 && app !== APPLICATION_ID) {
-    throw new StorageError(`not an outbox file: ${file} belongs to another application (application_id ${app}); sqloutbox never writes to it`, file);
+    throw new StorageError(
+      `not an outbox file: ${file} belongs to another application (application_id ${app}); sqloutbox never writes to it`,
+      file,
+    );
   }
   if (queue === 0 && tables !== null) {
     // Somebody else's database (its user_version, if any, is its own): never ours to change.
@@ -461,7 +496,10 @@ export function checkOwnFile(db: Database, file: string, options: { embed?: bool
     );
   }
   if (version > FORMAT_VERSION) {
-    throw new StorageError(`outbox file ${file} was written by a newer sqloutbox (format ${version}; this version reads formats up to ${FORMAT_VERSION}): upgrade sqloutbox to use it`, file);
+    throw new StorageError(
+      `outbox file ${file} was written by a newer sqloutbox (format ${version}; this version reads formats up to ${FORMAT_VERSION}): upgrade sqloutbox to use it`,
+      file,
+    );
   }
   return { embedded: false, marked: false, format: version };
 }

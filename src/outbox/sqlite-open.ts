@@ -4,7 +4,6 @@ import { OutboxError, StorageError } from "../errors.ts";
 import { DEFAULT_FILE_MODE, type Durability } from "../vocabulary.ts";
 import { checkOwnFile, migrate } from "./schema.ts";
 
-
 /**
  * Page size of files we create (files that already exist keep theirs, e.g. the reference's 4096).
  * Every enqueue commit writes pages to the WAL (two in the lean layout: the table and the worker
@@ -44,7 +43,12 @@ export function openWritable(path: string, options: OpenOptions): Database {
   let db: Database | undefined;
   try {
     if (options.create === false) {
-      if (!existsSync(path)) throw new StorageError(`${path} does not exist yet (the producer creates it on first use)`, path, options.namespace);
+      if (!existsSync(path))
+        throw new StorageError(
+          `${path} does not exist yet (the producer creates it on first use)`,
+          path,
+          options.namespace,
+        );
     } else {
       createPrivate(path, options.fileMode ?? DEFAULT_FILE_MODE);
     }
@@ -123,7 +127,8 @@ export function openMigrated(path: string, options: OpenOptions): Database {
     } catch (e) {
       db?.close(false);
       const code = ((e as { cause?: { code?: string } }).cause ?? (e as { code?: string }))?.code ?? "";
-      if (!/^SQLITE_(BUSY|LOCKED)/.test(code) || Date.now() >= deadline) throw storageError(e, "cannot open outbox", path, namespace);
+      if (!/^SQLITE_(BUSY|LOCKED)/.test(code) || Date.now() >= deadline)
+        throw storageError(e, "cannot open outbox", path, namespace);
       Bun.sleepSync(delay);
     }
   }
@@ -198,7 +203,8 @@ export function readSnapshot<T>(path: string, read: (db: Database) => T): T {
       if ("error" in result) throw result.error;
       return result.value;
     }
-    if (attempt >= READ_ATTEMPTS) throw new StorageError(`cannot read outbox file: ${path}: it kept changing while being read`, path);
+    if (attempt >= READ_ATTEMPTS)
+      throw new StorageError(`cannot read outbox file: ${path}: it kept changing while being read`, path);
   }
 }
 

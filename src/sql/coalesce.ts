@@ -29,7 +29,12 @@ export interface ValuesInsert {
  * How many bind parameters one statement may carry: PostgreSQL's and MySQL's wire protocols count
  * them in 16 bits; SQLite's default SQLITE_MAX_VARIABLE_NUMBER (libSQL's server too) is 32 766.
  */
-export const MAX_PARAMS: Readonly<Record<Dialect, number>> = { postgres: 65_535, mysql: 65_535, sqlite: 32_766, libsql: 32_766 };
+export const MAX_PARAMS: Readonly<Record<Dialect, number>> = {
+  postgres: 65_535,
+  mysql: 65_535,
+  sqlite: 32_766,
+  libsql: 32_766,
+};
 
 /** Rows per statement when a row has no arguments at all: keeps a statement of literals bounded in size. */
 const MAX_ROWS_WITHOUT_ARGS = 1_000;
@@ -59,7 +64,13 @@ export function valuesInsert(sql: string, dialect: Dialect): ValuesInsert | null
   // Up to VALUES: a table name and an optional column list, nothing else (no SELECT, no CTE).
   for (; i < end && !isKeyword(sql, tokens[i], "VALUES"); i++) {
     const t = tokens[i]!;
-    if (t.kind === "param" || t.kind === "named" || t.kind === ";" || (t.kind === "word" && (isKeyword(sql, t, "SELECT") || isKeyword(sql, t, "DEFAULT") || isKeyword(sql, t, "SET")))) return null;
+    if (
+      t.kind === "param" ||
+      t.kind === "named" ||
+      t.kind === ";" ||
+      (t.kind === "word" && (isKeyword(sql, t, "SELECT") || isKeyword(sql, t, "DEFAULT") || isKeyword(sql, t, "SET")))
+    )
+      return null;
   }
   const open = tokens[i + 1];
   if (i >= end || open?.kind !== "(" || open.depth !== 0) return null;
@@ -97,7 +108,13 @@ export function valuesInsert(sql: string, dialect: Dialect): ValuesInsert | null
       case "op": {
         const c = sql[t.start];
         if (c === "-" || c === "+") continue;
-        if (c === ":" && dollar && tokens[j + 1]?.kind === "op" && sql[tokens[j + 1]!.start] === ":" && tokens[j + 1]!.start === t.end) {
+        if (
+          c === ":" &&
+          dollar &&
+          tokens[j + 1]?.kind === "op" &&
+          sql[tokens[j + 1]!.start] === ":" &&
+          tokens[j + 1]!.start === t.end
+        ) {
           j++;
           castTarget = true;
           continue;
@@ -105,7 +122,8 @@ export function valuesInsert(sql: string, dialect: Dialect): ValuesInsert | null
         return null;
       }
       case "word":
-        if (castTarget || isKeyword(sql, t, "NULL") || isKeyword(sql, t, "TRUE") || isKeyword(sql, t, "FALSE")) continue;
+        if (castTarget || isKeyword(sql, t, "NULL") || isKeyword(sql, t, "TRUE") || isKeyword(sql, t, "FALSE"))
+          continue;
         return null;
       default:
         return null;
@@ -117,7 +135,14 @@ export function valuesInsert(sql: string, dialect: Dialect): ValuesInsert | null
   for (let k = j + 1; k < end; k++) {
     const t = tokens[k]!;
     if (t.kind === "," && t.depth === 0 && k === j + 1) return null;
-    if (t.kind === "param" || t.kind === "named" || t.kind === ";" || isKeyword(sql, t, "RETURNING") || isKeyword(sql, t, "SELECT")) return null;
+    if (
+      t.kind === "param" ||
+      t.kind === "named" ||
+      t.kind === ";" ||
+      isKeyword(sql, t, "RETURNING") ||
+      isKeyword(sql, t, "SELECT")
+    )
+      return null;
   }
   return {
     head: sql.slice(0, open.start),

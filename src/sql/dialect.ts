@@ -26,11 +26,35 @@ export interface DialectTraits {
 }
 
 export const DIALECT_TRAITS: Readonly<Record<Dialect, DialectTraits>> = {
-  sqlite: { lexer: "sqlite", placeholder: "question", readsQuestionMarks: true, seqGuard: "partial-index", compat: true },
-  libsql: { lexer: "sqlite", placeholder: "question", readsQuestionMarks: true, seqGuard: "partial-index", compat: true },
-  postgres: { lexer: "postgres", placeholder: "dollar", readsQuestionMarks: false, seqGuard: "partial-index", compat: false },
+  sqlite: {
+    lexer: "sqlite",
+    placeholder: "question",
+    readsQuestionMarks: true,
+    seqGuard: "partial-index",
+    compat: true,
+  },
+  libsql: {
+    lexer: "sqlite",
+    placeholder: "question",
+    readsQuestionMarks: true,
+    seqGuard: "partial-index",
+    compat: true,
+  },
+  postgres: {
+    lexer: "postgres",
+    placeholder: "dollar",
+    readsQuestionMarks: false,
+    seqGuard: "partial-index",
+    compat: false,
+  },
   // MySQL/MariaDB bind `?`, but not `?NNN` nor a `?` touching a word (template.ts rewrites those).
-  mysql: { lexer: "mysql", placeholder: "question", readsQuestionMarks: false, seqGuard: "nullable-unique", compat: false },
+  mysql: {
+    lexer: "mysql",
+    placeholder: "question",
+    readsQuestionMarks: false,
+    seqGuard: "nullable-unique",
+    compat: false,
+  },
 };
 
 /** The dialects whose lexers differ: each distinct `lexer`, once. */
@@ -44,5 +68,6 @@ export function placeholders(dialect: Dialect, count: number, from = 1): string[
 
 /** Throws `InvalidArgumentError` unless `dialect` is one of `DIALECTS`. */
 export function checkDialect(dialect: Dialect): void {
-  if (!DIALECTS.includes(dialect)) throw new InvalidArgumentError(`unknown SQL dialect "${String(dialect)}" (expected one of ${DIALECTS.join(", ")})`);
+  if (!DIALECTS.includes(dialect))
+    throw new InvalidArgumentError(`unknown SQL dialect "${String(dialect)}" (expected one of ${DIALECTS.join(", ")})`);
 }

@@ -12,7 +12,11 @@ export const SEQ_ARG = -1;
  * takes the largest number assigned. It must take exactly `argCount` arguments, otherwise a bind
  * value would land in the wrong place: throws `UnsupportedStatementError`.
  */
-export function resolveParams(sql: string, tokens: readonly Token[], argCount: number): { params: Token[]; argIndex: number[] | null } {
+export function resolveParams(
+  sql: string,
+  tokens: readonly Token[],
+  argCount: number,
+): { params: Token[]; argIndex: number[] | null } {
   const params: Token[] = [];
   let numbered = false;
   for (const t of tokens) {
@@ -33,7 +37,8 @@ export function resolveParams(sql: string, tokens: readonly Token[], argCount: n
     }
     needed = max;
   }
-  if (needed !== argCount) throw new UnsupportedStatementError(argCountProblem(sql, params.length, needed, argCount), sql);
+  if (needed !== argCount)
+    throw new UnsupportedStatementError(argCountProblem(sql, params.length, needed, argCount), sql);
   return { params, argIndex };
 }
 

@@ -32,13 +32,15 @@ const QUOTE: Readonly<Record<Dialect, (name: string, bad: Bad) => string>> = {
   sqlite: doubleQuoted,
   libsql: doubleQuoted,
   postgres: (name, bad) => {
-    if (Buffer.byteLength(name, "utf8") > PG_MAX_BYTES) bad(`it is longer than ${PG_MAX_BYTES} bytes and PostgreSQL would truncate it`);
+    if (Buffer.byteLength(name, "utf8") > PG_MAX_BYTES)
+      bad(`it is longer than ${PG_MAX_BYTES} bytes and PostgreSQL would truncate it`);
     return doubleQuoted(name);
   },
   mysql: (name, bad) => {
     if ([...name].length > MYSQL_MAX_CHARS) bad(`it is longer than ${MYSQL_MAX_CHARS} characters`);
     if (name.endsWith(" ")) bad("MySQL names cannot end with a space");
-    if (/[\u{10000}-\u{10FFFF}]/u.test(name)) bad("MySQL names cannot hold characters outside the Basic Multilingual Plane");
+    if (/[\u{10000}-\u{10FFFF}]/u.test(name))
+      bad("MySQL names cannot hold characters outside the Basic Multilingual Plane");
     return `\`${name.replaceAll("`", "``")}\``;
   },
 };

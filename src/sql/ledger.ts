@@ -32,23 +32,27 @@ const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
   sqlite: sqliteLedger(),
   libsql: sqliteLedger(),
   postgres: {
-    columns: "origin TEXT NOT NULL, namespace TEXT NOT NULL, through BIGINT NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (origin, namespace)",
+    columns:
+      "origin TEXT NOT NULL, namespace TEXT NOT NULL, through BIGINT NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (origin, namespace)",
     tableOptions: "",
     now: "now()",
     updatedAtText: `to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`,
     insertAlias: " AS l",
-    fenceUpsert: (expected) => `ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN l.through = ${expected} THEN EXCLUDED.through END, label = EXCLUDED.label, updated_at = EXCLUDED.updated_at`,
+    fenceUpsert: (expected) =>
+      `ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN l.through = ${expected} THEN EXCLUDED.through END, label = EXCLUDED.label, updated_at = EXCLUDED.updated_at`,
     settleLock: " FOR UPDATE",
   },
   mysql: {
     // Binary collation: namespaces are file names, "Orders" and "orders" are two queues.
-    columns: "origin VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, through BIGINT NOT NULL, label VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '', updated_at DATETIME(6) NOT NULL, PRIMARY KEY (origin, namespace)",
+    columns:
+      "origin VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, through BIGINT NOT NULL, label VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '', updated_at DATETIME(6) NOT NULL, PRIMARY KEY (origin, namespace)",
     tableOptions: " ENGINE=InnoDB",
     now: "UTC_TIMESTAMP(6)",
     updatedAtText: "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ')",
     insertAlias: "",
     // Assignments run left to right: `through` in IF() is still the stored value.
-    fenceUpsert: (expected) => `ON DUPLICATE KEY UPDATE through = IF(through = ${expected}, VALUES(through), NULL), label = VALUES(label), updated_at = VALUES(updated_at)`,
+    fenceUpsert: (expected) =>
+      `ON DUPLICATE KEY UPDATE through = IF(through = ${expected}, VALUES(through), NULL), label = VALUES(label), updated_at = VALUES(updated_at)`,
     settleLock: " FOR UPDATE",
   },
 };
@@ -56,12 +60,14 @@ const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
 /** SQLite's ledger, which libSQL shares: it stores ISO-8601 text and its writers read inside BEGIN IMMEDIATE, which needs no row lock. */
 function sqliteLedger(): LedgerDialect {
   return {
-    columns: "origin TEXT NOT NULL, namespace TEXT NOT NULL, through INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL, PRIMARY KEY (origin, namespace)",
+    columns:
+      "origin TEXT NOT NULL, namespace TEXT NOT NULL, through INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL, PRIMARY KEY (origin, namespace)",
     tableOptions: "",
     now: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
     updatedAtText: "updated_at",
     insertAlias: "",
-    fenceUpsert: (expected) => `ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN through = ${expected} THEN excluded.through END, label = excluded.label, updated_at = excluded.updated_at`,
+    fenceUpsert: (expected) =>
+      `ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN through = ${expected} THEN excluded.through END, label = excluded.label, updated_at = excluded.updated_at`,
     settleLock: "",
   };
 }

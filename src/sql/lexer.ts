@@ -141,7 +141,13 @@ function pgContinuation(sql: string, i: number): number {
  * `sparse`, only placeholders (`param`, `named`), each `;` and the token after it are kept: what
  * translating placeholders needs, without a token object per word.
  */
-export function tokenize(sql: string, dialect: Dialect, out: Token[] = [], checkParens = true, sparse = false): Token[] {
+export function tokenize(
+  sql: string,
+  dialect: Dialect,
+  out: Token[] = [],
+  checkParens = true,
+  sparse = false,
+): Token[] {
   const lexer = DIALECT_TRAITS[dialect].lexer;
   const my = lexer === "mysql";
   const pg = lexer === "postgres";
@@ -197,7 +203,8 @@ export function tokenize(sql: string, dialect: Dialect, out: Token[] = [], check
       // `/*!…*/` (MySQL, MariaDB) and `/*M!…*/` (MariaDB) are executed, not ignored: reading
       // them as comments would hide SQL from us.
       if (my) {
-        const bang = sql.charCodeAt(i + 2) === 33 ? 3 : sql.charCodeAt(i + 2) === 77 && sql.charCodeAt(i + 3) === 33 ? 4 : 0;
+        const bang =
+          sql.charCodeAt(i + 2) === 33 ? 3 : sql.charCodeAt(i + 2) === 77 && sql.charCodeAt(i + 3) === 33 ? 4 : 0;
         if (bang > 0) fail(`${EXECUTABLE_COMMENT} ${sql.slice(i, i + bang)}…*/ at offset ${i} is not supported`, sql);
       }
       i = skipBlockComment(sql, i, pg);
@@ -207,7 +214,8 @@ export function tokenize(sql: string, dialect: Dialect, out: Token[] = [], check
       let num = 0;
       if (i > start + 1) {
         num = Number(sql.slice(start + 1, i));
-        if (num < 1 || num > MAX_PARAM_NUMBER) fail(`placeholder ${sql.slice(start, i)} at offset ${start} is out of range 1…${MAX_PARAM_NUMBER}`, sql);
+        if (num < 1 || num > MAX_PARAM_NUMBER)
+          fail(`placeholder ${sql.slice(start, i)} at offset ${start} is out of range 1…${MAX_PARAM_NUMBER}`, sql);
       }
       push("param", start, i, depth, num);
     } else if (c === 40) {
@@ -250,7 +258,12 @@ export function tokenize(sql: string, dialect: Dialect, out: Token[] = [], check
           push("string", start, i);
         }
       }
-    } else if (lite && (c === 58 || c === 64 || c === 36 || c === 35) && isWordChar(next) && !(c === 58 && sql.charCodeAt(i - 1) === 58)) {
+    } else if (
+      lite &&
+      (c === 58 || c === 64 || c === 36 || c === 35) &&
+      isWordChar(next) &&
+      !(c === 58 && sql.charCodeAt(i - 1) === 58)
+    ) {
       // SQLite binds :name, @name, $name (and #name) as named parameters. `::name` is not one:
       // SQLite refuses `::` as an illegal token, so it never binds anything.
       i++;
@@ -263,12 +276,14 @@ export function tokenize(sql: string, dialect: Dialect, out: Token[] = [], check
       // continued on a later line (`E'a'` newline `'b\'c'`) stays in escape mode.
       if (pg && i === start + 1 && (c === 69 || c === 101) && sql.charCodeAt(i) === 39) {
         i = skipQuoted(sql, i, 39, true, "string literal");
-        for (let j = pgContinuation(sql, i); j >= 0; j = pgContinuation(sql, i)) i = skipQuoted(sql, j, 39, true, "string literal");
+        for (let j = pgContinuation(sql, i); j >= 0; j = pgContinuation(sql, i))
+          i = skipQuoted(sql, j, 39, true, "string literal");
         push("string", start, i);
       } else push("word", start, i);
     } else push("op", start, ++i);
   }
-  if (depth > 0 && checkParens) fail(`unbalanced parentheses: '(' at offset ${opens[opens.length - 1]} is never closed`, sql);
+  if (depth > 0 && checkParens)
+    fail(`unbalanced parentheses: '(' at offset ${opens[opens.length - 1]} is never closed`, sql);
   return out;
 }
 

@@ -18,7 +18,11 @@ export interface SchemaStep {
 
 /** The delivery ledger table. */
 export function ledgerStep(table: string, dialect: Dialect): SchemaStep {
-  return { what: `ledger table ${table}`, ddl: ledgerDdl(table, dialect), probe: { sql: ledgerProbeSql(table, dialect), args: [], present: "ok" } };
+  return {
+    what: `ledger table ${table}`,
+    ddl: ledgerDdl(table, dialect),
+    probe: { sql: ledgerProbeSql(table, dialect), args: [], present: "ok" },
+  };
 }
 
 /** The compatibility mode's `outbox_seq` column and its unique index on an injected table. */
@@ -27,7 +31,11 @@ export function injectedSteps(table: string, dialect: Dialect): SchemaStep[] {
   const index = seqIndexName(table);
   const indexProbe = seqIndexProbe(table, dialect);
   return [
-    { what: `outbox_seq column of ${table}`, ddl: addColumn, probe: { sql: `SELECT outbox_seq FROM ${quoteIdent(table, dialect)} WHERE 1 = 0`, args: [], present: "ok" } },
+    {
+      what: `outbox_seq column of ${table}`,
+      ddl: addColumn,
+      probe: { sql: `SELECT outbox_seq FROM ${quoteIdent(table, dialect)} WHERE 1 = 0`, args: [], present: "ok" },
+    },
     { what: `unique index ${index}`, ddl: createIndex, probe: { ...indexProbe, present: "row" } },
   ];
 }

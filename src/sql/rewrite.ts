@@ -2,8 +2,6 @@ import { InvalidArgumentError } from "../errors.ts";
 import type { BindValue, Dialect } from "../vocabulary.ts";
 import { bindTemplate, rewriteTemplate } from "./template.ts";
 
-
-
 /** Options of `injectOutboxSeq`. */
 export interface InjectOptions {
   /**
@@ -32,7 +30,8 @@ export function injectOutboxSeq(
   dialect: Dialect,
   options: InjectOptions = {},
 ): RewrittenStatement {
-  if (!Number.isSafeInteger(seq) || seq < 1) throw new InvalidArgumentError(`outbox seq must be a positive safe integer, got ${String(seq)}`);
+  if (!Number.isSafeInteger(seq) || seq < 1)
+    throw new InvalidArgumentError(`outbox seq must be a positive safe integer, got ${String(seq)}`);
   const template = rewriteTemplate(sql, dialect, args.length, { inject: true, compat: options.compat });
   return { sql: template.sql, args: bindTemplate(template, args, seq) };
 }

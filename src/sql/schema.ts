@@ -66,7 +66,10 @@ const SEQ_SCHEMA: Readonly<Record<Dialect, SeqSchema>> = {
     createIndex: (idx, t) => `CREATE UNIQUE INDEX IF NOT EXISTS ${idx} ON ${t} (outbox_seq) WHERE outbox_seq != 0`,
     dropIndex: (idx) => `DROP INDEX IF EXISTS ${idx}`,
     dropColumn: (t) => `ALTER TABLE ${t} DROP COLUMN IF EXISTS outbox_seq`,
-    indexProbe: (index) => ({ sql: "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = $1", args: [index] }),
+    indexProbe: (index) => ({
+      sql: "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = $1",
+      args: [index],
+    }),
   },
   mysql: {
     // Portable across MySQL 8 and MariaDB (MySQL has no IF NOT EXISTS here).

@@ -45,8 +45,24 @@ function isSeqColumn(sql: string, t: Token): boolean {
 
 // MySQL/MariaDB built-in aggregate functions (a window function always carries OVER).
 const AGGREGATES = new Set([
-  "AVG", "BIT_AND", "BIT_OR", "BIT_XOR", "COUNT", "GROUP_CONCAT", "JSON_ARRAYAGG", "JSON_OBJECTAGG", "MAX", "MIN",
-  "STD", "STDDEV", "STDDEV_POP", "STDDEV_SAMP", "SUM", "VARIANCE", "VAR_POP", "VAR_SAMP",
+  "AVG",
+  "BIT_AND",
+  "BIT_OR",
+  "BIT_XOR",
+  "COUNT",
+  "GROUP_CONCAT",
+  "JSON_ARRAYAGG",
+  "JSON_OBJECTAGG",
+  "MAX",
+  "MIN",
+  "STD",
+  "STDDEV",
+  "STDDEV_POP",
+  "STDDEV_SAMP",
+  "SUM",
+  "VARIANCE",
+  "VAR_POP",
+  "VAR_SAMP",
 ]);
 
 function reject(reason: string, sql: string): never {
@@ -81,7 +97,10 @@ export function recognise(sql: string, dialect: Dialect): Shape {
     const t = all[k]!;
     if (t.kind === ";") reject(`more than one statement: ';' at offset ${t.start} is followed by more SQL`, sql);
     if (t.kind === "named") {
-      reject(`named or numbered-dollar placeholder ${sql.slice(t.start, t.end)} at offset ${t.start} is not supported; use ?`, sql);
+      reject(
+        `named or numbered-dollar placeholder ${sql.slice(t.start, t.end)} at offset ${t.start} is not supported; use ?`,
+        sql,
+      );
     }
   }
   const tokens = count === all.length ? all : all.slice(0, count);
@@ -90,7 +109,8 @@ export function recognise(sql: string, dialect: Dialect): Shape {
   if (isKeyword(sql, first, "INSERT")) return recogniseInsert(sql, tokens, dialect);
   if (isKeyword(sql, first, "UPDATE")) return recogniseUpdate(sql, tokens);
   if (isKeyword(sql, first, "REPLACE")) reject("REPLACE is not supported (it deletes and re-inserts rows)", sql);
-  if (isKeyword(sql, first, "WITH")) reject("statements starting with WITH (common table expressions) are not supported", sql);
+  if (isKeyword(sql, first, "WITH"))
+    reject("statements starting with WITH (common table expressions) are not supported", sql);
   return reject(`only INSERT and UPDATE can be rewritten, got ${describe(sql, first)}`, sql);
 }
 
@@ -116,7 +136,12 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
   i = afterTable;
   const open = tokens[i];
   if (open?.kind !== "(") {
-    if (isKeyword(sql, open, "VALUES") || isKeyword(sql, open, "SELECT") || isKeyword(sql, open, "DEFAULT") || isKeyword(sql, open, "SET")) {
+    if (
+      isKeyword(sql, open, "VALUES") ||
+      isKeyword(sql, open, "SELECT") ||
+      isKeyword(sql, open, "DEFAULT") ||
+      isKeyword(sql, open, "SET")
+    ) {
       reject("INSERT without an explicit column list", sql);
     }
     reject(`expected the column list after the table name, got ${describe(sql, open)}`, sql);
@@ -127,7 +152,8 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
   for (;;) {
     const name = tokens[i];
     if (name === undefined || (name.kind !== "word" && name.kind !== "quoted")) {
-      if (columnCount === 0 && (isKeyword(sql, name, "SELECT") || isKeyword(sql, name, "WITH"))) reject("INSERT … SELECT is not supported", sql);
+      if (columnCount === 0 && (isKeyword(sql, name, "SELECT") || isKeyword(sql, name, "WITH")))
+        reject("INSERT … SELECT is not supported", sql);
       reject(`column list must hold plain column names, got ${describe(sql, name)}`, sql);
     }
     if (isSeqColumn(sql, name)) reject("the statement already sets outbox_seq", sql);
@@ -140,7 +166,8 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
   const columnsClose = tokens[i - 1]!;
   const kw = tokens[i];
   if (!isKeyword(sql, kw, "VALUES")) {
-    if (isKeyword(sql, kw, "SELECT") || isKeyword(sql, kw, "WITH") || kw?.kind === "(") reject("INSERT … SELECT is not supported", sql);
+    if (isKeyword(sql, kw, "SELECT") || isKeyword(sql, kw, "WITH") || kw?.kind === "(")
+      reject("INSERT … SELECT is not supported", sql);
     if (isKeyword(sql, kw, "DEFAULT")) reject("INSERT … DEFAULT VALUES is not supported", sql);
     reject(`expected VALUES after the column list, got ${describe(sql, kw)}`, sql);
   }
@@ -169,12 +196,24 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
       continue;
     }
     if (subquery === undefined && isKeyword(sql, t, "SELECT")) subquery = t;
-    if (aggregate === undefined && t.kind === "word" && (isKeyword(sql, t, "OVER") || (tokens[j + 1]?.kind === "(" && AGGREGATES.has(sql.slice(t.start, t.end).toUpperCase())))) aggregate = t;
-    if (elementTokens === 0 && isKeyword(sql, t, "DEFAULT") && (tokens[j + 1]?.kind === "," || tokens[j + 1]?.kind === ")")) hasDefault = true;
+    if (
+      aggregate === undefined &&
+      t.kind === "word" &&
+      (isKeyword(sql, t, "OVER") ||
+        (tokens[j + 1]?.kind === "(" && AGGREGATES.has(sql.slice(t.start, t.end).toUpperCase())))
+    )
+      aggregate = t;
+    if (
+      elementTokens === 0 &&
+      isKeyword(sql, t, "DEFAULT") &&
+      (tokens[j + 1]?.kind === "," || tokens[j + 1]?.kind === ")")
+    )
+      hasDefault = true;
     elementTokens++;
   }
   if (valuesClose === undefined) return reject("unbalanced parentheses in VALUES", sql); // the lexer already guarantees balance
-  if (elementTokens === 0) reject(values === 0 ? "empty VALUES list" : `empty element in VALUES at offset ${valuesClose.start}`, sql);
+  if (elementTokens === 0)
+    reject(values === 0 ? "empty VALUES list" : `empty element in VALUES at offset ${valuesClose.start}`, sql);
   values++;
   if (values !== columnCount) reject(`column list names ${columnCount} columns but VALUES has ${values} values`, sql);
   const after = tokens[j + 1];
@@ -188,12 +227,21 @@ function recogniseInsert(sql: string, tokens: Token[], dialect: Dialect): Insert
     if (hasDefault) reject("DEFAULT in VALUES is not supported on mysql (the rewrite is an INSERT … SELECT)", sql);
     // Inside INSERT … SELECT, MySQL does not turn a subquery's conversion warnings into errors
     // the way strict mode does for VALUES: the rewrite could store a row the original refuses.
-    if (subquery !== undefined) reject(`a subquery in VALUES (offset ${subquery.start}) is not supported on mysql (the rewrite is an INSERT … SELECT, which would relax strict mode)`, sql);
+    if (subquery !== undefined)
+      reject(
+        `a subquery in VALUES (offset ${subquery.start}) is not supported on mysql (the rewrite is an INSERT … SELECT, which would relax strict mode)`,
+        sql,
+      );
     // VALUES refuses aggregate and window functions ("Invalid use of group function"); the
     // SELECT of the rewrite computes them over its one row and stores what the original refuses.
     if (aggregate !== undefined) {
-      const what = isKeyword(sql, aggregate, "OVER") ? "a window function (OVER)" : `the aggregate function ${sql.slice(aggregate.start, aggregate.end)}()`;
-      reject(`${what} in VALUES (offset ${aggregate.start}) is not supported on mysql (VALUES refuses it, the rewrite's INSERT … SELECT would compute it)`, sql);
+      const what = isKeyword(sql, aggregate, "OVER")
+        ? "a window function (OVER)"
+        : `the aggregate function ${sql.slice(aggregate.start, aggregate.end)}()`;
+      reject(
+        `${what} in VALUES (offset ${aggregate.start}) is not supported on mysql (VALUES refuses it, the rewrite's INSERT … SELECT would compute it)`,
+        sql,
+      );
     }
   }
   return {
@@ -214,7 +262,10 @@ function recogniseUpdate(sql: string, tokens: Token[]): UpdateShape {
   const afterTable = skipTableName(tokens, 1);
   if (afterTable < 0) reject(`expected a table name after UPDATE, got ${describe(sql, tokens[1])}`, sql);
   if (!isKeyword(sql, tokens[afterTable], "SET")) {
-    reject(`expected SET after the table name (aliases, joins and multi-table UPDATE are not supported), got ${describe(sql, tokens[afterTable])}`, sql);
+    reject(
+      `expected SET after the table name (aliases, joins and multi-table UPDATE are not supported), got ${describe(sql, tokens[afterTable])}`,
+      sql,
+    );
   }
   // SET runs to the first top-level clause keyword.
   const setFirst = afterTable + 1;
@@ -228,7 +279,14 @@ function recogniseUpdate(sql: string, tokens: Token[]): UpdateShape {
   for (; i < tokens.length; i++) {
     const t = tokens[i]!;
     if (t.depth === 0) {
-      if (t.kind === "word" && (isKeyword(sql, t, "WHERE") || isKeyword(sql, t, "FROM") || isKeyword(sql, t, "ORDER") || isKeyword(sql, t, "LIMIT") || isKeyword(sql, t, "RETURNING"))) {
+      if (
+        t.kind === "word" &&
+        (isKeyword(sql, t, "WHERE") ||
+          isKeyword(sql, t, "FROM") ||
+          isKeyword(sql, t, "ORDER") ||
+          isKeyword(sql, t, "LIMIT") ||
+          isKeyword(sql, t, "RETURNING"))
+      ) {
         // `x IS DISTINCT FROM y` is an expression, not UPDATE … FROM.
         if (!(isKeyword(sql, t, "FROM") && isKeyword(sql, tokens[i - 1], "DISTINCT"))) break;
       }

@@ -29,7 +29,8 @@ export class StatementCache {
    * exactly `argCount` arguments and, with `inject`, one the rewriter accepts.
    */
   check(table: string, sql: string, argCount: number, inject: boolean): void {
-    if (typeof sql !== "string") throw new InvalidStatementError(`SQL text must be a string, got ${sql === null ? "null" : typeof sql}`, table);
+    if (typeof sql !== "string")
+      throw new InvalidStatementError(`SQL text must be a string, got ${sql === null ? "null" : typeof sql}`, table);
     const verdict = this.verdicts.get(sql, () => reasonOf(() => validateStatement(sql, this.dialect)));
     if (typeof verdict === "string") throw new InvalidStatementError(verdict, table);
     if (verdict !== argCount) checkStatement(sql, argCount, this.dialect, table); // throws, with the full reason

@@ -9,14 +9,48 @@ import { rewriteTemplate } from "./template.ts";
 // First keywords of the statements a remote may run from an outbox: DML (upserts are INSERTs),
 // queries run for their effect (`SELECT pg_notify(…)`), procedure calls and DDL.
 const STATEMENT_KEYWORDS = [
-  "INSERT", "UPDATE", "DELETE", "REPLACE", "MERGE", "WITH", "SELECT", "VALUES", "CALL", "DO",
-  "CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME", "COMMENT", "GRANT", "REVOKE", "NOTIFY", "REFRESH", "ANALYZE",
+  "INSERT",
+  "UPDATE",
+  "DELETE",
+  "REPLACE",
+  "MERGE",
+  "WITH",
+  "SELECT",
+  "VALUES",
+  "CALL",
+  "DO",
+  "CREATE",
+  "ALTER",
+  "DROP",
+  "TRUNCATE",
+  "RENAME",
+  "COMMENT",
+  "GRANT",
+  "REVOKE",
+  "NOTIFY",
+  "REFRESH",
+  "ANALYZE",
 ];
 // Statements that steer the connection or its transaction, which belong to the drain: a COMMIT
 // in a batch would commit half of it without the delivery ledger.
 const SESSION_KEYWORDS = [
-  "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "SET", "RESET", "USE",
-  "LOCK", "UNLOCK", "PRAGMA", "ATTACH", "DETACH", "VACUUM",
+  "BEGIN",
+  "START",
+  "COMMIT",
+  "END",
+  "ROLLBACK",
+  "ABORT",
+  "SAVEPOINT",
+  "RELEASE",
+  "SET",
+  "RESET",
+  "USE",
+  "LOCK",
+  "UNLOCK",
+  "PRAGMA",
+  "ATTACH",
+  "DETACH",
+  "VACUUM",
 ];
 
 /** What one dialect's lexer read in a statement text, up to its end or the point it failed. */
@@ -41,7 +75,17 @@ interface Reading {
 }
 
 function read(sql: string, dialect: Dialect, checkParens: boolean): Reading {
-  const r: Reading = { dialect, statements: 0, second: -1, empty: -1, args: 0, placeholders: 0, named: null, first: null, failure: null };
+  const r: Reading = {
+    dialect,
+    statements: 0,
+    second: -1,
+    empty: -1,
+    args: 0,
+    placeholders: 0,
+    named: null,
+    first: null,
+    failure: null,
+  };
   // On a failure the tokens read before it still count: a second statement seen by then is one.
   const tokens: Token[] = [];
   try {
@@ -103,7 +147,8 @@ export function validateStatement(sql: string, dialect: Dialect | null): number 
   const dialects = dialect === null ? LEXER_DIALECTS : [dialect];
   const readings = dialects.map((d) => read(sql, d, true));
   // Without a dialect, say whose reading refused it: a producer that knows its target can say so.
-  const as = (r: Reading) => (dialect === null ? ` (as ${r.dialect} reads it; set the producer's dialect if the target is another engine)` : "");
+  const as = (r: Reading) =>
+    dialect === null ? ` (as ${r.dialect} reads it; set the producer's dialect if the target is another engine)` : "";
   for (const r of readings) {
     if (r.second >= 0) refuse(`more than one statement: ';' at offset ${r.second} is followed by more SQL${as(r)}`);
     // An executable comment is SQL hidden from every other reading: never accept it.
@@ -111,7 +156,11 @@ export function validateStatement(sql: string, dialect: Dialect | null): number 
   }
   const ok = readings.filter((r) => r.failure === null);
   if (ok.length === 0) {
-    refuse(dialect === null ? `no SQL dialect can read it: ${readings.map((r) => `${r.dialect}: ${r.failure}`).join("; ")}` : readings[0]!.failure!);
+    refuse(
+      dialect === null
+        ? `no SQL dialect can read it: ${readings.map((r) => `${r.dialect}: ${r.failure}`).join("; ")}`
+        : readings[0]!.failure!,
+    );
   }
   for (const r of ok) {
     if (r.empty >= 0) refuse(`empty statement before ';' at offset ${r.empty}${as(r)}`);
@@ -120,17 +169,26 @@ export function validateStatement(sql: string, dialect: Dialect | null): number 
   const args = ok[0]!.args;
   if (ok.some((r) => r.args !== args)) {
     const counts = ok.map((r) => `${r.dialect}: ${r.args}`).join(", ");
-    refuse(`the SQL dialects read different placeholder counts (${counts}): a literal or comment means different things to them; set the producer's dialect`);
+    refuse(
+      `the SQL dialects read different placeholder counts (${counts}): a literal or comment means different things to them; set the producer's dialect`,
+    );
   }
   for (const r of ok) {
-    if (r.named !== null) refuse(`named or numbered-dollar placeholder ${r.named.text} at offset ${r.named.at} is not supported${as(r)}; use ?`);
+    if (r.named !== null)
+      refuse(
+        `named or numbered-dollar placeholder ${r.named.text} at offset ${r.named.at} is not supported${as(r)}; use ?`,
+      );
     const first = r.first!;
     const text = sql.slice(first.start, Math.min(first.end, first.start + 30));
     if (first.word && SESSION_KEYWORDS.some((k) => wordIs(sql, first.start, first.end, k))) {
-      refuse(`${text.toUpperCase()} steers the connection or its transaction, which the drain owns (each batch runs in one transaction with its delivery ledger)`);
+      refuse(
+        `${text.toUpperCase()} steers the connection or its transaction, which the drain owns (each batch runs in one transaction with its delivery ledger)`,
+      );
     }
     if (!first.word || !STATEMENT_KEYWORDS.some((k) => wordIs(sql, first.start, first.end, k))) {
-      refuse(`'${text}' at offset ${first.start} does not start a statement (expected ${STATEMENT_KEYWORDS.join(", ")})`);
+      refuse(
+        `'${text}' at offset ${first.start} does not start a statement (expected ${STATEMENT_KEYWORDS.join(", ")})`,
+      );
     }
   }
   return args;
@@ -145,10 +203,12 @@ export function checkStatement(sql: string, argCount: number, dialect: Dialect |
   try {
     needed = validateStatement(sql, dialect);
   } catch (error) {
-    if (error instanceof InvalidStatementError && table !== undefined) throw new InvalidStatementError(error.reason, table);
+    if (error instanceof InvalidStatementError && table !== undefined)
+      throw new InvalidStatementError(error.reason, table);
     throw error;
   }
-  if (needed !== argCount) throw new InvalidStatementError(argCountProblem(sql, countPlaceholders(sql, dialect), needed, argCount), table);
+  if (needed !== argCount)
+    throw new InvalidStatementError(argCountProblem(sql, countPlaceholders(sql, dialect), needed, argCount), table);
 }
 
 /**

@@ -30,12 +30,20 @@ export interface TemplateOptions {
  * `UnsupportedStatementError` (with `reason`) where those do, `InvalidArgumentError` for an
  * unknown dialect. Pure: the same inputs always give the same template.
  */
-export function rewriteTemplate(sql: string, dialect: Dialect, argCount: number, options: TemplateOptions): RewriteTemplate {
+export function rewriteTemplate(
+  sql: string,
+  dialect: Dialect,
+  argCount: number,
+  options: TemplateOptions,
+): RewriteTemplate {
   checkDialect(dialect);
   if (!options.inject) return placeholderTemplate(sql, dialect, argCount);
   const compat = options.compat === true;
   if (compat && !DIALECT_TRAITS[dialect].compat) {
-    throw new UnsupportedStatementError(`compat mode reproduces the reference's SQLite forms and exists only for sqlite/libsql, not ${dialect}`, sql);
+    throw new UnsupportedStatementError(
+      `compat mode reproduces the reference's SQLite forms and exists only for sqlite/libsql, not ${dialect}`,
+      sql,
+    );
   }
   const shape = recognise(sql, dialect);
   const { params, argIndex } = resolveParams(sql, shape.tokens, argCount);
@@ -78,14 +86,22 @@ function placeholderTemplate(sql: string, dialect: Dialect, argCount: number): R
     if (kind === "param") {
       params++;
       // MySQL does not know `?NNN`, and MariaDB refuses a `?` touching a word (`?AND`).
-      if (my && (t.num !== 0 || isWordChar(sql.charCodeAt(t.start - 1)) || isWordChar(sql.charCodeAt(t.end)))) mysqlWork = true;
+      if (my && (t.num !== 0 || isWordChar(sql.charCodeAt(t.start - 1)) || isWordChar(sql.charCodeAt(t.end))))
+        mysqlWork = true;
     } else if (kind === ";") {
-      if (k < last) throw new UnsupportedStatementError(`more than one statement: ';' at offset ${t.start} is followed by more SQL`, sql);
+      if (k < last)
+        throw new UnsupportedStatementError(
+          `more than one statement: ';' at offset ${t.start} is followed by more SQL`,
+          sql,
+        );
     } else if (kind === "named" && native === undefined) native = t;
   }
   if (traits.readsQuestionMarks || params === 0 || (my && !mysqlWork)) return identity(sql, argCount);
   if (native !== undefined) {
-    throw new UnsupportedStatementError(`statement mixes ? placeholders with ${sql.slice(native.start, native.end)} at offset ${native.start}`, sql);
+    throw new UnsupportedStatementError(
+      `statement mixes ? placeholders with ${sql.slice(native.start, native.end)} at offset ${native.start}`,
+      sql,
+    );
   }
   const resolved = resolveParams(sql, tokens, argCount);
   const out = new Emitter(sql, resolved.params, resolved.argIndex, dialect).copyTo(sql.length);

@@ -30,7 +30,9 @@ export function commentPoint(sql: string, dialect: Dialect): number {
 
 /** `sql` with the comment of `traceparent` at `at` (see commentPoint). */
 export function withTraceComment(sql: string, at: number, traceparent: string): string {
-  return at === sql.length ? sql + traceComment(traceparent) : sql.slice(0, at) + traceComment(traceparent) + sql.slice(at);
+  return at === sql.length
+    ? sql + traceComment(traceparent)
+    : sql.slice(0, at) + traceComment(traceparent) + sql.slice(at);
 }
 
 /**
@@ -41,7 +43,8 @@ export function withTraceComment(sql: string, at: number, traceparent: string): 
  */
 export function splitTraceComment(sql: string): { base: string; comment: string; fromEnd: number } | null {
   const open = sql.lastIndexOf(OPEN);
-  if (open < 1 || sql.charCodeAt(open - 1) !== 32 || sql.substr(open + OPEN.length + 55, CLOSE.length) !== CLOSE) return null;
+  if (open < 1 || sql.charCodeAt(open - 1) !== 32 || sql.substr(open + OPEN.length + 55, CLOSE.length) !== CLOSE)
+    return null;
   const start = open - 1;
   const end = start + COMMENT_LENGTH;
   return { base: sql.slice(0, start) + sql.slice(end), comment: sql.slice(start, end), fromEnd: sql.length - end };

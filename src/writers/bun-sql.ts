@@ -5,7 +5,12 @@ import { maskCause, maskSecrets, urlPassword } from "../masking.ts";
 import { withTimeout } from "../timeout.ts";
 import { booleanKey, type Connection, numberKey, stringKey } from "./connection.ts";
 import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
-import { DEFAULT_BATCH_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS, describeServer } from "./server-keys.ts";
+import {
+  DEFAULT_BATCH_TIMEOUT_S,
+  DEFAULT_CONNECT_TIMEOUT_S,
+  DEFAULT_MAX_CONNECTIONS,
+  describeServer,
+} from "./server-keys.ts";
 import { statementKind } from "./statement-kind.ts";
 import { unitOf, type OutboxWriter, type Statement, type WriteResult } from "./writer.ts";
 
@@ -77,7 +82,14 @@ export class BunSqlWriter implements OutboxWriter {
     if (stmts.length === 0) return [];
     // The connection this call is using, so its timeout closes it (and no other call's).
     const inFlight: InFlight = { reserved: null, timedOut: false };
-    const work = runIsolated(stmts, (s, checking) => this.#pass(s, inFlight, checking), this.#classify, (m, e, misconfigured) => this.#fail(m, e, misconfigured), this.dialect, { coalesce: this.#coalesce });
+    const work = runIsolated(
+      stmts,
+      (s, checking) => this.#pass(s, inFlight, checking),
+      this.#classify,
+      (m, e, misconfigured) => this.#fail(m, e, misconfigured),
+      this.dialect,
+      { coalesce: this.#coalesce },
+    );
     return withTimeout(work, this.#batchTimeoutMs, () => {
       // Closing the connection makes the pipelined queries reject and the server roll back.
       inFlight.timedOut = true;
@@ -124,23 +136,27 @@ export class BunSqlWriter implements OutboxWriter {
       // default (a warning, not an error), and the duplicate-absorbing INSERT … SELECT form
       // would even differ from the original VALUES statement.
       const begin = settle(reserved.unsafe(this.dialect === "postgres" ? PG_BEGIN : MYSQL_BEGIN));
-      const immediate = checking && this.dialect === "postgres" ? settle(reserved.unsafe("SET CONSTRAINTS ALL IMMEDIATE")) : undefined;
+      const immediate =
+        checking && this.dialect === "postgres" ? settle(reserved.unsafe("SET CONSTRAINTS ALL IMMEDIATE")) : undefined;
       const running = stmts.map((s) => settle(this.#run(reserved, s)));
       const began = await begin;
       if ("error" in began) throw this.#fail(`BEGIN failed: ${errorText(began.error)}`, began.error);
       const set = await immediate;
       if (set && "error" in set) throw this.#fail(`SET CONSTRAINTS failed: ${errorText(set.error)}`, set.error);
       const outcomes: Outcome[] = await Promise.all(running);
-      const committed = this.dialect === "postgres" ? outcomes.every((o) => "result" in o) : this.#isolatedByServer(stmts, outcomes);
+      const committed =
+        this.dialect === "postgres" ? outcomes.every((o) => "result" in o) : this.#isolatedByServer(stmts, outcomes);
       const ended = await settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK"));
       // PostgreSQL ends the transaction (rolled back) when COMMIT fails a deferred constraint.
       if (committed && this.dialect === "postgres" && "error" in ended && this.#classify(ended.error).kind === "row") {
         return { outcomes, committed: false, commitError: ended.error };
       }
-      if ("error" in ended) throw this.#fail(`${committed ? "COMMIT" : "ROLLBACK"} failed: ${errorText(ended.error)}`, ended.error);
+      if ("error" in ended)
+        throw this.#fail(`${committed ? "COMMIT" : "ROLLBACK"} failed: ${errorText(ended.error)}`, ended.error);
       // PostgreSQL answers COMMIT with the tag ROLLBACK when the transaction had failed.
       const tag = (ended.result as { command?: unknown }).command;
-      if (committed && this.dialect === "postgres" && tag !== "COMMIT") throw this.#fail(`COMMIT was answered with ${String(tag)}`, undefined);
+      if (committed && this.dialect === "postgres" && tag !== "COMMIT")
+        throw this.#fail(`COMMIT was answered with ${String(tag)}`, undefined);
       return { outcomes, committed };
     } finally {
       inFlight.reserved = null;
@@ -176,7 +192,10 @@ export class BunSqlWriter implements OutboxWriter {
     if (kind === "read") return { ok: true, rows: Array.from((await query.values()) as unknown[][]) };
     const result = (await query) as { count?: number | null; affectedRows?: number | null };
     if (kind === "ddl") return { ok: true, rowsAffected: 0 };
-    return { ok: true, rowsAffected: Number(this.dialect === "mysql" ? (result.affectedRows ?? 0) : (result.count ?? 0)) };
+    return {
+      ok: true,
+      rowsAffected: Number(this.dialect === "mysql" ? (result.affectedRows ?? 0) : (result.count ?? 0)),
+    };
   }
 
   /** A `WriteError` whose message and cause never contain the password. */

@@ -26,9 +26,15 @@ const PG_OUTAGE_CODES = new Set(["55P03", "55006"]);
 /** Errors Bun raises before sending a statement, because of the statement itself (bind values,
  *  parameter count): the statement's fault, not the server's. */
 const BUN_STATEMENT_CODES = new Set([
-  "ERR_OUT_OF_RANGE", "ERR_INVALID_ARG_TYPE", "ERR_INVALID_ARG_VALUE",
-  "ERR_POSTGRES_TOO_MANY_PARAMETERS", "ERR_POSTGRES_SYNTAX_ERROR", "ERR_POSTGRES_COPY_NOT_SUPPORTED",
-  "ERR_MYSQL_WRONG_NUMBER_OF_PARAMETERS_PROVIDED", "ERR_MYSQL_SYNTAX_ERROR", "ERR_MYSQL_OVERFLOW",
+  "ERR_OUT_OF_RANGE",
+  "ERR_INVALID_ARG_TYPE",
+  "ERR_INVALID_ARG_VALUE",
+  "ERR_POSTGRES_TOO_MANY_PARAMETERS",
+  "ERR_POSTGRES_SYNTAX_ERROR",
+  "ERR_POSTGRES_COPY_NOT_SUPPORTED",
+  "ERR_MYSQL_WRONG_NUMBER_OF_PARAMETERS_PROVIDED",
+  "ERR_MYSQL_SYNTAX_ERROR",
+  "ERR_MYSQL_OVERFLOW",
 ]);
 
 function bunStatementError(error: unknown): ErrorKind | undefined {
@@ -49,16 +55,16 @@ export function classifyPostgres(error: unknown): ErrorKind {
   if (typeof state !== "string" || !/^[0-9A-Z]{5}$/.test(state)) return bunStatementError(error) ?? OUTAGE;
   if (PG_MISCONFIGURED_CODES.has(state)) return { kind: "misconfigured", errorClass: state };
   if (PG_SCHEMA_CODES.has(state)) return { kind: "schema", errorClass: state };
-  if (PG_OUTAGE_CLASSES.has(state.slice(0, 2)) || PG_OUTAGE_CODES.has(state)) return { kind: "outage", errorClass: state };
+  if (PG_OUTAGE_CLASSES.has(state.slice(0, 2)) || PG_OUTAGE_CODES.has(state))
+    return { kind: "outage", errorClass: state };
   // 22 data, 23 integrity, 42 syntax/undefined object, 2B/2F/0A/21/27/44/P0/… : the statement's fault.
   return { kind: "row", errorClass: state };
 }
 
 /** MySQL/MariaDB server errors that describe the server or the session, not the statement. */
 const MYSQL_OUTAGE_ERRNOS = new Set([
-  1021, 1037, 1038, 1040, 1041, 1043, 1053, 1077, 1080, 1081, 1114, 1129, 1130,
-  1135, 1152, 1153, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1184, 1203, 1205, 1213, 1226,
-  1290, 1317, 1792, 1836, 1927, 3024, 4031,
+  1021, 1037, 1038, 1040, 1041, 1043, 1053, 1077, 1080, 1081, 1114, 1129, 1130, 1135, 1152, 1153, 1154, 1155, 1156,
+  1157, 1158, 1159, 1160, 1161, 1184, 1203, 1205, 1213, 1226, 1290, 1317, 1792, 1836, 1927, 3024, 4031,
 ]);
 
 /** MySQL/MariaDB (Bun.SQL `MySQLError`): server errnos below 2000 are per statement unless listed as
@@ -82,9 +88,21 @@ export function classifyMysql(error: unknown): ErrorKind {
 }
 
 /** SQLite primary result codes that are the statement's fault (constraint, SQL error, type, size, bind range). */
-const SQLITE_ROW_CODES = new Set(["SQLITE_CONSTRAINT", "SQLITE_ERROR", "SQLITE_MISMATCH", "SQLITE_TOOBIG", "SQLITE_RANGE"]);
+const SQLITE_ROW_CODES = new Set([
+  "SQLITE_CONSTRAINT",
+  "SQLITE_ERROR",
+  "SQLITE_MISMATCH",
+  "SQLITE_TOOBIG",
+  "SQLITE_RANGE",
+]);
 /** Hrana (remote libSQL) codes for a statement the server could not parse or bind. */
-const HRANA_ROW_CODES = new Set(["SQL_PARSE_ERROR", "SQL_INPUT_ERROR", "ARGS_INVALID", "SQL_NO_STATEMENT", "SQL_MANY_STATEMENTS"]);
+const HRANA_ROW_CODES = new Set([
+  "SQL_PARSE_ERROR",
+  "SQL_INPUT_ERROR",
+  "ARGS_INVALID",
+  "SQL_NO_STATEMENT",
+  "SQL_MANY_STATEMENTS",
+]);
 
 /** SQLite and libSQL: `code` is the (extended) result code name, e.g. `SQLITE_CONSTRAINT_NOTNULL`;
  *  BUSY/LOCKED/IOERR/FULL/CANTOPEN/CORRUPT/READONLY/NOMEM and network errors are outages. */
@@ -103,7 +121,8 @@ export function classifySqlite(error: unknown): ErrorKind {
 /** SQLite's own words for a missing table or column and for an ON CONFLICT target without a
  *  unique index: it reports all of them as plain SQLITE_ERROR (sqld: SQLITE_UNKNOWN or
  *  SQL_INPUT_ERROR), so the message is all there is to tell them from a broken statement. */
-const SQLITE_SCHEMA_MESSAGE = /no such table|no such column|has no column named|does not match any PRIMARY KEY or UNIQUE constraint/i;
+const SQLITE_SCHEMA_MESSAGE =
+  /no such table|no such column|has no column named|does not match any PRIMARY KEY or UNIQUE constraint/i;
 
 function isSqliteSchemaMessage(code: string, message: unknown): boolean {
   if (!/^(SQLITE_ERROR|SQLITE_UNKNOWN|SQL_INPUT_ERROR)$/.test(code)) return false;

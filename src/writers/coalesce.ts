@@ -22,7 +22,10 @@ function shapeOf(sql: string, dialect: Dialect): ValuesInsert | null {
  * The shape of a text the drain gave a trace comment (trace_comments), read from the text without
  * it — one lexing per statement text, not per row — and where the comment goes back in.
  */
-function commentedShapeOf(sql: string, dialect: Dialect): { shape: ValuesInsert | null; comment: ReturnType<typeof splitTraceComment> } {
+function commentedShapeOf(
+  sql: string,
+  dialect: Dialect,
+): { shape: ValuesInsert | null; comment: ReturnType<typeof splitTraceComment> } {
   const comment = splitTraceComment(sql);
   return { shape: shapeOf(comment === null ? sql : comment.base, dialect), comment };
 }
@@ -64,7 +67,14 @@ export function coalesce(stmts: readonly Statement[], dialect: Dialect): Coalesc
       const limit = maxRows(shape, dialect);
       while (j < stmts.length && j - i < limit) {
         const next = stmts[j]!;
-        if (next.fence || next.sql !== first.sql || next.namespace !== first.namespace || next.unit !== first.unit || next.args.length !== shape.width) break;
+        if (
+          next.fence ||
+          next.sql !== first.sql ||
+          next.namespace !== first.namespace ||
+          next.unit !== first.unit ||
+          next.args.length !== shape.width
+        )
+          break;
         j++;
       }
     }
@@ -80,8 +90,17 @@ export function coalesce(stmts: readonly Statement[], dialect: Dialect): Coalesc
         carried.push(k);
       }
       const text = textOf(shape!, j - i);
-      const sql = comment === null ? text : text.slice(0, text.length - comment.fromEnd) + comment.comment + text.slice(text.length - comment.fromEnd);
-      sent.push({ sql, args, namespace: first.namespace, seq: stmts[j - 1]!.seq, ...(first.unit === undefined ? {} : { unit: first.unit }) });
+      const sql =
+        comment === null
+          ? text
+          : text.slice(0, text.length - comment.fromEnd) + comment.comment + text.slice(text.length - comment.fromEnd);
+      sent.push({
+        sql,
+        args,
+        namespace: first.namespace,
+        seq: stmts[j - 1]!.seq,
+        ...(first.unit === undefined ? {} : { unit: first.unit }),
+      });
       members.push(carried);
     }
     i = j;

@@ -45,7 +45,8 @@ export function checkBooleans(connection: Connection, keys: string[]): Problem[]
 /** The `coalesce` key of every built-in writer. */
 export const COALESCE_KEY: ConnectionKey = {
   name: "coalesce",
-  description: "false sends every row as its own statement; by default runs of one table's same-text INSERTs go as multi-row statements (see docs/writers.md)",
+  description:
+    "false sends every row as its own statement; by default runs of one table's same-text INSERTs go as multi-row statements (see docs/writers.md)",
 };
 
 /** Problems for keys that are set but are not positive numbers (ports: integers 1–65535). */
@@ -56,7 +57,8 @@ export function checkNumbers(connection: Connection, keys: string[], options: { 
     if (raw === undefined || raw === null || raw === "") continue;
     const value = Number(raw);
     if (key === options.port) {
-      if (!Number.isInteger(value) || value < 1 || value > 65535) problems.push({ key, message: `must be a port number (1-65535), got ${JSON.stringify(raw)}` });
+      if (!Number.isInteger(value) || value < 1 || value > 65535)
+        problems.push({ key, message: `must be a port number (1-65535), got ${JSON.stringify(raw)}` });
     } else if (!Number.isFinite(value) || value <= 0) {
       problems.push({ key, message: `must be a positive number, got ${JSON.stringify(raw)}` });
     }
@@ -69,7 +71,11 @@ export function checkAliases(connection: Connection, aliases: string[][]): Probl
   const problems: Problem[] = [];
   for (const names of aliases) {
     const given = names.filter((n) => connection[n] !== undefined);
-    if (given.length > 1) problems.push({ key: given[1]!, message: `is an alias of "${given[0]}": set only one of ${given.map((n) => `"${n}"`).join(", ")}` });
+    if (given.length > 1)
+      problems.push({
+        key: given[1]!,
+        message: `is an alias of "${given[0]}": set only one of ${given.map((n) => `"${n}"`).join(", ")}`,
+      });
   }
   return problems;
 }

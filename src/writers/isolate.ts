@@ -49,7 +49,12 @@ export type Fail = (message: string, error: unknown, misconfigured?: boolean) =>
  * statement by statement — the same passes as without coalescing, one pass later.
  */
 export function runIsolated(
-  stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, dialect: Dialect, options: { coalesce?: boolean } = {},
+  stmts: Statement[],
+  pass: Pass,
+  classify: (error: unknown) => ErrorKind,
+  fail: Fail,
+  dialect: Dialect,
+  options: { coalesce?: boolean } = {},
 ): Promise<WriteResult[]> {
   const refused = stmts.map((s) => notOneStatement(s.sql, dialect));
   return isolate(stmts, pass, classify, fail, "batch", refused, options.coalesce === true ? dialect : null);
@@ -67,7 +72,11 @@ function notOneStatement(sql: string, dialect: Dialect): string | null {
   return counted(dialect).get(sql, () => {
     try {
       const n = statementCount(sql, dialect);
-      return n === 1 ? null : n === 0 ? "the statement text is empty" : `the text holds ${n} statements; a row must be exactly one`;
+      return n === 1
+        ? null
+        : n === 0
+          ? "the statement text is empty"
+          : `the text holds ${n} statements; a row must be exactly one`;
     } catch (error) {
       return (error as Error).message;
     }
@@ -79,7 +88,13 @@ function notOneStatement(sql: string, dialect: Dialect): string | null {
 type Mode = "batch" | "namespace" | "checking";
 
 async function isolate(
-  stmts: Statement[], pass: Pass, classify: (error: unknown) => ErrorKind, fail: Fail, initial: Mode, refused: Array<string | null> = [], coalesceFor: Dialect | null = null,
+  stmts: Statement[],
+  pass: Pass,
+  classify: (error: unknown) => ErrorKind,
+  fail: Fail,
+  initial: Mode,
+  refused: Array<string | null> = [],
+  coalesceFor: Dialect | null = null,
 ): Promise<WriteResult[]> {
   let mode = initial;
   const results: Array<WriteResult | undefined> = new Array(stmts.length);
@@ -91,7 +106,11 @@ async function isolate(
     const unit = unitOf(stmts[index]!);
     failedAt.set(unit, index);
     results[index] = result;
-    const skipped: WriteResult = { ok: false, skipped: true, error: `not applied: ${seq ? `seq ${seq}` : "a statement"} of namespace "${namespace}" failed in this batch` };
+    const skipped: WriteResult = {
+      ok: false,
+      skipped: true,
+      error: `not applied: ${seq ? `seq ${seq}` : "a statement"} of namespace "${namespace}" failed in this batch`,
+    };
     stmts.forEach((s, j) => {
       if (j !== index && unitOf(s) === unit) results[j] = skipped;
     });
@@ -100,7 +119,12 @@ async function isolate(
     const kind = classify(error);
     if (kind.kind === "outage") throw fail(errorText(error), error);
     if (kind.kind === "misconfigured") throw fail(errorText(error), error, true);
-    return { ok: false, error: errorText(error), errorClass: kind.errorClass, ...(kind.kind === "schema" ? { remoteSchema: true } : {}) };
+    return {
+      ok: false,
+      error: errorText(error),
+      errorClass: kind.errorClass,
+      ...(kind.kind === "schema" ? { remoteSchema: true } : {}),
+    };
   };
 
   // Text that is not one statement, or a value that is not a BindValue, is this statement's fault;
@@ -118,10 +142,17 @@ async function isolate(
   let active = stmts.map((_, i) => i).filter((i) => results[i] === undefined);
   let merging = coalesceFor;
   while (active.length > 0) {
-    const batch = merging === null ? null : coalesce(active.map((i) => stmts[i]!), merging);
+    const batch =
+      merging === null
+        ? null
+        : coalesce(
+            active.map((i) => stmts[i]!),
+            merging,
+          );
     const sent = batch === null ? active.map((i) => stmts[i]!) : batch.sent;
     const answer = await pass(sent, mode === "checking");
-    if (answer.outcomes.length !== sent.length) throw fail("internal error: a pass returned the wrong number of outcomes", undefined);
+    if (answer.outcomes.length !== sent.length)
+      throw fail("internal error: a pass returned the wrong number of outcomes", undefined);
     const { committed, commitError } = answer;
     let outcomes = answer.outcomes;
     if (batch !== null && batch.sent.length < active.length) {
@@ -137,7 +168,8 @@ async function isolate(
     if (commitError !== undefined && !committed) {
       // Checked only at COMMIT: no statement is blamed. If even a checking pass cannot blame one
       // (or the target itself failed), it is an outage as before.
-      if (mode === "checking" || classify(commitError).kind !== "row") throw fail(`COMMIT failed: ${errorText(commitError)}`, commitError);
+      if (mode === "checking" || classify(commitError).kind !== "row")
+        throw fail(`COMMIT failed: ${errorText(commitError)}`, commitError);
       const namespaces = [...new Set(active.map((i) => unitOf(stmts[i]!)))];
       if (mode === "namespace" || namespaces.length === 1) {
         mode = "checking";
@@ -145,7 +177,13 @@ async function isolate(
       }
       for (const namespace of namespaces) {
         const own = active.filter((i) => unitOf(stmts[i]!) === namespace);
-        const ownResults = await isolate(own.map((i) => stmts[i]!), pass, classify, fail, "namespace");
+        const ownResults = await isolate(
+          own.map((i) => stmts[i]!),
+          pass,
+          classify,
+          fail,
+          "namespace",
+        );
         own.forEach((i, j) => {
           results[i] = ownResults[j];
         });
@@ -161,15 +199,18 @@ async function isolate(
         const i = active[j]!;
         const failedHere = failedAt.has(unitOf(stmts[i]!));
         // A committed pass may hold failures only where nothing else of that namespace was applied.
-        if ("result" in o && failedHere) throw fail(`internal error: a pass committed seq ${stmts[i]!.seq} of a failed namespace`, undefined);
+        if ("result" in o && failedHere)
+          throw fail(`internal error: a pass committed seq ${stmts[i]!.seq} of a failed namespace`, undefined);
         if ("result" in o) results[i] = o.result;
-        else if ("notRun" in o && !failedHere) throw fail("internal error: a committed pass left a statement unrun", undefined);
+        else if ("notRun" in o && !failedHere)
+          throw fail("internal error: a committed pass left a statement unrun", undefined);
       });
       break;
     }
     const k = outcomes.findIndex((o) => !("result" in o));
     const failed = outcomes[k];
-    if (!failed || !("error" in failed)) throw fail("internal error: a pass rolled back without a failed statement", undefined);
+    if (!failed || !("error" in failed))
+      throw fail("internal error: a pass rolled back without a failed statement", undefined);
     failNamespace(active[k]!, failure(failed.error));
     active = active.filter((j) => results[j] === undefined);
   }
@@ -181,19 +222,24 @@ async function isolate(
    * namespaces of failed merged statements stay unanswered, to run again statement by statement.
    */
   function keepCommitted(active: number[], members: number[][], sentOutcomes: Outcome[]): void {
-    const rerun = new Set(members.filter((m, k) => m.length > 1 && "error" in sentOutcomes[k]!).map((m) => unitOf(stmts[active[m[0]!]!]!)));
+    const rerun = new Set(
+      members.filter((m, k) => m.length > 1 && "error" in sentOutcomes[k]!).map((m) => unitOf(stmts[active[m[0]!]!]!)),
+    );
     members.forEach((m, k) => {
       const o = sentOutcomes[k]!;
       const namespace = unitOf(stmts[active[m[0]!]!]!);
       if (rerun.has(namespace)) {
-        if ("result" in o) throw fail(`internal error: a pass committed seq ${stmts[active[m[0]!]!]!.seq} of a failed namespace`, undefined);
+        if ("result" in o)
+          throw fail(
+            `internal error: a pass committed seq ${stmts[active[m[0]!]!]!.seq} of a failed namespace`,
+            undefined,
+          );
         return;
       }
       if ("result" in o) {
         const each = m.length > 1 ? memberResult(o.result, m.length) : o.result;
         for (const j of m) results[active[j]!] = each;
-      }
-      else if ("error" in o && !failedAt.has(namespace)) failNamespace(active[m[0]!]!, failure(o.error));
+      } else if ("error" in o && !failedAt.has(namespace)) failNamespace(active[m[0]!]!, failure(o.error));
     });
   }
 }
@@ -225,7 +271,8 @@ function invalidArg(args: unknown): string | undefined {
   for (let i = 0; i < args.length; i++) {
     const v: unknown = args[i];
     const t = typeof v;
-    if (v === null || t === "string" || t === "number" || t === "bigint" || t === "boolean" || v instanceof Uint8Array) continue;
+    if (v === null || t === "string" || t === "number" || t === "bigint" || t === "boolean" || v instanceof Uint8Array)
+      continue;
     return `argument ${i + 1} is not a bind value (string, number, bigint, boolean, null or Uint8Array): got ${v === undefined ? "undefined" : Array.isArray(v) ? "an array" : t}`;
   }
   return undefined;
@@ -268,7 +315,9 @@ export async function blameDeferred(stmts: Statement[], tx: CheckingTransaction)
 
 /** An error shaped like SQLite's own for a foreign key violated at COMMIT. */
 function deferredViolation(count: number): Error {
-  const error = new Error(`FOREIGN KEY constraint failed (deferred: this statement leaves ${count} violation(s) that would fail the COMMIT)`);
+  const error = new Error(
+    `FOREIGN KEY constraint failed (deferred: this statement leaves ${count} violation(s) that would fail the COMMIT)`,
+  );
   return Object.assign(error, { code: "SQLITE_CONSTRAINT_FOREIGNKEY" });
 }
 
@@ -277,11 +326,16 @@ export function errorText(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   const e = error as Error & { code?: unknown; errno?: unknown; extendedCode?: unknown };
   const code =
-    typeof e.errno === "string" ? e.errno
-    : typeof e.extendedCode === "string" ? e.extendedCode
-    : typeof e.code === "string" && !e.code.startsWith("ERR_") ? e.code
-    : typeof e.errno === "number" && e.errno > 0 ? String(e.errno)
-    : typeof e.code === "string" ? e.code
-    : undefined;
+    typeof e.errno === "string"
+      ? e.errno
+      : typeof e.extendedCode === "string"
+        ? e.extendedCode
+        : typeof e.code === "string" && !e.code.startsWith("ERR_")
+          ? e.code
+          : typeof e.errno === "number" && e.errno > 0
+            ? String(e.errno)
+            : typeof e.code === "string"
+              ? e.code
+              : undefined;
   return code && !e.message.startsWith(code) ? `${code}: ${e.message}` : e.message;
 }

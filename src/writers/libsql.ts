@@ -3,7 +3,16 @@ import { ConfigError, WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
 import { maskCause, maskSecrets, maskUrl } from "../masking.ts";
 import { withTimeout } from "../timeout.ts";
-import { booleanKey, checkAliases, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, numberKey, stringKey } from "./connection.ts";
+import {
+  booleanKey,
+  checkAliases,
+  checkBooleans,
+  checkNumbers,
+  COALESCE_KEY,
+  type Connection,
+  numberKey,
+  stringKey,
+} from "./connection.ts";
 import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./writer-spec.ts";
 import { statementKind } from "./statement-kind.ts";
@@ -34,7 +43,8 @@ export class LibsqlWriter implements OutboxWriter {
 
   constructor(connection: Connection) {
     const url = stringKey(connection, "url", "db_url");
-    if (!url) throw new ConfigError('is required by the libsql writer (or its alias "db_url")', { keyPath: "connection.url" });
+    if (!url)
+      throw new ConfigError('is required by the libsql writer (or its alias "db_url")', { keyPath: "connection.url" });
     this.#url = url;
     this.#authToken = stringKey(connection, "auth_token", "db_token");
     this.#batchTimeoutMs = (numberKey(connection, "batch_timeout") ?? DEFAULT_LIBSQL_BATCH_TIMEOUT_S) * 1000;
@@ -50,7 +60,14 @@ export class LibsqlWriter implements OutboxWriter {
     // The client cannot cancel a request in flight; the batch is abandoned (not committed by us).
     // Should it commit late, the ledger row it moved makes the drain's next fence fail and the
     // drain settles from the ledger instead of delivering those rows again.
-    const work = runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)), classifyLibsql, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "libsql", { coalesce: this.#coalesce });
+    const work = runIsolated(
+      stmts,
+      (s, checking) => (checking ? this.#checkingPass(client, s) : this.#pass(client, s)),
+      classifyLibsql,
+      (m, e, misconfigured) => this.#fail(m, e, misconfigured),
+      "libsql",
+      { coalesce: this.#coalesce },
+    );
     return withTimeout(work, this.#batchTimeoutMs, () => {
       throw this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined);
     });
@@ -78,10 +95,19 @@ export class LibsqlWriter implements OutboxWriter {
     // would read as an outage and stall the target on one row. Report it as that statement's fault.
     for (let i = 0; i < stmts.length; i++) {
       const error = unsendable(stmts[i]!.args);
-      if (error) return { outcomes: stmts.map((_, j): Outcome => (j < i ? { result: { ok: true } } : j === i ? { error } : { notRun: true })), committed: false };
+      if (error)
+        return {
+          outcomes: stmts.map(
+            (_, j): Outcome => (j < i ? { result: { ok: true } } : j === i ? { error } : { notRun: true }),
+          ),
+          committed: false,
+        };
     }
     try {
-      const results = await client.batch(stmts.map((s) => ({ sql: s.sql, args: s.args.map(integral) as InArgs })), "write");
+      const results = await client.batch(
+        stmts.map((s) => ({ sql: s.sql, args: s.args.map(integral) as InArgs })),
+        "write",
+      );
       return { outcomes: results.map((rs, i) => ({ result: toResult(stmts[i]!, rs) })), committed: true };
     } catch (error) {
       const index = (error as { statementIndex?: unknown }).statementIndex;
@@ -89,9 +115,15 @@ export class LibsqlWriter implements OutboxWriter {
         // A row fault no statement is blamed for: the COMMIT failed a deferred foreign key.
         return { outcomes: stmts.map((): Outcome => ({ result: { ok: true } })), committed: false, commitError: error };
       }
-      if (typeof index !== "number" || index < 0 || index >= stmts.length) throw this.#fail(errorText(error), error, classifyLibsql(error).kind === "misconfigured");
+      if (typeof index !== "number" || index < 0 || index >= stmts.length)
+        throw this.#fail(errorText(error), error, classifyLibsql(error).kind === "misconfigured");
       // The batch rolled back as a whole: the statements before `index` will run again.
-      return { outcomes: stmts.map((_, i): Outcome => (i < index ? { result: { ok: true } } : i === index ? { error } : { notRun: true })), committed: false };
+      return {
+        outcomes: stmts.map(
+          (_, i): Outcome => (i < index ? { result: { ok: true } } : i === index ? { error } : { notRun: true }),
+        ),
+        committed: false,
+      };
     }
   }
 
@@ -163,9 +195,13 @@ const INT64_MAX = 2n ** 63n - 1n;
 
 /** An `ERR_OUT_OF_RANGE` error (the code Bun gives the sqlite writer) for an argument the client cannot send. */
 function unsendable(args: readonly unknown[]): Error | undefined {
-  const i = args.findIndex((v) => (typeof v === "bigint" && (v < INT64_MIN || v > INT64_MAX)) || (typeof v === "number" && !Number.isFinite(v)));
+  const i = args.findIndex(
+    (v) =>
+      (typeof v === "bigint" && (v < INT64_MIN || v > INT64_MAX)) || (typeof v === "number" && !Number.isFinite(v)),
+  );
   if (i < 0) return undefined;
-  const what = typeof args[i] === "bigint" ? "an integer outside the 64-bit range" : `not a finite number (${String(args[i])})`;
+  const what =
+    typeof args[i] === "bigint" ? "an integer outside the 64-bit range" : `not a finite number (${String(args[i])})`;
   return Object.assign(new RangeError(`argument ${i + 1} is ${what}`), { code: "ERR_OUT_OF_RANGE" });
 }
 
@@ -180,7 +216,8 @@ function unsendable(args: readonly unknown[]): Error | undefined {
 export function classifyLibsql(error: unknown): ErrorKind {
   const e = error as { code?: unknown; cause?: { status?: unknown } } | null;
   const status = e?.cause?.status;
-  if (e?.code === "SERVER_ERROR" && (status === 401 || status === 403)) return { kind: "misconfigured", errorClass: `HTTP_${status}` };
+  if (e?.code === "SERVER_ERROR" && (status === 401 || status === 403))
+    return { kind: "misconfigured", errorClass: `HTTP_${status}` };
   const kind = classifySqlite(error);
   if (kind.kind === "schema") return kind;
   return e?.code === "SQLITE_UNKNOWN" || e?.code === "ERR_OUT_OF_RANGE" ? { kind: "row", errorClass: e.code } : kind;
@@ -190,7 +227,8 @@ function toResult(stmt: Statement, rs: ResultSet): WriteResult {
   const kind = statementKind(stmt.sql);
   // The client returns BLOBs as ArrayBuffer; rows carry Uint8Array like the other writers.
   const cell = (v: unknown) => (v instanceof ArrayBuffer ? new Uint8Array(v) : v);
-  if (kind === "read" || rs.columns.length > 0) return { ok: true, rows: rs.rows.map((row) => rs.columns.map((_, i) => cell(row[i]))) };
+  if (kind === "read" || rs.columns.length > 0)
+    return { ok: true, rows: rs.rows.map((row) => rs.columns.map((_, i) => cell(row[i]))) };
   return { ok: true, rowsAffected: kind === "ddl" ? 0 : rs.rowsAffected };
 }
 
@@ -202,11 +240,21 @@ export const libsqlWriter: WriterSpec = {
     { name: "db_url", description: "alias of url (the reference's name)" },
     { name: "auth_token", secret: true, description: "Turso auth token (alias: db_token)" },
     { name: "db_token", secret: true, description: "alias of auth_token (the reference's name)" },
-    { name: "batch_timeout", description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_LIBSQL_BATCH_TIMEOUT_S})` },
+    {
+      name: "batch_timeout",
+      description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_LIBSQL_BATCH_TIMEOUT_S})`,
+    },
     COALESCE_KEY,
   ],
   validate(connection) {
-    const problems = [...checkAliases(connection, [["url", "db_url"], ["auth_token", "db_token"]]), ...checkNumbers(connection, ["batch_timeout"]), ...checkBooleans(connection, ["coalesce"])];
+    const problems = [
+      ...checkAliases(connection, [
+        ["url", "db_url"],
+        ["auth_token", "db_token"],
+      ]),
+      ...checkNumbers(connection, ["batch_timeout"]),
+      ...checkBooleans(connection, ["coalesce"]),
+    ];
     const url = stringKey(connection, "url", "db_url");
     const key = connection.url !== undefined ? "url" : "db_url";
     if (!url) problems.push({ key: "url", message: 'is required (or its alias "db_url")' });

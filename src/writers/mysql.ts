@@ -10,7 +10,15 @@ export const mysqlWriter: WriterSpec = {
   validate: (connection) => [
     ...validateServer(connection, ["mysql", "mariadb"]),
     // Bun's MySQL driver always prepares (and keeps at most 256 texts per connection, the oldest closed first).
-    ...(connection.prepare === false ? [{ key: "prepare", message: "false is not supported by the MySQL driver, which always prepares (keeping at most 256 statement texts per connection)" }] : []),
+    ...(connection.prepare === false
+      ? [
+          {
+            key: "prepare",
+            message:
+              "false is not supported by the MySQL driver, which always prepares (keeping at most 256 statement texts per connection)",
+          },
+        ]
+      : []),
   ],
   describe: (connection) => describeServer(connection, "mysql"),
   create: (connection) => new BunSqlWriter("mysql", connection, classifyMysql),

@@ -25,13 +25,16 @@ export function builtinWriter(name: string | null | undefined): WriterSpec | und
 /** Constructs the built-in writer `name` from a `[connection]` table; throws `ConfigError` for an unknown name or invalid keys. */
 export function createWriter(name: string, connection: Record<string, unknown>): OutboxWriter {
   const spec = builtinWriter(name);
-  if (!spec) throw new ConfigError(`unknown writer "${name}"; built-in writers: ${Object.keys(builtinWriters).join(", ")}`);
+  if (!spec)
+    throw new ConfigError(`unknown writer "${name}"; built-in writers: ${Object.keys(builtinWriters).join(", ")}`);
   const problems = [
     ...missingKeys(spec, connection).map((k) => ({ key: k.name, message: `is required: ${k.description}` })),
     ...(spec.validate?.(connection) ?? []),
   ];
   if (problems.length > 0) {
-    throw new ConfigError(problems.map((p) => `connection.${p.key} ${p.message}`).join("; "), { keyPath: "connection" });
+    throw new ConfigError(problems.map((p) => `connection.${p.key} ${p.message}`).join("; "), {
+      keyPath: "connection",
+    });
   }
   return spec.create(connection);
 }

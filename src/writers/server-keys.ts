@@ -1,5 +1,13 @@
 import { maskUrl } from "../masking.ts";
-import { checkAliases, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, type Problem, stringKey } from "./connection.ts";
+import {
+  checkAliases,
+  checkBooleans,
+  checkNumbers,
+  COALESCE_KEY,
+  type Connection,
+  type Problem,
+  stringKey,
+} from "./connection.ts";
 import type { ConnectionKey } from "./writer-spec.ts";
 
 /** Default `connect_timeout` (seconds) of the `postgres` and `mysql` writers. */
@@ -16,19 +24,33 @@ export const DEFAULT_MAX_CONNECTIONS = 1;
 /** The `[connection]` keys of the `postgres` and `mysql` writers. */
 export function serverKeys(defaultPort: number): ConnectionKey[] {
   return [
-    { name: "url", secret: true, description: "connection URL (may embed the password); either url or host is required" },
+    {
+      name: "url",
+      secret: true,
+      description: "connection URL (may embed the password); either url or host is required",
+    },
     { name: "host", description: "server host name or IP (instead of url)" },
     { name: "port", description: `server port (default ${defaultPort})` },
     { name: "user", description: "user name (alias: username)" },
     { name: "username", description: "alias of user" },
     { name: "password", secret: true, description: "password" },
     { name: "database", description: "database name" },
-    { name: "ssl", description: 'TLS: true/false or a mode ("disable", "prefer", "require", "verify-ca", "verify-full"); alias: tls' },
+    {
+      name: "ssl",
+      description: 'TLS: true/false or a mode ("disable", "prefer", "require", "verify-ca", "verify-full"); alias: tls',
+    },
     { name: "tls", description: "alias of ssl" },
     { name: "connect_timeout", description: `seconds to wait for a connection (default ${DEFAULT_CONNECT_TIMEOUT_S})` },
-    { name: "batch_timeout", description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_BATCH_TIMEOUT_S})` },
+    {
+      name: "batch_timeout",
+      description: `seconds one writeBatch may take before it is an outage (default ${DEFAULT_BATCH_TIMEOUT_S})`,
+    },
     { name: "max_connections", description: `pool size (default ${DEFAULT_MAX_CONNECTIONS})` },
-    { name: "prepare", description: "PostgreSQL: keep each statement text prepared on its connection (default true; false with trace_comments, whose every text is new). MySQL always prepares, at most 256 texts per connection" },
+    {
+      name: "prepare",
+      description:
+        "PostgreSQL: keep each statement text prepared on its connection (default true; false with trace_comments, whose every text is new). MySQL always prepares, at most 256 texts per connection",
+    },
     COALESCE_KEY,
   ];
 }
@@ -38,7 +60,10 @@ const SSL_MODES = new Set(["disable", "allow", "prefer", "require", "verify-ca",
 /** "url or host", URL scheme, number and TLS checks for a server writer's `[connection]` table. */
 export function validateServer(connection: Connection, schemes: string[]): Problem[] {
   const problems: Problem[] = [
-    ...checkAliases(connection, [["user", "username"], ["ssl", "tls"]]),
+    ...checkAliases(connection, [
+      ["user", "username"],
+      ["ssl", "tls"],
+    ]),
     ...checkNumbers(connection, ["port", "connect_timeout", "batch_timeout", "max_connections"], { port: "port" }),
     ...checkBooleans(connection, ["coalesce", "prepare"]),
   ];
@@ -53,11 +78,18 @@ export function validateServer(connection: Connection, schemes: string[]): Probl
     } catch {
       problems.push({ key: "url", message: `is not a valid URL (${maskUrl(url)})` });
     }
-    if (scheme && !schemes.includes(scheme)) problems.push({ key: "url", message: `must start with ${schemes.map((s) => `${s}://`).join(" or ")}, got ${scheme}://` });
+    if (scheme && !schemes.includes(scheme))
+      problems.push({
+        key: "url",
+        message: `must start with ${schemes.map((s) => `${s}://`).join(" or ")}, got ${scheme}://`,
+      });
   }
   const tls = connection.ssl ?? connection.tls;
   if (tls !== undefined && typeof tls !== "boolean" && !(typeof tls === "string" && SSL_MODES.has(tls))) {
-    problems.push({ key: connection.ssl !== undefined ? "ssl" : "tls", message: `must be true, false or one of ${[...SSL_MODES].join(", ")}` });
+    problems.push({
+      key: connection.ssl !== undefined ? "ssl" : "tls",
+      message: `must be true, false or one of ${[...SSL_MODES].join(", ")}`,
+    });
   }
   return problems;
 }

@@ -1,7 +1,15 @@
 import { Database, type SQLQueryBindings } from "bun:sqlite";
 import { ConfigError, WriteError } from "../errors.ts";
 import { classifySqlite, type ErrorKind } from "./classify.ts";
-import { booleanKey, checkBooleans, checkNumbers, COALESCE_KEY, type Connection, numberKey, stringKey } from "./connection.ts";
+import {
+  booleanKey,
+  checkBooleans,
+  checkNumbers,
+  COALESCE_KEY,
+  type Connection,
+  numberKey,
+  stringKey,
+} from "./connection.ts";
 import { blameDeferred, errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import type { WriterSpec } from "./writer-spec.ts";
 import { statementKind } from "./statement-kind.ts";
@@ -37,7 +45,14 @@ export class SqliteWriter implements OutboxWriter {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     const db = this.#open();
-    return runIsolated(stmts, (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)), classifyLocal, (m, e, misconfigured) => this.#fail(m, e, misconfigured), "sqlite", { coalesce: this.#coalesce });
+    return runIsolated(
+      stmts,
+      (s, checking) => (checking ? this.#checkingPass(db, s) : this.#pass(db, s)),
+      classifyLocal,
+      (m, e, misconfigured) => this.#fail(m, e, misconfigured),
+      "sqlite",
+      { coalesce: this.#coalesce },
+    );
   }
 
   close(): void {
@@ -122,7 +137,10 @@ export class SqliteWriter implements OutboxWriter {
   }
 
   #fail(message: string, error: unknown, misconfigured = false): WriteError {
-    return new WriteError(`sqlite ${this.path}: ${message}`, undefined, { ...(error === undefined ? {} : { cause: error }), misconfigured });
+    return new WriteError(`sqlite ${this.path}: ${message}`, undefined, {
+      ...(error === undefined ? {} : { cause: error }),
+      misconfigured,
+    });
   }
 }
 
@@ -164,12 +182,25 @@ function run(db: Database, stmt: Statement): WriteResult {
 export const sqliteWriter: WriterSpec = {
   dialect: "sqlite",
   keys: [
-    { name: "path", required: true, description: "SQLite database file (created if missing; relative to outbox.toml when loaded from TOML)" },
-    { name: "busy_timeout", description: `milliseconds to wait for a lock (default ${DEFAULT_SQLITE_BUSY_TIMEOUT_MS})` },
-    { name: "foreign_keys", description: "true to enforce foreign keys (PRAGMA foreign_keys = ON; default false, as SQLite)" },
+    {
+      name: "path",
+      required: true,
+      description: "SQLite database file (created if missing; relative to outbox.toml when loaded from TOML)",
+    },
+    {
+      name: "busy_timeout",
+      description: `milliseconds to wait for a lock (default ${DEFAULT_SQLITE_BUSY_TIMEOUT_MS})`,
+    },
+    {
+      name: "foreign_keys",
+      description: "true to enforce foreign keys (PRAGMA foreign_keys = ON; default false, as SQLite)",
+    },
     COALESCE_KEY,
   ],
-  validate: (connection) => [...checkNumbers(connection, ["busy_timeout"]), ...checkBooleans(connection, ["foreign_keys", "coalesce"])],
+  validate: (connection) => [
+    ...checkNumbers(connection, ["busy_timeout"]),
+    ...checkBooleans(connection, ["foreign_keys", "coalesce"]),
+  ],
   describe: (connection) => `sqlite:${stringKey(connection, "path") ?? ""}`,
   create: (connection) => new SqliteWriter(connection),
 };

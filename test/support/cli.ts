@@ -66,12 +66,16 @@ export async function runInProcess(
       done?.();
       return true;
     }) as typeof process.stdout.write;
-  const ttys = { stdout: Object.getOwnPropertyDescriptor(process.stdout, "isTTY"), stderr: Object.getOwnPropertyDescriptor(process.stderr, "isTTY") };
+  const ttys = {
+    stdout: Object.getOwnPropertyDescriptor(process.stdout, "isTTY"),
+    stderr: Object.getOwnPropertyDescriptor(process.stderr, "isTTY"),
+  };
   for (const k of keys) setEnv(k, wanted[k]);
   process.chdir(options.cwd ?? REPO);
   process.stdout.write = capture("stdout");
   process.stderr.write = capture("stderr");
-  for (const name of ["stdout", "stderr"] as const) Object.defineProperty(process[name], "isTTY", { value: false, configurable: true, writable: true });
+  for (const name of ["stdout", "stderr"] as const)
+    Object.defineProperty(process[name], "isTTY", { value: false, configurable: true, writable: true });
   try {
     const code = await runCli(args);
     return { code, ...out };

@@ -37,19 +37,35 @@ export interface EngineRemote {
 }
 
 /** A fresh remote on `engine`; `foreignKeys` turns them on for the SQLite-based engines (PostgreSQL and MariaDB always enforce them). */
-export async function engineRemote(engine: Engine, dir: TempDir, cleanups: Array<() => unknown>, options: { foreignKeys?: boolean } = {}): Promise<EngineRemote> {
+export async function engineRemote(
+  engine: Engine,
+  dir: TempDir,
+  cleanups: Array<() => unknown>,
+  options: { foreignKeys?: boolean } = {},
+): Promise<EngineRemote> {
   if (engine === "postgres" || engine === "mysql") {
     const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
     cleanups.push(() => db.drop());
     const rows = async (sql: string) => Array.from((await db.sql.unsafe(sql).values()) as unknown[][]);
-    return { engine, writer: engine, dialect: engine, connection: { url: db.url }, exec: async (sql) => void (await db.sql.unsafe(sql)), rows, ints: async (sql) => (await rows(sql)).map((r) => r.map(Number)) };
+    return {
+      engine,
+      writer: engine,
+      dialect: engine,
+      connection: { url: db.url },
+      exec: async (sql) => void (await db.sql.unsafe(sql)),
+      rows,
+      ints: async (sql) => (await rows(sql)).map((r) => r.map(Number)),
+    };
   }
   const path = dir.file("remote.db");
   const db = new Database(path, { create: true });
   db.run("PRAGMA journal_mode = WAL");
   db.run("PRAGMA busy_timeout = 10000");
   cleanups.push(() => db.close());
-  let connection: Record<string, unknown> = engine === "sqlite" ? { path, busy_timeout: 10_000, foreign_keys: options.foreignKeys ?? false } : { url: `file:${path}` };
+  let connection: Record<string, unknown> =
+    engine === "sqlite"
+      ? { path, busy_timeout: 10_000, foreign_keys: options.foreignKeys ?? false }
+      : { url: `file:${path}` };
   if (engine === "libsql-http") {
     const server = startHranaServer({ file: path, foreignKeys: options.foreignKeys });
     cleanups.push(() => server.stop());
@@ -74,10 +90,14 @@ export async function engineRemote(engine: Engine, dir: TempDir, cleanups: Array
  * share their transaction exactly when they share `n`. `trigger` builds a row trigger in the
  * dialect's syntax (PostgreSQL reads txid_current() instead and does not use this).
  */
-export function fenceCounter(dialect: Dialect): { ddl: string[]; trigger: (name: string, event: string, table: string, body: string) => string } {
+export function fenceCounter(dialect: Dialect): {
+  ddl: string[];
+  trigger: (name: string, event: string, table: string, body: string) => string;
+} {
   const each = dialect === "mysql" ? "FOR EACH ROW" : "FOR EACH ROW BEGIN";
   const end = dialect === "mysql" ? "" : "; END";
-  const trigger = (name: string, event: string, table: string, body: string) => `CREATE TRIGGER ${name} AFTER ${event} ON ${table} ${each} ${body}${end}`;
+  const trigger = (name: string, event: string, table: string, body: string) =>
+    `CREATE TRIGGER ${name} AFTER ${event} ON ${table} ${each} ${body}${end}`;
   return {
     ddl: [
       ledgerDdl("sqloutbox_ledger", dialect),

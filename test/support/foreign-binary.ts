@@ -28,7 +28,10 @@ export function muslLauncher(dir: string): Launcher {
   fs.mkdirSync(dir, { recursive: true });
   // The glibc builds name ld-linux-x86-64.so.2 as a dependency; under musl this library takes its place.
   const compat = path.join(dir, "ld-linux-x86-64.so.2");
-  const cc = Bun.spawnSync(["musl-gcc", "-shared", "-fPIC", "-O2", "-o", compat, path.join(import.meta.dir, "musl-glibc-compat.c")], { stderr: "pipe" });
+  const cc = Bun.spawnSync(
+    ["musl-gcc", "-shared", "-fPIC", "-O2", "-o", compat, path.join(import.meta.dir, "musl-glibc-compat.c")],
+    { stderr: "pipe" },
+  );
   if (cc.exitCode !== 0) throw new Error(`musl-gcc failed:\n${cc.stderr.toString()}`);
   for (const lib of ["libstdc++.so.6", "libgcc_s.so.1"]) {
     const target = path.join(GLIBC_LIBS, lib);

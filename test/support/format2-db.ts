@@ -39,12 +39,24 @@ export function buildFormat2File(path: string, namespace: string, delivered: num
     db.run("PRAGMA user_version = 2");
     db.transaction(() => {
       for (let seq = 1; seq <= delivered; seq++) {
-        db.run("INSERT INTO outbox_sync_log (seq, namespace, synced_at) VALUES (?, ?, ?)", [seq, namespace, seq <= delivered / 2 ? "2026-11-01T10:00:00.000000+00:00" : "2026-11-01T10:00:05.000000+00:00"]);
+        db.run("INSERT INTO outbox_sync_log (seq, namespace, synced_at) VALUES (?, ?, ?)", [
+          seq,
+          namespace,
+          seq <= delivered / 2 ? "2026-11-01T10:00:00.000000+00:00" : "2026-11-01T10:00:05.000000+00:00",
+        ]);
       }
       for (let seq = delivered + 1; seq <= total; seq++) {
-        db.run("INSERT INTO outbox_queue (seq, ord, created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, '2026-11-01T10:00:00.000000+00:00', ?, 'v2', ?, ?, ?)", [
-          seq, seq - delivered, namespace, `INSERT INTO ${namespace} (id) VALUES (?)`, `[${seq}]`, seq > 1 ? seq - 1 : null,
-        ]);
+        db.run(
+          "INSERT INTO outbox_queue (seq, ord, created_at, namespace, source, tag, payload, prev_seq) VALUES (?, ?, '2026-11-01T10:00:00.000000+00:00', ?, 'v2', ?, ?, ?)",
+          [
+            seq,
+            seq - delivered,
+            namespace,
+            `INSERT INTO ${namespace} (id) VALUES (?)`,
+            `[${seq}]`,
+            seq > 1 ? seq - 1 : null,
+          ],
+        );
       }
     })();
     return origin;

@@ -37,16 +37,49 @@
  */
 import { Database, type SQLQueryBindings, SQLiteError } from "bun:sqlite";
 
-type Value = { type: "null" } | { type: "integer"; value: string } | { type: "float"; value: number } | { type: "text"; value: string } | { type: "blob"; base64: string };
-interface Stmt { sql?: string; sql_id?: number; args?: Value[]; named_args?: Array<{ name: string; value: Value }>; want_rows?: boolean }
-type Cond = { type: "ok" | "error"; step: number } | { type: "not"; cond: Cond } | { type: "and" | "or"; conds: Cond[] } | { type: "is_autocommit" };
-interface ProtoError { message: string; code: string }
-interface StmtResult { cols: Array<{ name: string; decltype: string | null }>; rows: Value[][]; affected_row_count: number; last_insert_rowid: string | null }
-interface Counters { integralFloatArgs: number }
-interface Stream { db: Database; sqls: Map<number, string>; counters: Counters; expiry?: ReturnType<typeof setTimeout> }
+type Value =
+  | { type: "null" }
+  | { type: "integer"; value: string }
+  | { type: "float"; value: number }
+  | { type: "text"; value: string }
+  | { type: "blob"; base64: string };
+interface Stmt {
+  sql?: string;
+  sql_id?: number;
+  args?: Value[];
+  named_args?: Array<{ name: string; value: Value }>;
+  want_rows?: boolean;
+}
+type Cond =
+  | { type: "ok" | "error"; step: number }
+  | { type: "not"; cond: Cond }
+  | { type: "and" | "or"; conds: Cond[] }
+  | { type: "is_autocommit" };
+interface ProtoError {
+  message: string;
+  code: string;
+}
+interface StmtResult {
+  cols: Array<{ name: string; decltype: string | null }>;
+  rows: Value[][];
+  affected_row_count: number;
+  last_insert_rowid: string | null;
+}
+interface Counters {
+  integralFloatArgs: number;
+}
+interface Stream {
+  db: Database;
+  sqls: Map<number, string>;
+  counters: Counters;
+  expiry?: ReturnType<typeof setTimeout>;
+}
 /** A request the protocol does not allow (sqld answers HTTP 400 text/plain for the whole pipeline). */
 class ProtocolError extends Error {}
-interface PipelineBody { baton?: string | null; requests: Array<Record<string, unknown>> }
+interface PipelineBody {
+  baton?: string | null;
+  requests: Array<Record<string, unknown>>;
+}
 
 /** A running Hrana test server over one SQLite file. */
 export interface HranaServer {
@@ -73,7 +106,12 @@ export interface HranaServer {
 
 /** Starts a Hrana server on 127.0.0.1 (random port) over `file`; `token` enables bearer auth;
  *  `foreignKeys` turns on `PRAGMA foreign_keys` for every stream (a server that enforces them). */
-export function startHranaServer(options: { file: string; token?: string; streamExpiryMs?: number; foreignKeys?: boolean }): HranaServer {
+export function startHranaServer(options: {
+  file: string;
+  token?: string;
+  streamExpiryMs?: number;
+  foreignKeys?: boolean;
+}): HranaServer {
   const expiryMs = options.streamExpiryMs ?? 10_000;
   const expired = new Set<string>();
   const { file } = options;
@@ -86,8 +124,10 @@ export function startHranaServer(options: { file: string; token?: string; stream
   const counters = { integralFloatArgs: 0 };
 
   // Exactly "application/json", as sqld (axum) sends: the client compares the header verbatim.
-  const json = (body: unknown, status = 200) => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
-  const text = (body: string, status: number) => new Response(body, { status, headers: { "content-type": "text/plain" } });
+  const json = (body: unknown, status = 200) =>
+    new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+  const text = (body: string, status: number) =>
+    new Response(body, { status, headers: { "content-type": "text/plain" } });
 
   async function handle(req: Request): Promise<Response> {
     requests++;
@@ -98,14 +138,16 @@ export function startHranaServer(options: { file: string; token?: string; stream
     if (token !== undefined && req.headers.get("authorization") !== `Bearer ${token}`) {
       return json({ error: "Unauthorized: `The JWT is invalid`" }, 401);
     }
-    if (req.method === "POST" && (path === "/v2/pipeline" || path === "/v3/pipeline")) return pipeline((await req.json()) as PipelineBody);
+    if (req.method === "POST" && (path === "/v2/pipeline" || path === "/v3/pipeline"))
+      return pipeline((await req.json()) as PipelineBody);
     return text("not found", 404);
   }
 
   function pipeline(body: PipelineBody): Response {
     let stream: Stream | undefined;
     if (body.baton != null) {
-      if (expired.has(body.baton)) return json({ message: "The stream has expired due to inactivity", code: "STREAM_EXPIRED" }, 500);
+      if (expired.has(body.baton))
+        return json({ message: "The stream has expired due to inactivity", code: "STREAM_EXPIRED" }, 500);
       stream = streams.get(body.baton);
       if (!stream) return text("Invalid baton", 400);
       streams.delete(body.baton); // a baton is good for one request
@@ -203,7 +245,10 @@ function request(stream: Stream, r: Record<string, unknown>) {
       return "error" in out ? fail(out.error) : ok({ type: "execute", result: out.result });
     }
     case "batch":
-      return ok({ type: "batch", result: batch(stream, (r.batch as { steps: Array<{ condition?: Cond | null; stmt: Stmt }> }).steps) });
+      return ok({
+        type: "batch",
+        result: batch(stream, (r.batch as { steps: Array<{ condition?: Cond | null; stmt: Stmt }> }).steps),
+      });
     case "sequence": {
       const sql = (r.sql as string | undefined) ?? stream.sqls.get(r.sql_id as number);
       if (sql === undefined) throw new ProtocolError(`SQL text ${String(r.sql_id)} not found`);
@@ -300,7 +345,11 @@ function execute(stream: Stream, stmt: Stmt): { result: StmtResult } | { error: 
 }
 
 function changes(db: Database): { total: bigint; changes: bigint; rowid: bigint } {
-  const [total, changes, rowid] = db.query("SELECT total_changes(), changes(), last_insert_rowid()").values()[0] as [bigint, bigint, bigint];
+  const [total, changes, rowid] = db.query("SELECT total_changes(), changes(), last_insert_rowid()").values()[0] as [
+    bigint,
+    bigint,
+    bigint,
+  ];
   return { total, changes, rowid };
 }
 
@@ -330,11 +379,30 @@ function toValue(v: unknown): Value {
 
 /** SQLite primary result code names by number (rusqlite's list, as sqld maps them). */
 const PRIMARY: Record<number, string> = {
-  1: "SQLITE_UNKNOWN", 2: "SQLITE_INTERNAL", 3: "SQLITE_PERM", 4: "SQLITE_ABORT", 5: "SQLITE_BUSY", 6: "SQLITE_LOCKED",
-  7: "SQLITE_NOMEM", 8: "SQLITE_READONLY", 9: "SQLITE_INTERRUPT", 10: "SQLITE_IOERR", 11: "SQLITE_CORRUPT",
-  12: "SQLITE_NOTFOUND", 13: "SQLITE_FULL", 14: "SQLITE_CANTOPEN", 15: "SQLITE_PROTOCOL", 17: "SQLITE_SCHEMA",
-  18: "SQLITE_TOOBIG", 19: "SQLITE_CONSTRAINT", 20: "SQLITE_MISMATCH", 21: "SQLITE_MISUSE", 22: "SQLITE_NOLFS",
-  23: "SQLITE_AUTH", 25: "SQLITE_RANGE", 26: "SQLITE_NOTADB",
+  1: "SQLITE_UNKNOWN",
+  2: "SQLITE_INTERNAL",
+  3: "SQLITE_PERM",
+  4: "SQLITE_ABORT",
+  5: "SQLITE_BUSY",
+  6: "SQLITE_LOCKED",
+  7: "SQLITE_NOMEM",
+  8: "SQLITE_READONLY",
+  9: "SQLITE_INTERRUPT",
+  10: "SQLITE_IOERR",
+  11: "SQLITE_CORRUPT",
+  12: "SQLITE_NOTFOUND",
+  13: "SQLITE_FULL",
+  14: "SQLITE_CANTOPEN",
+  15: "SQLITE_PROTOCOL",
+  17: "SQLITE_SCHEMA",
+  18: "SQLITE_TOOBIG",
+  19: "SQLITE_CONSTRAINT",
+  20: "SQLITE_MISMATCH",
+  21: "SQLITE_MISUSE",
+  22: "SQLITE_NOLFS",
+  23: "SQLITE_AUTH",
+  25: "SQLITE_RANGE",
+  26: "SQLITE_NOTADB",
 };
 
 /** The Hrana error sqld would send for `error`, raised while compiling (`prepare`) or running a statement. */

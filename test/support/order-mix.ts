@@ -28,7 +28,11 @@ export class OrderMix {
   /** Live orders and their item ids. */
   readonly #orders = new Map<number, number[]>();
 
-  constructor(seed: number, host: number, private readonly hosts: number) {
+  constructor(
+    seed: number,
+    host: number,
+    private readonly hosts: number,
+  ) {
     this.#state = seed * 2654435761 + host;
     this.#nextOrder = host;
     this.#nextItem = host;
@@ -55,7 +59,10 @@ export class OrderMix {
     const id = this.#nextOrder;
     this.#nextOrder += this.hosts;
     this.#orders.set(id, []);
-    return [{ table: "orders", sql: "INSERT INTO orders (id, total, item_count) VALUES (?, ?, ?)", args: [id, 0, 0] }, ...this.#addItems(id, items)];
+    return [
+      { table: "orders", sql: "INSERT INTO orders (id, total, item_count) VALUES (?, ?, ?)", args: [id, 0, 0] },
+      ...this.#addItems(id, items),
+    ];
   }
 
   #addItems(order: number, count: number): MixStatement[] {
@@ -64,9 +71,17 @@ export class OrderMix {
       const item = this.#nextItem;
       this.#nextItem += this.hosts;
       this.#orders.get(order)!.push(item);
-      out.push({ table: "order_items", sql: "INSERT INTO order_items (id, order_id, qty) VALUES (?, ?, ?)", args: [item, order, 1 + i] });
+      out.push({
+        table: "order_items",
+        sql: "INSERT INTO order_items (id, order_id, qty) VALUES (?, ?, ?)",
+        args: [item, order, 1 + i],
+      });
     }
-    out.push({ table: "orders", sql: "UPDATE orders SET item_count = item_count + ?, total = total + ? WHERE id = ?", args: [count, 10 * count, order] });
+    out.push({
+      table: "orders",
+      sql: "UPDATE orders SET item_count = item_count + ?, total = total + ? WHERE id = ?",
+      args: [count, 10 * count, order],
+    });
     return out;
   }
 

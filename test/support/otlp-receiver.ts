@@ -4,7 +4,13 @@
 // HTTP status (a collector that refuses).
 
 /** An OTLP attribute value as the JSON protocol encodes it. */
-type AnyValue = { stringValue?: string; intValue?: string | number; doubleValue?: number; boolValue?: boolean; arrayValue?: { values: AnyValue[] } };
+type AnyValue = {
+  stringValue?: string;
+  intValue?: string | number;
+  doubleValue?: number;
+  boolValue?: boolean;
+  arrayValue?: { values: AnyValue[] };
+};
 type KeyValue = { key: string; value: AnyValue };
 /** A span as the JSON protocol sends it (the fields read here). */
 interface WireSpan {
@@ -56,7 +62,8 @@ function decode(value: AnyValue): unknown {
   return null;
 }
 
-const attributesOf = (list: KeyValue[] | undefined) => Object.fromEntries((list ?? []).map((kv) => [kv.key, decode(kv.value)]));
+const attributesOf = (list: KeyValue[] | undefined) =>
+  Object.fromEntries((list ?? []).map((kv) => [kv.key, decode(kv.value)]));
 const ms = (nanos: string | number) => Number(BigInt(nanos) / 1_000_000n);
 
 /** Starts a receiver on 127.0.0.1 (a free port). */
@@ -72,12 +79,15 @@ export function startOtlpReceiver(): OtlpReceiver {
     hostname: "127.0.0.1",
     port: 0,
     async fetch(req) {
-      if (req.method !== "POST" || new URL(req.url).pathname !== "/v1/traces") return new Response("not found", { status: 404 });
+      if (req.method !== "POST" || new URL(req.url).pathname !== "/v1/traces")
+        return new Response("not found", { status: 404 });
       const contentType = req.headers.get("content-type") ?? "";
       requests.push({ contentType, headers: Object.fromEntries(req.headers) });
       if (receiver.failWith !== null) return new Response("refused", { status: receiver.failWith });
       if (!contentType.includes("json")) return new Response("{}", { headers: { "content-type": "application/json" } });
-      const body = (await req.json()) as { resourceSpans: Array<{ resource?: { attributes?: KeyValue[] }; scopeSpans: Array<{ spans: WireSpan[] }> }> };
+      const body = (await req.json()) as {
+        resourceSpans: Array<{ resource?: { attributes?: KeyValue[] }; scopeSpans: Array<{ spans: WireSpan[] }> }>;
+      };
       for (const rs of body.resourceSpans ?? []) {
         const resource = attributesOf(rs.resource?.attributes);
         for (const ss of rs.scopeSpans ?? []) {
@@ -91,8 +101,16 @@ export function startOtlpReceiver(): OtlpReceiver {
               startMs: ms(s.startTimeUnixNano),
               endMs: ms(s.endTimeUnixNano),
               attributes: attributesOf(s.attributes),
-              events: (s.events ?? []).map((e) => ({ name: e.name, timeMs: ms(e.timeUnixNano), attributes: attributesOf(e.attributes) })),
-              links: (s.links ?? []).map((l) => ({ traceId: l.traceId, spanId: l.spanId, attributes: attributesOf(l.attributes) })),
+              events: (s.events ?? []).map((e) => ({
+                name: e.name,
+                timeMs: ms(e.timeUnixNano),
+                attributes: attributesOf(e.attributes),
+              })),
+              links: (s.links ?? []).map((l) => ({
+                traceId: l.traceId,
+                spanId: l.spanId,
+                attributes: attributesOf(l.attributes),
+              })),
               status: s.status ?? {},
               resource,
             });

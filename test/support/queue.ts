@@ -31,7 +31,10 @@ export function seed(dbDir: string, table: string, count: number): void {
   const outbox = new Outbox(path.join(dbDir, `${table}.db`), table);
   try {
     outbox.enqueueBatch(
-      Array.from({ length: count }, (_, i) => ({ tag: `INSERT INTO ${table} (id) VALUES (?)`, payload: JSON.stringify([i + 1]) })),
+      Array.from({ length: count }, (_, i) => ({
+        tag: `INSERT INTO ${table} (id) VALUES (?)`,
+        payload: JSON.stringify([i + 1]),
+      })),
       "test",
       { grouped: false },
     );

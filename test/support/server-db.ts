@@ -124,7 +124,8 @@ async function createNamed(engine: ServerEngine, prefix: string): Promise<string
   return name;
 }
 
-const dropStatement = (engine: ServerEngine, name: string) => `DROP DATABASE IF EXISTS ${SERVERS[engine].quote(name)}${SERVERS[engine].force}`;
+const dropStatement = (engine: ServerEngine, name: string) =>
+  `DROP DATABASE IF EXISTS ${SERVERS[engine].quote(name)}${SERVERS[engine].force}`;
 
 // PostgreSQL takes ~0.15 s to create a database and ~0.1 s to drop it, half of a short test's
 // time. After `createDatabasesAhead()` (test/support/preload.ts, for `bun test`) each engine's
@@ -179,7 +180,9 @@ export async function createServerDb(engine: ServerEngine, prefix = DEFAULT_PREF
       await sql.close();
       const dropped = admin(engine, dropStatement(engine, name));
       if (!ahead) return dropped;
-      const done = dropped.catch((error: Error) => console.error(`test database ${name} was not dropped: ${error.message}`));
+      const done = dropped.catch((error: Error) =>
+        console.error(`test database ${name} was not dropped: ${error.message}`),
+      );
       dropping.add(done);
       void done.finally(() => dropping.delete(done));
     },

@@ -30,7 +30,20 @@ export interface GeneratedStatement {
 const MARK = "\u0001"; // stands for a placeholder until numbering is decided
 const COLUMNS = ["a", "b", "c", "d", "e"] as const;
 const GAPS = [" ", " ", " ", "  ", "\n", "\t", "\r\n  ", " /* ? ) WHERE ; ' */ ", " -- ?) WHERE; 'x\n"];
-const LITERALS = ["'it''s'", "'?'", "')'", "'WHERE x = ?'", "';'", "'-- ?'", "'/* ? */'", "'('", "''", "'ON CONFLICT'", "'VALUES (?), (?)'", "'x'"];
+const LITERALS = [
+  "'it''s'",
+  "'?'",
+  "')'",
+  "'WHERE x = ?'",
+  "';'",
+  "'-- ?'",
+  "'/* ? */'",
+  "'('",
+  "''",
+  "'ON CONFLICT'",
+  "'VALUES (?), (?)'",
+  "'x'",
+];
 // What only one engine reads this way: PostgreSQL ends a -- comment at a bare \r and continues an
 // E'…' string on the next line with its escapes; MariaDB has # comments, and -- before DEL.
 const FLAVOUR_GAPS = {
@@ -41,7 +54,7 @@ const FLAVOUR_GAPS = {
 const FLAVOUR_LITERALS = {
   sqlite: [],
   postgres: ["E'it\\'s'\n'\\'?)'", "e'\\\\'"],
-  mysql: ["'it\\'s ?)'", "\"dq ' ?)\""],
+  mysql: ["'it\\'s ?)'", '"dq \' ?)"'],
 } as const;
 const STRINGS = ["", "x", "it's", "?", ")", "WHERE", ";", "--", "/*", "'?'", "ünï", "a\nb"];
 
@@ -169,7 +182,11 @@ export class StatementGenerator {
   /** A random statement; about a quarter are of a rejected kind. */
   next(): GeneratedStatement {
     this.values = [];
-    const styles = { sqlite: ["plain", "plain", "double", "bracket", "backtick"], postgres: ["plain", "double"], mysql: ["plain", "backtick"] } as const;
+    const styles = {
+      sqlite: ["plain", "plain", "double", "bracket", "backtick"],
+      postgres: ["plain", "double"],
+      mysql: ["plain", "backtick"],
+    } as const;
     this.style = this.pick(styles[this.flavour]);
     const g = this.chance(0.5) ? this.insert() : this.update();
     return { ...g, ...this.number(g.sql, g.extraArg) };
@@ -239,7 +256,10 @@ export class StatementGenerator {
           rejectReason = "without an explicit column list";
           break;
         case 3:
-          head = head.replace(/^insert/i, `${this.kw("insert")} ${this.kw("or")} ${this.pick(["IGNORE", "replace", "Abort"])}`);
+          head = head.replace(
+            /^insert/i,
+            `${this.kw("insert")} ${this.kw("or")} ${this.pick(["IGNORE", "replace", "Abort"])}`,
+          );
           rejectReason = "is already a conflict policy";
           break;
         case 4:
@@ -268,7 +288,15 @@ export class StatementGenerator {
           rejectReason = "RETURNING";
       }
     }
-    return { sql: head + cl + body + tail, args: [], kind: "insert", table: "t", quote: this.style, rejectReason, extraArg };
+    return {
+      sql: head + cl + body + tail,
+      args: [],
+      kind: "insert",
+      table: "t",
+      quote: this.style,
+      rejectReason,
+      extraArg,
+    };
   }
 
   private update(): GeneratedStatement & { extraArg: boolean } {
@@ -299,7 +327,12 @@ export class StatementGenerator {
         () => `(coalesce(a, 0) > -100000 ${this.kw("or")} ${this.p()} ${this.kw("is null")})`,
         () => "1 = 1",
       ])();
-      const cond = extra === "" ? idCond : this.chance(0.5) ? `${idCond} ${this.kw("and")} ${extra}` : `${extra} ${this.kw("and")} (${idCond})`;
+      const cond =
+        extra === ""
+          ? idCond
+          : this.chance(0.5)
+            ? `${idCond} ${this.kw("and")} ${extra}`
+            : `${extra} ${this.kw("and")} (${idCond})`;
       where = `${this.ws()}${this.kw("where")}${this.ws()}${cond}`;
     }
     const updateTable = `${this.kw("update")}${this.ws()}${this.table(table)}${this.ws()}`;
@@ -338,6 +371,14 @@ export class StatementGenerator {
           rejectReason = "expected SET after the table name";
       }
     }
-    return { sql: head + set + where + tail, args: [], kind: "update", table, quote: this.style, rejectReason, extraArg };
+    return {
+      sql: head + set + where + tail,
+      args: [],
+      kind: "update",
+      table,
+      quote: this.style,
+      rejectReason,
+      extraArg,
+    };
   }
 }

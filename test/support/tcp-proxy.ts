@@ -29,7 +29,9 @@ interface Conn {
   toClient: Uint8Array[];
   closed: boolean;
 }
-interface Upstream { conn: Conn }
+interface Upstream {
+  conn: Conn;
+}
 
 /** Writes queued chunks until the socket pushes back; keeps the unwritten rest queued, in order. */
 function flush(sock: Socket<unknown>, queue: Uint8Array[]): void {
@@ -76,10 +78,18 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
           c.toClient.push(new Uint8Array(bytes));
           flush(c.client, c.toClient);
         },
-        drain(up) { flush(up, c.toUpstream); },
-        close() { end(c); },
-        error() { end(c); },
-        connectError() { end(c); },
+        drain(up) {
+          flush(up, c.toUpstream);
+        },
+        close() {
+          end(c);
+        },
+        error() {
+          end(c);
+        },
+        connectError() {
+          end(c);
+        },
       },
     }).catch(() => end(c));
   };
@@ -117,8 +127,12 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
 
   return {
     port: listener.port,
-    get isCut() { return mode !== "open"; },
-    get connections() { return live.size; },
+    get isCut() {
+      return mode !== "open";
+    },
+    get connections() {
+      return live.size;
+    },
     cut(how = "reset") {
       mode = how;
       for (const c of [...live]) end(c);
@@ -142,7 +156,10 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
  * The fresh PostgreSQL database `db` reached through a proxy the test can cut: the proxy (closed
  * with the test's clean-ups) and the connection URL through it.
  */
-export function pgBehindProxy(db: { host: string; port: number; user: string; name: string }, cleanups: Array<() => unknown>): { proxy: TcpProxy; url: string } {
+export function pgBehindProxy(
+  db: { host: string; port: number; user: string; name: string },
+  cleanups: Array<() => unknown>,
+): { proxy: TcpProxy; url: string } {
   const proxy = startTcpProxy(db.port, db.host);
   cleanups.push(() => proxy.close());
   return { proxy, url: `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}` };

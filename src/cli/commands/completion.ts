@@ -11,15 +11,24 @@ import { print } from "../text-output.ts";
  * import main.ts.
  */
 export const completion = defineCommand({
-  meta: { name: "completion", description: `Print a shell completion script (${SHELLS.join(", ")}): eval "$(sqloutbox completion bash)"` },
+  meta: {
+    name: "completion",
+    description: `Print a shell completion script (${SHELLS.join(", ")}): eval "$(sqloutbox completion bash)"`,
+  },
   args: {
-    shell: { type: "positional", required: false, valueHint: SHELLS.join("|"), description: `The shell: ${SHELLS.join(", ")}` },
+    shell: {
+      type: "positional",
+      required: false,
+      valueHint: SHELLS.join("|"),
+      description: `The shell: ${SHELLS.join(", ")}`,
+    },
     ...logArgs,
   },
   async run({ args, data }) {
     const shell = args.shell as string | undefined;
     if (shell === undefined) throw new UsageError(`completion needs a shell: ${SHELLS.join(", ")}`);
-    if (!(SHELLS as readonly string[]).includes(shell)) throw new UsageError(`completion: unknown shell "${shell}": expected one of ${SHELLS.join(", ")}`);
+    if (!(SHELLS as readonly string[]).includes(shell))
+      throw new UsageError(`completion: unknown shell "${shell}": expected one of ${SHELLS.join(", ")}`);
     const root = (data as { root: AnyCommandDef }).root;
     print(completionScript(shell as Shell, "sqloutbox", await commandTree(root)).trimEnd());
   },

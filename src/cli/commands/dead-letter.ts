@@ -1,13 +1,33 @@
 import { defineCommand } from "citty";
 import { NotFoundError, StorageError, UsageError } from "../../errors.ts";
-import { findDeadLetterRefs, findDeadLetters, planPurge, type DeadLetterFilter, type DeadLetterRef, type FiledDeadLetter, type PurgeOutcome, type PurgeRule } from "../../outbox/dead-letters.ts";
+import {
+  findDeadLetterRefs,
+  findDeadLetters,
+  planPurge,
+  type DeadLetterFilter,
+  type DeadLetterRef,
+  type FiledDeadLetter,
+  type PurgeOutcome,
+  type PurgeRule,
+} from "../../outbox/dead-letters.ts";
 import { withOutbox, type DeadLetter } from "../../outbox/outbox.ts";
 import { isoTimestamp } from "../../outbox/timestamp.ts";
 import { appArg, jsonArg, locationArgs, logArgs, namespaceFilterArg, parseSeq, rowArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 import { parseDurationMs, parsePointInTime } from "../durations.ts";
 import { oneLine, print, renderFields, renderTable, redact } from "../text-output.ts";
-import { appDirs, describeLocation, filesOf, locationExists, namespaceFile, requireOutboxNamespace, resolveLocations, withAccessHint, type Location, type Locations } from "../locations.ts";
+import {
+  appDirs,
+  describeLocation,
+  filesOf,
+  locationExists,
+  namespaceFile,
+  requireOutboxNamespace,
+  resolveLocations,
+  withAccessHint,
+  type Location,
+  type Locations,
+} from "../locations.ts";
 
 /** One dead letter in `dead-letter list/show --json`: where it lives plus the record (errors masked). */
 interface DeadLetterEntry extends FiledDeadLetter {
@@ -60,7 +80,10 @@ interface PurgeReport {
  * Reads the dead letters of every location that match `filter`, read-only. A file that cannot be
  * read is logged and listed in `failed`; the command then exits 1 after printing the rest.
  */
-function collectDeadLetters(locations: Locations, filter: DeadLetterFilter = {}): { entries: DeadLetterEntry[]; failed: FileFailure[] } {
+function collectDeadLetters(
+  locations: Locations,
+  filter: DeadLetterFilter = {},
+): { entries: DeadLetterEntry[]; failed: FileFailure[] } {
   const out: DeadLetterEntry[] = [];
   const failed: FileFailure[] = [];
   for (const loc of locations.dirs) {
@@ -121,7 +144,10 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
  * letters of its group (`group`: every letter dead-lettered with it, this one included).
  */
 function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] = []): string {
-  const members = group.length > 1 ? ` — ${group.length} statements: ${group.map((g) => (g.namespace === e.namespace ? `seq ${g.seq}` : `${g.namespace} seq ${g.seq}`)).join(", ")}; replayed and skipped together` : "";
+  const members =
+    group.length > 1
+      ? ` — ${group.length} statements: ${group.map((g) => (g.namespace === e.namespace ? `seq ${g.seq}` : `${g.namespace} seq ${g.seq}`)).join(", ")}; replayed and skipped together`
+      : "";
   return renderFields([
     ["namespace", e.namespace],
     ["seq", String(e.seq)],
@@ -144,13 +170,29 @@ function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] 
 
 /** The human replay report: a row per namespace and file with counts and the seqs replayed, then a summary. */
 function renderReplay(r: ReplayReport): string {
-  if (r.replayed.length + r.skipped.length === 0) return r.failed.length > 0 ? "no dead letters match in the readable files" : "no dead letters match";
-  const groups = groupRows([...r.replayed.map((e) => ({ ...e, done: true })), ...r.skipped.map((e) => ({ ...e, done: false }))]);
+  if (r.replayed.length + r.skipped.length === 0)
+    return r.failed.length > 0 ? "no dead letters match in the readable files" : "no dead letters match";
+  const groups = groupRows([
+    ...r.replayed.map((e) => ({ ...e, done: true })),
+    ...r.skipped.map((e) => ({ ...e, done: false })),
+  ]);
   const table = renderTable(
-    [{ header: "namespace" }, { header: r.dryRun ? "to replay" : "replayed", right: true }, { header: "skipped", right: true }, { header: "seqs" }, { header: "file" }],
+    [
+      { header: "namespace" },
+      { header: r.dryRun ? "to replay" : "replayed", right: true },
+      { header: "skipped", right: true },
+      { header: "seqs" },
+      { header: "file" },
+    ],
     groups.map((g) => {
       const done = g.rows.filter((e) => e.done).map((e) => e.seq);
-      return [g.namespace, String(done.length), String(g.rows.length - done.length), oneLine(seqRanges(done), 40), g.file];
+      return [
+        g.namespace,
+        String(done.length),
+        String(g.rows.length - done.length),
+        oneLine(seqRanges(done), 40),
+        g.file,
+      ];
     }),
   );
   const skipped = r.skipped.length > 0 ? `; ${r.skipped.length} skipped (already replayed)` : "";
@@ -164,13 +206,28 @@ function renderReplay(r: ReplayReport): string {
 function renderPurge(r: PurgeReport): string {
   const lines: string[] = [];
   if (r.purged.length + r.kept.length > 0) {
-    const groups = groupRows([...r.purged.map((e) => ({ ...e, kept: false })), ...r.kept.map((e) => ({ ...e, kept: true }))]);
+    const groups = groupRows([
+      ...r.purged.map((e) => ({ ...e, kept: false })),
+      ...r.kept.map((e) => ({ ...e, kept: true })),
+    ]);
     lines.push(
       renderTable(
-        [{ header: "namespace" }, { header: r.dryRun ? "to purge" : "purged", right: true }, { header: "never replayed", right: true }, { header: "kept", right: true }, { header: "file" }],
+        [
+          { header: "namespace" },
+          { header: r.dryRun ? "to purge" : "purged", right: true },
+          { header: "never replayed", right: true },
+          { header: "kept", right: true },
+          { header: "file" },
+        ],
         groups.map((g) => {
           const gone = g.rows.filter((e) => !e.kept);
-          return [g.namespace, String(gone.length), String(gone.filter((e) => e.replayedAt === null).length), String(g.rows.length - gone.length), g.file];
+          return [
+            g.namespace,
+            String(gone.length),
+            String(gone.filter((e) => e.replayedAt === null).length),
+            String(g.rows.length - gone.length),
+            g.file,
+          ];
         }),
       ),
       "",
@@ -178,14 +235,24 @@ function renderPurge(r: PurgeReport): string {
   }
   const lost = r.purged.filter((e) => e.replayedAt === null).length;
   const what = r.unreplayed ? "dead letter(s)" : "replayed dead letter(s)";
-  lines.push(`${r.dryRun ? "dry run: would purge" : "purged"} ${r.purged.length} ${what} dead before ${r.before}${r.dryRun ? "; nothing changed" : ""}`);
-  if (lost > 0) lines.push(`${lost} of them never replayed: their events ${r.dryRun ? "would be" : "are"} gone for good (--unreplayed)`);
-  if (r.kept.length > 0) lines.push(`kept ${r.kept.length} that the chain still needs (a queued row links to it, or it is its namespace's newest dead letter)`);
+  lines.push(
+    `${r.dryRun ? "dry run: would purge" : "purged"} ${r.purged.length} ${what} dead before ${r.before}${r.dryRun ? "; nothing changed" : ""}`,
+  );
+  if (lost > 0)
+    lines.push(
+      `${lost} of them never replayed: their events ${r.dryRun ? "would be" : "are"} gone for good (--unreplayed)`,
+    );
+  if (r.kept.length > 0)
+    lines.push(
+      `kept ${r.kept.length} that the chain still needs (a queued row links to it, or it is its namespace's newest dead letter)`,
+    );
   return lines.join("\n");
 }
 
 /** Rows grouped by file and namespace, in order of first appearance. */
-function groupRows<T extends { file: string; namespace: string }>(rows: readonly T[]): Array<{ file: string; namespace: string; rows: T[] }> {
+function groupRows<T extends { file: string; namespace: string }>(
+  rows: readonly T[],
+): Array<{ file: string; namespace: string; rows: T[] }> {
   const groups = new Map<string, { file: string; namespace: string; rows: T[] }>();
   for (const row of rows) {
     const key = `${row.file}\u0000${row.namespace}`;
@@ -209,10 +276,19 @@ function seqRanges(seqs: readonly number[]): string {
 }
 
 const reasonArg = {
-  reason: { type: "string", valueHint: "R", description: "Only this reason (max_attempts, undecodable, unsupported_statement, skipped, …)" },
+  reason: {
+    type: "string",
+    valueHint: "R",
+    description: "Only this reason (max_attempts, undecodable, unsupported_statement, skipped, …)",
+  },
 } as const;
 const sinceArg = {
-  since: { type: "string", valueHint: "DUR|TIME", description: "Only letters dead within DUR (90s, 30m, 12h, 7d, 2w, 1h30m) or at/after an ISO-8601 TIME (UTC unless it has an offset)" },
+  since: {
+    type: "string",
+    valueHint: "DUR|TIME",
+    description:
+      "Only letters dead within DUR (90s, 30m, 12h, 7d, 2w, 1h30m) or at/after an ISO-8601 TIME (UTC unless it has an offset)",
+  },
 } as const;
 const dryRunArg = {
   "dry-run": { type: "boolean", description: "Print what would be done and change nothing (files are only read)" },
@@ -239,14 +315,21 @@ const list = defineCommand({
     ...logArgs,
   },
   async run({ args }) {
-    if (args.replayed === true && args.unreplayed === true) throw new UsageError("give --replayed or --unreplayed, not both");
+    if (args.replayed === true && args.unreplayed === true)
+      throw new UsageError("give --replayed or --unreplayed, not both");
     const filter = filterOf(args);
     if (args.replayed === true) filter.replayed = true;
     if (args.unreplayed === true) filter.replayed = false;
     const { entries, failed } = collectDeadLetters(await resolveLocations(args), filter);
     const filtered = Object.keys(filter).length > 0;
     const none = `no dead letters${filtered ? " match" : ""}${failed.length > 0 ? " in the readable files" : ""}`;
-    print(args.json ? JSON.stringify({ deadLetters: entries }, null, 2) : entries.length === 0 ? none : renderDeadLetters(entries));
+    print(
+      args.json
+        ? JSON.stringify({ deadLetters: entries }, null, 2)
+        : entries.length === 0
+          ? none
+          : renderDeadLetters(entries),
+    );
     failIf(failed, "could not read");
   },
 });
@@ -261,20 +344,35 @@ const show = defineCommand({
     const { entries, failed } = collectDeadLetters({ ...locations, dirs: [location] });
     failIf(failed, "could not read");
     const entry = entries.find((e) => e.seq === seq && e.namespace === args.namespace && e.file === file);
-    if (!entry) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${args.namespace}" (${describeLocation(location)})`);
-    const group = entry.grp === null ? [entry] : entries.filter((e) => e.file === entry.file && e.grp === entry.grp && e.replayedAt === entry.replayedAt);
-    print(args.json ? JSON.stringify({ ...entry, group: group.map(({ namespace, seq }) => ({ namespace, seq })) }, null, 2) : renderDeadLetter(entry, group));
+    if (!entry)
+      throw new NotFoundError(
+        `no dead letter with seq ${seq} in namespace "${args.namespace}" (${describeLocation(location)})`,
+      );
+    const group =
+      entry.grp === null
+        ? [entry]
+        : entries.filter((e) => e.file === entry.file && e.grp === entry.grp && e.replayedAt === entry.replayedAt);
+    print(
+      args.json
+        ? JSON.stringify({ ...entry, group: group.map(({ namespace, seq }) => ({ namespace, seq })) }, null, 2)
+        : renderDeadLetter(entry, group),
+    );
   },
 });
 
 const replay = defineCommand({
   meta: {
     name: "replay",
-    description: "Re-enqueue quarantined rows at the tail of their namespace, once each: one (--namespace N --seq S) or a selection (safe while the drain runs)",
+    description:
+      "Re-enqueue quarantined rows at the tail of their namespace, once each: one (--namespace N --seq S) or a selection (safe while the drain runs)",
   },
   args: {
     ...locationArgs,
-    namespace: { type: "string", valueHint: "N", description: "With --seq: that namespace's dead letter; alone: all of its dead letters" },
+    namespace: {
+      type: "string",
+      valueHint: "N",
+      description: "With --seq: that namespace's dead letter; alone: all of its dead letters",
+    },
     seq: { type: "string", valueHint: "S", description: "The one dead letter to replay (with --namespace)" },
     ...reasonArg,
     ...sinceArg,
@@ -290,13 +388,19 @@ const replay = defineCommand({
     if (args.seq !== undefined) {
       if (args.namespace === undefined) throw new UsageError("--seq needs --namespace N");
       if (args.reason !== undefined || args.since !== undefined || all || dryRun) {
-        throw new UsageError("--seq replays one dead letter; it does not combine with --reason, --since, --all or --dry-run");
+        throw new UsageError(
+          "--seq replays one dead letter; it does not combine with --reason, --since, --all or --dry-run",
+        );
       }
       return replayOne(args.namespace, parseSeq(args.seq), args);
     }
     const given = (["namespace", "reason", "since"] as const).filter((k) => args[k] !== undefined).map((k) => `--${k}`);
-    if (all && given.length > 0) throw new UsageError(`--all selects every dead letter: give either --all or ${given.join(", ")}`);
-    if (!all && given.length === 0) throw new UsageError("dead-letter replay needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, or --all");
+    if (all && given.length > 0)
+      throw new UsageError(`--all selects every dead letter: give either --all or ${given.join(", ")}`);
+    if (!all && given.length === 0)
+      throw new UsageError(
+        "dead-letter replay needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, or --all",
+      );
     const filter = filterOf(args);
     const report = replaySelection(appDirs(await resolveLocations(args), args.app), filter, dryRun);
     print(args.json ? JSON.stringify(report, null, 2) : renderReplay(report));
@@ -305,7 +409,11 @@ const replay = defineCommand({
 });
 
 /** The original one-letter replay: its output is unchanged. */
-async function replayOne(namespace: string, seq: number, args: { config?: string; "db-dir"?: string; "db-file"?: string; app?: string; json?: boolean }): Promise<void> {
+async function replayOne(
+  namespace: string,
+  seq: number,
+  args: { config?: string; "db-dir"?: string; "db-file"?: string; app?: string; json?: boolean },
+): Promise<void> {
   const { file } = namespaceFile(await resolveLocations(args), namespace, args.app);
   requireOutboxNamespace(file, namespace);
   // A letter of a group brings its whole group back, as one group again.
@@ -313,9 +421,20 @@ async function replayOne(namespace: string, seq: number, args: { config?: string
     const newSeq = outbox.replayDead(seq); // refuses a letter replayed before, saying as what
     return { newSeq, replayed: outbox.getDead(seq)!.grp === null ? [] : replayedWith(outbox.listDeadGroup(seq)) };
   });
-  const group = replayed.length > 1 ? ` with its group (${replayed.map((r) => `${r.namespace} ${r.seq} → ${r.newSeq}`).join(", ")})` : "";
-  if (args.json) print(JSON.stringify({ action: "replay", namespace, seq, newSeq, file, ...(replayed.length > 1 ? { group: replayed } : {}) }, null, 2));
-  else print(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq}${group} (re-enqueued at the tail, ${file})`);
+  const group =
+    replayed.length > 1
+      ? ` with its group (${replayed.map((r) => `${r.namespace} ${r.seq} → ${r.newSeq}`).join(", ")})`
+      : "";
+  if (args.json)
+    print(
+      JSON.stringify(
+        { action: "replay", namespace, seq, newSeq, file, ...(replayed.length > 1 ? { group: replayed } : {}) },
+        null,
+        2,
+      ),
+    );
+  else
+    print(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq}${group} (re-enqueued at the tail, ${file})`);
 }
 
 /** The letters of a group as replayed: each with the seq it came back as. */
@@ -333,7 +452,9 @@ function replaySelection(dirs: readonly Location[], filter: DeadLetterFilter, dr
   const fail = recorder(report.failed);
   for (const loc of dirs) {
     if (!locationExists(loc)) continue;
-    for (const { file, namespace, rows } of groupRows<DeadLetterRef>(findDeadLetterRefs(loc, filter, { onError: fail }))) {
+    for (const { file, namespace, rows } of groupRows<DeadLetterRef>(
+      findDeadLetterRefs(loc, filter, { onError: fail }),
+    )) {
       if (dryRun) {
         for (const l of rows) {
           if (l.replayedAt === null) report.replayed.push({ namespace, seq: l.seq, newSeq: null, file });
@@ -345,8 +466,11 @@ function replaySelection(dirs: readonly Location[], filter: DeadLetterFilter, dr
         const done = withOutbox(file, namespace, (outbox) => outbox.replayDeadMany(rows.map((l) => l.seq)));
         // Letters of a group come back with their group, whichever namespace the selection met first.
         const seen = new Set(report.replayed.map((r) => `${r.file}\0${r.namespace}\0${r.seq}`));
-        for (const r of done.replayed) report.replayed.push({ namespace: r.namespace, seq: r.seq, newSeq: r.newSeq, file });
-        for (const s of done.skipped) if (!seen.has(`${file}\0${s.namespace}\0${s.seq}`)) report.skipped.push({ namespace: s.namespace, seq: s.seq, file, replayedAsSeq: s.replayedAsSeq });
+        for (const r of done.replayed)
+          report.replayed.push({ namespace: r.namespace, seq: r.seq, newSeq: r.newSeq, file });
+        for (const s of done.skipped)
+          if (!seen.has(`${file}\0${s.namespace}\0${s.seq}`))
+            report.skipped.push({ namespace: s.namespace, seq: s.seq, file, replayedAsSeq: s.replayedAsSeq });
       } catch (e) {
         fail(file, e as Error);
       }
@@ -358,11 +482,17 @@ function replaySelection(dirs: readonly Location[], filter: DeadLetterFilter, dr
 const purge = defineCommand({
   meta: {
     name: "purge",
-    description: "Delete dead letters older than DUR: replayed ones only, unless --unreplayed (safe while the drain runs)",
+    description:
+      "Delete dead letters older than DUR: replayed ones only, unless --unreplayed (safe while the drain runs)",
   },
   args: {
     ...locationArgs,
-    "older-than": { type: "string", valueHint: "DUR", required: true, description: "Letters dead longer than this (90s, 30m, 12h, 7d, 2w, 1h30m)" },
+    "older-than": {
+      type: "string",
+      valueHint: "DUR",
+      required: true,
+      description: "Letters dead longer than this (90s, 30m, 12h, 7d, 2w, 1h30m)",
+    },
     ...namespaceFilterArg,
     unreplayed: { type: "boolean", description: "Also delete letters never replayed: their events are lost for good" },
     ...dryRunArg,
@@ -396,14 +526,39 @@ const purge = defineCommand({
  * run, and it keeps foreign files from being opened for writing), then per namespace with something
  * to delete ONE transaction (Outbox.purgeDead), which decides again under the write lock.
  */
-function purgeFiles(files: readonly string[], rule: PurgeRule, namespace: string | undefined, report: PurgeReport): void {
+function purgeFiles(
+  files: readonly string[],
+  rule: PurgeRule,
+  namespace: string | undefined,
+  report: PurgeReport,
+): void {
   const fail = recorder(report.failed);
   for (const file of files) {
     try {
       for (const plan of planPurge(file, rule, namespace)) {
-        const outcome: PurgeOutcome = !report.dryRun && plan.purged.length > 0 ? withOutbox(file, plan.namespace, (outbox) => outbox.purgeDead(rule)) : plan;
-        for (const p of outcome.purged) report.purged.push({ namespace: p.namespace, seq: p.seq, file, reason: p.reason, deadAt: p.deadAt, replayedAt: p.replayedAt });
-        for (const k of outcome.kept) report.kept.push({ namespace: k.namespace, seq: k.seq, file, reason: k.reason, deadAt: k.deadAt, replayedAt: k.replayedAt, keptBecause: k.keptBecause });
+        const outcome: PurgeOutcome =
+          !report.dryRun && plan.purged.length > 0
+            ? withOutbox(file, plan.namespace, (outbox) => outbox.purgeDead(rule))
+            : plan;
+        for (const p of outcome.purged)
+          report.purged.push({
+            namespace: p.namespace,
+            seq: p.seq,
+            file,
+            reason: p.reason,
+            deadAt: p.deadAt,
+            replayedAt: p.replayedAt,
+          });
+        for (const k of outcome.kept)
+          report.kept.push({
+            namespace: k.namespace,
+            seq: k.seq,
+            file,
+            reason: k.reason,
+            deadAt: k.deadAt,
+            replayedAt: k.replayedAt,
+            keptBecause: k.keptBecause,
+          });
       }
     } catch (e) {
       fail(file, e as Error);

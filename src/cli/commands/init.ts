@@ -34,7 +34,11 @@ const TARGET = {
 
 /** `sqloutbox init [DIR]`: scaffold the programmatic path; never overwrites a file. */
 export const init = defineCommand({
-  meta: { name: "init", description: "Scaffold a typed config, a drain runner, an outbox.toml, an example producer and target into DIR (default ./outbox)" },
+  meta: {
+    name: "init",
+    description:
+      "Scaffold a typed config, a drain runner, an outbox.toml, an example producer and target into DIR (default ./outbox)",
+  },
   args: {
     dir: { type: "positional", required: false, description: "Directory to create the files in (default ./outbox)" },
     ...logArgs,
@@ -42,11 +46,13 @@ export const init = defineCommand({
   run({ args }) {
     const dir = path.resolve(args.dir ?? "outbox");
     const shown = path.relative(process.cwd(), dir) || ".";
-    if (fs.existsSync(dir) && !fs.statSync(dir).isDirectory()) throw new OutboxError("E_OUTBOX", `${dir} exists and is not a directory`);
+    if (fs.existsSync(dir) && !fs.statSync(dir).isDirectory())
+      throw new OutboxError("E_OUTBOX", `${dir} exists and is not a directory`);
     // Check everything first: either the whole scaffold is written or nothing is.
     for (const name of [...SCAFFOLD.map((f) => f.name), TARGET.name]) {
       const file = path.join(dir, name);
-      if (fs.existsSync(file)) throw new OutboxError("E_OUTBOX", `refusing to overwrite ${file}: remove it or choose another DIR`);
+      if (fs.existsSync(file))
+        throw new OutboxError("E_OUTBOX", `refusing to overwrite ${file}: remove it or choose another DIR`);
     }
     writeScaffold(dir);
     const created = [...SCAFFOLD, TARGET].map((f) => ({ file: path.join(shown, f.name), purpose: f.purpose }));
@@ -70,7 +76,10 @@ function nextSteps(shown: string, isInstalled: boolean): string[] {
   ];
   const width = Math.max(...commands.map(([line]) => line!.length));
   const steps = [
-    ["Try it as generated (the target is a local SQLite file; nothing else to set up):", ...commands.map(([line, note]) => `     ${line!.padEnd(width)}  # ${note}`)],
+    [
+      "Try it as generated (the target is a local SQLite file; nothing else to set up):",
+      ...commands.map(([line, note]) => `     ${line!.padEnd(width)}  # ${note}`),
+    ],
     [
       `Make it yours: your tables, writer and connection in ${at("outbox.config.ts")} (and ${at("outbox.toml")});`,
       "   the tables must exist on the target. Producers: new SQLMiddleware({ dbDir }).push(table, sql, args).",
@@ -116,6 +125,8 @@ function writeScaffold(dir: string): void {
     }
   } catch (err) {
     for (const file of written) fs.rmSync(file, { force: true });
-    throw new StorageError(`cannot write the scaffold into ${dir}: ${(err as Error).message}`, dir, undefined, { cause: err });
+    throw new StorageError(`cannot write the scaffold into ${dir}: ${(err as Error).message}`, dir, undefined, {
+      cause: err,
+    });
   }
 }

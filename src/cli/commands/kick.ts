@@ -13,7 +13,10 @@ import { locationExists, resolveLocations } from "../locations.ts";
  * lock file nobody holds is never signalled); exit 1 when no drain runs on any of them.
  */
 export const kick = defineCommand({
-  meta: { name: "kick", description: "Make the running drain retry now: backed-off targets and held tables (sends it SIGUSR2)" },
+  meta: {
+    name: "kick",
+    description: "Make the running drain retry now: backed-off targets and held tables (sends it SIGUSR2)",
+  },
   args: { ...locationArgs, ...jsonArg, ...logArgs },
   async run({ args }) {
     const locations = await resolveLocations(args);
@@ -25,7 +28,14 @@ export const kick = defineCommand({
     }
     const where = (k: (typeof kicked)[number]) => k.dbFile ?? k.dbDir;
     if (args.json) print(JSON.stringify({ action: "kick", drains: kicked }, null, 2));
-    else for (const k of kicked) print(k.pid === null ? `no drain is running on ${where(k)}` : `asked the drain (pid ${k.pid}) on ${where(k)} to retry now`);
-    if (kicked.every((k) => k.pid === null)) throw new NotFoundError(`no drain is running on ${kicked.map(where).join(", ")}`);
+    else
+      for (const k of kicked)
+        print(
+          k.pid === null
+            ? `no drain is running on ${where(k)}`
+            : `asked the drain (pid ${k.pid}) on ${where(k)} to retry now`,
+        );
+    if (kicked.every((k) => k.pid === null))
+      throw new NotFoundError(`no drain is running on ${kicked.map(where).join(", ")}`);
   },
 });

@@ -26,10 +26,19 @@ export const STOP_TIMEOUT_MS = 30_000;
  * variables it exports delivery spans over OTLP/HTTP (see docs/operations.md#tracing).
  */
 export const runservice = defineCommand({
-  meta: { name: "runservice", description: "Run the drain from outbox.toml until SIGTERM/SIGINT/SIGHUP (SIGUSR1: integrity scan; SIGUSR2: retry now)" },
+  meta: {
+    name: "runservice",
+    description:
+      "Run the drain from outbox.toml until SIGTERM/SIGINT/SIGHUP (SIGUSR1: integrity scan; SIGUSR2: retry now)",
+  },
   args: {
     ...configArg,
-    "metrics-addr": { type: "string", valueHint: "HOST:PORT", description: "Serve /metrics, /healthz and /readyz here (a bare PORT listens on 127.0.0.1; overrides metrics_addr)" },
+    "metrics-addr": {
+      type: "string",
+      valueHint: "HOST:PORT",
+      description:
+        "Serve /metrics, /healthz and /readyz here (a bare PORT listens on 127.0.0.1; overrides metrics_addr)",
+    },
     ...logArgs,
   },
   async run({ args }) {
@@ -49,14 +58,22 @@ export const runservice = defineCommand({
     const settings = traceSettings(config.tracing, process.env);
     const mask = (text: string) => maskSecrets(text, [...secrets, ...Object.values(settings?.headers ?? {})]);
     const tracing: Tracing | null = settings === null ? null : createTracing(settings, { logger, mask });
-    if (settings !== null) logger.info(`tracing: exporting delivery spans to ${settings.url} (${settings.protocol}) as service ${settings.resource["service.name"]}`);
+    if (settings !== null)
+      logger.info(
+        `tracing: exporting delivery spans to ${settings.url} (${settings.protocol}) as service ${settings.resource["service.name"]}`,
+      );
     const metrics = createDrainMetrics(() => service, { tracing });
     let server: OpsServer | null = null;
     const notifier = createSystemdNotifier(process.env, { logger });
     let watchdog: ReturnType<typeof setInterval> | undefined;
     try {
       if (address) {
-        server = serveOps(address, () => service, metrics, (text) => maskSecrets(text, secrets));
+        server = serveOps(
+          address,
+          () => service,
+          metrics,
+          (text) => maskSecrets(text, secrets),
+        );
         logger.info(`serving /metrics, /healthz and /readyz on ${server.url}`);
       }
       // runService owns the signals: SIGTERM/SIGINT/SIGHUP (also during startup) stop cleanly, SIGUSR1 scans, SIGUSR2 retries now.
@@ -95,8 +112,10 @@ export const runservice = defineCommand({
 function maskingLogger(logger: Logger, secrets: readonly string[]): Logger {
   if (secrets.length === 0) return logger;
   const clean = (v: unknown): unknown => maskError(v, secrets); // strings and Errors (cause chain) masked
-  const wrap = (fn: (m: string, ...r: unknown[]) => void) => (m: string, ...r: unknown[]) =>
-    fn(clean(m) as string, ...r.map(clean));
+  const wrap =
+    (fn: (m: string, ...r: unknown[]) => void) =>
+    (m: string, ...r: unknown[]) =>
+      fn(clean(m) as string, ...r.map(clean));
   return {
     debug: wrap(logger.debug.bind(logger)),
     info: wrap(logger.info.bind(logger)),

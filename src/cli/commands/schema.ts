@@ -33,11 +33,22 @@ const APPLY_TIMEOUT_MS = 60_000;
  * never drops anything, and never drops the ledger.
  */
 export const schema = defineCommand({
-  meta: { name: "schema", description: "Print (or --apply) the remote DDL the drain needs: the ledger table, outbox_seq for injected tables; --drop removes outbox_seq" },
+  meta: {
+    name: "schema",
+    description:
+      "Print (or --apply) the remote DDL the drain needs: the ledger table, outbox_seq for injected tables; --drop removes outbox_seq",
+  },
   args: {
     ...configArg,
-    drop: { type: "boolean", description: "The DDL that removes outbox_seq and its index from injected tables instead" },
-    apply: { type: "boolean", description: "Run the DDL on the targets (one statement at a time, skipping what is already there) instead of only printing it" },
+    drop: {
+      type: "boolean",
+      description: "The DDL that removes outbox_seq and its index from injected tables instead",
+    },
+    apply: {
+      type: "boolean",
+      description:
+        "Run the DDL on the targets (one statement at a time, skipping what is already there) instead of only printing it",
+    },
     ...jsonArg,
     ...logArgs,
   },
@@ -58,11 +69,14 @@ export const schema = defineCommand({
           continue;
         }
         const steps: Array<[string, SchemaStep]> = [
-          ...(target.ledger ? [[target.ledgerTable, ledgerStep(target.ledgerTable, dialect)] as [string, SchemaStep]] : []),
+          ...(target.ledger
+            ? [[target.ledgerTable, ledgerStep(target.ledgerTable, dialect)] as [string, SchemaStep]]
+            : []),
           ...injected.flatMap((t) => injectedSteps(t, dialect).map((s) => [t, s] as [string, SchemaStep])),
         ];
         const entry: TargetSchema = { target: target.name, dialect, statements: steps.map(([, s]) => s.ddl) };
-        if (args.apply) entry.outcomes = await apply(new BoundedWriter(target.name, writer, APPLY_TIMEOUT_MS), steps, secrets);
+        if (args.apply)
+          entry.outcomes = await apply(new BoundedWriter(target.name, writer, APPLY_TIMEOUT_MS), steps, secrets);
         targets.push(entry);
       }
     } finally {
@@ -75,7 +89,11 @@ export const schema = defineCommand({
 });
 
 /** Ensures each step on its own (a refusal must not stop the next); "already" when its probe finds it there. */
-async function apply(writer: BoundedWriter, steps: Array<[string, SchemaStep]>, secrets: readonly string[]): Promise<string[]> {
+async function apply(
+  writer: BoundedWriter,
+  steps: Array<[string, SchemaStep]>,
+  secrets: readonly string[],
+): Promise<string[]> {
   const outcomes: string[] = [];
   for (const [namespace, step] of steps) {
     const outcome = await ensureStep(writer, step, namespace);
@@ -106,7 +124,10 @@ function render(targets: TargetSchema[]): string {
   return targets
     .map((t) => {
       const lines = t.statements.map((s, i) => `${s};${t.outcomes ? `  -- ${t.outcomes[i]}` : ""}`);
-      return [`-- target ${t.target} (${t.dialect})`, ...(lines.length ? lines : ["-- nothing to do: no ledger and no injected tables"])].join("\n");
+      return [
+        `-- target ${t.target} (${t.dialect})`,
+        ...(lines.length ? lines : ["-- nothing to do: no ledger and no injected tables"]),
+      ].join("\n");
     })
     .join("\n\n");
 }

@@ -19,11 +19,30 @@ export const skip = defineCommand({
     // either sees the row before or after the move, never half of it.
     // A head that starts a group moves with its whole group (every table's part of it).
     const moved = withOutbox(file, args.namespace, (outbox) => outbox.skipHead(seq));
-    if (args.json) print(JSON.stringify({ action: "skip", namespace: args.namespace, seq, file, moved: moved.seqs, alsoIn: moved.others }, null, 2));
+    if (args.json)
+      print(
+        JSON.stringify(
+          { action: "skip", namespace: args.namespace, seq, file, moved: moved.seqs, alsoIn: moved.others },
+          null,
+          2,
+        ),
+      );
     else {
-      const group = moved.seqs.length > 1 ? ` with its group: ${moved.seqs.length} rows (seqs ${moved.seqs.join(", ")})${moved.others.length > 0 ? `, also in ${moved.others.join(", ")}` : ""}` : "";
+      const group =
+        moved.seqs.length > 1
+          ? ` with its group: ${moved.seqs.length} rows (seqs ${moved.seqs.join(", ")})${moved.others.length > 0 ? `, also in ${moved.others.join(", ")}` : ""}`
+          : "";
       print(`skipped ${args.namespace} seq ${seq}${group}: moved to the dead-letter log (reason "skipped"), ${file}`);
-      const undo = ["sqloutbox", "dead-letter", "replay", ...locationFlags(args), "--namespace", shellWord(args.namespace), "--seq", String(seq)];
+      const undo = [
+        "sqloutbox",
+        "dead-letter",
+        "replay",
+        ...locationFlags(args),
+        "--namespace",
+        shellWord(args.namespace),
+        "--seq",
+        String(seq),
+      ];
       print(`undo with: ${undo.join(" ")}`);
     }
   },

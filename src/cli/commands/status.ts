@@ -3,7 +3,19 @@ import { OutboxError, StorageError, UsageError } from "../../errors.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";
 import { parseDurationMs } from "../durations.ts";
 import { CHECKS, checkStatus, collectStatus, type Check, type StatusReport } from "../status-report.ts";
-import { fitLastColumn, formatAge, oneLine, paint, PLAIN, print, renderTable, stdoutStyle, withoutFile, type Column, type OutputStyle } from "../text-output.ts";
+import {
+  fitLastColumn,
+  formatAge,
+  oneLine,
+  paint,
+  PLAIN,
+  print,
+  renderTable,
+  stdoutStyle,
+  withoutFile,
+  type Column,
+  type OutputStyle,
+} from "../text-output.ts";
 import { resolveLocations, type Locations } from "../locations.ts";
 
 /**
@@ -18,13 +30,27 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
   const now = Date.parse(report.generatedAt);
   for (const d of report.dbDirs.filter((d) => d.exists)) {
     const label = `${d.app ? `app ${d.app}: ` : ""}`;
-    if (d.drain.pid === null) lines.push(`${label}no drain is running on ${d.dbFile ?? d.dbDir}${d.drain.stoppedAt ? ` (stopped ${formatAge(now - Date.parse(d.drain.stoppedAt))} ago)` : ""}`);
-    else lines.push(`${label}drain running (pid ${d.drain.pid}) on ${d.dbFile ?? d.dbDir}${d.drain.updatedAt ? `, reported ${formatAge(now - Date.parse(d.drain.updatedAt))} ago` : ", without a state file"}${d.drain.stale ? red(" — STALE: its loop is not reporting") : ""}`);
+    if (d.drain.pid === null)
+      lines.push(
+        `${label}no drain is running on ${d.dbFile ?? d.dbDir}${d.drain.stoppedAt ? ` (stopped ${formatAge(now - Date.parse(d.drain.stoppedAt))} ago)` : ""}`,
+      );
+    else
+      lines.push(
+        `${label}drain running (pid ${d.drain.pid}) on ${d.dbFile ?? d.dbDir}${d.drain.updatedAt ? `, reported ${formatAge(now - Date.parse(d.drain.updatedAt))} ago` : ", without a state file"}${d.drain.stale ? red(" — STALE: its loop is not reporting") : ""}`,
+      );
   }
   if (report.targets.length > 0) {
     const columns: Column[] = [
-      { header: "target" }, { header: "state" }, { header: "since" }, { header: "failures", right: true }, { header: "delivered", right: true },
-      { header: "rows/s", right: true }, { header: "lag", right: true }, { header: "wal", right: true }, { header: "last batch", right: true }, { header: "problem" },
+      { header: "target" },
+      { header: "state" },
+      { header: "since" },
+      { header: "failures", right: true },
+      { header: "delivered", right: true },
+      { header: "rows/s", right: true },
+      { header: "lag", right: true },
+      { header: "wal", right: true },
+      { header: "last batch", right: true },
+      { header: "problem" },
     ];
     const rows = report.targets.map((t) => [
       t.target,
@@ -38,24 +64,54 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
       t.lastSuccessAt ? `${formatAge(now - Date.parse(t.lastSuccessAt))} ago` : "-",
       oneLine(t.lastError ?? t.setupProblem),
     ]);
-    lines.push(...withMessages(columns, rows, report.targets.map((t) => `problem of ${t.target}`), style), "");
+    lines.push(
+      ...withMessages(
+        columns,
+        rows,
+        report.targets.map((t) => `problem of ${t.target}`),
+        style,
+      ),
+      "",
+    );
   }
   for (const d of report.dbDirs.filter((d) => !d.exists)) {
-    lines.push(`${d.app ? `app ${d.app}: ` : ""}${d.dbFile === null ? `db_dir ${d.dbDir}` : `db_file ${d.dbFile}`} does not exist yet (nothing enqueued)`);
+    lines.push(
+      `${d.app ? `app ${d.app}: ` : ""}${d.dbFile === null ? `db_dir ${d.dbDir}` : `db_file ${d.dbFile}`} does not exist yet (nothing enqueued)`,
+    );
   }
   for (const u of report.unreadable) lines.push(`UNREADABLE ${u.file}: ${withoutFile(u.error, u.file)}`);
-  if (report.namespaces.length === 0) lines.push(report.unreadable.length > 0 ? "no readable outbox files" : "no outbox files found");
+  if (report.namespaces.length === 0)
+    lines.push(report.unreadable.length > 0 ? "no readable outbox files" : "no outbox files found");
   else {
     lines.push(...namespaceTable(report, style));
     const t = report.totals;
-    lines.push("", `${t.namespaces} namespace(s), ${t.depth} pending, ${t.stuck} stuck, ${t.held} held, ${t.deadLetters} dead letter(s)${t.targetsDown ? `, ${t.targetsDown} target(s) down` : ""}`);
+    lines.push(
+      "",
+      `${t.namespaces} namespace(s), ${t.depth} pending, ${t.stuck} stuck, ${t.held} held, ${t.deadLetters} dead letter(s)${t.targetsDown ? `, ${t.targetsDown} target(s) down` : ""}`,
+    );
   }
   if (report.fleet.length > 0) {
     lines.push("", "fleet (every origin's delivery ledger row, as this host's drain last read it):");
-    lines.push(renderTable(
-      [{ header: "target" }, { header: "namespace" }, { header: "origin" }, { header: "label" }, { header: "through", right: true }, { header: "updated", right: true }],
-      report.fleet.map((f) => [f.target, f.namespace, f.self ? `${f.origin} (this host)` : f.origin, f.label || "-", String(f.through), `${formatAge(now - Date.parse(f.updatedAt))} ago`]),
-    ));
+    lines.push(
+      renderTable(
+        [
+          { header: "target" },
+          { header: "namespace" },
+          { header: "origin" },
+          { header: "label" },
+          { header: "through", right: true },
+          { header: "updated", right: true },
+        ],
+        report.fleet.map((f) => [
+          f.target,
+          f.namespace,
+          f.self ? `${f.origin} (this host)` : f.origin,
+          f.label || "-",
+          String(f.through),
+          `${formatAge(now - Date.parse(f.updatedAt))} ago`,
+        ]),
+      ),
+    );
   }
   return lines.join("\n");
 }
@@ -95,7 +151,12 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
 }
 
 /** A table whose last column is a message: cut to the terminal's width, each cut message then given in full under the table. */
-function withMessages(columns: readonly Column[], rows: string[][], keys: readonly string[], style: OutputStyle): string[] {
+function withMessages(
+  columns: readonly Column[],
+  rows: string[][],
+  keys: readonly string[],
+  style: OutputStyle,
+): string[] {
   const { rows: fitted, cut } = fitLastColumn(columns, rows, style.width);
   const lines = [renderTable(columns, fitted)];
   if (cut.length > 0) lines.push("", ...cut.map((i) => `${keys[i]}: ${rows[i]!.at(-1)}`));
@@ -119,15 +180,30 @@ function formatPct(pct: number): string {
 
 /** `sqloutbox status`: per-namespace depth, oldest age, head attempts/last error, stuck, dead letters. */
 export const status = defineCommand({
-  meta: { name: "status", description: "Per-namespace depth, oldest pending age, stuck heads and dead letters (read-only)" },
+  meta: {
+    name: "status",
+    description: "Per-namespace depth, oldest pending age, stuck heads and dead letters (read-only)",
+  },
   args: {
     ...locationArgs,
     ...jsonArg,
     watch: { type: "boolean", description: "Refresh until interrupted (with --json: one JSON document per line)" },
     interval: { type: "string", valueHint: "SECONDS", description: "Refresh interval for --watch (default 2)" },
-    check: { type: "boolean", description: "Exit 1 when something needs an operator: stuck, held, dead letters, too old, a target down (for cron, Nagios, probes)" },
-    "fail-on": { type: "string", valueHint: "LIST", description: `With --check: which conditions fail it, comma-separated (default all: ${CHECKS.join(",")})` },
-    "max-age": { type: "string", valueHint: "DUR", description: "With --check: the oldest pending row may be this old (default 15m)" },
+    check: {
+      type: "boolean",
+      description:
+        "Exit 1 when something needs an operator: stuck, held, dead letters, too old, a target down (for cron, Nagios, probes)",
+    },
+    "fail-on": {
+      type: "string",
+      valueHint: "LIST",
+      description: `With --check: which conditions fail it, comma-separated (default all: ${CHECKS.join(",")})`,
+    },
+    "max-age": {
+      type: "string",
+      valueHint: "DUR",
+      description: "With --check: the oldest pending row may be this old (default 15m)",
+    },
     ...logArgs,
   },
   async run({ args }) {
@@ -137,8 +213,17 @@ export const status = defineCommand({
       if (args.interval !== undefined) throw new UsageError("--interval only applies with --watch");
       const report = collectStatus(locations);
       const problems = checking ? checkStatus(report, checking.checks, checking.maxAgeMs) : [];
-      if (args.json) print(JSON.stringify(checking ? { ...report, check: { ok: problems.length === 0, problems } } : report, null, 2));
-      else print(renderStatus(report, stdoutStyle()) + (checking ? `\n\n${problems.length === 0 ? "check: ok" : `check: ${problems.length} problem(s)\n${problems.map((p) => `  - ${p}`).join("\n")}`}` : ""));
+      if (args.json)
+        print(
+          JSON.stringify(checking ? { ...report, check: { ok: problems.length === 0, problems } } : report, null, 2),
+        );
+      else
+        print(
+          renderStatus(report, stdoutStyle()) +
+            (checking
+              ? `\n\n${problems.length === 0 ? "check: ok" : `check: ${problems.length} problem(s)\n${problems.map((p) => `  - ${p}`).join("\n")}`}`
+              : ""),
+        );
       if (report.unreadable.length > 0) {
         throw new StorageError(`status could not read ${report.unreadable.length} file(s)`, report.unreadable[0]!.file);
       }
@@ -147,29 +232,48 @@ export const status = defineCommand({
     }
     if (checking) throw new UsageError("--check does not combine with --watch");
     const seconds = args.interval === undefined ? 2 : Number(args.interval);
-    if (!Number.isFinite(seconds) || seconds <= 0) throw new UsageError(`--interval must be a positive number of seconds, got "${args.interval}"`);
+    if (!Number.isFinite(seconds) || seconds <= 0)
+      throw new UsageError(`--interval must be a positive number of seconds, got "${args.interval}"`);
     await watch(locations, seconds * 1000, Boolean(args.json));
   },
 });
 
 /** `--check`, `--fail-on` and `--max-age`, validated; null without --check. */
-function checkOptions(args: { check?: boolean; "fail-on"?: string; "max-age"?: string }): { checks: Set<Check>; maxAgeMs: number } | null {
+function checkOptions(args: {
+  check?: boolean;
+  "fail-on"?: string;
+  "max-age"?: string;
+}): { checks: Set<Check>; maxAgeMs: number } | null {
   if (!args.check) {
-    if (args["fail-on"] !== undefined || args["max-age"] !== undefined) throw new UsageError("--fail-on and --max-age only apply with --check");
+    if (args["fail-on"] !== undefined || args["max-age"] !== undefined)
+      throw new UsageError("--fail-on and --max-age only apply with --check");
     return null;
   }
-  const names = args["fail-on"] === undefined ? [...CHECKS] : args["fail-on"].split(",").map((n) => n.trim()).filter(Boolean);
+  const names =
+    args["fail-on"] === undefined
+      ? [...CHECKS]
+      : args["fail-on"]
+          .split(",")
+          .map((n) => n.trim())
+          .filter(Boolean);
   for (const n of names) {
-    if (!(CHECKS as readonly string[]).includes(n)) throw new UsageError(`--fail-on takes ${CHECKS.join(", ")}, got "${n}"`);
+    if (!(CHECKS as readonly string[]).includes(n))
+      throw new UsageError(`--fail-on takes ${CHECKS.join(", ")}, got "${n}"`);
   }
   if (names.length === 0) throw new UsageError(`--fail-on needs at least one of ${CHECKS.join(", ")}`);
-  return { checks: new Set(names as Check[]), maxAgeMs: args["max-age"] === undefined ? 15 * 60_000 : parseDurationMs("--max-age", args["max-age"]) };
+  return {
+    checks: new Set(names as Check[]),
+    maxAgeMs: args["max-age"] === undefined ? 15 * 60_000 : parseDurationMs("--max-age", args["max-age"]),
+  };
 }
 
 async function watch(locations: Locations, intervalMs: number, json: boolean): Promise<void> {
   let stopped = false;
   let wake: () => void = () => {};
-  const stop = () => { stopped = true; wake(); };
+  const stop = () => {
+    stopped = true;
+    wake();
+  };
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);
   const tty = Boolean(process.stdout.isTTY) && !json;
@@ -177,11 +281,17 @@ async function watch(locations: Locations, intervalMs: number, json: boolean): P
     while (!stopped) {
       const report = collectStatus(locations);
       if (json) print(JSON.stringify(report));
-      else if (tty) process.stdout.write(`\u001B[H\u001B[2J${report.generatedAt}  (every ${intervalMs / 1000}s, Ctrl-C to stop)\n\n${renderStatus(report, stdoutStyle())}\n`);
+      else if (tty)
+        process.stdout.write(
+          `\u001B[H\u001B[2J${report.generatedAt}  (every ${intervalMs / 1000}s, Ctrl-C to stop)\n\n${renderStatus(report, stdoutStyle())}\n`,
+        );
       else print(`${report.generatedAt}\n${renderStatus(report)}\n`);
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, intervalMs);
-        wake = () => { clearTimeout(timer); resolve(); };
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
       });
     }
   } finally {
@@ -194,5 +304,9 @@ async function watch(locations: Locations, intervalMs: number, json: boolean): P
 function formatWal(files: ReadonlyArray<{ walBytes: number }>): string {
   if (files.length === 0) return "-";
   const bytes = files.reduce((n, f) => n + f.walBytes, 0);
-  return bytes >= 1024 * 1024 ? `${(bytes / 1024 / 1024).toFixed(1)} MiB` : bytes >= 1024 ? `${Math.round(bytes / 1024)} KiB` : `${bytes} B`;
+  return bytes >= 1024 * 1024
+    ? `${(bytes / 1024 / 1024).toFixed(1)} MiB`
+    : bytes >= 1024
+      ? `${Math.round(bytes / 1024)} KiB`
+      : `${bytes} B`;
 }

@@ -6,7 +6,14 @@ import type { ChainGap } from "../../outbox/outbox.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 import { print, renderTable, withoutFile } from "../text-output.ts";
-import { describeLocation, filesOf, locationExists, resolveLocations, withAccessHint, type Locations } from "../locations.ts";
+import {
+  describeLocation,
+  filesOf,
+  locationExists,
+  resolveLocations,
+  withAccessHint,
+  type Locations,
+} from "../locations.ts";
 
 /** One file in `verify --json`. */
 interface VerifiedFile {
@@ -35,7 +42,15 @@ function collectVerify(locations: Locations): VerifyReport {
     for (const file of filesOf(loc)) {
       const { ok, namespaces, problems } = verifyFile(file);
       const shown = namespaces.map(({ namespace, rows, gaps, problems }) => ({ namespace, rows, gaps, problems }));
-      files.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, file, ok, namespaces: shown, problems: problems.map((p) => withAccessHint(p, file)) });
+      files.push({
+        app: loc.app,
+        dbDir: loc.dbDir,
+        dbFile: loc.dbFile,
+        file,
+        ok,
+        namespaces: shown,
+        problems: problems.map((p) => withAccessHint(p, file)),
+      });
     }
   }
   return { ok: files.every((f) => f.ok), files };
@@ -55,7 +70,9 @@ function renderVerify(report: VerifyReport): string {
       const bad = ns.gaps.length > 0 || ns.problems.length > 0;
       rows.push([...app, name, ns.namespace, String(ns.rows), String(ns.gaps.length), bad ? "PROBLEM" : "ok"]);
       for (const gap of ns.gaps) {
-        details.push(`${f.file} [${ns.namespace}]: row ${gap.seq} links to prev_seq ${gap.prevSeq}, which is in no table`);
+        details.push(
+          `${f.file} [${ns.namespace}]: row ${gap.seq} links to prev_seq ${gap.prevSeq}, which is in no table`,
+        );
       }
       for (const problem of ns.problems) details.push(`${f.file} [${ns.namespace}]: ${problem}`);
     }
@@ -64,7 +81,14 @@ function renderVerify(report: VerifyReport): string {
   }
   if (report.files.length === 0) return "no outbox files found";
   const table = renderTable(
-    [...(withApp ? [{ header: "app" }] : []), { header: "file" }, { header: "namespace" }, { header: "rows", right: true }, { header: "gaps", right: true }, { header: "result" }],
+    [
+      ...(withApp ? [{ header: "app" }] : []),
+      { header: "file" },
+      { header: "namespace" },
+      { header: "rows", right: true },
+      { header: "gaps", right: true },
+      { header: "result" },
+    ],
     rows,
   );
   const summary = report.ok

@@ -8,8 +8,28 @@ export const ROW_FIELDS = 6;
 
 /** Something that happened to one group (its head row flattened) or to a table, at `at` (epoch ms). */
 export type EventRecord =
-  | { kind: "failed"; target: string; table: string; head: unknown[]; errorClass: string; message: string; at: number; attempt: number; retryAt: number }
-  | { kind: "dead"; target: string; table: string; head: unknown[]; errorClass: string; message: string; at: number; reason: string; rows: number }
+  | {
+      kind: "failed";
+      target: string;
+      table: string;
+      head: unknown[];
+      errorClass: string;
+      message: string;
+      at: number;
+      attempt: number;
+      retryAt: number;
+    }
+  | {
+      kind: "dead";
+      target: string;
+      table: string;
+      head: unknown[];
+      errorClass: string;
+      message: string;
+      at: number;
+      reason: string;
+      rows: number;
+    }
   | { kind: "held"; target: string; table: string; reason: string; message: string; at: number; until: number | null };
 
 /** One table's part of a batch: its rows with a trace context, and how many of all its rows were applied. */
@@ -63,4 +83,9 @@ export interface WorkerStats {
   lastError: string | null;
 }
 
-export type FromWorker = { t: "ready" } | { t: "stats"; stats: WorkerStats } | { t: "busy"; untilMs: number } | { t: "done"; id: number; stats: WorkerStats } | { t: "error"; message: string };
+export type FromWorker =
+  | { t: "ready" }
+  | { t: "stats"; stats: WorkerStats }
+  | { t: "busy"; untilMs: number }
+  | { t: "done"; id: number; stats: WorkerStats }
+  | { t: "error"; message: string };

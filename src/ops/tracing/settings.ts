@@ -30,14 +30,32 @@ const DEFAULT_ENDPOINT = "http://localhost:4318";
  */
 export function traceSettings(config: TracingConfig, env: Record<string, string | undefined>): TraceSettings | null {
   if (config.enabled === false) return null;
-  if (config.enabled === null && (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === "true" || env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === "none")) return null;
+  if (
+    config.enabled === null &&
+    (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === "true" ||
+      env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === "none")
+  )
+    return null;
   const url = traceUrl(config, env);
   if (url === null) return null;
   const resource = parsePairs(env.OTEL_RESOURCE_ATTRIBUTES ?? "", "OTEL_RESOURCE_ATTRIBUTES");
-  resource["service.name"] = config.serviceName ?? nonEmpty(env.OTEL_SERVICE_NAME) ?? resource["service.name"] ?? "sqloutbox";
+  resource["service.name"] =
+    config.serviceName ?? nonEmpty(env.OTEL_SERVICE_NAME) ?? resource["service.name"] ?? "sqloutbox";
   resource["service.version"] ??= VERSION;
-  const headers = { ...parsePairs(env.OTEL_EXPORTER_OTLP_HEADERS ?? "", "OTEL_EXPORTER_OTLP_HEADERS"), ...parsePairs(env.OTEL_EXPORTER_OTLP_TRACES_HEADERS ?? "", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"), ...config.headers };
-  return { url, protocol: config.protocol ?? protocolFrom(env), headers, resource, maxQueueSpans: config.maxQueueSpans, maxSpansPerSecond: config.maxSpansPerSecond, exportTimeoutMs: config.exportTimeoutMs };
+  const headers = {
+    ...parsePairs(env.OTEL_EXPORTER_OTLP_HEADERS ?? "", "OTEL_EXPORTER_OTLP_HEADERS"),
+    ...parsePairs(env.OTEL_EXPORTER_OTLP_TRACES_HEADERS ?? "", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+    ...config.headers,
+  };
+  return {
+    url,
+    protocol: config.protocol ?? protocolFrom(env),
+    headers,
+    resource,
+    maxQueueSpans: config.maxQueueSpans,
+    maxSpansPerSecond: config.maxSpansPerSecond,
+    exportTimeoutMs: config.exportTimeoutMs,
+  };
 }
 
 /** The traces URL: `[tracing] endpoint` + /v1/traces, else the signal's own variable as is, else the base variable + /v1/traces. */
@@ -55,7 +73,11 @@ function withPath(base: string): string {
 }
 
 function checkedUrl(text: string, variable: string): string {
-  if (!isHttpUrl(text)) throw new ConfigError(`${variable}=${JSON.stringify(text)} is not an http:// or https:// URL (the collector's OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318)`, { keyPath: variable });
+  if (!isHttpUrl(text))
+    throw new ConfigError(
+      `${variable}=${JSON.stringify(text)} is not an http:// or https:// URL (the collector's OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318)`,
+      { keyPath: variable },
+    );
   return text;
 }
 
@@ -64,7 +86,10 @@ function protocolFrom(env: Record<string, string | undefined>): TraceProtocol {
     const value = nonEmpty(env[variable]);
     if (value === undefined) continue;
     if ((TRACE_PROTOCOLS as readonly string[]).includes(value)) return value as TraceProtocol;
-    throw new ConfigError(`${variable}=${JSON.stringify(value)}: the drain exports over OTLP/HTTP, as "http/protobuf" (the default) or "http/json"${value === "grpc" ? "; gRPC is not supported" : ""}`, { keyPath: variable });
+    throw new ConfigError(
+      `${variable}=${JSON.stringify(value)}: the drain exports over OTLP/HTTP, as "http/protobuf" (the default) or "http/json"${value === "grpc" ? "; gRPC is not supported" : ""}`,
+      { keyPath: variable },
+    );
   }
   return "http/protobuf";
 }
@@ -75,11 +100,18 @@ export function parsePairs(text: string, variable: string): Record<string, strin
   for (const part of text.split(",")) {
     if (part.trim() === "") continue;
     const eq = part.indexOf("=");
-    if (eq <= 0) throw new ConfigError(`${variable}: ${JSON.stringify(part.trim())} is not key=value (the format is key1=value1,key2=value2)`, { keyPath: variable });
+    if (eq <= 0)
+      throw new ConfigError(
+        `${variable}: ${JSON.stringify(part.trim())} is not key=value (the format is key1=value1,key2=value2)`,
+        { keyPath: variable },
+      );
     try {
       out[decodeURIComponent(part.slice(0, eq).trim())] = decodeURIComponent(part.slice(eq + 1).trim());
     } catch {
-      throw new ConfigError(`${variable}: ${JSON.stringify(part.slice(0, eq).trim())} has a malformed percent-encoding`, { keyPath: variable });
+      throw new ConfigError(
+        `${variable}: ${JSON.stringify(part.slice(0, eq).trim())} has a malformed percent-encoding`,
+        { keyPath: variable },
+      );
     }
   }
   return out;

@@ -1,4 +1,15 @@
-import { createTraceState, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Link, type Span, type SpanContext, type Tracer } from "@opentelemetry/api";
+import {
+  createTraceState,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Link,
+  type Span,
+  type SpanContext,
+  type Tracer,
+} from "@opentelemetry/api";
 import { millisToHrTime } from "@opentelemetry/core";
 import {
   ATTR_DB_OPERATION_BATCH_SIZE,
@@ -25,7 +36,12 @@ const MESSAGING_CONSUMER_GROUP_NAME = "messaging.consumer.group.name";
 const MESSAGING_BATCH_MESSAGE_COUNT = "messaging.batch.message_count";
 
 /** db.system.name per dialect: the registered value where there is one (libSQL has none: SQLite's). */
-const DB_SYSTEM: Record<Dialect, string> = { postgres: DB_SYSTEM_NAME_VALUE_POSTGRESQL, mysql: DB_SYSTEM_NAME_VALUE_MYSQL, sqlite: "sqlite", libsql: "sqlite" };
+const DB_SYSTEM: Record<Dialect, string> = {
+  postgres: DB_SYSTEM_NAME_VALUE_POSTGRESQL,
+  mysql: DB_SYSTEM_NAME_VALUE_MYSQL,
+  sqlite: "sqlite",
+  libsql: "sqlite",
+};
 
 const at = (ms: number) => millisToHrTime(ms);
 
@@ -55,7 +71,13 @@ function producerContext(row: Row): SpanContext | null {
   if (row.traceparent === null) return null;
   const parsed = parseTraceparent(row.traceparent);
   if (parsed === null) return null;
-  return { traceId: parsed.traceId, spanId: parsed.spanId, traceFlags: parsed.flags, isRemote: true, ...(row.tracestate ? { traceState: createTraceState(row.tracestate) } : {}) };
+  return {
+    traceId: parsed.traceId,
+    spanId: parsed.spanId,
+    traceFlags: parsed.flags,
+    isRemote: true,
+    ...(row.tracestate ? { traceState: createTraceState(row.tracestate) } : {}),
+  };
 }
 
 /**
@@ -91,31 +113,48 @@ export class SpanWriter {
       }
     }
     const failed = b.events.some((e) => e.kind !== "held") || b.lost !== null;
-    const outcome = b.lost !== null ? "lost" : applied === rows ? "applied" : applied > 0 ? "partial" : failed ? "failed" : "not_applied";
-    const span = this.tracer.startSpan(`BATCH ${b.target}`, {
-      kind: SpanKind.CLIENT,
-      startTime: at(b.sentAt),
-      links,
-      attributes: {
-        [ATTR_DB_SYSTEM_NAME]: DB_SYSTEM[b.dialect],
-        [ATTR_DB_OPERATION_NAME]: "BATCH",
-        [ATTR_DB_OPERATION_BATCH_SIZE]: b.statements,
-        "sqloutbox.app": b.app,
-        "sqloutbox.target": b.target,
-        "sqloutbox.engine": b.engine,
-        "sqloutbox.tables": b.slices.map((s) => s.table),
-        "sqloutbox.rows": rows,
-        "sqloutbox.rows.applied": applied,
-        "sqloutbox.bytes": b.bytes,
-        "sqloutbox.attempt": b.attempt,
-        "sqloutbox.outcome": outcome,
+    const outcome =
+      b.lost !== null
+        ? "lost"
+        : applied === rows
+          ? "applied"
+          : applied > 0
+            ? "partial"
+            : failed
+              ? "failed"
+              : "not_applied";
+    const span = this.tracer.startSpan(
+      `BATCH ${b.target}`,
+      {
+        kind: SpanKind.CLIENT,
+        startTime: at(b.sentAt),
+        links,
+        attributes: {
+          [ATTR_DB_SYSTEM_NAME]: DB_SYSTEM[b.dialect],
+          [ATTR_DB_OPERATION_NAME]: "BATCH",
+          [ATTR_DB_OPERATION_BATCH_SIZE]: b.statements,
+          "sqloutbox.app": b.app,
+          "sqloutbox.target": b.target,
+          "sqloutbox.engine": b.engine,
+          "sqloutbox.tables": b.slices.map((s) => s.table),
+          "sqloutbox.rows": rows,
+          "sqloutbox.rows.applied": applied,
+          "sqloutbox.bytes": b.bytes,
+          "sqloutbox.attempt": b.attempt,
+          "sqloutbox.outcome": outcome,
+        },
       },
-    }, ROOT_CONTEXT);
+      ROOT_CONTEXT,
+    );
     const batchContext = span.spanContext();
     for (const event of b.events) span.addEvent(eventName(event), eventAttributes(event), at(event.at));
     if (b.lost !== null) {
       span.setAttribute(ATTR_ERROR_TYPE, b.lost.errorClass);
-      span.addEvent("exception", { [ATTR_EXCEPTION_TYPE]: b.lost.errorClass, [ATTR_EXCEPTION_MESSAGE]: b.lost.message }, at(b.endAt));
+      span.addEvent(
+        "exception",
+        { [ATTR_EXCEPTION_TYPE]: b.lost.errorClass, [ATTR_EXCEPTION_MESSAGE]: b.lost.message },
+        at(b.endAt),
+      );
       span.setStatus({ code: SpanStatusCode.ERROR, message: b.lost.message });
     } else if (failed) {
       span.setStatus({ code: SpanStatusCode.ERROR, message: `${rows - applied} of ${rows} rows not applied` });
@@ -123,7 +162,15 @@ export class SpanWriter {
     span.end(at(b.endAt));
     traced += 1;
     if (b.lost !== null) return traced;
-    const base: Attributes = { [MESSAGING_SYSTEM]: "sqloutbox", [MESSAGING_OPERATION_TYPE]: "process", [MESSAGING_OPERATION_NAME]: "deliver", [MESSAGING_CONSUMER_GROUP_NAME]: b.target, [ATTR_DB_SYSTEM_NAME]: DB_SYSTEM[b.dialect], "sqloutbox.app": b.app, "sqloutbox.target": b.target };
+    const base: Attributes = {
+      [MESSAGING_SYSTEM]: "sqloutbox",
+      [MESSAGING_OPERATION_TYPE]: "process",
+      [MESSAGING_OPERATION_NAME]: "deliver",
+      [MESSAGING_CONSUMER_GROUP_NAME]: b.target,
+      [ATTR_DB_SYSTEM_NAME]: DB_SYSTEM[b.dialect],
+      "sqloutbox.app": b.app,
+      "sqloutbox.target": b.target,
+    };
     const failedHeads = new Set(b.events.flatMap((e) => (e.kind === "held" ? [] : [`${e.table}\0${e.head[0]}`])));
     for (const slice of b.slices) {
       // One span per delivered group (its head's context) or row; a failed group's spans come from its events.
@@ -145,12 +192,21 @@ export class SpanWriter {
         close();
         const parent = producerContext(row);
         if (parent === null || failedHeads.has(`${slice.table}\0${row.seq}`)) continue;
-        const rowSpan = this.tracer.startSpan(`deliver ${slice.table}`, {
-          kind: SpanKind.CONSUMER,
-          startTime: at(Date.parse(row.createdAt)),
-          links: [{ context: batchContext }],
-          attributes: { ...base, [MESSAGING_DESTINATION_NAME]: slice.table, [MESSAGING_MESSAGE_ID]: String(row.seq), "sqloutbox.attempt": row.attempts + 1 },
-        }, trace.setSpanContext(ROOT_CONTEXT, parent));
+        const rowSpan = this.tracer.startSpan(
+          `deliver ${slice.table}`,
+          {
+            kind: SpanKind.CONSUMER,
+            startTime: at(Date.parse(row.createdAt)),
+            links: [{ context: batchContext }],
+            attributes: {
+              ...base,
+              [MESSAGING_DESTINATION_NAME]: slice.table,
+              [MESSAGING_MESSAGE_ID]: String(row.seq),
+              "sqloutbox.attempt": row.attempts + 1,
+            },
+          },
+          trace.setSpanContext(ROOT_CONTEXT, parent),
+        );
         rowSpan.addEvent("sent", { "sqloutbox.attempt": row.attempts + 1 }, at(b.sentAt));
         traced += 1;
         if (row.grp !== null) open = { grp: row.grp, span: rowSpan, count: 1 };
@@ -187,26 +243,34 @@ export class SpanWriter {
     let made = 0;
     if (span === undefined) {
       const start = b !== null ? b.sentAt : Date.parse(head.createdAt);
-      span = this.tracer.startSpan(`deliver ${event.table}`, {
-        kind: SpanKind.CONSUMER,
-        startTime: at(start),
-        links: batch === null ? [] : [{ context: batch }],
-        attributes: {
-          [MESSAGING_SYSTEM]: "sqloutbox",
-          [MESSAGING_OPERATION_TYPE]: "process",
-          [MESSAGING_OPERATION_NAME]: "deliver",
-          [MESSAGING_DESTINATION_NAME]: event.table,
-          [MESSAGING_MESSAGE_ID]: String(head.seq),
-          [MESSAGING_CONSUMER_GROUP_NAME]: event.target,
-          "sqloutbox.target": event.target,
-          "sqloutbox.attempt": event.kind === "failed" ? event.attempt : head.attempts,
+      span = this.tracer.startSpan(
+        `deliver ${event.table}`,
+        {
+          kind: SpanKind.CONSUMER,
+          startTime: at(start),
+          links: batch === null ? [] : [{ context: batch }],
+          attributes: {
+            [MESSAGING_SYSTEM]: "sqloutbox",
+            [MESSAGING_OPERATION_TYPE]: "process",
+            [MESSAGING_OPERATION_NAME]: "deliver",
+            [MESSAGING_DESTINATION_NAME]: event.table,
+            [MESSAGING_MESSAGE_ID]: String(head.seq),
+            [MESSAGING_CONSUMER_GROUP_NAME]: event.target,
+            "sqloutbox.target": event.target,
+            "sqloutbox.attempt": event.kind === "failed" ? event.attempt : head.attempts,
+          },
         },
-      }, trace.setSpanContext(ROOT_CONTEXT, parent));
+        trace.setSpanContext(ROOT_CONTEXT, parent),
+      );
       spans.set(key, span);
       made = 1;
     }
     span.setAttribute(ATTR_ERROR_TYPE, event.errorClass);
-    span.addEvent("exception", { [ATTR_EXCEPTION_TYPE]: event.errorClass, [ATTR_EXCEPTION_MESSAGE]: event.message }, at(event.at));
+    span.addEvent(
+      "exception",
+      { [ATTR_EXCEPTION_TYPE]: event.errorClass, [ATTR_EXCEPTION_MESSAGE]: event.message },
+      at(event.at),
+    );
     span.addEvent(eventName(event), eventAttributes(event), at(event.at));
     span.setStatus({ code: SpanStatusCode.ERROR, message: event.message });
     return made;
@@ -214,17 +278,41 @@ export class SpanWriter {
 }
 
 function eventName(event: EventRecord): string {
-  return event.kind === "failed" ? "sqloutbox.delivery_failed" : event.kind === "dead" ? "sqloutbox.dead_lettered" : "sqloutbox.table_held";
+  return event.kind === "failed"
+    ? "sqloutbox.delivery_failed"
+    : event.kind === "dead"
+      ? "sqloutbox.dead_lettered"
+      : "sqloutbox.table_held";
 }
 
 function eventAttributes(event: EventRecord): Attributes {
   const where = { "sqloutbox.table": event.table };
   switch (event.kind) {
     case "failed":
-      return { ...where, [MESSAGING_MESSAGE_ID]: String(event.head[0]), [ATTR_ERROR_TYPE]: event.errorClass, "sqloutbox.attempt": event.attempt, "sqloutbox.retry_at": new Date(event.retryAt).toISOString(), "sqloutbox.error": event.message };
+      return {
+        ...where,
+        [MESSAGING_MESSAGE_ID]: String(event.head[0]),
+        [ATTR_ERROR_TYPE]: event.errorClass,
+        "sqloutbox.attempt": event.attempt,
+        "sqloutbox.retry_at": new Date(event.retryAt).toISOString(),
+        "sqloutbox.error": event.message,
+      };
     case "dead":
-      return { ...where, [MESSAGING_MESSAGE_ID]: String(event.head[0]), [ATTR_ERROR_TYPE]: event.errorClass, "sqloutbox.reason": event.reason, "sqloutbox.rows": event.rows, "sqloutbox.error": event.message };
+      return {
+        ...where,
+        [MESSAGING_MESSAGE_ID]: String(event.head[0]),
+        [ATTR_ERROR_TYPE]: event.errorClass,
+        "sqloutbox.reason": event.reason,
+        "sqloutbox.rows": event.rows,
+        "sqloutbox.error": event.message,
+      };
     case "held":
-      return { ...where, [ATTR_ERROR_TYPE]: event.reason, "sqloutbox.hold_reason": event.reason, "sqloutbox.error": event.message, ...(event.until === null ? {} : { "sqloutbox.retry_at": new Date(event.until).toISOString() }) };
+      return {
+        ...where,
+        [ATTR_ERROR_TYPE]: event.reason,
+        "sqloutbox.hold_reason": event.reason,
+        "sqloutbox.error": event.message,
+        ...(event.until === null ? {} : { "sqloutbox.retry_at": new Date(event.until).toISOString() }),
+      };
   }
 }

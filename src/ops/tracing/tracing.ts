@@ -52,19 +52,31 @@ export function createTracing(settings: TraceSettings, options: TracingOptions =
   const worker = new Worker(workerUrl());
   worker.unref(); // a drain that forgot shutdown() must still exit
   const logger = options.logger ?? silentLogger;
-  const observer = new TraceObserver((message) => worker.postMessage(message), settings.maxQueueSpans, options.mask ?? ((t) => t), settings.maxSpansPerSecond);
+  const observer = new TraceObserver(
+    (message) => worker.postMessage(message),
+    settings.maxQueueSpans,
+    options.mask ?? ((t) => t),
+    settings.maxSpansPerSecond,
+  );
   let stats: WorkerStats = { processed: 0, exported: 0, queueFull: 0, overBudget: 0, exportFailed: 0, lastError: null };
   const waiting = new Map<number, () => void>();
   let nextId = 1;
   const ready = Promise.withResolvers<void>();
   let logged = { at: -Infinity, dropped: 0 };
-  const counts = (): TraceCounts => ({ exported: stats.exported, droppedQueueFull: observer.dropped + stats.queueFull, droppedBusy: observer.droppedBusy + stats.overBudget, droppedExportFailed: stats.exportFailed });
+  const counts = (): TraceCounts => ({
+    exported: stats.exported,
+    droppedQueueFull: observer.dropped + stats.queueFull,
+    droppedBusy: observer.droppedBusy + stats.overBudget,
+    droppedExportFailed: stats.exportFailed,
+  });
   const reportDrops = () => {
     const { droppedQueueFull, droppedBusy, droppedExportFailed } = counts();
     const dropped = droppedQueueFull + droppedBusy + droppedExportFailed;
     const now = Date.now();
     if (dropped === logged.dropped || now - logged.at < DROP_LOG_INTERVAL_MS) return;
-    logger.warn(`tracing: ${dropped - logged.dropped} spans dropped (in all: ${droppedQueueFull} for a full queue, ${droppedBusy} beyond the tracing worker's share of a core, ${droppedExportFailed} in failed exports) exporting to ${settings.url}${stats.lastError ? `: ${stats.lastError}` : ""}; delivery is not affected`);
+    logger.warn(
+      `tracing: ${dropped - logged.dropped} spans dropped (in all: ${droppedQueueFull} for a full queue, ${droppedBusy} beyond the tracing worker's share of a core, ${droppedExportFailed} in failed exports) exporting to ${settings.url}${stats.lastError ? `: ${stats.lastError}` : ""}; delivery is not affected`,
+    );
     logged = { at: now, dropped };
   };
   worker.onmessage = (event: MessageEvent<FromWorker>) => {
@@ -86,7 +98,8 @@ export function createTracing(settings: TraceSettings, options: TracingOptions =
     if (message.t === "done") waiting.get(message.id)?.();
     reportDrops();
   };
-  worker.onerror = (event) => logger.error(`tracing: the worker failed: ${(event as ErrorEvent).message}; spans are no longer exported`);
+  worker.onerror = (event) =>
+    logger.error(`tracing: the worker failed: ${(event as ErrorEvent).message}; spans are no longer exported`);
   worker.postMessage({ t: "start", settings } satisfies ToWorker);
   const ask = (t: "flush" | "stop", timeoutMs: number) =>
     new Promise<void>((resolve) => {
@@ -122,7 +135,9 @@ export function createTracing(settings: TraceSettings, options: TracingOptions =
  */
 function workerUrl(): string {
   const compiled = import.meta.url.includes("/$bunfs/") || import.meta.url.includes("/~BUN/");
-  return compiled ? new URL("./ops/tracing/worker.js", import.meta.url).href : new URL("./worker.ts", import.meta.url).href;
+  return compiled
+    ? new URL("./ops/tracing/worker.js", import.meta.url).href
+    : new URL("./worker.ts", import.meta.url).href;
 }
 
 /**
@@ -163,7 +178,10 @@ export class TraceObserver implements DeliveryObserver {
    */
   #allowed(spans: number): boolean {
     const now = performance.now();
-    this.#tokens = Math.min(this.maxSpansPerSecond, this.#tokens + ((now - this.#refilledAt) * this.maxSpansPerSecond) / 1000);
+    this.#tokens = Math.min(
+      this.maxSpansPerSecond,
+      this.#tokens + ((now - this.#refilledAt) * this.maxSpansPerSecond) / 1000,
+    );
     this.#refilledAt = now;
     if (this.#tokens <= 0) return false;
     this.#tokens -= spans;
@@ -179,19 +197,52 @@ export class TraceObserver implements DeliveryObserver {
   }
 
   batchLost(batch: ObservedBatch, error: { message: string; errorClass: string }, at: number): void {
-    this.#close(batch, batch.slices.map(() => 0), { message: this.mask(error.message), errorClass: error.errorClass }, at);
+    this.#close(
+      batch,
+      batch.slices.map(() => 0),
+      { message: this.mask(error.message), errorClass: error.errorClass },
+      at,
+    );
   }
 
   failed(event: RowEvent & { attempt: number; retryAt: number }): void {
-    this.#event({ kind: "failed", target: event.target, table: event.table, head: flat(event.head), errorClass: event.errorClass, message: this.mask(event.message), at: event.at, attempt: event.attempt, retryAt: event.retryAt });
+    this.#event({
+      kind: "failed",
+      target: event.target,
+      table: event.table,
+      head: flat(event.head),
+      errorClass: event.errorClass,
+      message: this.mask(event.message),
+      at: event.at,
+      attempt: event.attempt,
+      retryAt: event.retryAt,
+    });
   }
 
   deadLettered(event: RowEvent & { reason: string; rows: number }): void {
-    this.#event({ kind: "dead", target: event.target, table: event.table, head: flat(event.head), errorClass: event.errorClass, message: this.mask(event.message), at: event.at, reason: event.reason, rows: event.rows });
+    this.#event({
+      kind: "dead",
+      target: event.target,
+      table: event.table,
+      head: flat(event.head),
+      errorClass: event.errorClass,
+      message: this.mask(event.message),
+      at: event.at,
+      reason: event.reason,
+      rows: event.rows,
+    });
   }
 
   held(event: { target: string; table: string; reason: string; message: string; at: number; until: number }): void {
-    this.#event({ kind: "held", target: event.target, table: event.table, reason: event.reason, message: this.mask(event.message), at: event.at, until: Number.isFinite(event.until) ? event.until : null });
+    this.#event({
+      kind: "held",
+      target: event.target,
+      table: event.table,
+      reason: event.reason,
+      message: this.mask(event.message),
+      at: event.at,
+      until: Number.isFinite(event.until) ? event.until : null,
+    });
   }
 
   /** An event joins the batch in flight on its target; without one it is posted on its own. */
@@ -229,8 +280,18 @@ export class TraceObserver implements DeliveryObserver {
       return { table: slice.table, count: rows.length, applied: applied[i] ?? 0, traced };
     });
     const record: BatchRecord = {
-      app: batch.app, target: batch.target, engine: batch.engine, dialect: batch.dialect, statements: batch.statements, bytes: batch.bytes,
-      attempt: batch.attempt, sentAt: batch.sentAt, endAt: at, lost, slices, events,
+      app: batch.app,
+      target: batch.target,
+      engine: batch.engine,
+      dialect: batch.dialect,
+      statements: batch.statements,
+      bytes: batch.bytes,
+      attempt: batch.attempt,
+      sentAt: batch.sentAt,
+      endAt: at,
+      lost,
+      slices,
+      events,
     };
     this.#send({ t: "batch", batch: record, spans }, spans);
   }

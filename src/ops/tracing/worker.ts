@@ -13,7 +13,10 @@ import { BoundedSpanProcessor } from "./processor.ts";
 import type { TraceSettings } from "./settings.ts";
 import { SpanWriter } from "./spans.ts";
 
-declare const self: { onmessage: ((event: MessageEvent<ToWorker>) => void) | null; postMessage(message: FromWorker): void };
+declare const self: {
+  onmessage: ((event: MessageEvent<ToWorker>) => void) | null;
+  postMessage(message: FromWorker): void;
+};
 
 /** How often the worker tells the drain its counts while spans flow (ms). */
 const STATS_INTERVAL_MS = 200;
@@ -66,7 +69,14 @@ let processed = 0;
 let statsTimer: ReturnType<typeof setTimeout> | null = null;
 
 function stats(): WorkerStats {
-  return { processed, exported: processor?.exported ?? 0, queueFull: processor?.queueFull ?? 0, overBudget, exportFailed: processor?.exportFailed ?? 0, lastError: processor?.lastError ?? null };
+  return {
+    processed,
+    exported: processor?.exported ?? 0,
+    queueFull: processor?.queueFull ?? 0,
+    overBudget,
+    exportFailed: processor?.exportFailed ?? 0,
+    lastError: processor?.lastError ?? null,
+  };
 }
 
 /** Tells the drain the counts soon (one message per interval, however many batches arrive). */
@@ -75,15 +85,25 @@ function statsSoon(): void {
     statsTimer = null;
     self.postMessage({ t: "stats", stats: stats() });
     // Exports finish after the spans were written: say so too, so /metrics catches up without new batches.
-    if (processor !== null && (processor.exported + processor.exportFailed + processor.queueFull + overBudget) < processed) statsSoon();
+    if (
+      processor !== null &&
+      processor.exported + processor.exportFailed + processor.queueFull + overBudget < processed
+    )
+      statsSoon();
   }, STATS_INTERVAL_MS);
 }
 
 function start(settings: TraceSettings): void {
   // The processor exports one batch at a time; the exporter forgets a finished export only after
   // its result callback returned, so a limit of 1 would refuse the export that callback starts.
-  const exporterOptions = { url: settings.url, headers: settings.headers, timeoutMillis: settings.exportTimeoutMs, concurrencyLimit: 2 };
-  const exporter = settings.protocol === "http/json" ? new JsonExporter(exporterOptions) : new ProtoExporter(exporterOptions);
+  const exporterOptions = {
+    url: settings.url,
+    headers: settings.headers,
+    timeoutMillis: settings.exportTimeoutMs,
+    concurrencyLimit: 2,
+  };
+  const exporter =
+    settings.protocol === "http/json" ? new JsonExporter(exporterOptions) : new ProtoExporter(exporterOptions);
   processor = new BoundedSpanProcessor(exporter, { maxQueueSpans: settings.maxQueueSpans, charge });
   provider = new TracerProvider({
     resource: resourceFromAttributes(settings.resource),

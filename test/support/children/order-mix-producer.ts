@@ -5,7 +5,13 @@ import fs from "node:fs";
 import { SQLMiddleware } from "../../../src/outbox/middleware.ts";
 import { OrderMix } from "../order-mix.ts";
 
-const spec = JSON.parse(process.argv[2]!) as { dbFile: string; seed: number; host: number; hosts: number; stopFile: string };
+const spec = JSON.parse(process.argv[2]!) as {
+  dbFile: string;
+  seed: number;
+  host: number;
+  hosts: number;
+  stopFile: string;
+};
 const mw = new SQLMiddleware({ dbFile: spec.dbFile, source: `host-${spec.host}` });
 const mix = new OrderMix(spec.seed, spec.host, spec.hosts);
 let n = 0;
