@@ -175,7 +175,7 @@ describe("kick", () => {
 
 // The outage backoff's first step is a fixed 1 s (src/drain/schedule.ts), so reaching a backoff
 // long enough to tell a kick from a retry takes seconds of real outage.
-describeSlow("kick against a real backoff", "wait out four outage backoffs of a running drain", () => {
+describeSlow("kick against a real backoff", "wait out five outage backoffs of a running drain", () => {
   test("makes a drain that backs off from a long outage retry at once", async () => {
     const dir = tmp();
     const db = await createPgDb();
@@ -191,12 +191,14 @@ describeSlow("kick against a real backoff", "wait out four outage backoffs of a 
     proxy.cut();
     const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [1]);
-    // Four failures in a row: the next retry is 4-8 s away (8 s jittered to between half and all).
+    // Five failures in a row: the next retry is 8-16 s away (16 s jittered to between half and
+    // all) — room for the state file's 2 s and a kick process starting on a loaded machine (after
+    // four, 4-8 s was sometimes not).
     const failures = () =>
       JSON.parse(fs.readFileSync(dir.file("queue/.sqloutbox-state.json"), "utf8")).targets[0].failures as number;
     await waitFor(
-      () => fs.existsSync(dir.file("queue/.sqloutbox-state.json")) && failures() >= 4,
-      "four failed attempts",
+      () => fs.existsSync(dir.file("queue/.sqloutbox-state.json")) && failures() >= 5,
+      "five failed attempts",
       40_000,
     );
     proxy.restore();
@@ -205,7 +207,7 @@ describeSlow("kick against a real backoff", "wait out four outage backoffs of a 
     expect(kicked.stdout).toMatch(/asked the drain \(pid \d+\) on .* to retry now/);
     const q = new Outbox(dir.file("queue/t.db"), "t");
     cleanups.push(() => q.close());
-    // Within the wait the backoff (at least 4 s) cannot have ended by itself: only the kick retries.
+    // Within the wait the backoff (at least 8 s) cannot have ended by itself: only the kick retries.
     await waitFor(() => q.pendingCount() === 0, "delivery right after the kick", 3_500);
     expect(drain.stderr()).toMatch(
       /SIGUSR2: retrying every backed-off target and held table now\n[\s\S]*target a\.r is reachable again/,

@@ -104,7 +104,7 @@ export class DeliveryLog {
         let groupStart = 0;
         let grpMin = Number.POSITIVE_INFINITY;
         let grpMax = Number.NEGATIVE_INFINITY;
-        for (const row of file.pendingRows(after, limit)) {
+        for (const row of file.pendingRows(after)) {
           if (head === null) {
             head = row;
             if (!ready(row, pending)) break;

@@ -25,7 +25,7 @@ export class QueueFile {
   readonly queueDb: QueueDb;
   #closed = false;
   #pending: Statement<{ pending: number }, [string]>;
-  #pendingRows: Statement<OutboxRow, [string, number, number]>;
+  #pendingRows: Statement<OutboxRow, [string, number]>;
   #exists: Statement<{ found: number }, [number, string]>;
 
   /** A view of `queueDb` (already acquired for it: close() releases it). */
@@ -40,7 +40,7 @@ export class QueueFile {
       this.#finishReferenceConfirms();
       this.#pending = this.prepare(pendingCountSql(layoutPendingCount(this.layout)));
       this.#pendingRows = this.prepare(
-        `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq LIMIT ?`,
+        `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq`,
       );
       this.#exists = this.prepare(`SELECT
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
@@ -83,20 +83,14 @@ export class QueueFile {
   }
 
   /**
-   * This namespace's pending rows, head first (or from the first above `after`): the head alone,
-   * then `pageRows` at a time. A page is one call into SQLite (a row-by-row iterate crosses into it
-   * per row, a fifth of the drain's time), and a reader that stops at the head reads only it.
+   * This namespace's pending rows, head first (or from the first above `after`), streamed: a reader
+   * that stops at its byte budget holds only the rows it took (rows may be megabytes each; a page
+   * read at once would hold them all).
    */
-  *pendingRows(after: number | null = null, pageRows = 512): Generator<OutboxRow, void, undefined> {
+  pendingRows(after: number | null = null): IterableIterator<OutboxRow> {
     // Every seq is at least 1 in both layouts (AUTOINCREMENT; the lean allocation and its
     // foreign-insert trigger start one above 0), so "after 0" is every pending row.
-    let from = after ?? 0;
-    for (let size = 1; ; size = pageRows) {
-      const page = this.#pendingRows.all(this.namespace, from, size);
-      yield* page;
-      if (page.length < size) return;
-      from = page[page.length - 1]!.seq;
-    }
+    return this.#pendingRows.iterate(this.namespace, after ?? 0);
   }
 
   /** Whether `seq` is a row of this namespace anywhere: pending, delivered or dead-lettered. */
