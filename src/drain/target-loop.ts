@@ -18,7 +18,11 @@ export interface LoopParts extends TargetParts {
   pollIntervalMs: number;
   /** One cycle, over every table or `only` these. */
   cycle: (only: ReadonlySet<DrainTable> | null) => Promise<TargetCycle>;
-  /** When the fleet view is read next (the drain's clock), or null without a ledger. */
+  /**
+   * When the fleet view is read next (the drain's clock), or null when no cycle would read it (no
+   * ledger, the target down or not set up): a due time no cycle can meet would wake the loop at
+   * once, again and again.
+   */
   fleetDueAt: () => number | null;
 }
 

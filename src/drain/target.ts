@@ -127,7 +127,8 @@ export class TargetRunner {
       now,
       pollIntervalMs: options.pollIntervalMs,
       cycle: (only) => this.cycle(only),
-      fleetDueAt: () => (ledger ? fleetView.dueAt : null),
+      // The fleet view is read by a cycle that reaches the ledger: not while the target is down or not set up.
+      fleetDueAt: () => (ledger && this.setup.done && !reachability.down ? fleetView.dueAt : null),
     });
     this.setup = new TargetSetup({
       name,
