@@ -20,7 +20,7 @@ import { isoTimestamp } from "../src/outbox/timestamp.ts";
 import { NEW_FILE_PAGE_SIZE } from "../src/outbox/sqlite-open.ts";
 import { fileHealth } from "../src/outbox/health.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
-import { pendingCountSql } from "../src/outbox/schema.ts";
+import { NEXT_SEQ_SQL, pendingCountSql } from "../src/outbox/schema.ts";
 import { percentile, timeCalls } from "./support/timing.ts";
 
 const OPS = 10_000;
@@ -99,11 +99,7 @@ function fillTo(path: string, namespace: string, target: number): void {
           "SELECT seq, ord FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq DESC LIMIT 1",
         )
         .get(namespace);
-      const base = db
-        .query<{ b: number }, []>(
-          "SELECT max(ifnull((SELECT max(seq) FROM outbox_queue), 0), ifnull((SELECT max(seq) FROM outbox_sync_log), 0)) AS b",
-        )
-        .get()!.b;
+      const base = db.query<{ seq: number }, []>(NEXT_SEQ_SQL).get()!.seq - 1;
       db.query(
         `WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?1)
          INSERT INTO outbox_queue (seq, ord, created_at, namespace, source, tag, payload, prev_seq)
