@@ -5,9 +5,10 @@ import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
 import { mkdirSync, statSync } from "node:fs";
 import { defineConfig } from "../src/config/define.ts";
-import { walSize } from "../src/drain/file-care.ts";
+import { FileCare, walSize } from "../src/drain/file-care.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
+import { QueueDb } from "../src/outbox/queue-db.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
@@ -82,6 +83,40 @@ test("an idle file's WAL goes back to zero bytes and the space of a drained back
   const view = svc.targets()[0]!.view().files;
   expect(view).toEqual([{ file, walBytes: 0, freePages: expect.any(Number), embedded: false }]);
   expect(view[0]!.freePages).toBeLessThan(1_024);
+});
+
+test("a vacuum its budget cuts short asks for the next look a second later, until every free page is back", () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("t.db");
+  const q = new Outbox(file, "t");
+  const note = "x".repeat(400);
+  q.enqueueBatch(
+    Array.from({ length: 10_000 }, (_, k) => ({
+      tag: "INSERT INTO t (id, note) VALUES (?, ?)",
+      payload: JSON.stringify([k, note]),
+    })),
+    "",
+    { grouped: false },
+  );
+  q.close();
+  const qdb = QueueDb.open(file, { durability: "normal", busyTimeoutMs: 1_000 });
+  cleanups.push(() => qdb.close());
+  qdb.db.run("DELETE FROM outbox_queue");
+  const free = () => qdb.db.query<{ n: number }, []>("SELECT freelist_count AS n FROM pragma_freelist_count").get()!.n;
+  expect(free()).toBeGreaterThan(4 * 512); // more than one look of one step gives back
+  const care = new FileCare(memoryLogger(), 0); // no budget: one 512-page step per look
+  let now = 1_000_000;
+  expect(care.tend(qdb, now, () => false)).toBeNull(); // not idle: no vacuum, nothing to come back for
+  now += 1_000;
+  const looks: Array<number | null> = [];
+  for (let again = care.tend(qdb, now, () => true); again !== null; again = care.tend(qdb, now, () => true)) {
+    expect(again).toBe(now + 1_000);
+    expect(care.tend(qdb, now + 500, () => true)).toBe(again); // asked early: the same time, nothing done
+    looks.push(again);
+    now = again;
+  }
+  expect(looks.length).toBeGreaterThan(2);
+  expect(free()).toBeLessThan(1_024); // below VACUUM_FROM_FREE_PAGES: nothing left worth a look
 });
 
 test("in the application's own database the drain delivers, creates nothing, switches nothing and only checkpoints passively", async () => {

@@ -385,7 +385,8 @@ export class TargetRunner {
         return { ...out, outage: true, wakeAt: this.reachability.backoffUntil };
       }
       const cycle = noSpin(await this.delivery.deliver(now, out, only));
-      this.tendFiles(cycle);
+      const lookAgainAt = this.tendFiles(cycle);
+      if (lookAgainAt !== null) cycle.wakeAt = Math.min(cycle.wakeAt ?? lookAgainAt, lookAgainAt);
       return cycle;
     } catch (error) {
       this.logger.error(`drain: cycle of target ${this.name} failed: ${describeError(error).message}`, {
@@ -404,14 +405,20 @@ export class TargetRunner {
     return confirmed;
   }
 
-  /** Looks after the files of the open tables (see FileCare): one that has nothing pending here is idle. */
-  private tendFiles(cycle: TargetCycle): void {
+  /**
+   * Looks after the files of the open tables (see FileCare): one that has nothing pending here is
+   * idle. Returns the earliest time one of them wants looking at again, or null.
+   */
+  private tendFiles(cycle: TargetCycle): number | null {
     const now = this.now();
     const files = new Map<string, DrainTable[]>();
     for (const table of this.tables) if (table.outbox) files.set(table.file, [...(files.get(table.file) ?? []), table]);
+    let againAt: number | null = null;
     for (const tables of files.values()) {
       const idle = () => !cycle.more && tables.every((t) => t.outbox!.pendingCount() === 0);
-      this.options.care.tend(queueDbOf(tables[0]!.outbox!), now, idle);
+      const at = this.options.care.tend(queueDbOf(tables[0]!.outbox!), now, idle);
+      if (at !== null) againAt = Math.min(againAt ?? at, at);
     }
+    return againAt;
   }
 }
