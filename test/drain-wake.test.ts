@@ -11,6 +11,7 @@ import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { oneApp } from "./support/drain-harness.ts";
+import { countRows } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -241,5 +242,46 @@ describe("the drain loop, watching", () => {
         5000,
       );
     }
+  });
+});
+
+describe("TargetLoop", () => {
+  test("a writer that answers at once and a producer that commits during every batch do not starve the process's timers", async () => {
+    // A SQLite target answers without any I/O wait, so a cycle is microtasks only; a loop that
+    // found a commit after every cycle and went on without yielding never let a timer run (the
+    // background prune's pauses waited 4-46 s, and with them the state file, metrics and stop).
+    const dir = tmp();
+    const path = dir.file("remote.db");
+    const remote = new Database(path, { create: true });
+    remote.run("CREATE TABLE t (id INTEGER)");
+    remote.close();
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    producer.push("t", "INSERT INTO t (id) VALUES (?)", [0]);
+    const BATCHES = 300;
+    let batches = 0;
+    const writer = createWriter("sqlite", { path });
+    const writeBatch = writer.writeBatch.bind(writer);
+    writer.writeBatch = (stmts) => {
+      if (++batches < BATCHES) producer.push("t", "INSERT INTO t (id) VALUES (?)", [batches]); // seen by the next idle check
+      return writeBatch(stmts);
+    };
+    const svc = new OutboxSyncService(
+      oneApp(dir.file("outbox"), { r: { writer: "sqlite", connection: { path }, tables: ["t"] } }),
+      {
+        "app.r": writer,
+      },
+    );
+    cleanups.push(() => svc.stop(2000));
+    let batchesWhenTimerRan = -1;
+    const timer = new Promise<void>((resolve) =>
+      setTimeout(() => {
+        batchesWhenTimerRan = batches;
+        resolve();
+      }, 5),
+    );
+    await svc.start();
+    await timer;
+    await waitFor(() => countRows(path, "t") === BATCHES, "every row delivered", 20_000);
+    expect(batchesWhenTimerRan).toBeLessThan(BATCHES / 2); // starved, it ran only once the producer stopped
   });
 });
