@@ -813,6 +813,13 @@ export class DrainTable {
       attempt: attempts,
       retryAt: at + delay,
     });
+    if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
+      this.#deadLetter(row, "max_attempts", message, errorClass, out, {
+        attempts,
+        why: `on target ${this.target} after ${attempts} attempts`,
+      });
+      return;
+    }
     const fields = {
       target: this.target,
       namespace: this.name,
@@ -820,25 +827,6 @@ export class DrainTable {
       attempt: attempts,
       error_class: errorClass,
     };
-    if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
-      const moved = this.#outbox!.deadLetter(row.seq, "max_attempts", message, errorClass);
-      this.#counted(moved, out);
-      this.observer?.deadLettered({
-        target: this.target,
-        table: this.name,
-        head: row,
-        errorClass,
-        message,
-        at,
-        reason: "max_attempts",
-        rows: moved.seqs.length,
-      });
-      this.logger.error(
-        `drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" on target ${this.target} after ${attempts} attempts: ${message}`,
-        fields,
-      );
-      return;
-    }
     const what = row.grp === null ? `seq ${row.seq}` : `the group of seq ${row.seq}`;
     this.logger.warn(
       `drain: ${what} of namespace "${this.name}" failed on target ${this.target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`,
@@ -846,8 +834,18 @@ export class DrainTable {
     );
   }
 
-  /** Dead-letters the group `row` heads at once (undecodable, unsupported, out of attempts). */
-  #deadLetter(row: OutboxRow, reason: string, message: string, errorClass: string, out: TableOutcome): void {
+  /**
+   * Dead-letters the group `row` heads at once (undecodable, unsupported, out of attempts); the
+   * log line says `why` (the reason by default) and the attempts made (the row's by default).
+   */
+  #deadLetter(
+    row: OutboxRow,
+    reason: string,
+    message: string,
+    errorClass: string,
+    out: TableOutcome,
+    { attempts = row.attempts, why = `(${reason})` } = {},
+  ): void {
     const moved = this.#outbox!.deadLetter(row.seq, reason, message, errorClass);
     this.#counted(moved, out);
     this.observer?.deadLettered({
@@ -861,14 +859,8 @@ export class DrainTable {
       rows: moved.seqs.length,
     });
     this.logger.error(
-      `drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" (${reason}): ${message}`,
-      {
-        target: this.target,
-        namespace: this.name,
-        seq: row.seq,
-        attempt: row.attempts,
-        error_class: errorClass,
-      },
+      `drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" ${why}: ${message}`,
+      { target: this.target, namespace: this.name, seq: row.seq, attempt: attempts, error_class: errorClass },
     );
   }
 
