@@ -118,6 +118,27 @@ test("the pending counter stays exact when the reference writes a migrated file"
   }
 });
 
+test("opening a namespace the reference left half-confirmed waits out another writer's lock instead of failing with SQLITE_BUSY", async () => {
+  new Outbox(file, "payments").close(); // migrated: opening "orders" now takes no lock before it finishes the confirm
+  const holder = Bun.spawn(
+    [
+      process.execPath,
+      "-e",
+      `const { Database } = require("bun:sqlite"); const db = new Database(${JSON.stringify(file)});
+       db.run("BEGIN IMMEDIATE"); console.log("locked"); Bun.sleepSync(300); db.run("COMMIT"); db.close();`,
+    ],
+    { stdout: "pipe", stderr: "inherit" },
+  );
+  const reader = holder.stdout.getReader();
+  expect(new TextDecoder().decode((await reader.read()).value)).toContain("locked");
+  const orders = new Outbox(file, "orders"); // its leftover synced=1 row is confirmed once the lock is free
+  orders.close();
+  expect(await holder.exited).toBe(0);
+  const db = new Database(file, { readonly: true });
+  expect(db.query("SELECT count(*) AS n FROM outbox_queue WHERE synced = 1").get()).toEqual({ n: 0 });
+  db.close();
+});
+
 test("migrating a reference file while the reference keeps writing it leaves exact counters and intact chains", async () => {
   const stop = tmp.file("stop");
   const queueRows = () => {

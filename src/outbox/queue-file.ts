@@ -129,12 +129,19 @@ export class QueueFile {
     this.queueDb.release();
   }
 
-  /** The reference confirms in two transactions; a crash between them leaves synced=1 rows. Finish them. */
+  /**
+   * The reference confirms in two transactions; a crash between them leaves synced=1 rows. Finish
+   * them — through write(), which waits out another writer's lock (our connections have SQLite's
+   * busy handler off): a bare BEGIN IMMEDIATE failed at once with SQLITE_BUSY while the reference
+   * was writing the file.
+   */
   #finishReferenceConfirms(): void {
     const db = this.db;
-    if (!db.query("SELECT 1 FROM outbox_queue WHERE namespace = ? AND synced = 1 LIMIT 1").get(this.namespace)) return;
+    const left = () =>
+      db.query("SELECT 1 FROM outbox_queue WHERE namespace = ? AND synced = 1 LIMIT 1").get(this.namespace);
+    if (!this.read("cannot read the reference's unfinished confirmations", left)) return;
     const now = isoTimestamp();
-    db.transaction(() => {
+    this.write("cannot finish the reference's confirmations", () => {
       if (this.layout === "legacy") {
         db.query(
           "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ? FROM outbox_queue WHERE namespace = ? AND synced = 1",
@@ -146,6 +153,6 @@ export class QueueFile {
         ).run(now, this.namespace);
       }
       db.query("DELETE FROM outbox_queue WHERE namespace = ? AND synced = 1").run(this.namespace);
-    }).immediate();
+    });
   }
 }
