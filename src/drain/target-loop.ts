@@ -14,6 +14,8 @@ const FULL_CYCLE_MS = 60_000;
 
 /** What one target's loop works with. */
 export interface LoopParts extends TargetParts {
+  /** The tables by queue file. */
+  tablesByFile: ReadonlyMap<string, readonly DrainTable[]>;
   /** How long (ms) after a file changed without a visible commit it is looked at again (see CommitWatcher). */
   pollIntervalMs: number;
   /** One cycle, over every table or `only` these. */
@@ -113,8 +115,7 @@ export class TargetLoop {
     const { parts } = this;
     this.#watcher?.close();
     this.#watcher = null;
-    const byFile = new Map<string, DrainTable[]>();
-    for (const table of parts.tables) byFile.set(table.file, [...(byFile.get(table.file) ?? []), table]);
+    const byFile = parts.tablesByFile;
     const unwatch = (error: unknown) => {
       // Without the watcher the loop scans every table every flush_interval: it costs CPU per table, it misses nothing.
       parts.logger.warn(

@@ -63,6 +63,8 @@ function noSpin(out: TargetCycle): TargetCycle {
 export class TargetRunner {
   readonly name: string;
   readonly tables: DrainTable[];
+  /** The tables by queue file (a db_file serves several), in table order: fixed for the runner's life. */
+  readonly #tablesByFile: ReadonlyMap<string, readonly DrainTable[]>;
   readonly dialect: Dialect;
   readonly ledger: TargetLedger | null;
   /** Whether the target answers, since when, why, and the backoff. */
@@ -106,6 +108,7 @@ export class TargetRunner {
     const observer = options.observer ?? null;
     this.tables = target.tables.map((config) => new DrainTable(config, app, target.name, logger, opener, observer));
     if (target.ledger) for (const table of this.tables) table.fencedByLedger();
+    this.#tablesByFile = Map.groupBy(this.tables, (t) => t.file);
     this.fleetView = new FleetView(target.name, app.originLabel);
     this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
     this.ledger = target.ledger
@@ -125,6 +128,7 @@ export class TargetRunner {
       reachability,
       logger,
       now,
+      tablesByFile: this.#tablesByFile,
       pollIntervalMs: options.pollIntervalMs,
       cycle: (only) => this.cycle(only),
       // The fleet view is read by a cycle that reaches the ledger: not while the target is down or not set up.
@@ -211,7 +215,7 @@ export class TargetRunner {
   openTables(): void {
     const now = this.now();
     let room: DescriptorRoom | null | undefined;
-    const files = new Set(this.tables.map((t) => t.file)).size;
+    const files = this.#tablesByFile.size;
     for (const table of this.tables) {
       if (!table.wantsOpening(now)) continue;
       // A db_file's tables share one connection (QueuePool): only its first opening takes descriptors.
@@ -271,7 +275,7 @@ export class TargetRunner {
       tables: this.tables.map((t) => t.view(options)),
       fleet: this.fleet,
       fleetReadAt: this.fleetView.readAt ? iso(this.fleetView.readAt) : null,
-      files: this.options.care.conditions().filter((c) => this.tables.some((t) => t.file === c.file)),
+      files: this.options.care.conditions().filter((c) => this.#tablesByFile.has(c.file)),
     };
   }
 
@@ -411,10 +415,10 @@ export class TargetRunner {
    */
   private tendFiles(cycle: TargetCycle): number | null {
     const now = this.now();
-    const files = new Map<string, DrainTable[]>();
-    for (const table of this.tables) if (table.outbox) files.set(table.file, [...(files.get(table.file) ?? []), table]);
     let againAt: number | null = null;
-    for (const tables of files.values()) {
+    for (const served of this.#tablesByFile.values()) {
+      const tables = served.filter((t) => t.outbox !== null);
+      if (tables.length === 0) continue;
       const idle = () => !cycle.more && tables.every((t) => t.outbox!.pendingCount() === 0);
       const at = this.options.care.tend(queueDbOf(tables[0]!.outbox!), now, idle);
       if (at !== null) againAt = Math.min(againAt ?? at, at);
