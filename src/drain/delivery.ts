@@ -90,6 +90,8 @@ export class Delivery {
   private readonly writer: BoundedWriter;
   private readonly ledger: TargetLedger | null;
   private readonly tables: DrainTable[];
+  /** The tables this target serves by name (linking ignores tables another target serves). */
+  private readonly served: ReadonlySet<string>;
   private readonly reachability: Reachability;
   private readonly fleetView: FleetView;
   private readonly logger: Logger;
@@ -117,6 +119,7 @@ export class Delivery {
       observer: this.observer,
       hooks: this.hooks,
     } = parts);
+    this.served = new Set(parts.tables.map((t) => t.name));
     this.rewrites = new RewriteCache(parts.dialect, parts.target.compat);
     this.comments = parts.target.traceComments ? new TraceComments(parts.dialect) : null;
   }
@@ -297,11 +300,6 @@ export class Delivery {
       sendTogether(batch, slices);
     }
     return batch.stmts.length === 0 ? null : batch;
-  }
-
-  /** The tables this target serves by name (linking ignores tables another target serves). */
-  private get served(): Set<string> {
-    return new Set(this.tables.map((t) => t.name));
   }
 
   /** Tables of this target that a draft's group spanning tables waits on, and that have no draft. */
