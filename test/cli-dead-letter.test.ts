@@ -270,6 +270,68 @@ describe("dead-letter replay with a selection", () => {
   });
 });
 
+describe("dead-letter replay --seq S --dry-run", () => {
+  test("prints the letter it would replay, changes no byte, and the real replay then does just that", async () => {
+    const before = hashTree(tmp);
+    const r = await dl("replay", "--namespace", "payments", "--seq", "2", "--dry-run");
+    expect({ ...r, stdout: normalize(r.stdout, tmp) }).toEqual({
+      code: 0,
+      stdout:
+        "dry run: would replay dead letter payments seq 2 at the tail of its namespace; nothing changed (<DIR>/queue/payments.db)\n",
+      stderr: "",
+    });
+    expect(await json("replay", "--namespace", "orders", "--seq", "1", "--dry-run")).toEqual({
+      action: "replay",
+      dryRun: true,
+      namespace: "orders",
+      seq: 1,
+      newSeq: null,
+      file: "<DIR>/queue/orders.db",
+    });
+    expect(hashTree(tmp)).toEqual(before);
+    expect(await json("replay", "--namespace", "orders", "--seq", "1")).toMatchObject({ seq: 1, newSeq: 7 });
+  });
+
+  test("names the group the letter would bring back with it", async () => {
+    const q = openQueue(dbDir, "shipments");
+    try {
+      const [head] = q.enqueueBatch(
+        [1, 2].map((id) => ({ tag: "INSERT INTO shipments (id) VALUES (?)", payload: `[${id}]` })),
+        "test",
+      );
+      q.skipHead(head!);
+    } finally {
+      q.close();
+    }
+    const before = hashTree(tmp);
+    const r = await dl("replay", "--namespace", "shipments", "--seq", "2", "--dry-run");
+    expect(normalize(r.stdout, tmp)).toBe(
+      "dry run: would replay dead letter shipments seq 2 with its group (shipments 1, shipments 2) at the tail of its namespace; nothing changed (<DIR>/queue/shipments.db)\n",
+    );
+    expect((await json("replay", "--namespace", "shipments", "--seq", "2", "--dry-run")).group).toEqual([
+      { namespace: "shipments", seq: 1, newSeq: null },
+      { namespace: "shipments", seq: 2, newSeq: null },
+    ]);
+    expect(hashTree(tmp)).toEqual(before);
+  });
+
+  test("refuses what the real replay refuses, with its message and exit 1: a letter replayed before, a seq that is no letter", async () => {
+    await dl("replay", "--namespace", "orders", "--seq", "3");
+    const before = hashTree(tmp);
+    const again = await dl("replay", "--namespace", "orders", "--seq", "3", "--dry-run");
+    const real = await dl("replay", "--namespace", "orders", "--seq", "3");
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/dead letter 3 was already replayed as seq 7 at /);
+    expect(normalize(again.stderr, tmp)).toBe(normalize(real.stderr, tmp));
+    const none = await dl("replay", "--namespace", "orders", "--seq", "5", "--dry-run");
+    expect(none.code).toBe(1);
+    expect(normalize(none.stderr, tmp)).toContain(
+      'no dead letter with seq 5 in namespace "orders" (<DIR>/queue/orders.db)',
+    );
+    expect(hashTree(tmp)).toEqual(before);
+  });
+});
+
 describe("5 000 letters: one transaction per file", () => {
   beforeEach(() => {
     fs.rmSync(path.join(dbDir, "orders.db"));
@@ -511,8 +573,8 @@ describe("usage errors exit 2 and change nothing", () => {
     [["replay", "--all", "--namespace", "orders"], /--all selects every dead letter: give either --all or --namespace/],
     [["replay", "--seq", "1"], /--seq needs --namespace N/],
     [
-      ["replay", "--namespace", "orders", "--seq", "1", "--dry-run"],
-      /--seq replays one dead letter; it does not combine with --reason, --since, --all or --dry-run/,
+      ["replay", "--namespace", "orders", "--seq", "1", "--all"],
+      /--seq replays one dead letter; it does not combine with --reason, --since or --all/,
     ],
     [
       ["replay", "--since", "3 days"],

@@ -1,5 +1,6 @@
 import { defineCommand } from "citty";
-import { NotFoundError, StorageError, UsageError } from "../../errors.ts";
+import path from "node:path";
+import { InvalidArgumentError, NotFoundError, StorageError, UsageError } from "../../errors.ts";
 import {
   findDeadLetterRefs,
   findDeadLetters,
@@ -387,12 +388,10 @@ const replay = defineCommand({
     const all = args.all === true;
     if (args.seq !== undefined) {
       if (args.namespace === undefined) throw new UsageError("--seq needs --namespace N");
-      if (args.reason !== undefined || args.since !== undefined || all || dryRun) {
-        throw new UsageError(
-          "--seq replays one dead letter; it does not combine with --reason, --since, --all or --dry-run",
-        );
+      if (args.reason !== undefined || args.since !== undefined || all) {
+        throw new UsageError("--seq replays one dead letter; it does not combine with --reason, --since or --all");
       }
-      return replayOne(args.namespace, parseSeq(args.seq), args);
+      return (dryRun ? replayOneDryRun : replayOne)(args.namespace, parseSeq(args.seq), args);
     }
     const given = (["namespace", "reason", "since"] as const).filter((k) => args[k] !== undefined).map((k) => `--${k}`);
     if (all && given.length > 0)
@@ -435,6 +434,55 @@ async function replayOne(
     );
   else
     print(`replayed dead letter ${namespace} seq ${seq} as seq ${newSeq}${group} (re-enqueued at the tail, ${file})`);
+}
+
+/**
+ * The dry run of the one-letter replay, read-only: the letter and the group it would bring back,
+ * or the refusal the real replay would meet (no such letter: exit 1; replayed before: exit 1).
+ */
+async function replayOneDryRun(
+  namespace: string,
+  seq: number,
+  args: { config?: string; "db-dir"?: string; "db-file"?: string; app?: string; json?: boolean },
+): Promise<void> {
+  const { file } = namespaceFile(await resolveLocations(args), namespace, args.app);
+  requireOutboxNamespace(file, namespace);
+  // Only this file: a group spans the namespaces of one file, never another file of the db_dir.
+  const letters = findDeadLetterRefs({ dbDir: path.dirname(file), dbFile: file });
+  const letter = letters.find((l) => l.namespace === namespace && l.seq === seq);
+  if (!letter) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${namespace}" (${file})`);
+  if (letter.replayedAt !== null)
+    throw new InvalidArgumentError(
+      `dead letter ${seq} was already replayed as seq ${letter.replayedAsSeq} at ${letter.replayedAt} (namespace "${namespace}" in ${file})`,
+      { namespace, file },
+    );
+  // What Outbox.replayDead brings back with it: the letters of its group not replayed yet.
+  const group = letter.grp === null ? [] : letters.filter((l) => l.grp === letter.grp && l.replayedAt === null);
+  if (args.json)
+    print(
+      JSON.stringify(
+        {
+          action: "replay",
+          dryRun: true,
+          namespace,
+          seq,
+          newSeq: null,
+          file,
+          ...(group.length > 1
+            ? { group: group.map((l) => ({ namespace: l.namespace, seq: l.seq, newSeq: null })) }
+            : {}),
+        },
+        null,
+        2,
+      ),
+    );
+  else {
+    const members =
+      group.length > 1 ? ` with its group (${group.map((l) => `${l.namespace} ${l.seq}`).join(", ")})` : "";
+    print(
+      `dry run: would replay dead letter ${namespace} seq ${seq}${members} at the tail of its namespace; nothing changed (${file})`,
+    );
+  }
 }
 
 /** The letters of a group as replayed: each with the seq it came back as. */
