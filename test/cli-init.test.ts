@@ -23,10 +23,22 @@ beforeAll(() => {
   // The package's bin, as `bun add` links it: what the printed `bunx sqloutbox …` lines run.
   fs.mkdirSync(path.join(project, "node_modules", ".bin"));
   fs.symlinkSync(path.join(REPO, "src", "cli", "bin.ts"), path.join(project, "node_modules", ".bin", "sqloutbox"));
-  fs.symlinkSync(path.join(REPO, "node_modules", "@types"), path.join(project, "node_modules", "@types"));
+  addTypeCheckingTools(project);
   fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "app", type: "module", private: true }));
   scaffold = path.join(project, "outbox");
 });
+/**
+ * What the printed `bun add -d @types/bun typescript` leaves in `project`, taken from this
+ * repository's node_modules (the tests do not download): the types, the compiler and its bin.
+ */
+function addTypeCheckingTools(project: string): void {
+  const modules = path.join(project, "node_modules");
+  fs.mkdirSync(path.join(modules, ".bin"), { recursive: true });
+  fs.symlinkSync(path.join(REPO, "node_modules", "@types"), path.join(modules, "@types"));
+  fs.symlinkSync(path.join(REPO, "node_modules", "typescript"), path.join(modules, "typescript"));
+  fs.symlinkSync(path.join(REPO, "node_modules", "typescript", "bin", "tsc"), path.join(modules, ".bin", "tsc"));
+}
+
 afterAll(() => {
   closeSharedOutboxes();
   projectDir.cleanup();
@@ -41,7 +53,7 @@ describe("init", () => {
       created outbox/run.ts            the drain runner (SIGTERM/SIGINT/SIGHUP stop cleanly)
       created outbox/outbox.toml       the same config for \`sqloutbox runservice\`
       created outbox/produce.ts        an example producer: an order and its payment
-      created outbox/tsconfig.json     type-checking for the scaffold (bunx tsc -p)
+      created outbox/tsconfig.json     type-checking for the scaffold (needs @types/bun and typescript)
       created outbox/data/remote.db    the example target: SQLite, with tables orders and payments
 
       Next steps:
@@ -50,6 +62,7 @@ describe("init", () => {
              bun outbox/run.ts                                      # the drain: delivers them into outbox/data/remote.db; Ctrl-C stops it
              bunx sqloutbox runservice --config outbox/outbox.toml  # or the same drain, from outbox.toml
              bunx sqloutbox status --config outbox/outbox.toml      # what is pending, delivered, held
+             bunx tsc -p outbox/tsconfig.json                       # type-checks the scaffold against the package
         2. Make it yours: your tables, writer and connection in outbox/outbox.config.ts (and outbox/outbox.toml);
            the tables must exist on the target. Producers: new SQLMiddleware({ dbDir }).push(table, sql, args).
       "
@@ -65,17 +78,49 @@ describe("init", () => {
     expect(fs.readdirSync(path.join(scaffold, "data"))).toEqual(["remote.db"]);
   });
 
-  test("where the package is not installed yet, the first step adds it (with the tarball line until it is on npm)", async () => {
+  test("where the package is not installed yet, the first step adds it: the tarball line names the file `bun pm pack` leaves in this checkout", async () => {
     const bare = makeTempDir("sqloutbox-init-bare-");
     try {
       const r = await runInProcess(["init"], { cwd: bare.path });
       expect(r.code).toBe(0);
       expect(r.stdout).toContain(`Next steps:
   1. Add the package to this project: bun add sqloutbox
-     (before its first npm release: \`bun pm pack\` in a sqloutbox checkout, then bun add ./sqloutbox-${pkg.version}.tgz)
-  2. Try it as generated`);
+     (before its first npm release: bun add ${path.join(REPO, `sqloutbox-${pkg.version}.tgz`)}, after \`bun pm pack\` in ${REPO})
+  2. Add what type-checking the scaffold needs to this project: bun add -d @types/bun typescript
+  3. Try it as generated`);
     } finally {
       bare.cleanup();
+    }
+  });
+
+  test("where the type-checking tools are missing, a step adds them: without them the scaffold does not type-check, after them the printed bunx tsc line passes", async () => {
+    const other = makeTempDir("sqloutbox-init-types-");
+    try {
+      // The package installed, nothing else: a new project after `bun add sqloutbox`.
+      fs.mkdirSync(path.join(other.path, "node_modules"));
+      fs.symlinkSync(REPO, path.join(other.path, "node_modules", "sqloutbox"));
+      fs.writeFileSync(path.join(other.path, "package.json"), JSON.stringify({ name: "app", private: true }));
+      const r = await runInProcess(["init"], { cwd: other.path });
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain(`Next steps:
+  1. Add what type-checking the scaffold needs to this project: bun add -d @types/bun typescript
+  2. Try it as generated`);
+      const tsconfig = path.join("outbox", "tsconfig.json");
+      const without = await run(["-p", tsconfig], {
+        cmd: [path.join(REPO, "node_modules", ".bin", "tsc")],
+        cwd: other.path,
+      });
+      expect(without.code).not.toBe(0);
+      expect(without.stdout).toContain("TS2688: Cannot find type definition file for 'bun'");
+
+      addTypeCheckingTools(other.path);
+      const line = r.stdout.match(/^ +(bunx tsc \S.*?) +# /m)![1]!;
+      expect(line).toBe(`bunx tsc -p ${tsconfig}`);
+      const argv = line.split(" ");
+      const checked = await run(argv.slice(1), { cmd: [argv[0]!], cwd: other.path });
+      expect(checked).toEqual({ code: 0, stdout: "", stderr: "" });
+    } finally {
+      other.cleanup();
     }
   });
 
@@ -132,6 +177,7 @@ describe("init", () => {
       "bun outbox/run.ts",
       "bunx sqloutbox runservice",
       "bunx sqloutbox status",
+      "bunx tsc -p",
     ]);
     const remote = path.join(scaffold, "data", "remote.db");
     const landed = () => [countRows(remote, "orders"), countRows(remote, "payments")];

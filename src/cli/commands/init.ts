@@ -19,7 +19,11 @@ export const SCAFFOLD: ReadonlyArray<{ name: string; text: string; purpose: stri
   { name: "run.ts", text: runnerTemplate, purpose: "the drain runner (SIGTERM/SIGINT/SIGHUP stop cleanly)" },
   { name: "outbox.toml", text: tomlTemplate, purpose: "the same config for `sqloutbox runservice`" },
   { name: "produce.ts", text: producerTemplate, purpose: "an example producer: an order and its payment" },
-  { name: "tsconfig.json", text: tsconfigTemplate, purpose: "type-checking for the scaffold (bunx tsc -p)" },
+  {
+    name: "tsconfig.json",
+    text: tsconfigTemplate,
+    purpose: "type-checking for the scaffold (needs @types/bun and typescript)",
+  },
 ];
 
 /** The example target the scaffold's config names: a SQLite file with the tables produce.ts writes, so it delivers as generated. */
@@ -58,21 +62,23 @@ export const init = defineCommand({
     const created = [...SCAFFOLD, TARGET].map((f) => ({ file: path.join(shown, f.name), purpose: f.purpose }));
     const width = Math.max(...created.map((c) => c.file.length));
     for (const c of created) print(`created ${c.file.padEnd(width)}  ${c.purpose}`);
-    print(["", "Next steps:", ...nextSteps(shown, installed(dir))].join("\n"));
+    print(["", "Next steps:", ...nextSteps(shown, resolves("sqloutbox", dir), missingDevTools(dir))].join("\n"));
   },
 });
 
 /**
  * What to run, in order: every command line is meant to be run as printed (test/cli-init.test.ts
- * runs them). The install step only where "sqloutbox" does not resolve from DIR yet.
+ * runs them). The install steps only where "sqloutbox" or the type-checking tools (`missingDev`)
+ * do not resolve from DIR yet.
  */
-function nextSteps(shown: string, isInstalled: boolean): string[] {
+function nextSteps(shown: string, isInstalled: boolean, missingDev: readonly string[]): string[] {
   const at = (name: string) => path.join(shown, name);
   const commands = [
     [`bun ${at("produce.ts")}`, `queues an order and its payment in ${at("data/queue")}`],
     [`bun ${at("run.ts")}`, `the drain: delivers them into ${at(TARGET.name)}; Ctrl-C stops it`],
     [`bunx sqloutbox runservice --config ${at("outbox.toml")}`, "or the same drain, from outbox.toml"],
     [`bunx sqloutbox status --config ${at("outbox.toml")}`, "what is pending, delivered, held"],
+    [`bunx tsc -p ${at("tsconfig.json")}`, "type-checks the scaffold against the package"],
   ];
   const width = Math.max(...commands.map(([line]) => line!.length));
   const steps = [
@@ -85,22 +91,60 @@ function nextSteps(shown: string, isInstalled: boolean): string[] {
       "   the tables must exist on the target. Producers: new SQLMiddleware({ dbDir }).push(table, sql, args).",
     ],
   ];
+  // The scaffold's tsconfig names the "bun" types, and `bunx tsc` without typescript in the
+  // project runs npm's unrelated "tsc" package: both belong to the project, as dev dependencies.
+  if (missingDev.length > 0)
+    steps.unshift([`Add what type-checking the scaffold needs to this project: bun add -d ${missingDev.join(" ")}`]);
   if (!isInstalled) {
+    const checkout = checkoutRoot();
+    const tarball = `sqloutbox-${VERSION}.tgz`;
     steps.unshift([
       "Add the package to this project: bun add sqloutbox",
-      `   (before its first npm release: \`bun pm pack\` in a sqloutbox checkout, then bun add ./sqloutbox-${VERSION}.tgz)`,
+      checkout === null
+        ? `   (before its first npm release: \`bun pm pack\` in a sqloutbox checkout, then bun add /path/to/that/checkout/${tarball})`
+        : `   (before its first npm release: bun add ${path.join(checkout, tarball)}, after \`bun pm pack\` in ${checkout})`,
     ]);
   }
   return steps.flatMap(([first, ...rest], i) => [`  ${i + 1}. ${first}`, ...rest.map((l) => `  ${l}`)]);
 }
 
-/** Whether "sqloutbox" resolves from `dir` as the scaffold's imports will (the project already has the package). */
-function installed(dir: string): boolean {
+/** Whether `specifier` resolves from `dir` as the scaffold's imports will (the project already has it). */
+function resolves(specifier: string, dir: string): boolean {
   try {
-    Bun.resolveSync("sqloutbox", dir);
+    Bun.resolveSync(specifier, dir);
     return true;
   } catch {
     return false;
+  }
+}
+
+/**
+ * The dev dependencies `bunx tsc -p DIR/tsconfig.json` needs that the project lacks: looked up in
+ * the node_modules folders from DIR up, as tsc does (Bun.resolveSync would answer from Bun's
+ * global cache in a folder without node_modules, where tsc finds nothing).
+ */
+function missingDevTools(dir: string): string[] {
+  const installed = (name: string) => {
+    for (let at = dir; ; at = path.dirname(at)) {
+      if (fs.existsSync(path.join(at, "node_modules", name, "package.json"))) return true;
+      if (path.dirname(at) === at) return false;
+    }
+  };
+  return ["@types/bun", "typescript"].filter((name) => !installed(name));
+}
+
+/**
+ * The sqloutbox checkout this command runs from, where `bun pm pack` leaves the tarball; null when
+ * it runs from the compiled binary or from an installed package (node_modules is no checkout).
+ */
+function checkoutRoot(): string | null {
+  const root = path.resolve(import.meta.dir, "../../..");
+  if (root.split(path.sep).includes("node_modules")) return null;
+  try {
+    const pkg = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")) as { name?: unknown };
+    return pkg.name === "sqloutbox" ? root : null;
+  } catch {
+    return null;
   }
 }
 
