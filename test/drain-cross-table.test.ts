@@ -164,6 +164,84 @@ describe.each(ENGINES)("transactions across tables, delivered to %s", (engine) =
     expect(await s.remote.ints("SELECT count(DISTINCT txn) FROM applied")).toEqual([[1]]);
   });
 
+  test.each([
+    ["order_items", "the second table's statement"],
+    ["orders", "the first table's statement"],
+  ])(
+    "a transaction across tables whose %s row fails waits out its backoff between attempts, then is dead-lettered whole (%s)",
+    async (failing) => {
+      // backoff 0.25 s: attempt 1, then 2 × 0.25 = 0.5 s later attempt 2, then 1 s later attempt 3 → dead letter.
+      const sent: number[] = [];
+      const s = await setup({ maxAttempts: 3, backoffUnitSeconds: 0.25 }, (inner) => {
+        const counting = new FaultyWriter(inner);
+        counting.always = async (stmts) => {
+          if (stmts.some((st) => st.unit !== undefined)) sent.push(performance.now());
+          return inner.writeBatch(stmts);
+        };
+        return counting;
+      });
+      await s.remote.exec(
+        failing === "orders"
+          ? "INSERT INTO orders (id, total) VALUES (5, 0)"
+          : "INSERT INTO orders (id, total) VALUES (9, 0)",
+      );
+      if (failing === "order_items")
+        await s.remote.exec("INSERT INTO order_items (id, order_id, sku) VALUES (51, 9, 'x')");
+      s.producer.transaction(() => {
+        s.producer.push("orders", ORDER, [5, 5]); // with failing = orders: id 5 exists
+        s.producer.push("order_items", ITEM, [51, 5, "a"]); // with failing = order_items: id 51 exists
+      });
+      await s.svc.start();
+      const items = new Outbox(s.dbFile, "order_items");
+      cleanups.push(() => items.close());
+      await waitFor(() => items.listDead().length > 0, "the transaction dead-lettered", 20_000);
+      expect(sent).toHaveLength(3);
+      const gaps = [sent[1]! - sent[0]!, sent[2]! - sent[1]!];
+      expect(gaps[0]!).toBeGreaterThanOrEqual(500 * 0.9);
+      expect(gaps[1]!).toBeGreaterThanOrEqual(1000 * 0.9);
+      // The error names the failing statement, once.
+      const culprit = failing === "orders" ? "seq 1" : "seq 2";
+      const failures = s.log.lines.filter((l) => l.includes("failed on target"));
+      expect(failures).toHaveLength(2);
+      for (const line of failures) expect(line).toContain(`${culprit} of the group of seq 1: `);
+      const dead = items.listDead()[0]!;
+      expect(dead.error).toStartWith(`${culprit} of the group of seq 1: `);
+      expect(dead.error!.match(/of the group of/g)).toHaveLength(1);
+    },
+  );
+
+  test("a transaction across tables counts its attempts as one, whichever of its tables' statements fails", async () => {
+    let sends = 0;
+    const s = await setup({ maxAttempts: 3, backoffUnitSeconds: 0.01 }, (inner) => {
+      const faulty = new FaultyWriter(inner);
+      faulty.always = async (stmts) => {
+        if (!stmts.some((st) => st.unit !== undefined)) return inner.writeBatch(stmts);
+        // The orders statement fails on odd sends, the order_items one on even sends; the rest of the unit is skipped.
+        const culprit = ++sends % 2 === 1 ? "orders" : "order_items";
+        const at = stmts.findIndex((st) => st.namespace === culprit && !st.fence);
+        return stmts.map((_, i) =>
+          i === at
+            ? { ok: false, error: `injected: ${culprit} refused`, errorClass: "E_TEST" }
+            : { ok: false, error: "injected: skipped", skipped: true },
+        );
+      };
+      return faulty;
+    });
+    s.producer.transaction(() => {
+      s.producer.push("orders", ORDER, [1, 1]);
+      s.producer.push("order_items", ITEM, [11, 1, "a"]);
+    });
+    const items = new Outbox(s.dbFile, "order_items");
+    cleanups.push(() => items.close());
+    await waitFor(
+      async () => (await s.svc.runOnce(), items.listDead().length > 0),
+      "the transaction dead-lettered",
+      20_000,
+    );
+    expect(sends).toBe(3);
+    expect(s.log.has(/attempt 2\/3.*order_items refused/)).toBe(true);
+  });
+
   test("a writer that applies one table of a transaction and not the other breaks the contract: both tables are held, loudly", async () => {
     const s = await setup({}, (inner) => {
       const faulty = new FaultyWriter(inner);

@@ -12,7 +12,7 @@ import { linkDrafts } from "./linked-groups.ts";
 import type { DeliveryObserver, ObservedBatch } from "./observer.ts";
 import type { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
-import { minWake, trimDraft, type DrainTable, type SliceDraft, type TableSlice } from "./table.ts";
+import { minWake, trimDraft, type DrainTable, type GroupAttempts, type SliceDraft, type TableSlice } from "./table.ts";
 import type { RemoteParts } from "./target-parts.ts";
 import { TraceComments } from "./trace-comments.ts";
 
@@ -170,8 +170,9 @@ export class Delivery {
     this.hooks.changed(slices.map((sl) => sl.table));
     let moved = 0;
     const applied: number[] = [];
+    const groupAttempts = attemptsOfGroups(batch.units);
     for (const slice of slices) {
-      const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), this.now());
+      const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), this.now(), groupAttempts);
       applied.push(answer.delivered);
       if (slice.fenced && answer.delivered > 0) this.fleetView.noteThrough(slice.table, this.now());
       out.delivered += answer.delivered;
@@ -417,6 +418,17 @@ export class Delivery {
         this.hooks.lateAnswered();
       });
   }
+}
+
+/** The attempts of each group heading a unit's slices: the most any of its heads carries (see GroupAttempts). */
+function attemptsOfGroups(units: TableSlice[][]): GroupAttempts {
+  const attempts = new Map<number, number>();
+  for (const unit of units)
+    for (const { rows } of unit) {
+      const { grp, attempts: n } = rows[0]!;
+      if (grp !== null) attempts.set(grp, Math.max(attempts.get(grp) ?? 0, n));
+    }
+  return attempts;
 }
 
 /** The answers of one slice of a batch, in the slice's order (its fence first). */

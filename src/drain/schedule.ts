@@ -55,19 +55,23 @@ export interface HeadTiming {
 /**
  * A table is ready when its head is not backing off and either `pending ≥ threshold` or the
  * head (the oldest pending row) has waited `maxWaitMs`. A head backing off holds the whole table.
+ * `awaited`: a group that spans tables waits at this table's head, so neither the threshold nor
+ * the wait applies — but its backoff does: the group is the head of every table it spans, and a
+ * failure charged in one of them must hold all of it, or the others resend it at once.
  */
 export function tableReadiness(
   head: HeadTiming | null,
   pending: number,
   nowMs: number,
   knobs: ScheduleKnobs,
+  awaited = false,
 ): TableReadiness {
   if (!head || pending <= 0) return { ready: false, wakeAt: null };
   if (head.nextAttemptAt) {
     const next = parseTimestamp(head.nextAttemptAt);
     if (next !== null && next > nowMs) return { ready: false, wakeAt: next };
   }
-  if (pending >= knobs.threshold) return { ready: true, wakeAt: null };
+  if (awaited || pending >= knobs.threshold) return { ready: true, wakeAt: null };
   const created = parseTimestamp(head.createdAt);
   // An unparsable created_at must not hold the row forever: deliver it now.
   if (created === null) return { ready: true, wakeAt: null };

@@ -74,7 +74,7 @@ export interface PlanContext {
   maxBytes: number;
   /** Decodes and converts one row into the statement sent for it; throws InvalidArgumentError (undecodable) or UnsupportedStatementError. */
   prepare(table: DrainTable, row: OutboxRow): Statement;
-  /** Deliver whatever is pending, ready or not: a group that spans tables waits at this table's head. */
+  /** Deliver whatever is pending, threshold and wait or not (a group that spans tables waits at this table's head); a backoff still holds it. */
   force?: boolean;
 }
 
@@ -87,6 +87,15 @@ export interface OpenContext {
 
 /** Opens one table's queue: its own file (db_dir), or its namespace of the app's db_file. */
 export type QueueOpener = (table: DrainTable) => Outbox;
+
+/**
+ * The attempts each group that spans tables has had, by group: the most any of its heads carries
+ * (before this batch's charge). A failure is charged to the head in the table whose row failed;
+ * when that is not always the same table, the count still goes on from the group's, not restart
+ * from that head's own.
+ */
+export type GroupAttempts = ReadonlyMap<number, number>;
+const NO_GROUP_ATTEMPTS: GroupAttempts = new Map();
 
 /** The pause between two chunks of a background prune (see DrainTable.prune). */
 const PRUNE_PAUSE_MS = 5;
@@ -402,11 +411,8 @@ export class DrainTable {
       this.app.batchSize,
       ctx.maxBytes,
       (head, pending) => {
-        if (ctx.force) return true;
-        const readiness = tableReadiness(head, pending, now, {
-          threshold: this.app.tableFlushThreshold,
-          maxWaitMs: this.app.tableMaxWaitMs,
-        });
+        const knobs = { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs };
+        const readiness = tableReadiness(head, pending, now, knobs, ctx.force);
         wakeAt = readiness.wakeAt;
         return readiness.ready;
       },
@@ -582,13 +588,23 @@ export class DrainTable {
    * a remote schema fault → the table is held, nothing charged; a fence that failed → settle from
    * the ledger next.
    */
-  applyAnswer(slice: TableSlice, results: WriteResult[], now: number): TableOutcome & { ledgerMissing: boolean } {
-    const out = this.#applyAnswer(slice, results, now);
+  applyAnswer(
+    slice: TableSlice,
+    results: WriteResult[],
+    now: number,
+    groupAttempts: GroupAttempts = NO_GROUP_ATTEMPTS,
+  ): TableOutcome & { ledgerMissing: boolean } {
+    const out = this.#applyAnswer(slice, results, now, groupAttempts);
     this.#tally(out);
     return out;
   }
 
-  #applyAnswer(slice: TableSlice, results: WriteResult[], now: number): TableOutcome & { ledgerMissing: boolean } {
+  #applyAnswer(
+    slice: TableSlice,
+    results: WriteResult[],
+    now: number,
+    groupAttempts: GroupAttempts,
+  ): TableOutcome & { ledgerMissing: boolean } {
     const out = { ...none(), ledgerMissing: false };
     const outbox = this.#outbox!;
     const { rows } = slice;
@@ -648,7 +664,7 @@ export class DrainTable {
           if (answer.failedAt === null) return out; // the rest was skipped: sent again next cycle
           const failed = rows[answer.failedAt]!;
           outbox.recordAttempt(failed.seq); // the failed row is the head now
-          return this.#failed(failed, failed, answer.failure!, now, out);
+          return this.#failed(slice, failed, failed, answer.failure!, now, out, groupAttempts);
         }
         case "failed-behind-head":
           // Not the head's fault: the groups before the failed one go first, then it heads the table.
@@ -660,7 +676,7 @@ export class DrainTable {
           outbox.refundAttempt(head.seq);
           return out;
         case "head-failed":
-          return this.#failed(head, rows[answer.failedAt]!, answer.failure, now, out);
+          return this.#failed(slice, head, rows[answer.failedAt]!, answer.failure, now, out, groupAttempts);
       }
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
@@ -672,9 +688,18 @@ export class DrainTable {
 
   /**
    * The head group failed at `culprit` (the row's fault, or the remote schema's): charge the group
-   * (its head carries its attempts), or hold the table.
+   * (its head carries its attempts), or hold the table. The error names the culprit when its group
+   * has other rows (in this slice, or in other tables).
    */
-  #failed<T extends TableOutcome>(head: OutboxRow, culprit: OutboxRow, result: Failure, now: number, out: T): T {
+  #failed<T extends TableOutcome>(
+    slice: TableSlice,
+    head: OutboxRow,
+    culprit: OutboxRow,
+    result: Failure,
+    now: number,
+    out: T,
+    groupAttempts: GroupAttempts,
+  ): T {
     const error =
       typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
     const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
@@ -683,8 +708,11 @@ export class DrainTable {
       this.#holds.schema(error, now);
       return out;
     }
-    const message = culprit.seq === head.seq ? error : `seq ${culprit.seq} of the group of seq ${head.seq}: ${error}`;
-    this.#charge(head, head.attempts + 1, message, errorClass, out);
+    const grp = culprit.grp;
+    const grouped = grp !== null && (slice.spans.has(grp) || slice.rows.some((r) => r.grp === grp && r !== culprit));
+    const message = grouped ? `seq ${culprit.seq} of the group of seq ${grp}: ${error}` : error;
+    const before = Math.max(head.attempts, head.grp === null ? 0 : (groupAttempts.get(head.grp) ?? 0));
+    this.#charge(head, before + 1, message, errorClass, out);
     out.more = true; // re-plan: the next head may be ready
     return out;
   }
@@ -801,7 +829,7 @@ export class DrainTable {
     const { app } = this;
     const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
     const at = Date.now();
-    this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(at + delay));
+    this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(at + delay), attempts);
     out.failed += 1;
     this.observer?.failed({
       target: this.target,

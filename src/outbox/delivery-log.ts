@@ -255,17 +255,17 @@ export class DeliveryLog {
     if (changes === 0) throw this.#notPending(seq);
   }
 
-  /** Records a failed delivery of a pending row: the error, its class and when to retry. */
-  recordFailure(seq: number, error: string, errorClass: string | null, nextAttemptAt: Date): void {
+  /** See Outbox.recordFailure. */
+  recordFailure(seq: number, error: string, errorClass: string | null, nextAttemptAt: Date, attempts: number): void {
     const file = this.#file;
     const changes = file.write(
       "cannot record failure",
       () =>
         file.db
           .query(
-            "UPDATE outbox_queue SET last_error = ?3, last_error_class = ?4, next_attempt_at = ?5 WHERE seq = ?1 AND namespace = ?2",
+            "UPDATE outbox_queue SET last_error = ?3, last_error_class = ?4, next_attempt_at = ?5, attempts = max(attempts, ?6) WHERE seq = ?1 AND namespace = ?2",
           )
-          .run(seq, file.namespace, error, errorClass, isoTimestamp(nextAttemptAt)).changes,
+          .run(seq, file.namespace, error, errorClass, isoTimestamp(nextAttemptAt), attempts).changes,
     );
     if (changes === 0) throw this.#notPending(seq);
   }

@@ -310,14 +310,19 @@ export class Outbox {
     this.#delivery.refundAttempt(seq);
   }
 
-  /** Records a failed delivery of a pending row: the error, its class and when to retry. */
-  recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date): void {
+  /**
+   * Records a failed delivery of a pending row: the error, its class and when to retry; with
+   * `attempts`, its attempt count is raised to at least that (a group that spans tables counts its
+   * attempts across its heads).
+   */
+  recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts = 0): void {
     this.#file.ensureOpen();
     this.#delivery.recordFailure(
       seq,
       String(error),
       errorClass === null || errorClass === undefined ? null : String(errorClass),
       nextAttemptAt,
+      attempts,
     );
   }
 
