@@ -3,7 +3,7 @@
 // application's own bun:sqlite database together with its own writes.
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import {
   CrossTableTransactionError,
   ForeignTransactionError,
@@ -91,6 +91,40 @@ describe("groups in one file per table (dbDir)", () => {
     expect(err.message).toContain("db_file");
     expect(rowsOf(dir.file("orders.db"))).toEqual([]);
     expect(rowsOf(dir.file("order_items.db"))).toHaveLength(1);
+  });
+
+  test("a push refused for crossing tables leaves no file behind: the db_dir holds only the files of the tables written", () => {
+    const dir = tempDirCleanedBy(cleanups);
+    const mw = new SQLMiddleware({ dbDir: dir.path });
+    mw.push("orders", insert("orders"), [0]);
+    // Another producer whose db_dir does not exist yet: refusing its push must not create it either.
+    const elsewhere = new SQLMiddleware({ dbDir: dir.file("elsewhere") });
+    for (const [producer, table] of [
+      [mw, "other"],
+      [elsewhere, "audit"],
+    ] as const) {
+      const err = errorOf(() =>
+        mw.transaction(() => {
+          mw.push("orders", insert("orders"), [1]);
+          producer.push(table, insert(table), [1]);
+        }),
+      );
+      expect(err).toBeInstanceOf(CrossTableTransactionError);
+      expect(err).toMatchObject({ tables: ["orders", table] });
+      expect(
+        errorOf(() =>
+          mw.transaction(() => [
+            mw.push("orders", insert("orders"), [1]),
+            producer.pushMany(table, [[insert(table), [1]]]),
+          ]),
+        ),
+      ).toBeInstanceOf(CrossTableTransactionError);
+    }
+    expect(readdirSync(dir.path).filter((f) => !f.startsWith("orders.db"))).toEqual([]);
+    expect(rowsOf(dir.file("orders.db"))).toHaveLength(1);
+    // The table is still there to be written outside a transaction, and then its file exists.
+    mw.push("other", insert("other"), [2]);
+    expect(rowsOf(dir.file("other.db"))).toHaveLength(1);
   });
 
   test("pushes of another producer inside the transaction join it; a nested transaction joins it too", () => {
@@ -208,6 +242,7 @@ describe("one file for several tables (dbFile)", () => {
     );
     expect(err).toBeInstanceOf(CrossTableTransactionError);
     expect(rowsOf(dir.file("shop.db"))).toEqual([]);
+    expect(existsSync(dir.file("other.db"))).toBe(false); // the refused push created no file
   });
 });
 

@@ -75,9 +75,16 @@ function cacheFor(dialect: Dialect | null): StatementCache {
 /**
  * The transaction `transaction(fn)` has open in this process (fn is synchronous, so at most one):
  * every push while it runs belongs to it, whichever producer makes it. With one file per table it
- * binds to the file of its first push; a push into another file is refused.
+ * binds to the file of its first push; a push into another file is refused. `file` is the
+ * registry key of its file (null until bound).
  */
-let open: { queueDb: QueueDb | null; table: string | null; began: boolean; trace: RowTrace | undefined } | null = null;
+let open: {
+  queueDb: QueueDb | null;
+  file: string | null;
+  table: string | null;
+  began: boolean;
+  trace: RowTrace | undefined;
+} | null = null;
 
 /** Trace contexts dropped at the door since the last warning, and when that was (epoch ms). */
 const dropped = { count: 0, warnedAt: -Infinity };
@@ -206,8 +213,7 @@ export class SQLMiddleware {
     const outbox = mine !== undefined && !mine.closed ? mine : undefined;
     const where = { namespace: table, file: outbox?.path ?? this.#fileFor(table) };
     const payload = this.#payload(table, sql, args, where);
-    const target = outbox ?? this.outbox(table);
-    if (open !== null) this.#join(target, table);
+    const target = open === null ? (outbox ?? this.outbox(table)) : this.#joined(table, outbox);
     return target.enqueue(sql, payload, this.#source, this.#trace(trace, table));
   }
 
@@ -236,8 +242,7 @@ export class SQLMiddleware {
         );
       return { tag: stmt[0], payload: this.#payload(table, stmt[0], stmt[1] ?? [], where) };
     });
-    const target = this.outbox(table);
-    if (open !== null && items.length > 0) this.#join(target, table);
+    const target = open !== null && items.length > 0 ? this.#joined(table, undefined) : this.outbox(table);
     return target.enqueueBatch(items, this.#source, { trace: this.#trace(trace, table) });
   }
 
@@ -272,7 +277,8 @@ export class SQLMiddleware {
     }
     const began = queueDb !== null && queueDb.group === null; // else it joins an Outbox.transaction already open there
     if (began) queueDb.begin();
-    const tx = (open = { queueDb, table: null, began, trace: checked });
+    const file = queueDb === null ? null : this.#registryKey(""); // one file for every table: any name gives its key
+    const tx = (open = { queueDb, file, table: null, began, trace: checked });
     let result: T;
     try {
       result = callSynchronously(fn, "transaction(fn)");
@@ -286,22 +292,32 @@ export class SQLMiddleware {
     return result;
   }
 
-  /** Binds a push inside `transaction(fn)` to its file, opening the transaction there at the first push (one file per table). */
-  #join(outbox: Outbox, table: string): void {
+  /**
+   * The Outbox of `table` (`outbox`, when this producer has it open already) bound to the open
+   * `transaction(fn)`: its first push opens the transaction in that file; a push into another file
+   * is refused — before that file is opened, so a refused push leaves no empty queue file behind
+   * (which status and verify would list).
+   */
+  #joined(table: string, outbox: Outbox | undefined): Outbox {
     const tx = open!;
-    const queueDb = queueDbOf(outbox);
+    if (outbox === undefined && tx.file !== null && this.#existingKey(table) !== tx.file)
+      throw new CrossTableTransactionError([tx.table ?? table, table], [tx.queueDb!.path, this.#fileFor(table)]);
+    const target = outbox ?? this.outbox(table);
+    const queueDb = queueDbOf(target);
     if (tx.queueDb === null) {
       tx.queueDb = queueDb;
+      tx.file = this.#registryKey(table);
       tx.table = table;
       if (queueDb.group === null) {
         queueDb.begin();
         tx.began = true;
       }
-      return;
+      return target;
     }
     tx.table ??= table;
     if (tx.queueDb !== queueDb)
       throw new CrossTableTransactionError([tx.table, table], [tx.queueDb.path, queueDb.path]);
+    return target;
   }
 
   /** Checks one statement at the door and returns its encoded payload. */
@@ -364,13 +380,28 @@ export class SQLMiddleware {
     return outbox;
   }
 
-  /** The registry key of the file `table` lives in. */
+  /** The registry key of the file `table` lives in (its directory created on first use). */
   #registryKey(table: string): string {
-    const where = this.#where;
-    if (where.kind === "dir") return join(this.#ensureDir(), `${table}.db`);
-    if (where.kind === "file") return this.#realFile();
-    let id = databaseIds.get(where.database);
-    if (id === undefined) databaseIds.set(where.database, (id = nextDatabaseId++));
+    return this.#where.kind === "database"
+      ? this.#databaseKey(this.#where.database)
+      : this.#keyIn(this.#ensureDir(), table);
+  }
+
+  /** The same, creating nothing: null while the directory does not exist (no open file can be in it). */
+  #existingKey(table: string): string | null {
+    if (this.#where.kind === "database") return this.#databaseKey(this.#where.database);
+    const dir = this.#existingDir();
+    return dir === null ? null : this.#keyIn(dir, table);
+  }
+
+  /** The real path of the file `table` lives in, given the real path of its directory. */
+  #keyIn(realDir: string, table: string): string {
+    return join(realDir, this.dbFile === null ? `${table}.db` : basename(this.dbFile));
+  }
+
+  #databaseKey(database: Database): string {
+    let id = databaseIds.get(database);
+    if (id === undefined) databaseIds.set(database, (id = nextDatabaseId++));
     return `database#${id}`;
   }
 
@@ -417,6 +448,16 @@ export class SQLMiddleware {
       );
     }
     return this.#realDir;
+  }
+
+  /** dbDir's real path when it exists, else null; creates nothing. */
+  #existingDir(): string | null {
+    if (this.#realDir !== undefined) return this.#realDir;
+    try {
+      return (this.#realDir = realpathSync(this.dbDir));
+    } catch {
+      return null;
+    }
   }
 
   /** dbFile's real path (its directory created on first use). */
