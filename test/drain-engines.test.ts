@@ -298,3 +298,34 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
     expect(await s.remote.ints("SELECT outbox_seq FROM a WHERE id = 11")).toEqual([[71]]);
   });
 });
+
+describe.each(["postgres", "mysql"] as const)("three targets on one fresh %s database", (engine) => {
+  test("start at once without an error or warning though their ledger DDL races, and every row lands", async () => {
+    const dir = tempDirCleanedBy(cleanups);
+    const remote = await remoteFor(engine, dir);
+    const names = ["r1", "r2", "r3"];
+    for (const t of names) await remote.exec(`CREATE TABLE t_${t} (id BIGINT PRIMARY KEY)`);
+    const config = oneApp(
+      dir.file("outbox"),
+      Object.fromEntries(names.map((n) => [n, { writer: engine, connection: remote.connection, tables: [`t_${n}`] }])),
+    );
+    const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
+    for (const n of names)
+      producer.pushMany(
+        `t_${n}`,
+        [1, 2, 3].map((id) => [`INSERT INTO t_${n} (id) VALUES (?)`, [id]]),
+      );
+    const log = memoryLogger();
+    const svc = new OutboxSyncService(
+      config,
+      Object.fromEntries(names.map((n) => [`app.${n}`, createWriter(engine, remote.connection)])),
+      { logger: log },
+    );
+    cleanups.push(() => svc.stop(2000));
+    await svc.start(); // every target's setup at once: each probes, finds no ledger and creates it
+    await waitFor(() => svc.totalPending() === 0, "delivery to the three targets");
+    expect(log.lines.filter((l) => /^(warn|error)/.test(l))).toEqual([]);
+    expect(log.lines.filter((l) => /created the delivery ledger/.test(l)).length).toBeGreaterThanOrEqual(1);
+    for (const n of names) expect(await remote.ints(`SELECT id FROM t_${n} ORDER BY id`)).toEqual([[1], [2], [3]]);
+  });
+});
