@@ -4,6 +4,7 @@ import { Database } from "bun:sqlite";
 import { beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
+import pkg from "../package.json" with { type: "json" };
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { seed } from "./support/queue.ts";
@@ -97,6 +98,40 @@ describe("runservice", () => {
       first.kill("SIGTERM");
     }
     expect(await first.exited).toBe(0);
+  });
+
+  test("the startup line names what each app drains: its db_dir, or the db_file itself (not its folder)", async () => {
+    fs.appendFileSync(
+      config,
+      `
+[app.files]
+db_file = "files/shop.db"
+
+[app.files.db.local]
+writer = "sqlite"
+tables = ["payments"]
+
+[app.files.db.local.connection]
+path = "remote.db"
+`,
+    );
+    const proc = start(["--config", config]);
+    let log = "";
+    const pump = (async () => {
+      const decoder = new TextDecoder();
+      for await (const chunk of proc.stderr) log += decoder.decode(chunk, { stream: true });
+    })();
+    try {
+      await waitFor(() => log.includes(" draining "), "the startup line");
+    } finally {
+      proc.kill("SIGTERM");
+    }
+    expect(await proc.exited).toBe(0);
+    await pump;
+    const line = log.split("\n").find((l) => l.includes(" draining "))!;
+    expect(line).toEndWith(
+      `[info] sqloutbox ${pkg.version} draining ${path.join(tmp, "queue")}, ${path.join(tmp, "files", "shop.db")} to shop.local, files.local`,
+    );
   });
 
   test("pretty log lines start with the ISO time, for a log file read later", async () => {

@@ -84,7 +84,9 @@ export const runservice = defineCommand({
         ...(tracing === null ? {} : { observer: tracing.observer }),
         onCreated: (created) => (service = created),
         onStarted: (running) => {
-          const line = `sqloutbox ${VERSION} draining ${config.apps.map((a) => a.dbDir).join(", ")} to ${targets.join(", ")}`;
+          // A db_file app's dbDir is only the folder of its file: name what is drained.
+          const queues = config.apps.map((a) => a.dbFile ?? a.dbDir);
+          const line = `sqloutbox ${VERSION} draining ${queues.join(", ")} to ${targets.join(", ")}`;
           logger.info(line);
           notifier?.ready(line);
           const every = notifier?.watchdogIntervalMs;
