@@ -50,9 +50,9 @@ describe("status", () => {
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "no drain is running on <DIR>/queue
-      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
-      orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)
-      payments       2  <age>     2         0  no        1  -
+      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS    NEXT  STUCK  DEAD  LAST ERROR
+      orders         5  <age>     1         2  in  <age>  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)
+      payments       2  <age>     2         0       -  no        1  -
 
       2 namespace(s), 7 pending, 1 stuck, 0 held, 1 dead letter(s)
       "
@@ -74,6 +74,23 @@ describe("status", () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("  23505: duplicate key value violates unique constraint");
     expect(r.stdout).not.toContain("23505: 23505");
+  });
+
+  test("shows the error class once after the name of a group's failing statement; NEXT says when the head is tried again", async () => {
+    const q = openQueue(dbDir, "payments");
+    const head = q.head()!;
+    q.recordAttempt(head.seq);
+    const error = `seq ${head.seq + 1} of the group of seq ${head.seq}: 23514: new row violates check constraint "amount"`;
+    q.recordFailure(head.seq, error, "23514", new Date(Date.now() + 90_000));
+    q.close();
+    const r = await runInProcess(["status", "--db-dir", dbDir]);
+    expect(r.code).toBe(0);
+    const line = r.stdout.split("\n").find((l) => l.startsWith("payments"))!;
+    expect(line).toMatch(/ in 1m[23]\ds +STUCK /);
+    expect(line).toEndWith(`  ${error}`);
+    const json = JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout);
+    const payments = json.namespaces.find((n: { namespace: string }) => n.namespace === "payments");
+    expect(Date.parse(payments.nextAttemptAt) - Date.now()).toBeGreaterThan(60_000);
   });
 
   test("--json is the documented shape, parsed back", async () => {
@@ -197,10 +214,10 @@ url = "\${UNSET_IN_THIS_SHELL}"
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
       "app shop: no drain is running on <DIR>/queue
       app metrics: no drain is running on <DIR>/other
-      APP      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  CAPACITY  LAST ERROR
-      shop     orders         5  <age>     1         2  STUCK     0         -  42P01: relation "orders" does not exist (***)
-      shop     payments       2  <age>     2         0  no        1         -  -
-      metrics  events         4  <age>     1         0  no        0       50%  -
+      APP      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS    NEXT  STUCK  DEAD  CAPACITY  LAST ERROR
+      shop     orders         5  <age>     1         2  in  <age>  STUCK     0         -  42P01: relation "orders" does not exist (***)
+      shop     payments       2  <age>     2         0       -  no        1         -  -
+      metrics  events         4  <age>     1         0       -  no        0       50%  -
 
       3 namespace(s), 11 pending, 1 stuck, 0 held, 1 dead letter(s)
       "
@@ -313,9 +330,9 @@ describe("status --watch", () => {
     expect(normalize(first, tmp)).toMatchInlineSnapshot(`
       "<TIME>
       no drain is running on <DIR>/queue
-      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS  STUCK  DEAD  LAST ERROR
-      orders         5  <age>     1         2  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)
-      payments       2  <age>     2         0  no        1  -
+      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS    NEXT  STUCK  DEAD  LAST ERROR
+      orders         5  <age>     1         2  in  <age>  STUCK     0  42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)
+      payments       2  <age>     2         0       -  no        1  -
 
       2 namespace(s), 7 pending, 1 stuck, 0 held, 1 dead letter(s)"
     `);

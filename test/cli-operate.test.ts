@@ -173,6 +173,71 @@ describe("kick", () => {
   });
 });
 
+describe("kick retries a stuck head", () => {
+  test("ends the head's backoff in place, only where --app/--namespace say: the fixed rows land at once, the others wait", async () => {
+    const dir = tmp();
+    const db = await createPgDb();
+    cleanups.push(() => db.drop());
+    await db.sql.unsafe("CREATE TABLE parents (id BIGINT PRIMARY KEY)");
+    for (const t of ["items", "notes"])
+      await db.sql.unsafe(`CREATE TABLE ${t} (id BIGINT PRIMARY KEY, parent BIGINT NOT NULL REFERENCES parents (id))`);
+    // A minute's backoff unit: the first retry is 2 minutes away, so only a kick retries within the test.
+    const file = config(
+      dir,
+      `writer = "postgres"\ntables = ["items", "notes"]\n[app.a.db.r.connection]\nurl = "${db.url}"`,
+      "backoff_unit_seconds = 60",
+    );
+    fs.writeFileSync(file, fs.readFileSync(file, "utf8").replace("backoff_unit_seconds = 0.01\n", ""));
+    const drain = await runservice(file);
+    const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
+    producer.push("items", "INSERT INTO items (id, parent) VALUES (?, ?)", [1, 10]); // no parent 10 yet
+    producer.push("notes", "INSERT INTO notes (id, parent) VALUES (?, ?)", [1, 20]); // no parent 20 yet
+    closeSharedOutboxes();
+    const namespaces = async () =>
+      JSON.parse((await runInProcess(["status", "--config", file, "--json"])).stdout).namespaces;
+    await waitFor(
+      async () => (await namespaces()).every((n: { isStuck: boolean }) => n.isStuck),
+      "both heads stuck",
+      20_000,
+    );
+    for (const n of await namespaces()) expect(Date.parse(n.nextAttemptAt) - Date.now()).toBeGreaterThan(60_000);
+    const shown = await runInProcess(["status", "--config", file]);
+    expect(shown.stdout).toMatch(/ NEXT /);
+    expect(shown.stdout).toMatch(/items +1 .* in 1m\d\ds +STUCK /);
+    await db.sql.unsafe("INSERT INTO parents (id) VALUES (10), (20)"); // the operator fixes the remote
+
+    const one = await run(["kick", "--config", file, "--app", "a", "--namespace", "items", "--json"]);
+    expect(one.code).toBe(0);
+    const kicked = JSON.parse(one.stdout);
+    expect(
+      kicked.heads.map((h: { namespace: string; seq: number; attempts: number }) => [h.namespace, h.seq, h.attempts]),
+    ).toEqual([["items", 1, 1]]);
+    expect(kicked.drains[0].pid).toBe(drain.proc.pid);
+    const landed = async (t: string) => (await db.sql.unsafe(`SELECT id FROM ${t}`)).length;
+    await waitFor(async () => (await landed("items")) === 1, "the kicked head to land", 10_000);
+    await Bun.sleep(500);
+    expect(await landed("notes")).toBe(0); // not kicked: still backing off
+    const notes = (await namespaces()).find((n: { namespace: string }) => n.namespace === "notes");
+    expect([notes.depth, notes.isStuck]).toEqual([1, true]);
+
+    const all = await run(["kick", "--config", file]);
+    expect(all.code).toBe(0);
+    expect(all.stdout).toMatch(/ended the backoff of a\/notes head seq 1 \(1 attempt\), .*notes\.db/);
+    await waitFor(async () => (await landed("notes")) === 1, "the second head to land", 10_000);
+    expect((await namespaces()).map((n: { depth: number }) => n.depth)).toEqual([0, 0]);
+  }, 60_000);
+
+  test("a --namespace that no location holds is an error, and nothing is signalled", async () => {
+    const dir = tmp();
+    const file = config(dir, `writer = "sqlite"\ntables = ["t"]\n[app.a.db.r.connection]\npath = "remote.db"`);
+    new SQLMiddleware({ dbDir: dir.file("queue") }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
+    closeSharedOutboxes();
+    const kicked = await runInProcess(["kick", "--config", file, "--namespace", "typo"]);
+    expect(kicked.code).toBe(1);
+    expect(kicked.stderr).toContain(`namespace "typo": no typo.db in ${dir.file("queue")}`);
+  });
+});
+
 // The outage backoff's first step is a fixed 1 s (src/drain/schedule.ts), so reaching a backoff
 // long enough to tell a kick from a retry takes seconds of real outage.
 describeSlow("kick against a real backoff", "wait out five outage backoffs of a running drain", () => {

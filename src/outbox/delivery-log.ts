@@ -34,6 +34,13 @@ export interface DeliveryRead {
   spans: Map<number, string[]>;
 }
 
+/** The head whose backoff `Outbox.retryHead` ended: its seq, the attempts it had, and when it was due (null: its group's backoff was on another table's head). */
+export interface RetriedHead {
+  seq: number;
+  attempts: number;
+  nextAttemptAt: string | null;
+}
+
 /** What `Outbox.resequenceAbove` moved: `count` pending rows from `oldFirst..oldLast` to `newFirst..newLast`. */
 export interface Resequenced {
   count: number;
@@ -268,6 +275,26 @@ export class DeliveryLog {
           .run(seq, file.namespace, error, errorClass, isoTimestamp(nextAttemptAt), attempts).changes,
     );
     if (changes === 0) throw this.#notPending(seq);
+  }
+
+  /** See Outbox.retryHead. */
+  retryHead(): RetriedHead | null {
+    const file = this.#file;
+    return file.write("cannot end the head's backoff", () => {
+      const head = file.db
+        .query<RetriedHead & { grp: number | null }, [string]>(
+          "SELECT seq, grp, attempts, next_attempt_at AS nextAttemptAt FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
+        )
+        .get(file.namespace);
+      if (!head) return null;
+      // The head's group may carry its backoff on another table's head (a transaction across tables is charged where it failed).
+      const ended = file.db
+        .query(
+          "UPDATE outbox_queue SET next_attempt_at = NULL WHERE synced = 0 AND next_attempt_at IS NOT NULL AND (namespace = ?1 OR grp = ?2)",
+        )
+        .run(file.namespace, head.grp).changes;
+      return ended === 0 ? null : { seq: head.seq, attempts: head.attempts, nextAttemptAt: head.nextAttemptAt };
+    });
   }
 
   /** Makes the next allocated seq of the file greater than `minSeq`; never lowers it. */

@@ -4,7 +4,7 @@ import type { Durability } from "../vocabulary.ts";
 import { Appender, DEFAULT_GROUP_LIMITS, type RowTrace } from "./append.ts";
 import { DeadLog, type DeadLettered } from "./dead-log.ts";
 import type { DeadReplays, PurgeOutcome, PurgeRule } from "./dead-letters.ts";
-import { DeliveryLog, type DeliveryRead, type Resequenced } from "./delivery-log.ts";
+import { DeliveryLog, type DeliveryRead, type Resequenced, type RetriedHead } from "./delivery-log.ts";
 import { namespaceHealth, type NamespaceHealth } from "./health.ts";
 import { DELIVERED } from "./delivered.ts";
 import { QueueDb } from "./queue-db.ts";
@@ -13,7 +13,7 @@ import { QUEUE_ROW_COLUMNS, type ChainGap, type DeadLetter, type DeadReason, typ
 import { layoutPendingCount } from "./schema.ts";
 
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
-export type { DeliveryRead, Resequenced } from "./delivery-log.ts";
+export type { DeliveryRead, Resequenced, RetriedHead } from "./delivery-log.ts";
 export type { DeadLettered } from "./dead-log.ts";
 export type { RowTrace } from "./append.ts";
 
@@ -406,6 +406,16 @@ export class Outbox {
     this.#file.ensureOpen();
     if (typeof reason !== "string" || reason === "") throw this.#file.invalid("deadLetter needs a reason");
     return this.#dead.deadLetter(seq, reason, error, errorClass);
+  }
+
+  /**
+   * Operator action: ends the backoff of this namespace's head (and of its group, in every table it
+   * spans), so the drain retries it at its next look — in place, with its attempts; `skipHead`
+   * moves it away instead. Null when nothing was backing off.
+   */
+  retryHead(): RetriedHead | null {
+    this.#file.ensureOpen();
+    return this.#delivery.retryHead();
   }
 
   /** Operator action: dead-letters the head (and its group) with reason "skipped". */

@@ -2,40 +2,85 @@ import { defineCommand } from "citty";
 import { drainHome } from "../../drain/home.ts";
 import { lockHolder } from "../../drain/lock.ts";
 import { NotFoundError } from "../../errors.ts";
-import { jsonArg, locationArgs, logArgs } from "../args.ts";
+import { fileHealth } from "../../outbox/health.ts";
+import { withOutbox } from "../../outbox/outbox.ts";
+import { appArg, jsonArg, locationArgs, logArgs, namespaceFilterArg } from "../args.ts";
 import { print } from "../text-output.ts";
-import { locationExists, resolveLocations } from "../locations.ts";
+import { appDirs, filesOf, locationExists, namespaceFile, resolveLocations, type Location } from "../locations.ts";
+
+/** A head whose backoff this kick ended. */
+interface RetriedHeadEntry {
+  app: string | null;
+  namespace: string;
+  file: string;
+  seq: number;
+  attempts: number;
+  /** When it was due before the kick (null: its group's backoff was on another table's head). */
+  nextAttemptAt: string | null;
+}
 
 /**
- * `sqloutbox kick`: asks the drain of each db_dir to retry now — every backed-off target and
- * every held table — by sending it SIGUSR2. For the operator who just fixed the remote and should
- * not wait out a backoff. Only a drain that holds the db_dir's lock is signalled (a PID left in a
- * lock file nobody holds is never signalled); exit 1 when no drain runs on any of them.
+ * `sqloutbox kick`: retry now. Ends the backoff of every backed-off head (of every namespace, or
+ * of `--app`/`--namespace`) in its queue file — in place, with its attempts, unlike `skip` — then
+ * asks the drain of each location to look at once by sending it SIGUSR2, which also ends every
+ * target's backoff and every timed table hold. For the operator who just fixed the cause and
+ * should not wait out a backoff. Only a drain that holds the location's lock is signalled (a PID
+ * left in a lock file nobody holds is never signalled); exit 1 when no drain runs on any of them
+ * (the heads' backoff is ended all the same: the next drain retries them at once).
  */
 export const kick = defineCommand({
   meta: {
     name: "kick",
-    description: "Make the running drain retry now: backed-off targets and held tables (sends it SIGUSR2)",
+    description:
+      "Retry now: end the backoff of stuck heads, backed-off targets and held tables (then SIGUSR2 the drain)",
   },
-  args: { ...locationArgs, ...jsonArg, ...logArgs },
+  args: { ...locationArgs, ...appArg, ...namespaceFilterArg, ...jsonArg, ...logArgs },
   async run({ args }) {
     const locations = await resolveLocations(args);
-    const kicked: Array<{ app: string | null; dbDir: string; dbFile: string | null; pid: number | null }> = [];
-    for (const loc of locations.dirs) {
+    const only = args.namespace;
+    // A named namespace must exist (and be a table name): a typo is an error, not a kick of nothing.
+    const dirs =
+      only === undefined ? appDirs(locations, args.app) : [namespaceFile(locations, only, args.app).location];
+    const heads: RetriedHeadEntry[] = [];
+    const drains: Array<{ app: string | null; dbDir: string; dbFile: string | null; pid: number | null }> = [];
+    for (const loc of dirs) {
+      if (locationExists(loc)) heads.push(...retryHeads(loc, only));
       const pid = locationExists(loc) ? lockHolder(drainHome(loc).lockFile) : null;
       if (pid !== null) process.kill(pid, "SIGUSR2");
-      kicked.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, pid });
+      drains.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, pid });
     }
-    const where = (k: (typeof kicked)[number]) => k.dbFile ?? k.dbDir;
-    if (args.json) print(JSON.stringify({ action: "kick", drains: kicked }, null, 2));
-    else
-      for (const k of kicked)
+    const where = (d: (typeof drains)[number]) => d.dbFile ?? d.dbDir;
+    if (args.json) print(JSON.stringify({ action: "kick", heads, drains }, null, 2));
+    else {
+      for (const h of heads)
         print(
-          k.pid === null
-            ? `no drain is running on ${where(k)}`
-            : `asked the drain (pid ${k.pid}) on ${where(k)} to retry now`,
+          `ended the backoff of ${h.app === null ? "" : `${h.app}/`}${h.namespace} head seq ${h.seq} (${h.attempts} attempt${h.attempts === 1 ? "" : "s"}), ${h.file}`,
         );
-    if (kicked.every((k) => k.pid === null))
-      throw new NotFoundError(`no drain is running on ${kicked.map(where).join(", ")}`);
+      for (const d of drains)
+        print(
+          d.pid === null
+            ? `no drain is running on ${where(d)}`
+            : `asked the drain (pid ${d.pid}) on ${where(d)} to retry now`,
+        );
+    }
+    if (drains.every((d) => d.pid === null))
+      throw new NotFoundError(`no drain is running on ${drains.map(where).join(", ")}`);
   },
 });
+
+/** Ends the backoff of each backed-off head of a location (of namespace `only`, when given), in its file. */
+function retryHeads(loc: Location, only: string | undefined): RetriedHeadEntry[] {
+  const retried: RetriedHeadEntry[] = [];
+  for (const file of filesOf(loc)) {
+    // Read-only first: only namespaces with a backoff are opened for writing — and the one named,
+    // whose head may be a group charged on another table's head.
+    const backedOff = fileHealth(file).filter((h) =>
+      only === undefined ? h.nextAttemptAt !== null : h.namespace === only,
+    );
+    for (const { namespace } of backedOff) {
+      const head = withOutbox(file, namespace, (outbox) => outbox.retryHead());
+      if (head !== null) retried.push({ app: loc.app, namespace, file, ...head });
+    }
+  }
+  return retried;
+}

@@ -127,6 +127,7 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
     { header: "oldest", right: true },
     { header: "head", right: true },
     { header: "attempts", right: true },
+    { header: "next", right: true },
     { header: "stuck" },
     { header: "dead", right: true },
     ...(withCapacity ? [{ header: "capacity", right: true }] : []),
@@ -140,6 +141,7 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
     formatAge(h.oldestPendingAgeMs),
     h.headSeq === null ? "-" : String(h.headSeq),
     String(h.headAttempts),
+    nextAttempt(h.nextAttemptAt, Date.parse(report.generatedAt)),
     h.isStuck ? paint("STUCK", "red", style) : "no",
     h.deadLetterCount > 0 ? paint(String(h.deadLetterCount), "red", style) : "0",
     ...(withCapacity ? [h.capacityPct === null ? "-" : `${formatPct(h.capacityPct)}%`] : []),
@@ -169,8 +171,17 @@ function formatRate(perSecond: number): string {
 }
 
 // Class first, so the column scans by kind; the built-in writers' messages already start with it.
+/** The error with its class in front, unless the error already says it (after the culprit's name, `seq 2 of the group of seq 1: 23514: …`). */
 function withClass(error: string, errorClass: string | null): string {
-  return errorClass && !error.startsWith(`${errorClass}:`) ? `${errorClass}: ${error}` : error;
+  if (!errorClass || error.startsWith(`${errorClass}:`) || error.includes(`: ${errorClass}:`)) return error;
+  return `${errorClass}: ${error}`;
+}
+
+/** When a backed-off head is tried next: `in 1m52s`, `now` once due (the drain's next look), `-` when it waits for nothing. */
+function nextAttempt(at: string | null, now: number): string {
+  if (at === null) return "-";
+  const due = Date.parse(at) - now;
+  return Number.isFinite(due) && due > 0 ? `in ${formatAge(due)}` : "now";
 }
 
 // health.ts reports capacity as a percentage (0–100).
