@@ -143,6 +143,9 @@ export async function startMariadb(cpus: string): Promise<PrivateServer> {
   const data = `${dir}/data`;
   const port = await freePort();
   const user = isRoot() ? ["--user=mysql"] : [];
+  // Its temporary files in its own directory: by default InnoDB creates them in $TMPDIR, which the
+  // mysql user may not write (under `bun test` it is the run's directory, root's).
+  const tmpdir = `--tmpdir=${dir}`;
   let proc: ReturnType<typeof Bun.spawn> | null = null;
   const server: PrivateServer = {
     engine: "mysql",
@@ -164,6 +167,7 @@ export async function startMariadb(cpus: string): Promise<PrivateServer> {
         `--datadir=${data}`,
         "--auth-root-authentication-method=normal",
         "--skip-test-db",
+        tmpdir,
       ],
       "mariadb-install-db",
     );
@@ -182,6 +186,7 @@ export async function startMariadb(cpus: string): Promise<PrivateServer> {
         `--pid-file=${dir}/mysqld.pid`,
         `--log-error=${dir}/server.log`,
         "--skip-name-resolve",
+        tmpdir,
       ],
       { stdout: "ignore", stderr: "ignore" },
     );
