@@ -6,34 +6,37 @@ import os from "node:os";
 import path from "node:path";
 import { buildBinary } from "../build.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
+import { SMOKE, sized } from "./support/smoke.ts";
 
 const REPO = path.resolve(import.meta.dir, "..");
 const NAMESPACES = 20;
-const TOTAL_ROWS = 100_000;
-const RUNS = Number(process.env.BENCH_RUNS ?? 21);
+const TOTAL_ROWS = sized(100_000, 400);
+const RUNS = Number(process.env.BENCH_RUNS ?? sized(21, 2));
+const PENDING = `${NAMESPACES} ns, ${TOTAL_ROWS >= 1000 ? `${TOTAL_ROWS / 1000}k` : TOTAL_ROWS} pending`;
 
-const binary = await freshBinary();
 const dbDir = fs.mkdtempSync(path.join(os.tmpdir(), "sqloutbox-bench-cli-"));
 try {
+  // A smoke run builds its own binary: runs of the test suite side by side must not rebuild
+  // dist/sqloutbox under each other's feet.
+  const binary = await freshBinary(SMOKE ? path.join(dbDir, "bin", "sqloutbox") : path.join(REPO, "dist", "sqloutbox"));
   seed(dbDir);
   report("--version", await time([binary, "--version"]));
-  report("status --json (20 ns, 100k pending)", await time([binary, "status", "--json", "--db-dir", dbDir]));
-  report("status (20 ns, 100k pending)", await time([binary, "status", "--db-dir", dbDir]));
+  report(`status --json (${PENDING})`, await time([binary, "status", "--json", "--db-dir", dbDir]));
+  report(`status (${PENDING})`, await time([binary, "status", "--db-dir", dbDir]));
   const config = path.join(dbDir, "outbox.toml");
   const tables = Array.from({ length: NAMESPACES }, (_, n) => `"table_${String(n).padStart(2, "0")}"`).join(", ");
   fs.writeFileSync(
     config,
     `[app.bench]\ndb_dir = "."\n[app.bench.db.pg]\nwriter = "postgres"\ntables = [${tables}]\n[app.bench.db.pg.connection]\nurl = "postgres://u:p@localhost/db"\n`,
   );
-  report("status --json --config (20 ns, 100k pending)", await time([binary, "status", "--json", "--config", config]));
-  report("verify (20 ns, 100k pending)", await time([binary, "verify", "--db-dir", dbDir]));
+  report(`status --json --config (${PENDING})`, await time([binary, "status", "--json", "--config", config]));
+  report(`verify (${PENDING})`, await time([binary, "verify", "--db-dir", dbDir]));
 } finally {
   fs.rmSync(dbDir, { recursive: true, force: true });
 }
 
-/** dist/sqloutbox, rebuilt when any source is newer than it. */
-async function freshBinary(): Promise<string> {
-  const out = path.join(REPO, "dist", "sqloutbox");
+/** The binary at `out`, built when it is missing or any source is newer than it. */
+async function freshBinary(out: string): Promise<string> {
   const built = fs.existsSync(out) ? fs.statSync(out).mtimeMs : 0;
   const sources = [path.join(REPO, "package.json"), path.join(REPO, "build.ts"), ...walk(path.join(REPO, "src"))];
   if (sources.some((f) => fs.statSync(f).mtimeMs > built)) await buildBinary(out);

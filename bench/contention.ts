@@ -3,8 +3,9 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import type { OutboxWriter } from "../src/writers/writer.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
+import { benchLogger, sized } from "./support/smoke.ts";
 
-const SECONDS = 5;
+const SECONDS = sized(5, 0.5);
 const TABLE = "events";
 const TAG = `INSERT INTO ${TABLE} (id, note) VALUES (?, ?)`;
 
@@ -43,7 +44,7 @@ async function drain(dbDir: string): Promise<void> {
       },
     },
   });
-  const svc = new OutboxSyncService(config, { "bench.remote": writer });
+  const svc = new OutboxSyncService(config, { "bench.remote": writer }, { logger: benchLogger });
   await svc.start();
   process.stdout.write("ready\n");
   const start = performance.now();
@@ -97,4 +98,4 @@ async function main(producers: number): Promise<void> {
 
 if (process.argv[2] === "--producer") producer(process.argv[3]!, Number(process.argv[4]));
 else if (process.argv[2] === "--drain") await drain(process.argv[3]!);
-else await main(Number(process.argv[2] ?? 4));
+else await main(Number(process.argv[2] ?? sized(4, 2)));

@@ -52,16 +52,23 @@ import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer
 import { createMysqlDb, createPgDb } from "../test/support/server-db.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
 import { startMariadb, startPostgres, type PrivateServer } from "./private-servers.ts";
+import { benchLogger, sized } from "./support/smoke.ts";
 
 const TABLES = ["bench_a", "bench_b", "bench_c", "bench_d"];
-const ROWS = 100_000;
-const CHUNK = 500;
-const LATENCY_EVENTS = 300;
+/** The backlog of a throughput run: a multiple of the tables and of FLEET_DRAINS. */
+const ROWS = sized(100_000, 400);
+/** Rows per drain batch (batch_size) and per transaction of the limit runs. */
+const CHUNK = sized(500, 50);
+const LATENCY_EVENTS = sized(300, 30);
+/** The first latency events, not counted: the JIT, the connections. */
+const LATENCY_WARMUP = sized(20, 5);
 /** The tracing runs' backlog: 100 000 rows drain in half a second, too short beside the SDK's one-time JIT cost (measured). */
-const TRACE_ROWS = 400_000;
+const TRACE_ROWS = sized(400_000, 400);
+/** Alternated off/on runs of the metrics and tracing costs, each figure their median. */
+const COST_ROUNDS = sized(3, 1);
 const FLEET_DRAINS = 4;
 /** Two backlogs of large rows: peak RSS that does not grow with the backlog is bounded by batch_max_bytes. */
-const LARGE_BACKLOGS = [2_000, 6_000];
+const LARGE_BACKLOGS = sized([2_000, 6_000], [8, 16]);
 const LARGE_ROW_BYTES = 64 * 1024;
 type Target = "sqlite" | "postgres" | "mysql" | "null";
 type Row = [number, string, number, string];
@@ -164,7 +171,7 @@ async function drainChild(job: ChildJob): Promise<void> {
   const rate = Number(process.env.SQLOUTBOX_BENCH_SPANS_PER_S ?? config.tracing.maxSpansPerSecond);
   const tracing = job.tracing
     ? createTracing(traceSettings({ ...config.tracing, endpoint: job.tracing, maxSpansPerSecond: rate }, {})!)
-    : null;
+    : null; // silent: the spans it drops are a figure of the line (spans_dropped), not a fault
   await tracing?.ready(); // loading the SDK is a start-up cost, not a delivery cost
   const writerFor = () => (job.target === "null" ? nullWriter : createWriter(job.target, job.connection));
   if (job.warmupDbDir) {
@@ -176,7 +183,7 @@ async function drainChild(job: ChildJob): Promise<void> {
         tableMaxWait: 0,
       }),
       { "bench.remote": writerFor() },
-      tracing ? { observer: tracing.observer } : {},
+      { logger: benchLogger, ...(tracing ? { observer: tracing.observer } : {}) },
     );
     await warm.start();
     while (warm.totalPending() > 0) await Bun.sleep(5);
@@ -188,6 +195,7 @@ async function drainChild(job: ChildJob): Promise<void> {
     config,
     { "bench.remote": writerFor() },
     {
+      logger: benchLogger,
       ...(metrics ? { onBatch: metrics.observeBatch } : {}),
       ...(tracing ? { observer: tracing.observer } : {}),
     },
@@ -329,7 +337,7 @@ async function throughput(target: Target, pinned = false): Promise<void> {
   }
 }
 
-/** The least any on-disk design must do (read each 500-row slice, delete it by range in one commit), same backlog and pragmas as the drain. */
+/** The least any on-disk design must do (read each CHUNK-row slice, delete it by range in one commit), same backlog and pragmas as the drain. */
 async function floor(): Promise<number> {
   const dir = makeTempDir("sqloutbox-bench-");
   try {
@@ -428,10 +436,10 @@ async function large(rows: number): Promise<void> {
   }
 }
 
-/** The PostgreSQL drain with metrics off and on, alternated three times each on fresh backlogs: the medians. */
+/** The PostgreSQL drain with metrics off and on, alternated COST_ROUNDS times each on fresh backlogs: the medians. */
 async function metricsCost(): Promise<void> {
   const rates: Record<"off" | "on", number[]> = { off: [], on: [] };
-  for (let round = 0; round < 3; round++) {
+  for (let round = 0; round < COST_ROUNDS; round++) {
     for (const mode of ["off", "on"] as const) {
       const dir = makeTempDir("sqloutbox-bench-");
       const remote = await remoteFor("postgres", dir.path);
@@ -466,7 +474,7 @@ async function metricsCost(): Promise<void> {
 }
 
 /**
- * The drain with tracing off and on, alternated three times each on fresh backlogs in which every
+ * The drain with tracing off and on, alternated COST_ROUNDS times each on fresh backlogs in which every
  * row carries its own trace context; the spans go to a receiver served by this (idle) parent.
  */
 async function tracingCost(target: "null" | "postgres"): Promise<void> {
@@ -484,7 +492,7 @@ async function tracingCost(target: "null" | "postgres"): Promise<void> {
     | { exported: number; droppedQueueFull: number; droppedBusy: number; droppedExportFailed: number }
     | undefined;
   try {
-    for (let round = 0; round < 3; round++) {
+    for (let round = 0; round < COST_ROUNDS; round++) {
       for (const mode of ["off", "on"] as const) {
         const dir = makeTempDir("sqloutbox-bench-");
         const remote = await remoteFor(target, dir.path);
@@ -557,7 +565,7 @@ async function latency(target: Target): Promise<void> {
     tableMaxWait: 0,
   });
   const writer = new TimingWriter(createWriter(target, remote.connection));
-  const svc = new OutboxSyncService(config, { "bench.remote": writer });
+  const svc = new OutboxSyncService(config, { "bench.remote": writer }, { logger: benchLogger });
   await svc.start();
   fs.mkdirSync(dbDir, { recursive: true });
   const q = new Outbox(`${dbDir}/${TABLES[0]}.db`, TABLES[0]!);
@@ -567,7 +575,7 @@ async function latency(target: Target): Promise<void> {
     const t0 = performance.now();
     const seq = q.enqueue(tag, encodeArgs([i, "x", 1.5, "latency"]));
     while (!writer.committedAt.has(seq)) await Bun.sleep(0.5);
-    if (i >= 20) samples.push(writer.committedAt.get(seq)! - t0); // skip warm-up (JIT, connections)
+    if (i >= LATENCY_WARMUP) samples.push(writer.committedAt.get(seq)! - t0); // skip warm-up (JIT, connections)
     await Bun.sleep(3 + Math.random() * 7); // events arrive one at a time, not in bursts
   }
   q.close();

@@ -21,11 +21,17 @@ import { NEW_FILE_PAGE_SIZE } from "../src/outbox/sqlite-open.ts";
 import { fileHealth } from "../src/outbox/health.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { NEXT_SEQ_SQL, pendingCountSql } from "../src/outbox/schema.ts";
+import { sized } from "./support/smoke.ts";
 import { percentile, timeCalls } from "./support/timing.ts";
 
-const OPS = 10_000;
-const WARMUP = 500;
-const BATCHES = 200;
+const OPS = sized(10_000, 200);
+const WARMUP = sized(500, 20);
+const BATCHES = sized(200, 3);
+/** The deep cases' queue depths; the last one is also the inspected file's. */
+const DEPTHS = sized([100_000, 1_000_000], [300, 600]);
+const DEEPEST = DEPTHS.at(-1)!;
+/** Timed reads of the deep file per inspection case. */
+const INSPECT_RUNS = { health: sized(50, 3), verifyFile: sized(5, 2) };
 const TAG = "INSERT INTO orders (id, customer, amount, note) VALUES (?, ?, ?, ?)";
 const PAYLOAD = '[123456,"customer-42",99.99,"a short note"]';
 
@@ -115,15 +121,15 @@ function enqueueCases(): void {
   const ob = new Outbox(path, "orders");
   measure("enqueue", 0, () => ob.enqueue(TAG, PAYLOAD));
   ob.close();
-  for (const depth of [100_000, 1_000_000]) {
+  for (const depth of DEPTHS) {
     fillTo(path, "orders", depth);
     const deep = new Outbox(path, "orders");
     measure("enqueue", depth, () => deep.enqueue(TAG, PAYLOAD));
     deep.close();
   }
-  fillTo(path, "orders", 1_000_000);
-  const capped = new Outbox(path, "orders", { maxPending: 10_000_000 });
-  measure("enqueue-max-pending", 1_000_000, () => capped.enqueue(TAG, PAYLOAD));
+  fillTo(path, "orders", DEEPEST);
+  const capped = new Outbox(path, "orders", { maxPending: 10 * DEEPEST });
+  measure("enqueue-max-pending", DEEPEST, () => capped.enqueue(TAG, PAYLOAD));
   capped.close();
   inspectCases(path);
 }
@@ -132,8 +138,8 @@ function enqueueCases(): void {
 function inspectCases(path: string): void {
   const depth = fileHealth(path)[0]!.depth;
   for (const [name, runs, read] of [
-    ["health", 50, () => fileHealth(path)],
-    ["verifyFile", 5, () => verifyFile(path)],
+    ["health", INSPECT_RUNS.health, () => fileHealth(path)],
+    ["verifyFile", INSPECT_RUNS.verifyFile, () => verifyFile(path)],
   ] as const) {
     read(); // warm the page cache
     const samples: number[] = [];

@@ -19,12 +19,13 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { buildReferenceFile } from "../test/support/reference-db.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
+import { benchLogger, sized } from "./support/smoke.ts";
 
 const line = (o: Record<string, unknown>) => console.log(JSON.stringify(o));
 const mb = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10;
 
 async function prune(): Promise<void> {
-  const LOG_ROWS = 4_000_000;
+  const LOG_ROWS = sized(4_000_000, 400);
   const dir = makeTempDir("sqloutbox-bench-prune-");
   const file = join(dir.path, "t.db");
   buildReferenceFile(file);
@@ -55,7 +56,11 @@ async function prune(): Promise<void> {
       },
     },
   });
-  const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }) });
+  const svc = new OutboxSyncService(
+    config,
+    { "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }) },
+    { logger: benchLogger },
+  );
   const stopFile = join(dir.path, "stop");
   const producer = Bun.spawn(
     [
@@ -79,11 +84,9 @@ async function prune(): Promise<void> {
   const pruneMs = Math.round(performance.now() - started);
   log.close();
   writeFileSync(stopFile, "");
-  const pushes = JSON.parse((await new Response(producer.stdout).text()).trim()) as {
-    p99_us: number;
-    max_us: number;
-    pushes: number;
-  };
+  const printed = await new Response(producer.stdout).text();
+  if ((await producer.exited) !== 0) throw new Error(`the producer exited ${producer.exitCode}`);
+  const pushes = JSON.parse(printed.trim()) as { p99_us: number; max_us: number; pushes: number };
   await svc.stop();
   line({
     bench: "prune",
@@ -97,7 +100,7 @@ async function prune(): Promise<void> {
 }
 
 async function bytesPerRow(): Promise<void> {
-  const seconds = Number(process.env.BENCH_BYTES_SECONDS ?? 150);
+  const seconds = Number(process.env.BENCH_BYTES_SECONDS ?? sized(150, 1));
   const rate = 2_000;
   const dir = makeTempDir("sqloutbox-bench-bytes-");
   mkdirSync(join(dir.path, "outbox"));
@@ -116,7 +119,11 @@ async function bytesPerRow(): Promise<void> {
       },
     },
   });
-  const svc = new OutboxSyncService(config, { "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }) });
+  const svc = new OutboxSyncService(
+    config,
+    { "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }) },
+    { logger: benchLogger },
+  );
   await svc.start();
   const q = new Outbox(join(dir.path, "outbox/t.db"), "t");
   const started = performance.now();
@@ -150,16 +157,19 @@ async function bytesPerRow(): Promise<void> {
 }
 
 async function backlog(): Promise<void> {
-  const ROWS = 1_000_000;
+  const ROWS = sized(1_000_000, 500);
+  const CHUNK = Math.min(5_000, ROWS);
+  /** How long after the backlog drained its file is measured again (the file_mb_60s_after figure). */
+  const AFTER_MS = sized(60_000, 500);
   const dir = makeTempDir("sqloutbox-bench-backlog-");
   const dbDir = join(dir.path, "outbox");
   mkdirSync(dbDir);
   const file = join(dbDir, "t.db");
   const q = new Outbox(file, "t");
   const note = "a row of a large backlog, with some text to make it realistic";
-  for (let i = 0; i < ROWS; i += 5_000)
+  for (let i = 0; i < ROWS; i += CHUNK)
     q.enqueueBatch(
-      Array.from({ length: 5_000 }, (_, k) => ({
+      Array.from({ length: CHUNK }, (_, k) => ({
         tag: "INSERT INTO t (id, note) VALUES (?, ?)",
         payload: JSON.stringify([i + k, note]),
       })),
@@ -205,10 +215,10 @@ async function backlog(): Promise<void> {
   }
   check.close();
   const rate = Math.round(ROWS / ((doneAt - started) / 1000));
-  await Bun.sleep(60_000);
+  await Bun.sleep(AFTER_MS);
   const after = size();
   drain.kill("SIGTERM");
-  await drain.exited;
+  if ((await drain.exited) !== 0) throw new Error(`sqloutbox runservice exited ${drain.exitCode} on SIGTERM`);
   line({
     bench: "backlog",
     rows: ROWS,

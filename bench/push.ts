@@ -11,11 +11,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { context, trace } from "@opentelemetry/api";
 import { StackContextManager, TracerProvider } from "@opentelemetry/sdk-trace";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { sized } from "./support/smoke.ts";
 import { percentile, timeCalls } from "./support/timing.ts";
 
-const OPS = 5_000;
-const WARMUP = 500;
-const ROUNDS = 5;
+const OPS = sized(5_000, 200);
+const WARMUP = sized(500, 20);
+const ROUNDS = sized(5, 1);
 const SQL = "INSERT INTO orders (id, customer, amount, note) VALUES (?, ?, ?, ?)";
 const ARGS = [123456, "customer-42", 99.99, "a short note"];
 const TRACE = {

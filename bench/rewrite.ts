@@ -5,6 +5,7 @@ import { injectOutboxSeq, toDialect } from "../src/sql/rewrite.ts";
 import { validateStatement } from "../src/sql/statement.ts";
 import { DIALECTS } from "../src/vocabulary.ts";
 import type { BindValue } from "../src/vocabulary.ts";
+import { sized } from "./support/smoke.ts";
 
 const COLS = Array.from({ length: 10 }, (_, i) => `col_${i}`);
 const ARGS: BindValue[] = COLS.map((_, i) => (i % 2 ? `value ${i}` : i));
@@ -17,10 +18,11 @@ const SHAPES: Record<string, { sql: string; args: BindValue[] }> = {
     args: [...ARGS.slice(1), ARGS[0]!],
   },
 };
-const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 200_000);
+const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? sized(200_000, 1_000));
+const WARMUP = sized(20_000, 100);
 
 function measure(fn: () => unknown): number {
-  for (let i = 0; i < 20_000; i++) fn(); // warm up the JIT
+  for (let i = 0; i < WARMUP; i++) fn(); // warm up the JIT
   let best = Infinity;
   for (let round = 0; round < 3; round++) {
     const start = Bun.nanoseconds();

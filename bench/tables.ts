@@ -17,11 +17,13 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
+import { benchLogger, sized } from "./support/smoke.ts";
 
-const IDLE_MS = 5_000;
-const SETTLE_MS = 1_000;
-const PUSHES = 300;
-const WARMUP_PUSHES = 30;
+const IDLE_MS = sized(5_000, 200);
+const SETTLE_MS = sized(1_000, 100);
+const PUSHES = sized(300, 20);
+const WARMUP_PUSHES = sized(30, 3);
+const DEFAULT_COUNTS = sized([10, 1000], [3, 30]);
 const TAG = "INSERT INTO t (id, note) VALUES (?, ?)";
 
 interface Result {
@@ -73,7 +75,7 @@ async function drainChild(count: number, dbDir: string): Promise<void> {
   Bun.gc(true);
   const fdsBefore = openFds();
   const rssBefore = process.memoryUsage().rss;
-  const svc = new OutboxSyncService(config, { "bench.remote": new ArrivalWriter() });
+  const svc = new OutboxSyncService(config, { "bench.remote": new ArrivalWriter() }, { logger: benchLogger });
   await svc.start();
   await Bun.sleep(SETTLE_MS);
   Bun.gc(true);
@@ -158,7 +160,7 @@ if (process.argv[2] === "--drain-child") {
 } else {
   const counts = process.argv.slice(2).map(Number);
   const results: Result[] = [];
-  for (const count of counts.length > 0 ? counts : [10, 1000]) {
+  for (const count of counts.length > 0 ? counts : DEFAULT_COUNTS) {
     const r = await run(count);
     results.push(r);
     console.log(JSON.stringify({ bench: "tables", ...r }));

@@ -21,6 +21,7 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
+import { benchLogger, sized } from "./support/smoke.ts";
 import { percentile } from "./support/timing.ts";
 
 const round = (x: number, digits = 2) => Math.round(x * 10 ** digits) / 10 ** digits;
@@ -48,8 +49,8 @@ function pushInTransaction(): void {
   const outbox = new SQLMiddleware({ database: db });
   outbox.outbox("credits");
   const raw = db.prepare("INSERT INTO raw_events (created_at, tag, payload) VALUES (?, ?, ?)");
-  const ROUNDS = 30;
-  const PER = 1_000;
+  const ROUNDS = sized(30, 2);
+  const PER = sized(1_000, 100);
   const samples = { raw: [] as number[], push: [] as number[] };
   for (let round_ = 0; round_ < ROUNDS + 3; round_++) {
     const keep = round_ >= 3; // warm-up rounds
@@ -101,8 +102,16 @@ async function startDrain(dir: string, dbFile: string, table: string): Promise<B
     ["bun", join(import.meta.dir, "../src/cli/bin.ts"), "runservice", "--config", toml, "--log-level", "warn"],
     { stdout: "pipe", stderr: "inherit" },
   );
-  await Bun.sleep(1_000); // started and set up (its state file appears later)
+  await Bun.sleep(sized(1_000, 500)); // started and set up (its state file appears later)
+  if (drain.exitCode !== null) throw new Error(`sqloutbox runservice exited ${drain.exitCode} at start`);
   return drain;
+}
+
+/** Stops a drain startDrain started; it must leave as SIGTERM asks (exit 0), or the run measured a broken drain. */
+async function stopDrain(drain: Bun.Subprocess): Promise<void> {
+  drain.kill("SIGTERM");
+  const code = await drain.exited;
+  if (code !== 0) throw new Error(`sqloutbox runservice exited ${code} on SIGTERM`);
 }
 
 async function appWrites(): Promise<void> {
@@ -111,7 +120,7 @@ async function appWrites(): Promise<void> {
   const db = appDatabase(file);
   const outbox = new SQLMiddleware({ database: db });
   outbox.outbox("credits");
-  const TX = 20_000;
+  const TX = sized(20_000, 200);
   const pace = Number(process.env.BENCH_APP_TX_PER_S ?? 0); // 0: flat out
   const run = async (drain: boolean) => {
     const samples: number[] = [];
@@ -150,8 +159,7 @@ async function appWrites(): Promise<void> {
   const without = await run(false);
   const drain = await startDrain(dir.path, file, "credits");
   const withDrain = await run(true);
-  drain.kill("SIGTERM");
-  await drain.exited;
+  await stopDrain(drain);
   line({ bench: "app-writes", p99_with_vs_without: round(withDrain / without) });
   closeSharedOutboxes();
   db.close();
@@ -159,7 +167,7 @@ async function appWrites(): Promise<void> {
 }
 
 async function walBound(): Promise<void> {
-  const seconds = Number(process.env.BENCH_WAL_SECONDS ?? 300);
+  const seconds = Number(process.env.BENCH_WAL_SECONDS ?? sized(300, 1));
   const rate = 2_000;
   const dir = makeTempDir("sqloutbox-bench-wal-");
   const file = join(dir.path, "app.db");
@@ -193,9 +201,8 @@ async function walBound(): Promise<void> {
     }
     await Bun.sleep(10);
   }
-  await Bun.sleep(2_000); // let the drain catch up
-  drain.kill("SIGTERM");
-  await drain.exited;
+  await Bun.sleep(sized(2_000, 500)); // let the drain catch up
+  await stopDrain(drain);
   const remote = new Database(join(dir.path, "remote.db"), { readonly: true });
   const delivered = remote.query<{ n: number }, []>("SELECT count(*) AS n FROM credits").get()!.n;
   remote.close();
@@ -206,23 +213,25 @@ async function walBound(): Promise<void> {
 }
 
 async function groups(): Promise<void> {
-  const ROWS = 100_000;
+  const ROWS = sized(100_000, 600);
+  /** Rows per producer transaction: ROWS is a multiple, and so of every group size. */
+  const CHUNK = sized(1_000, 100);
   const results: Array<{ group: number; rate: number }> = [];
   for (const size of [1, 2, 10]) {
     const dir = makeTempDir("sqloutbox-bench-groups-");
     mkdirSync(join(dir.path, "outbox"));
     const producer = new SQLMiddleware({ dbDir: join(dir.path, "outbox") });
     const q = producer.outbox("credits");
-    for (let i = 0; i < ROWS; i += 1_000) {
+    for (let i = 0; i < ROWS; i += CHUNK) {
       if (size === 1)
         q.enqueueBatch(
-          Array.from({ length: 1_000 }, (_, k) => ({ tag: SQL_TEXT, payload: JSON.stringify(ARGS(i + k)) })),
+          Array.from({ length: CHUNK }, (_, k) => ({ tag: SQL_TEXT, payload: JSON.stringify(ARGS(i + k)) })),
           "",
           { grouped: false },
         );
       else
         q.transaction(() => {
-          for (let k = 0; k < 1_000; k += size)
+          for (let k = 0; k < CHUNK; k += size)
             q.enqueueBatch(
               Array.from({ length: size }, (_, j) => ({ tag: SQL_TEXT, payload: JSON.stringify(ARGS(i + k + j)) })),
             );
@@ -244,9 +253,11 @@ async function groups(): Promise<void> {
         },
       },
     });
-    const svc = new OutboxSyncService(config, {
-      "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }),
-    });
+    const svc = new OutboxSyncService(
+      config,
+      { "app.r": createWriter("sqlite", { path: join(dir.path, "remote.db") }) },
+      { logger: benchLogger },
+    );
     await svc.runOnce(); // setup
     const started = performance.now();
     while (svc.totalPending() > 0) await svc.runOnce();

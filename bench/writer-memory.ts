@@ -7,9 +7,10 @@ import { Database } from "bun:sqlite";
 import { createWriter } from "../src/writers/registry.ts";
 import type { Statement } from "../src/writers/writer.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
+import { sized } from "./support/smoke.ts";
 
-const WARMUP_BATCHES = 50;
-const BATCHES = 1_000;
+const WARMUP_BATCHES = sized(50, 2);
+const BATCHES = sized(1_000, 3);
 const PER_BATCH = 100;
 
 const batch = (k: number): Statement[] =>
