@@ -534,6 +534,25 @@ describe("delivery", () => {
     expect(queue.pendingCount()).toBe(200 - applied);
   });
 
+  test("a failed head's retry time is stored from the drain's clock: with that clock an hour ahead, the head still waits out its backoff", async () => {
+    const dir = tmp();
+    remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER NOT NULL CHECK (id >= 0))"]).close();
+    const config = oneApp(
+      dir.file("outbox"),
+      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["x"] } },
+      { backoffUnitSeconds: 60 },
+    );
+    new SQLMiddleware({ dbDir: dir.file("outbox") }).push("x", "INSERT INTO x (id) VALUES (?)", [-1]); // poison
+    const clock = () => Date.now() + 3_600_000;
+    const svc = service(config, { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) }, { now: clock });
+    for (let i = 0; i < 5; i++) await svc.runOnce();
+    const queue = new Outbox(dir.file("outbox/x.db"), "x");
+    cleanups.push(() => queue.close());
+    const head = queue.head()!;
+    expect(head.attempts).toBe(1); // tried once, then backing off: a retry time from another clock would be long past
+    expect(Date.parse(head.nextAttemptAt!) - clock()).toBeGreaterThan(100_000);
+  });
+
   test("under load, rows read ahead of a batch that fails are not sent: the rows before a poison row land in order, the rest after it, only the culprit charged", async () => {
     const dir = tmp();
     const remote = remoteSqlite(dir.file("remote.db"), ["CREATE TABLE x (id INTEGER NOT NULL CHECK (id >= 0))"]);

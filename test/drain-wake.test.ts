@@ -16,7 +16,7 @@ import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 const tmp = () => tempDirCleanedBy(cleanups);
-const CHECKS = { recheckMs: 1, sweepMs: 60_000 };
+const CHECKS = { recheckMs: 1, sweepMs: 60_000, now: Date.now };
 
 /** A watcher whose reports are collected, reading the owner's counters with `counters`. */
 function watching(paths: string[], counters: CommitHandlers["counters"], checks = CHECKS) {
@@ -98,7 +98,7 @@ describe("CommitWatcher", () => {
     const files = [dir.file("x.db"), dir.file("y.db")];
     const versions = new Map(files.map((f) => [f, 1]));
     const { watcher, commits } = watching(files, (p) => ({ version: versions.get(p)!, writes: 0 }), {
-      recheckMs: 1,
+      ...CHECKS,
       sweepMs: 50,
     });
     versions.set(files[1]!, 2); // no file event at all
@@ -112,7 +112,7 @@ describe("CommitWatcher", () => {
   test("a change to a file its owner has not open is reported as is; the sweep leaves such files alone", async () => {
     const dir = tmp();
     const file = dir.file("held.db");
-    const { watcher, commits } = watching([file], () => null, { recheckMs: 1, sweepMs: 10 });
+    const { watcher, commits } = watching([file], () => null, { ...CHECKS, sweepMs: 10 });
     watcher.check(Date.now() + 20);
     expect(commits).toEqual([]);
     fs.writeFileSync(file, "anything");

@@ -22,7 +22,7 @@ export const DEFAULT_STOP_TIMEOUT_MS = 10_000;
 export interface SyncServiceOptions {
   /** Where the drain reports; silent by default. */
   logger?: Logger;
-  /** The clock (epoch ms) for readiness, backoff and timestamps; tests may shift it. */
+  /** The drain's one clock (epoch ms), for everything it schedules, stores and compares: readiness, backoffs, holds, the loop's sleeps, the state file; tests may shift it. Default Date.now. */
   now?: () => number;
   /**
    * How long (ms) after a file changed without a commit the drain's connection can see yet it is
@@ -80,7 +80,7 @@ export class OutboxSyncService {
   private readonly pool = new QueuePool();
   /** WAL and free space of every file served (shared: a db_file may serve several targets). */
   private readonly care: FileCare;
-  private readonly startedAt = new Date().toISOString();
+  private readonly startedAt: string;
   private opened = false;
   private closed = false;
   private looping = false;
@@ -97,6 +97,7 @@ export class OutboxSyncService {
   ) {
     this.logger = libraryLogger(options.logger);
     this.now = options.now ?? Date.now;
+    this.startedAt = new Date(this.now()).toISOString();
     this.care = new FileCare(this.logger);
     const served = new Set<string>();
     for (const app of config.apps) {
@@ -220,7 +221,7 @@ export class OutboxSyncService {
    * call; `stopped` marks it final.
    */
   persistState(options: { stopped?: boolean } = {}): void {
-    const at = Date.now();
+    const at = this.now();
     const now = new Date(at).toISOString();
     const previous = this.persisted;
     const delivered = new Map(this.runners.map((r) => [r.name, r.totals.delivered]));

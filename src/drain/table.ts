@@ -88,6 +88,19 @@ export interface OpenContext {
 /** Opens one table's queue: its own file (db_dir), or its namespace of the app's db_file. */
 export type QueueOpener = (table: DrainTable) => Outbox;
 
+/** What the runner of the target that serves a table gives it. */
+export interface TableParts {
+  app: AppConfig;
+  /** The target's name. */
+  target: string;
+  logger: Logger;
+  opener: QueueOpener;
+  /** Told of failures, dead letters and holds (tracing); null: nobody listens. */
+  observer: DeliveryObserver | null;
+  /** The drain's clock (epoch ms): every time a table stores (a head's retry time) or compares is from it. */
+  now: () => number;
+}
+
 /**
  * The attempts each group that spans tables has had, by group: the most any of its heads carries
  * (before this batch's charge). A failure is charged to the head in the table whose row failed;
@@ -145,24 +158,38 @@ export class DrainTable {
   /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
   readonly counts = { delivered: 0, failed: 0, deadLettered: 0 };
 
+  private readonly app: AppConfig;
+  private readonly target: string;
+  private readonly logger: Logger;
+  private readonly opener: QueueOpener;
+  private readonly observer: DeliveryObserver | null;
+  private readonly now: () => number;
+
   constructor(
     readonly config: TableConfig,
-    private readonly app: AppConfig,
-    private readonly target: string,
-    private readonly logger: Logger,
-    private readonly opener: QueueOpener,
-    /** Told of failures, dead letters and holds (tracing); null: nobody listens. */
-    private readonly observer: DeliveryObserver | null = null,
+    parts: TableParts,
   ) {
+    ({
+      app: this.app,
+      target: this.target,
+      logger: this.logger,
+      opener: this.opener,
+      observer: this.observer,
+      now: this.now,
+    } = parts);
     this.name = config.name;
-    this.file = app.dbFile ?? `${app.dbDir}/${config.name}.db`;
-    this.#holds = new TableHolds({ table: this.name, target, file: this.file }, logger, observer);
+    this.file = this.app.dbFile ?? `${this.app.dbDir}/${config.name}.db`;
+    this.#holds = new TableHolds(
+      { table: this.name, target: this.target, file: this.file },
+      this.logger,
+      this.observer,
+    );
     // Compatibility mode: nothing is sent before the remote outbox_seq schema and the local seeding are done (compat.ts).
     if (config.injectOutboxSeq)
       this.#holds.wait(
         "compat setup",
-        `the compatibility mode's setup on ${target} (the outbox_seq column and index, the local sequence seeded above the remote's) is not done yet`,
-        Date.now(),
+        `the compatibility mode's setup on ${this.target} (the outbox_seq column and index, the local sequence seeded above the remote's) is not done yet`,
+        this.now(),
       );
   }
 
@@ -316,7 +343,7 @@ export class DrainTable {
 
   /** Closes the queue file (confirming first what a target applied). */
   close(): void {
-    this.confirmApplied(Date.now());
+    this.confirmApplied(this.now());
     this.#outbox?.close();
     this.#outbox = null;
   }
@@ -828,7 +855,7 @@ export class DrainTable {
   #charge(row: OutboxRow, attempts: number, message: string, errorClass: string, out: TableOutcome): void {
     const { app } = this;
     const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
-    const at = Date.now();
+    const at = this.now();
     this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(at + delay), attempts);
     out.failed += 1;
     this.observer?.failed({
@@ -882,7 +909,7 @@ export class DrainTable {
       head: row,
       errorClass,
       message,
-      at: Date.now(),
+      at: this.now(),
       reason,
       rows: moved.seqs.length,
     });

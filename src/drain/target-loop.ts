@@ -91,7 +91,7 @@ export class TargetLoop {
   start(): void {
     if (this.#done) return;
     this.#stopping = false;
-    this.#lastBeatAt ??= Date.now(); // from here on, a loop that never runs is a hung loop
+    this.#lastBeatAt ??= this.parts.now(); // from here on, a loop that never runs is a hung loop
     this.#watch();
     this.#done = this.#supervise();
   }
@@ -132,7 +132,7 @@ export class TargetLoop {
         {
           onCommit: (file) => {
             this.#agenda.changed(byFile.get(file) ?? []);
-            if (Date.now() >= this.#gate()) this.#waker.wake();
+            if (parts.now() >= this.#gate()) this.#waker.wake();
           },
           onCheckDue: () => this.#waker.wake(), // the idle loop plans its sleep again
           onError: unwatch,
@@ -143,7 +143,7 @@ export class TargetLoop {
               ?.find((t) => t.outbox !== null)
               ?.outbox?.commitCounters() ?? null,
         },
-        { recheckMs: parts.pollIntervalMs, sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS) },
+        { recheckMs: parts.pollIntervalMs, sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS), now: parts.now },
       );
     } catch (error) {
       unwatch(error);
@@ -174,10 +174,9 @@ export class TargetLoop {
     const { parts } = this;
     while (!this.#stopping) {
       // Watched, a cycle looks at the tables whose file changed or whose time came; else at all.
-      const outcome = await parts.cycle(this.#watcher ? this.#agenda.take(Date.now()) : null);
+      const outcome = await parts.cycle(this.#watcher ? this.#agenda.take(parts.now()) : null);
       if (this.#stopping) return;
-      // The agenda keeps real time; a table's wakeAt is the drain's clock (tests may shift it).
-      this.#agenda.after(outcome.wakeAt === null ? null : Date.now() + (outcome.wakeAt - parts.now()), outcome.more);
+      this.#agenda.after(outcome.wakeAt, outcome.more);
       if (outcome.more) {
         this.#watcher?.pause(); // the next cycles look at every table anyway
         await new Promise((resolve) => setImmediate(resolve)); // let producers and other targets in
@@ -185,11 +184,10 @@ export class TargetLoop {
       }
       this.#watcher?.resume();
       // Watched, the loop also wakes for the fleet view's next read (a cycle reads it), not only for its tables.
-      const fleetDueAt = parts.fleetDueAt();
-      const fleetAt = fleetDueAt === null ? Number.POSITIVE_INFINITY : Date.now() + (fleetDueAt - parts.now());
+      const fleetAt = parts.fleetDueAt() ?? Number.POSITIVE_INFINITY;
       const until = this.#watcher
         ? Math.min(this.#agenda.nextAt(), fleetAt)
-        : Math.min(Date.now() + parts.app.flushIntervalMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
+        : Math.min(parts.now() + parts.app.flushIntervalMs, outcome.wakeAt ?? Number.POSITIVE_INFINITY);
       await this.#idle(until);
     }
   }
@@ -204,7 +202,7 @@ export class TargetLoop {
   async #idle(until: number): Promise<void> {
     let slept = false;
     while (!this.#stopping) {
-      const now = Date.now();
+      const now = this.parts.now();
       const watcher = this.#watcher;
       watcher?.check(now);
       if ((watcher && this.#agenda.pending && now >= this.#gate()) || now >= until) {
@@ -219,7 +217,7 @@ export class TargetLoop {
       }
       await this.#waker.sleep(wakeAt - now);
       slept = true;
-      this.#lastBeatAt = Date.now();
+      this.#lastBeatAt = this.parts.now();
     }
   }
 }

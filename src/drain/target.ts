@@ -106,7 +106,9 @@ export class TargetRunner {
         ? (t: DrainTable) => new Outbox(t.file, t.name, queue)
         : (t: DrainTable) => pool.outbox(t.file, t.name, queue);
     const observer = options.observer ?? null;
-    this.tables = target.tables.map((config) => new DrainTable(config, app, target.name, logger, opener, observer));
+    this.tables = target.tables.map(
+      (config) => new DrainTable(config, { app, target: target.name, logger, opener, observer, now }),
+    );
     if (target.ledger) for (const table of this.tables) table.fencedByLedger();
     this.#tablesByFile = Map.groupBy(this.tables, (t) => t.file);
     this.fleetView = new FleetView(target.name, app.originLabel);
@@ -246,7 +248,7 @@ export class TargetRunner {
         // which no batch follows at once (nothing more ready, an outage, outside the loop) confirms
         // them now, so the pending count never holds rows the remote already has.
         if (!(out.more && this.delivery.pipelining)) void this.delivery.confirmApplied();
-        this.#lastCycleAt = Date.now();
+        this.#lastCycleAt = this.now();
         this.loop.beat(this.#lastCycleAt);
         return out;
       })
@@ -285,7 +287,7 @@ export class TargetRunner {
    * a dead remote is not a hung loop. Before the loop starts the target is starting, which is alive:
    * a liveness probe must not kill a slow start (startup is bounded by write_timeout).
    */
-  liveness(now = Date.now()): { ok: boolean; why?: string } {
+  liveness(now = this.now()): { ok: boolean; why?: string } {
     const boundMs = 2 * this.app.writeTimeoutMs + this.app.flushIntervalMs + 10_000;
     if (this.lastBeatAt === null) return { ok: true, why: "starting" };
     const ageMs = now - this.lastBeatAt;

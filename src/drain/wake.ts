@@ -25,6 +25,8 @@ export interface CommitChecks {
   recheckMs: number;
   /** Every file's data_version is read this often, for a commit whose change was never reported. */
   sweepMs: number;
+  /** The drain's clock (epoch ms): `checkAt` and `check` are in it. */
+  now: () => number;
 }
 
 /** A change whose commit was not visible yet is checked again, doubling the wait, until the waits reach this (ms). */
@@ -77,7 +79,7 @@ export class CommitWatcher {
     private readonly checks: CommitChecks,
   ) {
     this.#paths = [...new Set(paths)];
-    this.#sweepAt = Date.now() + checks.sweepMs;
+    this.#sweepAt = checks.now() + checks.sweepMs;
     for (const path of this.#paths) {
       const full = resolve(path);
       const dir = dirname(full);
@@ -147,7 +149,7 @@ export class CommitWatcher {
   }
 
   /** Reads the data_version of the files whose time came (a change not visible yet, the sweep) and reports the commits. */
-  check(now = Date.now()): void {
+  check(now = this.checks.now()): void {
     for (const [path, r] of [...this.#rechecks]) {
       if (r.at > now) continue;
       this.#rechecks.delete(path);
@@ -184,7 +186,7 @@ export class CommitWatcher {
       this.#rechecks.delete(path);
       this.handlers.onCommit(path);
     } else if (!this.#rechecks.has(path)) {
-      this.#rechecks.set(path, { at: Date.now() + this.checks.recheckMs, waitMs: this.checks.recheckMs });
+      this.#rechecks.set(path, { at: this.checks.now() + this.checks.recheckMs, waitMs: this.checks.recheckMs });
       this.handlers.onCheckDue();
     }
   }
