@@ -1,8 +1,9 @@
 import type { Statement } from "bun:sqlite";
 import { ForeignTransactionError, QueueFullError } from "../errors.ts";
-import { DELIVERED } from "./delivered.ts";
+import { DELIVERED, type DeliveredSql } from "./delivered.ts";
+import type { AppendRun, RowInserts } from "./layout.ts";
 import type { QueueFile } from "./queue-file.ts";
-import { NEXT_ORD_SQL, NEXT_SEQ_SQL, queueInsertSql, type QueueLayout } from "./schema.ts";
+import { LAYOUTS } from "./schema.ts";
 import { retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 import { NO_TRACE, type RowTrace } from "../trace-context.ts";
@@ -11,25 +12,16 @@ import { NO_TRACE, type RowTrace } from "../trace-context.ts";
 // pending (synced=0, or a reference leftover synced=1), delivered or dead-lettered. Linking a new
 // row to a delivered predecessor keeps the chain verifiable across deliveries. coalesce()
 // short-circuits, so the common case (pending rows exist) is one index descent.
-const tailSql = (layout: QueueLayout) => `SELECT coalesce(
+const tailSql = (delivered: DeliveredSql) => `SELECT coalesce(
   (SELECT max(seq) FROM outbox_queue WHERE namespace = ?1 AND synced = 0),
   nullif(max(
     ifnull((SELECT max(seq) FROM outbox_queue WHERE namespace = ?1 AND synced = 1), -1),
-    ifnull(${DELIVERED[layout].maxOfNamespace}, -1),
+    ifnull(${delivered.maxOfNamespace}, -1),
     ifnull((SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1), -1)), -1)) AS tail`;
 
 const COLUMNS = ["created_at", "namespace", "source", "tag", "payload", "prev_seq", "traceparent", "tracestate"];
 
 export type { RowTrace };
-
-/** What one appended row carries beyond its text: its group and trace context. */
-export interface AppendExtra {
-  grp: number | null;
-  trace: RowTrace;
-}
-
-/** Appends one row after another inside a write transaction, each linked to the `prev` given; returns its seq. */
-export type Append = (tag: string, payload: string, source: string, prev: number | null, extra?: AppendExtra) => number;
 
 /** How large one group (one local transaction) may grow: rows, and characters of SQL text and payload. */
 export interface GroupLimits {
@@ -60,36 +52,35 @@ export class Appender {
   readonly #maxPending: number | null;
   readonly #limits: GroupLimits;
   readonly #tail: Statement<{ tail: number | null }, [string]>;
+  /** One autocommit statement: the row, its tail read and its seq allocated in it. */
   readonly #insertAtTail: Statement;
-  /** Legacy layout only: an insert whose seq AUTOINCREMENT allocates, and the first row's group set after it. */
-  readonly #insert: Statement | null = null;
-  readonly #setGroup: Statement | null = null;
-  /** Lean layout only: the next free seq and ord, and an insert at a given seq and ord. */
-  readonly #nextSeq: Statement<{ seq: number }, []> | null = null;
-  readonly #nextOrd: Statement<{ ord: number }, [string]> | null = null;
-  readonly #insertAt: Statement | null = null;
+  /** The layout's row INSERT inside a write transaction (see RowInserts). */
+  readonly #rows: RowInserts;
+  /** The run it fills, one per appender, so that a row costs no allocation. */
+  readonly #run: AppendRun = {
+    namespace: "",
+    createdAt: "",
+    source: "",
+    traceparent: null,
+    tracestate: null,
+    grp: null,
+    grouped: false,
+    seq: 0,
+    ord: 0,
+  };
 
   constructor(file: QueueFile, maxPending: number | null, limits: GroupLimits = DEFAULT_GROUP_LIMITS) {
     this.#file = file;
     this.#maxPending = maxPending;
     this.#limits = limits;
-    const tail = tailSql(file.layout);
+    const layout = LAYOUTS[file.layout];
+    const tail = tailSql(DELIVERED[file.layout]);
     this.#tail = file.prepare(tail);
     this.#insertAtTail = file.prepare(
-      queueInsertSql(file.layout, COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${tail})`, "?6", "?7"]),
+      layout.insertSql(COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${tail})`, "?6", "?7"]),
     );
-    if (file.layout === "lean") {
-      this.#nextSeq = file.prepare(NEXT_SEQ_SQL);
-      this.#nextOrd = file.prepare(NEXT_ORD_SQL);
-      this.#insertAt = file.prepare(
-        `INSERT INTO outbox_queue (seq, ord, grp, ${COLUMNS.join(", ")}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      );
-    } else {
-      this.#insert = file.prepare(
-        queueInsertSql(file.layout, ["grp", ...COLUMNS], ["?9", "?2", "?1", "?3", "?4", "?5", "?6", "?7", "?8"]),
-      );
-      this.#setGroup = file.prepare("UPDATE outbox_queue SET grp = ?1 WHERE seq = ?1");
-    }
+    this.#rows = layout.rowInserts(file);
+    this.#run.namespace = file.namespace;
   }
 
   /** The namespace tail (see tailSql), or null for a namespace that never held a row. Inside a transaction. */
@@ -172,55 +163,19 @@ export class Appender {
     const known = group.namespaces.get(namespace);
     const state = known ?? {
       tail: this.tail(),
-      ord: this.#nextOrd?.get(namespace)?.ord ?? 0,
+      ord: this.#rows.nextOrd(namespace),
       pending: this.#maxPending === null ? 0 : file.pendingCount(),
     };
     this.#checkCapacity(state.pending, items.length);
-    const seqs: number[] = [];
-    let { tail: prev, ord } = state;
-    let grp = group.id;
-    if (this.#insertAt !== null) {
-      let seq = group.nextSeq ?? this.#nextSeq!.get()!.seq;
-      grp ??= seq;
-      for (const item of items) {
-        this.#insertAt.run(
-          seq,
-          ord++,
-          grp,
-          group.createdAt,
-          namespace,
-          source,
-          item.tag,
-          item.payload,
-          prev,
-          trace.traceparent,
-          trace.tracestate,
-        );
-        seqs.push((prev = seq++));
-      }
-      group.nextSeq = seq;
-    } else {
-      for (const item of items) {
-        const seq = Number(
-          this.#insert!.run(
-            namespace,
-            group.createdAt,
-            source,
-            item.tag,
-            item.payload,
-            prev,
-            trace.traceparent,
-            trace.tracestate,
-            grp,
-          ).lastInsertRowid,
-        );
-        if (grp === null) this.#setGroup!.run((grp = seq));
-        seqs.push((prev = seq));
-      }
-    }
-    group.namespaces.set(namespace, { tail: prev, ord, pending: state.pending + items.length });
+    const run = this.#start(group.createdAt, source, trace, group.id, true);
+    run.seq = group.nextSeq ?? this.#rows.nextSeq();
+    run.ord = state.ord;
+    const seqs = this.#insert(run, items, state.tail);
+    const prev = seqs.at(-1) ?? state.tail;
+    group.nextSeq = run.seq;
+    group.namespaces.set(namespace, { tail: prev, ord: run.ord, pending: state.pending + items.length });
     group.touched.add(namespace);
-    group.id = grp;
+    group.id = run.grp;
     group.rows += items.length;
     group.bytes += chars;
     if (prev !== null) group.last = prev;
@@ -230,57 +185,29 @@ export class Appender {
   /** Appends rows that are not a group (each delivered on its own), inside the caller's write transaction. */
   #appendAlone(items: readonly AppendItem[], source: string, trace: RowTrace): number[] {
     this.#checkCapacity(this.#maxPending === null ? 0 : this.#file.pendingCount(), items.length);
-    const append = this.appender(isoTimestamp()); // one transaction, one creation time
-    const extra = { grp: null, trace };
-    const seqs: number[] = [];
-    let prev = this.tail();
-    for (const item of items) seqs.push((prev = append(item.tag, item.payload, source, prev, extra)));
-    return seqs;
+    const run = this.#start(isoTimestamp(), source, trace, null, false); // one transaction, one creation time
+    run.seq = this.#rows.nextSeq();
+    run.ord = this.#rows.nextOrd(run.namespace);
+    return this.#insert(run, items, this.tail());
   }
 
-  /**
-   * An Append for rows created at `now`, inside the caller's write transaction (dead-letter
-   * replay, resequencing). In the lean layout the seq and ord are read once and counted on (nobody
-   * else can insert while we hold the write lock): a batch row then costs what a plain INSERT does.
-   */
-  appender(now: string): Append {
-    const namespace = this.#file.namespace;
-    const insertAt = this.#insertAt;
-    if (insertAt === null) {
-      const insert = this.#insert!;
-      return (tag, payload, source, prev, extra) =>
-        Number(
-          insert.run(
-            namespace,
-            now,
-            source,
-            tag,
-            payload,
-            prev,
-            extra?.trace.traceparent ?? null,
-            extra?.trace.tracestate ?? null,
-            extra?.grp ?? null,
-          ).lastInsertRowid,
-        );
-    }
-    let seq = this.#nextSeq!.get()!.seq;
-    let ord = this.#nextOrd!.get(namespace)!.ord;
-    return (tag, payload, source, prev, extra) => {
-      insertAt.run(
-        seq,
-        ord++,
-        extra?.grp ?? null,
-        now,
-        namespace,
-        source,
-        tag,
-        payload,
-        prev,
-        extra?.trace.traceparent ?? null,
-        extra?.trace.tracestate ?? null,
-      );
-      return seq++;
-    };
+  /** The appender's run, set up for rows created at `createdAt` (its place is the caller's to set). */
+  #start(createdAt: string, source: string, trace: RowTrace, grp: number | null, grouped: boolean): AppendRun {
+    const run = this.#run;
+    run.createdAt = createdAt;
+    run.source = source;
+    run.traceparent = trace.traceparent;
+    run.tracestate = trace.tracestate;
+    run.grp = grp;
+    run.grouped = grouped;
+    return run;
+  }
+
+  /** Inserts `items` one after another, the first linked to `prev`, each later one to the one before; returns their seqs. */
+  #insert(run: AppendRun, items: readonly AppendItem[], prev: number | null): number[] {
+    const seqs: number[] = [];
+    for (const item of items) seqs.push((prev = this.#rows.insert(run, item.tag, item.payload, prev)));
+    return seqs;
   }
 
   #appendAtTail(tag: string, payload: string, source: string, trace: RowTrace): number {

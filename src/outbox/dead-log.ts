@@ -4,7 +4,7 @@ import { Appender } from "./append.ts";
 import { purgeCandidates, type DeadReplays, type PurgeOutcome, type PurgeRule } from "./dead-letters.ts";
 import { QueueFile } from "./queue-file.ts";
 import { DEAD_ROW_COLUMNS, type DeadLetter, type DeadReason } from "./rows.ts";
-import { renumberOrds } from "./schema.ts";
+import { LAYOUTS } from "./schema.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 /** The rows a dead-lettering moved: the group of the head, in seq order (other namespaces' parts included). */
@@ -59,12 +59,9 @@ export class DeadLog {
       }
       const others = [...heads.keys()].filter((ns) => ns !== file.namespace);
       if (rows.length > 1) file.db.query("DELETE FROM outbox_group WHERE grp = ?").run(rows[0]!.grp);
-      // Lean files count pending rows by ord, consecutive from the head: a part moved from behind
-      // another namespace's head leaves a hole there.
-      if (file.layout === "lean") {
-        for (const ns of others)
-          if (heads.get(ns) !== rows.find((r) => r.namespace === ns)!.seq) renumberOrds(file.db, ns);
-      }
+      // A part moved from behind another namespace's head leaves a hole there.
+      for (const ns of others)
+        if (heads.get(ns) !== rows.find((r) => r.namespace === ns)!.seq) LAYOUTS[file.layout].closeHole(file.db, ns);
       return { seqs: rows.map((r) => r.seq), others };
     });
   }

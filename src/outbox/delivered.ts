@@ -1,4 +1,5 @@
 import type { Database, Statement } from "bun:sqlite";
+import type { QueueLayout } from "./layout.ts";
 
 /*
  * What a queue file remembers of the rows it delivered, so a chain stays verifiable across
@@ -30,7 +31,7 @@ export interface ConfirmedSlice {
 /** A range stays open for extension this long after it started: bounds how coarse "when was it delivered" gets. */
 export const RANGE_SPAN_MS = 60_000;
 
-/** The SQL each log answers the queue's questions with. */
+/** The SQL each log answers the queue's questions with, and how it records and forgets deliveries. */
 export interface DeliveredSql {
   /** An expression: the highest delivered seq of namespace ?1, or NULL. */
   readonly maxOfNamespace: string;
@@ -44,6 +45,20 @@ export interface DeliveredSql {
   readonly lastAt: string;
   /** The table holding the log: where a skip-scan finds the namespaces that delivered. */
   readonly table: string;
+  /**
+   * A statement: logs the rows of namespace ?2 that the reference left at synced=1 (its confirm
+   * is two transactions: a crash between them leaves them) as delivered at ?1.
+   */
+  readonly recordLeftovers: string;
+  /**
+   * A statement: one chunk of a prune (see DeliveryLog.pruneSyncLog) of namespace ?1's entries
+   * older than ?2, looking at ?3 of them, sparing its newest entry and those holding seq ?4 or ?5
+   * (the chain's bridges). julianday() compares times, not strings (stored texts may differ in
+   * format).
+   */
+  readonly prune: string;
+  /** The log's writer, with its statements prepared by `prepare`. */
+  writer(prepare: (sql: string) => Statement): DeliveredWriter;
 }
 
 /** The reference's per-row sync log (legacy layout). */
@@ -54,6 +69,14 @@ const ROW_LOG: DeliveredSql = {
   any: "EXISTS (SELECT 1 FROM outbox_sync_log WHERE namespace = ?1)",
   lastAt: "SELECT synced_at AS t FROM outbox_sync_log WHERE namespace = ?1 ORDER BY seq DESC LIMIT 1",
   table: "outbox_sync_log",
+  recordLeftovers:
+    "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 1",
+  prune: `DELETE FROM outbox_sync_log WHERE seq IN (
+  SELECT seq FROM (SELECT seq, synced_at FROM outbox_sync_log WHERE namespace = ?1 ORDER BY seq LIMIT ?3)
+  WHERE julianday(synced_at) < julianday(?2)
+    AND seq < (SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1)
+    AND seq IS NOT ?4 AND seq IS NOT ?5)`,
+  writer: rowLogWriter,
 };
 
 /** Our range log (lean layout). */
@@ -66,10 +89,19 @@ const RANGE_LOG: DeliveredSql = {
   any: "EXISTS (SELECT 1 FROM outbox_delivered WHERE namespace = ?1)",
   lastAt: "SELECT last_at AS t FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq DESC LIMIT 1",
   table: "outbox_delivered",
+  recordLeftovers: `INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at)
+           SELECT max(seq), namespace, min(seq), count(*), NULL, ?1, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 1 GROUP BY namespace`,
+  prune: `DELETE FROM outbox_delivered WHERE last_seq IN (
+  SELECT last_seq FROM (SELECT last_seq, first_seq, last_at FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq LIMIT ?3)
+  WHERE julianday(last_at) < julianday(?2)
+    AND last_seq < (SELECT max(last_seq) FROM outbox_delivered WHERE namespace = ?1)
+    AND NOT (?4 IS NOT NULL AND first_seq <= ?4 AND last_seq >= ?4)
+    AND NOT (?5 IS NOT NULL AND first_seq <= ?5 AND last_seq >= ?5))`,
+  writer: rangeLogWriter,
 };
 
 /** The delivered-rows log of each layout (see the top of this file). */
-export const DELIVERED: Record<"lean" | "legacy", DeliveredSql> = { lean: RANGE_LOG, legacy: ROW_LOG };
+export const DELIVERED: Record<QueueLayout, DeliveredSql> = { lean: RANGE_LOG, legacy: ROW_LOG };
 
 /** The log a file has, from its tables (for files opened read-only, before knowing their layout). */
 export function deliveredSqlOf(db: Database): DeliveredSql | null {
@@ -97,11 +129,12 @@ export const RANGE_LOG_DDL = [
 ];
 
 /**
- * Turns a format-2 file's per-row sync log into ranges, one per confirm (the rows one confirm
- * recorded share its timestamp), then drops it. The first row's prev_seq is gone with the row:
- * unknown (NULL) for converted ranges. Inside the migration's write transaction.
+ * Turns a format-2 file's per-row sync log, if it has one, into ranges, one per confirm (the rows
+ * one confirm recorded share its timestamp), then drops it. The first row's prev_seq is gone with
+ * the row: unknown (NULL) for converted ranges. Inside the migration's write transaction.
  */
 export function convertRowLogToRanges(db: Database): void {
+  if (db.query("SELECT 1 FROM pragma_table_info('outbox_sync_log')").get() === null) return;
   db.run(
     `INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at)
      SELECT max(seq), namespace, min(seq), count(*), NULL, synced_at, synced_at FROM outbox_sync_log GROUP BY namespace, synced_at`,
@@ -120,8 +153,8 @@ export interface DeliveredWriter {
   record(slice: ConfirmedSlice, at: string, atMs: number): void;
 }
 
-/** The writer of the range log, with its statements prepared on `db`. */
-export function rangeLogWriter(prepare: (sql: string) => Statement): DeliveredWriter {
+/** The writer of the range log. */
+function rangeLogWriter(prepare: (sql: string) => Statement): DeliveredWriter {
   const newest = prepare(
     "SELECT last_seq AS last, first_at AS firstAt FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq DESC LIMIT 1",
   );
@@ -145,7 +178,7 @@ export function rangeLogWriter(prepare: (sql: string) => Statement): DeliveredWr
 }
 
 /** The writer of the reference's row log: one row per delivered row, from the queue (`?1` time, `?2` namespace, `?3..?4` the seqs). */
-export function rowLogWriter(prepare: (sql: string) => Statement): DeliveredWriter {
+function rowLogWriter(prepare: (sql: string) => Statement): DeliveredWriter {
   const insert = prepare(
     "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 0 AND seq >= ?3 AND seq <= ?4",
   );

@@ -1,10 +1,11 @@
 import type { Statement } from "bun:sqlite";
 import { NotFoundError } from "../errors.ts";
 import type { Appender } from "./append.ts";
-import { rangeLogWriter, rowLogWriter, type DeliveredWriter } from "./delivered.ts";
+import { DELIVERED, type DeliveredSql, type DeliveredWriter } from "./delivered.ts";
+import type { Layout } from "./layout.ts";
 import type { QueueFile } from "./queue-file.ts";
 import { QUEUE_ROW_COLUMNS, type ChainGap, type OutboxRow } from "./rows.ts";
-import { queueInsertSql, raiseSequence, renumberOrds } from "./schema.ts";
+import { LAYOUTS } from "./schema.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 /**
@@ -59,6 +60,8 @@ export interface Resequenced {
 export class DeliveryLog {
   readonly #file: QueueFile;
   readonly #appender: Appender;
+  readonly #layout: Layout;
+  readonly #delivered: DeliveredSql;
   /** The outbox_meta key of this namespace's sent mark. */
   readonly #sentKey: string;
   readonly #log: DeliveredWriter;
@@ -73,9 +76,10 @@ export class DeliveryLog {
   constructor(file: QueueFile, appender: Appender) {
     this.#file = file;
     this.#appender = appender;
+    this.#layout = LAYOUTS[file.layout];
+    this.#delivered = DELIVERED[file.layout];
     this.#sentKey = `sent:${file.namespace}`;
-    this.#log =
-      file.layout === "lean" ? rangeLogWriter((sql) => file.prepare(sql)) : rowLogWriter((sql) => file.prepare(sql));
+    this.#log = this.#delivered.writer((sql) => file.prepare(sql));
     this.#confirmSlice = file.prepare(
       `SELECT first, last, rows, (SELECT prev_seq FROM outbox_queue WHERE seq = first) AS firstPrev FROM
         (SELECT min(seq) AS first, max(seq) AS last, count(*) AS rows FROM
@@ -191,8 +195,7 @@ export class DeliveryLog {
       const row = file.db.query<{ prev: number | null }, [number, string]>(
         "SELECT prev_seq AS prev FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0",
       );
-      const headOrd = file.layout === "lean" ? this.#headOrd() : null;
-      let deleted = 0;
+      let lastDeleted = 0;
       for (const seq of [...new Set(seqs)].sort((a, b) => a - b)) {
         const found = row.get(seq, file.namespace);
         if (!found) continue;
@@ -201,15 +204,12 @@ export class DeliveryLog {
           at,
           now.getTime(),
         );
-        deleted += this.#deleteRange.run(file.namespace, seq, seq).changes;
+        if (this.#deleteRange.run(file.namespace, seq, seq).changes > 0) lastDeleted = seq;
         this.#dropSpans.run(seq);
       }
-      // Lean files count pending rows by ord (consecutive from the head): a delete that was not a
-      // prefix of the queue leaves the new head anywhere but `deleted` places on.
-      if (headOrd !== null) {
-        const next = this.#headOrd();
-        if (next !== null && next !== headOrd + deleted) renumberOrds(file.db, file.namespace);
-      }
+      // A pending row left below the last one deleted: the delete was not a prefix of the queue.
+      const head = lastDeleted === 0 ? null : file.headSeq();
+      if (head !== null && head < lastDeleted) this.#layout.closeHole(file.db, file.namespace);
     });
   }
 
@@ -300,7 +300,7 @@ export class DeliveryLog {
   /** Makes the next allocated seq of the file greater than `minSeq`; never lowers it. */
   seedSequence(minSeq: number): void {
     const file = this.#file;
-    file.write("cannot seed sequence", () => raiseSequence(file.db, file.layout, minSeq));
+    file.write("cannot seed sequence", () => this.#layout.raiseSequence(file.db, minSeq));
   }
 
   /** See Outbox.resequenceAbove. */
@@ -314,13 +314,12 @@ export class DeliveryLog {
         )
         .get(namespace)!;
       if (range.first === null || range.last === null || range.first > minSeq) return null;
-      raiseSequence(db, file.layout, minSeq);
+      this.#layout.raiseSequence(db, minSeq);
       const page = db.query<OutboxRow, [string, number, number]>(
         `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? AND seq <= ? ORDER BY seq LIMIT 1000`,
       );
       const copy = db.query(
-        queueInsertSql(
-          file.layout,
+        this.#layout.insertSql(
           [
             "namespace",
             "created_at",
@@ -428,7 +427,7 @@ export class DeliveryLog {
   ): { removed: number; done: boolean } {
     const file = this.#file;
     const cutoff = isoTimestamp(new Date(now.getTime() - retainDays * 86_400_000));
-    const prune = file.db.query(file.layout === "lean" ? PRUNE_RANGES_SQL : PRUNE_ROWS_SQL);
+    const prune = file.db.query(this.#delivered.prune);
     // The bridges: what the head links to, and what a row the reference's worker left at synced=1 links to.
     const bridge = file.db.query<{ prev: number | null }, [string, number]>(
       "SELECT prev_seq AS prev FROM outbox_queue WHERE namespace = ? AND synced = ? ORDER BY seq LIMIT 1",
@@ -445,33 +444,9 @@ export class DeliveryLog {
     return { removed, done: false };
   }
 
-  #headOrd(): number | null {
-    return (
-      this.#file.db
-        .query<{ ord: number }, [string]>(
-          "SELECT ord FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
-        )
-        .get(this.#file.namespace)?.ord ?? null
-    );
-  }
-
   #notPending(seq: number): NotFoundError {
     return new NotFoundError(
       `no pending row with seq ${seq} in namespace "${this.#file.namespace}" (${this.#file.path})`,
     );
   }
 }
-
-// One chunk of a prune (see pruneSyncLog): ?1 namespace, ?2 cutoff time, ?3 chunk size, ?4 and ?5
-// the bridges. julianday() compares times, not strings (stored texts may differ in format).
-const PRUNE_RANGES_SQL = `DELETE FROM outbox_delivered WHERE last_seq IN (
-  SELECT last_seq FROM (SELECT last_seq, first_seq, last_at FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq LIMIT ?3)
-  WHERE julianday(last_at) < julianday(?2)
-    AND last_seq < (SELECT max(last_seq) FROM outbox_delivered WHERE namespace = ?1)
-    AND NOT (?4 IS NOT NULL AND first_seq <= ?4 AND last_seq >= ?4)
-    AND NOT (?5 IS NOT NULL AND first_seq <= ?5 AND last_seq >= ?5))`;
-const PRUNE_ROWS_SQL = `DELETE FROM outbox_sync_log WHERE seq IN (
-  SELECT seq FROM (SELECT seq, synced_at FROM outbox_sync_log WHERE namespace = ?1 ORDER BY seq LIMIT ?3)
-  WHERE julianday(synced_at) < julianday(?2)
-    AND seq < (SELECT max(seq) FROM outbox_sync_log WHERE namespace = ?1)
-    AND seq IS NOT ?4 AND seq IS NOT ?5)`;

@@ -3,7 +3,8 @@ import { basename } from "node:path";
 import { type OutboxError, StorageError } from "../errors.ts";
 import { deliveredSqlOf, type DeliveredSql } from "./delivered.ts";
 import { queueFilesOf, type QueueLocation } from "./files.ts";
-import { checkOwnFile, pendingCountIn, pendingCountSql, tableColumns, type PendingCount } from "./schema.ts";
+import type { PendingCount } from "./layout.ts";
+import { checkOwnFile, pendingCountIn, pendingCountSql, tableColumns } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 import { parseTimestamp } from "./timestamp.ts";
 

@@ -1,7 +1,8 @@
 import { constants, type Database, type SQLQueryBindings, type Statement } from "bun:sqlite";
 import { ForeignTransactionError, InvalidArgumentError, OutboxClosedError, StorageError } from "../errors.ts";
 import type { Durability } from "../vocabulary.ts";
-import { isEmbedded, migrate, queueLayout, readOrigin, type QueueLayout } from "./schema.ts";
+import type { QueueLayout } from "./layout.ts";
+import { isEmbedded, migrate, queueLayout, readOrigin } from "./schema.ts";
 import { openMigrated, requireWal, retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
@@ -29,9 +30,9 @@ export interface QueueDbOptions {
 export interface OpenGroup {
   /** The seq of the group's first row; null until a row is written. */
   id: number | null;
-  /** Lean layout: the next seq to allocate, once read. */
+  /** The next seq to place a row at, once read (RowInserts.nextSeq). */
   nextSeq: number | null;
-  /** Each namespace appended to in the transaction: its tail (the last row it holds), its next ord (lean), its pending count (for max_pending). */
+  /** Each namespace appended to in the transaction: its tail (the last row it holds), its next ord (RowInserts.nextOrd), its pending count (for max_pending). */
   readonly namespaces: Map<string, { tail: number | null; ord: number; pending: number }>;
   /** The namespaces the current group touched: more than one, and it is recorded in outbox_group. */
   readonly touched: Set<string>;

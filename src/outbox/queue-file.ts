@@ -3,7 +3,8 @@ import { InvalidArgumentError, OutboxClosedError, type OutboxError } from "../er
 import { DELIVERED } from "./delivered.ts";
 import type { QueueDb } from "./queue-db.ts";
 import { QUEUE_ROW_COLUMNS, type OutboxRow } from "./rows.ts";
-import { layoutPendingCount, pendingCountSql, type QueueLayout } from "./schema.ts";
+import type { QueueLayout } from "./layout.ts";
+import { layoutPendingCount, pendingCountSql } from "./schema.ts";
 import { storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
@@ -142,16 +143,7 @@ export class QueueFile {
     if (!this.read("cannot read the reference's unfinished confirmations", left)) return;
     const now = isoTimestamp();
     this.write("cannot finish the reference's confirmations", () => {
-      if (this.layout === "legacy") {
-        db.query(
-          "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ? FROM outbox_queue WHERE namespace = ? AND synced = 1",
-        ).run(now, this.namespace);
-      } else {
-        db.query(
-          `INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at)
-           SELECT max(seq), namespace, min(seq), count(*), NULL, ?1, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 1 GROUP BY namespace`,
-        ).run(now, this.namespace);
-      }
+      db.query(DELIVERED[this.layout].recordLeftovers).run(now, this.namespace);
       db.query("DELETE FROM outbox_queue WHERE namespace = ? AND synced = 1").run(this.namespace);
     });
   }

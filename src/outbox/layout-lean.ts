@@ -1,0 +1,138 @@
+import { convertRowLogToRanges, DELIVERED, RANGE_LOG_DDL } from "./delivered.ts";
+import { type Layout, QUEUE_EXTRA_COLUMNS } from "./layout.ts";
+
+/*
+ * The lean layout, for files we create: `seq INTEGER PRIMARY KEY` without AUTOINCREMENT (enqueue
+ * allocates one past the highest seq the file ever held, so a drained-empty queue never reuses
+ * one), `prev_seq` without a UNIQUE index (the reference adds its own unique prev_seq indexes when
+ * it opens a file), and an `ord` column — the row's position among its namespace's pending rows,
+ * consecutive from head to tail — so the pending count is `tail.ord - head.ord + 1`, two index
+ * reads and no counter to write. An enqueue commit writes the table and the worker index only:
+ * measured on the 2-core machine, 20.7 µs against 28.4 µs for the reference's layout, next to
+ * 15.4 µs for a bare table with no index (p50 of 8 000 inserts, 2 KiB pages, WAL/NORMAL). It logs
+ * delivered ranges (delivered.ts).
+ */
+
+/** The queue table of a new file: our columns from the start, plus `ord`. */
+export const LEAN_QUEUE_DDL = `CREATE TABLE outbox_queue (
+    seq INTEGER PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    source TEXT NOT NULL DEFAULT '',
+    tag TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    prev_seq INTEGER,
+    synced INTEGER NOT NULL DEFAULT 0,
+    ${QUEUE_EXTRA_COLUMNS.map(([n, t]) => `${n} ${t}`).join(",\n    ")},
+    ord INTEGER
+  )`;
+
+/** The `outbox_meta` key of the seq floor: `raiseSequence` raises it. */
+const SEQ_FLOOR_KEY = "seq_floor";
+
+// The highest seq the file ever held, bar rows still in the queue: the delivered ranges and the
+// dead log always keep each namespace's newest entry (their pruning spares it), and the floor
+// holds seeds.
+const SEQ_HIGH_WATER = `max(
+      ifnull(${DELIVERED.lean.maxOfFile}, 0),
+      ifnull((SELECT max(seq) FROM outbox_dead_log), 0),
+      ifnull((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = '${SEQ_FLOOR_KEY}'), 0))`;
+
+// A pending row's position in its namespace: one past the tail's (?1 is the namespace).
+const NEXT_ORD =
+  "ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq DESC LIMIT 1), 0) + 1";
+
+/** The next free seq of the file: one past everything it ever held. */
+const NEXT_SEQ = `max(${SEQ_HIGH_WATER}, ifnull((SELECT max(seq) FROM outbox_queue), 0)) + 1`;
+
+/** The next free seq (one column, `seq`): a transaction reads it once and counts on, under the write lock it holds. */
+export const NEXT_SEQ_SQL = `SELECT ${NEXT_SEQ} AS seq`;
+
+/** The namespace's pending count from its head's and tail's ord (`?1` is the namespace; one column, `pending`). */
+export const ORD_PENDING_SQL = `SELECT ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq DESC LIMIT 1)
+        - (SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq LIMIT 1) + 1, 0) AS pending`;
+
+/*
+ * A writer that does not know the lean layout — the reference, opening a file we created —
+ * inserts without seq or ord. SQLite then gives the row max(seq)+1, which reuses a delivered seq
+ * once the queue has drained empty, and a delivery ledger would take that row for delivered. So
+ * such a row is moved above the high-water mark and given its ord. Our own inserts always carry
+ * an ord: for them the trigger is one NULL test.
+ */
+const FOREIGN_INSERT_DDL = `CREATE TRIGGER outbox_foreign_insert AFTER INSERT ON outbox_queue WHEN new.ord IS NULL BEGIN
+    UPDATE outbox_queue SET
+      ord = ifnull((SELECT ord FROM outbox_queue WHERE namespace = new.namespace AND synced = 0 AND seq < new.seq ORDER BY seq DESC LIMIT 1), 0) + 1,
+      seq = CASE WHEN new.seq > ${SEQ_HIGH_WATER} THEN new.seq ELSE max(${SEQ_HIGH_WATER}, (SELECT max(seq) FROM outbox_queue)) + 1 END
+    WHERE seq = new.seq;
+  END`;
+
+/**
+ * The lean layout. Format 3 is the lean layout with groups, trace context and the range log; 2
+ * (the lean layout before them) is migrated to 3 on open. An earlier sqloutbox would misread a
+ * lean file, so those refuse it.
+ */
+export const LEAN: Layout = {
+  format: 3,
+  pendingCount: "ord",
+  objects: ["outbox_delivered", "idx_delivered"],
+  triggers: ["outbox_foreign_insert"],
+
+  migrate(db) {
+    // Format 3 logs delivered ranges; a format-2 file's per-row log becomes ranges. The
+    // foreign-insert trigger reads the log: recreated with the new one.
+    for (const sql of RANGE_LOG_DDL) db.run(sql);
+    convertRowLogToRanges(db);
+    db.run("DROP TRIGGER IF EXISTS outbox_foreign_insert");
+    db.run(FOREIGN_INSERT_DDL);
+  },
+
+  // The seq and the ord are read in the statement itself: an autocommit insert needs no read before it.
+  insertSql: (columns, values) =>
+    `INSERT INTO outbox_queue (seq, ord, ${columns.join(", ")}) SELECT seq, ord, ${values.join(", ")} FROM (SELECT ${NEXT_SEQ} AS seq, ${NEXT_ORD} AS ord)`,
+
+  raiseSequence(db, minSeq) {
+    db.query(
+      "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+    ).run(SEQ_FLOOR_KEY, minSeq);
+  },
+
+  // Nobody else can insert while the transaction holds the write lock: the seq and ord are read once
+  // and counted on, and a row then costs what a plain INSERT does.
+  rowInserts(cache) {
+    const nextSeq = cache.prepare<{ seq: number }, []>(NEXT_SEQ_SQL);
+    const nextOrd = cache.prepare<{ ord: number }, [string]>(`SELECT ${NEXT_ORD} AS ord`);
+    const insert = cache.prepare(
+      "INSERT INTO outbox_queue (seq, ord, grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    );
+    return {
+      nextSeq: () => nextSeq.get()!.seq,
+      nextOrd: (namespace) => nextOrd.get(namespace)!.ord,
+      insert(run, tag, payload, prev) {
+        if (run.grouped) run.grp ??= run.seq;
+        insert.run(
+          run.seq,
+          run.ord++,
+          run.grp,
+          run.createdAt,
+          run.namespace,
+          run.source,
+          tag,
+          payload,
+          prev,
+          run.traceparent,
+          run.tracestate,
+        );
+        return run.seq++;
+      },
+    };
+  },
+
+  // Pending rows are counted by ord, consecutive from the head: a hole behind it is renumbered away.
+  closeHole(db, namespace) {
+    db.query(
+      `UPDATE outbox_queue SET ord = numbered.n FROM
+      (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM outbox_queue WHERE namespace = ?1 AND synced = 0) AS numbered
+     WHERE outbox_queue.seq = numbered.seq`,
+    ).run(namespace);
+  },
+};
