@@ -45,6 +45,10 @@ export interface DeliveredSql {
   readonly lastAt: string;
   /** The table holding the log: where a skip-scan finds the namespaces that delivered. */
   readonly table: string;
+  /** A query: the namespace whose log holds seq ?1 as `namespace` (ranges of a file's namespaces interleave: the nearest). */
+  readonly ownerOf: string;
+  /** What is wrong with namespace `namespace`'s log, one sentence per problem (verify). */
+  audit(db: Database, namespace: string): string[];
   /**
    * A statement: logs the rows of namespace ?2 that the reference left at synced=1 (its confirm
    * is two transactions: a crash between them leaves them) as delivered at ?1.
@@ -69,6 +73,9 @@ const ROW_LOG: DeliveredSql = {
   any: "EXISTS (SELECT 1 FROM outbox_sync_log WHERE namespace = ?1)",
   lastAt: "SELECT synced_at AS t FROM outbox_sync_log WHERE namespace = ?1 ORDER BY seq DESC LIMIT 1",
   table: "outbox_sync_log",
+  ownerOf: "SELECT namespace FROM outbox_sync_log WHERE seq = ?1",
+  // The reference's log, as the reference keeps it: one row per seq, nothing to overlap.
+  audit: () => [],
   recordLeftovers:
     "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 1",
   prune: `DELETE FROM outbox_sync_log WHERE seq IN (
@@ -89,6 +96,8 @@ const RANGE_LOG: DeliveredSql = {
   any: "EXISTS (SELECT 1 FROM outbox_delivered WHERE namespace = ?1)",
   lastAt: "SELECT last_at AS t FROM outbox_delivered WHERE namespace = ?1 ORDER BY last_seq DESC LIMIT 1",
   table: "outbox_delivered",
+  ownerOf: "SELECT namespace FROM outbox_delivered WHERE last_seq >= ?1 AND first_seq <= ?1 ORDER BY last_seq LIMIT 1",
+  audit: auditRanges,
   recordLeftovers: `INSERT INTO outbox_delivered (last_seq, namespace, first_seq, rows, first_prev, first_at, last_at)
            SELECT max(seq), namespace, min(seq), count(*), NULL, ?1, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 1 GROUP BY namespace`,
   prune: `DELETE FROM outbox_delivered WHERE last_seq IN (
@@ -187,4 +196,39 @@ function rowLogWriter(prepare: (sql: string) => Statement): DeliveredWriter {
       insert.run(at, slice.namespace, slice.first, slice.last);
     },
   };
+}
+
+/**
+ * The audit of a namespace's delivered ranges: each starts after the one before ends and holds no
+ * more rows than seqs, and every pending row comes after the last (a pending row inside a
+ * delivered range would be a row delivered twice, or one taken for delivered).
+ */
+function auditRanges(db: Database, namespace: string): string[] {
+  const problems: string[] = [];
+  const ranges = db
+    .query<{ first: number; last: number; rows: number }, [string]>(
+      "SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered WHERE namespace = ? ORDER BY last_seq",
+    )
+    .iterate(namespace);
+  let before: { first: number; last: number } | null = null;
+  let last = 0;
+  for (const range of ranges) {
+    if (range.first > range.last || range.rows < 1 || range.rows > range.last - range.first + 1) {
+      problems.push(`delivered range ${range.first}..${range.last} claims ${range.rows} row(s)`);
+    }
+    if (before !== null && range.first <= before.last)
+      problems.push(`delivered ranges ${before.first}..${before.last} and ${range.first}..${range.last} overlap`);
+    before = range;
+    last = range.last;
+  }
+  const head = db
+    .query<{ seq: number }, [string]>(
+      "SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
+    )
+    .get(namespace);
+  if (head && head.seq <= last)
+    problems.push(
+      `pending seq ${head.seq} is not above the last delivered seq ${last}: it lies inside what was delivered`,
+    );
+  return problems;
 }

@@ -110,7 +110,7 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
       `${leftovers} row(s) marked synced=1 but never deleted (an interrupted reference confirm; opening the outbox for writing finishes it)`,
     );
   }
-  if (features.deliveredLog?.table === "outbox_delivered") auditRanges(db, namespace, problems);
+  if (features.deliveredLog) problems.push(...features.deliveredLog.audit(db, namespace));
   if (features.pendingCount !== "scan") {
     const counted = db
       .query<{ pending: number }, [string]>(pendingCountSql(features.pendingCount))
@@ -130,51 +130,16 @@ function verifyNamespace(db: Database, namespace: string, features: FileFeatures
 function lookupOwner(db: Database, features: FileFeatures): (seq: number, namespace: string) => string | null {
   const sources = ["outbox_queue"];
   if (features.deadLog) sources.push("outbox_dead_log");
-  if (features.deliveredLog?.table === "outbox_sync_log") sources.push("outbox_sync_log");
   const exact = db.query<{ namespace: string }, [number]>(
     `${sources.map((t) => `SELECT namespace FROM ${t} WHERE seq = ?1`).join(" UNION ALL ")} LIMIT 1`,
   );
-  if (features.deliveredLog?.table !== "outbox_delivered") return (seq) => exact.get(seq)?.namespace ?? null;
-  const ours = db.query<{ found: number }, [number, string]>(`SELECT ${features.deliveredLog.contains} AS found`);
-  const anyRange = db.query<{ namespace: string }, [number]>(
-    "SELECT namespace FROM outbox_delivered WHERE last_seq >= ?1 AND first_seq <= ?1 ORDER BY last_seq LIMIT 1",
-  );
+  const log = features.deliveredLog;
+  if (log === null) return (seq) => exact.get(seq)?.namespace ?? null;
+  const ours = db.query<{ found: number }, [number, string]>(`SELECT ${log.contains} AS found`);
+  const logged = db.query<{ namespace: string }, [number]>(log.ownerOf);
   return (seq, namespace) =>
     exact.get(seq)?.namespace ??
-    (ours.get(seq, namespace)!.found === 1 ? namespace : (anyRange.get(seq)?.namespace ?? null));
-}
-
-/**
- * The audit of a namespace's delivered ranges: each starts after the one before ends and holds no
- * more rows than seqs, and every pending row comes after the last (a pending row inside a
- * delivered range would be a row delivered twice, or one taken for delivered).
- */
-function auditRanges(db: Database, namespace: string, problems: string[]): void {
-  const ranges = db
-    .query<{ first: number; last: number; rows: number }, [string]>(
-      "SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered WHERE namespace = ? ORDER BY last_seq",
-    )
-    .iterate(namespace);
-  let before: { first: number; last: number } | null = null;
-  let last = 0;
-  for (const range of ranges) {
-    if (range.first > range.last || range.rows < 1 || range.rows > range.last - range.first + 1) {
-      problems.push(`delivered range ${range.first}..${range.last} claims ${range.rows} row(s)`);
-    }
-    if (before !== null && range.first <= before.last)
-      problems.push(`delivered ranges ${before.first}..${before.last} and ${range.first}..${range.last} overlap`);
-    before = range;
-    last = range.last;
-  }
-  const head = db
-    .query<{ seq: number }, [string]>(
-      "SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
-    )
-    .get(namespace);
-  if (head && head.seq <= last)
-    problems.push(
-      `pending seq ${head.seq} is not above the last delivered seq ${last}: it lies inside what was delivered`,
-    );
+    (ours.get(seq, namespace)!.found === 1 ? namespace : (logged.get(seq)?.namespace ?? null));
 }
 
 /** The outcome of an integrity scan: one verify result per file plus printable lines. */
