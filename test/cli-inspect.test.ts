@@ -15,7 +15,7 @@ import { writeDrainState, type PersistedTarget } from "../src/drain/state-file.t
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { normalize, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
-import { breakChain, openQueue, seed } from "./support/queue.ts";
+import { drainSide, breakChain, openQueue, seed } from "./support/queue.ts";
 
 const cleanups = cleanupsAfterEach();
 let tmp: string;
@@ -29,14 +29,14 @@ beforeEach(() => {
   // A head that failed twice: stuck, with an error quoting a credential-bearing URL.
   const orders = openQueue(dbDir, "orders");
   const head = orders.head()!;
-  orders.recordAttempt(head.seq);
-  orders.recordFailure(
+  drainSide(orders).recordAttempt(head.seq);
+  drainSide(orders).recordFailure(
     head.seq,
     'relation "orders" does not exist (postgres://app:hunter2@db.internal/prod)',
     "42P01",
     new Date(Date.now() + 60_000),
   );
-  orders.recordAttempt(head.seq);
+  drainSide(orders).recordAttempt(head.seq);
   orders.close();
   // One dead letter in payments.
   const payments = openQueue(dbDir, "payments");
@@ -62,8 +62,8 @@ describe("status", () => {
   test("shows the error class once when the writer's message already starts with it", async () => {
     const q = openQueue(dbDir, "payments");
     const head = q.head()!;
-    q.recordAttempt(head.seq);
-    q.recordFailure(
+    drainSide(q).recordAttempt(head.seq);
+    drainSide(q).recordFailure(
       head.seq,
       '23505: duplicate key value violates unique constraint "payments_pkey"',
       "23505",
@@ -79,9 +79,9 @@ describe("status", () => {
   test("shows the error class once after the name of a group's failing statement; NEXT says when the head is tried again", async () => {
     const q = openQueue(dbDir, "payments");
     const head = q.head()!;
-    q.recordAttempt(head.seq);
+    drainSide(q).recordAttempt(head.seq);
     const error = `seq ${head.seq + 1} of the group of seq ${head.seq}: 23514: new row violates check constraint "amount"`;
-    q.recordFailure(head.seq, error, "23514", new Date(Date.now() + 90_000));
+    drainSide(q).recordFailure(head.seq, error, "23514", new Date(Date.now() + 90_000));
     q.close();
     const r = await runInProcess(["status", "--db-dir", dbDir]);
     expect(r.code).toBe(0);

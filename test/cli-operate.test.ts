@@ -14,6 +14,7 @@ import { describeSlow } from "./support/slow.ts";
 import { pgBehindProxy } from "./support/tcp-proxy.ts";
 import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
+import { drainSide } from "./support/queue.ts";
 
 const cleanups = cleanupsAfterEach();
 const tmp = (): TempDir => tempDirCleanedBy(cleanups);
@@ -72,9 +73,9 @@ describe("status --check", () => {
 
     const a = new Outbox(dir.file("queue/a.db"), "a");
     const head = a.head()!.seq;
-    a.recordAttempt(head);
-    a.recordFailure(head, "boom", "E1", new Date(Date.now() + 60_000));
-    a.recordAttempt(head);
+    drainSide(a).recordAttempt(head);
+    drainSide(a).recordFailure(head, "boom", "E1", new Date(Date.now() + 60_000));
+    drainSide(a).recordAttempt(head);
     a.close();
     const b = new Outbox(dir.file("queue/b.db"), "b");
     b.skipHead(b.head()!.seq);

@@ -6,6 +6,7 @@ import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { createPgDb } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import { waitFor } from "./support/wait.ts";
+import { drainSide } from "./support/queue.ts";
 
 const cleanups = cleanupsAfterEach();
 
@@ -90,7 +91,7 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
         if (!fs.existsSync(`${dbDir}/${t}.db`)) continue; // killed before the producers made it
         const q = new Outbox(`${dbDir}/${t}.db`, t);
         const head = q.head();
-        const mark = q.sentMark();
+        const mark = drainSide(q).sentMark();
         const origin = q.origin;
         q.close();
         if (mark > (lastMark.get(t) ?? 0) && head !== null && head.seq <= mark) {

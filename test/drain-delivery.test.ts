@@ -15,6 +15,8 @@ import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { createPgDb, type ServerDb } from "./support/server-db.ts";
 import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
+import { drainSide } from "./support/queue.ts";
+import { QueueForDrain } from "../src/outbox/drain-queue.ts";
 
 const cleanups = cleanupsAfterEach();
 const tmp = (): TempDir => tempDirCleanedBy(cleanups);
@@ -246,7 +248,7 @@ describe("delivery", () => {
     cleanups.push(() => q.close());
     expect(q.pendingCount()).toBe(101);
     expect(q.head()!.attempts).toBe(0);
-    expect(q.sentMark()).toBe(q.fetchUnsynced(1000).at(-1)!.seq);
+    expect(drainSide(q).sentMark()).toBe(q.fetchUnsynced(1000).at(-1)!.seq);
     await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the settlement");
     const [{ n, d, u }] = await db.sql.unsafe(
       "SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, sum(CASE WHEN note = 'updated' THEN 1 ELSE 0 END)::int AS u FROM t",
@@ -443,13 +445,16 @@ describe("delivery", () => {
     cleanups.push(() => queue.close());
     let reads = 0;
     let onRead: (() => void) | null = null;
-    const { readForDelivery } = Outbox.prototype;
-    Outbox.prototype.readForDelivery = function (this: Outbox, ...args: Parameters<Outbox["readForDelivery"]>) {
+    const { readForDelivery } = QueueForDrain.prototype;
+    QueueForDrain.prototype.readForDelivery = function (
+      this: QueueForDrain,
+      ...args: Parameters<QueueForDrain["readForDelivery"]>
+    ) {
       reads += 1;
       onRead?.();
       return readForDelivery.apply(this, args);
     };
-    cleanups.push(() => Object.assign(Outbox.prototype, { readForDelivery }));
+    cleanups.push(() => Object.assign(QueueForDrain.prototype, { readForDelivery }));
     // Per batch: its seqs, the rows still pending locally when it was sent, and the queue reads while it was in flight.
     const sent: Array<{ seqs: number[]; pendingAtSend: number; readsInFlight: number }> = [];
     const inner = createWriter("sqlite", { path: dir.file("remote.db") });

@@ -9,6 +9,8 @@ import type { OutboxWriter } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { type Fault, FaultyWriter, memoryLogger, oneApp, type Tuning } from "./support/drain-harness.ts";
 import { waitFor } from "./support/wait.ts";
+import { drainSide } from "./support/queue.ts";
+import { QueueForDrain } from "../src/outbox/drain-queue.ts";
 
 const cleanups = cleanupsAfterEach();
 
@@ -207,7 +209,7 @@ describe("garbage from a writer", () => {
     const q = s.queue();
     const head = q.head()!.seq;
     // What a drain killed mid-delivery leaves behind: the attempt recorded up front, no outcome.
-    for (let i = 0; i < 3; i++) q.recordAttempt(head);
+    for (let i = 0; i < 3; i++) drainSide(q).recordAttempt(head);
     const report = await s.svc.runOnce();
     expect(report.deadLettered).toBe(1);
     expect(q.getDead(head)).toMatchObject({ reason: "max_attempts", attempts: 3 });
@@ -301,13 +303,13 @@ describe("local errors and housekeeping", () => {
     const s = setup({}, undefined, {}, () => clock);
     await s.svc.runOnce();
     for (let i = 0; i < 10; i++) s.push(i);
-    const original = Outbox.prototype.confirmThrough;
+    const original = QueueForDrain.prototype.confirmThrough;
     let failures = 2; // the confirmation after the batch and its retry while the table is held
-    Outbox.prototype.confirmThrough = function (this: Outbox, bound: number) {
+    QueueForDrain.prototype.confirmThrough = function (this: QueueForDrain, bound: number) {
       if (failures-- > 0) throw new StorageError("injected: disk I/O error", this.path, this.namespace);
       return original.call(this, bound);
     };
-    cleanups.push(() => (Outbox.prototype.confirmThrough = original));
+    cleanups.push(() => (QueueForDrain.prototype.confirmThrough = original));
     const report = await s.svc.runOnce();
     expect(report.delivered).toBe(10); // the remote applied them (the ledger says so); only the local confirmation failed
     expect(s.log.has(/"t" is held \(local\).*local error confirming rows applied by app\.r/)).toBe(true);
@@ -349,17 +351,17 @@ describe("local errors and housekeeping", () => {
     await s.svc.stop();
     for (let seq = 1; seq <= 30; seq++) s.remote.run("INSERT INTO t (id, outbox_seq) VALUES (?, ?)", [1000 + seq, seq]);
     for (let i = 0; i < 10; i++) s.push(i);
-    const { seedSequence, resequenceAbove } = Outbox.prototype;
+    const { seedSequence, resequenceAbove } = QueueForDrain.prototype;
     let failures = 2; // seeding, then the first move
-    Outbox.prototype.seedSequence = function (this: Outbox, minSeq: number) {
+    QueueForDrain.prototype.seedSequence = function (this: QueueForDrain, minSeq: number) {
       if (failures-- > 0) throw new StorageError("injected: database is locked", this.path, this.namespace);
       return seedSequence.call(this, minSeq);
     };
-    Outbox.prototype.resequenceAbove = function (this: Outbox, minSeq: number) {
+    QueueForDrain.prototype.resequenceAbove = function (this: QueueForDrain, minSeq: number) {
       if (failures-- > 0) throw new StorageError("injected: database is locked", this.path, this.namespace);
       return resequenceAbove.call(this, minSeq);
     };
-    cleanups.push(() => Object.assign(Outbox.prototype, { seedSequence, resequenceAbove }));
+    cleanups.push(() => Object.assign(QueueForDrain.prototype, { seedSequence, resequenceAbove }));
     const log = memoryLogger();
     const config = oneApp(s.dir.file("outbox"), {
       r: { writer: "sqlite", connection: { path: s.dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true },

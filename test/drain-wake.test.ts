@@ -13,6 +13,7 @@ import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { oneApp } from "./support/drain-harness.ts";
 import { countRows } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
+import { drainSide } from "./support/queue.ts";
 
 const cleanups = cleanupsAfterEach();
 const tmp = () => tempDirCleanedBy(cleanups);
@@ -53,7 +54,7 @@ describe("CommitWatcher", () => {
     const files = { a: one.file("a.db"), b: two.file("b.db"), c: one.file("c.db") };
     const owners = { a: outbox(files.a, "a"), b: outbox(files.b, "b") };
     const { watcher, commits, errors } = watching([files.a, files.b], (p) =>
-      (p === files.a ? owners.a : owners.b).commitCounters(),
+      drainSide(p === files.a ? owners.a : owners.b).commitCounters(),
     );
     outbox(files.b, "b").enqueue("INSERT INTO b VALUES (1)", "[]");
     await waitFor(() => {
@@ -124,7 +125,7 @@ describe("CommitWatcher", () => {
     const dir = tmp();
     const file = dir.file("q.db");
     const owner = outbox(file, "q");
-    const { watcher, commits } = watching([file], () => owner.commitCounters());
+    const { watcher, commits } = watching([file], () => drainSide(owner).commitCounters());
     watcher.pause();
     expect(watcher.armed).toBe(false);
     outbox(file, "q").enqueue("INSERT INTO q VALUES (1)", "[]");

@@ -10,7 +10,7 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { errorOf } from "./support/errors.ts";
-import { highestSeq } from "./support/queue.ts";
+import { drainSide, highestSeq } from "./support/queue.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 
 let tmp: TempDir;
@@ -197,7 +197,7 @@ describe("purgeDead", () => {
 
   test("resequenced records count as replayed; the one the moved queue links to is kept", () => {
     const ob = queue(3, 0);
-    expect(ob.resequenceAbove(10)).toMatchObject({ oldFirst: 1, oldLast: 3, newFirst: 11 });
+    expect(drainSide(ob).resequenceAbove(10)).toMatchObject({ oldFirst: 1, oldLast: 3, newFirst: 11 });
     const out = ob.purgeDead({ before: FUTURE() });
     expect(out.purged.map((p) => [p.seq, p.reason])).toEqual([
       [1, "resequenced"],
@@ -225,17 +225,19 @@ describe("pruneReplayedDead (the drain's retention)", () => {
     setDead(ob.path, [1], "replayed_at = ?", daysAgo(10));
     setDead(ob.path, [2], "replayed_at = ?", daysAgo(1)); // died long ago, replayed yesterday: kept
     setDead(ob.path, [3], "replayed_at = ?", daysAgo(8));
-    expect(ob.pruneReplayedDead(7)).toBe(2);
+    expect(drainSide(ob).pruneReplayedDead(7)).toBe(2);
     expect(ob.listDead().map((d) => d.seq)).toEqual([2, 4, 5]);
-    expect(ob.pruneReplayedDead(0, new Date(Date.now() + DAY))).toBe(1);
+    expect(drainSide(ob).pruneReplayedDead(0, new Date(Date.now() + DAY))).toBe(1);
     expect(ob.listDead().map((d) => d.seq)).toEqual([4, 5]);
     expectIntactChain(ob);
   });
 
   test("refuses a negative or non-finite retention", () => {
     const ob = queue(1, 0);
-    expect(() => ob.pruneReplayedDead(-1)).toThrow("retainDays must be a non-negative number, got -1");
-    expect(() => ob.pruneReplayedDead(Number.NaN)).toThrow("retainDays must be a non-negative number, got NaN");
+    expect(() => drainSide(ob).pruneReplayedDead(-1)).toThrow("retainDays must be a non-negative number, got -1");
+    expect(() => drainSide(ob).pruneReplayedDead(Number.NaN)).toThrow(
+      "retainDays must be a non-negative number, got NaN",
+    );
   });
 });
 

@@ -13,6 +13,7 @@ import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { oneApp } from "./support/drain-harness.ts";
 import { buildFormat2File } from "./support/format2-db.ts";
 import { waitFor } from "./support/wait.ts";
+import { drainSide } from "./support/queue.ts";
 
 const cleanups = cleanupsAfterEach();
 
@@ -43,7 +44,7 @@ test("a format-2 file migrates on open: its sync log becomes one range per confi
   ]);
   expect(ob.health().lastDeliveredAt).toBe("2026-11-01T10:00:05.000000+00:00");
   // Delivery goes on from where format 2 left it: the next slice joins the chain, new rows come after.
-  expect(ob.confirmThrough(45)).toBe(5);
+  expect(drainSide(ob).confirmThrough(45)).toBe(5);
   expect(ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[51]")).toBe(51);
   expect(verifyFile(file)).toMatchObject({ ok: true, problems: [] });
 });

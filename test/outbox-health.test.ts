@@ -18,6 +18,7 @@ import { errorOf } from "./support/errors.ts";
 import { buildReferenceFile } from "./support/reference-db.ts";
 import { SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { drainSide } from "./support/queue.ts";
 
 let tmp: TempDir;
 beforeEach(() => {
@@ -33,8 +34,8 @@ function seed(): void {
     { tag: "C", payload: "[]" },
   ]);
   orders.confirm([a!]);
-  orders.recordAttempt(b!, new Date("2026-01-01T00:00:00Z"));
-  orders.recordFailure(b!, "no such table", "SQLITE_ERROR", new Date("2026-01-01T00:02:00Z"));
+  drainSide(orders).recordAttempt(b!, new Date("2026-01-01T00:00:00Z"));
+  drainSide(orders).recordFailure(b!, "no such table", "SQLITE_ERROR", new Date("2026-01-01T00:02:00Z"));
   orders.close();
   const users = new Outbox(tmp.file("users.db"), "users");
   const u = users.enqueue("U", "[]");
@@ -230,9 +231,9 @@ describe("Outbox.health", () => {
     try {
       const a = ob.enqueue("A", "[]");
       expect(ob.health()).toMatchObject({ depth: 1, capacityPct: 25, isStuck: false, headSeq: a });
-      ob.recordAttempt(a);
+      drainSide(ob).recordAttempt(a);
       expect(ob.health().isStuck).toBe(false); // an attempt in flight is not a failure
-      ob.recordAttempt(a);
+      drainSide(ob).recordAttempt(a);
       expect(ob.health()).toMatchObject({ headAttempts: 2, isStuck: true, lastError: null });
     } finally {
       ob.close();

@@ -15,6 +15,7 @@ import { isoTimestamp, parseTimestamp } from "../src/outbox/timestamp.ts";
 import { errorOf } from "./support/errors.ts";
 import { buildReferenceFile } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { drainSide } from "./support/queue.ts";
 
 let tmp: TempDir;
 const open: Outbox[] = [];
@@ -124,7 +125,7 @@ describe("enqueueBatch", () => {
     const ob = outbox();
     ob.enqueue("A", "[]");
     ob.enqueue("B", "[]");
-    ob.seedSequence(1000);
+    drainSide(ob).seedSequence(1000);
     const seqs = ob.enqueueBatch([
       { tag: "C", payload: "[]" },
       { tag: "D", payload: "[]" },
@@ -197,14 +198,14 @@ describe("confirm, pending count and sequence", () => {
   test("confirmThrough logs one range per slice, extends it while the chain continues, and starts another after RANGE_SPAN_MS", () => {
     const ob = outbox();
     const seqs = Array.from({ length: 9 }, (_, i) => ob.enqueue(`t${i}`, "[]"));
-    expect(ob.confirmThrough(seqs[2]!)).toBe(3);
-    expect(ob.confirmThrough(seqs[5]!)).toBe(3); // continues the chain: the same range, extended
+    expect(drainSide(ob).confirmThrough(seqs[2]!)).toBe(3);
+    expect(drainSide(ob).confirmThrough(seqs[5]!)).toBe(3); // continues the chain: the same range, extended
     const db = new Database(ob.path);
     const ranges = () =>
       db.query("SELECT first_seq AS first, last_seq AS last, rows FROM outbox_delivered ORDER BY last_seq").all();
     expect(ranges()).toEqual([{ first: seqs[0], last: seqs[5], rows: 6 }]);
     db.run("UPDATE outbox_delivered SET first_at = '2020-01-01T00:00:00.000000+00:00'"); // the range is old: the next slice starts its own
-    expect(ob.confirmThrough(seqs[8]!)).toBe(3);
+    expect(drainSide(ob).confirmThrough(seqs[8]!)).toBe(3);
     expect(ranges()).toEqual([
       { first: seqs[0], last: seqs[5], rows: 6 },
       { first: seqs[6], last: seqs[8], rows: 3 },
@@ -251,13 +252,13 @@ describe("confirm, pending count and sequence", () => {
     const b = ob.enqueue("B", "[]");
     ob.confirm([a]);
     ob.deadLetter(b, "skipped");
-    ob.pruneSyncLog(0, new Date(Date.now() + 86_400_000));
+    drainSide(ob).pruneSyncLog(0, new Date(Date.now() + 86_400_000));
     ob.close();
     ob = outbox();
     const c = ob.enqueue("C", "[]");
     expect(c).toBe(b + 1);
     ob.confirm([c]);
-    ob.seedSequence(100);
+    drainSide(ob).seedSequence(100);
     expect(
       ob.enqueueBatch([
         { tag: "D", payload: "[]" },
@@ -270,9 +271,9 @@ describe("confirm, pending count and sequence", () => {
 
   test("seedSequence raises the next seq above the seed and never lowers it", () => {
     const ob = outbox();
-    ob.seedSequence(500);
+    drainSide(ob).seedSequence(500);
     expect(ob.enqueue("A", "[]")).toBe(501);
-    ob.seedSequence(10);
+    drainSide(ob).seedSequence(10);
     expect(ob.enqueue("B", "[]")).toBe(502);
   });
 
@@ -286,10 +287,10 @@ describe("confirm, pending count and sequence", () => {
       "app",
     );
     const otherSeq = other.enqueue("O", "[]");
-    ob.recordAttempt(old[0]!);
-    ob.recordFailure(old[0]!, "boom", "E1", new Date(Date.UTC(2030, 0, 1)));
+    drainSide(ob).recordAttempt(old[0]!);
+    drainSide(ob).recordFailure(old[0]!, "boom", "E1", new Date(Date.UTC(2030, 0, 1)));
     const before = ob.fetchUnsynced(10);
-    const moved = ob.resequenceAbove(50)!;
+    const moved = drainSide(ob).resequenceAbove(50)!;
     expect(moved).toEqual({ count: 5, oldFirst: old[0]!, oldLast: old[4]!, newFirst: 51, newLast: 55 });
     const rows = ob.fetchUnsynced(10);
     expect(rows.map((r) => [r.seq, r.tag, r.payload, r.source, r.createdAt])).toEqual(
@@ -315,13 +316,13 @@ describe("confirm, pending count and sequence", () => {
       { tag: "A", payload: "[]" },
       { tag: "B", payload: "[]" },
     ]);
-    expect(fresh.hasHistory()).toBe(false);
+    expect(drainSide(fresh).hasHistory()).toBe(false);
     fresh.confirm([fresh.head()!.seq]);
-    expect(fresh.hasHistory()).toBe(true);
+    expect(drainSide(fresh).hasHistory()).toBe(true);
     const dead = outbox("b.db");
     dead.enqueue("A", "[]");
     dead.skipHead(dead.head()!.seq);
-    expect(dead.hasHistory()).toBe(true);
+    expect(drainSide(dead).hasHistory()).toBe(true);
     const pruned = outbox("c.db");
     const [first] = pruned.enqueueBatch([
       { tag: "A", payload: "[]" },
@@ -331,21 +332,21 @@ describe("confirm, pending count and sequence", () => {
     const db = new Database(pruned.path);
     db.run("DELETE FROM outbox_delivered");
     db.close();
-    expect(pruned.hasHistory()).toBe(true); // the head still links to the delivered row
+    expect(drainSide(pruned).hasHistory()).toBe(true); // the head still links to the delivered row
   });
 
   test("resequenceAbove changes nothing when every pending row is already above the mark, or nothing is pending", () => {
     const ob = outbox();
-    expect(ob.resequenceAbove(10)).toBeNull();
-    ob.seedSequence(10);
+    expect(drainSide(ob).resequenceAbove(10)).toBeNull();
+    drainSide(ob).seedSequence(10);
     const seqs = ob.enqueueBatch([
       { tag: "A", payload: "[]" },
       { tag: "B", payload: "[]" },
     ]);
-    expect(ob.resequenceAbove(10)).toBeNull();
+    expect(drainSide(ob).resequenceAbove(10)).toBeNull();
     expect(ob.fetchUnsynced(10).map((r) => r.seq)).toEqual(seqs);
     expect(ob.listDead()).toEqual([]);
-    expect(() => ob.resequenceAbove(-1)).toThrow(InvalidArgumentError);
+    expect(() => drainSide(ob).resequenceAbove(-1)).toThrow(InvalidArgumentError);
   });
 });
 
@@ -382,7 +383,7 @@ describe("pruneSyncLog", () => {
   function confirmApart(ob: Outbox, seqs: number[], at: string[]): void {
     const db = new Database(ob.path);
     seqs.forEach((seq, i) => {
-      ob.confirmThrough(seq);
+      drainSide(ob).confirmThrough(seq);
       db.run("UPDATE outbox_delivered SET first_at = ?1, last_at = ?1 WHERE last_seq = ?2", [at[i]!, seq]);
     });
     db.close();
@@ -398,7 +399,7 @@ describe("pruneSyncLog", () => {
       "2020-01-03T00:00:00.123456+00:00",
       "2020-01-04T00:00:00.000000+00:00",
     ]);
-    expect(ob.pruneSyncLog(30, new Date("2026-01-01T00:00:00Z"))).toBe(3); // the newest (seq 4, the head's bridge) stays
+    expect(drainSide(ob).pruneSyncLog(30, new Date("2026-01-01T00:00:00Z"))).toBe(3); // the newest (seq 4, the head's bridge) stays
     expect(ob.verifyChain(ob.fetchUnsynced(10))).toEqual({ ok: true, gaps: [] });
     expect(verifyFile(ob.path).ok).toBe(true);
   });
@@ -411,7 +412,7 @@ describe("pruneSyncLog", () => {
     reference.run("UPDATE outbox_queue SET synced = 1 WHERE seq = ?", [b!]); // its confirm, interrupted before the delete
     reference.close();
     ob.confirm([c!]); // the queue goes on past the leftover: b still links to a
-    expect(ob.pruneSyncLog(0, new Date(Date.now() + 60_000))).toBe(0);
+    expect(drainSide(ob).pruneSyncLog(0, new Date(Date.now() + 60_000))).toBe(0);
     const verified = verifyFile(ob.path);
     expect(verified.namespaces[0]!.gaps).toEqual([]);
     expect(new Outbox(ob.path, "orders").close()).toBeUndefined(); // opening for writing finishes b's confirm
@@ -423,8 +424,8 @@ describe("pruneSyncLog", () => {
     const a = ob.enqueue("A", "[]");
     const b = ob.enqueue("B", "[]");
     confirmApart(ob, [a, b], [new Date(Date.now() - 120_000).toISOString(), new Date().toISOString()]);
-    expect(ob.pruneSyncLog(30)).toBe(0);
-    expect(ob.pruneSyncLog(0, new Date(Date.now() + 60_000))).toBe(1); // keeps the newest (bridge for the next row)
+    expect(drainSide(ob).pruneSyncLog(30)).toBe(0);
+    expect(drainSide(ob).pruneSyncLog(0, new Date(Date.now() + 60_000))).toBe(1); // keeps the newest (bridge for the next row)
     ob.enqueue("C", "[]");
     expect(ob.verifyChain(ob.fetchUnsynced(10)).ok).toBe(true);
   });
@@ -444,7 +445,7 @@ describe("pruneSyncLog", () => {
       db.run("UPDATE outbox_queue SET ord = 1");
     })();
     db.close();
-    expect(ob.pruneSyncLog(1)).toBe(1_201);
+    expect(drainSide(ob).pruneSyncLog(1)).toBe(1_201);
     expect(verifyFile(ob.path).ok).toBe(true);
   });
 });
@@ -468,20 +469,20 @@ describe("delivery bookkeeping and dead letters", () => {
   test("records attempts, failures and refunds on the head", () => {
     const ob = outbox();
     const a = ob.enqueue("A", "[]");
-    ob.recordAttempt(a, new Date("2026-01-01T00:00:00Z"));
-    ob.recordAttempt(a);
-    ob.refundAttempt(a);
-    ob.recordFailure(a, "constraint failed", "SQLITE_CONSTRAINT", new Date("2026-01-01T00:02:00Z"));
+    drainSide(ob).recordAttempt(a, new Date("2026-01-01T00:00:00Z"));
+    drainSide(ob).recordAttempt(a);
+    drainSide(ob).refundAttempt(a);
+    drainSide(ob).recordFailure(a, "constraint failed", "SQLITE_CONSTRAINT", new Date("2026-01-01T00:02:00Z"));
     expect(ob.head()).toMatchObject({
       attempts: 1,
       lastError: "constraint failed",
       lastErrorClass: "SQLITE_CONSTRAINT",
       nextAttemptAt: "2026-01-01T00:02:00.000000+00:00",
     });
-    ob.refundAttempt(a);
-    ob.refundAttempt(a);
+    drainSide(ob).refundAttempt(a);
+    drainSide(ob).refundAttempt(a);
     expect(ob.head()!.attempts).toBe(0);
-    expect(() => ob.recordAttempt(9999)).toThrow(NotFoundError);
+    expect(() => drainSide(ob).recordAttempt(9999)).toThrow(NotFoundError);
   });
 
   test("the sent mark records the highest seq ever sent and never goes down: not by a refund, a failure or a dead letter", () => {
@@ -491,26 +492,26 @@ describe("delivery bookkeeping and dead letters", () => {
       { tag: "B", payload: "[]" },
       { tag: "C", payload: "[]" },
     ]);
-    expect(ob.sentMark()).toBe(0);
-    ob.recordAttempt(a!, new Date(), c!);
-    ob.refundAttempt(a!); // an outage: the outcome is still unknown, the mark stays
+    expect(drainSide(ob).sentMark()).toBe(0);
+    drainSide(ob).recordAttempt(a!, new Date(), c!);
+    drainSide(ob).refundAttempt(a!); // an outage: the outcome is still unknown, the mark stays
     expect(ob.head()!.attempts).toBe(0);
-    expect(ob.sentMark()).toBe(c!);
-    ob.recordAttempt(a!, new Date(), b!); // a shorter batch later does not lower it
-    ob.recordFailure(a!, "boom", "E", new Date()); // a known failure of a later batch does not either: an earlier one may still commit
-    expect(ob.sentMark()).toBe(c!);
+    expect(drainSide(ob).sentMark()).toBe(c!);
+    drainSide(ob).recordAttempt(a!, new Date(), b!); // a shorter batch later does not lower it
+    drainSide(ob).recordFailure(a!, "boom", "E", new Date()); // a known failure of a later batch does not either: an earlier one may still commit
+    expect(drainSide(ob).sentMark()).toBe(c!);
     ob.deadLetter(a!, "skipped");
-    expect(ob.sentMark()).toBe(c!);
-    ob.confirmThrough(c!);
-    expect(ob.sentMark()).toBe(c!);
+    expect(drainSide(ob).sentMark()).toBe(c!);
+    drainSide(ob).confirmThrough(c!);
+    expect(drainSide(ob).sentMark()).toBe(c!);
     expect(ob.pendingCount()).toBe(0);
   });
 
   test("deadLetter moves the head with its last error and the namespace advances", () => {
     const ob = outbox();
     const [a, b] = [ob.enqueue("A", "[1]"), ob.enqueue("B", "[]")];
-    ob.recordAttempt(a!);
-    ob.recordFailure(a!, "boom", "E1", new Date());
+    drainSide(ob).recordAttempt(a!);
+    drainSide(ob).recordFailure(a!, "boom", "E1", new Date());
     ob.deadLetter(a!, "max_attempts");
     expect(ob.head()!.seq).toBe(b!);
     expect(ob.getDead(a!)).toMatchObject({
@@ -636,7 +637,7 @@ describe("lifecycle and durability", () => {
     for (const write of [
       () => ob.enqueue("B", "[]"),
       () => ob.enqueueBatch([{ tag: "C", payload: "[]" }]),
-      () => ob.recordAttempt(ob.head()!.seq),
+      () => drainSide(ob).recordAttempt(ob.head()!.seq),
     ]) {
       const holder = Bun.spawn(["bun", `${import.meta.dir}/support/children/write-lock-holder.ts`, ob.path, "150"], {
         stdout: "pipe",

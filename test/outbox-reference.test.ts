@@ -8,6 +8,7 @@ import { hashTree } from "./support/dir-hash.ts";
 import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
+import { drainSide } from "./support/queue.ts";
 
 let tmp: TempDir;
 let file: string;
@@ -226,7 +227,7 @@ test("the reference writing a file we created: its rows are counted, and a drain
   const ob = new Outbox(path, "t");
   const delivered = [ob.enqueue("A", "[1]"), ob.enqueue("B", "[2]")];
   ob.confirm(delivered);
-  ob.pruneSyncLog(0, new Date(Date.now() + 86_400_000)); // keeps only the newest entry
+  drainSide(ob).pruneSyncLog(0, new Date(Date.now() + 86_400_000)); // keeps only the newest entry
   ob.close();
   // The reference opens the file: adds its unique prev_seq indexes, then enqueues twice.
   const db = new Database(path);

@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, test } from "bun:test";
 import { Outbox, verifyFile } from "../src/index.ts";
-import { highestSeq } from "./support/queue.ts";
+import { drainSide, highestSeq } from "./support/queue.ts";
 import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import { SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
@@ -122,10 +122,10 @@ test.each(Array.from({ length: SEEDS }, (_, i) => i + 1))(
           break;
         }
         case "prune":
-          ob.pruneSyncLog(0, new Date(Date.now() + 86_400_000));
+          drainSide(ob).pruneSyncLog(0, new Date(Date.now() + 86_400_000));
           break;
         case "seed":
-          ob.seedSequence(highestSeq(path) + Math.floor(rnd() * 5));
+          drainSide(ob).seedSequence(highestSeq(path) + Math.floor(rnd() * 5));
           break;
         case "reopen":
           ob.close();
@@ -147,12 +147,12 @@ test.each(Array.from({ length: SEEDS }, (_, i) => i + 1))(
           break;
         }
         case "resequence":
-          ob.resequenceAbove(Math.max(0, highestSeq(path) - Math.floor(rnd() * 4)));
+          drainSide(ob).resequenceAbove(Math.max(0, highestSeq(path) - Math.floor(rnd() * 4)));
           break;
         case "failure":
           if (head) {
-            ob.recordAttempt(head.seq);
-            ob.recordFailure(head.seq, "boom", "E", new Date());
+            drainSide(ob).recordAttempt(head.seq);
+            drainSide(ob).recordFailure(head.seq, "boom", "E", new Date());
           }
           break;
       }

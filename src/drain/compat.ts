@@ -56,11 +56,7 @@ export async function prepareInjected(
 
 /** Seeds the local sequence above `max`; a fresh queue whose head is at or below it moves above it, in order. */
 function moveAbove(table: DrainTable, max: number, logger: Logger, target: string): void {
-  const outbox = table.outbox!;
-  outbox.seedSequence(max);
-  const head = outbox.head();
-  if (!head || head.seq > max || outbox.sentMark() >= head.seq || !table.freshQueue) return;
-  const moved = outbox.resequenceAbove(max);
+  const moved = table.raiseAbove(max);
   if (!moved) return;
   logger.warn(
     `drain: "${table.name}" on ${target} already holds outbox_seq up to ${max} from rows this queue did not write (another machine's outbox?); ` +

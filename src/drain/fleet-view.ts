@@ -64,7 +64,7 @@ export class FleetView {
 
   /** Our own ledger row moved with a batch: the view shows it at once, not at the next read. */
   noteThrough(table: DrainTable, now: number): void {
-    const origin = table.outbox?.origin;
+    const origin = table.origin;
     if (!origin || table.through === null) return;
     const key = keyOf(origin, table.name);
     if (!this.#rows.has(key)) this.#order = null;
@@ -83,15 +83,16 @@ export class FleetView {
    */
   #checkOrigins(tables: DrainTable[], now: number): void {
     for (const table of tables) {
-      if (!table.config.injectOutboxSeq || !table.outbox) continue;
-      const others = this.rows.filter((r) => r.namespace === table.name && r.origin !== table.outbox!.origin);
+      const origin = table.origin;
+      if (!table.config.injectOutboxSeq || !table.isOpen || origin === null) continue;
+      const others = this.rows.filter((r) => r.namespace === table.name && r.origin !== origin);
       if (others.length === 0) {
         table.release("origin");
         continue;
       }
       const theirs = others.map((r) => `${r.origin} (${r.label || "no label"})`).join(", ");
       const message =
-        `inject_outbox_seq table "${table.name}" on ${this.target} is also fed by origin ${theirs}; this queue is origin ${table.outbox.origin} (${this.originLabel}). ` +
+        `inject_outbox_seq table "${table.name}" on ${this.target} is also fed by origin ${theirs}; this queue is origin ${origin} (${this.originLabel}). ` +
         "Per-file outbox_seq values of two queues collide and would be absorbed as duplicates: set inject_outbox_seq = false to deliver through the ledger";
       table.hold({ reason: "origin", message }, now);
     }

@@ -54,7 +54,7 @@ export class TargetLedger {
   fence(table: DrainTable, through: number, last: number): Statement {
     return {
       sql: this.fenceText,
-      args: [table.outbox!.origin, table.name, last, this.label, through],
+      args: [table.origin!, table.name, last, this.label, through],
       namespace: table.name,
       seq: 0,
       fence: true,
@@ -70,10 +70,10 @@ export class TargetLedger {
    * rows were confirmed. An outage throws; a ledger that cannot be read holds the table.
    */
   async settle(tables: DrainTable[], now: number): Promise<number> {
-    const ready = tables.filter((t) => t.outbox !== null);
+    const ready = tables.filter((t) => t.isOpen);
     if (ready.length === 0) return 0;
     const results = await this.writer.send(
-      ready.map((t) => ({ sql: this.settleText, args: [t.outbox!.origin, t.name], namespace: t.name, seq: 0 })),
+      ready.map((t) => ({ sql: this.settleText, args: [t.origin!, t.name], namespace: t.name, seq: 0 })),
     );
     const read = new Map<DrainTable, number | null>();
     ready.forEach((t, i) => {
@@ -91,7 +91,7 @@ export class TargetLedger {
     });
     const adopted = await this.adoptions(
       [...read]
-        .filter(([t, through]) => through === null && !t.config.injectOutboxSeq && hasDelivered(t))
+        .filter(([t, through]) => through === null && !t.config.injectOutboxSeq && t.hasDelivered())
         .map(([t]) => t),
     );
     let confirmed = 0;
@@ -161,10 +161,4 @@ export class TargetLedger {
       updatedAt: String(updatedAt ?? ""),
     }));
   }
-}
-
-/** The queue delivered before (a sync log, dead letters, a head linked back, or rows sent in a batch of unknown outcome). */
-function hasDelivered(table: DrainTable): boolean {
-  const outbox = table.outbox!;
-  return outbox.hasHistory() || outbox.sentMark() > 0;
 }

@@ -1,5 +1,5 @@
 import type { Durability } from "../vocabulary.ts";
-import { outboxOn, type Outbox } from "../outbox/outbox.ts";
+import { drainQueueOn, type DrainQueue } from "../outbox/drain-queue.ts";
 import { QueueDb } from "../outbox/queue-db.ts";
 
 /** How the drain opens a queue file (its own connections: the app's durability and file mode). */
@@ -18,7 +18,7 @@ export class QueuePool {
   readonly #files = new Map<string, QueueDb>();
 
   /** The queue of `namespace` in `file`, on the file's shared connection (opened on first use). */
-  outbox(file: string, namespace: string, options: PoolOptions): Outbox {
+  queue(file: string, namespace: string, options: PoolOptions): DrainQueue {
     let queueDb = this.#files.get(file);
     if (queueDb === undefined || queueDb.closed) {
       queueDb = QueueDb.open(file, {
@@ -30,7 +30,7 @@ export class QueuePool {
       });
       this.#files.set(file, queueDb);
     }
-    return outboxOn(queueDb, namespace, { maxPending: options.maxPending, durability: options.durability });
+    return drainQueueOn(queueDb, namespace, { maxPending: options.maxPending, durability: options.durability });
   }
 
   /** Whether `file` is open here already: another table's queue on it takes no descriptor more. */

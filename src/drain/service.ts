@@ -195,8 +195,7 @@ export class OutboxSyncService {
   pendingCount(): Record<string, number> {
     this.open();
     const counts: Record<string, number> = {};
-    for (const table of this.tables())
-      counts[table.name] = (counts[table.name] ?? 0) + (table.outbox?.pendingCount() ?? 0);
+    for (const table of this.tables()) counts[table.name] = (counts[table.name] ?? 0) + table.pendingCount();
     return counts;
   }
 

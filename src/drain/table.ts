@@ -1,15 +1,18 @@
 import { existsSync } from "node:fs";
 import type { AppConfig, TableConfig } from "../config/types.ts";
-import { describeError, InvalidArgumentError, UnsupportedStatementError } from "../errors.ts";
+import { describeError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
+import type { DrainQueue } from "../outbox/drain-queue.ts";
 import type { NamespaceHealth } from "../outbox/health.ts";
-import type { DeadLettered, Outbox, OutboxRow } from "../outbox/outbox.ts";
-import { parseTimestamp } from "../outbox/timestamp.ts";
+import type { QueueDb } from "../outbox/queue-db.ts";
+import type { OutboxRow, Resequenced } from "../outbox/outbox.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
 import { classifyAnswer, type Failure } from "./answer.ts";
-import { endOfGroup, groupStarts } from "./row-groups.ts";
+import { type Charged, HeadCharges } from "./charges.ts";
 import type { DeliveryObserver } from "./observer.ts";
-import { rowBackoffMs, tableReadiness } from "./schedule.ts";
+import { type Plan, planSlice, type SlicePlan } from "./planner.ts";
+import { BackgroundPrune } from "./prune.ts";
+import { tableReadiness } from "./schedule.ts";
 import { TableHolds } from "./table-hold.ts";
 import type { HoldReason, TableView } from "./views.ts";
 
@@ -19,18 +22,8 @@ import type { HoldReason, TableView } from "./views.ts";
  * only when it heads every table it touches). The rows keep their bookkeeping only; SQL text and
  * payload live on in `stmts` alone, so a large row is held in memory once, not twice.
  */
-export interface SliceDraft {
+export interface SliceDraft extends SlicePlan {
   table: DrainTable;
-  rows: OutboxRow[];
-  stmts: Statement[];
-  /** SQL text and payload of each row, in characters: what the batch's byte budget counts. */
-  rowBytes: number[];
-  /** Their sum. */
-  bytes: number;
-  /** More rows were ready behind them. */
-  more: boolean;
-  /** The groups among `rows` that span tables: group → the tables it touches (this one included). */
-  spans: Map<number, string[]>;
 }
 
 /** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
@@ -39,7 +32,7 @@ export interface TableSlice extends SliceDraft {
 }
 
 /** A draft read and converted ahead of its batch (see DrainTable.readAhead). */
-interface ReadAhead extends Omit<SliceDraft, "table"> {
+interface ReadAhead extends SlicePlan {
   /** The last seq of the slice in flight when they were read: they follow it. */
   after: number;
 }
@@ -86,7 +79,7 @@ export interface OpenContext {
 }
 
 /** Opens one table's queue: its own file (db_dir), or its namespace of the app's db_file. */
-export type QueueOpener = (table: DrainTable) => Outbox;
+export type QueueOpener = (table: DrainTable) => DrainQueue;
 
 /** What the runner of the target that serves a table gives it. */
 export interface TableParts {
@@ -110,9 +103,6 @@ export interface TableParts {
 export type GroupAttempts = ReadonlyMap<number, number>;
 const NO_GROUP_ATTEMPTS: GroupAttempts = new Map();
 
-/** The pause between two chunks of a background prune (see DrainTable.prune). */
-const PRUNE_PAUSE_MS = 5;
-
 /** A hold found outside the table's own work, with what its message needs (see DrainTable.hold). */
 export type HoldCause =
   | { reason: "file"; error: unknown }
@@ -125,17 +115,18 @@ const minWake = (a: number | null, b: number | null) => (a === null ? b : b === 
 const none = (): TableOutcome => ({ delivered: 0, failed: 0, deadLettered: 0, more: false, wakeAt: null });
 
 /**
- * One served table as the drain sees it, and the single owner of its drain state: its queue file,
- * what this drain last saw of its ledger row (`through`), what holds it back (`holds`), a cut that
- * lets the rows before a failed row go first, and the pipeline's applied-but-unconfirmed rows and
- * read-ahead. The target's runner asks it to settle from the ledger, to plan its slice of a batch
- * and to apply the answer.
+ * One served table as the drain sees it, and the single owner of its drain state: its queue (the
+ * only way the drain reaches the file), what this drain last saw of its ledger row (`through`),
+ * what holds it back (`holds`), a cut that lets the rows before a failed row go first, and the
+ * pipeline's applied-but-unconfirmed rows and read-ahead. The target's runner asks it to settle
+ * from the ledger, to plan its slice of a batch (planner.ts decides, the table carries it out) and
+ * to apply the answer (answer.ts decides); rows are confirmed in one place, `#confirm`.
  */
 export class DrainTable {
   readonly name: string;
   /** Absolute path of `{db_dir}/{table}.db`, or of the app's `db_file`. */
   readonly file: string;
-  #outbox: Outbox | null = null;
+  #queue: DrainQueue | null = null;
   /** The file's origin id, once opened (kept after close, for the final drain state). */
   #origin: string | null = null;
   /** What holds this table back, if anything: changed only here, through the methods below. */
@@ -155,35 +146,37 @@ export class DrainTable {
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
    *  MAX(outbox_seq) can then only be another queue's seqs (see compat.ts). */
   #freshQueue = false;
+  /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
+  #applyingFenced = false;
   /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
   readonly counts = { delivered: 0, failed: 0, deadLettered: 0 };
-
+  readonly #charges: HeadCharges;
+  readonly #prune: BackgroundPrune;
   private readonly app: AppConfig;
   private readonly target: string;
   private readonly logger: Logger;
   private readonly opener: QueueOpener;
-  private readonly observer: DeliveryObserver | null;
   private readonly now: () => number;
 
   constructor(
     readonly config: TableConfig,
     parts: TableParts,
   ) {
-    ({
-      app: this.app,
-      target: this.target,
-      logger: this.logger,
-      opener: this.opener,
-      observer: this.observer,
-      now: this.now,
-    } = parts);
+    ({ app: this.app, target: this.target, logger: this.logger, opener: this.opener, now: this.now } = parts);
     this.name = config.name;
     this.file = this.app.dbFile ?? `${this.app.dbDir}/${config.name}.db`;
-    this.#holds = new TableHolds(
-      { table: this.name, target: this.target, file: this.file },
-      this.logger,
-      this.observer,
-    );
+    const { observer } = parts;
+    this.#holds = new TableHolds({ table: this.name, target: this.target, file: this.file }, this.logger, observer);
+    this.#charges = new HeadCharges({ ...parts, table: this.name });
+    this.#prune = new BackgroundPrune({
+      table: this.name,
+      file: this.file,
+      retainLogDays: config.retainLogDays,
+      retainReplayedDays: this.app.retainReplayedDays,
+      logger: this.logger,
+      now: this.now,
+      queue: () => this.#queue,
+    });
     // Compatibility mode: nothing is sent before the remote outbox_seq schema and the local seeding are done (compat.ts).
     if (config.injectOutboxSeq)
       this.#holds.wait(
@@ -192,6 +185,8 @@ export class DrainTable {
         this.now(),
       );
   }
+
+  // ── holds ───────────────────────────────────────────────────────────────────────────────
 
   /** A cause found outside the table's own work: by the target (its setup, the open-file limit, a unit's answer), the ledger, the fleet view, the compatibility setup. */
   hold(cause: HoldCause, now: number): void {
@@ -226,17 +221,12 @@ export class DrainTable {
 
   /** Compatibility mode: whether the setup is still to do, and can be done now (the file open, no fault holding the table). */
   needsCompatSetup(now: number): boolean {
-    return this.#holds.waitsFor("compat setup") && this.#outbox !== null && !this.#holds.active(now);
+    return this.#holds.waitsFor("compat setup") && this.#queue !== null && !this.#holds.active(now);
   }
 
   /** The compatibility mode's setup is done: the table may be sent. */
   compatReady(): void {
     this.#holds.release("compat setup");
-  }
-
-  /** The queue had no history when opened (see compat.ts). */
-  get freshQueue(): boolean {
-    return this.#freshQueue;
   }
 
   /** A timed-out batch carrying this table (no ledger) may still commit: the table waits for its answer. */
@@ -253,26 +243,102 @@ export class DrainTable {
     this.#holds.release("late answer");
   }
 
-  /** Whether the file is to be opened (not open, and no hold says wait). */
-  wantsOpening(now: number): boolean {
-    return this.#outbox === null && !this.#holds.active(now);
+  /** True while held at `now`, waiting, or unopened. */
+  held(now: number): boolean {
+    return this.#queue === null || this.#holds.active(now) || this.#holds.waiting;
   }
 
-  /** The open queue, or null while its file cannot be opened. */
-  get outbox(): Outbox | null {
-    return this.#outbox;
+  // ── the queue file ──────────────────────────────────────────────────────────────────────
+
+  /** Whether the file is to be opened (not open, and no hold says wait). */
+  wantsOpening(now: number): boolean {
+    return this.#queue === null && !this.#holds.active(now);
   }
+
+  /** Whether the queue file is open. */
+  get isOpen(): boolean {
+    return this.#queue !== null;
+  }
+
+  /** The file's origin id, once opened (kept after close). */
+  get origin(): string | null {
+    return this.#origin;
+  }
+
+  /** The queue had no history when opened (see compat.ts). */
+  get freshQueue(): boolean {
+    return this.#freshQueue;
+  }
+
+  /** Pending rows of this table (0 while its file is not open). */
+  pendingCount(): number {
+    return this.#queue?.pendingCount() ?? 0;
+  }
+
+  /** What the drain's connection has seen of the file's commits (see CommitWatcher), or null while not open. */
+  commitCounters(): { version: number; writes: number } | null {
+    return this.#queue?.commitCounters() ?? null;
+  }
+
+  /** The open file, for the drain's checkpoints and the space it gives back (file-care.ts); null while not open. */
+  openFile(): QueueDb | null {
+    return this.#queue?.openFile() ?? null;
+  }
+
+  /** The queue delivered before: a delivered log, dead letters, a head linked back, or rows sent in a batch of unknown outcome. */
+  hasDelivered(): boolean {
+    const queue = this.#queue!;
+    return queue.hasHistory() || queue.sentMark() > 0;
+  }
+
+  /**
+   * Compatibility mode: raises the local sequence above the remote's MAX(outbox_seq) `max`; a fresh
+   * queue whose head is at or below it, never sent, moves above it in order (rows under those seqs
+   * would be absorbed as another queue's). Returns what moved, if anything.
+   */
+  raiseAbove(max: number): Resequenced | null {
+    const queue = this.#queue!;
+    queue.seedSequence(max);
+    const head = queue.head();
+    if (!head || head.seq > max || queue.sentMark() >= head.seq || !this.#freshQueue) return null;
+    return queue.resequenceAbove(max);
+  }
+
+  /**
+   * Opens the queue file unless open; a file that cannot be opened (corrupt, not an outbox file, a
+   * newer format, no permission) holds this table only, is reported once and retried later.
+   */
+  open(now: number): boolean {
+    if (this.#queue) return true;
+    if (this.#holds.active(now)) return false;
+    if (this.app.dbFile !== null && !existsSync(this.file)) {
+      this.#holds.missing(now);
+      return false;
+    }
+    try {
+      this.#queue = this.opener(this);
+      if (this.config.injectOutboxSeq) this.#freshQueue = !this.#queue.hasHistory(); // only the compatibility mode asks (compat.ts)
+      this.#origin = this.#queue.origin;
+      this.#holds.release("file");
+      return true;
+    } catch (error) {
+      this.#holds.file(error, now);
+      return false;
+    }
+  }
+
+  /** Closes the queue file (confirming first what a target applied). */
+  close(): void {
+    this.confirmApplied(this.now());
+    this.#queue?.close();
+    this.#queue = null;
+  }
+
+  // ── views ───────────────────────────────────────────────────────────────────────────────
 
   /** The ledger's `through` this drain last saw (null: not settled yet). */
   get through(): number | null {
     return this.#through;
-  }
-
-  /** Adds an outcome to this table's counts: every count is made here, where the outcome is decided. */
-  #tally(outcome: Partial<TableOutcome>): void {
-    this.counts.delivered += outcome.delivered ?? 0;
-    this.counts.failed += outcome.failed ?? 0;
-    this.counts.deadLettered += outcome.deadLettered ?? 0;
   }
 
   /** This table as status and metrics show it; with `health`, its queue's health read from the file. */
@@ -289,19 +355,23 @@ export class DrainTable {
   }
 
   #health(): NamespaceHealth | null {
-    const outbox = this.#outbox;
-    if (!outbox || outbox.closed) return null;
+    const queue = this.#queue;
+    if (!queue || queue.closed) return null;
     try {
-      return outbox.health();
+      return queue.health();
     } catch {
       return null; // a file that cannot be read now holds its table; the hold is what is shown
     }
   }
 
-  /** True while held at `now`, waiting, or unopened. */
-  held(now: number): boolean {
-    return this.#outbox === null || this.#holds.active(now) || this.#holds.waiting;
+  /** Adds an outcome to this table's counts: every count is made here, where the outcome is decided. */
+  #tally(outcome: Partial<TableOutcome>): void {
+    this.counts.delivered += outcome.delivered ?? 0;
+    this.counts.failed += outcome.failed ?? 0;
+    this.counts.deadLettered += outcome.deadLettered ?? 0;
   }
+
+  // ── settling from the ledger ────────────────────────────────────────────────────────────
 
   /** Settlement is needed before this table's next fenced batch. */
   get unsettled(): boolean {
@@ -313,39 +383,9 @@ export class DrainTable {
     this.#through = null;
   }
 
-  /**
-   * Opens the queue file unless open; a file that cannot be opened (corrupt, not an outbox file, a
-   * newer format, no permission) holds this table only, is reported once and retried later.
-   */
-  open(now: number): boolean {
-    if (this.#outbox) return true;
-    if (this.#holds.active(now)) return false;
-    if (this.app.dbFile !== null && !existsSync(this.file)) {
-      this.#holds.missing(now);
-      return false;
-    }
-    try {
-      this.#outbox = this.opener(this);
-      if (this.config.injectOutboxSeq) this.#freshQueue = !this.#outbox.hasHistory(); // only the compatibility mode asks (compat.ts)
-      this.#origin = this.#outbox.origin;
-      this.#holds.release("file");
-      return true;
-    } catch (error) {
-      this.#holds.file(error, now);
-      return false;
-    }
-  }
-
-  /** A background prune, while one runs (see prune): the close waits for it. */
-  get pruning(): Promise<void> | null {
-    return this.#pruning;
-  }
-
-  /** Closes the queue file (confirming first what a target applied). */
-  close(): void {
-    this.confirmApplied(this.now());
-    this.#outbox?.close();
-    this.#outbox = null;
+  /** The runner's target keeps a ledger: slices are fenced, and nothing is planned before settlement. */
+  fencedByLedger(): void {
+    this.#applyingFenced = true;
   }
 
   /**
@@ -357,20 +397,20 @@ export class DrainTable {
    * confirmed as applied by the earlier drain.
    */
   settle(remote: number | null, options: { adopted?: number } = {}): number {
-    const outbox = this.#outbox!;
+    const queue = this.#queue!;
     const through = Math.max(remote ?? 0, options.adopted ?? 0);
-    let confirmed = options.adopted ? outbox.confirmThrough(options.adopted) : 0;
+    let confirmed = options.adopted ? this.#confirm(options.adopted) : 0;
     this.#tally({ delivered: confirmed });
     // Rows a target applied whose local confirmation failed were counted when applied.
-    if (this.#applied !== null) outbox.confirmThrough(Math.min(this.#applied, through));
+    if (this.#applied !== null) this.#confirm(Math.min(this.#applied, through));
     // The sent mark is never lowered here: a batch the ledger does not show yet may still commit
     // (an uncommitted INSERT of the ledger row is invisible to a locking read on PostgreSQL).
-    const settled = outbox.confirmThrough(Math.min(outbox.sentMark(), through));
+    const settled = this.#confirm(Math.min(queue.sentMark(), through));
     this.#tally({ delivered: settled });
     confirmed += settled;
-    const head = outbox.head();
+    const head = queue.head();
     if (head && head.seq <= through) {
-      const moved = outbox.resequenceAbove(through);
+      const moved = queue.resequenceAbove(through);
       if (moved) {
         this.logger.warn(
           `drain: "${this.name}" on ${this.target}: the ledger says this queue applied up to seq ${through}, but pending rows ${moved.oldFirst}..${moved.oldLast} were never sent (a queue file restored from an older copy?); moved them, in order, to ${moved.newFirst}..${moved.newLast} so they are delivered, not mistaken for applied`,
@@ -378,12 +418,14 @@ export class DrainTable {
         );
       }
     }
-    if (through > 0) outbox.seedSequence(through);
+    if (through > 0) queue.seedSequence(through);
     this.#through = through;
     this.#applied = null; // the sent mark covers every row a fence moved the ledger past: confirmed above
     this.#ahead = null;
     return confirmed;
   }
+
+  // ── planning ────────────────────────────────────────────────────────────────────────────
 
   /**
    * Plans this table's part of the batch: when ready (or `force`d), up to `batch_size` rows head
@@ -412,7 +454,7 @@ export class DrainTable {
       const draft =
         ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes
           ? { table: this, ...ahead }
-          : this.#planRows(ctx, out);
+          : this.#readAndPlan(ctx, out);
       if (draft !== null) out.more ||= draft.more;
       this.#holds.release("local");
       return { draft, outcome: out };
@@ -422,30 +464,21 @@ export class DrainTable {
     }
   }
 
-  /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
-  #applyingFenced = false;
-
-  /** The runner's target keeps a ledger: slices are fenced, and nothing is planned before settlement. */
-  fencedByLedger(): void {
-    this.#applyingFenced = true;
-  }
-
-  #planRows(ctx: PlanContext, out: TableOutcome): SliceDraft | null {
-    const outbox = this.#outbox!;
+  /** Reads the ready rows from the head (one read transaction), has the planner plan them, and carries out what it decided for the head. */
+  #readAndPlan(ctx: PlanContext, out: TableOutcome): SliceDraft | null {
+    const queue = this.#queue!;
     const { now } = ctx;
-    let wakeAt: number | null = null;
-    const read = outbox.readForDelivery(
+    const knobs = { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs };
+    const read = queue.readForDelivery(
       this.app.batchSize,
       ctx.maxBytes,
       (head, pending) => {
-        const knobs = { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs };
         const readiness = tableReadiness(head, pending, now, knobs, ctx.force);
-        wakeAt = readiness.wakeAt;
+        out.wakeAt = readiness.wakeAt;
         return readiness.ready;
       },
       this.#applied,
     );
-    out.wakeAt = wakeAt;
     if (read.head === null) {
       this.#cutBefore = null;
       return null;
@@ -455,82 +488,40 @@ export class DrainTable {
       return null;
     }
     this.#holds.release("chain gap");
-
-    const draft: SliceDraft = {
-      table: this,
-      rows: [],
-      stmts: [],
-      rowBytes: [],
-      bytes: 0,
+    const plan = planSlice({
+      rows: read.rows,
+      spans: read.spans,
       more: read.truncated,
-      spans: new Map(),
-    };
-    const starts = groupStarts(read.rows);
-    for (let g = 0; g < starts.length; g++) {
-      const group = read.rows.slice(starts[g], starts[g + 1] ?? read.rows.length);
-      const first = group[0]!;
-      const isHead = draft.rows.length === 0;
-      if (this.#cutBefore !== null && first.seq >= this.#cutBefore) {
-        if (!isHead) break;
-        this.#cutBefore = null; // the groups before it went: it heads the table now
-      }
-      if (!isHead && first.nextAttemptAt && (parseTimestamp(first.nextAttemptAt) ?? 0) > now) break; // backing off: wait to be head
-      if (isHead && this.app.maxAttempts !== null && first.attempts >= this.app.maxAttempts) {
-        // Attempts were recorded but never resolved: the drain died delivering this group, again and again.
-        this.#deadLetter(
-          first,
-          "max_attempts",
-          first.lastError ?? "attempts exhausted without a result (the drain stopped during delivery)",
-          first.lastErrorClass ?? "max_attempts",
-          out,
-        );
-        out.more = true;
-        continue;
-      }
-      const stmts: Statement[] = [];
-      let refused: { row: OutboxRow; error: unknown } | null = null;
-      for (const row of group) {
-        try {
-          stmts.push(ctx.prepare(this, row));
-        } catch (error) {
-          refused = { row, error };
-          break;
-        }
-      }
-      if (refused !== null) {
-        out.more = true;
-        draft.more = true;
-        if (!isHead) break; // it heads a later cycle and is handled then
-        const { message, errorClass } = describeError(refused.error);
-        const culprit = group.length > 1 ? `seq ${refused.row.seq} of the group of seq ${first.seq}: ` : "";
-        if (refused.error instanceof UnsupportedStatementError || refused.error instanceof InvalidArgumentError) {
-          this.#deadLetter(
-            first,
-            refused.error instanceof UnsupportedStatementError ? "unsupported_statement" : "undecodable",
-            `${culprit}${message}`,
-            errorClass,
-            out,
-          );
-          continue;
-        }
-        // A head that failed for a reason we did not foresee counts as a failed attempt, never silently.
-        outbox.recordAttempt(first.seq);
-        this.#charge(first, first.attempts + 1, `${culprit}${message}`, errorClass, out);
-        break;
-      }
-      for (let i = 0; i < group.length; i++) {
-        const row = group[i]!;
-        const bytes = row.tag.length + row.payload.length;
-        row.tag = row.payload = ""; // the row is ours (read for this slice): its text lives on in stmt only
-        draft.rows.push(row);
-        draft.stmts.push(stmts[i]!);
-        draft.rowBytes.push(bytes);
-        draft.bytes += bytes;
-        const span = row.grp === null ? undefined : read.spans.get(row.grp);
-        if (span !== undefined) draft.spans.set(row.grp!, span);
-      }
+      position: "head",
+      cutBefore: this.#cutBefore,
+      nowMs: now,
+      maxAttempts: this.app.maxAttempts,
+      prepare: (row) => ctx.prepare(this, row),
+    });
+    this.#carryOut(queue, plan, out);
+    return plan.slice === null ? null : { table: this, ...plan.slice };
+  }
+
+  /** What the planner decided for the head: the cut passed, head groups dead-lettered, a head charged. */
+  #carryOut(queue: DrainQueue, plan: Plan, out: TableOutcome): void {
+    if (plan.cutPassed) this.#cutBefore = null;
+    out.more ||= plan.more;
+    for (const dead of plan.deadLetters) {
+      // Out of attempts that were charged but never answered: the drain died delivering it, again and again.
+      this.#charged(this.#charges.deadLetter(queue, dead.row, dead.reason, dead.message, dead.errorClass), out);
     }
-    return draft.rows.length === 0 ? null : draft;
+    if (plan.charge !== null) {
+      const { row, message, errorClass } = plan.charge;
+      queue.recordAttempt(row.seq, new Date(this.now()));
+      this.#charged(this.#charges.failed(queue, row, row.attempts + 1, message, errorClass), out);
+    }
+  }
+
+  /** Adds what a charge or dead letter did to the outcome; other tables whose rows moved are reported to the runner. */
+  #charged(charged: Charged, out: TableOutcome): void {
+    out.failed += charged.failed;
+    out.deadLettered += charged.deadLettered;
+    if (charged.touched.length > 0) out.touched = [...(out.touched ?? []), ...charged.touched];
   }
 
   /** Opens a draft as this table's slice of the batch: its fence first, its head charged one attempt and the sent mark raised to its last row (before delivery). */
@@ -538,7 +529,7 @@ export class DrainTable {
     const last = draft.rows[draft.rows.length - 1]!.seq;
     const fenced = ctx.fence !== null;
     const stmts = fenced ? [ctx.fence!(this, this.#through!, last), ...draft.stmts] : draft.stmts;
-    this.#outbox!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
+    this.#queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
     return { ...draft, stmts, fenced };
   }
 
@@ -555,58 +546,28 @@ export class DrainTable {
    */
   readAhead(slice: TableSlice, ctx: PlanContext): void {
     this.#ahead = null;
-    const outbox = this.#outbox;
-    if (!outbox || !slice.fenced || !slice.more || this.#cutBefore !== null) return;
+    const queue = this.#queue;
+    if (!queue || !slice.fenced || !slice.more || this.#cutBefore !== null) return;
     const after = slice.rows[slice.rows.length - 1]!.seq;
     try {
-      const read = outbox.readForDelivery(this.app.batchSize, ctx.maxBytes, () => true, after);
-      const ahead: ReadAhead = {
-        after,
-        rows: [],
-        stmts: [],
-        rowBytes: [],
-        bytes: 0,
-        more: read.truncated,
+      const read = queue.readForDelivery(this.app.batchSize, ctx.maxBytes, () => true, after);
+      const plan = planSlice({
+        rows: read.rows,
         spans: read.spans,
-      };
-      const rows = read.rows;
-      let end = 0;
-      while (end < rows.length) {
-        const next = endOfGroup(rows, end); // one group at a time, whole
-        const stmts = this.#preparedAhead(rows, end, next, ctx);
-        if (stmts === null) break;
-        for (let i = end; i < next; i++) {
-          const row = rows[i]!;
-          const bytes = row.tag.length + row.payload.length;
-          row.tag = row.payload = "";
-          ahead.rows.push(row);
-          ahead.stmts.push(stmts[i - end]!);
-          ahead.rowBytes.push(bytes);
-          ahead.bytes += bytes;
-        }
-        end = next;
-      }
-      ahead.more ||= end < read.rows.length || read.gap !== null;
-      if (ahead.rows.length > 0) this.#ahead = ahead;
+        more: read.truncated || read.gap !== null,
+        position: "after",
+        cutBefore: null,
+        nowMs: ctx.now,
+        maxAttempts: this.app.maxAttempts,
+        prepare: (row) => ctx.prepare(this, row),
+      });
+      if (plan.slice !== null) this.#ahead = { after, ...plan.slice };
     } catch {
       this.#ahead = null;
     }
   }
 
-  /** The statements of rows [from, to) read ahead, or null when one is charged already (its plan decides) or cannot be prepared. */
-  #preparedAhead(rows: OutboxRow[], from: number, to: number, ctx: PlanContext): Statement[] | null {
-    const stmts: Statement[] = [];
-    for (let i = from; i < to; i++) {
-      const row = rows[i]!;
-      if (row.attempts > 0 || row.nextAttemptAt) return null;
-      try {
-        stmts.push(ctx.prepare(this, row));
-      } catch {
-        return null;
-      }
-    }
-    return stmts;
-  }
+  // ── the answer ──────────────────────────────────────────────────────────────────────────
 
   /**
    * Applies the target's answer for this table's slice: all applied → confirmed (one local
@@ -633,7 +594,7 @@ export class DrainTable {
     groupAttempts: GroupAttempts,
   ): TableOutcome & { ledgerMissing: boolean } {
     const out = { ...none(), ledgerMissing: false };
-    const outbox = this.#outbox!;
+    const queue = this.#queue!;
     const { rows } = slice;
     const head = rows[0]!;
     const answer = classifyAnswer(rows, slice.fenced, results);
@@ -651,20 +612,20 @@ export class DrainTable {
           // Fenced: the ledger now says the remote applied them, so the local confirmation can wait
           // for the next batch to be in flight (confirmApplied); a crash before it is settled.
           if (slice.fenced) this.#through = this.#applied = last;
-          else outbox.confirmThrough(last);
+          else this.#confirm(last);
           this.#holds.release("remote schema");
           out.delivered = rows.length;
           return out;
         }
         case "ledger-unusable":
-          outbox.refundAttempt(head.seq);
+          queue.refundAttempt(head.seq);
           this.#through = null;
           out.ledgerMissing = true;
           this.#holds.schema(`the ledger is not usable: ${answer.fence.error}`, now);
           out.more = true;
           return out;
         case "fence-moved":
-          outbox.refundAttempt(head.seq);
+          queue.refundAttempt(head.seq);
           this.#through = null;
           this.logger.info(
             `drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`,
@@ -686,21 +647,21 @@ export class DrainTable {
           return out;
         case "prefix-applied": {
           // Part of a group, perhaps: without transactions a group cannot be kept whole.
-          outbox.confirmThrough(rows[answer.applied - 1]!.seq);
+          this.#confirm(rows[answer.applied - 1]!.seq);
           out.delivered = answer.applied;
           if (answer.failedAt === null) return out; // the rest was skipped: sent again next cycle
           const failed = rows[answer.failedAt]!;
-          outbox.recordAttempt(failed.seq); // the failed row is the head now
+          queue.recordAttempt(failed.seq, new Date(now)); // the failed row is the head now
           return this.#failed(slice, failed, failed, answer.failure!, now, out, groupAttempts);
         }
         case "failed-behind-head":
           // Not the head's fault: the groups before the failed one go first, then it heads the table.
-          outbox.refundAttempt(head.seq);
+          queue.refundAttempt(head.seq);
           this.#cutBefore = rows[answer.groupStart]!.seq;
           out.more = true;
           return out;
         case "not-tried":
-          outbox.refundAttempt(head.seq);
+          queue.refundAttempt(head.seq);
           return out;
         case "head-failed":
           return this.#failed(slice, head, rows[answer.failedAt]!, answer.failure, now, out, groupAttempts);
@@ -730,8 +691,9 @@ export class DrainTable {
     const error =
       typeof result.error === "string" && result.error ? result.error : "writer reported a failure without a message";
     const errorClass = typeof result.errorClass === "string" && result.errorClass ? result.errorClass : "unknown";
+    const queue = this.#queue!;
     if (result.remoteSchema) {
-      this.#outbox!.refundAttempt(head.seq);
+      queue.refundAttempt(head.seq);
       this.#holds.schema(error, now);
       return out;
     }
@@ -739,10 +701,12 @@ export class DrainTable {
     const grouped = grp !== null && (slice.spans.has(grp) || slice.rows.some((r) => r.grp === grp && r !== culprit));
     const message = grouped ? `seq ${culprit.seq} of the group of seq ${grp}: ${error}` : error;
     const before = Math.max(head.attempts, head.grp === null ? 0 : (groupAttempts.get(head.grp) ?? 0));
-    this.#charge(head, before + 1, message, errorClass, out);
+    this.#charged(this.#charges.failed(queue, head, before + 1, message, errorClass), out);
     out.more = true; // re-plan: the next head may be ready
     return out;
   }
+
+  // ── confirmation ────────────────────────────────────────────────────────────────────────
 
   /** Rows a target applied wait for their local confirmation. */
   get hasApplied(): boolean {
@@ -756,9 +720,9 @@ export class DrainTable {
    */
   confirmApplied(now: number): void {
     const bound = this.#applied;
-    if (bound === null || !this.#outbox) return;
+    if (bound === null || !this.#queue) return;
     try {
-      this.#outbox.confirmThrough(bound);
+      this.#confirm(bound);
       this.#applied = null;
     } catch (error) {
       this.#through = null;
@@ -767,16 +731,15 @@ export class DrainTable {
   }
 
   /**
-   * The late answer of a timed-out batch without a ledger (see TargetRunner): the rows of this
-   * slice it reports applied, from the head on, are confirmed and counted; the rest are delivered
-   * again.
+   * The late answer of a timed-out batch without a ledger (see Delivery): the rows of this slice it
+   * reports applied, from the head on, are confirmed and counted; the rest are delivered again.
    */
   applyLateAnswer(slice: TableSlice, answers: WriteResult[]): void {
     let ok = 0;
     while (ok < slice.rows.length && answers[ok]!.ok) ok++;
-    if (ok === 0 || !this.#outbox) return;
+    if (ok === 0 || !this.#queue) return;
     try {
-      this.#outbox.confirmThrough(slice.rows[ok - 1]!.seq);
+      this.#confirm(slice.rows[ok - 1]!.seq);
       this.#tally({ delivered: ok });
     } catch (error) {
       this.logger.error(
@@ -786,10 +749,15 @@ export class DrainTable {
     }
   }
 
+  /** The one place rows are confirmed locally: every pending row at or below `bound` goes to the delivered log and is deleted, in one transaction. Returns how many. */
+  #confirm(bound: number): number {
+    return bound > 0 ? this.#queue!.confirmThrough(bound) : 0; // every seq is 1 or more
+  }
+
   /** Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays for settlement. */
   refundOutage(slice: TableSlice): void {
     try {
-      this.#outbox!.refundAttempt(slice.rows[0]!.seq);
+      this.#queue!.refundAttempt(slice.rows[0]!.seq);
     } catch (error) {
       this.logger.error(
         `drain: local error refunding seq ${slice.rows[0]!.seq} of namespace "${this.name}": ${describeError(error).message}`,
@@ -798,138 +766,17 @@ export class DrainTable {
     }
   }
 
-  /**
-   * Prunes the delivered log per `retain_log_days` and replayed dead letters per
-   * `retain_replayed_days`, in the background: one chunk at a time with a pause between of three
-   * times the chunk's own time (PRUNE_PAUSE_MS at least), so producers of the file take its write
-   * lock between chunks (SQLite's lock is not fair: chunks back to back would keep a producer
-   * waiting for the whole prune; measured, a 4 M-row log pruned back to back kept one waiting
-   * 1.4 s). A prune still running is not started twice.
-   */
+  // ── housekeeping ────────────────────────────────────────────────────────────────────────
+
+  /** Prunes the delivered log and replayed dead letters in the background (see BackgroundPrune); a prune still running is not started twice. */
   prune(): Promise<void> {
-    this.#pruning ??= this.#prune().finally(() => {
-      this.#pruning = null;
-    });
-    return this.#pruning;
+    return this.#prune.start();
   }
 
-  #pruning: Promise<void> | null = null;
-
-  async #prune(): Promise<void> {
-    let removed = 0;
-    try {
-      for (;;) {
-        const outbox = this.#outbox;
-        if (!outbox || outbox.closed) return;
-        const started = performance.now();
-        const step = outbox.pruneSyncLogStep(this.config.retainLogDays);
-        removed += step.removed;
-        if (step.done) break;
-        // At most a quarter of the time: a producer retrying in SQLite's busy handler (1, 2, 5, 10 … ms)
-        // then finds the lock free within a retry or two.
-        await Bun.sleep(Math.max(PRUNE_PAUSE_MS, 3 * (performance.now() - started)));
-      }
-      if (removed > 0)
-        this.logger.debug(`drain: pruned ${removed} delivered-log entries of "${this.name}"`, {
-          namespace: this.name,
-          rows: removed,
-        });
-      const replayed = this.#outbox?.pruneReplayedDead(this.app.retainReplayedDays) ?? 0;
-      if (replayed > 0)
-        this.logger.debug(`drain: pruned ${replayed} replayed dead letters of "${this.name}"`, {
-          namespace: this.name,
-          rows: replayed,
-        });
-    } catch (error) {
-      this.logger.error(
-        `drain: pruning the logs of "${this.name}" (${this.file}) failed: ${describeError(error).message}`,
-        { namespace: this.name },
-      );
-    }
+  /** A background prune, while one runs: the close waits for it. */
+  get pruning(): Promise<void> | null {
+    return this.#prune.running;
   }
-
-  /**
-   * Records a failed attempt of the group `row` heads (already charged: `attempts` includes it):
-   * backs it off `2^attempts` units, or dead-letters the whole group once `max_attempts` is reached.
-   */
-  #charge(row: OutboxRow, attempts: number, message: string, errorClass: string, out: TableOutcome): void {
-    const { app } = this;
-    const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
-    const at = this.now();
-    this.#outbox!.recordFailure(row.seq, message, errorClass, new Date(at + delay), attempts);
-    out.failed += 1;
-    this.observer?.failed({
-      target: this.target,
-      table: this.name,
-      head: row,
-      errorClass,
-      message,
-      at,
-      attempt: attempts,
-      retryAt: at + delay,
-    });
-    if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
-      this.#deadLetter(row, "max_attempts", message, errorClass, out, {
-        attempts,
-        why: `on target ${this.target} after ${attempts} attempts`,
-      });
-      return;
-    }
-    const fields = {
-      target: this.target,
-      namespace: this.name,
-      seq: row.seq,
-      attempt: attempts,
-      error_class: errorClass,
-    };
-    const what = row.grp === null ? `seq ${row.seq}` : `the group of seq ${row.seq}`;
-    this.logger.warn(
-      `drain: ${what} of namespace "${this.name}" failed on target ${this.target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`,
-      fields,
-    );
-  }
-
-  /**
-   * Dead-letters the group `row` heads at once (undecodable, unsupported, out of attempts); the
-   * log line says `why` (the reason by default) and the attempts made (the row's by default).
-   */
-  #deadLetter(
-    row: OutboxRow,
-    reason: string,
-    message: string,
-    errorClass: string,
-    out: TableOutcome,
-    { attempts = row.attempts, why = `(${reason})` } = {},
-  ): void {
-    const moved = this.#outbox!.deadLetter(row.seq, reason, message, errorClass);
-    this.#counted(moved, out);
-    this.observer?.deadLettered({
-      target: this.target,
-      table: this.name,
-      head: row,
-      errorClass,
-      message,
-      at: this.now(),
-      reason,
-      rows: moved.seqs.length,
-    });
-    this.logger.error(
-      `drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${this.name}" ${why}: ${message}`,
-      { target: this.target, namespace: this.name, seq: row.seq, attempt: attempts, error_class: errorClass },
-    );
-  }
-
-  /** Counts what a dead-lettering moved; the other tables of the file it touched are reported to the runner. */
-  #counted(moved: DeadLettered, out: TableOutcome): void {
-    out.deadLettered += moved.seqs.length;
-    if (moved.others.length > 0) out.touched = [...(out.touched ?? []), ...moved.others];
-  }
-}
-
-/** "seq 7", or "the group of seq 7 (3 rows, also in tables a, b)". */
-function describeMoved(head: number, moved: DeadLettered): string {
-  if (moved.seqs.length <= 1) return `seq ${head}`;
-  return `the group of seq ${head} (${moved.seqs.length} rows${moved.others.length > 0 ? `, also in ${moved.others.map((t) => `"${t}"`).join(", ")}` : ""})`;
 }
 
 export { minWake };

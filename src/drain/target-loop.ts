@@ -140,8 +140,8 @@ export class TargetLoop {
           counters: (file) =>
             byFile
               .get(file)
-              ?.find((t) => t.outbox !== null)
-              ?.outbox?.commitCounters() ?? null,
+              ?.find((t) => t.isOpen)
+              ?.commitCounters() ?? null,
         },
         { recheckMs: parts.pollIntervalMs, sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS), now: parts.now },
       );

@@ -2,7 +2,7 @@ import type { AppConfig, TargetConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
-import { Outbox, queueDbOf } from "../outbox/outbox.ts";
+import { openDrainQueue } from "../outbox/drain-queue.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter } from "./bounded-writer.ts";
@@ -103,8 +103,8 @@ export class TargetRunner {
     const { pool } = options;
     const opener =
       app.dbFile === null
-        ? (t: DrainTable) => new Outbox(t.file, t.name, queue)
-        : (t: DrainTable) => pool.outbox(t.file, t.name, queue);
+        ? (t: DrainTable) => openDrainQueue(t.file, t.name, queue)
+        : (t: DrainTable) => pool.queue(t.file, t.name, queue);
     const observer = options.observer ?? null;
     this.tables = target.tables.map(
       (config) => new DrainTable(config, { app, target: target.name, logger, opener, observer, now }),
@@ -419,10 +419,10 @@ export class TargetRunner {
     const now = this.now();
     let againAt: number | null = null;
     for (const served of this.#tablesByFile.values()) {
-      const tables = served.filter((t) => t.outbox !== null);
+      const tables = served.filter((t) => t.isOpen);
       if (tables.length === 0) continue;
-      const idle = () => !cycle.more && tables.every((t) => t.outbox!.pendingCount() === 0);
-      const at = this.options.care.tend(queueDbOf(tables[0]!.outbox!), now, idle);
+      const idle = () => !cycle.more && tables.every((t) => t.pendingCount() === 0);
+      const at = this.options.care.tend(tables[0]!.openFile()!, now, idle);
       if (at !== null) againAt = Math.min(againAt ?? at, at);
     }
     return againAt;

@@ -2,7 +2,8 @@
 import { Database } from "bun:sqlite";
 import fs from "node:fs";
 import path from "node:path";
-import { Outbox } from "../../src/outbox/outbox.ts";
+import { type DrainQueue, drainQueueOn } from "../../src/outbox/drain-queue.ts";
+import { Outbox, queueDbOf } from "../../src/outbox/outbox.ts";
 
 /**
  * The highest seq a queue file ever allocated or was seeded to, in either layout: the legacy
@@ -56,4 +57,25 @@ export function breakChain(dbDir: string, table: string, seq: number): void {
   } finally {
     db.close();
   }
+}
+
+const drainSides = new WeakMap<Outbox, DrainQueue>();
+
+/**
+ * The drain's face of the same queue (its bookkeeping: attempts, failures, confirmation, the sent
+ * mark, moving the sequence), on the Outbox's own connection, for tests that play the drain's part
+ * by hand. It closes with the Outbox.
+ */
+export function drainSide(outbox: Outbox): DrainQueue {
+  let side = drainSides.get(outbox);
+  if (side === undefined || side.closed) {
+    const queue = drainQueueOn(queueDbOf(outbox), outbox.namespace);
+    const close = outbox.close.bind(outbox);
+    outbox.close = () => {
+      queue.close();
+      close();
+    };
+    drainSides.set(outbox, (side = queue));
+  }
+  return side;
 }

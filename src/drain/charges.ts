@@ -1,0 +1,97 @@
+import type { AppConfig } from "../config/types.ts";
+import type { Logger } from "../logger.ts";
+import type { DrainQueue } from "../outbox/drain-queue.ts";
+import type { DeadLettered, DeadReason, OutboxRow } from "../outbox/outbox.ts";
+import type { DeliveryObserver } from "./observer.ts";
+import { rowBackoffMs } from "./schedule.ts";
+
+/** Who a table's charges are for and who is told: its app's retry schedule, its target, the log, tracing. */
+export interface ChargeParts {
+  app: AppConfig;
+  target: string;
+  table: string;
+  logger: Logger;
+  observer: DeliveryObserver | null;
+  /** The drain's clock (epoch ms): a head's retry time is stored from it. */
+  now: () => number;
+}
+
+/** What one charge or dead letter did: rows failed and dead-lettered, and other tables whose rows moved with a group. */
+export interface Charged {
+  failed: number;
+  deadLettered: number;
+  /** Other tables of the file a dead-lettered group also held rows of. */
+  touched: string[];
+}
+
+/**
+ * What happens to a table's head when it fails: a failed attempt backs its group off
+ * (`2^attempts` units of `backoff_unit`, capped), or dead-letters it once `max_attempts` is
+ * reached; a head that can never go is dead-lettered at once. Each is logged once and told to
+ * tracing.
+ */
+export class HeadCharges {
+  constructor(private readonly parts: ChargeParts) {}
+
+  /** Records a failed attempt of the group `row` heads (`attempts` includes this one: it was charged before delivery). */
+  failed(queue: DrainQueue, row: OutboxRow, attempts: number, message: string, errorClass: string): Charged {
+    const { app, target, table, logger, observer } = this.parts;
+    const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
+    const at = this.parts.now();
+    queue.recordFailure(row.seq, message, errorClass, new Date(at + delay), attempts);
+    observer?.failed({ target, table, head: row, errorClass, message, at, attempt: attempts, retryAt: at + delay });
+    if (app.maxAttempts !== null && attempts >= app.maxAttempts) {
+      const dead = this.deadLetter(queue, row, "max_attempts", message, errorClass, {
+        attempts,
+        why: `on target ${target} after ${attempts} attempts`,
+      });
+      return { ...dead, failed: 1 };
+    }
+    const what = row.grp === null ? `seq ${row.seq}` : `the group of seq ${row.seq}`;
+    logger.warn(
+      `drain: ${what} of namespace "${table}" failed on target ${target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`,
+      { target, namespace: table, seq: row.seq, attempt: attempts, error_class: errorClass },
+    );
+    return { failed: 1, deadLettered: 0, touched: [] };
+  }
+
+  /**
+   * Dead-letters the group `row` heads at once (undecodable, unsupported, out of attempts); the log
+   * line says `why` (the reason by default) and the attempts made (the row's by default).
+   */
+  deadLetter(
+    queue: DrainQueue,
+    row: OutboxRow,
+    reason: DeadReason,
+    message: string,
+    errorClass: string,
+    { attempts = row.attempts, why = `(${reason})` } = {},
+  ): Charged {
+    const { target, table, logger, observer } = this.parts;
+    const moved = queue.deadLetter(row.seq, reason, message, errorClass);
+    observer?.deadLettered({
+      target,
+      table,
+      head: row,
+      errorClass,
+      message,
+      at: this.parts.now(),
+      reason,
+      rows: moved.seqs.length,
+    });
+    logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${table}" ${why}: ${message}`, {
+      target,
+      namespace: table,
+      seq: row.seq,
+      attempt: attempts,
+      error_class: errorClass,
+    });
+    return { failed: 0, deadLettered: moved.seqs.length, touched: moved.others };
+  }
+}
+
+/** "seq 7", or "the group of seq 7 (3 rows, also in tables a, b)". */
+function describeMoved(head: number, moved: DeadLettered): string {
+  if (moved.seqs.length <= 1) return `seq ${head}`;
+  return `the group of seq ${head} (${moved.seqs.length} rows${moved.others.length > 0 ? `, also in ${moved.others.map((t) => `"${t}"`).join(", ")}` : ""})`;
+}

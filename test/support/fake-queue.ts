@@ -1,0 +1,176 @@
+// A queue in memory with the drain's interface (DrainQueue), for driving a DrainTable without
+// SQLite: it keeps pending rows, the delivered and dead-lettered seqs, attempts and failures, and
+// counts what the table asked of it.
+import type { DeadLettered } from "../../src/outbox/dead-log.ts";
+import type { DeliveryRead, DrainQueue } from "../../src/outbox/drain-queue.ts";
+import type { NamespaceHealth } from "../../src/outbox/health.ts";
+import type { QueueDb } from "../../src/outbox/queue-db.ts";
+import type { DeadReason, OutboxRow, Resequenced } from "../../src/outbox/outbox.ts";
+
+export class FakeQueue implements DrainQueue {
+  readonly path = "/fake/queue.db";
+  readonly origin = "00000000-0000-7000-8000-000000000000";
+  closed = false;
+  /** Pending rows, seq order. */
+  readonly rows: OutboxRow[] = [];
+  readonly confirmed: number[] = [];
+  readonly dead: Array<{ seq: number; reason: string; error: string | null }> = [];
+  /** Every confirmThrough bound asked for, in order. */
+  readonly confirms: number[] = [];
+  #sent = 0;
+  #nextSeq = 1;
+
+  constructor(readonly namespace = "t") {}
+
+  /** Appends rows (a group when `grp` is true), as a producer would. */
+  push(count: number, { grouped = false } = {}): number[] {
+    const seqs: number[] = [];
+    const grp = grouped ? this.#nextSeq : null;
+    for (let i = 0; i < count; i++) {
+      const seq = this.#nextSeq++;
+      seqs.push(seq);
+      this.rows.push({
+        seq,
+        namespace: this.namespace,
+        source: "",
+        tag: `INSERT INTO t (id) VALUES (${seq})`,
+        payload: "[]",
+        prevSeq: seq - 1 || null,
+        createdAt: "2026-12-01T00:00:00.000Z",
+        attempts: 0,
+        grp,
+        traceparent: null,
+        tracestate: null,
+        lastError: null,
+        lastErrorClass: null,
+        lastAttemptAt: null,
+        nextAttemptAt: null,
+        sentThrough: null,
+      });
+    }
+    return seqs;
+  }
+
+  #row(seq: number): OutboxRow {
+    const row = this.rows.find((r) => r.seq === seq);
+    if (!row) throw new Error(`fake queue: seq ${seq} is not pending`);
+    return row;
+  }
+
+  readForDelivery(
+    limit: number,
+    _maxBytes: number,
+    ready: (head: OutboxRow, pending: number) => boolean,
+    after: number | null = null,
+  ): DeliveryRead {
+    const pending = this.rows.filter((r) => r.seq > (after ?? 0));
+    const head = pending[0] ? { ...pending[0] } : null;
+    const read: DeliveryRead = {
+      head,
+      pending: pending.length,
+      rows: [],
+      gap: null,
+      truncated: false,
+      spans: new Map(),
+    };
+    if (!head || !ready(head, pending.length)) return read;
+    let rows = pending.slice(0, limit).map((r) => ({ ...r }));
+    if (rows.length < pending.length) {
+      read.truncated = true;
+      const cut = pending[rows.length]!;
+      if (cut.grp !== null) rows = rows.filter((r) => r.grp !== cut.grp); // whole groups only
+    }
+    read.rows = rows;
+    return read;
+  }
+
+  head(): OutboxRow | null {
+    return this.rows[0] ? { ...this.rows[0] } : null;
+  }
+
+  pendingCount(): number {
+    return this.rows.length;
+  }
+
+  hasHistory(): boolean {
+    return this.confirmed.length > 0 || this.dead.length > 0;
+  }
+
+  health(): NamespaceHealth {
+    throw new Error("fake queue: no health");
+  }
+
+  commitCounters(): { version: number; writes: number } {
+    return { version: 1, writes: 0 };
+  }
+
+  recordAttempt(seq: number, at = new Date(), sentThrough: number | null = null): void {
+    const row = this.#row(seq);
+    row.attempts += 1;
+    row.lastAttemptAt = at.toISOString();
+    if (sentThrough !== null) this.#sent = Math.max(this.#sent, sentThrough);
+  }
+
+  refundAttempt(seq: number): void {
+    const row = this.#row(seq);
+    row.attempts = Math.max(0, row.attempts - 1);
+  }
+
+  recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts = 0): void {
+    const row = this.#row(seq);
+    Object.assign(row, { lastError: error, lastErrorClass: errorClass, nextAttemptAt: nextAttemptAt.toISOString() });
+    row.attempts = Math.max(row.attempts, attempts);
+  }
+
+  deadLetter(seq: number, reason: DeadReason, error: string | null = null): DeadLettered {
+    const head = this.#row(seq);
+    const moved = this.rows.filter((r) => r.seq === seq || (head.grp !== null && r.grp === head.grp));
+    for (const r of moved) {
+      this.rows.splice(this.rows.indexOf(r), 1);
+      this.dead.push({ seq: r.seq, reason, error });
+    }
+    return { seqs: moved.map((r) => r.seq), others: [] };
+  }
+
+  sentMark(): number {
+    return this.#sent;
+  }
+
+  confirmThrough(bound: number): number {
+    this.confirms.push(bound);
+    const gone = this.rows.filter((r) => r.seq <= bound);
+    for (const r of gone) {
+      this.rows.splice(this.rows.indexOf(r), 1);
+      this.confirmed.push(r.seq);
+    }
+    return gone.length;
+  }
+
+  seedSequence(minSeq: number): void {
+    this.#nextSeq = Math.max(this.#nextSeq, minSeq + 1);
+  }
+
+  resequenceAbove(): Resequenced | null {
+    return null;
+  }
+
+  pruneSyncLog(): number {
+    return 0;
+  }
+
+  pruneSyncLogStep(): { removed: number; done: boolean } {
+    return { removed: 0, done: true };
+  }
+
+  pruneReplayedDead(): number {
+    return 0;
+  }
+
+  openFile(): QueueDb {
+    throw new Error("fake queue: no file");
+  }
+
+  close(): void {
+    this.closed = true;
+  }
+}
