@@ -203,8 +203,7 @@ export class Delivery {
     if (this.#batches % this.app.cleanupEvery === 0) for (const table of this.tables) void table.prune(); // in the background
     // Large rows: give their strings back now, so the next batch does not stack on this one's
     // garbage and the drain's memory stays bounded by batch_max_bytes, not by the backlog. A full
-    // collection: strings that large live in the old generation, which a minor one leaves alone
-    // (twelve 10 MB rows then peaked 30-60 MB above four, run to run; now 20, every run).
+    // collection: strings that large live in the old generation, which a minor one leaves alone.
     if (slices.reduce((n, sl) => n + sl.bytes, 0) > LARGE_BATCH_BYTES) Bun.gc(true);
     return out;
   }

@@ -59,8 +59,8 @@ export class FileCare {
    * Looks after `file` when it is due; `idle()` says whether nothing is pending in it (asked only
    * when due). Returns when this file wants its next look (the drain's clock), or null when only
    * its next commit does: a vacuum the budget cut short goes on a second later, not at the next
-   * cycle, which an idle drain may not run for many seconds (measured: after a 1 M-row backlog the
-   * looks came 15 s apart, and 85 MB of the 197 MB file was still there a minute later).
+   * cycle, which an idle drain may not run for many seconds (the space of a drained backlog would
+   * come back only minutes later).
    */
   tend(file: QueueDb, now: number, idle: () => boolean): number | null {
     const lookedAt = this.#looked.get(file.path) ?? 0;

@@ -196,8 +196,8 @@ export class TargetLoop {
    * Sleeps until `until` (epoch ms) or, while the files are watched, a commit to one of them; at
    * least one turn of the event loop either way. A writer that answers without waiting on I/O (a
    * SQLite file) makes a cycle microtasks only: a loop that found a commit after every cycle and
-   * went on at once never let a timer run (measured: the background prune's 5 ms pauses took 4 to
-   * 46 s, and the state file, the metrics server and stop waited with them).
+   * went on at once would never let a timer run — the background prune's pauses, the state file,
+   * the metrics server and stop would wait for the backlog.
    */
   async #idle(until: number): Promise<void> {
     let slept = false;

@@ -96,7 +96,7 @@ export class CommitWatcher {
   /**
    * Stops watching until `resume`, while the owner looks at every file anyway (a backlog): each
    * write to a watched file costs the kernel an event and Bun's watcher a wake-up, and the drain's
-   * own writes under load cost it ~10 % of its throughput (measured with a null target).
+   * own writes under load would cost it a tenth of its throughput.
    */
   pause(): void {
     for (const watcher of this.#watchers.splice(0)) watcher.close();
