@@ -5,31 +5,11 @@ import { InvalidArgumentError, UnsupportedStatementError } from "../src/errors.t
 import type { OutboxRow } from "../src/outbox/outbox.ts";
 import { type PlanInput, planSlice } from "../src/drain/planner.ts";
 import type { Statement } from "../src/writers/writer.ts";
+import { pendingRow } from "./support/fake-queue.ts";
 
 const NOW = Date.parse("2026-12-01T12:00:00.000Z");
 
-/** A pending row: seq, its group (null: alone), and what its history says. */
-function row(seq: number, grp: number | null = null, extra: Partial<OutboxRow> = {}): OutboxRow {
-  return {
-    seq,
-    namespace: "t",
-    source: "",
-    tag: `INSERT INTO t (id) VALUES (${seq})`,
-    payload: "[]",
-    prevSeq: seq - 1,
-    createdAt: "2026-12-01T11:00:00.000Z",
-    attempts: 0,
-    grp,
-    traceparent: null,
-    tracestate: null,
-    lastError: null,
-    lastErrorClass: null,
-    lastAttemptAt: null,
-    nextAttemptAt: null,
-    sentThrough: null,
-    ...extra,
-  };
-}
+const row = pendingRow;
 
 const prepare = (r: OutboxRow): Statement => ({ sql: r.tag, args: [], namespace: "t", seq: r.seq });
 

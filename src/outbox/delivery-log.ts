@@ -42,7 +42,7 @@ export interface RetriedHead {
   nextAttemptAt: string | null;
 }
 
-/** What `Outbox.resequenceAbove` moved: `count` pending rows from `oldFirst..oldLast` to `newFirst..newLast`. */
+/** What `DrainQueue.resequenceAbove` moved: `count` pending rows from `oldFirst..oldLast` to `newFirst..newLast`. */
 export interface Resequenced {
   count: number;
   oldFirst: number;
@@ -95,7 +95,7 @@ export class DeliveryLog {
     this.#spans = file.prepare("SELECT grp, namespaces FROM outbox_group WHERE grp >= ?1 AND grp <= ?2");
   }
 
-  /** See Outbox.readForDelivery. */
+  /** See QueueForDrain.readForDelivery (drain-queue.ts). */
   readForDelivery(
     limit: number,
     maxBytes: number,
@@ -213,7 +213,7 @@ export class DeliveryLog {
     });
   }
 
-  /** See Outbox.recordAttempt. */
+  /** See QueueForDrain.recordAttempt. */
   recordAttempt(seq: number, at: Date, sentThrough: number | null): void {
     const file = this.#file;
     const changes = file.write("cannot record attempt", () => {
@@ -234,7 +234,7 @@ export class DeliveryLog {
     if (changes === 0) throw this.#notPending(seq);
   }
 
-  /** See Outbox.sentMark. */
+  /** See QueueForDrain.sentMark. */
   sentMark(): number {
     const file = this.#file;
     return file.read(
@@ -262,7 +262,7 @@ export class DeliveryLog {
     if (changes === 0) throw this.#notPending(seq);
   }
 
-  /** See Outbox.recordFailure. */
+  /** See QueueForDrain.recordFailure. */
   recordFailure(seq: number, error: string, errorClass: string | null, nextAttemptAt: Date, attempts: number): void {
     const file = this.#file;
     const changes = file.write(
@@ -303,7 +303,7 @@ export class DeliveryLog {
     file.write("cannot seed sequence", () => this.#layout.raiseSequence(file.db, minSeq));
   }
 
-  /** See Outbox.resequenceAbove. */
+  /** See QueueForDrain.resequenceAbove. */
   resequenceAbove(minSeq: number): Resequenced | null {
     const file = this.#file;
     const { db, namespace } = file;
@@ -414,7 +414,7 @@ export class DeliveryLog {
   }
 
   /**
-   * See Outbox.pruneSyncLog. By the log's namespace index, oldest first, PRUNE_CHUNK_ENTRIES entries
+   * See QueueForDrain.pruneSyncLog. By the log's namespace index, oldest first, PRUNE_CHUNK_ENTRIES entries
    * per write transaction, so producers never wait on a long prune; stops at the first chunk that
    * keeps an entry (the log is oldest first: what follows is newer), or after `maxChunks` (`done`
    * false: more may be due). Spared: the namespace's newest entry and the one holding the head's

@@ -7,6 +7,29 @@ import type { NamespaceHealth } from "../../src/outbox/health.ts";
 import type { QueueDb } from "../../src/outbox/queue-db.ts";
 import type { DeadReason, OutboxRow, Resequenced } from "../../src/outbox/outbox.ts";
 
+/** A pending row as a queue reads it: seq, its group (null: alone), and what else a test sets (attempts, a backoff, …). */
+export function pendingRow(seq: number, grp: number | null = null, extra: Partial<OutboxRow> = {}): OutboxRow {
+  return {
+    seq,
+    namespace: "t",
+    source: "",
+    tag: `INSERT INTO t (id) VALUES (${seq})`,
+    payload: "[]",
+    prevSeq: seq - 1 || null,
+    createdAt: "2026-12-01T00:00:00.000Z",
+    attempts: 0,
+    grp,
+    traceparent: null,
+    tracestate: null,
+    lastError: null,
+    lastErrorClass: null,
+    lastAttemptAt: null,
+    nextAttemptAt: null,
+    sentThrough: null,
+    ...extra,
+  };
+}
+
 export class FakeQueue implements DrainQueue {
   readonly path = "/fake/queue.db";
   readonly origin = "00000000-0000-7000-8000-000000000000";
@@ -29,24 +52,7 @@ export class FakeQueue implements DrainQueue {
     for (let i = 0; i < count; i++) {
       const seq = this.#nextSeq++;
       seqs.push(seq);
-      this.rows.push({
-        seq,
-        namespace: this.namespace,
-        source: "",
-        tag: `INSERT INTO t (id) VALUES (${seq})`,
-        payload: "[]",
-        prevSeq: seq - 1 || null,
-        createdAt: "2026-12-01T00:00:00.000Z",
-        attempts: 0,
-        grp,
-        traceparent: null,
-        tracestate: null,
-        lastError: null,
-        lastErrorClass: null,
-        lastAttemptAt: null,
-        nextAttemptAt: null,
-        sentThrough: null,
-      });
+      this.rows.push(pendingRow(seq, grp, { namespace: this.namespace }));
     }
     return seqs;
   }
