@@ -3,12 +3,11 @@ import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
 import type { BindValue } from "../src/vocabulary.ts";
-import { startHranaServer } from "./support/hrana-server.ts";
-import { fileRemote, type Remote } from "./support/remote.ts";
-import { createMysqlDb, createPgDb, type ServerDb } from "./support/server-db.ts";
+import { type Engine, openRemote, type Remote } from "./support/remote.ts";
 
 /** What the suite needs from one engine; everything else is the same SQL for every writer. */
 interface Fixture {
+  engine: Engine;
   /** `?` or `$n` for the n-th (1-based) bind parameter. */
   ph(n: number): string;
   /** CREATE TABLE statements for `events`, `other` and `kinds` in this dialect. */
@@ -17,8 +16,8 @@ interface Fixture {
   maxBindParams: number;
   /** Driver codes for NOT NULL, CHECK, PRIMARY KEY, syntax error, missing table, missing column. */
   codes: { notNull: string; check: string; primaryKey: string; syntax: string; noTable: string; noColumn: string };
-  /** A fresh writer on a fresh database/file, and an independent connection to read it. */
-  open(): Promise<Remote>;
+  /** Keys the writer under test adds to the remote's connection. */
+  keys?: Record<string, unknown>;
   /** A writer whose server is unreachable (closed port), configured with `secret` as password/token. */
   unreachable(secret: string): OutboxWriter;
 }
@@ -48,15 +47,9 @@ const sqliteCodes = {
 };
 
 function serverFixture(kind: "postgres" | "mysql"): Fixture {
-  let db: ServerDb;
   const isPg = kind === "postgres";
-  beforeAll(async () => {
-    db = isPg ? await createPgDb() : await createMysqlDb();
-  });
-  afterAll(async () => {
-    await db?.drop();
-  });
   return {
+    engine: kind,
     ph: (n) => (isPg ? `$${n}` : "?"),
     maxBindParams: 65_535, // both wire protocols count parameters in 16 bits
     schema: isPg
@@ -73,53 +66,43 @@ function serverFixture(kind: "postgres" | "mysql"): Fixture {
     codes: isPg
       ? { notNull: "23502", check: "23514", primaryKey: "23505", syntax: "42601", noTable: "42P01", noColumn: "42703" }
       : { notNull: "1048", check: "4025", primaryKey: "1062", syntax: "1064", noTable: "1146", noColumn: "1054" },
-    async open() {
-      for (const t of ["events", "other", "kinds", "created"]) await db.sql.unsafe(`DROP TABLE IF EXISTS ${t}`);
-      const writer = createWriter(kind, { url: db.url, connect_timeout: 5 });
-      return {
-        writer,
-        read: async (sql) => Array.from((await db.sql.unsafe(sql).values()) as unknown[][]),
-        exec: async (sql) => void (await db.sql.unsafe(sql)),
-        done: async () => {
-          await writer.close?.();
-        },
-      };
-    },
+    keys: { connect_timeout: 5 },
     unreachable: (secret) =>
       createWriter(kind, { url: `${kind}://someone:${secret}@127.0.0.1:${closedPort()}/nowhere`, connect_timeout: 2 }),
   };
 }
 
-const fixtures: Array<[string, () => Fixture]> = [
+const fixtures: Array<[string, Fixture]> = [
   [
     "sqlite",
-    () => ({
+    {
+      engine: "sqlite",
       ph: () => "?",
       schema: sqliteSchema,
       maxBindParams: SQLITE_MAX_BIND_PARAMS,
       codes: sqliteCodes,
-      open: fileRemote((file) => createWriter("sqlite", { path: file }), { safeIntegers: true }),
       unreachable: () => createWriter("sqlite", { path: "/nonexistent-dir-sqloutbox/x/remote.db" }),
-    }),
+    },
   ],
   [
     "libsql",
-    () => ({
+    {
+      engine: "libsql",
       ph: () => "?",
       schema: sqliteSchema,
       maxBindParams: SQLITE_MAX_BIND_PARAMS,
       codes: sqliteCodes,
-      open: fileRemote((file) => createWriter("libsql", { url: `file:${file}` }), { safeIntegers: true }),
       unreachable: (secret) =>
         createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
-    }),
+    },
   ],
   [
     // Remote libSQL: the client's Hrana-over-HTTP transport against a test server that runs every
     // statement on the same kind of SQLite file (see test/support/hrana-server.ts). Codes are what
     // sqld sends: the primary SQLite code only, SQLITE_ERROR as SQLITE_UNKNOWN, parse errors its own.
     "libsql over http",
-    () => ({
+    {
+      engine: "libsql-http",
       ph: () => "?",
       schema: sqliteSchema,
       maxBindParams: SQLITE_MAX_BIND_PARAMS,
@@ -131,29 +114,27 @@ const fixtures: Array<[string, () => Fixture]> = [
         noTable: "SQLITE_UNKNOWN",
         noColumn: "SQLITE_UNKNOWN",
       },
-      open: fileRemote(
-        (file, onDone) => {
-          const server = startHranaServer({ file, token: "test-token" });
-          onDone(() => server.stop());
-          return createWriter("libsql", { url: server.url, auth_token: "test-token" });
-        },
-        { safeIntegers: true },
-      ),
       unreachable: (secret) =>
         createWriter("libsql", { url: `http://127.0.0.1:${closedPort()}`, auth_token: secret, batch_timeout: 10 }),
-    }),
+    },
   ],
-  ["postgres", () => serverFixture("postgres")],
-  ["mysql", () => serverFixture("mysql")],
+  ["postgres", serverFixture("postgres")],
+  ["mysql", serverFixture("mysql")],
 ];
 
 const norm = (rows: unknown[][]) =>
   rows.map((r) => r.map((v) => (v === null ? null : v instanceof Uint8Array ? [...v] : String(v))));
 
-describe.each(fixtures)("%s writer", (_name, makeFixture) => {
-  const fx = makeFixture();
-  let remote: Awaited<ReturnType<Fixture["open"]>>;
+describe.each(fixtures)("%s writer", (_name, fx) => {
+  // One remote per engine; each test starts from the schema alone and a fresh writer.
+  let remote: Remote;
   let writer: OutboxWriter;
+  beforeAll(async () => {
+    remote = await openRemote(fx.engine, { bigints: true, token: "test-token" });
+  });
+  afterAll(async () => {
+    await remote?.done();
+  });
   const ph = fx.ph;
   const ins = (ns: string, seq: number, id: number, name: string | null, qty: number | null = 1): Statement => ({
     sql: `INSERT INTO events (id, name, qty) VALUES (${ph(1)}, ${ph(2)}, ${ph(3)})`,
@@ -169,12 +150,12 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
   });
 
   beforeEach(async () => {
-    remote = await fx.open();
-    writer = remote.writer;
+    for (const t of ["events", "other", "kinds", "created"]) await remote.exec(`DROP TABLE IF EXISTS ${t}`);
     for (const sql of fx.schema) await remote.exec(sql);
+    writer = remote.createWriter(fx.keys);
   });
   afterEach(async () => {
-    await remote.done();
+    await writer.close?.();
   });
 
   test("applies a batch in order and returns one rowsAffected result per statement", async () => {
@@ -195,7 +176,7 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       { ok: true, rowsAffected: 1 },
       { ok: true, rowsAffected: 0 },
     ]);
-    expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([
+    expect(norm(await remote.rows("SELECT id, name FROM events ORDER BY id"))).toEqual([
       ["1", "renamed"],
       ["2", "second"],
     ]);
@@ -235,13 +216,13 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect((results[0] as { skipped?: boolean }).skipped).toBe(true);
     expect((results[4] as { skipped?: boolean }).skipped).toBe(true);
     // Read back through an independent connection: every ok statement is committed, nothing else.
-    expect(norm(await remote.read("SELECT id, name FROM events ORDER BY id"))).toEqual([]);
-    expect(norm(await remote.read("SELECT id, note FROM other ORDER BY id"))).toEqual([
+    expect(norm(await remote.rows("SELECT id, name FROM events ORDER BY id"))).toEqual([]);
+    expect(norm(await remote.rows("SELECT id, note FROM other ORDER BY id"))).toEqual([
       ["10", "x"],
       ["11", "y"],
       ["12", "z"],
     ]);
-    expect(norm(await remote.read("SELECT k, s FROM kinds ORDER BY k"))).toEqual([]);
+    expect(norm(await remote.rows("SELECT k, s FROM kinds ORDER BY k"))).toEqual([]);
   });
 
   test("isolates failures in several namespaces of one batch, each at its own position", async () => {
@@ -261,7 +242,7 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     }
     const results = await writer.writeBatch(stmts);
     expect(results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : "failed"))).toEqual(expected);
-    const ids = (await remote.read("SELECT id FROM other ORDER BY id")).map((r) => Number(r[0]));
+    const ids = (await remote.rows("SELECT id FROM other ORDER BY id")).map((r) => Number(r[0]));
     expect(ids).toEqual(kept.sort((a, b) => a - b));
   });
 
@@ -275,8 +256,8 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect((results[0] as { error: string }).error).toContain("2 statements");
     expect(results[1]).toMatchObject({ ok: true }); // a trailing empty statement is still one statement
     expect(results[2]).toMatchObject({ ok: true, rowsAffected: 1 });
-    expect(norm(await remote.read("SELECT id FROM events"))).toEqual([["1"]]); // not dropped
-    expect(norm(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([["2"]]);
+    expect(norm(await remote.rows("SELECT id FROM events"))).toEqual([["1"]]); // not dropped
+    expect(norm(await remote.rows("SELECT id FROM other ORDER BY id"))).toEqual([["2"]]);
   });
 
   test("reports a statement whose argument is not a bind value as the row's fault and skips the rest of its namespace", async () => {
@@ -288,7 +269,7 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect(results[0]).toMatchObject({ ok: false, errorClass: "E_INVALID_ARG" });
     expect(results[1]).toMatchObject({ ok: false, skipped: true });
     expect(results[2]).toEqual({ ok: true, rowsAffected: 1 });
-    expect(norm(await remote.read("SELECT id FROM other"))).toEqual([]);
+    expect(norm(await remote.rows("SELECT id FROM other"))).toEqual([]);
   });
 
   test("a statement the driver refuses (too many bind parameters) fails its namespace alone: nothing of it lands, the other namespace lands once", async () => {
@@ -315,8 +296,8 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       "ok",
     ]);
     expect((results[2] as { errorClass?: string }).errorClass).toBeString();
-    expect(norm(await remote.read("SELECT id FROM other ORDER BY id"))).toEqual([]);
-    expect(norm(await remote.read("SELECT id FROM events ORDER BY id"))).toEqual([["1"], ["2"]]);
+    expect(norm(await remote.rows("SELECT id FROM other ORDER BY id"))).toEqual([]);
+    expect(norm(await remote.rows("SELECT id FROM events ORDER BY id"))).toEqual([["1"], ["2"]]);
   });
 
   test("commits every statement of a successful batch together, visible to another connection", async () => {
@@ -325,8 +306,8 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     );
     const results = await writer.writeBatch(stmts);
     expect(results.every((r) => r.ok && r.rowsAffected === 1)).toBe(true);
-    expect(norm(await remote.read("SELECT COUNT(*) FROM events"))).toEqual([["200"]]);
-    expect(norm(await remote.read("SELECT COUNT(*) FROM other"))).toEqual([["100"]]);
+    expect(norm(await remote.rows("SELECT COUNT(*) FROM events"))).toEqual([["200"]]);
+    expect(norm(await remote.rows("SELECT COUNT(*) FROM other"))).toEqual([["100"]]);
   });
 
   test("returns a SELECT's rows as arrays of values", async () => {
@@ -352,7 +333,7 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     expect(results[0]).toEqual({ ok: true, rowsAffected: 0 });
     expect(results[1]!.ok).toBe(false);
     expect((results[1] as { errorClass?: string }).errorClass).toBeString();
-    expect(norm(await remote.read("SELECT COUNT(*) FROM created"))).toEqual([["0"]]);
+    expect(norm(await remote.rows("SELECT COUNT(*) FROM created"))).toEqual([["0"]]);
   });
 
   test("binds every BindValue type and round-trips it", async () => {
@@ -370,7 +351,7 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
       row("c", [null, null, null, null, null]),
     ]);
     expect(results.every((r) => r.ok)).toBe(true);
-    const rows = await remote.read("SELECT k, s, i, f, b, bytes FROM kinds ORDER BY k");
+    const rows = await remote.rows("SELECT k, s, i, f, b, bytes FROM kinds ORDER BY k");
     const bool = (v: unknown) => (v === null ? null : v === true || v === 1 || v === 1n || v === "1" || v === "t");
     expect(
       rows.map((r) => [
@@ -441,6 +422,6 @@ describe.each(fixtures)("%s writer", (_name, makeFixture) => {
     await writer.close?.();
     await writer.close?.();
     expect(writer.writeBatch([ins("events", 2, 2, "y")])).rejects.toBeInstanceOf(WriteError);
-    expect(norm(await remote.read("SELECT id FROM events"))).toEqual([["1"]]);
+    expect(norm(await remote.rows("SELECT id FROM events"))).toEqual([["1"]]);
   });
 });
