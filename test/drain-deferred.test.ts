@@ -1,70 +1,23 @@
 // A row that violates a constraint checked only at COMMIT (DEFERRABLE INITIALLY DEFERRED foreign
 // key) must hold only its own table and be dead-lettered after max_attempts (SPEC §6), on every
 // engine that has deferred constraints — not stall every table of the target as an outage.
-import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { startHranaServer } from "./support/hrana-server.ts";
-import { createPgDb } from "./support/server-db.ts";
-import type { TempDir } from "./support/tmp.ts";
+import { openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 
-type Engine = "sqlite" | "libsql" | "libsql-http" | "postgres";
-
-interface Remote {
-  writer: "sqlite" | "libsql" | "postgres";
-  connection: Record<string, unknown>;
-  exec(sql: string): Promise<void>;
-  ints(sql: string): Promise<number[][]>;
-}
-
-async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
-  if (engine === "postgres") {
-    const db = await createPgDb();
-    cleanups.push(() => db.drop());
-    return {
-      writer: "postgres",
-      connection: { url: db.url },
-      exec: async (sql) => void (await db.sql.unsafe(sql)),
-      ints: async (sql) => (await db.sql.unsafe(sql).values()).map((r: unknown[]) => r.map(Number)),
-    };
-  }
-  const path = dir.file("remote.db");
-  const db = new Database(path, { create: true });
-  db.run("PRAGMA journal_mode = WAL");
-  cleanups.push(() => db.close());
-  let connection: Record<string, unknown> =
-    engine === "sqlite" ? { path, foreign_keys: true } : { url: `file:${path}` };
-  if (engine === "libsql-http") {
-    const server = startHranaServer({ file: path, foreignKeys: true });
-    cleanups.push(() => server.stop());
-    connection = { url: server.url };
-  }
-  return {
-    writer: engine === "sqlite" ? "sqlite" : "libsql",
-    connection,
-    exec: async (sql) => void db.run(sql),
-    ints: async (sql) =>
-      db
-        .query(sql)
-        .values()
-        .map((r) => r.map(Number)),
-  };
-}
-
-describe.each(["sqlite", "libsql", "libsql-http", "postgres"] as Engine[])(
+describe.each(["sqlite", "libsql", "libsql-http", "postgres"] as const)(
   "deferred constraints, delivery to %s",
   (engine) => {
     test("a row that fails a deferred foreign key at COMMIT holds only its table and is dead-lettered after max_attempts", async () => {
       const dir = tempDirCleanedBy(cleanups);
-      const remote = await remoteFor(engine, dir);
+      const remote = await openRemote(engine, { cleanups, foreignKeys: true });
       await remote.exec("CREATE TABLE parent (id BIGINT PRIMARY KEY)");
       await remote.exec("INSERT INTO parent (id) VALUES (1)");
       await remote.exec(
@@ -76,11 +29,7 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres"] as Engine[])(
         { r: { writer: remote.writer, connection: remote.connection, tables: ["a", "b"] } },
         { maxAttempts: 2, backoffUnitSeconds: 0.01 },
       );
-      const svc = new OutboxSyncService(
-        config,
-        { "app.r": createWriter(remote.writer, remote.connection) },
-        { logger: memoryLogger() },
-      );
+      const svc = new OutboxSyncService(config, { "app.r": remote.createWriter() }, { logger: memoryLogger() });
       cleanups.push(() => svc.stop(2000));
       await svc.runOnce(); // setup: the ledger
       const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });

@@ -7,57 +7,12 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
-import { createWriter, type BuiltinWriterName } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { startHranaServer } from "./support/hrana-server.ts";
-import { createMysqlDb, createPgDb } from "./support/server-db.ts";
-import type { TempDir } from "./support/tmp.ts";
+import { AUTO_POS, ENGINES, type Engine, openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
-
-interface Remote {
-  connection: Record<string, unknown>;
-  exec(sql: string): Promise<void>;
-  /** Rows as plain numbers. */
-  ints(sql: string): Promise<number[][]>;
-}
-
-/** A built-in writer, or "libsql-http": the libsql writer over HTTP to test/support/hrana-server.ts. */
-type Engine = BuiltinWriterName | "libsql-http";
-const writerOf = (engine: Engine): BuiltinWriterName => (engine === "libsql-http" ? "libsql" : engine);
-
-async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
-  if (engine === "sqlite" || engine === "libsql" || engine === "libsql-http") {
-    const path = dir.file("remote.db");
-    const db = new Database(path, { create: true });
-    db.run("PRAGMA journal_mode = WAL");
-    cleanups.push(() => db.close());
-    let connection: Record<string, unknown> = engine === "sqlite" ? { path } : { url: `file:${path}` };
-    if (engine === "libsql-http") {
-      const server = startHranaServer({ file: path, token: "drain-token" });
-      cleanups.push(() => server.stop());
-      connection = { url: server.url, auth_token: "drain-token" };
-    }
-    return {
-      connection,
-      exec: async (sql) => void db.run(sql),
-      ints: async (sql) =>
-        db
-          .query(sql)
-          .values()
-          .map((r) => r.map(Number)),
-    };
-  }
-  const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
-  cleanups.push(() => db.drop());
-  return {
-    connection: { url: db.url },
-    exec: async (sql) => void (await db.sql.unsafe(sql)),
-    ints: async (sql) => (await db.sql.unsafe(sql).values()).map((r: unknown[]) => r.map(Number)),
-  };
-}
 
 /**
  * For the file engines, where the engine cannot count statements: from now until the test's
@@ -89,23 +44,16 @@ function sentInserts(engine: Engine, table: string): () => Promise<number> {
       .filter(isInsert).length;
 }
 
-/** An auto-numbered first column: the order the remote inserted rows in. */
-const POS: Record<Engine, string> = {
-  sqlite: "pos INTEGER PRIMARY KEY",
-  libsql: "pos INTEGER PRIMARY KEY",
-  "libsql-http": "pos INTEGER PRIMARY KEY",
-  postgres: "pos BIGSERIAL PRIMARY KEY",
-  mysql: "pos BIGINT AUTO_INCREMENT PRIMARY KEY",
-};
-
-describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine[])("delivery to %s", (engine) => {
+describe.each(ENGINES)("delivery to %s", (engine) => {
   async function setup(options: { inject?: boolean } = {}) {
     const dir = tempDirCleanedBy(cleanups);
-    const remote = await remoteFor(engine, dir);
+    const remote = await openRemote(engine, { cleanups, token: "drain-token" });
     for (const t of ["a", "b"])
-      await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`);
+      await remote.exec(
+        `CREATE TABLE ${t} (${AUTO_POS[remote.dialect]}, id BIGINT NOT NULL CHECK (id >= 0), note VARCHAR(32))`,
+      );
     const target = {
-      writer: writerOf(engine),
+      writer: remote.writer,
       connection: remote.connection,
       tables: ["a", "b"],
       injectOutboxSeq: options.inject ?? false,
@@ -117,7 +65,7 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
       cleanups.push(() => q.close());
       return q;
     };
-    const drain = (writer = createWriter(writerOf(engine), remote.connection)) => {
+    const drain = (writer = remote.createWriter()) => {
       const log = memoryLogger();
       const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
       cleanups.push(() => svc.stop(2000));
@@ -226,7 +174,7 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
 
   test("a batch whose outcome was lost after the remote committed is settled from the ledger: no duplicate, even an INSERT updated in the same batch", async () => {
     const s = await setup();
-    const writer = new FaultyWriter(createWriter(writerOf(engine), s.remote.connection));
+    const writer = new FaultyWriter(s.remote.createWriter());
     const { svc } = s.drain(writer);
     await svc.runOnce();
     for (let i = 0; i < 30; i++) s.producer.push("a", "INSERT INTO a (id, note) VALUES (?, ?)", [i, "v1"]);
@@ -302,7 +250,7 @@ describe.each(["sqlite", "libsql", "libsql-http", "postgres", "mysql"] as Engine
 describe.each(["postgres", "mysql"] as const)("three targets on one fresh %s database", (engine) => {
   test("start at once without an error or warning though their ledger DDL races, and every row lands", async () => {
     const dir = tempDirCleanedBy(cleanups);
-    const remote = await remoteFor(engine, dir);
+    const remote = await openRemote(engine, { cleanups });
     const names = ["r1", "r2", "r3"];
     for (const t of names) await remote.exec(`CREATE TABLE t_${t} (id BIGINT PRIMARY KEY)`);
     const config = oneApp(
@@ -318,7 +266,7 @@ describe.each(["postgres", "mysql"] as const)("three targets on one fresh %s dat
     const log = memoryLogger();
     const svc = new OutboxSyncService(
       config,
-      Object.fromEntries(names.map((n) => [`app.${n}`, createWriter(engine, remote.connection)])),
+      Object.fromEntries(names.map((n) => [`app.${n}`, remote.createWriter()])),
       { logger: log },
     );
     cleanups.push(() => svc.stop(2000));

@@ -7,77 +7,30 @@ import fs from "node:fs";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { startHranaServer } from "./support/hrana-server.ts";
-import { createMysqlDb, createPgDb } from "./support/server-db.ts";
+import { AUTO_POS, openRemote } from "./support/remote.ts";
 import { describeSlow } from "./support/slow.ts";
-import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 
 const HOSTS = 3;
 const TABLES = ["orders", "events"];
-type Engine = "sqlite" | "libsql-http" | "postgres" | "mysql";
-
-interface Remote {
-  writer: string;
-  connection: Record<string, unknown>;
-  exec(sql: string): Promise<void>;
-  rows(sql: string): Promise<unknown[][]>;
-}
-
-async function remoteFor(engine: Engine, dir: TempDir): Promise<Remote> {
-  if (engine === "sqlite" || engine === "libsql-http") {
-    const path = dir.file("remote.db");
-    const db = new Database(path, { create: true });
-    db.run("PRAGMA journal_mode = WAL");
-    cleanups.push(() => db.close());
-    let writer = "sqlite";
-    let connection: Record<string, unknown> = { path, busy_timeout: 10_000 };
-    if (engine === "libsql-http") {
-      const server = startHranaServer({ file: path });
-      cleanups.push(() => server.stop());
-      writer = "libsql";
-      connection = { url: server.url };
-    }
-    return {
-      writer,
-      connection,
-      exec: async (sql) => void db.run(sql),
-      rows: async (sql) => db.query(sql).values() as unknown[][],
-    };
-  }
-  const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
-  cleanups.push(() => db.drop());
-  return {
-    writer: engine,
-    connection: { url: db.url },
-    exec: async (sql) => void (await db.sql.unsafe(sql)),
-    rows: async (sql) => Array.from((await db.sql.unsafe(sql).values()) as unknown[][]),
-  };
-}
-
-const POS: Record<Engine, string> = {
-  sqlite: "pos INTEGER PRIMARY KEY",
-  "libsql-http": "pos INTEGER PRIMARY KEY",
-  postgres: "pos BIGSERIAL PRIMARY KEY",
-  mysql: "pos BIGINT AUTO_INCREMENT PRIMARY KEY",
-};
 
 describeSlow(
   "a fleet of drain and producer processes",
   "run three hosts' drains and producers as processes per engine",
   () => {
-    describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("a fleet feeding %s", (engine) => {
+    describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as const)("a fleet feeding %s", (engine) => {
       test(`${HOSTS} hosts, each with its own drain and producer process, feed the same tables at once: every event lands exactly once, each origin's in order`, async () => {
         const dir = tempDirCleanedBy(cleanups);
-        const remote = await remoteFor(engine, dir);
+        const remote = await openRemote(engine, { cleanups });
         for (const t of TABLES)
-          await remote.exec(`CREATE TABLE ${t} (${POS[engine]}, producer INTEGER NOT NULL, n INTEGER NOT NULL)`);
+          await remote.exec(
+            `CREATE TABLE ${t} (${AUTO_POS[remote.dialect]}, producer INTEGER NOT NULL, n INTEGER NOT NULL)`,
+          );
         const stopFile = dir.file("stop-producing");
         const hosts = Array.from({ length: HOSTS }, (_, h) => ({ h, dbDir: dir.file(`host${h}/queue`) }));
         const spawnDrain = (dbDir: string, h: number) =>
@@ -184,21 +137,19 @@ describeSlow(
 test("a second origin feeding an injected (compatibility-mode) table is refused loudly: the table is held, the log names both origins, nothing is absorbed", async () => {
   cleanups.push(() => closeSharedOutboxes());
   const dir = tempDirCleanedBy(cleanups);
-  const remote = new Database(dir.file("remote.db"), { create: true });
-  remote.run("PRAGMA journal_mode = WAL");
-  remote.run("CREATE TABLE t (id INTEGER NOT NULL)");
-  cleanups.push(() => remote.close());
+  const remote = await openRemote("sqlite", { cleanups });
+  await remote.exec("CREATE TABLE t (id INTEGER NOT NULL)");
   let clock = Date.now();
   let refuseFleetRead = false;
   const host = (h: number) => {
     const dbDir = dir.file(`host${h}/queue`);
     const config = oneApp(
       dbDir,
-      { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["t"], injectOutboxSeq: true } },
+      { r: { writer: "sqlite", connection: remote.connection, tables: ["t"], injectOutboxSeq: true } },
       { originLabel: `host-${h}` },
     );
     const log = memoryLogger();
-    const inner = createWriter("sqlite", { path: dir.file("remote.db") });
+    const inner = remote.createWriter();
     // The ledger may answer the fleet read (namespace: the ledger table) with an error.
     const writer: OutboxWriter = {
       dialect: "sqlite",
@@ -234,7 +185,7 @@ test("a second origin feeding an injected (compatibility-mode) table is refused 
   expect(line).toContain(originB.origin);
   expect(line).toContain("host-0");
   expect(line).toStartWith("error");
-  expect(remote.query("SELECT id FROM t ORDER BY rowid").values().flat()).toEqual([0, 1, 2, 3, 4]);
+  expect((await remote.ints("SELECT id FROM t ORDER BY rowid")).flat()).toEqual([0, 1, 2, 3, 4]);
   // A fleet read the ledger refuses keeps the hold: it must not lapse for want of an answer.
   refuseFleetRead = true;
   clock += 60_000; // the fleet view is due again

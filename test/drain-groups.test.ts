@@ -7,10 +7,9 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import type { Dialect } from "../src/vocabulary.ts";
-import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { AUTO_POS, ENGINES, engineRemote, fenceCounter, type EngineRemote } from "./support/engines.ts";
+import { AUTO_POS, ENGINES, fenceCounter, openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -49,7 +48,7 @@ const CREDIT = "UPDATE accounts SET balance = balance + 1 WHERE id = ?";
 describe.each(ENGINES)("groups, delivered to %s", (engine) => {
   async function setup(tuning: Record<string, unknown> = {}) {
     const dir = tempDirCleanedBy(cleanups);
-    const remote: EngineRemote = await engineRemote(engine, dir, cleanups);
+    const remote = await openRemote(engine, { cleanups });
     for (const ddl of schema(remote.dialect)) await remote.exec(ddl);
     const config = oneApp(
       dir.file("outbox"),
@@ -58,11 +57,7 @@ describe.each(ENGINES)("groups, delivered to %s", (engine) => {
     );
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     const log = memoryLogger();
-    const svc = new OutboxSyncService(
-      config,
-      { "app.r": createWriter(remote.writer, remote.connection) },
-      { logger: log },
-    );
+    const svc = new OutboxSyncService(config, { "app.r": remote.createWriter() }, { logger: log });
     cleanups.push(() => svc.stop(2000));
     const drained = () =>
       waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the queue drained", 20_000);

@@ -7,8 +7,7 @@ import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
-import { startHranaServer } from "./support/hrana-server.ts";
-import { createMysqlDb, createPgDb } from "./support/server-db.ts";
+import { openRemote } from "./support/remote.ts";
 import { describeSlow } from "./support/slow.ts";
 import { mixSchema, mixStatement } from "./support/statement-mix.ts";
 import type { TempDir } from "./support/tmp.ts";
@@ -17,33 +16,6 @@ import { waitFor } from "./support/wait.ts";
 const cleanups = cleanupsAfterEach();
 
 const KILLS = Number(process.env.SQLOUTBOX_KILLS ?? 12);
-type Engine = "sqlite" | "libsql-http" | "postgres" | "mysql";
-
-async function remoteFor(engine: Engine, dir: TempDir) {
-  const dialect = engine === "postgres" || engine === "mysql" ? engine : "sqlite";
-  if (dialect === "sqlite") {
-    const path = dir.file("remote.db");
-    const db = new Database(path, { create: true });
-    db.run("PRAGMA journal_mode = WAL");
-    for (const ddl of mixSchema("sqlite")) db.run(ddl);
-    cleanups.push(() => db.close());
-    let target: Record<string, unknown> = { writer: "sqlite", connection: { path, busy_timeout: 10_000 } };
-    if (engine === "libsql-http") {
-      const server = startHranaServer({ file: path });
-      cleanups.push(() => server.stop());
-      target = { writer: "libsql", connection: { url: server.url } };
-    }
-    return { dialect, target, rows: async (sql: string) => db.query(sql).values() as unknown[][] };
-  }
-  const db = dialect === "postgres" ? await createPgDb() : await createMysqlDb();
-  cleanups.push(() => db.drop());
-  for (const ddl of mixSchema(dialect)) await db.sql.unsafe(ddl);
-  return {
-    dialect,
-    target: { writer: dialect, connection: { url: db.url } },
-    rows: async (sql: string) => Array.from((await db.sql.unsafe(sql).values()) as unknown[][]),
-  };
-}
 
 /** The state a serial, once-each application of the first `count` statements leaves. */
 function oracle(dir: TempDir, seed: number, count: number): { kv: number[][]; log: number[][] } {
@@ -75,12 +47,13 @@ describeSlow(
   "every statement kind under SIGKILL",
   "kill a drain 12 times per engine while a producer process writes",
   () => {
-    describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])(
+    describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as const)(
       "statement kinds under repeated SIGKILLs, delivered to %s",
       (engine) => {
         test(`${KILLS} kills while a producer writes every statement kind: the remote equals the serial application of what was produced`, async () => {
           const dir = tempDirCleanedBy(cleanups);
-          const remote = await remoteFor(engine, dir);
+          const remote = await openRemote(engine, { cleanups });
+          for (const ddl of mixSchema(remote.dialect)) await remote.exec(ddl);
           const seed = 1 + Math.floor(Math.random() * 1_000_000);
           const dbDir = dir.file("outbox");
           const stopFile = dir.file("stop");
@@ -91,7 +64,7 @@ describeSlow(
                 `${import.meta.dir}/support/children/drain-child.ts`,
                 JSON.stringify({
                   dbDir,
-                  targets: { r: { ...remote.target, tables: ["kv"] } },
+                  targets: { r: { writer: remote.writer, connection: remote.connection, tables: ["kv"] } },
                   // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
                   tuning: {
                     flushInterval: 0.005,
@@ -138,8 +111,8 @@ describeSlow(
 
           expect(q.deadCount()).toBe(0); // nothing was refused: every statement was sent verbatim and applied
           const expected = oracle(dir, seed, produced);
-          const kv = (await remote.rows("SELECT k, v FROM kv ORDER BY k")).map((r) => r.map(Number));
-          const log = (await remote.rows("SELECT id, n FROM log ORDER BY id")).map((r) => r.map(Number));
+          const kv = await remote.ints("SELECT k, v FROM kv ORDER BY k");
+          const log = await remote.ints("SELECT id, n FROM log ORDER BY id");
           expect({ seed, kv }).toEqual({ seed, kv: expected.kv });
           expect({ seed, log }).toEqual({ seed, log: expected.log });
         }, 90_000);

@@ -1,15 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { Database } from "bun:sqlite";
 import { maxRows, multiRowSql, valuesInsert } from "../src/sql/coalesce.ts";
 import { coalesce } from "../src/writers/coalesce.ts";
 import { runIsolated, type Outcome, type PassResult } from "../src/writers/isolate.ts";
-import { createWriter } from "../src/writers/registry.ts";
 import type { Statement, WriteResult } from "../src/writers/writer.ts";
 import type { BindValue, Dialect } from "../src/vocabulary.ts";
 import { classifyPostgres } from "../src/writers/classify.ts";
 import { WriteError } from "../src/errors.ts";
-import { createMysqlDb, createPgDb, type ServerDb } from "./support/server-db.ts";
-import { makeTempDir } from "./support/tmp.ts";
+import { type Engine, openRemote, type Remote } from "./support/remote.ts";
 
 describe("valuesInsert: which statements may be merged into one multi-row INSERT", () => {
   test.each([
@@ -161,13 +158,11 @@ describe("runIsolated with coalescing: a failed merged statement is retried row 
  * The same batches through a coalescing writer and a `coalesce = false` one, into two copies of a
  * table on the real engine: the rows that land and each statement's ok/failed/skipped must match.
  */
-interface Engine {
-  dialect: Dialect;
+/** An engine's placeholders and the table both runs of a case write. */
+interface Fixture {
+  engine: Engine;
   ph(n: number): string;
   ddl(table: string): string;
-  writer(coalesce: boolean): ReturnType<typeof createWriter>;
-  read(sql: string): Promise<unknown[][]>;
-  exec(sql: string): Promise<void>;
 }
 
 const cases: Record<
@@ -266,78 +261,43 @@ const cases: Record<
 };
 cases.libsql = cases.sqlite!;
 
-function serverEngine(kind: "postgres" | "mysql"): () => Engine {
-  let db: ServerDb;
-  beforeAll(async () => {
-    db = kind === "postgres" ? await createPgDb() : await createMysqlDb();
-  });
-  afterAll(async () => {
-    await db?.drop();
-  });
-  return () => ({
-    dialect: kind,
-    ph: (n) => (kind === "postgres" ? `$${n}` : "?"),
-    ddl: (t) => `CREATE TABLE ${t} (k BIGINT PRIMARY KEY, v VARCHAR(32) NOT NULL, n DOUBLE PRECISION)`,
-    writer: (coalesce) => createWriter(kind, { url: db.url, coalesce }),
-    read: async (sql) => Array.from((await db.sql.unsafe(sql).values()) as unknown[][]),
-    exec: async (sql) => void (await db.sql.unsafe(sql)),
-  });
-}
-
-function fileEngine(kind: "sqlite" | "libsql"): () => Engine {
-  const dir = makeTempDir();
-  const path = dir.file("remote.db");
-  afterAll(() => dir.cleanup());
-  return () => {
-    const withDb = <T>(fn: (db: Database) => T): T => {
-      const db = new Database(path, { create: true });
-      try {
-        return fn(db);
-      } finally {
-        db.close();
-      }
-    };
-    return {
-      dialect: kind,
-      ph: () => "?",
-      ddl: (t) => `CREATE TABLE ${t} (k INTEGER PRIMARY KEY, v TEXT NOT NULL, n REAL)`,
-      writer: (coalesce) =>
-        createWriter(kind, kind === "sqlite" ? { path, coalesce } : { url: `file:${path}`, coalesce }),
-      read: async (sql) => withDb((db) => db.query(sql).values() as unknown[][]),
-      exec: async (sql) => withDb((db) => void db.run(sql)),
-    };
-  };
-}
-
-const engines: Record<string, () => () => Engine> = {
-  sqlite: () => fileEngine("sqlite"),
-  libsql: () => fileEngine("libsql"),
-  postgres: () => serverEngine("postgres"),
-  mysql: () => serverEngine("mysql"),
+const fileDdl = (t: string) => `CREATE TABLE ${t} (k INTEGER PRIMARY KEY, v TEXT NOT NULL, n REAL)`;
+const serverDdl = (t: string) => `CREATE TABLE ${t} (k BIGINT PRIMARY KEY, v VARCHAR(32) NOT NULL, n DOUBLE PRECISION)`;
+const fixtures: Record<string, Fixture> = {
+  sqlite: { engine: "sqlite", ph: () => "?", ddl: fileDdl },
+  libsql: { engine: "libsql", ph: () => "?", ddl: fileDdl },
+  postgres: { engine: "postgres", ph: (n) => `$${n}`, ddl: serverDdl },
+  mysql: { engine: "mysql", ph: () => "?", ddl: serverDdl },
 };
 
-for (const [name, make] of Object.entries(engines)) {
+for (const [name, fx] of Object.entries(fixtures)) {
   describe(`coalesced equals serial on ${name}`, () => {
-    const engine = make();
+    // One remote per engine; each case writes tables of its own.
+    let remote: Remote;
+    beforeAll(async () => {
+      remote = await openRemote(fx.engine);
+    });
+    afterAll(async () => {
+      await remote?.done();
+    });
     let n = 0;
     for (const c of cases[name]!) {
       test(c.name, async () => {
-        const e = engine();
         const tables = [`merged_${n}`, `serial_${n}`];
         n++;
         for (const t of tables) {
-          await e.exec(e.ddl(t));
-          await e.exec(`INSERT INTO ${t} (k, v) VALUES (0, 'existing')`);
+          await remote.exec(fx.ddl(t));
+          await remote.exec(`INSERT INTO ${t} (k, v) VALUES (0, 'existing')`);
         }
         const outcome = async (table: string, coalesceOn: boolean) => {
-          const writer = e.writer(coalesceOn);
+          const writer = remote.createWriter({ coalesce: coalesceOn });
           try {
-            const batch = c.rows.map((args, i) => stmt(c.sql(table, e.ph), args, table, i + 1));
+            const batch = c.rows.map((args, i) => stmt(c.sql(table, fx.ph), args, table, i + 1));
             // A second namespace in the same batch must be unaffected either way.
             const other: BindValue[] = [100, "other", ...c.rows[0]!.slice(2)];
-            batch.push(stmt(c.sql(table, e.ph), other, `${table}-other`, 99));
+            batch.push(stmt(c.sql(table, fx.ph), other, `${table}-other`, 99));
             const results = await writer.writeBatch(batch);
-            const rows = await e.read(`SELECT k, v FROM ${table} ORDER BY k`);
+            const rows = await remote.rows(`SELECT k, v FROM ${table} ORDER BY k`);
             return {
               results: results.map((r) => (r.ok ? "ok" : r.skipped ? "skipped" : `failed ${r.errorClass}`)),
               rows: rows.map((r) => r.map(String)),
