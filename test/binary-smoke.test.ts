@@ -1,21 +1,22 @@
 // The compiled single binary: built once into a temp dir, then --version, status, verify, init
 // (templates embedded), a short runservice draining into a sqlite target, and a custom writer
 // that imports packages from its project's node_modules.
-import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { buildBinary } from "../build.ts";
 import pkg from "../package.json" with { type: "json" };
+import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { cleanEnv, REPO, run } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { startOtlpReceiver } from "./support/otlp-receiver.ts";
 import { openQueue, seed } from "./support/queue.ts";
-import { countRows } from "./support/remote.ts";
+import { openRemote } from "./support/remote.ts";
 import { describeSlow, SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
+const cleanups = cleanupsAfterEach();
 let tmp: TempDir;
 let binary: string;
 const sh = (args: string[], cwd?: string, env?: Record<string, string | undefined>) =>
@@ -67,10 +68,8 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
       'import { SQLMiddleware } from "sqloutbox"',
     );
     // The example target, with the tables the scaffold delivers into.
-    expect([
-      countRows(path.join(tmp.path, "scaffold", "data", "remote.db"), "orders"),
-      countRows(path.join(tmp.path, "scaffold", "data", "remote.db"), "payments"),
-    ]).toEqual([0, 0]);
+    const remote = await openRemote("sqlite", { path: path.join(tmp.path, "scaffold", "data", "remote.db"), cleanups });
+    expect([await remote.count("orders"), await remote.count("payments")]).toEqual([0, 0]);
   });
 
   test("ignores a .env and a bunfig.toml in the working directory", async () => {
@@ -91,21 +90,20 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
   test("runservice drains into a sqlite target and exits 0 on SIGTERM", async () => {
     const dir = tmp.file("drain");
     seed(path.join(dir, "queue"), "orders", 30);
-    const remote = new Database(path.join(dir, "remote.db"));
-    remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
-    remote.close();
+    const remote = await openRemote("sqlite", { path: path.join(dir, "remote.db"), cleanups });
+    await remote.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
     fs.writeFileSync(
       path.join(dir, "outbox.toml"),
       `[app.a]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n[app.a.db.r]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.r.connection]\npath = "remote.db"\n`,
     );
     const proc = Bun.spawn([binary, "runservice"], { cwd: dir, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
     try {
-      await waitFor(() => countRows(path.join(dir, "remote.db"), "orders") >= 30, "the 30 orders in remote.db");
+      await waitFor(async () => (await remote.count("orders")) >= 30, "the 30 orders in remote.db");
     } finally {
       proc.kill("SIGTERM");
     }
     expect(await proc.exited).toBe(0);
-    expect(countRows(path.join(dir, "remote.db"), "orders")).toBe(30);
+    expect(await remote.count("orders")).toBe(30);
   }, 30_000);
 
   test("runservice exports delivery spans in the producer's trace over OTLP/HTTP (JSON from [tracing], protobuf from OTEL_*)", async () => {
@@ -121,14 +119,13 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
           tracestate: null,
         });
       queue.close();
-      const remote = new Database(path.join(dir, "remote.db"));
-      remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
-      remote.close();
+      const remote = await openRemote("sqlite", { path: path.join(dir, "remote.db"), cleanups });
+      await remote.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
       const toml = `[tracing]\nendpoint = "${rx.url}"\nprotocol = "http/json"\nservice_name = "shop-drain"\n[app.a]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n[app.a.db.r]\nwriter = "sqlite"\ntables = ["orders"]\n[app.a.db.r.connection]\npath = "remote.db"\n`;
       fs.writeFileSync(path.join(dir, "outbox.toml"), toml);
       const proc = Bun.spawn([binary, "runservice"], { cwd: dir, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
       try {
-        await waitFor(() => countRows(path.join(dir, "remote.db"), "orders") >= 3, "the 3 orders in remote.db");
+        await waitFor(async () => (await remote.count("orders")) >= 3, "the 3 orders in remote.db");
       } finally {
         proc.kill("SIGTERM");
       }
@@ -156,7 +153,7 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
       };
       const second = Bun.spawn([binary, "runservice"], { cwd: dir, env, stdout: "pipe", stderr: "pipe" });
       try {
-        await waitFor(() => countRows(path.join(dir, "remote.db"), "orders") >= 4, "the 4th order in remote.db");
+        await waitFor(async () => (await remote.count("orders")) >= 4, "the 4th order in remote.db");
       } finally {
         second.kill("SIGTERM");
       }

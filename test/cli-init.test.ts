@@ -1,6 +1,5 @@
 // init scaffolds the programmatic path: the files type-check against this package, and the
 // next steps it prints, run exactly as printed, deliver into its example target.
-import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
@@ -8,7 +7,7 @@ import pkg from "../package.json" with { type: "json" };
 import { closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
-import { countRows } from "./support/remote.ts";
+import { openRemote } from "./support/remote.ts";
 import { makeTempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
@@ -179,8 +178,8 @@ describe("init", () => {
       "bunx sqloutbox status",
       "bunx tsc -p",
     ]);
-    const remote = path.join(scaffold, "data", "remote.db");
-    const landed = () => [countRows(remote, "orders"), countRows(remote, "payments")];
+    const remote = await openRemote("sqlite", { path: path.join(scaffold, "data", "remote.db") });
+    const landed = async () => [await remote.count("orders"), await remote.count("payments")];
     for (const line of commands) {
       const argv = line.split(" ");
       const isDrain = line.endsWith("run.ts") || argv.includes("runservice");
@@ -194,7 +193,7 @@ describe("init", () => {
       // A drain: runs until SIGTERM. The first one delivers what produce.ts queued; the second finds nothing left.
       const drain = Bun.spawn(argv, { cwd: project, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
       try {
-        await waitFor(() => landed().join() === "1,1", `${line} to deliver the order and its payment`);
+        await waitFor(async () => (await landed()).join() === "1,1", `${line} to deliver the order and its payment`);
         await waitFor(
           async () =>
             (await run(["status", "--config", "outbox/outbox.toml", "--json"], { cwd: project })).stdout.match(
@@ -212,10 +211,9 @@ describe("init", () => {
         errors: output.split("\n").filter((l) => /error|warn/i.test(l)),
       }).toEqual({ line, code: 0, errors: [] });
     }
-    const db = new Database(remote, { readonly: true });
-    expect(db.query("SELECT o.total, p.state FROM orders o JOIN payments p ON p.order_id = o.id").all()).toEqual([
-      { total: 99.9, state: "captured" },
+    expect(await remote.rows("SELECT o.total, p.state FROM orders o JOIN payments p ON p.order_id = o.id")).toEqual([
+      [99.9, "captured"],
     ]);
-    db.close();
+    await remote.done();
   }, 30_000);
 });

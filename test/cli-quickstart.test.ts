@@ -5,7 +5,7 @@ import { afterAll, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { BIN, cleanEnv, REPO, run } from "./support/cli.ts";
-import { createPgDb, type ServerDb } from "./support/server-db.ts";
+import { openRemote, type ServerRemote } from "./support/remote.ts";
 import { describeSlow } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
@@ -19,11 +19,11 @@ function codeBlocks(heading: string): Array<{ lang: string; code: string }> {
   return [...section.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map((m) => ({ lang: m[1]!, code: m[2]! }));
 }
 
-const dbs: ServerDb[] = [];
+const remotes: ServerRemote[] = [];
 const projects: TempDir[] = [];
 afterAll(async () => {
   for (const dir of projects) dir.cleanup();
-  for (const db of dbs) await db.drop();
+  for (const remote of remotes) await remote.done();
 });
 
 /**
@@ -32,11 +32,11 @@ afterAll(async () => {
  */
 async function startProject(
   blocks: Array<{ lang: string; code: string }>,
-): Promise<{ project: string; db: ServerDb; env: Record<string, string> }> {
+): Promise<{ project: string; remote: ServerRemote; env: Record<string, string> }> {
   const [ddl, toml, producer] = blocks;
-  const db = await createPgDb("sqloutbox_qs");
-  dbs.push(db);
-  await db.sql.unsafe(ddl!.code);
+  const remote = await openRemote("postgres");
+  remotes.push(remote);
+  await remote.exec(ddl!.code);
   const dir = makeTempDir("sqloutbox-quickstart-");
   projects.push(dir);
   const project = dir.path;
@@ -45,19 +45,18 @@ async function startProject(
   fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "app", type: "module", private: true }));
   fs.writeFileSync(path.join(project, "outbox.toml"), toml!.code);
   fs.writeFileSync(path.join(project, "produce.ts"), producer!.code);
-  const env = { DATABASE_URL: db.url };
+  const env = { DATABASE_URL: remote.url };
   const produced = await run(["produce.ts"], { cmd: ["bun"], cwd: project, env });
   expect({ code: produced.code, stderr: produced.stderr }).toEqual({ code: 0, stderr: "" });
-  return { project, db, env };
+  return { project, remote, env };
 }
 
-/** Waits until the payment the producer queued landed on `db`, captured. */
-async function captured(db: ServerDb): Promise<void> {
+/** Waits until the payment the producer queued landed on `remote`, captured. */
+async function captured(remote: ServerRemote): Promise<void> {
   await waitFor(
     async () => {
-      const rows: Array<{ id: number; state: string | null }> =
-        await db.sql`SELECT p.id, p.state FROM payments p JOIN orders o ON o.id = p.order_id`;
-      return rows.length === 1 && rows[0]!.id === 7 && rows[0]!.state === "captured";
+      const rows = await remote.rows("SELECT p.id, p.state FROM payments p JOIN orders o ON o.id = p.order_id");
+      return rows.length === 1 && rows[0]![0] === 7 && rows[0]![1] === "captured";
     },
     "the captured payment on PostgreSQL",
     20_000,
@@ -79,7 +78,7 @@ describeSlow("README Quick start", "run it as written, waiting out the default t
     expect(lines.map((l) => l.slice(0, 2).join(" "))).toEqual(["sqloutbox runservice", "sqloutbox status"]);
 
     const byCommands = async () => {
-      const { project, db, env } = await startProject(blocks);
+      const { project, remote, env } = await startProject(blocks);
       const drain = Bun.spawn(["bun", BIN, ...lines[0]!.slice(1)], {
         cwd: project,
         env: cleanEnv(env),
@@ -87,7 +86,7 @@ describeSlow("README Quick start", "run it as written, waiting out the default t
         stderr: "pipe",
       });
       try {
-        await captured(db);
+        await captured(remote);
         const status = await run(lines[1]!.slice(1), { cwd: project, env });
         expect(status.code).toBe(0);
         expect(status.stdout).toMatch(/^app shop: drain running \(pid \d+\) on /);
@@ -102,7 +101,7 @@ describeSlow("README Quick start", "run it as written, waiting out the default t
     };
 
     const inProcess = async () => {
-      const { project, db, env } = await startProject(blocks);
+      const { project, remote, env } = await startProject(blocks);
       fs.writeFileSync(path.join(project, "drain.ts"), snippet!.code);
       const drain = Bun.spawn(["bun", "drain.ts"], {
         cwd: project,
@@ -111,7 +110,7 @@ describeSlow("README Quick start", "run it as written, waiting out the default t
         stderr: "pipe",
       });
       try {
-        await captured(db);
+        await captured(remote);
       } finally {
         drain.kill("SIGTERM");
       }

@@ -9,7 +9,7 @@ import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { REPO, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { openQueue, seed } from "./support/queue.ts";
-import { countRows } from "./support/remote.ts";
+import { openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -150,10 +150,8 @@ describe("dead-letter replay", () => {
 
 describe("while the drain runs", () => {
   test("skip unblocks a failing head and replay delivers it after the remote is fixed; the drain keeps going", async () => {
-    const remote = path.join(tmp, "remote.db");
-    const db = new Database(remote);
-    db.run("CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT CHECK (note IS NULL OR note <> 'gift'))");
-    db.close();
+    const remote = await openRemote("sqlite", { path: path.join(tmp, "remote.db"), cleanups });
+    await remote.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT CHECK (note IS NULL OR note <> 'gift'))");
     // Row 4 breaks a CHECK constraint (the row's fault), so it fails and holds the head.
     const orders = openQueue(dbDir, "orders");
     orders.enqueue("INSERT INTO orders (id, note) VALUES (?, ?)", '[4, "gift"]');
@@ -175,15 +173,13 @@ describe("while the drain runs", () => {
           JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces[0].isStuck,
         "status to report the stuck head",
       );
-      expect(countRows(remote, "orders")).toBe(3);
+      expect(await remote.count("orders")).toBe(3);
       expect((await runInProcess(["skip", "--db-dir", dbDir, "--namespace", "orders", "--seq", "4"])).code).toBe(0);
-      await waitFor(() => countRows(remote, "orders") === 4, "rows 1–3 and 5"); // row 5 passes the skipped head
-      const fix = new Database(remote);
-      fix.run("CREATE TABLE orders2 (id INTEGER PRIMARY KEY, note TEXT)");
-      fix.run("INSERT INTO orders2 SELECT id, note FROM orders");
-      fix.run("DROP TABLE orders");
-      fix.run("ALTER TABLE orders2 RENAME TO orders");
-      fix.close();
+      await waitFor(async () => (await remote.count("orders")) === 4, "rows 1–3 and 5"); // row 5 passes the skipped head
+      await remote.exec("CREATE TABLE orders2 (id INTEGER PRIMARY KEY, note TEXT)");
+      await remote.exec("INSERT INTO orders2 SELECT id, note FROM orders");
+      await remote.exec("DROP TABLE orders");
+      await remote.exec("ALTER TABLE orders2 RENAME TO orders");
       const replay = await runInProcess([
         "dead-letter",
         "replay",
@@ -195,7 +191,7 @@ describe("while the drain runs", () => {
         "4",
       ]);
       expect(replay.code).toBe(0);
-      await waitFor(() => countRows(remote, "orders") === 5, "the replayed head");
+      await waitFor(async () => (await remote.count("orders")) === 5, "the replayed head");
     } finally {
       drain.kill("SIGTERM");
     }

@@ -1,6 +1,5 @@
 // runservice end to end: drains into a sqlite target, SIGTERM exits 0, JSON logs for journald,
 // one drain per db_dir, config errors exit 1 naming the place.
-import { Database } from "bun:sqlite";
 import { beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
@@ -8,14 +7,15 @@ import pkg from "../package.json" with { type: "json" };
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
 import { seed } from "./support/queue.ts";
-import { countRows } from "./support/remote.ts";
+import { type FileRemote, openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 let tmp: string;
 let config: string;
+let remote: FileRemote;
 
-beforeEach(() => {
+beforeEach(async () => {
   tmp = tempDirCleanedBy(cleanups, "sqloutbox-cli-run-").path;
   config = path.join(tmp, "outbox.toml");
   fs.writeFileSync(
@@ -33,10 +33,9 @@ tables = ["orders", "payments"]
 path = "remote.db"
 `,
   );
-  const remote = new Database(path.join(tmp, "remote.db"));
-  remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
-  remote.run("CREATE TABLE payments (id INTEGER PRIMARY KEY)");
-  remote.close();
+  remote = await openRemote("sqlite", { path: path.join(tmp, "remote.db"), cleanups });
+  await remote.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+  await remote.exec("CREATE TABLE payments (id INTEGER PRIMARY KEY)");
   seed(path.join(tmp, "queue"), "orders", 40);
   seed(path.join(tmp, "queue"), "payments", 25);
 });
@@ -54,9 +53,7 @@ describe("runservice", () => {
   test("drains every table into the sqlite target and exits 0 on SIGTERM, logging JSON lines", async () => {
     const proc = start(["--config", config], { LOG_FORMAT: "json" });
     await waitFor(
-      () =>
-        countRows(path.join(tmp, "remote.db"), "orders") === 40 &&
-        countRows(path.join(tmp, "remote.db"), "payments") === 25,
+      async () => (await remote.count("orders")) === 40 && (await remote.count("payments")) === 25,
       "every row in remote.db",
     );
     proc.kill("SIGTERM");
@@ -81,7 +78,7 @@ describe("runservice", () => {
       stdout: "pipe",
       stderr: "pipe",
     });
-    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40, "the 40 orders in remote.db");
+    await waitFor(async () => (await remote.count("orders")) === 40, "the 40 orders in remote.db");
     proc.kill("SIGINT");
     expect(await proc.exited).toBe(0);
   });
@@ -89,7 +86,7 @@ describe("runservice", () => {
   test("a second drain on the same db_dir exits 1 naming the lock file; the first keeps running", async () => {
     const first = start(["--config", config]);
     try {
-      await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40, "the 40 orders in remote.db");
+      await waitFor(async () => (await remote.count("orders")) === 40, "the 40 orders in remote.db");
       const second = await run(["runservice", "--config", config]);
       expect(second.code).toBe(1);
       expect(second.stderr).toContain(path.join(tmp, "queue", ".sqloutbox.lock"));
@@ -136,7 +133,7 @@ path = "remote.db"
 
   test("pretty log lines start with the ISO time, for a log file read later", async () => {
     const proc = start(["--config", config]);
-    await waitFor(() => countRows(path.join(tmp, "remote.db"), "orders") === 40, "the 40 orders in remote.db");
+    await waitFor(async () => (await remote.count("orders")) === 40, "the 40 orders in remote.db");
     proc.kill("SIGTERM");
     expect(await proc.exited).toBe(0);
     const lines = (await new Response(proc.stderr).text()).trim().split("\n");

@@ -1,9 +1,8 @@
-import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { normalize, runInProcess } from "./support/cli.ts";
-import { createMysqlDb, createPgDb } from "./support/server-db.ts";
+import { openRemote } from "./support/remote.ts";
 
 const cleanups = cleanupsAfterEach();
 
@@ -36,45 +35,32 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
 
   test("--apply creates the ledger, the column and the index on a sqlite target, a second --apply says 'already' for each, --drop --apply removes outbox_seq only", async () => {
     const dir = project("sqlite", `path = "remote.db"`);
-    const remote = new Database(dir.file("remote.db"), { create: true });
-    remote.run("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
-    remote.close();
-    const columns = () => {
-      const db = new Database(dir.file("remote.db"), { readonly: true });
-      const cols = db
-        .query<{ name: string }, []>("SELECT name FROM pragma_table_info('orders')")
-        .all()
-        .map((c) => c.name);
-      const idx = db
-        .query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'orders'")
-        .all()
-        .map((i) => i.name);
-      db.close();
-      return { cols, idx };
-    };
+    const remote = await openRemote("sqlite", { path: dir.file("remote.db"), cleanups });
+    await remote.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+    const columns = async () => ({
+      cols: (await remote.rows("SELECT name FROM pragma_table_info('orders')")).flat(),
+      idx: (await remote.rows("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'orders'")).flat(),
+    });
     const config = dir.file("outbox.toml");
     const first = await runInProcess(["schema", "--config", config, "--apply", "--json"]);
     expect(first.code).toBe(0);
     expect(JSON.parse(first.stdout).targets[0].outcomes).toEqual(["applied", "applied", "applied"]);
-    expect(columns()).toEqual({ cols: ["id", "outbox_seq"], idx: ["idx_orders_outbox_seq"] });
+    expect(await columns()).toEqual({ cols: ["id", "outbox_seq"], idx: ["idx_orders_outbox_seq"] });
     const second = await runInProcess(["schema", "--config", config, "--apply", "--json"]);
     expect(second.code).toBe(0);
     expect(JSON.parse(second.stdout).targets[0].outcomes).toEqual(["already", "already", "already"]);
     const drop = await runInProcess(["schema", "--config", config, "--drop", "--apply"]);
     expect(drop.code).toBe(0);
     expect(drop.stdout).toContain("-- applied");
-    expect(columns()).toEqual({ cols: ["id"], idx: [] });
-    const db = new Database(dir.file("remote.db"), { readonly: true });
-    expect(db.query("SELECT count(*) AS n FROM sqloutbox_ledger").get()).toEqual({ n: 0 }); // the ledger is never dropped
-    db.close();
+    expect(await columns()).toEqual({ cols: ["id"], idx: [] });
+    expect(await remote.count("sqloutbox_ledger")).toBe(0); // the ledger is never dropped
   });
 
   test("--apply on PostgreSQL and MariaDB creates the ledger, the column and the unique index, twice without error, and --drop removes outbox_seq", async () => {
     for (const engine of ["postgres", "mysql"] as const) {
-      const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
-      cleanups.push(() => db.drop());
-      await db.sql.unsafe("CREATE TABLE orders (id BIGINT PRIMARY KEY)");
-      const dir = project(engine, `url = "${db.url}"`);
+      const remote = await openRemote(engine, { cleanups });
+      await remote.exec("CREATE TABLE orders (id BIGINT PRIMARY KEY)");
+      const dir = project(engine, `url = "${remote.url}"`);
       const config = dir.file("outbox.toml");
       for (const round of [1, 2]) {
         const r = await runInProcess(["schema", "--config", config, "--apply", "--json"]);
@@ -85,16 +71,16 @@ CREATE UNIQUE INDEX IF NOT EXISTS "idx_orders_outbox_seq" ON "orders" (outbox_se
       }
       const cols = async () =>
         (
-          await db.sql.unsafe(
+          await remote.rows(
             engine === "postgres"
-              ? "SELECT column_name AS c FROM information_schema.columns WHERE table_name = 'orders' ORDER BY column_name"
-              : "SELECT column_name AS c FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'orders' ORDER BY column_name",
+              ? "SELECT column_name FROM information_schema.columns WHERE table_name = 'orders' ORDER BY column_name"
+              : "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'orders' ORDER BY column_name",
           )
-        ).map((r: { c: string }) => r.c);
+        ).flat();
       expect(await cols()).toEqual(["id", "outbox_seq"]);
       // The unique index really absorbs: a second row with the same outbox_seq is refused.
-      await db.sql.unsafe("INSERT INTO orders (id, outbox_seq) VALUES (1, 7)");
-      await expect(db.sql.unsafe("INSERT INTO orders (id, outbox_seq) VALUES (2, 7)")).rejects.toThrow();
+      await remote.exec("INSERT INTO orders (id, outbox_seq) VALUES (1, 7)");
+      await expect(remote.exec("INSERT INTO orders (id, outbox_seq) VALUES (2, 7)")).rejects.toThrow();
       const drop = await runInProcess(["schema", "--config", config, "--drop", "--apply"]);
       expect(drop.code).toBe(0);
       expect(await cols()).toEqual(["id"]);

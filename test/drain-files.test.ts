@@ -10,28 +10,25 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { QueueDb } from "../src/outbox/queue-db.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
-import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FAST, memoryLogger } from "./support/drain-harness.ts";
-import { countRows } from "./support/remote.ts";
+import { openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
 
 /** A remote SQLite file with table `t` (and `credits`), and a drain of `queues` (db_dir or db_file) into it, on a clock the test moves. */
-function drainInto(dir: { file(n: string): string }, queues: { dbDir: string } | { dbFile: string }, tables: string[]) {
-  const remote = new Database(dir.file("remote.db"), { create: true });
-  remote.run("PRAGMA journal_mode = WAL");
-  remote.run("CREATE TABLE IF NOT EXISTS t (id INTEGER, note TEXT)");
-  remote.run("CREATE TABLE IF NOT EXISTS credits (n INTEGER PRIMARY KEY)");
-  remote.close();
+async function drainInto(queues: { dbDir: string } | { dbFile: string }, tables: string[]) {
+  const remote = await openRemote("sqlite", { cleanups });
+  await remote.exec("CREATE TABLE t (id INTEGER, note TEXT)");
+  await remote.exec("CREATE TABLE credits (n INTEGER PRIMARY KEY)");
   const config = defineConfig({
     app: {
       app: {
         ...queues,
         ...FAST,
         batchSize: 2_000,
-        db: { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables } },
+        db: { r: { writer: "sqlite", connection: remote.connection, tables } },
       },
     },
   });
@@ -39,7 +36,7 @@ function drainInto(dir: { file(n: string): string }, queues: { dbDir: string } |
   const log = memoryLogger();
   const svc = new OutboxSyncService(
     config,
-    { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) },
+    { "app.r": remote.createWriter() },
     { logger: log, now: () => Date.now() + offsetMs },
   );
   cleanups.push(() => svc.stop(2000));
@@ -51,7 +48,7 @@ function drainInto(dir: { file(n: string): string }, queues: { dbDir: string } |
       await svc.runOnce();
     }
   };
-  return { svc, log, drainAndRest };
+  return { remote, svc, log, drainAndRest };
 }
 
 test("an idle file's WAL goes back to zero bytes and the space of a drained backlog is given back", async () => {
@@ -75,9 +72,9 @@ test("an idle file's WAL goes back to zero bytes and the space of a drained back
   db.query("PRAGMA wal_checkpoint(PASSIVE)").get(); // the main file holds the backlog
   const peak = statSync(file).size;
   expect(peak).toBeGreaterThan(8_000_000);
-  const { svc, drainAndRest } = drainInto(dir, { dbDir: dir.file("outbox") }, ["t"]);
+  const { remote, svc, drainAndRest } = await drainInto({ dbDir: dir.file("outbox") }, ["t"]);
   await drainAndRest();
-  expect(countRows(dir.file("remote.db"), "t")).toBe(20_000);
+  expect(await remote.count("t")).toBe(20_000);
   expect(walSize(file)).toBe(0);
   expect(statSync(file).size).toBeLessThan(peak * 0.2);
   const view = svc.targets()[0]!.view().files;
@@ -141,9 +138,9 @@ test("in the application's own database the drain delivers, creates nothing, swi
       .query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum")
       .get(),
   };
-  const { svc, drainAndRest } = drainInto(dir, { dbFile: file }, ["credits"]);
+  const { remote, svc, drainAndRest } = await drainInto({ dbFile: file }, ["credits"]);
   await drainAndRest();
-  expect(countRows(dir.file("remote.db"), "credits")).toBe(50);
+  expect(await remote.count("credits")).toBe(50);
   expect(app.query("SELECT balance FROM accounts").get()).toEqual({ balance: 50 });
   expect({
     schema: schemaOf(),
@@ -160,7 +157,7 @@ test("in the application's own database the drain delivers, creates nothing, swi
 test("a db_file the producer has not created yet holds its tables and is never created by the drain; it delivers once the producer has", async () => {
   const dir = tempDirCleanedBy(cleanups);
   const file = dir.file("shop/outbox.db");
-  const { svc, log } = drainInto(dir, { dbFile: file }, ["t"]);
+  const { remote, svc, log } = await drainInto({ dbFile: file }, ["t"]);
   await svc.runOnce();
   expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({
     reason: "file",
@@ -170,7 +167,7 @@ test("a db_file the producer has not created yet holds its tables and is never c
   expect(await Bun.file(file).exists()).toBe(false);
   new SQLMiddleware({ dbFile: file }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
   await waitFor(
-    async () => (await svc.runOnce(), countRows(dir.file("remote.db"), "t") === 1),
+    async () => (await svc.runOnce(), (await remote.count("t")) === 1),
     "delivery once the file exists",
     10_000,
   );
@@ -185,7 +182,7 @@ test("a db_file that is an application's database without our tables is held, na
   app.run("CREATE TABLE accounts (id INTEGER PRIMARY KEY)");
   app.close();
   const bytes = await Bun.file(file).bytes();
-  const { svc } = drainInto(dir, { dbFile: file }, ["t"]);
+  const { svc } = await drainInto({ dbFile: file }, ["t"]);
   await svc.runOnce();
   expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({
     reason: "file",
@@ -204,7 +201,7 @@ test("an application writing its own rows and events at full speed while the dra
   app.run("INSERT INTO accounts VALUES (1, 0)");
   new SQLMiddleware({ database: app }).outbox("credits"); // the application creates our tables before the drain starts
   app.close();
-  const { svc } = drainInto(dir, { dbFile: file }, ["credits"]);
+  const { remote, svc } = await drainInto({ dbFile: file }, ["credits"]);
   await svc.start();
   const stopFile = dir.file("stop");
   const child = Bun.spawn(
@@ -218,7 +215,7 @@ test("an application writing its own rows and events at full speed while the dra
   expect({ errors: Number(errors), first: first.join(" ") }).toEqual({ errors: 0, first: "" });
   expect(Number(transactions)).toBeGreaterThan(500);
   await waitFor(() => svc.totalPending() === 0, "the drain caught up", 20_000);
-  expect(countRows(dir.file("remote.db"), "credits")).toBe(Number(transactions));
+  expect(await remote.count("credits")).toBe(Number(transactions));
   const check = new Database(file, { readonly: true });
   cleanups.push(() => check.close());
   expect(check.query("SELECT balance FROM accounts").get()).toEqual({ balance: Number(transactions) });

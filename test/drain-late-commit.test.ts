@@ -12,7 +12,8 @@ import { createWriter } from "../src/writers/registry.ts";
 import type { Statement } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { createMysqlDb, createPgDb, MYSQL_BASE_URL } from "./support/server-db.ts";
+import { openRemote } from "./support/remote.ts";
+import { MYSQL_BASE_URL } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import { waitFor } from "./support/wait.ts";
 
@@ -23,38 +24,37 @@ type Engine = "postgres" | "mysql";
 type Access = "auto_schema" | "no auto_schema" | "restricted role";
 
 /** A database with table t and, unless auto_schema creates it, the ledger; the URL the drain uses. */
-async function remote(engine: Engine, access: Access) {
-  const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
-  cleanups.push(() => db.drop());
-  await db.sql.unsafe(
+async function remoteFor(engine: Engine, access: Access) {
+  const remote = await openRemote(engine, { cleanups });
+  await remote.exec(
     engine === "postgres"
       ? "CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL, note TEXT)"
       : "CREATE TABLE t (pos BIGINT AUTO_INCREMENT PRIMARY KEY, id BIGINT NOT NULL, note TEXT) ENGINE=InnoDB",
   );
-  if (access !== "auto_schema") await db.sql.unsafe(ledgerDdl("sqloutbox_ledger", engine));
-  let url = db.url;
+  if (access !== "auto_schema") await remote.exec(ledgerDdl("sqloutbox_ledger", engine));
+  let url = remote.url;
   if (access === "restricted role") {
     const role = `drain_${crypto.randomUUID().replaceAll("-", "").slice(0, 10)}`;
     if (engine === "postgres") {
-      await db.sql.unsafe(`CREATE ROLE ${role} LOGIN`);
-      cleanups.push(() => db.sql.unsafe(`DROP OWNED BY ${role}; DROP ROLE ${role}`).catch(() => {}));
-      await db.sql.unsafe(`GRANT SELECT, INSERT, UPDATE ON t, sqloutbox_ledger TO ${role}`);
-      await db.sql.unsafe(`GRANT USAGE ON SEQUENCE t_pos_seq TO ${role}`);
-      url = db.url.replace("postgres@", `${role}@`);
+      await remote.exec(`CREATE ROLE ${role} LOGIN`);
+      cleanups.push(() => remote.exec(`DROP OWNED BY ${role}; DROP ROLE ${role}`).catch(() => {}));
+      await remote.exec(`GRANT SELECT, INSERT, UPDATE ON t, sqloutbox_ledger TO ${role}`);
+      await remote.exec(`GRANT USAGE ON SEQUENCE t_pos_seq TO ${role}`);
+      url = remote.url.replace("postgres@", `${role}@`);
     } else {
       const admin = new SQL(`${MYSQL_BASE_URL}/mysql`, { max: 1 });
       await admin.unsafe(`CREATE USER '${role}'@'%' IDENTIFIED BY 'pw-${role}'`);
-      await admin.unsafe(`GRANT SELECT, INSERT, UPDATE ON \`${db.name}\`.* TO '${role}'@'%'`);
+      await admin.unsafe(`GRANT SELECT, INSERT, UPDATE ON \`${remote.name}\`.* TO '${role}'@'%'`);
       await admin.close();
       cleanups.push(async () => {
         const a = new SQL(`${MYSQL_BASE_URL}/mysql`, { max: 1 });
         await a.unsafe(`DROP USER IF EXISTS '${role}'@'%'`).catch(() => {});
         await a.close();
       });
-      url = db.url.replace("root@", `${role}:pw-${role}@`);
+      url = remote.url.replace("root@", `${role}:pw-${role}@`);
     }
   }
-  return { db, url };
+  return { remote, url };
 }
 
 /**
@@ -89,7 +89,7 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
   ] as Array<[Engine, Access]>)("a late COMMIT on %s (%s)", (engine, access) => {
     test("the next drain waits for it on the ledger row: no row sent twice, no spurious dead letter, the UPDATE applied once", async () => {
       const dir = tempDirCleanedBy(cleanups);
-      const { db, url } = await remote(engine, access);
+      const { remote, url } = await remoteFor(engine, access);
       const config = oneApp(
         dir.file("outbox"),
         { r: { writer: engine, connection: { url }, tables: ["t"] } },
@@ -115,11 +115,9 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
       );
       expect(committed.at).toBeGreaterThan(retriedAt); // the drain was retrying while the COMMIT was still out
 
-      const [n, distinct, v2] = Array.from(
-        (await db.sql
-          .unsafe("SELECT count(*), count(DISTINCT id), sum(CASE WHEN note = 'v2' THEN 1 ELSE 0 END) FROM t")
-          .values()) as unknown[][],
-      )[0]!.map(Number);
+      const [n, distinct, v2] = (
+        await remote.ints("SELECT count(*), count(DISTINCT id), sum(CASE WHEN note = 'v2' THEN 1 ELSE 0 END) FROM t")
+      )[0]!;
       expect({ n, distinct, v2 }).toEqual({ n: 40, distinct: 40, v2: 1 });
       const q = new Outbox(dir.file("outbox/t.db"), "t");
       cleanups.push(() => q.close());
@@ -133,14 +131,13 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
 
   test("a drain SIGKILLed while PostgreSQL runs its COMMIT (a slow deferred trigger): the next drain waits for that COMMIT and sends nothing twice", async () => {
     const dir = tempDirCleanedBy(cleanups);
-    const db = await createPgDb();
-    cleanups.push(() => db.drop());
-    await db.sql.unsafe("CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL)");
+    const remote = await openRemote("postgres", { cleanups });
+    await remote.exec("CREATE TABLE t (pos BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL)");
     // Row 999 makes COMMIT itself take 2 s: the transaction holds its locks until it is decided.
-    await db.sql.unsafe(
+    await remote.exec(
       "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$",
     );
-    await db.sql.unsafe(
+    await remote.exec(
       "CREATE CONSTRAINT TRIGGER t_slow AFTER INSERT ON t DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id = 999) EXECUTE FUNCTION slow_commit()",
     );
     const dbDir = dir.file("outbox");
@@ -151,7 +148,7 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
           `${import.meta.dir}/support/children/drain-child.ts`,
           JSON.stringify({
             dbDir,
-            targets: { pg: { writer: "postgres", connection: { url: db.url }, tables: ["t"] } },
+            targets: { pg: { writer: "postgres", connection: remote.connection, tables: ["t"] } },
             tuning: { flushInterval: 0.01, tableFlushThreshold: 1, tableMaxWait: 0 },
           }),
         ],
@@ -165,10 +162,10 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
     cleanups.push(() => first.kill("SIGKILL"));
     const committing = async () =>
       (
-        await db.sql.unsafe(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = 'COMMIT' AND state = 'active'",
+        await remote.ints(
+          "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'COMMIT' AND state = 'active'",
         )
-      )[0].n > 0;
+      )[0]![0]! > 0;
     await waitFor(committing, "the first drain's COMMIT to be in flight", 15_000);
     first.kill("SIGKILL");
     await first.exited;
@@ -181,8 +178,7 @@ describeSlow("late COMMITs", "hold COMMITs open for seconds on PostgreSQL and Ma
     expect(await second.exited).toBe(0);
     if (process.env.DRAIN_DEBUG)
       console.log(await new Response(first.stderr).text(), "----", await new Response(second.stderr).text());
-    const rows = await db.sql.unsafe("SELECT id::int AS id FROM t ORDER BY pos");
-    expect(rows.map((r: { id: number }) => r.id)).toEqual([
+    expect((await remote.ints("SELECT id FROM t ORDER BY pos")).flat()).toEqual([
       ...Array(10).keys(),
       999,
       ...Array.from({ length: 10 }, (_, i) => i + 10),

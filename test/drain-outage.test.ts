@@ -5,7 +5,7 @@ import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, memoryLogger, oneApp } from "./support/drain-harness.ts";
-import { createPgDb } from "./support/server-db.ts";
+import { openRemote } from "./support/remote.ts";
 import { describeSlow } from "./support/slow.ts";
 import { pgBehindProxy } from "./support/tcp-proxy.ts";
 import { waitFor } from "./support/wait.ts";
@@ -15,11 +15,10 @@ const cleanups = cleanupsAfterEach();
 describeSlow("an outage in real time", "cut PostgreSQL for seconds under a running drain", () => {
   test("a PostgreSQL outage charges and dead-letters nothing while producers keep writing; after restore everything lands once, in order", async () => {
     const dir = tempDirCleanedBy(cleanups);
-    const db = await createPgDb();
-    cleanups.push(() => db.drop());
-    await db.sql.unsafe("CREATE TABLE a (pos BIGSERIAL, id BIGINT NOT NULL)");
-    await db.sql.unsafe("CREATE TABLE b (pos BIGSERIAL, id BIGINT NOT NULL)");
-    const { proxy, url } = pgBehindProxy(db, cleanups);
+    const remote = await openRemote("postgres", { cleanups });
+    await remote.exec("CREATE TABLE a (pos BIGSERIAL, id BIGINT NOT NULL)");
+    await remote.exec("CREATE TABLE b (pos BIGSERIAL, id BIGINT NOT NULL)");
+    const { proxy, url } = pgBehindProxy(remote, cleanups);
     const connection = { url, connect_timeout: 1, batch_timeout: 2 };
     const config = oneApp(
       dir.file("outbox"),
@@ -47,10 +46,7 @@ describeSlow("an outage in real time", "cut PostgreSQL for seconds under a runni
       for (let i = 0; i < 10; i++) produce();
     }, 5);
     cleanups.push(() => clearInterval(timer));
-    await waitFor(
-      async () => (await db.sql.unsafe("SELECT count(*)::int AS n FROM a"))[0].n > 100,
-      "delivery before the cut",
-    );
+    await waitFor(async () => (await remote.count("a")) > 100, "delivery before the cut");
 
     const queues = ["a", "b"].map((t) => new Outbox(dir.file(`outbox/${t}.db`), t));
     cleanups.push(() => {
@@ -86,9 +82,9 @@ describeSlow("an outage in real time", "cut PostgreSQL for seconds under a runni
     expect(log.has(/target app\.pg is reachable again/)).toBe(true);
     for (const t of ["a", "b"] as const) {
       // pos is the order the remote inserted rows in: every row once, in the order produced.
-      const rows = await db.sql.unsafe(`SELECT id::int AS id FROM ${t} ORDER BY pos`);
-      expect(rows.length).toBe(produced[t]);
-      expect(rows.map((r: { id: number }) => r.id)).toEqual([...Array(produced[t]).keys()]);
+      const ids = (await remote.ints(`SELECT id FROM ${t} ORDER BY pos`)).flat();
+      expect(ids.length).toBe(produced[t]);
+      expect(ids).toEqual([...Array(produced[t]).keys()]);
     }
   }, 30_000);
 });

@@ -13,7 +13,7 @@ import type { Statement } from "../src/writers/writer.ts";
 import type { Dialect } from "../src/vocabulary.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, oneApp } from "./support/drain-harness.ts";
-import { createMysqlDb, createPgDb, type ServerDb } from "./support/server-db.ts";
+import { openRemote } from "./support/remote.ts";
 
 const cleanups = cleanupsAfterEach();
 const TP = (n: number) => `00-${n.toString(16).padStart(32, "a")}-${n.toString(16).padStart(16, "b")}-01`;
@@ -98,11 +98,10 @@ describe("coalescing commented statements", () => {
 describe.each(["postgres", "mysql"] as const)("delivering with trace_comments into %s", (engine) => {
   test("every row's statement carries its traceparent, a transaction's rows go merged, and no text stays prepared", async () => {
     const dir = tempDirCleanedBy(cleanups).path;
-    const db: ServerDb = engine === "postgres" ? await createPgDb() : await createMysqlDb();
-    cleanups.push(() => db.drop());
-    await db.sql.unsafe("CREATE TABLE t (id BIGINT PRIMARY KEY)");
+    const remote = await openRemote(engine, { cleanups });
+    await remote.exec("CREATE TABLE t (id BIGINT PRIMARY KEY)");
     const config = oneApp(`${dir}/outbox`, {
-      remote: { writer: engine, connection: { url: db.url }, tables: ["t"], traceComments: true },
+      remote: { writer: engine, connection: remote.connection, tables: ["t"], traceComments: true },
     });
     const writers = await createWriters(config);
     const faulty = new FaultyWriter(writers["app.remote"]!);
@@ -130,20 +129,22 @@ describe.each(["postgres", "mysql"] as const)("delivering with trace_comments in
     );
     expect(rows.slice(20, 50).every((s) => s.sql.endsWith(traceComment(TP(99))))).toBe(true);
     expect(rows[50]!.sql).not.toContain("traceparent");
-    expect(((await db.sql.unsafe("SELECT count(*) AS n FROM t")) as Array<{ n: number | string }>)[0]!.n).toEqual(
-      engine === "postgres" ? "51" : 51,
-    );
+    expect(await remote.count("t")).toBe(51);
     await svc.stop();
   });
 });
 
 // Why a postgres target with trace_comments connects with prepare = false (MySQL's driver always prepares: refused there).
 test("with trace_comments the writer keeps no statement prepared; without, it does", async () => {
-  const db = await createPgDb();
-  cleanups.push(() => db.drop());
+  const remote = await openRemote("postgres", { cleanups });
   const preparedAfter = async (traceComments: boolean) => {
     const config = oneApp("/unused", {
-      remote: { writer: "postgres", connection: { url: db.url, max_connections: 1 }, tables: ["t"], traceComments },
+      remote: {
+        writer: "postgres",
+        connection: { ...remote.connection, max_connections: 1 },
+        tables: ["t"],
+        traceComments,
+      },
     });
     const writer = (await createWriters(config))["app.remote"]!;
     try {

@@ -17,7 +17,8 @@ import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { runInProcess } from "./support/cli.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { errorOf } from "./support/errors.ts";
-import { createMysqlDb, createPgDb, MYSQL_BASE_URL, PG_BASE_URL, requireServer } from "./support/server-db.ts";
+import { openRemote } from "./support/remote.ts";
+import { MYSQL_BASE_URL, PG_BASE_URL, requireServer } from "./support/server-db.ts";
 import { describeSlow } from "./support/slow.ts";
 import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
@@ -28,11 +29,10 @@ const tmp = (): TempDir => tempDirCleanedBy(cleanups);
 describe.each(["postgres", "mysql"] as const)("a queued '…; DROP TABLE victim' delivered to %s", (engine) => {
   test("is refused by push, and a row queued before that check is dead-lettered unrun: the victim table survives, the other rows land", async () => {
     const dir = tmp();
-    const db = engine === "postgres" ? await createPgDb() : await createMysqlDb();
-    cleanups.push(() => db.drop());
-    await db.sql.unsafe("CREATE TABLE t (id BIGINT)");
-    await db.sql.unsafe("CREATE TABLE victim (id BIGINT)");
-    await db.sql.unsafe("INSERT INTO victim (id) VALUES (1)");
+    const remote = await openRemote(engine, { cleanups });
+    await remote.exec("CREATE TABLE t (id BIGINT)");
+    await remote.exec("CREATE TABLE victim (id BIGINT)");
+    await remote.exec("INSERT INTO victim (id) VALUES (1)");
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     expect(() => producer.push("t", "INSERT INTO t (id) VALUES (1); DROP TABLE victim", [])).toThrow(
       /more than one statement|statements/,
@@ -43,43 +43,34 @@ describe.each(["postgres", "mysql"] as const)("a queued '…; DROP TABLE victim'
     cleanups.push(() => q.close());
     const bad = q.enqueue("INSERT INTO t (id) VALUES (1); DROP TABLE victim", "[]");
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [2]);
-    const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: { url: db.url }, tables: ["t"] } });
-    const svc = new OutboxSyncService(
-      config,
-      { "app.r": createWriter(engine, { url: db.url }) },
-      { logger: memoryLogger() },
-    );
+    const config = oneApp(dir.file("outbox"), { r: { writer: engine, connection: remote.connection, tables: ["t"] } });
+    const svc = new OutboxSyncService(config, { "app.r": remote.createWriter() }, { logger: memoryLogger() });
     cleanups.push(() => svc.stop(2000));
     await waitFor(async () => (await svc.runOnce(), q.pendingCount() === 0), "the queue to drain");
     expect(q.getDead(bad)).toMatchObject({ reason: "unsupported_statement" });
-    expect(
-      Array.from((await db.sql.unsafe("SELECT id FROM victim").values()) as unknown[][]).map((r) => Number(r[0])),
-    ).toEqual([1]);
-    expect(
-      Array.from((await db.sql.unsafe("SELECT id FROM t").values()) as unknown[][]).map((r) => Number(r[0])),
-    ).toEqual([2]);
+    expect(await remote.ints("SELECT id FROM victim")).toEqual([[1]]);
+    expect(await remote.ints("SELECT id FROM t")).toEqual([[2]]);
   });
 });
 
 test("compatibility mode on PostgreSQL without the unique outbox_seq index (the drain role may not create it): the table is held, nothing dead-lettered, and it resumes by itself once a DBA creates the index", async () => {
   const dir = tmp();
-  const db = await createPgDb();
-  cleanups.push(() => db.drop());
-  await db.sql.unsafe("CREATE TABLE t (id BIGINT, outbox_seq BIGINT NOT NULL DEFAULT 0)"); // column, but no index
+  const remote = await openRemote("postgres", { cleanups });
+  await remote.exec("CREATE TABLE t (id BIGINT, outbox_seq BIGINT NOT NULL DEFAULT 0)"); // column, but no index
   const config = oneApp(
     dir.file("outbox"),
-    { r: { writer: "postgres", connection: { url: db.url }, tables: ["t"], injectOutboxSeq: true } },
+    { r: { writer: "postgres", connection: remote.connection, tables: ["t"], injectOutboxSeq: true } },
     { autoSchema: false, maxAttempts: 2 },
   );
   const log = memoryLogger();
   let shiftMs = 0; // the drain's clock runs ahead by this much
   const svc = new OutboxSyncService(
     config,
-    { "app.r": createWriter("postgres", { url: db.url }) },
+    { "app.r": remote.createWriter() },
     { logger: log, now: () => Date.now() + shiftMs },
   );
   cleanups.push(() => svc.stop(2000));
-  await db.sql.unsafe(ledgerDdl("sqloutbox_ledger", "postgres"));
+  await remote.exec(ledgerDdl("sqloutbox_ledger", "postgres"));
   const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
   for (let i = 0; i < 3; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
   await svc.start();
@@ -87,14 +78,10 @@ test("compatibility mode on PostgreSQL without the unique outbox_seq index (the 
   const q = new Outbox(dir.file("outbox/t.db"), "t");
   cleanups.push(() => q.close());
   expect([q.pendingCount(), q.deadCount(), q.head()!.attempts]).toEqual([3, 0, 0]);
-  await db.sql.unsafe("CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0");
+  await remote.exec("CREATE UNIQUE INDEX idx_t_outbox_seq ON t (outbox_seq) WHERE outbox_seq != 0");
   shiftMs = 2_000; // the first schema retry is 2 s after the hold: move the clock past it instead of waiting
   await waitFor(() => q.pendingCount() === 0, "delivery once the index exists", 20_000);
-  expect(
-    Array.from((await db.sql.unsafe("SELECT id FROM t ORDER BY outbox_seq").values()) as unknown[][]).map((r) =>
-      Number(r[0]),
-    ),
-  ).toEqual([0, 1, 2]);
+  expect((await remote.ints("SELECT id FROM t ORDER BY outbox_seq")).flat()).toEqual([0, 1, 2]);
 });
 
 /** `base` (a server URL without a database) with its password replaced by `password`, whatever the user. */
@@ -253,18 +240,13 @@ describe("format version", () => {
     expect(err.message).toContain(
       `written by a newer sqloutbox (format ${FORMAT_VERSION + 1}; this version reads formats up to ${FORMAT_VERSION})`,
     );
-    const remote = new Database(dir.file("remote.db"), { create: true });
-    remote.run("CREATE TABLE ok (id INTEGER)");
-    remote.close();
+    const remote = await openRemote("sqlite", { cleanups });
+    await remote.exec("CREATE TABLE ok (id INTEGER)");
     const log = memoryLogger();
     const config = oneApp(dir.file("q"), {
-      r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["new", "ok"] },
+      r: { writer: "sqlite", connection: remote.connection, tables: ["new", "ok"] },
     });
-    const svc = new OutboxSyncService(
-      config,
-      { "app.r": createWriter("sqlite", { path: dir.file("remote.db") }) },
-      { logger: log },
-    );
+    const svc = new OutboxSyncService(config, { "app.r": remote.createWriter() }, { logger: log });
     cleanups.push(() => svc.stop(2000));
     await svc.start();
     await waitFor(() => svc.pendingCount().ok === 0, "the healthy table to flow");

@@ -10,7 +10,7 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { type CliDrain, startCliDrain } from "./support/cli-drain.ts";
 import { parsePrometheusText, type Scrape } from "./support/prom-text.ts";
-import { createPgDb, type ServerDb } from "./support/server-db.ts";
+import { openRemote, type ServerRemote } from "./support/remote.ts";
 import { describeSlow } from "./support/slow.ts";
 import { pgBehindProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
@@ -19,12 +19,10 @@ import { waitFor } from "./support/wait.ts";
 const cleanups = cleanupsAfterEach();
 
 /** A temp dir and a fresh PostgreSQL database, both removed after the test. */
-async function setup(): Promise<{ dir: TempDir; db: ServerDb }> {
+async function setup(): Promise<{ dir: TempDir; remote: ServerRemote }> {
   const dir = makeTempDir("sqloutbox-ops-");
   cleanups.push(() => dir.cleanup());
-  const db = await createPgDb();
-  cleanups.push(() => db.drop());
-  return { dir, db };
+  return { dir, remote: await openRemote("postgres", { cleanups }) };
 }
 
 /** Writes outbox.toml for one app "shop" with one postgres target "shop.pg"; `tuning` lines go in [app.shop]. */
@@ -133,13 +131,13 @@ describeSlow(
   "start runservice against PostgreSQL and scrape it through deliveries, failures and outages",
   () => {
     test("rows produced, delivered, failed and dead-lettered move the gauges, counters and batch histograms", async () => {
-      const { dir, db } = await setup();
-      await db.sql.unsafe("CREATE TABLE orders (id BIGINT PRIMARY KEY CHECK (id > 0))");
+      const { dir, remote } = await setup();
+      await remote.exec("CREATE TABLE orders (id BIGINT PRIMARY KEY CHECK (id > 0))");
       // Rows wait table_max_wait (nothing reaches the threshold), so a scrape sees them pending first.
       // backoff_unit_seconds 0.5: a failed head waits 1 s, then 2 s — long enough to be scraped at 1 and at 2 attempts.
       const config = writeConfig(
         dir,
-        db.url,
+        remote.url,
         ["orders"],
         "table_flush_threshold = 1000\ntable_max_wait = 2\nmax_attempts = 3\nbackoff_unit_seconds = 0.5",
       );
@@ -173,7 +171,7 @@ describeSlow(
           x.value("sqloutbox_delivered_rows_total", orders) === 20 && x.value("sqloutbox_pending_rows", orders) === 0,
         "20 rows delivered",
       );
-      expect((await db.sql.unsafe("SELECT count(*)::int AS n FROM orders"))[0].n).toBe(20);
+      expect(await remote.count("orders")).toBe(20);
       expect(s.value("sqloutbox_oldest_pending_age_seconds", orders)).toBeUndefined();
       // One batch of 20 rows (the ledger's fence is not a row), timed once.
       expect(s.value("sqloutbox_batch_rows_count", T)).toBe(1);
@@ -223,9 +221,9 @@ describeSlow(
     }, 40_000);
 
     test('a missing remote table is held (reason "remote schema"), charges nothing, and is released once the table exists — even across an outage', async () => {
-      const { dir, db } = await setup();
-      await db.sql.unsafe("CREATE TABLE orders (id BIGINT)");
-      const { proxy, url } = pgBehindProxy(db, cleanups);
+      const { dir, remote } = await setup();
+      await remote.exec("CREATE TABLE orders (id BIGINT)");
+      const { proxy, url } = pgBehindProxy(remote, cleanups);
       const config = writeConfig(
         dir,
         url,
@@ -266,7 +264,7 @@ describeSlow(
       }
       proxy.restore();
 
-      await db.sql.unsafe("CREATE TABLE late (id BIGINT)");
+      await remote.exec("CREATE TABLE late (id BIGINT)");
       s = await d.until(
         (x) => held(x, "late") === 0 && x.value("sqloutbox_delivered_rows_total", late) === 3,
         "late released and delivered",
@@ -274,13 +272,13 @@ describeSlow(
       expect(s.value("sqloutbox_table_held", { ...late, reason: "remote schema" })).toBeUndefined();
       expect(s.value("sqloutbox_pending_rows", late)).toBe(0);
       expect(s.value("sqloutbox_dead_lettered_rows_total", late)).toBe(0);
-      expect((await db.sql.unsafe("SELECT count(*)::int AS n FROM late"))[0].n).toBe(3);
+      expect(await remote.count("late")).toBe(3);
     }, 40_000);
 
     test("a target behind a cut TCP proxy reads down and not ready while the loop stays healthy, and recovers by itself", async () => {
-      const { dir, db } = await setup();
-      await db.sql.unsafe("CREATE TABLE orders (id BIGINT)");
-      const { proxy, url } = pgBehindProxy(db, cleanups);
+      const { dir, remote } = await setup();
+      await remote.exec("CREATE TABLE orders (id BIGINT)");
+      const { proxy, url } = pgBehindProxy(remote, cleanups);
       const config = writeConfig(
         dir,
         url,
@@ -357,10 +355,10 @@ describeSlow(
     }, 40_000);
 
     test("every drain of a fleet shows each origin's ledger row (through, age) once its fleet view is read", async () => {
-      const { dir, db } = await setup();
-      await db.sql.unsafe("CREATE TABLE orders (id BIGINT)");
+      const { dir, remote } = await setup();
+      await remote.exec("CREATE TABLE orders (id BIGINT)");
       const tuning = (label: string) => `table_flush_threshold = 1\norigin_label = "${label}"`;
-      const web1 = await drain(writeConfig(dir, db.url, ["orders"], tuning("web-1"), "web-1.toml", "q1"));
+      const web1 = await drain(writeConfig(dir, remote.url, ["orders"], tuning("web-1"), "web-1.toml", "q1"));
       const q1 = producer(dir, "orders", "q1");
       insert(q1, "orders", [1, 2, 3, 4]);
       await web1.until((x) => x.value("sqloutbox_delivered_rows_total", orders) === 4, "web-1 delivering");
@@ -368,7 +366,7 @@ describeSlow(
       // web-2 starts after web-1 delivered: its first fleet read (before its own first batch) already has web-1's row.
       const q2 = producer(dir, "orders", "q2");
       insert(q2, "orders", [5, 6, 7]);
-      const web2 = await drain(writeConfig(dir, db.url, ["orders"], tuning("web-2"), "web-2.toml", "q2"));
+      const web2 = await drain(writeConfig(dir, remote.url, ["orders"], tuning("web-2"), "web-2.toml", "q2"));
       const row1 = { ...orders, origin: q1.origin, label: "web-1" };
       const row2 = { ...orders, origin: q2.origin, label: "web-2" };
       let s = await web2.until(
@@ -393,9 +391,9 @@ describeSlow(
     }, 60_000);
 
     test("a slow start (the target blackholed at startup) is alive for /healthz but not ready, until the target answers", async () => {
-      const { dir, db } = await setup();
-      await db.sql.unsafe("CREATE TABLE orders (id BIGINT)");
-      const { proxy, url } = pgBehindProxy(db, cleanups);
+      const { dir, remote } = await setup();
+      await remote.exec("CREATE TABLE orders (id BIGINT)");
+      const { proxy, url } = pgBehindProxy(remote, cleanups);
       proxy.cut("blackhole"); // connections are accepted and never answered: startup waits out write_timeout
       // connect_timeout above write_timeout: startup is bounded by write_timeout (3 s) alone.
       const config = writeConfig(dir, url, ["orders"], "table_flush_threshold = 1", "outbox.toml", "queue", 10);

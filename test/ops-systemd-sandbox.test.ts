@@ -12,8 +12,7 @@ import path from "node:path";
 import { buildBinary } from "../build.ts";
 import { cleanEnv, REPO } from "./support/cli.ts";
 import { seed } from "./support/queue.ts";
-import { countRows } from "./support/remote.ts";
-import { createPgDb, type ServerDb } from "./support/server-db.ts";
+import { openRemote, type ServerRemote } from "./support/remote.ts";
 import { SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
@@ -72,7 +71,7 @@ function allowedSyscalls(): string[] {
 const FAMILY_NUMBERS: Record<string, number> = { AF_UNIX: 1, AF_LOCAL: 1, AF_INET: 2, AF_INET6: 10, AF_NETLINK: 16 };
 
 let tmp: TempDir;
-let pg: ServerDb;
+let pg: ServerRemote;
 let drainBinary: string;
 let notifyBinary: string;
 let rwDir: string;
@@ -128,10 +127,10 @@ beforeAll(async () => {
   fs.mkdirSync(etcDir);
   fs.mkdirSync(rwDir);
   fs.chownSync(rwDir, NOBODY, NOBODY); // ReadWritePaths= belongs to User=
-  pg = await createPgDb();
+  pg = await openRemote("postgres");
 }, 120_000);
 afterAll(async () => {
-  await pg?.drop();
+  await pg?.done();
   tmp?.cleanup();
 });
 
@@ -154,12 +153,9 @@ describe.if(SLOW && ABLE)(SUITE, () => {
 
   test("the compiled drain delivers to sqlite and PostgreSQL, scans on SIGUSR1 and stops with 0 on SIGTERM, logging no warning", async () => {
     const queue = path.join(rwDir, "queue");
-    const remote = path.join(rwDir, "remote.db");
-    const { Database } = await import("bun:sqlite");
-    const db = new Database(remote);
-    db.run("CREATE TABLE orders (id INTEGER)"); // no key: seed() numbers from 1 again below
-    db.close();
-    await pg.sql`CREATE TABLE payments (id integer PRIMARY KEY)`;
+    const remote = await openRemote("sqlite", { path: path.join(rwDir, "remote.db") });
+    await remote.exec("CREATE TABLE orders (id INTEGER)"); // no key: seed() numbers from 1 again below
+    await pg.exec("CREATE TABLE payments (id integer PRIMARY KEY)");
     seed(queue, "orders", 40);
     seed(queue, "payments", 30);
     for (const entry of fs.readdirSync(rwDir, { recursive: true }))
@@ -178,7 +174,7 @@ writer = "sqlite"
 tables = ["orders"]
 
 [app.shop.db.local.connection]
-path = "${remote}"
+path = "${remote.path}"
 
 [app.shop.db.pg]
 writer = "postgres"
@@ -188,7 +184,6 @@ tables = ["payments"]
 url = "${pgUrl}"
 `,
     );
-    const pgCount = async () => Number((await pg.sql`SELECT count(*)::int AS n FROM payments`)[0].n);
     const drain = sandboxed([drainBinary, "runservice", "--config", path.join(etcDir, "outbox.toml")], {
       LOG_FORMAT: "json",
     });
@@ -198,11 +193,11 @@ url = "${pgUrl}"
       for await (const chunk of drain.stderr) log += decoder.decode(chunk, { stream: true });
     })();
     try {
-      await waitFor(() => countRows(remote, "orders") === 40, "the first 40 orders", 20_000);
-      await waitFor(async () => (await pgCount()) === 30, "the first 30 payments", 20_000);
+      await waitFor(async () => (await remote.count("orders")) === 40, "the first 40 orders", 20_000);
+      await waitFor(async () => (await pg.count("payments")) === 30, "the first 30 payments", 20_000);
       // Rows pushed while it runs (by root here; SQLite hands new -wal files to the db's owner).
       seed(queue, "orders", 5);
-      await waitFor(() => countRows(remote, "orders") === 45, "5 more orders", 20_000);
+      await waitFor(async () => (await remote.count("orders")) === 45, "5 more orders", 20_000);
       drain.kill("SIGUSR1");
       await waitFor(() => log.includes("integrity scan of"), "the integrity scan's log line", 20_000);
       drain.kill("SIGTERM");
@@ -212,6 +207,8 @@ url = "${pgUrl}"
       drain.kill("SIGKILL");
       await pump;
       throw new Error(`${(error as Error).message}; the drain logged:\n${log}`);
+    } finally {
+      await remote.done();
     }
     const lines = log
       .trim()

@@ -1,15 +1,15 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { SQL } from "bun";
-import { createWriter } from "../src/writers/registry.ts";
-import { createMysqlDb, MYSQL_BASE_URL, type ServerDb } from "./support/server-db.ts";
+import { openRemote, type ServerRemote } from "./support/remote.ts";
+import { MYSQL_BASE_URL } from "./support/server-db.ts";
 
 // The server's default sql_mode is changed for this test only (new connections pick it up) and
 // restored after: the writer must not depend on the server being configured strict.
-let db: ServerDb;
+let remote: ServerRemote;
 let admin: SQL | undefined;
 let saved: string;
 beforeAll(async () => {
-  db = await createMysqlDb();
+  remote = await openRemote("mysql");
   admin = new SQL(`${MYSQL_BASE_URL}/mysql`, { max: 1 });
   [{ mode: saved }] = await admin.unsafe("SELECT @@GLOBAL.sql_mode AS mode");
   await admin.unsafe("SET GLOBAL sql_mode = ''");
@@ -18,12 +18,12 @@ afterAll(async () => {
   if (admin === undefined) return; // the server was down: beforeAll failed, saying so, and changed nothing
   await admin.unsafe("SET GLOBAL sql_mode = ?", [saved]);
   await admin.close();
-  await db.drop();
+  await remote.done();
 });
 
 test("the mysql writer runs batches in strict mode even when the server's default is not", async () => {
-  await db.sql.unsafe("CREATE TABLE t (id INT PRIMARY KEY, code VARCHAR(3) NOT NULL)");
-  const writer = createWriter("mysql", { url: db.url });
+  await remote.exec("CREATE TABLE t (id INT PRIMARY KEY, code VARCHAR(3) NOT NULL)");
+  const writer = remote.createWriter();
   try {
     const results = await writer.writeBatch([
       { sql: "INSERT INTO t (id, code) VALUES (?, ?)", args: [1, "abc"], namespace: "t", seq: 1 },
@@ -35,6 +35,5 @@ test("the mysql writer runs batches in strict mode even when the server's defaul
   } finally {
     await writer.close?.();
   }
-  const rows = await db.sql.unsafe("SELECT id, code FROM t ORDER BY id");
-  expect(rows.map((r: { id: number; code: string }) => [r.id, r.code])).toEqual([[1, "abc"]]);
+  expect(await remote.rows("SELECT id, code FROM t ORDER BY id")).toEqual([[1, "abc"]]);
 });

@@ -2,11 +2,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { WriteError } from "../src/errors.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
-import { createPgDb, type ServerDb } from "./support/server-db.ts";
+import { openRemote, type ServerRemote } from "./support/remote.ts";
 import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.ts";
 
 describe("postgres writer behind a cuttable TCP proxy", () => {
-  let db: ServerDb;
+  let remote: ServerRemote;
   let proxy: TcpProxy;
   let writer: OutboxWriter;
   const insert = (id: number): Statement => ({
@@ -17,14 +17,14 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
   });
 
   beforeAll(async () => {
-    db = await createPgDb();
-    await db.sql.unsafe("CREATE TABLE t (id BIGINT PRIMARY KEY)");
-    proxy = startTcpProxy(db.port, db.host);
+    remote = await openRemote("postgres");
+    await remote.exec("CREATE TABLE t (id BIGINT PRIMARY KEY)");
+    proxy = startTcpProxy(remote.port, remote.host);
     writer = createWriter("postgres", {
       host: "127.0.0.1",
       port: proxy.port,
-      user: db.user,
-      database: db.name,
+      user: remote.user,
+      database: remote.name,
       connect_timeout: 0.5,
       batch_timeout: 5,
     });
@@ -32,7 +32,7 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
   afterAll(async () => {
     await writer?.close?.();
     proxy?.close();
-    await db?.drop();
+    await remote?.done();
   });
 
   test("forwards a writer's batches to the real server", async () => {
@@ -50,7 +50,7 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
     await expect(writer.writeBatch([insert(3)])).rejects.toBeInstanceOf(WriteError);
     // A second batch during the cut fails too: new connections are refused, not just old ones closed.
     await expect(writer.writeBatch([insert(4)])).rejects.toBeInstanceOf(WriteError);
-    expect(await db.sql.unsafe("SELECT id FROM t ORDER BY id").values()).toEqual([["1"], ["2"]]);
+    expect(await remote.rows("SELECT id FROM t ORDER BY id")).toEqual([["1"], ["2"]]);
   });
 
   test("restore() lets the pool reconnect and the same writer deliver again", async () => {
@@ -59,7 +59,7 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
       { ok: true, rowsAffected: 1 },
       { ok: true, rowsAffected: 1 },
     ]);
-    expect(await db.sql.unsafe("SELECT id FROM t ORDER BY id").values()).toEqual([["1"], ["2"], ["3"], ["4"]]);
+    expect(await remote.rows("SELECT id FROM t ORDER BY id")).toEqual([["1"], ["2"], ["3"], ["4"]]);
   });
 
   test("a blackholed cut makes new connections time out as WriteError, and restore recovers", async () => {
