@@ -9,7 +9,7 @@ import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts"
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { BIN, cleanEnv, REPO, run, runInProcess } from "./support/cli.ts";
-import { createPgDb } from "./support/server-db.ts";
+import { openRemote } from "./support/remote.ts";
 import { describeSlow } from "./support/slow.ts";
 import { pgBehindProxy } from "./support/tcp-proxy.ts";
 import type { TempDir } from "./support/tmp.ts";
@@ -104,9 +104,8 @@ describeSlow(
   () => {
     test("a running drain's held table and down target are in status (no network call) and fail the check; status shows the fleet view", async () => {
       const dir = tmp();
-      const db = await createPgDb();
-      cleanups.push(() => db.drop());
-      await db.sql.unsafe("CREATE TABLE present (id BIGINT)");
+      const db = await openRemote("postgres", { cleanups });
+      await db.exec("CREATE TABLE present (id BIGINT)");
       const { proxy, url } = pgBehindProxy(db, cleanups);
       const file = config(
         dir,
@@ -177,11 +176,10 @@ describe("kick", () => {
 describe("kick retries a stuck head", () => {
   test("ends the head's backoff in place, only where --app/--namespace say: the fixed rows land at once, the others wait", async () => {
     const dir = tmp();
-    const db = await createPgDb();
-    cleanups.push(() => db.drop());
-    await db.sql.unsafe("CREATE TABLE parents (id BIGINT PRIMARY KEY)");
+    const db = await openRemote("postgres", { cleanups });
+    await db.exec("CREATE TABLE parents (id BIGINT PRIMARY KEY)");
     for (const t of ["items", "notes"])
-      await db.sql.unsafe(`CREATE TABLE ${t} (id BIGINT PRIMARY KEY, parent BIGINT NOT NULL REFERENCES parents (id))`);
+      await db.exec(`CREATE TABLE ${t} (id BIGINT PRIMARY KEY, parent BIGINT NOT NULL REFERENCES parents (id))`);
     // A minute's backoff unit: the first retry is 2 minutes away, so only a kick retries within the test.
     const file = config(
       dir,
@@ -205,7 +203,7 @@ describe("kick retries a stuck head", () => {
     const shown = await runInProcess(["status", "--config", file]);
     expect(shown.stdout).toMatch(/ NEXT /);
     expect(shown.stdout).toMatch(/items +1 .* in 1m\d\ds +STUCK /);
-    await db.sql.unsafe("INSERT INTO parents (id) VALUES (10), (20)"); // the operator fixes the remote
+    await db.exec("INSERT INTO parents (id) VALUES (10), (20)"); // the operator fixes the remote
 
     const one = await run(["kick", "--config", file, "--app", "a", "--namespace", "items", "--json"]);
     expect(one.code).toBe(0);
@@ -214,7 +212,7 @@ describe("kick retries a stuck head", () => {
       kicked.heads.map((h: { namespace: string; seq: number; attempts: number }) => [h.namespace, h.seq, h.attempts]),
     ).toEqual([["items", 1, 1]]);
     expect(kicked.drains[0].pid).toBe(drain.proc.pid);
-    const landed = async (t: string) => (await db.sql.unsafe(`SELECT id FROM ${t}`)).length;
+    const landed = async (t: string) => (await db.rows(`SELECT id FROM ${t}`)).length;
     await waitFor(async () => (await landed("items")) === 1, "the kicked head to land", 10_000);
     await Bun.sleep(500);
     expect(await landed("notes")).toBe(0); // not kicked: still backing off
@@ -244,9 +242,8 @@ describe("kick retries a stuck head", () => {
 describeSlow("kick against a real backoff", "wait out five outage backoffs of a running drain", () => {
   test("makes a drain that backs off from a long outage retry at once", async () => {
     const dir = tmp();
-    const db = await createPgDb();
-    cleanups.push(() => db.drop());
-    await db.sql.unsafe("CREATE TABLE t (id BIGINT)");
+    const db = await openRemote("postgres", { cleanups });
+    await db.exec("CREATE TABLE t (id BIGINT)");
     const { proxy, url } = pgBehindProxy(db, cleanups);
     const file = config(
       dir,

@@ -3,7 +3,7 @@ import { expect, test } from "bun:test";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
-import { createPgDb } from "./support/server-db.ts";
+import { openRemote } from "./support/remote.ts";
 import { describeSlow } from "./support/slow.ts";
 import { waitFor } from "./support/wait.ts";
 import { drainSide } from "./support/queue.ts";
@@ -17,20 +17,19 @@ const KILLS = 22;
 describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer processes write", () => {
   test("a drain SIGKILLed at random moments while producers write INSERTs and UPDATEs of the same rows applies every event exactly once, in order (the ledger settles every interrupted batch)", async () => {
     const dir = tempDirCleanedBy(cleanups);
-    const db = await createPgDb();
-    cleanups.push(() => db.drop());
+    const remote = await openRemote("postgres", { cleanups });
     for (const t of TABLES) {
       // `pos` records the order the remote inserted the rows in, `upos` the order of the last UPDATE
       // applied to each row. No outbox_seq: statements go verbatim, fenced by the ledger.
-      await db.sql.unsafe(`CREATE SEQUENCE ${t}_upos`);
-      await db.sql.unsafe(
+      await remote.exec(`CREATE SEQUENCE ${t}_upos`);
+      await remote.exec(
         `CREATE TABLE ${t} (pos BIGSERIAL PRIMARY KEY, producer INT NOT NULL, n INT NOT NULL, hits INT NOT NULL DEFAULT 0, upos BIGINT)`,
       );
     }
     const dbDir = dir.file("outbox");
     const drainSpec = JSON.stringify({
       dbDir,
-      targets: { pg: { writer: "postgres", connection: { url: db.url }, tables: TABLES } },
+      targets: { pg: { writer: "postgres", connection: remote.connection, tables: TABLES } },
       // Every kill mid-batch charges the head once (crash-loop protection); "forever" keeps the
       // test about exactly-once, not about how many kills a head may absorb.
       tuning: {
@@ -97,11 +96,11 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
         if (mark > (lastMark.get(t) ?? 0) && head !== null && head.seq <= mark) {
           interrupted += 1;
           // A batch was sent, so the drain had made the ledger table.
-          const [ledger] = await db.sql.unsafe(
-            `SELECT through::int AS through FROM sqloutbox_ledger WHERE origin = $1 AND namespace = $2`,
+          const [ledger] = await remote.ints(
+            "SELECT through FROM sqloutbox_ledger WHERE origin = $1 AND namespace = $2",
             [origin, t],
           );
-          if ((ledger?.through ?? 0) >= head.seq) appliedUnconfirmed += 1;
+          if ((ledger?.[0] ?? 0) >= head.seq) appliedUnconfirmed += 1;
         }
         lastMark.set(t, mark);
       }
@@ -121,7 +120,7 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
       );
 
     // The killed drains did real work between kills (not just start and die).
-    const [{ before }] = await db.sql.unsafe(`SELECT count(*)::int AS before FROM ${TABLES[0]}`);
+    const before = await remote.count(TABLES[0]!);
     expect(before).toBeGreaterThan(0);
 
     if (process.env.DRAIN_DEBUG) {
@@ -150,15 +149,20 @@ describeSlow("a drain under SIGKILL", "kill a drain 22 times while two producer 
     // exactly-once checks below are about interrupted batches, not only about restarts.
     expect(interrupted).toBeGreaterThan(0);
     for (const [i, t] of TABLES.entries()) {
-      const [{ n, d }] = await db.sql.unsafe(
-        `SELECT count(*)::int AS n, count(DISTINCT (producer, n))::int AS d FROM ${t}`,
-      );
+      const [n, d] = (await remote.ints(`SELECT count(*), count(DISTINCT (producer, n)) FROM ${t}`))[0]!;
       expect({ table: t, n, d }).toEqual({ table: t, n: total, d: total });
       // Each producer's rows were inserted in the order it wrote them, and every UPDATE was applied
       // exactly once: a redelivered INSERT after its UPDATE would be a second row, a redelivered
       // UPDATE a third hit.
       type Row = { producer: number; n: number; hits: number; upos: number | null };
-      const rows: Row[] = await db.sql.unsafe(`SELECT producer, n, hits, upos::int AS upos FROM ${t} ORDER BY pos`);
+      const rows: Row[] = (await remote.rows(`SELECT producer, n, hits, upos FROM ${t} ORDER BY pos`)).map(
+        ([producer, n, hits, upos]) => ({
+          producer: Number(producer),
+          n: Number(n),
+          hits: Number(hits),
+          upos: upos === null ? null : Number(upos),
+        }),
+      );
       for (let p = 0; p < PRODUCERS; p++) {
         const mine = rows.filter((r) => r.producer === p);
         expect(mine.map((r) => r.n)).toEqual([...Array(produced[p]).keys()]);

@@ -7,7 +7,7 @@ import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
-import { engineRemote, type Engine } from "./support/engines.ts";
+import { type Engine, openRemote } from "./support/remote.ts";
 import { ORDER_SCHEMA, OrderMix } from "./support/order-mix.ts";
 import { describeSlow } from "./support/slow.ts";
 import type { TempDir } from "./support/tmp.ts";
@@ -53,7 +53,7 @@ describeSlow(
     describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("delivered to %s", (engine) => {
       test(`${KILLS} kills of two hosts' drains: never half a transaction on the remote, in the end every transaction once`, async () => {
         const dir = tempDirCleanedBy(cleanups);
-        const remote = await engineRemote(engine, dir, cleanups, { foreignKeys: true });
+        const remote = await openRemote(engine, { cleanups, foreignKeys: true });
         for (const ddl of ORDER_SCHEMA) await remote.exec(ddl);
         const seed = 1 + Math.floor(Math.random() * 1_000_000);
         const stopFile = dir.file("stop");

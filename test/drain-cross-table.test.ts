@@ -10,7 +10,7 @@ import type { Dialect } from "../src/vocabulary.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FAST, FaultyWriter, memoryLogger } from "./support/drain-harness.ts";
-import { AUTO_POS, ENGINES, engineRemote, fenceCounter } from "./support/engines.ts";
+import { AUTO_POS, ENGINES, fenceCounter, openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -57,7 +57,7 @@ describe.each(ENGINES)("transactions across tables, delivered to %s", (engine) =
     wrap?: (w: ReturnType<typeof createWriter>) => ReturnType<typeof createWriter>,
   ) {
     const dir = tempDirCleanedBy(cleanups);
-    const remote = await engineRemote(engine, dir, cleanups, { foreignKeys: true });
+    const remote = await openRemote(engine, { cleanups, foreignKeys: true });
     for (const ddl of schema(remote.dialect)) await remote.exec(ddl);
     const dbFile = dir.file("shop/outbox.db");
     const config = defineConfig({

@@ -11,7 +11,7 @@ import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { oneApp } from "./support/drain-harness.ts";
-import { countRows } from "./support/remote.ts";
+import { openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 import { drainSide } from "./support/queue.ts";
 
@@ -253,9 +253,8 @@ describe("TargetLoop", () => {
     // background prune's pauses waited 4-46 s, and with them the state file, metrics and stop).
     const dir = tmp();
     const path = dir.file("remote.db");
-    const remote = new Database(path, { create: true });
-    remote.run("CREATE TABLE t (id INTEGER)");
-    remote.close();
+    const remote = await openRemote("sqlite", { path, cleanups });
+    await remote.exec("CREATE TABLE t (id INTEGER)");
     const producer = new SQLMiddleware({ dbDir: dir.file("outbox") });
     producer.push("t", "INSERT INTO t (id) VALUES (?)", [0]);
     const BATCHES = 300;
@@ -282,7 +281,7 @@ describe("TargetLoop", () => {
     );
     await svc.start();
     await timer;
-    await waitFor(() => countRows(path, "t") === BATCHES, "every row delivered", 20_000);
+    await waitFor(async () => (await remote.count("t")) === BATCHES, "every row delivered", 20_000);
     expect(batchesWhenTimerRan).toBeLessThan(BATCHES / 2); // starved, it ran only once the producer stopped
   });
 });

@@ -178,14 +178,3 @@ export function fenceCounter(dialect: Dialect): {
     trigger,
   };
 }
-
-/** Row count of `table` in a SQLite file (the remote of a `sqlite` target). */
-export function countRows(file: string, table: string): number {
-  const db = new Database(file, { readonly: true });
-  try {
-    db.run("PRAGMA busy_timeout = 5000"); // the drain may be committing right now
-    return db.query<{ n: number }, []>(`SELECT count(*) AS n FROM "${table}"`).get()!.n;
-  } finally {
-    db.close();
-  }
-}
