@@ -4,12 +4,14 @@
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
+import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
+import { verifyFile } from "../src/outbox/inspect.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
-import { memoryLogger, oneApp } from "./support/drain-harness.ts";
+import { FAST, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
@@ -129,6 +131,59 @@ describe("migration onto the ledger", () => {
       [...Array(10).keys()].map((i) => [i + 1, i + 1]),
     );
   });
+});
+
+describe("the reference writing into a file we created", () => {
+  test("while our drain delivers it and our producer pushes: every row lands once, and no delivered seq is handed out again", async () => {
+    const dir = tmp();
+    const remote = remoteDb(dir, [
+      "CREATE TABLE orders (id INTEGER NOT NULL)",
+      "CREATE TABLE payments (id INTEGER NOT NULL)",
+    ]);
+    const dbFile = dir.file("shop.db");
+    const producer = new SQLMiddleware({ dbFile });
+    producer.push("orders", "INSERT INTO orders (id) VALUES (?)", [1_000_000]); // the file is ours: lean
+    const config = defineConfig({
+      app: {
+        shop: {
+          dbFile,
+          ...FAST,
+          db: { r: { writer: "sqlite", connection: { path: dir.file("remote.db") }, tables: ["orders", "payments"] } },
+        },
+      },
+    });
+    const svc = new OutboxSyncService(config, { "shop.r": createWriter("sqlite", { path: dir.file("remote.db") }) });
+    cleanups.push(() => svc.stop(2000));
+    await svc.start();
+    // The reference's producer: its own columns only, no seq, no ord — into a queue our drain keeps emptying.
+    const stop = dir.file("stop");
+    const writer = Bun.spawn(
+      [process.execPath, `${import.meta.dir}/support/children/reference-writer.ts`, dbFile, stop],
+      { stdout: "pipe", stderr: "pipe" },
+    );
+    cleanups.push(() => writer.kill());
+    let ours = 1;
+    const until = Date.now() + 1_500;
+    while (Date.now() < until) {
+      producer.push("orders", "INSERT INTO orders (id) VALUES (?)", [1_000_000 + ours++]);
+      await Bun.sleep(2);
+    }
+    fs.writeFileSync(stop, "");
+    expect(await writer.exited).toBe(0);
+    const { written } = JSON.parse(await new Response(writer.stdout).text()) as { written: number };
+    expect(written).toBeGreaterThan(20);
+    await waitFor(() => svc.totalPending() === 0, "the drain to deliver every row", 20_000);
+    const ids = (table: string) =>
+      remote
+        .query<{ id: number }, []>(`SELECT id FROM ${table} ORDER BY id`)
+        .all()
+        .map((r) => r.id);
+    const theirs = Array.from({ length: written / 2 }, (_, i) => 2 * i);
+    expect(ids("orders")).toEqual([...theirs, ...Array.from({ length: ours }, (_, i) => 1_000_000 + i)]);
+    expect(ids("payments")).toEqual(theirs);
+    closeSharedOutboxes();
+    expect(verifyFile(dbFile).ok).toBe(true);
+  }, 30_000);
 });
 
 describe("a queue file restored from an older copy", () => {

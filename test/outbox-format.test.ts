@@ -1,4 +1,4 @@
-// Files of the previous format (2) migrate to format 3 on open: the per-row sync log becomes
+// Files of an earlier format (2) migrate to the newest on open: the per-row sync log becomes
 // ranges, the chain keeps its bridge, the origin and every pending row stay, and the next seq is
 // above everything the file ever held.
 import { Database } from "bun:sqlite";
@@ -32,6 +32,9 @@ test("a format-2 file migrates on open: its sync log becomes one range per confi
   cleanups.push(() => db.close());
   expect(db.query("PRAGMA user_version").get()).toEqual({ user_version: FORMAT_VERSION });
   expect(db.query("SELECT name FROM sqlite_schema WHERE name = 'outbox_sync_log'").all()).toEqual([]);
+  // The foreign-insert trigger of formats 2 and 3 gives way to the partial index of rows without an ord.
+  expect(db.query("SELECT name FROM sqlite_schema WHERE type = 'trigger'").all()).toEqual([]);
+  expect(db.query("SELECT name FROM sqlite_schema WHERE name = 'idx_outbox_foreign'").all()).toHaveLength(1);
   expect(
     db
       .query(

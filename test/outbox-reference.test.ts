@@ -249,7 +249,7 @@ test("the reference writing a file we created: its rows are counted, and a drain
   }
 });
 
-test("files we create carry format 3 (the lean layout); a reference file we migrate keeps its layout and format 1", () => {
+test("files we create carry the newest format (the lean layout); a reference file we migrate keeps its layout and format 1", () => {
   const versionOf = (path: string) => {
     const db = new Database(path, { readonly: true });
     try {

@@ -102,9 +102,25 @@ export class DeliveryLog {
     ready: (head: OutboxRow, pending: number) => boolean,
     after: number | null = null,
   ): DeliveryRead {
+    for (;;) {
+      const read = this.#read(limit, maxBytes, ready, after);
+      if (read !== null) return read;
+      // Rows a foreign writer inserted are given their place first: their seqs may be delivered ones.
+      this.#file.write("cannot adopt rows another writer inserted", () => this.#layout.adoptForeignRows(this.#file.db));
+    }
+  }
+
+  /** One read for delivery, or null when rows a foreign writer inserted must be adopted first. */
+  #read(
+    limit: number,
+    maxBytes: number,
+    ready: (head: OutboxRow, pending: number) => boolean,
+    after: number | null,
+  ): DeliveryRead | null {
     const file = this.#file;
     return file.read("cannot read rows to deliver", () =>
-      file.db.transaction((): DeliveryRead => {
+      file.db.transaction((): DeliveryRead | null => {
+        if (this.#layout.hasForeignRows(file.db)) return null;
         const pending = file.pendingCount();
         const rows: OutboxRow[] = [];
         let head: OutboxRow | null = null;
@@ -164,6 +180,7 @@ export class DeliveryLog {
     for (;;) {
       const now = new Date();
       const rows = file.write("cannot confirm", () => {
+        this.#layout.adoptForeignRows(file.db); // a foreign row under a delivered seq is not delivered
         const slice = this.#confirmSlice.get(file.namespace, bound, CONFIRM_CHUNK_ROWS)!;
         if (slice.rows === 0 || slice.first === null || slice.last === null) return 0;
         this.#log.record(
@@ -192,6 +209,7 @@ export class DeliveryLog {
     const now = new Date();
     const at = isoTimestamp(now);
     file.write("cannot confirm", () => {
+      this.#layout.adoptForeignRows(file.db);
       const row = file.db.query<{ prev: number | null }, [number, string]>(
         "SELECT prev_seq AS prev FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0",
       );

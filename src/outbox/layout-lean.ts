@@ -38,9 +38,10 @@ const SEQ_HIGH_WATER = `max(
       ifnull((SELECT max(seq) FROM outbox_dead_log), 0),
       ifnull((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = '${SEQ_FLOOR_KEY}'), 0))`;
 
-// A pending row's position in its namespace: one past the tail's (?1 is the namespace).
+// A pending row's position in its namespace: one past the tail's (?1 is the namespace). A row a
+// foreign writer inserted has none until it is adopted (see adoptForeignRows): it is passed over.
 const NEXT_ORD =
-  "ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq DESC LIMIT 1), 0) + 1";
+  "ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND ord IS NOT NULL ORDER BY seq DESC LIMIT 1), 0) + 1";
 
 /** The next free seq of the file: one past everything it ever held. */
 const NEXT_SEQ = `max(${SEQ_HIGH_WATER}, ifnull((SELECT max(seq) FROM outbox_queue), 0)) + 1`;
@@ -49,41 +50,71 @@ const NEXT_SEQ = `max(${SEQ_HIGH_WATER}, ifnull((SELECT max(seq) FROM outbox_que
 export const NEXT_SEQ_SQL = `SELECT ${NEXT_SEQ} AS seq`;
 
 /** The namespace's pending count from its head's and tail's ord (`?1` is the namespace; one column, `pending`). */
-export const ORD_PENDING_SQL = `SELECT ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq DESC LIMIT 1)
-        - (SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 ORDER BY seq LIMIT 1) + 1, 0) AS pending`;
+export const ORD_PENDING_SQL = `SELECT ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND ord IS NOT NULL ORDER BY seq DESC LIMIT 1)
+        - (SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND ord IS NOT NULL ORDER BY seq LIMIT 1) + 1, 0) AS pending`;
 
 /*
  * A writer that does not know the lean layout — the reference, opening a file we created —
  * inserts without seq or ord. SQLite then gives the row max(seq)+1, which reuses a delivered seq
- * once the queue has drained empty, and a delivery ledger would take that row for delivered. So
- * such a row is moved above the high-water mark and given its ord. Our own inserts always carry
- * an ord: for them the trigger is one NULL test.
+ * once the queue has drained empty, and a delivery ledger would take that row for delivered. Such
+ * rows are found through a partial index of the rows without an ord (our own inserts never enter
+ * it: an index whose WHERE is false costs an insert one test, where a trigger cost it a program's
+ * invocation) and adopted before anything reads seqs: on open, and inside the drain's read and
+ * confirmation (adoptForeignRows).
  */
-const FOREIGN_INSERT_DDL = `CREATE TRIGGER outbox_foreign_insert AFTER INSERT ON outbox_queue WHEN new.ord IS NULL BEGIN
-    UPDATE outbox_queue SET
-      ord = ifnull((SELECT ord FROM outbox_queue WHERE namespace = new.namespace AND synced = 0 AND seq < new.seq ORDER BY seq DESC LIMIT 1), 0) + 1,
-      seq = CASE WHEN new.seq > ${SEQ_HIGH_WATER} THEN new.seq ELSE max(${SEQ_HIGH_WATER}, (SELECT max(seq) FROM outbox_queue)) + 1 END
-    WHERE seq = new.seq;
-  END`;
+const FOREIGN_ROWS_INDEX = "idx_outbox_foreign";
+const FOREIGN_ROWS_DDL = `CREATE INDEX IF NOT EXISTS ${FOREIGN_ROWS_INDEX} ON outbox_queue (seq) WHERE ord IS NULL`;
 
 /**
- * The lean layout. Format 3 is the lean layout with groups, trace context and the range log; 2
- * (the lean layout before them) is migrated to 3 on open. An earlier sqloutbox would misread a
- * lean file, so those refuse it.
+ * The lean layout. Format 4 finds foreign rows by a partial index and adopts them (format 3 moved
+ * each with a trigger on every insert); 3 added groups, trace context and the range log; 2 is the
+ * lean layout before them. Older files migrate on open. An earlier sqloutbox would misread a newer
+ * lean file (a format-3 reader relies on the trigger), so those refuse it.
  */
 export const LEAN: Layout = {
-  format: 3,
+  format: 4,
   pendingCount: "ord",
-  objects: ["outbox_delivered", "idx_delivered"],
-  triggers: ["outbox_foreign_insert"],
+  objects: ["outbox_delivered", "idx_delivered", FOREIGN_ROWS_INDEX],
+  triggers: [],
 
   migrate(db) {
-    // Format 3 logs delivered ranges; a format-2 file's per-row log becomes ranges. The
-    // foreign-insert trigger reads the log: recreated with the new one.
+    // Format 3 logs delivered ranges; a format-2 file's per-row log becomes ranges.
     for (const sql of RANGE_LOG_DDL) db.run(sql);
     convertRowLogToRanges(db);
     db.run("DROP TRIGGER IF EXISTS outbox_foreign_insert");
-    db.run(FOREIGN_INSERT_DDL);
+    db.run(FOREIGN_ROWS_DDL);
+    LEAN.adoptForeignRows(db);
+  },
+
+  adoptForeignRows(db) {
+    const foreign = db
+      .query<{ seq: number; namespace: string }, []>(
+        `SELECT seq, namespace FROM outbox_queue INDEXED BY ${FOREIGN_ROWS_INDEX} WHERE ord IS NULL ORDER BY seq`,
+      )
+      .all();
+    if (foreign.length === 0) return 0;
+    const highWater = db.query<{ high: number; top: number }, []>(
+      `SELECT ${SEQ_HIGH_WATER} AS high, ifnull((SELECT max(seq) FROM outbox_queue), 0) AS top`,
+    );
+    const move = db.query("UPDATE outbox_queue SET seq = ?2 WHERE seq = ?1");
+    const relink = db.query("UPDATE outbox_queue SET prev_seq = ?2 WHERE namespace = ?3 AND prev_seq = ?1");
+    for (const row of foreign) {
+      // A seq at or below what the file ever held is a delivered one SQLite handed out again.
+      const { high, top } = highWater.get()!;
+      if (row.seq > high) continue;
+      const seq = Math.max(high, top) + 1;
+      move.run(row.seq, seq);
+      relink.run(row.seq, seq, row.namespace);
+    }
+    // Their ords: every pending row's position, counted again (the namespaces are few, the rows rare).
+    for (const namespace of new Set(foreign.map((r) => r.namespace))) LEAN.closeHole(db, namespace);
+    return foreign.length;
+  },
+
+  hasForeignRows(db) {
+    return (
+      db.query(`SELECT 1 FROM outbox_queue INDEXED BY ${FOREIGN_ROWS_INDEX} WHERE ord IS NULL LIMIT 1`).get() !== null
+    );
   },
 
   // The seq and the ord are read in the statement itself: an autocommit insert needs no read before it.

@@ -118,5 +118,10 @@ export const LEGACY: Layout = {
   },
 
   // The triggers count every delete: nothing to repair.
+  // AUTOINCREMENT never hands out a seq twice and the counter triggers count every insert: a
+  // foreign row needs nothing.
+  adoptForeignRows: () => 0,
+  hasForeignRows: () => false,
+
   closeHole() {},
 };

@@ -99,6 +99,15 @@ export interface Layout {
   /** The row INSERT of appends inside a write transaction, prepared on `cache`. */
   rowInserts(cache: StatementCache): RowInserts;
   /**
+   * Gives rows a writer that does not know this layout inserted (the reference, into a file we
+   * created) their place — a seq above every seq the file ever held, links to a moved row
+   * followed, a position in the pending count — and returns how many it found. Runs before seqs
+   * are read or confirmed; a layout whose file allocates seqs itself has nothing to adopt.
+   */
+  adoptForeignRows(db: Database): number;
+  /** Whether such rows wait to be adopted (one probe, for a read transaction that must not see them). */
+  hasForeignRows(db: Database): boolean;
+  /**
    * Rows of `namespace` left its queue from behind its head (a confirm out of order, a group's part
    * dead-lettered behind another head): keeps its pending count right.
    */

@@ -4,7 +4,7 @@ import { DELIVERED } from "./delivered.ts";
 import type { QueueDb } from "./queue-db.ts";
 import { QUEUE_ROW_COLUMNS, type OutboxRow } from "./rows.ts";
 import type { QueueLayout } from "./layout.ts";
-import { layoutPendingCount, pendingCountSql } from "./schema.ts";
+import { LAYOUTS, layoutPendingCount, pendingCountSql } from "./schema.ts";
 import { storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
@@ -39,6 +39,7 @@ export class QueueFile {
     this.db = queueDb.db;
     try {
       this.#finishReferenceConfirms();
+      this.adoptForeignRows();
       this.#pending = this.prepare(pendingCountSql(layoutPendingCount(this.layout)));
       this.#pendingRows = this.prepare(
         `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq`,
@@ -128,6 +129,13 @@ export class QueueFile {
     if (this.#closed) return;
     this.#closed = true;
     this.queueDb.release();
+  }
+
+  /** Rows a foreign writer inserted get their place (see Layout.adoptForeignRows): on open, and before rows are listed or counted. */
+  adoptForeignRows(): void {
+    const layout = LAYOUTS[this.layout];
+    if (!this.read("cannot look for rows another writer inserted", () => layout.hasForeignRows(this.db))) return;
+    this.write("cannot adopt rows another writer inserted", () => layout.adoptForeignRows(this.db));
   }
 
   /**

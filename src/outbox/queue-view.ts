@@ -113,6 +113,7 @@ export class QueueView {
     if (!Number.isSafeInteger(limit) || limit < 0)
       throw this.queueFile.invalid(`fetchUnsynced limit must be a non-negative integer, got ${limit}`);
     const file = this.queueFile;
+    file.adoptForeignRows();
     return file.read("cannot fetch", () =>
       file.db
         .query<OutboxRow, [string, number]>(
@@ -130,6 +131,7 @@ export class QueueView {
   /** Pending rows of this namespace, without a scan. */
   pendingCount(): number {
     this.queueFile.ensureOpen();
+    this.queueFile.adoptForeignRows();
     return this.queueFile.read("cannot count", () => this.queueFile.pendingCount());
   }
 
