@@ -14,6 +14,7 @@ export type OutboxErrorCode =
   | "E_WRITE" // a remote writer failure
   | "E_LOCKED" // another drain holds the db_dir lock
   | "E_TRANSACTION" // a local transaction the outbox cannot keep whole (two files, one it did not open)
+  | "E_CONFLICT" // an operator's selection changed between its count and the action on it
   | "E_USAGE"; // a command-line usage error
 
 /** Base class of every sqloutbox error; `code` is stable, `cause` carries the underlying error. */
@@ -83,6 +84,20 @@ export class StorageError extends OutboxError {
 export class NotFoundError extends OutboxError {
   constructor(message: string) {
     super("E_NOT_FOUND", message);
+  }
+}
+
+/**
+ * An operator's action on a selection of dead letters refused, nothing changed: the letters that
+ * match its filter are no longer the ones counted (a letter was added, replayed or purged meanwhile).
+ */
+export class SelectionChangedError extends OutboxError {
+  constructor(
+    message: string,
+    readonly file: string,
+    readonly namespace: string,
+  ) {
+    super("E_CONFLICT", message);
   }
 }
 

@@ -16,6 +16,10 @@ export interface DeadLetterFilter {
   reason?: string;
   /** Only letters dead at or after this time. */
   since?: Date;
+  /** Only letters dead before this time. */
+  until?: Date;
+  /** Only letters whose error or error class contains this text (case-insensitive). */
+  error?: string;
   /** true: only letters already replayed; false: only those never replayed. */
   replayed?: boolean;
 }
@@ -39,6 +43,16 @@ export type DeadLetterRef = Pick<
 export interface DeadReplays {
   replayed: Array<{ seq: number; namespace: string; newSeq: number }>;
   skipped: Array<{ seq: number; namespace: string; replayedAsSeq: number | null }>;
+}
+
+/**
+ * What a skip of dead letters did (DeadSelection.skip), ascending seq: letters given up — a
+ * letter's group with it, in every namespace of the file — and letters left as they were because
+ * they were replayed or given up before (`replayedAsSeq` null: given up).
+ */
+export interface DeadSkips {
+  skipped: Array<{ seq: number; namespace: string }>;
+  handled: Array<{ seq: number; namespace: string; replayedAsSeq: number | null }>;
 }
 
 /**
@@ -104,7 +118,7 @@ function findIn<T extends { file: string }>(
   columns: string,
   onError: OnError | undefined,
 ): T[] {
-  const { where, params } = filterSql(filter);
+  const { where, params } = deadLetterWhere(filter);
   const out: T[] = [];
   for (const file of queueFilesOf(location)) {
     try {
@@ -187,13 +201,20 @@ function readDeadLog<T>(file: string, read: (db: Database) => T): T | undefined 
   });
 }
 
-function filterSql(filter: DeadLetterFilter): { where: string; params: string[] } {
+/** The WHERE clause (with its parameters) that selects `filter`'s letters in outbox_dead_log: one definition for every reader and the guarded actions of dead-log.ts. */
+export function deadLetterWhere(filter: DeadLetterFilter): { where: string; params: string[] } {
   const clauses: string[] = [];
   const params: string[] = [];
   const bind = (value: string) => `?${params.push(value)}`;
   if (filter.namespace !== undefined) clauses.push(`namespace = ${bind(filter.namespace)}`);
   if (filter.reason !== undefined) clauses.push(`reason = ${bind(filter.reason)}`);
   if (filter.since !== undefined) clauses.push(`julianday(dead_at) >= julianday(${bind(isoTimestamp(filter.since))})`);
+  if (filter.until !== undefined) clauses.push(`julianday(dead_at) < julianday(${bind(isoTimestamp(filter.until))})`);
+  // instr over lower(): a LIKE pattern would give % and _ in the operator's text a meaning.
+  if (filter.error !== undefined)
+    clauses.push(
+      `instr(lower(coalesce(error_class, '') || ' ' || coalesce(error, '')), lower(${bind(filter.error)})) > 0`,
+    );
   if (filter.replayed !== undefined) clauses.push(filter.replayed ? "replayed_at IS NOT NULL" : "replayed_at IS NULL");
   return { where: clauses.length > 0 ? `WHERE ${clauses.join(" AND ")}` : "", params };
 }

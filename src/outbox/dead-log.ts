@@ -1,7 +1,15 @@
 import type { Statement } from "bun:sqlite";
-import { NotFoundError } from "../errors.ts";
+import { NotFoundError, SelectionChangedError } from "../errors.ts";
 import { Appender } from "./append.ts";
-import { purgeCandidates, type DeadReplays, type PurgeOutcome, type PurgeRule } from "./dead-letters.ts";
+import {
+  deadLetterWhere,
+  purgeCandidates,
+  type DeadLetterFilter,
+  type DeadReplays,
+  type DeadSkips,
+  type PurgeOutcome,
+  type PurgeRule,
+} from "./dead-letters.ts";
 import { QueueFile } from "./queue-file.ts";
 import { DEAD_ROW_COLUMNS, type DeadLetter, type DeadReason } from "./rows.ts";
 import { LAYOUTS } from "./schema.ts";
@@ -109,7 +117,9 @@ export class DeadLog {
     if (!dead) throw this.#notDead(seq);
     if (dead.replayedAt !== null) {
       throw this.#file.invalid(
-        `dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`,
+        dead.replayedAsSeq === null
+          ? `dead letter ${seq} was given up (skipped) at ${dead.replayedAt}: it is not replayed`
+          : `dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`,
       );
     }
     const { replayed } = this.replayMany([seq], source);
@@ -119,15 +129,18 @@ export class DeadLog {
   /**
    * See Outbox.replayDeadMany (`ordered` ascending, without duplicates). A letter of a group brings
    * its whole group (other namespaces' parts included), replayed as one group again; letters
-   * without a group are replayed each alone. One transaction for all.
+   * without a group are replayed each alone. One transaction for all. With `selection`, the
+   * transaction first checks that `ordered` are exactly the unreplayed letters of this namespace
+   * that `selection` matches, and throws SelectionChangedError (nothing replayed) when not.
    */
-  replayMany(ordered: readonly number[], source: string | undefined): DeadReplays {
+  replayMany(ordered: readonly number[], source: string | undefined, selection?: DeadLetterFilter): DeadReplays {
     const file = this.#file;
     const qdb = file.queueDb;
     // Its groups would end the producer's: replay is an operator's transaction of its own.
     if (qdb.group !== null) throw file.invalid("dead letters cannot be replayed inside outbox.transaction");
     return file.read("cannot replay dead letters", () =>
       qdb.transaction(() => {
+        if (selection) this.#requireSelection(ordered, selection);
         const out: DeadReplays = { replayed: [], skipped: [] };
         const done = new Set<string>();
         for (const seq of ordered) {
@@ -157,6 +170,59 @@ export class DeadLog {
         }
         return out;
       }),
+    );
+  }
+
+  /**
+   * Gives letters up without replaying them, each with the unreplayed letters of its group (other
+   * namespaces' parts included), in ONE transaction: `replayed_at` is set and `replayed_as_seq`
+   * left NULL, so they count as handled — no longer dead letters to act on, never replayed, pruned
+   * after retain_replayed_days like replayed ones — and stay in the log, where the chain may still
+   * need them. Letters replayed or given up before are reported, not changed. `selection` as in
+   * replayMany; a seq that is no dead letter here throws NotFoundError and nothing changes.
+   */
+  skipMany(ordered: readonly number[], selection?: DeadLetterFilter): DeadSkips {
+    const file = this.#file;
+    return file.write("cannot skip dead letters", () => {
+      if (selection) this.#requireSelection(ordered, selection);
+      const out: DeadSkips = { skipped: [], handled: [] };
+      const done = new Set<string>();
+      const at = isoTimestamp();
+      const mark = file.db.query(
+        "UPDATE outbox_dead_log SET replayed_at = ? WHERE seq = ? AND namespace = ? AND replayed_at IS NULL",
+      );
+      for (const seq of ordered) {
+        const dead = this.#dead(seq);
+        if (!dead) throw this.#notDead(seq);
+        if (dead.replayedAt !== null) {
+          out.handled.push({ seq, namespace: dead.namespace, replayedAsSeq: dead.replayedAsSeq });
+          continue;
+        }
+        for (const letter of this.#letterGroup(dead)) {
+          const key = `${letter.namespace}\0${letter.seq}`;
+          if (done.has(key)) continue;
+          mark.run(at, letter.seq, letter.namespace);
+          out.skipped.push({ seq: letter.seq, namespace: letter.namespace });
+          done.add(key);
+        }
+      }
+      return out;
+    });
+  }
+
+  /** Throws SelectionChangedError unless `ordered` are exactly the unreplayed letters of this namespace that `filter` matches now. */
+  #requireSelection(ordered: readonly number[], filter: DeadLetterFilter): void {
+    const file = this.#file;
+    const { where, params } = deadLetterWhere({ ...filter, namespace: file.namespace, replayed: false });
+    const now = file.db
+      .query<{ seq: number }, string[]>(`SELECT seq FROM outbox_dead_log ${where} ORDER BY seq`)
+      .all(...params)
+      .map((r) => r.seq);
+    if (now.length === ordered.length && now.every((seq, i) => seq === ordered[i])) return;
+    throw new SelectionChangedError(
+      `the dead letters of namespace "${file.namespace}" that the filter selects changed since they were counted: ${ordered.length} then, ${now.length} now (${file.path}); nothing was changed`,
+      file.path,
+      file.namespace,
     );
   }
 

@@ -1,0 +1,113 @@
+// The console's guarded actions on dead letters, in the library: a counted selection is replayed or
+// given up in one transaction only while it is still exactly what was counted.
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { NotFoundError, SelectionChangedError } from "../src/errors.ts";
+import { findDeadLetterRefs } from "../src/outbox/dead-letters.ts";
+import { withDeadSelection } from "../src/outbox/dead-selection.ts";
+import { Outbox } from "../src/outbox/outbox.ts";
+import { errorOf } from "./support/errors.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+
+let tmp: TempDir;
+let ob: Outbox;
+beforeEach(() => {
+  tmp = makeTempDir("sqloutbox-selection-");
+  ob = new Outbox(tmp.file("orders.db"), "orders");
+});
+afterEach(() => {
+  ob.close();
+  tmp.cleanup();
+});
+
+/** `count` rows pushed one by one, each skipped to the dead letters at once: their seqs. */
+function letters(count: number): number[] {
+  return Array.from({ length: count }, (_, i) => {
+    const seq = ob.enqueue("INSERT INTO orders (id) VALUES (?)", `[${i}]`);
+    ob.skipHead(seq);
+    return seq;
+  });
+}
+
+describe("DeadSelection", () => {
+  test("replays a selection that is still what was counted", () => {
+    const seqs = letters(3);
+    const done = withDeadSelection(ob.path, "orders", (s) => s.replay(seqs, { reason: "skipped" }));
+    expect(done.replayed.map((r) => r.seq)).toEqual(seqs);
+    expect(ob.fetchUnsynced(10)).toHaveLength(3);
+  });
+
+  test("refuses a selection a letter joined since it was counted, and replays nothing", () => {
+    const counted = letters(2);
+    letters(1);
+    const err = errorOf(() => withDeadSelection(ob.path, "orders", (s) => s.replay(counted, {})));
+    expect(err).toBeInstanceOf(SelectionChangedError);
+    expect(err).toMatchObject({ code: "E_CONFLICT", namespace: "orders", file: ob.path });
+    expect((err as Error).message).toContain("2 then, 3 now");
+    expect(ob.fetchUnsynced(10)).toHaveLength(0);
+    expect(ob.listDead().every((l) => l.replayedAt === null)).toBe(true);
+  });
+
+  test("refuses a selection a letter of which was replayed meanwhile", () => {
+    const seqs = letters(2);
+    ob.replayDead(seqs[0]!);
+    const err = errorOf(() => withDeadSelection(ob.path, "orders", (s) => s.skip(seqs, {})));
+    expect(err).toBeInstanceOf(SelectionChangedError);
+    expect(ob.getDead(seqs[1]!)!.replayedAt).toBeNull();
+  });
+
+  test("gives letters up: handled, never replayed, still in the log", () => {
+    const seqs = letters(2);
+    const done = withDeadSelection(ob.path, "orders", (s) => s.skip([seqs[0]!]));
+    expect(done).toEqual({ skipped: [{ seq: seqs[0]!, namespace: "orders" }], handled: [] });
+    expect(ob.deadCount()).toBe(1);
+    const given = ob.getDead(seqs[0]!)!;
+    expect(given.replayedAt).not.toBeNull();
+    expect(given.replayedAsSeq).toBeNull();
+    expect(errorOf(() => ob.replayDead(seqs[0]!)).message).toContain("given up (skipped)");
+    const again = withDeadSelection(ob.path, "orders", (s) => s.skip([seqs[0]!]));
+    expect(again).toEqual({ skipped: [], handled: [{ seq: seqs[0]!, namespace: "orders", replayedAsSeq: null }] });
+  });
+
+  test("gives a letter up with its whole group", () => {
+    const [first] = ob.enqueueBatch([
+      { tag: "INSERT INTO orders (id) VALUES (?)", payload: "[1]" },
+      { tag: "INSERT INTO orders (id) VALUES (?)", payload: "[2]" },
+    ]);
+    ob.skipHead(first!);
+    const done = withDeadSelection(ob.path, "orders", (s) => s.skip([first!]));
+    expect(done.skipped.map((s) => s.seq)).toEqual([first!, first! + 1]);
+    expect(ob.deadCount()).toBe(0);
+  });
+
+  test("a seq that is no dead letter changes nothing", () => {
+    const seqs = letters(1);
+    const err = errorOf(() => withDeadSelection(ob.path, "orders", (s) => s.skip([...seqs, 99])));
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect(ob.deadCount()).toBe(1);
+  });
+
+  test("never creates a file", () => {
+    expect(() => withDeadSelection(tmp.file("nothing.db"), "nothing", () => 0)).toThrow();
+    expect(Bun.file(tmp.file("nothing.db")).size).toBe(0);
+  });
+});
+
+describe("dead-letter filters", () => {
+  test("select by error text, case-insensitive, and by a time window", () => {
+    const [a, b] = letters(2);
+    ob.deadLetter(
+      ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[9]"),
+      "max_attempts",
+      "23502: NULL in note",
+      "23502",
+    );
+    const refs = (filter: Parameters<typeof findDeadLetterRefs>[1]) =>
+      findDeadLetterRefs({ dbDir: tmp.path, dbFile: ob.path }, filter).map((r) => r.seq);
+    expect(refs({ error: "null IN" })).toHaveLength(1);
+    expect(refs({ error: "23502" })).toHaveLength(1);
+    expect(refs({ error: "100%" })).toEqual([]);
+    expect(refs({ until: new Date(Date.now() + 60_000) })).toHaveLength(3);
+    expect(refs({ until: new Date(Date.now() - 60_000) })).toEqual([]);
+    expect(refs({ reason: "skipped" })).toEqual([a!, b!]);
+  });
+});
