@@ -19,9 +19,22 @@ const tailSql = (delivered: DeliveredSql) => `SELECT coalesce(
     ifnull(${delivered.maxOfNamespace}, -1),
     ifnull((SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1), -1)), -1)) AS tail`;
 
-const COLUMNS = ["created_at", "namespace", "source", "tag", "payload", "prev_seq", "traceparent", "tracestate"];
+const COLUMNS = [
+  "created_at",
+  "namespace",
+  "source",
+  "tag",
+  "payload",
+  "prev_seq",
+  "traceparent",
+  "tracestate",
+  "lane_key",
+];
 
 export type { RowTrace };
+
+/** What a row carries besides its statement: the producer's trace context and, when it was given one, its key (see lane-key.ts: its text, checked). */
+export type RowContext = RowTrace & { key?: string | null };
 
 /** How large one group (one local transaction) may grow: rows, and characters of SQL text and payload. */
 export interface GroupLimits {
@@ -63,6 +76,7 @@ export class Appender {
     source: "",
     traceparent: null,
     tracestate: null,
+    laneKey: null,
     grp: null,
     grouped: false,
     seq: 0,
@@ -77,7 +91,7 @@ export class Appender {
     const tail = tailSql(DELIVERED[file.layout]);
     this.#tail = file.prepare(tail);
     this.#insertAtTail = file.prepare(
-      layout.insertSql(COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${tail})`, "?6", "?7"]),
+      layout.insertSql(COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${tail})`, "?6", "?7", "?8"]),
     );
     this.#rows = layout.rowInserts(file);
     this.#run.namespace = file.namespace;
@@ -92,7 +106,7 @@ export class Appender {
    * Appends one event at the tail and returns its seq: one write transaction (see Outbox.enqueue),
    * or one more row of the local transaction open on the file.
    */
-  one(tag: string, payload: string, source: string, trace: RowTrace = NO_TRACE): number {
+  one(tag: string, payload: string, source: string, trace: RowContext = NO_TRACE): number {
     const file = this.#file;
     if (file.queueDb.group !== null) {
       // One INSERT is atomic by itself: no savepoint needed, and the group's counters move only after it.
@@ -130,7 +144,7 @@ export class Appender {
    * savepoint so a failure undoes only these rows. `grouped: false` (outside a transaction): the
    * rows commit together but are delivered each on its own.
    */
-  many(items: readonly AppendItem[], source: string, trace: RowTrace = NO_TRACE, grouped = true): number[] {
+  many(items: readonly AppendItem[], source: string, trace: RowContext = NO_TRACE, grouped = true): number[] {
     const file = this.#file;
     const qdb = file.queueDb;
     if (qdb.group !== null) return file.write("cannot enqueue batch", () => this.appendToGroup(items, source, trace));
@@ -152,7 +166,7 @@ export class Appender {
    * and ords counted on from one read, the namespace's tail kept from its last append. The group's
    * counters move only once every row is written.
    */
-  appendToGroup(items: readonly AppendItem[], source: string, trace: RowTrace = NO_TRACE): number[] {
+  appendToGroup(items: readonly AppendItem[], source: string, trace: RowContext = NO_TRACE): number[] {
     const file = this.#file;
     const group = file.queueDb.group;
     if (group === null) throw file.invalid("appendToGroup needs the transaction open on the file");
@@ -183,7 +197,7 @@ export class Appender {
   }
 
   /** Appends rows that are not a group (each delivered on its own), inside the caller's write transaction. */
-  #appendAlone(items: readonly AppendItem[], source: string, trace: RowTrace): number[] {
+  #appendAlone(items: readonly AppendItem[], source: string, trace: RowContext): number[] {
     this.#checkCapacity(this.#maxPending === null ? 0 : this.#file.pendingCount(), items.length);
     const run = this.#start(isoTimestamp(), source, trace, null, false); // one transaction, one creation time
     run.seq = this.#rows.nextSeq();
@@ -192,12 +206,13 @@ export class Appender {
   }
 
   /** The appender's run, set up for rows created at `createdAt` (its place is the caller's to set). */
-  #start(createdAt: string, source: string, trace: RowTrace, grp: number | null, grouped: boolean): AppendRun {
+  #start(createdAt: string, source: string, trace: RowContext, grp: number | null, grouped: boolean): AppendRun {
     const run = this.#run;
     run.createdAt = createdAt;
     run.source = source;
     run.traceparent = trace.traceparent;
     run.tracestate = trace.tracestate;
+    run.laneKey = trace.key ?? null;
     run.grp = grp;
     run.grouped = grouped;
     return run;
@@ -210,7 +225,7 @@ export class Appender {
     return seqs;
   }
 
-  #appendAtTail(tag: string, payload: string, source: string, trace: RowTrace): number {
+  #appendAtTail(tag: string, payload: string, source: string, trace: RowContext): number {
     return Number(
       this.#insertAtTail.run(
         this.#file.namespace,
@@ -220,6 +235,7 @@ export class Appender {
         payload,
         trace.traceparent,
         trace.tracestate,
+        trace.key ?? null,
       ).lastInsertRowid,
     );
   }

@@ -40,9 +40,9 @@ export class DeadLog {
     this.#file = file;
     this.#appender = appender;
     this.#move = file.prepare(
-      `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, grp, traceparent, tracestate)
+      `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, grp, traceparent, tracestate, lane_key)
        SELECT seq, namespace, source, tag, payload, prev_seq, created_at, attempts,
-         coalesce(?1, last_error), coalesce(?2, last_error_class), ?3, ?4, grp, traceparent, tracestate
+         coalesce(?1, last_error), coalesce(?2, last_error_class), ?3, ?4, grp, traceparent, tracestate, lane_key
        FROM outbox_queue WHERE seq = ?5`,
     );
     this.#remove = file.prepare("DELETE FROM outbox_queue WHERE seq = ?");
@@ -159,6 +159,7 @@ export class DeadLog {
               {
                 traceparent: letter.traceparent,
                 tracestate: letter.tracestate,
+                key: letter.laneKey,
               },
             );
             file.db

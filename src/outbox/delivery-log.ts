@@ -353,14 +353,15 @@ export class DeliveryLog {
             "grp",
             "traceparent",
             "tracestate",
+            "lane_key",
           ],
-          ["?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8", "?9", "?10", "?11", "?12", "?13", "?14"],
+          ["?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8", "?9", "?10", "?11", "?12", "?13", "?14", "?15"],
         ),
       );
       const startGroup = db.query("UPDATE outbox_queue SET grp = ?1 WHERE seq = ?1");
       const record = db.query(
-        `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, replayed_at, replayed_as_seq, grp, traceparent, tracestate)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'resequenced', ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, replayed_at, replayed_as_seq, grp, traceparent, tracestate, lane_key)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'resequenced', ?, ?, ?, ?, ?, ?, ?)`,
       );
       const remove = db.query("DELETE FROM outbox_queue WHERE seq = ? AND namespace = ?");
       const at = isoTimestamp();
@@ -398,6 +399,7 @@ export class DeliveryLog {
               continues ? newGroup : null,
               r.traceparent,
               r.tracestate,
+              r.laneKey,
             ).lastInsertRowid,
           );
           if (r.grp !== null && !continues) startGroup.run((newGroup = seq));
@@ -420,6 +422,7 @@ export class DeliveryLog {
             r.grp,
             r.traceparent,
             r.tracestate,
+            r.laneKey,
           );
           remove.run(r.seq, namespace);
           if (newFirst === 0) newFirst = seq;

@@ -133,7 +133,7 @@ export const LEAN: Layout = {
     const nextSeq = cache.prepare<{ seq: number }, []>(NEXT_SEQ_SQL);
     const nextOrd = cache.prepare<{ ord: number }, [string]>(`SELECT ${NEXT_ORD} AS ord`);
     const insert = cache.prepare(
-      "INSERT INTO outbox_queue (seq, ord, grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "INSERT INTO outbox_queue (seq, ord, grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate, lane_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     );
     return {
       nextSeq: () => nextSeq.get()!.seq,
@@ -152,6 +152,7 @@ export const LEAN: Layout = {
           prev,
           run.traceparent,
           run.tracestate,
+          run.laneKey,
         );
         return run.seq++;
       },

@@ -34,6 +34,8 @@ export const QUEUE_EXTRA_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   // The W3C trace context the producer pushed the row in, if any.
   ["traceparent", "TEXT"],
   ["tracestate", "TEXT"],
+  // The row's key (its text): rows of one key are delivered in order in their lane; NULL when none.
+  ["lane_key", "TEXT"],
 ];
 
 /** Where a layout keeps the statements it prepares: a queue file's (QueueFile.prepare), finalized with its connection. */
@@ -51,6 +53,7 @@ export interface AppendRun {
   source: string;
   traceparent: string | null;
   tracestate: string | null;
+  laneKey: string | null;
   /** The rows' group: the open group's id; null for rows alone, or for a group whose first row is still to come. */
   grp: number | null;
   /** Whether the rows form a group: the first row of a group without an id yet gives it its seq. */

@@ -22,6 +22,8 @@ export interface StoredEvent {
   /** The W3C trace context the row was pushed in, if any. */
   traceparent: string | null;
   tracestate: string | null;
+  /** The key the row was pushed with (its text, see lane-key.ts); null when none. */
+  laneKey: string | null;
 }
 
 /** One pending event of a namespace, as stored in `outbox_queue`. */
@@ -55,7 +57,7 @@ export interface DeadLetter extends StoredEvent {
 
 /** SELECT list of a StoredEvent, the same in outbox_queue and outbox_dead_log. */
 const EVENT_COLUMNS =
-  "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts, grp, traceparent, tracestate";
+  "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts, grp, traceparent, tracestate, lane_key AS laneKey";
 
 /** SELECT list producing an OutboxRow from outbox_queue. */
 export const QUEUE_ROW_COLUMNS = `${EVENT_COLUMNS}, last_error AS lastError, last_error_class AS lastErrorClass,

@@ -67,6 +67,7 @@ const DEAD_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   ["replayed_at", "TEXT"],
   ["replayed_as_seq", "INTEGER"],
   ["grp", "INTEGER"],
+  ["lane_key", "TEXT"],
   ["traceparent", "TEXT"],
   ["tracestate", "TEXT"],
 ];

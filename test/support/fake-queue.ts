@@ -21,6 +21,7 @@ export function pendingRow(seq: number, grp: number | null = null, extra: Partia
     grp,
     traceparent: null,
     tracestate: null,
+    laneKey: null,
     lastError: null,
     lastErrorClass: null,
     lastAttemptAt: null,
