@@ -70,3 +70,60 @@ describe("postgres writer behind a cuttable TCP proxy", () => {
     expect(await writer.writeBatch([insert(5)])).toEqual([{ ok: true, rowsAffected: 1 }]);
   });
 });
+
+describe("a TCP proxy with a round trip", () => {
+  /** An echo server: every chunk comes straight back. */
+  const echo = () =>
+    Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data: (socket, bytes) => void socket.write(bytes) } });
+
+  /** A client of `port` that sends `messages` one at a time (each after the last came back) or all at once. */
+  async function exchange(port: number, messages: string[], pipelined: boolean): Promise<string> {
+    let received = "";
+    let wake = () => {};
+    const socket = await Bun.connect({
+      hostname: "127.0.0.1",
+      port,
+      socket: {
+        data(_s, bytes) {
+          received += Buffer.from(bytes).toString();
+          wake();
+        },
+      },
+    });
+    const until = (text: string) =>
+      new Promise<void>((resolve) => {
+        wake = () => received.endsWith(text) && resolve();
+        wake();
+      });
+    if (pipelined) {
+      for (const m of messages) socket.write(m);
+      await until(messages.at(-1)!);
+    } else
+      for (const m of messages) {
+        socket.write(m);
+        await until(m);
+      }
+    socket.end();
+    return received;
+  }
+
+  test("delays each direction by half the round trip, in order, and counts one turn per answer waited for", async () => {
+    const server = echo();
+    const proxy = startTcpProxy(server.port, "127.0.0.1", { rttMs: 30 });
+    try {
+      const start = performance.now();
+      expect(await exchange(proxy.port, ["a", "b", "c"], false)).toBe("abc");
+      expect(performance.now() - start).toBeGreaterThanOrEqual(3 * 30 - 3);
+      expect(proxy.turns).toBe(3);
+      // Sent without waiting: one turn, whatever the number of chunks.
+      expect(await exchange(proxy.port, ["d", "e", "f", "g"], true)).toBe("defg");
+      expect(proxy.turns).toBe(4);
+      const now = performance.timeOrigin + performance.now();
+      expect(proxy.turnsBetween(now - 60_000, now)).toBe(4);
+      expect(proxy.turnsBetween(now + 1, now + 60_000)).toBe(0);
+    } finally {
+      proxy.close();
+      server.stop(true);
+    }
+  });
+});

@@ -1,11 +1,16 @@
 import type { Socket, TCPSocketListener } from "bun";
 
 /**
- * A TCP proxy on 127.0.0.1 in front of a real server, for outage tests.
+ * A TCP proxy on 127.0.0.1 in front of a real server, for outage tests and for a long link.
  * `cut()` closes every live connection and stops forwarding: new connections are closed at once
  * (mode "reset", the default: the client sees "connection closed") or accepted and left unanswered
  * (mode "blackhole": the client runs into its own timeout). `restore()` forwards again, including
  * the blackholed connections that are still open (like a healed network partition).
+ *
+ * `rttMs` delays every chunk by half of it in each direction, in order (a link `rttMs` long, of
+ * unbounded bandwidth), and `turns` counts the round trips clients waited for: a chunk from a
+ * client that arrives after the proxy handed it something from the server since it last sent.
+ * Pipelined requests are one turn however many chunks carry them.
  */
 export interface TcpProxy {
   /** The port the proxy listens on (127.0.0.1). */
@@ -14,6 +19,12 @@ export interface TcpProxy {
   readonly isCut: boolean;
   /** Live proxied connections (client sides). */
   readonly connections: number;
+  /** Round trips clients have waited for so far, summed over connections (see above). */
+  readonly turns: number;
+  /** Turns that began between two epoch times in milliseconds (`performance.timeOrigin + performance.now()`). */
+  turnsBetween(fromMs: number, toMs: number): number;
+  /** The round trip the proxy adds, in milliseconds; settable while it runs. */
+  rttMs: number;
   cut(mode?: "reset" | "blackhole"): void;
   restore(): void;
   /** Closes the listener and every connection. */
@@ -28,6 +39,14 @@ interface Conn {
   /** Bytes from upstream that the client socket did not accept yet (backpressure). */
   toClient: Uint8Array[];
   closed: boolean;
+  /** The client was handed something from the server since it last sent: its next chunk is a new turn. */
+  answered: boolean;
+  /** Chunks on their way (delayed), each direction in arrival order. */
+  late: { up: Delayed[]; down: Delayed[] };
+}
+interface Delayed {
+  at: number;
+  bytes: Uint8Array;
 }
 interface Upstream {
   conn: Conn;
@@ -46,11 +65,45 @@ function flush(sock: Socket<unknown>, queue: Uint8Array[]): void {
   }
 }
 
-/** Starts a proxy forwarding 127.0.0.1:<random port> to `targetHost:targetPort`. */
-export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): TcpProxy {
+/** Starts a proxy forwarding 127.0.0.1:<random port> to `targetHost:targetPort`, `rttMs` long (default 0). */
+export function startTcpProxy(
+  targetPort: number,
+  targetHost = "127.0.0.1",
+  options: { rttMs?: number } = {},
+): TcpProxy {
   let mode: "open" | "reset" | "blackhole" = "open";
   const live = new Set<Conn>();
   const held = new Set<Conn>();
+  let rttMs = options.rttMs ?? 0;
+
+  /** When each turn began (epoch milliseconds, `performance.timeOrigin` based: comparable across processes). */
+  const turnTimes: number[] = [];
+
+  /** Hands `bytes` to the socket on the other side now, or half a round trip later, in order. */
+  const pass = (c: Conn, way: "up" | "down", bytes: Uint8Array) => {
+    const late = c.late[way];
+    if (rttMs <= 0 && late.length === 0) return deliver(c, way, [bytes]);
+    late.push({ at: performance.now() + rttMs / 2, bytes });
+    if (late.length > 1) return; // this direction's timer is running
+    const tick = () => {
+      const due: Uint8Array[] = [];
+      while (late.length > 0 && late[0]!.at <= performance.now() + 0.5) due.push(late.shift()!.bytes);
+      deliver(c, way, due);
+      if (late.length > 0) setTimeout(tick, Math.max(0, late[0]!.at - performance.now()));
+    };
+    setTimeout(tick, rttMs / 2);
+  };
+  const deliver = (c: Conn, way: "up" | "down", chunks: Uint8Array[]) => {
+    if (c.closed) return;
+    if (way === "up") {
+      c.toUpstream.push(...chunks);
+      if (c.upstream) flush(c.upstream, c.toUpstream);
+    } else {
+      c.answered ||= chunks.length > 0;
+      c.toClient.push(...chunks);
+      flush(c.client, c.toClient);
+    }
+  };
 
   const end = (c: Conn) => {
     if (c.closed) return;
@@ -74,9 +127,7 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
           flush(up, c.toUpstream);
         },
         data(_up, bytes) {
-          if (c.closed) return;
-          c.toClient.push(new Uint8Array(bytes));
-          flush(c.client, c.toClient);
+          if (!c.closed) pass(c, "down", new Uint8Array(bytes));
         },
         drain(up) {
           flush(up, c.toUpstream);
@@ -100,7 +151,15 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
     socket: {
       open(client) {
         if (mode === "reset") return void client.terminate();
-        const c: Conn = { client, upstream: null, toUpstream: [], toClient: [], closed: false };
+        const c: Conn = {
+          client,
+          upstream: null,
+          toUpstream: [],
+          toClient: [],
+          closed: false,
+          answered: true,
+          late: { up: [], down: [] },
+        };
         client.data = c;
         // Blackholed: keep what the client sends until restore() (or the client gives up).
         if (mode === "blackhole") held.add(c);
@@ -109,8 +168,10 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
       data(client, bytes) {
         const c = client.data;
         if (!c || c.closed) return;
-        c.toUpstream.push(new Uint8Array(bytes));
-        if (c.upstream) flush(c.upstream, c.toUpstream);
+        if (c.answered) turnTimes.push(performance.timeOrigin + performance.now());
+        c.answered = false;
+        if (held.has(c)) c.toUpstream.push(new Uint8Array(bytes));
+        else pass(c, "up", new Uint8Array(bytes));
       },
       drain(client) {
         const c = client.data;
@@ -132,6 +193,18 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
     },
     get connections() {
       return live.size;
+    },
+    get turns() {
+      return turnTimes.length;
+    },
+    turnsBetween(fromMs, toMs) {
+      return turnTimes.filter((t) => t >= fromMs && t <= toMs).length;
+    },
+    get rttMs() {
+      return rttMs;
+    },
+    set rttMs(ms: number) {
+      rttMs = ms;
     },
     cut(how = "reset") {
       mode = how;
@@ -159,8 +232,9 @@ export function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Tcp
 export function pgBehindProxy(
   db: { host: string; port: number; user: string; name: string },
   cleanups: Array<() => unknown>,
+  options: { rttMs?: number } = {},
 ): { proxy: TcpProxy; url: string } {
-  const proxy = startTcpProxy(db.port, db.host);
+  const proxy = startTcpProxy(db.port, db.host, options);
   cleanups.push(() => proxy.close());
   return { proxy, url: `postgres://${db.user}@127.0.0.1:${proxy.port}/${db.name}` };
 }
