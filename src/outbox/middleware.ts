@@ -1,14 +1,15 @@
 import type { Database } from "bun:sqlite";
 import { mkdirSync, realpathSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
-import { CrossTableTransactionError, InvalidArgumentError, StorageError } from "../errors.ts";
+import { InvalidArgumentError, StorageError } from "../errors.ts";
 import { DIALECTS } from "../vocabulary.ts";
-import { StatementCache } from "../sql/statement-cache.ts";
+import type { StatementCache } from "../sql/statement-cache.ts";
 import type { Dialect } from "../vocabulary.ts";
-import { Outbox, outboxOn, queueDbOf, type OutboxOptions } from "./outbox.ts";
+import type { Outbox, OutboxOptions } from "./outbox.ts";
 import { encodeArgs, type PayloadLocation } from "./payload.ts";
-import { callSynchronously, QueueDb } from "./queue-db.ts";
+import type { QueueDb } from "./queue-db.ts";
 import type { Durability } from "../vocabulary.ts";
+import { type OpenQueue, OpenTransaction, openQueues } from "./open-queues.ts";
 import { tableNameProblem } from "./table-name.ts";
 import { checkTraceContext, type RowTrace, type TraceContextInput } from "../trace-context.ts";
 import { activeTrace } from "./active-trace.ts";
@@ -52,62 +53,6 @@ export interface SQLMiddlewareOptions {
 /** The default `maxPayloadBytes`: 1 MiB. */
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576;
 
-// One Outbox per (file, namespace) per process: every producer of a table shares one connection
-// and its cached statements. Keyed by the real path of the file, so `./a`, `/abs/a` and a symlink
-// to it meet (and, for an application's own database, by its connection).
-const shared = new Map<string, Outbox>();
-// One connection per db_file (every table is a namespace of it), and one view of each application
-// database the outbox shares: the registry holds a reference until closeSharedOutboxes.
-const sharedFiles = new Map<string, QueueDb>();
-const sharedDatabases = new Map<Database, QueueDb>();
-const databaseIds = new WeakMap<Database, number>();
-let nextDatabaseId = 1;
-
-// Statement verdicts depend only on the SQL text and the dialect: every producer of the process
-// shares them, so a producer created per request still checks each text once.
-const caches = new Map<Dialect | null, StatementCache>();
-function cacheFor(dialect: Dialect | null): StatementCache {
-  let cache = caches.get(dialect);
-  if (cache === undefined) caches.set(dialect, (cache = new StatementCache(dialect)));
-  return cache;
-}
-
-/**
- * The transaction `transaction(fn)` has open in this process (fn is synchronous, so at most one):
- * every push while it runs belongs to it, whichever producer makes it. With one file per table it
- * binds to the file of its first push; a push into another file is refused. `file` is the
- * registry key of its file (null until bound).
- */
-let open: {
-  queueDb: QueueDb | null;
-  file: string | null;
-  table: string | null;
-  began: boolean;
-  trace: RowTrace | undefined;
-} | null = null;
-
-/** Trace contexts dropped at the door since the last warning, and when that was (epoch ms). */
-const dropped = { count: 0, warnedAt: -Infinity };
-const TRACE_WARNING_INTERVAL_MS = 60_000;
-
-/**
- * Says that a trace context was dropped — through process.emitWarning (stderr unless the
- * application listens for "warning"), at most once a minute, so a producer that sends a bad
- * header on every request does not flood its log; the event itself was stored.
- */
-function warnDropped(problem: string, table: string): void {
-  dropped.count += 1;
-  const now = Date.now();
-  if (now - dropped.warnedAt < TRACE_WARNING_INTERVAL_MS) return;
-  const more = dropped.count > 1 ? ` (${dropped.count} trace contexts dropped since the last warning)` : "";
-  dropped.count = 0;
-  dropped.warnedAt = now;
-  process.emitWarning(`sqloutbox: push to "${table}": ${problem}; the event was stored without it${more}`, {
-    type: "SqloutboxTraceContextWarning",
-    code: "SQLOUTBOX_TRACE_CONTEXT",
-  });
-}
-
 /** Where a producer's queues are (see SQLMiddlewareOptions). */
 type Where = { kind: "dir"; dir: string } | { kind: "file"; file: string } | { kind: "database"; database: Database };
 
@@ -139,8 +84,8 @@ export class SQLMiddleware {
   #inject: boolean | ReadonlySet<string>;
   /** The real path of dbDir once it exists (symlinks resolved): the registry key. */
   #realDir: string | undefined;
-  /** This producer's outboxes by table: the push hot path skips the name check and the registry. */
-  #mine = new Map<string, Outbox>();
+  /** This producer's queues by table: the push hot path skips the name check and the registry. */
+  #mine = new Map<string, OpenQueue>();
 
   constructor(options: SQLMiddlewareOptions) {
     const given = options ? (["dbDir", "dbFile", "database"] as const).filter((k) => options[k] !== undefined) : [];
@@ -184,7 +129,7 @@ export class SQLMiddleware {
       );
     }
     this.dialect = dialect;
-    this.#statements = cacheFor(dialect);
+    this.#statements = openQueues.statements(dialect);
     const inject = options.injectOutboxSeq ?? false;
     if (typeof inject === "boolean") this.#inject = inject;
     else if (Array.isArray(inject) && inject.every((t) => typeof t === "string")) this.#inject = new Set(inject);
@@ -209,11 +154,11 @@ export class SQLMiddleware {
    * never refused: the event is stored either way.
    */
   push(table: string, sql: string, args: readonly unknown[] = [], trace?: TraceContextInput): number {
-    const mine = this.#mine.get(table);
-    const outbox = mine !== undefined && !mine.closed ? mine : undefined;
-    const where = { namespace: table, file: outbox?.path ?? this.#fileFor(table) };
+    let mine = this.#mine.get(table);
+    if (mine?.outbox.closed) mine = undefined;
+    const where = { namespace: table, file: mine?.outbox.path ?? this.#fileFor(table) };
     const payload = this.#payload(table, sql, args, where);
-    const target = open === null ? (outbox ?? this.outbox(table)) : this.#joined(table, outbox);
+    const target = openQueues.transaction === null ? (mine ?? this.#queue(table)).outbox : this.#joined(table, mine);
     return target.enqueue(sql, payload, this.#source, this.#trace(trace, table));
   }
 
@@ -242,15 +187,16 @@ export class SQLMiddleware {
         );
       return { tag: stmt[0], payload: this.#payload(table, stmt[0], stmt[1] ?? [], where) };
     });
-    const target = open !== null && items.length > 0 ? this.#joined(table, undefined) : this.outbox(table);
+    const target =
+      openQueues.transaction !== null && items.length > 0 ? this.#joined(table, undefined) : this.outbox(table);
     return target.enqueueBatch(items, this.#source, { trace: this.#trace(trace, table) });
   }
 
   /** The trace context a push stores: the one given (checked), the transaction's, or the active span's. */
   #trace(given: TraceContextInput | undefined, table: string): RowTrace {
-    if (given === undefined) return open?.trace ?? activeTrace();
+    if (given === undefined) return openQueues.transaction?.trace ?? activeTrace();
     const { trace, problem } = checkTraceContext(given);
-    if (problem !== null) warnDropped(problem, table);
+    if (problem !== null) openQueues.traceDropped(problem, table);
     return trace;
   }
 
@@ -267,57 +213,32 @@ export class SQLMiddleware {
    */
   transaction<T>(fn: () => T, trace?: TraceContextInput): T {
     if (typeof fn !== "function") throw new InvalidArgumentError("transaction(fn) expects a function");
-    if (open !== null) return fn();
-    const queueDb = this.#where.kind === "dir" ? null : this.#queueDb();
+    if (openQueues.transaction !== null) return fn();
+    const queueDb = this.#where.kind === "dir" ? null : this.#connection();
     let checked: RowTrace | undefined;
     if (trace !== undefined) {
       const { trace: kept, problem } = checkTraceContext(trace);
-      if (problem !== null) warnDropped(problem, "(transaction)");
+      if (problem !== null) openQueues.traceDropped(problem, "(transaction)");
       checked = kept;
     }
-    const began = queueDb !== null && queueDb.group === null; // else it joins an Outbox.transaction already open there
-    if (began) queueDb.begin();
-    const file = queueDb === null ? null : this.#registryKey(""); // one file for every table: any name gives its key
-    const tx = (open = { queueDb, file, table: null, began, trace: checked });
-    let result: T;
-    try {
-      result = callSynchronously(fn, "transaction(fn)");
-    } catch (e) {
-      open = null;
-      if (tx.began) tx.queueDb?.rollback();
-      throw e;
-    }
-    open = null;
-    if (tx.began) tx.queueDb?.commit();
-    return result;
+    const key = queueDb === null ? null : this.#registryKey(""); // one file for every table: any name gives its key
+    return openQueues.run(new OpenTransaction(queueDb, key, checked), fn);
   }
 
   /**
-   * The Outbox of `table` (`outbox`, when this producer has it open already) bound to the open
+   * The Outbox of `table` (`mine`, when this producer has it open already) bound to the open
    * `transaction(fn)`: its first push opens the transaction in that file; a push into another file
    * is refused — before that file is opened, so a refused push leaves no empty queue file behind
    * (which status and verify would list).
    */
-  #joined(table: string, outbox: Outbox | undefined): Outbox {
-    const tx = open!;
-    if (outbox === undefined && tx.file !== null && this.#existingKey(table) !== tx.file)
-      throw new CrossTableTransactionError([tx.table ?? table, table], [tx.queueDb!.path, this.#fileFor(table)]);
-    const target = outbox ?? this.outbox(table);
-    const queueDb = queueDbOf(target);
-    if (tx.queueDb === null) {
-      tx.queueDb = queueDb;
-      tx.file = this.#registryKey(table);
-      tx.table = table;
-      if (queueDb.group === null) {
-        queueDb.begin();
-        tx.began = true;
-      }
-      return target;
-    }
-    tx.table ??= table;
-    if (tx.queueDb !== queueDb)
-      throw new CrossTableTransactionError([tx.table, table], [tx.queueDb.path, queueDb.path]);
-    return target;
+  #joined(table: string, mine: OpenQueue | undefined): Outbox {
+    const tx = openQueues.transaction!;
+    if (mine === undefined && tx.key !== null && this.#existingKey(table) !== tx.key)
+      throw tx.refusal(table, this.#fileFor(table));
+    const queue = mine ?? this.#queue(table);
+    if (tx.key === null) tx.bind(table, queue.queueDb, this.#registryKey(table));
+    else tx.join(table, queue.queueDb);
+    return queue.outbox;
   }
 
   /** Checks one statement at the door and returns its encoded payload. */
@@ -349,47 +270,30 @@ export class SQLMiddleware {
 
   /** The process-wide shared Outbox of `table` (created, with its file, on first use). */
   outbox(table: string): Outbox {
+    return this.#queue(table).outbox;
+  }
+
+  #queue(table: string): OpenQueue {
     const mine = this.#mine.get(table);
-    if (mine !== undefined && !mine.closed) return mine;
+    if (mine !== undefined && !mine.outbox.closed) return mine;
     const file = this.#fileFor(table);
-    const key = `${this.#registryKey(table)}\0${table}`;
-    let outbox = shared.get(key);
-    if (outbox?.closed) {
-      shared.delete(key); // closed by its owner (or found deleted while open): the next push reopens the file
-      outbox = undefined;
-    }
-    if (outbox) {
-      // A second producer must not silently get a different cap or a weaker durability.
-      for (const [option, have, want] of [
-        ["maxPending", outbox.maxPending, this.maxPending],
-        ["durability", outbox.durability, this.durability],
-      ] as const) {
-        if (have === want) continue;
-        throw new InvalidArgumentError(
-          `namespace "${table}" in ${file} is already open in this process with ${option}=${JSON.stringify(have)}, not ${JSON.stringify(want)}`,
-          { namespace: table, file },
-        );
-      }
-    } else {
-      const options: OutboxOptions = { maxPending: this.maxPending, durability: this.durability, ...this.#groupLimits };
-      outbox =
-        this.#where.kind === "dir" ? new Outbox(file, table, options) : outboxOn(this.#queueDb(), table, options);
-      shared.set(key, outbox);
-    }
-    this.#mine.set(table, outbox);
-    return outbox;
+    const options: OutboxOptions = { maxPending: this.maxPending, durability: this.durability, ...this.#groupLimits };
+    const site = this.#where.kind === "dir" ? ({ kind: "own", path: file } as const) : this.#site();
+    const queue = openQueues.queue(this.#registryKey(table), table, site, options, file);
+    this.#mine.set(table, queue);
+    return queue;
   }
 
   /** The registry key of the file `table` lives in (its directory created on first use). */
   #registryKey(table: string): string {
     return this.#where.kind === "database"
-      ? this.#databaseKey(this.#where.database)
+      ? openQueues.databaseKey(this.#where.database)
       : this.#keyIn(this.#ensureDir(), table);
   }
 
   /** The same, creating nothing: null while the directory does not exist (no open file can be in it). */
   #existingKey(table: string): string | null {
-    if (this.#where.kind === "database") return this.#databaseKey(this.#where.database);
+    if (this.#where.kind === "database") return openQueues.databaseKey(this.#where.database);
     const dir = this.#existingDir();
     return dir === null ? null : this.#keyIn(dir, table);
   }
@@ -399,27 +303,15 @@ export class SQLMiddleware {
     return join(realDir, this.dbFile === null ? `${table}.db` : basename(this.dbFile));
   }
 
-  #databaseKey(database: Database): string {
-    let id = databaseIds.get(database);
-    if (id === undefined) databaseIds.set(database, (id = nextDatabaseId++));
-    return `database#${id}`;
+  /** Where every table of `dbFile` (or of the application's database) is: one file, one shared connection. */
+  #site(): { kind: "file"; path: string } | { kind: "database"; database: Database } {
+    const where = this.#where;
+    return where.kind === "database" ? where : { kind: "file", path: this.#realFile() };
   }
 
   /** The shared connection every table of `dbFile` (or of the application's database) uses. */
-  #queueDb(): QueueDb {
-    const where = this.#where;
-    if (where.kind === "database") {
-      let queueDb = sharedDatabases.get(where.database);
-      if (queueDb === undefined || queueDb.closed)
-        sharedDatabases.set(where.database, (queueDb = QueueDb.borrow(where.database)));
-      return queueDb;
-    }
-    const key = this.#realFile();
-    let queueDb = sharedFiles.get(key);
-    if (queueDb === undefined || queueDb.closed) {
-      sharedFiles.set(key, (queueDb = QueueDb.open(key, { durability: this.durability, busyTimeoutMs: 10_000 })));
-    }
-    return queueDb;
+  #connection(): QueueDb {
+    return openQueues.connection(this.#site(), this.durability);
   }
 
   #fileFor(table: string): string {
@@ -468,9 +360,5 @@ export class SQLMiddleware {
 
 /** Closes every shared Outbox of this process (shutdown, tests); later pushes reopen them. */
 export function closeSharedOutboxes(): void {
-  for (const outbox of shared.values()) outbox.close();
-  shared.clear();
-  for (const queueDb of [...sharedFiles.values(), ...sharedDatabases.values()]) queueDb.release();
-  sharedFiles.clear();
-  sharedDatabases.clear();
+  openQueues.close();
 }

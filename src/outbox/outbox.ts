@@ -10,7 +10,7 @@ export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
 export type { DeliveryRead, Resequenced, RetriedHead } from "./delivery-log.ts";
 export type { DeadLettered } from "./dead-log.ts";
 export type { RowTrace } from "./append.ts";
-export { queueDbOf, type OutboxOptions } from "./queue-view.ts";
+export type { OutboxOptions } from "./queue-view.ts";
 
 /**
  * The local queue of one namespace in one SQLite file, as producers and operators use it: an

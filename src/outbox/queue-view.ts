@@ -31,8 +31,6 @@ export interface OutboxOptions {
 
 /** The open file a view shares with the file's other namespaces (outboxOn, drainQueueOn). */
 export const SHARED = Symbol("sqloutbox.sharedQueueDb");
-/** Each view's open file, for the producer's transactions (queueDbOf); not part of the public API. */
-const queueDbs = new WeakMap<QueueView, QueueDb>();
 
 /**
  * One namespace of one queue file, opened: what every audience of the queue shares — the open
@@ -100,7 +98,6 @@ export class QueueView {
           namespace,
         });
     this.queueFile = new QueueFile(queueDb, namespace);
-    queueDbs.set(this, queueDb);
     this.origin = this.queueFile.origin;
     this.appender = new Appender(this.queueFile, maxPending, limits);
     this.deliveryLog = new DeliveryLog(this.queueFile, this.appender);
@@ -185,11 +182,6 @@ export class QueueView {
     if (!Number.isFinite(retainDays) || retainDays < 0)
       throw this.queueFile.invalid(`retainDays must be a non-negative number, got ${retainDays}`);
   }
-}
-
-/** The open file `view` is a view of. */
-export function queueDbOf(view: QueueView): QueueDb {
-  return queueDbs.get(view)!;
 }
 
 function positive(value: number | undefined, fallback: number, name: string, namespace: string, path: string): number {

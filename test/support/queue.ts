@@ -3,7 +3,8 @@ import { Database } from "bun:sqlite";
 import fs from "node:fs";
 import path from "node:path";
 import { type DrainQueue, drainQueueOn } from "../../src/outbox/drain-queue.ts";
-import { Outbox, queueDbOf } from "../../src/outbox/outbox.ts";
+import { Outbox } from "../../src/outbox/outbox.ts";
+import type { QueueFile } from "../../src/outbox/queue-file.ts";
 
 /**
  * The highest seq a queue file ever allocated or was seeded to, in either layout: the legacy
@@ -69,7 +70,10 @@ const drainSides = new WeakMap<Outbox, DrainQueue>();
 export function drainSide(outbox: Outbox): DrainQueue {
   let side = drainSides.get(outbox);
   if (side === undefined || side.closed) {
-    const queue = drainQueueOn(queueDbOf(outbox), outbox.namespace);
+    // The library hands no one an Outbox's connection (the producers' registry keeps its own);
+    // a test that plays both parts on one connection reads it here, and only here.
+    const { queueDb } = (outbox as unknown as { queueFile: QueueFile }).queueFile;
+    const queue = drainQueueOn(queueDb, outbox.namespace);
     const close = outbox.close.bind(outbox);
     outbox.close = () => {
       queue.close();
