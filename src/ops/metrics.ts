@@ -103,7 +103,7 @@ const FROM_VIEWS: ReadonlyArray<{
   },
   {
     name: "sqloutbox_head_attempts",
-    help: "Delivery attempts charged to the head row: 0, or 1 while its batch is in flight (charged before it is sent); 2 or more means it failed.",
+    help: "Delivery attempts charged to the head row: 0, or 1 while its batch is in flight (charged before it is sent) and, once that attempt failed, until its retry; 2 or more: it failed at least once, or a drain died delivering it.",
     type: "gauge",
     labels: ["app", "target", "table"],
     samples: (views) => perTable(views, (t) => t.table.health?.headAttempts),

@@ -2,8 +2,8 @@ import { formatTraceparent, NO_TRACE, type RowTrace } from "../trace-context.ts"
 
 // @opentelemetry/api keeps what an application registers (its tracer provider, its context
 // manager) on globalThis under this symbol, whichever copy of the package registered it. Reading
-// that one property is the whole cost of a push when nothing is registered: the package is not even
-// loaded then.
+// that one property is the whole cost of a push when nothing is registered: this module does not
+// load the package then (prom-client may have, for its own use).
 const OTEL_GLOBAL = Symbol.for("opentelemetry.js.api.1");
 
 /** The two calls of @opentelemetry/api this module makes. */
