@@ -1,5 +1,7 @@
-// The library: what a Bun app imports from "sqloutbox". Named exports only, so nothing internal
-// (the drain lock, the lexer, the writers' isolation passes) leaks into the public API by accident.
+// The library: what a Bun app imports from "sqloutbox", as docs/library.md documents it. Named
+// exports only, so nothing internal (the drain lock, the lexer, the writers' isolation passes)
+// leaks into the public API by accident; test/package-api.test.ts lists every name, so a new
+// export is a decision.
 export {
   OutboxError,
   ConfigError,
@@ -20,9 +22,8 @@ export {
   WriteError,
   type OutboxErrorCode,
 } from "./errors.ts";
-export { DIALECTS, type BindValue, type Dialect, type Durability } from "./vocabulary.ts";
-export { silentLogger, type Logger } from "./logger.ts";
-export { VERSION } from "./version.ts";
+export type { BindValue, Dialect, Durability } from "./vocabulary.ts";
+export type { Logger } from "./logger.ts";
 
 // Producing events and reading queue files.
 export {
@@ -38,27 +39,19 @@ export {
   type ChainGap,
   type DeadLetter,
   type DeadReason,
-  type Resequenced,
 } from "./outbox/outbox.ts";
 export { healthAll, type NamespaceHealth, type HealthOptions } from "./outbox/health.ts";
 export { listOutboxFiles } from "./outbox/files.ts";
-export {
-  verifyFile,
-  scanIntegrity,
-  type FileVerification,
-  type NamespaceVerification,
-  type IntegrityReport,
-} from "./outbox/inspect.ts";
+export { verifyFile, type FileVerification, type NamespaceVerification } from "./outbox/inspect.ts";
 export { findDeadLetters, type DeadLetterFilter, type FiledDeadLetter } from "./outbox/dead-letters.ts";
 export { encodeArgs, decodeArgs } from "./outbox/payload.ts";
 
-// Statements: the checks producers run, placeholder conversion, the compatibility mode's rewrite.
-export { validateStatement, checkStatement, statementCount } from "./sql/statement.ts";
+// Statements: the checks producers run, placeholder conversion, the compatibility mode's rewrite,
+// the remote DDL `sqloutbox schema` prints.
+export { validateStatement, checkStatement } from "./sql/statement.ts";
 export { injectOutboxSeq, toDialect, type InjectOptions, type RewrittenStatement } from "./sql/rewrite.ts";
-export { rewriteTemplate, bindTemplate, SEQ_ARG, type RewriteTemplate, type TemplateOptions } from "./sql/template.ts";
-export { schemaSql, dropSchemaSql, maxSeqSql, seqIndexName } from "./sql/schema.ts";
+export { schemaSql, dropSchemaSql } from "./sql/schema.ts";
 export { ledgerDdl } from "./sql/ledger.ts";
-export { quoteIdent } from "./sql/ident.ts";
 
 // Writers.
 export type { Statement, WriteResult, OutboxWriter } from "./writers/writer.ts";

@@ -2,15 +2,8 @@ import { Database } from "bun:sqlite";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import {
-  findDeadLetters,
-  healthAll,
-  listOutboxFiles,
-  Outbox,
-  scanIntegrity,
-  StorageError,
-  verifyFile,
-} from "../src/index.ts";
+import { findDeadLetters, healthAll, listOutboxFiles, Outbox, StorageError, verifyFile } from "../src/index.ts";
+import { scanIntegrity } from "../src/outbox/inspect.ts";
 import { pendingCountSql } from "../src/outbox/schema.ts";
 import { readSnapshot } from "../src/outbox/sqlite-open.ts";
 import { hashTree } from "./support/dir-hash.ts";
