@@ -303,13 +303,20 @@ describe("local errors and housekeeping", () => {
     const s = setup({}, undefined, {}, () => clock);
     await s.svc.runOnce();
     for (let i = 0; i < 10; i++) s.push(i);
-    const original = QueueForDrain.prototype.confirmThrough;
+    const { confirmThrough, confirmSlice } = QueueForDrain.prototype;
     let failures = 2; // the confirmation after the batch and its retry while the table is held
-    QueueForDrain.prototype.confirmThrough = function (this: QueueForDrain, bound: number) {
-      if (failures-- > 0) throw new StorageError("injected: disk I/O error", this.path, this.namespace);
-      return original.call(this, bound);
+    const failing = (self: QueueForDrain) => {
+      if (failures-- > 0) throw new StorageError("injected: disk I/O error", self.path, self.namespace);
     };
-    cleanups.push(() => (QueueForDrain.prototype.confirmThrough = original));
+    QueueForDrain.prototype.confirmThrough = function (this: QueueForDrain, bound: number) {
+      failing(this);
+      return confirmThrough.call(this, bound);
+    };
+    QueueForDrain.prototype.confirmSlice = function (this: QueueForDrain, slice: Parameters<typeof confirmSlice>[0]) {
+      failing(this);
+      return confirmSlice.call(this, slice);
+    };
+    cleanups.push(() => Object.assign(QueueForDrain.prototype, { confirmThrough, confirmSlice }));
     const report = await s.svc.runOnce();
     expect(report.delivered).toBe(10); // the remote applied them (the ledger says so); only the local confirmation failed
     expect(s.log.has(/"t" is held \(local\).*local error confirming rows applied by app\.r/)).toBe(true);

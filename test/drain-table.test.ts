@@ -60,7 +60,24 @@ describe("DrainTable over a fake queue", () => {
     const out = t.applyAnswer(s, [ok(), ok(), ok(), ok()], T0);
     expect([out.delivered, t.through, t.hasApplied, queue.confirms]).toEqual([3, 3, true, []]);
     t.confirmApplied(T0);
-    expect([queue.confirms, queue.pendingCount(), t.hasApplied, t.counts.delivered]).toEqual([[3], 0, false, 3]);
+    // Confirmed from what the table read: no bound to look the rows up by.
+    expect([queue.slices, queue.confirms, queue.pendingCount(), t.hasApplied, t.counts.delivered]).toEqual([
+      [{ first: 1, last: 3, rows: 3 }],
+      [],
+      0,
+      false,
+      3,
+    ]);
+  });
+
+  test("a slice the queue no longer holds as it was read (an operator moved a row) is confirmed by its bound instead", () => {
+    const { t, queue, slice } = table();
+    queue.push(3);
+    const s = slice()!;
+    t.applyAnswer(s, [ok(), ok(), ok(), ok()], T0);
+    queue.deadLetter(2, "skipped"); // `sqloutbox skip` while the batch was in flight
+    t.confirmApplied(T0);
+    expect([queue.slices, queue.confirms, queue.confirmed, queue.pendingCount()]).toEqual([[], [3], [1, 3], 0]);
   });
 
   test("a failed head is charged and backed off by the table's clock: nothing goes until that clock passes its retry time", () => {

@@ -226,6 +226,20 @@ describe("confirm, pending count and sequence", () => {
     expect([a.pendingCount(), b.pendingCount()]).toEqual([1, 1]);
   });
 
+  test("a slice confirmed from what the drain read is logged and deleted whole; one the queue no longer holds so changes nothing", () => {
+    const ob = outbox();
+    const seqs = [1, 2, 3, 4].map((i) => ob.enqueue("A", `[${i}]`));
+    const head = ob.head()!;
+    const side = drainSide(ob);
+    expect(side.confirmSlice({ first: seqs[0]!, last: seqs[2]!, rows: 2, firstPrev: head.prevSeq })).toBe(false);
+    expect(ob.pendingCount()).toBe(4);
+    expect(side.confirmSlice({ first: seqs[0]!, last: seqs[2]!, rows: 3, firstPrev: head.prevSeq })).toBe(true);
+    expect(ob.fetchUnsynced(10).map((r) => r.seq)).toEqual([seqs[3]!]);
+    expect(ob.pendingCount()).toBe(1);
+    expect(ob.verifyChain(ob.fetchUnsynced(10))).toEqual({ ok: true, gaps: [] });
+    expect(verifyFile(ob.path).ok).toBe(true);
+  });
+
   test("files we create have the lean layout: no AUTOINCREMENT, no UNIQUE prev_seq, no trigger on a push (foreign rows are found by a partial index)", () => {
     outbox().enqueue("A", "[]");
     const db = new Database(tmp.file("q.db"), { readonly: true });

@@ -31,6 +31,14 @@ export interface TableSlice extends SliceDraft {
   fenced: boolean;
 }
 
+/** A slice the remote applied, as the table read it: its first and last seq, its rows, the first one's link. */
+interface AppliedSlice {
+  first: number;
+  last: number;
+  rows: number;
+  firstPrev: number | null;
+}
+
 /** A draft read and converted ahead of its batch (see DrainTable.readAhead). */
 interface ReadAhead extends SlicePlan {
   /** The last seq of the slice in flight when they were read: they follow it. */
@@ -141,6 +149,8 @@ export class DrainTable {
    * next slice starts above it. Null when nothing waits.
    */
   #applied: number | null = null;
+  /** The slice `#applied` ends, as the table read it (every pending row from its first through `#applied`), so its confirmation need not read it again. */
+  #appliedSlice: AppliedSlice | null = null;
   /** The next slice, read while the batch before it was in flight; used only if that batch was applied whole. */
   #ahead: ReadAhead | null = null;
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
@@ -420,7 +430,7 @@ export class DrainTable {
     }
     if (through > 0) queue.seedSequence(through);
     this.#through = through;
-    this.#applied = null; // the sent mark covers every row a fence moved the ledger past: confirmed above
+    this.#applied = this.#appliedSlice = null; // the sent mark covers every row a fence moved the ledger past: confirmed above
     this.#ahead = null;
     return confirmed;
   }
@@ -611,8 +621,10 @@ export class DrainTable {
           const last = rows[rows.length - 1]!.seq;
           // Fenced: the ledger now says the remote applied them, so the local confirmation can wait
           // for the next batch to be in flight (confirmApplied); a crash before it is settled.
-          if (slice.fenced) this.#through = this.#applied = last;
-          else this.#confirm(last);
+          if (slice.fenced) {
+            this.#through = this.#applied = last;
+            this.#appliedSlice = { first: head.seq, last, rows: rows.length, firstPrev: head.prevSeq };
+          } else this.#confirm(last);
           this.#holds.release("remote schema");
           out.delivered = rows.length;
           return out;
@@ -722,8 +734,8 @@ export class DrainTable {
     const bound = this.#applied;
     if (bound === null || !this.#queue) return;
     try {
-      this.#confirm(bound);
-      this.#applied = null;
+      this.#confirm(bound, this.#appliedSlice);
+      this.#applied = this.#appliedSlice = null;
     } catch (error) {
       this.#through = null;
       this.#holds.local(error, now, `confirming rows applied by ${this.target}`);
@@ -749,9 +761,17 @@ export class DrainTable {
     }
   }
 
-  /** The one place rows are confirmed locally: every pending row at or below `bound` goes to the delivered log and is deleted, in one transaction. Returns how many. */
-  #confirm(bound: number): number {
-    return bound > 0 ? this.#queue!.confirmThrough(bound) : 0; // every seq is 1 or more
+  /**
+   * The one place rows are confirmed locally: every pending row at or below `bound` goes to the
+   * delivered log and is deleted, in one transaction. Returns how many. With `known`, the slice
+   * that ends at `bound` as the table read it: when the queue still holds exactly those rows (its
+   * head first), they are confirmed without reading them again.
+   */
+  #confirm(bound: number, known: AppliedSlice | null = null): number {
+    if (bound <= 0) return 0; // every seq is 1 or more
+    const queue = this.#queue!;
+    if (known !== null && known.last === bound && queue.confirmSlice(known)) return known.rows;
+    return queue.confirmThrough(bound);
   }
 
   /** Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays for settlement. */

@@ -1,7 +1,7 @@
 import type { Statement } from "bun:sqlite";
 import { NotFoundError } from "../errors.ts";
 import type { Appender } from "./append.ts";
-import { DELIVERED, type DeliveredSql, type DeliveredWriter } from "./delivered.ts";
+import { type ConfirmedSlice, DELIVERED, type DeliveredSql, type DeliveredWriter } from "./delivered.ts";
 import type { Layout } from "./layout.ts";
 import type { QueueFile } from "./queue-file.ts";
 import { QUEUE_ROW_COLUMNS, type ChainGap, type OutboxRow } from "./rows.ts";
@@ -41,6 +41,9 @@ export interface RetriedHead {
   attempts: number;
   nextAttemptAt: string | null;
 }
+
+/** Thrown inside a confirmation's transaction to roll it back: the queue is not what the caller knew. */
+const NOT_AS_KNOWN = new Error("the queue changed under a confirmation");
 
 /** What `DrainQueue.resequenceAbove` moved: `count` pending rows from `oldFirst..oldLast` to `newFirst..newLast`. */
 export interface Resequenced {
@@ -200,6 +203,31 @@ export class DeliveryLog {
       });
       confirmed += rows;
       if (rows < CONFIRM_CHUNK_ROWS) return confirmed;
+    }
+  }
+
+  /**
+   * Confirms a slice the drain holds in memory — every pending row from `first` through `last`,
+   * `rows` of them, the first linked to `firstPrev` — without reading the rows again: the delivered
+   * log gets the slice and the rows are deleted, in one transaction. Returns false, changing
+   * nothing, when the queue no longer holds exactly those rows (an operator moved one meanwhile):
+   * the caller confirms by its bound then (confirmThrough).
+   */
+  confirmSlice(slice: Omit<ConfirmedSlice, "namespace">): boolean {
+    const file = this.#file;
+    const known = { ...slice, namespace: file.namespace };
+    const now = new Date();
+    try {
+      file.write("cannot confirm", () => {
+        if (this.#layout.hasForeignRows(file.db)) throw NOT_AS_KNOWN; // they are adopted on the other path
+        this.#log.record(known, isoTimestamp(now), now.getTime());
+        if (this.#deleteRange.run(file.namespace, slice.first, slice.last).changes !== slice.rows) throw NOT_AS_KNOWN;
+        this.#dropSpans.run(slice.last);
+      });
+      return true;
+    } catch (error) {
+      if ((error as { cause?: unknown }).cause === NOT_AS_KNOWN) return false; // rolled back
+      throw error;
     }
   }
 

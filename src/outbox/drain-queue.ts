@@ -36,6 +36,8 @@ export interface DrainQueue {
   deadLetter(seq: number, reason: DeadReason, error?: string | null, errorClass?: string | null): DeadLettered;
   sentMark(): number;
   confirmThrough(bound: number): number;
+  /** Confirms the slice it holds in memory without reading its rows again; false (nothing changed) when the queue no longer holds exactly those rows. */
+  confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean;
   seedSequence(minSeq: number): void;
   resequenceAbove(minSeq: number): Resequenced | null;
   pruneSyncLog(retainDays: number, now?: Date): number;
@@ -117,6 +119,10 @@ export class QueueForDrain extends QueueView implements DrainQueue {
   confirmThrough(bound: number): number {
     this.queueFile.ensureOpen();
     return this.deliveryLog.confirmThrough(bound);
+  }
+  confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean {
+    this.queueFile.ensureOpen();
+    return this.deliveryLog.confirmSlice(slice);
   }
 
   /** Makes the next allocated seq of the file greater than `minSeq`; never lowers it. */

@@ -153,6 +153,20 @@ export class FakeQueue implements DrainQueue {
     return gone.length;
   }
 
+  /** Every slice confirmed from memory, in order. */
+  readonly slices: Array<{ first: number; last: number; rows: number }> = [];
+
+  confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean {
+    const held = this.rows.filter((r) => r.seq >= slice.first && r.seq <= slice.last);
+    if (held.length !== slice.rows || this.rows[0]?.seq !== slice.first) return false;
+    this.slices.push({ first: slice.first, last: slice.last, rows: slice.rows });
+    for (const r of held) {
+      this.rows.splice(this.rows.indexOf(r), 1);
+      this.confirmed.push(r.seq);
+    }
+    return true;
+  }
+
   seedSequence(minSeq: number): void {
     this.#nextSeq = Math.max(this.#nextSeq, minSeq + 1);
   }
