@@ -103,6 +103,7 @@ describe("dead-letter list filters", () => {
         "errorClass": null,
         "file": "<DIR>/queue/payments.db",
         "grp": null,
+        "laneKey": null,
         "namespace": "payments",
         "payload": "[1]",
         "prevSeq": null,
