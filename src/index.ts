@@ -30,6 +30,7 @@ export {
   SQLMiddleware,
   closeSharedOutboxes,
   DEFAULT_MAX_PAYLOAD_BYTES,
+  type PushOptions,
   type SQLMiddlewareOptions,
 } from "./outbox/middleware.ts";
 export {

@@ -106,6 +106,7 @@ const TYPES = [
   "OutboxOptions",
   "OutboxRow",
   "OutboxWriter",
+  "PushOptions",
   "RewrittenStatement",
   "RowEvent",
   "RowTrace",

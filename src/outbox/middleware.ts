@@ -11,7 +11,9 @@ import type { QueueDb } from "./queue-db.ts";
 import type { Durability } from "../vocabulary.ts";
 import { type OpenQueue, OpenTransaction, openQueues } from "./open-queues.ts";
 import { tableNameProblem } from "./table-name.ts";
+import { type LaneKey, laneKeyText } from "../lane-key.ts";
 import { checkTraceContext, type RowTrace, type TraceContextInput } from "../trace-context.ts";
+import type { RowContext } from "./append.ts";
 import { activeTrace } from "./active-trace.ts";
 
 /**
@@ -48,6 +50,11 @@ export interface SQLMiddlewareOptions {
   maxGroupStatements?: number;
   /** Most characters of SQL text and encoded arguments one transaction may hold. */
   maxGroupBytes?: number;
+}
+
+/** What a push may say besides its statement: its key (see `push`) and its W3C trace context. */
+export interface PushOptions extends TraceContextInput {
+  key?: LaneKey | null;
 }
 
 /** The default `maxPayloadBytes`: 1 MiB. */
@@ -148,29 +155,34 @@ export class SQLMiddleware {
 
   /**
    * Enqueues one SQL statement for `table`; returns its seq. Inside `transaction(fn)` it joins the
-   * transaction's group. `trace`: the W3C `{ traceparent, tracestate }` the event belongs to;
-   * without it, the transaction's, else the span active in OpenTelemetry's current context (when
-   * the application registered one), else none. A header that is not W3C is dropped with a warning,
-   * never refused: the event is stored either way.
+   * transaction's group. `options.key`: the entity the event is about (a string, or a safe
+   * integer): in a table with lanes, events of one key are delivered in order and a failure holds
+   * only its key's lane; without it, the transaction's key, else none (the event then orders with
+   * every lane). A key that is not one (see lane-key.ts) is refused here, before anything is
+   * stored. `options.traceparent`/`tracestate`: the W3C trace context the event belongs to;
+   * without them, the transaction's, else the span active in OpenTelemetry's current context (when
+   * the application registered one), else none. A header that is not W3C is dropped with a
+   * warning, never refused: the event is stored either way.
    */
-  push(table: string, sql: string, args: readonly unknown[] = [], trace?: TraceContextInput): number {
+  push(table: string, sql: string, args: readonly unknown[] = [], options?: PushOptions): number {
     let mine = this.#mine.get(table);
     if (mine?.outbox.closed) mine = undefined;
     const where = { namespace: table, file: mine?.outbox.path ?? this.#fileFor(table) };
     const payload = this.#payload(table, sql, args, where);
     const target = openQueues.transaction === null ? (mine ?? this.#queue(table)).outbox : this.#joined(table, mine);
-    return target.enqueue(sql, payload, this.#source, this.#trace(trace, table));
+    const context = this.#context(options, table);
+    return target.enqueue(sql, payload, this.#source, context);
   }
 
   /**
    * Enqueues several statements for `table` in one transaction (all or none) as one group,
    * delivered whole in one remote transaction; returns their seqs. Inside `transaction(fn)` they
-   * join its group. `trace`: as for `push`, for every statement.
+   * join its group. `options`: as for `push`, for every statement.
    */
   pushMany(
     table: string,
     stmts: ReadonlyArray<readonly [string, (readonly unknown[])?]>,
-    trace?: TraceContextInput,
+    options?: PushOptions,
   ): number[] {
     const file = this.#fileFor(table);
     const where = { namespace: table, file };
@@ -189,15 +201,26 @@ export class SQLMiddleware {
     });
     const target =
       openQueues.transaction !== null && items.length > 0 ? this.#joined(table, undefined) : this.outbox(table);
-    return target.enqueueBatch(items, this.#source, { trace: this.#trace(trace, table) });
+    return target.enqueueBatch(items, this.#source, { trace: this.#context(options, table) });
   }
 
-  /** The trace context a push stores: the one given (checked), the transaction's, or the active span's. */
-  #trace(given: TraceContextInput | undefined, table: string): RowTrace {
-    if (given === undefined) return openQueues.transaction?.trace ?? activeTrace();
-    const { trace, problem } = checkTraceContext(given);
-    if (problem !== null) openQueues.traceDropped(problem, table);
-    return trace;
+  /**
+   * What a push stores besides its statement: its key (the one given, checked; else the
+   * transaction's) and its trace context (the one given, checked; else the transaction's, else the
+   * active span's).
+   */
+  #context(given: PushOptions | undefined, table: string): RowContext {
+    const tx = openQueues.transaction;
+    const key = given?.key == null ? (tx?.laneKey ?? null) : laneKeyText(given.key, `table "${table}"`);
+    const traced = given !== undefined && (given.traceparent !== undefined || given.tracestate !== undefined);
+    let trace: RowTrace;
+    if (!traced) trace = tx?.trace ?? activeTrace();
+    else {
+      const checked = checkTraceContext(given);
+      if (checked.problem !== null) openQueues.traceDropped(checked.problem, table);
+      trace = checked.trace;
+    }
+    return key === null ? trace : { traceparent: trace.traceparent, tracestate: trace.tracestate, key };
   }
 
   /**
@@ -208,21 +231,22 @@ export class SQLMiddleware {
    * later writes cannot fail with SQLITE_BUSY). With `dbDir` (one file per table) every push must
    * go to one table: a second table throws CrossTableTransactionError at that push. A throw inside
    * `fn` rolls everything back; `fn` must be synchronous. A nested call joins the open transaction.
-   * `trace`: the trace context of every push inside that passes none (as for `push`); without it,
-   * each push takes the span active when it is made.
+   * `options`: the key and trace context of every push inside that gives none (as for `push`);
+   * without a trace context, each push takes the span active when it is made.
    */
-  transaction<T>(fn: () => T, trace?: TraceContextInput): T {
+  transaction<T>(fn: () => T, options?: PushOptions): T {
     if (typeof fn !== "function") throw new InvalidArgumentError("transaction(fn) expects a function");
     if (openQueues.transaction !== null) return fn();
+    const laneKey = options?.key == null ? null : laneKeyText(options.key, "a transaction");
     const queueDb = this.#where.kind === "dir" ? null : this.#connection();
     let checked: RowTrace | undefined;
-    if (trace !== undefined) {
-      const { trace: kept, problem } = checkTraceContext(trace);
+    if (options !== undefined && (options.traceparent !== undefined || options.tracestate !== undefined)) {
+      const { trace: kept, problem } = checkTraceContext(options);
       if (problem !== null) openQueues.traceDropped(problem, "(transaction)");
       checked = kept;
     }
     const key = queueDb === null ? null : this.#registryKey(""); // one file for every table: any name gives its key
-    return openQueues.run(new OpenTransaction(queueDb, key, checked), fn);
+    return openQueues.run(new OpenTransaction(queueDb, key, checked, laneKey), fn);
   }
 
   /**

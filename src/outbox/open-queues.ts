@@ -178,6 +178,8 @@ function ownQueue(path: string, namespace: string, options: OutboxOptions): Open
 export class OpenTransaction {
   /** The trace context of every push inside that passes none. */
   readonly trace: RowTrace | undefined;
+  /** The key of every push inside that gives none (its text, checked); null: none. */
+  readonly laneKey: string | null;
   #queueDb: QueueDb | null;
   #key: string | null;
   #table: string | null = null;
@@ -185,10 +187,11 @@ export class OpenTransaction {
   #began = false;
 
   /** A transaction on `queueDb` (the file known as `key`), begun now; null for both: bound at its first push. */
-  constructor(queueDb: QueueDb | null, key: string | null, trace: RowTrace | undefined) {
+  constructor(queueDb: QueueDb | null, key: string | null, trace: RowTrace | undefined, laneKey: string | null = null) {
     this.#queueDb = queueDb;
     this.#key = key;
     this.trace = trace;
+    this.laneKey = laneKey;
     if (queueDb !== null) this.#begin(queueDb);
   }
 

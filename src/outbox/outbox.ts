@@ -1,4 +1,4 @@
-import type { RowTrace } from "./append.ts";
+import type { RowContext } from "./append.ts";
 import type { DeadLettered } from "./dead-log.ts";
 import type { DeadReplays, PurgeOutcome, PurgeRule } from "./dead-letters.ts";
 import type { RetriedHead } from "./delivery-log.ts";
@@ -9,7 +9,7 @@ import type { ChainGap, DeadLetter, OutboxRow } from "./rows.ts";
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
 export type { DeliveryRead, Resequenced, RetriedHead } from "./delivery-log.ts";
 export type { DeadLettered } from "./dead-log.ts";
-export type { RowTrace } from "./append.ts";
+export type { RowContext, RowTrace } from "./append.ts";
 export type { OutboxOptions } from "./queue-view.ts";
 
 /**
@@ -26,7 +26,7 @@ export class Outbox extends QueueView {
    * Appends one event at the namespace tail and returns its seq: one write transaction that holds
    * the write lock from before the tail is read until the row is committed.
    */
-  enqueue(tag: string, payload: string, source = "", trace?: RowTrace): number {
+  enqueue(tag: string, payload: string, source = "", trace?: RowContext): number {
     this.queueFile.ensureOpen();
     this.#checkItem(tag, payload, source);
     this.queueFile.checkNotMoved();
@@ -42,7 +42,7 @@ export class Outbox extends QueueView {
   enqueueBatch(
     items: ReadonlyArray<{ tag: string; payload: string }>,
     source = "",
-    options: { trace?: RowTrace; grouped?: boolean } = {},
+    options: { trace?: RowContext; grouped?: boolean } = {},
   ): number[] {
     this.queueFile.ensureOpen();
     if (!Array.isArray(items)) throw this.queueFile.invalid("enqueueBatch expects an array of { tag, payload }");
