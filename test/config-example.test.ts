@@ -5,7 +5,7 @@ import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { Described, typeWords, type Key, type Keys } from "../src/config/declaration.ts";
-import { APP_KEYS, TABLE_KEYS, TARGET_KEYS, TOP_KEYS, TRACING_KEYS } from "../src/config/keys.ts";
+import { ADMIN_KEYS, APP_KEYS, TABLE_KEYS, TARGET_KEYS, TOP_KEYS, TRACING_KEYS } from "../src/config/keys.ts";
 import { builtinWriters, parseConfigToml } from "../src/index.ts";
 import { DEFAULT_LIBSQL_BATCH_TIMEOUT_S } from "../src/writers/libsql.ts";
 import {
@@ -32,6 +32,7 @@ const SECTIONS: Array<[string, Keys]> = [
   ["Target keys", TARGET_KEYS],
   ["Table entries", TABLE_KEYS],
   ["Tracing keys", TRACING_KEYS],
+  ["Admin keys", ADMIN_KEYS],
 ];
 const DECLARED = SECTIONS.flatMap(([section, keys]) =>
   Object.entries(keys).map(([name, key]) => [section, name, key] as const),

@@ -8,6 +8,7 @@ import { APP_KEYS, TOP_KEYS } from "./keys.ts";
 import { isTable, join, Reader, typeName, type KeyStyle, type Table } from "./reader.ts";
 import { buildTarget } from "./target.ts";
 import { readTracing } from "./tracing.ts";
+import { readAdmin } from "./admin.ts";
 import type { AppConfig, OutboxConfig } from "./types.ts";
 
 /** Where a config document came from and how to read it. */
@@ -43,12 +44,14 @@ export function buildConfig(
   const apps: AppConfig[] = [];
   let metricsAddr: ListenAddress | null = null;
   let tracing = readTracing(r, {});
+  let admin = readAdmin(r, {});
   if (!isTable(doc)) {
     r.fail("", `expected a table at the top level, got ${typeName(doc)}`);
   } else {
     r.checkKeys(doc, Object.keys(TOP_KEYS), "");
     metricsAddr = readMetricsAddr(r, doc);
     tracing = readTracing(r, doc);
+    admin = readAdmin(r, doc);
     const appsRaw = r.raw(doc, "app");
     if (appsRaw !== undefined && !isTable(appsRaw)) {
       r.fail("app", `expected a table of apps ([app.NAME]), got ${typeName(appsRaw)}`);
@@ -64,7 +67,7 @@ export function buildConfig(
   }
   throwIssues(r.issues);
   return {
-    config: { file: options.file, baseDir: options.baseDir, metricsAddr, tracing, apps },
+    config: { file: options.file, baseDir: options.baseDir, metricsAddr, tracing, admin, apps },
     interpolatedSecrets: [...r.secretValues],
   };
 }

@@ -6,7 +6,7 @@ import type { OutboxConfig } from "./types.ts";
 
 // The input types follow the declarations of keys.ts: each key in camelCase, in its TOML unit
 // (seconds, minutes, as the names say); `null` or 0 means "no limit" for maxPending and maxAttempts.
-export type { AppInput, TableInput, TargetInput, TracingInput } from "./keys.ts";
+export type { AdminInput, AppInput, TableInput, TargetInput, TracingInput } from "./keys.ts";
 
 /** The programmatic form of outbox.toml. */
 export type ConfigInput = Input<typeof TOP_KEYS> & {

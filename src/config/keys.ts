@@ -204,6 +204,25 @@ export const TRACING_KEYS = {
 };
 export type TracingInput = Input<typeof TRACING_KEYS>;
 
+/** `[admin]`: the admin API and the operator console (docs/admin.md); off without `addr`. */
+export const ADMIN_KEYS = {
+  addr: key(own<string | number>("string or integer"), {
+    default: described("off"),
+    doc: "Where runservice serves the admin API and the console (HOST:PORT; a port alone listens on 127.0.0.1)",
+  }),
+  read_token: key(string, {
+    default: described("none: loopback reads without a token"),
+    check: tokenProblem,
+    doc: "The bearer token that may read (required unless addr is a loopback address).",
+  }),
+  write_token: key(string, {
+    default: described("none: read-only"),
+    check: tokenProblem,
+    doc: "The bearer token that may read and act: replay, skip, retry, kick.",
+  }),
+};
+export type AdminInput = Input<typeof ADMIN_KEYS>;
+
 /** The top level of outbox.toml. */
 export const TOP_KEYS = {
   app: key(own<Record<string, AppInput>>("table"), { required: true, doc: "The apps, [app.NAME]; at least one." }),
@@ -215,7 +234,19 @@ export const TOP_KEYS = {
     default: described("off"),
     doc: "[tracing]: the export of delivery spans over OpenTelemetry's OTLP/HTTP",
   }),
+  admin: key(own<AdminInput>("table"), {
+    default: described("off"),
+    doc: "[admin]: the admin API and the operator console",
+  }),
 };
+
+/** Fewer characters than this is guessable: a token is a password sent with every request. */
+const MIN_TOKEN_LENGTH = 16;
+
+function tokenProblem(token: string): string | undefined {
+  if (token.length >= MIN_TOKEN_LENGTH && token.trim() === token && !/\s/.test(token)) return undefined;
+  return `must be at least ${MIN_TOKEN_LENGTH} characters without spaces (e.g. the output of "openssl rand -hex 32"), got ${token.length} character(s)`;
+}
 
 function originLabelProblem(label: string): string | undefined {
   if (label.trim() === "") return "must not be empty";

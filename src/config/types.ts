@@ -1,5 +1,5 @@
 import { literalDefaults, type Values } from "./declaration.ts";
-import { APP_KEYS, type TABLE_KEYS, TARGET_KEYS, TRACING_KEYS } from "./keys.ts";
+import { type ADMIN_KEYS, APP_KEYS, type TABLE_KEYS, TARGET_KEYS, TRACING_KEYS } from "./keys.ts";
 import type { ListenAddress } from "./listen-address.ts";
 
 // The resolved configuration. Each declared key that is not a structure is a field here, named
@@ -54,7 +54,14 @@ export interface OutboxConfig {
   metricsAddr: ListenAddress | null;
   /** `[tracing]`: the OTLP export of delivery spans, as configured (the OTEL_* variables fill in what it leaves null). */
   tracing: TracingConfig;
+  /** `[admin]`: the admin API and the console; `addr` null: off (default). */
+  admin: AdminConfig;
   apps: AppConfig[];
+}
+
+/** `[admin]` as resolved: where it listens (null: off) and its tokens (null: none). The tokens are secrets. */
+export interface AdminConfig extends Values<typeof ADMIN_KEYS> {
+  addr: ListenAddress | null;
 }
 
 /** `[tracing]` as written: null where a key is absent (then OTEL_* decides). `headers` are secrets. */

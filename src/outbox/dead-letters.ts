@@ -138,6 +138,33 @@ function findIn<T extends { file: string }>(
 }
 
 /**
+ * Dead letters of one file by key, read-only: the letters `seqs` of `namespace` that exist, or
+ * with `grp` every letter of that group (across the file's namespaces), seq order. Empty when the
+ * file has no dead-letter log; throws StorageError when it cannot be read.
+ */
+export function readDeadLetters(
+  file: string,
+  select: { namespace: string; seqs: readonly number[] } | { grp: number },
+): FiledDeadLetter[] {
+  try {
+    const rows =
+      readDeadLog(file, (db) => {
+        if ("grp" in select)
+          return db
+            .query<DeadLetter, [number]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE grp = ? ORDER BY seq`)
+            .all(select.grp);
+        const one = db.query<DeadLetter, [string, number]>(
+          `SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE namespace = ? AND seq = ?`,
+        );
+        return select.seqs.flatMap((seq) => one.all(select.namespace, seq));
+      }) ?? [];
+    return rows.map((row) => ({ ...row, file }));
+  } catch (e) {
+    throw storageError(e, "cannot read dead letters", file);
+  }
+}
+
+/**
  * The dry run of a purge of one file, read-only: per namespace that has dead letters (or only
  * `namespace`), what `rule` deletes and keeps. Throws StorageError when the file cannot be read.
  */

@@ -1,11 +1,14 @@
 import { defineCommand } from "citty";
 import { loadConfigToml } from "../../config/load.ts";
+import type { OutboxConfig } from "../../config/types.ts";
 import { runService } from "../../drain/run.ts";
 import { parseListenAddress, type ListenAddress } from "../../config/listen-address.ts";
 import { maskError, maskSecrets } from "../../masking.ts";
 import type { OutboxSyncService } from "../../drain/service.ts";
 import { UsageError } from "../../errors.ts";
 import { serveOps, type OpsServer } from "../../ops/http.ts";
+import { adminApps } from "../../ops/admin/locations.ts";
+import { serveAdmin, type AdminServer } from "../../ops/admin/server.ts";
 import { createDrainMetrics } from "../../ops/metrics.ts";
 import { createSystemdNotifier } from "../../ops/systemd.ts";
 import { traceSettings } from "../../ops/tracing/settings.ts";
@@ -14,6 +17,9 @@ import type { Logger } from "../../logger.ts";
 import { VERSION } from "../../version.ts";
 import { configArg, configFile, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
+import { redact } from "../text-output.ts";
+import type { Locations } from "../locations.ts";
+import { collectStatus } from "../status-report.ts";
 
 /** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
 export const STOP_TIMEOUT_MS = 30_000;
@@ -23,7 +29,8 @@ export const STOP_TIMEOUT_MS = 30_000;
  * stop. With `--metrics-addr` (or `metrics_addr`) it serves /metrics, /healthz and /readyz; under
  * systemd (`NOTIFY_SOCKET`) it reports READY=1 once draining, STOPPING=1 on a stop signal, and
  * feeds the watchdog while every target's loop is alive. With `[tracing]` or the OTEL_EXPORTER_OTLP_*
- * variables it exports delivery spans over OTLP/HTTP (see docs/operations.md#tracing).
+ * variables it exports delivery spans over OTLP/HTTP (see docs/operations.md#tracing). With
+ * `--admin-addr` (or `[admin] addr`) it serves the admin API and the console (docs/admin.md).
  */
 export const runservice = defineCommand({
   meta: {
@@ -39,6 +46,12 @@ export const runservice = defineCommand({
       description:
         "Serve /metrics, /healthz and /readyz here (a bare PORT listens on 127.0.0.1; overrides metrics_addr)",
     },
+    "admin-addr": {
+      type: "string",
+      valueHint: "HOST:PORT",
+      description:
+        "Serve the admin API and the console here (a bare PORT listens on 127.0.0.1; overrides [admin] addr)",
+    },
     ...logArgs,
   },
   async run({ args }) {
@@ -49,9 +62,16 @@ export const runservice = defineCommand({
       if ("problem" in parsed) throw new UsageError(`--metrics-addr: ${parsed.problem}`);
       address = parsed;
     }
+    let adminAddress: ListenAddress | null = null;
+    if (args["admin-addr"] !== undefined) {
+      const parsed = parseListenAddress(args["admin-addr"]);
+      if ("problem" in parsed) throw new UsageError(`--admin-addr: ${parsed.problem}`);
+      adminAddress = parsed;
+    }
     const base = log();
     const { config, writers, secrets } = await loadConfigToml(file, { logger: base });
     address ??= config.metricsAddr;
+    adminAddress ??= config.admin.addr;
     const logger = maskingLogger(base, secrets);
     const targets = config.apps.flatMap((a) => a.targets.map((t) => t.name));
     let service: OutboxSyncService | null = null;
@@ -64,6 +84,7 @@ export const runservice = defineCommand({
       );
     const metrics = createDrainMetrics(() => service, { tracing });
     let server: OpsServer | null = null;
+    let admin: AdminServer | null = null;
     const notifier = createSystemdNotifier(process.env, { logger });
     let watchdog: ReturnType<typeof setInterval> | undefined;
     try {
@@ -75,6 +96,24 @@ export const runservice = defineCommand({
           (text) => maskSecrets(text, secrets),
         );
         logger.info(`serving /metrics, /healthz and /readyz on ${server.url}`);
+      }
+      if (adminAddress) {
+        const locations = locationsOf(config, secrets, file);
+        admin = serveAdmin({
+          address: adminAddress,
+          tokens: { readToken: config.admin.readToken, writeToken: config.admin.writeToken },
+          apps: adminApps(config),
+          status: () => collectStatus(locations),
+          retryNow: () => service?.retryNow(),
+          logger,
+          mask: (text) => redact(text, secrets),
+          version: VERSION,
+          registry: metrics.registry,
+          configFile: file,
+        });
+        logger.info(
+          `serving the admin API and the console on ${admin.url}${config.admin.writeToken === null ? " (read-only: no write_token)" : ""}`,
+        );
       }
       // runService owns the signals: SIGTERM/SIGINT/SIGHUP (also during startup) stop cleanly, SIGUSR1 scans, SIGUSR2 retries now.
       await runService(config, writers, {
@@ -106,9 +145,22 @@ export const runservice = defineCommand({
       // The spans of the last batches go out before the exit, bounded: a collector that is down must not hold the stop.
       await tracing?.shutdown(3_000);
       await server?.stop();
+      await admin?.stop();
     }
   },
 });
+
+/** What `status` would read for this config: every app's location once. */
+function locationsOf(config: OutboxConfig, secrets: string[], file: string): Locations {
+  const seen = new Set<string>();
+  const dirs = config.apps.flatMap((a) => {
+    const key = a.dbFile ?? a.dbDir;
+    if (seen.has(key)) return [];
+    seen.add(key);
+    return [{ app: a.name, dbDir: a.dbDir, dbFile: a.dbFile, maxPending: a.maxPending }];
+  });
+  return { dirs, secrets, configFile: file };
+}
 
 /** A logger that masks every credential in what it prints (driver errors may quote a URL or DSN). */
 function maskingLogger(logger: Logger, secrets: readonly string[]): Logger {

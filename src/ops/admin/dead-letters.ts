@@ -1,0 +1,356 @@
+// The admin API's dead letters: the list (filtered, paged, with its total), one letter with its
+// group, and replay or skip of a selection — letters named by id, or a filter guarded by the count
+// the operator saw. Reads open files read-only; an action opens only files that hold its letters.
+import fs from "node:fs";
+import path from "node:path";
+import { NotFoundError, OutboxError, SelectionChangedError } from "../../errors.ts";
+import {
+  type DeadLetterFilter,
+  type DeadLetterRef,
+  type FiledDeadLetter,
+  findDeadLetterRefs,
+  readDeadLetters,
+} from "../../outbox/dead-letters.ts";
+import { withDeadSelection } from "../../outbox/dead-selection.ts";
+import { tableNameProblem } from "../../outbox/table-name.ts";
+import { type AdminApp, appNamed } from "./locations.ts";
+import { type LetterAction, type LetterFilter, type LetterId, type LetterState, RequestError } from "./requests.ts";
+
+/** One dead letter as the API shows it (errors masked by the caller's `mask` over the whole answer). */
+export interface LetterView {
+  id: string;
+  app: string;
+  namespace: string;
+  seq: number;
+  /** The seq of its group's first row; null for a row alone. */
+  group: number | null;
+  state: "dead" | "replayed" | "skipped";
+  reason: string;
+  attempts: number;
+  error: string | null;
+  error_class: string | null;
+  created_at: string;
+  dead_at: string;
+  replayed_at: string | null;
+  replayed_as_seq: number | null;
+  source: string;
+  sql: string;
+  /** The bind arguments as stored (a JSON array), parsed; the stored text when it is not JSON. */
+  args: unknown;
+}
+
+/** The list: one page of letters, newest first, the total the filter selects, and where the next page starts. */
+export interface LetterList {
+  total: number;
+  letters: LetterView[];
+  next_cursor: string | null;
+  unreadable: Array<{ file: string; error: string }>;
+}
+
+/** What a replay or skip did (or, `dry_run`, would do). `refused` says why it stopped: then `done` is what had been done. */
+export interface ActionReport {
+  action: "replay" | "skip";
+  dry_run: boolean;
+  /** The letters the selection named or matched. */
+  total: number;
+  expect?: number;
+  /** Letters replayed (with `new_seq`) or given up — with their groups. In a dry run: the letters that would be. */
+  done: Array<{ id: string; new_seq?: number | null }>;
+  /** Letters left as they were: replayed or given up before. */
+  unchanged: Array<{ id: string; state: "replayed" | "skipped"; replayed_as_seq: number | null }>;
+  refused?: { code: string; message: string };
+}
+
+type Located = DeadLetterRef & { app: string };
+
+const stateOf = (l: Pick<DeadLetterRef, "replayedAt" | "replayedAsSeq">): LetterView["state"] =>
+  l.replayedAt === null ? "dead" : l.replayedAsSeq === null ? "skipped" : "replayed";
+const idOf = (app: string, namespace: string, seq: number) => `${app}/${namespace}/${seq}`;
+
+/** Whether a location exists yet (producers create it): nothing to read before. */
+function exists(app: AdminApp): boolean {
+  return fs.existsSync(app.dbFile ?? app.dbDir);
+}
+
+/** The letters of every selected app that `filter` and `state` select (without SQL and payload), newest first. */
+function locate(
+  apps: readonly AdminApp[],
+  selected: LetterFilter,
+  state: LetterState,
+  unreadable: LetterList["unreadable"],
+): Located[] {
+  const chosen = selected.app === undefined ? apps : [appNamed(apps, selected.app)];
+  const filter: DeadLetterFilter = { ...selected.filter };
+  if (state !== "all") filter.replayed = state !== "dead";
+  const out: Located[] = [];
+  for (const app of chosen) {
+    if (!exists(app)) continue;
+    const refs = findDeadLetterRefs(app, filter, {
+      onError: (file, error) => unreadable.push({ file, error: error.message }),
+    });
+    for (const ref of refs) if (state === "all" || stateOf(ref) === state) out.push({ ...ref, app: app.name });
+  }
+  return out.sort(newestFirst);
+}
+
+/** The list's order: newest dead_at first, then app, table, seq — a total order, so a cursor is exact. */
+function newestFirst(a: SortKey, b: SortKey): number {
+  return (
+    (a.deadAt < b.deadAt ? 1 : a.deadAt > b.deadAt ? -1 : 0) ||
+    a.app.localeCompare(b.app) ||
+    a.namespace.localeCompare(b.namespace) ||
+    b.seq - a.seq
+  );
+}
+type SortKey = { deadAt: string; app: string; namespace: string; seq: number };
+
+const encodeCursor = (k: SortKey) =>
+  Buffer.from(JSON.stringify([k.deadAt, k.app, k.namespace, k.seq])).toString("base64url");
+function decodeCursor(cursor: string): SortKey {
+  try {
+    const [deadAt, app, namespace, seq] = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as unknown[];
+    if (
+      typeof deadAt === "string" &&
+      typeof app === "string" &&
+      typeof namespace === "string" &&
+      Number.isSafeInteger(seq)
+    )
+      return { deadAt, app, namespace, seq: seq as number };
+  } catch {}
+  throw new RequestError(
+    400,
+    "E_USAGE",
+    "query.cursor: not a cursor this API gave (take next_cursor of the previous page)",
+  );
+}
+
+/** One page of the list (see LetterList). */
+export function listLetters(
+  apps: readonly AdminApp[],
+  query: { filter: LetterFilter; state: LetterState; cursor: string | null; limit: number },
+): LetterList {
+  const unreadable: LetterList["unreadable"] = [];
+  const all = locate(apps, query.filter, query.state, unreadable);
+  const after = query.cursor === null ? null : decodeCursor(query.cursor);
+  const start = after === null ? 0 : all.findIndex((l) => newestFirst(l, after) > 0);
+  const page = start < 0 ? [] : all.slice(start, start + query.limit);
+  const more = start >= 0 && start + query.limit < all.length;
+  return {
+    total: all.length,
+    letters: fullRows(page).map((l) => view(l, { sqlChars: 300 })),
+    next_cursor: more ? encodeCursor(page.at(-1)!) : null,
+    unreadable,
+  };
+}
+
+/** The full rows of `refs`, in their order, each file read once. */
+function fullRows(refs: readonly Located[]): Array<FiledDeadLetter & { app: string }> {
+  const byUnit = new Map<string, Located[]>();
+  for (const r of refs) {
+    const key = `${r.file}\0${r.namespace}`;
+    byUnit.set(key, [...(byUnit.get(key) ?? []), r]);
+  }
+  const rows = new Map<string, FiledDeadLetter>();
+  for (const unit of byUnit.values()) {
+    const { file, namespace } = unit[0]!;
+    for (const row of readDeadLetters(file, { namespace, seqs: unit.map((r) => r.seq) }))
+      rows.set(`${file}\0${namespace}\0${row.seq}`, row);
+  }
+  return refs.flatMap((r) => {
+    const row = rows.get(`${r.file}\0${r.namespace}\0${r.seq}`);
+    return row ? [{ ...row, app: r.app }] : [];
+  });
+}
+
+function view(l: FiledDeadLetter & { app: string }, options: { sqlChars?: number } = {}): LetterView {
+  const sql =
+    options.sqlChars !== undefined && l.tag.length > options.sqlChars ? `${l.tag.slice(0, options.sqlChars)}…` : l.tag;
+  return {
+    id: idOf(l.app, l.namespace, l.seq),
+    app: l.app,
+    namespace: l.namespace,
+    seq: l.seq,
+    group: l.grp,
+    state: stateOf(l),
+    reason: l.reason,
+    attempts: l.attempts,
+    error: l.error,
+    error_class: l.errorClass,
+    created_at: l.createdAt,
+    dead_at: l.deadAt,
+    replayed_at: l.replayedAt,
+    replayed_as_seq: l.replayedAsSeq,
+    source: l.source,
+    sql,
+    args: parseArgs(l.payload),
+  };
+}
+
+function parseArgs(payload: string): unknown {
+  try {
+    return JSON.parse(payload);
+  } catch {
+    return payload;
+  }
+}
+
+/** The file that holds `namespace` of `app` (it must exist: nothing is created); the name is checked as the producer checks it first. */
+function fileOf(app: AdminApp, namespace: string): string {
+  const problem = tableNameProblem(namespace);
+  if (problem !== null) throw new RequestError(400, "E_USAGE", `namespace: ${problem}`);
+  const file = app.dbFile ?? path.join(app.dbDir, `${namespace}.db`);
+  if (!fs.existsSync(file)) throw new NotFoundError(`no table "${namespace}" in app "${app.name}" (no ${file})`);
+  return file;
+}
+
+/** One letter in full — the statement, its arguments, its error — and every letter of its group. */
+export function letterDetail(apps: readonly AdminApp[], id: LetterId): { letter: LetterView; group: LetterView[] } {
+  const app = appNamed(apps, id.app);
+  const file = fileOf(app, id.namespace);
+  const [letter] = readDeadLetters(file, { namespace: id.namespace, seqs: [id.seq] });
+  if (!letter) throw new NotFoundError(`no dead letter ${idOf(app.name, id.namespace, id.seq)}`);
+  const group = letter.grp === null ? [letter] : readDeadLetters(file, { grp: letter.grp });
+  return { letter: view({ ...letter, app: app.name }), group: group.map((l) => view({ ...l, app: app.name })) };
+}
+
+/** The letters of one file and namespace an action works on. */
+interface Unit {
+  app: string;
+  file: string;
+  namespace: string;
+  letters: Located[];
+}
+
+/**
+ * Replays or skips a selection. Ids: every letter must exist (404, nothing changed, otherwise);
+ * letters replayed or given up before are left as they are. A filter: its letters are counted
+ * first, across every file, and nothing is done unless there are exactly `expect` (409); then each
+ * file and table is acted on in ONE write transaction that checks first that its letters are
+ * still exactly those counted (DeadSelection). All of it runs without a pause: the drain of this
+ * process cannot dead-letter, replay or change a letter in between. Another process (an
+ * operator's CLI) that changes a table's letters in that instant makes its check fail: the answer
+ * is then a 409 that lists what the tables before it had done (`refused`, `done`).
+ */
+export function actOnLetters(kind: "replay" | "skip", apps: readonly AdminApp[], action: LetterAction): ActionReport {
+  const { selection, dryRun } = action;
+  const report: ActionReport = { action: kind, dry_run: dryRun, total: 0, done: [], unchanged: [] };
+  let units: Unit[];
+  let guard: DeadLetterFilter | undefined;
+  if (selection.kind === "ids") {
+    units = unitsOfIds(apps, selection.ids);
+  } else {
+    report.expect = selection.expect;
+    const unreadable: LetterList["unreadable"] = [];
+    const found = locate(apps, selection.filter, "dead", unreadable);
+    if (unreadable.length > 0)
+      throw new RequestError(
+        503,
+        "E_STORAGE",
+        `cannot count the letters: ${unreadable[0]!.file}: ${unreadable[0]!.error}`,
+      );
+    units = unitsOf(found);
+    guard = selection.filter.filter;
+  }
+  report.total = units.reduce((n, u) => n + u.letters.length, 0);
+  if (selection.kind === "filter" && report.total !== selection.expect) {
+    report.refused = {
+      code: "E_CONFLICT",
+      message: `the filter selects ${report.total} letter(s) now, not the ${selection.expect} expected: nothing was changed; look again and send the count you see`,
+    };
+    return report;
+  }
+  for (const unit of units)
+    for (const l of unit.letters) {
+      const state = stateOf(l);
+      if (state === "dead") continue;
+      report.unchanged.push({ id: idOf(unit.app, unit.namespace, l.seq), state, replayed_as_seq: l.replayedAsSeq });
+    }
+  if (dryRun) {
+    for (const unit of units)
+      for (const l of unit.letters)
+        if (stateOf(l) === "dead")
+          report.done.push({
+            id: idOf(unit.app, unit.namespace, l.seq),
+            ...(kind === "replay" ? { new_seq: null } : {}),
+          });
+    return report;
+  }
+  report.unchanged = [];
+  // A letter's group comes along in every table of its file: a later table's letters may be done already.
+  const acted = new Set<string>();
+  for (const unit of units) {
+    const key = (namespace: string, seq: number) => `${unit.file}\0${namespace}\0${seq}`;
+    const seqs = unit.letters.map((l) => l.seq).filter((seq) => !acted.has(key(unit.namespace, seq)));
+    if (seqs.length === 0 && guard === undefined) continue;
+    try {
+      withDeadSelection(unit.file, unit.namespace, (s) => {
+        if (kind === "replay") {
+          const out = s.replay(seqs, guard);
+          for (const r of out.replayed) {
+            acted.add(key(r.namespace, r.seq));
+            report.done.push({ id: idOf(unit.app, r.namespace, r.seq), new_seq: r.newSeq });
+          }
+          for (const r of out.skipped)
+            report.unchanged.push({
+              id: idOf(unit.app, r.namespace, r.seq),
+              state: r.replayedAsSeq === null ? "skipped" : "replayed",
+              replayed_as_seq: r.replayedAsSeq,
+            });
+        } else {
+          const out = s.skip(seqs, guard);
+          for (const r of out.skipped) {
+            acted.add(key(r.namespace, r.seq));
+            report.done.push({ id: idOf(unit.app, r.namespace, r.seq) });
+          }
+          for (const r of out.handled)
+            report.unchanged.push({
+              id: idOf(unit.app, r.namespace, r.seq),
+              state: r.replayedAsSeq === null ? "skipped" : "replayed",
+              replayed_as_seq: r.replayedAsSeq,
+            });
+        }
+      });
+    } catch (error) {
+      if (!(error instanceof OutboxError)) throw error;
+      report.refused = {
+        code: error instanceof SelectionChangedError ? "E_CONFLICT" : error.code,
+        message: `${error.message}${report.done.length > 0 ? ` (${report.done.length} letter(s) of the tables before it were ${kind === "replay" ? "replayed" : "skipped"}: see done)` : ""}`,
+      };
+      return report;
+    }
+  }
+  return report;
+}
+
+/** The letters ids name, each found (404 for the first that is not: nothing is changed then), by file and table. */
+function unitsOfIds(apps: readonly AdminApp[], ids: readonly LetterId[]): Unit[] {
+  const found: Located[] = [];
+  const seen = new Set<string>();
+  for (const id of ids) {
+    const app = appNamed(apps, id.app);
+    const key = idOf(app.name, id.namespace, id.seq);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const file = fileOf(app, id.namespace);
+    const [letter] = readDeadLetters(file, { namespace: id.namespace, seqs: [id.seq] });
+    if (!letter) throw new NotFoundError(`no dead letter ${key}: nothing was changed`);
+    found.push({ ...letter, app: app.name });
+  }
+  return unitsOf(found);
+}
+
+/** Letters by file and table, each table's ascending by seq; tables in a stable order. */
+function unitsOf(letters: readonly Located[]): Unit[] {
+  const units = new Map<string, Unit>();
+  for (const l of letters) {
+    const key = `${l.app}\0${l.file}\0${l.namespace}`;
+    let unit = units.get(key);
+    if (!unit) units.set(key, (unit = { app: l.app, file: l.file, namespace: l.namespace, letters: [] }));
+    unit.letters.push(l);
+  }
+  const out = [...units.values()].sort(
+    (a, b) => a.app.localeCompare(b.app) || a.file.localeCompare(b.file) || a.namespace.localeCompare(b.namespace),
+  );
+  for (const u of out) u.letters.sort((a, b) => a.seq - b.seq);
+  return out;
+}

@@ -1,0 +1,52 @@
+import fs from "node:fs";
+import path from "node:path";
+import type { OutboxConfig } from "../../config/types.ts";
+import { NotFoundError } from "../../errors.ts";
+import { fileHealth, type NamespaceHealth } from "../../outbox/health.ts";
+import { tableNameProblem } from "../../outbox/table-name.ts";
+import { RequestError } from "./requests.ts";
+
+/** One app's queue location as the admin API names it: `{app}` in every path and id. */
+export interface AdminApp {
+  name: string;
+  dbDir: string;
+  /** The one file holding every table (db_file), or null for a db_dir. */
+  dbFile: string | null;
+  maxPending: number | null;
+}
+
+/** A table the admin API acts on: its app, its file (which exists) and its health when it was found. */
+export interface AdminTable {
+  app: AdminApp;
+  namespace: string;
+  file: string;
+  health: NamespaceHealth;
+}
+
+/** Every app of the config, as the admin API names them. */
+export function adminApps(config: Pick<OutboxConfig, "apps">): AdminApp[] {
+  return config.apps.map((a) => ({ name: a.name, dbDir: a.dbDir, dbFile: a.dbFile, maxPending: a.maxPending }));
+}
+
+/** The app named `name` (404 when the config has none). */
+export function appNamed(apps: readonly AdminApp[], name: string): AdminApp {
+  const app = apps.find((a) => a.name === name);
+  if (!app)
+    throw new NotFoundError(`no app "${name}" in this drain's config (apps: ${apps.map((a) => a.name).join(", ")})`);
+  return app;
+}
+
+/**
+ * The table `namespace` of `app`, read-only: `{db_dir}/{namespace}.db`, or the db_file when it
+ * holds that namespace. The name must pass the producer's own check (`tableNameProblem`) first, so
+ * nothing that is not a table name — `../x`, a path — ever reaches the file system.
+ */
+export function tableOf(app: AdminApp, namespace: string): AdminTable {
+  const problem = tableNameProblem(namespace);
+  if (problem !== null) throw new RequestError(400, "E_USAGE", `namespace: ${problem}`);
+  const file = app.dbFile ?? path.join(app.dbDir, `${namespace}.db`);
+  if (!fs.existsSync(file)) throw new NotFoundError(`no table "${namespace}" in app "${app.name}" (no ${file})`);
+  const health = fileHealth(file, { maxPending: app.maxPending }).find((h) => h.namespace === namespace);
+  if (!health) throw new NotFoundError(`no table "${namespace}" in app "${app.name}" (not in ${file})`);
+  return { app, namespace, file, health };
+}
