@@ -34,6 +34,7 @@ interface Status {
     tables: Array<{ namespace: string; held: unknown }>;
   }>;
   dbDirs: Array<{ app: string | null }>;
+  totals: { deadLetters: number };
 }
 
 interface Letter {
@@ -78,6 +79,8 @@ const state = {
   selected: new Set<string>(),
   filter: {} as Record<string, string>,
   detail: null as Letter | null,
+  /** The dead letters the last status counted: when it changes, the list is read again at once. */
+  deadLetters: null as number | null,
 };
 
 class ApiError extends Error {
@@ -150,6 +153,11 @@ function until(iso: string | null, now: number): string {
   return ms <= 0 ? "now" : `in ${age(ms)}`;
 }
 
+/** The error with its class in front, unless it already starts with it (the built-in writers' messages do). */
+function withClass(error: string, errorClass: string | null): string {
+  return errorClass && !error.startsWith(`${errorClass}:`) ? `${errorClass}: ${error}` : error;
+}
+
 function say(text: string, bad = false): void {
   const m = $("message");
   m.textContent = text;
@@ -211,6 +219,8 @@ async function loadStatus(): Promise<void> {
   try {
     const status = await api<Status>("/status");
     renderStatus(status);
+    if (state.deadLetters !== null && status.totals.deadLetters !== state.deadLetters) void loadLetters();
+    state.deadLetters = status.totals.deadLetters;
     live.textContent = `live · updated ${new Date(status.generatedAt).toLocaleTimeString()}`;
     live.className = "live";
   } catch (error) {
@@ -273,7 +283,12 @@ function renderStatus(status: Status): void {
         cell("Next attempt", until(h.nextAttemptAt, now)),
         cell(
           "Held",
-          h.held ? el("span", { text: `${h.held.reason}: ${h.held.message}`, className: "state-warn" }) : "no",
+          h.held
+            ? el("span", {
+                text: h.held.message.startsWith(h.held.reason) ? h.held.message : `${h.held.reason}: ${h.held.message}`,
+                className: "state-warn",
+              })
+            : "no",
           "msg",
         ),
         cell(
@@ -281,11 +296,7 @@ function renderStatus(status: Status): void {
           h.deadLetterCount > 0 ? el("span", { text: String(h.deadLetterCount), className: "state-bad" }) : "0",
           "num",
         ),
-        cell(
-          "Head error",
-          h.lastError ? `${h.lastErrorClass ? `${h.lastErrorClass}: ` : ""}${h.lastError}` : "",
-          "msg",
-        ),
+        cell("Head error", h.lastError ? withClass(h.lastError, h.lastErrorClass) : "", "msg"),
         actions,
       );
       return row;
@@ -429,9 +440,7 @@ async function openLetter(id: string): Promise<void> {
     $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
     $("detail-sql").textContent = letter.sql;
     $("detail-args").textContent = JSON.stringify(letter.args, null, 2);
-    $("detail-error").textContent = letter.error
-      ? `${letter.error_class ? `${letter.error_class}: ` : ""}${letter.error}`
-      : "-";
+    $("detail-error").textContent = letter.error ? withClass(letter.error, letter.error_class) : "-";
     $("detail-group").replaceChildren(
       ...(group.length > 1
         ? group.map((g) => el("li", { text: `${g.id} (${g.state}): ${g.sql}` }))

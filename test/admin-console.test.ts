@@ -1,0 +1,183 @@
+// The operator console as its user meets it: the COMPILED binary serves it, a real browser
+// (Debian's chromium, headless, driven by puppeteer-core; nothing downloaded) loads it, watches a
+// held table's depth grow as rows are pushed, finds the read-only page offering no action, signs
+// in with the write token, opens a dead letter and replays it, and the row lands in PostgreSQL.
+// Screenshots are saved under .tmp/admin-console/ (gitignored), their paths printed.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import fs from "node:fs";
+import path from "node:path";
+import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import { buildBinary } from "../build.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { cleanupsAfterEach } from "./support/cleanups.ts";
+import { cleanEnv, REPO } from "./support/cli.ts";
+import { openRemote } from "./support/remote.ts";
+import { describeSlow, SLOW } from "./support/slow.ts";
+import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { waitFor } from "./support/wait.ts";
+
+const CHROMIUM = process.env.SQLOUTBOX_CHROMIUM ?? "/usr/bin/chromium";
+const WRITE = "console-write-token-0123456789";
+const SHOTS = path.join(REPO, ".tmp", "admin-console");
+
+const cleanups = cleanupsAfterEach();
+let tmp: TempDir;
+let binary: string;
+let browser: Browser | undefined;
+
+beforeAll(async () => {
+  if (!SLOW) return;
+  tmp = makeTempDir("sqloutbox-console-");
+  binary = path.join(tmp.path, "bin", "sqloutbox");
+  await buildBinary(binary);
+  fs.mkdirSync(SHOTS, { recursive: true });
+  browser = await puppeteer.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    // Offline and quiet: no sandbox (root in CI), no GPU, nothing fetched in the background.
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      `--user-data-dir=${tmp.file("chromium-profile")}`,
+    ],
+  });
+}, 120_000);
+afterAll(async () => {
+  await browser?.close();
+  tmp?.cleanup();
+});
+
+async function shot(page: Page, name: string): Promise<void> {
+  const file = path.join(SHOTS, `${name}.png`);
+  await page.screenshot({ path: file as `${string}.png`, fullPage: true });
+  console.log(`screenshot: ${file}`);
+}
+
+/** The text of the cell `label` of the row of table `name` (app/namespace). */
+function tableCell(page: Page, name: string, label: string): Promise<string | null> {
+  return page.evaluate(
+    (n, l) => document.querySelector(`tr[data-table="${n}"] td[data-label="${l}"]`)?.textContent ?? null,
+    name,
+    label,
+  );
+}
+
+/** The visible action buttons of the page. */
+function visibleActions(page: Page): Promise<string[]> {
+  return page.evaluate(() =>
+    [...document.querySelectorAll<HTMLButtonElement>("button.act")]
+      .filter((b) => b.offsetParent !== null)
+      .map((b) => b.textContent ?? ""),
+  );
+}
+
+describeSlow("the operator console", "build the binary and drive the console in chromium", () => {
+  test("shows a table's depth live, offers no action read-only, and replays a dead letter into PostgreSQL", async () => {
+    const remote = await openRemote("postgres", { cleanups });
+    await remote.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT NOT NULL)");
+    const dir = tmp.file("drain");
+    fs.mkdirSync(dir);
+    // "events" has no table in PostgreSQL: the drain holds it (a remote schema fault), so its rows wait and its depth grows.
+    fs.writeFileSync(
+      path.join(dir, "outbox.toml"),
+      `[admin]\naddr = "127.0.0.1:0"\nwrite_token = "\${SQLOUTBOX_WRITE_TOKEN}"\n\n[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\nmax_attempts = 1\n\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders", "events"]\n[app.shop.db.pg.connection]\nurl = "${remote.url}"\n`,
+    );
+    const proc = Bun.spawn([binary, "runservice"], {
+      cwd: dir,
+      env: cleanEnv({ SQLOUTBOX_WRITE_TOKEN: WRITE }),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    let log = "";
+    const pump = (async () => {
+      for await (const chunk of proc.stderr) log += new TextDecoder().decode(chunk);
+    })();
+    const producer = new SQLMiddleware({ dbDir: path.join(dir, "queue") });
+    try {
+      let url = "";
+      await waitFor(
+        () => (url = /serving the admin API and the console on (http:\/\/\S+)/.exec(log)?.[1] ?? "") !== "",
+        () => `the console to be served:\n${log}`,
+      );
+      const page = await browser!.newPage();
+      await page.setViewport({ width: 1280, height: 900 });
+      const failed: string[] = [];
+      page.on("requestfailed", (r) => failed.push(r.url()));
+      page.on("pageerror", (e) => failed.push(String(e)));
+      await page.goto(url, { waitUntil: "networkidle0" });
+      await page.waitForSelector('tr[data-table="shop/events"]');
+
+      // Live: the held table's depth follows the pushes, read every 2 s.
+      producer.push("events", "INSERT INTO events (id) VALUES (?)", [1]);
+      await page.waitForFunction(() => document.querySelector('tr[data-table="shop/events"] td[data-depth="1"]'), {
+        timeout: 10_000,
+      });
+      producer.pushMany("events", [
+        ["INSERT INTO events (id) VALUES (?)", [2]],
+        ["INSERT INTO events (id) VALUES (?)", [3]],
+      ]);
+      await page.waitForFunction(() => document.querySelector('tr[data-table="shop/events"] td[data-depth="3"]'), {
+        timeout: 10_000,
+      });
+      expect(await tableCell(page, "shop/events", "Held")).toContain("remote schema");
+
+      // A row the remote refuses (NOT NULL) is dead-lettered at once (max_attempts = 1) and listed.
+      producer.push("orders", "INSERT INTO orders (id, note) VALUES (?, ?)", [7, null]);
+      await page.waitForSelector('button[data-letter="shop/orders/1"]', { timeout: 15_000 });
+
+      // Read-only (loopback, no token): everything shown, no action offered.
+      expect(await page.$eval("#who", (e) => e.textContent)).toContain("read-only");
+      expect(await visibleActions(page)).toEqual([]);
+      await shot(page, "1-read-only");
+
+      // Signed in with the write token: the actions appear.
+      await page.type("#token", WRITE);
+      await page.click("#sign-in button[type=submit]");
+      await page.waitForFunction(() => document.querySelector("#who")?.textContent?.includes("may act"));
+      await page.waitForSelector("#kick:not([hidden])");
+
+      // The letter's detail: its statement, its arguments, its error.
+      await page.click('button[data-letter="shop/orders/1"]');
+      await page.waitForSelector("#detail:not([hidden])");
+      expect(await page.$eval("#detail-sql", (e) => e.textContent)).toBe("INSERT INTO orders (id, note) VALUES (?, ?)");
+      expect(JSON.parse((await page.$eval("#detail-args", (e) => e.textContent)) ?? "")).toEqual([7, null]);
+      expect(await page.$eval("#detail-error", (e) => e.textContent)).toContain("23502");
+      await shot(page, "2-dead-letter");
+
+      // The remote is fixed; the replay asks first, with the count, then the row lands.
+      await remote.exec("ALTER TABLE orders ALTER COLUMN note DROP NOT NULL");
+      await page.click("#detail-replay");
+      await page.waitForSelector("#confirm[open]");
+      expect(await page.$eval("#confirm-text", (e) => e.textContent)).toContain("Replay 1 dead letter?");
+      await shot(page, "3-confirm");
+      await page.click("#confirm-ok");
+      await waitFor(
+        async () => (await remote.ints("SELECT count(*) FROM orders WHERE id = 7"))[0]![0] === 1,
+        "the replayed row in PostgreSQL",
+      );
+      await page.waitForFunction(() => document.querySelector("#message")?.textContent?.includes("Replayed 1"));
+      expect(log).toContain("admin: replay by write token: 1 id(s)");
+      expect(log).not.toContain(WRITE);
+      await shot(page, "4-replayed");
+
+      // A phone-sized screen: the tables become cards, nothing wider than the screen.
+      await page.setViewport({ width: 375, height: 800, isMobile: true });
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      expect(overflow).toBeLessThanOrEqual(0);
+      await shot(page, "5-phone");
+      expect(failed).toEqual([]);
+      await page.close();
+    } finally {
+      closeSharedOutboxes();
+      proc.kill("SIGTERM");
+      await proc.exited;
+      await pump.catch(() => {});
+    }
+  }, 90_000);
+});
