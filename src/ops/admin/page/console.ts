@@ -4,72 +4,13 @@
 // token is sent as a bearer header — never a cookie — and kept in this tab's sessionStorage only.
 // Everything shown goes in through textContent: no text from the API is ever parsed as HTML.
 
-/** The parts of the `status --json` document the page shows (docs/cli.md). */
-interface Status {
-  generatedAt: string;
-  namespaces: Array<{
-    app: string | null;
-    namespace: string;
-    depth: number;
-    oldestPendingAgeMs: number | null;
-    headSeq: number | null;
-    headAttempts: number;
-    isStuck: boolean;
-    lastError: string | null;
-    lastErrorClass: string | null;
-    nextAttemptAt: string | null;
-    deadLetterCount: number;
-    held: { reason: string; message: string; since?: string | null; until?: string | null } | null;
-  }>;
-  targets: Array<{
-    target: string;
-    state: string;
-    downSince: string | null;
-    lastSuccessAt: string | null;
-    rowsPerSecond: number | null;
-    lagMs: number | null;
-    totals: { delivered: number };
-    lastError: string | null;
-    setupProblem: string | null;
-    tables: Array<{ namespace: string; held: unknown }>;
-  }>;
-  dbDirs: Array<{ app: string | null }>;
-  totals: { deadLetters: number };
-}
-
-interface Letter {
-  id: string;
-  app: string;
-  namespace: string;
-  seq: number;
-  group: number | null;
-  state: "dead" | "replayed" | "skipped";
-  reason: string;
-  attempts: number;
-  error: string | null;
-  error_class: string | null;
-  created_at: string;
-  dead_at: string;
-  replayed_at: string | null;
-  replayed_as_seq: number | null;
-  source: string;
-  sql: string;
-  args: unknown;
-}
-
-interface Access {
-  who: string;
-  access: "read" | "write";
-  can_act: boolean;
-  write_configured: boolean;
-  version: string;
-}
+import { type Access, api as call, ApiError, type Letter, type Status } from "./api.ts";
+import { $, age, ago, button, cell, el, until, withClass } from "./dom.ts";
 
 const STATUS_EVERY_MS = 2_000;
 const LETTERS_EVERY_MS = 10_000;
 const TOKEN_KEY = "sqloutbox.token";
 
-const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY),
   access: null as Access | null,
@@ -83,80 +24,8 @@ const state = {
   deadLetters: null as number | null,
 };
 
-class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-async function api<T>(path: string, init: { method?: string; body?: unknown } = {}): Promise<T> {
-  const headers: Record<string, string> = {};
-  if (state.token) headers.authorization = `Bearer ${state.token}`;
-  if (init.body !== undefined) headers["content-type"] = "application/json";
-  const res = await fetch(`/api/v1${path}`, {
-    method: init.method ?? "GET",
-    headers,
-    body: init.body === undefined ? undefined : JSON.stringify(init.body),
-    cache: "no-store",
-    credentials: "omit",
-  });
-  const body = (await res.json().catch(() => ({}))) as { error?: { message?: string } };
-  if (!res.ok) throw new ApiError(res.status, body.error?.message ?? `HTTP ${res.status}`);
-  return body as T;
-}
-
-// ── small DOM helpers ───────────────────────────────────────────────────────────────────────
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  props: { text?: string; className?: string; label?: string; attrs?: Record<string, string> } = {},
-  ...children: Array<Node | string>
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (props.text !== undefined) node.textContent = props.text;
-  if (props.className) node.className = props.className;
-  if (props.label) node.dataset.label = props.label;
-  for (const [k, v] of Object.entries(props.attrs ?? {})) node.setAttribute(k, v);
-  node.append(...children);
-  return node;
-}
-
-function cell(label: string, value: Node | string, className = ""): HTMLTableCellElement {
-  return el("td", { label, className }, value);
-}
-
-function button(text: string, onClick: () => void, className = "act"): HTMLButtonElement {
-  const b = el("button", { text, className, attrs: { type: "button" } });
-  b.addEventListener("click", onClick);
-  return b;
-}
-
-function age(ms: number | null): string {
-  if (ms === null) return "-";
-  const s = Math.round(ms / 1000);
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${s % 60 ? `${s % 60}s` : ""}`;
-  if (s < 86_400) return `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60)}m`;
-  return `${Math.floor(s / 86_400)}d${Math.floor((s % 86_400) / 3600)}h`;
-}
-
-function ago(iso: string | null, now: number): string {
-  return iso === null ? "-" : `${age(Math.max(0, now - Date.parse(iso)))} ago`;
-}
-
-function until(iso: string | null, now: number): string {
-  if (iso === null) return "-";
-  const ms = Date.parse(iso) - now;
-  return ms <= 0 ? "now" : `in ${age(ms)}`;
-}
-
-/** The error with its class in front, unless it already starts with it (the built-in writers' messages do). */
-function withClass(error: string, errorClass: string | null): string {
-  return errorClass && !error.startsWith(`${errorClass}:`) ? `${errorClass}: ${error}` : error;
-}
+/** The admin API, asked with this tab's token. */
+const api = <T>(path: string, init: { method?: string; body?: unknown } = {}) => call<T>(path, state.token, init);
 
 function say(text: string, bad = false): void {
   const m = $("message");

@@ -1,0 +1,96 @@
+// What the console reads from the admin API (docs/admin.md), and the one way it asks: the bearer
+// token in a header (never a cookie), no cache, no credentials the browser would add by itself.
+
+/** The parts of the `status --json` document the page shows (docs/cli.md). */
+export interface Status {
+  generatedAt: string;
+  namespaces: Array<{
+    app: string | null;
+    namespace: string;
+    depth: number;
+    oldestPendingAgeMs: number | null;
+    headSeq: number | null;
+    headAttempts: number;
+    isStuck: boolean;
+    lastError: string | null;
+    lastErrorClass: string | null;
+    nextAttemptAt: string | null;
+    deadLetterCount: number;
+    held: { reason: string; message: string; since?: string | null; until?: string | null } | null;
+  }>;
+  targets: Array<{
+    target: string;
+    state: string;
+    downSince: string | null;
+    lastSuccessAt: string | null;
+    rowsPerSecond: number | null;
+    lagMs: number | null;
+    totals: { delivered: number };
+    lastError: string | null;
+    setupProblem: string | null;
+    tables: Array<{ namespace: string; held: unknown }>;
+  }>;
+  dbDirs: Array<{ app: string | null }>;
+  totals: { deadLetters: number };
+}
+
+/** One dead letter (GET /api/v1/dead-letters). */
+export interface Letter {
+  id: string;
+  app: string;
+  namespace: string;
+  seq: number;
+  group: number | null;
+  state: "dead" | "replayed" | "skipped";
+  reason: string;
+  attempts: number;
+  error: string | null;
+  error_class: string | null;
+  created_at: string;
+  dead_at: string;
+  replayed_at: string | null;
+  replayed_as_seq: number | null;
+  source: string;
+  sql: string;
+  args: unknown;
+}
+
+/** What the caller may do (GET /api/v1/access). */
+export interface Access {
+  who: string;
+  access: "read" | "write";
+  can_act: boolean;
+  write_configured: boolean;
+  version: string;
+}
+
+/** An answer other than 2xx: its status and the API's message. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Calls `/api/v1{path}` with `token` (null: none) and returns the JSON answer; throws ApiError for anything but 2xx. */
+export async function api<T>(
+  path: string,
+  token: string | null,
+  init: { method?: string; body?: unknown } = {},
+): Promise<T> {
+  const headers: Record<string, string> = {};
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (init.body !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(`/api/v1${path}`, {
+    method: init.method ?? "GET",
+    headers,
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+    cache: "no-store",
+    credentials: "omit",
+  });
+  const body = (await res.json().catch(() => ({}))) as { error?: { message?: string } };
+  if (!res.ok) throw new ApiError(res.status, body.error?.message ?? `HTTP ${res.status}`);
+  return body as T;
+}
