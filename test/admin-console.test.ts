@@ -16,6 +16,19 @@ import { describeSlow, SLOW } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 
+// The page's side of page.evaluate and waitForFunction: what those callbacks touch, typed here
+// (this tree's tsconfig has Bun's types, not the DOM's; the callbacks run in the browser).
+interface PageNode {
+  textContent: string | null;
+  offsetParent: unknown;
+}
+declare const document: {
+  querySelector(selector: string): PageNode | null;
+  querySelectorAll(selector: string): Iterable<PageNode>;
+  documentElement: { scrollWidth: number };
+};
+declare const window: { innerWidth: number };
+
 const CHROMIUM = process.env.SQLOUTBOX_CHROMIUM ?? "/usr/bin/chromium";
 const WRITE = "console-write-token-0123456789";
 const SHOTS = path.join(REPO, ".tmp", "admin-console");
@@ -71,9 +84,7 @@ function tableCell(page: Page, name: string, label: string): Promise<string | nu
 /** The visible action buttons of the page. */
 function visibleActions(page: Page): Promise<string[]> {
   return page.evaluate(() =>
-    [...document.querySelectorAll<HTMLButtonElement>("button.act")]
-      .filter((b) => b.offsetParent !== null)
-      .map((b) => b.textContent ?? ""),
+    [...document.querySelectorAll("button.act")].filter((b) => b.offsetParent !== null).map((b) => b.textContent ?? ""),
   );
 }
 
