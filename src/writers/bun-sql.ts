@@ -4,7 +4,7 @@ import type { ErrorKind } from "./classify.ts";
 import { maskCause, maskSecrets, urlPassword } from "../masking.ts";
 import { withTimeout } from "../timeout.ts";
 import { booleanKey, type Connection, numberKey, stringKey } from "./connection.ts";
-import { errorText, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
+import { errorText, type Fail, type Outcome, type PassResult, runIsolated } from "./isolate.ts";
 import {
   DEFAULT_BATCH_TIMEOUT_S,
   DEFAULT_CONNECT_TIMEOUT_S,
@@ -12,26 +12,32 @@ import {
   describeServer,
 } from "./server-keys.ts";
 import { statementKind } from "./statement-kind.ts";
-import { unitOf, type OutboxWriter, type Statement, type WriteResult } from "./writer.ts";
+import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
 
 type Engine = "postgres" | "mysql";
 
-/**
- * MySQL: autocommit off instead of BEGIN, and a sql_mode the drain can rely on: STRICT_TRANS_TABLES
- * added, and ANSI_QUOTES, NO_BACKSLASH_ESCAPES (and ANSI, which implies the first) removed, since
- * the statement checks read `"…"` as a string and `\` as an escape, as MySQL does by default.
- */
-const MYSQL_BEGIN =
-  "SET autocommit = 0, sql_mode = TRIM(BOTH ',' FROM REPLACE(REPLACE(REPLACE(REPLACE(CONCAT(',', @@sql_mode, ',STRICT_TRANS_TABLES,'), ',ANSI_QUOTES,', ','), ',NO_BACKSLASH_ESCAPES,', ','), ',ANSI,', ','), ',,', ','))";
-/** PostgreSQL: the statement checks read `'…\'` as the standard says (backslash is no escape), so the server must too. */
-const PG_BEGIN = "BEGIN; SET LOCAL standard_conforming_strings = on";
 /** The connection one writeBatch call is using, and whether that call has timed out. */
 type InFlight = { reserved: ReservedSQL | null; timedOut: boolean };
 
+/** What an engine's pass needs from its writer: the engine's error classes and the writer's masked errors. */
+export interface PassTools {
+  classify: (error: unknown) => ErrorKind;
+  fail: Fail;
+}
+
+/** One engine's optimistic pass (see `Pass`) on a connection reserved for it, released afterwards by the writer. */
+export type ReservedPass = (
+  reserved: ReservedSQL,
+  stmts: Statement[],
+  checking: boolean,
+  tools: PassTools,
+) => Promise<PassResult>;
+
 /**
  * A writer on Bun's built-in SQL client (PostgreSQL, MySQL/MariaDB). Each batch runs on one reserved
- * connection as BEGIN + every statement pipelined (sent without waiting for each other) + COMMIT:
- * two round trips per batch, whatever its size; failures are isolated by `runIsolated`.
+ * connection with every statement pipelined (sent without waiting for each other), in the engine's
+ * `pass`: PostgreSQL sends BEGIN, the statements and COMMIT at once (`postgresPass`), MySQL needs a
+ * second round trip for COMMIT (`mysqlPass`). Failures are isolated by `runIsolated`.
  */
 export class BunSqlWriter implements OutboxWriter {
   readonly dialect: Engine;
@@ -42,11 +48,15 @@ export class BunSqlWriter implements OutboxWriter {
   readonly #classify: (error: unknown) => ErrorKind;
   readonly #batchTimeoutMs: number;
   readonly #coalesce: boolean;
+  readonly #enginePass: ReservedPass;
+  readonly #tools: PassTools;
   #closed = false;
 
-  constructor(engine: Engine, connection: Connection, classify: (error: unknown) => ErrorKind) {
+  constructor(engine: Engine, connection: Connection, classify: (error: unknown) => ErrorKind, pass: ReservedPass) {
     this.dialect = engine;
     this.#classify = classify;
+    this.#enginePass = pass;
+    this.#tools = { classify, fail: (m, e, misconfigured) => this.#fail(m, e, misconfigured) };
     const url = stringKey(connection, "url");
     const password = stringKey(connection, "password");
     this.#secrets = [password, urlPassword(url)].filter((s): s is string => !!s);
@@ -104,18 +114,7 @@ export class BunSqlWriter implements OutboxWriter {
     await this.#sql.close({ timeout: 5 });
   }
 
-  /**
-   * One optimistic pass on one reserved connection: BEGIN (MySQL: autocommit off) and every
-   * statement pipelined, then COMMIT or ROLLBACK after looking at the outcomes: two round trips.
-   * PostgreSQL commits only when every statement succeeded. COMMIT is deliberately not pipelined
-   * behind the statements: a statement Bun refuses before sending it would not abort the server's
-   * transaction, and a blind COMMIT would then commit the rest of its namespace. MySQL rolls back
-   * just a failed statement, so it commits when no later statement of a failed namespace was
-   * applied; otherwise it rolls back for a re-run. A PostgreSQL COMMIT refused for a row-fault
-   * SQLSTATE (a deferred constraint) is reported as `commitError`; a `checking` pass then starts
-   * with SET CONSTRAINTS ALL IMMEDIATE so the offending statement fails itself. MySQL has no
-   * deferred constraints (InnoDB checks foreign keys per statement).
-   */
+  /** One optimistic pass on one reserved connection (see `Pass`), released afterwards. */
   async #pass(stmts: Statement[], inFlight: InFlight, checking: boolean): Promise<PassResult> {
     let reserved: ReservedSQL;
     try {
@@ -130,72 +129,12 @@ export class BunSqlWriter implements OutboxWriter {
     }
     inFlight.reserved = reserved;
     try {
-      // MySQL: autocommit off instead of BEGIN, so statements that run after a server-side
-      // rollback (deadlock) or an implicit commit (DDL) are still undone by our ROLLBACK. Strict
-      // mode whatever the server's default: without it a bad value is stored truncated or as a
-      // default (a warning, not an error), and the duplicate-absorbing INSERT … SELECT form
-      // would even differ from the original VALUES statement.
-      const begin = settle(reserved.unsafe(this.dialect === "postgres" ? PG_BEGIN : MYSQL_BEGIN));
-      const immediate =
-        checking && this.dialect === "postgres" ? settle(reserved.unsafe("SET CONSTRAINTS ALL IMMEDIATE")) : undefined;
-      const running = stmts.map((s) => settle(this.#run(reserved, s)));
-      const began = await begin;
-      if ("error" in began) throw this.#fail(`BEGIN failed: ${errorText(began.error)}`, began.error);
-      const set = await immediate;
-      if (set && "error" in set) throw this.#fail(`SET CONSTRAINTS failed: ${errorText(set.error)}`, set.error);
-      const outcomes: Outcome[] = await Promise.all(running);
-      const committed =
-        this.dialect === "postgres" ? outcomes.every((o) => "result" in o) : this.#isolatedByServer(stmts, outcomes);
-      const ended = await settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK"));
-      // PostgreSQL ends the transaction (rolled back) when COMMIT fails a deferred constraint.
-      if (committed && this.dialect === "postgres" && "error" in ended && this.#classify(ended.error).kind === "row") {
-        return { outcomes, committed: false, commitError: ended.error };
-      }
-      if ("error" in ended)
-        throw this.#fail(`${committed ? "COMMIT" : "ROLLBACK"} failed: ${errorText(ended.error)}`, ended.error);
-      // PostgreSQL answers COMMIT with the tag ROLLBACK when the transaction had failed.
-      const tag = (ended.result as { command?: unknown }).command;
-      if (committed && this.dialect === "postgres" && tag !== "COMMIT")
-        throw this.#fail(`COMMIT was answered with ${String(tag)}`, undefined);
-      return { outcomes, committed };
+      return await this.#enginePass(reserved, stmts, checking, this.#tools);
     } finally {
       inFlight.reserved = null;
       // Bun closes (instead of pooling) a connection released inside an open transaction.
       await reserved.release().catch(() => {});
     }
-  }
-
-  /**
-   * MySQL rolls back only a failed statement: the transaction may still commit when every failure
-   * is the statement's own (row or schema) and nothing else of its namespace was applied, which
-   * keeps namespaces atomic. Otherwise it rolls back for a re-run without the failed namespace.
-   */
-  #isolatedByServer(stmts: Statement[], outcomes: Outcome[]): boolean {
-    const failed = new Set<string>();
-    const applied = new Set<string>();
-    for (const [i, o] of outcomes.entries()) {
-      const namespace = unitOf(stmts[i]!);
-      if ("result" in o) applied.add(namespace);
-      else if (!("error" in o)) return false;
-      else {
-        const kind = this.#classify(o.error).kind;
-        if (kind !== "row" && kind !== "schema") return false;
-        failed.add(namespace);
-      }
-    }
-    return [...failed].every((namespace) => !applied.has(namespace));
-  }
-
-  async #run(reserved: ReservedSQL, stmt: Statement): Promise<WriteResult> {
-    const kind = statementKind(stmt.sql);
-    const query = reserved.unsafe(stmt.sql, stmt.args as unknown[]);
-    if (kind === "read") return { ok: true, rows: Array.from((await query.values()) as unknown[][]) };
-    const result = (await query) as { count?: number | null; affectedRows?: number | null };
-    if (kind === "ddl") return { ok: true, rowsAffected: 0 };
-    return {
-      ok: true,
-      rowsAffected: Number(this.dialect === "mysql" ? (result.affectedRows ?? 0) : (result.count ?? 0)),
-    };
   }
 
   /** A `WriteError` whose message and cause never contain the password. */
@@ -206,10 +145,41 @@ export class BunSqlWriter implements OutboxWriter {
   }
 }
 
-/** Starts `promise` now (Bun.SQL queries are lazy) and turns it into an outcome that never rejects. */
-function settle<T>(promise: PromiseLike<T>): Promise<{ result: T } | { error: unknown }> {
-  return Promise.resolve(promise).then(
-    (result) => ({ result }),
-    (error: unknown) => ({ error }),
+/** How a query ended: its result or its error. */
+export type Settled<T> = { result: T } | { error: unknown };
+
+/**
+ * `query`'s outcome as a promise that never rejects. Calling `then` starts a Bun.SQL query (they
+ * are lazy) at once, in call order: what `Promise.resolve(query)` would do only a microtask later,
+ * too late to see a refusal before COMMIT is queued behind it.
+ */
+export function settle<T>(query: PromiseLike<T>): Promise<Settled<T>> {
+  return Promise.resolve(
+    query.then(
+      (result): Settled<T> => ({ result }),
+      (error: unknown): Settled<T> => ({ error }),
+    ),
   );
+}
+
+/** Starts `stmt` now on `reserved`: the query (to see whether Bun refused it) and its outcome. */
+export function startStatement(
+  reserved: ReservedSQL,
+  stmt: Statement,
+  dialect: Engine,
+): { query: Promise<unknown>; outcome: Promise<Outcome> } {
+  const kind = statementKind(stmt.sql);
+  const query = reserved.unsafe(stmt.sql, stmt.args as unknown[]);
+  if (kind === "read") query.values();
+  const outcome = settle(query).then(
+    (o): Outcome => ("error" in o ? o : { result: toResult(kind, o.result, dialect) }),
+  );
+  return { query, outcome };
+}
+
+function toResult(kind: ReturnType<typeof statementKind>, result: unknown, dialect: Engine): WriteResult {
+  if (kind === "read") return { ok: true, rows: Array.from(result as unknown[][]) };
+  if (kind === "ddl") return { ok: true, rowsAffected: 0 };
+  const r = result as { count?: number | null; affectedRows?: number | null };
+  return { ok: true, rowsAffected: Number(dialect === "mysql" ? (r.affectedRows ?? 0) : (r.count ?? 0)) };
 }

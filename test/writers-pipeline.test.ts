@@ -1,0 +1,318 @@
+// The postgres and mysql writers pipeline a batch: every statement is sent without waiting for the
+// one before, and PostgreSQL's COMMIT with them. Round trips are counted at a TCP proxy that delays
+// every chunk (test/support/tcp-proxy.ts: a turn is the client sending again after an answer), so
+// what is asserted is behaviour — how often the writer waited — not speed. The failure tests show
+// that a statement failing inside such a batch takes nothing of its namespace with it, and no other
+// namespace twice: each namespace opens with a counter its "fence" moves, as the drain's ledger does.
+import { Database } from "bun:sqlite";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { WriteError } from "../src/errors.ts";
+import { createWriter } from "../src/writers/registry.ts";
+import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
+import { startHranaServer } from "./support/hrana-server.ts";
+import { createServerDb, type ServerDb, type ServerEngine } from "./support/server-db.ts";
+import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.ts";
+import { makeTempDir } from "./support/tmp.ts";
+
+const NAMESPACES = ["a", "b", "c", "d"];
+/** The link the round-trip tests put between writer and server: long enough that no answer overtakes a pipelined write. */
+const RTT_MS = 30;
+
+/** A statement of namespace `ns` in the engine's placeholders. */
+type Build = (ns: string, seq: number, sql: string, args: Statement["args"], fence?: boolean) => Statement;
+
+function server(engine: ServerEngine) {
+  const ph = (n: number) => (engine === "postgres" ? `$${n}` : "?");
+  let db: ServerDb;
+  let proxy: TcpProxy;
+  let seq = 0;
+  const stmt: Build = (ns, s, sql, args, fence) => ({
+    sql: sql.replace(/\$(\d+)/g, (_m, n: string) => ph(Number(n))),
+    args,
+    namespace: ns,
+    seq: s,
+    ...(fence ? { fence: true } : {}),
+  });
+  /** Opens namespace `ns` as the drain's fence does: moves its counter, which must move once per applied batch. */
+  const fence = (ns: string) => stmt(ns, 0, "UPDATE fences SET moved = moved + 1 WHERE ns = $1", [ns], true);
+  const insert = (ns: string, id: number, note = `row ${id} of ${ns}`) =>
+    stmt(ns, ++seq, `INSERT INTO ${ns} (id, note) VALUES ($1, $2)`, [id, note]);
+  beforeAll(async () => {
+    db = await createServerDb(engine);
+    for (const ns of NAMESPACES) await db.sql.unsafe(`CREATE TABLE ${ns} (id BIGINT PRIMARY KEY, note TEXT)`);
+    await db.sql.unsafe("CREATE TABLE fences (ns VARCHAR(10) PRIMARY KEY, moved INTEGER NOT NULL)");
+    for (const ns of NAMESPACES) await db.sql.unsafe(`INSERT INTO fences VALUES ('${ns}', 0)`);
+    proxy = startTcpProxy(db.port, db.host, { rttMs: RTT_MS });
+  });
+  afterAll(async () => {
+    proxy?.close();
+    await db?.drop();
+  });
+  return {
+    stmt,
+    fence,
+    insert,
+    /** A writer through the proxy. */
+    writer(extra: Record<string, unknown> = {}): OutboxWriter {
+      const url = new URL(db.url);
+      url.hostname = "127.0.0.1";
+      url.port = String(proxy.port);
+      return createWriter(engine, { url: url.toString(), connect_timeout: 5, batch_timeout: 10, ...extra });
+    },
+    get proxy() {
+      return proxy;
+    },
+    async moved(): Promise<Record<string, number>> {
+      const rows = (await db.sql.unsafe("SELECT ns, moved FROM fences ORDER BY ns").values()) as [string, number][];
+      return Object.fromEntries(rows.map(([ns, n]) => [ns, Number(n)]));
+    },
+    async ids(ns: string): Promise<number[]> {
+      const rows = (await db.sql.unsafe(`SELECT id FROM ${ns} ORDER BY id`).values()) as [unknown][];
+      return rows.map(([id]) => Number(id));
+    },
+    exec: (sql: string) => db.sql.unsafe(sql),
+  };
+}
+
+/** A batch as the drain sends one: per namespace its fence, then `rows` INSERTs (coalesced by the writer). */
+function drainBatch(s: ReturnType<typeof server>, rows: number, first: number, note?: string): Statement[] {
+  return NAMESPACES.flatMap((ns) => [
+    s.fence(ns),
+    ...Array.from({ length: rows }, (_, i) => s.insert(ns, first + i, note)),
+  ]);
+}
+
+const shape = (r: WriteResult) => (r.ok ? "ok" : r.skipped ? "skipped" : r.remoteSchema ? "schema" : "failed");
+
+describe("the postgres writer pipelines a batch", () => {
+  const s = server("postgres");
+
+  test("a good batch of four namespaces, each opened by its fence, takes one round trip; so does one of 2 000 rows (~200 KB)", async () => {
+    const writer = s.writer();
+    try {
+      // The first batch on a connection prepares each statement text, a round trip or two each.
+      expect((await writer.writeBatch(drainBatch(s, 5, 1))).every((r) => r.ok)).toBe(true);
+      let before = s.proxy.turns;
+      expect((await writer.writeBatch(drainBatch(s, 5, 100))).every((r) => r.ok)).toBe(true);
+      expect(s.proxy.turns - before).toBe(1); // BEGIN, statements, COMMIT after the answers: 3
+      // Past Bun's 64 KB pipeline window: 500 rows of ~100 bytes per namespace.
+      const note = "n".repeat(60);
+      expect((await writer.writeBatch(drainBatch(s, 500, 1_000, note))).every((r) => r.ok)).toBe(true);
+      before = s.proxy.turns;
+      expect((await writer.writeBatch(drainBatch(s, 500, 10_000, note))).every((r) => r.ok)).toBe(true);
+      expect(s.proxy.turns - before).toBe(1);
+      expect(await s.moved()).toEqual({ a: 4, b: 4, c: 4, d: 4 });
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a statement the server fails rolls the whole pipelined batch back: its namespace lands nothing, the others once, and it is the row's fault (23505)", async () => {
+    const writer = s.writer({ coalesce: false });
+    try {
+      await s.exec("DELETE FROM b; UPDATE fences SET moved = 0");
+      await s.exec("INSERT INTO b (id, note) VALUES (2, 'already there')");
+      const results = await writer.writeBatch([
+        s.fence("a"),
+        s.insert("a", 50),
+        s.fence("b"),
+        s.insert("b", 1),
+        s.insert("b", 2),
+        s.insert("b", 3),
+        s.fence("c"),
+        s.insert("c", 50),
+      ]);
+      expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "skipped", "failed", "skipped", "ok", "ok"]);
+      expect(results[4]).toMatchObject({ ok: false, errorClass: "23505" });
+      expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
+      expect(await s.ids("b")).toEqual([2]);
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a statement on a table the remote lacks is the schema's fault (42P01), and nothing of its namespace lands", async () => {
+    const writer = s.writer();
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      const results = await writer.writeBatch([
+        s.fence("a"),
+        s.insert("a", 60),
+        s.fence("b"),
+        s.stmt("b", 999, "INSERT INTO missing (id) VALUES ($1)", [1]),
+        s.fence("c"),
+        s.insert("c", 60),
+      ]);
+      expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "schema", "ok", "ok"]);
+      expect(results[3]).toMatchObject({ errorClass: "42P01", remoteSchema: true });
+      expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a statement Bun refuses before sending it (65 536 parameters) is not committed with the rest: ROLLBACK goes instead of COMMIT, the others land once", async () => {
+    const writer = s.writer({ coalesce: false });
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      const n = 65_536;
+      const refused = s.stmt(
+        "b",
+        998,
+        `INSERT INTO b (id) VALUES ${Array.from({ length: n }, (_, i) => `($${i + 1})`).join(", ")}`,
+        Array.from({ length: n }, (_, i) => 100_000 + i),
+      );
+      const results = await writer.writeBatch([
+        s.fence("a"),
+        s.insert("a", 70),
+        s.fence("b"),
+        s.insert("b", 70),
+        refused,
+        s.insert("b", 71),
+        s.fence("c"),
+        s.insert("c", 70),
+      ]);
+      expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "skipped", "failed", "skipped", "ok", "ok"]);
+      expect(results[4]).toMatchObject({ errorClass: "ERR_POSTGRES_TOO_MANY_PARAMETERS" });
+      expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
+      expect((await s.ids("b")).filter((id) => id >= 70)).toEqual([]);
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a link cut while the pipelined batch is on its way is an outage (WriteError), and nothing of it lands", async () => {
+    const writer = s.writer();
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      expect((await writer.writeBatch(drainBatch(s, 2, 200))).every((r) => r.ok)).toBe(true); // connected, prepared
+      s.proxy.rttMs = 400;
+      const pending = writer.writeBatch(drainBatch(s, 2, 300));
+      await Bun.sleep(50); // the batch is inside the proxy, half a round trip from the server
+      s.proxy.cut();
+      expect(await pending.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
+      expect(await s.moved()).toEqual({ a: 1, b: 1, c: 1, d: 1 });
+      expect(await s.ids("c")).not.toContain(300);
+    } finally {
+      s.proxy.restore();
+      s.proxy.rttMs = RTT_MS;
+      await writer.close?.();
+    }
+  });
+});
+
+describe("the mysql writer pipelines a batch", () => {
+  const s = server("mysql");
+
+  test("a good batch of four namespaces takes two round trips: the statements, then COMMIT once their outcomes are known", async () => {
+    const writer = s.writer();
+    try {
+      expect((await writer.writeBatch(drainBatch(s, 5, 1))).every((r) => r.ok)).toBe(true);
+      const before = s.proxy.turns;
+      expect((await writer.writeBatch(drainBatch(s, 5, 100))).every((r) => r.ok)).toBe(true);
+      expect(s.proxy.turns - before).toBe(2);
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a statement the server fails inside the pipelined batch leaves nothing of its namespace and the others once; it is the row's fault (1062)", async () => {
+    const writer = s.writer({ coalesce: false });
+    try {
+      await s.exec("DELETE FROM b");
+      await s.exec("UPDATE fences SET moved = 0");
+      await s.exec("INSERT INTO b (id, note) VALUES (2, 'already there')");
+      const results = await writer.writeBatch([
+        s.fence("a"),
+        s.insert("a", 50),
+        s.fence("b"),
+        s.insert("b", 1),
+        s.insert("b", 2),
+        s.insert("b", 3),
+        s.fence("c"),
+        s.insert("c", 50),
+      ]);
+      expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "skipped", "failed", "skipped", "ok", "ok"]);
+      expect(results[4]).toMatchObject({ ok: false, errorClass: "1062" });
+      expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
+      expect(await s.ids("b")).toEqual([2]);
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a statement on a table the remote lacks is the schema's fault (1146), and nothing of its namespace lands", async () => {
+    const writer = s.writer();
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      const results = await writer.writeBatch([
+        s.fence("a"),
+        s.insert("a", 60),
+        s.fence("b"),
+        s.stmt("b", 999, "INSERT INTO missing (id) VALUES ($1)", [1]),
+        s.fence("c"),
+        s.insert("c", 60),
+      ]);
+      expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "schema", "ok", "ok"]);
+      expect(results[3]).toMatchObject({ errorClass: "1146", remoteSchema: true });
+      expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a link cut while the pipelined batch is on its way is an outage (WriteError), and nothing of it lands", async () => {
+    const writer = s.writer();
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      expect((await writer.writeBatch(drainBatch(s, 2, 200))).every((r) => r.ok)).toBe(true);
+      s.proxy.rttMs = 400;
+      const pending = writer.writeBatch(drainBatch(s, 2, 300));
+      await Bun.sleep(50);
+      s.proxy.cut();
+      expect(await pending.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
+      expect(await s.moved()).toEqual({ a: 1, b: 1, c: 1, d: 1 });
+    } finally {
+      s.proxy.restore();
+      s.proxy.rttMs = RTT_MS;
+      await writer.close?.();
+    }
+  });
+});
+
+describe("the libsql writer over Hrana", () => {
+  test("a good batch of four namespaces is one HTTP request, one round trip: its steps run on the server, each on the success of the one before", async () => {
+    const dir = makeTempDir();
+    const file = dir.file("remote.db");
+    const db = new Database(file, { create: true });
+    db.run("PRAGMA journal_mode = WAL");
+    for (const ns of NAMESPACES) db.run(`CREATE TABLE ${ns} (id INTEGER PRIMARY KEY, note TEXT)`);
+    db.close();
+    const hrana = startHranaServer({ file });
+    const proxy = startTcpProxy(hrana.port, "127.0.0.1", { rttMs: RTT_MS });
+    const writer = createWriter("libsql", { url: `http://127.0.0.1:${proxy.port}` });
+    try {
+      const batch = (first: number) =>
+        NAMESPACES.flatMap((ns) =>
+          Array.from(
+            { length: 5 },
+            (_, i): Statement => ({
+              sql: `INSERT INTO ${ns} (id, note) VALUES (?, ?)`,
+              args: [first + i, "x"],
+              namespace: ns,
+              seq: first + i,
+            }),
+          ),
+        );
+      expect((await writer.writeBatch(batch(1))).every((r) => r.ok)).toBe(true);
+      const [requests, turns] = [hrana.requests, proxy.turns];
+      expect((await writer.writeBatch(batch(100))).every((r) => r.ok)).toBe(true);
+      expect([hrana.requests - requests, proxy.turns - turns]).toEqual([1, 1]);
+    } finally {
+      await writer.close?.();
+      proxy.close();
+      await hrana.stop();
+      dir.cleanup();
+    }
+  });
+});
