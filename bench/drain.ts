@@ -31,7 +31,18 @@
 //   started for the run in a temp directory on a free port and pinned to CPU 1 (taskset), with
 //   this process, the drain and the limit's client pinned to CPU 0: the remote's work overlaps
 //   the drain's as on a server whose database runs elsewhere. The servers are removed on exit.
-// Arguments pick lines: null sqlite postgres mysql fleet large metrics tracing latency pinned (none: all).
+// {"bench":"wan","target":"postgres"|"mysql","rtt_ms":…,"connections":1,"rows":…,"rows_per_s":…,"round_trips_per_batch":…}
+//   the same backlog drained through a TCP proxy in this process that delays every chunk by half
+//   of rtt_ms each way (127.0.0.1 only; BENCH_RTT_MS, default 20, then 2): a remote across a long
+//   link. round_trips_per_batch: the turns the proxy counted (a client sending again after an
+//   answer) between the drain's first and last writeBatch, over the batches.
+// {"bench":"wan-limit","target":…,"rtt_ms":…,"connections":1,"form":"pipelined","rows_per_s":…,"round_trips_per_batch":…}
+//   the engine through the same proxy from one connection, the best the client allows: transactions
+//   of the drain's batch (a multi-row INSERT of batch_size rows per table), BEGIN, the INSERTs and
+//   COMMIT sent at once — right whatever the outcome only because these rows cannot fail.
+//   PostgreSQL: with the no-ops that make Bun send past its pipeline window (as the writer does).
+// {"bench":"wan-ratio","target":…,"rtt_ms":…,"connections":1,"drain_vs_limit":…}
+// Arguments pick lines: null sqlite postgres mysql fleet large metrics tracing latency pinned wan (none: all).
 // Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README); `pinned` needs
 // two CPUs, taskset, and the PostgreSQL (/usr/lib/postgresql/*/bin) and MariaDB server binaries.
 import { Database } from "bun:sqlite";
@@ -50,6 +61,7 @@ import { encodeArgs } from "../src/outbox/payload.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
 import { createMysqlDb, createPgDb } from "../test/support/server-db.ts";
+import { startTcpProxy } from "../test/support/tcp-proxy.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
 import { startMariadb, startPostgres, type PrivateServer } from "./private-servers.ts";
 import { benchLogger, sized } from "./support/smoke.ts";
@@ -155,6 +167,31 @@ interface ChildJob {
   tracing?: string;
   /** A backlog drained first, untimed, by the same process (its JIT warm, the tracing worker's too). */
   warmupDbDir?: string;
+  /** Count the writer's batches and when the first began and the last ended (epoch ms). */
+  countBatches?: boolean;
+}
+
+/** Counts a writer's batches and the span they took, in epoch milliseconds (comparable with the parent's). */
+class CountingWriter implements OutboxWriter {
+  batches = 0;
+  firstAt = 0;
+  lastAt = 0;
+  constructor(readonly inner: OutboxWriter) {}
+  get dialect() {
+    return this.inner.dialect;
+  }
+  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+    const now = () => performance.timeOrigin + performance.now();
+    if (this.batches++ === 0) this.firstAt = now();
+    try {
+      return await this.inner.writeBatch(stmts);
+    } finally {
+      this.lastAt = now();
+    }
+  }
+  close() {
+    return this.inner.close?.();
+  }
 }
 
 /** Child mode: drain the backlog in `dbDir` into the target, print one JSON result on stdout. */
@@ -191,9 +228,10 @@ async function drainChild(job: ChildJob): Promise<void> {
     await tracing?.flush(10_000);
   }
   const before = tracing?.counts();
+  const counting = job.countBatches ? new CountingWriter(writerFor()) : null;
   svc = new OutboxSyncService(
     config,
-    { "bench.remote": writerFor() },
+    { "bench.remote": counting ?? writerFor() },
     {
       logger: benchLogger,
       ...(metrics ? { onBatch: metrics.observeBatch } : {}),
@@ -218,8 +256,21 @@ async function drainChild(job: ChildJob): Promise<void> {
     after && before
       ? Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v - before[k as keyof typeof before]]))
       : null;
+  const batches = counting
+    ? {
+        batches: counting.batches,
+        first_batch_at: counting.firstAt,
+        last_batch_at: counting.lastAt,
+      }
+    : {};
   console.log(
-    JSON.stringify({ rows: total, seconds, peak_rss_mb: Math.round(peak / 1048576), ...(spans ? { spans } : {}) }),
+    JSON.stringify({
+      rows: total,
+      seconds,
+      peak_rss_mb: Math.round(peak / 1048576),
+      ...(spans ? { spans } : {}),
+      ...batches,
+    }),
   );
 }
 
@@ -228,6 +279,9 @@ async function runChild(job: ChildJob): Promise<{
   seconds: number;
   peak_rss_mb: number;
   spans?: { exported: number; droppedQueueFull: number; droppedBusy: number; droppedExportFailed: number };
+  batches?: number;
+  first_batch_at?: number;
+  last_batch_at?: number;
 }> {
   const child = Bun.spawn(["bun", import.meta.path, "--drain-child", JSON.stringify(job)], {
     stdout: "pipe",
@@ -588,6 +642,119 @@ async function latency(target: Target): Promise<void> {
   console.log(JSON.stringify({ bench: "latency", target, p50_ms: pct(0.5), p99_ms: pct(0.99) }));
 }
 
+/** The round trips of the wan lines: BENCH_RTT_MS (default 20), then 2 ms. */
+const WAN_RTTS_MS = [Number(process.env.BENCH_RTT_MS ?? 20), 2];
+
+/** `url` with its host and port replaced by the proxy's. */
+function throughProxy(url: string, port: number): string {
+  const u = new URL(url);
+  u.hostname = "127.0.0.1";
+  u.port = String(port);
+  return u.toString();
+}
+
+/**
+ * The drain and then the engine, from one connection each, through a proxy `rttMs` long: rows/s
+ * and round trips per batch (turns the proxy counted, over the batches or transactions).
+ */
+async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
+  const dir = makeTempDir("sqloutbox-bench-");
+  const remote = await remoteFor(target, dir.path);
+  const db = new URL(remote.connection.url as string);
+  const proxy = startTcpProxy(Number(db.port), db.hostname, { rttMs });
+  const tag = { target, rtt_ms: rttMs, connections: 1 };
+  try {
+    fillBacklog(`${dir.path}/outbox`, TABLES, ROWS);
+    const url = throughProxy(remote.connection.url as string, proxy.port);
+    const drained = await runChild({
+      target,
+      dbDir: `${dir.path}/outbox`,
+      connection: { url },
+      tables: TABLES,
+      countBatches: true,
+    });
+    const turns = proxy.turnsBetween(drained.first_batch_at!, drained.last_batch_at!);
+    const rowsPerS = Math.round(drained.rows / drained.seconds);
+    console.log(
+      JSON.stringify({
+        bench: "wan",
+        ...tag,
+        rows: drained.rows,
+        rows_per_s: rowsPerS,
+        round_trips_per_batch: Math.round((turns / drained.batches!) * 100) / 100,
+      }),
+    );
+    const limit = await wanLimit(target, url, () => proxy.turns);
+    console.log(JSON.stringify({ bench: "wan-limit", ...tag, form: "pipelined", ...limit }));
+    console.log(
+      JSON.stringify({
+        bench: "wan-ratio",
+        ...tag,
+        drain_vs_limit: Math.round((rowsPerS / limit.rows_per_s) * 100) / 100,
+      }),
+    );
+  } finally {
+    proxy.close();
+    await remote.drop();
+    dir.cleanup();
+  }
+}
+
+/**
+ * The engine's limit through the proxy from one connection: the backlog's rows in transactions of
+ * one drain batch (a CHUNK-row INSERT per table), BEGIN, the INSERTs and COMMIT sent together.
+ */
+async function wanLimit(
+  target: "postgres" | "mysql",
+  url: string,
+  turns: () => number,
+): Promise<{ rows_per_s: number; round_trips_per_batch: number }> {
+  const sql = new SQL(url, { max: 1 });
+  try {
+    const tables = TABLES.map((t) => `${t}_limit`);
+    for (const t of tables) await sql.unsafe(ddl(t, target));
+    const ph = target === "postgres" ? (k: number) => `$${k}` : () => "?";
+    const values = Array.from({ length: CHUNK }, (_, r) => `(${[1, 2, 3, 4].map((c) => ph(r * 4 + c)).join(", ")})`);
+    const texts = tables.map((t) => `INSERT INTO ${t} (id, name, amount, note) VALUES ${values.join(", ")}`);
+    const perBatch = CHUNK * tables.length;
+    const reserved = await sql.reserve();
+    try {
+      // Tagged, not unsafe: Bun sends unsafe() without parameters as a simple query, not pipelined.
+      // PostgreSQL: a no-op in each of the next two event-loop turns makes Bun write past its
+      // 64 KB pipeline window at once instead of waiting for an answer (see resume() in
+      // src/writers/postgres.ts); a transaction here is ~150 KB.
+      const transaction = async (first: number) => {
+        const sent = [
+          target === "postgres" ? reserved`BEGIN` : reserved`START TRANSACTION`,
+          ...texts.map((text, k) =>
+            reserved.unsafe(text, Array.from({ length: CHUNK }, (_, r) => rowOf(first + k * CHUNK + r)).flat()),
+          ),
+          reserved`COMMIT`,
+        ].map((q) => Promise.resolve(q));
+        for (let k = 0; target === "postgres" && k < 2; k++) {
+          await new Promise((next) => setImmediate(next));
+          sent.push(Promise.resolve(reserved`SELECT 1`));
+        }
+        await Promise.all(sent);
+      };
+      await transaction(-perBatch); // prepares every text on the connection, untimed
+      const batches = Math.max(1, Math.floor(ROWS / perBatch));
+      const before = turns();
+      const start = performance.now();
+      for (let b = 0; b < batches; b++) await transaction(b * perBatch);
+      const seconds = (performance.now() - start) / 1000;
+      return {
+        rows_per_s: Math.round((batches * perBatch) / seconds),
+        round_trips_per_batch: Math.round(((turns() - before) / batches) * 100) / 100,
+      };
+    } finally {
+      reserved.release();
+    }
+  } finally {
+    await sql.close();
+  }
+}
+
 /** A child of this script ends when its parent does (a run stopped by a signal): an orphaned drain would retry a dead server forever. */
 function exitWithParent(): void {
   const parent = process.ppid;
@@ -668,4 +835,6 @@ if (process.argv[2] === "--drain-child") {
     if (wanted("latency") || (only.length > 0 && only.includes(target) && !only.includes("tracing")))
       await latency(target);
   if (wanted("pinned")) await pinned();
+  if (wanted("wan"))
+    for (const rtt of WAN_RTTS_MS) for (const target of ["postgres", "mysql"] as const) await wan(target, rtt);
 }

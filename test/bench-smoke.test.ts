@@ -11,7 +11,20 @@ import { cleanEnv, REPO } from "./support/cli.ts";
 import { describeSlow } from "./support/slow.ts";
 
 /** The fields that say which line it is; every other field is a figure. */
-const LABELS = new Set(["target", "pinned", "mode", "form", "case", "dialect", "shape", "writer", "drain", "group"]);
+const LABELS = new Set([
+  "target",
+  "pinned",
+  "mode",
+  "form",
+  "case",
+  "dialect",
+  "shape",
+  "writer",
+  "drain",
+  "group",
+  "rtt_ms",
+  "connections",
+]);
 
 /** A printed line as compared here: `bench label=value …: figure figure …`. */
 function lineShape(line: string): string {
@@ -87,6 +100,14 @@ const EXPECTED: Record<string, string[]> = {
     `drain target=mysql pinned=true mode=ledger: ${DRAIN}`,
     "limit target=mysql pinned=true form=multi-row VALUES: rows_per_s",
     "ratio target=mysql pinned=true: drain_vs_limit",
+    // Through a delaying proxy: BENCH_RTT_MS (20 unless set), then 2 ms.
+    ...[20, 2].flatMap((rtt) =>
+      ["postgres", "mysql"].flatMap((target) => [
+        `wan target=${target} rtt_ms=${rtt} connections=1: rows rows_per_s round_trips_per_batch`,
+        `wan-limit target=${target} rtt_ms=${rtt} connections=1 form=pipelined: rows_per_s round_trips_per_batch`,
+        `wan-ratio target=${target} rtt_ms=${rtt} connections=1: drain_vs_limit`,
+      ]),
+    ),
   ],
   cli: [
     `cli case=--version: ${CLI}`,
