@@ -68,16 +68,16 @@ describe("defineConfig", () => {
             t: {
               writerClass: "./w.ts:W",
               injectOutboxSeq: ["b"],
-              tables: ["a", "b", { name: "c", injectOutboxSeq: true, retainLogDays: 2 }],
+              tables: ["a", "b", { name: "c", injectOutboxSeq: true, retainLogDays: 2, lanes: 1 }],
             },
           },
         },
       },
     });
     expect(config.apps[0]!.targets[0]!.tables).toEqual([
-      { name: "a", injectOutboxSeq: false, retainLogDays: 30 },
-      { name: "b", injectOutboxSeq: true, retainLogDays: 30 },
-      { name: "c", injectOutboxSeq: true, retainLogDays: 2 },
+      { name: "a", injectOutboxSeq: false, retainLogDays: 30, lanes: 1 },
+      { name: "b", injectOutboxSeq: true, retainLogDays: 30, lanes: 1 },
+      { name: "c", injectOutboxSeq: true, retainLogDays: 2, lanes: 1 },
     ]);
     expect(config.apps[0]!.targets[0]!.writerClass).toBe("/x/w.ts:W");
   });

@@ -123,7 +123,7 @@ describe("target keys", () => {
       ledger: true,
       ledgerTable: "sqloutbox_ledger",
       traceComments: false,
-      tables: [{ name: "events", injectOutboxSeq: false, retainLogDays: 30 }],
+      tables: [{ name: "events", injectOutboxSeq: false, retainLogDays: 30, lanes: 1 }],
     });
   });
 
@@ -153,8 +153,8 @@ describe("target keys", () => {
       minimal("retain_log_days = 20", "retain_log_days = 10", `["a", { name = "b", retain_log_days = 7 }]`),
     );
     expect(target.tables).toEqual([
-      { name: "a", injectOutboxSeq: false, retainLogDays: 10 },
-      { name: "b", injectOutboxSeq: false, retainLogDays: 7 },
+      { name: "a", injectOutboxSeq: false, retainLogDays: 10, lanes: 1 },
+      { name: "b", injectOutboxSeq: false, retainLogDays: 7, lanes: 1 },
     ]);
     expect(appOf(minimal("retain_log_days = 20")).targets[0]!.tables[0]!.retainLogDays).toBe(20);
   });

@@ -35,20 +35,21 @@ describe("classifyAnswer, fenced (ledger = true)", () => {
   });
   test("the head group failing is the head's fault, wherever in the group the failure is", () => {
     const f = failed();
-    expect(classifyAnswer(rows(1, 1, 1, 4), true, [ok, skipped, f, skipped, skipped])).toEqual({
+    expect(classifyAnswer(rows(1, 1, 1, 4), true, [skipped, skipped, f, skipped, skipped])).toEqual({
       kind: "head-failed",
+      groupStart: 0,
       failedAt: 1,
       failure: f as never,
       okAfterFailure: null,
     });
   });
   test("a group behind the head failing cuts before that group, not before the failed row", () => {
-    expect(classifyAnswer(rows(1, 1, 3, 3, 3), true, [ok, skipped, skipped, skipped, failed(), skipped])).toEqual({
+    expect(classifyAnswer(rows(1, 1, 3, 3, 3), true, [skipped, skipped, skipped, skipped, failed(), skipped])).toEqual({
       kind: "failed-behind-head",
       groupStart: 2,
       okAfterFailure: null,
     });
-    expect(classifyAnswer(rows(null, null), true, [ok, skipped, failed()])).toEqual({
+    expect(classifyAnswer(rows(null, null), true, [skipped, skipped, failed()])).toEqual({
       kind: "failed-behind-head",
       groupStart: 1,
       okAfterFailure: null,
@@ -56,7 +57,7 @@ describe("classifyAnswer, fenced (ledger = true)", () => {
   });
   test("a row reported ok behind a failure is named", () => {
     const f = failed();
-    expect(classifyAnswer(rows(null, null, null), true, [ok, f, skipped, ok])).toMatchObject({
+    expect(classifyAnswer(rows(null, null, null), true, [skipped, f, skipped, ok])).toMatchObject({
       kind: "head-failed",
       failedAt: 0,
       okAfterFailure: 2,
@@ -101,5 +102,42 @@ describe("row groups", () => {
     expect(groupStarts(r)).toEqual([0, 2, 3, 4]);
     expect([0, 1, 2, 3, 4, 5, 6].map((i) => startOfGroup(r, i))).toEqual([0, 0, 2, 3, 4, 4, 4]);
     expect([0, 2, 3, 4].map((i) => endOfGroup(r, i))).toEqual([2, 3, 4, 7]);
+  });
+});
+
+describe("classifyAnswer, a table with lanes", () => {
+  const f = failed();
+  test("fences of several lanes come first; any that failed means settle from the ledger", () => {
+    expect(classifyAnswer(rows(null, null), 2, [ok, ok, ok, ok])).toEqual({ kind: "applied" });
+    const moved = { ok: false as const, error: "23502: null value in through" };
+    expect(classifyAnswer(rows(null), 2, [ok, moved, skipped])).toEqual({ kind: "fence-moved", fence: moved });
+    expect(classifyAnswer(rows(null, null), 2, [ok, ok, ok, skipped])).toEqual({ kind: "contract-broken", applied: 1 });
+  });
+  test("a failed group that leads its lanes is charged where it starts; one behind another of its lanes cuts", () => {
+    // Rows 0 and 1 are lane A, row 2 lane B: row 2 leads lane B though it is not the slice's first.
+    const leads = (start: number) => start === 0 || start === 2;
+    expect(classifyAnswer(rows(null, null, null), 2, [skipped, skipped, skipped, skipped, f], leads)).toEqual({
+      kind: "head-failed",
+      groupStart: 2,
+      failedAt: 2,
+      failure: f as never,
+      okAfterFailure: null,
+    });
+    expect(classifyAnswer(rows(null, null, null), 2, [skipped, skipped, skipped, f, skipped], leads)).toEqual({
+      kind: "failed-behind-head",
+      groupStart: 1,
+      okAfterFailure: null,
+    });
+  });
+});
+
+describe("classifyAnswer, a fence applied beside a failed first row", () => {
+  test("is a broken contract, not the head's failure: the fence may have moved the ledger past a row that did not land", () => {
+    expect(classifyAnswer(rows(null, null), true, [ok, failed(), skipped])).toEqual({
+      kind: "contract-broken",
+      applied: 0,
+    });
+    // A well-behaved writer rolls the fence back with its namespace: skipped, and the head failed.
+    expect(classifyAnswer(rows(null, null), true, [skipped, failed(), skipped])).toMatchObject({ kind: "head-failed" });
   });
 });

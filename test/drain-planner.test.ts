@@ -19,7 +19,10 @@ function plan(rows: OutboxRow[], over: Partial<PlanInput> = {}) {
     spans: new Map(),
     more: false,
     position: "head",
-    cutBefore: null,
+    lanes: 1,
+    laneOf: () => 0,
+    blocked: new Map(),
+    cuts: new Map(),
     nowMs: NOW,
     maxAttempts: 3,
     prepare,
@@ -39,7 +42,7 @@ describe("planSlice", () => {
     expect(p.slice!.rowBytes).toEqual(bytes);
     expect(p.slice!.bytes).toBe(bytes.reduce((a, b) => a + b, 0));
     expect(p.slice!.rows.every((r) => r.tag === "" && r.payload === "")).toBe(true);
-    expect([p.more, p.slice!.more, p.deadLetters, p.charge, p.cutPassed]).toEqual([true, true, [], null, false]);
+    expect([p.more, p.slice!.more, p.deadLetters, p.charges, p.cutsPassed]).toEqual([true, true, [], [], []]);
   });
 
   test("a head out of attempts is dead-lettered with its last error, and the next group heads the slice", () => {
@@ -78,7 +81,7 @@ describe("planSlice", () => {
         return prepare(r);
       },
     });
-    expect(p.charge).toMatchObject({ row: { seq: 1 }, message: "surprise" });
+    expect(p.charges).toMatchObject([{ row: { seq: 1 }, message: "surprise" }]);
     expect(p.slice).toBeNull();
     expect(p.deadLetters).toEqual([]);
     expect(p.more).toBe(true);
@@ -92,7 +95,7 @@ describe("planSlice", () => {
       },
     });
     expect(seqs(p)).toEqual([1]);
-    expect([p.deadLetters, p.charge, p.more, p.slice!.more]).toEqual([[], null, true, true]);
+    expect([p.deadLetters, p.charges, p.more, p.slice!.more]).toEqual([[], [], true, true]);
   });
 
   test("a group behind the head that is backing off waits to be head; one whose retry time passed goes", () => {
@@ -103,16 +106,16 @@ describe("planSlice", () => {
   });
 
   test("the cut: the slice stops before it; at the head it is passed, and the group there goes", () => {
-    expect(seqs(plan([row(1), row(2), row(3)], { cutBefore: 3 }))).toEqual([1, 2]);
-    const atHead = plan([row(3), row(4)], { cutBefore: 3 });
+    expect(seqs(plan([row(1), row(2), row(3)], { cuts: new Map([[0, 3]]) }))).toEqual([1, 2]);
+    const atHead = plan([row(3), row(4)], { cuts: new Map([[0, 3]]) });
     expect(seqs(atHead)).toEqual([3, 4]);
-    expect(atHead.cutPassed).toBe(true);
+    expect(atHead.cutsPassed).toEqual([0]);
   });
 
   test("read ahead of a slice in flight: no row is the head, a group with a history ends it, nothing is dealt with", () => {
     const p = plan([row(5), row(6, null, { attempts: 1 }), row(7)], { position: "after" });
     expect(seqs(p)).toEqual([5]);
-    expect([p.deadLetters, p.charge, p.slice!.more]).toEqual([[], null, true]);
+    expect([p.deadLetters, p.charges, p.slice!.more]).toEqual([[], [], true]);
     const exhausted = plan([row(5, null, { attempts: 3 })], { position: "after" });
     expect([exhausted.slice, exhausted.deadLetters]).toEqual([null, []]);
     const refused = plan([row(5), row(6)], {
@@ -122,7 +125,7 @@ describe("planSlice", () => {
         return prepare(r);
       },
     });
-    expect([refused.slice, refused.deadLetters, refused.charge]).toEqual([null, [], null]);
+    expect([refused.slice, refused.deadLetters, refused.charges]).toEqual([null, [], []]);
   });
 
   test("a group that spans tables carries the tables it touches into the slice", () => {

@@ -84,7 +84,7 @@ describe("DrainTable over a fake queue", () => {
     const { t, queue, clock, slice, log } = table();
     queue.push(2);
     const s = slice()!;
-    t.applyAnswer(s, [ok(), failed(), skipped()], clock.now);
+    t.applyAnswer(s, [skipped(), failed(), skipped()], clock.now);
     const head = queue.head()!;
     expect([head.attempts, head.lastError, Date.parse(head.nextAttemptAt!) - T0]).toEqual([1, "23514: check", 2000]);
     expect(log.has(/seq 1 of namespace "t" failed on target app\.r \(attempt 1\/3, retry in 2000 ms\)/)).toBe(true);
@@ -100,7 +100,7 @@ describe("DrainTable over a fake queue", () => {
     queue.push(1);
     queue.push(2, { grouped: true }); // seqs 2, 3
     const first = slice()!;
-    const out = t.applyAnswer(first, [ok(), skipped(), skipped(), failed()], T0);
+    const out = t.applyAnswer(first, [skipped(), skipped(), skipped(), failed()], T0);
     expect([out.failed, queue.head()!.attempts, out.more]).toEqual([0, 0, true]); // refunded: not the head's fault
     const before = slice()!;
     expect(before.rows.map((r) => r.seq)).toEqual([1]);
@@ -108,7 +108,7 @@ describe("DrainTable over a fake queue", () => {
     t.confirmApplied(T0);
     const group = slice()!;
     expect(group.rows.map((r) => r.seq)).toEqual([2, 3]);
-    t.applyAnswer(group, [ok(), skipped(), failed()], T0);
+    t.applyAnswer(group, [skipped(), skipped(), failed()], T0);
     expect(queue.head()).toMatchObject({ seq: 2, attempts: 1, lastError: "seq 3 of the group of seq 2: 23514: check" });
   });
 
@@ -118,7 +118,7 @@ describe("DrainTable over a fake queue", () => {
     queue.push(1);
     for (let attempt = 1; attempt <= 3; attempt++) {
       const s = slice()!;
-      t.applyAnswer(s, [ok(), failed(), skipped(), skipped()], clock.now);
+      t.applyAnswer(s, [skipped(), failed(), skipped(), skipped()], clock.now);
       clock.now += 60_000;
     }
     expect(queue.dead.map((d) => [d.seq, d.reason])).toEqual([

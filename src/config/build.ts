@@ -118,6 +118,7 @@ function buildApp(r: Reader, name: string, raw: unknown, baseDir: string): AppCo
       path: join(dbPath, dbName),
       baseDir,
       retainLogDays: app.retainLogDays,
+      lanes: app.lanes,
       claim,
     });
     if (target) app.targets.push(target);

@@ -28,6 +28,10 @@ export const TABLE_KEYS = {
     default: described("the target's"),
     doc: "Overrides the target's retain_log_days.",
   }),
+  lanes: key(integer({ min: 1 }), {
+    default: described("the app's"),
+    doc: "Overrides the app's lanes for this table.",
+  }),
 };
 export type TableInput = string | Input<typeof TABLE_KEYS>;
 
@@ -110,6 +114,10 @@ export const APP_KEYS = {
     doc: "Every this many batches a target sends, prune the delivered log and the replayed dead letters of its tables.",
   }),
   retain_log_days: key(number({ min: 0 }), { unit: "days", default: 30, doc: "How long the delivered log is kept" }),
+  lanes: key(integer({ min: 1 }), {
+    default: 1,
+    doc: "Lanes per table: rows of one key (push's key) keep their order in their lane, a failing head holds only its lane; 1 is one strict order per table",
+  }),
   retain_replayed_days: key(number({ min: 0 }), {
     unit: "days",
     default: 30,

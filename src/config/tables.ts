@@ -18,6 +18,7 @@ export function readTables(
   raw: Table,
   path: string,
   retainLogDays: number,
+  lanes: number,
   claim: (table: string, keyPath: string) => boolean,
 ): TableConfig[] {
   const at = join(path, r.key("tables"));
@@ -42,7 +43,12 @@ export function readTables(
     if (!claim(table.name, itemPath)) return;
     const inject =
       table.injectOutboxSeq ?? (typeof injectDefault === "boolean" ? injectDefault : injectDefault.has(table.name));
-    tables.push({ name: table.name, injectOutboxSeq: inject, retainLogDays: table.retainLogDays ?? retainLogDays });
+    tables.push({
+      name: table.name,
+      injectOutboxSeq: inject,
+      retainLogDays: table.retainLogDays ?? retainLogDays,
+      lanes: table.lanes ?? lanes,
+    });
   });
   if (typeof injectDefault !== "boolean") {
     for (const name of injectDefault) {

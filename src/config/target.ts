@@ -7,7 +7,7 @@ import { TARGET_KEYS } from "./keys.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { didYouMean } from "./suggest.ts";
 import { readTables } from "./tables.ts";
-import type { TargetConfig } from "./types.ts";
+import type { TableConfig, TargetConfig } from "./types.ts";
 import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 
 /** The names `writer = "…"` accepts: the registry's, so a new engine needs no edit here. */
@@ -25,6 +25,8 @@ export interface TargetSource {
   baseDir: string;
   /** The app's retain_log_days: the default for this target's tables. */
   retainLogDays: number;
+  /** The app's lanes: the default for this target's tables. */
+  lanes: number;
   /** Registers a table for this target; false (after reporting) when another target has it. */
   claim(table: string, keyPath: string): boolean;
 }
@@ -38,9 +40,10 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
 
   const { writer, writerClass } = readWriter(r, raw, path, input.baseDir);
   const { retainLogDays, ...settings } = readKeys(r, raw, path, TARGET_KEYS);
-  const tables = readTables(r, raw, path, retainLogDays ?? input.retainLogDays, input.claim);
+  const tables = readTables(r, raw, path, retainLogDays ?? input.retainLogDays, input.lanes, input.claim);
   const connection = readConnection(r, raw, path, writer, input.baseDir);
   checkCompat(r, path, settings.compat, settings.dialect ?? builtinWriter(writer)?.dialect ?? null);
+  checkLanes(r, path, tables, settings.ledger);
   return {
     name: `${input.app}.${input.db}`,
     app: input.app,
@@ -63,6 +66,27 @@ function checkCompat(r: Reader, path: string, compat: boolean, writes: Dialect |
       join(path, r.key("compat")),
       `compat = true reproduces the reference's SQLite statement forms and exists only for sqlite and libsql targets; this target writes ${writes}`,
     );
+  }
+}
+
+/**
+ * Lanes deliver rows out of seq order across keys: only the ledger, with a row per lane, can say
+ * which of them a target applied. Without one (or in the compatibility mode, whose outbox_seq
+ * absorbs duplicates by a per-file seq) they would land twice after a crash, or never.
+ */
+function checkLanes(r: Reader, path: string, tables: TableConfig[], ledger: boolean): void {
+  for (const [i, table] of tables.entries()) {
+    if (table.lanes === 1) continue;
+    if (!ledger)
+      r.fail(
+        join(path, `${r.key("tables")}[${i}]`),
+        `table "${table.name}" has lanes = ${table.lanes}, which need the delivery ledger: this target has ledger = false (set lanes = 1, or ledger = true)`,
+      );
+    else if (table.injectOutboxSeq)
+      r.fail(
+        join(path, `${r.key("tables")}[${i}]`),
+        `table "${table.name}" has lanes = ${table.lanes} and is injected (inject_outbox_seq): the compatibility mode keeps one strict order per table (set lanes = 1, or inject_outbox_seq = false)`,
+      );
   }
 }
 

@@ -17,7 +17,7 @@ export type Answer =
   | { kind: "fence-moved"; fence: Failure }
   /** The fence failed because the ledger table is missing or unusable: hold the table for the schema. */
   | { kind: "ledger-unusable"; fence: Failure }
-  /** Fenced, yet rows `[0, applied)` applied and the rest failed: the writer broke the ledger's contract. */
+  /** Fenced, yet a fence or rows `[0, applied)` applied and the rest failed: the writer broke the ledger's contract. */
   | { kind: "contract-broken"; applied: number }
   /**
    * Without a ledger, rows `[0, applied)` applied (a writer committing statement by statement):
@@ -31,30 +31,40 @@ export type Answer =
       failure: Failure | null;
       okAfterFailure: number | null;
     }
-  /** The head group failed at row `failedAt` (its whole group rolled back): charge the group. */
-  | { kind: "head-failed"; failedAt: number; failure: Failure; okAfterFailure: number | null }
+  /** The head group (of its lanes: it starts at row `groupStart`) failed at row `failedAt` (its whole group rolled back): charge the group. */
+  | { kind: "head-failed"; groupStart: number; failedAt: number; failure: Failure; okAfterFailure: number | null }
   /** A group behind the head failed (starting at row `groupStart`): the groups before it go first, nothing is charged. */
   | { kind: "failed-behind-head"; groupStart: number; okAfterFailure: number | null }
   /** Nothing was tried: every statement skipped (another unit's failure rolled them back). */
   | { kind: "not-tried" };
 
 /**
- * Classifies the answer `results` for a slice of `rows` (`fenced`: its first result is the
- * ledger's fence, the rows' follow). Pure: the same slice and answer always give the same Answer.
+ * Classifies the answer `results` for a slice of `rows`: its first `fences` results are the
+ * ledger's fences (true: one; false: none), the rows' follow. `leads(groupStart)`: whether the
+ * group that starts at that row is the first of its lanes in the slice — the head, whose failure
+ * is charged; by default only the slice's first group is (a table of one lane). Pure: the same
+ * slice and answer always give the same Answer.
  */
 export function classifyAnswer(
   rows: ReadonlyArray<Pick<OutboxRow, "grp">>,
-  fenced: boolean,
+  fences: number | boolean,
   results: readonly WriteResult[],
+  leads: (groupStart: number) => boolean = (groupStart) => groupStart === 0,
 ): Answer {
-  const fence = fenced ? results[0]! : null;
-  if (fence && !fence.ok && !fence.skipped)
-    return fence.remoteSchema ? { kind: "ledger-unusable", fence } : { kind: "fence-moved", fence };
-  const answers = fenced ? results.slice(1) : results;
+  const fenceCount = fences === true ? 1 : fences === false ? 0 : fences;
+  for (let i = 0; i < fenceCount; i++) {
+    const fence = results[i]!;
+    if (!fence.ok && !fence.skipped)
+      return fence.remoteSchema ? { kind: "ledger-unusable", fence } : { kind: "fence-moved", fence };
+  }
+  const answers = fenceCount > 0 ? results.slice(fenceCount) : results;
   let applied = 0;
   while (applied < answers.length && answers[applied]!.ok) applied++;
   if (applied === rows.length) return { kind: "applied" };
-  if (fenced && applied > 0) return { kind: "contract-broken", applied };
+  // Fenced, a failed namespace must come back with its fences rolled back (skipped) too: a fence
+  // reported applied beside a row that was not may have committed the ledger past that row.
+  if (fenceCount > 0 && (applied > 0 || results.slice(0, fenceCount).some((f) => f.ok)))
+    return { kind: "contract-broken", applied };
   const failedAt = answers.findIndex((r) => !r.ok && !r.skipped);
   const okAfterFailure = failedAt < 0 ? null : indexOrNull(answers.findIndex((r, i) => i > failedAt && r.ok));
   const failure = failedAt < 0 ? null : (answers[failedAt] as Failure);
@@ -71,8 +81,8 @@ export function classifyAnswer(
   if (failedAt < 0) return { kind: "not-tried" };
   // The group the failed row belongs to fails whole: its rows were rolled back with it.
   const groupStart = startOfGroup(rows, failedAt);
-  if (groupStart > 0) return { kind: "failed-behind-head", groupStart, okAfterFailure };
-  return { kind: "head-failed", failedAt, failure: failure!, okAfterFailure };
+  if (!leads(groupStart)) return { kind: "failed-behind-head", groupStart, okAfterFailure };
+  return { kind: "head-failed", groupStart, failedAt, failure: failure!, okAfterFailure };
 }
 
 function indexOrNull(i: number): number | null {

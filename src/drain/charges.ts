@@ -22,6 +22,8 @@ export interface Charged {
   deadLettered: number;
   /** Other tables of the file a dead-lettered group also held rows of. */
   touched: string[];
+  /** When a charged head is tried again (epoch ms); null when it was dead-lettered, or nothing was charged. */
+  retryAt: number | null;
 }
 
 /**
@@ -52,7 +54,7 @@ export class HeadCharges {
       `drain: ${what} of namespace "${table}" failed on target ${target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`,
       { target, namespace: table, seq: row.seq, attempt: attempts, error_class: errorClass },
     );
-    return { failed: 1, deadLettered: 0, touched: [] };
+    return { failed: 1, deadLettered: 0, touched: [], retryAt: at + delay };
   }
 
   /**
@@ -86,7 +88,7 @@ export class HeadCharges {
       attempt: attempts,
       error_class: errorClass,
     });
-    return { failed: 0, deadLettered: moved.seqs.length, touched: moved.others };
+    return { failed: 0, deadLettered: moved.seqs.length, touched: moved.others, retryAt: null };
   }
 }
 

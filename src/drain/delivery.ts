@@ -274,7 +274,8 @@ export class Delivery {
     if (drafts.length === 0) return null;
     const { keep, units } = linkDrafts(drafts, this.served);
     const fence = this.ledger
-      ? (table: DrainTable, through: number, last: number) => this.ledger!.fence(table, through, last)
+      ? (table: DrainTable, ledgerRow: string, through: number, last: number) =>
+          this.ledger!.fence(table, ledgerRow, through, last)
       : null;
     const opened = new Map<SliceDraft, TableSlice>();
     for (const draft of drafts) {
@@ -448,16 +449,16 @@ function sendTogether(batch: SentBatch, slices: TableSlice[]): void {
   const mark = (stmt: Statement): Statement => ({ ...stmt, unit });
   const entries: Array<{ slice: TableSlice; index: number; seq: number }> = [];
   for (const slice of slices) {
-    const offset = slice.fenced ? 1 : 0;
     slice.rows.forEach((row, i) => {
-      entries.push({ slice, index: i + offset, seq: row.seq });
+      entries.push({ slice, index: i + slice.fences, seq: row.seq });
     });
     batch.positions.set(slice, new Array<number>(slice.stmts.length));
   }
   for (const slice of slices) {
-    if (!slice.fenced) continue;
-    batch.positions.get(slice)![0] = batch.stmts.length;
-    batch.stmts.push(mark(slice.stmts[0]!));
+    for (let i = 0; i < slice.fences; i++) {
+      batch.positions.get(slice)![i] = batch.stmts.length;
+      batch.stmts.push(mark(slice.stmts[i]!));
+    }
   }
   entries.sort((a, b) => a.seq - b.seq);
   for (const { slice, index } of entries) {

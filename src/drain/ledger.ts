@@ -1,5 +1,5 @@
 import type { Logger } from "../logger.ts";
-import { fenceSql, fleetReadSql, settleReadSql } from "../sql/ledger.ts";
+import { fenceSql, fleetReadSql, settleLanesReadSql, settleReadSql } from "../sql/ledger.ts";
 import { ledgerStep } from "../sql/probe.ts";
 import { maxSeqSql } from "../sql/schema.ts";
 import type { Statement } from "../writers/writer.ts";
@@ -18,6 +18,7 @@ import type { LedgerRow } from "./views.ts";
 export class TargetLedger {
   private readonly fenceText: string;
   private readonly settleText: string;
+  private readonly settleLanesText: string;
 
   constructor(
     private readonly writer: BoundedWriter,
@@ -29,6 +30,7 @@ export class TargetLedger {
   ) {
     this.fenceText = fenceSql(table, dialect);
     this.settleText = settleReadSql(table, dialect);
+    this.settleLanesText = settleLanesReadSql(table, dialect);
   }
 
   /**
@@ -50,11 +52,11 @@ export class TargetLedger {
       : `the ledger table ${this.table} is missing; create it with \`sqloutbox schema --apply\` or set auto_schema = true`;
   }
 
-  /** The statement that opens `table`'s slice: moves its ledger row from `through` to `last`, or fails when it moved meanwhile. */
-  fence(table: DrainTable, through: number, last: number): Statement {
+  /** The statement that opens (part of) `table`'s slice: moves its ledger row `ledgerRow` (its name, or `name#lane`) from `through` to `last`, or fails when it moved meanwhile. */
+  fence(table: DrainTable, ledgerRow: string, through: number, last: number): Statement {
     return {
       sql: this.fenceText,
-      args: [table.origin!, table.name, last, this.label, through],
+      args: [table.origin!, ledgerRow, last, this.label, through],
       namespace: table.name,
       seq: 0,
       fence: true,
@@ -73,11 +75,37 @@ export class TargetLedger {
     const ready = tables.filter((t) => t.isOpen);
     if (ready.length === 0) return 0;
     const results = await this.writer.send(
-      ready.map((t) => ({ sql: this.settleText, args: [t.origin!, t.name], namespace: t.name, seq: 0 })),
+      ready.map((t) =>
+        t.lanes > 1
+          ? {
+              sql: this.settleLanesText,
+              args: [t.origin!, t.name, `${t.name}#`, `${t.name}$`],
+              namespace: t.name,
+              seq: 0,
+            }
+          : { sql: this.settleText, args: [t.origin!, t.name], namespace: t.name, seq: 0 },
+      ),
     );
     const read = new Map<DrainTable, number | null>();
+    const lanes = new Map<DrainTable, Map<string, number>>();
     ready.forEach((t, i) => {
       const result = results[i]!;
+      if (t.lanes > 1) {
+        const rows = result.ok ? laneRows(result.rows) : null;
+        if (rows === null)
+          t.hold(
+            {
+              reason: "remote schema",
+              message: `cannot read the ledger ${this.table}: ${result.ok ? "a lane's through is not a number" : result.error}`,
+            },
+            now,
+          );
+        else {
+          lanes.set(t, rows);
+          read.set(t, rows.size === 0 ? null : (rows.get(t.name) ?? 0));
+        }
+        return;
+      }
       const through = result.ok ? parseCount(result.rows, null) : undefined;
       if (through === undefined)
         t.hold(
@@ -98,7 +126,9 @@ export class TargetLedger {
     for (const [table, through] of read) {
       try {
         const mark = adopted.get(table);
-        confirmed += table.settle(through, mark ? { adopted: mark } : {});
+        const options = mark ? { adopted: mark } : {};
+        const lanesRead = lanes.get(table);
+        confirmed += lanesRead ? table.settleLanes(lanesRead, options) : table.settle(through, options);
         if (mark) {
           this.logger.warn(
             `drain: "${table.name}" on ${this.writer.target} starts on the delivery ledger: its earlier delivery reached outbox_seq ${mark} there, taken as applied`,
@@ -161,4 +191,15 @@ export class TargetLedger {
       updatedAt: String(updatedAt ?? ""),
     }));
   }
+}
+
+/** A lanes settlement read's rows (`namespace, through`) by ledger row, or null when one is not a number. */
+function laneRows(rows: unknown[][] | undefined): Map<string, number> | null {
+  const out = new Map<string, number>();
+  for (const row of rows ?? []) {
+    const through = Number(row[1]);
+    if (!Number.isSafeInteger(through)) return null;
+    out.set(String(row[0]), through);
+  }
+  return out;
 }

@@ -4,6 +4,9 @@ import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement } from "../writers/writer.ts";
 import { groupStarts } from "./row-groups.ts";
 
+/** A row's lane: a number, or null for a row without a key in a table with lanes — a barrier across every lane. */
+export type Lane = number | null;
+
 /** What a table's slice is planned from: the rows read for it and what holds them back. */
 export interface PlanInput {
   /** Pending rows read for delivery, whole groups, in seq order; the planner takes them over (their text moves into `stmts`). */
@@ -19,8 +22,14 @@ export interface PlanInput {
    * when it heads the table).
    */
   position: "head" | "after";
-  /** A row behind the head failed last time: the slice stops before it, unless it heads the table. */
-  cutBefore: number | null;
+  /** How many lanes the table has (1: one strict order, every row in lane 0). */
+  lanes: number;
+  /** A row's lane (see Lane); with one lane, 0. */
+  laneOf(row: OutboxRow): Lane;
+  /** Lanes held back by rows before these (a head backing off, and the lanes a group shares with it), until when (epoch ms); null: every lane. */
+  blocked: ReadonlyMap<Lane, number>;
+  /** Per lane, a row behind its head failed last time: the lane's part of the slice stops before it, unless it heads the lane. */
+  cuts: ReadonlyMap<Lane, number>;
   nowMs: number;
   /** A head that has had this many attempts is dead-lettered (null: never). */
   maxAttempts: number | null;
@@ -28,7 +37,7 @@ export interface PlanInput {
   prepare(row: OutboxRow): Statement;
 }
 
-/** A table's slice as planned: its rows and statements, whole groups, head first. */
+/** A table's slice as planned: its rows and statements, whole groups, in seq order. */
 export interface SlicePlan {
   rows: OutboxRow[];
   stmts: Statement[];
@@ -42,7 +51,7 @@ export interface SlicePlan {
   spans: Map<number, string[]>;
 }
 
-/** A head group that can never go: dead-lettered whole before the slice (the next group heads the table then). */
+/** A head group that can never go: dead-lettered whole before the slice (the next group heads its lanes then). */
 export interface HeadDeadLetter {
   row: OutboxRow;
   reason: DeadReason;
@@ -52,46 +61,106 @@ export interface HeadDeadLetter {
   exhausted: boolean;
 }
 
-/** What planning decided: the slice (null: nothing to send), and what happens to the head. */
+/** What planning decided: the slice (null: nothing to send), and what happens to the heads. */
 export interface Plan {
   slice: SlicePlan | null;
   /** Head groups to dead-letter first, in order. */
   deadLetters: HeadDeadLetter[];
-  /** The head group failed to convert for a reason nobody foresaw: charged one attempt, never silently. */
-  charge: { row: OutboxRow; message: string; errorClass: string } | null;
-  /** The cut was reached at the head: the group there heads the table now (forget the cut). */
-  cutPassed: boolean;
+  /** Head groups that failed to convert for a reason nobody foresaw: charged one attempt each, never silently. */
+  charges: Array<{ row: OutboxRow; message: string; errorClass: string; lanes: Lane[] }>;
+  /** Lanes whose cut was reached at their head: the group there heads them now (forget those cuts). */
+  cutsPassed: Lane[];
+  /** Lanes held back by a head backing off, and until when (epoch ms): with the lanes that share a group with it. */
+  backingOff: Map<Lane, number>;
+  /**
+   * The first row these rows leave pending for a reason other than a backoff (a cut, a group that
+   * could not be converted, one read ahead with a history): a later read must start at or before
+   * it. Null: none.
+   */
+  resumeAt: number | null;
+  /** The first row these rows leave pending for any reason (everything before it was taken, or dead-lettered). Null: none. */
+  frontier: number | null;
   /** Plan again at once: a head was dealt with, a group refused to convert, or more is ready behind the slice. */
   more: boolean;
 }
 
 /**
- * Plans one table's slice from the rows read for it: group by group, whole groups only, until a
- * group must wait — one behind the cut, one backing off (the head's backoff was read already:
- * readiness), one that cannot be converted — while a head group that can never go (out of
- * attempts, undecodable, an unsupported statement) is dead-lettered and the next one heads the
- * table. Pure: no I/O, the same input gives the same plan; the table carries it out.
+ * Plans one table's slice from the rows read for it: group by group, whole groups only, in seq
+ * order. A group goes when it heads each lane it is in — nothing earlier of those lanes waits — so
+ * a group that must wait holds its lanes (and only those) for the rest of the plan: one behind its
+ * lane's cut, one backing off, one that cannot be converted; a row without a key in a table with
+ * lanes waits for every lane and holds them all. A head group that can never go (out of attempts,
+ * undecodable, an unsupported statement) is dead-lettered and the next one heads its lanes. With
+ * one lane this is one strict order: the first group that waits ends the slice. Pure: no I/O, the
+ * same input gives the same plan; the table carries it out.
  */
 export function planSlice(input: PlanInput): Plan {
   const { rows, nowMs, maxAttempts } = input;
-  const plan: Plan = { slice: null, deadLetters: [], charge: null, cutPassed: false, more: false };
+  const plan: Plan = {
+    slice: null,
+    deadLetters: [],
+    charges: [],
+    cutsPassed: [],
+    backingOff: new Map(input.blocked),
+    resumeAt: null,
+    frontier: null,
+    more: false,
+  };
   const slice: SlicePlan = { rows: [], stmts: [], rowBytes: [], bytes: 0, more: input.more, spans: new Map() };
-  const atHead = () => input.position === "head" && slice.rows.length === 0;
+  /** Lanes held back for the rest of the plan; null in it: every lane. */
+  const blocked = new Set<Lane>(input.blocked.keys());
+  /** Lanes with rows in the slice: a later group of them does not head them. */
+  const taken = new Set<Lane>();
+  const passed = new Set<Lane>();
+  const everyLaneBlocked = () => blocked.has(null) || blocked.size >= input.lanes;
   const starts = groupStarts(rows);
   for (let g = 0; g < starts.length; g++) {
+    if (everyLaneBlocked()) {
+      plan.frontier ??= rows[starts[g]!]!.seq;
+      break;
+    }
     const group = rows.slice(starts[g], starts[g + 1] ?? rows.length);
     const first = group[0]!;
-    const isHead = atHead();
-    if (input.cutBefore !== null && first.seq >= input.cutBefore && !plan.cutPassed) {
-      if (!isHead) break;
-      plan.cutPassed = true; // the groups before it went: it heads the table now
+    const lanes = [...new Set(group.map((r) => input.laneOf(r)))];
+    const barrier = lanes.includes(null);
+    const canGo = barrier ? blocked.size === 0 : lanes.every((l) => !blocked.has(l));
+    const heads =
+      canGo && input.position === "head" && (barrier ? taken.size === 0 : lanes.every((l) => !taken.has(l)));
+    /** The group waits: its lanes are held for the rest of the plan (a barrier holds every lane). */
+    const wait = (resume: boolean, until: number | null = null) => {
+      for (const l of barrier ? [null] : lanes) {
+        blocked.add(l);
+        if (until !== null) plan.backingOff.set(l, Math.min(plan.backingOff.get(l) ?? until, until));
+      }
+      plan.frontier ??= first.seq;
+      if (resume) plan.resumeAt ??= first.seq;
+    };
+    if (!canGo) {
+      // Held by an earlier group of one of its lanes: it waits as long as that one does.
+      const until = Math.min(...lanes.map((l) => plan.backingOff.get(l) ?? Number.POSITIVE_INFINITY));
+      wait(!Number.isFinite(until), Number.isFinite(until) ? until : null);
+      continue;
+    }
+    const cut = lanes.filter((l) => !passed.has(l) && first.seq >= (input.cuts.get(l) ?? Number.POSITIVE_INFINITY));
+    if (cut.length > 0) {
+      if (!heads) {
+        wait(true);
+        continue;
+      }
+      for (const l of cut) passed.add(l); // the groups before it went: it heads its lanes now
+      plan.cutsPassed.push(...cut);
     }
     if (input.position === "after" && (first.attempts > 0 || first.nextAttemptAt)) {
       slice.more = true; // it follows: the next plan sees it at the head
-      break;
+      wait(true);
+      continue;
     }
-    if (!isHead && backingOff(first, nowMs)) break; // it waits to be head
-    if (isHead && maxAttempts !== null && first.attempts >= maxAttempts) {
+    const retryAt = retryTime(first, nowMs);
+    if (retryAt !== null) {
+      wait(false, retryAt); // it waits to be tried again
+      continue;
+    }
+    if (heads && maxAttempts !== null && first.attempts >= maxAttempts) {
       const message = first.lastError ?? "attempts exhausted without a result (the drain stopped during delivery)";
       const errorClass = first.lastErrorClass ?? "max_attempts";
       plan.deadLetters.push({ row: first, reason: "max_attempts", message, errorClass, exhausted: true });
@@ -101,7 +170,10 @@ export function planSlice(input: PlanInput): Plan {
     const converted = convert(group, input.prepare);
     if ("refused" in converted) {
       slice.more = plan.more = true;
-      if (!isHead) break; // it heads a later plan, and is dealt with then
+      if (!heads) {
+        wait(true); // it heads its lanes in a later plan, and is dealt with then
+        continue;
+      }
       const { row, error } = converted.refused;
       const { message, errorClass } = describeError(error);
       const text = `${group.length > 1 ? `seq ${row.seq} of the group of seq ${first.seq}: ` : ""}${message}`;
@@ -110,19 +182,23 @@ export function planSlice(input: PlanInput): Plan {
         plan.deadLetters.push({ row: first, reason, message: text, errorClass, exhausted: false });
         continue;
       }
-      plan.charge = { row: first, message: text, errorClass };
-      break;
+      plan.charges.push({ row: first, message: text, errorClass, lanes });
+      wait(true); // charged: it backs off (the table knows until when)
+      continue;
     }
     take(slice, group, converted.stmts, input.spans);
+    for (const l of lanes) taken.add(l);
   }
   if (slice.rows.length > 0) plan.slice = slice;
   plan.more ||= slice.more && plan.slice !== null;
   return plan;
 }
 
-/** Whether `row`'s retry time is still to come. */
-function backingOff(row: OutboxRow, nowMs: number): boolean {
-  return row.nextAttemptAt !== null && (parseTimestamp(row.nextAttemptAt) ?? 0) > nowMs;
+/** When `row` is tried again, if that is still to come (epoch ms); null when it may go now. */
+function retryTime(row: OutboxRow, nowMs: number): number | null {
+  if (row.nextAttemptAt === null) return null;
+  const at = parseTimestamp(row.nextAttemptAt) ?? 0;
+  return at > nowMs ? at : null;
 }
 
 /** A group's statements, or the row that refused to convert and why. */

@@ -57,7 +57,8 @@ export interface HeadTiming {
  * head (the oldest pending row) has waited `maxWaitMs`. A head backing off holds the whole table.
  * `awaited`: a group that spans tables waits at this table's head, so neither the threshold nor
  * the wait applies — but its backoff does: the group is the head of every table it spans, and a
- * failure charged in one of them must hold all of it, or the others resend it at once.
+ * failure charged in one of them must hold all of it, or the others resend it at once. `lanes`:
+ * the table has lanes, and a head backing off holds its lane only (the planner keeps it back).
  */
 export function tableReadiness(
   head: HeadTiming | null,
@@ -65,9 +66,10 @@ export function tableReadiness(
   nowMs: number,
   knobs: ScheduleKnobs,
   awaited = false,
+  lanes = false,
 ): TableReadiness {
   if (!head || pending <= 0) return { ready: false, wakeAt: null };
-  if (head.nextAttemptAt) {
+  if (head.nextAttemptAt && !lanes) {
     const next = parseTimestamp(head.nextAttemptAt);
     if (next !== null && next > nowMs) return { ready: false, wakeAt: next };
   }

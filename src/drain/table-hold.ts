@@ -131,6 +131,11 @@ export class TableHolds {
     this.#holdFor("origin", message, now, Number.POSITIVE_INFINITY, "error");
   }
 
+  /** The table's lane count changed while rows pushed under the old one are pending: held until the drain restarts with the old count, or the queue is empty. */
+  lanesChanged(message: string, now: number): void {
+    this.#holdFor("lanes changed", message, now, Number.POSITIVE_INFINITY, "error");
+  }
+
   /** The writer applied part of a namespace: held until the drain restarts. */
   contract(message: string, now: number): void {
     this.#holdFor("writer contract", message, now, Number.POSITIVE_INFINITY, "error");
@@ -157,7 +162,12 @@ export class TableHolds {
 
   /** Ends a timed hold now, so the table is tried at once (the operator fixed the cause); an origin or contract hold stays. */
   retryNow(now: number): void {
-    if (this.#hold && this.#hold.reason !== "origin" && this.#hold.reason !== "writer contract")
+    if (
+      this.#hold &&
+      this.#hold.reason !== "origin" &&
+      this.#hold.reason !== "writer contract" &&
+      this.#hold.reason !== "lanes changed"
+    )
       this.#hold = { ...this.#hold, until: now };
   }
 

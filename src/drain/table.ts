@@ -10,7 +10,9 @@ import type { Statement, WriteResult } from "../writers/writer.ts";
 import { classifyAnswer, type Failure } from "./answer.ts";
 import { type Charged, HeadCharges } from "./charges.ts";
 import type { DeliveryObserver } from "./observer.ts";
-import { type Plan, planSlice, type SlicePlan } from "./planner.ts";
+import { type Lane, type Plan, planSlice, type SlicePlan } from "./planner.ts";
+import { laneOf } from "../lane-key.ts";
+import { endOfGroup } from "./row-groups.ts";
 import { BackgroundPrune } from "./prune.ts";
 import { tableReadiness } from "./schedule.ts";
 import { TableHolds } from "./table-hold.ts";
@@ -24,11 +26,25 @@ import type { HoldReason, TableView } from "./views.ts";
  */
 export interface SliceDraft extends SlicePlan {
   table: DrainTable;
+  /** With lanes: where the table's next read starts and its confirmation stops, once this slice is applied whole. */
+  lanes?: LanesAfter;
+}
+
+/** What a table with lanes knows once a slice is applied whole (see DrainTable's lanes state). */
+interface LanesAfter {
+  /** The seqs the plan took, so a draft trimmed by the runner (a transaction across tables) knows what it left. */
+  planned: number[];
+  cursor: number | null;
+  frontier: number | null;
+  /** The last row read: with no frontier, every row up to it is applied once the slice is. */
+  lastRead: number | null;
 }
 
 /** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
 export interface TableSlice extends SliceDraft {
   fenced: boolean;
+  /** How many fences open it: one per ledger row its rows move (one without lanes; per lane with them); 0 without a ledger. */
+  fences: number;
 }
 
 /** A slice the remote applied, as the table read it: its first and last seq, its rows, the first one's link. */
@@ -82,8 +98,8 @@ export interface PlanContext {
 /** What the runner lends a table to open its slice: the fence, or null without a ledger. */
 export interface OpenContext {
   now: number;
-  /** The fence statement that opens this table's slice, moving its ledger row from `through` to `last`. */
-  fence: ((table: DrainTable, through: number, last: number) => Statement) | null;
+  /** The fence statement that opens this table's slice, moving its ledger row (`name`, or `name#lane`) from `through` to `last`. */
+  fence: ((table: DrainTable, ledgerRow: string, through: number, last: number) => Statement) | null;
 }
 
 /** Opens one table's queue: its own file (db_dir), or its namespace of the app's db_file. */
@@ -110,6 +126,13 @@ export interface TableParts {
  */
 export type GroupAttempts = ReadonlyMap<number, number>;
 const NO_GROUP_ATTEMPTS: GroupAttempts = new Map();
+
+/** No lane held back, no lane cut: what a plan of one lane starts from. */
+const NO_LANES: ReadonlyMap<Lane, number> = new Map();
+const NO_CUTS: ReadonlyMap<Lane, number> = new Map();
+
+/** How many rows one page of settlement's scan for the applied prefix reads (with lanes). */
+const CONFIRM_SCAN_ROWS = 2_000;
 
 /** A hold found outside the table's own work, with what its message needs (see DrainTable.hold). */
 export type HoldCause =
@@ -141,8 +164,23 @@ export class DrainTable {
   readonly #holds: TableHolds;
   /** The ledger's `through` for this queue as this drain last saw or set it; null: settle first. */
   #through: number | null = null;
-  /** A row behind the head failed: the next slice stops before it, so the rows before it go first. */
-  #cutBefore: number | null = null;
+  /** Per lane, a row behind its head failed: the next slice stops before it in that lane, so the rows before it go first. */
+  readonly #cuts = new Map<Lane, number>();
+  /** How many lanes the table has (`lanes`): 1 is one strict order; more, one per key's lane (see lane-key.ts). */
+  readonly #lanes: number;
+  /**
+   * With lanes: per ledger row (the table's own for rows without a key, `name#lane` per lane) the
+   * ledger's through as this drain last saw or set it — a row is applied when its seq is at or
+   * below its lane's — the lanes held back by a head backing off (until when), where the next read
+   * starts (rows before it are applied or in a lane held back; null: at the head) and the first
+   * row still pending before it (where the local confirmation stops).
+   */
+  #laneThrough: Map<string, number> | null = null;
+  #blocked = new Map<Lane, number>();
+  #cursor: number | null = null;
+  #frontier: number | null = null;
+  /** With lanes: every pending row up to here is confirmed locally (no need to confirm to it again). */
+  #confirmedUpTo = 0;
   /**
    * The last seq of a fenced slice the remote applied (its fence moved the ledger there) whose rows
    * are not confirmed locally yet: they are confirmed while the next batch is in flight, and the
@@ -175,6 +213,7 @@ export class DrainTable {
     ({ app: this.app, target: this.target, logger: this.logger, opener: this.opener, now: this.now } = parts);
     this.name = config.name;
     this.file = this.app.dbFile ?? `${this.app.dbDir}/${config.name}.db`;
+    this.#lanes = config.lanes;
     const { observer } = parts;
     this.#holds = new TableHolds({ table: this.name, target: this.target, file: this.file }, this.logger, observer);
     this.#charges = new HeadCharges({ ...parts, table: this.name });
@@ -224,9 +263,14 @@ export class DrainTable {
     this.#holds.release(reason);
   }
 
-  /** Ends every timed hold now, so the table is tried at once (`kick`: the operator fixed the cause). */
+  /**
+   * Ends every timed hold now, so the table is tried at once (`kick`: the operator fixed the
+   * cause); with lanes, the next read starts at the head, where each lane's hold is read again
+   * (a head skipped or no longer backing off lets its lane go).
+   */
   retryNow(now: number): void {
     this.#holds.retryNow(now);
+    this.#cursor = null;
   }
 
   /** Compatibility mode: whether the setup is still to do, and can be done now (the file open, no fault holding the table). */
@@ -330,11 +374,34 @@ export class DrainTable {
       if (this.config.injectOutboxSeq) this.#freshQueue = !this.#queue.hasHistory(); // only the compatibility mode asks (compat.ts)
       this.#origin = this.#queue.origin;
       this.#holds.release("file");
+      this.#checkLaneCount(this.#queue, now);
       return true;
     } catch (error) {
       this.#holds.file(error, now);
       return false;
     }
+  }
+
+  /**
+   * A key's lane depends on the lane count: rows sent under one count must not be delivered under
+   * another — their ledger rows would not account for them, so rows a lane delivered ahead of a
+   * held one, or a batch of unknown outcome, would land twice. While such rows are pending (at or
+   * below the sent mark) the table is held; a queue whose pending rows were never sent takes the
+   * new count.
+   */
+  #checkLaneCount(queue: DrainQueue, now: number): void {
+    const recorded = queue.laneCount() ?? 1;
+    if (recorded === this.#lanes) return;
+    const head = queue.head();
+    if (head === null || head.seq > queue.sentMark()) {
+      queue.recordLaneCount(this.#lanes);
+      return;
+    }
+    const pending = queue.pendingCount();
+    this.#holds.lanesChanged(
+      `lanes of "${this.name}" changed from ${recorded} to ${this.#lanes} while ${pending} rows delivered with ${recorded} are pending: set lanes = ${recorded} again until the table is empty (sqloutbox status shows its depth), then change it and restart`,
+      now,
+    );
   }
 
   /** Closes the queue file (confirming first what a target applied). */
@@ -391,6 +458,84 @@ export class DrainTable {
   /** Forgets the ledger view: the next batch settles from the ledger first (after an outage, a fence that failed). */
   unsettle(): void {
     this.#through = null;
+    this.#laneThrough = null;
+  }
+
+  /** How many lanes the table has (1: one strict order). */
+  get lanes(): number {
+    return this.#lanes;
+  }
+
+  /** A row's lane: 0 in a table of one lane; else its key's (see lane-key.ts), or null without a key (a barrier). */
+  #laneOf(row: OutboxRow): Lane {
+    return this.#lanes === 1 ? 0 : laneOf(row.laneKey, this.#lanes);
+  }
+
+  /** The ledger row that accounts for a lane: the table's own for one lane or for rows without a key, `name#lane` for each lane. */
+  ledgerRowOf(lane: Lane): string {
+    return this.#lanes === 1 || lane === null ? this.name : `${this.name}#${lane}`;
+  }
+
+  /** With lanes: whether the ledger says the remote applied `row` (its lane's through is at or above it). */
+  #isApplied(row: OutboxRow): boolean {
+    return row.seq <= (this.#laneThrough?.get(this.ledgerRowOf(this.#laneOf(row))) ?? 0);
+  }
+
+  /**
+   * With lanes: applies what the ledger says of each of this queue's rows (`throughs`, by ledger
+   * row; a row it lacks is at 0). The pending rows it applied from the head on are confirmed —
+   * those that were sent (the sent mark): one at or below its lane's through that never was (a
+   * file restored from a backup) moves every pending row above the highest through instead, never
+   * confirmed unsent; the local sequence is raised above it. Returns how many rows were confirmed.
+   * With `adopted` (migration from `outbox_seq` delivery), every pending row at or below it is
+   * first confirmed as applied by the earlier drain.
+   */
+  settleLanes(throughs: ReadonlyMap<string, number>, options: { adopted?: number } = {}): number {
+    const queue = this.#queue!;
+    let confirmed = options.adopted ? this.#confirm(options.adopted) : 0;
+    this.#tally({ delivered: confirmed });
+    this.#laneThrough = new Map(throughs);
+    const sent = queue.sentMark();
+    let bound = 0;
+    let restored = false;
+    for (let after: number | null = null; ; ) {
+      const read = queue.readForDelivery(CONFIRM_SCAN_ROWS, Number.POSITIVE_INFINITY, () => true, after);
+      let stopped = false;
+      for (const row of read.rows) {
+        if (!this.#isApplied(row)) {
+          stopped = true;
+          break;
+        }
+        if (row.seq > sent) {
+          restored = true;
+          stopped = true;
+          break;
+        }
+        bound = row.seq;
+      }
+      if (stopped || !read.truncated || read.rows.length === 0) break;
+      after = read.rows[read.rows.length - 1]!.seq;
+    }
+    const settled = this.#confirm(bound);
+    this.#tally({ delivered: settled });
+    confirmed += settled;
+    const highest = Math.max(options.adopted ?? 0, ...throughs.values());
+    if (restored) {
+      const moved = queue.resequenceAbove(highest);
+      if (moved)
+        this.logger.warn(
+          `drain: "${this.name}" on ${this.target}: the ledger says this queue's lanes applied rows up to seq ${highest} that were never sent (a queue file restored from an older copy?); moved pending rows ${moved.oldFirst}..${moved.oldLast}, in order, to ${moved.newFirst}..${moved.newLast} so they are delivered, not mistaken for applied`,
+          { target: this.target, namespace: this.name, seq: moved.oldFirst, rows: moved.count },
+        );
+    }
+    if (highest > 0) queue.seedSequence(highest);
+    this.#through = throughs.get(this.name) ?? 0;
+    this.#applied = this.#appliedSlice = null;
+    this.#ahead = null;
+    this.#cursor = this.#frontier = null;
+    this.#blocked.clear();
+    this.#cuts.clear();
+    return confirmed;
   }
 
   /** The runner's target keeps a ledger: slices are fenced, and nothing is planned before settlement. */
@@ -478,19 +623,25 @@ export class DrainTable {
   #readAndPlan(ctx: PlanContext, out: TableOutcome): SliceDraft | null {
     const queue = this.#queue!;
     const { now } = ctx;
+    const lanes = this.#lanes > 1;
+    if (lanes) this.#liftHolds(now);
     const knobs = { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs };
     const read = queue.readForDelivery(
       this.app.batchSize,
       ctx.maxBytes,
       (head, pending) => {
-        const readiness = tableReadiness(head, pending, now, knobs, ctx.force);
+        const readiness = tableReadiness(head, pending, now, knobs, ctx.force, lanes);
         out.wakeAt = readiness.wakeAt;
         return readiness.ready;
       },
-      this.#applied,
+      lanes ? this.#cursor : this.#applied,
+      lanes ? (row) => this.#isApplied(row) : null,
     );
+    const seen = Math.max(read.rows.at(-1)?.seq ?? 0, read.passedOver ?? 0, this.#cursor ?? 0) || null;
     if (read.head === null) {
-      this.#cutBefore = null;
+      if (!lanes || this.#cursor === null) this.#cuts.clear();
+      // With lanes, every row read was applied already: the confirmation may go up to them.
+      if (lanes) this.#moveOn({ planned: [], cursor: seen, frontier: this.#frontier, lastRead: seen });
       return null;
     }
     if (read.rows.length === 0) {
@@ -503,27 +654,68 @@ export class DrainTable {
       spans: read.spans,
       more: read.truncated,
       position: "head",
-      cutBefore: this.#cutBefore,
+      lanes: this.#lanes,
+      laneOf: (row) => this.#laneOf(row),
+      blocked: lanes ? this.#blocked : NO_LANES,
+      cuts: this.#cuts,
       nowMs: now,
       maxAttempts: this.app.maxAttempts,
       prepare: (row) => ctx.prepare(this, row),
     });
     this.#carryOut(queue, plan, out);
+    if (lanes) {
+      for (const until of plan.backingOff.values()) out.wakeAt = minWake(out.wakeAt, until);
+      const after: LanesAfter = {
+        planned: plan.slice?.rows.map((r) => r.seq) ?? [],
+        cursor: plan.resumeAt !== null ? plan.resumeAt - 1 : seen,
+        frontier: this.#cursor === null ? plan.frontier : (this.#frontier ?? plan.frontier),
+        lastRead: seen,
+      };
+      this.#blocked = plan.backingOff;
+      if (plan.slice === null)
+        this.#moveOn(after); // nothing to send: the next read starts there at once
+      else return { table: this, ...plan.slice, lanes: after };
+    }
     return plan.slice === null ? null : { table: this, ...plan.slice };
   }
 
-  /** What the planner decided for the head: the cut passed, head groups dead-lettered, a head charged. */
+  /** With lanes: a lane whose hold ran out is read from the head again (its rows were passed over since). */
+  #liftHolds(now: number): void {
+    for (const until of this.#blocked.values()) if (until <= now) this.#cursor = null;
+    if (this.#cursor === null) {
+      this.#blocked = new Map();
+      this.#frontier = null;
+    }
+  }
+
+  /**
+   * With lanes: what is known once a plan's slice (if any) was applied whole — where the next read
+   * starts, and how far the local confirmation may go: up to the first row still pending, every
+   * row before it applied (in that slice, or earlier and passed over).
+   */
+  #moveOn(after: LanesAfter): void {
+    this.#cursor = after.cursor;
+    this.#frontier = after.frontier;
+    const bound = after.frontier !== null ? after.frontier - 1 : (after.lastRead ?? 0);
+    if (bound > this.#confirmedUpTo && bound > (this.#applied ?? 0)) {
+      this.#applied = bound;
+      this.#appliedSlice = null; // not one run of the queue: confirmed by its bound
+    }
+  }
+
+  /** What the planner decided for the heads: cuts passed, head groups dead-lettered, heads charged. */
   #carryOut(queue: DrainQueue, plan: Plan, out: TableOutcome): void {
-    if (plan.cutPassed) this.#cutBefore = null;
+    for (const lane of plan.cutsPassed) this.#cuts.delete(lane);
     out.more ||= plan.more;
     for (const dead of plan.deadLetters) {
       // Out of attempts that were charged but never answered: the drain died delivering it, again and again.
       this.#charged(this.#charges.deadLetter(queue, dead.row, dead.reason, dead.message, dead.errorClass), out);
     }
-    if (plan.charge !== null) {
-      const { row, message, errorClass } = plan.charge;
+    for (const { row, message, errorClass, lanes } of plan.charges) {
       queue.recordAttempt(row.seq, new Date(this.now()));
-      this.#charged(this.#charges.failed(queue, row, row.attempts + 1, message, errorClass), out);
+      const charged = this.#charges.failed(queue, row, row.attempts + 1, message, errorClass);
+      this.#charged(charged, out);
+      if (charged.retryAt !== null) for (const lane of lanes) plan.backingOff.set(lane, charged.retryAt);
     }
   }
 
@@ -534,13 +726,31 @@ export class DrainTable {
     if (charged.touched.length > 0) out.touched = [...(out.touched ?? []), ...charged.touched];
   }
 
-  /** Opens a draft as this table's slice of the batch: its fence first, its head charged one attempt and the sent mark raised to its last row (before delivery). */
+  /**
+   * Opens a draft as this table's slice of the batch: its fences first (one per ledger row its
+   * rows move: the table's, or with lanes each lane's it touches), its first row charged one
+   * attempt and the sent mark raised to its last row (before delivery).
+   */
   openSlice(draft: SliceDraft, ctx: OpenContext): TableSlice {
     const last = draft.rows[draft.rows.length - 1]!.seq;
-    const fenced = ctx.fence !== null;
-    const stmts = fenced ? [ctx.fence!(this, this.#through!, last), ...draft.stmts] : draft.stmts;
+    const fence = ctx.fence;
+    let fences: Statement[] = [];
+    if (fence !== null && this.#lanes === 1) fences = [fence(this, this.name, this.#through!, last)];
+    else if (fence !== null) {
+      const lastOf = new Map<string, number>();
+      for (const row of draft.rows) lastOf.set(this.ledgerRowOf(this.#laneOf(row)), row.seq);
+      fences = [...lastOf].map(([ledgerRow, upTo]) =>
+        fence(this, ledgerRow, this.#laneThrough?.get(ledgerRow) ?? 0, upTo),
+      );
+    }
+    if (draft.lanes !== undefined && draft.rows.length < draft.lanes.planned.length) {
+      // The runner kept only part (a transaction across tables waits): what it left is read again.
+      const left = draft.lanes.planned[draft.rows.length]!;
+      draft.lanes.cursor = Math.min(draft.lanes.cursor ?? left - 1, left - 1);
+      draft.lanes.frontier = Math.min(draft.lanes.frontier ?? left, left);
+    }
     this.#queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
-    return { ...draft, stmts, fenced };
+    return { ...draft, stmts: [...fences, ...draft.stmts], fenced: fence !== null, fences: fences.length };
   }
 
   /** The read-ahead no longer describes the queue (another table's group moved rows of this one). */
@@ -557,7 +767,7 @@ export class DrainTable {
   readAhead(slice: TableSlice, ctx: PlanContext): void {
     this.#ahead = null;
     const queue = this.#queue;
-    if (!queue || !slice.fenced || !slice.more || this.#cutBefore !== null) return;
+    if (!queue || !slice.fenced || !slice.more || this.#cuts.size > 0 || this.#lanes > 1) return;
     const after = slice.rows[slice.rows.length - 1]!.seq;
     try {
       const read = queue.readForDelivery(this.app.batchSize, ctx.maxBytes, () => true, after);
@@ -566,7 +776,10 @@ export class DrainTable {
         spans: read.spans,
         more: read.truncated || read.gap !== null,
         position: "after",
-        cutBefore: null,
+        lanes: 1,
+        laneOf: () => 0,
+        blocked: NO_LANES,
+        cuts: NO_CUTS,
         nowMs: ctx.now,
         maxAttempts: this.app.maxAttempts,
         prepare: (row) => ctx.prepare(this, row),
@@ -607,7 +820,9 @@ export class DrainTable {
     const queue = this.#queue!;
     const { rows } = slice;
     const head = rows[0]!;
-    const answer = classifyAnswer(rows, slice.fenced, results);
+    const answer = classifyAnswer(rows, slice.fences, results, this.#lanes === 1 ? undefined : this.#leads(rows));
+    // With lanes, a read after anything but a slice applied whole starts at the head again.
+    if (this.#lanes > 1 && answer.kind !== "applied") this.#cursor = null;
     if ("okAfterFailure" in answer && answer.okAfterFailure !== null) {
       const seq = rows[answer.okAfterFailure]!.seq;
       this.logger.warn(
@@ -621,7 +836,8 @@ export class DrainTable {
           const last = rows[rows.length - 1]!.seq;
           // Fenced: the ledger now says the remote applied them, so the local confirmation can wait
           // for the next batch to be in flight (confirmApplied); a crash before it is settled.
-          if (slice.fenced) {
+          if (slice.fenced && slice.lanes !== undefined) this.#appliedLanes(slice, slice.lanes);
+          else if (slice.fenced) {
             this.#through = this.#applied = last;
             this.#appliedSlice = { first: head.seq, last, rows: rows.length, firstPrev: head.prevSeq };
           } else this.#confirm(last);
@@ -653,7 +869,7 @@ export class DrainTable {
           // Its fence may have committed for rows that were not applied: stop, loudly, rather than guess.
           this.#through = null;
           this.#holds.contract(
-            `the writer of ${this.target} applied part of a namespace (seq ${head.seq}..${rows[answer.applied - 1]!.seq}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`,
+            `the writer of ${this.target} applied part of a namespace (${answer.applied === 0 ? "its ledger fence" : `seq ${head.seq}..${rows[answer.applied - 1]!.seq}`}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`,
             now,
           );
           return out;
@@ -669,14 +885,18 @@ export class DrainTable {
         case "failed-behind-head":
           // Not the head's fault: the groups before the failed one go first, then it heads the table.
           queue.refundAttempt(head.seq);
-          this.#cutBefore = rows[answer.groupStart]!.seq;
+          for (const lane of this.#lanesOf(rows, answer.groupStart)) this.#cuts.set(lane, rows[answer.groupStart]!.seq);
           out.more = true;
           return out;
         case "not-tried":
           queue.refundAttempt(head.seq);
           return out;
-        case "head-failed":
-          return this.#failed(slice, head, rows[answer.failedAt]!, answer.failure, now, out, groupAttempts);
+        case "head-failed": {
+          // With lanes the failed group may lead its lanes behind another's: that one's up-front charge goes back.
+          const leader = rows[answer.groupStart]!;
+          if (leader !== head) queue.refundAttempt(head.seq);
+          return this.#failed(slice, leader, rows[answer.failedAt]!, answer.failure, now, out, groupAttempts);
+        }
       }
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
@@ -684,6 +904,37 @@ export class DrainTable {
       this.#holds.local(error, now, `settling a batch delivered to ${this.target}`);
       return out;
     }
+  }
+
+  /** The lanes of the group that starts at `rows[start]` (null among them: a row without a key). */
+  #lanesOf(rows: readonly OutboxRow[], start: number): Lane[] {
+    return [...new Set(rows.slice(start, endOfGroup(rows, start)).map((r) => this.#laneOf(r)))];
+  }
+
+  /** With lanes: whether the group that starts at `rows[start]` is the first of each of its lanes in the slice (a barrier only when it is the slice's first). */
+  #leads(rows: readonly OutboxRow[]): (start: number) => boolean {
+    return (start) => {
+      const lanes = new Set(this.#lanesOf(rows, start));
+      if (lanes.has(null)) return start === 0;
+      for (let i = 0; i < start; i++) {
+        const lane = this.#laneOf(rows[i]!);
+        if (lane === null || lanes.has(lane)) return false;
+      }
+      return true;
+    };
+  }
+
+  /**
+   * With lanes, a slice applied whole: each ledger row it moved is at its last row now, the next
+   * read starts where the plan said, and the local confirmation may go up to the first row still
+   * pending (every row before it is applied: in this slice, or earlier and passed over).
+   */
+  #appliedLanes(slice: TableSlice, after: LanesAfter): void {
+    const throughs = this.#laneThrough ?? new Map<string, number>();
+    for (const row of slice.rows) throughs.set(this.ledgerRowOf(this.#laneOf(row)), row.seq);
+    this.#laneThrough = throughs;
+    this.#through = throughs.get(this.name) ?? this.#through;
+    this.#moveOn(after);
   }
 
   /**
@@ -735,6 +986,7 @@ export class DrainTable {
     if (bound === null || !this.#queue) return;
     try {
       this.#confirm(bound, this.#appliedSlice);
+      this.#confirmedUpTo = Math.max(this.#confirmedUpTo, bound);
       this.#applied = this.#appliedSlice = null;
     } catch (error) {
       this.#through = null;

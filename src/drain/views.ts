@@ -17,7 +17,8 @@ export type HoldReason =
   | "writer contract"
   | "chain gap"
   | "compat setup"
-  | "late answer";
+  | "late answer"
+  | "lanes changed";
 
 /** How a target is doing: reachable, down (retried with backoff) or misconfigured (retried, but a person must act). */
 export type TargetState = "starting" | "ok" | "outage" | "misconfigured";

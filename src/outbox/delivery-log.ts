@@ -33,6 +33,8 @@ export interface DeliveryRead {
    * included). Empty for the common case — a file with one table, or groups within one table.
    */
   spans: Map<number, string[]>;
+  /** The highest seq `skip` passed over (null: none): rows up to it were looked at. */
+  passedOver: number | null;
 }
 
 /** The head whose backoff `Outbox.retryHead` ended: its seq, the attempts it had, and when it was due (null: its group's backoff was on another table's head). */
@@ -104,9 +106,10 @@ export class DeliveryLog {
     maxBytes: number,
     ready: (head: OutboxRow, pending: number) => boolean,
     after: number | null = null,
+    skip: ((row: OutboxRow) => boolean) | null = null,
   ): DeliveryRead {
     for (;;) {
-      const read = this.#read(limit, maxBytes, ready, after);
+      const read = this.#read(limit, maxBytes, ready, after, skip);
       if (read !== null) return read;
       // Rows a foreign writer inserted are given their place first: their seqs may be delivered ones.
       this.#file.write("cannot adopt rows another writer inserted", () => this.#layout.adoptForeignRows(this.#file.db));
@@ -119,6 +122,7 @@ export class DeliveryLog {
     maxBytes: number,
     ready: (head: OutboxRow, pending: number) => boolean,
     after: number | null,
+    skip: ((row: OutboxRow) => boolean) | null,
   ): DeliveryRead | null {
     const file = this.#file;
     return file.read("cannot read rows to deliver", () =>
@@ -134,7 +138,12 @@ export class DeliveryLog {
         let groupStart = 0;
         let grpMin = Number.POSITIVE_INFINITY;
         let grpMax = Number.NEGATIVE_INFINITY;
+        let passedOver: number | null = null;
         for (const row of file.pendingRows(after)) {
+          if (skip?.(row)) {
+            passedOver = row.seq; // not read: neither counted nor returned
+            continue;
+          }
           if (head === null) {
             head = row;
             if (!ready(row, pending)) break;
@@ -167,7 +176,7 @@ export class DeliveryLog {
           for (const { grp, namespaces } of this.#spans.all(grpMin, grpMax))
             spans.set(grp, JSON.parse(namespaces) as string[]);
         }
-        return { head, pending, rows, gap, truncated, spans };
+        return { head, pending, rows, gap, truncated, spans, passedOver };
       })(),
     );
   }
@@ -321,6 +330,29 @@ export class DeliveryLog {
           .run(seq, file.namespace, error, errorClass, isoTimestamp(nextAttemptAt), attempts).changes,
     );
     if (changes === 0) throw this.#notPending(seq);
+  }
+
+  /** See QueueForDrain.laneCount. */
+  laneCount(): number | null {
+    const file = this.#file;
+    const value = file.read("cannot read the lane count", () =>
+      file.db
+        .query<{ value: string }, [string]>("SELECT value FROM outbox_meta WHERE key = ?")
+        .get(`lanes:${file.namespace}`),
+    );
+    return value ? Number(value.value) : null;
+  }
+
+  /** See QueueForDrain.recordLaneCount. */
+  recordLaneCount(lanes: number): void {
+    const file = this.#file;
+    file.write("cannot record the lane count", () =>
+      file.db
+        .query(
+          "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .run(`lanes:${file.namespace}`, String(lanes)),
+    );
   }
 
   /** See Outbox.retryHead. */

@@ -24,6 +24,7 @@ export interface DrainQueue {
     maxBytes: number,
     ready: (head: OutboxRow, pending: number) => boolean,
     after?: number | null,
+    skip?: ((row: OutboxRow) => boolean) | null,
   ): DeliveryRead;
   head(): OutboxRow | null;
   pendingCount(): number;
@@ -43,6 +44,10 @@ export interface DrainQueue {
   pruneSyncLog(retainDays: number, now?: Date): number;
   pruneSyncLogStep(retainDays: number, now?: Date): { removed: number; done: boolean };
   pruneReplayedDead(retainDays: number, now?: Date): number;
+  /** The lane count this namespace's rows were last delivered with (null: never recorded, which is 1). */
+  laneCount(): number | null;
+  /** Records the lane count the drain delivers this namespace with. */
+  recordLaneCount(lanes: number): void;
   /** The open file, for the drain's checkpoints and the space it gives back (file-care.ts). */
   openFile(): QueueDb;
   close(): void;
@@ -57,15 +62,18 @@ export class QueueForDrain extends QueueView implements DrainQueue {
    * first row whose chain link exists nowhere. Rows are streamed, so a backlog of large rows is
    * never loaded beyond the budget. With `after`, the rows at or below it are passed over (a target
    * applied them; their local confirmation is still to come) and the first row above it is the head.
+   * Rows `skip` says so of (applied already, or waiting in a lane held back) are passed over too: a
+   * group is skipped whole or not at all (its rows share what skip looks at).
    */
   readForDelivery(
     limit: number,
     maxBytes: number,
     ready: (head: OutboxRow, pending: number) => boolean,
     after: number | null = null,
+    skip: ((row: OutboxRow) => boolean) | null = null,
   ): DeliveryRead {
     this.queueFile.ensureOpen();
-    return this.deliveryLog.readForDelivery(limit, maxBytes, ready, after);
+    return this.deliveryLog.readForDelivery(limit, maxBytes, ready, after, skip);
   }
 
   /**
@@ -220,6 +228,16 @@ export class QueueForDrain extends QueueView implements DrainQueue {
           )
           .get(this.namespace)!.found === 1,
     );
+  }
+
+  laneCount(): number | null {
+    this.queueFile.ensureOpen();
+    return this.deliveryLog.laneCount();
+  }
+
+  recordLaneCount(lanes: number): void {
+    this.queueFile.ensureOpen();
+    this.deliveryLog.recordLaneCount(lanes);
   }
 
   openFile(): QueueDb {

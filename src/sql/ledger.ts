@@ -110,6 +110,17 @@ export function settleReadSql(table: string, dialect: Dialect): string {
 }
 
 /**
+ * Reads one queue's rows for a table with lanes, for settlement; arguments `[origin, namespace,
+ * namespace + "#", namespace + "$"]`: the table's own row (rows without a key) and one per lane
+ * (`namespace#lane`; "$" is the character after "#", so the range is exactly those), as
+ * `namespace, through`, locked as settleReadSql locks one.
+ */
+export function settleLanesReadSql(table: string, dialect: Dialect): string {
+  const [origin, namespace, from, to] = placeholders(dialect, 4);
+  return `SELECT namespace, through FROM ${quoteIdent(table, dialect)} WHERE origin = ${origin} AND (namespace = ${namespace} OR (namespace > ${from} AND namespace < ${to}))${LEDGER[dialect].settleLock}`;
+}
+
+/**
  * Every origin's row for the given namespaces (arguments: the namespaces), without locking:
  * `origin, namespace, through, label, updated_at` (ISO-8601 text), for the fleet view.
  */

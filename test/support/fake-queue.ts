@@ -69,8 +69,10 @@ export class FakeQueue implements DrainQueue {
     _maxBytes: number,
     ready: (head: OutboxRow, pending: number) => boolean,
     after: number | null = null,
+    skip: ((row: OutboxRow) => boolean) | null = null,
   ): DeliveryRead {
-    const pending = this.rows.filter((r) => r.seq > (after ?? 0));
+    const passed = this.rows.filter((r) => r.seq > (after ?? 0) && skip?.(r));
+    const pending = this.rows.filter((r) => r.seq > (after ?? 0) && !skip?.(r));
     const head = pending[0] ? { ...pending[0] } : null;
     const read: DeliveryRead = {
       head,
@@ -79,6 +81,7 @@ export class FakeQueue implements DrainQueue {
       gap: null,
       truncated: false,
       spans: new Map(),
+      passedOver: passed.at(-1)?.seq ?? null,
     };
     if (!head || !ready(head, pending.length)) return read;
     let rows = pending.slice(0, limit).map((r) => ({ ...r }));
@@ -185,6 +188,16 @@ export class FakeQueue implements DrainQueue {
 
   pruneReplayedDead(): number {
     return 0;
+  }
+
+  lanes: number | null = null;
+
+  laneCount(): number | null {
+    return this.lanes;
+  }
+
+  recordLaneCount(lanes: number): void {
+    this.lanes = lanes;
   }
 
   openFile(): QueueDb {
