@@ -90,6 +90,12 @@ describe.each(ENGINES)("lanes, delivered to %s", (engine) => {
     for (let i = 0; i < 3; i++) await svc.runOnce(); // the held lane stays held
     const before = perKey(await s.landed());
     expect([...before.keys()].sort()).toEqual([...others].sort());
+    // What status shows: the table is not held, one of its lanes is, by the poison head.
+    const view = svc.targets()[0]!.tables[0]!.view();
+    expect(view.held).toBeNull();
+    expect(view.lanes?.count).toBe(LANES);
+    expect(view.lanes?.held).toMatchObject([{ lane: poisonLane, key: poison, attempts: 1 }]);
+    expect(Date.parse(view.lanes!.held[0]!.nextAttemptAt)).toBeGreaterThan(Date.now() + 30_000);
     for (const k of others) expect(before.get(k)).toEqual([1, 2, 3, 4, 5]);
     // The operator fixes the row's cause on the remote (here: the CHECK goes) and kicks.
     if (engine === "postgres" || engine === "mysql") await s.remote.exec("ALTER TABLE events DROP CONSTRAINT n_ok");

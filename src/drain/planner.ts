@@ -61,6 +61,15 @@ export interface HeadDeadLetter {
   exhausted: boolean;
 }
 
+/** A head backing off that holds its lane: its row's seq, key, attempts, last error and retry time (epoch ms). */
+export interface HeldHead {
+  seq: number;
+  key: string | null;
+  attempts: number;
+  lastError: string | null;
+  retryAt: number;
+}
+
 /** What planning decided: the slice (null: nothing to send), and what happens to the heads. */
 export interface Plan {
   slice: SlicePlan | null;
@@ -72,6 +81,8 @@ export interface Plan {
   cutsPassed: Lane[];
   /** Lanes held back by a head backing off, and until when (epoch ms): with the lanes that share a group with it. */
   backingOff: Map<Lane, number>;
+  /** The heads backing off that hold their lanes, by lane (what status shows of a held lane). */
+  heldHeads: Map<Lane, HeldHead>;
   /**
    * The first row these rows leave pending for a reason other than a backoff (a cut, a group that
    * could not be converted, one read ahead with a history): a later read must start at or before
@@ -102,6 +113,7 @@ export function planSlice(input: PlanInput): Plan {
     charges: [],
     cutsPassed: [],
     backingOff: new Map(input.blocked),
+    heldHeads: new Map(),
     resumeAt: null,
     frontier: null,
     more: false,
@@ -158,6 +170,14 @@ export function planSlice(input: PlanInput): Plan {
     const retryAt = retryTime(first, nowMs);
     if (retryAt !== null) {
       wait(false, retryAt); // it waits to be tried again
+      const held = {
+        seq: first.seq,
+        key: first.laneKey,
+        attempts: first.attempts,
+        lastError: first.lastError,
+        retryAt,
+      };
+      for (const l of barrier ? [null] : lanes) plan.heldHeads.set(l, held);
       continue;
     }
     if (heads && maxAttempts !== null && first.attempts >= maxAttempts) {

@@ -10,13 +10,13 @@ import type { Statement, WriteResult } from "../writers/writer.ts";
 import { classifyAnswer, type Failure } from "./answer.ts";
 import { type Charged, HeadCharges } from "./charges.ts";
 import type { DeliveryObserver } from "./observer.ts";
-import { type Lane, type Plan, planSlice, type SlicePlan } from "./planner.ts";
+import { type HeldHead, type Lane, type Plan, planSlice, type SlicePlan } from "./planner.ts";
 import { laneOf } from "../lane-key.ts";
 import { endOfGroup } from "./row-groups.ts";
 import { BackgroundPrune } from "./prune.ts";
 import { tableReadiness } from "./schedule.ts";
 import { TableHolds } from "./table-hold.ts";
-import type { HoldReason, TableView } from "./views.ts";
+import type { HeldLaneView, HoldReason, TableView } from "./views.ts";
 
 /**
  * A table's rows read and converted for a batch, before its fence and its head's charge: whole
@@ -177,6 +177,8 @@ export class DrainTable {
    */
   #laneThrough: Map<string, number> | null = null;
   #blocked = new Map<Lane, number>();
+  /** With lanes: the heads backing off that hold their lanes (as the last plan from the head found them, and charges since). */
+  #heldHeads = new Map<Lane, HeldHead>();
   #cursor: number | null = null;
   #frontier: number | null = null;
   /** With lanes: every pending row up to here is confirmed locally (no need to confirm to it again). */
@@ -427,8 +429,25 @@ export class DrainTable {
       held: this.#holds.view(),
       counts: { ...this.counts },
     };
+    if (this.#lanes > 1) view.lanes = { count: this.#lanes, held: this.#heldLanes() };
     if (options.health) view.health = this.#health();
     return view;
+  }
+
+  /** With lanes: the lanes held by their head backing off, lowest lane first (every lane, for a row without a key: null). */
+  #heldLanes(): HeldLaneView[] {
+    const now = this.now();
+    return [...this.#heldHeads]
+      .filter(([, head]) => head.retryAt > now)
+      .sort(([a], [b]) => (a ?? -1) - (b ?? -1))
+      .map(([lane, head]) => ({
+        lane,
+        seq: head.seq,
+        key: head.key,
+        attempts: head.attempts,
+        lastError: head.lastError,
+        nextAttemptAt: new Date(head.retryAt).toISOString(),
+      }));
   }
 
   #health(): NamespaceHealth | null {
@@ -672,6 +691,7 @@ export class DrainTable {
         lastRead: seen,
       };
       this.#blocked = plan.backingOff;
+      for (const [lane, head] of plan.heldHeads) this.#heldHeads.set(lane, head);
       if (plan.slice === null)
         this.#moveOn(after); // nothing to send: the next read starts there at once
       else return { table: this, ...plan.slice, lanes: after };
@@ -684,6 +704,7 @@ export class DrainTable {
     for (const until of this.#blocked.values()) if (until <= now) this.#cursor = null;
     if (this.#cursor === null) {
       this.#blocked = new Map();
+      this.#heldHeads = new Map();
       this.#frontier = null;
     }
   }

@@ -49,6 +49,18 @@ export interface TableView {
    * cannot be read now — a held table, whose hold says why.
    */
   health?: NamespaceHealth | null;
+  /** With lanes (more than one): how many, and the lanes a head backing off holds. */
+  lanes?: { count: number; held: HeldLaneView[] };
+}
+
+/** A lane held by its head backing off: the lane (null: every lane, held by a row without a key), its head's seq, key, attempts, last error, and when it is tried again. */
+export interface HeldLaneView {
+  lane: number | null;
+  seq: number;
+  key: string | null;
+  attempts: number;
+  lastError: string | null;
+  nextAttemptAt: string;
 }
 
 /** One target as the drain sees it: reachable or not, since when, why; its tables and the fleet view. */
