@@ -350,6 +350,7 @@ describe("status of a running drain, from its state file", () => {
     downSince: null,
     lastError: null,
     lastSuccessAt: new Date().toISOString(),
+    lastRoundTripMs: 12.5,
     lastCycleAt: null,
     lastBeatAt: null,
     setupProblem: null,
@@ -462,6 +463,119 @@ describe("status of a running drain, from its state file", () => {
       // Colour does not shift the columns: without its codes the text is the uncoloured one.
       // biome-ignore lint/suspicious/noControlCharactersInRegex: the colour codes are what is removed
       expect(coloured.replace(/\u001B\[\d+m/g, "")).toBe(text);
+    } finally {
+      lock.release();
+    }
+  });
+
+  test("a table with lanes shows how many are held and its oldest held key (text, attempts, next attempt) in full; --json lists the held lanes, masked; a table without lanes prints as before", async () => {
+    const inAMinute = new Date(Date.now() + 90_000).toISOString();
+    const held = (lane: number | null, seq: number, key: string | null, attempts: number, error: string) => ({
+      lane,
+      seq,
+      key,
+      attempts,
+      lastError: error,
+      nextAttemptAt: inAMinute,
+    });
+    const LONG_KEY = `customer-${"9".repeat(200)}`; // a long key is printed whole: it is what an operator greps for
+    const lock = drainWith([
+      target({
+        tables: [
+          {
+            namespace: "orders",
+            origin: null,
+            through: null,
+            held: null,
+            counts: { delivered: 0, failed: 0, deadLettered: 0 },
+            // Listed by lane, as the drain does; the oldest row (lowest seq) is the one shown.
+            lanes: {
+              count: 64,
+              held: [
+                held(3, 9, "42", 1, "23514: check failed"),
+                held(40, 4, LONG_KEY, 3, "23514: check failed at postgres://app:hunter2@db.internal/prod"),
+              ],
+            },
+          },
+          {
+            namespace: "payments",
+            origin: null,
+            through: null,
+            held: null,
+            counts: { delivered: 0, failed: 0, deadLettered: 0 },
+          },
+        ],
+      }),
+    ]);
+    try {
+      const r = await runInProcess(["status", "--db-dir", dbDir]);
+      const text = normalize(r.stdout, tmp).split("\n");
+      const table = text.slice(text.findIndex((l) => l.startsWith("NAMESPACE")));
+      expect(table.slice(0, 3).map((l) => l.replace(/ {2}\S.*$/, (m) => m.replace(/ +/g, " ")))).toEqual([
+        "NAMESPACE DEPTH OLDEST HEAD ATTEMPTS NEXT STUCK DEAD LANES HELD LAST ERROR",
+        expect.stringMatching(/^orders +5 .* STUCK +0 +2\/64 +42P01: /),
+        expect.stringMatching(/^payments +2 .* no +1 +- +-$/),
+      ]);
+      // Aligned: the LANES HELD column ends at one place on every line (ages unnormalized).
+      const raw = r.stdout.split("\n").filter((l) => /^(NAMESPACE|orders|payments) /.test(l));
+      const end = raw[0]!.indexOf("LANES HELD") + "LANES HELD".length;
+      expect(raw.slice(1, 3).map((l) => l.slice(end - 4, end))).toEqual(["2/64", "   -"]);
+      expect(text).toContain("oldest held key per table with lanes held:");
+      expect(text).toContain(
+        `  orders: key "${LONG_KEY}" (lane 40, seq 4), 3 attempt(s), next in  <age> on shop.main: 23514: check failed at postgres://app:***@db.internal/prod`,
+      );
+      const json = JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout);
+      const [orders, payments] = json.namespaces;
+      expect(orders.lanes).toEqual({
+        count: 64,
+        held: [
+          {
+            ...held(40, 4, LONG_KEY, 3, "23514: check failed at postgres://app:***@db.internal/prod"),
+            target: "shop.main",
+          },
+          { ...held(3, 9, "42", 1, "23514: check failed"), target: "shop.main" },
+        ],
+      });
+      expect(payments.lanes).toBeNull();
+      expect(JSON.stringify(json)).not.toContain("hunter2");
+    } finally {
+      lock.release();
+    }
+  });
+
+  test("a row without a key holding every lane is shown as such", async () => {
+    const lock = drainWith([
+      target({
+        tables: [
+          {
+            namespace: "orders",
+            origin: null,
+            through: null,
+            held: null,
+            counts: { delivered: 0, failed: 0, deadLettered: 0 },
+            lanes: {
+              count: 8,
+              held: [
+                {
+                  lane: null,
+                  seq: 2,
+                  key: null,
+                  attempts: 2,
+                  lastError: "boom",
+                  nextAttemptAt: new Date().toISOString(),
+                },
+              ],
+            },
+          },
+        ],
+      }),
+    ]);
+    try {
+      const text = normalize((await runInProcess(["status", "--db-dir", dbDir])).stdout, tmp);
+      expect(text).toMatch(/^orders .* 8\/8 {2}42P01: /m);
+      expect(text).toContain(
+        "  orders: a row without a key (seq 2) holds every lane, 2 attempt(s), next now on shop.main: boom",
+      );
     } finally {
       lock.release();
     }

@@ -9,7 +9,7 @@ import {
   type DrainState,
   type PersistedTarget,
 } from "../drain/state-file.ts";
-import type { TableView } from "../drain/views.ts";
+import type { HeldLaneView, TableView } from "../drain/views.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { formatAge, oneLine, redact } from "./text-output.ts";
 import { locationExists, withAccessHint, type Locations } from "./locations.ts";
@@ -21,6 +21,17 @@ export interface StatusEntry extends NamespaceHealth {
   /** The db_file holding the namespace (null: its own file in the db_dir). */
   dbFile: string | null;
   held: TableView["held"];
+  /**
+   * With lanes (a drain running, the table's `lanes` above 1): how many, and the lanes held by a
+   * head backing off, oldest row first, each with the target whose drain holds it. Null otherwise.
+   */
+  lanes: StatusLanes | null;
+}
+
+/** A table's lanes in `status --json`: how many, and the held ones (errors masked), oldest (lowest seq) first. */
+export interface StatusLanes {
+  count: number;
+  held: Array<HeldLaneView & { target: string }>;
 }
 
 /** The drain of one db_dir as its state file and lock say: running or not, and when it last wrote. */
@@ -106,6 +117,7 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
     fleet.push(...fleetOf(live));
     const shown = (live?.targets ?? []).map((t) => maskTarget(t, mask));
     const holds = new Map(shown.flatMap((t) => t.tables.map((tb) => [tb.namespace, tb.held] as const)));
+    const lanes = lanesOf(shown);
     const onError = (file: string, err: Error) => unreadable.push({ file, error: withAccessHint(err.message, file) });
     const health = healthAll(loc, { maxPending: loc.maxPending, now, onError });
     for (const h of health)
@@ -116,6 +128,7 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
         ...h,
         lastError: mask(h.lastError),
         held: holds.get(h.namespace) ?? null,
+        lanes: lanes.get(h.namespace) ?? null,
       });
     const ages = new Map(health.map((h) => [h.namespace, h.oldestPendingAgeMs]));
     targets.push(...shown.map((t) => ({ ...t, dbDir: loc.dbDir, dbFile: loc.dbFile, ...paceOf(t, ages) })));
@@ -143,8 +156,29 @@ function maskTarget(t: PersistedTarget, mask: (text: string | null) => string | 
     ...t,
     lastError: mask(t.lastError),
     setupProblem: mask(t.setupProblem),
-    tables: t.tables.map((tb) => ({ ...tb, held: tb.held && { ...tb.held, message: mask(tb.held.message)! } })),
+    tables: t.tables.map((tb) => ({
+      ...tb,
+      held: tb.held && { ...tb.held, message: mask(tb.held.message)! },
+      ...(tb.lanes && {
+        lanes: { ...tb.lanes, held: tb.lanes.held.map((l) => ({ ...l, lastError: mask(l.lastError) })) },
+      }),
+    })),
   };
+}
+
+/** Each namespace's lanes across the targets serving it (a table of one lane has none): the count, the held lanes oldest first. */
+function lanesOf(targets: readonly PersistedTarget[]): Map<string, StatusLanes> {
+  const out = new Map<string, StatusLanes>();
+  for (const t of targets)
+    for (const tb of t.tables) {
+      if (!tb.lanes) continue;
+      const entry = out.get(tb.namespace) ?? { count: tb.lanes.count, held: [] };
+      entry.count = Math.max(entry.count, tb.lanes.count);
+      entry.held.push(...tb.lanes.held.map((l) => ({ ...l, target: t.target })));
+      out.set(tb.namespace, entry);
+    }
+  for (const entry of out.values()) entry.held.sort((a, b) => a.seq - b.seq);
+  return out;
 }
 
 /** A target's rows/s over the drain's last state interval, and its lag: the oldest pending row of its tables. */

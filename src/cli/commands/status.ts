@@ -2,7 +2,14 @@ import { defineCommand } from "citty";
 import { OutboxError, StorageError, UsageError } from "../../errors.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";
 import { parseDurationMs } from "../durations.ts";
-import { CHECKS, checkStatus, collectStatus, type Check, type StatusReport } from "../status-report.ts";
+import {
+  CHECKS,
+  checkStatus,
+  collectStatus,
+  type Check,
+  type StatusEntry,
+  type StatusReport,
+} from "../status-report.ts";
 import {
   fitLastColumn,
   formatAge,
@@ -120,6 +127,7 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
   const withApp = report.dbDirs.some((d) => d.app !== null);
   const withCapacity = report.namespaces.some((h) => h.capacityPct !== null);
   const withHeld = report.namespaces.some((h) => h.held !== null);
+  const withLanes = report.namespaces.some((h) => h.lanes !== null);
   const columns: Column[] = [
     ...(withApp ? [{ header: "app" }] : []),
     { header: "namespace" },
@@ -132,6 +140,7 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
     { header: "dead", right: true },
     ...(withCapacity ? [{ header: "capacity", right: true }] : []),
     ...(withHeld ? [{ header: "held" }] : []),
+    ...(withLanes ? [{ header: "lanes held", right: true }] : []),
     { header: "last error" },
   ];
   const rows = report.namespaces.map((h) => [
@@ -146,10 +155,36 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
     h.deadLetterCount > 0 ? paint(String(h.deadLetterCount), "red", style) : "0",
     ...(withCapacity ? [h.capacityPct === null ? "-" : `${formatPct(h.capacityPct)}%`] : []),
     ...(withHeld ? [h.held ? paint(h.held.reason, "yellow", style) : "-"] : []),
+    ...(withLanes ? [lanesHeld(h, style)] : []),
     h.held ? oneLine(h.held.message) : h.lastError === null ? "-" : oneLine(withClass(h.lastError, h.lastErrorClass)),
   ]);
   const keys = report.namespaces.map((h) => `last error of ${withApp && h.app ? `${h.app}/` : ""}${h.namespace}`);
-  return withMessages(columns, rows, keys, style);
+  const now = Date.parse(report.generatedAt);
+  const oldest = report.namespaces.flatMap((h) => {
+    const head = h.lanes?.held[0];
+    return head ? [`${withApp && h.app ? `${h.app}/` : ""}${h.namespace}: ${heldHead(head, now)}`] : [];
+  });
+  return [
+    ...withMessages(columns, rows, keys, style),
+    ...(oldest.length > 0 ? ["", "oldest held key per table with lanes held:", ...oldest.map((l) => `  ${l}`)] : []),
+  ];
+}
+
+/** `2/64` (lanes held of the table's lanes; every lane, when a row without a key holds them), `-` for a table without lanes. */
+function lanesHeld(h: StatusEntry, style: OutputStyle): string {
+  if (h.lanes === null) return "-";
+  const { count, held } = h.lanes;
+  const n = held.some((l) => l.lane === null) ? count : new Set(held.map((l) => l.lane)).size;
+  return n > 0 ? paint(`${n}/${count}`, "yellow", style) : `0/${count}`;
+}
+
+/** The oldest held lane's head: its key in full (never cut: the operator searches for it), attempts, next attempt, last error. */
+function heldHead(l: NonNullable<StatusEntry["lanes"]>["held"][number], now: number): string {
+  const who =
+    l.key === null
+      ? `a row without a key (seq ${l.seq}) holds every lane`
+      : `key ${JSON.stringify(l.key)} (lane ${l.lane}, seq ${l.seq})`;
+  return `${who}, ${l.attempts} attempt(s), next ${nextAttempt(l.nextAttemptAt, now)} on ${l.target}: ${oneLine(l.lastError)}`;
 }
 
 /** A table whose last column is a message: cut to the terminal's width, each cut message then given in full under the table. */
