@@ -116,3 +116,17 @@ test("a drain whose target is down sleeps through its backoff: a handful of cycl
   // due time no cycle can meet (the fleet view's, while down) ran thousands.
   expect(cycles).toBeLessThan(10);
 });
+
+test("a target's view says how long its last batch took, sent to answered: over a 100 ms link, at least that", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const remote = await openRemote("postgres", { cleanups });
+  await remote.exec("CREATE TABLE a (id BIGINT NOT NULL)");
+  const { url } = pgBehindProxy(remote, cleanups, { rttMs: 100 });
+  const connection = { url };
+  const config = oneApp(dir.file("outbox"), { pg: { writer: "postgres", connection, tables: ["a"] } });
+  const svc = new OutboxSyncService(config, { "app.pg": createWriter("postgres", connection) });
+  cleanups.push(() => svc.stop(3000));
+  new SQLMiddleware({ dbDir: dir.file("outbox") }).push("a", "INSERT INTO a (id) VALUES (?)", [1]);
+  await waitFor(async () => (await svc.runOnce(), (await remote.count("a")) === 1), "the row", 20_000);
+  expect(svc.targets()[0]!.view().lastRoundTripMs).toBeGreaterThanOrEqual(95);
+}, 30_000);

@@ -81,6 +81,8 @@ interface SentBatch {
 export class Delivery {
   /** When a batch was last answered (epoch ms). */
   #lastSuccessAt: number | null = null;
+  /** How long the last answered batch took from being sent to its answer (ms): the target's round trip, as the drain meets it. */
+  #lastRoundTripMs: number | null = null;
   /** The background loop runs: a batch's local confirmation may wait for the next batch to be in flight. */
   #pipelining = false;
   #batches = 0;
@@ -129,6 +131,11 @@ export class Delivery {
     return this.#lastSuccessAt;
   }
 
+  /** How long the last answered batch took, sent to answered (ms); null before one was. */
+  get lastRoundTripMs(): number | null {
+    return this.#lastRoundTripMs;
+  }
+
   /** Whether a confirmation may wait for the next batch (the background loop runs). */
   get pipelining(): boolean {
     return this.#pipelining;
@@ -152,6 +159,7 @@ export class Delivery {
       call.catch(() => {}); // awaited below, after the local work that overlaps it
       await this.whileInFlight(slices);
       results = await call;
+      this.#lastRoundTripMs = performance.now() - started;
     } catch (error) {
       for (const slice of slices) {
         slice.table.refundOutage(slice);

@@ -73,6 +73,8 @@ export interface TargetView {
   downSince: string | null;
   lastError: string | null;
   lastSuccessAt: string | null;
+  /** How long its last answered batch took, sent to answered (ms): the round trip the drain meets; null before one. */
+  lastRoundTripMs: number | null;
   /** When its loop last finished a cycle. */
   lastCycleAt: string | null;
   /** When its loop last ran at all (a cycle, or a poll while idle): the liveness signal. */

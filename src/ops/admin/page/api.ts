@@ -23,6 +23,7 @@ export interface Status {
     state: string;
     downSince: string | null;
     lastSuccessAt: string | null;
+    lastRoundTripMs?: number | null;
     rowsPerSecond: number | null;
     lagMs: number | null;
     totals: { delivered: number };

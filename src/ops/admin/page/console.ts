@@ -117,6 +117,7 @@ function renderStatus(status: Status): void {
         ),
         cell("Since", t.downSince ? ago(t.downSince, now) : "-"),
         cell("Last answer", ago(t.lastSuccessAt, now)),
+        cell("Round trip", t.lastRoundTripMs == null ? "-" : `${t.lastRoundTripMs} ms`, "num"),
         cell("Rows/s", t.rowsPerSecond === null ? "-" : t.rowsPerSecond.toFixed(t.rowsPerSecond >= 100 ? 0 : 1), "num"),
         cell("Lag", age(t.lagMs), "num"),
         cell("Delivered", String(t.totals.delivered), "num"),
