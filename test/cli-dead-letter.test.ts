@@ -89,6 +89,33 @@ describe("dead-letter list filters", () => {
     ]);
   });
 
+  test("by key (--key, an integer key by its digits): only the letters pushed with it, with a KEY column when letters have keys", async () => {
+    setDead("orders", [1, 3], "lane_key = ?", "customer-42");
+    setDead("payments", [2], "lane_key = ?", "42");
+    const list = async (...args: string[]) => keys((await json("list", ...args)).deadLetters);
+    expect(await list("--key", "customer-42")).toEqual(["orders:1", "orders:3"]);
+    expect(await list("--key", "42")).toEqual(["payments:2"]);
+    expect(await list("--key", "customer-42", "--namespace", "payments")).toEqual([]);
+    expect(await list("--key", "customer-4")).toEqual([]); // the whole key, not a part of it
+    const [letter] = (await json("list", "--key", "42")).deadLetters;
+    expect(letter.laneKey).toBe("42");
+    const text = await dl("list", "--key", "customer-42");
+    expect(text.code).toBe(0);
+    expect(normalize(text.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  SEQ  GROUP  KEY          REASON   ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
+      orders       1      -  customer-42  skipped         0  <TIME>            -  skipped by operator
+      orders       3      -  customer-42  skipped         0  <TIME>            -  skipped by operator
+      "
+    `);
+    // Without keyed letters in the answer, the list is as it always was: no KEY column.
+    expect((await dl("list", "--namespace", "orders", "--reason", "max_attempts")).stdout).not.toContain("KEY");
+    const none = await dl("list", "--key", "nobody");
+    expect({ code: none.code, out: none.stdout.trim() }).toEqual({ code: 0, out: "no dead letters match" });
+    const empty = await dl("list", "--key", "");
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toContain("--key needs a key");
+  });
+
   test("--json entries carry the file; a filter that matches nothing says so", async () => {
     const [entry] = (await json("list", "--namespace", "payments", "--reason", "skipped")).deadLetters;
     expect(entry).toMatchInlineSnapshot(`

@@ -14,6 +14,8 @@ import { isoTimestamp } from "./timestamp.ts";
 export interface DeadLetterFilter {
   namespace?: string;
   reason?: string;
+  /** Only letters pushed with this key (its stored text: an integer key as its decimal digits). */
+  key?: string;
   /** Only letters dead at or after this time. */
   since?: Date;
   /** Only letters dead before this time. */
@@ -235,6 +237,7 @@ export function deadLetterWhere(filter: DeadLetterFilter): { where: string; para
   const bind = (value: string) => `?${params.push(value)}`;
   if (filter.namespace !== undefined) clauses.push(`namespace = ${bind(filter.namespace)}`);
   if (filter.reason !== undefined) clauses.push(`reason = ${bind(filter.reason)}`);
+  if (filter.key !== undefined) clauses.push(`lane_key = ${bind(filter.key)}`);
   if (filter.since !== undefined) clauses.push(`julianday(dead_at) >= julianday(${bind(isoTimestamp(filter.since))})`);
   if (filter.until !== undefined) clauses.push(`julianday(dead_at) < julianday(${bind(isoTimestamp(filter.until))})`);
   // instr over lower(): a LIKE pattern would give % and _ in the operator's text a meaning.

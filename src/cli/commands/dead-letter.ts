@@ -114,12 +114,15 @@ function failIf(failed: readonly FileFailure[], what: string): void {
 function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
   if (entries.length === 0) return "no dead letters";
   const withApp = entries.some((e) => e.app !== null);
+  // Only when a letter has a key, so lists of tables without keys print as they always did.
+  const withKey = entries.some((e) => e.laneKey !== null);
   return renderTable(
     [
       ...(withApp ? [{ header: "app" }] : []),
       { header: "namespace" },
       { header: "seq", right: true },
       { header: "group", right: true },
+      ...(withKey ? [{ header: "key" }] : []),
       { header: "reason" },
       { header: "attempts", right: true },
       { header: "dead at" },
@@ -131,6 +134,7 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       e.namespace,
       String(e.seq),
       e.grp === null ? "-" : String(e.grp),
+      ...(withKey ? [e.laneKey ?? "-"] : []),
       e.reason,
       String(e.attempts),
       e.deadAt,
@@ -153,6 +157,7 @@ function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] 
     ["namespace", e.namespace],
     ["seq", String(e.seq)],
     ["group", e.grp === null ? "-" : `${e.grp}${members}`],
+    ...(e.laneKey === null ? [] : [["key", e.laneKey] as const]),
     ["file", e.file],
     ["source", e.source || "-"],
     ["created at", e.createdAt],
@@ -310,6 +315,11 @@ const list = defineCommand({
     ...namespaceFilterArg,
     ...reasonArg,
     ...sinceArg,
+    key: {
+      type: "string",
+      valueHint: "K",
+      description: "Only letters pushed with this key (a lane's key, as status shows it)",
+    },
     replayed: { type: "boolean", description: "Only letters already replayed" },
     unreplayed: { type: "boolean", description: "Only letters never replayed" },
     ...jsonArg,
@@ -319,6 +329,10 @@ const list = defineCommand({
     if (args.replayed === true && args.unreplayed === true)
       throw new UsageError("give --replayed or --unreplayed, not both");
     const filter = filterOf(args);
+    if (args.key !== undefined) {
+      if (args.key === "") throw new UsageError("--key needs a key (the text status shows)");
+      filter.key = args.key;
+    }
     if (args.replayed === true) filter.replayed = true;
     if (args.unreplayed === true) filter.replayed = false;
     const { entries, failed } = collectDeadLetters(await resolveLocations(args), filter);
