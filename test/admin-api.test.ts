@@ -327,7 +327,27 @@ describe("acting on tables", () => {
     expect(ob.health().nextAttemptAt).toBeNull();
     const none = await call("POST", "/api/v1/tables/shop/orders/retry", { token: WRITE });
     expect(none.body.head).toBeNull();
-    expect((await call("POST", "/api/v1/tables/shop/orders/retry", { token: WRITE, body: { key: "k1" } })).status).toBe(
+    // Per lane: the key's head only. Another key's backoff stays.
+    const k1 = ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[2]", "", {
+      traceparent: null,
+      tracestate: null,
+      key: "k1",
+    });
+    const k2 = ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[3]", "", {
+      traceparent: null,
+      tracestate: null,
+      key: "k2",
+    });
+    for (const s of [k1, k2]) drainSide(ob).recordFailure(s, "boom", "E", new Date(Date.now() + 3_600_000));
+    const byKey = await call("POST", "/api/v1/tables/shop/orders/retry", { token: WRITE, body: { key: "k1" } });
+    expect(byKey.status).toBe(200);
+    expect(byKey.body.head).toMatchObject({ seq: k1 });
+    expect(ob.fetchUnsynced(10).map((r) => [r.seq, r.nextAttemptAt === null])).toEqual([
+      [seq, true],
+      [k1, true],
+      [k2, false],
+    ]);
+    expect((await call("POST", "/api/v1/tables/shop/orders/retry", { token: WRITE, body: { key: 1.5 } })).status).toBe(
       400,
     );
     expect((await call("POST", "/api/v1/tables/shop/nothing/retry", { token: WRITE })).status).toBe(404);

@@ -356,21 +356,22 @@ export class DeliveryLog {
   }
 
   /** See Outbox.retryHead. */
-  retryHead(): RetriedHead | null {
+  retryHead(key: string | null = null): RetriedHead | null {
     const file = this.#file;
     return file.write("cannot end the head's backoff", () => {
+      // With a key: the first pending row of that key (the head of its lane, when its lane is held).
       const head = file.db
-        .query<RetriedHead & { grp: number | null }, [string]>(
-          "SELECT seq, grp, attempts, next_attempt_at AS nextAttemptAt FROM outbox_queue WHERE namespace = ? AND synced = 0 ORDER BY seq LIMIT 1",
+        .query<RetriedHead & { grp: number | null }, [string, string | null]>(
+          "SELECT seq, grp, attempts, next_attempt_at AS nextAttemptAt FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND (?2 IS NULL OR lane_key = ?2) ORDER BY seq LIMIT 1",
         )
-        .get(file.namespace);
+        .get(file.namespace, key);
       if (!head) return null;
       // The head's group may carry its backoff on another table's head (a transaction across tables is charged where it failed).
       const ended = file.db
         .query(
-          "UPDATE outbox_queue SET next_attempt_at = NULL WHERE synced = 0 AND next_attempt_at IS NOT NULL AND (namespace = ?1 OR grp = ?2)",
+          "UPDATE outbox_queue SET next_attempt_at = NULL WHERE synced = 0 AND next_attempt_at IS NOT NULL AND ((namespace = ?1 AND (?3 IS NULL OR lane_key = ?3)) OR grp = ?2)",
         )
-        .run(file.namespace, head.grp).changes;
+        .run(file.namespace, head.grp, key).changes;
       return ended === 0 ? null : { seq: head.seq, attempts: head.attempts, nextAttemptAt: head.nextAttemptAt };
     });
   }

@@ -1,3 +1,4 @@
+import { type LaneKey, laneKeyText } from "../lane-key.ts";
 import type { RowContext } from "./append.ts";
 import type { DeadLettered } from "./dead-log.ts";
 import type { DeadReplays, PurgeOutcome, PurgeRule } from "./dead-letters.ts";
@@ -97,11 +98,12 @@ export class Outbox extends QueueView {
   /**
    * Operator action: ends the backoff of this namespace's head (and of its group, in every table it
    * spans), so the drain retries it at its next look — in place, with its attempts; `skipHead`
-   * moves it away instead. Null when nothing was backing off.
+   * moves it away instead. Null when nothing was backing off. With `key` (a table with lanes): the
+   * backoff of that key's rows only — the head of its lane, when its lane is held.
    */
-  retryHead(): RetriedHead | null {
+  retryHead(key?: LaneKey): RetriedHead | null {
     this.queueFile.ensureOpen();
-    return this.deliveryLog.retryHead();
+    return this.deliveryLog.retryHead(key === undefined ? null : laneKeyText(key, `table "${this.namespace}"`));
   }
 
   /** Operator action: dead-letters the head (and its group) with reason "skipped". */

@@ -152,14 +152,13 @@ export function createAdminApi(sources: AdminSources): (req: Request, knock: Kno
       handle: tableAction("retry", async (req, app, namespace) => {
         const body = await readJsonBody(req, { optional: true });
         onlyFields(body, ["key"], "the body");
-        if (body.key !== undefined)
-          throw new RequestError(
-            400,
-            "E_USAGE",
-            "key: this drain has no lanes: a table has one head, retried without a key",
-          );
+        const key = body.key;
+        if (key !== undefined && typeof key !== "string" && !Number.isSafeInteger(key))
+          throw new RequestError(400, "E_USAGE", "key: expected the key of a lane's head (a string or a safe integer)");
         const table = tableOf(appNamed(sources.apps, app), namespace);
-        const head = retryTable(table);
+        const head = retryTable(table, key as string | number | undefined);
+        // The drain reads its held lanes again at once: the head may go at its next look.
+        if (head !== null) sources.retryNow();
         return {
           rows: head === null ? 0 : 1,
           what:

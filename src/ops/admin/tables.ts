@@ -19,9 +19,12 @@ export interface RetriedHeadView {
   next_attempt_at: string | null;
 }
 
-/** Ends the backoff of the table's head (and its group's, in every table): tried at the drain's next look, in place. Null: it was not backing off. */
-export function retryTable(table: AdminTable): RetriedHeadView | null {
-  const head = withOutbox(table.file, table.namespace, (outbox) => outbox.retryHead());
+/**
+ * Ends the backoff of the table's head (and its group's, in every table) — with `key`, of that
+ * key's lane's head — tried at the drain's next look, in place. Null: it was not backing off.
+ */
+export function retryTable(table: AdminTable, key?: string | number): RetriedHeadView | null {
+  const head = withOutbox(table.file, table.namespace, (outbox) => outbox.retryHead(key));
   return head === null ? null : headView(table.app.name, table.namespace, head);
 }
 
