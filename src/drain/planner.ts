@@ -124,52 +124,59 @@ export function planSlice(input: PlanInput): Plan {
   /** Lanes with rows in the slice: a later group of them does not head them. */
   const taken = new Set<Lane>();
   const passed = new Set<Lane>();
-  const everyLaneBlocked = () => blocked.has(null) || blocked.size >= input.lanes;
+  /** Every lane is held: nothing after can go. */
+  let allHeld = blocked.has(null) || blocked.size >= input.lanes;
+  /** The group starting with `first` (in `lanes`) waits: its lanes are held for the rest of the plan (a barrier holds every lane). */
+  const wait = (first: OutboxRow, lanes: readonly Lane[], resume: boolean, until: number | null = null) => {
+    for (const l of lanes.includes(null) ? EVERY_LANE : lanes) {
+      blocked.add(l);
+      if (until !== null) plan.backingOff.set(l, Math.min(plan.backingOff.get(l) ?? until, until));
+    }
+    allHeld = blocked.has(null) || blocked.size >= input.lanes;
+    plan.frontier ??= first.seq;
+    if (resume) plan.resumeAt ??= first.seq;
+  };
   const starts = groupStarts(rows);
   for (let g = 0; g < starts.length; g++) {
-    if (everyLaneBlocked()) {
+    if (allHeld) {
       plan.frontier ??= rows[starts[g]!]!.seq;
       break;
     }
     const group = rows.slice(starts[g], starts[g + 1] ?? rows.length);
     const first = group[0]!;
-    const lanes = [...new Set(group.map((r) => input.laneOf(r)))];
-    const barrier = lanes.includes(null);
-    const canGo = barrier ? blocked.size === 0 : lanes.every((l) => !blocked.has(l));
+    // One lane (the common case) needs no lane sets: nothing before it is held (checked above), and it heads the table while nothing is taken.
+    const one = input.lanes === 1;
+    const lanes = one ? ONE_LANE : lanesOf(group, input.laneOf);
+    const barrier = !one && lanes.includes(null);
+    const canGo = one || (barrier ? blocked.size === 0 : lanes.every((l) => !blocked.has(l)));
     const heads =
-      canGo && input.position === "head" && (barrier ? taken.size === 0 : lanes.every((l) => !taken.has(l)));
-    /** The group waits: its lanes are held for the rest of the plan (a barrier holds every lane). */
-    const wait = (resume: boolean, until: number | null = null) => {
-      for (const l of barrier ? [null] : lanes) {
-        blocked.add(l);
-        if (until !== null) plan.backingOff.set(l, Math.min(plan.backingOff.get(l) ?? until, until));
-      }
-      plan.frontier ??= first.seq;
-      if (resume) plan.resumeAt ??= first.seq;
-    };
+      canGo && input.position === "head" && (one || barrier ? taken.size === 0 : lanes.every((l) => !taken.has(l)));
     if (!canGo) {
       // Held by an earlier group of one of its lanes: it waits as long as that one does.
-      const until = Math.min(...lanes.map((l) => plan.backingOff.get(l) ?? Number.POSITIVE_INFINITY));
-      wait(!Number.isFinite(until), Number.isFinite(until) ? until : null);
+      let until = Number.POSITIVE_INFINITY;
+      for (const l of lanes) until = Math.min(until, plan.backingOff.get(l) ?? Number.POSITIVE_INFINITY);
+      wait(first, lanes, !Number.isFinite(until), Number.isFinite(until) ? until : null);
       continue;
     }
-    const cut = lanes.filter((l) => !passed.has(l) && first.seq >= (input.cuts.get(l) ?? Number.POSITIVE_INFINITY));
-    if (cut.length > 0) {
-      if (!heads) {
-        wait(true);
-        continue;
+    if (input.cuts.size > 0) {
+      const cut = lanes.filter((l) => !passed.has(l) && first.seq >= (input.cuts.get(l) ?? Number.POSITIVE_INFINITY));
+      if (cut.length > 0) {
+        if (!heads) {
+          wait(first, lanes, true);
+          continue;
+        }
+        for (const l of cut) passed.add(l); // the groups before it went: it heads its lanes now
+        plan.cutsPassed.push(...cut);
       }
-      for (const l of cut) passed.add(l); // the groups before it went: it heads its lanes now
-      plan.cutsPassed.push(...cut);
     }
     if (input.position === "after" && (first.attempts > 0 || first.nextAttemptAt)) {
       slice.more = true; // it follows: the next plan sees it at the head
-      wait(true);
+      wait(first, lanes, true);
       continue;
     }
     const retryAt = retryTime(first, nowMs);
     if (retryAt !== null) {
-      wait(false, retryAt); // it waits to be tried again
+      wait(first, lanes, false, retryAt); // it waits to be tried again
       const held = {
         seq: first.seq,
         key: first.laneKey,
@@ -177,7 +184,7 @@ export function planSlice(input: PlanInput): Plan {
         lastError: first.lastError,
         retryAt,
       };
-      for (const l of barrier ? [null] : lanes) plan.heldHeads.set(l, held);
+      for (const l of barrier ? EVERY_LANE : lanes) plan.heldHeads.set(l, held);
       continue;
     }
     if (heads && maxAttempts !== null && first.attempts >= maxAttempts) {
@@ -191,7 +198,7 @@ export function planSlice(input: PlanInput): Plan {
     if ("refused" in converted) {
       slice.more = plan.more = true;
       if (!heads) {
-        wait(true); // it heads its lanes in a later plan, and is dealt with then
+        wait(first, lanes, true); // it heads its lanes in a later plan, and is dealt with then
         continue;
       }
       const { row, error } = converted.refused;
@@ -202,16 +209,26 @@ export function planSlice(input: PlanInput): Plan {
         plan.deadLetters.push({ row: first, reason, message: text, errorClass, exhausted: false });
         continue;
       }
-      plan.charges.push({ row: first, message: text, errorClass, lanes });
-      wait(true); // charged: it backs off (the table knows until when)
+      plan.charges.push({ row: first, message: text, errorClass, lanes: [...lanes] });
+      wait(first, lanes, true); // charged: it backs off (the table knows until when)
       continue;
     }
     take(slice, group, converted.stmts, input.spans);
-    for (const l of lanes) taken.add(l);
+    if (!one || taken.size === 0) for (const l of lanes) taken.add(l);
   }
   if (slice.rows.length > 0) plan.slice = slice;
   plan.more ||= slice.more && plan.slice !== null;
   return plan;
+}
+
+/** The one lane of a table without lanes, and the lane a barrier holds (every lane). */
+const ONE_LANE: readonly Lane[] = Object.freeze([0]);
+const EVERY_LANE: readonly Lane[] = Object.freeze([null]);
+
+/** The distinct lanes of a group's rows. */
+function lanesOf(group: readonly OutboxRow[], laneOf: (row: OutboxRow) => Lane): Lane[] {
+  if (group.length === 1) return [laneOf(group[0]!)];
+  return [...new Set(group.map(laneOf))];
 }
 
 /** When `row` is tried again, if that is still to come (epoch ms); null when it may go now. */
