@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import { metricNames } from "../src/ops/metrics.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 
 const METRIC_NAMES = metricNames();
 import { startCliDrain } from "./support/cli-drain.ts";
@@ -25,6 +26,7 @@ const RUNBOOK_ANCHORS = [
   "dead-letters",
   "drain-not-reporting",
   "fleet-host-behind",
+  "hot-key",
   "oldest-pending",
   "stuck-head",
   "table-held",
@@ -248,10 +250,15 @@ describe("against a running drain", () => {
     const config = dir.file("outbox.toml");
     fs.writeFileSync(
       config,
-      `[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders", "late"]\n\n[app.shop.db.local.connection]\npath = "remote.db"\n`,
+      `[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders", { name = "late", lanes = 4 }]\n\n[app.shop.db.local.connection]\npath = "remote.db"\n`,
     );
     seed(dir.file("queue"), "orders", 3);
     seed(dir.file("queue"), "late", 2);
+    // Keyed rows in a table with lanes: the key ranks have samples too.
+    new SQLMiddleware({ dbDir: dir.file("queue") }).push("late", "INSERT INTO late (id) VALUES (?)", [3], {
+      key: "k-1",
+    });
+    closeSharedOutboxes();
     const first = await startCliDrain(config);
     try {
       await first.until(
@@ -269,6 +276,7 @@ describe("against a running drain", () => {
         (s) =>
           s.value("sqloutbox_delivered_rows_total", { table: "orders" }) === 2 &&
           s.value("sqloutbox_table_held", { table: "late", reason: "remote schema" }) === 1 &&
+          s.all("sqloutbox_key_backlog_info", { table: "late" }).length > 0 &&
           s.all("sqloutbox_ledger_age_seconds").length > 0,
         "every metric sampled",
       );

@@ -2,9 +2,15 @@ import client from "prom-client";
 import type { BatchEvent } from "../drain/delivery.ts";
 import type { OutboxSyncService } from "../drain/service.ts";
 import type { TableView, TargetState, TargetView } from "../drain/views.ts";
+import { type KeyBacklog, sampleKeyBacklog } from "../outbox/key-backlog.ts";
 import type { TraceCounts } from "./tracing/tracing.ts";
 
 const TARGET_STATES: readonly TargetState[] = ["starting", "ok", "outage", "misconfigured"];
+
+/** Rows read from the front of a table with lanes per scrape to rank its keys (see sampleKeyBacklog). */
+export const KEY_SAMPLE_ROWS = 10_000;
+/** Ranks of keys served per table with lanes: the label `rank` is 1 … KEY_RANKS, never the key's text. */
+export const KEY_RANKS = 5;
 
 /** The drain's Prometheus metrics: read from the service when scraped, plus batch histograms fed by `observeBatch`. */
 export interface DrainMetrics {
@@ -40,6 +46,30 @@ const targetLabels = (v: TargetView) => ({ app: v.app, target: v.target });
 const tablesOf = (views: readonly TargetView[]): TableOf[] =>
   views.flatMap((target) =>
     target.tables.map((table) => ({ target, table, labels: { ...targetLabels(target), table: table.namespace } })),
+  );
+/** What a scrape reads besides the views, once per scrape and table: the key sample of a table with lanes. */
+interface ScrapeReads {
+  /** Null for a table without lanes, or whose file is not open (a held table) or cannot be read now. */
+  keyBacklog(t: TableOf): KeyBacklog | null;
+}
+
+/** Lanes held by a head backing off (every lane when a row without a key holds them); 0 without lanes. */
+const lanesHeld = (table: TableView): number => {
+  const lanes = table.lanes;
+  if (!lanes) return 0;
+  return lanes.held.some((l) => l.lane === null) ? lanes.count : new Set(lanes.held.map((l) => l.lane)).size;
+};
+/** One series per rank of a table's key sample: `value` of the rank-th key. */
+const perRank = (
+  views: readonly TargetView[],
+  reads: ScrapeReads,
+  value: (key: KeyBacklog["top"][number], rank: string) => Sample,
+): Sample[] =>
+  tablesOf(views).flatMap((t) =>
+    (reads.keyBacklog(t)?.top ?? []).map((key, i) => {
+      const [labels, v] = value(key, String(i + 1));
+      return [{ ...t.labels, ...labels }, v] as Sample;
+    }),
   );
 /** One series per table, for the tables whose value is known. */
 const perTable = (views: readonly TargetView[], value: (t: TableOf) => number | null | undefined): Sample[] =>
@@ -81,7 +111,7 @@ const FROM_VIEWS: ReadonlyArray<{
   help: string;
   type: "gauge" | "counter";
   labels: string[];
-  samples: (views: readonly TargetView[]) => Sample[];
+  samples: (views: readonly TargetView[], reads: ScrapeReads) => Sample[];
 }> = [
   {
     name: "sqloutbox_pending_rows",
@@ -123,6 +153,34 @@ const FROM_VIEWS: ReadonlyArray<{
     // As `status` shows it: until released, not only until its retry time.
     samples: (views) =>
       tablesOf(views).map((t) => [{ ...t.labels, reason: t.table.held?.reason ?? "none" }, t.table.held ? 1 : 0]),
+  },
+  {
+    name: "sqloutbox_lanes_held",
+    help: "Lanes of the table held by a head backing off (all of them while a row without a key does); 0 for a table without lanes. The table's other lanes deliver meanwhile.",
+    type: "gauge",
+    labels: ["app", "target", "table"],
+    samples: (views) => perTable(views, (t) => lanesHeld(t.table)),
+  },
+  {
+    name: "sqloutbox_key_sample_rows",
+    help: `Rows read from the front of a table with lanes to rank its keys: its first ${KEY_SAMPLE_ROWS} rows by seq, or fewer when the queue holds fewer (rows without a key included). Absent for a table without lanes.`,
+    type: "gauge",
+    labels: ["app", "target", "table"],
+    samples: (views, reads) => perTable(views, (t) => reads.keyBacklog(t)?.rows),
+  },
+  {
+    name: "sqloutbox_key_backlog_rows",
+    help: `Rows of the rank-th most frequent key (rank 1 … ${KEY_RANKS}) among the sampled rows of a table with lanes (sqloutbox_key_sample_rows). rank 1 near the sample: one key holds the front of the queue (a hot key).`,
+    type: "gauge",
+    labels: ["app", "target", "table", "rank"],
+    samples: (views, reads) => perRank(views, reads, (key, rank) => [{ rank }, key.rows]),
+  },
+  {
+    name: "sqloutbox_key_backlog_info",
+    help: `1 for the key at each rank of sqloutbox_key_backlog_rows, with its text as label key: at most ${KEY_RANKS} series per table, whose key label changes as the queue does (drop it by relabelling if keys are personal data).`,
+    type: "gauge",
+    labels: ["app", "target", "table", "rank", "key"],
+    samples: (views, reads) => perRank(views, reads, (key, rank) => [{ rank, key: key.key }, 1]),
   },
   {
     name: "sqloutbox_delivered_rows_total",
@@ -217,8 +275,10 @@ const FROM_VIEWS: ReadonlyArray<{
  * Creates the drain's metrics on a registry of their own (plus prom-client's process metrics);
  * `tracing`, when on, supplies the span export's counts. Gauges and counters are read from the
  * service's views when scraped — one view per scrape, with a pending count and one head read per
- * table, nothing while nobody scrapes — so they cost the drain nothing between scrapes. Labels:
- * `app`, `target`, `table`; ledger metrics add the `origin` and its `label`.
+ * table, nothing while nobody scrapes — so they cost the drain nothing between scrapes; a table
+ * with lanes adds one bounded read of its queue's first KEY_SAMPLE_ROWS rows (the key ranks).
+ * Labels: `app`, `target`, `table`; ledger metrics add the `origin` and its `label`, key ranks
+ * their `rank` (and the info metric the `key`).
  */
 export function createDrainMetrics(
   service: () => OutboxSyncService | null,
@@ -239,8 +299,25 @@ export function createDrainMetrics(
     return viewed.views;
   };
 
+  // One key sample per table with lanes and scrape, shared by the metrics that show it.
+  let sampled = new WeakMap<TableView, KeyBacklog | null>();
+  const reads: ScrapeReads = {
+    keyBacklog({ table }) {
+      if (!table.lanes || !table.health) return null;
+      if (sampled.has(table)) return sampled.get(table)!;
+      let backlog: KeyBacklog | null = null;
+      try {
+        backlog = sampleKeyBacklog(table.health.file, table.namespace, KEY_SAMPLE_ROWS, KEY_RANKS);
+      } catch {
+        // Not readable now (the table's health, and status, say why): no key series this scrape.
+      }
+      sampled.set(table, backlog);
+      return backlog;
+    },
+  };
+
   for (const m of FROM_VIEWS) {
-    const samples = () => m.samples(views());
+    const samples = () => m.samples(views(), reads);
     const config = { name: m.name, help: m.help, labelNames: m.labels, registers };
     if (m.type === "counter") {
       new client.Counter({
@@ -313,6 +390,7 @@ export function createDrainMetrics(
       // A scrape reads the views afresh: one left from a scrape less than 500 ms ago would pair old
       // pending counts with the live counters (pending 5 next to all 10 delivered).
       viewed = { at: 0, views: [] };
+      sampled = new WeakMap();
       return registry.metrics();
     },
     contentType: registry.contentType,
