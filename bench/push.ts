@@ -3,6 +3,7 @@
 //   queue file (lean layout, WAL, synchronous=NORMAL), medians over ROUNDS alternated rounds:
 //   - "none": nothing passed, nothing registered with @opentelemetry/api (the package not loaded);
 //   - "given": a traceparent and a tracestate passed, checked at the door and stored;
+//   - "key": a lane key passed (issue 26), checked at the door and stored with the row;
 //   - "otel-idle": an OpenTelemetry context manager registered, no span active (looked up, none);
 //   - "otel-active": pushed inside an active span, whose context is taken and stored.
 // {"bench":"push-ratio","case":…,"vs_none":…}   each case's p50 over "none", same run.
@@ -54,6 +55,7 @@ try {
   run({
     none: () => mw.push("orders", SQL, ARGS),
     given: () => mw.push("orders", SQL, ARGS, TRACE),
+    key: () => mw.push("orders", SQL, ARGS, { key: "customer-42" }),
   });
   context.setGlobalContextManager(new StackContextManager().enable());
   trace.setGlobalTracerProvider(new TracerProvider());

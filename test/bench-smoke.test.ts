@@ -143,9 +143,19 @@ const EXPECTED: Record<string, string[]> = {
     "writer-memory writer=sqlite: statements bytes_per_statement rss_mb",
     "writer-memory writer=libsql: statements bytes_per_statement rss_mb",
   ],
+  lanes: [
+    "lanes-poison case=clean: lanes rows rows_per_s",
+    "lanes-poison case=poison: lanes rows rows_per_s",
+    "lanes-poison-ratio: poison_vs_clean poison_rows_landed_early order_ok",
+    ...["single", "group"].flatMap((shape) => [
+      `lanes-drain shape=${shape}: lanes rows rows_per_s`,
+      `lanes-drain shape=${shape}: lanes rows rows_per_s`,
+      `lanes-drain-ratio shape=${shape}: lanes64_vs_lanes1`,
+    ]),
+  ],
   push: [
-    ...["none", "given", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push case=${c}: ${PUSH}`),
-    ...["given", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push-ratio case=${c}: vs_none`),
+    ...["none", "given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push case=${c}: ${PUSH}`),
+    ...["given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push-ratio case=${c}: vs_none`),
   ],
 };
 
