@@ -1,11 +1,12 @@
 // The metrics of lanes, scraped from a real drain (in this process) of a real queue file into a
 // SQLite remote whose CHECK refuses one key's head: how many lanes are held, and the bounded rank
 // of the keys at the front of the queue — the hot key an operator alerts on, without a label per key.
+import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
 import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { createDrainMetrics, KEY_RANKS } from "../src/ops/metrics.ts";
-import { sampleKeyBacklog } from "../src/outbox/key-backlog.ts";
+import { KEY_SAMPLE_SQL, sampleKeyBacklog } from "../src/outbox/key-backlog.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FAST, memoryLogger } from "./support/drain-harness.ts";
@@ -107,4 +108,12 @@ test("the key sample reads only the front of the queue: the first N rows by seq,
   });
   expect(sampleKeyBacklog(file, "events", 1000, 1)).toEqual({ rows: 57, top: [{ key: "late", rows: 50 }] });
   expect(sampleKeyBacklog(file, "other", 1000, 1)).toEqual({ rows: 0, top: [] });
+  // Bounded by the index, not by sorting the namespace: the plan walks it in seq order and stops.
+  const db = new Database(file, { readonly: true });
+  const plan = db
+    .query<{ detail: string }, [string, number]>(`EXPLAIN QUERY PLAN ${KEY_SAMPLE_SQL}`)
+    .all("events", 8)
+    .map((r) => r.detail);
+  db.close();
+  expect(plan).toEqual(["SEARCH outbox_queue USING INDEX idx_outbox_worker (namespace=? AND synced=?)"]);
 });
