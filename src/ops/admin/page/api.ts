@@ -17,6 +17,11 @@ export interface Status {
     nextAttemptAt: string | null;
     deadLetterCount: number;
     held: { reason: string; message: string; since?: string | null; until?: string | null } | null;
+    /** With lanes: how many, and the lanes held by a head backing off, oldest first. */
+    lanes?: {
+      count: number;
+      held: Array<{ lane: number | null; seq: number; key: string | null; attempts: number; nextAttemptAt: string }>;
+    } | null;
   }>;
   targets: Array<{
     target: string;

@@ -158,7 +158,9 @@ function renderStatus(status: Status): void {
                 text: h.held.message.startsWith(h.held.reason) ? h.held.message : `${h.held.reason}: ${h.held.message}`,
                 className: "state-warn",
               })
-            : "no",
+            : h.lanes && h.lanes.held.length > 0
+              ? el("span", { text: lanesHeld(h.lanes, now), className: "state-warn" })
+              : "no",
           "msg",
         ),
         cell(
@@ -467,3 +469,13 @@ setInterval(() => {
 setInterval(() => {
   if (state.access !== null && !document.hidden) void loadLetters();
 }, LETTERS_EVERY_MS);
+
+/** A table's held lanes, for its Held cell: how many of how many, and the oldest held key with its next attempt. */
+function lanesHeld(
+  lanes: { count: number; held: Array<{ key: string | null; seq: number; nextAttemptAt: string }> },
+  now: number,
+): string {
+  const oldest = lanes.held[0]!;
+  const key = oldest.key === null ? "a row without a key" : `key ${oldest.key}`;
+  return `${lanes.held.length}/${lanes.count} lanes held; oldest: ${key} (seq ${oldest.seq}), next ${until(oldest.nextAttemptAt, now)}`;
+}
