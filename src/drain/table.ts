@@ -38,6 +38,8 @@ interface LanesAfter {
   frontier: number | null;
   /** The last row read: with no frontier, every row up to it is applied once the slice is. */
   lastRead: number | null;
+  /** The slice is every pending row from its first through its last, nothing before it left pending (no frontier, nothing passed over, nothing left): it may be confirmed as read. */
+  whole: boolean;
 }
 
 /** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
@@ -660,7 +662,7 @@ export class DrainTable {
     if (read.head === null) {
       if (!lanes || this.#cursor === null) this.#cuts.clear();
       // With lanes, every row read was applied already: the confirmation may go up to them.
-      if (lanes) this.#moveOn({ planned: [], cursor: seen, frontier: this.#frontier, lastRead: seen });
+      if (lanes) this.#moveOn({ planned: [], cursor: seen, frontier: this.#frontier, lastRead: seen, whole: false });
       return null;
     }
     if (read.rows.length === 0) {
@@ -689,11 +691,17 @@ export class DrainTable {
         cursor: plan.resumeAt !== null ? plan.resumeAt - 1 : seen,
         frontier: this.#cursor === null ? plan.frontier : (this.#frontier ?? plan.frontier),
         lastRead: seen,
+        whole:
+          (this.#cursor === null || this.#frontier === null) &&
+          read.passedOver === null &&
+          plan.frontier === null &&
+          plan.deadLetters.length === 0 &&
+          plan.slice?.rows.length === read.rows.length,
       };
       this.#blocked = plan.backingOff;
       for (const [lane, head] of plan.heldHeads) this.#heldHeads.set(lane, head);
       if (plan.slice === null)
-        this.#moveOn(after); // nothing to send: the next read starts there at once
+        this.#moveOn({ ...after, whole: false }); // nothing to send: the next read starts there at once
       else return { table: this, ...plan.slice, lanes: after };
     }
     return plan.slice === null ? null : { table: this, ...plan.slice };
@@ -769,6 +777,7 @@ export class DrainTable {
       const left = draft.lanes.planned[draft.rows.length]!;
       draft.lanes.cursor = Math.min(draft.lanes.cursor ?? left - 1, left - 1);
       draft.lanes.frontier = Math.min(draft.lanes.frontier ?? left, left);
+      draft.lanes.whole = false;
     }
     this.#queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
     return { ...draft, stmts: [...fences, ...draft.stmts], fenced: fence !== null, fences: fences.length };
@@ -956,6 +965,11 @@ export class DrainTable {
     this.#laneThrough = throughs;
     this.#through = throughs.get(this.name) ?? this.#through;
     this.#moveOn(after);
+    const { rows } = slice;
+    const last = rows[rows.length - 1]!.seq;
+    // Nothing held, nothing passed over: the slice is the queue's prefix, confirmed as read.
+    if (after.whole && this.#applied === last)
+      this.#appliedSlice = { first: rows[0]!.seq, last, rows: rows.length, firstPrev: rows[0]!.prevSeq };
   }
 
   /**
