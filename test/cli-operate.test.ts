@@ -226,6 +226,27 @@ describe("kick retries a stuck head", () => {
     expect((await namespaces()).map((n: { depth: number }) => n.depth)).toEqual([0, 0]);
   }, 60_000);
 
+  test("--key ends only that key's head backoff (a held lane's), and needs --namespace", async () => {
+    const dir = tmp();
+    const file = config(dir, `writer = "sqlite"\ntables = ["t"]\n[app.a.db.r.connection]\npath = "remote.db"`);
+    const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
+    const k1 = producer.push("t", "INSERT INTO t (id) VALUES (?)", [1], { key: "k1" });
+    const k2 = producer.push("t", "INSERT INTO t (id) VALUES (?)", [2], { key: "k2" });
+    closeSharedOutboxes();
+    const q = new Outbox(dir.file("queue/t.db"), "t");
+    cleanups.push(() => q.close());
+    for (const seq of [k1, k2]) drainSide(q).recordFailure(seq, "boom", "E", new Date(Date.now() + 3_600_000));
+    const kicked = await runInProcess(["kick", "--config", file, "--namespace", "t", "--key", "k2", "--json"]);
+    expect(kicked.code).toBe(1); // no drain runs: the backoff is ended in the file all the same
+    expect(q.fetchUnsynced(10).map((r) => [r.seq, r.nextAttemptAt === null])).toEqual([
+      [k1, false],
+      [k2, true],
+    ]);
+    const usage = await runInProcess(["kick", "--config", file, "--key", "k2"]);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain("--key K needs --namespace N");
+  });
+
   test("a --namespace that no location holds is an error, and nothing is signalled", async () => {
     const dir = tmp();
     const file = config(dir, `writer = "sqlite"\ntables = ["t"]\n[app.a.db.r.connection]\npath = "remote.db"`);

@@ -1,7 +1,7 @@
 import { defineCommand } from "citty";
 import { drainHome } from "../../drain/home.ts";
 import { lockHolder } from "../../drain/lock.ts";
-import { NotFoundError } from "../../errors.ts";
+import { NotFoundError, UsageError } from "../../errors.ts";
 import { fileHealth } from "../../outbox/health.ts";
 import { withOutbox } from "../../outbox/outbox.ts";
 import { appArg, jsonArg, locationArgs, logArgs, namespaceFilterArg } from "../args.ts";
@@ -34,17 +34,31 @@ export const kick = defineCommand({
     description:
       "Retry now: end the backoff of stuck heads, backed-off targets and held tables (then SIGUSR2 the drain)",
   },
-  args: { ...locationArgs, ...appArg, ...namespaceFilterArg, ...jsonArg, ...logArgs },
+  args: {
+    ...locationArgs,
+    ...appArg,
+    ...namespaceFilterArg,
+    key: {
+      type: "string",
+      valueHint: "K",
+      description: "With --namespace, in a table with lanes: only the head of that key's lane (the key status shows)",
+    },
+    ...jsonArg,
+    ...logArgs,
+  },
   async run({ args }) {
     const locations = await resolveLocations(args);
     const only = args.namespace;
+    if (args.key !== undefined && only === undefined)
+      throw new UsageError("--key K needs --namespace N: a key is a key of one table");
+    if (args.key === "") throw new UsageError("--key needs a key");
     // A named namespace must exist (and be a table name): a typo is an error, not a kick of nothing.
     const dirs =
       only === undefined ? appDirs(locations, args.app) : [namespaceFile(locations, only, args.app).location];
     const heads: RetriedHeadEntry[] = [];
     const drains: Array<{ app: string | null; dbDir: string; dbFile: string | null; pid: number | null }> = [];
     for (const loc of dirs) {
-      if (locationExists(loc)) heads.push(...retryHeads(loc, only));
+      if (locationExists(loc)) heads.push(...retryHeads(loc, only, args.key));
       const pid = locationExists(loc) ? lockHolder(drainHome(loc).lockFile) : null;
       if (pid !== null) process.kill(pid, "SIGUSR2");
       drains.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, pid });
@@ -69,7 +83,7 @@ export const kick = defineCommand({
 });
 
 /** Ends the backoff of each backed-off head of a location (of namespace `only`, when given), in its file. */
-function retryHeads(loc: Location, only: string | undefined): RetriedHeadEntry[] {
+function retryHeads(loc: Location, only: string | undefined, key: string | undefined): RetriedHeadEntry[] {
   const retried: RetriedHeadEntry[] = [];
   for (const file of filesOf(loc)) {
     // Read-only first: only namespaces with a backoff are opened for writing — and the one named,
@@ -78,7 +92,7 @@ function retryHeads(loc: Location, only: string | undefined): RetriedHeadEntry[]
       only === undefined ? h.nextAttemptAt !== null : h.namespace === only,
     );
     for (const { namespace } of backedOff) {
-      const head = withOutbox(file, namespace, (outbox) => outbox.retryHead());
+      const head = withOutbox(file, namespace, (outbox) => outbox.retryHead(key));
       if (head !== null) retried.push({ app: loc.app, namespace, file, ...head });
     }
   }
