@@ -122,8 +122,6 @@ export function parseFilter(fields: Record<string, unknown>, where: string): Let
       throw bad(`${where}.${name}: expected an ISO 8601 time (2026-11-30T06:54:00Z), got ${JSON.stringify(v)}`);
     return new Date(ms);
   };
-  if (fields.key !== undefined)
-    throw bad(`${where}.key: this drain has no lanes, so no letter has a key: leave key out`);
   const app = text("app", 200);
   const namespace = text("namespace", 200);
   if (namespace !== undefined) {
@@ -140,6 +138,12 @@ export function parseFilter(fields: Record<string, unknown>, where: string): Let
   if (since !== undefined) filter.since = since;
   const until = time("until");
   if (until !== undefined) filter.until = until;
+  // A key as a producer gives it: its text (an integer key by its digits, as stored).
+  const key = fields.key;
+  if (key !== undefined) {
+    if (typeof key === "number" && Number.isSafeInteger(key)) filter.key = String(key);
+    else filter.key = text("key", 256)!;
+  }
   return { ...(app === undefined ? {} : { app }), filter };
 }
 
