@@ -67,8 +67,9 @@ export class DeadLog {
       }
       const others = [...heads.keys()].filter((ns) => ns !== file.namespace);
       if (rows.length > 1) file.db.query("DELETE FROM outbox_group WHERE grp = ?").run(rows[0]!.grp);
-      // A part moved from behind another namespace's head leaves a hole there.
-      for (const ns of others)
+      // A part moved from behind a namespace's head (another's, or this one's: the head of a key's
+      // lane behind other keys) leaves a hole there.
+      for (const ns of heads.keys())
         if (heads.get(ns) !== rows.find((r) => r.namespace === ns)!.seq) LAYOUTS[file.layout].closeHole(file.db, ns);
       return { seqs: rows.map((r) => r.seq), others };
     });
@@ -299,14 +300,32 @@ export class DeadLog {
     );
   }
 
+  /**
+   * `seq` must head its namespace — or, pushed with a key, head that key: no earlier pending row of
+   * the key, none without a key (those wait for every lane) and none of its own group (it starts
+   * the group's run here). In a table with lanes that is the head of a held lane, or a key behind it.
+   */
   #requireHead(seq: number): void {
     const file = this.#file;
     const head = file.headSeq();
     if (head === seq) return;
-    const exists = file.db.query("SELECT 1 FROM outbox_queue WHERE seq = ? AND namespace = ?").get(seq, file.namespace);
-    if (!exists)
-      throw new NotFoundError(`no pending row with seq ${seq} in namespace "${file.namespace}" (${file.path})`);
-    throw file.invalid(`seq ${seq} is not the head of namespace "${file.namespace}" (the head is ${head})`);
+    const row = file.db
+      .query<{ key: string | null; grp: number | null }, [number, string]>(
+        "SELECT lane_key AS key, grp FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0",
+      )
+      .get(seq, file.namespace);
+    if (!row) throw new NotFoundError(`no pending row with seq ${seq} in namespace "${file.namespace}" (${file.path})`);
+    const before =
+      row.key !== null &&
+      file.db
+        .query(
+          "SELECT 1 FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq < ?2 AND (lane_key IS NULL OR lane_key = ?3 OR grp = ?4) LIMIT 1",
+        )
+        .get(file.namespace, seq, row.key, row.grp);
+    if (row.key !== null && !before) return;
+    throw file.invalid(
+      `seq ${seq} is not the head of namespace "${file.namespace}" (the head is ${head})${row.key === null ? "" : `, nor the first pending row of its key "${row.key}"`}`,
+    );
   }
 
   #dead(seq: number): DeadLetter | null {
