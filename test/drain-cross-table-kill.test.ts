@@ -50,7 +50,17 @@ describeSlow(
   "transactions across tables under SIGKILL, from a fleet",
   "kill two hosts' drains 12 times per engine while their producers commit transactions across tables",
   () => {
-    describe.each(["sqlite", "libsql-http", "postgres", "mysql"] as Engine[])("delivered to %s", (engine) => {
+    describe.each([
+      ["sqlite", 1],
+      ["libsql-http", 1],
+      ["postgres", 1],
+      ["mysql", 1],
+      // With lanes, each transaction spans the keys of its order and its new items (three keys,
+      // two tables): per-key order and whole transactions across lanes, under the same kills.
+      ["sqlite", 8],
+      ["postgres", 8],
+      ["mysql", 8],
+    ] as Array<[Engine, number]>)("delivered to %s, lanes = %d", (engine, lanes) => {
       test(`${KILLS} kills of two hosts' drains: never half a transaction on the remote, in the end every transaction once`, async () => {
         const dir = tempDirCleanedBy(cleanups);
         const remote = await openRemote(engine, { cleanups, foreignKeys: true });
@@ -69,7 +79,14 @@ describeSlow(
               JSON.stringify({
                 dbFile,
                 targets: {
-                  r: { writer: remote.writer, connection: remote.connection, tables: ["orders", "order_items"] },
+                  r: {
+                    writer: remote.writer,
+                    connection: remote.connection,
+                    tables: [
+                      { name: "orders", lanes },
+                      { name: "order_items", lanes },
+                    ],
+                  },
                 },
                 // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
                 tuning: {
@@ -90,7 +107,7 @@ describeSlow(
             [
               "bun",
               `${import.meta.dir}/support/children/order-mix-producer.ts`,
-              JSON.stringify({ dbFile, seed, host, hosts: HOSTS, stopFile }),
+              JSON.stringify({ dbFile, seed, host, hosts: HOSTS, stopFile, keys: lanes > 1 }),
             ],
             { stdout: "pipe", stderr: "inherit" },
           ),

@@ -10,6 +10,7 @@ import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts"
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FAST, memoryLogger } from "./support/drain-harness.ts";
+import { ORDER_SCHEMA, OrderMix } from "./support/order-mix.ts";
 import { AUTO_POS, ENGINES, openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
@@ -227,4 +228,46 @@ describe.each(ENGINES)("lanes, delivered to %s", (engine) => {
     await waitFor(async () => (await second.runOnce(), q.pendingCount() === 0), "the local confirmation", 20_000);
     expect((await s.landed()).length).toBe(15);
   }, 30_000);
+});
+
+test("transactions across two tables and several keys each, in lanes: every one lands whole and the local queues empty (none left applied but unconfirmed)", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const remote = await openRemote("sqlite", { cleanups });
+  for (const ddl of ORDER_SCHEMA) await remote.exec(ddl);
+  const dbFile = dir.file("outbox.db");
+  const producer = new SQLMiddleware({ dbFile });
+  const mix = new OrderMix(7, 0, 1);
+  for (let n = 0; n < 300; n++) {
+    const tx = mix.next();
+    producer.transaction(() => {
+      for (const s of tx) producer.push(s.table, s.sql, s.args, { key: s.key });
+    });
+  }
+  const config = defineConfig({
+    app: {
+      app: {
+        dbFile,
+        ...FAST,
+        batchSize: 12, // small batches: a transaction is often cut from one and sent with the next
+        db: {
+          r: {
+            writer: remote.writer,
+            connection: remote.connection,
+            tables: [
+              { name: "orders", lanes: LANES },
+              { name: "order_items", lanes: LANES },
+            ],
+          },
+        },
+      },
+    },
+  });
+  const svc = new OutboxSyncService(config, { "app.r": remote.createWriter() });
+  cleanups.push(() => svc.stop(2000));
+  await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "both queues emptied", 20_000);
+  expect(
+    await remote.ints(
+      "SELECT o.id FROM orders o WHERE o.item_count <> (SELECT count(*) FROM order_items i WHERE i.order_id = o.id)",
+    ),
+  ).toEqual([]);
 });

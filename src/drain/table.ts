@@ -659,10 +659,14 @@ export class DrainTable {
       lanes ? (row) => this.#isApplied(row) : null,
     );
     const seen = Math.max(read.rows.at(-1)?.seq ?? 0, read.passedOver ?? 0, this.#cursor ?? 0) || null;
+    // A row still pending behind the cursor (a held lane's, not read again) bounds the confirmation;
+    // one at or after it is read again, and this read says whether it is still pending.
+    const behind =
+      this.#cursor !== null && this.#frontier !== null && this.#frontier <= this.#cursor ? this.#frontier : null;
     if (read.head === null) {
       if (!lanes || this.#cursor === null) this.#cuts.clear();
       // With lanes, every row read was applied already: the confirmation may go up to them.
-      if (lanes) this.#moveOn({ planned: [], cursor: seen, frontier: this.#frontier, lastRead: seen, whole: false });
+      if (lanes) this.#moveOn({ planned: [], cursor: seen, frontier: behind, lastRead: seen, whole: false });
       return null;
     }
     if (read.rows.length === 0) {
@@ -689,10 +693,10 @@ export class DrainTable {
       const after: LanesAfter = {
         planned: plan.slice?.rows.map((r) => r.seq) ?? [],
         cursor: plan.resumeAt !== null ? plan.resumeAt - 1 : seen,
-        frontier: this.#cursor === null ? plan.frontier : (this.#frontier ?? plan.frontier),
+        frontier: behind ?? plan.frontier,
         lastRead: seen,
         whole:
-          (this.#cursor === null || this.#frontier === null) &&
+          behind === null &&
           read.passedOver === null &&
           plan.frontier === null &&
           plan.deadLetters.length === 0 &&

@@ -4,11 +4,16 @@
 // orders.item_count equal to its order's item count, so a remote holding half a transaction shows it.
 // The producer and the oracle walk the same stream: transaction n is the same for both.
 
-/** One statement of a transaction, for `table`. */
+/**
+ * One statement of a transaction, for `table`, with the key it is pushed with in a table with lanes:
+ * the order's for every statement about an order (so each transaction that touches an order is
+ * ordered in that order's lane), the item's for a new item (so a transaction spans several keys).
+ */
 export interface MixStatement {
   table: "orders" | "order_items";
   sql: string;
   args: number[];
+  key: string;
 }
 
 /** The remote (and oracle) schema, in every dialect the statements are valid in. */
@@ -52,7 +57,9 @@ export class OrderMix {
     if (roll < 0.7) return this.#addItems(pick(), 1 + Math.floor(this.#random() * 2));
     if (roll < 0.85) return this.#deleteOrder(pick());
     const id = pick();
-    return [{ table: "orders", sql: "UPDATE orders SET total = total + ? WHERE id = ?", args: [7, id] }];
+    return [
+      { table: "orders", sql: "UPDATE orders SET total = total + ? WHERE id = ?", args: [7, id], key: `order-${id}` },
+    ];
   }
 
   #newOrder(items: number): MixStatement[] {
@@ -60,7 +67,12 @@ export class OrderMix {
     this.#nextOrder += this.hosts;
     this.#orders.set(id, []);
     return [
-      { table: "orders", sql: "INSERT INTO orders (id, total, item_count) VALUES (?, ?, ?)", args: [id, 0, 0] },
+      {
+        table: "orders",
+        sql: "INSERT INTO orders (id, total, item_count) VALUES (?, ?, ?)",
+        args: [id, 0, 0],
+        key: `order-${id}`,
+      },
       ...this.#addItems(id, items),
     ];
   }
@@ -75,12 +87,14 @@ export class OrderMix {
         table: "order_items",
         sql: "INSERT INTO order_items (id, order_id, qty) VALUES (?, ?, ?)",
         args: [item, order, 1 + i],
+        key: `item-${item}`,
       });
     }
     out.push({
       table: "orders",
       sql: "UPDATE orders SET item_count = item_count + ?, total = total + ? WHERE id = ?",
       args: [count, 10 * count, order],
+      key: `order-${order}`,
     });
     return out;
   }
@@ -88,8 +102,13 @@ export class OrderMix {
   #deleteOrder(order: number): MixStatement[] {
     this.#orders.delete(order);
     return [
-      { table: "order_items", sql: "DELETE FROM order_items WHERE order_id = ?", args: [order] },
-      { table: "orders", sql: "DELETE FROM orders WHERE id = ?", args: [order] },
+      {
+        table: "order_items",
+        sql: "DELETE FROM order_items WHERE order_id = ?",
+        args: [order],
+        key: `order-${order}`,
+      },
+      { table: "orders", sql: "DELETE FROM orders WHERE id = ?", args: [order], key: `order-${order}` },
     ];
   }
 }
