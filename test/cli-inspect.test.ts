@@ -538,6 +538,16 @@ describe("status of a running drain, from its state file", () => {
       });
       expect(payments.lanes).toBeNull();
       expect(JSON.stringify(json)).not.toContain("hunter2");
+      // --check fails on held lanes (a lane's stuck head), one line per table, the oldest held key first; masked.
+      const check = await runInProcess(["status", "--db-dir", dbDir, "--check", "--fail-on", "stuck"]);
+      expect(check.code).toBe(1);
+      expect(check.stdout).toContain(
+        `stuck: orders has 2 of 64 lane(s) held, the oldest by key "${LONG_KEY}" (lane 40, seq 4) failed 3 time(s) on shop.main: 23514: check failed at postgres://app:***@db.internal/prod`,
+      );
+      expect(check.stdout).not.toContain("hunter2");
+      expect(check.stdout).not.toMatch(/stuck: payments/);
+      // Held lanes are not a held table: --fail-on held passes.
+      expect((await runInProcess(["status", "--db-dir", dbDir, "--check", "--fail-on", "held"])).code).toBe(0);
     } finally {
       lock.release();
     }
@@ -575,6 +585,10 @@ describe("status of a running drain, from its state file", () => {
       expect(text).toMatch(/^orders .* 8\/8 {2}42P01: /m);
       expect(text).toContain(
         "  orders: a row without a key (seq 2) holds every lane, 2 attempt(s), next now on shop.main: boom",
+      );
+      const check = await runInProcess(["status", "--db-dir", dbDir, "--check", "--fail-on", "stuck"]);
+      expect(check.stdout).toContain(
+        "stuck: orders has 8 of 8 lane(s) held, the oldest by a row without a key (seq 2) failed 2 time(s) on shop.main: boom",
       );
     } finally {
       lock.release();

@@ -211,12 +211,17 @@ function fleetOf(state: DrainState | null): FleetEntry[] {
   return out;
 }
 
+/** How many of a table's lanes are held: every lane when a row without a key holds them. */
+export function heldLaneCount(lanes: StatusLanes): number {
+  return lanes.held.some((l) => l.lane === null) ? lanes.count : new Set(lanes.held.map((l) => l.lane)).size;
+}
+
 /** What `status --check` can fail on. */
 export const CHECKS = ["stuck", "held", "dead", "age", "down"] as const;
 export type Check = (typeof CHECKS)[number];
 
 /**
- * The problems `status --check` reports, one line each: stuck heads, held tables, dead letters,
+ * The problems `status --check` reports, one line each: stuck heads (of a table, or of its lanes), held tables, dead letters,
  * an oldest pending row older than `maxAgeMs`, targets down or misconfigured, a running drain
  * whose state went stale. Empty when all is well. Messages are never cut: the cause is the part that matters.
  */
@@ -228,6 +233,17 @@ export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, ma
       problems.push(
         `stuck: ${where(h)} head seq ${h.headSeq} failed ${h.headAttempts} time(s): ${oneLine(h.lastError)}`,
       );
+    const lanesHeld = h.lanes ? heldLaneCount(h.lanes) : 0;
+    if (checks.has("stuck") && h.lanes && lanesHeld > 0) {
+      const l = h.lanes.held[0]!;
+      const who =
+        l.key === null
+          ? `a row without a key (seq ${l.seq})`
+          : `key ${JSON.stringify(l.key)} (lane ${l.lane}, seq ${l.seq})`;
+      problems.push(
+        `stuck: ${where(h)} has ${lanesHeld} of ${h.lanes.count} lane(s) held, the oldest by ${who} failed ${l.attempts} time(s) on ${l.target}: ${oneLine(l.lastError)}`,
+      );
+    }
     if (checks.has("held") && h.held) problems.push(`held: ${where(h)} (${h.held.reason}): ${oneLine(h.held.message)}`);
     if (checks.has("dead") && h.deadLetterCount > 0)
       problems.push(`dead letters: ${where(h)} has ${h.deadLetterCount}`);

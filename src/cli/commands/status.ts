@@ -6,6 +6,7 @@ import {
   CHECKS,
   checkStatus,
   collectStatus,
+  heldLaneCount,
   type Check,
   type StatusEntry,
   type StatusReport,
@@ -173,9 +174,8 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
 /** `2/64` (lanes held of the table's lanes; every lane, when a row without a key holds them), `-` for a table without lanes. */
 function lanesHeld(h: StatusEntry, style: OutputStyle): string {
   if (h.lanes === null) return "-";
-  const { count, held } = h.lanes;
-  const n = held.some((l) => l.lane === null) ? count : new Set(held.map((l) => l.lane)).size;
-  return n > 0 ? paint(`${n}/${count}`, "yellow", style) : `0/${count}`;
+  const n = heldLaneCount(h.lanes);
+  return n > 0 ? paint(`${n}/${h.lanes.count}`, "yellow", style) : `0/${h.lanes.count}`;
 }
 
 /** The oldest held lane's head: its key in full (never cut: the operator searches for it), attempts, next attempt, last error. */
