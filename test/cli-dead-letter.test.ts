@@ -116,6 +116,28 @@ describe("dead-letter list filters", () => {
     expect(empty.stderr).toContain("--key needs a key");
   });
 
+  test("replay --key re-enqueues only that key's letters, and the new rows keep the key", async () => {
+    setDead("orders", [1, 3], "lane_key = ?", "customer-42");
+    setDead("payments", [2], "lane_key = ?", "42");
+    const dry = await json("replay", "--key", "customer-42", "--dry-run");
+    expect(keys(dry.replayed)).toEqual(["orders:1", "orders:3"]);
+    const report = await json("replay", "--key", "customer-42");
+    expect(keys(report.replayed)).toEqual(["orders:1", "orders:3"]);
+    const list = async (...args: string[]) => keys((await json("list", ...args)).deadLetters);
+    expect(await list("--replayed")).toEqual(["orders:1", "orders:3"]);
+    const db = new Database(path.join(dbDir, "orders.db"), { readonly: true });
+    try {
+      const newSeqs = report.replayed.map((r: { newSeq: number }) => r.newSeq);
+      const rows = db
+        .query(`SELECT lane_key FROM outbox_queue WHERE seq IN (${newSeqs.join(",")}) ORDER BY seq`)
+        .all() as Array<{ lane_key: string | null }>;
+      expect(rows.map((r) => r.lane_key)).toEqual(["customer-42", "customer-42"]);
+    } finally {
+      db.close();
+    }
+    expect((await dl("replay", "--key", "")).code).toBe(2);
+  });
+
   test("--json entries carry the file; a filter that matches nothing says so", async () => {
     const [entry] = (await json("list", "--namespace", "payments", "--reason", "skipped")).deadLetters;
     expect(entry).toMatchInlineSnapshot(`
@@ -595,14 +617,14 @@ describe("usage errors exit 2 and change nothing", () => {
   test.each([
     [
       ["replay"],
-      /dead-letter replay needs a selection: --namespace N \[--seq S\], --reason R, --since DUR\|TIME, or --all/,
+      /dead-letter replay needs a selection: --namespace N \[--seq S\], --reason R, --since DUR\|TIME, --key K, or --all/,
     ],
     [["replay", "--dry-run"], /dead-letter replay needs a selection/],
     [["replay", "--all", "--namespace", "orders"], /--all selects every dead letter: give either --all or --namespace/],
     [["replay", "--seq", "1"], /--seq needs --namespace N/],
     [
       ["replay", "--namespace", "orders", "--seq", "1", "--all"],
-      /--seq replays one dead letter; it does not combine with --reason, --since or --all/,
+      /--seq replays one dead letter; it does not combine with --reason, --since, --key or --all/,
     ],
     [
       ["replay", "--since", "3 days"],

@@ -296,14 +296,25 @@ const sinceArg = {
       "Only letters dead within DUR (90s, 30m, 12h, 7d, 2w, 1h30m) or at/after an ISO-8601 TIME (UTC unless it has an offset)",
   },
 } as const;
+const keyArg = {
+  key: {
+    type: "string",
+    valueHint: "K",
+    description: "Only letters pushed with this key (a lane's key, as status shows it)",
+  },
+} as const;
 const dryRunArg = {
   "dry-run": { type: "boolean", description: "Print what would be done and change nothing (files are only read)" },
 } as const;
 
-function filterOf(args: { namespace?: string; reason?: string; since?: string }): DeadLetterFilter {
+function filterOf(args: { namespace?: string; reason?: string; since?: string; key?: string }): DeadLetterFilter {
   const filter: DeadLetterFilter = {};
   if (args.namespace !== undefined) filter.namespace = args.namespace;
   if (args.reason !== undefined) filter.reason = args.reason;
+  if (args.key !== undefined) {
+    if (args.key === "") throw new UsageError("--key needs a key (the text status shows)");
+    filter.key = args.key;
+  }
   if (args.since !== undefined) filter.since = parsePointInTime("--since", args.since);
   return filter;
 }
@@ -315,11 +326,7 @@ const list = defineCommand({
     ...namespaceFilterArg,
     ...reasonArg,
     ...sinceArg,
-    key: {
-      type: "string",
-      valueHint: "K",
-      description: "Only letters pushed with this key (a lane's key, as status shows it)",
-    },
+    ...keyArg,
     replayed: { type: "boolean", description: "Only letters already replayed" },
     unreplayed: { type: "boolean", description: "Only letters never replayed" },
     ...jsonArg,
@@ -329,10 +336,6 @@ const list = defineCommand({
     if (args.replayed === true && args.unreplayed === true)
       throw new UsageError("give --replayed or --unreplayed, not both");
     const filter = filterOf(args);
-    if (args.key !== undefined) {
-      if (args.key === "") throw new UsageError("--key needs a key (the text status shows)");
-      filter.key = args.key;
-    }
     if (args.replayed === true) filter.replayed = true;
     if (args.unreplayed === true) filter.replayed = false;
     const { entries, failed } = collectDeadLetters(await resolveLocations(args), filter);
@@ -391,6 +394,7 @@ const replay = defineCommand({
     seq: { type: "string", valueHint: "S", description: "The one dead letter to replay (with --namespace)" },
     ...reasonArg,
     ...sinceArg,
+    ...keyArg,
     all: { type: "boolean", description: "Every dead letter (a selection is required: never everything by accident)" },
     ...dryRunArg,
     ...appArg,
@@ -402,17 +406,21 @@ const replay = defineCommand({
     const all = args.all === true;
     if (args.seq !== undefined) {
       if (args.namespace === undefined) throw new UsageError("--seq needs --namespace N");
-      if (args.reason !== undefined || args.since !== undefined || all) {
-        throw new UsageError("--seq replays one dead letter; it does not combine with --reason, --since or --all");
+      if (args.reason !== undefined || args.since !== undefined || args.key !== undefined || all) {
+        throw new UsageError(
+          "--seq replays one dead letter; it does not combine with --reason, --since, --key or --all",
+        );
       }
       return (dryRun ? replayOneDryRun : replayOne)(args.namespace, parseSeq(args.seq), args);
     }
-    const given = (["namespace", "reason", "since"] as const).filter((k) => args[k] !== undefined).map((k) => `--${k}`);
+    const given = (["namespace", "reason", "since", "key"] as const)
+      .filter((k) => args[k] !== undefined)
+      .map((k) => `--${k}`);
     if (all && given.length > 0)
       throw new UsageError(`--all selects every dead letter: give either --all or ${given.join(", ")}`);
     if (!all && given.length === 0)
       throw new UsageError(
-        "dead-letter replay needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, or --all",
+        "dead-letter replay needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, --key K, or --all",
       );
     const filter = filterOf(args);
     const report = replaySelection(appDirs(await resolveLocations(args), args.app), filter, dryRun);
