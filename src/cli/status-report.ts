@@ -216,6 +216,13 @@ export function heldLaneCount(lanes: StatusLanes): number {
   return lanes.held.some((l) => l.lane === null) ? lanes.count : new Set(lanes.held.map((l) => l.lane)).size;
 }
 
+/** Who heads a held lane, whole (never cut: the key is what an operator searches for): `key "k" (lane 3, seq 9)`, or the row without a key. */
+export function heldLaneHead(l: StatusLanes["held"][number]): string {
+  return l.key === null
+    ? `a row without a key (seq ${l.seq})`
+    : `key ${JSON.stringify(l.key)} (lane ${l.lane}, seq ${l.seq})`;
+}
+
 /** What `status --check` can fail on. */
 export const CHECKS = ["stuck", "held", "dead", "age", "down"] as const;
 export type Check = (typeof CHECKS)[number];
@@ -236,12 +243,8 @@ export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, ma
     const lanesHeld = h.lanes ? heldLaneCount(h.lanes) : 0;
     if (checks.has("stuck") && h.lanes && lanesHeld > 0) {
       const l = h.lanes.held[0]!;
-      const who =
-        l.key === null
-          ? `a row without a key (seq ${l.seq})`
-          : `key ${JSON.stringify(l.key)} (lane ${l.lane}, seq ${l.seq})`;
       problems.push(
-        `stuck: ${where(h)} has ${lanesHeld} of ${h.lanes.count} lane(s) held, the oldest by ${who} failed ${l.attempts} time(s) on ${l.target}: ${oneLine(l.lastError)}`,
+        `stuck: ${where(h)} has ${lanesHeld} of ${h.lanes.count} lane(s) held, the oldest by ${heldLaneHead(l)} failed ${l.attempts} time(s) on ${l.target}: ${oneLine(l.lastError)}`,
       );
     }
     if (checks.has("held") && h.held) problems.push(`held: ${where(h)} (${h.held.reason}): ${oneLine(h.held.message)}`);

@@ -7,6 +7,7 @@ import {
   checkStatus,
   collectStatus,
   heldLaneCount,
+  heldLaneHead,
   type Check,
   type StatusEntry,
   type StatusReport,
@@ -180,10 +181,7 @@ function lanesHeld(h: StatusEntry, style: OutputStyle): string {
 
 /** The oldest held lane's head: its key in full (never cut: the operator searches for it), attempts, next attempt, last error. */
 function heldHead(l: NonNullable<StatusEntry["lanes"]>["held"][number], now: number): string {
-  const who =
-    l.key === null
-      ? `a row without a key (seq ${l.seq}) holds every lane`
-      : `key ${JSON.stringify(l.key)} (lane ${l.lane}, seq ${l.seq})`;
+  const who = `${heldLaneHead(l)}${l.key === null ? " holds every lane" : ""}`;
   return `${who}, ${l.attempts} attempt(s), next ${nextAttempt(l.nextAttemptAt, now)} on ${l.target}: ${oneLine(l.lastError)}`;
 }
 
