@@ -14,30 +14,8 @@ import {
 import { withDeadSelection } from "../../outbox/dead-selection.ts";
 import { tableNameProblem } from "../../outbox/table-name.ts";
 import { type AdminApp, appNamed } from "./locations.ts";
+import type { LetterView } from "./letter-view.ts";
 import { type LetterAction, type LetterFilter, type LetterId, type LetterState, RequestError } from "./requests.ts";
-
-/** One dead letter as the API shows it (errors masked by the caller's `mask` over the whole answer). */
-export interface LetterView {
-  id: string;
-  app: string;
-  namespace: string;
-  seq: number;
-  /** The seq of its group's first row; null for a row alone. */
-  group: number | null;
-  state: "dead" | "replayed" | "skipped";
-  reason: string;
-  attempts: number;
-  error: string | null;
-  error_class: string | null;
-  created_at: string;
-  dead_at: string;
-  replayed_at: string | null;
-  replayed_as_seq: number | null;
-  source: string;
-  sql: string;
-  /** The bind arguments as stored (a JSON array), parsed; the stored text when it is not JSON. */
-  args: unknown;
-}
 
 /** The list: one page of letters, newest first, the total the filter selects, and where the next page starts. */
 export interface LetterList {

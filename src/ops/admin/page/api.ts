@@ -1,5 +1,6 @@
 // What the console reads from the admin API (docs/admin.md), and the one way it asks: the bearer
 // token in a header (never a cookie), no cache, no credentials the browser would add by itself.
+import type { LetterView } from "../letter-view.ts";
 
 /** The parts of the `status --json` document the page shows (docs/cli.md). */
 export interface Status {
@@ -41,25 +42,7 @@ export interface Status {
 }
 
 /** One dead letter (GET /api/v1/dead-letters). */
-export interface Letter {
-  id: string;
-  app: string;
-  namespace: string;
-  seq: number;
-  group: number | null;
-  state: "dead" | "replayed" | "skipped";
-  reason: string;
-  attempts: number;
-  error: string | null;
-  error_class: string | null;
-  created_at: string;
-  dead_at: string;
-  replayed_at: string | null;
-  replayed_as_seq: number | null;
-  source: string;
-  sql: string;
-  args: unknown;
-}
+export type Letter = LetterView;
 
 /** What the caller may do (GET /api/v1/access). */
 export interface Access {

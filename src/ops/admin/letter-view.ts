@@ -1,0 +1,25 @@
+// One dead letter as the admin API answers it: the server builds it (dead-letters.ts) and the
+// console reads it (page/api.ts). Types only, importing nothing, so the page's browser build can use it.
+
+/** One dead letter as the API shows it (errors masked by the caller's `mask` over the whole answer). */
+export interface LetterView {
+  id: string;
+  app: string;
+  namespace: string;
+  seq: number;
+  /** The seq of its group's first row; null for a row alone. */
+  group: number | null;
+  state: "dead" | "replayed" | "skipped";
+  reason: string;
+  attempts: number;
+  error: string | null;
+  error_class: string | null;
+  created_at: string;
+  dead_at: string;
+  replayed_at: string | null;
+  replayed_as_seq: number | null;
+  source: string;
+  sql: string;
+  /** The bind arguments as stored (a JSON array), parsed; the stored text when it is not JSON. */
+  args: unknown;
+}
