@@ -429,12 +429,10 @@ const replay = defineCommand({
   },
 });
 
+type OneLetterArgs = { config?: string; "db-dir"?: string; "db-file"?: string; app?: string; json?: boolean };
+
 /** The original one-letter replay: its output is unchanged. */
-async function replayOne(
-  namespace: string,
-  seq: number,
-  args: { config?: string; "db-dir"?: string; "db-file"?: string; app?: string; json?: boolean },
-): Promise<void> {
+async function replayOne(namespace: string, seq: number, args: OneLetterArgs): Promise<void> {
   const { file } = namespaceFile(await resolveLocations(args), namespace, args.app);
   requireOutboxNamespace(file, namespace);
   // A letter of a group brings its whole group back, as one group again.
@@ -462,11 +460,7 @@ async function replayOne(
  * The dry run of the one-letter replay, read-only: the letter and the group it would bring back,
  * or the refusal the real replay would meet (no such letter: exit 1; replayed before: exit 1).
  */
-async function replayOneDryRun(
-  namespace: string,
-  seq: number,
-  args: { config?: string; "db-dir"?: string; "db-file"?: string; app?: string; json?: boolean },
-): Promise<void> {
+async function replayOneDryRun(namespace: string, seq: number, args: OneLetterArgs): Promise<void> {
   const { file } = namespaceFile(await resolveLocations(args), namespace, args.app);
   requireOutboxNamespace(file, namespace);
   // Only this file: a group spans the namespaces of one file, never another file of the db_dir.
