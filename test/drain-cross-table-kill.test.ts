@@ -2,15 +2,13 @@
 // two hosts into the same remote tables, a foreign key between them: after every kill the remote
 // holds no half transaction (each order's `item_count` equals its item count), and in the end it equals
 // the serial application of every transaction each host committed — nothing lost, nothing twice.
-import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { type Engine, openRemote } from "./support/remote.ts";
-import { ORDER_SCHEMA, OrderMix } from "./support/order-mix.ts";
+import { ORDER_SCHEMA, orderOracle } from "./support/order-mix.ts";
 import { describeSlow } from "./support/slow.ts";
-import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 import { drainSide } from "./support/queue.ts";
 
@@ -18,33 +16,6 @@ const cleanups = cleanupsAfterEach();
 
 const KILLS = Number(process.env.SQLOUTBOX_KILLS ?? 12);
 const HOSTS = 2;
-
-/** What a serial, once-each application of each host's first `committed[h]` transactions leaves. */
-function oracle(dir: TempDir, seed: number, committed: number[]): { orders: number[][]; items: number[][] } {
-  const db = new Database(dir.file("oracle.db"), { create: true });
-  try {
-    db.run("PRAGMA foreign_keys = ON");
-    for (const ddl of ORDER_SCHEMA) db.run(ddl);
-    db.transaction(() => {
-      committed.forEach((count, host) => {
-        const mix = new OrderMix(seed, host, HOSTS);
-        for (let i = 0; i < count; i++) for (const s of mix.next()) db.query(s.sql).run(...s.args);
-      });
-    })();
-    return {
-      orders: db
-        .query("SELECT id, total, item_count FROM orders ORDER BY id")
-        .values()
-        .map((r) => r.map(Number)),
-      items: db
-        .query("SELECT id, order_id, qty FROM order_items ORDER BY id")
-        .values()
-        .map((r) => r.map(Number)),
-    };
-  } finally {
-    db.close();
-  }
-}
 
 describeSlow(
   "transactions across tables under SIGKILL, from a fleet",
@@ -162,7 +133,7 @@ describeSlow(
 
         expect(interrupted).toBeGreaterThan(0); // the kills did cut batches in flight
         expect(queues.every((q) => q.deadCount() === 0)).toBe(true);
-        const expected = oracle(dir, seed, committed);
+        const expected = orderOracle(dir.file("oracle.db"), seed, committed);
         expect({ seed, orders: await remote.ints("SELECT id, total, item_count FROM orders ORDER BY id") }).toEqual({
           seed,
           orders: expected.orders,

@@ -3,6 +3,7 @@
 // their items (items first: commit order matters), and a lone total update. Every transaction keeps
 // orders.item_count equal to its order's item count, so a remote holding half a transaction shows it.
 // The producer and the oracle walk the same stream: transaction n is the same for both.
+import { Database } from "bun:sqlite";
 
 /**
  * One statement of a transaction, for `table`, with the key it is pushed with in a table with lanes:
@@ -110,5 +111,38 @@ export class OrderMix {
       },
       { table: "orders", sql: "DELETE FROM orders WHERE id = ?", args: [order], key: `order-${order}` },
     ];
+  }
+}
+
+/**
+ * What a serial, once-each application of each host's first `committed[h]` transactions leaves
+ * (host h of `committed.length`, seeded with `seed`), applied to a new SQLite file at `file`.
+ */
+export function orderOracle(
+  file: string,
+  seed: number,
+  committed: number[],
+): { orders: number[][]; items: number[][] } {
+  const db = new Database(file, { create: true });
+  try {
+    db.run("PRAGMA foreign_keys = ON");
+    for (const ddl of ORDER_SCHEMA) db.run(ddl);
+    db.transaction(() => {
+      committed.forEach((count, host) => {
+        const mix = new OrderMix(seed, host, committed.length);
+        for (let i = 0; i < count; i++) for (const s of mix.next()) db.query(s.sql).run(...s.args);
+      });
+    })();
+    const ints = (sql: string) =>
+      db
+        .query(sql)
+        .values()
+        .map((r) => r.map(Number));
+    return {
+      orders: ints("SELECT id, total, item_count FROM orders ORDER BY id"),
+      items: ints("SELECT id, order_id, qty FROM order_items ORDER BY id"),
+    };
+  } finally {
+    db.close();
   }
 }
