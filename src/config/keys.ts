@@ -252,7 +252,7 @@ export const TOP_KEYS = {
 const MIN_TOKEN_LENGTH = 16;
 
 function tokenProblem(token: string): string | undefined {
-  if (token.length >= MIN_TOKEN_LENGTH && token.trim() === token && !/\s/.test(token)) return undefined;
+  if (token.length >= MIN_TOKEN_LENGTH && !/\s/.test(token)) return undefined;
   return `must be at least ${MIN_TOKEN_LENGTH} characters without spaces (e.g. the output of "openssl rand -hex 32"), got ${token.length} character(s)`;
 }
 

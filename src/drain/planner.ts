@@ -226,7 +226,7 @@ const ONE_LANE: readonly Lane[] = Object.freeze([0]);
 const EVERY_LANE: readonly Lane[] = Object.freeze([null]);
 
 /** The distinct lanes of a group's rows. */
-function lanesOf(group: readonly OutboxRow[], laneOf: (row: OutboxRow) => Lane): Lane[] {
+export function lanesOf(group: readonly OutboxRow[], laneOf: (row: OutboxRow) => Lane): Lane[] {
   if (group.length === 1) return [laneOf(group[0]!)];
   return [...new Set(group.map(laneOf))];
 }

@@ -160,15 +160,9 @@ export class TableHolds {
     });
   }
 
-  /** Ends a timed hold now, so the table is tried at once (the operator fixed the cause); an origin or contract hold stays. */
+  /** Ends a timed hold now, so the table is tried at once (the operator fixed the cause); a hold without an end (origin, lanes changed, writer contract) stays. */
   retryNow(now: number): void {
-    if (
-      this.#hold &&
-      this.#hold.reason !== "origin" &&
-      this.#hold.reason !== "writer contract" &&
-      this.#hold.reason !== "lanes changed"
-    )
-      this.#hold = { ...this.#hold, until: now };
+    if (this.#hold && Number.isFinite(this.#hold.until)) this.#hold = { ...this.#hold, until: now };
   }
 
   /** Holds the table; says so once per distinct message (a hold that repeats is not news). */

@@ -10,7 +10,7 @@ import type { Statement, WriteResult } from "../writers/writer.ts";
 import { classifyAnswer, type Failure } from "./answer.ts";
 import { type Charged, HeadCharges } from "./charges.ts";
 import type { DeliveryObserver } from "./observer.ts";
-import { type HeldHead, type Lane, type Plan, planSlice, type SlicePlan } from "./planner.ts";
+import { type HeldHead, type Lane, lanesOf, type Plan, planSlice, type SlicePlan } from "./planner.ts";
 import { laneOf } from "../lane-key.ts";
 import { endOfGroup } from "./row-groups.ts";
 import { BackgroundPrune } from "./prune.ts";
@@ -323,11 +323,6 @@ export class DrainTable {
     return this.#origin;
   }
 
-  /** The queue had no history when opened (see compat.ts). */
-  get freshQueue(): boolean {
-    return this.#freshQueue;
-  }
-
   /** Pending rows of this table (0 while its file is not open). */
   pendingCount(): number {
     return this.#queue?.pendingCount() ?? 0;
@@ -493,13 +488,13 @@ export class DrainTable {
   }
 
   /** The ledger row that accounts for a lane: the table's own for one lane or for rows without a key, `name#lane` for each lane. */
-  ledgerRowOf(lane: Lane): string {
+  #ledgerRowOf(lane: Lane): string {
     return this.#lanes === 1 || lane === null ? this.name : `${this.name}#${lane}`;
   }
 
   /** With lanes: whether the ledger says the remote applied `row` (its lane's through is at or above it). */
   #isApplied(row: OutboxRow): boolean {
-    return row.seq <= (this.#laneThrough?.get(this.ledgerRowOf(this.#laneOf(row))) ?? 0);
+    return row.seq <= (this.#laneThrough?.get(this.#ledgerRowOf(this.#laneOf(row))) ?? 0);
   }
 
   /**
@@ -771,7 +766,7 @@ export class DrainTable {
     if (fence !== null && this.#lanes === 1) fences = [fence(this, this.name, this.#through!, last)];
     else if (fence !== null) {
       const lastOf = new Map<string, number>();
-      for (const row of draft.rows) lastOf.set(this.ledgerRowOf(this.#laneOf(row)), row.seq);
+      for (const row of draft.rows) lastOf.set(this.#ledgerRowOf(this.#laneOf(row)), row.seq);
       fences = [...lastOf].map(([ledgerRow, upTo]) =>
         fence(this, ledgerRow, this.#laneThrough?.get(ledgerRow) ?? 0, upTo),
       );
@@ -942,7 +937,7 @@ export class DrainTable {
 
   /** The lanes of the group that starts at `rows[start]` (null among them: a row without a key). */
   #lanesOf(rows: readonly OutboxRow[], start: number): Lane[] {
-    return [...new Set(rows.slice(start, endOfGroup(rows, start)).map((r) => this.#laneOf(r)))];
+    return lanesOf(rows.slice(start, endOfGroup(rows, start)), (r) => this.#laneOf(r));
   }
 
   /** With lanes: whether the group that starts at `rows[start]` is the first of each of its lanes in the slice (a barrier only when it is the slice's first). */
@@ -965,7 +960,7 @@ export class DrainTable {
    */
   #appliedLanes(slice: TableSlice, after: LanesAfter): void {
     const throughs = this.#laneThrough ?? new Map<string, number>();
-    for (const row of slice.rows) throughs.set(this.ledgerRowOf(this.#laneOf(row)), row.seq);
+    for (const row of slice.rows) throughs.set(this.#ledgerRowOf(this.#laneOf(row)), row.seq);
     this.#laneThrough = throughs;
     this.#through = throughs.get(this.name) ?? this.#through;
     this.#moveOn(after);
