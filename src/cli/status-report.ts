@@ -2,6 +2,7 @@
 // its state file, with their pace and lag), the fleet view, and the problems `--check` fails on.
 // Read-only: files are opened read-only, nothing is created, no network call.
 import { drainHome } from "../drain/home.ts";
+import { heldLaneCount } from "../drain/held-lanes.ts";
 import { lockHolder } from "../drain/lock.ts";
 import {
   DEFAULT_STATE_INTERVAL_MS,
@@ -209,11 +210,6 @@ function fleetOf(state: DrainState | null): FleetEntry[] {
       });
   }
   return out;
-}
-
-/** How many of a table's lanes are held: every lane when a row without a key holds them. */
-export function heldLaneCount(lanes: StatusLanes): number {
-  return lanes.held.some((l) => l.lane === null) ? lanes.count : new Set(lanes.held.map((l) => l.lane)).size;
 }
 
 /** Who heads a held lane, whole (never cut: the key is what an operator searches for): `key "k" (lane 3, seq 9)`, or the row without a key. */

@@ -2,6 +2,7 @@ import client from "prom-client";
 import type { BatchEvent } from "../drain/delivery.ts";
 import type { OutboxSyncService } from "../drain/service.ts";
 import type { TableView, TargetState, TargetView } from "../drain/views.ts";
+import { heldLaneCount } from "../drain/held-lanes.ts";
 import { type KeyBacklog, sampleKeyBacklog } from "../outbox/key-backlog.ts";
 import type { TraceCounts } from "./tracing/tracing.ts";
 
@@ -54,11 +55,7 @@ interface ScrapeReads {
 }
 
 /** Lanes held by a head backing off (every lane when a row without a key holds them); 0 without lanes. */
-const lanesHeld = (table: TableView): number => {
-  const lanes = table.lanes;
-  if (!lanes) return 0;
-  return lanes.held.some((l) => l.lane === null) ? lanes.count : new Set(lanes.held.map((l) => l.lane)).size;
-};
+const lanesHeld = (table: TableView): number => (table.lanes ? heldLaneCount(table.lanes) : 0);
 /** One series per rank of a table's key sample: `value` of the rank-th key. */
 const perRank = (
   views: readonly TargetView[],

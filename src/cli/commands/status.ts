@@ -1,4 +1,5 @@
 import { defineCommand } from "citty";
+import { heldLaneCount } from "../../drain/held-lanes.ts";
 import { OutboxError, StorageError, UsageError } from "../../errors.ts";
 import { jsonArg, locationArgs, logArgs } from "../args.ts";
 import { parseDurationMs } from "../durations.ts";
@@ -6,7 +7,6 @@ import {
   CHECKS,
   checkStatus,
   collectStatus,
-  heldLaneCount,
   heldLaneHead,
   type Check,
   type StatusEntry,

@@ -5,6 +5,7 @@
 // Everything shown goes in through textContent: no text from the API is ever parsed as HTML.
 
 import { type Access, api as call, ApiError, type Letter, type Status } from "./api.ts";
+import { heldLaneCount } from "../../../drain/held-lanes.ts";
 import { $, age, ago, button, cell, el, until, withClass } from "./dom.ts";
 
 const STATUS_EVERY_MS = 2_000;
@@ -472,10 +473,13 @@ setInterval(() => {
 
 /** A table's held lanes, for its Held cell: how many of how many, and the oldest held key with its next attempt. */
 function lanesHeld(
-  lanes: { count: number; held: Array<{ key: string | null; seq: number; nextAttemptAt: string }> },
+  lanes: {
+    count: number;
+    held: Array<{ lane: number | null; key: string | null; seq: number; nextAttemptAt: string }>;
+  },
   now: number,
 ): string {
   const oldest = lanes.held[0]!;
   const key = oldest.key === null ? "a row without a key" : `key ${oldest.key}`;
-  return `${lanes.held.length}/${lanes.count} lanes held; oldest: ${key} (seq ${oldest.seq}), next ${until(oldest.nextAttemptAt, now)}`;
+  return `${heldLaneCount(lanes)}/${lanes.count} lanes held; oldest: ${key} (seq ${oldest.seq}), next ${until(oldest.nextAttemptAt, now)}`;
 }
