@@ -31,8 +31,6 @@ const COLUMNS = [
   "lane_key",
 ];
 
-export type { RowTrace };
-
 /** What a row carries besides its statement: the producer's trace context and, when it was given one, its key (see lane-key.ts: its text, checked). */
 export type RowContext = RowTrace & { key?: string | null };
 

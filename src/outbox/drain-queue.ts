@@ -6,7 +6,7 @@ import type { QueueDb } from "./queue-db.ts";
 import type { DeadReason, OutboxRow } from "./rows.ts";
 import { type OutboxOptions, QueueView, SHARED } from "./queue-view.ts";
 
-export type { DeliveryRead, Resequenced } from "./delivery-log.ts";
+export type { DeliveryRead } from "./delivery-log.ts";
 
 /**
  * What the drain needs of one namespace of a queue file, and all it reaches the file through: its

@@ -17,7 +17,7 @@ export interface OpenQueue {
  * owns and closes; `file` (a db_file's real path) or `database` (the application's), on the one
  * connection every namespace of that file shares.
  */
-export type QueueSite =
+type QueueSite =
   | { kind: "own"; path: string }
   | { kind: "file"; path: string }
   | { kind: "database"; database: Database };
@@ -33,7 +33,7 @@ const TRACE_WARNING_INTERVAL_MS = 60_000;
  * warning. Files are known by a key: the real path of the file, so `./a`, `/abs/a` and a symlink to
  * it meet, or an application database's id.
  */
-export class OpenQueues {
+class OpenQueues {
   #queues = new Map<string, OpenQueue>();
   #files = new Map<string, QueueDb>();
   #databases = new Map<Database, QueueDb>();

@@ -8,9 +8,8 @@ import type { QueueDb } from "./queue-db.ts";
 import type { ChainGap, DeadLetter, OutboxRow } from "./rows.ts";
 
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
-export type { DeliveryRead, Resequenced, RetriedHead } from "./delivery-log.ts";
+export type { Resequenced } from "./delivery-log.ts";
 export type { DeadLettered } from "./dead-log.ts";
-export type { RowContext, RowTrace } from "./append.ts";
 export type { OutboxOptions } from "./queue-view.ts";
 
 /**

@@ -95,8 +95,8 @@ export class BunSqlWriter implements OutboxWriter {
     const work = runIsolated(
       stmts,
       (s, checking) => this.#pass(s, inFlight, checking),
-      this.#classify,
-      (m, e, misconfigured) => this.#fail(m, e, misconfigured),
+      this.#tools.classify,
+      this.#tools.fail,
       this.dialect,
       { coalesce: this.#coalesce },
     );

@@ -3,7 +3,7 @@
 // the operator saw. Reads open files read-only; an action opens only files that hold its letters.
 import fs from "node:fs";
 import path from "node:path";
-import { NotFoundError, OutboxError, SelectionChangedError } from "../../errors.ts";
+import { NotFoundError, OutboxError } from "../../errors.ts";
 import {
   type DeadLetterFilter,
   type DeadLetterRef,
@@ -291,7 +291,7 @@ export function actOnLetters(kind: "replay" | "skip", apps: readonly AdminApp[],
     } catch (error) {
       if (!(error instanceof OutboxError)) throw error;
       report.refused = {
-        code: error instanceof SelectionChangedError ? "E_CONFLICT" : error.code,
+        code: error.code,
         message: `${error.message}${report.done.length > 0 ? ` (${report.done.length} letter(s) of the tables before it were ${kind === "replay" ? "replayed" : "skipped"}: see done)` : ""}`,
       };
       return report;

@@ -8,7 +8,7 @@ import { tableNameProblem } from "../../outbox/table-name.ts";
 /** The largest request body the admin API reads: ids of a thousand letters fit well within it. */
 export const MAX_BODY_BYTES = 64 * 1024;
 /** The most ids one action may name; a larger selection is a filter with `expect`. */
-export const MAX_IDS = 1000;
+const MAX_IDS = 1000;
 
 /** A request refused at the door: its HTTP status, a stable code and why. */
 export class RequestError extends Error {
@@ -49,9 +49,9 @@ export interface LetterAction {
 /** The fields that select dead letters, in the list's query and an action's `filter`. */
 const FILTER_FIELDS = ["app", "namespace", "key", "reason", "error", "since", "until"] as const;
 /** What the list adds: which letters by state, and the page. */
-export const LIST_FIELDS = [...FILTER_FIELDS, "state", "cursor", "limit"] as const;
+const LIST_FIELDS = [...FILTER_FIELDS, "state", "cursor", "limit"] as const;
 /** Which letters the list shows: dead (not replayed, the default), replayed, skipped (given up), or all. */
-export const STATES = ["dead", "replayed", "skipped", "all"] as const;
+const STATES = ["dead", "replayed", "skipped", "all"] as const;
 export type LetterState = (typeof STATES)[number];
 
 /**
@@ -106,7 +106,7 @@ export function onlyFields(object: Record<string, unknown>, allowed: readonly st
 }
 
 /** The dead-letter filter of `fields` (strings, as a query gives them or a body's `filter` holds them). */
-export function parseFilter(fields: Record<string, unknown>, where: string): LetterFilter {
+function parseFilter(fields: Record<string, unknown>, where: string): LetterFilter {
   const text = (name: string, max: number): string | undefined => {
     const v = fields[name];
     if (v === undefined) return undefined;
@@ -170,7 +170,7 @@ export function parseListQuery(params: URLSearchParams): {
 }
 
 /** `{app}/{namespace}/{seq}`. */
-export function parseLetterId(id: unknown, where: string): LetterId {
+function parseLetterId(id: unknown, where: string): LetterId {
   if (typeof id !== "string" || id.length > 500) throw bad(`${where}: expected an id "app/table/seq"`);
   const parts = id.split("/");
   if (parts.length !== 3)
