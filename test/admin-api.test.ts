@@ -6,7 +6,7 @@ import fs from "node:fs";
 import path from "node:path";
 import client from "prom-client";
 import { collectStatus } from "../src/cli/status-report.ts";
-import { parseConfigToml } from "../src/config/parse.ts";
+import { parseConfigDocument, parseConfigToml } from "../src/config/parse.ts";
 import { ConfigError } from "../src/errors.ts";
 import type { Logger } from "../src/logger.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
@@ -555,12 +555,20 @@ describe("startup", () => {
   });
 
   test("[admin] reads its tokens from ${VAR}s, a port alone on 127.0.0.1, and the tokens are secrets", () => {
-    const { apps: _a, ...rest } = parseConfigToml(
+    const { config, secrets } = parseConfigDocument(
       `[admin]\naddr = 9465\nread_token = "\${R}"\nwrite_token = "\${W}"\n${BASE}`,
       "/x/outbox.toml",
       { R: READ, W: WRITE },
     );
-    expect(rest.admin).toEqual({ addr: { hostname: "127.0.0.1", port: 9465 }, readToken: READ, writeToken: WRITE });
+    expect(config.admin).toEqual({ addr: { hostname: "127.0.0.1", port: 9465 }, readToken: READ, writeToken: WRITE });
+    expect(secrets).toEqual(expect.arrayContaining([READ, WRITE]));
+    // Written out in the file rather than from the environment, they are secrets too.
+    const literal = parseConfigDocument(
+      `[admin]\nread_token = "${READ}"\nwrite_token = "${WRITE}"\n${BASE}`,
+      "/x/outbox.toml",
+      {},
+    );
+    expect(literal.secrets).toEqual(expect.arrayContaining([READ, WRITE]));
   });
 
   test("runservice --admin-addr on a reachable address without a read token exits 1 naming admin.read_token", async () => {

@@ -105,6 +105,10 @@ describe("the postgres writer pipelines a batch", () => {
       expect((await writer.writeBatch(drainBatch(s, 500, 10_000, note))).every((r) => r.ok)).toBe(true);
       expect(s.proxy.turns - before).toBe(1);
       expect(await s.moved()).toEqual({ a: 4, b: 4, c: 4, d: 4 });
+      // What landed, not what the writer said: every row of the four batches, once.
+      const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+      const all = [...range(1, 5), ...range(100, 5), ...range(1_000, 500), ...range(10_000, 500)];
+      for (const ns of NAMESPACES) expect({ ns, ids: await s.ids(ns) }).toEqual({ ns, ids: all });
     } finally {
       s.proxy.rttMs = RTT_MS;
       await writer.close?.();
@@ -215,6 +219,9 @@ describe("the mysql writer pipelines a batch", () => {
       const before = s.proxy.turns;
       expect((await writer.writeBatch(drainBatch(s, 5, 100))).every((r) => r.ok)).toBe(true);
       expect(s.proxy.turns - before).toBe(2);
+      expect(await s.moved()).toEqual({ a: 2, b: 2, c: 2, d: 2 });
+      for (const ns of NAMESPACES)
+        expect({ ns, ids: await s.ids(ns) }).toEqual({ ns, ids: [1, 2, 3, 4, 5, 100, 101, 102, 103, 104] });
     } finally {
       await writer.close?.();
     }
@@ -312,6 +319,16 @@ describe("the libsql writer over Hrana", () => {
       const [requests, turns] = [hrana.requests, proxy.turns];
       expect((await writer.writeBatch(batch(100))).every((r) => r.ok)).toBe(true);
       expect([hrana.requests - requests, proxy.turns - turns]).toEqual([1, 1]);
+      const landed = new Database(file, { readonly: true });
+      try {
+        for (const ns of NAMESPACES)
+          expect({ ns, ids: landed.query(`SELECT id FROM ${ns} ORDER BY id`).values().flat() }).toEqual({
+            ns,
+            ids: [1, 2, 3, 4, 5, 100, 101, 102, 103, 104],
+          });
+      } finally {
+        landed.close();
+      }
     } finally {
       await writer.close?.();
       proxy.close();
