@@ -114,7 +114,9 @@ export class FakeQueue implements DrainQueue {
     return { version: 1, writes: 0 };
   }
 
-  recordAttempt(seq: number, at = new Date(), sentThrough: number | null = null): void {
+  recordAttempt(seq: number, at?: Date, sentThrough: number | null = null): void {
+    // The table must pass its own clock: the wall clock here would hide a table that stopped doing so.
+    if (at === undefined) throw new Error("fake queue: recordAttempt without the table's clock");
     const row = this.#row(seq);
     row.attempts += 1;
     row.lastAttemptAt = at.toISOString();
