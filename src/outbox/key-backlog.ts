@@ -32,16 +32,17 @@ export const KEY_SAMPLE_SQL =
 export function sampleKeyBacklog(file: string, namespace: string, sampleRows: number, topKeys: number): KeyBacklog {
   return readSnapshot(file, (db) => {
     if (!hasOutboxSchema(db, file)) return { rows: 0, top: [] };
-    const sample = KEY_SAMPLE_SQL;
-    const rows = db
-      .query<{ n: number }, [string, number]>(`SELECT count(*) AS n FROM (${sample})`)
-      .get(namespace, sampleRows)!.n;
-    const top = db
-      .query<{ key: string; rows: number }, [string, number, number]>(
-        `SELECT lane_key AS key, count(*) AS rows FROM (${sample}) WHERE lane_key IS NOT NULL
-         GROUP BY lane_key ORDER BY rows DESC, key LIMIT ?3`,
+    // One pass over the sample: its groups by key, each row carrying the sample's size. The
+    // group without a key sorts last, so it is cut first, and at least one row always comes back
+    // when the sample has any (LIMIT 1 at least): its total is the sample's size.
+    const groups = db
+      .query<{ key: string | null; rows: number; total: number }, [string, number, number]>(
+        `SELECT lane_key AS key, count(*) AS rows, sum(count(*)) OVER () AS total FROM (${KEY_SAMPLE_SQL})
+         GROUP BY lane_key ORDER BY lane_key IS NULL, rows DESC, key LIMIT max(?3, 1)`,
       )
       .all(namespace, sampleRows, topKeys);
+    const rows = groups[0]?.total ?? 0;
+    const top = groups.flatMap(({ key, rows }) => (key === null ? [] : [{ key, rows }])).slice(0, topKeys);
     return { rows, top };
   });
 }
