@@ -133,7 +133,7 @@ const NO_GROUP_ATTEMPTS: GroupAttempts = new Map();
 const NO_LANES: ReadonlyMap<Lane, number> = new Map();
 const NO_CUTS: ReadonlyMap<Lane, number> = new Map();
 
-/** How many rows one page of settlement's scan for the applied prefix reads (with lanes). */
+/** How many rows one page of settlement's scan for the applied prefix reads (with lanes), within the batch byte budget. */
 const CONFIRM_SCAN_ROWS = 2_000;
 
 /** A hold found outside the table's own work, with what its message needs (see DrainTable.hold). */
@@ -515,7 +515,7 @@ export class DrainTable {
     let bound = 0;
     let restored = false;
     for (let after: number | null = null; ; ) {
-      const read = queue.readForDelivery(CONFIRM_SCAN_ROWS, Number.POSITIVE_INFINITY, () => true, after);
+      const read = queue.readForDelivery(CONFIRM_SCAN_ROWS, this.app.batchMaxBytes, () => true, after);
       let stopped = false;
       for (const row of read.rows) {
         if (!this.#isApplied(row)) {
