@@ -2,6 +2,7 @@ import { type LaneKey, laneKeyText } from "../lane-key.ts";
 import type { RowContext } from "./append.ts";
 import type { DeadLettered } from "./dead-log.ts";
 import type { DeadReplays, PurgeOutcome, PurgeRule } from "./dead-letters.ts";
+import { fileHealth } from "./health.ts";
 import type { RetriedHead } from "./delivery-log.ts";
 import { QueueView, SHARED, type OutboxOptions } from "./queue-view.ts";
 import type { QueueDb } from "./queue-db.ts";
@@ -195,4 +196,25 @@ export function withOutbox<T>(path: string, namespace: string, fn: (outbox: Outb
   } finally {
     outbox.close();
   }
+}
+
+/**
+ * Ends the backoff of each backed-off head of one queue file, each in its namespace's file state,
+ * and returns them. Read-only first: only namespaces with a backoff are opened for writing — or,
+ * with `namespace`, that one, whose head may be a group charged on another table's head. With
+ * `key`, only that key's lane of a table with lanes.
+ */
+export function retryBackedOffHeads(
+  file: string,
+  options: { namespace?: string; key?: string } = {},
+): Array<RetriedHead & { namespace: string }> {
+  const { namespace: only, key } = options;
+  const retried: Array<RetriedHead & { namespace: string }> = [];
+  for (const { namespace } of fileHealth(file).filter((h) =>
+    only === undefined ? h.nextAttemptAt !== null : h.namespace === only,
+  )) {
+    const head = withOutbox(file, namespace, (outbox) => outbox.retryHead(key));
+    if (head !== null) retried.push({ namespace, ...head });
+  }
+  return retried;
 }

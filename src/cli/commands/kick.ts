@@ -2,8 +2,7 @@ import { defineCommand } from "citty";
 import { drainHome } from "../../drain/home.ts";
 import { lockHolder } from "../../drain/lock.ts";
 import { NotFoundError, UsageError } from "../../errors.ts";
-import { fileHealth } from "../../outbox/health.ts";
-import { withOutbox } from "../../outbox/outbox.ts";
+import { retryBackedOffHeads } from "../../outbox/outbox.ts";
 import { appArg, jsonArg, locationArgs, logArgs, namespaceFilterArg } from "../args.ts";
 import { print } from "../text-output.ts";
 import { appDirs, filesOf, locationExists, namespaceFile, resolveLocations, type Location } from "../locations.ts";
@@ -85,16 +84,8 @@ export const kick = defineCommand({
 /** Ends the backoff of each backed-off head of a location (of namespace `only`, when given), in its file. */
 function retryHeads(loc: Location, only: string | undefined, key: string | undefined): RetriedHeadEntry[] {
   const retried: RetriedHeadEntry[] = [];
-  for (const file of filesOf(loc)) {
-    // Read-only first: only namespaces with a backoff are opened for writing — and the one named,
-    // whose head may be a group charged on another table's head.
-    const backedOff = fileHealth(file).filter((h) =>
-      only === undefined ? h.nextAttemptAt !== null : h.namespace === only,
-    );
-    for (const { namespace } of backedOff) {
-      const head = withOutbox(file, namespace, (outbox) => outbox.retryHead(key));
-      if (head !== null) retried.push({ app: loc.app, namespace, file, ...head });
-    }
-  }
+  for (const file of filesOf(loc))
+    for (const head of retryBackedOffHeads(file, { namespace: only, key }))
+      retried.push({ app: loc.app, file, ...head });
   return retried;
 }

@@ -4,8 +4,7 @@
 import fs from "node:fs";
 import { InvalidArgumentError } from "../../errors.ts";
 import { queueFilesOf } from "../../outbox/files.ts";
-import { fileHealth } from "../../outbox/health.ts";
-import { withOutbox } from "../../outbox/outbox.ts";
+import { retryBackedOffHeads, withOutbox } from "../../outbox/outbox.ts";
 import type { AdminApp, AdminTable } from "./locations.ts";
 import { RequestError } from "./requests.ts";
 
@@ -65,10 +64,7 @@ export function kickAll(
     if (!fs.existsSync(app.dbFile ?? app.dbDir)) continue;
     for (const file of queueFilesOf(app)) {
       try {
-        for (const { namespace } of fileHealth(file).filter((h) => h.nextAttemptAt !== null)) {
-          const head = withOutbox(file, namespace, (outbox) => outbox.retryHead());
-          if (head !== null) heads.push(headView(app.name, namespace, head));
-        }
+        for (const { namespace, ...head } of retryBackedOffHeads(file)) heads.push(headView(app.name, namespace, head));
       } catch (error) {
         unreadable.push({ file, error: (error as Error).message });
       }
