@@ -10,7 +10,8 @@ import { parseConfigDocument, parseConfigToml } from "../src/config/parse.ts";
 import { ConfigError } from "../src/errors.ts";
 import type { Logger } from "../src/logger.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { adminApps, type AdminApp } from "../src/ops/admin/locations.ts";
+import { layoutOf } from "../src/config/layout.ts";
+import type { AdminApp } from "../src/ops/admin/locations.ts";
 import { MAX_BODY_BYTES } from "../src/ops/admin/requests.ts";
 import { serveAdmin, type AdminServer } from "../src/ops/admin/server.ts";
 import { BIN, cleanEnv, run } from "./support/cli.ts";
@@ -40,7 +41,7 @@ const logger: Logger = {
 
 /** Serves the admin API over the apps `shop` (a db_dir) and `bill` (a db_file), with `tokens`. */
 function start(tokens: { readToken?: string | null; writeToken?: string | null } = {}): AdminServer {
-  const apps: AdminApp[] = adminApps({
+  const apps: AdminApp[] = layoutOf({
     apps: [
       { name: "shop", dbDir: tmp.file("shop"), dbFile: null, maxPending: null },
       { name: "bill", dbDir: tmp.path, dbFile: tmp.file("bill.sqlite"), maxPending: null },

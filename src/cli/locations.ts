@@ -85,7 +85,7 @@ function layoutOnlyWarning(
 }
 
 /** Every app's location (an app listed twice with one location is inspected once). */
-function locationsOf(apps: AppLayout[]): Location[] {
+export function locationsOf(apps: readonly AppLayout[]): Location[] {
   const seen = new Set<string>();
   const out: Location[] = [];
   for (const app of apps) {

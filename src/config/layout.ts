@@ -13,7 +13,7 @@ export interface AppLayout {
 }
 
 /** Each app's layout in a validated config. */
-export function layoutOf(config: OutboxConfig): AppLayout[] {
+export function layoutOf(config: Pick<OutboxConfig, "apps">): AppLayout[] {
   return config.apps.map(({ name, dbDir, dbFile, maxPending }) => ({ name, dbDir, dbFile, maxPending }));
 }
 

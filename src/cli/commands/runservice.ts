@@ -1,13 +1,12 @@
 import { defineCommand } from "citty";
 import { loadConfigToml } from "../../config/load.ts";
-import type { OutboxConfig } from "../../config/types.ts";
+import { layoutOf } from "../../config/layout.ts";
 import { runService } from "../../drain/run.ts";
 import { parseListenAddress, type ListenAddress } from "../../config/listen-address.ts";
 import { maskError, maskSecrets } from "../../masking.ts";
 import type { OutboxSyncService } from "../../drain/service.ts";
 import { UsageError } from "../../errors.ts";
 import { serveOps, type OpsServer } from "../../ops/http.ts";
-import { adminApps } from "../../ops/admin/locations.ts";
 import { serveAdmin, type AdminServer } from "../../ops/admin/server.ts";
 import { createDrainMetrics } from "../../ops/metrics.ts";
 import { createSystemdNotifier } from "../../ops/systemd.ts";
@@ -18,7 +17,7 @@ import { VERSION } from "../../version.ts";
 import { configArg, configFile, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 import { redact } from "../text-output.ts";
-import type { Locations } from "../locations.ts";
+import { type Locations, locationsOf } from "../locations.ts";
 import { collectStatus } from "../status-report.ts";
 
 /** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
@@ -98,11 +97,12 @@ export const runservice = defineCommand({
         logger.info(`serving /metrics, /healthz and /readyz on ${server.url}`);
       }
       if (adminAddress) {
-        const locations = locationsOf(config, secrets, file);
+        const apps = layoutOf(config);
+        const locations: Locations = { dirs: locationsOf(apps), secrets, configFile: file };
         admin = serveAdmin({
           address: adminAddress,
           tokens: { readToken: config.admin.readToken, writeToken: config.admin.writeToken },
-          apps: adminApps(config),
+          apps,
           status: () => collectStatus(locations),
           retryNow: () => service?.retryNow(),
           logger,
@@ -149,18 +149,6 @@ export const runservice = defineCommand({
     }
   },
 });
-
-/** What `status` would read for this config: every app's location once. */
-function locationsOf(config: OutboxConfig, secrets: string[], file: string): Locations {
-  const seen = new Set<string>();
-  const dirs = config.apps.flatMap((a) => {
-    const key = a.dbFile ?? a.dbDir;
-    if (seen.has(key)) return [];
-    seen.add(key);
-    return [{ app: a.name, dbDir: a.dbDir, dbFile: a.dbFile, maxPending: a.maxPending }];
-  });
-  return { dirs, secrets, configFile: file };
-}
 
 /** A logger that masks every credential in what it prints (driver errors may quote a URL or DSN). */
 function maskingLogger(logger: Logger, secrets: readonly string[]): Logger {

@@ -1,19 +1,13 @@
 import fs from "node:fs";
 import path from "node:path";
-import type { OutboxConfig } from "../../config/types.ts";
+import type { AppLayout } from "../../config/layout.ts";
 import { NotFoundError } from "../../errors.ts";
 import { fileHealth, type NamespaceHealth } from "../../outbox/health.ts";
 import { tableNameProblem } from "../../outbox/table-name.ts";
 import { RequestError } from "./requests.ts";
 
 /** One app's queue location as the admin API names it: `{app}` in every path and id. */
-export interface AdminApp {
-  name: string;
-  dbDir: string;
-  /** The one file holding every table (db_file), or null for a db_dir. */
-  dbFile: string | null;
-  maxPending: number | null;
-}
+export type AdminApp = AppLayout;
 
 /** A table the admin API acts on: its app, its file (which exists) and its health when it was found. */
 export interface AdminTable {
@@ -21,11 +15,6 @@ export interface AdminTable {
   namespace: string;
   file: string;
   health: NamespaceHealth;
-}
-
-/** Every app of the config, as the admin API names them. */
-export function adminApps(config: Pick<OutboxConfig, "apps">): AdminApp[] {
-  return config.apps.map((a) => ({ name: a.name, dbDir: a.dbDir, dbFile: a.dbFile, maxPending: a.maxPending }));
 }
 
 /** The app named `name` (404 when the config has none). */
