@@ -107,23 +107,23 @@ describe("row groups", () => {
 
 describe("classifyAnswer, a table with lanes", () => {
   const f = failed();
-  test("fences of several lanes come first; any that failed means settle from the ledger", () => {
-    expect(classifyAnswer(rows(null, null), 2, [ok, ok, ok, ok])).toEqual({ kind: "applied" });
+  test("one fence moves every lane's ledger row; when it failed, settle from the ledger", () => {
+    expect(classifyAnswer(rows(null, null), true, [ok, ok, ok])).toEqual({ kind: "applied" });
     const moved = { ok: false as const, error: "23502: null value in through" };
-    expect(classifyAnswer(rows(null), 2, [ok, moved, skipped])).toEqual({ kind: "fence-moved", fence: moved });
-    expect(classifyAnswer(rows(null, null), 2, [ok, ok, ok, skipped])).toEqual({ kind: "contract-broken", applied: 1 });
+    expect(classifyAnswer(rows(null), true, [moved, skipped])).toEqual({ kind: "fence-moved", fence: moved });
+    expect(classifyAnswer(rows(null, null), true, [ok, ok, skipped])).toEqual({ kind: "contract-broken", applied: 1 });
   });
   test("a failed group that leads its lanes is charged where it starts; one behind another of its lanes cuts", () => {
     // Rows 0 and 1 are lane A, row 2 lane B: row 2 leads lane B though it is not the slice's first.
     const leads = (start: number) => start === 0 || start === 2;
-    expect(classifyAnswer(rows(null, null, null), 2, [skipped, skipped, skipped, skipped, f], leads)).toEqual({
+    expect(classifyAnswer(rows(null, null, null), true, [skipped, skipped, skipped, f], leads)).toEqual({
       kind: "head-failed",
       groupStart: 2,
       failedAt: 2,
       failure: f as never,
       okAfterFailure: null,
     });
-    expect(classifyAnswer(rows(null, null, null), 2, [skipped, skipped, skipped, f, skipped], leads)).toEqual({
+    expect(classifyAnswer(rows(null, null, null), true, [skipped, skipped, f, skipped], leads)).toEqual({
       kind: "failed-behind-head",
       groupStart: 1,
       okAfterFailure: null,

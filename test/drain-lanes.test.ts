@@ -6,6 +6,7 @@ import { describe, expect, test } from "bun:test";
 import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { laneOf } from "../src/lane-key.ts";
+import { fenceSql, ledgerDdl } from "../src/sql/ledger.ts";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
@@ -228,6 +229,37 @@ describe.each(ENGINES)("lanes, delivered to %s", (engine) => {
     await waitFor(async () => (await second.runOnce(), q.pendingCount() === 0), "the local confirmation", 20_000);
     expect((await s.landed()).length).toBe(15);
   }, 30_000);
+
+  test("one fence moves every lane's ledger row of a batch; when another drain moved any one of them, none moves", async () => {
+    const remote = await openRemote(engine, { cleanups });
+    await remote.exec(ledgerDdl("ledger", remote.dialect));
+    const fence = fenceSql("ledger", remote.dialect, 3);
+    const rows = ["events", "events#1", "events#5"];
+    /** Moves each of `rows` from `from[i]` to `to[i]`, in one statement, as the drain's fence does. */
+    const move = (from: number[], to: number[]) =>
+      remote.exec(fence, [
+        ...rows.flatMap((row, i) => ["origin-a", row, to[i]!, "host-a"]),
+        ...rows.flatMap((row, i) => [row, from[i]!]),
+      ]);
+    const through = async () =>
+      (await remote.rows("SELECT namespace, through FROM ledger ORDER BY namespace")).map(([ns, t]) => [
+        String(ns),
+        Number(t),
+      ]);
+    await move([0, 0, 0], [3, 7, 9]); // created
+    await move([3, 7, 9], [4, 8, 12]); // moved from what this drain saw
+    expect(await through()).toEqual([
+      ["events", 4],
+      ["events#1", 8],
+      ["events#5", 12],
+    ]);
+    await expect(move([4, 7, 12], [5, 10, 14])).rejects.toThrow(); // lane 1 moved meanwhile
+    expect(await through()).toEqual([
+      ["events", 4],
+      ["events#1", 8],
+      ["events#5", 12],
+    ]);
+  });
 });
 
 test("transactions across two tables and several keys each, in lanes: every one lands whole and the local queues empty (none left applied but unconfirmed)", async () => {

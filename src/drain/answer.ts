@@ -39,32 +39,28 @@ export type Answer =
   | { kind: "not-tried" };
 
 /**
- * Classifies the answer `results` for a slice of `rows`: its first `fences` results are the
- * ledger's fences (true: one; false: none), the rows' follow. `leads(groupStart)`: whether the
+ * Classifies the answer `results` for a slice of `rows`: when `fenced`, its first result is the
+ * ledger's fence, the rows' follow. `leads(groupStart)`: whether the
  * group that starts at that row is the first of its lanes in the slice — the head, whose failure
  * is charged; by default only the slice's first group is (a table of one lane). Pure: the same
  * slice and answer always give the same Answer.
  */
 export function classifyAnswer(
   rows: ReadonlyArray<Pick<OutboxRow, "grp">>,
-  fences: number | boolean,
+  fenced: boolean,
   results: readonly WriteResult[],
   leads: (groupStart: number) => boolean = (groupStart) => groupStart === 0,
 ): Answer {
-  const fenceCount = fences === true ? 1 : fences === false ? 0 : fences;
-  for (let i = 0; i < fenceCount; i++) {
-    const fence = results[i]!;
-    if (!fence.ok && !fence.skipped)
-      return fence.remoteSchema ? { kind: "ledger-unusable", fence } : { kind: "fence-moved", fence };
-  }
-  const answers = fenceCount > 0 ? results.slice(fenceCount) : results;
+  const fence = fenced ? results[0]! : null;
+  if (fence !== null && !fence.ok && !fence.skipped)
+    return fence.remoteSchema ? { kind: "ledger-unusable", fence } : { kind: "fence-moved", fence };
+  const answers = fenced ? results.slice(1) : results;
   let applied = 0;
   while (applied < answers.length && answers[applied]!.ok) applied++;
   if (applied === rows.length) return { kind: "applied" };
-  // Fenced, a failed namespace must come back with its fences rolled back (skipped) too: a fence
+  // Fenced, a failed namespace must come back with its fence rolled back (skipped) too: a fence
   // reported applied beside a row that was not may have committed the ledger past that row.
-  if (fenceCount > 0 && (applied > 0 || results.slice(0, fenceCount).some((f) => f.ok)))
-    return { kind: "contract-broken", applied };
+  if (fence !== null && (applied > 0 || fence.ok)) return { kind: "contract-broken", applied };
   const failedAt = answers.findIndex((r) => !r.ok && !r.skipped);
   const okAfterFailure = failedAt < 0 ? null : indexOrNull(answers.findIndex((r, i) => i > failedAt && r.ok));
   const failure = failedAt < 0 ? null : (answers[failedAt] as Failure);

@@ -12,7 +12,15 @@ import { linkDrafts } from "./linked-groups.ts";
 import type { DeliveryObserver, ObservedBatch } from "./observer.ts";
 import type { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
-import { minWake, trimDraft, type DrainTable, type GroupAttempts, type SliceDraft, type TableSlice } from "./table.ts";
+import {
+  minWake,
+  trimDraft,
+  type DrainTable,
+  type GroupAttempts,
+  type LedgerMove,
+  type SliceDraft,
+  type TableSlice,
+} from "./table.ts";
 import type { RemoteParts } from "./target-parts.ts";
 import { TraceComments } from "./trace-comments.ts";
 
@@ -282,8 +290,7 @@ export class Delivery {
     if (drafts.length === 0) return null;
     const { keep, units } = linkDrafts(drafts, this.served);
     const fence = this.ledger
-      ? (table: DrainTable, ledgerRow: string, through: number, last: number) =>
-          this.ledger!.fence(table, ledgerRow, through, last)
+      ? (table: DrainTable, moves: readonly LedgerMove[]) => this.ledger!.fence(table, moves)
       : null;
     const opened = new Map<SliceDraft, TableSlice>();
     for (const draft of drafts) {
@@ -458,15 +465,14 @@ function sendTogether(batch: SentBatch, slices: TableSlice[]): void {
   const entries: Array<{ slice: TableSlice; index: number; seq: number }> = [];
   for (const slice of slices) {
     slice.rows.forEach((row, i) => {
-      entries.push({ slice, index: i + slice.fences, seq: row.seq });
+      entries.push({ slice, index: i + (slice.fenced ? 1 : 0), seq: row.seq });
     });
     batch.positions.set(slice, new Array<number>(slice.stmts.length));
   }
   for (const slice of slices) {
-    for (let i = 0; i < slice.fences; i++) {
-      batch.positions.get(slice)![i] = batch.stmts.length;
-      batch.stmts.push(mark(slice.stmts[i]!));
-    }
+    if (!slice.fenced) continue;
+    batch.positions.get(slice)![0] = batch.stmts.length;
+    batch.stmts.push(mark(slice.stmts[0]!));
   }
   entries.sort((a, b) => a.seq - b.seq);
   for (const { slice, index } of entries) {

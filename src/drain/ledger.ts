@@ -6,7 +6,7 @@ import type { Statement } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { parseCount, type BoundedWriter } from "./bounded-writer.ts";
 import { ensureStep } from "./remote-schema.ts";
-import type { DrainTable } from "./table.ts";
+import type { DrainTable, LedgerMove } from "./table.ts";
 import type { LedgerRow } from "./views.ts";
 
 /**
@@ -16,7 +16,8 @@ import type { LedgerRow } from "./views.ts";
  * row of a queue is keyed by its file's origin id and the namespace.
  */
 export class TargetLedger {
-  private readonly fenceText: string;
+  /** The fence's text per number of ledger rows it moves (lanes make several). */
+  private readonly fenceTexts = new Map<number, string>();
   private readonly settleText: string;
   private readonly settleLanesText: string;
 
@@ -28,7 +29,6 @@ export class TargetLedger {
     private readonly autoSchema: boolean,
     private readonly logger: Logger,
   ) {
-    this.fenceText = fenceSql(table, dialect);
     this.settleText = settleReadSql(table, dialect);
     this.settleLanesText = settleLanesReadSql(table, dialect);
   }
@@ -52,15 +52,17 @@ export class TargetLedger {
       : `the ledger table ${this.table} is missing; create it with \`sqloutbox schema --apply\` or set auto_schema = true`;
   }
 
-  /** The statement that opens (part of) `table`'s slice: moves its ledger row `ledgerRow` (its name, or `name#lane`) from `through` to `last`, or fails when it moved meanwhile. */
-  fence(table: DrainTable, ledgerRow: string, through: number, last: number): Statement {
-    return {
-      sql: this.fenceText,
-      args: [table.origin!, ledgerRow, last, this.label, through],
-      namespace: table.name,
-      seq: 0,
-      fence: true,
-    };
+  /** The statement that opens `table`'s slice: moves each of its ledger rows (its name, or `name#lane`) from `through` to `last`, or fails when one moved meanwhile. */
+  fence(table: DrainTable, moves: readonly LedgerMove[]): Statement {
+    let sql = this.fenceTexts.get(moves.length);
+    if (sql === undefined) {
+      sql = fenceSql(this.table, this.dialect, moves.length);
+      this.fenceTexts.set(moves.length, sql);
+    }
+    const args: Array<string | number> = [];
+    for (const m of moves) args.push(table.origin!, m.ledgerRow, m.last, this.label);
+    for (const m of moves) args.push(m.ledgerRow, m.through);
+    return { sql, args, namespace: table.name, seq: 0, fence: true };
   }
 
   /**

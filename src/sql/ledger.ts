@@ -21,9 +21,11 @@ interface LedgerDialect {
   now: string;
   /** `updated_at` read back as ISO-8601 text. */
   updatedAtText: string;
-  /** The alias the fence's INSERT gives the stored row, and the upsert that moves `through` only from `expected`. */
+  /** The alias the fence's INSERT gives the stored row, and how its upsert names a stored and a proposed column. */
   insertAlias: string;
-  fenceUpsert: (expected: string) => string;
+  upsert: string;
+  stored: (column: string) => string;
+  proposed: (column: string) => string;
   /** What makes the settlement read wait for a transaction still holding the row. */
   settleLock: string;
 }
@@ -38,8 +40,9 @@ const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
     now: "now()",
     updatedAtText: `to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`,
     insertAlias: " AS l",
-    fenceUpsert: (expected) =>
-      `ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN l.through = ${expected} THEN EXCLUDED.through END, label = EXCLUDED.label, updated_at = EXCLUDED.updated_at`,
+    upsert: "ON CONFLICT (origin, namespace) DO UPDATE SET",
+    stored: (column) => `l.${column}`,
+    proposed: (column) => `EXCLUDED.${column}`,
     settleLock: " FOR UPDATE",
   },
   mysql: {
@@ -50,9 +53,10 @@ const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
     now: "UTC_TIMESTAMP(6)",
     updatedAtText: "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ')",
     insertAlias: "",
-    // Assignments run left to right: `through` in IF() is still the stored value.
-    fenceUpsert: (expected) =>
-      `ON DUPLICATE KEY UPDATE through = IF(through = ${expected}, VALUES(through), NULL), label = VALUES(label), updated_at = VALUES(updated_at)`,
+    // Assignments run left to right: `through` in the guard is still the stored value.
+    upsert: "ON DUPLICATE KEY UPDATE",
+    stored: (column) => column,
+    proposed: (column) => `VALUES(${column})`,
     settleLock: " FOR UPDATE",
   },
 };
@@ -66,8 +70,9 @@ function sqliteLedger(): LedgerDialect {
     now: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
     updatedAtText: "updated_at",
     insertAlias: "",
-    fenceUpsert: (expected) =>
-      `ON CONFLICT (origin, namespace) DO UPDATE SET through = CASE WHEN through = ${expected} THEN excluded.through END, label = excluded.label, updated_at = excluded.updated_at`,
+    upsert: "ON CONFLICT (origin, namespace) DO UPDATE SET",
+    stored: (column) => column,
+    proposed: (column) => `excluded.${column}`,
     settleLock: "",
   };
 }
@@ -84,18 +89,32 @@ export function ledgerProbeSql(table: string, dialect: Dialect): string {
 }
 
 /**
- * The fence of one namespace in a batch; arguments `[origin, namespace, newThrough, label,
- * expectedThrough]`. It creates the row or moves `through` from `expectedThrough` to `newThrough`,
- * and takes the row lock before the namespace's rows are applied. When another transaction moved
- * `through` meanwhile — a zombie drain, a late commit, a restored file — it sets NULL into a NOT NULL
- * column and fails inside the engine (PostgreSQL 23502, MySQL 1048, SQLite SQLITE_CONSTRAINT_NOTNULL),
- * so the namespace rolls back with it on every engine, libSQL's one-shot batches included. A
- * transaction waiting on the row lock sees the winner's value once it commits, and fails the same way.
+ * The fence of `rows` ledger rows of one queue in a batch (the table's, or with lanes each lane's the
+ * batch moves), one statement whatever their number; arguments: per row `[origin, ledgerRow,
+ * newThrough, label]`, then per row `[ledgerRow, expectedThrough]`, in the same order. It creates
+ * each row or moves its `through` from `expectedThrough` to `newThrough`, and takes the rows' locks
+ * before the queue's rows are applied. When another transaction moved one of them meanwhile — a
+ * zombie drain, a late commit, a restored file — its guard matches nothing and sets NULL into a NOT
+ * NULL column, which fails the whole statement inside the engine (PostgreSQL 23502, MySQL 1048,
+ * SQLite SQLITE_CONSTRAINT_NOTNULL), so the batch rolls back with it on every engine, libSQL's
+ * one-shot batches included. A transaction waiting on a row lock sees the winner's value once it
+ * commits, and fails the same way.
  */
-export function fenceSql(table: string, dialect: Dialect): string {
+export function fenceSql(table: string, dialect: Dialect, rows = 1): string {
   const d = LEDGER[dialect];
-  const [origin, namespace, through, label, expected] = placeholders(dialect, 5);
-  return `INSERT INTO ${quoteIdent(table, dialect)}${d.insertAlias} (origin, namespace, through, label, updated_at) VALUES (${origin}, ${namespace}, ${through}, ${label}, ${d.now}) ${d.fenceUpsert(expected!)}`;
+  const args = placeholders(dialect, 6 * rows);
+  const values: string[] = [];
+  const guards: string[] = [];
+  for (let r = 0; r < rows; r++) {
+    const [origin, namespace, through, label] = args.slice(4 * r, 4 * r + 4);
+    values.push(`(${origin}, ${namespace}, ${through}, ${label}, ${d.now})`);
+    const [ledgerRow, expected] = args.slice(4 * rows + 2 * r, 4 * rows + 2 * r + 2);
+    guards.push(
+      `WHEN ${d.stored("namespace")} = ${ledgerRow} AND ${d.stored("through")} = ${expected} THEN ${d.proposed("through")}`,
+    );
+  }
+  const set = `through = CASE ${guards.join(" ")} END, label = ${d.proposed("label")}, updated_at = ${d.proposed("updated_at")}`;
+  return `INSERT INTO ${quoteIdent(table, dialect)}${d.insertAlias} (origin, namespace, through, label, updated_at) VALUES ${values.join(", ")} ${d.upsert} ${set}`;
 }
 
 /**
