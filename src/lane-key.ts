@@ -39,15 +39,44 @@ export function laneKeyText(key: unknown, where: string): string {
   return key;
 }
 
-/** Room for a key's UTF-8 bytes: at most 3 per UTF-16 code unit. */
-const utf8 = new Uint8Array(MAX_KEY_LENGTH * 3);
-const encoder = new TextEncoder();
-
-/** FNV-1a, 32 bits, over the UTF-8 bytes of `text` (a stored key). */
+/**
+ * FNV-1a, 32 bits, over the UTF-8 bytes of `text` (a stored key). The bytes are made here, code
+ * unit by code unit, rather than by a TextEncoder: the drain hashes every row's key, and a call
+ * into the encoder costs more than hashing a short key (a lone surrogate counts as U+FFFD, as an
+ * encoder writes it).
+ */
 export function keyHash(text: string): number {
-  const { written } = encoder.encodeInto(text, utf8);
   let hash = 0x811c9dc5;
-  for (let i = 0; i < written; i++) hash = Math.imul(hash ^ utf8[i]!, 0x01000193) >>> 0;
+  const byte = (b: number) => {
+    hash = Math.imul(hash ^ b, 0x01000193) >>> 0;
+  };
+  for (let i = 0; i < text.length; i++) {
+    let c = text.charCodeAt(i);
+    if (c < 0x80) {
+      hash = Math.imul(hash ^ c, 0x01000193) >>> 0;
+      continue;
+    }
+    if (c >= 0xd800 && c <= 0xdfff) {
+      const next = text.charCodeAt(i + 1);
+      if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+        const point = 0x10000 + ((c - 0xd800) << 10) + (next - 0xdc00);
+        i++;
+        byte(0xf0 | (point >> 18));
+        byte(0x80 | ((point >> 12) & 0x3f));
+        byte(0x80 | ((point >> 6) & 0x3f));
+        byte(0x80 | (point & 0x3f));
+        continue;
+      }
+      c = 0xfffd;
+    }
+    if (c < 0x800) {
+      byte(0xc0 | (c >> 6));
+    } else {
+      byte(0xe0 | (c >> 12));
+      byte(0x80 | ((c >> 6) & 0x3f));
+    }
+    byte(0x80 | (c & 0x3f));
+  }
   return hash;
 }
 

@@ -12,12 +12,19 @@ describe("lane keys", () => {
     ["42", 0x87e38583, 3, 6],
     ["ключ", 0x95c4e9e1, 33, 4],
     ["🙂", 0x57a37a4b, 11, 3],
+    ["键值", 0x3328bb51, 17, 1],
+    ["aé中🙂z", 0xe33c268d, 13, 3],
     ["x".repeat(256), 0x46b491c5, 5, 3],
   ])("%p hashes to %d: lane %d of 64, %d of 7", (key, hash, of64, of7) => {
     expect(keyHash(key)).toBe(hash);
     expect(laneOf(key, 64)).toBe(of64);
     expect(laneOf(key, 7)).toBe(of7);
     expect(laneOf(key, 1)).toBe(0);
+  });
+
+  test("a lone surrogate (never stored: refused at the door) hashes as U+FFFD, as a UTF-8 encoder writes it", () => {
+    expect(keyHash("x\ud800y")).toBe(0x66b4d003);
+    expect(keyHash("x\ufffdy")).toBe(0x66b4d003);
   });
 
   test("a row without a key has no lane", () => {

@@ -11,7 +11,7 @@ import { classifyAnswer, type Failure } from "./answer.ts";
 import { type Charged, HeadCharges } from "./charges.ts";
 import type { DeliveryObserver } from "./observer.ts";
 import { type HeldHead, type Lane, lanesOf, type Plan, planSlice, type SlicePlan } from "./planner.ts";
-import { laneOf } from "../lane-key.ts";
+import { LaneMap } from "./lane-map.ts";
 import { endOfGroup } from "./row-groups.ts";
 import { BackgroundPrune } from "./prune.ts";
 import { tableReadiness } from "./schedule.ts";
@@ -44,9 +44,8 @@ interface LanesAfter {
 
 /** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
 export interface TableSlice extends SliceDraft {
+  /** Its first statement is the fence that moves every ledger row its rows move (the target keeps a ledger). */
   fenced: boolean;
-  /** How many fences open it: one per ledger row its rows move (one without lanes; per lane with them); 0 without a ledger. */
-  fences: number;
 }
 
 /** A slice the remote applied, as the table read it: its first and last seq, its rows, the first one's link. */
@@ -100,8 +99,15 @@ export interface PlanContext {
 /** What the runner lends a table to open its slice: the fence, or null without a ledger. */
 export interface OpenContext {
   now: number;
-  /** The fence statement that opens this table's slice, moving its ledger row (`name`, or `name#lane`) from `through` to `last`. */
-  fence: ((table: DrainTable, ledgerRow: string, through: number, last: number) => Statement) | null;
+  /** The fence statement that opens this table's slice, moving each of its ledger rows. */
+  fence: ((table: DrainTable, moves: readonly LedgerMove[]) => Statement) | null;
+}
+
+/** One ledger row a slice moves (the table's name, or `name#lane`): from `through`, as this drain last saw it, to `last`. */
+export interface LedgerMove {
+  ledgerRow: string;
+  through: number;
+  last: number;
 }
 
 /** Opens one table's queue: its own file (db_dir), or its namespace of the app's db_file. */
@@ -170,6 +176,8 @@ export class DrainTable {
   readonly #cuts = new Map<Lane, number>();
   /** How many lanes the table has (`lanes`): 1 is one strict order; more, one per key's lane (see lane-key.ts). */
   readonly #lanes: number;
+  /** A row's lane, and the ledger row of each lane. */
+  readonly #laneMap: LaneMap;
   /**
    * With lanes: per ledger row (the table's own for rows without a key, `name#lane` per lane) the
    * ledger's through as this drain last saw or set it — a row is applied when its seq is at or
@@ -177,7 +185,7 @@ export class DrainTable {
    * starts (rows before it are applied or in a lane held back; null: at the head) and the first
    * row still pending before it (where the local confirmation stops).
    */
-  #laneThrough: Map<string, number> | null = null;
+  #laneThrough: number[] | null = null;
   #blocked = new Map<Lane, number>();
   /** With lanes: the heads backing off that hold their lanes (as the last plan from the head found them, and charges since). */
   #heldHeads = new Map<Lane, HeldHead>();
@@ -218,6 +226,7 @@ export class DrainTable {
     this.name = config.name;
     this.file = this.app.dbFile ?? `${this.app.dbDir}/${config.name}.db`;
     this.#lanes = config.lanes;
+    this.#laneMap = new LaneMap(this.name, config.lanes);
     const { observer } = parts;
     this.#holds = new TableHolds({ table: this.name, target: this.target, file: this.file }, this.logger, observer);
     this.#charges = new HeadCharges({ ...parts, table: this.name });
@@ -482,19 +491,13 @@ export class DrainTable {
     return this.#lanes;
   }
 
-  /** A row's lane: 0 in a table of one lane; else its key's (see lane-key.ts), or null without a key (a barrier). */
   #laneOf(row: OutboxRow): Lane {
-    return this.#lanes === 1 ? 0 : laneOf(row.laneKey, this.#lanes);
-  }
-
-  /** The ledger row that accounts for a lane: the table's own for one lane or for rows without a key, `name#lane` for each lane. */
-  #ledgerRowOf(lane: Lane): string {
-    return this.#lanes === 1 || lane === null ? this.name : `${this.name}#${lane}`;
+    return this.#laneMap.of(row);
   }
 
   /** With lanes: whether the ledger says the remote applied `row` (its lane's through is at or above it). */
   #isApplied(row: OutboxRow): boolean {
-    return row.seq <= (this.#laneThrough?.get(this.#ledgerRowOf(this.#laneOf(row))) ?? 0);
+    return this.#laneThrough !== null && row.seq <= this.#laneThrough[this.#laneMap.slotOf(row)]!;
   }
 
   /**
@@ -510,7 +513,7 @@ export class DrainTable {
     const queue = this.#queue!;
     let confirmed = options.adopted ? this.#confirm(options.adopted) : 0;
     this.#tally({ delivered: confirmed });
-    this.#laneThrough = new Map(throughs);
+    this.#laneThrough = this.#laneMap.throughsOf(throughs);
     const sent = queue.sentMark();
     let bound = 0;
     let restored = false;
@@ -762,14 +765,16 @@ export class DrainTable {
   openSlice(draft: SliceDraft, ctx: OpenContext): TableSlice {
     const last = draft.rows[draft.rows.length - 1]!.seq;
     const fence = ctx.fence;
-    let fences: Statement[] = [];
-    if (fence !== null && this.#lanes === 1) fences = [fence(this, this.name, this.#through!, last)];
+    let moves: LedgerMove[] = [];
+    if (fence !== null && this.#lanes === 1) moves = [{ ledgerRow: this.name, through: this.#through!, last }];
     else if (fence !== null) {
-      const lastOf = new Map<string, number>();
-      for (const row of draft.rows) lastOf.set(this.#ledgerRowOf(this.#laneOf(row)), row.seq);
-      fences = [...lastOf].map(([ledgerRow, upTo]) =>
-        fence(this, ledgerRow, this.#laneThrough?.get(ledgerRow) ?? 0, upTo),
-      );
+      const lastOf = new Map<number, number>();
+      for (const row of draft.rows) lastOf.set(this.#laneMap.slotOf(row), row.seq);
+      moves = [...lastOf].map(([slot, upTo]) => ({
+        ledgerRow: this.#laneMap.ledgerRow(slot),
+        through: this.#laneThrough?.[slot] ?? 0,
+        last: upTo,
+      }));
     }
     if (draft.lanes !== undefined && draft.rows.length < draft.lanes.planned.length) {
       // The runner kept only part (a transaction across tables waits): what it left is read again.
@@ -779,7 +784,8 @@ export class DrainTable {
       draft.lanes.whole = false;
     }
     this.#queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
-    return { ...draft, stmts: [...fences, ...draft.stmts], fenced: fence !== null, fences: fences.length };
+    const stmts = fence === null ? draft.stmts : [fence(this, moves), ...draft.stmts];
+    return { ...draft, stmts, fenced: fence !== null };
   }
 
   /** The read-ahead no longer describes the queue (another table's group moved rows of this one). */
@@ -849,7 +855,7 @@ export class DrainTable {
     const queue = this.#queue!;
     const { rows } = slice;
     const head = rows[0]!;
-    const answer = classifyAnswer(rows, slice.fences, results, this.#lanes === 1 ? undefined : this.#leads(rows));
+    const answer = classifyAnswer(rows, slice.fenced, results, this.#lanes === 1 ? undefined : this.#leads(rows));
     // With lanes, a read after anything but a slice applied whole starts at the head again.
     if (this.#lanes > 1 && answer.kind !== "applied") this.#cursor = null;
     if ("okAfterFailure" in answer && answer.okAfterFailure !== null) {
@@ -959,10 +965,10 @@ export class DrainTable {
    * pending (every row before it is applied: in this slice, or earlier and passed over).
    */
   #appliedLanes(slice: TableSlice, after: LanesAfter): void {
-    const throughs = this.#laneThrough ?? new Map<string, number>();
-    for (const row of slice.rows) throughs.set(this.#ledgerRowOf(this.#laneOf(row)), row.seq);
+    const throughs = this.#laneThrough ?? [...new Array<number>(this.#lanes).fill(0), this.#through ?? 0];
+    for (const row of slice.rows) throughs[this.#laneMap.slotOf(row)] = row.seq;
     this.#laneThrough = throughs;
-    this.#through = throughs.get(this.name) ?? this.#through;
+    this.#through = throughs[this.#lanes]!;
     this.#moveOn(after);
     const { rows } = slice;
     const last = rows[rows.length - 1]!.seq;
