@@ -47,9 +47,6 @@ export function laneKeyText(key: unknown, where: string): string {
  */
 export function keyHash(text: string): number {
   let hash = 0x811c9dc5;
-  const byte = (b: number) => {
-    hash = Math.imul(hash ^ b, 0x01000193) >>> 0;
-  };
   for (let i = 0; i < text.length; i++) {
     let c = text.charCodeAt(i);
     if (c < 0x80) {
@@ -61,23 +58,27 @@ export function keyHash(text: string): number {
       if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
         const point = 0x10000 + ((c - 0xd800) << 10) + (next - 0xdc00);
         i++;
-        byte(0xf0 | (point >> 18));
-        byte(0x80 | ((point >> 12) & 0x3f));
-        byte(0x80 | ((point >> 6) & 0x3f));
-        byte(0x80 | (point & 0x3f));
+        hash = fnvByte(hash, 0xf0 | (point >> 18));
+        hash = fnvByte(hash, 0x80 | ((point >> 12) & 0x3f));
+        hash = fnvByte(hash, 0x80 | ((point >> 6) & 0x3f));
+        hash = fnvByte(hash, 0x80 | (point & 0x3f));
         continue;
       }
       c = 0xfffd;
     }
-    if (c < 0x800) {
-      byte(0xc0 | (c >> 6));
-    } else {
-      byte(0xe0 | (c >> 12));
-      byte(0x80 | ((c >> 6) & 0x3f));
+    if (c < 0x800) hash = fnvByte(hash, 0xc0 | (c >> 6));
+    else {
+      hash = fnvByte(hash, 0xe0 | (c >> 12));
+      hash = fnvByte(hash, 0x80 | ((c >> 6) & 0x3f));
     }
-    byte(0x80 | (c & 0x3f));
+    hash = fnvByte(hash, 0x80 | (c & 0x3f));
   }
   return hash;
+}
+
+/** One FNV-1a step: `hash` with the byte `b` folded in. */
+function fnvByte(hash: number, b: number): number {
+  return Math.imul(hash ^ b, 0x01000193) >>> 0;
 }
 
 /** The lane (0 … lanes − 1) of a row with the stored key `text`; a row without a key has none (null). */

@@ -1,20 +1,16 @@
-import { BoundedMemo } from "../bounded-memo.ts";
-import { laneOf } from "../lane-key.ts";
+import { keyHash } from "../lane-key.ts";
 import type { OutboxRow } from "../outbox/outbox.ts";
 import type { Lane } from "./planner.ts";
 
 /**
  * Which lane a table's row is in, and which ledger row accounts for it. The drain asks for a row's
- * lane several times per cycle (reading, planning, opening, applying); a backlog repeats a modest
- * number of keys, so the lane of a key text is remembered (bounded: a flood of unique keys only
- * costs the hash again). What the ledger says per lane is kept in an array by slot — a lane's
- * number, and `count` for the rows without a key, which the table's own ledger row accounts for —
- * so a row's check is an index, not a ledger row's name made and looked up.
+ * lane several times per cycle (reading, planning, opening, applying): hashing its key again
+ * (keyHash, in JS) costs less than looking the key up in a memo. What the ledger says per lane is
+ * kept in an array by slot — a lane's number, and `count` for the rows without a key, which the
+ * table's own ledger row accounts for — so a row's check is an index, not a ledger row's name made
+ * and looked up.
  */
 export class LaneMap {
-  /** Keys whose lane is remembered; beyond, the oldest is forgotten. */
-  static readonly MAX_KEYS = 4096;
-  readonly #memo = new BoundedMemo<number>(LaneMap.MAX_KEYS);
   readonly #ledgerRows: readonly string[];
 
   constructor(
@@ -28,7 +24,7 @@ export class LaneMap {
   of(row: OutboxRow): Lane {
     if (this.count === 1) return 0;
     const key = row.laneKey;
-    return key === null ? null : this.#memo.get(key, (text) => laneOf(text, this.count)!);
+    return key === null ? null : keyHash(key) % this.count;
   }
 
   /** The slot of a row's lane in a throughs array (see throughsOf). */

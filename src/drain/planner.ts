@@ -137,6 +137,7 @@ export function planSlice(input: PlanInput): Plan {
     if (resume) plan.resumeAt ??= first.seq;
   };
   const starts = groupStarts(rows);
+  const single: Lane[] = [0];
   for (let g = 0; g < starts.length; g++) {
     if (allHeld) {
       plan.frontier ??= rows[starts[g]!]!.seq;
@@ -146,11 +147,16 @@ export function planSlice(input: PlanInput): Plan {
     const first = group[0]!;
     // One lane (the common case) needs no lane sets: nothing before it is held (checked above), and it heads the table while nothing is taken.
     const one = input.lanes === 1;
-    const lanes = one ? ONE_LANE : lanesOf(group, input.laneOf);
+    let lanes: readonly Lane[] = ONE_LANE;
+    if (!one && group.length === 1) {
+      // A single row (most of a backlog): its lane in a scratch array, which nothing keeps (charges copy it).
+      single[0] = input.laneOf(first);
+      lanes = single;
+    } else if (!one) lanes = lanesOf(group, input.laneOf);
     const barrier = !one && lanes.includes(null);
-    const canGo = one || (barrier ? blocked.size === 0 : lanes.every((l) => !blocked.has(l)));
+    const canGo = one || (barrier ? blocked.size === 0 : noneIn(lanes, blocked));
     const heads =
-      canGo && input.position === "head" && (one || barrier ? taken.size === 0 : lanes.every((l) => !taken.has(l)));
+      canGo && input.position === "head" && (one || barrier ? taken.size === 0 : noneIn(lanes, taken));
     if (!canGo) {
       // Held by an earlier group of one of its lanes: it waits as long as that one does.
       let until = Number.POSITIVE_INFINITY;
@@ -224,6 +230,12 @@ export function planSlice(input: PlanInput): Plan {
 /** The one lane of a table without lanes, and the lane a barrier holds (every lane). */
 const ONE_LANE: readonly Lane[] = Object.freeze([0]);
 const EVERY_LANE: readonly Lane[] = Object.freeze([null]);
+
+/** Whether none of `lanes` is in `set`. */
+function noneIn(lanes: readonly Lane[], set: ReadonlySet<Lane>): boolean {
+  for (let i = 0; i < lanes.length; i++) if (set.has(lanes[i]!)) return false;
+  return true;
+}
 
 /** The distinct lanes of a group's rows. */
 export function lanesOf(group: readonly OutboxRow[], laneOf: (row: OutboxRow) => Lane): Lane[] {

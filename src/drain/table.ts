@@ -40,6 +40,8 @@ interface LanesAfter {
   lastRead: number | null;
   /** The slice is every pending row from its first through its last, nothing before it left pending (no frontier, nothing passed over, nothing left): it may be confirmed as read. */
   whole: boolean;
+  /** Each row's slot in the ledger's throughs (see LaneMap), once the slice is opened. */
+  slots?: number[];
 }
 
 /** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
@@ -186,6 +188,8 @@ export class DrainTable {
    * row still pending before it (where the local confirmation stops).
    */
   #laneThrough: number[] | null = null;
+  /** The highest of `#laneThrough`. */
+  #laneThroughMax = 0;
   #blocked = new Map<Lane, number>();
   /** With lanes: the heads backing off that hold their lanes (as the last plan from the head found them, and charges since). */
   #heldHeads = new Map<Lane, HeldHead>();
@@ -497,7 +501,12 @@ export class DrainTable {
 
   /** With lanes: whether the ledger says the remote applied `row` (its lane's through is at or above it). */
   #isApplied(row: OutboxRow): boolean {
-    return this.#laneThrough !== null && row.seq <= this.#laneThrough[this.#laneMap.slotOf(row)]!;
+    // Rows above every lane's through (the rows read after the cursor, mostly) need no lane looked up.
+    return (
+      this.#laneThrough !== null &&
+      row.seq <= this.#laneThroughMax &&
+      row.seq <= this.#laneThrough[this.#laneMap.slotOf(row)]!
+    );
   }
 
   /**
@@ -514,6 +523,7 @@ export class DrainTable {
     let confirmed = options.adopted ? this.#confirm(options.adopted) : 0;
     this.#tally({ delivered: confirmed });
     this.#laneThrough = this.#laneMap.throughsOf(throughs);
+    this.#laneThroughMax = Math.max(...this.#laneThrough);
     const sent = queue.sentMark();
     let bound = 0;
     let restored = false;
@@ -768,13 +778,17 @@ export class DrainTable {
     let moves: LedgerMove[] = [];
     if (fence !== null && this.#lanes === 1) moves = [{ ledgerRow: this.name, through: this.#through!, last }];
     else if (fence !== null) {
-      const lastOf = new Map<number, number>();
-      for (const row of draft.rows) lastOf.set(this.#laneMap.slotOf(row), row.seq);
-      moves = [...lastOf].map(([slot, upTo]) => ({
-        ledgerRow: this.#laneMap.ledgerRow(slot),
-        through: this.#laneThrough?.[slot] ?? 0,
-        last: upTo,
-      }));
+      const slots = draft.rows.map((row) => this.#laneMap.slotOf(row));
+      const lastOf = new Array<number>(this.#lanes + 1).fill(0);
+      for (let i = 0; i < slots.length; i++) lastOf[slots[i]!] = draft.rows[i]!.seq;
+      for (let slot = 0; slot <= this.#lanes; slot++)
+        if (lastOf[slot]! > 0)
+          moves.push({
+            ledgerRow: this.#laneMap.ledgerRow(slot),
+            through: this.#laneThrough?.[slot] ?? 0,
+            last: lastOf[slot]!,
+          });
+      if (draft.lanes !== undefined) draft.lanes.slots = slots;
     }
     if (draft.lanes !== undefined && draft.rows.length < draft.lanes.planned.length) {
       // The runner kept only part (a transaction across tables waits): what it left is read again.
@@ -966,12 +980,14 @@ export class DrainTable {
    */
   #appliedLanes(slice: TableSlice, after: LanesAfter): void {
     const throughs = this.#laneThrough ?? [...new Array<number>(this.#lanes).fill(0), this.#through ?? 0];
-    for (const row of slice.rows) throughs[this.#laneMap.slotOf(row)] = row.seq;
+    const { rows } = slice;
+    const slots = after.slots ?? rows.map((row) => this.#laneMap.slotOf(row));
+    for (let i = 0; i < rows.length; i++) throughs[slots[i]!] = rows[i]!.seq;
     this.#laneThrough = throughs;
+    const last = rows[rows.length - 1]!.seq;
+    this.#laneThroughMax = Math.max(this.#laneThroughMax, throughs[this.#lanes]!, last);
     this.#through = throughs[this.#lanes]!;
     this.#moveOn(after);
-    const { rows } = slice;
-    const last = rows[rows.length - 1]!.seq;
     // Nothing held, nothing passed over: the slice is the queue's prefix, confirmed as read.
     if (after.whole && this.#applied === last)
       this.#appliedSlice = { first: rows[0]!.seq, last, rows: rows.length, firstPrev: rows[0]!.prevSeq };
