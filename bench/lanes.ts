@@ -6,13 +6,14 @@
 //   refused by the CHECK (backoff long enough to last the run), "clean" the same backlog without it.
 //   rows_per_s: those rows over the time until the last of them landed (in "clean" the rows of the
 //   poison's lane land too, interleaved: rows over the whole run).
-// {"bench":"lanes-poison-ratio","poison_vs_clean":…,"poison_rows_landed_early":…,"order_ok":…}   medians;
+// {"bench":"lanes-poison-ratio","poison_vs_clean":…,"poison_rows_landed_early":…,"order_ok":…}   the median of the rounds' paired ratios;
 //   poison_rows_landed_early: rows of the poison key on the remote while its head was refused (must
 //   be 0); order_ok: once the CHECK is gone and the drain kicked, every key — the poison's included —
 //   landed exactly once, in order.
 // {"bench":"lanes-drain","shape":"single"|"group","lanes":1|64,"rows":…,"rows_per_s":…}   the same
 //   backlog drained with lanes = 64 and lanes = 1: single rows, or transactions of 10 rows over 2 keys.
-// {"bench":"lanes-drain-ratio","shape":…,"lanes64_vs_lanes1":…}   medians over ROUNDS alternated runs.
+// {"bench":"lanes-drain-ratio","shape":…,"lanes64_vs_lanes1":…}   the median of ROUNDS paired ratios (runs alternated);
+//   the rows_per_s lines are each case's median.
 import { Database } from "bun:sqlite";
 import fs from "node:fs";
 import { defineConfig } from "../src/config/define.ts";
@@ -25,13 +26,15 @@ import { createWriters } from "../src/config/writers.ts";
 import { benchLogger, sized } from "./support/smoke.ts";
 
 const KEYS = sized(1_000, 50);
-const ROWS = sized(20_000, 400);
-const ROUNDS = sized(3, 1);
+const ROWS = sized(40_000, 400);
+const ROUNDS = sized(7, 1);
 const LANES = 64;
 const INSERT = "INSERT INTO events (k, n, note) VALUES (?, ?, ?)";
 const NOTE = "a short note about this row";
 const round = (x: number) => Math.round(x * 100) / 100;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+/** The median of the ratios of runs made side by side (round r of each): drift on a noisy machine cancels within a pair. */
+const pairedRatio = (xs: number[], ys: number[]) => median(xs.map((x, i) => x / ys[i]!));
 const keyOf = (i: number) => `customer-${i % KEYS}`;
 const POISON = keyOf(7);
 const POISON_LANE = laneOf(POISON, LANES)!;
@@ -202,7 +205,7 @@ for (const c of ["clean", "poison"] as const)
 console.log(
   JSON.stringify({
     bench: "lanes-poison-ratio",
-    poison_vs_clean: round(median(poisonRuns.poison) / median(poisonRuns.clean)),
+    poison_vs_clean: round(pairedRatio(poisonRuns.poison, poisonRuns.clean)),
     poison_rows_landed_early: early,
     order_ok: ordered,
   }),
@@ -219,7 +222,7 @@ for (const shape of ["single", "group"] as const) {
     JSON.stringify({
       bench: "lanes-drain-ratio",
       shape,
-      lanes64_vs_lanes1: round(median(rates[LANES]!) / median(rates[1]!)),
+      lanes64_vs_lanes1: round(pairedRatio(rates[LANES]!, rates[1]!)),
     }),
   );
 }
