@@ -123,8 +123,21 @@ describe("target keys", () => {
       ledger: true,
       ledgerTable: "sqloutbox_ledger",
       traceComments: false,
+      connections: 1,
       tables: [{ name: "events", injectOutboxSeq: false, retainLogDays: 30, lanes: 1 }],
     });
+  });
+
+  test("connections is an integer from 1 to 64", () => {
+    const at = (value: string) =>
+      minimal().replace(
+        'writer_class = "./writers.ts:MyWriter"',
+        `writer_class = "./writers.ts:MyWriter"\nconnections = ${value}`,
+      );
+    expect(targetOf(at("8")).connections).toBe(8);
+    expect(() => targetOf(at("0"))).toThrow(/connections/);
+    expect(() => targetOf(at("65"))).toThrow(/connections.*must be at most 64, got 65/);
+    expect(() => targetOf(at("2.5"))).toThrow(/connections/);
   });
 
   test("writer selects a built-in writer", () => {

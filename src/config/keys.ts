@@ -9,6 +9,13 @@ import { boolean, choice, described, integer, key, limit, number, own, string, t
 // come from here; test/config-example.test.ts holds docs/configuration.md to it. A key of kind
 // `own` is a structure its section's code reads itself. Object order is the order keys are read.
 
+/** The most batches in flight to one target (`connections`): each holds a connection and up to batch_max_bytes. */
+export const MAX_CONNECTIONS = 64;
+
+function connectionsProblem(n: number): string | undefined {
+  return n <= MAX_CONNECTIONS ? undefined : `must be at most ${MAX_CONNECTIONS}, got ${n}`;
+}
+
 /** The ledger's label column holds up to 255 characters (MySQL VARCHAR(255)): `origin_label`'s limit. */
 const MAX_LABEL_LENGTH = 255;
 
@@ -72,6 +79,12 @@ export const TARGET_KEYS = {
   trace_comments: key(boolean, {
     default: false,
     doc: "Append each row's traceparent to its statement as a sqlcommenter comment",
+  }),
+  connections: key(integer({ min: 1 }), {
+    default: 1,
+    check: connectionsProblem,
+    type: `integer, 1–${MAX_CONNECTIONS}`,
+    doc: "Batches in flight to this target at once, each on its own connection, over disjoint tables",
   }),
   connection: key(own<Record<string, unknown>>("table"), { default: described("{}"), doc: "Passed to the writer." }),
 };

@@ -61,10 +61,14 @@ async function createWriter(
   }
   // With trace_comments every statement text is new: PostgreSQL must not keep each one prepared
   // (Bun's MySQL driver bounds its own cache at 256 texts per connection).
-  const connection =
+  let connection =
     target.traceComments && target.writer === "postgres" && target.connection.prepare === undefined
       ? { ...target.connection, prepare: false }
       : target.connection;
+  // `connections` batches in flight need as many connections in the pool of a server writer.
+  const pooled = target.writer === "postgres" || target.writer === "mysql";
+  const pool = typeof connection.max_connections === "number" ? connection.max_connections : 1;
+  if (pooled && pool < target.connections) connection = { ...connection, max_connections: target.connections };
   try {
     return createBuiltinWriter(target.writer ?? "", connection);
   } catch (error) {

@@ -41,6 +41,8 @@ export type ReservedPass = (
  */
 export class BunSqlWriter implements OutboxWriter {
   readonly dialect: Engine;
+  /** Each batch reserves its own connection from the pool (`max_connections`). */
+  readonly concurrent = true;
   /** The target with its password masked: safe for logs and errors. */
   readonly description: string;
   readonly #sql: SQL;

@@ -62,6 +62,14 @@ export type WriteResult =
  */
 export interface OutboxWriter {
   readonly dialect?: Dialect;
+  /**
+   * Whether `writeBatch` may be called again before an earlier call answered — each call on its own
+   * connection, in its own transaction, and a statement that writes a row another open transaction
+   * holds waits for it to end (row locks, as PostgreSQL and InnoDB take them) — so a target's
+   * `connections` can keep several batches in flight, each fenced behind the one before. Absent or
+   * false: the drain sends one batch at a time.
+   */
+  readonly concurrent?: boolean;
   writeBatch(stmts: Statement[]): Promise<WriteResult[]>;
 
   close?(): Promise<void> | void;
