@@ -17,7 +17,7 @@ import {
   trimDraft,
   type DrainTable,
   type GroupAttempts,
-  type LedgerMove,
+  type OpenContext,
   type SliceDraft,
   type TableSlice,
 } from "./table.ts";
@@ -70,6 +70,14 @@ export interface DeliveryParts extends RemoteParts {
   hooks: DeliveryHooks;
 }
 
+/** A batch on its way: its call to the writer, what the observer was told, and when it was sent (performance.now). */
+interface InFlightBatch {
+  batch: SentBatch;
+  call: Promise<WriteResult[]>;
+  observed: ObservedBatch | null;
+  started: number;
+}
+
 /** A batch as sent: its slices, the statements in the order sent, and where each slice's statements went. */
 interface SentBatch {
   slices: TableSlice[];
@@ -94,6 +102,12 @@ export class Delivery {
   /** The background loop runs: a batch's local confirmation may wait for the next batch to be in flight. */
   #pipelining = false;
   #batches = 0;
+  /** Batches sent and not answered yet. */
+  #inFlight = 0;
+  /** How many batches may be in flight at once: the target's `connections` when its writer takes concurrent calls and a ledger fences them, else 1. */
+  readonly #parallel: number;
+  /** The fence that opens each table's slice, moving its ledger rows; null without a ledger. */
+  private readonly fence: OpenContext["fence"];
   private readonly name: string;
   private readonly app: AppConfig;
   private readonly dialect: Dialect;
@@ -130,6 +144,14 @@ export class Delivery {
       hooks: this.hooks,
     } = parts);
     this.served = new Set(parts.tables.map((t) => t.name));
+    this.fence = parts.ledger ? (table, moves) => parts.ledger!.fence(table, moves) : null;
+    const { connections } = parts.target;
+    this.#parallel = parts.writer.writer.concurrent === true && this.fence !== null ? connections : 1;
+    if (connections > 1 && this.#parallel === 1)
+      this.logger.warn(
+        `drain: ${this.name} has connections = ${connections}, but ${this.fence === null ? "no ledger (ledger = false) orders batches in flight" : "its writer takes one batch at a time (sqlite, libsql, a custom writer without concurrent = true)"}: one batch is in flight`,
+        { target: this.name },
+      );
     this.rewrites = new RewriteCache(parts.dialect, parts.target.compat);
     this.comments = parts.target.traceComments ? new TraceComments(parts.dialect) : null;
   }
@@ -144,6 +166,11 @@ export class Delivery {
     return this.#lastRoundTripMs;
   }
 
+  /** Batches sent and not answered yet. */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
   /** Whether a confirmation may wait for the next batch (the background loop runs). */
   get pipelining(): boolean {
     return this.#pipelining;
@@ -154,32 +181,85 @@ export class Delivery {
     this.#pipelining = on;
   }
 
-  /** Plans one batch over every ready table (of `only`, when given), sends it, and applies the answer. */
+  /**
+   * Plans one batch over every ready table (of `only`, when given), sends it, and applies the
+   * answer. With `connections` above 1 (a writer that takes concurrent calls, a ledger) the rows
+   * that follow each of its tables are read and sent at once behind it, up to that many batches in
+   * flight, each fenced behind the one before (see DrainTable.openBehind): the remote commits them
+   * in order, whatever order they arrive in, or not at all.
+   */
   async deliver(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
-    const batch = this.planBatch(now, out, only);
-    if (batch === null) return out;
-    const { slices, stmts } = batch;
-    let results: WriteResult[];
+    const first = this.planBatch(now, out, only);
+    if (first === null) return out;
+    const sent = [this.send(first)];
+    try {
+      await this.confirmApplied(() => Bun.sleep(0));
+      while (sent.length < this.#parallel) {
+        await Bun.sleep(0); // the batch before goes on the wire first
+        const behind = this.planBehind(sent[sent.length - 1]!.batch);
+        if (behind === null) break;
+        sent.push(this.send(behind));
+      }
+      await this.readAhead(sent[sent.length - 1]!.batch);
+      let lost: { error: unknown; batch: SentBatch } | null = null;
+      for (const { batch, call, observed, started } of sent) {
+        let results: WriteResult[] | null = null;
+        try {
+          results = await call;
+        } catch (error) {
+          lost ??= { error, batch };
+          this.lost(batch, observed, error);
+          continue;
+        }
+        if (lost !== null) {
+          // Behind a batch that got no answer: it committed only if that one did; the ledger says.
+          this.lost(batch, observed, lost.error);
+          continue;
+        }
+        this.#lastRoundTripMs = performance.now() - started;
+        this.applyBatch(batch, results, observed, started, out);
+        // The batch behind confirms from what its table read: this one's rows go first.
+        if (sent.length > 1) for (const slice of batch.slices) slice.table.confirmApplied(this.now());
+      }
+      if (lost === null) return out;
+      this.reachability.outage(lost.error, `a batch of ${lost.batch.stmts.length} statements`, this.now());
+      return { ...out, outage: true, more: false, wakeAt: this.reachability.backoffUntil };
+    } finally {
+      this.#inFlight -= sent.length;
+    }
+  }
+
+  /** Sends a batch (the observer told first); its call is awaited by deliver, after the local work that overlaps it. */
+  private send(batch: SentBatch): InFlightBatch {
     const observed = this.observer === null ? null : this.observed(batch);
     const started = performance.now();
-    try {
-      const call = this.writer.send(stmts, (abandoned) => this.awaitLateAnswer(batch, abandoned));
-      call.catch(() => {}); // awaited below, after the local work that overlaps it
-      await this.whileInFlight(slices);
-      results = await call;
-      this.#lastRoundTripMs = performance.now() - started;
-    } catch (error) {
-      for (const slice of slices) {
-        slice.table.refundOutage(slice);
-        if (slice.fenced) slice.table.unsettle(); // it may have committed: the ledger will say
-      }
-      this.reachability.outage(error, `a batch of ${stmts.length} statements`, this.now());
-      if (observed !== null) {
-        const { message, errorClass } = describeError(error);
-        this.observer!.batchLost(observed, { message, errorClass }, this.now());
-      }
-      return { ...out, outage: true, more: false, wakeAt: this.reachability.backoffUntil };
+    this.#inFlight += 1; // until deliver has its answer
+    const call = this.writer.send(batch.stmts, (abandoned) => this.awaitLateAnswer(batch, abandoned));
+    call.catch(() => {}); // awaited by deliver
+    return { batch, call, observed, started };
+  }
+
+  /** A batch that got no answer: its heads are refunded, and fenced tables settle from the ledger (it may have committed). */
+  private lost(batch: SentBatch, observed: ObservedBatch | null, error: unknown): void {
+    for (const slice of batch.slices) {
+      slice.table.refundOutage(slice);
+      if (slice.fenced) slice.table.unsettle(); // it may have committed: the ledger will say
     }
+    if (observed !== null) {
+      const { message, errorClass } = describeError(error);
+      this.observer!.batchLost(observed, { message, errorClass }, this.now());
+    }
+  }
+
+  /** Applies a batch's answer to each of its tables, and what follows from it (units checked, metrics, the prune). */
+  private applyBatch(
+    batch: SentBatch,
+    results: WriteResult[],
+    observed: ObservedBatch | null,
+    started: number,
+    out: TargetCycle,
+  ): void {
+    const { slices } = batch;
     this.reachability.recovered();
     this.#lastSuccessAt = this.now();
     // What an answer did (a cut, a hold, a charge, a confirmation) shows at the table's next plan: the next cycle looks at these.
@@ -221,7 +301,6 @@ export class Delivery {
     // garbage and the drain's memory stays bounded by batch_max_bytes, not by the backlog. A full
     // collection: strings that large live in the old generation, which a minor one leaves alone.
     if (slices.reduce((n, sl) => n + sl.bytes, 0) > LARGE_BATCH_BYTES) Bun.gc(true);
-    return out;
   }
 
   /** The batch as an observer sees it (told just before it is sent). */
@@ -289,19 +368,46 @@ export class Delivery {
     for (const table of this.awaitedBy(drafts)) if (!planned.has(table) && budget > 0) plan(table, true);
     if (drafts.length === 0) return null;
     const { keep, units } = linkDrafts(drafts, this.served);
-    const fence = this.ledger
-      ? (table: DrainTable, moves: readonly LedgerMove[]) => this.ledger!.fence(table, moves)
-      : null;
     const opened = new Map<SliceDraft, TableSlice>();
     for (const draft of drafts) {
       const kept = keep.get(draft)!;
       if (kept === 0) continue; // its head group waits for the tables it spans
       trimDraft(draft, kept);
-      opened.set(draft, draft.table.openSlice(draft, { now, fence }));
+      opened.set(draft, draft.table.openSlice(draft, { now, fence: this.fence }));
     }
+    return this.layOut(units.map((unit) => unit.map((d) => opened.get(d)!)));
+  }
+
+  /**
+   * The batch behind `ahead`, sent before `ahead` is answered: for each table alone in its unit
+   * there, the rows that follow its slice, read now and fenced behind it (DrainTable.openBehind).
+   * Tables a transaction links, and batches of large rows, wait for the answer. Null when nothing
+   * follows.
+   */
+  private planBehind(ahead: SentBatch): SentBatch | null {
+    if (this.fence === null || ahead.slices.reduce((n, sl) => n + sl.bytes, 0) > LARGE_BATCH_BYTES) return null;
+    const linked = new Set(ahead.units.flat());
+    let budget = this.app.batchMaxBytes;
+    const units: TableSlice[][] = [];
+    for (const slice of ahead.slices) {
+      if (linked.has(slice) || budget <= 0) continue;
+      const plan = {
+        now: this.now(),
+        maxBytes: budget,
+        prepare: (t: DrainTable, row: OutboxRow) => this.prepareRow(t, row),
+      };
+      const behind = slice.table.openBehind(slice, plan, { now: plan.now, fence: this.fence });
+      if (behind === null) continue;
+      budget -= behind.bytes;
+      units.push([behind]);
+    }
+    return this.layOut(units);
+  }
+
+  /** A batch of these units: a unit of one table as it is, one of tables a transaction links behind their fences, in commit order. Null when empty. */
+  private layOut(units: TableSlice[][]): SentBatch | null {
     const batch: SentBatch = { slices: [], stmts: [], positions: new Map(), units: [] };
-    for (const unit of units) {
-      const slices = unit.map((d) => opened.get(d)!);
+    for (const slices of units) {
       batch.slices.push(...slices);
       if (slices.length === 1) {
         const slice = slices[0]!;
@@ -368,17 +474,16 @@ export class Delivery {
   }
 
   /**
-   * The local work that overlaps the remote's on a batch: the previous batch's confirmation and,
-   * under load, reading and converting the rows that follow this one (see DrainTable.readAhead).
-   * Before each table's turn the event loop turns, so the batch goes on the wire and the remote's
-   * answers keep its pipeline moving while SQLite holds the thread.
+   * Under load, while the last batch of a cycle is in flight, reads and converts the rows that
+   * follow its slices (see DrainTable.readAhead), so the next cycle need not. Before each table's
+   * turn the event loop turns, so the batch goes on the wire and the remote's answers keep its
+   * pipeline moving while SQLite holds the thread.
    */
-  private async whileInFlight(slices: TableSlice[]): Promise<void> {
-    await this.confirmApplied(() => Bun.sleep(0));
-    const bytes = slices.reduce((n, s) => n + s.bytes, 0);
+  private async readAhead(batch: SentBatch): Promise<void> {
+    const bytes = batch.slices.reduce((n, s) => n + s.bytes, 0);
     // Large rows: two batches in memory at once would double the drain's peak; their cost is the wire, not the local work.
     if (!this.#pipelining || bytes > LARGE_BATCH_BYTES) return;
-    for (const slice of slices) {
+    for (const slice of batch.slices) {
       if (!slice.more || !slice.fenced) continue;
       await Bun.sleep(0);
       slice.table.readAhead(slice, {

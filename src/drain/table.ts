@@ -48,6 +48,8 @@ interface LanesAfter {
 export interface TableSlice extends SliceDraft {
   /** Its first statement is the fence that moves every ledger row its rows move (the target keeps a ledger). */
   fenced: boolean;
+  /** Sent behind another slice of this table still in flight (see openBehind): the through its fence expects, where that one moves the ledger. */
+  behind?: number;
 }
 
 /** A slice the remote applied, as the table read it: its first and last seq, its rows, the first one's link. */
@@ -772,11 +774,12 @@ export class DrainTable {
    * rows move: the table's, or with lanes each lane's it touches), its first row charged one
    * attempt and the sent mark raised to its last row (before delivery).
    */
-  openSlice(draft: SliceDraft, ctx: OpenContext): TableSlice {
+  openSlice(draft: SliceDraft, ctx: OpenContext, behind?: number): TableSlice {
     const last = draft.rows[draft.rows.length - 1]!.seq;
     const fence = ctx.fence;
     let moves: LedgerMove[] = [];
-    if (fence !== null && this.#lanes === 1) moves = [{ ledgerRow: this.name, through: this.#through!, last }];
+    if (fence !== null && this.#lanes === 1)
+      moves = [{ ledgerRow: this.name, through: behind ?? this.#through!, last }];
     else if (fence !== null) {
       const slots = draft.rows.map((row) => this.#laneMap.slotOf(row));
       const lastOf = new Array<number>(this.#lanes + 1).fill(0);
@@ -799,7 +802,28 @@ export class DrainTable {
     }
     this.#queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
     const stmts = fence === null ? draft.stmts : [fence(this, moves), ...draft.stmts];
-    return { ...draft, stmts, fenced: fence !== null };
+    return { ...draft, stmts, fenced: fence !== null, ...(behind === undefined ? {} : { behind }) };
+  }
+
+  /**
+   * With `ahead` in flight (a writer that takes concurrent calls): the rows that follow it, read
+   * now (see readAhead) and opened as the next slice at once, fenced behind it — its fence expects
+   * the ledger row where `ahead` moves it. In the remote it waits on that row's lock until `ahead`
+   * commits, then moves it on; if `ahead` rolls back (or arrives later), it fails and the table
+   * settles from the ledger. So slices in flight together commit in order, or not at all. Only
+   * for a table of one lane whose ledger row exists and whose following rows hold no transaction
+   * across tables; null otherwise.
+   */
+  openBehind(ahead: TableSlice, plan: PlanContext, open: OpenContext): TableSlice | null {
+    // Only over a ledger row an answer showed committed (through above 0): a fence that finds no
+    // row inserts it, guard or not, and would commit ahead of the slice that was to create it.
+    if (this.#lanes > 1 || !ahead.fenced || open.fence === null || !(this.#through! > 0)) return null;
+    this.readAhead(ahead, plan);
+    const read = this.#ahead;
+    this.#ahead = null;
+    if (read === null || read.spans.size > 0) return null;
+    const { after, ...draft } = read;
+    return this.openSlice({ table: this, ...draft }, open, after);
   }
 
   /** The read-ahead no longer describes the queue (another table's group moved rows of this one). */
@@ -869,6 +893,14 @@ export class DrainTable {
     const queue = this.#queue!;
     const { rows } = slice;
     const head = rows[0]!;
+    if (slice.behind !== undefined && this.#through !== slice.behind) {
+      // The slice ahead of it did not leave the ledger where its fence expects (it failed, was
+      // lost, or could not be confirmed): it committed only if the ledger says so.
+      queue.refundAttempt(head.seq);
+      this.#through = null;
+      out.more = true;
+      return out;
+    }
     const answer = classifyAnswer(rows, slice.fenced, results, this.#lanes === 1 ? undefined : this.#leads(rows));
     // With lanes, a read after anything but a slice applied whole starts at the head again.
     if (this.#lanes > 1 && answer.kind !== "applied") this.#cursor = null;
@@ -904,14 +936,21 @@ export class DrainTable {
         case "fence-moved":
           queue.refundAttempt(head.seq);
           this.#through = null;
-          this.logger.info(
-            `drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`,
-            {
-              target: this.target,
-              namespace: this.name,
-              error_class: answer.fence.errorClass ?? null,
-            },
-          );
+          // Behind a slice in flight, it reached the remote before that one committed (or that one failed).
+          if (slice.behind !== undefined)
+            this.logger.debug(
+              `drain: "${this.name}" on ${this.target}: a batch behind another failed its fence (${answer.fence.error}); settling from the ledger`,
+              { target: this.target, namespace: this.name },
+            );
+          else
+            this.logger.info(
+              `drain: "${this.name}" on ${this.target}: its ledger row moved under this drain (a late commit or another drain); settling from the ledger`,
+              {
+                target: this.target,
+                namespace: this.name,
+                error_class: answer.fence.errorClass ?? null,
+              },
+            );
           out.more = true;
           return out;
         case "contract-broken":

@@ -1,0 +1,178 @@
+// connections = N: up to N batches in flight to one target, each on its own connection, each
+// fenced behind the one before, so the remote commits them in order or not at all. On the engines
+// whose writers take concurrent calls, checked by what landed (in the order the remote applied
+// it) and by how many calls the writer had open at once.
+import { describe, expect, test } from "bun:test";
+import { OutboxSyncService } from "../src/drain/service.ts";
+import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
+import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
+import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
+import { memoryLogger, oneApp } from "./support/drain-harness.ts";
+import { AUTO_POS, openRemote } from "./support/remote.ts";
+
+const cleanups = cleanupsAfterEach();
+cleanups.push(() => closeSharedOutboxes());
+
+const TABLES = ["t0", "t1", "t2", "t3"];
+const ROWS = 200;
+
+/** A writer in front of the real one that counts the calls it has open at once, and can hold or fail one before it goes on. */
+class Watched implements OutboxWriter {
+  readonly dialect;
+  readonly concurrent: boolean;
+  open = 0;
+  mostOpen = 0;
+  calls = 0;
+  /** Runs before the `call`-th call that carries rows (1: the first) is passed on: a delay, a check, a throw. */
+  before: { call: number; run: () => Promise<void> } | null = null;
+  #rowCalls = 0;
+
+  constructor(private readonly inner: OutboxWriter) {
+    this.dialect = inner.dialect;
+    this.concurrent = inner.concurrent === true;
+  }
+
+  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+    this.calls += 1;
+    this.open += 1;
+    this.mostOpen = Math.max(this.mostOpen, this.open);
+    try {
+      const before = this.before;
+      if (stmts.some((s) => s.seq > 0) && ++this.#rowCalls === before?.call) await before.run();
+      return await this.inner.writeBatch(stmts);
+    } finally {
+      this.open -= 1;
+    }
+  }
+
+  close(): Promise<void> | void {
+    return this.inner.close?.();
+  }
+}
+
+describe.each(["postgres", "mysql"] as const)("connections = 4, delivered to %s", (engine) => {
+  async function setup(connections: number, tuning: Record<string, unknown> = {}) {
+    const dir = tempDirCleanedBy(cleanups);
+    const remote = await openRemote(engine, { cleanups });
+    for (const t of TABLES)
+      await remote.exec(
+        `CREATE TABLE ${t} (${AUTO_POS[remote.dialect]}, n BIGINT NOT NULL, CONSTRAINT ${t}_n CHECK (n >= 0))`,
+      );
+    const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
+    const writer = new Watched(remote.createWriter({ max_connections: connections }));
+    const log = memoryLogger();
+    const config = oneApp(
+      dir.file("queue"),
+      { r: { writer: remote.writer, connection: remote.connection, tables: TABLES, connections } },
+      { batchSize: 40, ...tuning },
+    );
+    const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
+    cleanups.push(() => svc.stop(2000));
+    /** Each table's n in the order the remote applied them. */
+    const landed = async (t: string) => (await remote.ints(`SELECT n FROM ${t} ORDER BY pos`)).map(([n]) => n!);
+    const delivered = () => svc.views().reduce((n, v) => n + v.totals.delivered, 0);
+    const drain = async (rows: number) => {
+      for (let i = 0; i < 300 && delivered() < rows; i++) {
+        await svc.runOnce();
+        await Bun.sleep(5);
+      }
+    };
+    const fill = (n: (i: number, t: string) => number = (i) => i) => {
+      for (let i = 1; i <= ROWS; i++)
+        for (const t of TABLES) producer.push(t, `INSERT INTO ${t} (n) VALUES (?)`, [n(i, t)]);
+    };
+    return { remote, writer, svc, log, landed, drain, fill };
+  }
+  const inOrder = Array.from({ length: ROWS }, (_, i) => i + 1);
+
+  test("batches go behind each other, up to four in flight: each table's rows once and in order", async () => {
+    const s = await setup(4);
+    s.fill();
+    await s.drain(ROWS * TABLES.length);
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
+    expect(s.writer.mostOpen).toBe(4);
+    expect(s.svc.targets()[0]!.view().batchesInFlight).toBe(0);
+  }, 30_000);
+
+  test("one connection sends one batch at a time", async () => {
+    const s = await setup(1);
+    s.fill();
+    await s.drain(ROWS * TABLES.length);
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
+    expect(s.writer.mostOpen).toBe(1);
+  }, 30_000);
+
+  test("a batch that reaches the remote before the one ahead of it commits fails its fence: nothing lands out of order or twice", async () => {
+    const s = await setup(4);
+    s.fill();
+    let inFlight = 0;
+    let whileHeld: number[] = [];
+    s.writer.before = {
+      // The second cycle's first batch waits; the ones behind it reach the remote first. (The
+      // first cycle sends one batch: its fences create the ledger rows the ones behind would wait on.)
+      call: 2,
+      run: async () => {
+        await Bun.sleep(300);
+        inFlight = s.svc.targets()[0]!.view().batchesInFlight;
+        whileHeld = await Promise.all(TABLES.map(async (t) => (await s.landed(t)).length));
+      },
+    };
+    await s.drain(ROWS * TABLES.length);
+    expect(inFlight).toBe(4);
+    expect(whileHeld).toEqual([40, 40, 40, 40]); // the first cycle's rows; nothing behind the held batch committed ahead of it
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
+  }, 30_000);
+
+  test("a row the remote refuses in the batch ahead: the batches behind it do not commit past it, and the rest lands in order once it is dead-lettered", async () => {
+    const s = await setup(4, { maxAttempts: 2 });
+    // The CHECK refuses t1's 50th row: in the second cycle's first batch, with batches behind it.
+    s.fill((i, t) => (t === "t1" && i === 50 ? -1 : i));
+    await s.drain(ROWS * TABLES.length - 1);
+    for (const t of TABLES)
+      expect({ t, n: await s.landed(t) }).toEqual({ t, n: t === "t1" ? inOrder.filter((n) => n !== 50) : inOrder });
+    expect(s.svc.views()[0]!.totals.deadLettered).toBe(1);
+  }, 30_000);
+
+  test("a batch lost in flight (the call throws): the ones behind it count as lost, the target backs off, and every row lands once, in order", async () => {
+    const s = await setup(4);
+    s.fill();
+    s.writer.before = {
+      call: 3, // the second cycle's second batch, behind its first
+      run: async () => {
+        throw new Error("connection reset by peer");
+      },
+    };
+    expect((await s.svc.runOnce()).delivered).toBe(160); // the first cycle: one batch, which creates the ledger rows
+    const second = await s.svc.runOnce();
+    expect(second.targets[0]!.outage).toBe(true);
+    expect(second.delivered).toBe(160); // its first batch, answered ahead of the lost one
+    await Bun.sleep(100); // the outage backoff (FAST: 60 ms)
+    await s.drain(ROWS * TABLES.length);
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
+  }, 30_000);
+});
+
+test.each(["sqlite", "libsql-http"] as const)(
+  "a %s writer takes one batch at a time: connections = 4 sends one, and the drain says so at start",
+  async (engine) => {
+    const dir = tempDirCleanedBy(cleanups);
+    const remote = await openRemote(engine, { cleanups });
+    for (const t of TABLES) await remote.exec(`CREATE TABLE ${t} (${AUTO_POS[remote.dialect]}, n BIGINT NOT NULL)`);
+    const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
+    for (let n = 1; n <= 50; n++) for (const t of TABLES) producer.push(t, `INSERT INTO ${t} (n) VALUES (?)`, [n]);
+    const writer = new Watched(remote.createWriter());
+    const log = memoryLogger();
+    const config = oneApp(
+      dir.file("queue"),
+      { r: { writer: remote.writer, connection: remote.connection, tables: TABLES, connections: 4 } },
+      { batchSize: 10 },
+    );
+    const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
+    cleanups.push(() => svc.stop(2000));
+    const delivered = () => svc.views().reduce((n, v) => n + v.totals.delivered, 0);
+    for (let i = 0; i < 40 && delivered() < 200; i++) await svc.runOnce();
+    expect(delivered()).toBe(200);
+    expect(writer.mostOpen).toBe(1);
+    expect(log.has(/app\.r has connections = 4, but its writer takes one batch at a time/)).toBe(true);
+  },
+);
