@@ -350,6 +350,7 @@ describe("status of a running drain, from its state file", () => {
     downSince: null,
     lastError: null,
     lastSuccessAt: new Date().toISOString(),
+    batchesInFlight: 0,
     lastRoundTripMs: 12.5,
     lastCycleAt: null,
     lastBeatAt: null,

@@ -269,6 +269,7 @@ export class TargetRunner {
       downSince: iso(this.reachability.downSince),
       lastError: this.reachability.lastError,
       lastSuccessAt: iso(this.lastSuccessAt),
+      batchesInFlight: this.delivery.inFlight,
       lastRoundTripMs:
         this.delivery.lastRoundTripMs === null ? null : Math.round(this.delivery.lastRoundTripMs * 10) / 10,
       lastCycleAt: iso(this.#lastCycleAt),

@@ -74,6 +74,8 @@ export interface TargetView {
   lastError: string | null;
   lastSuccessAt: string | null;
   /** How long its last answered batch took, sent to answered (ms): the round trip the drain meets; null before one. */
+  /** Batches sent and not answered yet: at most the target's `connections`. */
+  batchesInFlight: number;
   lastRoundTripMs: number | null;
   /** When its loop last finished a cycle. */
   lastCycleAt: string | null;

@@ -225,6 +225,20 @@ const FROM_VIEWS: ReadonlyArray<{
     samples: (views) => perTarget(views, (v) => v.failures),
   },
   {
+    name: "sqloutbox_batches_in_flight",
+    help: "Batches sent to the target and not answered yet (at most its connections).",
+    type: "gauge",
+    labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v) => v.batchesInFlight),
+  },
+  {
+    name: "sqloutbox_target_round_trip_seconds",
+    help: "How long the target's last answered batch took from sent to answered (absent before the first).",
+    type: "gauge",
+    labels: ["app", "target"],
+    samples: (views) => perTarget(views, (v) => (v.lastRoundTripMs === null ? null : v.lastRoundTripMs / 1000)),
+  },
+  {
     name: "sqloutbox_target_last_success_age_seconds",
     help: "Seconds since the target last answered a batch (absent before the first).",
     type: "gauge",
