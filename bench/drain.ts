@@ -31,17 +31,20 @@
 //   started for the run in a temp directory on a free port and pinned to CPU 1 (taskset), with
 //   this process, the drain and the limit's client pinned to CPU 0: the remote's work overlaps
 //   the drain's as on a server whose database runs elsewhere. The servers are removed on exit.
-// {"bench":"wan","target":"postgres"|"mysql","rtt_ms":…,"connections":1,"rows":…,"rows_per_s":…,"round_trips_per_batch":…}
+// {"bench":"wan","target":"postgres"|"mysql","rtt_ms":…,"connections":1|2|4|8,"rows":…,"rows_per_s":…,"round_trips_per_batch":…,"vs_connections_1":…}
 //   the same backlog drained through a TCP proxy in this process that delays every chunk by half
 //   of rtt_ms each way (127.0.0.1 only; BENCH_RTT_MS, default 20, then 2): a remote across a long
-//   link. round_trips_per_batch: the turns the proxy counted (a client sending again after an
-//   answer) between the drain's first and last writeBatch, over the batches.
-// {"bench":"wan-limit","target":…,"rtt_ms":…,"connections":1,"form":"pipelined","rows_per_s":…,"round_trips_per_batch":…}
-//   the engine through the same proxy from one connection, the best the client allows: transactions
-//   of the drain's batch (a multi-row INSERT of batch_size rows per table), BEGIN, the INSERTs and
-//   COMMIT sent at once — right whatever the outcome only because these rows cannot fail.
-//   PostgreSQL: with the no-ops that make Bun send past its pipeline window (as the writer does).
-// {"bench":"wan-ratio","target":…,"rtt_ms":…,"connections":1,"drain_vs_limit":…}
+//   link, the target's `connections` 1, 2, 4 and 8. round_trips_per_batch: the turns the proxy
+//   counted (a client sending again after an answer) between the drain's first and last
+//   writeBatch, over the batches.
+// {"bench":"wan-limit","target":…,"rtt_ms":…,"connections":1|8,"form":"pipelined","rows_per_s":…,"round_trips_per_batch":…}
+//   the engine through the same proxy from 1 and from 8 connections, the best the client allows:
+//   transactions of the drain's batch (a multi-row INSERT of batch_size rows per table), BEGIN, the
+//   INSERTs and COMMIT sent at once — right whatever the outcome only because these rows cannot
+//   fail — each connection sending its share one after another. PostgreSQL: with the no-ops that
+//   make Bun send past its pipeline window (as the writer does).
+// {"bench":"wan-ratio","target":…,"rtt_ms":…,"connections":1|8,"drain_vs_limit":…}   the drain with
+//   that many connections over the engine from as many.
 // Arguments pick lines: null sqlite postgres mysql fleet large metrics tracing latency pinned wan (none: all).
 // Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README); `pinned` needs
 // two CPUs, taskset, and the PostgreSQL (/usr/lib/postgresql/*/bin) and MariaDB server binaries.
@@ -99,12 +102,13 @@ function configFor(
   connection: Record<string, unknown>,
   tables: string[],
   tuning: Record<string, unknown>,
+  connections = 1,
 ) {
   const target =
     writer === "null"
       ? { writer: "postgres" as const, connection: { url: "postgres://unused@127.0.0.1/x" } }
       : { writer, connection };
-  return defineConfig({ app: { bench: { dbDir, ...tuning, db: { remote: { ...target, tables } } } } });
+  return defineConfig({ app: { bench: { dbDir, ...tuning, db: { remote: { ...target, tables, connections } } } } });
 }
 
 const ddl = (t: string, target: Target) =>
@@ -169,6 +173,8 @@ interface ChildJob {
   warmupDbDir?: string;
   /** Count the writer's batches and when the first began and the last ended (epoch ms). */
   countBatches?: boolean;
+  /** The target's `connections` (default 1). */
+  connections?: number;
 }
 
 /** Counts a writer's batches and the span they took, in epoch milliseconds (comparable with the parent's). */
@@ -179,6 +185,9 @@ class CountingWriter implements OutboxWriter {
   constructor(readonly inner: OutboxWriter) {}
   get dialect() {
     return this.inner.dialect;
+  }
+  get concurrent() {
+    return this.inner.concurrent;
   }
   async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
     const now = () => performance.timeOrigin + performance.now();
@@ -196,12 +205,14 @@ class CountingWriter implements OutboxWriter {
 
 /** Child mode: drain the backlog in `dbDir` into the target, print one JSON result on stdout. */
 async function drainChild(job: ChildJob): Promise<void> {
-  const config = configFor(job.dbDir, job.target, job.connection, job.tables, {
-    batchSize: CHUNK,
-    flushInterval: 0.005,
-    tableFlushThreshold: 1,
-    tableMaxWait: 0,
-  });
+  const config = configFor(
+    job.dbDir,
+    job.target,
+    job.connection,
+    job.tables,
+    { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 },
+    job.connections,
+  );
   let svc: OutboxSyncService | null = null;
   const metrics = job.metrics ? createDrainMetrics(() => svc) : null;
   // SQLOUTBOX_BENCH_SPANS_PER_S: another max_spans_per_second, to see what the rate costs.
@@ -210,7 +221,9 @@ async function drainChild(job: ChildJob): Promise<void> {
     ? createTracing(traceSettings({ ...config.tracing, endpoint: job.tracing, maxSpansPerSecond: rate }, {})!)
     : null; // silent: the spans it drops are a figure of the line (spans_dropped), not a fault
   await tracing?.ready(); // loading the SDK is a start-up cost, not a delivery cost
-  const writerFor = () => (job.target === "null" ? nullWriter : createWriter(job.target, job.connection));
+  // As createWriters would make it: a pool of one connection per batch in flight.
+  const pool = { ...job.connection, max_connections: job.connections ?? 1 };
+  const writerFor = () => (job.target === "null" ? nullWriter : createWriter(job.target, pool));
   if (job.warmupDbDir) {
     const warm = new OutboxSyncService(
       configFor(job.warmupDbDir, job.target, job.connection, job.tables, {
@@ -653,46 +666,63 @@ function throughProxy(url: string, port: number): string {
   return u.toString();
 }
 
+/** The drain's `connections` on the wan lines, and the engine's limit's. */
+const WAN_CONNECTIONS = [1, 2, 4, 8];
+const WAN_LIMIT_CONNECTIONS = [1, 8];
+
 /**
- * The drain and then the engine, from one connection each, through a proxy `rttMs` long: rows/s
- * and round trips per batch (turns the proxy counted, over the batches or transactions).
+ * The drain with `connections` = 1, 2, 4 and 8, then the engine from 1 and 8 connections, through
+ * a proxy `rttMs` long: rows/s and round trips per batch (the turns the proxy counted, over the
+ * batches or transactions), and the ratios.
  */
 async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
   const remote = await remoteFor(target, dir.path);
   const db = new URL(remote.connection.url as string);
   const proxy = startTcpProxy(Number(db.port), db.hostname, { rttMs });
-  const tag = { target, rtt_ms: rttMs, connections: 1 };
+  const round = (x: number) => Math.round(x * 100) / 100;
   try {
-    fillBacklog(`${dir.path}/outbox`, TABLES, ROWS);
     const url = throughProxy(remote.connection.url as string, proxy.port);
-    const drained = await runChild({
-      target,
-      dbDir: `${dir.path}/outbox`,
-      connection: { url },
-      tables: TABLES,
-      countBatches: true,
-    });
-    const turns = proxy.turnsBetween(drained.first_batch_at!, drained.last_batch_at!);
-    const rowsPerS = Math.round(drained.rows / drained.seconds);
-    console.log(
-      JSON.stringify({
-        bench: "wan",
-        ...tag,
-        rows: drained.rows,
-        rows_per_s: rowsPerS,
-        round_trips_per_batch: Math.round((turns / drained.batches!) * 100) / 100,
-      }),
-    );
-    const limit = await wanLimit(target, url, () => proxy.turns);
-    console.log(JSON.stringify({ bench: "wan-limit", ...tag, form: "pipelined", ...limit }));
-    console.log(
-      JSON.stringify({
-        bench: "wan-ratio",
-        ...tag,
-        drain_vs_limit: Math.round((rowsPerS / limit.rows_per_s) * 100) / 100,
-      }),
-    );
+    const drainRate = new Map<number, number>();
+    for (const connections of WAN_CONNECTIONS) {
+      const dbDir = `${dir.path}/outbox-${connections}`;
+      fillBacklog(dbDir, TABLES, ROWS);
+      const drained = await runChild({
+        target,
+        dbDir,
+        connection: { url },
+        tables: TABLES,
+        countBatches: true,
+        connections,
+      });
+      const turns = proxy.turnsBetween(drained.first_batch_at!, drained.last_batch_at!);
+      const rowsPerS = Math.round(drained.rows / drained.seconds);
+      drainRate.set(connections, rowsPerS);
+      console.log(
+        JSON.stringify({
+          bench: "wan",
+          target,
+          rtt_ms: rttMs,
+          connections,
+          rows: drained.rows,
+          rows_per_s: rowsPerS,
+          round_trips_per_batch: round(turns / drained.batches!),
+          vs_connections_1: round(rowsPerS / drainRate.get(1)!),
+        }),
+      );
+    }
+    for (const connections of WAN_LIMIT_CONNECTIONS) {
+      const limit = await wanLimit(target, url, connections, () => proxy.turns);
+      const tag = { target, rtt_ms: rttMs, connections };
+      console.log(JSON.stringify({ bench: "wan-limit", ...tag, form: "pipelined", ...limit }));
+      console.log(
+        JSON.stringify({
+          bench: "wan-ratio",
+          ...tag,
+          drain_vs_limit: round(drainRate.get(connections)! / limit.rows_per_s),
+        }),
+      );
+    }
   } finally {
     proxy.close();
     await remote.drop();
@@ -701,54 +731,61 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
 }
 
 /**
- * The engine's limit through the proxy from one connection: the backlog's rows in transactions of
- * one drain batch (a CHUNK-row INSERT per table), BEGIN, the INSERTs and COMMIT sent together.
+ * The engine's limit through the proxy from `connections` connections: the backlog's rows in
+ * transactions of one drain batch (a CHUNK-row INSERT per table), BEGIN, the INSERTs and COMMIT
+ * sent together, each connection sending its share of the transactions one after another.
  */
 async function wanLimit(
   target: "postgres" | "mysql",
   url: string,
+  connections: number,
   turns: () => number,
 ): Promise<{ rows_per_s: number; round_trips_per_batch: number }> {
-  const sql = new SQL(url, { max: 1 });
+  const sql = new SQL(url, { max: connections });
   try {
-    const tables = TABLES.map((t) => `${t}_limit`);
+    const tables = TABLES.map((t) => `${t}_limit_${connections}`);
     for (const t of tables) await sql.unsafe(ddl(t, target));
     const ph = target === "postgres" ? (k: number) => `$${k}` : () => "?";
     const values = Array.from({ length: CHUNK }, (_, r) => `(${[1, 2, 3, 4].map((c) => ph(r * 4 + c)).join(", ")})`);
     const texts = tables.map((t) => `INSERT INTO ${t} (id, name, amount, note) VALUES ${values.join(", ")}`);
     const perBatch = CHUNK * tables.length;
-    const reserved = await sql.reserve();
+    const reserved = await Promise.all(Array.from({ length: connections }, () => sql.reserve()));
     try {
       // Tagged, not unsafe: Bun sends unsafe() without parameters as a simple query, not pipelined.
       // PostgreSQL: a no-op in each of the next two event-loop turns makes Bun write past its
       // 64 KB pipeline window at once instead of waiting for an answer (see resume() in
       // src/writers/postgres.ts); a transaction here is ~150 KB.
-      const transaction = async (first: number) => {
+      const transaction = async (conn: (typeof reserved)[number], first: number) => {
         const sent = [
-          target === "postgres" ? reserved`BEGIN` : reserved`START TRANSACTION`,
+          target === "postgres" ? conn`BEGIN` : conn`START TRANSACTION`,
           ...texts.map((text, k) =>
-            reserved.unsafe(text, Array.from({ length: CHUNK }, (_, r) => rowOf(first + k * CHUNK + r)).flat()),
+            conn.unsafe(text, Array.from({ length: CHUNK }, (_, r) => rowOf(first + k * CHUNK + r)).flat()),
           ),
-          reserved`COMMIT`,
+          conn`COMMIT`,
         ].map((q) => Promise.resolve(q));
         for (let k = 0; target === "postgres" && k < 2; k++) {
           await new Promise((next) => setImmediate(next));
-          sent.push(Promise.resolve(reserved`SELECT 1`));
+          sent.push(Promise.resolve(conn`SELECT 1`));
         }
         await Promise.all(sent);
       };
-      await transaction(-perBatch); // prepares every text on the connection, untimed
-      const batches = Math.max(1, Math.floor(ROWS / perBatch));
+      // Prepares every text on each connection, untimed (ids below 0 never meet the timed ones).
+      await Promise.all(reserved.map((conn, c) => transaction(conn, -(c + 1) * perBatch)));
+      const batches = Math.max(connections, Math.floor(ROWS / perBatch));
       const before = turns();
       const start = performance.now();
-      for (let b = 0; b < batches; b++) await transaction(b * perBatch);
+      await Promise.all(
+        reserved.map(async (conn, c) => {
+          for (let b = c; b < batches; b += connections) await transaction(conn, b * perBatch);
+        }),
+      );
       const seconds = (performance.now() - start) / 1000;
       return {
         rows_per_s: Math.round((batches * perBatch) / seconds),
         round_trips_per_batch: Math.round(((turns() - before) / batches) * 100) / 100,
       };
     } finally {
-      reserved.release();
+      for (const conn of reserved) conn.release();
     }
   } finally {
     await sql.close();

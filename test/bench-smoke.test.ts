@@ -103,9 +103,14 @@ const EXPECTED: Record<string, string[]> = {
     // Through a delaying proxy: BENCH_RTT_MS (20 unless set), then 2 ms.
     ...[20, 2].flatMap((rtt) =>
       ["postgres", "mysql"].flatMap((target) => [
-        `wan target=${target} rtt_ms=${rtt} connections=1: rows rows_per_s round_trips_per_batch`,
-        `wan-limit target=${target} rtt_ms=${rtt} connections=1 form=pipelined: rows_per_s round_trips_per_batch`,
-        `wan-ratio target=${target} rtt_ms=${rtt} connections=1: drain_vs_limit`,
+        ...[1, 2, 4, 8].map(
+          (c) =>
+            `wan target=${target} rtt_ms=${rtt} connections=${c}: rows rows_per_s round_trips_per_batch vs_connections_1`,
+        ),
+        ...[1, 8].flatMap((c) => [
+          `wan-limit target=${target} rtt_ms=${rtt} connections=${c} form=pipelined: rows_per_s round_trips_per_batch`,
+          `wan-ratio target=${target} rtt_ms=${rtt} connections=${c}: drain_vs_limit`,
+        ]),
       ]),
     ),
   ],
