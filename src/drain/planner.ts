@@ -238,8 +238,12 @@ function noneIn(lanes: readonly Lane[], set: ReadonlySet<Lane>): boolean {
 
 /** The distinct lanes of a group's rows. */
 export function lanesOf(group: readonly OutboxRow[], laneOf: (row: OutboxRow) => Lane): Lane[] {
-  if (group.length === 1) return [laneOf(group[0]!)];
-  return [...new Set(group.map(laneOf))];
+  const lanes: Lane[] = [];
+  for (let i = 0; i < group.length; i++) {
+    const lane = laneOf(group[i]!);
+    if (!lanes.includes(lane)) lanes.push(lane); // a group touches a few lanes: a scan beats a Set
+  }
+  return lanes;
 }
 
 /** When `row` is tried again, if that is still to come (epoch ms); null when it may go now. */
