@@ -15,7 +15,6 @@ import { isoTimestamp, parseTimestamp } from "../src/outbox/timestamp.ts";
 import { errorOf } from "./support/errors.ts";
 import { buildReferenceFile } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
-import type { OutboxRow } from "../src/outbox/rows.ts";
 import { drainSide } from "./support/queue.ts";
 
 let tmp: TempDir;
@@ -394,48 +393,6 @@ describe("backpressure", () => {
       ]),
     ).toThrow(QueueFullError);
     expect(ob.pendingCount()).toBe(1);
-  });
-});
-
-describe("readForDelivery", () => {
-  test("small rows, read a page at a time once the namespace's rows are known small, give what the stream gives: the limit, the byte budget, groups across pages whole, rows passed over", () => {
-    const ob = outbox();
-    const row = (n: number) => ({ tag: "INSERT INTO t (n) VALUES (?)", payload: JSON.stringify([n]) });
-    ob.enqueueBatch(
-      Array.from({ length: 60 }, (_, n) => row(n)),
-      "test",
-      { grouped: false },
-    ); // seqs 1–60
-    ob.enqueueBatch(Array.from({ length: 10 }, (_, n) => row(60 + n))); // one group, 61–70, across the first page's end
-    ob.enqueueBatch(
-      Array.from({ length: 230 }, (_, n) => row(70 + n)),
-      "test",
-      { grouped: false },
-    ); // 71–300
-    const cases: Array<[string, number, number, number | null, ((r: OutboxRow) => boolean) | null]> = [
-      ["everything", 1_000, 1 << 20, null, null],
-      ["the limit", 100, 1 << 20, null, null],
-      ["the limit inside the group: the group goes whole after the rows before it", 65, 1 << 20, null, null],
-      ["the limit at a page's end", 64, 1 << 20, null, null],
-      ["the byte budget", 1_000, 2_000, null, null],
-      ["after a seq", 50, 1 << 20, 40, null],
-      ["rows passed over", 30, 1 << 20, null, (r) => r.seq % 3 !== 0],
-    ];
-    for (const [name, limit, maxBytes, after, skip] of cases) {
-      // A connection of its own, so its first read knows nothing of the rows' size and streams.
-      const side = drainSide(outbox());
-      const read = () => side.readForDelivery(limit, maxBytes, () => true, after, skip);
-      const streamed = read();
-      const paged = read();
-      expect({ name, paged }).toEqual({ name, paged: streamed });
-      expect({ name, rows: streamed.rows.length > 0 }).toEqual({ name, rows: true });
-    }
-    const inGroup = drainSide(outbox());
-    inGroup.readForDelivery(1, 1 << 20, () => true); // rows known small
-    expect(inGroup.readForDelivery(65, 1 << 20, () => true).rows.map((r) => r.seq)).toEqual(
-      Array.from({ length: 60 }, (_, i) => i + 1),
-    );
-    expect(inGroup.readForDelivery(71, 1 << 20, () => true).rows.length).toBe(71);
   });
 });
 

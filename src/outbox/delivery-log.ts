@@ -23,17 +23,6 @@ const CONFIRM_CHUNK_ROWS = 2_000;
 const EMBEDDED_CONFIRM_CHUNK_ROWS = 100;
 const PRUNE_CHUNK_ENTRIES = 500;
 
-/**
- * Rows per page when the read for delivery reads its rows a page at a time (`.all`) rather than
- * streaming them: only while the namespace's last read found every row at most
- * SMALL_ROW_CHARS, so a page of rows like those is a few hundred KB at most. Large rows are
- * streamed, so no more than the byte budget (and the row past it) is ever held: a page of twelve
- * 10 MB rows held whole peaked at 280 MB. A namespace whose rows turn large all at once may hold one
- * page of them before its next read streams.
- */
-const PAGE_ROWS = 64;
-const SMALL_ROW_CHARS = 4_096;
-
 /** What the drain reads of one namespace for a batch, from one consistent state of the file. */
 export interface DeliveryRead {
   /** The oldest pending row, or null when the namespace is empty. */
@@ -94,8 +83,6 @@ export class DeliveryLog {
   readonly #deleteRange: Statement;
   readonly #dropSpans: Statement;
   readonly #spans: Statement<{ grp: number; namespaces: string }, [number, number]>;
-  /** The largest row (SQL text and payload, characters) the last read for delivery met; null before the first. */
-  #largestRow: number | null = null;
   /** Most rows one confirmation transaction takes (see EMBEDDED_CONFIRM_CHUNK_ROWS). */
   readonly confirmChunkRows: number;
 
@@ -161,59 +148,38 @@ export class DeliveryLog {
         let grpMin = Number.POSITIVE_INFINITY;
         let grpMax = Number.NEGATIVE_INFINITY;
         let passedOver: number | null = null;
-        let largest = 0;
-        /** Takes the next pending row into the read; false: the read ends here. */
-        const take = (row: OutboxRow): boolean => {
+        for (const row of file.pendingRows(after)) {
           if (skip?.(row)) {
             passedOver = row.seq; // not read: neither counted nor returned
-            return true;
+            continue;
           }
           if (head === null) {
             head = row;
-            if (!ready(row, pending)) return false;
+            if (!ready(row, pending)) break;
           }
           const previous = rows[rows.length - 1];
           const continues = previous !== undefined && row.grp !== null && row.grp === previous.grp;
           if (!continues) groupStart = rows.length;
-          const size = row.tag.length + row.payload.length;
-          bytes += size;
-          if (size > largest) largest = size;
+          bytes += row.tag.length + row.payload.length;
           if (groupStart > 0 && (rows.length >= limit || bytes > maxBytes)) {
             // The group this row belongs to does not fit behind the ones before it: it goes first in a
             // later slice, whole. The first group of a slice always goes, however large.
             rows.length = groupStart;
             truncated = true;
-            return false;
+            break;
           }
           const linked = row.prevSeq === null || row.prevSeq === previous?.seq || file.exists(row.prevSeq);
           if (!linked) {
             gap = { seq: row.seq, prevSeq: row.prevSeq! };
             rows.length = groupStart; // never half a group
-            return false;
+            break;
           }
           rows.push(row);
           if (row.grp !== null) {
             grpMin = Math.min(grpMin, row.grp);
             grpMax = Math.max(grpMax, row.grp);
           }
-          return true;
-        };
-        if (this.#largestRow !== null && this.#largestRow <= SMALL_ROW_CHARS) {
-          // Small rows: pages of at most the rows still wanted (and the one after them, to see
-          // where their group ends), each read at once.
-          let from = after;
-          for (;;) {
-            const wanted = Math.min(PAGE_ROWS, Math.max(1, limit + 1 - rows.length));
-            const page = file.pendingPage(from, wanted);
-            let i = 0;
-            while (i < page.length && take(page[i]!)) i++;
-            if (i < page.length || page.length < wanted) break; // ended, or nothing is left
-            from = page[page.length - 1]!.seq;
-          }
-        } else {
-          for (const row of file.pendingRows(after)) if (!take(row)) break;
         }
-        if (largest > 0) this.#largestRow = largest;
         const spans = new Map<number, string[]>();
         if (rows.length > 0 && grpMin <= grpMax) {
           for (const { grp, namespaces } of this.#spans.all(grpMin, grpMax))

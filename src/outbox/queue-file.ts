@@ -27,7 +27,6 @@ export class QueueFile {
   #closed = false;
   #pending: Statement<{ pending: number }, [string]>;
   #pendingRows: Statement<OutboxRow, [string, number]>;
-  #pendingPage: Statement<OutboxRow, [string, number, number]>;
   #exists: Statement<{ found: number }, [number, string]>;
 
   /** A view of `queueDb` (already acquired for it: close() releases it). */
@@ -44,9 +43,6 @@ export class QueueFile {
       this.#pending = this.prepare(pendingCountSql(layoutPendingCount(this.layout)));
       this.#pendingRows = this.prepare(
         `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq`,
-      );
-      this.#pendingPage = this.prepare(
-        `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND seq > ? ORDER BY seq LIMIT ?`,
       );
       this.#exists = this.prepare(`SELECT
         EXISTS (SELECT 1 FROM outbox_queue WHERE seq = ?1 AND namespace = ?2)
@@ -97,15 +93,6 @@ export class QueueFile {
     // Every seq is at least 1 in both layouts (AUTOINCREMENT; the lean allocation and its
     // foreign-insert trigger start one above 0), so "after 0" is every pending row.
     return this.#pendingRows.iterate(this.namespace, after ?? 0);
-  }
-
-  /**
-   * The first `limit` of this namespace's pending rows above `after` (null: from the head), read at
-   * once: for rows known to be small, a page costs less per row than a stream does; every row of
-   * it is in memory together.
-   */
-  pendingPage(after: number | null, limit: number): OutboxRow[] {
-    return this.#pendingPage.all(this.namespace, after ?? 0, limit);
   }
 
   /** Whether `seq` is a row of this namespace anywhere: pending, delivered or dead-lettered. */
