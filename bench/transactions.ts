@@ -7,6 +7,9 @@
 //   application's transactions (its own UPDATE + a push, BEGIN IMMEDIATE … COMMIT, busy_timeout
 //   5 s) with no drain, then with `sqloutbox runservice` delivering the same file at full speed
 //   from a process of its own; then {"bench":"app-writes","p99_with_vs_without":…} (target ≤ 2).
+//   The drain's line adds "lock_hold_p99_ms" and "lock_holds": its write-lock holds on the file,
+//   from its own sqloutbox_local_write_lock_seconds scraped once the run is over (the p99 as
+//   Prometheus's histogram_quantile interpolates it in its bucket; target ≤ 0.5).
 // {"bench":"wal","seconds":…,"events_per_s":…,"max_wal_bytes":…,"delivered":…}   an application
 //   pushing 2 000 events/s into its own database for BENCH_WAL_SECONDS (default 300) while the drain
 //   delivers: the WAL's largest size, sampled every 100 ms.
@@ -20,6 +23,7 @@ import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import { createWriter } from "../src/writers/registry.ts";
+import { parsePrometheusText } from "../test/support/prom-text.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
 import { benchLogger, sized } from "./support/smoke.ts";
 import { percentile } from "./support/timing.ts";
@@ -87,8 +91,14 @@ function pushInTransaction(): void {
   dir.cleanup();
 }
 
+/** A drain startDrain started, and where it serves /metrics. */
+interface Drain {
+  process: Bun.Subprocess;
+  metricsUrl: string;
+}
+
 /** Starts `sqloutbox runservice` on `dbFile` → a SQLite file; resolves once it says it started. */
-async function startDrain(dir: string, dbFile: string, table: string): Promise<Bun.Subprocess> {
+async function startDrain(dir: string, dbFile: string, table: string): Promise<Drain> {
   const remote = new Database(join(dir, "remote.db"), { create: true });
   remote.run("PRAGMA journal_mode = WAL");
   remote.run(`CREATE TABLE IF NOT EXISTS ${table} (account INTEGER, amount REAL, note TEXT)`);
@@ -98,19 +108,61 @@ async function startDrain(dir: string, dbFile: string, table: string): Promise<B
     toml,
     `[app.app]\ndb_file = "${dbFile}"\nflush_interval = 0.005\ntable_flush_threshold = 1\ntable_max_wait = 0\n[app.app.db.r]\nwriter = "sqlite"\ntables = ["${table}"]\n[app.app.db.r.connection]\npath = "${join(dir, "remote.db")}"\n`,
   );
+  const port = freePort();
   const drain = Bun.spawn(
-    ["bun", join(import.meta.dir, "../src/cli/bin.ts"), "runservice", "--config", toml, "--log-level", "warn"],
+    [
+      "bun",
+      join(import.meta.dir, "../src/cli/bin.ts"),
+      "runservice",
+      "--config",
+      toml,
+      "--log-level",
+      "warn",
+      "--metrics-addr",
+      `127.0.0.1:${port}`,
+    ],
     { stdout: "pipe", stderr: "inherit" },
   );
   await Bun.sleep(sized(1_000, 500)); // started and set up (its state file appears later)
   if (drain.exitCode !== null) throw new Error(`sqloutbox runservice exited ${drain.exitCode} at start`);
-  return drain;
+  return { process: drain, metricsUrl: `http://127.0.0.1:${port}/metrics` };
+}
+
+/** A TCP port nothing listens on now. */
+function freePort(): number {
+  const probe = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+  const { port } = probe;
+  probe.stop(true);
+  return port;
+}
+
+/** The drain's write-lock holds on `file` so far, from its /metrics: how many, and their p99 (ms) as histogram_quantile interpolates it. */
+async function lockHolds(drain: Drain, file: string): Promise<{ holds: number; p99Ms: number | null }> {
+  const scrape = parsePrometheusText(await (await fetch(drain.metricsUrl)).text());
+  const buckets = scrape
+    .all("sqloutbox_local_write_lock_seconds_bucket", { file })
+    .map((b) => ({ le: Number(b.labels.le), count: b.value }))
+    .sort((a, b) => a.le - b.le);
+  const total = buckets.at(-1)?.count ?? 0;
+  if (total === 0) return { holds: 0, p99Ms: null };
+  const rank = 0.99 * total;
+  let below = { le: 0, count: 0 };
+  for (const b of buckets) {
+    if (b.count >= rank) {
+      // Beyond the last finite bucket there is nothing to interpolate to: its bound, as Prometheus says.
+      if (!Number.isFinite(b.le)) return { holds: total, p99Ms: below.le * 1000 };
+      const p99 = below.le + ((b.le - below.le) * (rank - below.count)) / (b.count - below.count);
+      return { holds: total, p99Ms: p99 * 1000 };
+    }
+    below = b;
+  }
+  return { holds: total, p99Ms: null };
 }
 
 /** Stops a drain startDrain started; it must leave as SIGTERM asks (exit 0), or the run measured a broken drain. */
-async function stopDrain(drain: Bun.Subprocess): Promise<void> {
-  drain.kill("SIGTERM");
-  const code = await drain.exited;
+async function stopDrain(drain: Drain): Promise<void> {
+  drain.process.kill("SIGTERM");
+  const code = await drain.process.exited;
   if (code !== 0) throw new Error(`sqloutbox runservice exited ${code} on SIGTERM`);
 }
 
@@ -122,7 +174,7 @@ async function appWrites(): Promise<void> {
   outbox.outbox("credits");
   const TX = sized(20_000, 200);
   const pace = Number(process.env.BENCH_APP_TX_PER_S ?? 0); // 0: flat out
-  const run = async (drain: boolean) => {
+  const run = async (drain: Drain | null) => {
     const samples: number[] = [];
     let busy = 0;
     const started = performance.now();
@@ -145,20 +197,24 @@ async function appWrites(): Promise<void> {
     }
     samples.sort((a, b) => a - b);
     const p99 = percentile(samples, 0.99) / 1e6;
+    const holds = drain === null ? null : await lockHolds(drain, file);
     line({
       bench: "app-writes",
-      drain,
+      drain: drain !== null,
       tx: TX,
       tx_per_s: pace || "flat out",
       p50_ms: round(percentile(samples, 0.5) / 1e6, 3),
       p99_ms: round(p99, 3),
       busy_errors: busy,
+      ...(holds === null
+        ? {}
+        : { lock_hold_p99_ms: holds.p99Ms === null ? null : round(holds.p99Ms, 3), lock_holds: holds.holds }),
     });
     return p99;
   };
-  const without = await run(false);
+  const without = await run(null);
   const drain = await startDrain(dir.path, file, "credits");
-  const withDrain = await run(true);
+  const withDrain = await run(drain);
   await stopDrain(drain);
   line({ bench: "app-writes", p99_with_vs_without: round(withDrain / without) });
   closeSharedOutboxes();

@@ -74,6 +74,7 @@ export { OutboxSyncService, type SyncServiceOptions, type CycleReport, type Targ
 export { runService, type RunServiceOptions } from "./drain/run.ts";
 export { rowBackoffMs, outageBackoffMs } from "./drain/schedule.ts";
 export type { TargetCycle, BatchEvent } from "./drain/delivery.ts";
+export type { LockHoldEvent } from "./drain/queue-pool.ts";
 export type { HoldReason, LedgerRow, TargetState, TargetView, TableView } from "./drain/views.ts";
 export { readDrainState, type DrainState } from "./drain/state-file.ts";
 export { createDrainMetrics, type DrainMetrics } from "./ops/metrics.ts";

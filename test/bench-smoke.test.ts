@@ -126,7 +126,7 @@ const EXPECTED: Record<string, string[]> = {
     "push-in-tx case=push: p50_us p99_us",
     "push-in-tx: push_vs_raw",
     "app-writes drain=false: tx tx_per_s p50_ms p99_ms busy_errors",
-    "app-writes drain=true: tx tx_per_s p50_ms p99_ms busy_errors",
+    "app-writes drain=true: tx tx_per_s p50_ms p99_ms busy_errors lock_hold_p99_ms lock_holds",
     "app-writes: p99_with_vs_without",
     "groups group=1: rows rows_per_s",
     "groups group=2: rows rows_per_s",

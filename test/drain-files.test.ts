@@ -1,17 +1,21 @@
 // What the drain does to the files it serves besides delivering: it keeps their WAL bounded and
 // gives back the space a drained backlog left; in an application's own database it creates and
-// changes nothing but its own rows, and the application's writers never see SQLITE_BUSY.
+// changes nothing but its own rows, and the application's writers never see SQLITE_BUSY; its
+// confirmations there go in short parts, and every write-lock hold is measured.
 import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
 import { mkdirSync, statSync } from "node:fs";
 import { defineConfig } from "../src/config/define.ts";
 import { FileCare, walSize } from "../src/drain/file-care.ts";
+import type { LockHoldEvent } from "../src/drain/queue-pool.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
+import { createDrainMetrics } from "../src/ops/metrics.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { QueueDb } from "../src/outbox/queue-db.ts";
 import { SQLMiddleware } from "../src/outbox/middleware.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FAST, memoryLogger } from "./support/drain-harness.ts";
+import { parsePrometheusText } from "./support/prom-text.ts";
 import { openRemote } from "./support/remote.ts";
 import { waitFor } from "./support/wait.ts";
 
@@ -219,4 +223,80 @@ test("an application writing its own rows and events at full speed while the dra
   const check = new Database(file, { readonly: true });
   cleanups.push(() => check.close());
   expect(check.query("SELECT balance FROM accounts").get()).toEqual({ balance: Number(transactions) });
+}, 30_000);
+
+test("in the application's own database a large confirmation goes in parts of 100 rows, the application writing between them, and every write-lock hold is in the histogram by app and file", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("app.db");
+  const app = new Database(file);
+  cleanups.push(() => app.close());
+  app.run("PRAGMA journal_mode = WAL");
+  app.run("CREATE TABLE seen (pending INTEGER NOT NULL)");
+  const credits = new SQLMiddleware({ database: app }).outbox("credits");
+  credits.enqueueBatch(
+    Array.from({ length: 1_000 }, (_, n) => ({
+      tag: "INSERT INTO credits (n) VALUES (?)",
+      payload: JSON.stringify([n]),
+    })),
+    "test",
+    { grouped: false },
+  );
+  const remote = await openRemote("sqlite", { cleanups });
+  await remote.exec("CREATE TABLE credits (n INTEGER PRIMARY KEY)");
+  const config = defineConfig({
+    app: {
+      app: {
+        dbFile: file,
+        ...FAST,
+        batchSize: 2_000,
+        db: { r: { writer: "sqlite", connection: remote.connection, tables: ["credits"] } },
+      },
+    },
+  });
+  const holds: LockHoldEvent[] = [];
+  let svc: OutboxSyncService | null = null;
+  const metrics = createDrainMetrics(() => svc);
+  svc = new OutboxSyncService(
+    config,
+    { "app.r": remote.createWriter() },
+    {
+      onLockHold: (event) => {
+        holds.push(event);
+        metrics.observeLockHold(event);
+      },
+    },
+  );
+  cleanups.push(() => svc.stop(2000));
+  // The application writes whenever this process's event loop lets it, on its own connection
+  // (busy timeout 0: a write lock the drain held across a turn would throw SQLITE_BUSY here).
+  let writing = true;
+  const write = () => {
+    if (!writing) return;
+    app.run("INSERT INTO seen SELECT count(*) FROM outbox_queue WHERE namespace = 'credits'");
+    setImmediate(write);
+  };
+  setImmediate(write);
+  await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the queue drained", 20_000);
+  writing = false;
+  expect(await remote.count("credits")).toBe(1_000);
+  const seen = app
+    .query<{ pending: number }, []>("SELECT DISTINCT pending FROM seen ORDER BY pending DESC")
+    .all()
+    .map((r) => r.pending);
+  // One batch of 1 000 rows, confirmed 100 at a time: the application's writes in between saw each
+  // part gone and the rest pending, never half a part.
+  const between = seen.filter((n) => n > 0 && n < 1_000);
+  expect(between.length).toBeGreaterThan(0);
+  expect(between.filter((n) => n % 100 !== 0)).toEqual([]);
+  expect(holds.length).toBeGreaterThanOrEqual(10); // ten parts, and the attempt record before the batch
+  expect(holds.filter((h) => h.app !== "app" || h.file !== file || !(h.seconds > 0))).toEqual([]);
+  const s = parsePrometheusText(await metrics.text());
+  expect(s.types.get("sqloutbox_local_write_lock_seconds")).toBe("histogram");
+  const labels = { app: "app", file };
+  expect(s.value("sqloutbox_local_write_lock_seconds_count", labels)).toBe(holds.length);
+  expect(s.value("sqloutbox_local_write_lock_seconds_bucket", { ...labels, le: "+Inf" })).toBe(holds.length);
+  expect(s.value("sqloutbox_local_write_lock_seconds_sum", labels)).toBeCloseTo(
+    holds.reduce((n, h) => n + h.seconds, 0),
+    9,
+  );
 }, 30_000);

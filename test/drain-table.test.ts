@@ -80,6 +80,51 @@ describe("DrainTable over a fake queue", () => {
     expect([queue.slices, queue.confirms, queue.confirmed, queue.pendingCount()]).toEqual([[], [3], [1, 3], 0]);
   });
 
+  test("a slice larger than the queue's confirmation chunk is confirmed in parts from its head, one call (one transaction) each, as it was read", () => {
+    const { t, queue, slice } = table();
+    queue.confirmChunkRows = 3; // an application's own database takes small parts
+    queue.push(7);
+    t.applyAnswer(slice()!, [ok(), ...Array.from({ length: 7 }, ok)], T0);
+    const calls: Array<[boolean, number]> = [];
+    do calls.push([t.hasApplied, queue.pendingCount()]);
+    while (t.confirmApplied(T0));
+    // Between two calls the rows of the parts before are gone and the others still pending: a prefix.
+    expect(calls).toEqual([
+      [true, 7],
+      [true, 4],
+      [true, 1],
+    ]);
+    expect([queue.slices, queue.confirms, queue.pendingCount(), t.hasApplied, t.counts.delivered]).toEqual([
+      [
+        { first: 1, last: 3, rows: 3 },
+        { first: 4, last: 6, rows: 3 },
+        { first: 7, last: 7, rows: 1 },
+      ],
+      [],
+      0,
+      false,
+      7,
+    ]);
+  });
+
+  test("a confirmation in parts whose queue changed between two parts goes on by its bound, a part at a time, until nothing at or below it is pending", () => {
+    const { t, queue, slice } = table();
+    queue.confirmChunkRows = 2;
+    queue.push(6);
+    t.applyAnswer(slice()!, [ok(), ...Array.from({ length: 6 }, ok)], T0);
+    expect(t.confirmApplied(T0)).toBe(true); // 1, 2 as read
+    queue.deadLetter(4, "skipped"); // an operator's skip between two parts
+    expect(t.confirmApplied(T0)).toBe(true); // 3, 5 by the bound: a full part, so more may be left
+    expect(t.confirmApplied(T0)).toBe(false); // 6, a short part: nothing is left
+    expect([queue.slices, queue.confirms, queue.confirmed, queue.pendingCount(), t.hasApplied]).toEqual([
+      [{ first: 1, last: 2, rows: 2 }],
+      [6, 6],
+      [1, 2, 3, 5, 6],
+      0,
+      false,
+    ]);
+  });
+
   test("a failed head is charged and backed off by the table's clock: nothing goes until that clock passes its retry time", () => {
     const { t, queue, clock, slice, log } = table();
     queue.push(2);

@@ -94,6 +94,7 @@ const TYPES = [
   "LedgerRow",
   "LoadConfigOptions",
   "LoadedConfig",
+  "LockHoldEvent",
   "Logger",
   "NamespaceHealth",
   "NamespaceVerification",

@@ -463,13 +463,15 @@ export class Delivery {
   /**
    * Confirms locally the rows the target applied (see DrainTable.confirmApplied): the one place the
    * runner has rows confirmed. With `turn`, it runs before each table's confirmation (the event loop
-   * turns while a batch is in flight); without, everything is done before this returns.
+   * turns while a batch is in flight). A confirmation in parts (the application's own database,
+   * whose writes wait for each) lets the event loop turn between them: the application's code, in
+   * this process, writes meanwhile.
    */
   async confirmApplied(turn: (() => Promise<unknown>) | null = null): Promise<void> {
     for (const table of this.tables) {
       if (!table.hasApplied) continue;
       if (turn) await turn();
-      table.confirmApplied(this.now());
+      while (table.confirmApplied(this.now())) await Bun.sleep(0);
     }
   }
 

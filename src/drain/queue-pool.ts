@@ -2,11 +2,21 @@ import type { Durability } from "../vocabulary.ts";
 import { drainQueueOn, type DrainQueue } from "../outbox/drain-queue.ts";
 import { QueueDb } from "../outbox/queue-db.ts";
 
+/** How long one of the drain's write transactions held a queue file's write lock (every producer of the file waits meanwhile). */
+export interface LockHoldEvent {
+  app: string;
+  /** The queue file's path. */
+  file: string;
+  seconds: number;
+}
+
 /** How the drain opens a queue file (its own connections: the app's durability and file mode). */
 export interface PoolOptions {
   maxPending: number | null;
   durability: Durability;
   fileMode: number;
+  /** Told how long each write transaction on the file held its lock, in seconds (the file's first opening decides). */
+  onWriteHold?: ((seconds: number) => void) | null;
 }
 
 /**
@@ -27,6 +37,7 @@ export class QueuePool {
         fileMode: options.fileMode,
         create: false,
         namespace,
+        onWriteHold: options.onWriteHold,
       });
       this.#files.set(file, queueDb);
     }

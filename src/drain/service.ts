@@ -8,7 +8,7 @@ import { scanIntegrity, type IntegrityReport } from "../outbox/inspect.ts";
 import { FileCare } from "./file-care.ts";
 import { drainHome } from "./home.ts";
 import { acquireLock, type DrainLock } from "./lock.ts";
-import { QueuePool } from "./queue-pool.ts";
+import { type LockHoldEvent, QueuePool } from "./queue-pool.ts";
 import { writeDrainState, type DrainState } from "./state-file.ts";
 import type { DeliveryObserver } from "./observer.ts";
 import type { BatchEvent, TargetCycle } from "./delivery.ts";
@@ -34,6 +34,12 @@ export interface SyncServiceOptions {
   stopTimeoutMs?: number;
   /** Told about every batch a target answered (rows, duration): for metrics. */
   onBatch?: (event: BatchEvent) => void;
+  /**
+   * Told how long each of the drain's write transactions held a queue file's write lock (every
+   * producer of that file, the application's own writes in a `db_file` included, waits meanwhile):
+   * for metrics. Called on the drain's thread: it must return at once.
+   */
+  onLockHold?: (event: LockHoldEvent) => void;
   /**
    * Told what every batch carried and what became of its rows — sent, applied, failed,
    * dead-lettered, held — for tracing (`createTracing` in src/ops/tracing/). Default: none.
@@ -306,6 +312,7 @@ export class OutboxSyncService {
         now: this.now,
         pollIntervalMs,
         onBatch: this.options.onBatch,
+        onLockHold: this.options.onLockHold,
         pool: this.pool,
         care: this.care,
         observer: this.options.observer ?? null,

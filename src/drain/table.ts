@@ -146,6 +146,16 @@ const NO_CUTS: ReadonlyMap<Lane, number> = new Map();
 /** How many rows one page of settlement's scan for the applied prefix reads (with lanes), within the batch byte budget. */
 const CONFIRM_SCAN_ROWS = 2_000;
 
+/** Rows a table read, head first, in parts of at most `size` rows: what each of their confirmation transactions takes. */
+function partsOf(rows: readonly OutboxRow[], size: number): AppliedSlice[] {
+  const parts: AppliedSlice[] = [];
+  for (let i = 0; i < rows.length; i += size) {
+    const end = Math.min(rows.length, i + size) - 1;
+    parts.push({ first: rows[i]!.seq, last: rows[end]!.seq, rows: end - i + 1, firstPrev: rows[i]!.prevSeq });
+  }
+  return parts;
+}
+
 /** A hold found outside the table's own work, with what its message needs (see DrainTable.hold). */
 export type HoldCause =
   | { reason: "file"; error: unknown }
@@ -205,8 +215,13 @@ export class DrainTable {
    * next slice starts above it. Null when nothing waits.
    */
   #applied: number | null = null;
-  /** The slice `#applied` ends, as the table read it (every pending row from its first through `#applied`), so its confirmation need not read it again. */
-  #appliedSlice: AppliedSlice | null = null;
+  /**
+   * The slice `#applied` ends, as the table read it (every pending row from its first through
+   * `#applied`), so its confirmation need not read it again: in parts of at most the queue's
+   * confirmChunkRows rows, one confirmation transaction each, the next one to confirm first.
+   * Null: confirmed by its bound.
+   */
+  #appliedParts: AppliedSlice[] | null = null;
   /** The next slice, read while the batch before it was in flight; used only if that batch was applied whole. */
   #ahead: ReadAhead | null = null;
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
@@ -420,7 +435,7 @@ export class DrainTable {
 
   /** Closes the queue file (confirming first what a target applied). */
   close(): void {
-    this.confirmApplied(this.now());
+    while (this.confirmApplied(this.now()));
     this.#queue?.close();
     this.#queue = null;
   }
@@ -561,7 +576,7 @@ export class DrainTable {
     }
     if (highest > 0) queue.seedSequence(highest);
     this.#through = throughs.get(this.name) ?? 0;
-    this.#applied = this.#appliedSlice = null;
+    this.#applied = this.#appliedParts = null;
     this.#ahead = null;
     this.#cursor = this.#frontier = null;
     this.#blocked.clear();
@@ -606,7 +621,7 @@ export class DrainTable {
     }
     if (through > 0) queue.seedSequence(through);
     this.#through = through;
-    this.#applied = this.#appliedSlice = null; // the sent mark covers every row a fence moved the ledger past: confirmed above
+    this.#applied = this.#appliedParts = null; // the sent mark covers every row a fence moved the ledger past: confirmed above
     this.#ahead = null;
     return confirmed;
   }
@@ -742,7 +757,7 @@ export class DrainTable {
     const bound = after.frontier !== null ? after.frontier - 1 : (after.lastRead ?? 0);
     if (bound > this.#confirmedUpTo && bound > (this.#applied ?? 0)) {
       this.#applied = bound;
-      this.#appliedSlice = null; // not one run of the queue: confirmed by its bound
+      this.#appliedParts = null; // not one run of the queue: confirmed by its bound
     }
   }
 
@@ -919,8 +934,9 @@ export class DrainTable {
           // for the next batch to be in flight (confirmApplied); a crash before it is settled.
           if (slice.fenced && slice.lanes !== undefined) this.#appliedLanes(slice, slice.lanes);
           else if (slice.fenced) {
+            // Rows applied earlier and not confirmed yet (their confirmation failed) go by the bound.
+            this.#appliedParts = this.#applied === null ? partsOf(rows, queue.confirmChunkRows) : null;
             this.#through = this.#applied = last;
-            this.#appliedSlice = { first: head.seq, last, rows: rows.length, firstPrev: head.prevSeq };
           } else this.#confirm(last);
           this.#holds.release("remote schema");
           out.delivered = rows.length;
@@ -1028,8 +1044,7 @@ export class DrainTable {
     this.#through = throughs[this.#lanes]!;
     this.#moveOn(after);
     // Nothing held, nothing passed over: the slice is the queue's prefix, confirmed as read.
-    if (after.whole && this.#applied === last)
-      this.#appliedSlice = { first: rows[0]!.seq, last, rows: rows.length, firstPrev: rows[0]!.prevSeq };
+    if (after.whole && this.#applied === last) this.#appliedParts = partsOf(rows, this.#queue!.confirmChunkRows);
   }
 
   /**
@@ -1072,21 +1087,29 @@ export class DrainTable {
   }
 
   /**
-   * Confirms locally the rows a target applied (see `#applied`): sync log + delete, one transaction.
-   * A local failure holds the table and keeps them waiting: the next try, or settlement from the
-   * ledger, confirms them (without counting them again).
+   * Confirms locally the next part of the rows a target applied (see `#applied`): sync log + delete
+   * in one transaction of at most the queue's confirmChunkRows rows, from the head. Returns true
+   * while some are left: call again — the runner lets the event loop turn in between, and the
+   * file's other writers (the application's, in its own database) take the lock. A crash between
+   * two parts leaves a prefix confirmed; settlement from the ledger confirms the rest. A local
+   * failure holds the table and keeps them waiting (false): the next try, or settlement, confirms
+   * them (without counting them again).
    */
-  confirmApplied(now: number): void {
+  confirmApplied(now: number): boolean {
     const bound = this.#applied;
-    if (bound === null || !this.#queue) return;
+    const queue = this.#queue;
+    if (bound === null || !queue) return false;
     try {
-      this.#confirm(bound, this.#appliedSlice);
+      const chunk = queue.confirmChunkRows;
+      const confirmed = this.#confirm(bound, chunk, true);
+      if (this.#appliedParts === null ? confirmed >= chunk : this.#appliedParts.length > 0) return true;
       this.#confirmedUpTo = Math.max(this.#confirmedUpTo, bound);
-      this.#applied = this.#appliedSlice = null;
+      this.#applied = this.#appliedParts = null;
     } catch (error) {
       this.#through = null;
       this.#holds.local(error, now, `confirming rows applied by ${this.target}`);
     }
+    return false;
   }
 
   /**
@@ -1109,16 +1132,24 @@ export class DrainTable {
   }
 
   /**
-   * The one place rows are confirmed locally: every pending row at or below `bound` goes to the
-   * delivered log and is deleted, in one transaction. Returns how many. With `known`, the slice
-   * that ends at `bound` as the table read it: when the queue still holds exactly those rows (its
-   * head first), they are confirmed without reading them again.
+   * The one place rows are confirmed locally: every pending row at or below `bound` (or the first
+   * `maxRows` of them) goes to the delivered log and is deleted, in transactions of at most the
+   * queue's confirmChunkRows rows. Returns how many. `asRead`: the next of `#appliedParts` instead,
+   * without reading its rows again, when the queue still holds exactly those rows (its head first);
+   * when it does not, the parts are dropped and the rows go by the bound.
    */
-  #confirm(bound: number, known: AppliedSlice | null = null): number {
+  #confirm(bound: number, maxRows = Number.POSITIVE_INFINITY, asRead = false): number {
     if (bound <= 0) return 0; // every seq is 1 or more
     const queue = this.#queue!;
-    if (known !== null && known.last === bound && queue.confirmSlice(known)) return known.rows;
-    return queue.confirmThrough(bound);
+    const part = asRead ? this.#appliedParts?.[0] : undefined;
+    if (part !== undefined && part.last <= bound) {
+      if (queue.confirmSlice(part)) {
+        this.#appliedParts!.shift();
+        return part.rows;
+      }
+      this.#appliedParts = null; // not as read (an operator moved a row meanwhile): by the bound from here on
+    }
+    return queue.confirmThrough(bound, maxRows);
   }
 
   /** Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays for settlement. */

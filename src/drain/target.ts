@@ -12,7 +12,7 @@ import type { FileCare } from "./file-care.ts";
 import { FleetView } from "./fleet-view.ts";
 import { TargetLedger } from "./ledger.ts";
 import type { DeliveryObserver } from "./observer.ts";
-import type { QueuePool } from "./queue-pool.ts";
+import type { LockHoldEvent, QueuePool } from "./queue-pool.ts";
 import { Reachability } from "./reachability.ts";
 import { DrainTable } from "./table.ts";
 import { TargetLoop } from "./target-loop.ts";
@@ -35,6 +35,8 @@ export interface TargetRunnerOptions {
   pollIntervalMs: number;
   /** Told about every batch the target answered. */
   onBatch?: (event: BatchEvent) => void;
+  /** Told how long each of the drain's write transactions on a queue file held its lock. */
+  onLockHold?: (event: LockHoldEvent) => void;
   /** The drain's shared connections to db_files (every target serving tables of one file uses one). */
   pool: QueuePool;
   /** Keeps the files' WAL bounded and gives their space back (shared by every target of the drain). */
@@ -100,11 +102,13 @@ export class TargetRunner {
     }
     const writer = new BoundedWriter(target.name, given, app.writeTimeoutMs);
     const queue = { maxPending: app.maxPending, durability: app.durability, fileMode: app.fileMode };
-    const { pool } = options;
+    const { pool, onLockHold } = options;
+    const holdsOf = (file: string) =>
+      onLockHold === undefined ? null : (seconds: number) => onLockHold({ app: app.name, file, seconds });
     const opener =
       app.dbFile === null
-        ? (t: DrainTable) => openDrainQueue(t.file, t.name, queue)
-        : (t: DrainTable) => pool.queue(t.file, t.name, queue);
+        ? (t: DrainTable) => openDrainQueue(t.file, t.name, queue, holdsOf(t.file))
+        : (t: DrainTable) => pool.queue(t.file, t.name, { ...queue, onWriteHold: holdsOf(t.file) });
     const observer = options.observer ?? null;
     this.tables = target.tables.map(
       (config) => new DrainTable(config, { app, target: target.name, logger, opener, observer, now }),
@@ -243,11 +247,11 @@ export class TargetRunner {
     if (this.#running && this.#selective && only === null) return this.#running.then(() => this.cycle());
     this.#selective = this.#running ? this.#selective : only !== null;
     this.#running ??= this.runCycle(only)
-      .then((out) => {
+      .then(async (out) => {
         // Rows a target applied are confirmed while the next batch is in flight; a cycle after
         // which no batch follows at once (nothing more ready, an outage, outside the loop) confirms
         // them now, so the pending count never holds rows the remote already has.
-        if (!(out.more && this.delivery.pipelining)) void this.delivery.confirmApplied();
+        if (!(out.more && this.delivery.pipelining)) await this.delivery.confirmApplied();
         this.#lastCycleAt = this.now();
         this.loop.beat(this.#lastCycleAt);
         return out;

@@ -1,5 +1,6 @@
 import client from "prom-client";
 import type { BatchEvent } from "../drain/delivery.ts";
+import type { LockHoldEvent } from "../drain/queue-pool.ts";
 import type { OutboxSyncService } from "../drain/service.ts";
 import type { TableView, TargetState, TargetView } from "../drain/views.ts";
 import { heldLaneCount } from "../drain/held-lanes.ts";
@@ -18,6 +19,8 @@ export interface DrainMetrics {
   readonly registry: client.Registry;
   /** Records one answered batch (pass as the service's `onBatch`). */
   observeBatch(event: BatchEvent): void;
+  /** Records one of the drain's write-lock holds on a queue file (pass as the service's `onLockHold`). */
+  observeLockHold(event: LockHoldEvent): void;
   /** The Prometheus text exposition of every metric. */
   text(): Promise<string>;
   readonly contentType: string;
@@ -365,6 +368,16 @@ export function createDrainMetrics(
     buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500],
   });
 
+  const lockHold = new client.Histogram({
+    name: "sqloutbox_local_write_lock_seconds",
+    help: "How long each of the drain's write transactions held the queue file's write lock (its confirmations, attempt records, prunes): every producer of the file, the application's own writes in a db_file included, waits meanwhile.",
+    labelNames: ["app", "file"],
+    registers,
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1],
+  });
+  // One child per file, looked up once: the drain reports every write transaction.
+  const lockHoldOf = new Map<string, client.Histogram.Internal<"app" | "file">>();
+
   // Served with tracing off too (as 0), so an alert on drops needs no "absent" twin.
   const traceCounts = (): TraceCounts =>
     options.tracing?.counts() ?? { exported: 0, droppedQueueFull: 0, droppedBusy: 0, droppedExportFailed: 0 };
@@ -396,6 +409,12 @@ export function createDrainMetrics(
     observeBatch(event) {
       duration.observe({ app: event.app, target: event.target }, event.durationMs / 1000);
       size.observe({ app: event.app, target: event.target }, event.rows);
+    },
+    observeLockHold({ app, file, seconds }) {
+      const key = `${app}\0${file}`;
+      let child = lockHoldOf.get(key);
+      if (child === undefined) lockHoldOf.set(key, (child = lockHold.labels({ app, file })));
+      child.observe(seconds);
     },
     text: () => {
       // A scrape reads the views afresh: one left from a scrape less than 500 ms ago would pair old

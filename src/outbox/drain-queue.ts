@@ -4,7 +4,7 @@ import { DELIVERED } from "./delivered.ts";
 import type { NamespaceHealth } from "./health.ts";
 import type { QueueDb } from "./queue-db.ts";
 import type { DeadReason, OutboxRow } from "./rows.ts";
-import { type OutboxOptions, QueueView, SHARED } from "./queue-view.ts";
+import { type OutboxOptions, QueueView, SHARED, WRITE_HOLDS } from "./queue-view.ts";
 
 export type { DeliveryRead } from "./delivery-log.ts";
 
@@ -36,9 +36,11 @@ export interface DrainQueue {
   recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts?: number): void;
   deadLetter(seq: number, reason: DeadReason, error?: string | null, errorClass?: string | null): DeadLettered;
   sentMark(): number;
-  confirmThrough(bound: number): number;
+  confirmThrough(bound: number, maxRows?: number): number;
   /** Confirms the slice it holds in memory without reading its rows again; false (nothing changed) when the queue no longer holds exactly those rows. */
   confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean;
+  /** Most rows one confirmation transaction should take: 100 in an application's own database (its writers wait for each), 2 000 in files of ours. */
+  readonly confirmChunkRows: number;
   seedSequence(minSeq: number): void;
   resequenceAbove(minSeq: number): Resequenced | null;
   pruneSyncLog(retainDays: number, now?: Date): number;
@@ -121,12 +123,16 @@ export class QueueForDrain extends QueueView implements DrainQueue {
   }
 
   /**
-   * Confirms every pending row at or below `bound` (sync log + delete, one transaction): the
-   * drain's settlement of rows the delivery ledger says were applied. Returns how many.
+   * Confirms every pending row at or below `bound` (sync log + delete, in transactions of at most
+   * confirmChunkRows rows), or only the first `maxRows` of them: the drain's settlement of rows the
+   * delivery ledger says were applied. Returns how many.
    */
-  confirmThrough(bound: number): number {
+  confirmThrough(bound: number, maxRows = Number.POSITIVE_INFINITY): number {
     this.queueFile.ensureOpen();
-    return this.deliveryLog.confirmThrough(bound);
+    return this.deliveryLog.confirmThrough(bound, maxRows);
+  }
+  get confirmChunkRows(): number {
+    return this.deliveryLog.confirmChunkRows;
   }
   confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean {
     this.queueFile.ensureOpen();
@@ -245,9 +251,14 @@ export class QueueForDrain extends QueueView implements DrainQueue {
   }
 }
 
-/** Opens the drain's queue of `namespace` in `path` on a connection of its own (see OutboxOptions). */
-export function openDrainQueue(path: string, namespace: string, options: OutboxOptions = {}): DrainQueue {
-  return new QueueForDrain(path, namespace, options);
+/** Opens the drain's queue of `namespace` in `path` on a connection of its own (see OutboxOptions); `onWriteHold` is told how long each of its write transactions held the file's lock, in seconds. */
+export function openDrainQueue(
+  path: string,
+  namespace: string,
+  options: OutboxOptions = {},
+  onWriteHold: ((seconds: number) => void) | null = null,
+): DrainQueue {
+  return new QueueForDrain(path, namespace, { ...options, [WRITE_HOLDS]: onWriteHold });
 }
 
 /** The drain's queue of `namespace` in an open file shared with its other namespaces. */

@@ -20,6 +20,8 @@ export interface QueueDbOptions {
   create?: boolean;
   /** The namespace opening it, for messages. */
   namespace?: string;
+  /** Told how long each `write` held the file's write lock, in seconds (the drain's metric); default none. */
+  onWriteHold?: ((seconds: number) => void) | null;
 }
 
 /**
@@ -76,12 +78,20 @@ export class QueueDb {
   #group: OpenGroup | null = null;
   #movedCheckedAt = Date.now();
   #movedFlag = new Int32Array(2);
+  readonly #onWriteHold: ((seconds: number) => void) | null;
 
-  private constructor(path: string, db: Database, owned: boolean, busyTimeoutMs: number) {
+  private constructor(
+    path: string,
+    db: Database,
+    owned: boolean,
+    busyTimeoutMs: number,
+    onWriteHold: ((seconds: number) => void) | null = null,
+  ) {
     this.path = path;
     this.db = db;
     this.#owned = owned;
     this.busyTimeoutMs = busyTimeoutMs;
+    this.#onWriteHold = onWriteHold;
     try {
       this.origin = readOrigin(db)!;
       this.layout = queueLayout(db);
@@ -102,7 +112,7 @@ export class QueueDb {
 
   /** Opens (creating and migrating if needed) our own connection to the queue file at `path`. */
   static open(path: string, options: QueueDbOptions): QueueDb {
-    return new QueueDb(path, openMigrated(path, options), true, options.busyTimeoutMs);
+    return new QueueDb(path, openMigrated(path, options), true, options.busyTimeoutMs, options.onWriteHold);
   }
 
   /**
@@ -166,7 +176,9 @@ export class QueueDb {
   /**
    * Runs `fn` in one BEGIN IMMEDIATE transaction; any failure rolls back and throws a StorageError
    * saying `what`. Inside a producer's open transaction it runs in a savepoint of it instead, so a
-   * failed step undoes only itself and the group's counters are restored with it.
+   * failed step undoes only itself and the group's counters are restored with it. How long the
+   * write lock was held — from BEGIN IMMEDIATE's return to COMMIT's or ROLLBACK's — goes to
+   * `onWriteHold`, when opened with one.
    */
   write<T>(what: string, fn: () => T, namespace?: string): T {
     const group = this.#group;
@@ -176,6 +188,7 @@ export class QueueDb {
     } catch (e) {
       throw storageError(e, what, this.path, namespace);
     }
+    const heldAt = this.#onWriteHold === null ? 0 : Bun.nanoseconds();
     try {
       const result = fn();
       this.#commit.run();
@@ -183,6 +196,8 @@ export class QueueDb {
     } catch (e) {
       if (this.db.inTransaction) this.#rollback.run();
       throw storageError(e, what, this.path, namespace);
+    } finally {
+      this.#onWriteHold?.((Bun.nanoseconds() - heldAt) / 1e9);
     }
   }
 

@@ -31,6 +31,14 @@ export interface OutboxOptions {
 
 /** The open file a view shares with the file's other namespaces (outboxOn, drainQueueOn). */
 export const SHARED = Symbol("sqloutbox.sharedQueueDb");
+/** Told how long each write transaction on a file the view opens held its lock (openDrainQueue: the drain's metric). */
+export const WRITE_HOLDS = Symbol("sqloutbox.writeHolds");
+
+/** What a view is opened with besides its OutboxOptions: a file shared with other views, or a watch on the lock holds of the one it opens. */
+export interface ViewOptions extends OutboxOptions {
+  [SHARED]?: QueueDb;
+  [WRITE_HOLDS]?: ((seconds: number) => void) | null;
+}
 
 /**
  * One namespace of one queue file, opened: what every audience of the queue shares — the open
@@ -53,7 +61,7 @@ export class QueueView {
   protected readonly deliveryLog: DeliveryLog;
   protected readonly deadLog: DeadLog;
 
-  constructor(path: string, namespace: string, options: OutboxOptions & { [SHARED]?: QueueDb } = {}) {
+  constructor(path: string, namespace: string, options: ViewOptions = {}) {
     if (typeof path !== "string" || path === "")
       throw new InvalidArgumentError("outbox path must be a non-empty string");
     if (typeof namespace !== "string" || namespace === "" || !namespace.isWellFormed()) {
@@ -96,6 +104,7 @@ export class QueueView {
           fileMode: options.fileMode,
           create: options.create,
           namespace,
+          onWriteHold: options[WRITE_HOLDS],
         });
     this.queueFile = new QueueFile(queueDb, namespace);
     this.origin = this.queueFile.origin;

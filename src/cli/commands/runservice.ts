@@ -120,6 +120,7 @@ export const runservice = defineCommand({
         logger,
         stopTimeoutMs: STOP_TIMEOUT_MS,
         onBatch: metrics.observeBatch,
+        onLockHold: metrics.observeLockHold,
         ...(tracing === null ? {} : { observer: tracing.observer }),
         onCreated: (created) => (service = created),
         onStarted: (running) => {

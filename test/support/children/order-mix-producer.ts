@@ -1,7 +1,9 @@
 // A producer process for the cross-table kill test: commits the OrderMix stream of one host
-// (argv JSON: { dbFile, seed, host, hosts, stopFile, keys? }) one transaction after another into its
-// db_file until `stopFile` exists, then prints "done <transactions committed>". With `keys`, each
-// statement is pushed with its key (see MixStatement), for tables with lanes.
+// (argv JSON: { dbFile, seed, host, hosts, stopFile, keys?, embedded? }) one transaction after
+// another into its db_file until `stopFile` exists, then prints "done <transactions committed>".
+// With `keys`, each statement is pushed with its key (see MixStatement), for tables with lanes;
+// with `embedded`, the db_file is the application's own database (SQLMiddleware({ database })).
+import { Database } from "bun:sqlite";
 import fs from "node:fs";
 import { SQLMiddleware } from "../../../src/outbox/middleware.ts";
 import { OrderMix } from "../order-mix.ts";
@@ -13,8 +15,19 @@ const spec = JSON.parse(process.argv[2]!) as {
   hosts: number;
   stopFile: string;
   keys?: boolean;
+  embedded?: boolean;
 };
-const mw = new SQLMiddleware({ dbFile: spec.dbFile, source: `host-${spec.host}` });
+const source = `host-${spec.host}`;
+const appDatabase = () => {
+  fs.mkdirSync(spec.dbFile.slice(0, spec.dbFile.lastIndexOf("/")), { recursive: true });
+  const db = new Database(spec.dbFile, { create: true });
+  db.run("PRAGMA journal_mode = WAL");
+  db.run("PRAGMA busy_timeout = 5000");
+  return db;
+};
+const mw = spec.embedded
+  ? new SQLMiddleware({ database: appDatabase(), source })
+  : new SQLMiddleware({ dbFile: spec.dbFile, source });
 const mix = new OrderMix(spec.seed, spec.host, spec.hosts);
 let n = 0;
 while (!fs.existsSync(spec.stopFile)) {
