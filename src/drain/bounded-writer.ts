@@ -1,6 +1,6 @@
 import { describeError, isMisconfigured, isWriteError, WriteError } from "../errors.ts";
 import { withTimeout } from "../timeout.ts";
-import type { OutboxWriter, Statement, WriteResult } from "../writers/writer.ts";
+import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../writers/writer.ts";
 import type { BindValue } from "../vocabulary.ts";
 
 /**
@@ -33,11 +33,17 @@ export class BoundedWriter {
     private readonly timeoutMs: number,
   ) {}
 
-  async send(stmts: Statement[], onTimeout?: (abandoned: Promise<WriteResult[]>) => void): Promise<WriteResult[]> {
+  async send(
+    stmts: Statement[],
+    onTimeout?: (abandoned: Promise<WriteResult[]>) => void,
+    options?: WriteOptions,
+  ): Promise<WriteResult[]> {
     const name = this.target;
     let call: Promise<WriteResult[]>;
     try {
-      call = Promise.resolve(this.writer.writeBatch(stmts));
+      call = Promise.resolve(
+        options === undefined ? this.writer.writeBatch(stmts) : this.writer.writeBatch(stmts, options),
+      );
     } catch (error) {
       throw new WriteError(`target ${name}: writeBatch threw: ${describeError(error).message}`, name, { cause: error });
     }

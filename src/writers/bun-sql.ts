@@ -12,12 +12,12 @@ import {
   describeServer,
 } from "./server-keys.ts";
 import { statementKind } from "./statement-kind.ts";
-import type { OutboxWriter, Statement, WriteResult } from "./writer.ts";
+import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "./writer.ts";
 
 type Engine = "postgres" | "mysql";
 
-/** The connection one writeBatch call is using, and whether that call has timed out. */
-type InFlight = { reserved: ReservedSQL | null; timedOut: boolean };
+/** The connection one writeBatch call is using, whether that call has timed out, and whom to tell once its first pass is issued. */
+type InFlight = { reserved: ReservedSQL | null; timedOut: boolean; onSent: (() => void) | undefined };
 
 /** What an engine's pass needs from its writer: the engine's error classes and the writer's masked errors. */
 export interface PassTools {
@@ -89,11 +89,11 @@ export class BunSqlWriter implements OutboxWriter {
         });
   }
 
-  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+  async writeBatch(stmts: Statement[], options: WriteOptions = {}): Promise<WriteResult[]> {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     // The connection this call is using, so its timeout closes it (and no other call's).
-    const inFlight: InFlight = { reserved: null, timedOut: false };
+    const inFlight: InFlight = { reserved: null, timedOut: false, onSent: options.onSent };
     const work = runIsolated(
       stmts,
       (s, checking) => this.#pass(s, inFlight, checking),
@@ -131,7 +131,10 @@ export class BunSqlWriter implements OutboxWriter {
     }
     inFlight.reserved = reserved;
     try {
-      return await this.#enginePass(reserved, stmts, checking, this.#tools);
+      const pass = this.#enginePass(reserved, stmts, checking, this.#tools); // issues every statement before it waits
+      inFlight.onSent?.();
+      inFlight.onSent = undefined;
+      return await pass;
     } finally {
       inFlight.reserved = null;
       // Bun closes (instead of pooling) a connection released inside an open transaction.

@@ -70,7 +70,18 @@ export interface OutboxWriter {
    * false: the drain sends one batch at a time.
    */
   readonly concurrent?: boolean;
-  writeBatch(stmts: Statement[]): Promise<WriteResult[]>;
+  writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]>;
 
   close?(): Promise<void> | void;
+}
+
+/** What the drain passes along with a batch. */
+export interface WriteOptions {
+  /**
+   * A `concurrent` writer calls it once the batch is on its connection — every statement issued,
+   * in order — so the batch the drain sends behind it reaches the remote after it (and its fence
+   * waits on this one's ledger rows instead of overtaking them). Not calling it only makes the
+   * drain wait for the answer instead.
+   */
+  onSent?: () => void;
 }
