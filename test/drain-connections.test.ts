@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
-import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
+import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { AUTO_POS, openRemote } from "./support/remote.ts";
@@ -24,7 +24,7 @@ class Watched implements OutboxWriter {
   mostOpen = 0;
   calls = 0;
   /** Runs before the `call`-th call that carries rows (1: the first) is passed on: a delay, a check, a throw. */
-  before: { call: number; run: () => Promise<void> } | null = null;
+  before: { call: number; run: (options?: WriteOptions) => Promise<void> } | null = null;
   #rowCalls = 0;
 
   constructor(private readonly inner: OutboxWriter) {
@@ -32,14 +32,14 @@ class Watched implements OutboxWriter {
     this.concurrent = inner.concurrent === true;
   }
 
-  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+  async writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]> {
     this.calls += 1;
     this.open += 1;
     this.mostOpen = Math.max(this.mostOpen, this.open);
     try {
       const before = this.before;
-      if (stmts.some((s) => s.seq > 0) && ++this.#rowCalls === before?.call) await before.run();
-      return await this.inner.writeBatch(stmts);
+      if (stmts.some((s) => s.seq > 0) && ++this.#rowCalls === before?.call) await before.run(options);
+      return await this.inner.writeBatch(stmts, options);
     } finally {
       this.open -= 1;
     }
@@ -50,7 +50,7 @@ class Watched implements OutboxWriter {
   }
 }
 
-describe.each(["postgres", "mysql"] as const)("connections = 4, delivered to %s", (engine) => {
+describe.each(["postgres", "mysql"] as const)("batches in flight behind each other, delivered to %s", (engine) => {
   async function setup(connections: number, tuning: Record<string, unknown> = {}) {
     const dir = tempDirCleanedBy(cleanups);
     const remote = await openRemote(engine, { cleanups });
@@ -85,7 +85,7 @@ describe.each(["postgres", "mysql"] as const)("connections = 4, delivered to %s"
   }
   const inOrder = Array.from({ length: ROWS }, (_, i) => i + 1);
 
-  test("batches go behind each other, up to four in flight: each table's rows once and in order", async () => {
+  test("four connections: two batches over two tables each, each with one behind it — four in flight; each table's rows once and in order", async () => {
     const s = await setup(4);
     s.fill();
     await s.drain(ROWS * TABLES.length);
@@ -103,28 +103,47 @@ describe.each(["postgres", "mysql"] as const)("connections = 4, delivered to %s"
   }, 30_000);
 
   test("a batch that reaches the remote before the one ahead of it commits fails its fence: nothing lands out of order or twice", async () => {
-    const s = await setup(4);
+    const s = await setup(2);
     s.fill();
     let inFlight = 0;
     let whileHeld: number[] = [];
     s.writer.before = {
-      // The second cycle's first batch waits; the ones behind it reach the remote first. (The
-      // first cycle sends one batch: its fences create the ledger rows the ones behind would wait on.)
+      // The second cycle's first batch says it is on its connection and waits: the ones behind it
+      // reach the remote first. (The first cycle sends one batch: its fences create the ledger
+      // rows the ones behind would wait on.)
       call: 2,
-      run: async () => {
+      run: async (options) => {
+        options?.onSent?.();
         await Bun.sleep(300);
         inFlight = s.svc.targets()[0]!.view().batchesInFlight;
         whileHeld = await Promise.all(TABLES.map(async (t) => (await s.landed(t)).length));
       },
     };
     await s.drain(ROWS * TABLES.length);
-    expect(inFlight).toBe(4);
+    expect(inFlight).toBe(2);
     expect(whileHeld).toEqual([40, 40, 40, 40]); // the first cycle's rows; nothing behind the held batch committed ahead of it
     for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
   }, 30_000);
 
+  test("a batch goes behind another only once the writer has that one on its connection", async () => {
+    const s = await setup(2);
+    s.fill();
+    let inFlight = 0;
+    s.writer.before = {
+      call: 2, // held before it reaches the real writer: not on a connection yet
+      run: async () => {
+        await Bun.sleep(200);
+        inFlight = s.svc.targets()[0]!.view().batchesInFlight;
+      },
+    };
+    await s.drain(ROWS * TABLES.length);
+    expect(inFlight).toBe(1);
+    expect(s.writer.mostOpen).toBe(2); // the other cycles
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
+  }, 30_000);
+
   test("a row the remote refuses in the batch ahead: the batches behind it do not commit past it, and the rest lands in order once it is dead-lettered", async () => {
-    const s = await setup(4, { maxAttempts: 2 });
+    const s = await setup(2, { maxAttempts: 2 });
     // The CHECK refuses t1's 50th row: in the second cycle's first batch, with batches behind it.
     s.fill((i, t) => (t === "t1" && i === 50 ? -1 : i));
     await s.drain(ROWS * TABLES.length - 1);
@@ -134,7 +153,7 @@ describe.each(["postgres", "mysql"] as const)("connections = 4, delivered to %s"
   }, 30_000);
 
   test("a batch lost in flight (the call throws): the ones behind it count as lost, the target backs off, and every row lands once, in order", async () => {
-    const s = await setup(4);
+    const s = await setup(2);
     s.fill();
     s.writer.before = {
       call: 3, // the second cycle's second batch, behind its first

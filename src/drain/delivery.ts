@@ -70,12 +70,21 @@ export interface DeliveryParts extends RemoteParts {
   hooks: DeliveryHooks;
 }
 
+/** How a cycle's first batches share the tables: at most `tables` drafts each, a table looked at by one batch (`tried`), carried by one (`busy`). */
+interface Share {
+  tables: number;
+  tried: Set<DrainTable>;
+  busy: Set<DrainTable>;
+}
+
 /** A batch on its way: its call to the writer, what the observer was told, and when it was sent (performance.now). */
 interface InFlightBatch {
   batch: SentBatch;
   call: Promise<WriteResult[]>;
   observed: ObservedBatch | null;
   started: number;
+  /** Resolves once the writer has it on its connection (WriteOptions.onSent), or answered. */
+  onWire: Promise<void>;
 }
 
 /** A batch as sent: its slices, the statements in the order sent, and where each slice's statements went. */
@@ -182,51 +191,92 @@ export class Delivery {
   }
 
   /**
-   * Plans one batch over every ready table (of `only`, when given), sends it, and applies the
-   * answer. With `connections` above 1 (a writer that takes concurrent calls, a ledger) the rows
-   * that follow each of its tables are read and sent at once behind it, up to that many batches in
-   * flight, each fenced behind the one before (see DrainTable.openBehind): the remote commits them
-   * in order, whatever order they arrive in, or not at all.
+   * Plans this cycle's batches over every ready table (of `only`, when given), sends them, and
+   * applies each answer. One batch with one connection. With `connections` above 1 (a writer that
+   * takes concurrent calls, a ledger) the tables are shared out over `connections / 2` chains, and
+   * each chain sends a second batch behind its first before that one is answered: the rows that
+   * follow each of its tables, fenced behind it (see DrainTable.openBehind), so the remote commits
+   * the two in order, whatever order they arrive in, or not at all. Two deep, no more: when a
+   * transaction ends, PostgreSQL wakes every transaction waiting on its rows at once, so a third
+   * could take a ledger row before the second and fail its fence.
    */
   async deliver(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
-    const first = this.planBatch(now, out, only);
-    if (first === null) return out;
-    const sent = [this.send(first)];
+    const firsts = this.planBatches(now, out, only);
+    if (firsts.length === 0) return out;
+    const chains = firsts.map((batch) => [this.send(batch)]);
     try {
       await this.confirmApplied(() => Bun.sleep(0));
-      while (sent.length < this.#parallel) {
-        await Bun.sleep(0); // the batch before goes on the wire first
-        const behind = this.planBehind(sent[sent.length - 1]!.batch);
-        if (behind === null) break;
-        sent.push(this.send(behind));
-      }
-      await this.readAhead(sent[sent.length - 1]!.batch);
+      if (this.#parallel > 1)
+        for (const chain of chains) {
+          await chain[0]!.onWire; // the batch ahead reaches the remote first
+          const behind = this.planBehind(chain[0]!.batch);
+          if (behind !== null) chain.push(this.send(behind));
+        }
+      for (const chain of chains) await this.readAhead(chain[chain.length - 1]!.batch);
       let lost: { error: unknown; batch: SentBatch } | null = null;
-      for (const { batch, call, observed, started } of sent) {
-        let results: WriteResult[] | null = null;
-        try {
-          results = await call;
-        } catch (error) {
-          lost ??= { error, batch };
-          this.lost(batch, observed, error);
-          continue;
-        }
-        if (lost !== null) {
-          // Behind a batch that got no answer: it committed only if that one did; the ledger says.
-          this.lost(batch, observed, lost.error);
-          continue;
-        }
-        this.#lastRoundTripMs = performance.now() - started;
-        this.applyBatch(batch, results, observed, started, out);
-        // The batch behind confirms from what its table read: this one's rows go first.
-        if (sent.length > 1) for (const slice of batch.slices) slice.table.confirmApplied(this.now());
-      }
+      for (const chain of chains) lost = (await this.answered(chain, out)) ?? lost;
       if (lost === null) return out;
+      // Other batches of the cycle may have been answered: the target is down all the same.
       this.reachability.outage(lost.error, `a batch of ${lost.batch.stmts.length} statements`, this.now());
       return { ...out, outage: true, more: false, wakeAt: this.reachability.backoffUntil };
     } finally {
-      this.#inFlight -= sent.length;
+      this.#inFlight -= chains.reduce((n, c) => n + c.length, 0);
     }
+  }
+
+  /** Applies a chain's answers in order; a batch behind one that got no answer counts as lost too. Returns the first loss, if any. */
+  private async answered(
+    chain: InFlightBatch[],
+    out: TargetCycle,
+  ): Promise<{ error: unknown; batch: SentBatch } | null> {
+    let lost: { error: unknown; batch: SentBatch } | null = null;
+    for (const { batch, call, observed, started } of chain) {
+      let results: WriteResult[];
+      try {
+        results = await call;
+      } catch (error) {
+        lost ??= { error, batch };
+        this.lost(batch, observed, error);
+        continue;
+      }
+      if (lost !== null) {
+        // Behind a batch that got no answer: it committed only if that one did; the ledger says.
+        this.lost(batch, observed, lost.error);
+        continue;
+      }
+      this.#lastRoundTripMs = performance.now() - started;
+      this.applyBatch(batch, results, observed, started, out);
+      // The batch behind confirms from what its tables read: this one's rows go first.
+      if (chain.length > 1) for (const slice of batch.slices) slice.table.confirmApplied(this.now());
+    }
+    return lost;
+  }
+
+  /**
+   * The cycle's first batches: one over every ready table; with `connections` above 1, up to
+   * `connections / 2`, each over its share of the tables — a table in one batch only — and a
+   * transaction across tables in the batch of its tables.
+   */
+  private planBatches(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): SentBatch[] {
+    const count = Math.max(1, Math.floor(this.#parallel / 2));
+    if (count === 1) {
+      const batch = this.planBatch(now, out, only, null);
+      return batch === null ? [] : [batch];
+    }
+    const share: Share = { tables: Math.ceil(this.tables.length / count), tried: new Set(), busy: new Set() };
+    const wanted = (t: DrainTable) => only === null || only.has(t);
+    const batches: SentBatch[] = [];
+    while (batches.length < count && this.tables.some((t) => wanted(t) && !share.tried.has(t))) {
+      const batch = this.planBatch(now, out, only, share);
+      if (batch === null) continue; // the tables it looked at had nothing to send: the next looks at the rest
+      for (const slice of batch.slices) share.busy.add(slice.table);
+      batches.push(batch);
+      // Large rows: one batch at a time, so the drain's peak stays one batch_max_bytes as with one connection.
+      if (batch.slices.reduce((n, sl) => n + sl.bytes, 0) > LARGE_BATCH_BYTES) break;
+    }
+    // Tables no batch of this cycle looked at go in the next cycle, at once.
+    if (this.tables.some((t) => wanted(t) && !share.tried.has(t))) out.more = true;
+    return batches;
   }
 
   /** Sends a batch (the observer told first); its call is awaited by deliver, after the local work that overlaps it. */
@@ -234,9 +284,13 @@ export class Delivery {
     const observed = this.observer === null ? null : this.observed(batch);
     const started = performance.now();
     this.#inFlight += 1; // until deliver has its answer
-    const call = this.writer.send(batch.stmts, (abandoned) => this.awaitLateAnswer(batch, abandoned));
-    call.catch(() => {}); // awaited by deliver
-    return { batch, call, observed, started };
+    let wired = () => {};
+    const onWire = new Promise<void>((resolve) => (wired = resolve));
+    const call = this.writer.send(batch.stmts, (abandoned) => this.awaitLateAnswer(batch, abandoned), {
+      onSent: () => wired(),
+    });
+    call.then(wired, wired); // a writer that never says so: its answer will do
+    return { batch, call, observed, started, onWire };
   }
 
   /** A batch that got no answer: its heads are refunded, and fenced tables settle from the ledger (it may have committed). */
@@ -335,10 +389,16 @@ export class Delivery {
    * links are one unit, sent in commit order (seq order: a file allocates seqs in commit order)
    * behind their fences. Null when nothing is to be sent.
    */
-  private planBatch(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): SentBatch | null {
+  private planBatch(
+    now: number,
+    out: TargetCycle,
+    only: ReadonlySet<DrainTable> | null,
+    share: Share | null,
+  ): SentBatch | null {
     const drafts: SliceDraft[] = [];
     let budget = this.app.batchMaxBytes;
     const plan = (table: DrainTable, force: boolean) => {
+      share?.tried.add(table);
       const { draft, outcome } = table.plan({
         now,
         maxBytes: budget,
@@ -356,6 +416,8 @@ export class Delivery {
     };
     for (const table of this.tables) {
       if (only !== null && !only.has(table)) continue;
+      if (share?.tried.has(table)) continue; // an earlier batch of the cycle looked at it
+      if (share !== null && drafts.length >= share.tables) break; // the next batch takes the rest
       if (budget <= 0) {
         out.more = true; // the batch is full: the rest goes in the next cycle, at once
         break;
@@ -365,7 +427,8 @@ export class Delivery {
     // A group that spans tables goes when it heads all of them: a table it waits on that is not
     // ready by its own measure (threshold, max wait) is planned anyway.
     const planned = new Set(drafts.map((d) => d.table));
-    for (const table of this.awaitedBy(drafts)) if (!planned.has(table) && budget > 0) plan(table, true);
+    for (const table of this.awaitedBy(drafts))
+      if (!planned.has(table) && budget > 0 && !share?.busy.has(table)) plan(table, true); // a table another batch carries: the group waits
     if (drafts.length === 0) return null;
     const { keep, units } = linkDrafts(drafts, this.served);
     const opened = new Map<SliceDraft, TableSlice>();
