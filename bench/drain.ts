@@ -31,20 +31,22 @@
 //   started for the run in a temp directory on a free port and pinned to CPU 1 (taskset), with
 //   this process, the drain and the limit's client pinned to CPU 0: the remote's work overlaps
 //   the drain's as on a server whose database runs elsewhere. The servers are removed on exit.
-// {"bench":"wan","target":"postgres"|"mysql","rtt_ms":…,"connections":1|2|4|8,"rows":…,"rows_per_s":…,"round_trips_per_batch":…,"vs_connections_1":…}
+// {"bench":"wan","target":"postgres"|"mysql","rtt_ms":…,"connections":1|2|4|8,"rows":…,"rows_per_s":…,"round_trips_per_batch":…,"vs_connections_1":…,
+//  "steady_rows_per_s":…,"steady_round_trips_per_batch":…,"steady_vs_connections_1":…}
 //   the same backlog drained through a TCP proxy in this process that delays every chunk by half
 //   of rtt_ms each way (127.0.0.1 only; BENCH_RTT_MS, default 20, then 2): a remote across a long
 //   link, the target's `connections` 1, 2, 4 and 8. round_trips_per_batch: the turns the proxy
 //   counted (a client sending again after an answer) between the drain's first and last
-//   writeBatch, over the batches.
+//   writeBatch, over the batches. steady_*: the same from the moment the first fifth of the rows
+//   was delivered (each new connection's first batches prepare their statements over the link).
 // {"bench":"wan-limit","target":…,"rtt_ms":…,"connections":1|8,"form":"pipelined","rows_per_s":…,"round_trips_per_batch":…}
 //   the engine through the same proxy from 1 and from 8 connections, the best the client allows:
 //   transactions of the drain's batch (a multi-row INSERT of batch_size rows per table), BEGIN, the
 //   INSERTs and COMMIT sent at once — right whatever the outcome only because these rows cannot
 //   fail — each connection sending its share one after another. PostgreSQL: with the no-ops that
 //   make Bun send past its pipeline window (as the writer does).
-// {"bench":"wan-ratio","target":…,"rtt_ms":…,"connections":1|8,"drain_vs_limit":…}   the drain with
-//   that many connections over the engine from as many.
+// {"bench":"wan-ratio","target":…,"rtt_ms":…,"connections":1|8,"drain_vs_limit":…,"steady_vs_limit":…}
+//   the drain with that many connections (whole run, steady) over the engine from as many.
 // Arguments pick lines: null sqlite postgres mysql fleet large metrics tracing latency pinned wan (none: all).
 // Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README); `pinned` needs
 // two CPUs, taskset, and the PostgreSQL (/usr/lib/postgresql/*/bin) and MariaDB server binaries.
@@ -62,7 +64,7 @@ import { Outbox } from "../src/outbox/outbox.ts";
 import { QUEUE_ROW_COLUMNS } from "../src/outbox/rows.ts";
 import { encodeArgs } from "../src/outbox/payload.ts";
 import { createWriter } from "../src/writers/registry.ts";
-import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
+import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../src/writers/writer.ts";
 import { createMysqlDb, createPgDb } from "../test/support/server-db.ts";
 import { startTcpProxy } from "../test/support/tcp-proxy.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
@@ -175,6 +177,8 @@ interface ChildJob {
   countBatches?: boolean;
   /** The target's `connections` (default 1). */
   connections?: number;
+  /** Also measure from the moment this many rows were delivered to the end (`steady`): each new connection's first batches prepare their statements. */
+  steadyAfterRows?: number;
 }
 
 /** Counts a writer's batches and the span they took, in epoch milliseconds (comparable with the parent's). */
@@ -182,6 +186,8 @@ class CountingWriter implements OutboxWriter {
   batches = 0;
   firstAt = 0;
   lastAt = 0;
+  /** When each batch began (epoch ms). */
+  readonly startedAt: number[] = [];
   constructor(readonly inner: OutboxWriter) {}
   get dialect() {
     return this.inner.dialect;
@@ -189,11 +195,12 @@ class CountingWriter implements OutboxWriter {
   get concurrent() {
     return this.inner.concurrent;
   }
-  async writeBatch(stmts: Statement[]): Promise<WriteResult[]> {
+  async writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]> {
     const now = () => performance.timeOrigin + performance.now();
     if (this.batches++ === 0) this.firstAt = now();
+    this.startedAt.push(now());
     try {
-      return await this.inner.writeBatch(stmts);
+      return await this.inner.writeBatch(stmts, options);
     } finally {
       this.lastAt = now();
     }
@@ -257,8 +264,15 @@ async function drainChild(job: ChildJob): Promise<void> {
   const total = svc.totalPending();
   const start = performance.now();
   await svc.start();
-  while (svc.totalPending() > 0) await Bun.sleep(5);
-  const seconds = (performance.now() - start) / 1000;
+  const delivered = () => svc!.views().reduce((n, v) => n + v.totals.delivered, 0);
+  let steadyFrom: { at: number; epoch: number; rows: number } | null = null;
+  while (svc.totalPending() > 0) {
+    await Bun.sleep(5);
+    if (steadyFrom === null && job.steadyAfterRows !== undefined && delivered() >= job.steadyAfterRows)
+      steadyFrom = { at: performance.now(), epoch: performance.timeOrigin + performance.now(), rows: delivered() };
+  }
+  const end = performance.now();
+  const seconds = (end - start) / 1000;
   clearInterval(sampler);
   clearInterval(scraper);
   peak = Math.max(peak, process.memoryUsage().rss);
@@ -276,6 +290,17 @@ async function drainChild(job: ChildJob): Promise<void> {
         last_batch_at: counting.lastAt,
       }
     : {};
+  const steady =
+    steadyFrom === null
+      ? {}
+      : {
+          steady: {
+            rows: total - steadyFrom.rows,
+            seconds: (end - steadyFrom.at) / 1000,
+            from: steadyFrom.epoch,
+            batches: counting ? counting.startedAt.filter((t) => t >= steadyFrom!.epoch).length : 0,
+          },
+        };
   console.log(
     JSON.stringify({
       rows: total,
@@ -283,6 +308,7 @@ async function drainChild(job: ChildJob): Promise<void> {
       peak_rss_mb: Math.round(peak / 1048576),
       ...(spans ? { spans } : {}),
       ...batches,
+      ...steady,
     }),
   );
 }
@@ -295,6 +321,7 @@ async function runChild(job: ChildJob): Promise<{
   batches?: number;
   first_batch_at?: number;
   last_batch_at?: number;
+  steady?: { rows: number; seconds: number; from: number; batches: number };
 }> {
   const child = Bun.spawn(["bun", import.meta.path, "--drain-child", JSON.stringify(job)], {
     stdout: "pipe",
@@ -669,6 +696,8 @@ function throughProxy(url: string, port: number): string {
 /** The drain's `connections` on the wan lines, and the engine's limit's. */
 const WAN_CONNECTIONS = [1, 2, 4, 8];
 const WAN_LIMIT_CONNECTIONS = [1, 8];
+/** The wan lines' steady figures leave out the first rows: each new connection's first batches prepare their statements over the link. */
+const WAN_WARM_ROWS = Math.floor(ROWS / 5);
 
 /**
  * The drain with `connections` = 1, 2, 4 and 8, then the engine from 1 and 8 connections, through
@@ -684,6 +713,7 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
   try {
     const url = throughProxy(remote.connection.url as string, proxy.port);
     const drainRate = new Map<number, number>();
+    const steadyRates = new Map<number, number>();
     for (const connections of WAN_CONNECTIONS) {
       const dbDir = `${dir.path}/outbox-${connections}`;
       fillBacklog(dbDir, TABLES, ROWS);
@@ -694,10 +724,14 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
         tables: TABLES,
         countBatches: true,
         connections,
+        steadyAfterRows: WAN_WARM_ROWS,
       });
       const turns = proxy.turnsBetween(drained.first_batch_at!, drained.last_batch_at!);
       const rowsPerS = Math.round(drained.rows / drained.seconds);
       drainRate.set(connections, rowsPerS);
+      const steady = drained.steady!;
+      const steadyRate = Math.round(steady.rows / steady.seconds);
+      steadyRates.set(connections, steadyRate);
       console.log(
         JSON.stringify({
           bench: "wan",
@@ -708,6 +742,11 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
           rows_per_s: rowsPerS,
           round_trips_per_batch: round(turns / drained.batches!),
           vs_connections_1: round(rowsPerS / drainRate.get(1)!),
+          steady_rows_per_s: steadyRate,
+          steady_round_trips_per_batch: round(
+            proxy.turnsBetween(steady.from, drained.last_batch_at!) / Math.max(1, steady.batches),
+          ),
+          steady_vs_connections_1: round(steadyRate / steadyRates.get(1)!),
         }),
       );
     }
@@ -720,6 +759,7 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
           bench: "wan-ratio",
           ...tag,
           drain_vs_limit: round(drainRate.get(connections)! / limit.rows_per_s),
+          steady_vs_limit: round(steadyRates.get(connections)! / limit.rows_per_s),
         }),
       );
     }

@@ -105,11 +105,11 @@ const EXPECTED: Record<string, string[]> = {
       ["postgres", "mysql"].flatMap((target) => [
         ...[1, 2, 4, 8].map(
           (c) =>
-            `wan target=${target} rtt_ms=${rtt} connections=${c}: rows rows_per_s round_trips_per_batch vs_connections_1`,
+            `wan target=${target} rtt_ms=${rtt} connections=${c}: rows rows_per_s round_trips_per_batch vs_connections_1 steady_rows_per_s steady_round_trips_per_batch steady_vs_connections_1`,
         ),
         ...[1, 8].flatMap((c) => [
           `wan-limit target=${target} rtt_ms=${rtt} connections=${c} form=pipelined: rows_per_s round_trips_per_batch`,
-          `wan-ratio target=${target} rtt_ms=${rtt} connections=${c}: drain_vs_limit`,
+          `wan-ratio target=${target} rtt_ms=${rtt} connections=${c}: drain_vs_limit steady_vs_limit`,
         ]),
       ]),
     ),
