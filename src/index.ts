@@ -55,7 +55,7 @@ export { schemaSql, dropSchemaSql } from "./sql/schema.ts";
 export { ledgerDdl } from "./sql/ledger.ts";
 
 // Writers.
-export type { Statement, WriteResult, OutboxWriter } from "./writers/writer.ts";
+export type { Statement, WriteResult, OutboxWriter, WriteOptions } from "./writers/writer.ts";
 export { createWriter, builtinWriters, type BuiltinWriterName } from "./writers/registry.ts";
 export type { WriterSpec, ConnectionKey } from "./writers/writer-spec.ts";
 
