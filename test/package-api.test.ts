@@ -131,6 +131,7 @@ const TYPES = [
   "TraceSettings",
   "Tracing",
   "TracingOptions",
+  "WriteOptions",
   "WriteResult",
   "WriterSpec",
 ];
