@@ -2,12 +2,14 @@
 // fenced behind the one before, so the remote commits them in order or not at all. On the engines
 // whose writers take concurrent calls, checked by what landed (in the order the remote applied
 // it) and by how many calls the writer had open at once.
+import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
+import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
-import { memoryLogger, oneApp } from "./support/drain-harness.ts";
+import { FAST, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { AUTO_POS, openRemote } from "./support/remote.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -170,6 +172,41 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
   }, 30_000);
 });
+
+test("in the application's own database, where a confirmation goes in parts, the batch ahead is confirmed whole before the one behind is applied", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const remote = await openRemote("postgres", { cleanups });
+  for (const t of TABLES.slice(0, 2)) await remote.exec(`CREATE TABLE ${t} (${AUTO_POS.postgres}, n BIGINT NOT NULL)`);
+  const file = dir.file("app.db");
+  const app = new Database(file);
+  cleanups.push(() => app.close());
+  app.run("PRAGMA journal_mode = WAL");
+  app.run("CREATE TABLE accounts (id INTEGER PRIMARY KEY)"); // the application's own table: confirmations in parts
+  const producer = new SQLMiddleware({ database: app });
+  const rows = 900;
+  for (let n = 1; n <= rows; n++)
+    for (const t of TABLES.slice(0, 2)) producer.push(t, `INSERT INTO ${t} (n) VALUES (?)`, [n]);
+  const writer = new Watched(remote.createWriter({ max_connections: 2 }));
+  const config = defineConfig({
+    app: {
+      app: {
+        dbFile: file,
+        ...FAST,
+        batchSize: 300,
+        db: { r: { writer: "postgres", connection: remote.connection, tables: TABLES.slice(0, 2), connections: 2 } },
+      },
+    },
+  });
+  const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: memoryLogger() });
+  cleanups.push(() => svc.stop(2000));
+  const delivered = () => svc.views().reduce((n, v) => n + v.totals.delivered, 0);
+  for (let i = 0; i < 50 && delivered() < 2 * rows; i++) await svc.runOnce();
+  expect(writer.mostOpen).toBe(2);
+  const inOrder = Array.from({ length: rows }, (_, i) => i + 1);
+  for (const t of TABLES.slice(0, 2))
+    expect({ t, n: (await remote.ints(`SELECT n FROM ${t} ORDER BY pos`)).map(([n]) => n) }).toEqual({ t, n: inOrder });
+  expect(app.query("SELECT count(*) AS n FROM outbox_queue").get()).toEqual({ n: 0 });
+}, 30_000);
 
 test.each(["sqlite", "libsql-http"] as const)(
   "a %s writer takes one batch at a time: connections = 4 sends one, and the drain says so at start",

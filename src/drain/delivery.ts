@@ -246,8 +246,9 @@ export class Delivery {
       }
       this.#lastRoundTripMs = performance.now() - started;
       this.applyBatch(batch, results, observed, started, out);
-      // The batch behind confirms from what its tables read: this one's rows go first.
-      if (chain.length > 1) for (const slice of batch.slices) slice.table.confirmApplied(this.now());
+      // The batch behind confirms from what its tables read: this one's rows go first, every part.
+      if (chain.length > 1)
+        for (const slice of batch.slices) while (slice.table.confirmApplied(this.now())) await Bun.sleep(0);
     }
     return lost;
   }
