@@ -540,7 +540,7 @@ export class DrainTable {
     let confirmed = options.adopted ? this.#confirm(options.adopted) : 0;
     this.#tally({ delivered: confirmed });
     this.#laneThrough = this.#laneMap.throughsOf(throughs);
-    this.#laneThroughMax = Math.max(...this.#laneThrough);
+    this.#laneThroughMax = this.#laneThrough.reduce((a, b) => Math.max(a, b), 0);
     const sent = queue.sentMark();
     let bound = 0;
     let restored = false;
