@@ -154,7 +154,9 @@ describeSlow("the operator console", "build the binary and drive the console in 
       await page.waitForSelector("#kick:not([hidden])");
 
       // The letter's detail: its statement, its arguments, its error.
-      await page.click('button[data-letter="shop/orders/1"]');
+      // Found and clicked in one step in the page: the list is drawn anew on every refresh, and a
+      // button found first may be replaced before puppeteer's click reaches it ("detached").
+      await page.$eval('button[data-letter="shop/orders/1"]', (b) => (b as unknown as { click(): void }).click());
       await page.waitForSelector("#detail:not([hidden])");
       expect(await page.$eval("#detail-sql", (e) => e.textContent)).toBe("INSERT INTO orders (id, note) VALUES (?, ?)");
       expect(JSON.parse((await page.$eval("#detail-args", (e) => e.textContent)) ?? "")).toEqual([7, null]);
