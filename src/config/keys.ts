@@ -84,7 +84,7 @@ export const TARGET_KEYS = {
     default: 1,
     check: connectionsProblem,
     type: `integer, 1–${MAX_CONNECTIONS}`,
-    doc: "Batches in flight to this target at once, each on its own connection, over disjoint tables",
+    doc: "Batches in flight to this target at once, each on its own connection",
   }),
   connection: key(own<Record<string, unknown>>("table"), { default: described("{}"), doc: "Passed to the writer." }),
 };
