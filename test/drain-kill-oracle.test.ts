@@ -7,7 +7,8 @@ import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
-import { openRemote } from "./support/remote.ts";
+import { openRemote, type ServerRemote } from "./support/remote.ts";
+import { startTcpProxy } from "./support/tcp-proxy.ts";
 import { describeSlow } from "./support/slow.ts";
 import { mixSchema, mixStatement } from "./support/statement-mix.ts";
 import type { TempDir } from "./support/tmp.ts";
@@ -61,6 +62,19 @@ describeSlow(
         const dir = tempDirCleanedBy(cleanups);
         const remote = await openRemote(engine, { cleanups });
         for (const ddl of mixSchema(remote.dialect)) await remote.exec(ddl);
+        // Batches in flight on PostgreSQL: through a 20 ms link, so a pair stays open long enough to
+        // be killed open. (MariaDB goes direct: over the link its backlog of single statements,
+        // two round trips a batch, outlasts the test.)
+        let connection = remote.connection;
+        if (connections > 1 && engine === "postgres") {
+          const server = remote as ServerRemote;
+          const proxy = startTcpProxy(server.port, server.host, { rttMs: 20 });
+          cleanups.push(() => proxy.close());
+          const url = new URL(server.url);
+          url.hostname = "127.0.0.1";
+          url.port = String(proxy.port);
+          connection = { url: url.toString() };
+        }
         const seed = 1 + Math.floor(Math.random() * 1_000_000);
         const dbDir = dir.file("outbox");
         const stopFile = dir.file("stop");
@@ -71,7 +85,7 @@ describeSlow(
               `${import.meta.dir}/support/children/drain-child.ts`,
               JSON.stringify({
                 dbDir,
-                targets: { r: { writer: remote.writer, connection: remote.connection, tables: ["kv"], connections } },
+                targets: { r: { writer: remote.writer, connection, tables: ["kv"], connections } },
                 // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
                 tuning: {
                   flushInterval: 0.005,
@@ -118,7 +132,10 @@ describeSlow(
           drain.kill("SIGKILL");
           await drain.exited;
         }
-        if (connections > 1) expect(aimed).toBeGreaterThan(0); // some kills caught several batches open
+        // Some kills caught several of the drain's transactions open: asserted on PostgreSQL, over
+        // its slow link; on MariaDB, direct, a pair is open for a few milliseconds and the aim
+        // catches one only now and then.
+        if (connections > 1 && engine === "postgres") expect(aimed).toBeGreaterThan(0);
         fs.writeFileSync(stopFile, "");
         expect(await producer.exited).toBe(0);
         const produced = Number((await new Response(producer.stdout).text()).split(" ")[1]);
