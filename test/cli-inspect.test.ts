@@ -342,6 +342,15 @@ describe("status --watch", () => {
 describe("status of a running drain, from its state file", () => {
   // The cause is the part of a message that gets cut: this one is long on purpose.
   const CAUSE = `connection refused by postgres://app:hunter2@db.internal.example.com:5432/production (${"x".repeat(120)}) — the end`;
+  /** A table of a drain's state, nothing delivered or held; with `lanes`, a table with lanes. */
+  const tableOf = (namespace: string, lanes?: PersistedTarget["tables"][number]["lanes"]) => ({
+    namespace,
+    origin: null,
+    through: null,
+    held: null,
+    counts: { delivered: 0, failed: 0, deadLettered: 0 },
+    ...(lanes === undefined ? {} : { lanes }),
+  });
   const target = (over: Partial<PersistedTarget>): PersistedTarget => ({
     target: "shop.main",
     app: "shop",
@@ -357,13 +366,7 @@ describe("status of a running drain, from its state file", () => {
     setupProblem: null,
     ledger: true,
     totals: { delivered: 0, failed: 0, deadLettered: 0 },
-    tables: ["orders", "payments"].map((namespace) => ({
-      namespace,
-      origin: null,
-      through: null,
-      held: null,
-      counts: { delivered: 0, failed: 0, deadLettered: 0 },
-    })),
+    tables: ["orders", "payments"].map((namespace) => tableOf(namespace)),
     fleet: [],
     fleetReadAt: null,
     recent: null,
@@ -483,28 +486,15 @@ describe("status of a running drain, from its state file", () => {
     const lock = drainWith([
       target({
         tables: [
-          {
-            namespace: "orders",
-            origin: null,
-            through: null,
-            held: null,
-            counts: { delivered: 0, failed: 0, deadLettered: 0 },
-            // Listed by lane, as the drain does; the oldest row (lowest seq) is the one shown.
-            lanes: {
-              count: 64,
-              held: [
-                held(3, 9, "42", 1, "23514: check failed"),
-                held(40, 4, LONG_KEY, 3, "23514: check failed at postgres://app:hunter2@db.internal/prod"),
-              ],
-            },
-          },
-          {
-            namespace: "payments",
-            origin: null,
-            through: null,
-            held: null,
-            counts: { delivered: 0, failed: 0, deadLettered: 0 },
-          },
+          // Listed by lane, as the drain does; the oldest row (lowest seq) is the one shown.
+          tableOf("orders", {
+            count: 64,
+            held: [
+              held(3, 9, "42", 1, "23514: check failed"),
+              held(40, 4, LONG_KEY, 3, "23514: check failed at postgres://app:hunter2@db.internal/prod"),
+            ],
+          }),
+          tableOf("payments"),
         ],
       }),
     ]);
@@ -558,26 +548,19 @@ describe("status of a running drain, from its state file", () => {
     const lock = drainWith([
       target({
         tables: [
-          {
-            namespace: "orders",
-            origin: null,
-            through: null,
-            held: null,
-            counts: { delivered: 0, failed: 0, deadLettered: 0 },
-            lanes: {
-              count: 8,
-              held: [
-                {
-                  lane: null,
-                  seq: 2,
-                  key: null,
-                  attempts: 2,
-                  lastError: "boom",
-                  nextAttemptAt: new Date().toISOString(),
-                },
-              ],
-            },
-          },
+          tableOf("orders", {
+            count: 8,
+            held: [
+              {
+                lane: null,
+                seq: 2,
+                key: null,
+                attempts: 2,
+                lastError: "boom",
+                nextAttemptAt: new Date().toISOString(),
+              },
+            ],
+          }),
         ],
       }),
     ]);
