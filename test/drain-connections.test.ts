@@ -87,22 +87,21 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
   }
   const inOrder = Array.from({ length: ROWS }, (_, i) => i + 1);
 
-  test("four connections: two batches over two tables each, each with one behind it — four in flight; each table's rows once and in order", async () => {
-    const s = await setup(4);
-    s.fill();
-    await s.drain(ROWS * TABLES.length);
-    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
-    expect(s.writer.mostOpen).toBe(4);
-    expect(s.svc.targets()[0]!.view().batchesInFlight).toBe(0);
-  }, 30_000);
-
-  test("one connection sends one batch at a time", async () => {
-    const s = await setup(1);
-    s.fill();
-    await s.drain(ROWS * TABLES.length);
-    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
-    expect(s.writer.mostOpen).toBe(1);
-  }, 30_000);
+  test.each([
+    [4, 4, "two batches over two tables each, each with one behind it"],
+    [1, 1, "one batch at a time"],
+  ])(
+    "connections = %d: %d in flight at most (%s); each table's rows once and in order",
+    async (connections, most) => {
+      const s = await setup(connections);
+      s.fill();
+      await s.drain(ROWS * TABLES.length);
+      for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
+      expect(s.writer.mostOpen).toBe(most);
+      expect(s.svc.targets()[0]!.view().batchesInFlight).toBe(0);
+    },
+    30_000,
+  );
 
   test("a batch that reaches the remote before the one ahead of it commits fails its fence: nothing lands out of order or twice", async () => {
     const s = await setup(2);
