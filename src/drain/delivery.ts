@@ -247,8 +247,7 @@ export class Delivery {
       this.#lastRoundTripMs = performance.now() - started;
       this.applyBatch(batch, results, observed, started, out);
       // The batch behind confirms from what its tables read: this one's rows go first, every part.
-      if (chain.length > 1)
-        for (const slice of batch.slices) while (slice.table.confirmApplied(this.now())) await Bun.sleep(0);
+      if (chain.length > 1) for (const slice of batch.slices) await this.confirmWhole(slice.table);
     }
     return lost;
   }
@@ -535,8 +534,13 @@ export class Delivery {
     for (const table of this.tables) {
       if (!table.hasApplied) continue;
       if (turn) await turn();
-      while (table.confirmApplied(this.now())) await Bun.sleep(0);
+      await this.confirmWhole(table);
     }
+  }
+
+  /** Confirms every part of what `table` has applied, letting the event loop turn between parts. */
+  private async confirmWhole(table: DrainTable): Promise<void> {
+    while (table.confirmApplied(this.now())) await Bun.sleep(0);
   }
 
   /**

@@ -565,7 +565,8 @@ export class DrainTable {
     const settled = this.#confirm(bound);
     this.#tally({ delivered: settled });
     confirmed += settled;
-    const highest = Math.max(options.adopted ?? 0, ...throughs.values());
+    let highest = options.adopted ?? 0;
+    for (const through of throughs.values()) highest = Math.max(highest, through);
     if (restored) {
       const moved = queue.resequenceAbove(highest);
       if (moved)
