@@ -178,6 +178,33 @@ test("a db_file the producer has not created yet holds its tables and is never c
   expect(log.lines.filter((l) => l.includes("does not exist yet")).length).toBe(1); // said once
 });
 
+test("an application's database created and not yet given its outbox (no tables) is waited for, never stamped as an outbox file; it delivers once the application opened its outbox", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("app.db");
+  const app = new Database(file);
+  app.run("PRAGMA journal_mode = WAL");
+  const { remote, svc, log } = await drainInto({ dbFile: file }, ["t"]);
+  await svc.runOnce();
+  expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({
+    reason: "file",
+    message: expect.stringContaining("does not exist yet: its producer creates it"),
+  });
+  const pragmas = () =>
+    app.query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum").get();
+  const before = { user_version: 0, application_id: 0, page_size: 4096, auto_vacuum: 0 };
+  expect(pragmas()).toEqual(before);
+  expect(app.query("SELECT count(*) AS n FROM sqlite_schema").get()).toEqual({ n: 0 });
+  new SQLMiddleware({ database: app }).push("t", "INSERT INTO t (id) VALUES (?)", [1]);
+  await waitFor(
+    async () => (await svc.runOnce(), (await remote.count("t")) === 1),
+    "delivery once the application opened its outbox",
+    10_000,
+  );
+  expect(pragmas()).toEqual(before); // the application's own pragmas, still
+  expect(log.lines.filter((l) => l.includes("does not exist yet")).length).toBe(1); // said once
+  await svc.stop();
+});
+
 test("a db_file that is an application's database without our tables is held, named, and left byte-identical", async () => {
   const dir = tempDirCleanedBy(cleanups);
   const file = dir.file("app.db");

@@ -5,6 +5,7 @@ import type { Logger } from "../logger.ts";
 import type { DrainQueue } from "../outbox/drain-queue.ts";
 import type { NamespaceHealth } from "../outbox/health.ts";
 import type { QueueDb } from "../outbox/queue-db.ts";
+import { NotCreatedError } from "../outbox/sqlite-open.ts";
 import type { OutboxRow, Resequenced } from "../outbox/outbox.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
 import { classifyAnswer, type Failure } from "./answer.ts";
@@ -406,7 +407,8 @@ export class DrainTable {
       this.#checkLaneCount(this.#queue, now);
       return true;
     } catch (error) {
-      this.#holds.file(error, now);
+      if (error instanceof NotCreatedError) this.#holds.missing(now);
+      else this.#holds.file(error, now);
       return false;
     }
   }

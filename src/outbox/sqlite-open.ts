@@ -30,6 +30,19 @@ export interface OpenOptions {
 export const JOURNAL_SIZE_LIMIT_BYTES = 8 * 1024 * 1024;
 
 /**
+ * A file that must exist (`create: false`: a drain's db_file) and was not created by its producer
+ * yet: it is missing, or it holds no tables at all — an application that has just created its
+ * database and not yet opened its outbox in it. Taking such a file over would stamp the
+ * application's database as an outbox file of ours (page size, application_id, user_version) and
+ * race the application's own switch to WAL; the drain waits for the producer instead.
+ */
+export class NotCreatedError extends StorageError {
+  constructor(path: string, state: "does not exist yet" | "holds no tables yet", namespace?: string) {
+    super(`${path} ${state} (the producer creates it on first use)`, path, namespace);
+  }
+}
+
+/**
  * Opens (creating if needed) an outbox file for writing: WAL, the chosen synchronous level and a
  * busy timeout so concurrent producer processes wait for the write lock instead of failing. A new
  * file is created with `fileMode` (default 0600: payloads rest in clear, and no other local user
@@ -43,12 +56,7 @@ export function openWritable(path: string, options: OpenOptions): Database {
   let db: Database | undefined;
   try {
     if (options.create === false) {
-      if (!existsSync(path))
-        throw new StorageError(
-          `${path} does not exist yet (the producer creates it on first use)`,
-          path,
-          options.namespace,
-        );
+      if (!existsSync(path)) throw new NotCreatedError(path, "does not exist yet", options.namespace);
     } else {
       createPrivate(path, options.fileMode ?? DEFAULT_FILE_MODE);
     }
@@ -56,6 +64,7 @@ export function openWritable(path: string, options: OpenOptions): Database {
     db.run(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs))}`);
     // Fails on a non-database before any write.
     const fresh = db.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_schema").get()!.n === 0;
+    if (fresh && options.create === false) throw new NotCreatedError(path, "holds no tables yet", options.namespace);
     const own = checkOwnFile(db, path); // before WAL: switching journal mode already writes to the file
     if (own.embedded) {
       requireWal(db, path);
