@@ -87,7 +87,7 @@ describeSlow(
                 `${import.meta.dir}/support/children/order-mix-producer.ts`,
                 JSON.stringify({ dbFile, seed, host, hosts: HOSTS, stopFile, keys: lanes > 1, embedded }),
               ],
-              { stdout: "pipe", stderr: "inherit" },
+              { stdout: "pipe", stderr: "pipe" },
             ),
           );
           cleanups.push(() => {
@@ -121,7 +121,11 @@ describeSlow(
           fs.writeFileSync(stopFile, "");
           const committed: number[] = [];
           for (const p of producers) {
-            expect(await p.exited).toBe(0);
+            // A producer that failed says why: its exit code and what it printed.
+            expect({ exit: await p.exited, stderr: await new Response(p.stderr).text() }).toEqual({
+              exit: 0,
+              stderr: "",
+            });
             committed.push(Number((await new Response(p.stdout).text()).split(" ")[1]));
           }
           expect(Math.min(...committed)).toBeGreaterThan(20);

@@ -21,8 +21,8 @@ const source = `host-${spec.host}`;
 const appDatabase = () => {
   fs.mkdirSync(spec.dbFile.slice(0, spec.dbFile.lastIndexOf("/")), { recursive: true });
   const db = new Database(spec.dbFile, { create: true });
+  db.run("PRAGMA busy_timeout = 5000"); // first: switching to WAL waits out a drain reading the new file, too
   db.run("PRAGMA journal_mode = WAL");
-  db.run("PRAGMA busy_timeout = 5000");
   return db;
 };
 const mw = spec.embedded
