@@ -248,6 +248,10 @@ describe.each(ENGINES)("lanes, delivered to %s", (engine) => {
       ]);
     await move([0, 0, 0], [3, 7, 9]); // created
     await move([3, 7, 9], [4, 8, 12]); // moved from what this drain saw
+    // The engine's time, one for every row a fence moves.
+    expect(await remote.ints("SELECT count(DISTINCT updated_at) FROM ledger WHERE updated_at IS NOT NULL")).toEqual([
+      [1],
+    ]);
     expect(await through()).toEqual([
       ["events", 4],
       ["events#1", 8],
