@@ -223,7 +223,12 @@ describe("kick retries a stuck head", () => {
     expect(all.code).toBe(0);
     expect(all.stdout).toMatch(/ended the backoff of a\/notes head seq 1 \(1 attempt\), .*notes\.db/);
     await waitFor(async () => (await landed("notes")) === 1, "the second head to land", 10_000);
-    expect((await namespaces()).map((n: { depth: number }) => n.depth)).toEqual([0, 0]);
+    // The local confirmation follows the remote commit: status shows it a moment later.
+    await waitFor(
+      async () => (await namespaces()).every((n: { depth: number }) => n.depth === 0),
+      "both queues confirmed empty",
+      10_000,
+    );
   }, 60_000);
 
   test("--key ends only that key's head backoff (a held lane's), and needs --namespace", async () => {
