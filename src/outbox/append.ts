@@ -67,6 +67,8 @@ export class Appender {
   readonly #insertAtTail: Statement;
   /** The layout's row INSERT inside a write transaction (see RowInserts). */
   readonly #rows: RowInserts;
+  /** The one item of a push inside a transaction, refilled each time (a push in a transaction allocates no array for it). */
+  readonly #oneItem: AppendItem[] = [{ tag: "", payload: "" }];
   /** The run it fills, one per appender, so that a row costs no allocation. */
   readonly #run: AppendRun = {
     namespace: "",
@@ -108,10 +110,15 @@ export class Appender {
     const file = this.#file;
     if (file.queueDb.group !== null) {
       // One INSERT is atomic by itself: no savepoint needed, and the group's counters move only after it.
+      const item = this.#oneItem[0]!;
+      item.tag = tag;
+      item.payload = payload;
       try {
-        return this.appendToGroup([{ tag, payload }], source, trace)[0]!;
+        return this.appendToGroup(this.#oneItem, source, trace)[0]!;
       } catch (e) {
         throw storageError(e, "cannot enqueue", file.path, file.namespace);
+      } finally {
+        item.tag = item.payload = ""; // holds no event's text past its push
       }
     }
     // The application's own database: a push inside its transaction could not be kept with the rest of it.
@@ -185,7 +192,11 @@ export class Appender {
     const seqs = this.#insert(run, items, state.tail);
     const prev = seqs.at(-1) ?? state.tail;
     group.nextSeq = run.seq;
-    group.namespaces.set(namespace, { tail: prev, ord: run.ord, pending: state.pending + items.length });
+    // Moved only now that every row is written (a failed insert leaves the group as it was).
+    state.tail = prev;
+    state.ord = run.ord;
+    state.pending += items.length;
+    if (known === undefined) group.namespaces.set(namespace, state);
     group.touched.add(namespace);
     group.id = run.grp;
     group.rows += items.length;
