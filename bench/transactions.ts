@@ -1,8 +1,10 @@
 // Transactions (`bun run bench:transactions [push|app|wal|groups …]`), one JSON line per figure:
-// {"bench":"push-in-tx","case":"raw-insert"|"push","p50_us":…,"p99_us":…}   inside one open
+// {"bench":"push-in-tx","case":"raw-insert"|"sqlite-alone"|"push","p50_us":…,"p99_us":…}   inside one open
 //   transaction of the application's own database (BEGIN IMMEDIATE, 1 000 statements), the cost of
-//   one plain INSERT of the same text into an application table, and of one outbox push; then
-//   {"bench":"push-in-tx","push_vs_raw":…} (target ≤ 1.3).
+//   one plain INSERT of the same text into an application table ("raw-insert"), of SQLite alone
+//   writing a push's row (its columns, values and indexes) into a copy of outbox_queue
+//   ("sqlite-alone"), and of one outbox push; then {"bench":"push-in-tx","push_vs_raw":…,
+//   "push_vs_sqlite_alone":…} (targets ≤ 2.0 and ≤ 1.3).
 // {"bench":"app-writes","drain":false|true,"tx":…,"p50_ms":…,"p99_ms":…,"busy_errors":…}   the
 //   application's transactions (its own UPDATE + a push, BEGIN IMMEDIATE … COMMIT, busy_timeout
 //   5 s) with no drain, then with `sqloutbox runservice` delivering the same file at full speed
@@ -53,9 +55,17 @@ function pushInTransaction(): void {
   const outbox = new SQLMiddleware({ database: db });
   outbox.outbox("credits");
   const raw = db.prepare("INSERT INTO raw_events (created_at, tag, payload) VALUES (?, ?, ?)");
+  // SQLite alone writing a push's row — the same columns, values and indexes — into a copy of outbox_queue.
+  const queueDdl = db.query<{ sql: string }, []>("SELECT sql FROM sqlite_schema WHERE tbl_name = 'outbox_queue'").all();
+  for (const { sql } of queueDdl)
+    db.run(sql.replace(/outbox_queue/g, "queue_copy").replace(/ INDEX (\w+)/, " INDEX copy_$1"));
+  const copy = db.prepare(
+    "INSERT INTO queue_copy (seq, ord, grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate, lane_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+  );
+  let copySeq = 0;
   const ROUNDS = sized(30, 2);
   const PER = sized(1_000, 100);
-  const samples = { raw: [] as number[], push: [] as number[] };
+  const samples = { raw: [] as number[], alone: [] as number[], push: [] as number[] };
   for (let round_ = 0; round_ < ROUNDS + 3; round_++) {
     const keep = round_ >= 3; // warm-up rounds
     db.run("BEGIN IMMEDIATE");
@@ -63,6 +73,27 @@ function pushInTransaction(): void {
       const t = Bun.nanoseconds();
       raw.run(new Date().toISOString(), SQL_TEXT, JSON.stringify(ARGS(i)));
       if (keep) samples.raw.push(Bun.nanoseconds() - t);
+    }
+    const group = copySeq + 1;
+    for (let i = 0; i < PER; i++) {
+      const t = Bun.nanoseconds();
+      copySeq += 1;
+      const at = new Date().toISOString();
+      copy.run(
+        copySeq,
+        copySeq,
+        group,
+        at,
+        "credits",
+        "SQLMiddleware",
+        SQL_TEXT,
+        JSON.stringify(ARGS(i)),
+        copySeq - 1,
+        null,
+        null,
+        null,
+      );
+      if (keep) samples.alone.push(Bun.nanoseconds() - t);
     }
     db.run("COMMIT");
     outbox.transaction(() => {
@@ -73,19 +104,25 @@ function pushInTransaction(): void {
       }
     });
   }
-  const p50 = { raw: 0, push: 0 };
-  for (const name of ["raw", "push"] as const) {
+  const p50 = { raw: 0, alone: 0, push: 0 };
+  const cases = { raw: "raw-insert", alone: "sqlite-alone", push: "push" } as const;
+  for (const name of ["raw", "alone", "push"] as const) {
     const sorted = samples[name].sort((a, b) => a - b);
     p50[name] = percentile(sorted, 0.5) / 1000;
     line({
       bench: "push-in-tx",
-      case: name === "raw" ? "raw-insert" : "push",
+      case: cases[name],
       p50_us: round(p50[name]),
       p99_us: round(percentile(sorted, 0.99) / 1000),
     });
   }
-  line({ bench: "push-in-tx", push_vs_raw: round(p50.push / p50.raw) });
+  line({
+    bench: "push-in-tx",
+    push_vs_raw: round(p50.push / p50.raw),
+    push_vs_sqlite_alone: round(p50.push / p50.alone),
+  });
   raw.finalize();
+  copy.finalize();
   closeSharedOutboxes();
   db.close();
   dir.cleanup();

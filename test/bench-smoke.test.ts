@@ -123,8 +123,9 @@ const EXPECTED: Record<string, string[]> = {
   ],
   transactions: [
     "push-in-tx case=raw-insert: p50_us p99_us",
+    "push-in-tx case=sqlite-alone: p50_us p99_us",
     "push-in-tx case=push: p50_us p99_us",
-    "push-in-tx: push_vs_raw",
+    "push-in-tx: push_vs_raw push_vs_sqlite_alone",
     "app-writes drain=false: tx tx_per_s p50_ms p99_ms busy_errors",
     "app-writes drain=true: tx tx_per_s p50_ms p99_ms busy_errors lock_hold_p99_ms lock_holds",
     "app-writes: p99_with_vs_without",
