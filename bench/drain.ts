@@ -39,6 +39,8 @@
 //   counted (a client sending again after an answer) between the drain's first and last
 //   writeBatch, over the batches. steady_*: the same from the moment the first fifth of the rows
 //   was delivered (each new connection's first batches prepare their statements over the link).
+//   batch_size: the drain's (500); then one connection with batch_size 2 000 (more rows per round
+//   trip), its vs_batch_500 and steady_vs_batch_500 against the first line.
 // {"bench":"wan-limit","target":…,"rtt_ms":…,"connections":1|8,"form":"pipelined","rows_per_s":…,"round_trips_per_batch":…}
 //   the engine through the same proxy from 1 and from 8 connections, the best the client allows:
 //   transactions of the drain's batch (a multi-row INSERT of batch_size rows per table), BEGIN, the
@@ -179,6 +181,8 @@ interface ChildJob {
   connections?: number;
   /** Also measure from the moment this many rows were delivered to the end (`steady`): each new connection's first batches prepare their statements. */
   steadyAfterRows?: number;
+  /** The drain's batch_size (default CHUNK). */
+  batchSize?: number;
 }
 
 /** Counts a writer's batches and the span they took, in epoch milliseconds (comparable with the parent's). */
@@ -217,7 +221,7 @@ async function drainChild(job: ChildJob): Promise<void> {
     job.target,
     job.connection,
     job.tables,
-    { batchSize: CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 },
+    { batchSize: job.batchSize ?? CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 },
     job.connections,
   );
   let svc: OutboxSyncService | null = null;
@@ -698,6 +702,8 @@ const WAN_CONNECTIONS = [1, 2, 4, 8];
 const WAN_LIMIT_CONNECTIONS = [1, 8];
 /** The wan lines' steady figures leave out the first rows: each new connection's first batches prepare their statements over the link. */
 const WAN_WARM_ROWS = Math.floor(ROWS / 5);
+/** The wan line with a larger batch_size: four times the default, rows per round trip. */
+const WAN_LARGE_BATCH = CHUNK * 4;
 
 /**
  * The drain with `connections` = 1, 2, 4 and 8, then the engine from 1 and 8 connections, through
@@ -714,8 +720,9 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
     const url = throughProxy(remote.connection.url as string, proxy.port);
     const drainRate = new Map<number, number>();
     const steadyRates = new Map<number, number>();
-    for (const connections of WAN_CONNECTIONS) {
-      const dbDir = `${dir.path}/outbox-${connections}`;
+    /** The drain through the proxy with `connections` and `batchSize`: its line's figures. */
+    const drain = async (connections: number, batchSize: number) => {
+      const dbDir = `${dir.path}/outbox-${connections}-${batchSize}`;
       fillBacklog(dbDir, TABLES, ROWS);
       const drained = await runChild({
         target,
@@ -724,32 +731,57 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
         tables: TABLES,
         countBatches: true,
         connections,
+        batchSize,
         steadyAfterRows: WAN_WARM_ROWS,
       });
-      const turns = proxy.turnsBetween(drained.first_batch_at!, drained.last_batch_at!);
-      const rowsPerS = Math.round(drained.rows / drained.seconds);
-      drainRate.set(connections, rowsPerS);
       const steady = drained.steady!;
-      const steadyRate = Math.round(steady.rows / steady.seconds);
-      steadyRates.set(connections, steadyRate);
+      return {
+        rows: drained.rows,
+        rows_per_s: Math.round(drained.rows / drained.seconds),
+        round_trips_per_batch: round(
+          proxy.turnsBetween(drained.first_batch_at!, drained.last_batch_at!) / drained.batches!,
+        ),
+        steady_rows_per_s: Math.round(steady.rows / steady.seconds),
+        steady_round_trips_per_batch: round(
+          proxy.turnsBetween(steady.from, drained.last_batch_at!) / Math.max(1, steady.batches),
+        ),
+      };
+    };
+    const wanTag = (connections: number, batchSize: number) => ({
+      bench: "wan",
+      target,
+      rtt_ms: rttMs,
+      connections,
+      batch_size: batchSize,
+    });
+    for (const connections of WAN_CONNECTIONS) {
+      const line = await drain(connections, CHUNK);
+      drainRate.set(connections, line.rows_per_s);
+      steadyRates.set(connections, line.steady_rows_per_s);
+      const { steady_rows_per_s, steady_round_trips_per_batch, ...overall } = line;
       console.log(
         JSON.stringify({
-          bench: "wan",
-          target,
-          rtt_ms: rttMs,
-          connections,
-          rows: drained.rows,
-          rows_per_s: rowsPerS,
-          round_trips_per_batch: round(turns / drained.batches!),
-          vs_connections_1: round(rowsPerS / drainRate.get(1)!),
-          steady_rows_per_s: steadyRate,
-          steady_round_trips_per_batch: round(
-            proxy.turnsBetween(steady.from, drained.last_batch_at!) / Math.max(1, steady.batches),
-          ),
-          steady_vs_connections_1: round(steadyRate / steadyRates.get(1)!),
+          ...wanTag(connections, CHUNK),
+          ...overall,
+          vs_connections_1: round(line.rows_per_s / drainRate.get(1)!),
+          steady_rows_per_s,
+          steady_round_trips_per_batch,
+          steady_vs_connections_1: round(steady_rows_per_s / steadyRates.get(1)!),
         }),
       );
     }
+    const large = await drain(1, WAN_LARGE_BATCH);
+    const { steady_rows_per_s, steady_round_trips_per_batch, ...overall } = large;
+    console.log(
+      JSON.stringify({
+        ...wanTag(1, WAN_LARGE_BATCH),
+        ...overall,
+        vs_batch_500: round(large.rows_per_s / drainRate.get(1)!),
+        steady_rows_per_s,
+        steady_round_trips_per_batch,
+        steady_vs_batch_500: round(steady_rows_per_s / steadyRates.get(1)!),
+      }),
+    );
     for (const connections of WAN_LIMIT_CONNECTIONS) {
       const limit = await wanLimit(target, url, connections, () => proxy.turns);
       const tag = { target, rtt_ms: rttMs, connections };

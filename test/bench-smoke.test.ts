@@ -13,6 +13,7 @@ import { describeSlow } from "./support/slow.ts";
 /** The fields that say which line it is; every other field is a figure. */
 const LABELS = new Set([
   "target",
+  "batch_size",
   "pinned",
   "mode",
   "form",
@@ -105,8 +106,9 @@ const EXPECTED: Record<string, string[]> = {
       ["postgres", "mysql"].flatMap((target) => [
         ...[1, 2, 4, 8].map(
           (c) =>
-            `wan target=${target} rtt_ms=${rtt} connections=${c}: rows rows_per_s round_trips_per_batch vs_connections_1 steady_rows_per_s steady_round_trips_per_batch steady_vs_connections_1`,
+            `wan target=${target} rtt_ms=${rtt} connections=${c} batch_size=50: rows rows_per_s round_trips_per_batch vs_connections_1 steady_rows_per_s steady_round_trips_per_batch steady_vs_connections_1`,
         ),
+        `wan target=${target} rtt_ms=${rtt} connections=1 batch_size=200: rows rows_per_s round_trips_per_batch vs_batch_500 steady_rows_per_s steady_round_trips_per_batch steady_vs_batch_500`,
         ...[1, 8].flatMap((c) => [
           `wan-limit target=${target} rtt_ms=${rtt} connections=${c} form=pipelined: rows_per_s round_trips_per_batch`,
           `wan-ratio target=${target} rtt_ms=${rtt} connections=${c}: drain_vs_limit steady_vs_limit`,
