@@ -30,10 +30,11 @@ interface LedgerDialect {
   /** A proposed row's column in the upsert. */
   proposed: (column: string) => string;
   /**
-   * The fence's guard: the stored row's expected `through`, from pairs of `[ledgerRow, expected]`
-   * placeholders — NULL for a row none names. SQLite looks it up with `CASE namespace WHEN …`
-   * (one comparison a pair); PostgreSQL and MySQL compare both columns a pair, so each expected
-   * value is typed by the column it meets.
+   * The fence's guard, from pairs of `[ledgerRow, expected]` placeholders: the proposed `through`
+   * when the stored row is at the `expected` its pair names, else NULL (also for a row no pair
+   * names). SQLite finds the expected value with `CASE namespace WHEN …` (one comparison a pair);
+   * PostgreSQL and MySQL compare both columns a pair, so each expected value is typed by the
+   * column it meets.
    */
   guard: (pairs: readonly string[][]) => string;
   /** What makes the settlement read wait for a transaction still holding the row. */
