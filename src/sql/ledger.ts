@@ -23,10 +23,10 @@ interface LedgerDialect {
   updatedAtText: string;
   /**
    * The fence's INSERT of its rows, each `[origin, namespace, through, label]` placeholders, with
-   * `updated_at` = `now`, up to its upsert's assignments. SQLite evaluates `now` once for them
-   * all (strftime per row: a quarter of a 65-row fence).
+   * `updated_at` = `now` (this dialect's), up to its upsert's assignments. SQLite evaluates `now`
+   * once for them all (strftime per row: a quarter of a 65-row fence).
    */
-  fenceInsert: (table: string, rows: readonly string[][]) => string;
+  fenceInsert: (table: string, rows: readonly string[][], now: string) => string;
   /** A proposed row's column in the upsert. */
   proposed: (column: string) => string;
   /**
@@ -50,8 +50,8 @@ const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
     tableOptions: "",
     now: "now()",
     updatedAtText: `to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`,
-    fenceInsert: (table, rows) =>
-      `${insertValues(`${table} AS l`, rows, "now()")} ON CONFLICT (origin, namespace) DO UPDATE SET`,
+    fenceInsert: (table, rows, now) =>
+      `${insertValues(`${table} AS l`, rows, now)} ON CONFLICT (origin, namespace) DO UPDATE SET`,
     proposed: (column) => `EXCLUDED.${column}`,
     guard: (pairs) => comparedGuard(pairs, (column) => `l.${column}`, "EXCLUDED.through"),
     settleLock: " FOR UPDATE",
@@ -64,7 +64,7 @@ const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
     now: "UTC_TIMESTAMP(6)",
     updatedAtText: "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ')",
     // Assignments run left to right: `through` in the guard is still the stored value.
-    fenceInsert: (table, rows) => `${insertValues(table, rows, "UTC_TIMESTAMP(6)")} ON DUPLICATE KEY UPDATE`,
+    fenceInsert: (table, rows, now) => `${insertValues(table, rows, now)} ON DUPLICATE KEY UPDATE`,
     proposed: (column) => `VALUES(${column})`,
     guard: (pairs) => comparedGuard(pairs, (column) => column, "VALUES(through)"),
     settleLock: " FOR UPDATE",
@@ -73,15 +73,14 @@ const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
 
 /** SQLite's ledger, which libSQL shares: it stores ISO-8601 text and its writers read inside BEGIN IMMEDIATE, which needs no row lock. */
 function sqliteLedger(): LedgerDialect {
-  const now = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
   return {
     columns:
       "origin TEXT NOT NULL, namespace TEXT NOT NULL, through INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL, PRIMARY KEY (origin, namespace)",
     tableOptions: "",
-    now,
+    now: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
     updatedAtText: "updated_at",
     // `WHERE true`: an INSERT … SELECT before ON CONFLICT needs it (SQLite would read ON as a join's).
-    fenceInsert: (table, rows) =>
+    fenceInsert: (table, rows, now) =>
       `WITH fence_now (t) AS (SELECT ${now}) INSERT INTO ${table} (origin, namespace, through, label, updated_at) SELECT column1, column2, column3, column4, (SELECT t FROM fence_now) FROM (VALUES ${rows.map((r) => `(${r.join(", ")})`).join(", ")}) WHERE true ON CONFLICT (origin, namespace) DO UPDATE SET`,
     proposed: (column) => `excluded.${column}`,
     guard: (pairs) =>
@@ -137,7 +136,7 @@ export function fenceSql(table: string, dialect: Dialect, rows = 1): string {
     pairs.push(args.slice(4 * rows + 2 * r, 4 * rows + 2 * r + 2));
   }
   const set = `through = ${d.guard(pairs)}, label = ${d.proposed("label")}, updated_at = ${d.proposed("updated_at")}`;
-  return `${d.fenceInsert(quoteIdent(table, dialect), values)} ${set}`;
+  return `${d.fenceInsert(quoteIdent(table, dialect), values, d.now)} ${set}`;
 }
 
 /**
