@@ -187,7 +187,7 @@ test("an application's database created and not yet given its outbox (no tables)
   await svc.runOnce();
   expect(svc.targets()[0]!.tables[0]!.view().held).toMatchObject({
     reason: "file",
-    message: expect.stringContaining("does not exist yet: its producer creates it"),
+    message: expect.stringContaining("holds no tables yet: its producer creates it"),
   });
   const pragmas = () =>
     app.query("SELECT * FROM pragma_user_version, pragma_application_id, pragma_page_size, pragma_auto_vacuum").get();
@@ -201,7 +201,7 @@ test("an application's database created and not yet given its outbox (no tables)
     10_000,
   );
   expect(pragmas()).toEqual(before); // the application's own pragmas, still
-  expect(log.lines.filter((l) => l.includes("does not exist yet")).length).toBe(1); // said once
+  expect(log.lines.filter((l) => l.includes("holds no tables yet")).length).toBe(1); // said once
   await svc.stop();
 });
 

@@ -90,11 +90,11 @@ export class TableHolds {
     this.#holdFor("file", `cannot open ${this.where.file}: ${describeError(error).message}`, now, now + FILE_RETRY_MS);
   }
 
-  /** The app's db_file does not exist yet: its producer creates it (the drain never does). */
-  missing(now: number): void {
+  /** The app's db_file does not exist yet, or holds no tables yet: its producer creates them (the drain never does). */
+  missing(now: number, state: "does not exist yet" | "holds no tables yet" = "does not exist yet"): void {
     this.#holdFor(
       "file",
-      `${this.where.file} does not exist yet: its producer creates it on first use (new SQLMiddleware({ dbFile }) or { database })`,
+      `${this.where.file} ${state}: its producer creates it on first use (new SQLMiddleware({ dbFile }) or { database })`,
       now,
       now + MISSING_RETRY_MS,
     );

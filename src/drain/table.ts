@@ -407,7 +407,7 @@ export class DrainTable {
       this.#checkLaneCount(this.#queue, now);
       return true;
     } catch (error) {
-      if (error instanceof NotCreatedError) this.#holds.missing(now);
+      if (error instanceof NotCreatedError) this.#holds.missing(now, error.state);
       else this.#holds.file(error, now);
       return false;
     }

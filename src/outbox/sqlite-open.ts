@@ -37,7 +37,11 @@ export const JOURNAL_SIZE_LIMIT_BYTES = 8 * 1024 * 1024;
  * race the application's own switch to WAL; the drain waits for the producer instead.
  */
 export class NotCreatedError extends StorageError {
-  constructor(path: string, state: "does not exist yet" | "holds no tables yet", namespace?: string) {
+  constructor(
+    path: string,
+    readonly state: "does not exist yet" | "holds no tables yet",
+    namespace?: string,
+  ) {
     super(`${path} ${state} (the producer creates it on first use)`, path, namespace);
   }
 }
