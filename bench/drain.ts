@@ -747,41 +747,40 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
         ),
       };
     };
-    const wanTag = (connections: number, batchSize: number) => ({
-      bench: "wan",
-      target,
-      rtt_ms: rttMs,
-      connections,
-      batch_size: batchSize,
-    });
-    for (const connections of WAN_CONNECTIONS) {
-      const line = await drain(connections, CHUNK);
-      drainRate.set(connections, line.rows_per_s);
-      steadyRates.set(connections, line.steady_rows_per_s);
+    /** Prints a drain's line, with its rows/s and steady rows/s over `base`'s as `vs_<name>` and `steady_vs_<name>`. */
+    const print = (
+      line: Awaited<ReturnType<typeof drain>>,
+      connections: number,
+      batchSize: number,
+      name: string,
+      base: { rows_per_s: number; steady_rows_per_s: number },
+    ) => {
       const { steady_rows_per_s, steady_round_trips_per_batch, ...overall } = line;
       console.log(
         JSON.stringify({
-          ...wanTag(connections, CHUNK),
+          bench: "wan",
+          target,
+          rtt_ms: rttMs,
+          connections,
+          batch_size: batchSize,
           ...overall,
-          vs_connections_1: round(line.rows_per_s / drainRate.get(1)!),
+          [`vs_${name}`]: round(line.rows_per_s / base.rows_per_s),
           steady_rows_per_s,
           steady_round_trips_per_batch,
-          steady_vs_connections_1: round(steady_rows_per_s / steadyRates.get(1)!),
+          [`steady_vs_${name}`]: round(steady_rows_per_s / base.steady_rows_per_s),
         }),
       );
+    };
+    /** The connections = 1 line (WAN_CONNECTIONS begins with it): what the others are compared with. */
+    let one: Awaited<ReturnType<typeof drain>> | null = null;
+    for (const connections of WAN_CONNECTIONS) {
+      const line = await drain(connections, CHUNK);
+      one ??= line;
+      drainRate.set(connections, line.rows_per_s);
+      steadyRates.set(connections, line.steady_rows_per_s);
+      print(line, connections, CHUNK, "connections_1", one);
     }
-    const large = await drain(1, WAN_LARGE_BATCH);
-    const { steady_rows_per_s, steady_round_trips_per_batch, ...overall } = large;
-    console.log(
-      JSON.stringify({
-        ...wanTag(1, WAN_LARGE_BATCH),
-        ...overall,
-        vs_batch_500: round(large.rows_per_s / drainRate.get(1)!),
-        steady_rows_per_s,
-        steady_round_trips_per_batch,
-        steady_vs_batch_500: round(steady_rows_per_s / steadyRates.get(1)!),
-      }),
-    );
+    print(await drain(1, WAN_LARGE_BATCH), 1, WAN_LARGE_BATCH, "batch_500", one!);
     for (const connections of WAN_LIMIT_CONNECTIONS) {
       const limit = await wanLimit(target, url, connections, () => proxy.turns);
       const tag = { target, rtt_ms: rttMs, connections };
