@@ -68,7 +68,7 @@ import { encodeArgs } from "../src/outbox/payload.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../src/writers/writer.ts";
 import { createMysqlDb, createPgDb } from "../test/support/server-db.ts";
-import { startTcpProxy } from "../test/support/tcp-proxy.ts";
+import { startTcpProxy, throughProxy } from "../test/support/tcp-proxy.ts";
 import { makeTempDir } from "../test/support/tmp.ts";
 import { startMariadb, startPostgres, type PrivateServer } from "./private-servers.ts";
 import { benchLogger, sized } from "./support/smoke.ts";
@@ -690,13 +690,6 @@ async function latency(target: Target): Promise<void> {
 const WAN_RTTS_MS = [Number(process.env.BENCH_RTT_MS ?? 20), 2];
 
 /** `url` with its host and port replaced by the proxy's. */
-function throughProxy(url: string, port: number): string {
-  const u = new URL(url);
-  u.hostname = "127.0.0.1";
-  u.port = String(port);
-  return u.toString();
-}
-
 /** The drain's `connections` on the wan lines, and the engine's limit's. */
 const WAN_CONNECTIONS = [1, 2, 4, 8];
 const WAN_LIMIT_CONNECTIONS = [1, 8];

@@ -8,7 +8,7 @@ import fs from "node:fs";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { openRemote, type ServerRemote } from "./support/remote.ts";
-import { startTcpProxy } from "./support/tcp-proxy.ts";
+import { startTcpProxy, throughProxy } from "./support/tcp-proxy.ts";
 import { describeSlow } from "./support/slow.ts";
 import { mixSchema, mixStatement } from "./support/statement-mix.ts";
 import type { TempDir } from "./support/tmp.ts";
@@ -70,10 +70,7 @@ describeSlow(
           const server = remote as ServerRemote;
           const proxy = startTcpProxy(server.port, server.host, { rttMs: 20 });
           cleanups.push(() => proxy.close());
-          const url = new URL(server.url);
-          url.hostname = "127.0.0.1";
-          url.port = String(proxy.port);
-          connection = { url: url.toString() };
+          connection = { url: throughProxy(server.url, proxy.port) };
         }
         const seed = 1 + Math.floor(Math.random() * 1_000_000);
         const dbDir = dir.file("outbox");

@@ -11,7 +11,7 @@ import { createWriter } from "../src/writers/registry.ts";
 import type { OutboxWriter, Statement, WriteResult } from "../src/writers/writer.ts";
 import { startHranaServer } from "./support/hrana-server.ts";
 import { createServerDb, type ServerDb, type ServerEngine } from "./support/server-db.ts";
-import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.ts";
+import { startTcpProxy, type TcpProxy, throughProxy } from "./support/tcp-proxy.ts";
 import { makeTempDir } from "./support/tmp.ts";
 
 const NAMESPACES = ["a", "b", "c", "d"];
@@ -54,10 +54,12 @@ function server(engine: ServerEngine) {
     insert,
     /** A writer through the proxy. */
     writer(extra: Record<string, unknown> = {}): OutboxWriter {
-      const url = new URL(db.url);
-      url.hostname = "127.0.0.1";
-      url.port = String(proxy.port);
-      return createWriter(engine, { url: url.toString(), connect_timeout: 5, batch_timeout: 10, ...extra });
+      return createWriter(engine, {
+        url: throughProxy(db.url, proxy.port),
+        connect_timeout: 5,
+        batch_timeout: 10,
+        ...extra,
+      });
     },
     get proxy() {
       return proxy;

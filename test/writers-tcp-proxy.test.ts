@@ -126,4 +126,23 @@ describe("a TCP proxy with a round trip", () => {
       server.stop(true);
     }
   });
+
+  test("a connection slowed on its own takes its own round trip; the others keep the proxy's", async () => {
+    const server = echo();
+    const proxy = startTcpProxy(server.port, "127.0.0.1", { rttMs: 10 });
+    proxy.slowConnection(1, 200);
+    try {
+      const timed = async (message: string) => {
+        const start = performance.now();
+        expect(await exchange(proxy.port, [message], false)).toBe(message);
+        return performance.now() - start;
+      };
+      const [first, second, third] = [await timed("a"), await timed("b"), await timed("c")];
+      expect(second).toBeGreaterThanOrEqual(200 - 3);
+      expect(Math.max(first, third)).toBeLessThan(200 - 3);
+    } finally {
+      proxy.close();
+      server.stop(true);
+    }
+  });
 });

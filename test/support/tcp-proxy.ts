@@ -10,7 +10,8 @@ import type { Socket, TCPSocketListener } from "bun";
  * `rttMs` delays every chunk by half of it in each direction, in order (a link `rttMs` long, of
  * unbounded bandwidth), and `turns` counts the round trips clients waited for: a chunk from a
  * client that arrives after the proxy handed it something from the server since it last sent.
- * Pipelined requests are one turn however many chunks carry them.
+ * Pipelined requests are one turn however many chunks carry them. `slowConnection` gives one
+ * connection a round trip of its own: the link of one pooled connection slower than the others'.
  */
 export interface TcpProxy {
   /** The port the proxy listens on (127.0.0.1). */
@@ -25,6 +26,8 @@ export interface TcpProxy {
   turnsBetween(fromMs: number, toMs: number): number;
   /** The round trip the proxy adds, in milliseconds; settable while it runs. */
   rttMs: number;
+  /** Gives the `index`-th connection accepted (0: the first, past or future) a round trip of its own, instead of `rttMs`. */
+  slowConnection(index: number, rttMs: number): void;
   cut(mode?: "reset" | "blackhole"): void;
   restore(): void;
   /** Closes the listener and every connection. */
@@ -43,6 +46,8 @@ interface Conn {
   answered: boolean;
   /** Chunks on their way (delayed), each direction in arrival order. */
   late: { up: Delayed[]; down: Delayed[] };
+  /** Its place in the order connections were accepted (0: the first). */
+  index: number;
 }
 interface Delayed {
   at: number;
@@ -75,6 +80,9 @@ export function startTcpProxy(
   const live = new Set<Conn>();
   const held = new Set<Conn>();
   let rttMs = options.rttMs ?? 0;
+  /** Round trips of their own, by connection index (slowConnection). */
+  const ownRtt = new Map<number, number>();
+  let accepted = 0;
 
   /** When each turn began (epoch milliseconds, `performance.timeOrigin` based: comparable across processes). */
   const turnTimes: number[] = [];
@@ -82,8 +90,9 @@ export function startTcpProxy(
   /** Hands `bytes` to the socket on the other side now, or half a round trip later, in order. */
   const pass = (c: Conn, way: "up" | "down", bytes: Uint8Array) => {
     const late = c.late[way];
-    if (rttMs <= 0 && late.length === 0) return deliver(c, way, [bytes]);
-    late.push({ at: performance.now() + rttMs / 2, bytes });
+    const rtt = ownRtt.get(c.index) ?? rttMs;
+    if (rtt <= 0 && late.length === 0) return deliver(c, way, [bytes]);
+    late.push({ at: performance.now() + rtt / 2, bytes });
     if (late.length > 1) return; // this direction's timer is running
     const tick = () => {
       const due: Uint8Array[] = [];
@@ -91,7 +100,7 @@ export function startTcpProxy(
       deliver(c, way, due);
       if (late.length > 0) setTimeout(tick, Math.max(0, late[0]!.at - performance.now()));
     };
-    setTimeout(tick, rttMs / 2);
+    setTimeout(tick, rtt / 2);
   };
   const deliver = (c: Conn, way: "up" | "down", chunks: Uint8Array[]) => {
     if (c.closed) return;
@@ -159,6 +168,7 @@ export function startTcpProxy(
           closed: false,
           answered: true,
           late: { up: [], down: [] },
+          index: accepted++,
         };
         client.data = c;
         // Blackholed: keep what the client sends until restore() (or the client gives up).
@@ -206,6 +216,9 @@ export function startTcpProxy(
     set rttMs(ms: number) {
       rttMs = ms;
     },
+    slowConnection(index, ms) {
+      ownRtt.set(index, ms);
+    },
     cut(how = "reset") {
       mode = how;
       for (const c of [...live]) end(c);
@@ -223,6 +236,14 @@ export function startTcpProxy(
       listener.stop(true);
     },
   };
+}
+
+/** A server's connection URL, pointed at a proxy on 127.0.0.1:`port` in front of it. */
+export function throughProxy(url: string, port: number): string {
+  const u = new URL(url);
+  u.hostname = "127.0.0.1";
+  u.port = String(port);
+  return u.toString();
 }
 
 /**
