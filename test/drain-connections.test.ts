@@ -11,6 +11,7 @@ import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../src/
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FAST, memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { AUTO_POS, openRemote } from "./support/remote.ts";
+import { startTcpProxy, throughProxy } from "./support/tcp-proxy.ts";
 
 const cleanups = cleanupsAfterEach();
 cleanups.push(() => closeSharedOutboxes());
@@ -25,6 +26,8 @@ class Watched implements OutboxWriter {
   open = 0;
   mostOpen = 0;
   calls = 0;
+  /** The calls (1: the first) in the order they answered. */
+  answered: number[] = [];
   /** Runs before the `call`-th call that carries rows (1: the first) is passed on: a delay, a check, a throw. */
   before: { call: number; run: (options?: WriteOptions) => Promise<void> } | null = null;
   #rowCalls = 0;
@@ -35,7 +38,7 @@ class Watched implements OutboxWriter {
   }
 
   async writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]> {
-    this.calls += 1;
+    const call = ++this.calls;
     this.open += 1;
     this.mostOpen = Math.max(this.mostOpen, this.open);
     try {
@@ -44,6 +47,7 @@ class Watched implements OutboxWriter {
       return await this.inner.writeBatch(stmts, options);
     } finally {
       this.open -= 1;
+      this.answered.push(call);
     }
   }
 
@@ -53,19 +57,23 @@ class Watched implements OutboxWriter {
 }
 
 describe.each(["postgres", "mysql"] as const)("batches in flight behind each other, delivered to %s", (engine) => {
-  async function setup(connections: number, tuning: Record<string, unknown> = {}) {
+  /** With `link`, the target is reached through a proxy the test can slow, one connection at a time. */
+  async function setup(connections: number, tuning: Record<string, unknown> = {}, link = false) {
     const dir = tempDirCleanedBy(cleanups);
     const remote = await openRemote(engine, { cleanups });
+    const proxy = link ? startTcpProxy(remote.port, remote.host) : null;
+    if (proxy) cleanups.push(() => proxy.close());
+    const connection = proxy ? { url: throughProxy(remote.url, proxy.port) } : remote.connection;
     for (const t of TABLES)
       await remote.exec(
         `CREATE TABLE ${t} (${AUTO_POS[remote.dialect]}, n BIGINT NOT NULL, CONSTRAINT ${t}_n CHECK (n >= 0))`,
       );
     const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
-    const writer = new Watched(remote.createWriter({ max_connections: connections }));
+    const writer = new Watched(remote.createWriter({ ...connection, max_connections: connections }));
     const log = memoryLogger();
     const config = oneApp(
       dir.file("queue"),
-      { r: { writer: remote.writer, connection: remote.connection, tables: TABLES, connections } },
+      { r: { writer: remote.writer, connection, tables: TABLES, connections } },
       { batchSize: 40, ...tuning },
     );
     const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
@@ -83,7 +91,7 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
       for (let i = 1; i <= ROWS; i++)
         for (const t of TABLES) producer.push(t, `INSERT INTO ${t} (n) VALUES (?)`, [n(i, t)]);
     };
-    return { remote, writer, svc, log, landed, drain, fill };
+    return { remote, proxy, writer, svc, log, landed, drain, fill };
   }
   const inOrder = Array.from({ length: ROWS }, (_, i) => i + 1);
 
@@ -169,6 +177,19 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     await Bun.sleep(100); // the outage backoff (FAST: 60 ms)
     await s.drain(ROWS * TABLES.length);
     for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
+  }, 30_000);
+
+  test("batches complete out of order — one of the pool's connections on a slower link — and each table's rows land once, in order", async () => {
+    const s = await setup(4, {}, true);
+    s.proxy!.slowConnection(0, 150); // the first the pool opened, which it hands out first when all are idle
+    s.fill();
+    await s.drain(ROWS * TABLES.length);
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
+    // Some batch was answered before one sent earlier.
+    expect(s.writer.answered.some((call, i) => s.writer.answered.slice(i + 1).some((later) => later < call))).toBe(
+      true,
+    );
+    expect(s.writer.mostOpen).toBe(4);
   }, 30_000);
 });
 
