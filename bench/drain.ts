@@ -689,7 +689,6 @@ async function latency(target: Target): Promise<void> {
 /** The round trips of the wan lines: BENCH_RTT_MS (default 20), then 2 ms. */
 const WAN_RTTS_MS = [Number(process.env.BENCH_RTT_MS ?? 20), 2];
 
-/** `url` with its host and port replaced by the proxy's. */
 /** The drain's `connections` on the wan lines, and the engine's limit's. */
 const WAN_CONNECTIONS = [1, 2, 4, 8];
 const WAN_LIMIT_CONNECTIONS = [1, 8];
