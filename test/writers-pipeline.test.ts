@@ -293,6 +293,40 @@ describe("the mysql writer pipelines a batch", () => {
   });
 });
 
+describe.each([
+  ["postgres", 1],
+  ["mysql", 2],
+] as const)("the %s writer's pool of connections", (engine, warm) => {
+  const s = server(engine);
+
+  test(`a batch goes on a free connection that has run its texts: once each connection knows its table's, each batch takes ${warm} round trip(s)`, async () => {
+    const writer = s.writer({ max_connections: 2 });
+    const batch = (ns: string, id: number) => [s.fence(ns), s.insert(ns, id), s.insert(ns, id + 1)];
+    try {
+      // Both at once: one connection each, and each prepares its batch's texts.
+      const first = await Promise.all([writer.writeBatch(batch("a", 1)), writer.writeBatch(batch("b", 1))]);
+      expect(first.flat().every((r) => r.ok)).toBe(true);
+      // One at a time, both connections free: each batch picks the one that knows its INSERT (the
+      // other would prepare it first, two round trips more).
+      for (const [ns, id] of [
+        ["a", 10],
+        ["a", 20],
+        ["b", 10],
+        ["b", 20],
+        ["a", 30],
+      ] as const) {
+        const before = s.proxy.turns;
+        expect((await writer.writeBatch(batch(ns, id))).every((r) => r.ok)).toBe(true);
+        expect({ ns, id, turns: s.proxy.turns - before }).toEqual({ ns, id, turns: warm });
+      }
+      expect(await s.ids("a")).toEqual([1, 2, 10, 11, 20, 21, 30, 31]);
+      expect(await s.ids("b")).toEqual([1, 2, 10, 11, 20, 21]);
+    } finally {
+      await writer.close?.();
+    }
+  });
+});
+
 describe("the libsql writer over Hrana", () => {
   test("a good batch of four namespaces is one HTTP request, one round trip: its steps run on the server, each on the success of the one before", async () => {
     const dir = makeTempDir();

@@ -19,6 +19,22 @@ type Engine = "postgres" | "mysql";
 /** The connection one writeBatch call is using, whether that call has timed out, and whom to tell once its first pass is issued. */
 type InFlight = { reserved: ReservedSQL | null; timedOut: boolean; onSent: (() => void) | undefined };
 
+/**
+ * One connection of the writer's pool: a client of at most one connection, and the statement texts
+ * it has run (so prepared, as Bun prepares every text it sends, per connection).
+ */
+interface Slot {
+  sql: SQL;
+  texts: Set<string>;
+  busy: boolean;
+}
+
+/**
+ * The texts a slot remembers, newest kept: Bun's MySQL client keeps 256 prepared statements per
+ * connection, and texts that are each new (trace comments) must not grow the set without a bound.
+ */
+const TEXTS_REMEMBERED = 256;
+
 /** What an engine's pass needs from its writer: the engine's error classes and the writer's masked errors. */
 export interface PassTools {
   classify: (error: unknown) => ErrorKind;
@@ -41,11 +57,14 @@ export type ReservedPass = (
  */
 export class BunSqlWriter implements OutboxWriter {
   readonly dialect: Engine;
-  /** Each batch reserves its own connection from the pool (`max_connections`). */
+  /** Each batch reserves its own connection from the pool (`max_connections`; see #acquire). */
   readonly concurrent = true;
   /** The target with its password masked: safe for logs and errors. */
   readonly description: string;
-  readonly #sql: SQL;
+  /** The pool: `max_connections` clients of one connection each (see #acquire). */
+  readonly #slots: Slot[];
+  /** Calls waiting for a slot, first come first served. */
+  readonly #waiting: Array<(slot: Slot) => void> = [];
   readonly #secrets: string[];
   readonly #classify: (error: unknown) => ErrorKind;
   readonly #batchTimeoutMs: number;
@@ -67,7 +86,7 @@ export class BunSqlWriter implements OutboxWriter {
     const tls = connection.ssl ?? connection.tls;
     const options = {
       adapter: engine,
-      max: numberKey(connection, "max_connections") ?? DEFAULT_MAX_CONNECTIONS,
+      max: 1,
       connectionTimeout: numberKey(connection, "connect_timeout") ?? DEFAULT_CONNECT_TIMEOUT_S,
       idleTimeout: 60,
       // PostgreSQL keeps named prepared statements per connection, on the server too, without a
@@ -77,16 +96,19 @@ export class BunSqlWriter implements OutboxWriter {
       ...(tls !== undefined ? { tls: tls as boolean } : {}),
     } as const;
     this.description = describeServer(connection, engine);
-    this.#sql = url
-      ? new SQL(url, options)
-      : new SQL({
-          ...options,
-          hostname: stringKey(connection, "host"),
-          port: numberKey(connection, "port"),
-          username: stringKey(connection, "user", "username"),
-          password,
-          database: stringKey(connection, "database"),
-        });
+    const client = () =>
+      url
+        ? new SQL(url, options)
+        : new SQL({
+            ...options,
+            hostname: stringKey(connection, "host"),
+            port: numberKey(connection, "port"),
+            username: stringKey(connection, "user", "username"),
+            password,
+            database: stringKey(connection, "database"),
+          });
+    const size = numberKey(connection, "max_connections") ?? DEFAULT_MAX_CONNECTIONS;
+    this.#slots = Array.from({ length: Math.max(1, size) }, () => ({ sql: client(), texts: new Set(), busy: false }));
   }
 
   async writeBatch(stmts: Statement[], options: WriteOptions = {}): Promise<WriteResult[]> {
@@ -113,33 +135,80 @@ export class BunSqlWriter implements OutboxWriter {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await this.#sql.close({ timeout: 5 });
+    await Promise.all(this.#slots.map((slot) => slot.sql.close({ timeout: 5 })));
   }
 
   /** One optimistic pass on one reserved connection (see `Pass`), released afterwards. */
   async #pass(stmts: Statement[], inFlight: InFlight, checking: boolean): Promise<PassResult> {
+    const texts = new Set(stmts.map((s) => s.sql));
+    const slot = await this.#acquire(texts);
     let reserved: ReservedSQL;
     try {
-      reserved = await this.#sql.reserve();
+      reserved = await slot.sql.reserve();
     } catch (error) {
+      this.#release(slot, null);
       throw this.#fail(`cannot connect: ${errorText(error)}`, error, this.#classify(error).kind === "misconfigured");
     }
     if (inFlight.timedOut) {
       // The caller already got a timeout: do not start the batch on a late connection.
       await reserved.release().catch(() => {});
+      this.#release(slot, null);
       throw this.#fail("batch timed out while waiting for a connection", undefined);
     }
     inFlight.reserved = reserved;
+    let answered = false;
     try {
       const pass = this.#enginePass(reserved, stmts, checking, this.#tools); // issues every statement before it waits
       inFlight.onSent?.();
       inFlight.onSent = undefined;
-      return await pass;
+      const result = await pass;
+      answered = !inFlight.timedOut;
+      return result;
     } finally {
       inFlight.reserved = null;
       // Bun closes (instead of pooling) a connection released inside an open transaction.
       await reserved.release().catch(() => {});
+      // A pass that threw may have lost its connection, and the next one prepares every text anew.
+      this.#release(slot, answered ? texts : null);
     }
+  }
+
+  /**
+   * A free connection for a batch of `texts`: the one that has run most of them. Bun prepares each
+   * text the first time a connection sends it, two round trips apiece, one text after another, before
+   * the batch goes on: on a long link a connection's first batches take ten round trips or more.
+   * Bun's own pool hands out whichever connection is free, so with several connections every one
+   * would, in time, prepare every table's texts; kept to the connections that know them, a table's
+   * batches pay that once. Waits, first come first served, while every connection is busy.
+   */
+  #acquire(texts: Set<string>): Promise<Slot> {
+    let best: Slot | null = null;
+    let bestKnown = -1;
+    for (const slot of this.#slots) {
+      if (slot.busy) continue;
+      let known = 0;
+      for (const t of texts) if (slot.texts.has(t)) known += 1;
+      if (known > bestKnown) [best, bestKnown] = [slot, known];
+    }
+    if (best !== null) {
+      best.busy = true;
+      return Promise.resolve(best);
+    }
+    return new Promise((resolve) => this.#waiting.push(resolve));
+  }
+
+  /** `slot` is free again, knowing `texts` too (null: it may have lost its connection, and what it knew). */
+  #release(slot: Slot, texts: Set<string> | null): void {
+    if (texts === null) slot.texts.clear();
+    else
+      for (const t of texts) {
+        slot.texts.delete(t); // re-added as the newest
+        slot.texts.add(t);
+        if (slot.texts.size > TEXTS_REMEMBERED) slot.texts.delete(slot.texts.values().next().value!);
+      }
+    const next = this.#waiting.shift();
+    if (next) next(slot);
+    else slot.busy = false;
   }
 
   /** A `WriteError` whose message and cause never contain the password. */
