@@ -303,9 +303,14 @@ describe.each([
     const writer = s.writer({ max_connections: 2 });
     const batch = (ns: string, id: number) => [s.fence(ns), s.insert(ns, id), s.insert(ns, id + 1)];
     try {
-      // Both at once: one connection each, and each prepares its batch's texts.
-      const first = await Promise.all([writer.writeBatch(batch("a", 1)), writer.writeBatch(batch("b", 1))]);
+      // Both at once: one connection each, and each prepares its batch's texts — so neither is on
+      // its connection when issued, and neither says it is (the drain then waits for the answer).
+      const said: string[] = [];
+      const first = await Promise.all(
+        ["a", "b"].map((ns) => writer.writeBatch(batch(ns, 1), { onSent: () => said.push(ns) })),
+      );
       expect(first.flat().every((r) => r.ok)).toBe(true);
+      expect(said).toEqual([]);
       // One at a time, both connections free: each batch picks the one that knows its INSERT (the
       // other would prepare it first, two round trips more).
       for (const [ns, id] of [

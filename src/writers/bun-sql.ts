@@ -157,9 +157,13 @@ export class BunSqlWriter implements OutboxWriter {
     }
     inFlight.reserved = reserved;
     let answered = false;
+    // A text the connection has not run waits for its prepare before it, and all behind it, go out:
+    // the batch is on the connection only once issued on one that knows every text.
+    let known = true;
+    for (const t of texts) known &&= slot.texts.has(t);
     try {
       const pass = this.#enginePass(reserved, stmts, checking, this.#tools); // issues every statement before it waits
-      inFlight.onSent?.();
+      if (known) inFlight.onSent?.();
       inFlight.onSent = undefined;
       const result = await pass;
       answered = !inFlight.timedOut;

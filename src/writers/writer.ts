@@ -80,8 +80,9 @@ export interface WriteOptions {
   /**
    * A `concurrent` writer calls it once the batch is on its connection — every statement issued,
    * in order — so the batch the drain sends behind it reaches the remote after it (and its fence
-   * waits on this one's ledger rows instead of overtaking them). Not calling it only makes the
-   * drain wait for the answer instead.
+   * waits on this one's ledger rows instead of overtaking them) — not while a statement of it still
+   * waits in the client (Bun's prepares of texts new to the connection). Not calling it only makes
+   * the drain wait for the answer instead.
    */
   onSent?: () => void;
 }
