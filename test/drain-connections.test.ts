@@ -87,8 +87,8 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
         await Bun.sleep(5);
       }
     };
-    const fill = (n: (i: number, t: string) => number = (i) => i) => {
-      for (let i = 1; i <= ROWS; i++)
+    const fill = (n: (i: number, t: string) => number = (i) => i, rows = ROWS) => {
+      for (let i = 1; i <= rows; i++)
         for (const t of TABLES) producer.push(t, `INSERT INTO ${t} (n) VALUES (?)`, [n(i, t)]);
     };
     return { remote, proxy, writer, svc, log, landed, drain, fill };
@@ -110,6 +110,18 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     },
     30_000,
   );
+
+  test("a chain goes on: each batch answered whole sends the next behind the one still in flight, up to 8 batches a cycle", async () => {
+    const s = await setup(2); // one chain over the four tables: 160 rows a batch
+    const rows = 400;
+    s.fill(undefined, rows);
+    expect((await s.svc.runOnce()).delivered).toBe(160); // the first cycle: one batch, which creates the ledger rows
+    expect((await s.svc.runOnce()).delivered).toBe(8 * 160); // eight batches, two in flight at a time
+    expect(s.writer.mostOpen).toBe(2);
+    expect((await s.svc.runOnce()).delivered).toBe(160); // the rest
+    const all = Array.from({ length: rows }, (_, i) => i + 1);
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: all });
+  }, 30_000);
 
   test("a batch that reaches the remote before the one ahead of it commits fails its fence: nothing lands out of order or twice", async () => {
     const s = await setup(2);

@@ -49,6 +49,12 @@ export interface BatchEvent {
 /** A batch whose rows carry more than this (characters) is followed by a garbage collection. */
 const LARGE_BATCH_BYTES = 4 * 1024 * 1024;
 
+/**
+ * The most batches one chain sends in a cycle (see Delivery.deliver): the cycle's other work —
+ * settling, the fleet view, tables that became ready — waits no longer than this many batches.
+ */
+const CHAIN_BATCHES = 8;
+
 /** What a batch's answer means beyond its tables, for whoever runs the loop and the setup. */
 export interface DeliveryHooks {
   /** The next cycle looks at these tables (an answer changed them, or their rows moved). */
@@ -194,11 +200,13 @@ export class Delivery {
    * Plans this cycle's batches over every ready table (of `only`, when given), sends them, and
    * applies each answer. One batch with one connection. With `connections` above 1 (a writer that
    * takes concurrent calls, a ledger) the tables are shared out over `connections / 2` chains, and
-   * each chain sends a second batch behind its first before that one is answered: the rows that
-   * follow each of its tables, fenced behind it (see DrainTable.openBehind), so the remote commits
-   * the two in order, whatever order they arrive in, or not at all. Two deep, no more: when a
-   * transaction ends, PostgreSQL wakes every transaction waiting on its rows at once, so a third
-   * could take a ledger row before the second and fail its fence.
+   * each chain keeps a second batch in flight behind its first: the rows that follow each of its
+   * tables, fenced behind it (see DrainTable.openBehind), so the remote commits the two in order,
+   * whatever order they arrive in, or not at all. When a chain's first batch is answered cleanly,
+   * the next goes behind the one still in flight, up to CHAIN_BATCHES a cycle, so the link is not
+   * idle between cycles. Two deep, no more: when a transaction ends, PostgreSQL wakes every
+   * transaction waiting on its rows at once, so a third could take a ledger row before the second
+   * and fail its fence.
    */
   async deliver(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
     const firsts = this.planBatches(now, out, only);
@@ -206,15 +214,10 @@ export class Delivery {
     const chains = firsts.map((batch) => [this.send(batch)]);
     try {
       await this.confirmApplied(() => Bun.sleep(0));
-      if (this.#parallel > 1)
-        for (const chain of chains) {
-          await chain[0]!.onWire; // the batch ahead reaches the remote first
-          const behind = this.planBehind(chain[0]!.batch);
-          if (behind !== null) chain.push(this.send(behind));
-        }
+      if (this.#parallel > 1) for (const chain of chains) await this.sendBehind(chain);
       for (const chain of chains) await this.readAhead(chain[chain.length - 1]!.batch);
-      let lost: { error: unknown; batch: SentBatch } | null = null;
-      for (const chain of chains) lost = (await this.answered(chain, out)) ?? lost;
+      const losses = await Promise.all(chains.map((chain) => this.answered(chain, out)));
+      const lost = losses.find((l) => l !== null) ?? null;
       if (lost === null) return out;
       // Other batches of the cycle may have been answered: the target is down all the same.
       this.reachability.outage(lost.error, `a batch of ${lost.batch.stmts.length} statements`, this.now());
@@ -224,13 +227,26 @@ export class Delivery {
     }
   }
 
-  /** Applies a chain's answers in order; a batch behind one that got no answer counts as lost too. Returns the first loss, if any. */
+  /** Sends the batch behind the chain's last, once that one is on its connection (the one ahead reaches the remote first). */
+  private async sendBehind(chain: InFlightBatch[]): Promise<void> {
+    const last = chain[chain.length - 1]!;
+    await last.onWire;
+    const behind = this.planBehind(last.batch);
+    if (behind !== null) chain.push(this.send(behind));
+  }
+
+  /**
+   * Applies a chain's answers in order; a batch behind one that got no answer counts as lost too.
+   * After a batch applied whole with one behind it still in flight, the chain goes on behind that
+   * one (see deliver). Returns the first loss, if any.
+   */
   private async answered(
     chain: InFlightBatch[],
     out: TargetCycle,
   ): Promise<{ error: unknown; batch: SentBatch } | null> {
     let lost: { error: unknown; batch: SentBatch } | null = null;
-    for (const { batch, call, observed, started } of chain) {
+    for (let i = 0; i < chain.length; i++) {
+      const { batch, call, observed, started } = chain[i]!;
       let results: WriteResult[];
       try {
         results = await call;
@@ -246,8 +262,13 @@ export class Delivery {
       }
       this.#lastRoundTripMs = performance.now() - started;
       this.applyBatch(batch, results, observed, started, out);
+      if (chain.length === i + 1) continue;
       // The batch behind confirms from what its tables read: this one's rows go first, every part.
-      if (chain.length > 1) for (const slice of batch.slices) await this.confirmWhole(slice.table);
+      for (const slice of batch.slices) await this.confirmWhole(slice.table);
+      if (chain.length === i + 2 && chain.length < CHAIN_BATCHES && results.every((r) => r.ok)) {
+        await this.sendBehind(chain);
+        if (chain.length === CHAIN_BATCHES) await this.readAhead(chain[chain.length - 1]!.batch); // for the next cycle
+      }
     }
     return lost;
   }
