@@ -30,6 +30,13 @@ class Watched implements OutboxWriter {
   answered: number[] = [];
   /** Runs before the `call`-th call that carries rows (1: the first) is passed on: a delay, a check, a throw. */
   before: { call: number; run: (options?: WriteOptions) => Promise<void> } | null = null;
+  /**
+   * A link between, as the drain sees it: it hears `sentMs` late that a call is on its connection,
+   * and `answerMs` late its answer. Without a link the batch behind can reach the remote before the
+   * one ahead's fence took the ledger row — a race of two connections, which it loses now and then
+   * (it fails its fence and the table settles); over a link it arrives a round trip's share later.
+   */
+  late = { sentMs: 0, answerMs: 0 };
   #rowCalls = 0;
 
   constructor(private readonly inner: OutboxWriter) {
@@ -44,7 +51,12 @@ class Watched implements OutboxWriter {
     try {
       const before = this.before;
       if (stmts.some((s) => s.seq > 0) && ++this.#rowCalls === before?.call) await before.run(options);
-      return await this.inner.writeBatch(stmts, options);
+      const { sentMs, answerMs } = this.late;
+      const onSent = options?.onSent;
+      const late = onSent && sentMs > 0 ? { ...options, onSent: () => setTimeout(onSent, sentMs) } : options;
+      const results = await this.inner.writeBatch(stmts, late);
+      if (answerMs > 0) await Bun.sleep(answerMs);
+      return results;
     } finally {
       this.open -= 1;
       this.answered.push(call);
@@ -113,6 +125,7 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
 
   test("a chain goes on: each batch answered whole sends the next behind the one still in flight, up to 8 batches a cycle", async () => {
     const s = await setup(2); // one chain over the four tables: 160 rows a batch
+    s.writer.late = { sentMs: 5, answerMs: 30 };
     const rows = 400;
     s.fill(undefined, rows);
     expect((await s.svc.runOnce()).delivered).toBe(160); // the first cycle: one batch, which creates the ledger rows
