@@ -266,8 +266,10 @@ export class Delivery {
       // The batch behind confirms from what its tables read: this one's rows go first, every part.
       for (const slice of batch.slices) await this.confirmWhole(slice.table);
       if (chain.length === i + 2 && chain.length < CHAIN_BATCHES && results.every((r) => r.ok)) {
+        const sent = chain.length;
         await this.sendBehind(chain);
-        if (chain.length === CHAIN_BATCHES) await this.readAhead(chain[chain.length - 1]!.batch); // for the next cycle
+        // What follows the batch just sent, read while it is on its way: for the next behind it, or the next cycle.
+        if (chain.length > sent) await this.readAhead(chain[chain.length - 1]!.batch);
       }
     }
     return lost;

@@ -825,10 +825,10 @@ export class DrainTable {
 
   /**
    * With `ahead` in flight (a writer that takes concurrent calls): the rows that follow it, read
-   * now (see readAhead) and opened as the next slice at once, fenced behind it — its fence expects
-   * the ledger row where `ahead` moves it. In the remote it waits on that row's lock until `ahead`
-   * commits, then moves it on; if `ahead` rolls back (or arrives later), it fails and the table
-   * settles from the ledger. So slices in flight together commit in order, or not at all. Only
+   * while it was on its way or now (see readAhead), opened as the next slice at once, fenced
+   * behind it — its fence expects the ledger row where `ahead` moves it. In the remote it waits on
+   * that row's lock until `ahead` commits, then moves it on; if `ahead` rolls back (or its fence
+   * comes later), it fails and the table settles from the ledger. So slices in flight together commit in order, or not at all. Only
    * for a table of one lane whose ledger row exists and whose following rows hold no transaction
    * across tables; null otherwise.
    */
@@ -836,12 +836,15 @@ export class DrainTable {
     // Only over a ledger row an answer showed committed (through above 0): a fence that finds no
     // row inserts it, guard or not, and would commit ahead of the slice that was to create it.
     if (this.#lanes > 1 || !ahead.fenced || open.fence === null || !(this.#through! > 0)) return null;
-    this.readAhead(ahead, plan);
+    // Read while `ahead` was on its way (Delivery.readAhead), or now.
+    const after = ahead.rows[ahead.rows.length - 1]!.seq;
+    if (this.#ahead === null || this.#ahead.after !== after || this.#ahead.bytes > plan.maxBytes)
+      this.readAhead(ahead, plan);
     const read = this.#ahead;
     this.#ahead = null;
     if (read === null || read.spans.size > 0) return null;
-    const { after, ...draft } = read;
-    return this.openSlice({ table: this, ...draft }, open, after);
+    const { after: expected, ...draft } = read;
+    return this.openSlice({ table: this, ...draft }, open, expected);
   }
 
   /** The read-ahead no longer describes the queue (another table's group moved rows of this one). */
@@ -955,7 +958,8 @@ export class DrainTable {
         case "fence-moved":
           queue.refundAttempt(head.seq);
           this.#through = null;
-          // Behind a slice in flight, it reached the remote before that one committed (or that one failed).
+          // Behind a slice in flight: it reached the remote before that one's fence took the ledger row
+          // (the two connections raced; rare but for a link of no length), or that one failed.
           if (slice.behind !== undefined)
             this.logger.debug(
               `drain: "${this.name}" on ${this.target}: a batch behind another failed its fence (${answer.fence.error}); settling from the ledger`,
