@@ -828,9 +828,9 @@ export class DrainTable {
    * while it was on its way or now (see readAhead), opened as the next slice at once, fenced
    * behind it — its fence expects the ledger row where `ahead` moves it. In the remote it waits on
    * that row's lock until `ahead` commits, then moves it on; if `ahead` rolls back (or its fence
-   * comes later), it fails and the table settles from the ledger. So slices in flight together commit in order, or not at all. Only
-   * for a table of one lane whose ledger row exists and whose following rows hold no transaction
-   * across tables; null otherwise.
+   * comes later), it fails and the table settles from the ledger. So slices in flight together
+   * commit in order, or not at all. Only for a table of one lane whose ledger row exists and whose
+   * following rows hold no transaction across tables; null otherwise.
    */
   openBehind(ahead: TableSlice, plan: PlanContext, open: OpenContext): TableSlice | null {
     // Only over a ledger row an answer showed committed (through above 0): a fence that finds no
