@@ -6,6 +6,7 @@ import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { defineConfig } from "../src/config/define.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
+import { laneOf } from "../src/lane-key.ts";
 import { SQLMiddleware, closeSharedOutboxes } from "../src/outbox/middleware.ts";
 import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
@@ -18,6 +19,13 @@ cleanups.push(() => closeSharedOutboxes());
 
 const TABLES = ["t0", "t1", "t2", "t3"];
 const ROWS = 200;
+/** Keys of the tables with lanes: row i has key i % KEYS. */
+const KEYS = 8;
+
+/** Each key's rows in the order they landed (row i has key i % KEYS): increasing, once each, is per-key order. */
+function perKey(landed: readonly number[]): number[][] {
+  return Array.from({ length: KEYS }, (_, k) => landed.filter((n) => n % KEYS === k));
+}
 
 /** A writer in front of the real one that counts the calls it has open at once, and can hold or fail one before it goes on. */
 class Watched implements OutboxWriter {
@@ -69,8 +77,11 @@ class Watched implements OutboxWriter {
 }
 
 describe.each(["postgres", "mysql"] as const)("batches in flight behind each other, delivered to %s", (engine) => {
-  /** With `link`, the target is reached through a proxy the test can slow, one connection at a time. */
-  async function setup(connections: number, tuning: Record<string, unknown> = {}, link = false) {
+  /**
+   * With `link`, the target is reached through a proxy the test can slow, one connection at a time.
+   * With `lanes`, each table has that many and row i is keyed `k${i % KEYS}`.
+   */
+  async function setup(connections: number, tuning: Record<string, unknown> = {}, link = false, lanes = 1) {
     const dir = tempDirCleanedBy(cleanups);
     const remote = await openRemote(engine, { cleanups });
     const proxy = link ? startTcpProxy(remote.port, remote.host) : null;
@@ -85,7 +96,7 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     const log = memoryLogger();
     const config = oneApp(
       dir.file("queue"),
-      { r: { writer: remote.writer, connection, tables: TABLES, connections } },
+      { r: { writer: remote.writer, connection, tables: TABLES.map((name) => ({ name, lanes })), connections } },
       { batchSize: 40, ...tuning },
     );
     const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: log });
@@ -101,9 +112,10 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     };
     const fill = (n: (i: number, t: string) => number = (i) => i, rows = ROWS) => {
       for (let i = 1; i <= rows; i++)
-        for (const t of TABLES) producer.push(t, `INSERT INTO ${t} (n) VALUES (?)`, [n(i, t)]);
+        for (const t of TABLES)
+          producer.push(t, `INSERT INTO ${t} (n) VALUES (?)`, [n(i, t)], lanes > 1 ? { key: `k${i % KEYS}` } : {});
     };
-    return { remote, proxy, writer, svc, log, landed, drain, fill };
+    return { remote, proxy, producer, writer, svc, log, landed, drain, fill };
   }
   const inOrder = Array.from({ length: ROWS }, (_, i) => i + 1);
 
@@ -134,6 +146,53 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     expect((await s.svc.runOnce()).delivered).toBe(160); // the rest
     const all = Array.from({ length: rows }, (_, i) => i + 1);
     for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: all });
+  }, 30_000);
+
+  test("with lanes: the chain goes on the same way, each slice fenced behind where the one ahead moves each lane, and every key's rows land once, in order", async () => {
+    const s = await setup(2, {}, false, 4);
+    s.writer.late = { sentMs: 5, answerMs: 30 };
+    const rows = 400;
+    s.fill(undefined, rows);
+    expect((await s.svc.runOnce()).delivered).toBe(160); // the first cycle creates each lane's ledger row
+    expect((await s.svc.runOnce()).delivered).toBe(8 * 160);
+    expect(s.writer.mostOpen).toBe(2);
+    expect((await s.svc.runOnce()).delivered).toBe(160);
+    const all = Array.from({ length: rows }, (_, i) => i + 1);
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: all });
+  }, 30_000);
+
+  test("with lanes: a row the remote refuses in the batch ahead holds its key only; the batches behind do not commit past it, and every key lands in order once it is dead-lettered", async () => {
+    const s = await setup(2, { maxAttempts: 2 }, false, 4);
+    s.writer.late = { sentMs: 5, answerMs: 30 };
+    s.fill((i, t) => (t === "t1" && i === 50 ? -1 : i));
+    await s.drain(ROWS * TABLES.length - 1);
+    for (const t of TABLES) {
+      const expected = t === "t1" ? inOrder.filter((n) => n !== 50) : inOrder;
+      expect({ t, keys: perKey(await s.landed(t)) }).toEqual({ t, keys: perKey(expected) });
+    }
+    expect(s.svc.views()[0]!.totals.deadLettered).toBe(1);
+  }, 30_000);
+
+  test("with lanes: a batch behind of other lanes than the one ahead commits even when that one fails, and the rows of the one ahead are not confirmed with it", async () => {
+    const s = await setup(2, { maxAttempts: 2 }, false, 4);
+    s.writer.late = { sentMs: 5, answerMs: 30 };
+    const [a, b] = [0, 1].map(
+      (lane) => Array.from({ length: 50 }, (_, i) => `k${i}`).find((k) => laneOf(k, 4) === lane)!,
+    );
+    // Rows 1–40 (the first cycle) create both lanes' ledger rows; the second cycle's batch is rows
+    // 41–80, all of key a, whose 50th the CHECK refuses; the one behind it, 81–120, all of key b.
+    const keyOf = (i: number) => (i <= 40 ? (i % 2 === 0 ? a! : b!) : i <= 80 ? a! : b!);
+    for (let i = 1; i <= 120; i++)
+      s.producer.push("t0", "INSERT INTO t0 (n) VALUES (?)", [i === 50 ? -1 : i], { key: keyOf(i) });
+    await s.drain(119);
+    const landed = await s.landed("t0");
+    // Key b's rows went behind the failed batch and committed before key a's rows after it.
+    expect(landed.indexOf(81)).toBeLessThan(landed.indexOf(41));
+    const of = (k: string, ns: readonly number[]) => ns.filter((i) => keyOf(i) === k);
+    const expected = Array.from({ length: 120 }, (_, i) => i + 1).filter((i) => i !== 50);
+    expect({ a: of(a!, landed), b: of(b!, landed) }).toEqual({ a: of(a!, expected), b: of(b!, expected) });
+    expect(s.svc.views()[0]!.totals.deadLettered).toBe(1);
+    expect(s.svc.totalPending()).toBe(0);
   }, 30_000);
 
   test("a batch that reaches the remote before the one ahead of it commits fails its fence: nothing lands out of order or twice", async () => {

@@ -54,7 +54,8 @@ describeSlow(
       ["mysql", 1, 1],
       // A fleet of two hosts, each with batches in flight behind each other: each kill aimed at a
       // moment when the remote has several of the drains' transactions open. Each host's stream
-      // goes to tables of its own (its own oracle), through the same ledger.
+      // goes to tables of its own (its own oracle), through the same ledger; the second host's
+      // queue has lanes.
       ["postgres", 4, 2],
       ["mysql", 4, 2],
     ] as const)(
@@ -88,7 +89,16 @@ describeSlow(
                 `${import.meta.dir}/support/children/drain-child.ts`,
                 JSON.stringify({
                   dbDir,
-                  targets: { r: { writer: remote.writer, connection, tables: ["kv"], connections } },
+                  // In a fleet the second host's table has lanes: its rows carry no key, so each is a
+                  // barrier over every lane (the serial oracle holds), through the lanes' fences.
+                  targets: {
+                    r: {
+                      writer: remote.writer,
+                      connection,
+                      tables: [h === 1 ? { name: "kv", lanes: 4 } : "kv"],
+                      connections,
+                    },
+                  },
                   // Every kill mid-batch charges the head once: "forever" keeps the test about exactly-once.
                   tuning: {
                     flushInterval: 0.005,

@@ -49,8 +49,12 @@ interface LanesAfter {
 export interface TableSlice extends SliceDraft {
   /** Its first statement is the fence that moves every ledger row its rows move (the target keeps a ledger). */
   fenced: boolean;
-  /** Sent behind another slice of this table still in flight (see openBehind): the through its fence expects, where that one moves the ledger. */
-  behind?: number;
+  /**
+   * Sent behind another slice of this table still in flight (see openBehind): the through its fence
+   * expects, where that one moves the ledger — with lanes, every slot's (see LaneMap), where the
+   * ledger is once that one is applied.
+   */
+  behind?: number | readonly number[];
 }
 
 /** A slice the remote applied, as the table read it: its first and last seq, its rows, the first one's link. */
@@ -65,6 +69,8 @@ interface AppliedSlice {
 interface ReadAhead extends SlicePlan {
   /** The last seq of the slice in flight when they were read: they follow it. */
   after: number;
+  /** With lanes: what is known once it is applied (it is every pending row it read). */
+  lanes?: LanesAfter;
 }
 
 /** The first `count` rows of a draft (a group boundary): the rest goes in a later batch. */
@@ -583,7 +589,8 @@ export class DrainTable {
     this.#ahead = null;
     this.#cursor = this.#frontier = null;
     this.#blocked.clear();
-    this.#cuts.clear();
+    // The cuts stay: a row that failed behind its lane's head still waits until it heads the lane
+    // (a batch behind the failed one settles the table; forgetting them would send it behind again).
     return confirmed;
   }
 
@@ -656,7 +663,7 @@ export class DrainTable {
     try {
       // Read ahead for exactly this: the slice before it was applied whole (and confirmation waits).
       const draft =
-        ahead !== null && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes
+        ahead !== null && this.#lanes === 1 && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes
           ? { table: this, ...ahead }
           : this.#readAndPlan(ctx, out);
       if (draft !== null) out.more ||= draft.more;
@@ -792,12 +799,12 @@ export class DrainTable {
    * rows move: the table's, or with lanes each lane's it touches), its first row charged one
    * attempt and the sent mark raised to its last row (before delivery).
    */
-  openSlice(draft: SliceDraft, ctx: OpenContext, behind?: number): TableSlice {
+  openSlice(draft: SliceDraft, ctx: OpenContext, behind?: number | readonly number[]): TableSlice {
     const last = draft.rows[draft.rows.length - 1]!.seq;
     const fence = ctx.fence;
     let moves: LedgerMove[] = [];
     if (fence !== null && this.#lanes === 1)
-      moves = [{ ledgerRow: this.name, through: behind ?? this.#through!, last }];
+      moves = [{ ledgerRow: this.name, through: typeof behind === "number" ? behind : this.#through!, last }];
     else if (fence !== null) {
       const slots = draft.rows.map((row) => this.#laneMap.slotOf(row));
       const lastOf = new Array<number>(this.#lanes + 1).fill(0);
@@ -806,7 +813,7 @@ export class DrainTable {
         if (lastOf[slot]! > 0)
           moves.push({
             ledgerRow: this.#laneMap.ledgerRow(slot),
-            through: this.#laneThrough?.[slot] ?? 0,
+            through: typeof behind === "object" ? behind[slot]! : (this.#laneThrough?.[slot] ?? 0),
             last: lastOf[slot]!,
           });
       if (draft.lanes !== undefined) draft.lanes.slots = slots;
@@ -829,13 +836,16 @@ export class DrainTable {
    * behind it — its fence expects the ledger row where `ahead` moves it. In the remote it waits on
    * that row's lock until `ahead` commits, then moves it on; if `ahead` rolls back (or its fence
    * comes later), it fails and the table settles from the ledger. So slices in flight together
-   * commit in order, or not at all. Only for a table of one lane whose ledger row exists and whose
-   * following rows hold no transaction across tables; null otherwise.
+   * commit in order, or not at all. With lanes, each lane's row where `ahead` moves it, or where
+   * it is for a lane `ahead` has no row of; only while no lane is held and `ahead` took every
+   * pending row it read. Only over ledger rows an answer showed committed, and when the following
+   * rows hold no transaction across tables; null otherwise.
    */
   openBehind(ahead: TableSlice, plan: PlanContext, open: OpenContext): TableSlice | null {
+    if (!ahead.fenced || open.fence === null) return null;
     // Only over a ledger row an answer showed committed (through above 0): a fence that finds no
     // row inserts it, guard or not, and would commit ahead of the slice that was to create it.
-    if (this.#lanes > 1 || !ahead.fenced || open.fence === null || !(this.#through! > 0)) return null;
+    if (this.#lanes === 1 ? !(this.#through! > 0) : !this.#lanesClear(ahead)) return null;
     // Read while `ahead` was on its way (Delivery.readAhead), or now.
     const after = ahead.rows[ahead.rows.length - 1]!.seq;
     if (this.#ahead === null || this.#ahead.after !== after || this.#ahead.bytes > plan.maxBytes)
@@ -844,7 +854,49 @@ export class DrainTable {
     this.#ahead = null;
     if (read === null || read.spans.size > 0) return null;
     const { after: expected, ...draft } = read;
-    return this.openSlice({ table: this, ...draft }, open, expected);
+    if (this.#lanes === 1) return this.openSlice({ table: this, ...draft }, open, expected);
+    const throughs = this.#throughsBehind(ahead, draft.rows);
+    return throughs === null ? null : this.openSlice({ table: this, ...draft }, open, throughs);
+  }
+
+  /** With lanes: nothing holds a lane back, and `ahead` took every pending row it read — the rows after it are the lanes' next. */
+  #lanesClear(ahead: TableSlice): boolean {
+    return (
+      ahead.lanes?.whole === true &&
+      this.#laneThrough !== null &&
+      this.#blocked.size === 0 &&
+      this.#heldHeads.size === 0 &&
+      this.#cuts.size === 0
+    );
+  }
+
+  /**
+   * With lanes: the throughs by slot, every slot, the ledger is at once `ahead` is applied — where
+   * `ahead` moves each lane it has rows of, where the ledger is for the others: what the fence of a
+   * slice of `rows` behind it expects. Null when one of its lanes has no ledger row an answer showed
+   * committed (see openBehind).
+   */
+  #throughsBehind(ahead: TableSlice, rows: readonly OutboxRow[]): number[] | null {
+    const known = this.#laneThrough!;
+    for (const row of rows) if (!(known[this.#laneMap.slotOf(row)]! > 0)) return null;
+    const throughs = [...known];
+    const slots = ahead.lanes!.slots ?? ahead.rows.map((row) => this.#laneMap.slotOf(row));
+    for (let i = 0; i < ahead.rows.length; i++) throughs[slots[i]!] = ahead.rows[i]!.seq;
+    return throughs;
+  }
+
+  /**
+   * Whether the ledger, as this drain knows it, is where a slice behind another expects it: that one
+   * was applied. With lanes every slot is compared, not only the ones it moves: a slice of other
+   * lanes than the one ahead commits whether or not that one did, and confirming it by its bound
+   * would confirm the rows of the one ahead with it.
+   */
+  #asExpected(behind: number | readonly number[]): boolean {
+    if (typeof behind === "number") return this.#through === behind;
+    const known = this.#laneThrough;
+    if (known === null || this.#through === null || known.length !== behind.length) return false;
+    for (let slot = 0; slot < known.length; slot++) if (known[slot] !== behind[slot]) return false;
+    return true;
   }
 
   /** The read-ahead no longer describes the queue (another table's group moved rows of this one). */
@@ -856,29 +908,53 @@ export class DrainTable {
    * While `slice` is in flight, reads and converts the groups that follow it, so the next cycle need
    * not: used only if the slice is applied whole (see plan). A group with a history (attempts, a
    * backoff) or a row that cannot be converted ends it: it is planned as usual, where it is dealt
-   * with. A failure here only means the next cycle reads them itself.
+   * with. With lanes (for a slice behind it only: see openBehind), nothing may be left pending among
+   * the rows it read. A failure here only means the next cycle reads them itself.
    */
   readAhead(slice: TableSlice, ctx: PlanContext): void {
     this.#ahead = null;
     const queue = this.#queue;
-    if (!queue || !slice.fenced || !slice.more || this.#cuts.size > 0 || this.#lanes > 1) return;
+    if (!queue || !slice.fenced || !slice.more || this.#cuts.size > 0) return;
+    const lanes = this.#lanes > 1;
+    if (lanes && !this.#lanesClear(slice)) return;
     const after = slice.rows[slice.rows.length - 1]!.seq;
     try {
-      const read = queue.readForDelivery(this.app.batchSize, ctx.maxBytes, () => true, after);
+      const read = queue.readForDelivery(
+        this.app.batchSize,
+        ctx.maxBytes,
+        () => true,
+        after,
+        lanes ? (row) => this.#isApplied(row) : null,
+      );
       const plan = planSlice({
         rows: read.rows,
         spans: read.spans,
         more: read.truncated || read.gap !== null,
         position: "after",
-        lanes: 1,
-        laneOf: () => 0,
+        lanes: this.#lanes,
+        laneOf: lanes ? (row) => this.#laneOf(row) : () => 0,
         blocked: NO_LANES,
         cuts: NO_CUTS,
         nowMs: ctx.now,
         maxAttempts: this.app.maxAttempts,
         prepare: (row) => ctx.prepare(this, row),
       });
-      if (plan.slice !== null) this.#ahead = { after, ...plan.slice };
+      if (plan.slice === null) return;
+      if (!lanes) {
+        this.#ahead = { after, ...plan.slice };
+        return;
+      }
+      const taken = plan.slice.rows;
+      if (read.passedOver !== null || plan.frontier !== null || taken.length !== read.rows.length) return;
+      const last = taken[taken.length - 1]!.seq;
+      const known: LanesAfter = {
+        planned: taken.map((r) => r.seq),
+        cursor: last,
+        frontier: null,
+        lastRead: last,
+        whole: true,
+      };
+      this.#ahead = { after, ...plan.slice, lanes: known };
     } catch {
       this.#ahead = null;
     }
@@ -914,7 +990,7 @@ export class DrainTable {
     const queue = this.#queue!;
     const { rows } = slice;
     const head = rows[0]!;
-    if (slice.behind !== undefined && this.#through !== slice.behind) {
+    if (slice.behind !== undefined && !this.#asExpected(slice.behind)) {
       // The slice ahead of it did not leave the ledger where its fence expects (it failed, was
       // lost, or could not be confirmed): it committed only if the ledger says so.
       queue.refundAttempt(head.seq);
