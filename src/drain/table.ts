@@ -859,10 +859,11 @@ export class DrainTable {
     return throughs === null ? null : this.openSlice({ table: this, ...draft }, open, throughs);
   }
 
-  /** With lanes: nothing holds a lane back, and `ahead` took every pending row it read — the rows after it are the lanes' next. */
+  /** With lanes: the table is settled, nothing holds a lane back, and `ahead` took every pending row it read — the rows after it are the lanes' next. */
   #lanesClear(ahead: TableSlice): boolean {
     return (
       ahead.lanes?.whole === true &&
+      this.#through !== null &&
       this.#laneThrough !== null &&
       this.#blocked.size === 0 &&
       this.#heldHeads.size === 0 &&
