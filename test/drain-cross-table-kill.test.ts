@@ -99,8 +99,10 @@ describeSlow(
           for (let kill = 0; kill < KILLS; kill++) {
             // Both hosts drain at once; one of them is killed mid-flight, in turn.
             const drains = hosts.map((h) => spawnDrain(h.dbFile));
-            await Bun.sleep(80 + Math.random() * 250);
             const victim = drains[kill % HOSTS]!;
+            // Killed once it delivers (it says "started"), not while a loaded machine still starts it.
+            await Promise.race([victim.stdout.getReader().read(), Bun.sleep(10_000)]);
+            await Bun.sleep(20 + Math.random() * 200);
             victim.kill("SIGKILL");
             await victim.exited;
             for (const d of drains) d.kill("SIGKILL");
