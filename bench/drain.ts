@@ -40,7 +40,9 @@
 //   writeBatch, over the batches. steady_*: the same from the moment the first fifth of the rows
 //   was delivered (each new connection's first batches prepare their statements over the link).
 //   batch_size: the drain's (500); then one connection with batch_size 2 000 (more rows per round
-//   trip), its vs_batch_500 and steady_vs_batch_500 against the first line.
+//   trip), its vs_batch_500 and steady_vs_batch_500 against the first line; then "lanes":8, from 1
+//   and 2 connections: tables of 8 lanes, their rows over 64 keys, vs_connections_1 against the
+//   first of the two.
 // {"bench":"wan-limit","target":…,"rtt_ms":…,"connections":1|8,"form":"pipelined","rows_per_s":…,"round_trips_per_batch":…}
 //   the engine through the same proxy from 1 and from 8 connections, the best the client allows:
 //   transactions of the drain's batch (a multi-row INSERT of batch_size rows per table), BEGIN, the
@@ -104,7 +106,7 @@ function configFor(
   dbDir: string,
   writer: Target,
   connection: Record<string, unknown>,
-  tables: string[],
+  tables: Array<string | { name: string; lanes: number }>,
   tuning: Record<string, unknown>,
   connections = 1,
 ) {
@@ -134,7 +136,7 @@ async function remoteFor(target: Target, dir: string, tables = TABLES) {
   return { connection: { url: db.url }, sql: db.sql, path: null, drop: () => db.drop() };
 }
 
-function fillBacklog(dbDir: string, tables: string[], rows: number, row = rowOf, traced = false): void {
+function fillBacklog(dbDir: string, tables: string[], rows: number, row = rowOf, traced = false, keys = 0): void {
   fs.mkdirSync(dbDir, { recursive: true });
   const perTable = rows / tables.length;
   for (const table of tables) {
@@ -153,11 +155,14 @@ function fillBacklog(dbDir: string, tables: string[], rows: number, row = rowOf,
       q.close();
       continue;
     }
-    for (let i = 0; i < perTable; i += 1000) {
+    // With `keys`: runs of KEY_RUN rows, each run of one key, the keys in turn.
+    const run = keys > 0 ? KEY_RUN : 1000;
+    for (let i = 0; i < perTable; i += run) {
+      const key = keys > 0 ? `key-${(i / run) % keys}` : null;
       q.enqueueBatch(
-        Array.from({ length: Math.min(1000, perTable - i) }, (_, k) => ({ tag, payload: encodeArgs(row(i + k)) })),
+        Array.from({ length: Math.min(run, perTable - i) }, (_, k) => ({ tag, payload: encodeArgs(row(i + k)) })),
         "",
-        { grouped: false },
+        { grouped: false, trace: { traceparent: null, tracestate: null, key } },
       );
     }
     q.close();
@@ -183,6 +188,8 @@ interface ChildJob {
   steadyAfterRows?: number;
   /** The drain's batch_size (default CHUNK). */
   batchSize?: number;
+  /** Each table's `lanes` (default 1). */
+  lanes?: number;
 }
 
 /** Counts a writer's batches and the span they took, in epoch milliseconds (comparable with the parent's). */
@@ -220,7 +227,7 @@ async function drainChild(job: ChildJob): Promise<void> {
     job.dbDir,
     job.target,
     job.connection,
-    job.tables,
+    job.lanes ? job.tables.map((name) => ({ name, lanes: job.lanes! })) : job.tables,
     { batchSize: job.batchSize ?? CHUNK, flushInterval: 0.005, tableFlushThreshold: 1, tableMaxWait: 0 },
     job.connections,
   );
@@ -696,6 +703,10 @@ const WAN_LIMIT_CONNECTIONS = [1, 8];
 const WAN_WARM_ROWS = Math.floor(ROWS / 5);
 /** The wan line with a larger batch_size: four times the default, rows per round trip. */
 const WAN_LARGE_BATCH = CHUNK * 4;
+/** The wan lines of tables with lanes: this many each, their rows over WAN_KEYS keys (runs of KEY_RUN rows a key), from 1 and 2 connections. */
+const WAN_LANES = 8;
+const WAN_KEYS = 64;
+const KEY_RUN = 10;
 
 /**
  * The drain with `connections` = 1, 2, 4 and 8, then the engine from 1 and 8 connections, through
@@ -712,10 +723,10 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
     const url = throughProxy(remote.connection.url as string, proxy.port);
     const drainRate = new Map<number, number>();
     const steadyRates = new Map<number, number>();
-    /** The drain through the proxy with `connections` and `batchSize`: its line's figures. */
-    const drain = async (connections: number, batchSize: number) => {
-      const dbDir = `${dir.path}/outbox-${connections}-${batchSize}`;
-      fillBacklog(dbDir, TABLES, ROWS);
+    /** The drain through the proxy with `connections` and `batchSize` (and `lanes`, keyed rows): its line's figures. */
+    const drain = async (connections: number, batchSize: number, lanes = 1) => {
+      const dbDir = `${dir.path}/outbox-${connections}-${batchSize}-${lanes}`;
+      fillBacklog(dbDir, TABLES, ROWS, rowOf, false, lanes > 1 ? WAN_KEYS : 0);
       const drained = await runChild({
         target,
         dbDir,
@@ -725,6 +736,7 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
         connections,
         batchSize,
         steadyAfterRows: WAN_WARM_ROWS,
+        ...(lanes > 1 ? { lanes } : {}),
       });
       const steady = drained.steady!;
       return {
@@ -746,6 +758,7 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
       batchSize: number,
       name: string,
       base: { rows_per_s: number; steady_rows_per_s: number },
+      lanes = 1,
     ) => {
       const { steady_rows_per_s, steady_round_trips_per_batch, ...overall } = line;
       console.log(
@@ -754,6 +767,7 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
           target,
           rtt_ms: rttMs,
           connections,
+          ...(lanes > 1 ? { lanes } : {}),
           batch_size: batchSize,
           ...overall,
           [`vs_${name}`]: round(line.rows_per_s / base.rows_per_s),
@@ -773,6 +787,13 @@ async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
       print(line, connections, CHUNK, "connections_1", one);
     }
     print(await drain(1, WAN_LARGE_BATCH), 1, WAN_LARGE_BATCH, "batch_500", one!);
+    // Tables with lanes, keyed rows: a chain behind itself fenced lane by lane (their connections 1 line the base).
+    let lanesOne: Awaited<ReturnType<typeof drain>> | null = null;
+    for (const connections of [1, 2]) {
+      const line = await drain(connections, CHUNK, WAN_LANES);
+      lanesOne ??= line;
+      print(line, connections, CHUNK, "connections_1", lanesOne, WAN_LANES);
+    }
     for (const connections of WAN_LIMIT_CONNECTIONS) {
       const limit = await wanLimit(target, url, connections, () => proxy.turns);
       const tag = { target, rtt_ms: rttMs, connections };

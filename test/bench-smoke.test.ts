@@ -109,6 +109,10 @@ const EXPECTED: Record<string, string[]> = {
             `wan target=${target} rtt_ms=${rtt} connections=${c} batch_size=50: rows rows_per_s round_trips_per_batch vs_connections_1 steady_rows_per_s steady_round_trips_per_batch steady_vs_connections_1`,
         ),
         `wan target=${target} rtt_ms=${rtt} connections=1 batch_size=200: rows rows_per_s round_trips_per_batch vs_batch_500 steady_rows_per_s steady_round_trips_per_batch steady_vs_batch_500`,
+        ...[1, 2].map(
+          (c) =>
+            `wan target=${target} rtt_ms=${rtt} connections=${c} batch_size=50: lanes rows rows_per_s round_trips_per_batch vs_connections_1 steady_rows_per_s steady_round_trips_per_batch steady_vs_connections_1`,
+        ),
         ...[1, 8].flatMap((c) => [
           `wan-limit target=${target} rtt_ms=${rtt} connections=${c} form=pipelined: rows_per_s round_trips_per_batch`,
           `wan-ratio target=${target} rtt_ms=${rtt} connections=${c}: drain_vs_limit steady_vs_limit`,
