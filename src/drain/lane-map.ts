@@ -37,6 +37,16 @@ export class LaneMap {
     return slot === this.count ? this.table : this.#ledgerRows[slot]!;
   }
 
+  /**
+   * The throughs by slot once `ahead` is applied over `known`: each lane `ahead` has rows of at its
+   * last one there, every other where `known` has it. `slots`: `ahead`'s rows' slots, when known.
+   */
+  throughsAfter(known: readonly number[], ahead: readonly OutboxRow[], slots?: readonly number[]): number[] {
+    const throughs = [...known];
+    for (let i = 0; i < ahead.length; i++) throughs[slots?.[i] ?? this.slotOf(ahead[i]!)] = ahead[i]!.seq;
+    return throughs;
+  }
+
   /** The ledger's throughs by slot, from its rows by name (a row it lacks is at 0; rows of lanes beyond `count`, left by an earlier count, are not this count's). */
   throughsOf(byRow: ReadonlyMap<string, number>): number[] {
     const throughs = new Array<number>(this.count + 1).fill(0);

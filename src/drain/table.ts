@@ -880,10 +880,7 @@ export class DrainTable {
   #throughsBehind(ahead: TableSlice, rows: readonly OutboxRow[]): number[] | null {
     const known = this.#laneThrough!;
     for (const row of rows) if (!(known[this.#laneMap.slotOf(row)]! > 0)) return null;
-    const throughs = [...known];
-    const slots = ahead.lanes!.slots ?? ahead.rows.map((row) => this.#laneMap.slotOf(row));
-    for (let i = 0; i < ahead.rows.length; i++) throughs[slots[i]!] = ahead.rows[i]!.seq;
-    return throughs;
+    return this.#laneMap.throughsAfter(known, ahead.rows, ahead.lanes!.slots);
   }
 
   /**
@@ -1118,10 +1115,9 @@ export class DrainTable {
    * pending (every row before it is applied: in this slice, or earlier and passed over).
    */
   #appliedLanes(slice: TableSlice, after: LanesAfter): void {
-    const throughs = this.#laneThrough ?? [...new Array<number>(this.#lanes).fill(0), this.#through ?? 0];
+    const known = this.#laneThrough ?? [...new Array<number>(this.#lanes).fill(0), this.#through ?? 0];
     const { rows } = slice;
-    const slots = after.slots ?? rows.map((row) => this.#laneMap.slotOf(row));
-    for (let i = 0; i < rows.length; i++) throughs[slots[i]!] = rows[i]!.seq;
+    const throughs = this.#laneMap.throughsAfter(known, rows, after.slots);
     this.#laneThrough = throughs;
     const last = rows[rows.length - 1]!.seq;
     this.#laneThroughMax = Math.max(this.#laneThroughMax, throughs[this.#lanes]!, last);
