@@ -161,7 +161,7 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: all });
   }, 30_000);
 
-  test("with lanes: a row the remote refuses in the batch ahead holds its key only; the batches behind do not commit past it, and every key lands in order once it is dead-lettered", async () => {
+  test("with lanes: a row the remote refuses in the batch ahead — the batches behind do not commit past it (the cut it left stays through the settlement), and every key lands in order once it is dead-lettered", async () => {
     const s = await setup(2, { maxAttempts: 2 }, false, 4);
     s.writer.late = { sentMs: 5, answerMs: 30 };
     s.fill((i, t) => (t === "t1" && i === 50 ? -1 : i));
