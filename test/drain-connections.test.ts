@@ -45,6 +45,10 @@ class Watched implements OutboxWriter {
    * (it fails its fence and the table settles); over a link it arrives a round trip's share later.
    */
   late = { sentMs: 0, answerMs: 0 };
+  /** The `call`-th call that carries rows (1: the first) has its answer lost: it throws once the real writer answered (it committed). */
+  loseAnswerOf = 0;
+  /** Answers lost so far (see loseAnswerOf). */
+  lost = 0;
   #rowCalls = 0;
 
   constructor(private readonly inner: OutboxWriter) {
@@ -58,12 +62,17 @@ class Watched implements OutboxWriter {
     this.mostOpen = Math.max(this.mostOpen, this.open);
     try {
       const before = this.before;
-      if (stmts.some((s) => s.seq > 0) && ++this.#rowCalls === before?.call) await before.run(options);
+      const rowCall = stmts.some((s) => s.seq > 0) ? ++this.#rowCalls : 0;
+      if (rowCall > 0 && rowCall === before?.call) await before.run(options);
       const { sentMs, answerMs } = this.late;
       const onSent = options?.onSent;
       const late = onSent && sentMs > 0 ? { ...options, onSent: () => setTimeout(onSent, sentMs) } : options;
       const results = await this.inner.writeBatch(stmts, late);
       if (answerMs > 0) await Bun.sleep(answerMs);
+      if (rowCall > 0 && rowCall === this.loseAnswerOf) {
+        this.lost += 1;
+        throw new Error("connection reset by peer (after COMMIT)");
+      }
       return results;
     } finally {
       this.open -= 1;
@@ -192,6 +201,31 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     const expected = Array.from({ length: 120 }, (_, i) => i + 1).filter((i) => i !== 50);
     expect({ a: of(a!, landed), b: of(b!, landed) }).toEqual({ a: of(a!, expected), b: of(b!, expected) });
     expect(s.svc.views()[0]!.totals.deadLettered).toBe(1);
+    expect(s.svc.totalPending()).toBe(0);
+  }, 30_000);
+
+  test("with lanes: the batch ahead refused, the batch behind of other lanes committed and its answer lost — each lane settles from the ledger, and every row lands once", async () => {
+    const s = await setup(2, { maxAttempts: 2 }, false, 4);
+    s.writer.late = { sentMs: 5, answerMs: 30 };
+    s.writer.loseAnswerOf = 3; // the second cycle's batch behind
+    const [a, b] = [0, 1].map(
+      (lane) => Array.from({ length: 50 }, (_, i) => `k${i}`).find((k) => laneOf(k, 4) === lane)!,
+    );
+    // As above: rows 41–80 of key a, the 50th refused, and behind them 81–120 of key b.
+    const keyOf = (i: number) => (i <= 40 ? (i % 2 === 0 ? a! : b!) : i <= 80 ? a! : b!);
+    for (let i = 1; i <= 120; i++)
+      s.producer.push("t0", "INSERT INTO t0 (n) VALUES (?)", [i === 50 ? -1 : i], { key: keyOf(i) });
+    for (let i = 0; i < 300 && (s.svc.totalPending() > 0 || s.svc.views()[0]!.totals.deadLettered === 0); i++) {
+      await s.svc.runOnce();
+      await Bun.sleep(5);
+    }
+    expect(s.writer.lost).toBe(1);
+    const landed = await s.landed("t0");
+    expect(landed.indexOf(81)).toBeLessThan(landed.indexOf(41)); // key b's batch committed first
+    const expected = Array.from({ length: 120 }, (_, i) => i + 1).filter((i) => i !== 50);
+    expect([...landed].sort((x, y) => x - y)).toEqual(expected); // each row once: none of key b's sent again
+    const of = (k: string, ns: readonly number[]) => ns.filter((i) => keyOf(i) === k);
+    expect({ a: of(a!, landed), b: of(b!, landed) }).toEqual({ a: of(a!, expected), b: of(b!, expected) });
     expect(s.svc.totalPending()).toBe(0);
   }, 30_000);
 
