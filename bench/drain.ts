@@ -51,6 +51,8 @@
 //   make Bun send past its pipeline window (as the writer does).
 // {"bench":"wan-ratio","target":…,"rtt_ms":…,"connections":1|8,"drain_vs_limit":…,"steady_vs_limit":…}
 //   the drain with that many connections (whole run, steady) over the engine from as many.
+// {"bench":"latency","target":"postgres"|"mysql","rtt_ms":…,"p50_ms":…,"p99_ms":…,"p50_round_trips":…}
+//   last in the wan mode: the latency line through the proxy (BENCH_RTT_MS), p50 over rtt_ms.
 // Arguments pick lines: null sqlite postgres mysql fleet large metrics tracing latency pinned wan (none: all).
 // Needs PostgreSQL on 127.0.0.1:5432 and MariaDB on 127.0.0.1:3306 (see README); `pinned` needs
 // two CPUs, taskset, and the PostgreSQL (/usr/lib/postgresql/*/bin) and MariaDB server binaries.
@@ -660,16 +662,24 @@ class TimingWriter implements OutboxWriter {
   }
 }
 
-async function latency(target: Target): Promise<void> {
+/**
+ * One event at a time, pushed to committed on the remote, with the latency tuning (flush_interval
+ * 5 ms, table_flush_threshold 1, table_max_wait 0). With `rttMs`, through the delaying proxy: the
+ * line adds rtt_ms and p50_round_trips.
+ */
+async function latency(target: Target, rttMs = 0): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
   const remote = await remoteFor(target, dir.path);
+  const db = rttMs > 0 ? new URL(remote.connection.url as string) : null;
+  const proxy = db ? startTcpProxy(Number(db.port), db.hostname, { rttMs }) : null;
+  const connection = proxy ? { url: throughProxy(remote.connection.url as string, proxy.port) } : remote.connection;
   const dbDir = `${dir.path}/outbox`;
-  const config = configFor(dbDir, target, remote.connection, TABLES, {
+  const config = configFor(dbDir, target, connection, TABLES, {
     flushInterval: 0.005,
     tableFlushThreshold: 1,
     tableMaxWait: 0,
   });
-  const writer = new TimingWriter(createWriter(target, remote.connection));
+  const writer = new TimingWriter(createWriter(target, connection));
   const svc = new OutboxSyncService(config, { "bench.remote": writer }, { logger: benchLogger });
   await svc.start();
   fs.mkdirSync(dbDir, { recursive: true });
@@ -685,12 +695,16 @@ async function latency(target: Target): Promise<void> {
   }
   q.close();
   await svc.stop();
+  proxy?.close();
   await remote.drop();
   dir.cleanup();
   samples.sort((a, b) => a - b);
   const pct = (p: number) =>
     Math.round(samples[Math.min(samples.length - 1, Math.floor(samples.length * p))]! * 100) / 100;
-  console.log(JSON.stringify({ bench: "latency", target, p50_ms: pct(0.5), p99_ms: pct(0.99) }));
+  const link = rttMs > 0 ? { rtt_ms: rttMs } : {};
+  const p50 = pct(0.5);
+  const trips = rttMs > 0 ? { p50_round_trips: Math.round((p50 / rttMs) * 100) / 100 } : {};
+  console.log(JSON.stringify({ bench: "latency", target, ...link, p50_ms: p50, p99_ms: pct(0.99), ...trips }));
 }
 
 /** The round trips of the wan lines: BENCH_RTT_MS (default 20), then 2 ms. */
@@ -956,6 +970,8 @@ if (process.argv[2] === "--drain-child") {
     if (wanted("latency") || (only.length > 0 && only.includes(target) && !only.includes("tracing")))
       await latency(target);
   if (wanted("pinned")) await pinned();
-  if (wanted("wan"))
+  if (wanted("wan")) {
     for (const rtt of WAN_RTTS_MS) for (const target of ["postgres", "mysql"] as const) await wan(target, rtt);
+    for (const target of ["postgres", "mysql"] as const) await latency(target, WAN_RTTS_MS[0]);
+  }
 }

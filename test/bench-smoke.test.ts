@@ -119,6 +119,7 @@ const EXPECTED: Record<string, string[]> = {
         ]),
       ]),
     ),
+    ...["postgres", "mysql"].map((target) => `latency target=${target} rtt_ms=20: p50_ms p99_ms p50_round_trips`),
   ],
   cli: [
     `cli case=--version: ${CLI}`,
