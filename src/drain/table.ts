@@ -663,7 +663,7 @@ export class DrainTable {
     try {
       // Read ahead for exactly this: the slice before it was applied whole (and confirmation waits).
       const draft =
-        ahead !== null && this.#lanes === 1 && ahead.after === this.#applied && ahead.bytes <= ctx.maxBytes
+        ahead !== null && this.#aheadStillFollows(ahead, ctx.maxBytes)
           ? { table: this, ...ahead }
           : this.#readAndPlan(ctx, out);
       if (draft !== null) out.more ||= draft.more;
@@ -859,16 +859,30 @@ export class DrainTable {
     return throughs === null ? null : this.openSlice({ table: this, ...draft }, open, throughs);
   }
 
-  /** With lanes: the table is settled, nothing holds a lane back, and `ahead` took every pending row it read — the rows after it are the lanes' next. */
+  /** With lanes: `ahead` took every pending row it read, and no lane is held — the rows after it are the lanes' next. */
   #lanesClear(ahead: TableSlice): boolean {
+    return ahead.lanes?.whole === true && this.#lanesFree();
+  }
+
+  /** With lanes: the table is settled and nothing holds a lane back (no backoff, no held head, no cut). */
+  #lanesFree(): boolean {
     return (
-      ahead.lanes?.whole === true &&
       this.#through !== null &&
       this.#laneThrough !== null &&
       this.#blocked.size === 0 &&
       this.#heldHeads.size === 0 &&
       this.#cuts.size === 0
     );
+  }
+
+  /**
+   * Whether rows read ahead are what a plan would read now: they follow the slice last applied
+   * whole and fit the budget — with lanes, the next read starts right after that slice and no lane
+   * was held since.
+   */
+  #aheadStillFollows(ahead: ReadAhead, maxBytes: number): boolean {
+    if (ahead.after !== this.#applied || ahead.bytes > maxBytes) return false;
+    return this.#lanes === 1 || (this.#cursor === ahead.after && this.#lanesFree());
   }
 
   /**
