@@ -670,9 +670,8 @@ class TimingWriter implements OutboxWriter {
 async function latency(target: Target, rttMs = 0): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
   const remote = await remoteFor(target, dir.path);
-  const db = rttMs > 0 ? new URL(remote.connection.url as string) : null;
-  const proxy = db ? startTcpProxy(Number(db.port), db.hostname, { rttMs }) : null;
-  const connection = proxy ? { url: throughProxy(remote.connection.url as string, proxy.port) } : remote.connection;
+  const link = rttMs > 0 ? delayedLink(remote.connection.url as string, rttMs) : null;
+  const connection = link ? { url: link.url } : remote.connection;
   const dbDir = `${dir.path}/outbox`;
   const config = configFor(dbDir, target, connection, TABLES, {
     flushInterval: 0.005,
@@ -695,16 +694,23 @@ async function latency(target: Target, rttMs = 0): Promise<void> {
   }
   q.close();
   await svc.stop();
-  proxy?.close();
+  link?.proxy.close();
   await remote.drop();
   dir.cleanup();
   samples.sort((a, b) => a - b);
   const pct = (p: number) =>
     Math.round(samples[Math.min(samples.length - 1, Math.floor(samples.length * p))]! * 100) / 100;
-  const link = rttMs > 0 ? { rtt_ms: rttMs } : {};
   const p50 = pct(0.5);
+  const across = rttMs > 0 ? { rtt_ms: rttMs } : {};
   const trips = rttMs > 0 ? { p50_round_trips: Math.round((p50 / rttMs) * 100) / 100 } : {};
-  console.log(JSON.stringify({ bench: "latency", target, ...link, p50_ms: p50, p99_ms: pct(0.99), ...trips }));
+  console.log(JSON.stringify({ bench: "latency", target, ...across, p50_ms: p50, p99_ms: pct(0.99), ...trips }));
+}
+
+/** A delaying proxy `rttMs` long in front of the server of `url`, and the URL through it. */
+function delayedLink(url: string, rttMs: number) {
+  const db = new URL(url);
+  const proxy = startTcpProxy(Number(db.port), db.hostname, { rttMs });
+  return { proxy, url: throughProxy(url, proxy.port) };
 }
 
 /** The round trips of the wan lines: BENCH_RTT_MS (default 20), then 2 ms. */
@@ -730,11 +736,9 @@ const KEY_RUN = 10;
 async function wan(target: "postgres" | "mysql", rttMs: number): Promise<void> {
   const dir = makeTempDir("sqloutbox-bench-");
   const remote = await remoteFor(target, dir.path);
-  const db = new URL(remote.connection.url as string);
-  const proxy = startTcpProxy(Number(db.port), db.hostname, { rttMs });
+  const { proxy, url } = delayedLink(remote.connection.url as string, rttMs);
   const round = (x: number) => Math.round(x * 100) / 100;
   try {
-    const url = throughProxy(remote.connection.url as string, proxy.port);
     const drainRate = new Map<number, number>();
     const steadyRates = new Map<number, number>();
     /** The drain through the proxy with `connections` and `batchSize` (and `lanes`, keyed rows): its line's figures. */
