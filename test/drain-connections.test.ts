@@ -128,6 +128,25 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
   }
   const inOrder = Array.from({ length: ROWS }, (_, i) => i + 1);
 
+  /**
+   * Into t0 of a 4-lane setup, over a link (see Watched.late): rows 1–40 (the first cycle) over keys
+   * a and b, creating both lanes' ledger rows; then the second cycle's batch, rows 41–80, all of key
+   * a, whose 50th the CHECK refuses; and the batch behind it, 81–120, all of key b (another lane).
+   * Returns the keys, each key's part of a list of rows (`of`), and the rows that must land.
+   */
+  function fillOtherLanes(s: Awaited<ReturnType<typeof setup>>) {
+    s.writer.late = { sentMs: 5, answerMs: 30 };
+    const [a, b] = [0, 1].map(
+      (lane) => Array.from({ length: 50 }, (_, i) => `k${i}`).find((k) => laneOf(k, 4) === lane)!,
+    ) as [string, string];
+    const keyOf = (i: number) => (i <= 40 ? (i % 2 === 0 ? a : b) : i <= 80 ? a : b);
+    for (let i = 1; i <= 120; i++)
+      s.producer.push("t0", "INSERT INTO t0 (n) VALUES (?)", [i === 50 ? -1 : i], { key: keyOf(i) });
+    const of = (k: string, rows: readonly number[]) => rows.filter((i) => keyOf(i) === k);
+    const expected = Array.from({ length: 120 }, (_, i) => i + 1).filter((i) => i !== 50);
+    return { a, b, of, expected };
+  }
+
   test.each([
     [4, 4, "two batches over two tables each, each with one behind it"],
     [1, 1, "one batch at a time"],
@@ -184,37 +203,20 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
 
   test("with lanes: a batch behind of other lanes than the one ahead commits even when that one fails, and the rows of the one ahead are not confirmed with it", async () => {
     const s = await setup(2, { maxAttempts: 2 }, false, 4);
-    s.writer.late = { sentMs: 5, answerMs: 30 };
-    const [a, b] = [0, 1].map(
-      (lane) => Array.from({ length: 50 }, (_, i) => `k${i}`).find((k) => laneOf(k, 4) === lane)!,
-    );
-    // Rows 1–40 (the first cycle) create both lanes' ledger rows; the second cycle's batch is rows
-    // 41–80, all of key a, whose 50th the CHECK refuses; the one behind it, 81–120, all of key b.
-    const keyOf = (i: number) => (i <= 40 ? (i % 2 === 0 ? a! : b!) : i <= 80 ? a! : b!);
-    for (let i = 1; i <= 120; i++)
-      s.producer.push("t0", "INSERT INTO t0 (n) VALUES (?)", [i === 50 ? -1 : i], { key: keyOf(i) });
+    const { a, b, of, expected } = fillOtherLanes(s);
     await s.drain(119);
     const landed = await s.landed("t0");
     // Key b's rows went behind the failed batch and committed before key a's rows after it.
     expect(landed.indexOf(81)).toBeLessThan(landed.indexOf(41));
-    const of = (k: string, ns: readonly number[]) => ns.filter((i) => keyOf(i) === k);
-    const expected = Array.from({ length: 120 }, (_, i) => i + 1).filter((i) => i !== 50);
-    expect({ a: of(a!, landed), b: of(b!, landed) }).toEqual({ a: of(a!, expected), b: of(b!, expected) });
+    expect({ a: of(a, landed), b: of(b, landed) }).toEqual({ a: of(a, expected), b: of(b, expected) });
     expect(s.svc.views()[0]!.totals.deadLettered).toBe(1);
     expect(s.svc.totalPending()).toBe(0);
   }, 30_000);
 
   test("with lanes: the batch ahead refused, the batch behind of other lanes committed and its answer lost — each lane settles from the ledger, and every row lands once", async () => {
     const s = await setup(2, { maxAttempts: 2 }, false, 4);
-    s.writer.late = { sentMs: 5, answerMs: 30 };
+    const { a, b, of, expected } = fillOtherLanes(s);
     s.writer.loseAnswerOf = 3; // the second cycle's batch behind
-    const [a, b] = [0, 1].map(
-      (lane) => Array.from({ length: 50 }, (_, i) => `k${i}`).find((k) => laneOf(k, 4) === lane)!,
-    );
-    // As above: rows 41–80 of key a, the 50th refused, and behind them 81–120 of key b.
-    const keyOf = (i: number) => (i <= 40 ? (i % 2 === 0 ? a! : b!) : i <= 80 ? a! : b!);
-    for (let i = 1; i <= 120; i++)
-      s.producer.push("t0", "INSERT INTO t0 (n) VALUES (?)", [i === 50 ? -1 : i], { key: keyOf(i) });
     for (let i = 0; i < 300 && (s.svc.totalPending() > 0 || s.svc.views()[0]!.totals.deadLettered === 0); i++) {
       await s.svc.runOnce();
       await Bun.sleep(5);
@@ -222,10 +224,8 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
     expect(s.writer.lost).toBe(1);
     const landed = await s.landed("t0");
     expect(landed.indexOf(81)).toBeLessThan(landed.indexOf(41)); // key b's batch committed first
-    const expected = Array.from({ length: 120 }, (_, i) => i + 1).filter((i) => i !== 50);
     expect([...landed].sort((x, y) => x - y)).toEqual(expected); // each row once: none of key b's sent again
-    const of = (k: string, ns: readonly number[]) => ns.filter((i) => keyOf(i) === k);
-    expect({ a: of(a!, landed), b: of(b!, landed) }).toEqual({ a: of(a!, expected), b: of(b!, expected) });
+    expect({ a: of(a, landed), b: of(b, landed) }).toEqual({ a: of(a, expected), b: of(b, expected) });
     expect(s.svc.totalPending()).toBe(0);
   }, 30_000);
 

@@ -959,14 +959,14 @@ export class DrainTable {
       const taken = plan.slice.rows;
       if (read.passedOver !== null || plan.frontier !== null || taken.length !== read.rows.length) return;
       const last = taken[taken.length - 1]!.seq;
-      const known: LanesAfter = {
+      const applied: LanesAfter = {
         planned: taken.map((r) => r.seq),
         cursor: last,
         frontier: null,
         lastRead: last,
         whole: true,
       };
-      this.#ahead = { after, ...plan.slice, lanes: known };
+      this.#ahead = { after, ...plan.slice, lanes: applied };
     } catch {
       this.#ahead = null;
     }
