@@ -208,6 +208,9 @@ class CountingWriter implements OutboxWriter {
   get concurrent() {
     return this.inner.concurrent;
   }
+  get pipelined() {
+    return this.inner.pipelined;
+  }
   async writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]> {
     const now = () => performance.timeOrigin + performance.now();
     if (this.batches++ === 0) this.firstAt = now();

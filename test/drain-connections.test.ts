@@ -1,4 +1,5 @@
-// connections = N: up to N batches in flight to one target, each on its own connection, each
+// connections = N: up to N batches in flight to one target, each on its own connection (2N on
+// PostgreSQL, whose writer pipelines a second batch behind the first on a connection), each
 // fenced behind the one before, so the remote commits them in order or not at all. On the engines
 // whose writers take concurrent calls, checked by what landed (in the order the remote applied
 // it) and by how many calls the writer had open at once.
@@ -31,6 +32,7 @@ function perKey(landed: readonly number[]): number[][] {
 class Watched implements OutboxWriter {
   readonly dialect;
   readonly concurrent: boolean;
+  readonly pipelined: boolean;
   open = 0;
   mostOpen = 0;
   calls = 0;
@@ -51,9 +53,14 @@ class Watched implements OutboxWriter {
   lost = 0;
   #rowCalls = 0;
 
-  constructor(private readonly inner: OutboxWriter) {
+  /** `pipelined`: says so when the real writer does (else each batch in flight has a connection of its own). */
+  constructor(
+    private readonly inner: OutboxWriter,
+    pipelined = false,
+  ) {
     this.dialect = inner.dialect;
     this.concurrent = inner.concurrent === true;
+    this.pipelined = pipelined && inner.pipelined === true;
   }
 
   async writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]> {
@@ -85,12 +92,20 @@ class Watched implements OutboxWriter {
   }
 }
 
-describe.each(["postgres", "mysql"] as const)("batches in flight behind each other, delivered to %s", (engine) => {
+describe.each([
+  ["postgres", "a connection each"],
+  ["postgres", "two on a connection"],
+  ["mysql", "a connection each"],
+] as const)("batches in flight behind each other, delivered to %s, %s", (engine, placement) => {
+  /** Two batches in flight on each connection, the second pipelined behind the first. */
+  const pipelined = placement === "two on a connection";
   /**
-   * With `link`, the target is reached through a proxy the test can slow, one connection at a time.
-   * With `lanes`, each table has that many and row i is keyed `k${i % KEYS}`.
+   * With `inFlight` batches in flight at most: that many connections, or half as many when
+   * pipelined. With `link`, the target is reached through a proxy the test can slow, one connection
+   * at a time. With `lanes`, each table has that many and row i is keyed `k${i % KEYS}`.
    */
-  async function setup(connections: number, tuning: Record<string, unknown> = {}, link = false, lanes = 1) {
+  async function setup(inFlight: number, tuning: Record<string, unknown> = {}, link = false, lanes = 1) {
+    const connections = pipelined ? Math.max(1, inFlight / 2) : inFlight;
     const dir = tempDirCleanedBy(cleanups);
     const remote = await openRemote(engine, { cleanups });
     const proxy = link ? startTcpProxy(remote.port, remote.host) : null;
@@ -101,7 +116,7 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
         `CREATE TABLE ${t} (${AUTO_POS[remote.dialect]}, n BIGINT NOT NULL, CONSTRAINT ${t}_n CHECK (n >= 0))`,
       );
     const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
-    const writer = new Watched(remote.createWriter({ ...connection, max_connections: connections }));
+    const writer = new Watched(remote.createWriter({ ...connection, max_connections: connections }), pipelined);
     const log = memoryLogger();
     const config = oneApp(
       dir.file("queue"),
@@ -148,12 +163,13 @@ describe.each(["postgres", "mysql"] as const)("batches in flight behind each oth
   }
 
   test.each([
-    [4, 4, "two batches over two tables each, each with one behind it"],
-    [1, 1, "one batch at a time"],
+    [4, "two batches over two tables each, each with one behind it"],
+    [1, "one batch at a time — pipelined, one connection with a batch behind the first"],
   ])(
-    "connections = %d: %d in flight at most (%s); each table's rows once and in order",
-    async (connections, most) => {
-      const s = await setup(connections);
+    "set up for %d in flight (%s): as many open at once, and each table's rows once and in order",
+    async (inFlight) => {
+      const s = await setup(inFlight);
+      const most = pipelined ? Math.max(2, inFlight) : inFlight;
       s.fill();
       await s.drain(ROWS * TABLES.length);
       for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });

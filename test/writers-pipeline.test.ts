@@ -191,6 +191,68 @@ describe("the postgres writer pipelines a batch", () => {
     }
   });
 
+  test("a batch sent while one is in flight on the only connection goes behind it, in the same round trip, in a transaction of its own", async () => {
+    const writer = s.writer(); // one connection
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      expect((await writer.writeBatch(drainBatch(s, 3, 400))).every((r) => r.ok)).toBe(true); // connected, prepared
+      const before = s.proxy.turns;
+      const ahead = writer.writeBatch(drainBatch(s, 3, 410), { onSent: () => void 0 });
+      await Bun.sleep(0);
+      let behindOnWire = false;
+      const behind = writer.writeBatch(drainBatch(s, 3, 420), { onSent: () => (behindOnWire = true) });
+      await Bun.sleep(0);
+      expect(behindOnWire).toBe(true); // on the connection before the one ahead is answered
+      expect((await ahead).every((r) => r.ok)).toBe(true);
+      expect((await behind).every((r) => r.ok)).toBe(true);
+      expect(s.proxy.turns - before).toBe(1);
+      expect(await s.moved()).toEqual({ a: 3, b: 3, c: 3, d: 3 });
+      for (const ns of NAMESPACES)
+        expect({ ns, ids: (await s.ids(ns)).filter((id) => id >= 400 && id < 500) }).toEqual({
+          ns,
+          ids: [400, 401, 402, 410, 411, 412, 420, 421, 422],
+        });
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a statement the server fails in the batch ahead rolls that one back and not the one behind it on the connection; the one ahead is re-run without its namespace", async () => {
+    const writer = s.writer({ coalesce: false });
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      expect((await writer.writeBatch(drainBatch(s, 1, 500))).every((r) => r.ok)).toBe(true); // connected, prepared
+      await s.exec("INSERT INTO b (id, note) VALUES (511, 'already there')");
+      const ahead = writer.writeBatch(drainBatch(s, 2, 510), { onSent: () => void 0 });
+      await Bun.sleep(0);
+      const behind = writer.writeBatch(drainBatch(s, 2, 520));
+      // Had the one behind run inside the aborted transaction, its statements would have failed too.
+      expect((await behind).every((r) => r.ok)).toBe(true);
+      const results = await ahead;
+      expect(results.map(shape)).toEqual([
+        "ok",
+        "ok",
+        "ok",
+        "skipped",
+        "skipped",
+        "failed",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+      ]);
+      expect(results[5]).toMatchObject({ ok: false, errorClass: "23505" });
+      expect(await s.moved()).toEqual({ a: 3, b: 2, c: 3, d: 3 });
+      const ours = (ids: number[]) => ids.filter((id) => id >= 500 && id < 600);
+      expect(ours(await s.ids("b"))).toEqual([500, 511, 520, 521]);
+      expect(ours(await s.ids("c"))).toEqual([500, 510, 511, 520, 521]);
+    } finally {
+      await writer.close?.();
+    }
+  });
+
   test("a link cut while the pipelined batch is on its way is an outage (WriteError), and nothing of it lands", async () => {
     const writer = s.writer();
     try {
@@ -224,6 +286,27 @@ describe("the mysql writer pipelines a batch", () => {
       expect(await s.moved()).toEqual({ a: 2, b: 2, c: 2, d: 2 });
       for (const ns of NAMESPACES)
         expect({ ns, ids: await s.ids(ns) }).toEqual({ ns, ids: [1, 2, 3, 4, 5, 100, 101, 102, 103, 104] });
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a batch sent while one is in flight on the only connection waits for that one's COMMIT (a batch behind it would run inside it): two round trips each, one after the other", async () => {
+    const writer = s.writer(); // one connection
+    try {
+      expect((await writer.writeBatch(drainBatch(s, 2, 400))).every((r) => r.ok)).toBe(true); // connected, prepared
+      const before = s.proxy.turns;
+      const ahead = writer.writeBatch(drainBatch(s, 2, 410), { onSent: () => void 0 });
+      await Bun.sleep(0);
+      const behind = writer.writeBatch(drainBatch(s, 2, 420));
+      expect((await ahead).every((r) => r.ok)).toBe(true);
+      expect((await behind).every((r) => r.ok)).toBe(true);
+      expect(s.proxy.turns - before).toBe(4);
+      for (const ns of NAMESPACES)
+        expect({ ns, ids: (await s.ids(ns)).filter((id) => id >= 400 && id < 500) }).toEqual({
+          ns,
+          ids: [400, 401, 410, 411, 420, 421],
+        });
     } finally {
       await writer.close?.();
     }

@@ -119,7 +119,7 @@ export class Delivery {
   #batches = 0;
   /** Batches sent and not answered yet. */
   #inFlight = 0;
-  /** How many batches may be in flight at once: the target's `connections` when its writer takes concurrent calls and a ledger fences them, else 1. */
+  /** How many batches may be in flight at once: when its writer takes concurrent calls and a ledger fences them, the target's `connections` (twice that when the writer pipelines them), else 1. */
   readonly #parallel: number;
   /** The fence that opens each table's slice, moving its ledger rows; null without a ledger. */
   private readonly fence: OpenContext["fence"];
@@ -161,8 +161,9 @@ export class Delivery {
     this.served = new Set(parts.tables.map((t) => t.name));
     this.fence = parts.ledger ? (table, moves) => parts.ledger!.fence(table, moves) : null;
     const { connections } = parts.target;
-    this.#parallel = parts.writer.writer.concurrent === true && this.fence !== null ? connections : 1;
-    if (connections > 1 && this.#parallel === 1)
+    const { concurrent, pipelined } = parts.writer.writer;
+    this.#parallel = concurrent === true && this.fence !== null ? connections * (pipelined === true ? 2 : 1) : 1;
+    if (connections > 1 && this.#parallel < connections)
       this.logger.warn(
         `drain: ${this.name} has connections = ${connections}, but ${this.fence === null ? "no ledger (ledger = false) orders batches in flight" : "its writer takes one batch at a time (sqlite, libsql, a custom writer without concurrent = true)"}: one batch is in flight`,
         { target: this.name },
@@ -198,15 +199,16 @@ export class Delivery {
 
   /**
    * Plans this cycle's batches over every ready table (of `only`, when given), sends them, and
-   * applies each answer. One batch with one connection. With `connections` above 1 (a writer that
-   * takes concurrent calls, a ledger) the tables are shared out over `connections / 2` chains, and
+   * applies each answer. One batch when one may be in flight. With more (a writer that takes
+   * concurrent calls, a ledger: `connections`, twice that when the writer pipelines batches on a
+   * connection) the tables are shared out over half as many chains, and
    * each chain keeps a second batch in flight behind its first: the rows that follow each of its
    * tables, fenced behind it (see DrainTable.openBehind), so the remote commits the two in order,
    * whatever order they arrive in, or not at all. When a chain's first batch is answered cleanly,
    * the next goes behind the one still in flight, up to CHAIN_BATCHES a cycle, so the link is not
    * idle between cycles. Two deep, no more: when a transaction ends, PostgreSQL wakes every
-   * transaction waiting on its rows at once, so a third could take a ledger row before the second
-   * and fail its fence.
+   * transaction waiting on its rows at once, so a third on another connection could take a ledger
+   * row before the second and fail its fence.
    */
   async deliver(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
     const firsts = this.planBatches(now, out, only);
@@ -276,9 +278,9 @@ export class Delivery {
   }
 
   /**
-   * The cycle's first batches: one over every ready table; with `connections` above 1, up to
-   * `connections / 2`, each over its share of the tables — a table in one batch only — and a
-   * transaction across tables in the batch of its tables.
+   * The cycle's first batches: one over every ready table; with more than two batches allowed in
+   * flight, up to half as many, each over its share of the tables — a table in one batch only — and
+   * a transaction across tables in the batch of its tables.
    */
   private planBatches(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): SentBatch[] {
     const count = Math.max(1, Math.floor(this.#parallel / 2));

@@ -17,17 +17,42 @@ import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "./write
 type Engine = "postgres" | "mysql";
 
 /** The connection one writeBatch call is using, whether that call has timed out, and whom to tell once its first pass is issued. */
-type InFlight = { reserved: ReservedSQL | null; timedOut: boolean; onSent: (() => void) | undefined };
+type InFlight = {
+  slot: Slot | null;
+  lease: Lease | null;
+  timedOut: boolean;
+  onSent: (() => void) | undefined;
+};
 
 /**
- * One connection of the writer's pool: a client of at most one connection, and the statement texts
- * it has run (so prepared, as Bun prepares every text it sends, per connection).
+ * One reservation of a slot's connection, shared by the passes issued on it (two at most, with an
+ * engine that pipelines passes): released when the last of them ends, and `broken` when a pass may
+ * have left a transaction open on it (a timeout closed it, or a pass threw before its COMMIT was
+ * issued), so that no pass behind it runs inside another's transaction.
+ */
+interface Lease {
+  reserved: Promise<ReservedSQL>;
+  passes: number;
+  broken: boolean;
+}
+
+/**
+ * One connection of the writer's pool: a client of at most one connection, the statement texts it
+ * has run (so prepared, as Bun prepares every text it sends, per connection), the passes it carries
+ * and the reservation they share.
  */
 interface Slot {
   sql: SQL;
   texts: Set<string>;
-  busy: boolean;
+  passes: number;
+  lease: Lease | null;
 }
+
+/**
+ * How many passes an engine that pipelines passes (`pipelined`) keeps on one connection: the
+ * drain's chains are two batches deep (see Delivery.deliver).
+ */
+const PASSES_PER_CONNECTION = 2;
 
 /**
  * The texts a slot remembers, newest kept: Bun's MySQL client keeps 256 prepared statements per
@@ -57,8 +82,10 @@ export type ReservedPass = (
  */
 export class BunSqlWriter implements OutboxWriter {
   readonly dialect: Engine;
-  /** Each batch reserves its own connection from the pool (`max_connections`; see #acquire). */
+  /** Each batch reserves a connection from the pool (`max_connections`; see #acquire). */
   readonly concurrent = true;
+  /** Whether a batch may go on a busy connection, behind the one there (the engine's pass says; see #acquire). */
+  readonly pipelined: boolean;
   /** The target with its password masked: safe for logs and errors. */
   readonly description: string;
   /** The pool: `max_connections` clients of one connection each (see #acquire). */
@@ -73,8 +100,15 @@ export class BunSqlWriter implements OutboxWriter {
   readonly #tools: PassTools;
   #closed = false;
 
-  constructor(engine: Engine, connection: Connection, classify: (error: unknown) => ErrorKind, pass: ReservedPass) {
+  constructor(
+    engine: Engine,
+    connection: Connection,
+    classify: (error: unknown) => ErrorKind,
+    pass: ReservedPass,
+    { pipelined }: { pipelined: boolean },
+  ) {
     this.dialect = engine;
+    this.pipelined = pipelined;
     this.#classify = classify;
     this.#enginePass = pass;
     this.#tools = { classify, fail: (m, e, misconfigured) => this.#fail(m, e, misconfigured) };
@@ -108,14 +142,19 @@ export class BunSqlWriter implements OutboxWriter {
             database: stringKey(connection, "database"),
           });
     const size = numberKey(connection, "max_connections") ?? DEFAULT_MAX_CONNECTIONS;
-    this.#slots = Array.from({ length: Math.max(1, size) }, () => ({ sql: client(), texts: new Set(), busy: false }));
+    this.#slots = Array.from({ length: Math.max(1, size) }, () => ({
+      sql: client(),
+      texts: new Set(),
+      passes: 0,
+      lease: null,
+    }));
   }
 
   async writeBatch(stmts: Statement[], options: WriteOptions = {}): Promise<WriteResult[]> {
     if (this.#closed) throw this.#fail("writer is closed", undefined);
     if (stmts.length === 0) return [];
     // The connection this call is using, so its timeout closes it (and no other call's).
-    const inFlight: InFlight = { reserved: null, timedOut: false, onSent: options.onSent };
+    const inFlight: InFlight = { slot: null, lease: null, timedOut: false, onSent: options.onSent };
     const work = runIsolated(
       stmts,
       (s, checking) => this.#pass(s, inFlight, checking),
@@ -127,7 +166,7 @@ export class BunSqlWriter implements OutboxWriter {
     return withTimeout(work, this.#batchTimeoutMs, () => {
       // Closing the connection makes the pipelined queries reject and the server roll back.
       inFlight.timedOut = true;
-      void inFlight.reserved?.close().catch(() => {});
+      if (inFlight.slot !== null && inFlight.lease !== null) this.#breakLease(inFlight.slot, inFlight.lease);
       throw this.#fail(`batch timed out after ${this.#batchTimeoutMs / 1000}s`, undefined);
     });
   }
@@ -138,24 +177,31 @@ export class BunSqlWriter implements OutboxWriter {
     await Promise.all(this.#slots.map((slot) => slot.sql.close({ timeout: 5 })));
   }
 
-  /** One optimistic pass on one reserved connection (see `Pass`), released afterwards. */
+  /** One optimistic pass on a reserved connection (see `Pass`), released once no pass uses it. */
   async #pass(stmts: Statement[], inFlight: InFlight, checking: boolean): Promise<PassResult> {
     const texts = new Set(stmts.map((s) => s.sql));
     const slot = await this.#acquire(texts);
+    const lease = (slot.lease ??= { reserved: slot.sql.reserve(), passes: 0, broken: false });
+    lease.passes += 1;
     let reserved: ReservedSQL;
     try {
-      reserved = await slot.sql.reserve();
+      reserved = await lease.reserved;
     } catch (error) {
-      this.#release(slot, null);
+      await this.#release(slot, lease, null);
       throw this.#fail(`cannot connect: ${errorText(error)}`, error, this.#classify(error).kind === "misconfigured");
     }
-    if (inFlight.timedOut) {
-      // The caller already got a timeout: do not start the batch on a late connection.
-      await reserved.release().catch(() => {});
-      this.#release(slot, null);
-      throw this.#fail("batch timed out while waiting for a connection", undefined);
+    if (inFlight.timedOut || lease.broken) {
+      // The caller already got a timeout, or a pass ahead on this connection may have left its transaction open.
+      await this.#release(slot, lease, null);
+      throw this.#fail(
+        inFlight.timedOut
+          ? "batch timed out while waiting for a connection"
+          : "the connection was closed under the batch",
+        undefined,
+      );
     }
-    inFlight.reserved = reserved;
+    inFlight.slot = slot;
+    inFlight.lease = lease;
     let answered = false;
     // A text the connection has not run waits for its prepare before it, and all behind it, go out:
     // the batch is on the connection only once issued on one that knows every text.
@@ -163,46 +209,61 @@ export class BunSqlWriter implements OutboxWriter {
     for (const t of texts) known &&= slot.texts.has(t);
     try {
       const pass = this.#enginePass(reserved, stmts, checking, this.#tools); // issues every statement before it waits
-      if (known) inFlight.onSent?.();
+      // A pass that threw while issuing may have sent BEGIN and not its end: a pass behind it would
+      // run inside that transaction (a BEGIN there is only a warning), so the connection goes.
+      if (Bun.peek.status(pass) === "rejected") this.#breakLease(slot, lease);
+      else if (known) inFlight.onSent?.();
       inFlight.onSent = undefined;
       const result = await pass;
       answered = !inFlight.timedOut;
       return result;
     } finally {
-      inFlight.reserved = null;
-      // Bun closes (instead of pooling) a connection released inside an open transaction.
-      await reserved.release().catch(() => {});
+      inFlight.slot = inFlight.lease = null;
       // A pass that threw may have lost its connection, and the next one prepares every text anew.
-      this.#release(slot, answered ? texts : null);
+      await this.#release(slot, lease, answered ? texts : null);
     }
   }
 
   /**
-   * A free connection for a batch of `texts`: the one that has run most of them. Bun prepares each
+   * A connection for a batch of `texts`: the free one that has run most of them. Bun prepares each
    * text the first time a connection sends it, two round trips apiece, one text after another, before
    * the batch goes on: on a long link a connection's first batches take ten round trips or more.
    * Bun's own pool hands out whichever connection is free, so with several connections every one
    * would, in time, prepare every table's texts; kept to the connections that know them, a table's
-   * batches pay that once. Waits, first come first served, while every connection is busy.
+   * batches pay that once. With none free, an engine that pipelines passes puts the batch behind
+   * the one on a busy connection (the one that knows most of its texts), in order: the server runs
+   * it as soon as the one ahead ends, without a round trip between them. Otherwise it waits, first
+   * come first served.
    */
   #acquire(texts: Set<string>): Promise<Slot> {
-    let best: Slot | null = null;
-    let bestKnown = -1;
-    for (const slot of this.#slots) {
-      if (slot.busy) continue;
-      let known = 0;
-      for (const t of texts) if (slot.texts.has(t)) known += 1;
-      if (known > bestKnown) [best, bestKnown] = [slot, known];
-    }
+    const best =
+      this.#mostKnowing(texts, 0) ?? (this.pipelined ? this.#mostKnowing(texts, PASSES_PER_CONNECTION - 1) : null);
     if (best !== null) {
-      best.busy = true;
+      best.passes += 1;
       return Promise.resolve(best);
     }
     return new Promise((resolve) => this.#waiting.push(resolve));
   }
 
-  /** `slot` is free again, knowing `texts` too (null: it may have lost its connection, and what it knew). */
-  #release(slot: Slot, texts: Set<string> | null): void {
+  /** Of the slots carrying at most `passes` passes, the one that knows most of `texts`. */
+  #mostKnowing(texts: Set<string>, passes: number): Slot | null {
+    let best: Slot | null = null;
+    let bestKnown = -1;
+    for (const slot of this.#slots) {
+      if (slot.passes > passes) continue;
+      let known = 0;
+      for (const t of texts) if (slot.texts.has(t)) known += 1;
+      if (known > bestKnown) [best, bestKnown] = [slot, known];
+    }
+    return best;
+  }
+
+  /**
+   * A pass on `slot` ended, knowing `texts` too (null: it may have lost its connection, and what
+   * it knew). The reservation goes back when no pass uses it (Bun closes, instead of pooling, a
+   * connection released inside an open transaction); a caller waiting for a connection gets the slot.
+   */
+  #release(slot: Slot, lease: Lease, texts: Set<string> | null): Promise<void> {
     if (texts === null) slot.texts.clear();
     else
       for (const t of texts) {
@@ -210,9 +271,23 @@ export class BunSqlWriter implements OutboxWriter {
         slot.texts.add(t);
         if (slot.texts.size > TEXTS_REMEMBERED) slot.texts.delete(slot.texts.values().next().value!);
       }
+    slot.passes -= 1;
     const next = this.#waiting.shift();
-    if (next) next(slot);
-    else slot.busy = false;
+    if (next) {
+      slot.passes += 1;
+      next(slot);
+    }
+    lease.passes -= 1;
+    if (lease.passes > 0) return Promise.resolve();
+    if (slot.lease === lease) slot.lease = null;
+    return lease.reserved.then((r) => r.release()).catch(() => {});
+  }
+
+  /** Closes the connection under `lease` (the server rolls back what is open on it); the slot's next pass reserves anew. */
+  #breakLease(slot: Slot, lease: Lease): void {
+    lease.broken = true;
+    if (slot.lease === lease) slot.lease = null;
+    void lease.reserved.then((r) => r.close()).catch(() => {});
   }
 
   /** A `WriteError` whose message and cause never contain the password. */

@@ -24,7 +24,9 @@ export const mysqlWriter: WriterSpec = {
       : []),
   ],
   describe: (connection) => describeServer(connection, "mysql"),
-  create: (connection) => new BunSqlWriter("mysql", connection, classifyMysql, mysqlPass),
+  // Not pipelined: a pass sends its COMMIT only after its answers, so a pass queued behind it would
+  // run its statements inside it (and its autocommit-off inside it is no boundary).
+  create: (connection) => new BunSqlWriter("mysql", connection, classifyMysql, mysqlPass, { pipelined: false }),
 };
 
 /**

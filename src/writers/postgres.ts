@@ -12,7 +12,9 @@ export const postgresWriter: WriterSpec = {
   keys: serverKeys(5432),
   validate: (connection) => validateServer(connection, ["postgres", "postgresql"]),
   describe: (connection) => describeServer(connection, "postgres"),
-  create: (connection) => new BunSqlWriter("postgres", connection, classifyPostgres, postgresPass),
+  // Pipelined: a pass is every message of its transaction, its end (COMMIT or ROLLBACK) included,
+  // sent at once, so a pass queued behind it on the connection begins only once it has ended.
+  create: (connection) => new BunSqlWriter("postgres", connection, classifyPostgres, postgresPass, { pipelined: true }),
 };
 
 /**

@@ -70,6 +70,13 @@ export interface OutboxWriter {
    * false: the drain sends one batch at a time.
    */
   readonly concurrent?: boolean;
+  /**
+   * Whether a `concurrent` writer also takes a call while each of its connections carries one: it
+   * queues the batch behind one on its connection, where the remote runs it right after that one
+   * ends (PostgreSQL, whose transaction goes out whole, COMMIT included). The drain then keeps two
+   * batches in flight per connection, `connections = 1` included. Absent or false: one per connection.
+   */
+  readonly pipelined?: boolean;
   writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]>;
 
   close?(): Promise<void> | void;
