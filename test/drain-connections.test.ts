@@ -35,6 +35,9 @@ class Watched implements OutboxWriter {
   readonly pipelined: boolean;
   open = 0;
   mostOpen = 0;
+  /** Rows (statements of a row, not the drain's own) in the calls open at once, and the most so far. */
+  openRows = 0;
+  mostOpenRows = 0;
   calls = 0;
   /** The calls (1: the first) in the order they answered. */
   answered: number[] = [];
@@ -67,6 +70,9 @@ class Watched implements OutboxWriter {
     const call = ++this.calls;
     this.open += 1;
     this.mostOpen = Math.max(this.mostOpen, this.open);
+    const rows = stmts.filter((s) => s.seq > 0).length;
+    this.openRows += rows;
+    this.mostOpenRows = Math.max(this.mostOpenRows, this.openRows);
     try {
       const before = this.before;
       const rowCall = stmts.some((s) => s.seq > 0) ? ++this.#rowCalls : 0;
@@ -83,6 +89,7 @@ class Watched implements OutboxWriter {
       return results;
     } finally {
       this.open -= 1;
+      this.openRows -= rows;
       this.answered.push(call);
     }
   }
@@ -190,6 +197,20 @@ describe.each([
     expect((await s.svc.runOnce()).delivered).toBe(160); // the rest
     const all = Array.from({ length: rows }, (_, i) => i + 1);
     for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: all });
+  }, 30_000);
+
+  test("the batches in flight carry at most batch_max_bytes per connection: the one behind takes what the one ahead leaves", async () => {
+    // ~32 bytes a row (its INSERT and its arguments, as batch_max_bytes counts them): a batch ahead
+    // of ~90 rows leaves next to nothing for the one behind.
+    const maxBytes = 3000;
+    const s = await setup(2, { batchMaxBytes: maxBytes });
+    s.writer.late = { sentMs: 5, answerMs: 30 };
+    s.fill();
+    await s.drain(ROWS * TABLES.length);
+    const connections = pipelined ? 1 : 2;
+    expect(s.writer.mostOpenRows).toBeLessThanOrEqual(Math.floor((maxBytes * connections) / 32));
+    expect(s.writer.mostOpen).toBe(2);
+    for (const t of TABLES) expect({ t, n: await s.landed(t) }).toEqual({ t, n: inOrder });
   }, 30_000);
 
   test("with lanes: the chain goes on the same way, each slice fenced behind where the one ahead moves each lane, and every key's rows land once, in order", async () => {

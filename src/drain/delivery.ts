@@ -119,6 +119,10 @@ export class Delivery {
   #batches = 0;
   /** Batches sent and not answered yet. */
   #inFlight = 0;
+  /** The rows' bytes (as batch_max_bytes counts them) of the batches sent and not answered yet. */
+  #inFlightBytes = 0;
+  /** The most bytes in flight at once: batch_max_bytes per connection, however many batches share one. */
+  readonly #maxInFlightBytes: number;
   /** How many batches may be in flight at once: when its writer takes concurrent calls and a ledger fences them, the target's `connections` (twice that when the writer pipelines them), else 1. */
   readonly #parallel: number;
   /** The fence that opens each table's slice, moving its ledger rows; null without a ledger. */
@@ -161,6 +165,7 @@ export class Delivery {
     this.served = new Set(parts.tables.map((t) => t.name));
     this.fence = parts.ledger ? (table, moves) => parts.ledger!.fence(table, moves) : null;
     const { connections } = parts.target;
+    this.#maxInFlightBytes = parts.app.batchMaxBytes * connections;
     const { concurrent, pipelined } = parts.writer.writer;
     this.#parallel = concurrent === true && this.fence !== null ? connections * (pipelined === true ? 2 : 1) : 1;
     if (connections > 1 && this.#parallel < connections)
@@ -309,12 +314,15 @@ export class Delivery {
     const observed = this.observer === null ? null : this.observed(batch);
     const started = performance.now();
     this.#inFlight += 1; // until deliver has its answer
+    const bytes = batch.slices.reduce((n, sl) => n + sl.bytes, 0);
+    this.#inFlightBytes += bytes;
     let wired = () => {};
     const onWire = new Promise<void>((resolve) => (wired = resolve));
     const call = this.writer.send(batch.stmts, (abandoned) => this.awaitLateAnswer(batch, abandoned), {
       onSent: () => wired(),
     });
     call.then(wired, wired); // a writer that never says so: its answer will do
+    void call.finally(() => (this.#inFlightBytes -= bytes)).catch(() => {});
     return { batch, call, observed, started, onWire };
   }
 
@@ -468,14 +476,14 @@ export class Delivery {
 
   /**
    * The batch behind `ahead`, sent before `ahead` is answered: for each table alone in its unit
-   * there, the rows that follow its slice, read now and fenced behind it (DrainTable.openBehind).
-   * Tables a transaction links, and batches of large rows, wait for the answer. Null when nothing
-   * follows.
+   * there, the rows that follow its slice, read now and fenced behind it (DrainTable.openBehind),
+   * within what the batches in flight leave of batch_max_bytes per connection. Tables a transaction
+   * links, and batches of large rows, wait for the answer. Null when nothing follows.
    */
   private planBehind(ahead: SentBatch): SentBatch | null {
     if (this.fence === null || ahead.slices.reduce((n, sl) => n + sl.bytes, 0) > LARGE_BATCH_BYTES) return null;
     const linked = new Set(ahead.units.flat());
-    let budget = this.app.batchMaxBytes;
+    let budget = Math.min(this.app.batchMaxBytes, this.#maxInFlightBytes - this.#inFlightBytes);
     const units: TableSlice[][] = [];
     for (const slice of ahead.slices) {
       if (linked.has(slice) || budget <= 0) continue;
