@@ -9,7 +9,7 @@ import { boolean, choice, described, integer, key, limit, number, own, string, t
 // come from here; test/config-example.test.ts holds docs/configuration.md to it. A key of kind
 // `own` is a structure its section's code reads itself. Object order is the order keys are read.
 
-/** The most batches in flight to one target (`connections`): each holds a connection and up to batch_max_bytes. */
+/** The most connections to one target (`connections`): each carries a batch or two in flight, up to batch_max_bytes between them. */
 export const MAX_CONNECTIONS = 64;
 
 function connectionsProblem(n: number): string | undefined {
@@ -84,7 +84,7 @@ export const TARGET_KEYS = {
     default: 1,
     check: connectionsProblem,
     type: `integer, 1–${MAX_CONNECTIONS}`,
-    doc: "Batches in flight to this target at once, each on its own connection",
+    doc: "Connections to this target, each carrying a batch in flight (mysql) or two, the second queued behind the first (postgres, so 1 already keeps two in flight)",
   }),
   connection: key(own<Record<string, unknown>>("table"), { default: described("{}"), doc: "Passed to the writer." }),
 };
