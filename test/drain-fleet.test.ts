@@ -7,7 +7,7 @@ import fs from "node:fs";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import type { OutboxWriter } from "../src/writers/writer.ts";
+import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { AUTO_POS, openRemote } from "./support/remote.ts";
@@ -193,4 +193,31 @@ test("a second origin feeding an injected (compatibility-mode) table is refused 
   await b.svc.runOnce();
   expect(b.svc.totalPending()).toBe(5);
   expect(b.svc.targets()[0]!.tables[0]!.view().held?.reason).toBe("origin");
+});
+
+test("at start the settlement from the ledger and the fleet view's first read go to the remote in one call", async () => {
+  cleanups.push(() => closeSharedOutboxes());
+  const dir = tempDirCleanedBy(cleanups);
+  const remote = await openRemote("sqlite", { cleanups });
+  await remote.exec("CREATE TABLE t (id INTEGER NOT NULL)");
+  const dbDir = dir.file("queue");
+  const inner = remote.createWriter();
+  const calls: Statement[][] = [];
+  const writer: OutboxWriter = {
+    dialect: "sqlite",
+    writeBatch: (stmts) => (calls.push(stmts), inner.writeBatch(stmts)),
+  };
+  const config = oneApp(dbDir, { r: { writer: "sqlite", connection: remote.connection, tables: ["t"] } });
+  const svc = new OutboxSyncService(config, { "app.r": writer }, { logger: memoryLogger() });
+  cleanups.push(() => svc.stop(2000));
+  const producer = new SQLMiddleware({ dbDir });
+  for (let i = 0; i < 5; i++) producer.push("t", "INSERT INTO t (id) VALUES (?)", [i]);
+  await svc.runOnce();
+  const reads = calls.filter((stmts) => stmts.every((st) => st.seq === 0 && /^SELECT/i.test(st.sql)));
+  const settling = reads.filter((stmts) => stmts.some((st) => st.namespace === "t"));
+  expect(settling).toHaveLength(1);
+  expect(settling[0]!.map((st) => st.namespace)).toEqual(["t", "sqloutbox_ledger"]);
+  expect(reads.filter((stmts) => stmts.every((st) => st.namespace === "sqloutbox_ledger"))).toHaveLength(1); // the probe of setup only
+  expect((await remote.ints("SELECT id FROM t ORDER BY rowid")).flat()).toEqual([0, 1, 2, 3, 4]);
+  expect(svc.targets()[0]!.fleet.map((r) => r.namespace)).toEqual(["t"]);
 });

@@ -1,4 +1,5 @@
-import type { TargetLedger } from "./ledger.ts";
+import { fleetRows, type TargetLedger } from "./ledger.ts";
+import type { Statement, WriteResult } from "../writers/writer.ts";
 import type { DrainTable } from "./table.ts";
 import type { LedgerRow } from "./views.ts";
 
@@ -44,7 +45,21 @@ export class FleetView {
   async refresh(ledger: TargetLedger, tables: DrainTable[], now: number): Promise<void> {
     if (now < this.dueAt) return;
     this.#triedAt = now;
-    const rows = await ledger.readFleet(tables);
+    this.#take(await ledger.readFleet(tables), tables, now);
+  }
+
+  /** When due: the read to send along with another (see refresh), and what to do with its answer; null when not due. */
+  readAlong(
+    ledger: TargetLedger,
+    tables: DrainTable[],
+    now: number,
+  ): { read: Statement; take: (result: WriteResult) => void } | null {
+    if (now < this.dueAt || tables.length === 0) return null;
+    this.#triedAt = now;
+    return { read: ledger.fleetRead(tables), take: (result) => this.#take(fleetRows(result), tables, now) };
+  }
+
+  #take(rows: LedgerRow[] | null, tables: DrainTable[], now: number): void {
     if (rows === null) return;
     this.rows = rows;
     this.readAt = now;

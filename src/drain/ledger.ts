@@ -2,7 +2,7 @@ import type { Logger } from "../logger.ts";
 import { fenceSql, fleetReadSql, settleLanesReadSql, settleReadSql } from "../sql/ledger.ts";
 import { ledgerStep } from "../sql/probe.ts";
 import { maxSeqSql } from "../sql/schema.ts";
-import type { Statement } from "../writers/writer.ts";
+import type { Statement, WriteResult } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { parseCount, type BoundedWriter } from "./bounded-writer.ts";
 import { ensureStep } from "./remote-schema.ts";
@@ -71,13 +71,19 @@ export class TargetLedger {
    * A queue without a ledger row that delivered before — through `outbox_seq` (this project's
    * earlier versions, the Python reference) — is migrated: its remote MAX(outbox_seq) is adopted as
    * applied, so nothing that landed is delivered again (one more round trip, once). Returns how many
-   * rows were confirmed. An outage throws; a ledger that cannot be read holds the table.
+   * rows were confirmed. `along`: more reads of the drain's own sent in the same round trip (the
+   * fleet view's), their results returned in order. An outage throws; a ledger that cannot be read
+   * holds the table.
    */
-  async settle(tables: DrainTable[], now: number): Promise<number> {
+  async settle(
+    tables: DrainTable[],
+    now: number,
+    along: Statement[] = [],
+  ): Promise<{ confirmed: number; along: WriteResult[] }> {
     const ready = tables.filter((t) => t.isOpen);
-    if (ready.length === 0) return 0;
-    const results = await this.writer.send(
-      ready.map((t) =>
+    if (ready.length + along.length === 0) return { confirmed: 0, along: [] };
+    const sent = await this.writer.send([
+      ...ready.map((t) =>
         t.lanes > 1
           ? {
               sql: this.settleLanesText,
@@ -87,7 +93,9 @@ export class TargetLedger {
             }
           : { sql: this.settleText, args: [t.origin!, t.name], namespace: t.name, seq: 0 },
       ),
-    );
+      ...along,
+    ]);
+    const results = sent.slice(0, ready.length);
     const read = new Map<DrainTable, number | null>();
     const lanes = new Map<DrainTable, Map<string, number>>();
     ready.forEach((t, i) => {
@@ -155,7 +163,7 @@ export class TargetLedger {
         },
       );
     }
-    return confirmed;
+    return { confirmed, along: sent.slice(ready.length) };
   }
 
   /** The remote MAX(outbox_seq) of each table (0 when it has no such column), in one round trip. */
@@ -173,26 +181,34 @@ export class TargetLedger {
     return marks;
   }
 
-  /** Every origin's ledger row for `tables` (no lock): the fleet view; null when the ledger answered with an error. An outage throws. */
+  /** The read of every origin's ledger row for `tables` (no lock): the fleet view's (see fleetRows). */
+  fleetRead(tables: DrainTable[]): Statement {
+    return {
+      sql: fleetReadSql(this.table, this.dialect, tables.length),
+      args: tables.map((t) => t.name),
+      namespace: this.table,
+      seq: 0,
+    };
+  }
+
+  /** Every origin's ledger row for `tables`, read alone (fleetRead); null when the ledger answered with an error. An outage throws. */
   async readFleet(tables: DrainTable[]): Promise<LedgerRow[] | null> {
     if (tables.length === 0) return [];
-    const [result] = await this.writer.send([
-      {
-        sql: fleetReadSql(this.table, this.dialect, tables.length),
-        args: tables.map((t) => t.name),
-        namespace: this.table,
-        seq: 0,
-      },
-    ]);
-    if (!result!.ok || !result!.rows) return null;
-    return result!.rows.map(([origin, namespace, through, label, updatedAt]) => ({
-      origin: String(origin),
-      namespace: String(namespace),
-      through: Number(through),
-      label: String(label ?? ""),
-      updatedAt: String(updatedAt ?? ""),
-    }));
+    const [result] = await this.writer.send([this.fleetRead(tables)]);
+    return fleetRows(result!);
   }
+}
+
+/** The rows a fleetRead answered, or null when the ledger answered with an error. */
+export function fleetRows(result: WriteResult): LedgerRow[] | null {
+  if (!result.ok || !result.rows) return null;
+  return result.rows.map(([origin, namespace, through, label, updatedAt]) => ({
+    origin: String(origin),
+    namespace: String(namespace),
+    through: Number(through),
+    label: String(label ?? ""),
+    updatedAt: String(updatedAt ?? ""),
+  }));
 }
 
 /** A lanes settlement read's rows (`namespace, through`) by ledger row, or null when one is not a number. */

@@ -409,12 +409,17 @@ export class TargetRunner {
     }
   }
 
-  /** Settles the tables whose outcome is unknown and refreshes the fleet view when due. An outage throws. */
+  /** Settles the tables whose outcome is unknown and refreshes the fleet view when due, in one round trip when both are. An outage throws. */
   private async settleAndLook(now: number): Promise<number> {
     if (!this.ledger) return 0;
     const unsettled = this.tables.filter((t) => t.unsettled && !t.held(now));
-    const confirmed = unsettled.length > 0 ? await this.ledger.settle(unsettled, now) : 0;
-    await this.fleetView.refresh(this.ledger, this.tables, now);
+    if (unsettled.length === 0) {
+      await this.fleetView.refresh(this.ledger, this.tables, now);
+      return 0;
+    }
+    const fleet = this.fleetView.readAlong(this.ledger, this.tables, now);
+    const { confirmed, along } = await this.ledger.settle(unsettled, now, fleet ? [fleet.read] : []);
+    if (fleet) fleet.take(along[0]!);
     return confirmed;
   }
 
