@@ -253,6 +253,31 @@ describe("the postgres writer pipelines a batch", () => {
     }
   });
 
+  test("a link cut under two batches on the one connection fails both (WriteError), nothing of either lands, and the next batch gets a new connection", async () => {
+    const writer = s.writer({ batch_timeout: 1 });
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      expect((await writer.writeBatch(drainBatch(s, 1, 600))).every((r) => r.ok)).toBe(true); // connected, prepared
+      s.proxy.rttMs = 400;
+      const ahead = writer.writeBatch(drainBatch(s, 1, 610), { onSent: () => void 0 });
+      await Bun.sleep(0);
+      const behind = writer.writeBatch(drainBatch(s, 1, 620));
+      await Bun.sleep(50); // both inside the proxy, half a round trip from the server
+      s.proxy.cut("blackhole");
+      expect(await ahead.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
+      expect(await behind.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
+      s.proxy.restore();
+      s.proxy.rttMs = RTT_MS;
+      expect((await writer.writeBatch(drainBatch(s, 1, 630))).every((r) => r.ok)).toBe(true);
+      expect(await s.moved()).toEqual({ a: 2, b: 2, c: 2, d: 2 });
+      expect((await s.ids("d")).filter((id) => id >= 600 && id < 700)).toEqual([600, 630]);
+    } finally {
+      s.proxy.restore();
+      s.proxy.rttMs = RTT_MS;
+      await writer.close?.();
+    }
+  });
+
   test("a link cut while the pipelined batch is on its way is an outage (WriteError), and nothing of it lands", async () => {
     const writer = s.writer();
     try {
