@@ -11,13 +11,12 @@ import type { Statement, WriteResult } from "../writers/writer.ts";
 import { classifyAnswer, type Failure } from "./answer.ts";
 import { type Charged, HeadCharges } from "./charges.ts";
 import type { DeliveryObserver } from "./observer.ts";
-import { type HeldHead, type Lane, lanesOf, type Plan, planSlice, type SlicePlan } from "./planner.ts";
-import { LaneMap } from "./lane-map.ts";
-import { endOfGroup } from "./row-groups.ts";
+import { type Lane, type Plan, planSlice, type SlicePlan } from "./planner.ts";
 import { BackgroundPrune } from "./prune.ts";
 import { tableReadiness } from "./schedule.ts";
 import { TableHolds } from "./table-hold.ts";
-import type { HeldLaneView, HoldReason, TableView } from "./views.ts";
+import { type LanesAfter, TableLanes } from "./table-lanes.ts";
+import type { HoldReason, TableView } from "./views.ts";
 
 /**
  * A table's rows read and converted for a batch, before its fence and its head's charge: whole
@@ -29,20 +28,6 @@ export interface SliceDraft extends SlicePlan {
   table: DrainTable;
   /** With lanes: where the table's next read starts and its confirmation stops, once this slice is applied whole. */
   lanes?: LanesAfter;
-}
-
-/** What a table with lanes knows once a slice is applied whole (see DrainTable's lanes state). */
-interface LanesAfter {
-  /** The seqs the plan took, so a draft trimmed by the runner (a transaction across tables) knows what it left. */
-  planned: number[];
-  cursor: number | null;
-  frontier: number | null;
-  /** The last row read: with no frontier, every row up to it is applied once the slice is. */
-  lastRead: number | null;
-  /** The slice is every pending row from its first through its last, nothing before it left pending (no frontier, nothing passed over, nothing left): it may be confirmed as read. */
-  whole: boolean;
-  /** Each row's slot in the ledger's throughs (see LaneMap), once the slice is opened. */
-  slots?: number[];
 }
 
 /** One table's part of a target's batch: the fence (when the target keeps a ledger), then its rows. */
@@ -197,23 +182,8 @@ export class DrainTable {
   readonly #cuts = new Map<Lane, number>();
   /** How many lanes the table has (`lanes`): 1 is one strict order; more, one per key's lane (see lane-key.ts). */
   readonly #lanes: number;
-  /** A row's lane, and the ledger row of each lane. */
-  readonly #laneMap: LaneMap;
-  /**
-   * With lanes: per ledger row (the table's own for rows without a key, `name#lane` per lane) the
-   * ledger's through as this drain last saw or set it — a row is applied when its seq is at or
-   * below its lane's — the lanes held back by a head backing off (until when), where the next read
-   * starts (rows before it are applied or in a lane held back; null: at the head) and the first
-   * row still pending before it (where the local confirmation stops).
-   */
-  #laneThrough: number[] | null = null;
-  /** The highest of `#laneThrough`. */
-  #laneThroughMax = 0;
-  #blocked = new Map<Lane, number>();
-  /** With lanes: the heads backing off that hold their lanes (as the last plan from the head found them, and charges since). */
-  #heldHeads = new Map<Lane, HeldHead>();
-  #cursor: number | null = null;
-  #frontier: number | null = null;
+  /** A row's lane, and with lanes what this drain knows of each (see TableLanes). */
+  readonly #laneState: TableLanes;
   /** With lanes: every pending row up to here is confirmed locally (no need to confirm to it again). */
   #confirmedUpTo = 0;
   /**
@@ -254,7 +224,7 @@ export class DrainTable {
     this.name = config.name;
     this.file = this.app.dbFile ?? `${this.app.dbDir}/${config.name}.db`;
     this.#lanes = config.lanes;
-    this.#laneMap = new LaneMap(this.name, config.lanes);
+    this.#laneState = new TableLanes(this.name, config.lanes);
     const { observer } = parts;
     this.#holds = new TableHolds({ table: this.name, target: this.target, file: this.file }, this.logger, observer);
     this.#charges = new HeadCharges({ ...parts, table: this.name });
@@ -311,7 +281,7 @@ export class DrainTable {
    */
   retryNow(now: number): void {
     this.#holds.retryNow(now);
-    this.#cursor = null;
+    this.#laneState.restart();
   }
 
   /** Compatibility mode: whether the setup is still to do, and can be done now (the file open, no fault holding the table). */
@@ -464,25 +434,9 @@ export class DrainTable {
       held: this.#holds.view(),
       counts: { ...this.counts },
     };
-    if (this.#lanes > 1) view.lanes = { count: this.#lanes, held: this.#heldLanes() };
+    if (this.#lanes > 1) view.lanes = { count: this.#lanes, held: this.#laneState.heldView(this.now()) };
     if (options.health) view.health = this.#health();
     return view;
-  }
-
-  /** With lanes: the lanes held by their head backing off, lowest lane first (every lane, for a row without a key: null). */
-  #heldLanes(): HeldLaneView[] {
-    const now = this.now();
-    return [...this.#heldHeads]
-      .filter(([, head]) => head.retryAt > now)
-      .sort(([a], [b]) => (a ?? -1) - (b ?? -1))
-      .map(([lane, head]) => ({
-        lane,
-        seq: head.seq,
-        key: head.key,
-        attempts: head.attempts,
-        lastError: head.lastError,
-        nextAttemptAt: new Date(head.retryAt).toISOString(),
-      }));
   }
 
   #health(): NamespaceHealth | null {
@@ -512,26 +466,12 @@ export class DrainTable {
   /** Forgets the ledger view: the next batch settles from the ledger first (after an outage, a fence that failed). */
   unsettle(): void {
     this.#through = null;
-    this.#laneThrough = null;
+    this.#laneState.unsettle();
   }
 
   /** How many lanes the table has (1: one strict order). */
   get lanes(): number {
     return this.#lanes;
-  }
-
-  #laneOf(row: OutboxRow): Lane {
-    return this.#laneMap.of(row);
-  }
-
-  /** With lanes: whether the ledger says the remote applied `row` (its lane's through is at or above it). */
-  #isApplied(row: OutboxRow): boolean {
-    // Rows above every lane's through (the rows read after the cursor, mostly) need no lane looked up.
-    return (
-      this.#laneThrough !== null &&
-      row.seq <= this.#laneThroughMax &&
-      row.seq <= this.#laneThrough[this.#laneMap.slotOf(row)]!
-    );
   }
 
   /**
@@ -547,8 +487,8 @@ export class DrainTable {
     const queue = this.#queue!;
     let confirmed = options.adopted ? this.#confirm(options.adopted) : 0;
     this.#tally({ delivered: confirmed });
-    this.#laneThrough = this.#laneMap.throughsOf(throughs);
-    this.#laneThroughMax = this.#laneThrough.reduce((a, b) => Math.max(a, b), 0);
+    const lanes = this.#laneState;
+    lanes.settle(throughs);
     const sent = queue.sentMark();
     let bound = 0;
     let restored = false;
@@ -556,7 +496,7 @@ export class DrainTable {
       const read = queue.readForDelivery(CONFIRM_SCAN_ROWS, this.app.batchMaxBytes, () => true, after);
       let stopped = false;
       for (const row of read.rows) {
-        if (!this.#isApplied(row)) {
+        if (!lanes.isApplied(row)) {
           stopped = true;
           break;
         }
@@ -587,8 +527,6 @@ export class DrainTable {
     this.#through = throughs.get(this.name) ?? 0;
     this.#applied = this.#appliedParts = null;
     this.#ahead = null;
-    this.#cursor = this.#frontier = null;
-    this.#blocked.clear();
     // The cuts stay: a row that failed behind its lane's head still waits until it heads the lane
     // (a batch behind the failed one settles the table; forgetting them would send it behind again).
     return confirmed;
@@ -680,7 +618,8 @@ export class DrainTable {
     const queue = this.#queue!;
     const { now } = ctx;
     const lanes = this.#lanes > 1;
-    if (lanes) this.#liftHolds(now);
+    const laneState = this.#laneState;
+    if (lanes) laneState.liftHolds(now);
     const knobs = { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs };
     const read = queue.readForDelivery(
       this.app.batchSize,
@@ -690,16 +629,16 @@ export class DrainTable {
         out.wakeAt = readiness.wakeAt;
         return readiness.ready;
       },
-      lanes ? this.#cursor : this.#applied,
-      lanes ? (row) => this.#isApplied(row) : null,
+      lanes ? laneState.cursor : this.#applied,
+      lanes ? (row) => laneState.isApplied(row) : null,
     );
-    const seen = Math.max(read.rows.at(-1)?.seq ?? 0, read.passedOver ?? 0, this.#cursor ?? 0) || null;
+    const { cursor, frontier } = laneState;
+    const seen = Math.max(read.rows.at(-1)?.seq ?? 0, read.passedOver ?? 0, cursor ?? 0) || null;
     // A row still pending behind the cursor (a held lane's, not read again) bounds the confirmation;
     // one at or after it is read again, and this read says whether it is still pending.
-    const behind =
-      this.#cursor !== null && this.#frontier !== null && this.#frontier <= this.#cursor ? this.#frontier : null;
+    const behind = cursor !== null && frontier !== null && frontier <= cursor ? frontier : null;
     if (read.head === null) {
-      if (!lanes || this.#cursor === null) this.#cuts.clear();
+      if (!lanes || cursor === null) this.#cuts.clear();
       // With lanes, every row read was applied already: the confirmation may go up to them.
       if (lanes) this.#moveOn({ planned: [], cursor: seen, frontier: behind, lastRead: seen, whole: false });
       return null;
@@ -715,8 +654,8 @@ export class DrainTable {
       more: read.truncated,
       position: "head",
       lanes: this.#lanes,
-      laneOf: (row) => this.#laneOf(row),
-      blocked: lanes ? this.#blocked : NO_LANES,
+      laneOf: (row) => laneState.of(row),
+      blocked: lanes ? laneState.blocked : NO_LANES,
       cuts: this.#cuts,
       nowMs: now,
       maxAttempts: this.app.maxAttempts,
@@ -737,8 +676,7 @@ export class DrainTable {
           plan.deadLetters.length === 0 &&
           plan.slice?.rows.length === read.rows.length,
       };
-      this.#blocked = plan.backingOff;
-      for (const [lane, head] of plan.heldHeads) this.#heldHeads.set(lane, head);
+      laneState.planned(plan);
       if (plan.slice === null)
         this.#moveOn({ ...after, whole: false }); // nothing to send: the next read starts there at once
       else return { table: this, ...plan.slice, lanes: after };
@@ -746,25 +684,12 @@ export class DrainTable {
     return plan.slice === null ? null : { table: this, ...plan.slice };
   }
 
-  /** With lanes: a lane whose hold ran out is read from the head again (its rows were passed over since). */
-  #liftHolds(now: number): void {
-    for (const until of this.#blocked.values()) if (until <= now) this.#cursor = null;
-    if (this.#cursor === null) {
-      this.#blocked = new Map();
-      this.#heldHeads = new Map();
-      this.#frontier = null;
-    }
-  }
-
   /**
-   * With lanes: what is known once a plan's slice (if any) was applied whole — where the next read
-   * starts, and how far the local confirmation may go: up to the first row still pending, every
-   * row before it applied (in that slice, or earlier and passed over).
+   * With lanes: what is known once a plan's slice (if any) was applied whole (see TableLanes.moveOn)
+   * — the local confirmation may go up to the first row still pending.
    */
   #moveOn(after: LanesAfter): void {
-    this.#cursor = after.cursor;
-    this.#frontier = after.frontier;
-    const bound = after.frontier !== null ? after.frontier - 1 : (after.lastRead ?? 0);
+    const bound = this.#laneState.moveOn(after);
     if (bound > this.#confirmedUpTo && bound > (this.#applied ?? 0)) {
       this.#applied = bound;
       this.#appliedParts = null; // not one run of the queue: confirmed by its bound
@@ -806,14 +731,15 @@ export class DrainTable {
     if (fence !== null && this.#lanes === 1)
       moves = [{ ledgerRow: this.name, through: typeof behind === "number" ? behind : this.#through!, last }];
     else if (fence !== null) {
-      const slots = draft.rows.map((row) => this.#laneMap.slotOf(row));
+      const { map } = this.#laneState;
+      const slots = draft.rows.map((row) => map.slotOf(row));
       const lastOf = new Array<number>(this.#lanes + 1).fill(0);
       for (let i = 0; i < slots.length; i++) lastOf[slots[i]!] = draft.rows[i]!.seq;
       for (let slot = 0; slot <= this.#lanes; slot++)
         if (lastOf[slot]! > 0)
           moves.push({
-            ledgerRow: this.#laneMap.ledgerRow(slot),
-            through: typeof behind === "object" ? behind[slot]! : (this.#laneThrough?.[slot] ?? 0),
+            ledgerRow: map.ledgerRow(slot),
+            through: typeof behind === "object" ? behind[slot]! : this.#laneState.throughAt(slot),
             last: lastOf[slot]!,
           });
       if (draft.lanes !== undefined) draft.lanes.slots = slots;
@@ -855,7 +781,7 @@ export class DrainTable {
     if (read === null || read.spans.size > 0) return null;
     const { after: expected, ...draft } = read;
     if (this.#lanes === 1) return this.openSlice({ table: this, ...draft }, open, expected);
-    const throughs = this.#throughsBehind(ahead, draft.rows);
+    const throughs = this.#laneState.throughsBehind(ahead.rows, ahead.lanes!.slots, draft.rows);
     return throughs === null ? null : this.openSlice({ table: this, ...draft }, open, throughs);
   }
 
@@ -866,13 +792,7 @@ export class DrainTable {
 
   /** With lanes: the table is settled and nothing holds a lane back (no backoff, no held head, no cut). */
   #lanesFree(): boolean {
-    return (
-      this.#through !== null &&
-      this.#laneThrough !== null &&
-      this.#blocked.size === 0 &&
-      this.#heldHeads.size === 0 &&
-      this.#cuts.size === 0
-    );
+    return this.#through !== null && this.#laneState.free && this.#cuts.size === 0;
   }
 
   /**
@@ -882,33 +802,13 @@ export class DrainTable {
    */
   #aheadStillFollows(ahead: ReadAhead, maxBytes: number): boolean {
     if (ahead.after !== this.#applied || ahead.bytes > maxBytes) return false;
-    return this.#lanes === 1 || (this.#cursor === ahead.after && this.#lanesFree());
+    return this.#lanes === 1 || (this.#laneState.cursor === ahead.after && this.#lanesFree());
   }
 
-  /**
-   * With lanes: the throughs by slot, every slot, the ledger is at once `ahead` is applied — where
-   * `ahead` moves each lane it has rows of, where the ledger is for the others: what the fence of a
-   * slice of `rows` behind it expects. Null when one of its lanes has no ledger row an answer showed
-   * committed (see openBehind).
-   */
-  #throughsBehind(ahead: TableSlice, rows: readonly OutboxRow[]): number[] | null {
-    const known = this.#laneThrough!;
-    for (const row of rows) if (!(known[this.#laneMap.slotOf(row)]! > 0)) return null;
-    return this.#laneMap.throughsAfter(known, ahead.rows, ahead.lanes!.slots);
-  }
-
-  /**
-   * Whether the ledger, as this drain knows it, is where a slice behind another expects it: that one
-   * was applied. With lanes every slot is compared, not only the ones it moves: a slice of other
-   * lanes than the one ahead commits whether or not that one did, and confirming it by its bound
-   * would confirm the rows of the one ahead with it.
-   */
+  /** Whether the ledger, as this drain knows it, is where a slice behind another expects it (with lanes, every slot: see TableLanes.asExpected): that one was applied. */
   #asExpected(behind: number | readonly number[]): boolean {
     if (typeof behind === "number") return this.#through === behind;
-    const known = this.#laneThrough;
-    if (known === null || this.#through === null || known.length !== behind.length) return false;
-    for (let slot = 0; slot < known.length; slot++) if (known[slot] !== behind[slot]) return false;
-    return true;
+    return this.#through !== null && this.#laneState.asExpected(behind);
   }
 
   /** The read-ahead no longer describes the queue (another table's group moved rows of this one). */
@@ -936,7 +836,7 @@ export class DrainTable {
         ctx.maxBytes,
         () => true,
         after,
-        lanes ? (row) => this.#isApplied(row) : null,
+        lanes ? (row) => this.#laneState.isApplied(row) : null,
       );
       const plan = planSlice({
         rows: read.rows,
@@ -944,7 +844,7 @@ export class DrainTable {
         more: read.truncated || read.gap !== null,
         position: "after",
         lanes: this.#lanes,
-        laneOf: lanes ? (row) => this.#laneOf(row) : () => 0,
+        laneOf: lanes ? (row) => this.#laneState.of(row) : () => 0,
         blocked: NO_LANES,
         cuts: NO_CUTS,
         nowMs: ctx.now,
@@ -1010,9 +910,14 @@ export class DrainTable {
       out.more = true;
       return out;
     }
-    const answer = classifyAnswer(rows, slice.fenced, results, this.#lanes === 1 ? undefined : this.#leads(rows));
+    const answer = classifyAnswer(
+      rows,
+      slice.fenced,
+      results,
+      this.#lanes === 1 ? undefined : this.#laneState.leads(rows),
+    );
     // With lanes, a read after anything but a slice applied whole starts at the head again.
-    if (this.#lanes > 1 && answer.kind !== "applied") this.#cursor = null;
+    if (this.#lanes > 1 && answer.kind !== "applied") this.#laneState.restart();
     if ("okAfterFailure" in answer && answer.okAfterFailure !== null) {
       const seq = rows[answer.okAfterFailure]!.seq;
       this.logger.warn(
@@ -1084,7 +989,8 @@ export class DrainTable {
         case "failed-behind-head":
           // Not the head's fault: the groups before the failed one go first, then it heads the table.
           queue.refundAttempt(head.seq);
-          for (const lane of this.#lanesOf(rows, answer.groupStart)) this.#cuts.set(lane, rows[answer.groupStart]!.seq);
+          for (const lane of this.#laneState.ofGroup(rows, answer.groupStart))
+            this.#cuts.set(lane, rows[answer.groupStart]!.seq);
           out.more = true;
           return out;
         case "not-tried":
@@ -1105,37 +1011,15 @@ export class DrainTable {
     }
   }
 
-  /** The lanes of the group that starts at `rows[start]` (null among them: a row without a key). */
-  #lanesOf(rows: readonly OutboxRow[], start: number): Lane[] {
-    return lanesOf(rows.slice(start, endOfGroup(rows, start)), (r) => this.#laneOf(r));
-  }
-
-  /** With lanes: whether the group that starts at `rows[start]` is the first of each of its lanes in the slice (a barrier only when it is the slice's first). */
-  #leads(rows: readonly OutboxRow[]): (start: number) => boolean {
-    return (start) => {
-      const lanes = new Set(this.#lanesOf(rows, start));
-      if (lanes.has(null)) return start === 0;
-      for (let i = 0; i < start; i++) {
-        const lane = this.#laneOf(rows[i]!);
-        if (lane === null || lanes.has(lane)) return false;
-      }
-      return true;
-    };
-  }
-
   /**
    * With lanes, a slice applied whole: each ledger row it moved is at its last row now, the next
    * read starts where the plan said, and the local confirmation may go up to the first row still
    * pending (every row before it is applied: in this slice, or earlier and passed over).
    */
   #appliedLanes(slice: TableSlice, after: LanesAfter): void {
-    const known = this.#laneThrough ?? [...new Array<number>(this.#lanes).fill(0), this.#through ?? 0];
     const { rows } = slice;
-    const throughs = this.#laneMap.throughsAfter(known, rows, after.slots);
-    this.#laneThrough = throughs;
     const last = rows[rows.length - 1]!.seq;
-    this.#laneThroughMax = Math.max(this.#laneThroughMax, throughs[this.#lanes]!, last);
-    this.#through = throughs[this.#lanes]!;
+    this.#through = this.#laneState.applied(rows, after.slots, this.#through);
     this.#moveOn(after);
     // Nothing held, nothing passed over: the slice is the queue's prefix, confirmed as read.
     if (after.whole && this.#applied === last) this.#appliedParts = partsOf(rows, this.#queue!.confirmChunkRows);

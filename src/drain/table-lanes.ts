@@ -1,0 +1,204 @@
+import type { OutboxRow } from "../outbox/outbox.ts";
+import { LaneMap } from "./lane-map.ts";
+import { type HeldHead, type Lane, lanesOf, type Plan } from "./planner.ts";
+import { endOfGroup } from "./row-groups.ts";
+import type { HeldLaneView } from "./views.ts";
+
+/** What a table with lanes knows once a slice is applied whole (see TableLanes.moveOn). */
+export interface LanesAfter {
+  /** The seqs the plan took, so a draft trimmed by the runner (a transaction across tables) knows what it left. */
+  planned: number[];
+  cursor: number | null;
+  frontier: number | null;
+  /** The last row read: with no frontier, every row up to it is applied once the slice is. */
+  lastRead: number | null;
+  /** The slice is every pending row from its first through its last, nothing before it left pending (no frontier, nothing passed over, nothing left): it may be confirmed as read. */
+  whole: boolean;
+  /** Each row's slot in the ledger's throughs (see LaneMap), once the slice is opened. */
+  slots?: number[];
+}
+
+/**
+ * One table's lanes as its drain tracks them: per ledger row (the table's own for rows without a
+ * key, `name#lane` per lane, by slot: see LaneMap) the ledger's through as this drain last saw or
+ * set it — a row is applied when its seq is at or below its lane's —, the lanes held back by a
+ * head backing off (until when) and those heads, where the next read starts (rows before it are
+ * applied or in a lane held back; null: at the head) and the first row still pending before it
+ * (where the local confirmation stops). A table of one lane asks only a row's lane (0) and a
+ * group's. Its state changes only through these methods, called by the table that owns it
+ * (table.ts), which keeps the rest: the cuts, what waits for its confirmation, the read-ahead.
+ */
+export class TableLanes {
+  readonly map: LaneMap;
+  /** By slot, the ledger's throughs; null: not settled. */
+  #throughs: number[] | null = null;
+  /** The highest of `#throughs`: rows above it need no lane looked up. */
+  #throughsMax = 0;
+  #blocked = new Map<Lane, number>();
+  /** The heads backing off that hold their lanes (as the last plan from the head found them, and charges since). */
+  #heldHeads = new Map<Lane, HeldHead>();
+  #cursor: number | null = null;
+  #frontier: number | null = null;
+
+  constructor(
+    table: string,
+    readonly count: number,
+  ) {
+    this.map = new LaneMap(table, count);
+  }
+
+  /** A row's lane (0 with one lane; null: a row without a key, a barrier over every lane). */
+  of(row: OutboxRow): Lane {
+    return this.map.of(row);
+  }
+
+  /** Where the next read starts (rows before it are applied or in a lane held back); null: at the head. */
+  get cursor(): number | null {
+    return this.#cursor;
+  }
+
+  /** The first row still pending before the cursor, if any: the local confirmation stops before it. */
+  get frontier(): number | null {
+    return this.#frontier;
+  }
+
+  /** The lanes held back by a head backing off, until when (epoch ms). */
+  get blocked(): ReadonlyMap<Lane, number> {
+    return this.#blocked;
+  }
+
+  /** Whether the ledger says the remote applied `row` (its lane's through is at or above it). */
+  isApplied(row: OutboxRow): boolean {
+    // Rows above every lane's through (the rows read after the cursor, mostly) need no lane looked up.
+    return this.#throughs !== null && row.seq <= this.#throughsMax && row.seq <= this.#throughs[this.map.slotOf(row)]!;
+  }
+
+  /** The through this drain knows for `slot` (0 before settlement, or for a lane without a ledger row). */
+  throughAt(slot: number): number {
+    return this.#throughs?.[slot] ?? 0;
+  }
+
+  /** Settlement read the ledger's rows (`byRow`, a row it lacks at 0): the next read starts at the head, no lane held back. */
+  settle(byRow: ReadonlyMap<string, number>): void {
+    this.#throughs = this.map.throughsOf(byRow);
+    this.#throughsMax = this.#throughs.reduce((a, b) => Math.max(a, b), 0);
+    this.#cursor = this.#frontier = null;
+    this.#blocked.clear();
+  }
+
+  /** Forgets the ledger view: the next batch settles first. */
+  unsettle(): void {
+    this.#throughs = null;
+  }
+
+  /** The next read starts at the head (an answer that was not a slice applied whole, `kick`). */
+  restart(): void {
+    this.#cursor = null;
+  }
+
+  /** A lane whose hold ran out is read from the head again (its rows were passed over since). */
+  liftHolds(now: number): void {
+    for (const until of this.#blocked.values()) if (until <= now) this.#cursor = null;
+    if (this.#cursor === null) {
+      this.#blocked = new Map();
+      this.#heldHeads = new Map();
+      this.#frontier = null;
+    }
+  }
+
+  /** A plan from the head found these lanes held back and these heads backing off. */
+  planned(plan: Plan): void {
+    this.#blocked = plan.backingOff;
+    for (const [lane, head] of plan.heldHeads) this.#heldHeads.set(lane, head);
+  }
+
+  /**
+   * What is known once a plan's slice (if any) was applied whole: where the next read starts.
+   * Returns how far the local confirmation may go: up to the first row still pending, every row
+   * before it applied (in that slice, or earlier and passed over).
+   */
+  moveOn(after: LanesAfter): number {
+    this.#cursor = after.cursor;
+    this.#frontier = after.frontier;
+    return after.frontier !== null ? after.frontier - 1 : (after.lastRead ?? 0);
+  }
+
+  /**
+   * A slice of `rows` (their slots, when known) applied whole: each ledger row it moved is at its
+   * last row now. `tableThrough`: the table's own row, as known before settlement of the lanes.
+   * Returns the table's own through.
+   */
+  applied(rows: readonly OutboxRow[], slots: readonly number[] | undefined, tableThrough: number | null): number {
+    const known = this.#throughs ?? [...new Array<number>(this.count).fill(0), tableThrough ?? 0];
+    const throughs = this.map.throughsAfter(known, rows, slots);
+    this.#throughs = throughs;
+    this.#throughsMax = Math.max(this.#throughsMax, throughs[this.count]!, rows[rows.length - 1]!.seq);
+    return throughs[this.count]!;
+  }
+
+  /** Settled, and nothing holds a lane back (no backoff, no held head). */
+  get free(): boolean {
+    return this.#throughs !== null && this.#blocked.size === 0 && this.#heldHeads.size === 0;
+  }
+
+  /**
+   * The throughs by slot, every slot, the ledger is at once `ahead` (its rows and slots) is applied
+   * — where it moves each lane it has rows of, where the ledger is for the others: what the fence of
+   * a slice of `rows` behind it expects. Null when one of its lanes has no ledger row an answer
+   * showed committed (a fence that finds no row inserts it, and would commit ahead of `ahead`).
+   */
+  throughsBehind(
+    ahead: readonly OutboxRow[],
+    aheadSlots: readonly number[] | undefined,
+    rows: readonly OutboxRow[],
+  ): number[] | null {
+    const known = this.#throughs!;
+    for (const row of rows) if (!(known[this.map.slotOf(row)]! > 0)) return null;
+    return this.map.throughsAfter(known, ahead, aheadSlots);
+  }
+
+  /**
+   * Whether the ledger, as this drain knows it, is at `behind` in every slot, not only the ones a
+   * slice behind another moves: a slice of other lanes than the one ahead commits whether or not
+   * that one did, and confirming it by its bound would confirm the rows of the one ahead with it.
+   */
+  asExpected(behind: readonly number[]): boolean {
+    const known = this.#throughs;
+    if (known === null || known.length !== behind.length) return false;
+    for (let slot = 0; slot < known.length; slot++) if (known[slot] !== behind[slot]) return false;
+    return true;
+  }
+
+  /** The lanes of the group that starts at `rows[start]` (null among them: a row without a key). */
+  ofGroup(rows: readonly OutboxRow[], start: number): Lane[] {
+    return lanesOf(rows.slice(start, endOfGroup(rows, start)), (r) => this.of(r));
+  }
+
+  /** Whether the group that starts at `rows[start]` is the first of each of its lanes in `rows` (a barrier only when it is the first). */
+  leads(rows: readonly OutboxRow[]): (start: number) => boolean {
+    return (start) => {
+      const lanes = new Set(this.ofGroup(rows, start));
+      if (lanes.has(null)) return start === 0;
+      for (let i = 0; i < start; i++) {
+        const lane = this.of(rows[i]!);
+        if (lane === null || lanes.has(lane)) return false;
+      }
+      return true;
+    };
+  }
+
+  /** The lanes held by their head backing off at `now`, lowest lane first (every lane, for a row without a key: null). */
+  heldView(now: number): HeldLaneView[] {
+    return [...this.#heldHeads]
+      .filter(([, head]) => head.retryAt > now)
+      .sort(([a], [b]) => (a ?? -1) - (b ?? -1))
+      .map(([lane, head]) => ({
+        lane,
+        seq: head.seq,
+        key: head.key,
+        attempts: head.attempts,
+        lastError: head.lastError,
+        nextAttemptAt: new Date(head.retryAt).toISOString(),
+      }));
+  }
+}
