@@ -1,5 +1,5 @@
-// connections = N: up to N batches in flight to one target, each on its own connection (2N on
-// PostgreSQL, whose writer pipelines a second batch behind the first on a connection), each
+// connections = N: up to 2N batches in flight to one target, two on each connection (the second
+// behind the first: sent with its COMMIT), or with a writer that takes one per connection N, each
 // fenced behind the one before, so the remote commits them in order or not at all. On the engines
 // whose writers take concurrent calls, checked by what landed (in the order the remote applied
 // it) and by how many calls the writer had open at once.
@@ -103,6 +103,7 @@ describe.each([
   ["postgres", "a connection each"],
   ["postgres", "two on a connection"],
   ["mysql", "a connection each"],
+  ["mysql", "two on a connection"],
 ] as const)("batches in flight behind each other, delivered to %s, %s", (engine, placement) => {
   /** Two batches in flight on each connection, the second pipelined behind the first. */
   const pipelined = placement === "two on a connection";

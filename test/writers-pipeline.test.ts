@@ -316,7 +316,7 @@ describe("the mysql writer pipelines a batch", () => {
     }
   });
 
-  test("a batch sent while one is in flight on the only connection waits for that one's COMMIT (a batch behind it would run inside it): two round trips each, one after the other", async () => {
+  test("a batch sent while one is in flight on the only connection goes out with that one's COMMIT, not before (it would run inside it): three round trips for the two", async () => {
     const writer = s.writer(); // one connection
     try {
       expect((await writer.writeBatch(drainBatch(s, 2, 400))).every((r) => r.ok)).toBe(true); // connected, prepared
@@ -326,12 +326,47 @@ describe("the mysql writer pipelines a batch", () => {
       const behind = writer.writeBatch(drainBatch(s, 2, 420));
       expect((await ahead).every((r) => r.ok)).toBe(true);
       expect((await behind).every((r) => r.ok)).toBe(true);
-      expect(s.proxy.turns - before).toBe(4);
+      expect(s.proxy.turns - before).toBe(3);
       for (const ns of NAMESPACES)
         expect({ ns, ids: (await s.ids(ns)).filter((id) => id >= 400 && id < 500) }).toEqual({
           ns,
           ids: [400, 401, 410, 411, 420, 421],
         });
+    } finally {
+      await writer.close?.();
+    }
+  });
+
+  test("a statement the server fails in the batch ahead on the connection leaves nothing of its namespace; the batch behind, sent with its ROLLBACK, lands whole", async () => {
+    const writer = s.writer({ coalesce: false });
+    try {
+      await s.exec("UPDATE fences SET moved = 0");
+      expect((await writer.writeBatch(drainBatch(s, 1, 500))).every((r) => r.ok)).toBe(true); // connected, prepared
+      await s.exec("INSERT INTO b (id, note) VALUES (511, 'already there')");
+      const ahead = writer.writeBatch(drainBatch(s, 2, 510), { onSent: () => void 0 });
+      await Bun.sleep(0);
+      const behind = writer.writeBatch(drainBatch(s, 2, 520));
+      expect((await behind).every((r) => r.ok)).toBe(true);
+      const results = await ahead;
+      expect(results.map(shape)).toEqual([
+        "ok",
+        "ok",
+        "ok",
+        "skipped",
+        "skipped",
+        "failed",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+      ]);
+      expect(results[5]).toMatchObject({ ok: false, errorClass: "1062" });
+      expect(await s.moved()).toEqual({ a: 3, b: 2, c: 3, d: 3 });
+      const ours = (ids: number[]) => ids.filter((id) => id >= 500 && id < 600);
+      expect(ours(await s.ids("b"))).toEqual([500, 511, 520, 521]);
+      expect(ours(await s.ids("c"))).toEqual([500, 510, 511, 520, 521]);
     } finally {
       await writer.close?.();
     }

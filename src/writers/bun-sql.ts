@@ -25,15 +25,17 @@ type InFlight = {
 };
 
 /**
- * One reservation of a slot's connection, shared by the passes issued on it (two at most, with an
- * engine that pipelines passes): released when the last of them ends, and `broken` when a pass may
- * have left a transaction open on it (a timeout closed it, or a pass threw before its COMMIT was
- * issued), so that no pass behind it runs inside another's transaction.
+ * One reservation of a slot's connection, shared by the passes issued on it (two at most): released
+ * when the last of them ends, and `broken` when a pass may have left a transaction open on it (a
+ * timeout closed it, or a pass threw before its end was issued), so that no pass behind it runs
+ * inside another's transaction.
  */
 interface Lease {
   reserved: Promise<ReservedSQL>;
   passes: number;
   broken: boolean;
+  /** Resolves once the last pass given this lease has issued its end (PassTools.ended): the next one issues its messages then. */
+  tail: Promise<void>;
 }
 
 /**
@@ -48,10 +50,7 @@ interface Slot {
   lease: Lease | null;
 }
 
-/**
- * How many passes an engine that pipelines passes (`pipelined`) keeps on one connection: the
- * drain's chains are two batches deep (see Delivery.deliver).
- */
+/** How many passes one connection carries: the drain's chains are two batches deep (see Delivery.deliver). */
 const PASSES_PER_CONNECTION = 2;
 
 /**
@@ -64,6 +63,12 @@ const TEXTS_REMEMBERED = 256;
 export interface PassTools {
   classify: (error: unknown) => ErrorKind;
   fail: Fail;
+  /**
+   * Called by the pass once it has issued its last message, the COMMIT or ROLLBACK that ends its
+   * transaction: a pass queued behind it on the connection issues its own then, and they reach the
+   * server in that order. A pass that fails before it (throws) leaves the connection to be closed.
+   */
+  ended: () => void;
 }
 
 /** One engine's optimistic pass (see `Pass`) on a connection reserved for it, released afterwards by the writer. */
@@ -84,8 +89,8 @@ export class BunSqlWriter implements OutboxWriter {
   readonly dialect: Engine;
   /** Each batch reserves a connection from the pool (`max_connections`; see #acquire). */
   readonly concurrent = true;
-  /** Whether a batch may go on a busy connection, behind the one there (the engine's pass says; see #acquire). */
-  readonly pipelined: boolean;
+  /** A batch may go on a busy connection, behind the one there (see #pass). */
+  readonly pipelined = true;
   /** The target with its password masked: safe for logs and errors. */
   readonly description: string;
   /** The pool: `max_connections` clients of one connection each (see #acquire). */
@@ -97,18 +102,11 @@ export class BunSqlWriter implements OutboxWriter {
   readonly #batchTimeoutMs: number;
   readonly #coalesce: boolean;
   readonly #enginePass: ReservedPass;
-  readonly #tools: PassTools;
+  readonly #tools: Omit<PassTools, "ended">;
   #closed = false;
 
-  constructor(
-    engine: Engine,
-    connection: Connection,
-    classify: (error: unknown) => ErrorKind,
-    pass: ReservedPass,
-    { pipelined }: { pipelined: boolean },
-  ) {
+  constructor(engine: Engine, connection: Connection, classify: (error: unknown) => ErrorKind, pass: ReservedPass) {
     this.dialect = engine;
-    this.pipelined = pipelined;
     this.#classify = classify;
     this.#enginePass = pass;
     this.#tools = { classify, fail: (m, e, misconfigured) => this.#fail(m, e, misconfigured) };
@@ -177,21 +175,37 @@ export class BunSqlWriter implements OutboxWriter {
     await Promise.all(this.#slots.map((slot) => slot.sql.close({ timeout: 5 })));
   }
 
-  /** One optimistic pass on a reserved connection (see `Pass`), released once no pass uses it. */
+  /**
+   * One optimistic pass on a reserved connection (see `Pass`), released once no pass uses it. Behind
+   * another pass on the connection it issues its messages only once that one has issued its end:
+   * at once on PostgreSQL, whose pass sends its COMMIT with its statements; after that one's
+   * answers on MySQL, whose COMMIT waits for them — so its statements go out with that COMMIT.
+   */
   async #pass(stmts: Statement[], inFlight: InFlight, checking: boolean): Promise<PassResult> {
     const texts = new Set(stmts.map((s) => s.sql));
     const slot = await this.#acquire(texts);
-    const lease = (slot.lease ??= { reserved: slot.sql.reserve(), passes: 0, broken: false });
+    const lease = (slot.lease ??= { reserved: slot.sql.reserve(), passes: 0, broken: false, tail: Promise.resolve() });
     lease.passes += 1;
+    const ahead = lease.tail;
+    let ended = false;
+    let endIssued!: () => void;
+    lease.tail = new Promise<void>((resolve) => (endIssued = resolve));
+    const end = () => {
+      ended = true;
+      endIssued();
+    };
     let reserved: ReservedSQL;
     try {
       reserved = await lease.reserved;
     } catch (error) {
+      end();
       await this.#release(slot, lease, null);
       throw this.#fail(`cannot connect: ${errorText(error)}`, error, this.#classify(error).kind === "misconfigured");
     }
+    await ahead;
     if (inFlight.timedOut || lease.broken) {
       // The caller already got a timeout, or a pass ahead on this connection may have left its transaction open.
+      end();
       await this.#release(slot, lease, null);
       throw this.#fail(
         inFlight.timedOut
@@ -208,17 +222,20 @@ export class BunSqlWriter implements OutboxWriter {
     let known = true;
     for (const t of texts) known &&= slot.texts.has(t);
     try {
-      const pass = this.#enginePass(reserved, stmts, checking, this.#tools); // issues every statement before it waits
-      // A pass that threw while issuing may have sent BEGIN and not its end: a pass behind it would
-      // run inside that transaction (a BEGIN there is only a warning), so the connection goes.
-      if (Bun.peek.status(pass) === "rejected") this.#breakLease(slot, lease);
-      else if (known) inFlight.onSent?.();
+      const pass = this.#enginePass(reserved, stmts, checking, { ...this.#tools, ended: end }); // issues every statement before it waits
+      if (known && Bun.peek.status(pass) !== "rejected") inFlight.onSent?.();
       inFlight.onSent = undefined;
       const result = await pass;
       answered = !inFlight.timedOut;
       return result;
     } finally {
       inFlight.slot = inFlight.lease = null;
+      // A pass that threw before its end may have left BEGIN and statements open: a pass behind it
+      // would run inside that transaction (a BEGIN there is only a warning), so the connection goes.
+      if (!ended) {
+        this.#breakLease(slot, lease);
+        end();
+      }
       // A pass that threw may have lost its connection, and the next one prepares every text anew.
       await this.#release(slot, lease, answered ? texts : null);
     }
@@ -230,14 +247,12 @@ export class BunSqlWriter implements OutboxWriter {
    * the batch goes on: on a long link a connection's first batches take ten round trips or more.
    * Bun's own pool hands out whichever connection is free, so with several connections every one
    * would, in time, prepare every table's texts; kept to the connections that know them, a table's
-   * batches pay that once. With none free, an engine that pipelines passes puts the batch behind
-   * the one on a busy connection (the one that knows most of its texts), in order: the server runs
-   * it as soon as the one ahead ends, without a round trip between them. Otherwise it waits, first
-   * come first served.
+   * batches pay that once. With none free, the batch goes behind the one on a busy connection (the
+   * one that knows most of its texts), in order (see #pass). With every connection carrying two,
+   * it waits, first come first served.
    */
   #acquire(texts: Set<string>): Promise<Slot> {
-    const best =
-      this.#mostKnowing(texts, 0) ?? (this.pipelined ? this.#mostKnowing(texts, PASSES_PER_CONNECTION - 1) : null);
+    const best = this.#mostKnowing(texts, 0) ?? this.#mostKnowing(texts, PASSES_PER_CONNECTION - 1);
     if (best !== null) {
       best.passes += 1;
       return Promise.resolve(best);

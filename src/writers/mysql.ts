@@ -24,9 +24,7 @@ export const mysqlWriter: WriterSpec = {
       : []),
   ],
   describe: (connection) => describeServer(connection, "mysql"),
-  // Not pipelined: a pass sends its COMMIT only after its answers, so a pass queued behind it would
-  // run its statements inside it (and its autocommit-off inside it is no boundary).
-  create: (connection) => new BunSqlWriter("mysql", connection, classifyMysql, mysqlPass, { pipelined: false }),
+  create: (connection) => new BunSqlWriter("mysql", connection, classifyMysql, mysqlPass),
 };
 
 /**
@@ -54,7 +52,7 @@ export async function mysqlPass(
   reserved: ReservedSQL,
   stmts: Statement[],
   _checking: boolean,
-  { classify, fail }: PassTools,
+  { classify, fail, ended: endIssued }: PassTools,
 ): Promise<PassResult> {
   const begin = settle(reserved.unsafe(MYSQL_BEGIN));
   const running = stmts.map((s) => startStatement(reserved, s, "mysql").outcome);
@@ -62,7 +60,11 @@ export async function mysqlPass(
   if ("error" in began) throw fail(`BEGIN failed: ${errorText(began.error)}`, began.error);
   const outcomes: Outcome[] = await Promise.all(running);
   const committed = isolatedByServer(stmts, outcomes, classify);
-  const ended = await settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK"));
+  const end = settle(reserved.unsafe(committed ? "COMMIT" : "ROLLBACK"));
+  // A pass behind this one on the connection issues its statements now, with this COMMIT: a round
+  // trip of its own saved. Before it, they would have run inside this transaction.
+  endIssued();
+  const ended = await end;
   if ("error" in ended)
     throw fail(`${committed ? "COMMIT" : "ROLLBACK"} failed: ${errorText(ended.error)}`, ended.error);
   return { outcomes, committed };

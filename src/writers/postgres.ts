@@ -12,9 +12,7 @@ export const postgresWriter: WriterSpec = {
   keys: serverKeys(5432),
   validate: (connection) => validateServer(connection, ["postgres", "postgresql"]),
   describe: (connection) => describeServer(connection, "postgres"),
-  // Pipelined: a pass is every message of its transaction, its end (COMMIT or ROLLBACK) included,
-  // sent at once, so a pass queued behind it on the connection begins only once it has ended.
-  create: (connection) => new BunSqlWriter("postgres", connection, classifyPostgres, postgresPass, { pipelined: true }),
+  create: (connection) => new BunSqlWriter("postgres", connection, classifyPostgres, postgresPass),
 };
 
 /**
@@ -58,6 +56,7 @@ export async function postgresPass(
   const running = stmts.map((s) => startStatement(reserved, s, "postgres"));
   const refused = running.some((r) => Bun.peek.status(r.query) === "rejected");
   const end = settle(refused ? reserved`ROLLBACK` : reserved`COMMIT`);
+  tools.ended(); // every message is out: a pass behind this one on the connection may follow at once
   const resumed = resume(reserved, stmts);
   try {
     return await outcome(
