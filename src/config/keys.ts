@@ -84,7 +84,7 @@ export const TARGET_KEYS = {
     default: 1,
     check: connectionsProblem,
     type: `integer, 1–${MAX_CONNECTIONS}`,
-    doc: "Connections to this target, each carrying a batch in flight (mysql) or two, the second queued behind the first (postgres, so 1 already keeps two in flight)",
+    doc: "Connections to this target, each carrying up to two batches in flight, the second queued behind the first (so 1 already keeps two in flight)",
   }),
   connection: key(own<Record<string, unknown>>("table"), { default: described("{}"), doc: "Passed to the writer." }),
 };

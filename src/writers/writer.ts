@@ -72,9 +72,10 @@ export interface OutboxWriter {
   readonly concurrent?: boolean;
   /**
    * Whether a `concurrent` writer also takes a call while each of its connections carries one: it
-   * queues the batch behind one on its connection, where the remote runs it right after that one
-   * ends (PostgreSQL, whose transaction goes out whole, COMMIT included). The drain then keeps two
-   * batches in flight per connection, `connections = 1` included. Absent or false: one per connection.
+   * queues the batch behind one on its connection, sent once that one's COMMIT is (PostgreSQL: with
+   * it; MySQL: with the COMMIT that follows its answers), so the remote runs it right after that one
+   * ends. The drain then keeps two batches in flight per connection, `connections = 1` included.
+   * Absent or false: one per connection.
    */
   readonly pipelined?: boolean;
   writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]>;
