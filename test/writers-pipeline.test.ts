@@ -217,6 +217,24 @@ describe("the postgres writer pipelines a batch", () => {
     }
   });
 
+  test("with pipeline = false a batch sent while one is in flight on the only connection waits for its answer: a round trip each", async () => {
+    const writer = s.writer({ pipeline: false });
+    try {
+      expect(writer.pipelined).toBe(false);
+      expect((await writer.writeBatch(drainBatch(s, 2, 430))).every((r) => r.ok)).toBe(true); // connected, prepared
+      const before = s.proxy.turns;
+      const ahead = writer.writeBatch(drainBatch(s, 2, 440), { onSent: () => void 0 });
+      await Bun.sleep(0);
+      const behind = writer.writeBatch(drainBatch(s, 2, 450));
+      expect((await ahead).every((r) => r.ok)).toBe(true);
+      expect((await behind).every((r) => r.ok)).toBe(true);
+      expect(s.proxy.turns - before).toBe(2);
+      expect((await s.ids("a")).filter((id) => id >= 430 && id < 460)).toEqual([430, 431, 440, 441, 450, 451]);
+    } finally {
+      await writer.close?.();
+    }
+  });
+
   test("a statement the server fails in the batch ahead rolls that one back and not the one behind it on the connection; the one ahead is re-run without its namespace", async () => {
     const writer = s.writer({ coalesce: false });
     try {

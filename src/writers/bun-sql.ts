@@ -89,8 +89,8 @@ export class BunSqlWriter implements OutboxWriter {
   readonly dialect: Engine;
   /** Each batch reserves a connection from the pool (`max_connections`; see #acquire). */
   readonly concurrent = true;
-  /** A batch may go on a busy connection, behind the one there (see #pass). */
-  readonly pipelined = true;
+  /** Whether a batch may go on a busy connection, behind the one there (see #pass; `pipeline`, default true). */
+  readonly pipelined: boolean;
   /** The target with its password masked: safe for logs and errors. */
   readonly description: string;
   /** The pool: `max_connections` clients of one connection each (see #acquire). */
@@ -115,6 +115,7 @@ export class BunSqlWriter implements OutboxWriter {
     this.#secrets = [password, urlPassword(url)].filter((s): s is string => !!s);
     this.#batchTimeoutMs = (numberKey(connection, "batch_timeout") ?? DEFAULT_BATCH_TIMEOUT_S) * 1000;
     this.#coalesce = booleanKey(connection, "coalesce", true);
+    this.pipelined = booleanKey(connection, "pipeline", true);
     const tls = connection.ssl ?? connection.tls;
     const options = {
       adapter: engine,
@@ -252,7 +253,8 @@ export class BunSqlWriter implements OutboxWriter {
    * it waits, first come first served.
    */
   #acquire(texts: Set<string>): Promise<Slot> {
-    const best = this.#mostKnowing(texts, 0) ?? this.#mostKnowing(texts, PASSES_PER_CONNECTION - 1);
+    const best =
+      this.#mostKnowing(texts, 0) ?? (this.pipelined ? this.#mostKnowing(texts, PASSES_PER_CONNECTION - 1) : null);
     if (best !== null) {
       best.passes += 1;
       return Promise.resolve(best);

@@ -51,6 +51,11 @@ export function serverKeys(defaultPort: number): ConnectionKey[] {
       description:
         "PostgreSQL: keep each statement text prepared on its connection (default true; false with trace_comments, whose every text is new). MySQL always prepares, at most 256 texts per connection",
     },
+    {
+      name: "pipeline",
+      description:
+        "queue a second batch behind the one on a busy connection, sent with its COMMIT (default true); false: one batch per connection at a time, e.g. behind a pooler that does not take pipelined transactions",
+    },
     COALESCE_KEY,
   ];
 }
@@ -65,7 +70,7 @@ export function validateServer(connection: Connection, schemes: string[]): Probl
       ["ssl", "tls"],
     ]),
     ...checkNumbers(connection, ["port", "connect_timeout", "batch_timeout", "max_connections"], { port: "port" }),
-    ...checkBooleans(connection, ["coalesce", "prepare"]),
+    ...checkBooleans(connection, ["coalesce", "prepare", "pipeline"]),
   ];
   const url = stringKey(connection, "url");
   const host = stringKey(connection, "host");
