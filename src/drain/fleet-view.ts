@@ -43,12 +43,11 @@ export class FleetView {
    * answer) and is tried again a second later. An outage throws.
    */
   async refresh(ledger: TargetLedger, tables: DrainTable[], now: number): Promise<void> {
-    if (now < this.dueAt) return;
-    this.#triedAt = now;
-    this.#take(await ledger.readFleet(tables), tables, now);
+    const due = this.readAlong(ledger, tables, now);
+    if (due !== null) due.take(await ledger.read(due.read));
   }
 
-  /** When due: the read to send along with another (see refresh), and what to do with its answer; null when not due. */
+  /** When due: the read, to send alone (refresh) or along with another, and what to do with its answer; null when not due. */
   readAlong(
     ledger: TargetLedger,
     tables: DrainTable[],

@@ -191,11 +191,9 @@ export class TargetLedger {
     };
   }
 
-  /** Every origin's ledger row for `tables`, read alone (fleetRead); null when the ledger answered with an error. An outage throws. */
-  async readFleet(tables: DrainTable[]): Promise<LedgerRow[] | null> {
-    if (tables.length === 0) return [];
-    const [result] = await this.writer.send([this.fleetRead(tables)]);
-    return fleetRows(result!);
+  /** The answer of one of these reads (fleetRead) sent alone. An outage throws. */
+  read(read: Statement): Promise<WriteResult> {
+    return this.writer.control(read.sql, read.namespace, read.args);
   }
 }
 
