@@ -180,8 +180,6 @@ export class DrainTable {
   #through: number | null = null;
   /** Per lane, a row behind its head failed: the next slice stops before it in that lane, so the rows before it go first. */
   readonly #cuts = new Map<Lane, number>();
-  /** How many lanes the table has (`lanes`): 1 is one strict order; more, one per key's lane (see lane-key.ts). */
-  readonly #lanes: number;
   /** A row's lane, and with lanes what this drain knows of each (see TableLanes). */
   readonly #laneState: TableLanes;
   /** With lanes: every pending row up to here is confirmed locally (no need to confirm to it again). */
@@ -223,7 +221,6 @@ export class DrainTable {
     ({ app: this.app, target: this.target, logger: this.logger, opener: this.opener, now: this.now } = parts);
     this.name = config.name;
     this.file = this.app.dbFile ?? `${this.app.dbDir}/${config.name}.db`;
-    this.#lanes = config.lanes;
     this.#laneState = new TableLanes(this.name, config.lanes);
     const { observer } = parts;
     this.#holds = new TableHolds({ table: this.name, target: this.target, file: this.file }, this.logger, observer);
@@ -398,15 +395,15 @@ export class DrainTable {
    */
   #checkLaneCount(queue: DrainQueue, now: number): void {
     const recorded = queue.laneCount() ?? 1;
-    if (recorded === this.#lanes) return;
+    if (recorded === this.lanes) return;
     const head = queue.head();
     if (head === null || head.seq > queue.sentMark()) {
-      queue.recordLaneCount(this.#lanes);
+      queue.recordLaneCount(this.lanes);
       return;
     }
     const pending = queue.pendingCount();
     this.#holds.lanesChanged(
-      `lanes of "${this.name}" changed from ${recorded} to ${this.#lanes} while ${pending} rows delivered with ${recorded} are pending: set lanes = ${recorded} again until the table is empty (sqloutbox status shows its depth), then change it and restart`,
+      `lanes of "${this.name}" changed from ${recorded} to ${this.lanes} while ${pending} rows delivered with ${recorded} are pending: set lanes = ${recorded} again until the table is empty (sqloutbox status shows its depth), then change it and restart`,
       now,
     );
   }
@@ -434,7 +431,7 @@ export class DrainTable {
       held: this.#holds.view(),
       counts: { ...this.counts },
     };
-    if (this.#lanes > 1) view.lanes = { count: this.#lanes, held: this.#laneState.heldView(this.now()) };
+    if (this.lanes > 1) view.lanes = { count: this.lanes, held: this.#laneState.heldView(this.now()) };
     if (options.health) view.health = this.#health();
     return view;
   }
@@ -469,9 +466,9 @@ export class DrainTable {
     this.#laneState.unsettle();
   }
 
-  /** How many lanes the table has (1: one strict order). */
+  /** How many lanes the table has (`lanes`): 1 is one strict order; more, one per key's lane (see lane-key.ts). */
   get lanes(): number {
-    return this.#lanes;
+    return this.#laneState.count;
   }
 
   /**
@@ -617,7 +614,7 @@ export class DrainTable {
   #readAndPlan(ctx: PlanContext, out: TableOutcome): SliceDraft | null {
     const queue = this.#queue!;
     const { now } = ctx;
-    const lanes = this.#lanes > 1;
+    const lanes = this.lanes > 1;
     const laneState = this.#laneState;
     if (lanes) laneState.liftHolds(now);
     const knobs = { threshold: this.app.tableFlushThreshold, maxWaitMs: this.app.tableMaxWaitMs };
@@ -653,7 +650,7 @@ export class DrainTable {
       spans: read.spans,
       more: read.truncated,
       position: "head",
-      lanes: this.#lanes,
+      lanes: this.lanes,
       laneOf: (row) => laneState.of(row),
       blocked: lanes ? laneState.blocked : NO_LANES,
       cuts: this.#cuts,
@@ -728,14 +725,14 @@ export class DrainTable {
     const last = draft.rows[draft.rows.length - 1]!.seq;
     const fence = ctx.fence;
     let moves: LedgerMove[] = [];
-    if (fence !== null && this.#lanes === 1)
+    if (fence !== null && this.lanes === 1)
       moves = [{ ledgerRow: this.name, through: typeof behind === "number" ? behind : this.#through!, last }];
     else if (fence !== null) {
       const { map } = this.#laneState;
       const slots = draft.rows.map((row) => map.slotOf(row));
-      const lastOf = new Array<number>(this.#lanes + 1).fill(0);
+      const lastOf = new Array<number>(this.lanes + 1).fill(0);
       for (let i = 0; i < slots.length; i++) lastOf[slots[i]!] = draft.rows[i]!.seq;
-      for (let slot = 0; slot <= this.#lanes; slot++)
+      for (let slot = 0; slot <= this.lanes; slot++)
         if (lastOf[slot]! > 0)
           moves.push({
             ledgerRow: map.ledgerRow(slot),
@@ -771,7 +768,7 @@ export class DrainTable {
     if (!ahead.fenced || open.fence === null) return null;
     // Only over a ledger row an answer showed committed (through above 0): a fence that finds no
     // row inserts it, guard or not, and would commit ahead of the slice that was to create it.
-    if (this.#lanes === 1 ? !(this.#through! > 0) : !this.#lanesClear(ahead)) return null;
+    if (this.lanes === 1 ? !(this.#through! > 0) : !this.#lanesClear(ahead)) return null;
     // Read while `ahead` was on its way (Delivery.readAhead), or now.
     const after = ahead.rows[ahead.rows.length - 1]!.seq;
     if (this.#ahead === null || this.#ahead.after !== after || this.#ahead.bytes > plan.maxBytes)
@@ -780,7 +777,7 @@ export class DrainTable {
     this.#ahead = null;
     if (read === null || read.spans.size > 0) return null;
     const { after: expected, ...draft } = read;
-    if (this.#lanes === 1) return this.openSlice({ table: this, ...draft }, open, expected);
+    if (this.lanes === 1) return this.openSlice({ table: this, ...draft }, open, expected);
     const throughs = this.#laneState.throughsBehind(ahead.rows, ahead.lanes!.slots, draft.rows);
     return throughs === null ? null : this.openSlice({ table: this, ...draft }, open, throughs);
   }
@@ -802,7 +799,7 @@ export class DrainTable {
    */
   #aheadStillFollows(ahead: ReadAhead, maxBytes: number): boolean {
     if (ahead.after !== this.#applied || ahead.bytes > maxBytes) return false;
-    return this.#lanes === 1 || (this.#laneState.cursor === ahead.after && this.#lanesFree());
+    return this.lanes === 1 || (this.#laneState.cursor === ahead.after && this.#lanesFree());
   }
 
   /** Whether the ledger, as this drain knows it, is where a slice behind another expects it (with lanes, every slot: see TableLanes.asExpected): that one was applied. */
@@ -827,7 +824,7 @@ export class DrainTable {
     this.#ahead = null;
     const queue = this.#queue;
     if (!queue || !slice.fenced || !slice.more || this.#cuts.size > 0) return;
-    const lanes = this.#lanes > 1;
+    const lanes = this.lanes > 1;
     if (lanes && !this.#lanesClear(slice)) return;
     const after = slice.rows[slice.rows.length - 1]!.seq;
     try {
@@ -843,7 +840,7 @@ export class DrainTable {
         spans: read.spans,
         more: read.truncated || read.gap !== null,
         position: "after",
-        lanes: this.#lanes,
+        lanes: this.lanes,
         laneOf: lanes ? (row) => this.#laneState.of(row) : () => 0,
         blocked: NO_LANES,
         cuts: NO_CUTS,
@@ -914,10 +911,10 @@ export class DrainTable {
       rows,
       slice.fenced,
       results,
-      this.#lanes === 1 ? undefined : this.#laneState.leads(rows),
+      this.lanes === 1 ? undefined : this.#laneState.leads(rows),
     );
     // With lanes, a read after anything but a slice applied whole starts at the head again.
-    if (this.#lanes > 1 && answer.kind !== "applied") this.#laneState.restart();
+    if (this.lanes > 1 && answer.kind !== "applied") this.#laneState.restart();
     if ("okAfterFailure" in answer && answer.okAfterFailure !== null) {
       const seq = rows[answer.okAfterFailure]!.seq;
       this.logger.warn(
