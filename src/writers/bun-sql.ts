@@ -188,12 +188,12 @@ export class BunSqlWriter implements OutboxWriter {
     const lease = (slot.lease ??= { reserved: slot.sql.reserve(), passes: 0, broken: false, tail: Promise.resolve() });
     lease.passes += 1;
     const ahead = lease.tail;
+    const issued = Promise.withResolvers<void>();
+    lease.tail = issued.promise;
     let ended = false;
-    let endIssued!: () => void;
-    lease.tail = new Promise<void>((resolve) => (endIssued = resolve));
     const end = () => {
       ended = true;
-      endIssued();
+      issued.resolve();
     };
     let reserved: ReservedSQL;
     try {
