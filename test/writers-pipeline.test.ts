@@ -86,6 +86,45 @@ function drainBatch(s: ReturnType<typeof server>, rows: number, first: number, n
 
 const shape = (r: WriteResult) => (r.ok ? "ok" : r.skipped ? "skipped" : r.remoteSchema ? "schema" : "failed");
 
+/** Sends `ahead`, then `behind` while it is in flight, once the writer has `ahead` on its connection (as the drain does). */
+async function sendTwo(
+  writer: OutboxWriter,
+  ahead: Statement[],
+  behind: Statement[],
+  onBehindSent?: () => void,
+): Promise<{ ahead: Promise<WriteResult[]>; behind: Promise<WriteResult[]> }> {
+  const first = writer.writeBatch(ahead, { onSent: () => void 0 });
+  await Bun.sleep(0);
+  return { ahead: first, behind: writer.writeBatch(behind, onBehindSent ? { onSent: onBehindSent } : {}) };
+}
+
+/**
+ * On the writer's one connection, a batch whose namespace b fails (a duplicate key), and one behind
+ * it: the one ahead leaves nothing of b (re-run without it), the one behind lands whole — had it
+ * run inside the aborted transaction, its statements would have failed too.
+ */
+async function failureAheadLeavesTheOneBehindWhole(s: ReturnType<typeof server>, errorClass: string): Promise<void> {
+  const writer = s.writer({ coalesce: false });
+  try {
+    await s.exec("UPDATE fences SET moved = 0");
+    expect((await writer.writeBatch(drainBatch(s, 1, 500))).every((r) => r.ok)).toBe(true); // connected, prepared
+    await s.exec("INSERT INTO b (id, note) VALUES (511, 'already there')");
+    const two = await sendTwo(writer, drainBatch(s, 2, 510), drainBatch(s, 2, 520));
+    expect((await two.behind).every((r) => r.ok)).toBe(true);
+    const results = await two.ahead;
+    // Per namespace its fence and two rows: b's second row (511) fails, its fence and first row are skipped.
+    const a = ["ok", "ok", "ok"] as const;
+    expect(results.map(shape)).toEqual([...a, "skipped", "skipped", "failed", ...a, ...a]);
+    expect(results[5]).toMatchObject({ ok: false, errorClass });
+    expect(await s.moved()).toEqual({ a: 3, b: 2, c: 3, d: 3 });
+    const ours = (ids: number[]) => ids.filter((id) => id >= 500 && id < 600);
+    expect(ours(await s.ids("b"))).toEqual([500, 511, 520, 521]);
+    expect(ours(await s.ids("c"))).toEqual([500, 510, 511, 520, 521]);
+  } finally {
+    await writer.close?.();
+  }
+}
+
 describe("the postgres writer pipelines a batch", () => {
   const s = server("postgres");
 
@@ -197,14 +236,12 @@ describe("the postgres writer pipelines a batch", () => {
       await s.exec("UPDATE fences SET moved = 0");
       expect((await writer.writeBatch(drainBatch(s, 3, 400))).every((r) => r.ok)).toBe(true); // connected, prepared
       const before = s.proxy.turns;
-      const ahead = writer.writeBatch(drainBatch(s, 3, 410), { onSent: () => void 0 });
-      await Bun.sleep(0);
       let behindOnWire = false;
-      const behind = writer.writeBatch(drainBatch(s, 3, 420), { onSent: () => (behindOnWire = true) });
+      const two = await sendTwo(writer, drainBatch(s, 3, 410), drainBatch(s, 3, 420), () => (behindOnWire = true));
       await Bun.sleep(0);
       expect(behindOnWire).toBe(true); // on the connection before the one ahead is answered
-      expect((await ahead).every((r) => r.ok)).toBe(true);
-      expect((await behind).every((r) => r.ok)).toBe(true);
+      expect((await two.ahead).every((r) => r.ok)).toBe(true);
+      expect((await two.behind).every((r) => r.ok)).toBe(true);
       expect(s.proxy.turns - before).toBe(1);
       expect(await s.moved()).toEqual({ a: 3, b: 3, c: 3, d: 3 });
       for (const ns of NAMESPACES)
@@ -223,11 +260,9 @@ describe("the postgres writer pipelines a batch", () => {
       expect(writer.pipelined).toBe(false);
       expect((await writer.writeBatch(drainBatch(s, 2, 430))).every((r) => r.ok)).toBe(true); // connected, prepared
       const before = s.proxy.turns;
-      const ahead = writer.writeBatch(drainBatch(s, 2, 440), { onSent: () => void 0 });
-      await Bun.sleep(0);
-      const behind = writer.writeBatch(drainBatch(s, 2, 450));
-      expect((await ahead).every((r) => r.ok)).toBe(true);
-      expect((await behind).every((r) => r.ok)).toBe(true);
+      const two = await sendTwo(writer, drainBatch(s, 2, 440), drainBatch(s, 2, 450));
+      expect((await two.ahead).every((r) => r.ok)).toBe(true);
+      expect((await two.behind).every((r) => r.ok)).toBe(true);
       expect(s.proxy.turns - before).toBe(2);
       expect((await s.ids("a")).filter((id) => id >= 430 && id < 460)).toEqual([430, 431, 440, 441, 450, 451]);
     } finally {
@@ -235,41 +270,8 @@ describe("the postgres writer pipelines a batch", () => {
     }
   });
 
-  test("a statement the server fails in the batch ahead rolls that one back and not the one behind it on the connection; the one ahead is re-run without its namespace", async () => {
-    const writer = s.writer({ coalesce: false });
-    try {
-      await s.exec("UPDATE fences SET moved = 0");
-      expect((await writer.writeBatch(drainBatch(s, 1, 500))).every((r) => r.ok)).toBe(true); // connected, prepared
-      await s.exec("INSERT INTO b (id, note) VALUES (511, 'already there')");
-      const ahead = writer.writeBatch(drainBatch(s, 2, 510), { onSent: () => void 0 });
-      await Bun.sleep(0);
-      const behind = writer.writeBatch(drainBatch(s, 2, 520));
-      // Had the one behind run inside the aborted transaction, its statements would have failed too.
-      expect((await behind).every((r) => r.ok)).toBe(true);
-      const results = await ahead;
-      expect(results.map(shape)).toEqual([
-        "ok",
-        "ok",
-        "ok",
-        "skipped",
-        "skipped",
-        "failed",
-        "ok",
-        "ok",
-        "ok",
-        "ok",
-        "ok",
-        "ok",
-      ]);
-      expect(results[5]).toMatchObject({ ok: false, errorClass: "23505" });
-      expect(await s.moved()).toEqual({ a: 3, b: 2, c: 3, d: 3 });
-      const ours = (ids: number[]) => ids.filter((id) => id >= 500 && id < 600);
-      expect(ours(await s.ids("b"))).toEqual([500, 511, 520, 521]);
-      expect(ours(await s.ids("c"))).toEqual([500, 510, 511, 520, 521]);
-    } finally {
-      await writer.close?.();
-    }
-  });
+  test("a statement the server fails in the batch ahead rolls that one back and not the one behind it on the connection; the one ahead is re-run without its namespace", () =>
+    failureAheadLeavesTheOneBehindWhole(s, "23505"));
 
   test("a link cut under two batches on the one connection fails both (WriteError), nothing of either lands, and the next batch gets a new connection", async () => {
     const writer = s.writer({ batch_timeout: 1 });
@@ -277,13 +279,11 @@ describe("the postgres writer pipelines a batch", () => {
       await s.exec("UPDATE fences SET moved = 0");
       expect((await writer.writeBatch(drainBatch(s, 1, 600))).every((r) => r.ok)).toBe(true); // connected, prepared
       s.proxy.rttMs = 400;
-      const ahead = writer.writeBatch(drainBatch(s, 1, 610), { onSent: () => void 0 });
-      await Bun.sleep(0);
-      const behind = writer.writeBatch(drainBatch(s, 1, 620));
+      const two = await sendTwo(writer, drainBatch(s, 1, 610), drainBatch(s, 1, 620));
       await Bun.sleep(50); // both inside the proxy, half a round trip from the server
       s.proxy.cut("blackhole");
-      expect(await ahead.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
-      expect(await behind.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
+      expect(await two.ahead.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
+      expect(await two.behind.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
       s.proxy.restore();
       s.proxy.rttMs = RTT_MS;
       expect((await writer.writeBatch(drainBatch(s, 1, 630))).every((r) => r.ok)).toBe(true);
@@ -339,11 +339,9 @@ describe("the mysql writer pipelines a batch", () => {
     try {
       expect((await writer.writeBatch(drainBatch(s, 2, 400))).every((r) => r.ok)).toBe(true); // connected, prepared
       const before = s.proxy.turns;
-      const ahead = writer.writeBatch(drainBatch(s, 2, 410), { onSent: () => void 0 });
-      await Bun.sleep(0);
-      const behind = writer.writeBatch(drainBatch(s, 2, 420));
-      expect((await ahead).every((r) => r.ok)).toBe(true);
-      expect((await behind).every((r) => r.ok)).toBe(true);
+      const two = await sendTwo(writer, drainBatch(s, 2, 410), drainBatch(s, 2, 420));
+      expect((await two.ahead).every((r) => r.ok)).toBe(true);
+      expect((await two.behind).every((r) => r.ok)).toBe(true);
       expect(s.proxy.turns - before).toBe(3);
       for (const ns of NAMESPACES)
         expect({ ns, ids: (await s.ids(ns)).filter((id) => id >= 400 && id < 500) }).toEqual({
@@ -355,40 +353,8 @@ describe("the mysql writer pipelines a batch", () => {
     }
   });
 
-  test("a statement the server fails in the batch ahead on the connection leaves nothing of its namespace; the batch behind, sent with its ROLLBACK, lands whole", async () => {
-    const writer = s.writer({ coalesce: false });
-    try {
-      await s.exec("UPDATE fences SET moved = 0");
-      expect((await writer.writeBatch(drainBatch(s, 1, 500))).every((r) => r.ok)).toBe(true); // connected, prepared
-      await s.exec("INSERT INTO b (id, note) VALUES (511, 'already there')");
-      const ahead = writer.writeBatch(drainBatch(s, 2, 510), { onSent: () => void 0 });
-      await Bun.sleep(0);
-      const behind = writer.writeBatch(drainBatch(s, 2, 520));
-      expect((await behind).every((r) => r.ok)).toBe(true);
-      const results = await ahead;
-      expect(results.map(shape)).toEqual([
-        "ok",
-        "ok",
-        "ok",
-        "skipped",
-        "skipped",
-        "failed",
-        "ok",
-        "ok",
-        "ok",
-        "ok",
-        "ok",
-        "ok",
-      ]);
-      expect(results[5]).toMatchObject({ ok: false, errorClass: "1062" });
-      expect(await s.moved()).toEqual({ a: 3, b: 2, c: 3, d: 3 });
-      const ours = (ids: number[]) => ids.filter((id) => id >= 500 && id < 600);
-      expect(ours(await s.ids("b"))).toEqual([500, 511, 520, 521]);
-      expect(ours(await s.ids("c"))).toEqual([500, 510, 511, 520, 521]);
-    } finally {
-      await writer.close?.();
-    }
-  });
+  test("a statement the server fails in the batch ahead on the connection leaves nothing of its namespace; the batch behind, sent with its ROLLBACK, lands whole", () =>
+    failureAheadLeavesTheOneBehindWhole(s, "1062"));
 
   test("a statement the server fails inside the pipelined batch leaves nothing of its namespace and the others once; it is the row's fault (1062)", async () => {
     const writer = s.writer({ coalesce: false });
