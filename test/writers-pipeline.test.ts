@@ -457,6 +457,35 @@ describe.each([
       await writer.close?.();
     }
   });
+
+  test("a batch behind one of the same texts goes behind it on its connection, not on a free one that would prepare them first: a table's batches keep to one connection", async () => {
+    const writer = s.writer({ max_connections: 4 });
+    const batch = (ns: string, id: number) => [s.fence(ns), s.insert(ns, id), s.insert(ns, id + 1)];
+    const opened = s.proxy.connections;
+    try {
+      // Two tables, two batches each, all at once: each table's second goes behind its first.
+      const answers = await Promise.all([
+        writer.writeBatch(batch("c", 1)),
+        writer.writeBatch(batch("c", 10)),
+        writer.writeBatch(batch("d", 1)),
+        writer.writeBatch(batch("d", 10)),
+      ]);
+      expect(answers.flat().every((r) => r.ok)).toBe(true);
+      expect(s.proxy.connections - opened).toBe(2);
+      // Once both connections know their table's texts, a free connection that does not is not taken either.
+      for (const id of [20, 30])
+        expect(
+          (await Promise.all([writer.writeBatch(batch("c", id)), writer.writeBatch(batch("c", id + 100))]))
+            .flat()
+            .every((r) => r.ok),
+        ).toBe(true);
+      expect(s.proxy.connections - opened).toBe(2);
+      expect(await s.ids("c")).toEqual([1, 2, 10, 11, 20, 21, 30, 31, 120, 121, 130, 131]);
+      expect(await s.ids("d")).toEqual([1, 2, 10, 11]);
+    } finally {
+      await writer.close?.();
+    }
+  });
 });
 
 describe("the libsql writer over Hrana", () => {

@@ -46,6 +46,8 @@ interface Lease {
 interface Slot {
   sql: SQL;
   texts: Set<string>;
+  /** The texts of the passes it carries now, each with how many carry it: prepared before a pass behind them runs. */
+  carrying: Map<string, number>;
   passes: number;
   lease: Lease | null;
 }
@@ -144,6 +146,7 @@ export class BunSqlWriter implements OutboxWriter {
     this.#slots = Array.from({ length: Math.max(1, size) }, () => ({
       sql: client(),
       texts: new Set(),
+      carrying: new Map(),
       passes: 0,
       lease: null,
     }));
@@ -185,6 +188,7 @@ export class BunSqlWriter implements OutboxWriter {
   async #pass(stmts: Statement[], inFlight: InFlight, checking: boolean): Promise<PassResult> {
     const texts = new Set(stmts.map((s) => s.sql));
     const slot = await this.#acquire(texts);
+    for (const t of texts) slot.carrying.set(t, (slot.carrying.get(t) ?? 0) + 1);
     const lease = (slot.lease ??= { reserved: slot.sql.reserve(), passes: 0, broken: false, tail: Promise.resolve() });
     lease.passes += 1;
     const ahead = lease.tail;
@@ -200,14 +204,14 @@ export class BunSqlWriter implements OutboxWriter {
       reserved = await lease.reserved;
     } catch (error) {
       end();
-      await this.#release(slot, lease, null);
+      await this.#release(slot, lease, texts, false);
       throw this.#fail(`cannot connect: ${errorText(error)}`, error, this.#classify(error).kind === "misconfigured");
     }
     await ahead;
     if (inFlight.timedOut || lease.broken) {
       // The caller already got a timeout, or a pass ahead on this connection may have left its transaction open.
       end();
-      await this.#release(slot, lease, null);
+      await this.#release(slot, lease, texts, false);
       throw this.#fail(
         inFlight.timedOut
           ? "batch timed out while waiting for a connection"
@@ -238,23 +242,24 @@ export class BunSqlWriter implements OutboxWriter {
         end();
       }
       // A pass that threw may have lost its connection, and the next one prepares every text anew.
-      await this.#release(slot, lease, answered ? texts : null);
+      await this.#release(slot, lease, texts, answered);
     }
   }
 
   /**
-   * A connection for a batch of `texts`: the free one that has run most of them. Bun prepares each
-   * text the first time a connection sends it, two round trips apiece, one text after another, before
-   * the batch goes on: on a long link a connection's first batches take ten round trips or more.
-   * Bun's own pool hands out whichever connection is free, so with several connections every one
-   * would, in time, prepare every table's texts; kept to the connections that know them, a table's
-   * batches pay that once. With none free, the batch goes behind the one on a busy connection (the
-   * one that knows most of its texts), in order (see #pass). With every connection carrying two,
-   * it waits, first come first served.
+   * A connection for a batch of `texts`: the one that has run most of them, a free one before a
+   * busy one that knows as many. Bun prepares each text the first time a connection sends it, two
+   * round trips apiece, one text after another, before the batch goes on: on a long link a
+   * connection's first batches take ten round trips or more. Bun's own pool hands out whichever
+   * connection is free, so with several connections every one would, in time, prepare every
+   * table's texts; kept to the connections that know them, a table's batches pay that once. So the
+   * batch behind one of its table's goes behind it on its connection (see #pass), not on a free
+   * connection that would prepare its texts first: connections beyond what the drain's chains need
+   * stay unopened (on MySQL the batch behind also rides with the COMMIT of the one ahead). With
+   * every connection carrying all it takes, it waits, first come first served.
    */
   #acquire(texts: Set<string>): Promise<Slot> {
-    const best =
-      this.#mostKnowing(texts, 0) ?? (this.pipelined ? this.#mostKnowing(texts, PASSES_PER_CONNECTION - 1) : null);
+    const best = this.#mostKnowing(texts, this.pipelined ? PASSES_PER_CONNECTION - 1 : 0);
     if (best !== null) {
       best.passes += 1;
       return Promise.resolve(best);
@@ -262,26 +267,31 @@ export class BunSqlWriter implements OutboxWriter {
     return new Promise((resolve) => this.#waiting.push(resolve));
   }
 
-  /** Of the slots carrying at most `passes` passes, the one that knows most of `texts`. */
+  /** Of the slots carrying at most `passes` passes, the one that knows most of `texts`; of those, the one carrying fewest. */
   #mostKnowing(texts: Set<string>, passes: number): Slot | null {
     let best: Slot | null = null;
     let bestKnown = -1;
     for (const slot of this.#slots) {
       if (slot.passes > passes) continue;
       let known = 0;
-      for (const t of texts) if (slot.texts.has(t)) known += 1;
-      if (known > bestKnown) [best, bestKnown] = [slot, known];
+      for (const t of texts) if (slot.texts.has(t) || slot.carrying.has(t)) known += 1;
+      if (known > bestKnown || (known === bestKnown && slot.passes < best!.passes)) [best, bestKnown] = [slot, known];
     }
     return best;
   }
 
   /**
-   * A pass on `slot` ended, knowing `texts` too (null: it may have lost its connection, and what
-   * it knew). The reservation goes back when no pass uses it (Bun closes, instead of pooling, a
+   * A pass of `texts` on `slot` ended; `answered`, the connection knows them too (else it may have
+   * lost its connection, and what it knew). The reservation goes back when no pass uses it (Bun closes, instead of pooling, a
    * connection released inside an open transaction); a caller waiting for a connection gets the slot.
    */
-  #release(slot: Slot, lease: Lease, texts: Set<string> | null): Promise<void> {
-    if (texts === null) slot.texts.clear();
+  #release(slot: Slot, lease: Lease, texts: Set<string>, answered: boolean): Promise<void> {
+    for (const t of texts) {
+      const n = slot.carrying.get(t)! - 1;
+      if (n === 0) slot.carrying.delete(t);
+      else slot.carrying.set(t, n);
+    }
+    if (!answered) slot.texts.clear();
     else
       for (const t of texts) {
         slot.texts.delete(t); // re-added as the newest
