@@ -282,8 +282,9 @@ export class BunSqlWriter implements OutboxWriter {
 
   /**
    * A pass of `texts` on `slot` ended; `answered`, the connection knows them too (else it may have
-   * lost its connection, and what it knew). The reservation goes back when no pass uses it (Bun closes, instead of pooling, a
-   * connection released inside an open transaction); a caller waiting for a connection gets the slot.
+   * lost its connection, and what it knew). The reservation goes back when no pass uses it (Bun
+   * closes, instead of pooling, a connection released inside an open transaction); a caller
+   * waiting for a connection gets the slot.
    */
   #release(slot: Slot, lease: Lease, texts: Set<string>, answered: boolean): Promise<void> {
     for (const t of texts) {
