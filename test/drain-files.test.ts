@@ -120,6 +120,32 @@ test("a vacuum its budget cuts short asks for the next look a second later, unti
   expect(free()).toBeLessThan(1_024); // below VACUUM_FROM_FREE_PAGES: nothing left worth a look
 });
 
+test("a file another connection commits to is checkpointed by the drain, 50 ms apart at most, so that its commits need none; a drain alone on a file leaves the checkpoints to its own commits", () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const file = dir.file("t.db");
+  new Outbox(file, "t").close();
+  const drain = QueueDb.open(file, { durability: "normal", busyTimeoutMs: 1_000 });
+  cleanups.push(() => drain.close());
+  const writer = new Database(file);
+  cleanups.push(() => writer.close());
+  writer.run("CREATE TABLE other (x BLOB)");
+  // Neither connection checkpoints in its commits: a WAL that stays short was checkpointed by tend.
+  for (const db of [writer, drain.db]) db.run("PRAGMA wal_autocheckpoint = 0");
+  const care = new FileCare(memoryLogger());
+  let now = 1_000_000;
+  const commitsWhileTending = (db: Database) => {
+    for (let i = 0; i < 1_000; i++) {
+      db.run("INSERT INTO other VALUES (randomblob(1500))"); // a frame or two each
+      if (i % 50 === 49) care.tend(drain, (now += 50), () => false);
+    }
+    return walSize(file);
+  };
+  // The application's (or a producer's) commits: the WAL starts over after each checkpoint.
+  expect(commitsWhileTending(writer)).toBeLessThan(1_000_000);
+  // The drain's own commits: no checkpoint from tend, the WAL only grows.
+  expect(commitsWhileTending(drain.db)).toBeGreaterThan(2_000_000);
+});
+
 test("in the application's own database the drain delivers, creates nothing, switches nothing and only checkpoints passively", async () => {
   const dir = tempDirCleanedBy(cleanups);
   const file = dir.file("app.db");
