@@ -119,7 +119,8 @@ export class FileCare {
       // checkpoints to its own commits — checkpointing every 50 ms cost it 3–5 % of its rate.
       const { data_version: version } = file.db.query<{ data_version: number }, []>("PRAGMA data_version").get()!;
       this.#checkpointed.set(file.path, { at: now, version });
-      if (version !== last?.version) checkpoint(file, "PASSIVE"); // never waits for a lock, never blocks a writer
+      // The first look only learns the version: a drain starting on a backlog has nobody to spare.
+      if (last !== undefined && version !== last.version) checkpoint(file, "PASSIVE"); // never waits, never blocks a writer
     } catch (error) {
       this.logger.debug(`drain: checkpointing ${file.path} failed: ${describeError(error).message}`);
     }
