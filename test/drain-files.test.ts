@@ -120,7 +120,7 @@ test("a vacuum its budget cuts short asks for the next look a second later, unti
   expect(free()).toBeLessThan(1_024); // below VACUUM_FROM_FREE_PAGES: nothing left worth a look
 });
 
-test("a file another connection commits to is checkpointed by the drain, 50 ms apart at most, so that its commits need none; a drain alone on a file leaves the checkpoints to its own commits", () => {
+test("a file another connection commits to is checkpointed by the drain between its cycles, so that its commits need none; a drain alone on a file leaves the checkpoints to its own commits", () => {
   const dir = tempDirCleanedBy(cleanups);
   const file = dir.file("t.db");
   new Outbox(file, "t").close();
