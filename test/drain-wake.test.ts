@@ -94,6 +94,29 @@ describe("CommitWatcher", () => {
     expect(commits).toEqual([file]);
   });
 
+  test("a WAL write that moved data_version is looked at again: a writer starting the WAL over moves it before its commit is visible", async () => {
+    const dir = tmp();
+    const file = dir.file("q.db");
+    fs.writeFileSync(`${file}-wal`, "");
+    let version = 1;
+    const { watcher, commits } = watching([file], () => ({ version, writes: 0 }));
+    const wal = fs.openSync(`${file}-wal`, "r+");
+    cleanups.push(() => fs.closeSync(wal));
+    version = 2; // the writer restarted the WAL: the header changed, its commit is not in yet
+    fs.writeSync(wal, "frames"); // one write, one event
+    await waitFor(() => commits.length === 1, "the change to be reported", 2000);
+    version = 3; // its commit is in now
+    await waitFor(
+      () => {
+        watcher.check();
+        return commits.length === 2;
+      },
+      "the recheck to find the commit",
+      2000,
+    );
+    expect(commits).toEqual([file, file]);
+  });
+
   test("a commit whose change was never reported is found by the sweep of every file's data_version", () => {
     const dir = tmp();
     const files = [dir.file("x.db"), dir.file("y.db")];

@@ -55,8 +55,11 @@ const sleepCell = new Int32Array(new SharedArrayBuffer(4));
  * is written before the WAL index says the commit is there, and the kernel may run the drain the
  * moment the writer wrote, before it finished (the first change of a quarter of the single pushes
  * measured). Such a change — or one of the owner's own commits, which data_version never shows —
- * is checked again `recheckMs` later, doubling, for up to RECHECK_WINDOW_MS; and every file's
- * data_version is read every `sweepMs` (a few µs each) in case a change went unreported. The
+ * is checked again `recheckMs` later, doubling, for up to RECHECK_WINDOW_MS; so is a WAL change
+ * that did move data_version, which a writer starting the WAL over does before its commit is
+ * visible (after the drain's checkpoints, most single pushes: their rows waited for the sweep);
+ * and every file's data_version is read every `sweepMs` (a few µs each) in case a change went
+ * unreported. The
  * owner calls `check` at `checkAt`. Construction throws when a directory cannot be watched
  * (ENOENT, the inotify watch limit).
  */
@@ -182,10 +185,11 @@ export class CommitWatcher {
         if ((moved = this.#moved(path, true))) break;
       }
     }
-    if (moved) {
-      this.#rechecks.delete(path);
-      this.handlers.onCommit(path);
-    } else if (!this.#rechecks.has(path)) {
+    if (moved) this.handlers.onCommit(path);
+    if (moved && !wal) this.#rechecks.delete(path);
+    else if (moved || !this.#rechecks.has(path)) {
+      // Moved on a WAL write, it may be the WAL starting over (a checkpoint had emptied it): the
+      // writer's restart moves data_version before its commit is visible. Looked at again too.
       this.#rechecks.set(path, { at: this.checks.now() + this.checks.recheckMs, waitMs: this.checks.recheckMs });
       this.handlers.onCheckDue();
     }
