@@ -136,14 +136,15 @@ test("a file another connection commits to is checkpointed by the drain between 
   const commitsWhileTending = (db: Database) => {
     for (let i = 0; i < 1_000; i++) {
       db.run("INSERT INTO other VALUES (randomblob(1500))"); // a frame or two each
-      if (i % 50 === 49) care.tend(drain, (now += 50), () => false);
+      if (i % 50 === 49) care.tend(drain, (now += 1_000), () => false);
     }
     return walSize(file);
   };
   // The application's (or a producer's) commits: the WAL starts over after each checkpoint.
-  expect(commitsWhileTending(writer)).toBeLessThan(1_000_000);
-  // The drain's own commits: no checkpoint from tend, the WAL only grows.
-  expect(commitsWhileTending(drain.db)).toBeGreaterThan(2_000_000);
+  const withCheckpoints = commitsWhileTending(writer);
+  // The drain's own commits, as many: no checkpoint from tend, the WAL only grows (8 MB here).
+  const without = commitsWhileTending(drain.db);
+  expect(withCheckpoints * 3).toBeLessThan(without);
 });
 
 test("in the application's own database the drain delivers, creates nothing, switches nothing and only checkpoints passively", async () => {

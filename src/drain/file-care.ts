@@ -7,8 +7,11 @@ import type { QueueDb } from "../outbox/queue-db.ts";
 const TEND_EVERY_MS = 1_000;
 /** A WAL above this is checkpointed (passively) even while the file is busy. */
 const CHECKPOINT_AT_BYTES = 4 * 1024 * 1024;
-/** How often a file others write is checkpointed at most (see FileCare.#checkpointForWriters). */
-const CHECKPOINT_FOR_WRITERS_EVERY_MS = 50;
+/** The least and the most time between two checkpoints of a file others write (see FileCare.#checkpointForWriters). */
+const WRITERS_CHECKPOINT_MIN_MS = 50;
+const WRITERS_CHECKPOINT_MAX_MS = 1_000;
+/** WAL frames a checkpoint for writers aims to find: a quarter of the 1 000 at which a writer's commit checkpoints itself. */
+const WRITERS_CHECKPOINT_FRAMES = 250;
 /** Free pages that make an idle file give space back (2 MiB at our 2 KiB pages). */
 const VACUUM_FROM_FREE_PAGES = 1_024;
 /** Pages one incremental-vacuum step frees: one short write transaction each. */
@@ -28,7 +31,7 @@ export interface FileCondition {
 /**
  * Keeps every queue file the drain serves in shape between batches: its WAL bounded and its
  * space given back, without ever blocking a producer for long. A file others committed to gets a
- * PASSIVE checkpoint every 50 ms at most, so that its writers' commits do none. At most once a
+ * PASSIVE checkpoint 50 ms to 1 s apart, so that its writers' commits do none. At most once a
  * second per file:
  *
  * - a WAL above 4 MiB gets a PASSIVE checkpoint (it never waits for or blocks anyone);
@@ -44,8 +47,8 @@ export interface FileCondition {
  */
 export class FileCare {
   readonly #looked = new Map<string, number>();
-  /** When a file was last checkpointed for its other writers, and its data_version then. */
-  readonly #checkpointed = new Map<string, { at: number; version: number }>();
+  /** When a file was last looked at for its other writers, its data_version then, whether it had moved, and the time to the next look. */
+  readonly #forWriters = new Map<string, { at: number; version: number; moved: boolean; everyMs: number }>();
   readonly #conditions = new Map<string, FileCondition>();
   /** Files whose vacuum the budget cut short: looked at again when due, whether or not anything commits. */
   readonly #unfinished = new Set<string>();
@@ -102,25 +105,40 @@ export class FileCare {
   }
 
   /**
-   * A PASSIVE checkpoint, at most every CHECKPOINT_FOR_WRITERS_EVERY_MS, of a file another
-   * connection committed to since the last one — from the drain's connection, between its write
-   * holds. Without it the file's writers (producers' pushes, an application's own transactions)
-   * do the checkpoints in their commits: once the WAL holds 1 000 frames (wal_autocheckpoint),
-   * and, while the drain's reads keep the WAL from starting over, in every commit until it does.
-   * Measured at 2 000 commits/s with a drain delivering: an application's COMMIT p50 0.018 →
-   * 0.081 ms without it, its transactions' p99 5–6× and a push's p99 7–10× what they are with no
-   * drain; with it, about 2× (docs/benchmarks.md).
+   * A PASSIVE checkpoint of a file others keep committing to — from the drain's connection,
+   * between its write holds — so that the WAL starts over before it holds 1 000 frames. Without it
+   * the file's writers (producers' pushes, an application's own transactions) do the checkpoints
+   * in their commits: once the WAL holds 1 000 frames (wal_autocheckpoint), and, while the drain's
+   * reads keep the WAL from starting over, in every commit until it does. Measured at 2 000
+   * commits/s with a drain delivering: an application's COMMIT p50 0.018 → 0.081 ms without it,
+   * its transactions' p99 5–6× and a push's p99 7–10× what they are with no drain; with it, about
+   * 2× (docs/benchmarks.md).
+   *
+   * Looks come 50 ms to 1 s apart. A look reads `PRAGMA data_version`, which moves when another
+   * connection commits. Unmoved, the next look is twice as far; moved once, twice as near; moved
+   * at two looks in a row, it checkpoints, and the next look is as far as makes it find about
+   * WRITERS_CHECKPOINT_FRAMES frames. So a drain alone on a backlog checkpoints nothing here (every
+   * 50 ms regardless cost it 3–5 % of its rate), nor does a file pushed to now and then (a
+   * checkpoint is two fsyncs, and the next commit restarts the WAL: the look once a second does
+   * those), and a thousand quiet files cost a thousand reads a second.
    */
   #checkpointForWriters(file: QueueDb, now: number): void {
-    const last = this.#checkpointed.get(file.path);
-    if (last !== undefined && now - last.at < CHECKPOINT_FOR_WRITERS_EVERY_MS) return;
+    const last = this.#forWriters.get(file.path);
+    if (last !== undefined && now - last.at < last.everyMs) return;
     try {
-      // Changes when another connection commits: a drain alone on a file (a backlog) leaves the
-      // checkpoints to its own commits — checkpointing every 50 ms cost it 3–5 % of its rate.
       const { data_version: version } = file.db.query<{ data_version: number }, []>("PRAGMA data_version").get()!;
-      this.#checkpointed.set(file.path, { at: now, version });
-      // The first look only learns the version: a drain starting on a backlog has nobody to spare.
-      if (last !== undefined && version !== last.version) checkpoint(file, "PASSIVE"); // never waits, never blocks a writer
+      const moved = last !== undefined && version !== last.version;
+      let everyMs = last?.everyMs ?? WRITERS_CHECKPOINT_MAX_MS;
+      if (!moved) everyMs = Math.min(WRITERS_CHECKPOINT_MAX_MS, everyMs * 2);
+      else if (!last.moved) everyMs = Math.max(WRITERS_CHECKPOINT_MIN_MS, everyMs / 2);
+      else {
+        // The frames the WAL holds: about those since the last look, as the WAL starts over after a checkpoint.
+        const frames = passiveCheckpoint(file); // never waits, never blocks a writer
+        if (frames > 2 * WRITERS_CHECKPOINT_FRAMES) everyMs = WRITERS_CHECKPOINT_MIN_MS;
+        else if (frames >= 0 && frames < WRITERS_CHECKPOINT_FRAMES / 2)
+          everyMs = Math.min(WRITERS_CHECKPOINT_MAX_MS, everyMs * 2);
+      }
+      this.#forWriters.set(file.path, { at: now, version, moved, everyMs });
     } catch (error) {
       this.logger.debug(`drain: checkpointing ${file.path} failed: ${describeError(error).message}`);
     }
@@ -162,4 +180,9 @@ export function walSize(path: string): number {
 
 function checkpoint(file: QueueDb, mode: "PASSIVE" | "TRUNCATE"): void {
   file.db.query(`PRAGMA wal_checkpoint(${mode})`).get();
+}
+
+/** A PASSIVE checkpoint; returns the frames the WAL holds (-1: another checkpoint was running). */
+function passiveCheckpoint(file: QueueDb): number {
+  return file.db.query<{ log: number }, []>("PRAGMA wal_checkpoint(PASSIVE)").get()?.log ?? -1;
 }
