@@ -115,9 +115,9 @@ export class FileCare {
    * 2× (docs/benchmarks.md).
    *
    * Looks come 50 ms to 1 s apart. A look reads `PRAGMA data_version`, which moves when another
-   * connection commits. Unmoved, the next look is twice as far; moved once, twice as near; moved
-   * at two looks in a row, it checkpoints, and the next look is as far as makes it find about
-   * WRITERS_CHECKPOINT_FRAMES frames. So a drain alone on a backlog checkpoints nothing here (every
+   * connection commits. Unmoved, the next look is twice as far; moved, 50 ms away; moved at two
+   * looks in a row, it checkpoints, and the next look is twice as far when the WAL held fewer than
+   * half WRITERS_CHECKPOINT_FRAMES frames, 50 ms away when it held more than twice as many. So a drain alone on a backlog checkpoints nothing here (every
    * 50 ms regardless cost it 3–5 % of its rate), nor does a file pushed to now and then (a
    * checkpoint is two fsyncs, and the next commit restarts the WAL: the look once a second does
    * those), and a thousand quiet files cost a thousand reads a second.
@@ -128,15 +128,15 @@ export class FileCare {
     try {
       const { data_version: version } = file.db.query<{ data_version: number }, []>("PRAGMA data_version").get()!;
       const moved = last !== undefined && version !== last.version;
-      let everyMs = last?.everyMs ?? WRITERS_CHECKPOINT_MAX_MS;
+      let everyMs = last?.everyMs ?? WRITERS_CHECKPOINT_MIN_MS;
       if (!moved) everyMs = Math.min(WRITERS_CHECKPOINT_MAX_MS, everyMs * 2);
-      else if (!last.moved) everyMs = Math.max(WRITERS_CHECKPOINT_MIN_MS, everyMs / 2);
+      else if (!last.moved) everyMs = WRITERS_CHECKPOINT_MIN_MS;
       else {
-        // The frames the WAL holds: about those since the last look, as the WAL starts over after a checkpoint.
+        // The frames the WAL holds (-1: a writer is checkpointing it, so it holds 1 000): about
+        // those since the last look, as the WAL starts over after a checkpoint.
         const frames = passiveCheckpoint(file); // never waits, never blocks a writer
-        if (frames > 2 * WRITERS_CHECKPOINT_FRAMES) everyMs = WRITERS_CHECKPOINT_MIN_MS;
-        else if (frames >= 0 && frames < WRITERS_CHECKPOINT_FRAMES / 2)
-          everyMs = Math.min(WRITERS_CHECKPOINT_MAX_MS, everyMs * 2);
+        if (frames < 0 || frames > 2 * WRITERS_CHECKPOINT_FRAMES) everyMs = WRITERS_CHECKPOINT_MIN_MS;
+        else if (frames < WRITERS_CHECKPOINT_FRAMES / 2) everyMs = Math.min(WRITERS_CHECKPOINT_MAX_MS, everyMs * 2);
       }
       this.#forWriters.set(file.path, { at: now, version, moved, everyMs });
     } catch (error) {
