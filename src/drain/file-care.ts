@@ -117,10 +117,11 @@ export class FileCare {
    * Looks come 50 ms to 1 s apart. A look reads `PRAGMA data_version`, which moves when another
    * connection commits. Unmoved, the next look is twice as far; moved, 50 ms away; moved at two
    * looks in a row, it checkpoints, and the next look is twice as far when the WAL held fewer than
-   * half WRITERS_CHECKPOINT_FRAMES frames, 50 ms away when it held more than twice as many. So a drain alone on a backlog checkpoints nothing here (every
-   * 50 ms regardless cost it 3–5 % of its rate), nor does a file pushed to now and then (a
-   * checkpoint is two fsyncs, and the next commit restarts the WAL: the look once a second does
-   * those), and a thousand quiet files cost a thousand reads a second.
+   * half WRITERS_CHECKPOINT_FRAMES frames, 50 ms away when it held more than twice as many. So a
+   * drain alone on a backlog checkpoints nothing here (every 50 ms regardless cost it 3–5 % of its
+   * rate), nor does a file pushed to now and then (a checkpoint is two fsyncs, and the next commit
+   * restarts the WAL: the look once a second does those), and a thousand quiet files cost a
+   * thousand reads a second.
    */
   #checkpointForWriters(file: QueueDb, now: number): void {
     const last = this.#forWriters.get(file.path);

@@ -56,12 +56,11 @@ const sleepCell = new Int32Array(new SharedArrayBuffer(4));
  * moment the writer wrote, before it finished (the first change of a quarter of the single pushes
  * measured). Such a change — or one of the owner's own commits, which data_version never shows —
  * is checked again `recheckMs` later, doubling, for up to RECHECK_WINDOW_MS; so is a WAL change
- * that did move data_version, which a writer starting the WAL over does before its commit is
- * visible (after the drain's checkpoints, most single pushes: their rows waited for the sweep);
- * and every file's data_version is read every `sweepMs` (a few µs each) in case a change went
- * unreported. The
- * owner calls `check` at `checkAt`. Construction throws when a directory cannot be watched
- * (ENOENT, the inotify watch limit).
+ * that did move data_version, which a writer starting the WAL over (the first commit after a
+ * checkpoint emptied it) does before its commit is visible — such rows waited for the sweep; and
+ * every file's data_version is read every `sweepMs` (a few µs each) in case a change went
+ * unreported. The owner calls `check` at `checkAt`. Construction throws when a directory cannot
+ * be watched (ENOENT, the inotify watch limit).
  */
 export class CommitWatcher {
   readonly #watchers: FSWatcher[] = [];
