@@ -135,7 +135,7 @@ export class FileCare {
       else {
         // The frames the WAL holds (-1: a writer is checkpointing it, so it holds 1 000): about
         // those since the last look, as the WAL starts over after a checkpoint.
-        const frames = passiveCheckpoint(file); // never waits, never blocks a writer
+        const frames = checkpoint(file, "PASSIVE"); // never waits, never blocks a writer
         if (frames < 0 || frames > 2 * WRITERS_CHECKPOINT_FRAMES) everyMs = WRITERS_CHECKPOINT_MIN_MS;
         else if (frames < WRITERS_CHECKPOINT_FRAMES / 2) everyMs = Math.min(WRITERS_CHECKPOINT_MAX_MS, everyMs * 2);
       }
@@ -179,11 +179,7 @@ export function walSize(path: string): number {
   }
 }
 
-function checkpoint(file: QueueDb, mode: "PASSIVE" | "TRUNCATE"): void {
-  file.db.query(`PRAGMA wal_checkpoint(${mode})`).get();
-}
-
-/** A PASSIVE checkpoint; returns the frames the WAL holds (-1: another checkpoint was running). */
-function passiveCheckpoint(file: QueueDb): number {
-  return file.db.query<{ log: number }, []>("PRAGMA wal_checkpoint(PASSIVE)").get()?.log ?? -1;
+/** Checkpoints the file's WAL; returns the frames the WAL holds (-1: another checkpoint was running). */
+function checkpoint(file: QueueDb, mode: "PASSIVE" | "TRUNCATE"): number {
+  return file.db.query<{ log: number }, []>(`PRAGMA wal_checkpoint(${mode})`).get()?.log ?? -1;
 }
