@@ -30,9 +30,9 @@ export interface FileCondition {
 
 /**
  * Keeps every queue file the drain serves in shape between batches: its WAL bounded and its
- * space given back, without ever blocking a producer for long. A file others committed to gets a
- * PASSIVE checkpoint 50 ms to 1 s apart, so that its writers' commits do none. At most once a
- * second per file:
+ * space given back, without ever blocking a producer for long. A file others keep committing to
+ * gets PASSIVE checkpoints 50 ms to 1 s apart, so that its writers' commits do none (see
+ * #checkpointForWriters). At most once a second per file:
  *
  * - a WAL above 4 MiB gets a PASSIVE checkpoint (it never waits for or blocks anyone);
  * - an idle file (nothing pending in the tables this drain serves from it) gets a TRUNCATE
