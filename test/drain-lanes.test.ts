@@ -316,3 +316,104 @@ test("transactions across two tables and several keys each, in lanes: every one 
   expect(await remote.ints("SELECT id, total, item_count FROM orders ORDER BY id")).toEqual(expected.orders);
   expect(await remote.ints("SELECT id, order_id, qty FROM order_items ORDER BY id")).toEqual(expected.items);
 });
+
+describe.each(ENGINES)("lanes across two tables of one db_file, delivered to %s", (engine) => {
+  const ACCOUNT = "INSERT INTO accounts (k, n) VALUES (?, ?)";
+  const AUDIT = "INSERT INTO audit (k, n) VALUES (?, ?)";
+
+  test("a group held in one table holds only its lanes in both: groups of other lanes land around it, in per-key order; after the fix and a kick of its key, everything lands once", async () => {
+    const dir = tempDirCleanedBy(cleanups);
+    const remote = await openRemote(engine, { cleanups });
+    for (const table of ["accounts", "audit"])
+      await remote.exec(
+        `CREATE TABLE ${table} (${AUTO_POS[remote.dialect]}, k VARCHAR(32) NOT NULL, n BIGINT NOT NULL)`,
+      );
+    // The poison: the remote already holds (poison, 1) under a unique index, so that key's next
+    // account row fails there until the operator deletes the stray row (the fix, on every engine).
+    await remote.exec("CREATE UNIQUE INDEX accounts_kn ON accounts (k, n)");
+    const poisonLane = 3;
+    const [poison] = keysOf(poisonLane, 1) as [string];
+    const [a, b] = remote.dialect === "postgres" ? ["$1", "$2"] : ["?", "?"];
+    await remote.exec(`INSERT INTO accounts (k, n) VALUES (${a}, ${b})`, [poison, 1]);
+    const others = [0, 1, 2, 4, 5, 6, 7].flatMap((l) => keysOf(l, 2));
+    const dbFile = dir.file("app.db");
+    const producer = new SQLMiddleware({ dbFile });
+    /** One transaction: an account row and an audit row for each key, every row keyed by its account. */
+    const transact = (keys: readonly string[], n: number) =>
+      producer.transaction(() => {
+        for (const k of keys) {
+          producer.push("accounts", ACCOUNT, [k, n], { key: k });
+          producer.push("audit", AUDIT, [k, n], { key: k });
+        }
+      });
+    const groups: string[][] = [];
+    for (let n = 1; n <= 4; n++) {
+      transact([poison], n); // the first one fails; the rest wait behind it in its lane
+      for (let i = 0; i < others.length; i += 2) {
+        const keys = [others[i]!, others[(i + 3) % others.length]!];
+        if (n === 1) groups.push(keys);
+        transact(keys, n);
+      }
+    }
+    const config = defineConfig({
+      app: {
+        app: {
+          dbFile,
+          ...FAST,
+          backoffUnitSeconds: 30, // the failed group waits for the operator's kick
+          batchSize: 20, // several batches: the held group is met again and again
+          db: {
+            r: {
+              writer: remote.writer,
+              connection: remote.connection,
+              tables: [
+                { name: "accounts", lanes: LANES },
+                { name: "audit", lanes: LANES },
+              ],
+            },
+          },
+        },
+      },
+    });
+    const svc = new OutboxSyncService(config, { "app.r": remote.createWriter() });
+    cleanups.push(() => svc.stop(2000));
+    const landed = async (table: string) =>
+      perKeyOf(
+        (await remote.rows(`SELECT k, n FROM ${table} ORDER BY pos`)).map(([k, n]) => [String(k), Number(n)] as const),
+      );
+    const othersLanded = async () => (await remote.count("audit")) === others.length * 4;
+    await waitFor(async () => (await svc.runOnce(), await othersLanded()), "every group of the other lanes", 20_000);
+    for (let i = 0; i < 3; i++) await svc.runOnce(); // the held lane stays held
+    for (const table of ["accounts", "audit"]) {
+      const by = await landed(table);
+      for (const k of others) expect(by.get(k)).toEqual([1, 2, 3, 4]);
+      // Nothing of the held key's groups landed in either table: groups go whole.
+      expect(by.get(poison)).toEqual(table === "accounts" ? [1] : undefined);
+    }
+    // Both tables show the one held lane: where the group failed, and where its rows wait for it.
+    const [accountsView, auditView] = svc.targets()[0]!.tables.map((t) => t.view());
+    expect(accountsView!.lanes?.held).toMatchObject([{ lane: poisonLane, key: poison, attempts: 1 }]);
+    expect(auditView!.lanes?.held).toMatchObject([
+      { lane: poisonLane, key: poison, lastError: 'its group waits for its rows in "accounts"' },
+    ]);
+    // The operator removes the stray row and kicks the held key.
+    await remote.exec(`DELETE FROM accounts WHERE k = ${a}`, [poison]);
+    const accounts = new Outbox(dbFile, "accounts");
+    cleanups.push(() => accounts.close());
+    expect(accounts.retryHead(poison)?.seq).toBeGreaterThan(0);
+    svc.retryNow();
+    await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "the held lane", 20_000);
+    for (const table of ["accounts", "audit"]) {
+      const by = await landed(table);
+      for (const k of [...others, poison]) expect(by.get(k)).toEqual([1, 2, 3, 4]);
+    }
+    expect(accounts.deadCount()).toBe(0);
+  }, 40_000);
+});
+
+/** Each key's n in the order they landed. */
+function perKeyOf(rows: ReadonlyArray<readonly [string, number]>): Map<string, number[]> {
+  const by = new Map<string, number[]>();
+  for (const [k, n] of rows) by.set(k, [...(by.get(k) ?? []), n]);
+  return by;
+}

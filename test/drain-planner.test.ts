@@ -128,6 +128,42 @@ describe("planSlice", () => {
     expect([refused.slice, refused.deadLetters, refused.charges]).toEqual([null, [], []]);
   });
 
+  test("groups that span tables and wait here are told, with their retry time when a backoff holds them (behind every held lane too)", () => {
+    const later = NOW + 60_000;
+    const spans = new Map([
+      [2, ["t", "u"]],
+      [4, ["t", "u"]],
+    ]);
+    // A table of one lane: its head backs off, so the group behind it waits as long.
+    const held = plan([row(1, null, { nextAttemptAt: new Date(later).toISOString() }), row(2, 2), row(4, 4)], {
+      spans,
+    });
+    expect([...held.waiting]).toEqual([
+      [2, later],
+      [4, later],
+    ]);
+    // Behind a cut the wait has no end a backoff says: the group is read again.
+    expect([...plan([row(1), row(2, 2), row(4, 4)], { spans, cuts: new Map([[0, 2]]) }).waiting]).toEqual([
+      [2, null],
+      [4, null],
+    ]);
+    // With lanes: a group behind a lane backing off waits in it; one of another lane goes.
+    const lanes = plan(
+      [
+        row(1, null, { laneKey: "a", nextAttemptAt: new Date(later).toISOString() }),
+        row(2, 2, { laneKey: "a" }),
+        row(4, 4, { laneKey: "b" }),
+      ],
+      {
+        spans,
+        lanes: 4,
+        laneOf: (r) => (r.laneKey === "a" ? 1 : 2),
+      },
+    );
+    expect([...lanes.waiting]).toEqual([[2, later]]);
+    expect(seqs(lanes)).toEqual([4]);
+  });
+
   test("a group that spans tables carries the tables it touches into the slice", () => {
     const p = plan([row(1, 1), row(3, 1), row(4)], { spans: new Map([[1, ["t", "u"]]]) });
     expect([...p.slice!.spans]).toEqual([[1, ["t", "u"]]]);

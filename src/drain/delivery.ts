@@ -14,7 +14,6 @@ import type { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
 import {
   minWake,
-  trimDraft,
   type DrainTable,
   type GroupAttempts,
   type OpenContext,
@@ -430,8 +429,11 @@ export class Delivery {
   ): SentBatch | null {
     const drafts: SliceDraft[] = [];
     let budget = this.app.batchMaxBytes;
+    /** The tables planned for this batch: only their plans say, now, how long a group that spans tables waits there. */
+    const planned = new Map<string, DrainTable>();
     const plan = (table: DrainTable, force: boolean) => {
       share?.tried.add(table);
+      planned.set(table.name, table);
       const { draft, outcome } = table.plan({
         now,
         maxBytes: budget,
@@ -459,16 +461,18 @@ export class Delivery {
     }
     // A group that spans tables goes when it heads all of them: a table it waits on that is not
     // ready by its own measure (threshold, max wait) is planned anyway.
-    const planned = new Set(drafts.map((d) => d.table));
     for (const table of this.awaitedBy(drafts))
-      if (!planned.has(table) && budget > 0 && !share?.busy.has(table)) plan(table, true); // a table another batch carries: the group waits
+      if (!planned.has(table.name) && budget > 0 && !share?.busy.has(table)) plan(table, true); // a table another batch carries: the group waits
     if (drafts.length === 0) return null;
-    const { keep, units } = linkDrafts(drafts, this.served);
+    const { held, units } = linkDrafts(drafts, this.served, (t, grp) => planned.get(t)?.waitOf(grp) ?? null);
     const opened = new Map<SliceDraft, TableSlice>();
     for (const draft of drafts) {
-      const kept = keep.get(draft)!;
-      if (kept === 0) continue; // its head group waits for the tables it spans
-      trimDraft(draft, kept);
+      const waiting = held.get(draft);
+      if (waiting !== undefined) {
+        // Its groups that wait for another table hold their lanes; a known end is when to look again.
+        for (const g of waiting) out.wakeAt = minWake(out.wakeAt, g.until);
+        if (!draft.table.holdBack(draft, waiting)) continue;
+      }
       opened.set(draft, draft.table.openSlice(draft, { now, fence: this.fence }));
     }
     return this.layOut(units.map((unit) => unit.map((d) => opened.get(d)!)));

@@ -21,14 +21,14 @@ export class LaneMap {
   }
 
   /** A row's lane: 0 in a table of one lane; else its key's (see lane-key.ts), or null without a key (a barrier). */
-  of(row: OutboxRow): Lane {
+  of(row: Pick<OutboxRow, "laneKey">): Lane {
     if (this.count === 1) return 0;
     const key = row.laneKey;
     return key === null ? null : keyHash(key) % this.count;
   }
 
   /** The slot of a row's lane in a throughs array (see throughsOf). */
-  slotOf(row: OutboxRow): number {
+  slotOf(row: Pick<OutboxRow, "laneKey">): number {
     return this.of(row) ?? this.count;
   }
 

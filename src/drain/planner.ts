@@ -2,7 +2,7 @@ import { describeError, InvalidArgumentError, UnsupportedStatementError } from "
 import type { DeadReason, OutboxRow } from "../outbox/outbox.ts";
 import { parseTimestamp } from "../outbox/timestamp.ts";
 import type { Statement } from "../writers/writer.ts";
-import { groupStarts } from "./row-groups.ts";
+import { endOfGroup, groupStarts } from "./row-groups.ts";
 
 /** A row's lane: a number, or null for a row without a key in a table with lanes — a barrier across every lane. */
 export type Lane = number | null;
@@ -84,6 +84,11 @@ export interface Plan {
   /** The heads backing off that hold their lanes, by lane (what status shows of a held lane). */
   heldHeads: Map<Lane, HeldHead>;
   /**
+   * The groups among the rows that span tables and wait here (see linked-groups.ts), by group: until
+   * when, when a backoff says (epoch ms), else null. The other tables they span hold them too.
+   */
+  waiting: Map<number, number | null>;
+  /**
    * The first row these rows leave pending for a reason other than a backoff (a cut, a group that
    * could not be converted, one read ahead with a history): a later read must start at or before
    * it. Null: none.
@@ -114,6 +119,7 @@ export function planSlice(input: PlanInput): Plan {
     cutsPassed: [],
     backingOff: new Map(input.blocked),
     heldHeads: new Map(),
+    waiting: new Map(),
     resumeAt: null,
     frontier: null,
     more: false,
@@ -135,12 +141,14 @@ export function planSlice(input: PlanInput): Plan {
     allHeld = blocked.has(null) || blocked.size >= input.lanes;
     plan.frontier ??= first.seq;
     if (resume) plan.resumeAt ??= first.seq;
+    if (first.grp !== null && input.spans.has(first.grp)) plan.waiting.set(first.grp, until);
   };
   const starts = groupStarts(rows);
   const single: Lane[] = [0];
   for (let g = 0; g < starts.length; g++) {
     if (allHeld) {
       plan.frontier ??= rows[starts[g]!]!.seq;
+      if (input.spans.size > 0) waitBehind(plan, input, rows, starts.slice(g));
       break;
     }
     const group = rows.slice(starts[g], starts[g + 1] ?? rows.length);
@@ -224,6 +232,24 @@ export function planSlice(input: PlanInput): Plan {
   if (slice.rows.length > 0) plan.slice = slice;
   plan.more ||= slice.more && plan.slice !== null;
   return plan;
+}
+
+/**
+ * Every lane is held: the groups that span tables among the rest of the rows wait as long as the
+ * earliest backoff of their lanes (null when none of them backs off: they wait for a later plan).
+ */
+function waitBehind(plan: Plan, input: PlanInput, rows: readonly OutboxRow[], starts: readonly number[]): void {
+  const every = plan.backingOff.get(null);
+  for (const start of starts) {
+    const first = rows[start]!;
+    if (first.grp === null || !input.spans.has(first.grp)) continue;
+    const group = rows.slice(start, endOfGroup(rows, start));
+    let until = every ?? Number.POSITIVE_INFINITY;
+    const lanes = input.lanes === 1 ? ONE_LANE : lanesOf(group, input.laneOf);
+    for (const l of lanes.includes(null) ? [...plan.backingOff.keys()] : lanes)
+      until = Math.min(until, plan.backingOff.get(l) ?? Number.POSITIVE_INFINITY);
+    plan.waiting.set(first.grp, Number.isFinite(until) ? until : null);
+  }
 }
 
 /** The one lane of a table without lanes, and the lane a barrier holds (every lane). */

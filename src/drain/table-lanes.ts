@@ -6,8 +6,6 @@ import type { HeldLaneView } from "./views.ts";
 
 /** What a table with lanes knows once a slice is applied whole (see TableLanes.moveOn). */
 export interface LanesAfter {
-  /** The seqs the plan took, so a draft trimmed by the runner (a transaction across tables) knows what it left. */
-  planned: number[];
   cursor: number | null;
   frontier: number | null;
   /** The last row read: with no frontier, every row up to it is applied once the slice is. */
@@ -39,6 +37,12 @@ export class TableLanes {
   #heldHeads = new Map<Lane, HeldHead>();
   #cursor: number | null = null;
   #frontier: number | null = null;
+  /**
+   * Groups that span tables held back in a lane held until a known time (a backoff here), by group:
+   * until when. The next reads start past them, so the plans do not see them again; the other
+   * tables they span are told from here that they wait (see linked-groups.ts).
+   */
+  #waits = new Map<number, number>();
 
   constructor(
     table: string,
@@ -48,7 +52,7 @@ export class TableLanes {
   }
 
   /** A row's lane (0 with one lane; null: a row without a key, a barrier over every lane). */
-  of(row: OutboxRow): Lane {
+  of(row: Pick<OutboxRow, "laneKey">): Lane {
     return this.map.of(row);
   }
 
@@ -102,14 +106,44 @@ export class TableLanes {
     if (this.#cursor === null) {
       this.#blocked = new Map();
       this.#heldHeads = new Map();
+      this.#waits = new Map();
       this.#frontier = null;
     }
   }
 
-  /** A plan from the head found these lanes held back and these heads backing off. */
+  /** A plan from the head found these lanes held back, these heads backing off, and these groups that span tables waiting. */
   planned(plan: Plan): void {
     this.#blocked = plan.backingOff;
     for (const [lane, head] of plan.heldHeads) this.#heldHeads.set(lane, head);
+    for (const [grp, until] of plan.waiting) if (until !== null) this.#waits.set(grp, until);
+  }
+
+  /** When a group that spans tables, held back here, may go at the earliest (epoch ms), if known (see #waits). */
+  waitOf(grp: number): number | null {
+    return this.#waits.get(grp) ?? null;
+  }
+
+  /**
+   * A group of rows `group` (this table's part of a group that spans tables) waits for its part in
+   * another table until `until` (epoch ms): its lanes are held until then, as behind a head backing
+   * off here — the reads start past them meanwhile, and the lanes are read again from the head
+   * once the time comes. `why` is what status shows of the held lanes.
+   */
+  holdUntil(group: readonly OutboxRow[], until: number, why: string): void {
+    const first = group[0]!;
+    const lanes = lanesOf(group, (r) => this.of(r));
+    const head: HeldHead = {
+      seq: first.seq,
+      key: first.laneKey,
+      attempts: first.attempts,
+      lastError: why,
+      retryAt: until,
+    };
+    for (const lane of lanes) {
+      this.#blocked.set(lane, Math.min(this.#blocked.get(lane) ?? until, until));
+      if (!this.#heldHeads.has(lane)) this.#heldHeads.set(lane, head);
+    }
+    if (first.grp !== null) this.#waits.set(first.grp, until);
   }
 
   /**
@@ -134,6 +168,15 @@ export class TableLanes {
     this.#throughs = throughs;
     this.#throughsMax = Math.max(this.#throughsMax, throughs[this.count]!, rows[rows.length - 1]!.seq);
     return throughs[this.count]!;
+  }
+
+  /** The ledger rows this drain knows to exist (a through above 0, as last seen or set), with their throughs. */
+  ledgerThroughs(): Array<{ ledgerRow: string; through: number }> {
+    const throughs = this.#throughs ?? [];
+    const out: Array<{ ledgerRow: string; through: number }> = [];
+    for (let slot = 0; slot < throughs.length; slot++)
+      if (throughs[slot]! > 0) out.push({ ledgerRow: this.map.ledgerRow(slot), through: throughs[slot]! });
+    return out;
   }
 
   /** Settled, and nothing holds a lane back (no backoff, no held head). */

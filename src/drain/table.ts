@@ -11,6 +11,7 @@ import type { Statement, WriteResult } from "../writers/writer.ts";
 import { classifyAnswer, type Failure } from "./answer.ts";
 import { type Charged, HeadCharges } from "./charges.ts";
 import type { DeliveryObserver } from "./observer.ts";
+import type { WaitingGroup } from "./linked-groups.ts";
 import { type Lane, type Plan, planSlice, type SlicePlan } from "./planner.ts";
 import { BackgroundPrune } from "./prune.ts";
 import { tableReadiness } from "./schedule.ts";
@@ -56,16 +57,6 @@ interface ReadAhead extends SlicePlan {
   after: number;
   /** With lanes: what is known once it is applied (it is every pending row it read). */
   lanes?: LanesAfter;
-}
-
-/** The first `count` rows of a draft (a group boundary): the rest goes in a later batch. */
-export function trimDraft(draft: SliceDraft, count: number): void {
-  if (count >= draft.rows.length) return;
-  draft.rows.length = count;
-  draft.stmts.length = count;
-  draft.rowBytes.length = count;
-  draft.bytes = draft.rowBytes.reduce((a, b) => a + b, 0);
-  draft.more = true;
 }
 
 /** What planning or settling one table did, for the cycle's report. */
@@ -134,6 +125,7 @@ const NO_GROUP_ATTEMPTS: GroupAttempts = new Map();
 /** No lane held back, no lane cut: what a plan of one lane starts from. */
 const NO_LANES: ReadonlyMap<Lane, number> = new Map();
 const NO_CUTS: ReadonlyMap<Lane, number> = new Map();
+const NO_WAITS: ReadonlyMap<number, number | null> = new Map();
 
 /** How many rows one page of settlement's scan for the applied prefix reads (with lanes), within the batch byte budget. */
 const CONFIRM_SCAN_ROWS = 2_000;
@@ -199,6 +191,8 @@ export class DrainTable {
   #appliedParts: AppliedSlice[] | null = null;
   /** The next slice, read while the batch before it was in flight; used only if that batch was applied whole. */
   #ahead: ReadAhead | null = null;
+  /** The groups that span tables the last plan from the head held back, and until when (see Plan.waiting). */
+  #planWaits: ReadonlyMap<number, number | null> = new Map();
   /** The queue had no history when opened: in compatibility mode, rows at or below the remote's
    *  MAX(outbox_seq) can then only be another queue's seqs (see compat.ts). */
   #freshQueue = false;
@@ -422,6 +416,12 @@ export class DrainTable {
     return this.#through;
   }
 
+  /** The table's ledger rows this drain knows to exist, with their throughs (with lanes, every lane's; see TableLanes). */
+  ledgerThroughs(): Array<{ ledgerRow: string; through: number }> {
+    if (this.lanes > 1) return this.#laneState.ledgerThroughs();
+    return this.#through === null || this.#through === 0 ? [] : [{ ledgerRow: this.name, through: this.#through }];
+  }
+
   /** This table as status and metrics show it; with `health`, its queue's health read from the file. */
   view(options: { health?: boolean } = {}): TableView {
     const view: TableView = {
@@ -593,6 +593,7 @@ export class DrainTable {
     const { now } = ctx;
     const ahead = this.#ahead;
     this.#ahead = null;
+    this.#planWaits = NO_WAITS;
     if (this.held(now)) return { draft: null, outcome: out };
     if (this.#applyingFenced && this.#through === null) return { draft: null, outcome: out };
     try {
@@ -637,7 +638,7 @@ export class DrainTable {
     if (read.head === null) {
       if (!lanes || cursor === null) this.#cuts.clear();
       // With lanes, every row read was applied already: the confirmation may go up to them.
-      if (lanes) this.#moveOn({ planned: [], cursor: seen, frontier: behind, lastRead: seen, whole: false });
+      if (lanes) this.#moveOn({ cursor: seen, frontier: behind, lastRead: seen, whole: false });
       return null;
     }
     if (read.rows.length === 0) {
@@ -659,10 +660,10 @@ export class DrainTable {
       prepare: (row) => ctx.prepare(this, row),
     });
     this.#carryOut(queue, plan, out);
+    if (plan.waiting.size > 0) this.#planWaits = plan.waiting;
     if (lanes) {
       for (const until of plan.backingOff.values()) out.wakeAt = minWake(out.wakeAt, until);
       const after: LanesAfter = {
-        planned: plan.slice?.rows.map((r) => r.seq) ?? [],
         cursor: plan.resumeAt !== null ? plan.resumeAt - 1 : seen,
         frontier: behind ?? plan.frontier,
         lastRead: seen,
@@ -716,6 +717,51 @@ export class DrainTable {
     if (charged.touched.length > 0) out.touched = [...(out.touched ?? []), ...charged.touched];
   }
 
+  /** A row's lane here (0 in a table of one lane; null: a row without a key in a table with lanes, a barrier). */
+  laneOf(row: Pick<OutboxRow, "laneKey">): Lane {
+    return this.#laneState.of(row);
+  }
+
+  /**
+   * When a group that spans tables, held back by this table's last plan, may go at the earliest
+   * (epoch ms), if a backoff says (see Plan.waiting; with lanes, also one held back in a lane read
+   * past since, see TableLanes.waitOf). Null: not known.
+   */
+  waitOf(grp: number): number | null {
+    return this.#planWaits.get(grp) ?? this.#laneState.waitOf(grp);
+  }
+
+  /**
+   * Takes out of a draft the groups that wait for their part in another table (see linkDrafts),
+   * and holds the lanes each occupies: a group whose wait has a known end holds its lanes until
+   * then (the next reads start past them, as behind a head backing off); one without is read
+   * again from its first row. The rest of the draft goes. Returns false when nothing is left.
+   */
+  holdBack(draft: SliceDraft, groups: readonly WaitingGroup[]): boolean {
+    const waiting = new Set<number>();
+    for (const g of groups) for (let i = g.start; i < g.end; i++) waiting.add(i);
+    const lanes = draft.lanes;
+    if (lanes !== undefined) {
+      for (const g of groups) {
+        const first = draft.rows[g.start]!.seq;
+        lanes.frontier = Math.min(lanes.frontier ?? first, first);
+        if (g.until !== null) {
+          const why = `its group waits for its rows in ${g.waitsOn.map((t) => `"${t}"`).join(", ")}`;
+          this.#laneState.holdUntil(draft.rows.slice(g.start, g.end), g.until, why);
+        } else lanes.cursor = Math.min(lanes.cursor ?? first - 1, first - 1);
+      }
+      lanes.whole = false;
+    }
+    const keep = (_: unknown, i: number) => !waiting.has(i);
+    draft.rows = draft.rows.filter(keep);
+    draft.stmts = draft.stmts.filter(keep);
+    draft.rowBytes = draft.rowBytes.filter(keep);
+    draft.bytes = draft.rowBytes.reduce((a, b) => a + b, 0);
+    for (const grp of [...draft.spans.keys()]) if (!draft.rows.some((r) => r.grp === grp)) draft.spans.delete(grp);
+    draft.more = true;
+    return draft.rows.length > 0;
+  }
+
   /**
    * Opens a draft as this table's slice of the batch: its fences first (one per ledger row its
    * rows move: the table's, or with lanes each lane's it touches), its first row charged one
@@ -740,13 +786,6 @@ export class DrainTable {
             last: lastOf[slot]!,
           });
       if (draft.lanes !== undefined) draft.lanes.slots = slots;
-    }
-    if (draft.lanes !== undefined && draft.rows.length < draft.lanes.planned.length) {
-      // The runner kept only part (a transaction across tables waits): what it left is read again.
-      const left = draft.lanes.planned[draft.rows.length]!;
-      draft.lanes.cursor = Math.min(draft.lanes.cursor ?? left - 1, left - 1);
-      draft.lanes.frontier = Math.min(draft.lanes.frontier ?? left, left);
-      draft.lanes.whole = false;
     }
     this.#queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
     const stmts = fence === null ? draft.stmts : [fence(this, moves), ...draft.stmts];
@@ -857,7 +896,6 @@ export class DrainTable {
       if (read.passedOver !== null || plan.frontier !== null || taken.length !== read.rows.length) return;
       const last = taken[taken.length - 1]!.seq;
       const applied: LanesAfter = {
-        planned: taken.map((r) => r.seq),
         cursor: last,
         frontier: null,
         lastRead: last,
