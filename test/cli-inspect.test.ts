@@ -115,7 +115,15 @@ describe("status", () => {
         drain: { pid: null, updatedAt: null, stoppedAt: null, stale: false },
       },
     ]);
-    expect(report.totals).toEqual({ namespaces: 2, depth: 7, stuck: 1, held: 0, deadLetters: 1, targetsDown: 0 });
+    expect(report.totals).toEqual({
+      namespaces: 2,
+      depth: 7,
+      stuck: 1,
+      held: 0,
+      heldLanes: 0,
+      deadLetters: 1,
+      targetsDown: 0,
+    });
     expect([report.targets, report.fleet]).toEqual([[], []]); // no drain runs here
     const [orders, payments] = report.namespaces;
     expect(orders).toMatchObject({
@@ -512,6 +520,8 @@ describe("status of a running drain, from its state file", () => {
       const end = raw[0]!.indexOf("LANES HELD") + "LANES HELD".length;
       expect(raw.slice(1, 3).map((l) => l.slice(end - 4, end))).toEqual(["2/64", "   -"]);
       expect(text).toContain("oldest held key per table with lanes held:");
+      // The summary counts the held lanes, apart from the held tables (none here).
+      expect(text.find((l) => l.includes("namespace(s),"))).toMatch(/ 0 held, 2 lane\(s\) held, /);
       expect(text).toContain(
         `  orders: key "${LONG_KEY}" (lane 40, seq 4), 3 attempt(s), next in  <age> on shop.main: 23514: check failed at postgres://app:***@db.internal/prod`,
       );
@@ -528,6 +538,7 @@ describe("status of a running drain, from its state file", () => {
         ],
       });
       expect(payments.lanes).toBeNull();
+      expect([json.totals.held, json.totals.heldLanes]).toEqual([0, 2]);
       expect(JSON.stringify(json)).not.toContain("hunter2");
       // --check fails on held lanes (a lane's stuck head), one line per table, the oldest held key first; masked.
       const check = await runInProcess(["status", "--db-dir", dbDir, "--check", "--fail-on", "stuck"]);

@@ -5,6 +5,7 @@ import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { OutboxSyncService } from "../src/drain/service.ts";
+import { laneOf } from "../src/lane-key.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import type { OutboxWriter, Statement } from "../src/writers/writer.ts";
@@ -220,4 +221,64 @@ test("at start the settlement from the ledger and the fleet view's first read go
   expect(reads.filter((stmts) => stmts.every((st) => st.namespace === "sqloutbox_ledger"))).toHaveLength(1); // the probe of setup only
   expect((await remote.ints("SELECT id FROM t ORDER BY rowid")).flat()).toEqual([0, 1, 2, 3, 4]);
   expect(svc.targets()[0]!.fleet.map((r) => r.namespace)).toEqual(["t"]);
+});
+
+describe.each(["sqlite", "postgres", "mysql"] as const)("the fleet view of a table with lanes, on %s", (engine) => {
+  test("each origin's lane rows go together as its table's: the highest through, the freshest move, the slowest lane — as moved and as read from the ledger, never a row the ledger lacks", async () => {
+    cleanups.push(() => closeSharedOutboxes());
+    const dir = tempDirCleanedBy(cleanups);
+    const remote = await openRemote(engine, { cleanups });
+    await remote.exec(`CREATE TABLE ev (${AUTO_POS[remote.dialect]}, k VARCHAR(16) NOT NULL)`);
+    let clock = Date.now();
+    const hosts = ["a", "b"].map((h) => {
+      const dbDir = dir.file(`${h}/queue`);
+      const config = oneApp(dbDir, {
+        r: { writer: remote.writer, connection: remote.connection, tables: [{ name: "ev", lanes: 8 }] },
+      });
+      const svc = new OutboxSyncService(
+        config,
+        { "app.r": remote.createWriter() },
+        { logger: memoryLogger(), now: () => clock },
+      );
+      cleanups.push(() => svc.stop(2000));
+      return { dbDir, svc, producer: new SQLMiddleware({ dbDir }) };
+    });
+    // Host a: keys in three lanes, 300 rows in all; host b: one key.
+    for (let i = 0; i < 300; i++)
+      hosts[0]!.producer.push("ev", "INSERT INTO ev (k) VALUES (?)", [`k${i % 3}`], { key: `k${i % 3}` });
+    hosts[1]!.producer.push("ev", "INSERT INTO ev (k) VALUES (?)", ["solo"], { key: "solo" });
+    for (const { svc } of hosts)
+      await waitFor(async () => (await svc.runOnce(), svc.totalPending() === 0), "delivered");
+    const ledgerRows = (await remote.rows("SELECT namespace FROM sqloutbox_ledger ORDER BY namespace")).map(([n]) =>
+      String(n),
+    );
+    expect(ledgerRows.every((n) => /^ev#[0-7]$/.test(n))).toBe(true); // no row for rows without a key: none were pushed
+    const a = hosts[0]!.svc;
+    const origin = (svc: OutboxSyncService) => svc.targets()[0]!.tables[0]!.origin!;
+    const mine = () => a.targets()[0]!.fleet.filter((r) => r.origin === origin(a));
+    // As moved by its own batches: one entry for the table, its lanes, no made-up "ev" row at 0.
+    expect(mine()).toHaveLength(1);
+    expect(mine()[0]).toMatchObject({
+      namespace: "ev",
+      through: 300,
+      lanes: { rows: new Set(["k0", "k1", "k2"].map((k) => laneOf(k, 8))).size },
+    });
+    // As read from the ledger 15 s later: both origins, each one entry with its lanes.
+    clock += 60_000;
+    await a.runOnce();
+    const fleet = a.targets()[0]!.fleet;
+    expect(
+      fleet.map((r) => [r.namespace, r.origin === origin(a) ? "a" : "b", r.through, r.lanes?.rows]).sort(),
+    ).toEqual(
+      [
+        ["ev", "a", 300, mine()[0]!.lanes!.rows],
+        ["ev", "b", 1, 1],
+      ].sort(),
+    );
+    const slowest = fleet.find((r) => r.origin === origin(a))!.lanes!.slowest;
+    expect(slowest.ledgerRow).toMatch(/^ev#[0-7]$/);
+    expect(Date.parse(slowest.updatedAt)).toBeLessThanOrEqual(
+      Date.parse(fleet.find((r) => r.origin === origin(a))!.updatedAt),
+    );
+  });
 });

@@ -246,18 +246,20 @@ describe("against a running drain", () => {
     dir = makeTempDir("sqloutbox-ops-etc-");
     const remote = new Database(dir.file("remote.db"));
     remote.run("CREATE TABLE orders (id INTEGER)");
+    remote.run("CREATE TABLE keyed (id INTEGER)");
     remote.close();
     const config = dir.file("outbox.toml");
     fs.writeFileSync(
       config,
-      `[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders", { name = "late", lanes = 4 }]\n\n[app.shop.db.local.connection]\npath = "remote.db"\n`,
+      `[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders", { name = "late", lanes = 4 }, { name = "keyed", lanes = 2 }]\n\n[app.shop.db.local.connection]\npath = "remote.db"\n`,
     );
     seed(dir.file("queue"), "orders", 3);
     seed(dir.file("queue"), "late", 2);
     // Keyed rows in a table with lanes: the key ranks have samples too.
-    new SQLMiddleware({ dbDir: dir.file("queue") }).push("late", "INSERT INTO late (id) VALUES (?)", [3], {
-      key: "k-1",
-    });
+    const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
+    producer.push("late", "INSERT INTO late (id) VALUES (?)", [3], { key: "k-1" });
+    // A table with lanes that delivers: its lanes' ledger rows (the slowest lane's age).
+    producer.push("keyed", "INSERT INTO keyed (id) VALUES (?)", [1], { key: "k-1" });
     closeSharedOutboxes();
     const first = await startCliDrain(config);
     try {
@@ -277,7 +279,8 @@ describe("against a running drain", () => {
           s.value("sqloutbox_delivered_rows_total", { table: "orders" }) === 2 &&
           s.value("sqloutbox_table_held", { table: "late", reason: "remote schema" }) === 1 &&
           s.all("sqloutbox_key_backlog_info", { table: "late" }).length > 0 &&
-          s.all("sqloutbox_ledger_age_seconds").length > 0,
+          s.all("sqloutbox_ledger_age_seconds").length > 0 &&
+          s.all("sqloutbox_ledger_slowest_lane_age_seconds").length > 0,
         "every metric sampled",
       );
     } finally {

@@ -80,6 +80,13 @@ test("lanes_held counts the held lanes (0 without lanes) and key_backlog ranks t
     ["5", "c", 1],
   ]);
   expect(s.all("sqloutbox_key_backlog_rows", { ...T, table: "plain" })).toEqual([]);
+  // The ledger gauges know the table with lanes: one series per origin, from its lane rows; the
+  // slowest lane's age beside it (the table without lanes has none).
+  const origin = svc.targets()[0]!.tables.find((t) => t.name === "events")!.origin!;
+  expect(s.value("sqloutbox_ledger_through", { ...events, origin })).toBeGreaterThan(0);
+  expect(s.all("sqloutbox_ledger_through", events)).toHaveLength(1);
+  expect(s.value("sqloutbox_ledger_slowest_lane_age_seconds", { ...events, origin })).toBeGreaterThanOrEqual(0);
+  expect(s.all("sqloutbox_ledger_slowest_lane_age_seconds", { ...T, table: "plain" })).toEqual([]);
   // "a" shares the held lane (FNV-1a: "hot" and "a" are both lane 4 of 8): it waits with it.
   expect((await remote.rows("SELECT k FROM events")).map(([k]) => String(k)).sort()).toEqual([
     "b",

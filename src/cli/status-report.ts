@@ -10,7 +10,7 @@ import {
   type DrainState,
   type PersistedTarget,
 } from "../drain/state-file.ts";
-import type { HeldLaneView, TableView } from "../drain/views.ts";
+import type { FleetRow, HeldLaneView, TableView } from "../drain/views.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { formatAge, oneLine, redact } from "./text-output.ts";
 import { locationExists, withAccessHint, type Locations } from "./locations.ts";
@@ -60,6 +60,8 @@ export interface FleetEntry {
   updatedAt: string;
   /** The origin is one of this host's queue files. */
   self: boolean;
+  /** With lanes: how many of its ledger rows the ledger holds, and the one that moved longest ago (see FleetRow). */
+  lanes?: FleetRow["lanes"];
 }
 
 /** One target in `status --json`: the running drain's view of it (credential-free, errors masked), where it drains from, its pace and lag. */
@@ -83,7 +85,16 @@ export interface StatusReport {
   fleet: FleetEntry[];
   /** Files that could not be read (not a database, not an outbox file); they make the exit code 1. */
   unreadable: Array<{ file: string; error: string }>;
-  totals: { namespaces: number; depth: number; stuck: number; held: number; deadLetters: number; targetsDown: number };
+  totals: {
+    namespaces: number;
+    depth: number;
+    stuck: number;
+    held: number;
+    /** Lanes held by a head backing off, over every table with lanes (a held table counts in `held`). */
+    heldLanes: number;
+    deadLetters: number;
+    targetsDown: number;
+  };
 }
 
 /**
@@ -146,6 +157,7 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
       depth: namespaces.reduce((n, h) => n + h.depth, 0),
       stuck: namespaces.filter((h) => h.isStuck).length,
       held: namespaces.filter((h) => h.held !== null).length,
+      heldLanes: namespaces.reduce((n, h) => n + (h.lanes ? heldLaneCount(h.lanes) : 0), 0),
       deadLetters: namespaces.reduce((n, h) => n + h.deadLetterCount, 0),
       targetsDown: targets.filter((t) => t.state === "outage" || t.state === "misconfigured").length,
     },
@@ -207,6 +219,7 @@ function fleetOf(state: DrainState | null): FleetEntry[] {
         through: r.through,
         updatedAt: r.updatedAt,
         self: mine.has(r.origin),
+        ...(r.lanes && { lanes: r.lanes }),
       });
   }
   return out;

@@ -1,27 +1,30 @@
 import { fleetRows, type TargetLedger } from "./ledger.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
 import type { DrainTable } from "./table.ts";
-import type { LedgerRow } from "./views.ts";
+import type { FleetRow, LedgerRow } from "./views.ts";
 
-const keyOf = (origin: string, namespace: string) => `${origin}\0${namespace}`;
-const byTableThenOrigin = (a: LedgerRow, b: LedgerRow) =>
+const keyOf = (origin: string, ledgerRow: string) => `${origin}\0${ledgerRow}`;
+const byTableThenOrigin = (a: FleetRow, b: FleetRow) =>
   a.namespace.localeCompare(b.namespace) || a.origin.localeCompare(b.origin);
 
-/** How often the fleet view (every origin's ledger row for the served tables) is read again. */
+/** How often the fleet view (every origin's ledger rows for the served tables) is read again. */
 const FLEET_REFRESH_MS = 15_000;
 /** A read the ledger refused is tried again after this long: not in every cycle of a loop that waits for it. */
 const FLEET_RETRY_MS = 1_000;
 
 /**
- * What one target's drain knows of the fleet feeding its tables: every origin's ledger row, read
- * again every 15 s and updated at once when our own row moves, for `status` and the metrics; and,
- * from it, the compatibility mode's refusal of a second origin on an injected table.
+ * What one target's drain knows of the fleet feeding its tables: every origin's ledger rows (a
+ * table's own, and with lanes one per lane), read again every 15 s and updated at once when our own
+ * rows move, shown per table and origin for `status` and the metrics; and, from them, the
+ * compatibility mode's refusal of a second origin on an injected table.
  */
 export class FleetView {
-  /** Every origin's ledger row for the served tables by origin and namespace: our row moves with every batch, and a search per batch cost O(tables). */
+  /** Every origin's ledger rows for the served tables, by origin and ledger row: ours move with every batch. */
   #rows = new Map<string, LedgerRow>();
-  /** The keys of `#rows` in display order; null: sort them again (a table's first row since the last read). */
-  #order: string[] | null = [];
+  /** The served tables' lane counts, by name: which ledger rows are a table's (rows of another lane count are not). */
+  #lanes = new Map<string, number>();
+  /** `#rows` per table and origin, sorted; null: to be made again (a row moved). */
+  #shown: FleetRow[] | null = [];
   /** When they were last read (epoch ms; 0: never). */
   readAt = 0;
   /** When a read was last tried, answered or not (epoch ms; 0: never). */
@@ -60,35 +63,74 @@ export class FleetView {
 
   #take(rows: LedgerRow[] | null, tables: DrainTable[], now: number): void {
     if (rows === null) return;
-    this.rows = rows;
+    this.#lanes = new Map(tables.map((t) => [t.name, t.lanes]));
+    this.#rows = new Map(
+      rows.filter((r) => this.#tableOf(r.namespace) !== null).map((r) => [keyOf(r.origin, r.namespace), r]),
+    );
+    this.#shown = null;
     this.readAt = now;
     this.#checkOrigins(tables, now);
   }
 
-  /** Every origin's ledger row for the served tables, as last read or moved by us (sorted by table, then origin). */
-  get rows(): LedgerRow[] {
-    this.#order ??= [...this.#rows.keys()].sort((a, b) => byTableThenOrigin(this.#rows.get(a)!, this.#rows.get(b)!));
-    return this.#order.map((key) => this.#rows.get(key)!);
+  /** The served table a ledger row accounts for (`name`, or `name#lane` for a lane of its count), or null. */
+  #tableOf(ledgerRow: string): string | null {
+    const mark = ledgerRow.lastIndexOf("#");
+    if (mark < 0) return this.#lanes.has(ledgerRow) ? ledgerRow : null;
+    const table = ledgerRow.slice(0, mark);
+    const lane = ledgerRow.slice(mark + 1);
+    const count = this.#lanes.get(table) ?? 1;
+    return count > 1 && /^(0|[1-9][0-9]*)$/.test(lane) && Number(lane) < count ? table : null;
   }
 
-  set rows(rows: LedgerRow[]) {
-    this.#rows = new Map(rows.map((r) => [keyOf(r.origin, r.namespace), r]));
-    this.#order = [...this.#rows.keys()]; // as the ledger sorted them
+  /** Every origin's delivery of the served tables, as last read or moved by us (sorted by table, then origin). */
+  get rows(): FleetRow[] {
+    this.#shown ??= this.#perTable();
+    return this.#shown;
   }
 
-  /** Our own ledger row moved with a batch: the view shows it at once, not at the next read. */
+  /** The ledger rows taken together per table and origin (see FleetRow). */
+  #perTable(): FleetRow[] {
+    const byTable = new Map<string, LedgerRow[]>();
+    for (const row of this.#rows.values()) {
+      const key = keyOf(row.origin, this.#tableOf(row.namespace)!);
+      byTable.set(key, [...(byTable.get(key) ?? []), row]);
+    }
+    const shown: FleetRow[] = [];
+    for (const rows of byTable.values()) {
+      const first = rows[0]!;
+      const table = this.#tableOf(first.namespace)!;
+      const latest = rows.reduce((a, b) => (Date.parse(b.updatedAt) > Date.parse(a.updatedAt) ? b : a));
+      const row: FleetRow = {
+        origin: first.origin,
+        namespace: table,
+        through: Math.max(...rows.map((r) => r.through)),
+        label: latest.label,
+        updatedAt: latest.updatedAt,
+      };
+      if ((this.#lanes.get(table) ?? 1) > 1) {
+        const slowest = rows.reduce((a, b) => (Date.parse(b.updatedAt) < Date.parse(a.updatedAt) ? b : a));
+        row.lanes = {
+          rows: rows.length,
+          slowest: { ledgerRow: slowest.namespace, through: slowest.through, updatedAt: slowest.updatedAt },
+        };
+      }
+      shown.push(row);
+    }
+    return shown.sort(byTableThenOrigin);
+  }
+
+  /** Our own ledger rows moved with a batch: the view shows them at once, not at the next read. */
   noteThrough(table: DrainTable, now: number): void {
     const origin = table.origin;
-    if (!origin || table.through === null) return;
-    const key = keyOf(origin, table.name);
-    if (!this.#rows.has(key)) this.#order = null;
-    this.#rows.set(key, {
-      origin,
-      namespace: table.name,
-      through: table.through,
-      label: this.originLabel,
-      updatedAt: new Date(now).toISOString(),
-    });
+    if (!origin) return;
+    this.#lanes.set(table.name, table.lanes);
+    const updatedAt = new Date(now).toISOString();
+    for (const { ledgerRow, through } of table.ledgerThroughs()) {
+      const key = keyOf(origin, ledgerRow);
+      if (this.#rows.get(key)?.through === through) continue; // a lane this batch did not move
+      this.#rows.set(key, { origin, namespace: ledgerRow, through, label: this.originLabel, updatedAt });
+      this.#shown = null;
+    }
   }
 
   /**

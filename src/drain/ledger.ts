@@ -181,11 +181,13 @@ export class TargetLedger {
     return marks;
   }
 
-  /** The read of every origin's ledger row for `tables` (no lock): the fleet view's (see fleetRows). */
+  /** The read of every origin's ledger rows for `tables` (no lock; with lanes, every lane's): the fleet view's (see fleetRows). */
   fleetRead(tables: DrainTable[]): Statement {
+    const plain = tables.filter((t) => t.lanes === 1).map((t) => t.name);
+    const laned = tables.filter((t) => t.lanes > 1).flatMap((t) => [t.name, `${t.name}#`, `${t.name}$`]);
     return {
-      sql: fleetReadSql(this.table, this.dialect, tables.length),
-      args: tables.map((t) => t.name),
+      sql: fleetReadSql(this.table, this.dialect, plain.length, laned.length / 3),
+      args: [...plain, ...laned],
       namespace: this.table,
       seq: 0,
     };

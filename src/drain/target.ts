@@ -17,7 +17,7 @@ import { Reachability } from "./reachability.ts";
 import { DrainTable } from "./table.ts";
 import { TargetLoop } from "./target-loop.ts";
 import { TargetSetup } from "./target-setup.ts";
-import type { LedgerRow, TargetView } from "./views.ts";
+import type { FleetRow, TargetView } from "./views.ts";
 
 /** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
 export function targetDialect(target: TargetConfig, writer: OutboxWriter): Dialect {
@@ -177,8 +177,8 @@ export class TargetRunner {
     });
   }
 
-  /** Every origin's ledger row for the served tables, as last read (see FleetView). */
-  get fleet(): LedgerRow[] {
+  /** Every origin's delivery of the served tables, as last read (see FleetView). */
+  get fleet(): FleetRow[] {
     return this.fleetView.rows;
   }
 

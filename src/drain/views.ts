@@ -23,7 +23,7 @@ export type HoldReason =
 /** How a target is doing: reachable, down (retried with backoff) or misconfigured (retried, but a person must act). */
 export type TargetState = "starting" | "ok" | "outage" | "misconfigured";
 
-/** One origin's ledger row for a served table, as every drain of the fleet sees it. */
+/** One origin's ledger row (a table's, or one lane's: `table#lane`), as every drain of the fleet sees it. */
 export interface LedgerRow {
   origin: string;
   namespace: string;
@@ -31,6 +31,17 @@ export interface LedgerRow {
   label: string;
   /** ISO-8601, the target's clock. */
   updatedAt: string;
+}
+
+/**
+ * One origin's delivery of a served table, as every drain of the fleet sees it: its ledger rows
+ * taken together (a table without lanes has one; with lanes, its own row for rows without a key and
+ * one per lane). `through`: the highest local seq applied in any of them; `updatedAt`: when one last
+ * moved — a host whose rows stopped moving in every lane is behind.
+ */
+export interface FleetRow extends LedgerRow {
+  /** With lanes: how many of its ledger rows the ledger holds, and the one that moved longest ago (its lag). */
+  lanes?: { rows: number; slowest: { ledgerRow: string; through: number; updatedAt: string } };
 }
 
 /** One served table as the drain sees it. Times are ISO-8601. */
@@ -86,8 +97,8 @@ export interface TargetView {
   ledger: boolean;
   totals: { delivered: number; failed: number; deadLettered: number };
   tables: TableView[];
-  /** Every origin's ledger row for the served tables, as last read (empty until the first read; when, `fleetReadAt`). */
-  fleet: LedgerRow[];
+  /** Every origin's delivery of the served tables, as last read (empty until the first read; when, `fleetReadAt`). */
+  fleet: FleetRow[];
   fleetReadAt: string | null;
   /** The queue files of its tables as last looked after: WAL size and free pages (see FileCare). */
   files: Array<{ file: string; walBytes: number; freePages: number; embedded: boolean }>;

@@ -257,17 +257,25 @@ const FROM_VIEWS: ReadonlyArray<{
   },
   {
     name: "sqloutbox_ledger_through",
-    help: "Each origin's ledger row for a served table: the highest local seq of that queue file applied to the target.",
+    help: "Each origin's ledger rows for a served table: the highest local seq of that queue file applied to the target (in any lane, with lanes).",
     type: "gauge",
     labels: ["app", "target", "table", "origin", "label"],
     samples: (views) => perLedgerRow(views, (row) => row.through),
   },
   {
     name: "sqloutbox_ledger_age_seconds",
-    help: "Seconds since each origin's ledger row last moved (the target's clock), as last read: how far behind a host of the fleet is.",
+    help: "Seconds since each origin's ledger rows of a served table last moved — any of them, with lanes (the target's clock), as last read: how far behind a host of the fleet is.",
     type: "gauge",
     labels: ["app", "target", "table", "origin", "label"],
     samples: (views) => perLedgerRow(views, (row, now) => ageSeconds(row.updatedAt, now)),
+  },
+  {
+    name: "sqloutbox_ledger_slowest_lane_age_seconds",
+    help: "Tables with lanes: seconds since the ledger row of each origin's slowest lane last moved (the target's clock), as last read.",
+    type: "gauge",
+    labels: ["app", "target", "table", "origin", "label"],
+    samples: (views) =>
+      perLedgerRow(views, (row, now) => (row.lanes ? ageSeconds(row.lanes.slowest.updatedAt, now) : null)),
   },
   {
     name: "sqloutbox_wal_bytes",

@@ -162,10 +162,16 @@ export function settleLanesReadSql(table: string, dialect: Dialect): string {
 }
 
 /**
- * Every origin's row for the given namespaces (arguments: the namespaces), without locking:
- * `origin, namespace, through, label, updated_at` (ISO-8601 text), for the fleet view.
+ * Every origin's rows for the given tables, without locking: `origin, namespace, through, label,
+ * updated_at` (ISO-8601 text), for the fleet view. Arguments: the `plain` tables' names (one ledger
+ * row each), then per table with lanes `[name, name + "#", name + "$"]`: its own row and every lane's
+ * (as settleLanesReadSql reads them; the caller keeps the rows it knows by name).
  */
-export function fleetReadSql(table: string, dialect: Dialect, namespaceCount: number): string {
-  const list = placeholders(dialect, Math.max(1, namespaceCount)).join(", ");
-  return `SELECT origin, namespace, through, label, ${LEDGER[dialect].updatedAtText} AS updated_at FROM ${quoteIdent(table, dialect)} WHERE namespace IN (${list}) ORDER BY namespace, origin`;
+export function fleetReadSql(table: string, dialect: Dialect, plain: number, laned = 0): string {
+  const args = placeholders(dialect, plain + 3 * laned);
+  const where: string[] = [];
+  if (plain > 0) where.push(`namespace IN (${args.slice(0, plain).join(", ")})`);
+  for (let i = plain; i < args.length; i += 3)
+    where.push(`namespace = ${args[i]} OR (namespace > ${args[i + 1]} AND namespace < ${args[i + 2]})`);
+  return `SELECT origin, namespace, through, label, ${LEDGER[dialect].updatedAtText} AS updated_at FROM ${quoteIdent(table, dialect)} WHERE ${where.length > 0 ? where.join(" OR ") : "1 = 0"} ORDER BY namespace, origin`;
 }

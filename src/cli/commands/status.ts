@@ -9,6 +9,7 @@ import {
   collectStatus,
   heldLaneHead,
   type Check,
+  type FleetEntry,
   type StatusEntry,
   type StatusReport,
 } from "../status-report.ts";
@@ -96,11 +97,12 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
     const t = report.totals;
     lines.push(
       "",
-      `${t.namespaces} namespace(s), ${t.depth} pending, ${t.stuck} stuck, ${t.held} held, ${t.deadLetters} dead letter(s)${t.targetsDown ? `, ${t.targetsDown} target(s) down` : ""}`,
+      `${t.namespaces} namespace(s), ${t.depth} pending, ${t.stuck} stuck, ${t.held} held${t.heldLanes ? `, ${t.heldLanes} lane(s) held` : ""}, ${t.deadLetters} dead letter(s)${t.targetsDown ? `, ${t.targetsDown} target(s) down` : ""}`,
     );
   }
   if (report.fleet.length > 0) {
-    lines.push("", "fleet (every origin's delivery ledger row, as this host's drain last read it):");
+    const withLanes = report.fleet.some((f) => f.lanes !== undefined);
+    lines.push("", "fleet (every origin's delivery ledger rows, as this host's drain last read them):");
     lines.push(
       renderTable(
         [
@@ -110,6 +112,7 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
           { header: "label" },
           { header: "through", right: true },
           { header: "updated", right: true },
+          ...(withLanes ? [{ header: "lanes (slowest)" }] : []),
         ],
         report.fleet.map((f) => [
           f.target,
@@ -118,11 +121,19 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
           f.label || "-",
           String(f.through),
           `${formatAge(now - Date.parse(f.updatedAt))} ago`,
+          ...(withLanes ? [f.lanes ? fleetLanes(f.lanes, now) : "-"] : []),
         ]),
       ),
     );
   }
   return lines.join("\n");
+}
+
+/** A laned table's ledger rows of one origin: how many, and the one that moved longest ago: `8 (#3 through 120, 2m ago)`. */
+function fleetLanes(lanes: NonNullable<FleetEntry["lanes"]>, now: number): string {
+  const { ledgerRow, through, updatedAt } = lanes.slowest;
+  const lane = ledgerRow.includes("#") ? `#${ledgerRow.slice(ledgerRow.lastIndexOf("#") + 1)}` : "no key";
+  return `${lanes.rows} (${lane} through ${through}, ${formatAge(now - Date.parse(updatedAt))} ago)`;
 }
 
 function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
