@@ -25,6 +25,7 @@ const LABELS = new Set([
   "group",
   "rtt_ms",
   "connections",
+  "accounts_per_tx",
 ]);
 
 /** A printed line as compared here: `bench label=value …: figure figure …`. */
@@ -166,6 +167,12 @@ const EXPECTED: Record<string, string[]> = {
       `lanes-drain-ratio shape=${shape}: lanes64_vs_lanes1`,
     ]),
   ],
+  "lanes-hold": [1, 4].flatMap((c) =>
+    ["1-4", "1"].map(
+      (each) =>
+        `lanes-hold connections=${c} accounts_per_tx=${each}: held_lane_accounts others_advanced others updates_per_s_before updates_per_s_during updates_per_s_after exactly_once_in_order`,
+    ),
+  ),
   push: [
     ...["none", "given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push case=${c}: ${PUSH}`),
     ...["given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push-ratio case=${c}: vs_none`),
