@@ -91,9 +91,15 @@ export interface DrainQueue {
    * the delivery ledger says were applied. Returns how many.
    */
   confirmThrough(bound: number, maxRows?: number): number;
-  /** Confirms the slice it holds in memory without reading its rows again; false (nothing changed) when the queue no longer holds exactly those rows. */
+  /**
+   * Confirms the slice it holds in memory without reading its rows again; false (nothing changed)
+   * when the queue no longer holds exactly those rows.
+   */
   confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean;
-  /** Most rows one confirmation transaction should take: fewer in an application's own database (its writers wait for each) than in files of ours. */
+  /**
+   * Most rows one confirmation transaction should take: fewer in an application's own database (its
+   * writers wait for each) than in files of ours.
+   */
   readonly confirmChunkRows: number;
   /** Makes the next allocated seq of the file greater than `minSeq`; never lowers it. */
   seedSequence(minSeq: number): void;

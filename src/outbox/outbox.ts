@@ -13,7 +13,10 @@ export type { Resequenced } from "./resequence.ts";
 export type { DeadLettered } from "./dead-log.ts";
 export type { OutboxOptions } from "./queue-view.ts";
 
-/** The head whose backoff `Outbox.retryHead` ended: its seq, the attempts it had, and when it was due (null: its group's backoff was on another table's head). */
+/**
+ * The head whose backoff `Outbox.retryHead` ended: its seq, the attempts it had, and when it was due
+ * (null: its group's backoff was on another table's head).
+ */
 export interface RetriedHead {
   seq: number;
   attempts: number;
@@ -125,7 +128,8 @@ export class Outbox extends QueueView {
         )
         .get(file.namespace, lane);
       if (!head) return null;
-      // The head's group may carry its backoff on another table's head (a transaction across tables is charged where it failed).
+      // The head's group may carry its backoff on another table's head (a transaction across tables
+      // is charged where it failed).
       const ended = file.db
         .query(
           "UPDATE outbox_queue SET next_attempt_at = NULL WHERE synced = 0 AND next_attempt_at IS NOT NULL AND ((namespace = ?1 AND (?3 IS NULL OR lane_key = ?3)) OR grp = ?2)",
