@@ -125,17 +125,54 @@ async function failureAheadLeavesTheOneBehindWhole(s: ReturnType<typeof server>,
   }
 }
 
-describe("the postgres writer pipelines a batch", () => {
-  const s = server("postgres");
+/** What differs between the two engines' pipelines; every test below runs against both. */
+interface Pipeline {
+  engine: ServerEngine;
+  /** Driver codes: a duplicate key, a table the remote lacks. */
+  codes: { duplicate: string; noTable: string };
+  /**
+   * Round trips of a good batch on a warm connection: PostgreSQL sends BEGIN, the statements and
+   * COMMIT at once; MySQL sends COMMIT once the statements' outcomes are known.
+   */
+  turns: number;
+  /**
+   * Two batches, the second sent while the first is in flight on the only connection: PostgreSQL
+   * puts it on the wire at once, behind the first, in a transaction of its own (one round trip for
+   * both); MySQL sends it with the first's COMMIT, not before — it would run inside it (three).
+   */
+  behind: { atOnce: boolean; turns: number };
+  /** A statement of 65 536 parameters: who refuses it — Bun before sending it, or the server — and the code. */
+  tooManyParameters: { by: string; code: string };
+}
 
-  test("a good batch of four namespaces, each opened by its fence, takes one round trip; so does one of 2 000 rows (~200 KB)", async () => {
+const PIPELINES: Pipeline[] = [
+  {
+    engine: "postgres",
+    codes: { duplicate: "23505", noTable: "42P01" },
+    turns: 1,
+    behind: { atOnce: true, turns: 1 },
+    tooManyParameters: { by: "Bun, before sending it", code: "ERR_POSTGRES_TOO_MANY_PARAMETERS" },
+  },
+  {
+    engine: "mysql",
+    codes: { duplicate: "1062", noTable: "1146" },
+    turns: 2,
+    behind: { atOnce: false, turns: 3 },
+    tooManyParameters: { by: "the server", code: "1390" },
+  },
+];
+
+describe.each(PIPELINES.map((p) => [p.engine, p] as const))("the %s writer pipelines a batch", (engine, fx) => {
+  const s = server(engine);
+
+  test(`a good batch of four namespaces, each opened by its fence, takes ${fx.turns} round trip(s); so does one of 2 000 rows (~200 KB)`, async () => {
     const writer = s.writer();
     try {
       // The first batch on a connection prepares each statement text, a round trip or two each.
       expect((await writer.writeBatch(drainBatch(s, 5, 1))).every((r) => r.ok)).toBe(true);
       let before = s.proxy.turns;
       expect((await writer.writeBatch(drainBatch(s, 5, 100))).every((r) => r.ok)).toBe(true);
-      expect(s.proxy.turns - before).toBe(1); // BEGIN, statements, COMMIT after the answers: 3
+      expect(s.proxy.turns - before).toBe(fx.turns);
       // Past Bun's 64 KB pipeline window: 500 rows of ~100 bytes per namespace, the rest of it sent
       // in the event-loop turns after the first. A link long enough that no answer comes back
       // before them, even on a loaded machine.
@@ -144,7 +181,7 @@ describe("the postgres writer pipelines a batch", () => {
       s.proxy.rttMs = 300;
       before = s.proxy.turns;
       expect((await writer.writeBatch(drainBatch(s, 500, 10_000, note))).every((r) => r.ok)).toBe(true);
-      expect(s.proxy.turns - before).toBe(1);
+      expect(s.proxy.turns - before).toBe(fx.turns);
       expect(await s.moved()).toEqual({ a: 4, b: 4, c: 4, d: 4 });
       // What landed, not what the writer said: every row of the four batches, once.
       const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
@@ -156,10 +193,11 @@ describe("the postgres writer pipelines a batch", () => {
     }
   });
 
-  test("a statement the server fails rolls the whole pipelined batch back: its namespace lands nothing, the others once, and it is the row's fault (23505)", async () => {
+  test(`a statement the server fails rolls the whole pipelined batch back: its namespace lands nothing, the others once, and it is the row's fault (${fx.codes.duplicate})`, async () => {
     const writer = s.writer({ coalesce: false });
     try {
-      await s.exec("DELETE FROM b; UPDATE fences SET moved = 0");
+      await s.exec("DELETE FROM b");
+      await s.exec("UPDATE fences SET moved = 0");
       await s.exec("INSERT INTO b (id, note) VALUES (2, 'already there')");
       const results = await writer.writeBatch([
         s.fence("a"),
@@ -172,7 +210,7 @@ describe("the postgres writer pipelines a batch", () => {
         s.insert("c", 50),
       ]);
       expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "skipped", "failed", "skipped", "ok", "ok"]);
-      expect(results[4]).toMatchObject({ ok: false, errorClass: "23505" });
+      expect(results[4]).toMatchObject({ ok: false, errorClass: fx.codes.duplicate });
       expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
       expect(await s.ids("b")).toEqual([2]);
     } finally {
@@ -180,7 +218,7 @@ describe("the postgres writer pipelines a batch", () => {
     }
   });
 
-  test("a statement on a table the remote lacks is the schema's fault (42P01), and nothing of its namespace lands", async () => {
+  test(`a statement on a table the remote lacks is the schema's fault (${fx.codes.noTable}), and nothing of its namespace lands`, async () => {
     const writer = s.writer();
     try {
       await s.exec("UPDATE fences SET moved = 0");
@@ -193,14 +231,14 @@ describe("the postgres writer pipelines a batch", () => {
         s.insert("c", 60),
       ]);
       expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "schema", "ok", "ok"]);
-      expect(results[3]).toMatchObject({ errorClass: "42P01", remoteSchema: true });
+      expect(results[3]).toMatchObject({ errorClass: fx.codes.noTable, remoteSchema: true });
       expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
     } finally {
       await writer.close?.();
     }
   });
 
-  test("a statement Bun refuses before sending it (65 536 parameters) is not committed with the rest: ROLLBACK goes instead of COMMIT, the others land once", async () => {
+  test(`a statement of 65 536 parameters, refused by ${fx.tooManyParameters.by}, is not committed with the rest: ROLLBACK goes instead of COMMIT, the others land once`, async () => {
     const writer = s.writer({ coalesce: false });
     try {
       await s.exec("UPDATE fences SET moved = 0");
@@ -222,7 +260,7 @@ describe("the postgres writer pipelines a batch", () => {
         s.insert("c", 70),
       ]);
       expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "skipped", "failed", "skipped", "ok", "ok"]);
-      expect(results[4]).toMatchObject({ errorClass: "ERR_POSTGRES_TOO_MANY_PARAMETERS" });
+      expect(results[4]).toMatchObject({ errorClass: fx.tooManyParameters.code });
       expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
       expect((await s.ids("b")).filter((id) => id >= 70)).toEqual([]);
     } finally {
@@ -230,7 +268,7 @@ describe("the postgres writer pipelines a batch", () => {
     }
   });
 
-  test("a batch sent while one is in flight on the only connection goes behind it, in the same round trip, in a transaction of its own", async () => {
+  test(`a batch sent while one is in flight on the only connection goes behind it in a transaction of its own: ${fx.behind.turns} round trip(s) for the two`, async () => {
     const writer = s.writer(); // one connection
     try {
       await s.exec("UPDATE fences SET moved = 0");
@@ -239,10 +277,10 @@ describe("the postgres writer pipelines a batch", () => {
       let behindOnWire = false;
       const two = await sendTwo(writer, drainBatch(s, 3, 410), drainBatch(s, 3, 420), () => (behindOnWire = true));
       await Bun.sleep(0);
-      expect(behindOnWire).toBe(true); // on the connection before the one ahead is answered
+      expect(behindOnWire).toBe(fx.behind.atOnce); // on the connection before the one ahead is answered, or not
       expect((await two.ahead).every((r) => r.ok)).toBe(true);
       expect((await two.behind).every((r) => r.ok)).toBe(true);
-      expect(s.proxy.turns - before).toBe(1);
+      expect(s.proxy.turns - before).toBe(fx.behind.turns);
       expect(await s.moved()).toEqual({ a: 3, b: 3, c: 3, d: 3 });
       for (const ns of NAMESPACES)
         expect({ ns, ids: (await s.ids(ns)).filter((id) => id >= 400 && id < 500) }).toEqual({
@@ -254,7 +292,7 @@ describe("the postgres writer pipelines a batch", () => {
     }
   });
 
-  test("with pipeline = false a batch sent while one is in flight on the only connection waits for its answer: a round trip each", async () => {
+  test(`with pipeline = false a batch sent while one is in flight on the only connection waits for its answer: ${fx.turns} round trip(s) each`, async () => {
     const writer = s.writer({ pipeline: false });
     try {
       expect(writer.pipelined).toBe(false);
@@ -263,15 +301,15 @@ describe("the postgres writer pipelines a batch", () => {
       const two = await sendTwo(writer, drainBatch(s, 2, 440), drainBatch(s, 2, 450));
       expect((await two.ahead).every((r) => r.ok)).toBe(true);
       expect((await two.behind).every((r) => r.ok)).toBe(true);
-      expect(s.proxy.turns - before).toBe(2);
+      expect(s.proxy.turns - before).toBe(2 * fx.turns);
       expect((await s.ids("a")).filter((id) => id >= 430 && id < 460)).toEqual([430, 431, 440, 441, 450, 451]);
     } finally {
       await writer.close?.();
     }
   });
 
-  test("a statement the server fails in the batch ahead rolls that one back and not the one behind it on the connection; the one ahead is re-run without its namespace", () =>
-    failureAheadLeavesTheOneBehindWhole(s, "23505"));
+  test("a statement the server fails in the batch ahead on the connection leaves nothing of its namespace, and not the one behind it: the one ahead is re-run without its namespace, the one behind lands whole", () =>
+    failureAheadLeavesTheOneBehindWhole(s, fx.codes.duplicate));
 
   test("a link cut under two batches on the one connection fails both (WriteError), nothing of either lands, and the next batch gets a new connection", async () => {
     const writer = s.writer({ batch_timeout: 1 });
@@ -316,117 +354,10 @@ describe("the postgres writer pipelines a batch", () => {
   });
 });
 
-describe("the mysql writer pipelines a batch", () => {
-  const s = server("mysql");
-
-  test("a good batch of four namespaces takes two round trips: the statements, then COMMIT once their outcomes are known", async () => {
-    const writer = s.writer();
-    try {
-      expect((await writer.writeBatch(drainBatch(s, 5, 1))).every((r) => r.ok)).toBe(true);
-      const before = s.proxy.turns;
-      expect((await writer.writeBatch(drainBatch(s, 5, 100))).every((r) => r.ok)).toBe(true);
-      expect(s.proxy.turns - before).toBe(2);
-      expect(await s.moved()).toEqual({ a: 2, b: 2, c: 2, d: 2 });
-      for (const ns of NAMESPACES)
-        expect({ ns, ids: await s.ids(ns) }).toEqual({ ns, ids: [1, 2, 3, 4, 5, 100, 101, 102, 103, 104] });
-    } finally {
-      await writer.close?.();
-    }
-  });
-
-  test("a batch sent while one is in flight on the only connection goes out with that one's COMMIT, not before (it would run inside it): three round trips for the two", async () => {
-    const writer = s.writer(); // one connection
-    try {
-      expect((await writer.writeBatch(drainBatch(s, 2, 400))).every((r) => r.ok)).toBe(true); // connected, prepared
-      const before = s.proxy.turns;
-      const two = await sendTwo(writer, drainBatch(s, 2, 410), drainBatch(s, 2, 420));
-      expect((await two.ahead).every((r) => r.ok)).toBe(true);
-      expect((await two.behind).every((r) => r.ok)).toBe(true);
-      expect(s.proxy.turns - before).toBe(3);
-      for (const ns of NAMESPACES)
-        expect({ ns, ids: (await s.ids(ns)).filter((id) => id >= 400 && id < 500) }).toEqual({
-          ns,
-          ids: [400, 401, 410, 411, 420, 421],
-        });
-    } finally {
-      await writer.close?.();
-    }
-  });
-
-  test("a statement the server fails in the batch ahead on the connection leaves nothing of its namespace; the batch behind, sent with its ROLLBACK, lands whole", () =>
-    failureAheadLeavesTheOneBehindWhole(s, "1062"));
-
-  test("a statement the server fails inside the pipelined batch leaves nothing of its namespace and the others once; it is the row's fault (1062)", async () => {
-    const writer = s.writer({ coalesce: false });
-    try {
-      await s.exec("DELETE FROM b");
-      await s.exec("UPDATE fences SET moved = 0");
-      await s.exec("INSERT INTO b (id, note) VALUES (2, 'already there')");
-      const results = await writer.writeBatch([
-        s.fence("a"),
-        s.insert("a", 50),
-        s.fence("b"),
-        s.insert("b", 1),
-        s.insert("b", 2),
-        s.insert("b", 3),
-        s.fence("c"),
-        s.insert("c", 50),
-      ]);
-      expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "skipped", "failed", "skipped", "ok", "ok"]);
-      expect(results[4]).toMatchObject({ ok: false, errorClass: "1062" });
-      expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
-      expect(await s.ids("b")).toEqual([2]);
-    } finally {
-      await writer.close?.();
-    }
-  });
-
-  test("a statement on a table the remote lacks is the schema's fault (1146), and nothing of its namespace lands", async () => {
-    const writer = s.writer();
-    try {
-      await s.exec("UPDATE fences SET moved = 0");
-      const results = await writer.writeBatch([
-        s.fence("a"),
-        s.insert("a", 60),
-        s.fence("b"),
-        s.stmt("b", 999, "INSERT INTO missing (id) VALUES ($1)", [1]),
-        s.fence("c"),
-        s.insert("c", 60),
-      ]);
-      expect(results.map(shape)).toEqual(["ok", "ok", "skipped", "schema", "ok", "ok"]);
-      expect(results[3]).toMatchObject({ errorClass: "1146", remoteSchema: true });
-      expect(await s.moved()).toEqual({ a: 1, b: 0, c: 1, d: 0 });
-    } finally {
-      await writer.close?.();
-    }
-  });
-
-  test("a link cut while the pipelined batch is on its way is an outage (WriteError), and nothing of it lands", async () => {
-    const writer = s.writer();
-    try {
-      await s.exec("UPDATE fences SET moved = 0");
-      expect((await writer.writeBatch(drainBatch(s, 2, 200))).every((r) => r.ok)).toBe(true);
-      s.proxy.rttMs = 400;
-      const pending = writer.writeBatch(drainBatch(s, 2, 300));
-      await Bun.sleep(50);
-      s.proxy.cut();
-      expect(await pending.catch((e: unknown) => e)).toBeInstanceOf(WriteError);
-      expect(await s.moved()).toEqual({ a: 1, b: 1, c: 1, d: 1 });
-    } finally {
-      s.proxy.restore();
-      s.proxy.rttMs = RTT_MS;
-      await writer.close?.();
-    }
-  });
-});
-
-describe.each([
-  ["postgres", 1],
-  ["mysql", 2],
-] as const)("the %s writer's pool of connections", (engine, warm) => {
+describe.each(PIPELINES.map((p) => [p.engine, p] as const))("the %s writer's pool of connections", (engine, fx) => {
   const s = server(engine);
 
-  test(`a batch goes on a free connection that has run its texts: once each connection knows its table's, each batch takes ${warm} round trip(s)`, async () => {
+  test(`a batch goes on a free connection that has run its texts: once each connection knows its table's, each batch takes ${fx.turns} round trip(s)`, async () => {
     const writer = s.writer({ max_connections: 2 });
     const batch = (ns: string, id: number) => [s.fence(ns), s.insert(ns, id), s.insert(ns, id + 1)];
     try {
@@ -449,7 +380,7 @@ describe.each([
       ] as const) {
         const before = s.proxy.turns;
         expect((await writer.writeBatch(batch(ns, id))).every((r) => r.ok)).toBe(true);
-        expect({ ns, id, turns: s.proxy.turns - before }).toEqual({ ns, id, turns: warm });
+        expect({ ns, id, turns: s.proxy.turns - before }).toEqual({ ns, id, turns: fx.turns });
       }
       expect(await s.ids("a")).toEqual([1, 2, 10, 11, 20, 21, 30, 31]);
       expect(await s.ids("b")).toEqual([1, 2, 10, 11, 20, 21]);

@@ -6,7 +6,7 @@ import path from "node:path";
 import type { AppLayout } from "../config/layout.ts";
 import { inspectConfigToml, type InspectedConfig } from "../config/load.ts";
 import { NotFoundError, UsageError } from "../errors.ts";
-import { queueFilesOf } from "../outbox/files.ts";
+import { queueFilesOf, tableFile } from "../outbox/files.ts";
 import { fileHealth } from "../outbox/health.ts";
 import { tableNameProblem } from "../outbox/table-name.ts";
 import { configFile, DEFAULT_CONFIG } from "./args.ts";
@@ -130,7 +130,7 @@ export function namespaceFile(
       ? fs.existsSync(file)
       : fs.existsSync(file) && fileHealth(file).some((h) => h.namespace === namespace);
   const hits = dirs
-    .map((location) => ({ location, file: location.dbFile ?? path.join(location.dbDir, `${namespace}.db`) }))
+    .map((location) => ({ location, file: tableFile(location, namespace) }))
     .filter((hit) => holds(hit.location, hit.file));
   if (hits.length === 0) {
     throw new NotFoundError(

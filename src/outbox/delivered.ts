@@ -55,7 +55,7 @@ export interface DeliveredSql {
    */
   readonly recordLeftovers: string;
   /**
-   * A statement: one chunk of a prune (see DeliveryLog.pruneSyncLog) of namespace ?1's entries
+   * A statement: one chunk of a prune (see DrainQueue.pruneSyncLog) of namespace ?1's entries
    * older than ?2, looking at ?3 of them, sparing its newest entry and those holding seq ?4 or ?5
    * (the chain's bridges). julianday() compares times, not strings (stored texts may differ in
    * format).

@@ -1,17 +1,29 @@
+import { NotFoundError } from "../errors.ts";
+import { Confirmation } from "./confirmation.ts";
 import type { DeadLettered } from "./dead-log.ts";
-import type { DeliveryRead, Resequenced } from "./delivery-log.ts";
 import { DELIVERED } from "./delivered.ts";
+import { type DeliveryRead, DeliveryReader } from "./delivery-read.ts";
 import type { NamespaceHealth } from "./health.ts";
 import type { QueueDb } from "./queue-db.ts";
-import type { DeadReason, OutboxRow } from "./rows.ts";
 import { type OutboxOptions, QueueView, SHARED, WRITE_HOLDS } from "./queue-view.ts";
+import { type Resequenced, resequenceAbove } from "./resequence.ts";
+import type { DeadReason, OutboxRow } from "./rows.ts";
+import { LAYOUTS } from "./schema.ts";
+import { isoTimestamp } from "./timestamp.ts";
 
-export type { DeliveryRead } from "./delivery-log.ts";
+export type { DeliveryRead } from "./delivery-read.ts";
+
+/**
+ * How many delivered-log entries one pruning transaction looks at: every producer of the file
+ * waits for the write lock while it is held, so a long log is pruned in short transactions.
+ */
+const PRUNE_CHUNK_ENTRIES = 500;
 
 /**
  * What the drain needs of one namespace of a queue file, and all it reaches the file through: its
  * origin, the read for delivery, attempts and failures, dead-lettering, confirmation and the sent
- * mark, moving rows above a remote's high water, counts, and the open file for its care.
+ * mark, moving rows above a remote's high water, counts, and the open file for its care. Every
+ * method that writes does so in one transaction of its own; every failure is a typed OutboxError.
  */
 export interface DrainQueue {
   readonly path: string;
@@ -19,44 +31,6 @@ export interface DrainQueue {
   /** The file's origin id: how every target's delivery ledger knows this queue file. */
   readonly origin: string;
   readonly closed: boolean;
-  readForDelivery(
-    limit: number,
-    maxBytes: number,
-    ready: (head: OutboxRow, pending: number) => boolean,
-    after?: number | null,
-    skip?: ((row: OutboxRow) => boolean) | null,
-  ): DeliveryRead;
-  head(): OutboxRow | null;
-  pendingCount(): number;
-  hasHistory(): boolean;
-  health(now?: Date): NamespaceHealth;
-  commitCounters(): { version: number; writes: number };
-  recordAttempt(seq: number, at?: Date, sentThrough?: number | null): void;
-  refundAttempt(seq: number): void;
-  recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts?: number): void;
-  deadLetter(seq: number, reason: DeadReason, error?: string | null, errorClass?: string | null): DeadLettered;
-  sentMark(): number;
-  confirmThrough(bound: number, maxRows?: number): number;
-  /** Confirms the slice it holds in memory without reading its rows again; false (nothing changed) when the queue no longer holds exactly those rows. */
-  confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean;
-  /** Most rows one confirmation transaction should take: 100 in an application's own database (its writers wait for each), 2 000 in files of ours. */
-  readonly confirmChunkRows: number;
-  seedSequence(minSeq: number): void;
-  resequenceAbove(minSeq: number): Resequenced | null;
-  pruneSyncLog(retainDays: number, now?: Date): number;
-  pruneSyncLogStep(retainDays: number, now?: Date): { removed: number; done: boolean };
-  pruneReplayedDead(retainDays: number, now?: Date): number;
-  /** The lane count this namespace's rows were last delivered with (null: never recorded, which is 1). */
-  laneCount(): number | null;
-  /** Records the lane count the drain delivers this namespace with. */
-  recordLaneCount(lanes: number): void;
-  /** The open file, for the drain's checkpoints and the space it gives back (file-care.ts). */
-  openFile(): QueueDb;
-  close(): void;
-}
-
-/** The drain's face of one namespace of a queue file (see DrainQueue); exported for tests that inject local faults into it. */
-export class QueueForDrain extends QueueView implements DrainQueue {
   /**
    * The drain's read of this namespace, in ONE read transaction: the head and the pending count,
    * and — when `ready(head, pending)` says so — up to `limit` rows head first, no more than
@@ -71,23 +45,38 @@ export class QueueForDrain extends QueueView implements DrainQueue {
     limit: number,
     maxBytes: number,
     ready: (head: OutboxRow, pending: number) => boolean,
-    after: number | null = null,
-    skip: ((row: OutboxRow) => boolean) | null = null,
-  ): DeliveryRead {
-    this.queueFile.ensureOpen();
-    return this.deliveryLog.readForDelivery(limit, maxBytes, ready, after, skip);
-  }
-
+    after?: number | null,
+    skip?: ((row: OutboxRow) => boolean) | null,
+  ): DeliveryRead;
+  head(): OutboxRow | null;
+  pendingCount(): number;
+  /**
+   * Whether this namespace has a history in this file: a row delivered or dead-lettered,
+   * or a pending head linked to an earlier row (logs pruned). A fresh queue has none.
+   */
+  hasHistory(): boolean;
+  health(now?: Date): NamespaceHealth;
+  /**
+   * What this connection has seen of its file: `version` (`PRAGMA data_version`) changes whenever
+   * another connection, in any process, committed to the file — never for this connection's own
+   * commits, which `writes` (`total_changes()`: rows it inserted, updated or deleted) counts.
+   */
+  commitCounters(): { version: number; writes: number };
   /**
    * Charges one delivery attempt to a pending row BEFORE delivering it (crash-loop protection).
    * With `sentThrough`, also raises this namespace's sent mark to it, in the same transaction
    * (see `sentMark`).
    */
-  recordAttempt(seq: number, at: Date = new Date(), sentThrough: number | null = null): void {
-    this.queueFile.ensureOpen();
-    this.deliveryLog.recordAttempt(seq, at, sentThrough);
-  }
-
+  recordAttempt(seq: number, at?: Date, sentThrough?: number | null): void;
+  /** Undoes one attempt charge (the target was down: not the row's fault); never below zero. */
+  refundAttempt(seq: number): void;
+  /**
+   * Records a failed delivery of a pending row: the error, its class and when to retry; with
+   * `attempts`, its attempt count is raised to at least that (a group that spans tables counts its
+   * attempts across its heads).
+   */
+  recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts?: number): void;
+  deadLetter(seq: number, reason: DeadReason, error?: string | null, errorClass?: string | null): DeadLettered;
   /**
    * The highest seq of this namespace ever sent to a target (0 when none): it only rises. Rows at
    * or below it may have been applied by a batch whose outcome is unknown — a crash, a timeout, a
@@ -95,58 +84,25 @@ export class QueueForDrain extends QueueView implements DrainQueue {
    * above it were never sent. (Files written by earlier versions kept this on the head as
    * `sent_through`; it is honoured too.)
    */
-  sentMark(): number {
-    this.queueFile.ensureOpen();
-    return this.deliveryLog.sentMark();
-  }
-
-  /** Undoes one attempt charge (the target was down: not the row's fault); never below zero. */
-  refundAttempt(seq: number): void {
-    this.queueFile.ensureOpen();
-    this.deliveryLog.refundAttempt(seq);
-  }
-
+  sentMark(): number;
   /**
-   * Records a failed delivery of a pending row: the error, its class and when to retry; with
-   * `attempts`, its attempt count is raised to at least that (a group that spans tables counts its
-   * attempts across its heads).
+   * Confirms every pending row at or below `bound` (delivered log + delete, in transactions of at
+   * most confirmChunkRows rows), or only the first `maxRows` of them: the drain's settlement of rows
+   * the delivery ledger says were applied. Returns how many.
    */
-  recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts = 0): void {
-    this.queueFile.ensureOpen();
-    this.deliveryLog.recordFailure(
-      seq,
-      String(error),
-      errorClass === null || errorClass === undefined ? null : String(errorClass),
-      nextAttemptAt,
-      attempts,
-    );
-  }
-
+  confirmThrough(bound: number, maxRows?: number): number;
   /**
-   * Confirms every pending row at or below `bound` (sync log + delete, in transactions of at most
-   * confirmChunkRows rows), or only the first `maxRows` of them: the drain's settlement of rows the
-   * delivery ledger says were applied. Returns how many.
+   * Confirms the slice it holds in memory without reading its rows again; false (nothing changed)
+   * when the queue no longer holds exactly those rows.
    */
-  confirmThrough(bound: number, maxRows = Number.POSITIVE_INFINITY): number {
-    this.queueFile.ensureOpen();
-    return this.deliveryLog.confirmThrough(bound, maxRows);
-  }
-  get confirmChunkRows(): number {
-    return this.deliveryLog.confirmChunkRows;
-  }
-  confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean {
-    this.queueFile.ensureOpen();
-    return this.deliveryLog.confirmSlice(slice);
-  }
-
+  confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean;
+  /**
+   * Most rows one confirmation transaction should take: fewer in an application's own database (its
+   * writers wait for each) than in files of ours.
+   */
+  readonly confirmChunkRows: number;
   /** Makes the next allocated seq of the file greater than `minSeq`; never lowers it. */
-  seedSequence(minSeq: number): void {
-    this.queueFile.ensureOpen();
-    if (!Number.isSafeInteger(minSeq) || minSeq < 0)
-      throw this.queueFile.invalid(`seedSequence expects a non-negative integer, got ${minSeq}`);
-    this.deliveryLog.seedSequence(minSeq);
-  }
-
+  seedSequence(minSeq: number): void;
   /**
    * Moves this namespace's WHOLE pending queue, in order, above `minSeq` when its head is at or
    * below it — rows whose seqs a remote already holds from elsewhere (another machine's queue)
@@ -155,41 +111,166 @@ export class QueueForDrain extends QueueView implements DrainQueue {
    * on) and records the old row in outbox_dead_log as `resequenced`, replayed as the new seq.
    * Returns the old and new ranges, or null when no pending row is at or below `minSeq`.
    */
-  resequenceAbove(minSeq: number): Resequenced | null {
-    this.queueFile.ensureOpen();
-    if (!Number.isSafeInteger(minSeq) || minSeq < 0)
-      throw this.queueFile.invalid(`resequenceAbove expects a non-negative integer, got ${minSeq}`);
-    return this.deliveryLog.resequenceAbove(minSeq);
-  }
-
+  resequenceAbove(minSeq: number): Resequenced | null;
   /**
-   * Deletes this namespace's sync-log entries older than `retainDays` (compared as times, not
+   * Deletes this namespace's delivered-log entries older than `retainDays` (compared as times, not
    * strings), except the entries that bridge the chain: any entry a queued row still links to (the
    * head's predecessor; also a reference leftover's) and the newest entry (the predecessor of the
    * next row once the queue is empty). Returns the count.
    */
-  pruneSyncLog(retainDays: number, now: Date = new Date()): number {
-    this.queueFile.ensureOpen();
-    this.checkDays(retainDays);
-    return this.deliveryLog.pruneSyncLog(retainDays, now).removed;
-  }
-
+  pruneSyncLog(retainDays: number, now?: Date): number;
   /**
-   * One step of pruneSyncLog: at most one chunk (500 entries, one short write transaction).
-   * `done` is false when more may be due: a caller that prunes a long log steps with pauses
-   * between, so producers of the file get its write lock in between (SQLite's lock is not fair).
+   * One step of pruneSyncLog: at most one chunk (one short write transaction). `done` is false when
+   * more may be due: a caller that prunes a long log steps with pauses between, so producers of the
+   * file get its write lock in between (SQLite's lock is not fair).
    */
-  pruneSyncLogStep(retainDays: number, now: Date = new Date()): { removed: number; done: boolean } {
-    this.queueFile.ensureOpen();
-    this.checkDays(retainDays);
-    return this.deliveryLog.pruneSyncLog(retainDays, now, 1);
-  }
-
+  pruneSyncLogStep(retainDays: number, now?: Date): { removed: number; done: boolean };
   /**
    * The drain's retention of replayed dead letters: deletes this namespace's letters replayed more
    * than `retainDays` ago (compared as times), with purgeDead's protections. Letters never
    * replayed are kept however old. Returns the count.
    */
+  pruneReplayedDead(retainDays: number, now?: Date): number;
+  /** The lane count this namespace's rows were last delivered with (null: never recorded, which is 1). */
+  laneCount(): number | null;
+  /** Records the lane count the drain delivers this namespace with. */
+  recordLaneCount(lanes: number): void;
+  /** The open file, for the drain's checkpoints and the space it gives back (file-care.ts). */
+  openFile(): QueueDb;
+  close(): void;
+}
+
+/**
+ * The drain's face of one namespace of a queue file (see DrainQueue): the delivery state of its
+ * head (attempts, failures, the sent mark), its lane count and pruning here; the read
+ * (delivery-read.ts), the confirmation (confirmation.ts) and the move above a seq (resequence.ts)
+ * in their own files. Exported for tests that inject local faults into it.
+ */
+export class QueueForDrain extends QueueView implements DrainQueue {
+  readonly #reader = new DeliveryReader(this.queueFile);
+  readonly #confirmation = new Confirmation(this.queueFile);
+  /** The outbox_meta key of this namespace's sent mark. */
+  readonly #sentKey = `sent:${this.namespace}`;
+
+  readForDelivery(
+    limit: number,
+    maxBytes: number,
+    ready: (head: OutboxRow, pending: number) => boolean,
+    after: number | null = null,
+    skip: ((row: OutboxRow) => boolean) | null = null,
+  ): DeliveryRead {
+    this.queueFile.ensureOpen();
+    return this.#reader.read(limit, maxBytes, ready, after, skip);
+  }
+
+  recordAttempt(seq: number, at: Date = new Date(), sentThrough: number | null = null): void {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    const changes = file.write("cannot record attempt", () => {
+      const changed = file.db
+        .query(
+          "UPDATE outbox_queue SET attempts = attempts + 1, last_attempt_at = ?1 WHERE seq = ?2 AND namespace = ?3",
+        )
+        .run(isoTimestamp(at), seq, file.namespace).changes;
+      if (changed > 0 && sentThrough !== null) {
+        file.db
+          .query(
+            "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+          )
+          .run(this.#sentKey, sentThrough);
+      }
+      return changed;
+    });
+    if (changes === 0) throw this.#notPending(seq);
+  }
+
+  sentMark(): number {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    return file.read(
+      "cannot read the sent mark",
+      () =>
+        file.db
+          .query<{ mark: number | null }, [string, string]>(
+            `SELECT max(coalesce((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = ?1), 0),
+            coalesce((SELECT sent_through FROM outbox_queue WHERE namespace = ?2 AND synced = 0 ORDER BY seq LIMIT 1), 0)) AS mark`,
+          )
+          .get(this.#sentKey, file.namespace)!.mark ?? 0,
+    );
+  }
+
+  refundAttempt(seq: number): void {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    const changes = file.write(
+      "cannot refund attempt",
+      () =>
+        file.db
+          .query("UPDATE outbox_queue SET attempts = max(attempts - 1, 0) WHERE seq = ?1 AND namespace = ?2")
+          .run(seq, file.namespace).changes,
+    );
+    if (changes === 0) throw this.#notPending(seq);
+  }
+
+  recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts = 0): void {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    const changes = file.write(
+      "cannot record failure",
+      () =>
+        file.db
+          .query(
+            "UPDATE outbox_queue SET last_error = ?3, last_error_class = ?4, next_attempt_at = ?5, attempts = max(attempts, ?6) WHERE seq = ?1 AND namespace = ?2",
+          )
+          .run(
+            seq,
+            file.namespace,
+            String(error),
+            errorClass === null || errorClass === undefined ? null : String(errorClass),
+            isoTimestamp(nextAttemptAt),
+            attempts,
+          ).changes,
+    );
+    if (changes === 0) throw this.#notPending(seq);
+  }
+
+  confirmThrough(bound: number, maxRows = Number.POSITIVE_INFINITY): number {
+    this.queueFile.ensureOpen();
+    return this.#confirmation.through(bound, maxRows);
+  }
+
+  get confirmChunkRows(): number {
+    return this.#confirmation.chunkRows;
+  }
+
+  confirmSlice(slice: { first: number; last: number; rows: number; firstPrev: number | null }): boolean {
+    this.queueFile.ensureOpen();
+    return this.#confirmation.slice(slice);
+  }
+
+  seedSequence(minSeq: number): void {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    if (!Number.isSafeInteger(minSeq) || minSeq < 0)
+      throw file.invalid(`seedSequence expects a non-negative integer, got ${minSeq}`);
+    file.write("cannot seed sequence", () => LAYOUTS[file.layout].raiseSequence(file.db, minSeq));
+  }
+
+  resequenceAbove(minSeq: number): Resequenced | null {
+    this.queueFile.ensureOpen();
+    if (!Number.isSafeInteger(minSeq) || minSeq < 0)
+      throw this.queueFile.invalid(`resequenceAbove expects a non-negative integer, got ${minSeq}`);
+    return resequenceAbove(this.queueFile, this.appender, minSeq);
+  }
+
+  pruneSyncLog(retainDays: number, now: Date = new Date()): number {
+    return this.#prune(retainDays, now, Number.POSITIVE_INFINITY).removed;
+  }
+
+  pruneSyncLogStep(retainDays: number, now: Date = new Date()): { removed: number; done: boolean } {
+    return this.#prune(retainDays, now, 1);
+  }
+
   pruneReplayedDead(retainDays: number, now: Date = new Date()): number {
     this.queueFile.ensureOpen();
     this.checkDays(retainDays);
@@ -197,11 +278,6 @@ export class QueueForDrain extends QueueView implements DrainQueue {
       .length;
   }
 
-  /**
-   * What this connection has seen of its file: `version` (`PRAGMA data_version`) changes whenever
-   * another connection, in any process, committed to the file — never for this connection's own
-   * commits, which `writes` (`total_changes()`: rows it inserted, updated or deleted) counts.
-   */
   commitCounters(): { version: number; writes: number } {
     this.queueFile.ensureOpen();
     const db = this.queueFile.db;
@@ -216,10 +292,6 @@ export class QueueForDrain extends QueueView implements DrainQueue {
     );
   }
 
-  /**
-   * Whether this namespace has a history in this file: a row delivered or dead-lettered,
-   * or a pending head linked to an earlier row (logs pruned). A fresh queue has none.
-   */
   hasHistory(): boolean {
     this.queueFile.ensureOpen();
     const file = this.queueFile;
@@ -238,16 +310,62 @@ export class QueueForDrain extends QueueView implements DrainQueue {
 
   laneCount(): number | null {
     this.queueFile.ensureOpen();
-    return this.deliveryLog.laneCount();
+    const file = this.queueFile;
+    const value = file.read("cannot read the lane count", () =>
+      file.db
+        .query<{ value: string }, [string]>("SELECT value FROM outbox_meta WHERE key = ?")
+        .get(`lanes:${file.namespace}`),
+    );
+    return value ? Number(value.value) : null;
   }
 
   recordLaneCount(lanes: number): void {
     this.queueFile.ensureOpen();
-    this.deliveryLog.recordLaneCount(lanes);
+    const file = this.queueFile;
+    file.write("cannot record the lane count", () =>
+      file.db
+        .query(
+          "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .run(`lanes:${file.namespace}`, String(lanes)),
+    );
   }
 
   openFile(): QueueDb {
     return this.queueFile.queueDb;
+  }
+
+  /**
+   * By the log's namespace index, oldest first, PRUNE_CHUNK_ENTRIES entries per write transaction,
+   * so producers never wait on a long prune; stops at the first chunk that keeps an entry (the log
+   * is oldest first: what follows is newer), or after `maxChunks` (`done` false: more may be due).
+   */
+  #prune(retainDays: number, now: Date, maxChunks: number): { removed: number; done: boolean } {
+    this.queueFile.ensureOpen();
+    this.checkDays(retainDays);
+    const file = this.queueFile;
+    const cutoff = isoTimestamp(new Date(now.getTime() - retainDays * 86_400_000));
+    const prune = file.db.query(DELIVERED[file.layout].prune);
+    // The bridges: what the head links to, and what a row the reference's worker left at synced=1 links to.
+    const bridge = file.db.query<{ prev: number | null }, [string, number]>(
+      "SELECT prev_seq AS prev FROM outbox_queue WHERE namespace = ? AND synced = ? ORDER BY seq LIMIT 1",
+    );
+    let removed = 0;
+    for (let chunk = 0; chunk < maxChunks; chunk++) {
+      const changes = file.write("cannot prune the delivered log", () => {
+        const bridges = [bridge.get(file.namespace, 0)?.prev ?? null, bridge.get(file.namespace, 1)?.prev ?? null];
+        return prune.run(file.namespace, cutoff, PRUNE_CHUNK_ENTRIES, ...bridges).changes;
+      });
+      removed += changes;
+      if (changes < PRUNE_CHUNK_ENTRIES) return { removed, done: true };
+    }
+    return { removed, done: false };
+  }
+
+  #notPending(seq: number): NotFoundError {
+    return new NotFoundError(
+      `no pending row with seq ${seq} in namespace "${this.namespace}" (${this.queueFile.path})`,
+    );
   }
 }
 

@@ -35,7 +35,22 @@ export function listOutboxFiles(dbDir: string): string[] {
 }
 
 /** Where queues are: a db_dir (one `{table}.db` file per table), or `{ dbFile }`: one file holding every table. */
-export type QueueLocation = string | { dbDir: string; dbFile: string | null };
+export type QueueLocation = string | QueueDir;
+
+/** An app's queue location: its db_dir, and its db_file (in that directory) when one file holds every table. */
+export interface QueueDir {
+  dbDir: string;
+  dbFile: string | null;
+}
+
+/**
+ * The file that holds `table` in `app`'s location: the db_file, which holds every table, or
+ * `{db_dir}/{table}.db`. The name is not checked here: each caller checks it first
+ * (tableNameProblem) and says so in its own error, so no name the producer refuses reaches a path.
+ */
+export function tableFile(app: QueueDir, table: string): string {
+  return app.dbFile ?? join(app.dbDir, `${table}.db`);
+}
 
 /**
  * The queue files of a location without opening them: the `*.db` files of a db_dir (see

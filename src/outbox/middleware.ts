@@ -10,6 +10,7 @@ import { encodeArgs, type PayloadLocation } from "./payload.ts";
 import type { QueueDb } from "./queue-db.ts";
 import type { Durability } from "../vocabulary.ts";
 import { type OpenQueue, OpenTransaction, openQueues } from "./open-queues.ts";
+import { tableFile } from "./files.ts";
 import { tableNameProblem } from "./table-name.ts";
 import { type LaneKey, laneKeyText } from "../lane-key.ts";
 import { checkTraceContext, type RowTrace, type TraceContextInput } from "../trace-context.ts";
@@ -346,7 +347,7 @@ export class SQLMiddleware {
         `${problem} (${this.dbFile === null ? `db_dir ${this.dbDir}` : `db_file ${this.dbFile}`})`,
         { namespace: String(table) },
       );
-    return this.dbFile ?? join(this.dbDir, `${table}.db`);
+    return tableFile(this, table);
   }
 
   /** Creates dbDir (or dbFile's directory) on first use and returns its real path. */

@@ -3,15 +3,25 @@ import type { RowContext } from "./append.ts";
 import type { DeadLettered } from "./dead-log.ts";
 import type { DeadReplays, PurgeOutcome, PurgeRule } from "./dead-letters.ts";
 import { fileHealth } from "./health.ts";
-import type { RetriedHead } from "./delivery-log.ts";
 import { QueueView, SHARED, type OutboxOptions } from "./queue-view.ts";
 import type { QueueDb } from "./queue-db.ts";
 import type { ChainGap, DeadLetter, OutboxRow } from "./rows.ts";
+import { Confirmation } from "./confirmation.ts";
 
 export type { ChainGap, DeadLetter, DeadReason, OutboxRow } from "./rows.ts";
-export type { Resequenced } from "./delivery-log.ts";
+export type { Resequenced } from "./resequence.ts";
 export type { DeadLettered } from "./dead-log.ts";
 export type { OutboxOptions } from "./queue-view.ts";
+
+/**
+ * The head whose backoff `Outbox.retryHead` ended: its seq, the attempts it had, and when it was due
+ * (null: its group's backoff was on another table's head).
+ */
+export interface RetriedHead {
+  seq: number;
+  attempts: number;
+  nextAttemptAt: string | null;
+}
 
 /**
  * The local queue of one namespace in one SQLite file, as producers and operators use it: an
@@ -21,6 +31,9 @@ export type { OutboxOptions } from "./queue-view.ts";
  * directory. Every failure throws a typed OutboxError.
  */
 export class Outbox extends QueueView {
+  /** Made on the first `confirm`: most applications never confirm rows themselves. */
+  #confirmation: Confirmation | null = null;
+
   // ── producers ─────────────────────────────────────────────────────────────────────────────
 
   /**
@@ -90,7 +103,9 @@ export class Outbox extends QueueView {
    */
   confirm(seqs: readonly number[]): void {
     this.queueFile.ensureOpen();
-    if (seqs.length > 0) this.deliveryLog.confirm(seqs);
+    if (seqs.length === 0) return;
+    this.#confirmation ??= new Confirmation(this.queueFile);
+    this.#confirmation.seqs(seqs);
   }
 
   // ── dead letters ──────────────────────────────────────────────────────────────────────────
@@ -103,7 +118,25 @@ export class Outbox extends QueueView {
    */
   retryHead(key?: LaneKey): RetriedHead | null {
     this.queueFile.ensureOpen();
-    return this.deliveryLog.retryHead(key === undefined ? null : laneKeyText(key, `table "${this.namespace}"`));
+    const lane = key === undefined ? null : laneKeyText(key, `table "${this.namespace}"`);
+    const file = this.queueFile;
+    return file.write("cannot end the head's backoff", () => {
+      // With a key: the first pending row of that key (the head of its lane, when its lane is held).
+      const head = file.db
+        .query<RetriedHead & { grp: number | null }, [string, string | null]>(
+          "SELECT seq, grp, attempts, next_attempt_at AS nextAttemptAt FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND (?2 IS NULL OR lane_key = ?2) ORDER BY seq LIMIT 1",
+        )
+        .get(file.namespace, lane);
+      if (!head) return null;
+      // The head's group may carry its backoff on another table's head (a transaction across tables
+      // is charged where it failed).
+      const ended = file.db
+        .query(
+          "UPDATE outbox_queue SET next_attempt_at = NULL WHERE synced = 0 AND next_attempt_at IS NOT NULL AND ((namespace = ?1 AND (?3 IS NULL OR lane_key = ?3)) OR grp = ?2)",
+        )
+        .run(file.namespace, head.grp, lane).changes;
+      return ended === 0 ? null : { seq: head.seq, attempts: head.attempts, nextAttemptAt: head.nextAttemptAt };
+    });
   }
 
   /** Operator action: dead-letters the head (and its group) with reason "skipped". */

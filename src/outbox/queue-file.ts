@@ -13,8 +13,8 @@ import { isoTimestamp } from "./timestamp.ts";
  * the transaction wrappers that turn every SQLite failure into a typed error naming the file and
  * namespace, and the few reads every part of the queue needs (the pending count, the pending rows,
  * whether a seq exists). The producer's appends (append.ts), the drain's bookkeeping
- * (delivery-log.ts) and the operator's dead-letter work (dead-log.ts) all run on it; `Outbox` is
- * their public face.
+ * (drain-queue.ts, with delivery-read.ts, confirmation.ts and resequence.ts) and the operator's
+ * dead-letter work (dead-log.ts) all run on it; `Outbox` and `DrainQueue` are their faces.
  */
 export class QueueFile {
   readonly path: string;

@@ -3,7 +3,6 @@ import { InvalidArgumentError } from "../errors.ts";
 import type { Durability } from "../vocabulary.ts";
 import { Appender, DEFAULT_GROUP_LIMITS } from "./append.ts";
 import { DeadLog, type DeadLettered } from "./dead-log.ts";
-import { DeliveryLog } from "./delivery-log.ts";
 import { namespaceHealth, type NamespaceHealth } from "./health.ts";
 import { DELIVERED } from "./delivered.ts";
 import { QueueDb } from "./queue-db.ts";
@@ -58,7 +57,6 @@ export class QueueView {
   readonly origin: string;
   protected readonly queueFile: QueueFile;
   protected readonly appender: Appender;
-  protected readonly deliveryLog: DeliveryLog;
   protected readonly deadLog: DeadLog;
 
   constructor(path: string, namespace: string, options: ViewOptions = {}) {
@@ -109,7 +107,6 @@ export class QueueView {
     this.queueFile = new QueueFile(queueDb, namespace);
     this.origin = this.queueFile.origin;
     this.appender = new Appender(this.queueFile, maxPending, limits);
-    this.deliveryLog = new DeliveryLog(this.queueFile, this.appender);
     this.deadLog = new DeadLog(this.queueFile, this.appender);
   }
 

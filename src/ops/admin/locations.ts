@@ -1,7 +1,7 @@
 import fs from "node:fs";
-import path from "node:path";
 import type { AppLayout } from "../../config/layout.ts";
 import { NotFoundError } from "../../errors.ts";
+import { tableFile } from "../../outbox/files.ts";
 import { fileHealth, type NamespaceHealth } from "../../outbox/health.ts";
 import { tableNameProblem } from "../../outbox/table-name.ts";
 import { RequestError } from "./requests.ts";
@@ -26,15 +26,21 @@ export function appNamed(apps: readonly AdminApp[], name: string): AdminApp {
 }
 
 /**
- * The table `namespace` of `app`, read-only: `{db_dir}/{namespace}.db`, or the db_file when it
- * holds that namespace. The name must pass the producer's own check (`tableNameProblem`) first, so
- * nothing that is not a table name — `../x`, a path — ever reaches the file system.
+ * The file that holds the table `namespace` of `app` (see tableFile), which must exist: nothing is
+ * created. The name must pass the producer's own check (`tableNameProblem`) first, so nothing that
+ * is not a table name — `../x`, a path — ever reaches the file system.
  */
-export function tableOf(app: AdminApp, namespace: string): AdminTable {
+export function existingTableFile(app: AdminApp, namespace: string): string {
   const problem = tableNameProblem(namespace);
   if (problem !== null) throw new RequestError(400, "E_USAGE", `namespace: ${problem}`);
-  const file = app.dbFile ?? path.join(app.dbDir, `${namespace}.db`);
+  const file = tableFile(app, namespace);
   if (!fs.existsSync(file)) throw new NotFoundError(`no table "${namespace}" in app "${app.name}" (no ${file})`);
+  return file;
+}
+
+/** The table `namespace` of `app`, read-only: its file (existingTableFile) holds that namespace. */
+export function tableOf(app: AdminApp, namespace: string): AdminTable {
+  const file = existingTableFile(app, namespace);
   const health = fileHealth(file, { maxPending: app.maxPending }).find((h) => h.namespace === namespace);
   if (!health) throw new NotFoundError(`no table "${namespace}" in app "${app.name}" (not in ${file})`);
   return { app, namespace, file, health };
