@@ -3,6 +3,7 @@ import type { AppConfig, TableConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { DrainQueue } from "../outbox/drain-queue.ts";
+import { tableFile } from "../outbox/files.ts";
 import type { NamespaceHealth } from "../outbox/health.ts";
 import type { QueueDb } from "../outbox/queue-db.ts";
 import { NotCreatedError } from "../outbox/sqlite-open.ts";
@@ -214,7 +215,7 @@ export class DrainTable {
   ) {
     ({ app: this.app, target: this.target, logger: this.logger, opener: this.opener, now: this.now } = parts);
     this.name = config.name;
-    this.file = this.app.dbFile ?? `${this.app.dbDir}/${config.name}.db`;
+    this.file = tableFile(this.app, config.name);
     this.#laneState = new TableLanes(this.name, config.lanes);
     const { observer } = parts;
     this.#holds = new TableHolds({ table: this.name, target: this.target, file: this.file }, this.logger, observer);
