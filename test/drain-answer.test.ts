@@ -1,8 +1,8 @@
-// The pure decision of what a target's answer for one table's slice says (src/drain/answer.ts):
+// The pure decision of what a target's answer for one table's slice says (src/drain/table/answer.ts):
 // no SQLite, no writer — rows are their groups, results what a writer could answer.
 import { describe, expect, test } from "bun:test";
-import { classifyAnswer } from "../src/drain/answer.ts";
-import { endOfGroup, groupStarts, startOfGroup } from "../src/drain/row-groups.ts";
+import { classifyAnswer } from "../src/drain/table/answer.ts";
+import { endOfGroup, groupStarts, startOfGroup } from "../src/drain/table/row-groups.ts";
 import type { WriteResult } from "../src/writers/writer.ts";
 
 const ok: WriteResult = { ok: true, rowsAffected: 1 };

@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { InvalidArgumentError, UnsupportedStatementError } from "../src/errors.ts";
 import type { OutboxRow } from "../src/outbox/outbox.ts";
-import { type PlanInput, planSlice } from "../src/drain/planner.ts";
+import { type PlanInput, planSlice } from "../src/drain/table/planner.ts";
 import type { Statement } from "../src/writers/writer.ts";
 import { pendingRow } from "./support/fake-queue.ts";
 

@@ -2,7 +2,7 @@
 // how it applies an answer, when it confirms, and that every time it stores comes from its clock.
 import { describe, expect, test } from "bun:test";
 import type { TableConfig } from "../src/config/types.ts";
-import { DrainTable, type TableSlice } from "../src/drain/table.ts";
+import { DrainTable, type TableSlice } from "../src/drain/table/table.ts";
 import type { OutboxRow } from "../src/outbox/outbox.ts";
 import type { Statement, WriteResult } from "../src/writers/writer.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";

@@ -4,7 +4,7 @@ import { maxSeqSql } from "../sql/schema.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { parseCount, type BoundedWriter } from "./bounded-writer.ts";
 import { ensureStep } from "./remote-schema.ts";
-import type { DrainTable } from "./table.ts";
+import type { DrainTable } from "./table/table.ts";
 
 /**
  * Startup of the compatibility mode (`inject_outbox_seq = true`) for one target's injected tables.
@@ -45,24 +45,18 @@ export async function prepareInjected(
       );
     const max = parseCount(result.rows, 0) ?? 0;
     try {
-      if (max > 0) moveAbove(table, max, logger, writer.target);
-      table.compatReady();
+      const moved = table.compatReady(max);
+      if (moved)
+        logger.warn(
+          `drain: "${name}" on ${writer.target} already holds outbox_seq up to ${max} from rows this queue did not write (another machine's outbox?); ` +
+            `moved ${moved.count} pending rows from seq ${moved.oldFirst}..${moved.oldLast} to ${moved.newFirst}..${moved.newLast}, in order, so none is absorbed as a duplicate`,
+          { target: writer.target, namespace: name, rows: moved.count },
+        );
     } catch (error) {
       // Nothing is sent before this succeeds: rows under colliding seqs would be absorbed remotely.
       table.hold({ reason: "local", error, what: `seeding "${name}" above the remote MAX(outbox_seq) ${max}` }, now);
     }
   }
-}
-
-/** Seeds the local sequence above `max`; a fresh queue whose head is at or below it moves above it, in order. */
-function moveAbove(table: DrainTable, max: number, logger: Logger, target: string): void {
-  const moved = table.raiseAbove(max);
-  if (!moved) return;
-  logger.warn(
-    `drain: "${table.name}" on ${target} already holds outbox_seq up to ${max} from rows this queue did not write (another machine's outbox?); ` +
-      `moved ${moved.count} pending rows from seq ${moved.oldFirst}..${moved.oldLast} to ${moved.newFirst}..${moved.newLast}, in order, so none is absorbed as a duplicate`,
-    { target, namespace: table.name, rows: moved.count },
-  );
 }
 
 /** Adds what a probe finds missing of `outbox_seq` + its index; returns the refusal, if any (no ALTER rights, …). */

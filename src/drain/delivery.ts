@@ -12,14 +12,8 @@ import { linkDrafts } from "./linked-groups.ts";
 import type { DeliveryObserver, ObservedBatch } from "./observer.ts";
 import type { Reachability } from "./reachability.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
-import {
-  minWake,
-  type DrainTable,
-  type GroupAttempts,
-  type OpenContext,
-  type SliceDraft,
-  type TableSlice,
-} from "./table.ts";
+import { minWake } from "./schedule.ts";
+import type { DrainTable, GroupAttempts, OpenContext, SliceDraft, TableSlice } from "./table/table.ts";
 import type { RemoteParts } from "./target-parts.ts";
 import { TraceComments } from "./trace-comments.ts";
 

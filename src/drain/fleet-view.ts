@@ -1,6 +1,6 @@
 import { fleetRows, type TargetLedger } from "./ledger.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
-import type { DrainTable } from "./table.ts";
+import type { DrainTable } from "./table/table.ts";
 import type { FleetRow, LedgerRow } from "./views.ts";
 
 const keyOf = (origin: string, ledgerRow: string) => `${origin}\0${ledgerRow}`;

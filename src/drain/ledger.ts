@@ -6,7 +6,7 @@ import type { Statement, WriteResult } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { parseCount, type BoundedWriter } from "./bounded-writer.ts";
 import { ensureStep } from "./remote-schema.ts";
-import type { DrainTable, LedgerMove } from "./table.ts";
+import type { DrainTable, LedgerMove } from "./table/table.ts";
 import type { LedgerRow } from "./views.ts";
 
 /**

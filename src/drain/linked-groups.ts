@@ -1,6 +1,9 @@
 import type { OutboxRow } from "../outbox/outbox.ts";
-import type { Lane } from "./planner.ts";
-import { endOfGroup, groupStarts } from "./row-groups.ts";
+import type { Lane } from "./table/planner.ts";
+import { endOfGroup, groupStarts } from "./table/row-groups.ts";
+import type { WaitingGroup } from "./table/slice.ts";
+
+export type { WaitingGroup } from "./table/slice.ts";
 
 /** What linking needs of a table's draft: its table (name and lanes), its rows' groups, and which of those span tables. */
 export interface LinkableDraft {
@@ -15,15 +18,6 @@ export interface LinkableDraft {
  * Null: not known (the table did not read it, or holds it for a reason without a time).
  */
 export type WaitsIn = (table: string, grp: number) => number | null;
-
-/** A group of a draft that waits for a group of another table: its rows `[start, end)`, and until when (see WaitsIn). */
-export interface WaitingGroup {
-  start: number;
-  end: number;
-  until: number | null;
-  /** The tables whose part of a group holds it back (its own, or one before it in its lanes). */
-  waitsOn: string[];
-}
 
 /** How the drafts of one batch go: the groups each holds back, and the units that must commit together. */
 export interface Linking<D> {

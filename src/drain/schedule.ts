@@ -80,3 +80,8 @@ export function tableReadiness(
   const due = created + knobs.maxWaitMs;
   return due <= nowMs ? { ready: true, wakeAt: null } : { ready: false, wakeAt: due };
 }
+
+/** The earlier of two wake times (epoch ms); null: none. */
+export function minWake(a: number | null, b: number | null): number | null {
+  return a === null ? b : b === null ? a : Math.min(a, b);
+}

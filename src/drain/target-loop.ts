@@ -1,5 +1,5 @@
 import { describeError } from "../errors.ts";
-import type { DrainTable } from "./table.ts";
+import type { DrainTable } from "./table/table.ts";
 import type { TargetCycle } from "./delivery.ts";
 import type { TargetParts } from "./target-parts.ts";
 import { Agenda, CommitWatcher, Waker } from "./wake.ts";

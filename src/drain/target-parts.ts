@@ -4,7 +4,7 @@ import type { Dialect } from "../vocabulary.ts";
 import type { BoundedWriter } from "./bounded-writer.ts";
 import type { TargetLedger } from "./ledger.ts";
 import type { Reachability } from "./reachability.ts";
-import type { DrainTable } from "./table.ts";
+import type { DrainTable } from "./table/table.ts";
 
 /** What every part of one target's runner (its setup, its loop, its delivery) is given: the target's own things, built once by TargetRunner. */
 export interface TargetParts {

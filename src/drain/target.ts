@@ -14,7 +14,7 @@ import { TargetLedger } from "./ledger.ts";
 import type { DeliveryObserver } from "./observer.ts";
 import type { LockHoldEvent, QueuePool } from "./queue-pool.ts";
 import { Reachability } from "./reachability.ts";
-import { DrainTable } from "./table.ts";
+import { DrainTable } from "./table/table.ts";
 import { TargetLoop } from "./target-loop.ts";
 import { TargetSetup } from "./target-setup.ts";
 import type { FleetRow, TargetView } from "./views.ts";

@@ -1,7 +1,7 @@
-import { describeError, InvalidArgumentError, UnsupportedStatementError } from "../errors.ts";
-import type { DeadReason, OutboxRow } from "../outbox/outbox.ts";
-import { parseTimestamp } from "../outbox/timestamp.ts";
-import type { Statement } from "../writers/writer.ts";
+import { describeError, InvalidArgumentError, UnsupportedStatementError } from "../../errors.ts";
+import type { DeadReason, OutboxRow } from "../../outbox/outbox.ts";
+import { parseTimestamp } from "../../outbox/timestamp.ts";
+import type { Statement } from "../../writers/writer.ts";
 import { endOfGroup, groupStarts } from "./row-groups.ts";
 
 /** A row's lane: a number, or null for a row without a key in a table with lanes — a barrier across every lane. */

@@ -1,9 +1,10 @@
-import type { AppConfig } from "../config/types.ts";
-import type { Logger } from "../logger.ts";
-import type { DrainQueue } from "../outbox/drain-queue.ts";
-import type { DeadLettered, DeadReason, OutboxRow } from "../outbox/outbox.ts";
-import type { DeliveryObserver } from "./observer.ts";
-import { rowBackoffMs } from "./schedule.ts";
+import type { AppConfig } from "../../config/types.ts";
+import { describeError } from "../../errors.ts";
+import type { Logger } from "../../logger.ts";
+import type { DrainQueue } from "../../outbox/drain-queue.ts";
+import type { DeadLettered, DeadReason, OutboxRow } from "../../outbox/outbox.ts";
+import type { DeliveryObserver } from "../observer.ts";
+import { rowBackoffMs } from "../schedule.ts";
 
 /** Who a table's charges are for and who is told: its app's retry schedule, its target, the log, tracing. */
 export interface ChargeParts {
@@ -58,6 +59,47 @@ export class HeadCharges {
   }
 
   /**
+   * The head group (`head` carries its attempts) failed at `culprit`: one attempt more, counted on
+   * from the most any of its heads carries when it spans tables (`groupAttempts`). The error names
+   * the culprit when its group has other rows (among `rows`, or in the tables of `spans`).
+   */
+  groupFailed(
+    queue: DrainQueue,
+    failed: { head: OutboxRow; culprit: OutboxRow; failure: { error?: unknown; errorClass?: unknown } },
+    group: { rows: readonly OutboxRow[]; spans: ReadonlyMap<number, unknown>; attempts: ReadonlyMap<number, number> },
+  ): Charged {
+    const { head, culprit, failure } = failed;
+    const error = failureText(failure);
+    const errorClass = typeof failure.errorClass === "string" && failure.errorClass ? failure.errorClass : "unknown";
+    const grp = culprit.grp;
+    const grouped = grp !== null && (group.spans.has(grp) || group.rows.some((r) => r.grp === grp && r !== culprit));
+    const message = grouped ? `seq ${culprit.seq} of the group of seq ${grp}: ${error}` : error;
+    const before = Math.max(head.attempts, head.grp === null ? 0 : (group.attempts.get(head.grp) ?? 0));
+    return this.failed(queue, head, before + 1, message, errorClass);
+  }
+
+  /** A writer reported `row` applied behind a failure, breaking its contract: nothing is charged, it stays queued, said once. */
+  okAfterFailure(row: OutboxRow): void {
+    const { target, table, logger } = this.parts;
+    logger.warn(
+      `drain: writer ${target} reported seq ${row.seq} ok after a failure in namespace "${table}"; it stays queued`,
+      { target, namespace: table, seq: row.seq },
+    );
+  }
+
+  /** Undoes the up-front charge of `seq` after a batch that never got an answer (an outage); a local error is logged. */
+  refund(queue: DrainQueue, seq: number): void {
+    try {
+      queue.refundAttempt(seq);
+    } catch (error) {
+      this.parts.logger.error(
+        `drain: local error refunding seq ${seq} of namespace "${this.parts.table}": ${describeError(error).message}`,
+        { namespace: this.parts.table, seq },
+      );
+    }
+  }
+
+  /**
    * Dead-letters the group `row` heads at once (undecodable, unsupported, out of attempts); the log
    * line says `why` (the reason by default) and the attempts made (the row's by default).
    */
@@ -90,6 +132,13 @@ export class HeadCharges {
     });
     return { failed: 0, deadLettered: moved.seqs.length, touched: moved.others, retryAt: null };
   }
+}
+
+/** What a writer said of a failed statement, or that it said nothing. */
+export function failureText(failure: { error?: unknown }): string {
+  return typeof failure.error === "string" && failure.error
+    ? failure.error
+    : "writer reported a failure without a message";
 }
 
 /** "seq 7", or "the group of seq 7 (3 rows, also in tables a, b)". */

@@ -1,5 +1,5 @@
-import type { OutboxRow } from "../outbox/outbox.ts";
-import type { WriteResult } from "../writers/writer.ts";
+import type { OutboxRow } from "../../outbox/outbox.ts";
+import type { WriteResult } from "../../writers/writer.ts";
 import { startOfGroup } from "./row-groups.ts";
 
 /** A failed result as the writer gave it. */

@@ -1,6 +1,6 @@
-import { describeError } from "../errors.ts";
-import type { Logger } from "../logger.ts";
-import type { DrainQueue } from "../outbox/drain-queue.ts";
+import { describeError } from "../../errors.ts";
+import type { Logger } from "../../logger.ts";
+import type { DrainQueue } from "../../outbox/drain-queue.ts";
 
 /** The least pause between two chunks of a prune. */
 const PRUNE_PAUSE_MS = 5;

@@ -1,4 +1,4 @@
-import type { OutboxRow } from "../outbox/outbox.ts";
+import type { OutboxRow } from "../../outbox/outbox.ts";
 
 /*
  * The groups of a run of pending rows, read in seq order: a row continues its predecessor's group

@@ -1,8 +1,8 @@
-import { describeError } from "../errors.ts";
-import type { Logger } from "../logger.ts";
-import type { DeliveryObserver } from "./observer.ts";
-import { doublingMs } from "./schedule.ts";
-import type { HoldReason, TableView } from "./views.ts";
+import { describeError } from "../../errors.ts";
+import type { Logger } from "../../logger.ts";
+import type { DeliveryObserver } from "../observer.ts";
+import { doublingMs } from "../schedule.ts";
+import type { HoldReason, TableView } from "../views.ts";
 
 /** A table held back: why, the message that says it, since and until when (epoch ms). */
 interface TableHold {
@@ -23,8 +23,24 @@ const LOCAL_RETRY_CAP_MS = 30_000;
 const SCHEMA_RETRY_FIRST_MS = 2_000;
 const SCHEMA_RETRY_CAP_MS = 60_000;
 
+/** A hold found outside the table's own work, with what its message needs (see TableHolds.hold). */
+export type HoldCause =
+  | { reason: "file"; error: unknown }
+  | { reason: "local"; error: unknown; what: string }
+  | { reason: "remote schema"; message: string }
+  | { reason: "origin"; message: string }
+  | { reason: "writer contract"; message: string };
+
 /** What a table waits for before it is sent, with no fault in it: until `release(reason)`. */
 export type WaitReason = Extract<HoldReason, "compat setup" | "late answer">;
+
+/** What status says of each wait, for a table of `target`. */
+const WAITING: Record<WaitReason, (target: string) => string> = {
+  "compat setup": (target) =>
+    `the compatibility mode's setup on ${target} (the outbox_seq column and index, the local sequence seeded above the remote's) is not done yet`,
+  "late answer": (target) =>
+    `a timed-out batch to ${target} may still commit: without a ledger a late commit must not land after newer rows`,
+};
 
 /**
  * What holds one table back, if anything — a file that cannot be opened, a local SQLite error, a
@@ -44,6 +60,27 @@ export class TableHolds {
     private readonly logger: Logger,
     private readonly observer: DeliveryObserver | null = null,
   ) {}
+
+  /** A cause found outside the table's own work: by the target (its setup, the open-file limit, a unit's answer), the ledger, the fleet view, the compatibility setup. */
+  hold(cause: HoldCause, now: number): void {
+    switch (cause.reason) {
+      case "file":
+        this.file(cause.error, now);
+        return;
+      case "local":
+        this.local(cause.error, now, cause.what);
+        return;
+      case "remote schema":
+        this.schema(cause.message, now);
+        return;
+      case "origin":
+        this.origin(cause.message, now);
+        return;
+      case "writer contract":
+        this.contract(cause.message, now);
+        return;
+    }
+  }
 
   /** True while a hold lasts at `now` (until its retry time). */
   active(now: number): boolean {
@@ -137,14 +174,28 @@ export class TableHolds {
   }
 
   /** The writer applied part of a namespace: held until the drain restarts. */
+  /**
+   * Fenced, the writer applied part of a namespace — its fence alone (`applied` null) or rows
+   * `applied` (first and last seq) — and failed the rest: the fence may have committed for rows
+   * that were not applied, so the table stops, loudly, rather than guess.
+   */
+  partlyApplied(applied: readonly [number, number] | null, now: number): void {
+    const part = applied === null ? "its ledger fence" : `seq ${applied[0]}..${applied[1]}`;
+    this.contract(
+      `the writer of ${this.where.target} applied part of a namespace (${part}) and failed the rest: with ledger = true a writer must apply a namespace whole or not at all (set ledger = false for a writer that cannot)`,
+      now,
+    );
+  }
+
   contract(message: string, now: number): void {
     this.#holdFor("writer contract", message, now, Number.POSITIVE_INFINITY, "error");
   }
 
-  /** Not sent before `release(reason)`: the table waits, for `message`. */
-  wait(reason: WaitReason, message: string, now: number): void {
-    if (!this.#waits.has(reason))
-      this.#waits.set(reason, { reason, message, since: now, until: Number.POSITIVE_INFINITY });
+  /** Not sent before `release(reason)`: the table waits (see WAITING). */
+  wait(reason: WaitReason, now: number): void {
+    if (this.#waits.has(reason)) return;
+    const message = WAITING[reason](this.where.target);
+    this.#waits.set(reason, { reason, message, since: now, until: Number.POSITIVE_INFINITY });
   }
 
   /** The cause is gone (the file opened, the local work or the remote schema succeeded, a wait is over): the hold of that reason ends, its retry schedule starts over. */

@@ -1,5 +1,5 @@
-import { keyHash } from "../lane-key.ts";
-import type { OutboxRow } from "../outbox/outbox.ts";
+import { keyHash } from "../../lane-key.ts";
+import type { OutboxRow } from "../../outbox/outbox.ts";
 import type { Lane } from "./planner.ts";
 
 /**

@@ -1,8 +1,9 @@
-import type { OutboxRow } from "../outbox/outbox.ts";
+import type { DrainQueue } from "../../outbox/drain-queue.ts";
+import type { OutboxRow } from "../../outbox/outbox.ts";
 import { LaneMap } from "./lane-map.ts";
 import { type HeldHead, type Lane, lanesOf, type Plan } from "./planner.ts";
 import { endOfGroup } from "./row-groups.ts";
-import type { HeldLaneView } from "./views.ts";
+import type { HeldLaneView } from "../views.ts";
 
 /** What a table with lanes knows once a slice is applied whole (see TableLanes.moveOn). */
 export interface LanesAfter {
@@ -49,6 +50,24 @@ export class TableLanes {
     readonly count: number,
   ) {
     this.map = new LaneMap(table, count);
+  }
+
+  /**
+   * A key's lane depends on the lane count: rows sent under one count must not be delivered under
+   * another — their ledger rows would not account for them, so rows a lane delivered ahead of a
+   * held one, or a batch of unknown outcome, would land twice. Returns why `queue` must wait while
+   * such rows are pending (at or below the sent mark), or null; a queue whose pending rows were
+   * never sent takes this count (recorded in the file).
+   */
+  countProblem(queue: DrainQueue, table: string): string | null {
+    const recorded = queue.laneCount() ?? 1;
+    if (recorded === this.count) return null;
+    const head = queue.head();
+    if (head === null || head.seq > queue.sentMark()) {
+      queue.recordLaneCount(this.count);
+      return null;
+    }
+    return `lanes of "${table}" changed from ${recorded} to ${this.count} while ${queue.pendingCount()} rows delivered with ${recorded} are pending: set lanes = ${recorded} again until the table is empty (sqloutbox status shows its depth), then change it and restart`;
   }
 
   /** A row's lane (0 with one lane; null: a row without a key, a barrier over every lane). */
@@ -124,6 +143,28 @@ export class TableLanes {
   }
 
   /**
+   * The groups `[start, end)` of a draft's `rows` wait for their part in another table (see
+   * linkDrafts): with a known end, each holds its lanes until then (holdUntil); without, the next
+   * read starts at its first row. Either way the confirmation stops before the first of them.
+   */
+  holdBack(
+    rows: readonly OutboxRow[],
+    after: LanesAfter,
+    groups: ReadonlyArray<{ start: number; end: number; until: number | null; waitsOn: readonly string[] }>,
+  ): void {
+    for (const g of groups) {
+      const first = rows[g.start]!.seq;
+      after.frontier = Math.min(after.frontier ?? first, first);
+      if (g.until === null) after.cursor = Math.min(after.cursor ?? first - 1, first - 1);
+      else {
+        const why = `its group waits for its rows in ${g.waitsOn.map((t) => `"${t}"`).join(", ")}`;
+        this.holdUntil(rows.slice(g.start, g.end), g.until, why);
+      }
+    }
+    after.whole = false;
+  }
+
+  /**
    * A group of rows `group` (this table's part of a group that spans tables) waits for its part in
    * another table until `until` (epoch ms): its lanes are held until then, as behind a head backing
    * off here — the reads start past them meanwhile, and the lanes are read again from the head
@@ -177,6 +218,31 @@ export class TableLanes {
     for (let slot = 0; slot < throughs.length; slot++)
       if (throughs[slot]! > 0) out.push({ ledgerRow: this.map.ledgerRow(slot), through: throughs[slot]! });
     return out;
+  }
+
+  /**
+   * The ledger rows a slice of `rows` moves, each from the through this drain knows (or, behind a
+   * slice in flight, the through by slot that one leaves: `behind`) to the slice's last row of it;
+   * with `slots`, each row's slot is written into it.
+   */
+  moves(
+    rows: readonly OutboxRow[],
+    behind: readonly number[] | undefined,
+    slots: number[],
+  ): Array<{ ledgerRow: string; through: number; last: number }> {
+    const { map } = this;
+    for (const row of rows) slots.push(map.slotOf(row));
+    const lastOf = new Array<number>(this.count + 1).fill(0);
+    for (let i = 0; i < slots.length; i++) lastOf[slots[i]!] = rows[i]!.seq;
+    const moves: Array<{ ledgerRow: string; through: number; last: number }> = [];
+    for (let slot = 0; slot <= this.count; slot++)
+      if (lastOf[slot]! > 0)
+        moves.push({
+          ledgerRow: map.ledgerRow(slot),
+          through: behind?.[slot] ?? this.throughAt(slot),
+          last: lastOf[slot]!,
+        });
+    return moves;
   }
 
   /** Settled, and nothing holds a lane back (no backoff, no held head). */

@@ -1,0 +1,497 @@
+import type { TableConfig } from "../../config/types.ts";
+import { tableFile } from "../../outbox/files.ts";
+import type { OutboxRow, Resequenced } from "../../outbox/outbox.ts";
+import type { QueueDb } from "../../outbox/queue-db.ts";
+import type { WriteResult } from "../../writers/writer.ts";
+import { minWake } from "../schedule.ts";
+import type { HoldReason, TableView } from "../views.ts";
+import { classifyAnswer, type Failure } from "./answer.ts";
+import { failureText, type HeadCharges } from "./charges.ts";
+import type { HoldCause, TableHolds } from "./holds.ts";
+import type { TableLanes } from "./lanes.ts";
+import type { Lane } from "./planner.ts";
+import { addCharged, type HeadPlanning, noOutcome, type TableOutcome, withoutGroups } from "./planning.ts";
+import type { TableProgress } from "./progress.ts";
+import type { BackgroundPrune } from "./prune.ts";
+import type { TableFile } from "./file.ts";
+import type { ReadAhead } from "./read-ahead.ts";
+import { tableWing } from "./wing.ts";
+import type {
+  GroupAttempts,
+  OpenContextOf,
+  PlanContextOf,
+  SliceDraftOf,
+  TablePartsOf,
+  TableSliceOf,
+  WaitingGroup,
+} from "./slice.ts";
+
+export type { HoldCause } from "./holds.ts";
+export type { TableOutcome } from "./planning.ts";
+
+export type { LedgerMove, GroupAttempts } from "./slice.ts";
+/** A table's draft of a batch (see SliceDraftOf). */
+export type SliceDraft = SliceDraftOf<DrainTable>;
+/** A table's slice of a batch (see TableSliceOf). */
+export type TableSlice = TableSliceOf<DrainTable>;
+export type PlanContext = PlanContextOf<DrainTable>;
+export type OpenContext = OpenContextOf<DrainTable>;
+export type TableParts = TablePartsOf<DrainTable>;
+/** Opens one table's queue: its own file (db_dir), or its namespace of the app's db_file. */
+export type QueueOpener = TableParts["opener"];
+
+const NO_GROUP_ATTEMPTS: GroupAttempts = new Map();
+
+/**
+ * One served table as the drain sees it: the one owner of its drain state and its face to the
+ * target's runner. It holds its queue (the only way the drain reaches the file) and its parts,
+ * each the one writer of its own state: what holds it back (holds.ts), how far it came (progress.ts:
+ * the ledger's through as last seen, the applied rows waiting for their confirmation, the cuts),
+ * its lanes (lanes.ts), what its plans from the head held back (planning.ts) and what it read
+ * ahead of a slice in flight (read-ahead.ts). The runner asks it to settle from the ledger, plan
+ * its slice (planner.ts decides), open it, and apply the answer (answer.ts decides).
+ */
+export class DrainTable {
+  readonly name: string;
+  /** Absolute path of `{db_dir}/{table}.db`, or of the app's `db_file`. */
+  readonly file: string;
+  readonly #file: TableFile;
+  readonly #holds: TableHolds;
+  readonly #lanes: TableLanes;
+  readonly #progress: TableProgress;
+  readonly #planning: HeadPlanning;
+  readonly #ahead: ReadAhead;
+  readonly #charges: HeadCharges;
+  readonly #prune: BackgroundPrune;
+  /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
+  #applyingFenced = false;
+  /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
+  readonly counts = { delivered: 0, failed: 0, deadLettered: 0 };
+
+  constructor(
+    readonly config: TableConfig,
+    private readonly parts: TableParts,
+  ) {
+    this.name = config.name;
+    this.file = tableFile(parts.app, config.name);
+    ({
+      file: this.#file,
+      holds: this.#holds,
+      lanes: this.#lanes,
+      progress: this.#progress,
+      planning: this.#planning,
+      ahead: this.#ahead,
+      charges: this.#charges,
+      prune: this.#prune,
+    } = tableWing(config, this.file, parts, () => parts.opener(this)));
+  }
+
+  /** A cause found outside the table's own work (see TableHolds.hold). */
+  hold(cause: HoldCause, now: number): void {
+    this.#holds.hold(cause, now);
+  }
+
+  /** The cause of `reason` is gone. */
+  release(reason: HoldReason): void {
+    this.#holds.release(reason);
+  }
+
+  /** Ends every timed hold now (`kick`); with lanes, the next read starts at the head, where each lane's hold is read again. */
+  retryNow(now: number): void {
+    this.#holds.retryNow(now);
+    this.#lanes.restart();
+  }
+
+  /** Compatibility mode: whether the setup is still to do, and can be done now (the file open, no fault holding the table). */
+  needsCompatSetup(now: number): boolean {
+    return this.#holds.waitsFor("compat setup") && this.#file.queue !== null && !this.#holds.active(now);
+  }
+
+  /**
+   * The compatibility mode's setup is done, the remote at MAX(outbox_seq) `max`: the queue is raised
+   * above it (see TableFile.raiseAbove; returns what moved) and the table may be sent.
+   */
+  compatReady(max: number): Resequenced | null {
+    const moved = max > 0 ? this.#file.raiseAbove(max) : null;
+    this.#holds.release("compat setup");
+    return moved;
+  }
+
+  /** A timed-out batch carrying this table (no ledger) may still commit: the table waits for its answer. */
+  awaitLateAnswer(now: number): void {
+    this.#holds.wait("late answer", now);
+  }
+
+  /** The timed-out batch answered, or failed: the table may be sent again. */
+  lateAnswerCame(): void {
+    this.#holds.release("late answer");
+  }
+
+  /** True while held at `now`, waiting, or unopened. */
+  held(now: number): boolean {
+    return this.#file.queue === null || this.#holds.active(now) || this.#holds.waiting;
+  }
+
+  /** Whether the file is to be opened (not open, and no hold says wait). */
+  wantsOpening(now: number): boolean {
+    return this.#file.queue === null && !this.#holds.active(now);
+  }
+
+  /** Whether the queue file is open. */
+  get isOpen(): boolean {
+    return this.#file.queue !== null;
+  }
+
+  /** The file's origin id, once opened (kept after close). */
+  get origin(): string | null {
+    return this.#file.origin;
+  }
+
+  /** Pending rows of this table (0 while its file is not open). */
+  pendingCount(): number {
+    return this.#file.queue?.pendingCount() ?? 0;
+  }
+
+  /** What the drain's connection has seen of the file's commits (see CommitWatcher), or null while not open. */
+  commitCounters(): { version: number; writes: number } | null {
+    return this.#file.queue?.commitCounters() ?? null;
+  }
+
+  /** The open file, for the drain's checkpoints and the space it gives back (file-care.ts); null while not open. */
+  openFile(): QueueDb | null {
+    return this.#file.queue?.openFile() ?? null;
+  }
+
+  /** See TableFile.hasDelivered. */
+  hasDelivered(): boolean {
+    return this.#file.hasDelivered();
+  }
+
+  /** Opens the queue file unless open (see TableFile); false when it cannot be now. */
+  open(now: number): boolean {
+    return this.#file.open(now);
+  }
+
+  /** Closes the queue file (confirming first what a target applied). */
+  close(): void {
+    while (this.confirmApplied(this.parts.now()));
+    this.#file.close();
+  }
+
+  /** The ledger's `through` this drain last saw (null: not settled yet). */
+  get through(): number | null {
+    return this.#progress.through;
+  }
+
+  /** How many lanes the table has (`lanes`): 1 is one strict order; more, one per key's lane (see lane-key.ts). */
+  get lanes(): number {
+    return this.#lanes.count;
+  }
+
+  /** A row's lane here (0 in a table of one lane; null: a row without a key in a table with lanes, a barrier). */
+  laneOf(row: Pick<OutboxRow, "laneKey">): Lane {
+    return this.#lanes.of(row);
+  }
+
+  /** The table's ledger rows this drain knows to exist, with their throughs (with lanes, every lane's; see TableLanes). */
+  ledgerThroughs(): Array<{ ledgerRow: string; through: number }> {
+    return this.#progress.ledgerThroughs();
+  }
+
+  /** This table as status and metrics show it; with `health`, its queue's health read from the file. */
+  view(options: { health?: boolean } = {}): TableView {
+    const view: TableView = {
+      namespace: this.name,
+      origin: this.#file.origin,
+      through: this.#progress.through,
+      held: this.#holds.view(),
+      counts: { ...this.counts },
+    };
+    if (this.lanes > 1) view.lanes = { count: this.lanes, held: this.#lanes.heldView(this.parts.now()) };
+    if (options.health) view.health = this.#file.health();
+    return view;
+  }
+
+  /** Adds an outcome to this table's counts: every count is made here, where the outcome is decided. */
+  #tally(outcome: Partial<TableOutcome>): void {
+    this.counts.delivered += outcome.delivered ?? 0;
+    this.counts.failed += outcome.failed ?? 0;
+    this.counts.deadLettered += outcome.deadLettered ?? 0;
+  }
+
+  /** Settlement is needed before this table's next fenced batch. */
+  get unsettled(): boolean {
+    return this.#progress.through === null;
+  }
+
+  /** Forgets the ledger view: the next batch settles from the ledger first (after an outage, a fence that failed). */
+  unsettle(): void {
+    this.#progress.forget();
+    this.#lanes.unsettle();
+  }
+
+  /** The runner's target keeps a ledger: slices are fenced, and nothing is planned before settlement. */
+  fencedByLedger(): void {
+    this.#applyingFenced = true;
+  }
+
+  /** Applies what the ledger says this queue has applied (see TableProgress.settle). Returns how many rows were confirmed. */
+  settle(remote: number | null, options: { adopted?: number } = {}): number {
+    return this.#settled(this.#progress.settle(remote, options.adopted));
+  }
+
+  /** With lanes: applies what the ledger says of each lane (see TableProgress.settleLanes). Returns how many rows were confirmed. */
+  settleLanes(throughs: ReadonlyMap<string, number>, options: { adopted?: number } = {}): number {
+    return this.#settled(this.#progress.settleLanes(throughs, options.adopted));
+  }
+
+  #settled(confirmed: number): number {
+    this.#tally({ delivered: confirmed });
+    this.#ahead.forget();
+    return confirmed;
+  }
+
+  /**
+   * Plans this table's part of the batch (see HeadPlanning.fromHead) — or takes the rows read ahead
+   * for exactly this, when the slice before them was applied whole. The runner then opens it.
+   */
+  plan(ctx: PlanContext): { draft: SliceDraft | null; outcome: TableOutcome } {
+    const out = noOutcome();
+    const { now } = ctx;
+    this.#planning.forget();
+    const ahead = this.#ahead.take(ctx.maxBytes);
+    let draft: SliceDraft | null = null;
+    if (!this.held(now) && !(this.#applyingFenced && this.#progress.through === null)) {
+      try {
+        const at = {
+          now,
+          maxBytes: ctx.maxBytes,
+          force: ctx.force,
+          prepare: (row: OutboxRow) => ctx.prepare(this, row),
+        };
+        const slice = ahead ?? this.#planning.fromHead(this.#file.queue!, at, out);
+        if (slice !== null) draft = { table: this, ...slice };
+        if (draft !== null) out.more ||= draft.more;
+        this.#holds.release("local");
+      } catch (error) {
+        this.#holds.local(error, now, "planning");
+      }
+    }
+    this.#tally(out);
+    // A hold this plan found or set (a chain gap, a local error) is retried on time, even if no commit brings the table back.
+    out.wakeAt = minWake(out.wakeAt, this.#holds.retryAt(now));
+    return { draft, outcome: out };
+  }
+
+  /** When a group that spans tables, held back by the last plan, may go at the earliest (see HeadPlanning.waitOf). */
+  waitOf(grp: number): number | null {
+    return this.#planning.waitOf(grp);
+  }
+
+  /**
+   * Takes out of a draft the groups that wait for their part in another table (see linkDrafts),
+   * holding the lanes each occupies (see TableLanes.holdBack). Returns false when nothing is left.
+   */
+  holdBack(draft: SliceDraft, groups: readonly WaitingGroup[]): boolean {
+    if (draft.lanes !== undefined) this.#lanes.holdBack(draft.rows, draft.lanes, groups);
+    withoutGroups(draft, groups);
+    return draft.rows.length > 0;
+  }
+
+  /** Opens a draft as a slice: its fence first (moving each ledger row its rows move), its head charged, the sent mark raised. */
+  openSlice(draft: SliceDraft, ctx: OpenContext, behind?: number | readonly number[]): TableSlice {
+    const last = draft.rows[draft.rows.length - 1]!.seq;
+    const fence = ctx.fence;
+    const moves = fence === null ? [] : this.#progress.moves(draft.rows, behind);
+    if (draft.lanes !== undefined && fence !== null) draft.lanes.slots = moves.slots;
+    this.#file.queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
+    const stmts = fence === null ? draft.stmts : [fence(this, moves), ...draft.stmts];
+    return { ...draft, stmts, fenced: fence !== null, ...(behind === undefined ? {} : { behind }) };
+  }
+
+  /**
+   * With `ahead` in flight: the rows that follow it opened as the next slice, fenced behind it (see
+   * ReadAhead.behind). In the remote its fence waits on the ledger row's lock until `ahead` commits;
+   * if `ahead` rolls back, it fails and the table settles: slices in flight commit in order, or not.
+   */
+  openBehind(ahead: TableSlice, plan: PlanContext, open: OpenContext): TableSlice | null {
+    if (!ahead.fenced || open.fence === null) return null;
+    const next = this.#ahead.behind(ahead, this.#planAt(plan));
+    return next === null ? null : this.openSlice({ table: this, ...next.slice }, open, next.expected);
+  }
+
+  /** While `slice` is in flight, reads and converts the groups that follow it, so the next plan need not (see ReadAhead). */
+  readAhead(slice: TableSlice, ctx: PlanContext): void {
+    this.#ahead.read(slice, this.#planAt(ctx));
+  }
+
+  /** The read-ahead no longer describes the queue (another table's group moved rows of this one). */
+  forgetReadAhead(): void {
+    this.#ahead.forget();
+  }
+
+  #planAt(ctx: PlanContext) {
+    return { now: ctx.now, maxBytes: ctx.maxBytes, prepare: (row: OutboxRow) => ctx.prepare(this, row) };
+  }
+
+  /**
+   * Applies the target's answer for this table's slice, as answer.ts reads it: applied → progress
+   * moves; a failed head → charged; a failed row behind the head → the next slice stops before it;
+   * a remote schema fault → held, nothing charged; a fence that failed → settle from the ledger.
+   */
+  applyAnswer(
+    slice: TableSlice,
+    results: WriteResult[],
+    now: number,
+    groupAttempts: GroupAttempts = NO_GROUP_ATTEMPTS,
+  ): TableOutcome & { ledgerMissing: boolean } {
+    const out = { ...noOutcome(), ledgerMissing: false };
+    try {
+      this.#answered(slice, results, now, groupAttempts, out);
+    } catch (error) {
+      // Local error while settling: the rows stay queued; settlement from the ledger decides later.
+      this.#progress.forget();
+      this.#holds.local(error, now, `settling a batch delivered to ${this.parts.target}`);
+    }
+    this.#tally(out);
+    return out;
+  }
+
+  #answered(
+    slice: TableSlice,
+    results: WriteResult[],
+    now: number,
+    groupAttempts: GroupAttempts,
+    out: TableOutcome & { ledgerMissing: boolean },
+  ): void {
+    const queue = this.#file.queue!;
+    const { rows } = slice;
+    const head = rows[0]!;
+    const progress = this.#progress;
+    if (slice.behind !== undefined && !progress.asExpected(slice.behind)) {
+      // The slice ahead of it did not leave the ledger where its fence expects (it failed, was
+      // lost, or could not be confirmed): it committed only if the ledger says so.
+      queue.refundAttempt(head.seq);
+      progress.forget();
+      out.more = true;
+      return;
+    }
+    const answer = classifyAnswer(rows, slice.fenced, results, this.lanes === 1 ? undefined : this.#lanes.leads(rows));
+    // With lanes, a read after anything but a slice applied whole starts at the head again.
+    if (this.lanes > 1 && answer.kind !== "applied") this.#lanes.restart();
+    if ("okAfterFailure" in answer && answer.okAfterFailure !== null)
+      this.#charges.okAfterFailure(rows[answer.okAfterFailure]!);
+    switch (answer.kind) {
+      case "applied":
+        if (slice.fenced && slice.lanes !== undefined) progress.appliedLanes(rows, slice.lanes);
+        else if (slice.fenced) progress.appliedWhole(rows);
+        else progress.confirm(rows[rows.length - 1]!.seq);
+        this.#holds.release("remote schema");
+        out.delivered = rows.length;
+        return;
+      case "ledger-unusable":
+        queue.refundAttempt(head.seq);
+        progress.forget();
+        out.ledgerMissing = out.more = true;
+        this.#holds.schema(`the ledger is not usable: ${answer.fence.error}`, now);
+        return;
+      case "fence-moved":
+        queue.refundAttempt(head.seq);
+        progress.fenceMoved(slice.behind !== undefined, answer.fence);
+        out.more = true;
+        return;
+      case "contract-broken": {
+        // Its fence may have committed for rows that were not applied: stop, loudly, rather than guess.
+        progress.forget();
+        this.#holds.partlyApplied(answer.applied === 0 ? null : [head.seq, rows[answer.applied - 1]!.seq], now);
+        return;
+      }
+      case "prefix-applied": {
+        // Without a ledger a writer may commit statement by statement: part of a group, perhaps.
+        progress.confirm(rows[answer.applied - 1]!.seq);
+        out.delivered = answer.applied;
+        if (answer.failedAt === null) return; // the rest was skipped: sent again next cycle
+        const failed = rows[answer.failedAt]!;
+        queue.recordAttempt(failed.seq, new Date(now)); // the failed row is the head now
+        this.#failed(slice, failed, failed, answer.failure!, out, groupAttempts);
+        return;
+      }
+      case "failed-behind-head":
+        // Not the head's fault: the groups before the failed one go first, then it heads the table.
+        queue.refundAttempt(head.seq);
+        progress.cut(this.#lanes.ofGroup(rows, answer.groupStart), rows[answer.groupStart]!.seq);
+        out.more = true;
+        return;
+      case "not-tried":
+        queue.refundAttempt(head.seq);
+        return;
+      case "head-failed": {
+        // With lanes the failed group may lead its lanes behind another's: that one's up-front charge goes back.
+        const leader = rows[answer.groupStart]!;
+        if (leader !== head) queue.refundAttempt(head.seq);
+        this.#failed(slice, leader, rows[answer.failedAt]!, answer.failure, out, groupAttempts);
+        return;
+      }
+    }
+  }
+
+  /** The head group failed at `culprit`: charged (see HeadCharges.groupFailed), or the table held for the remote schema. */
+  #failed(
+    slice: TableSlice,
+    head: OutboxRow,
+    culprit: OutboxRow,
+    failure: Failure,
+    out: TableOutcome,
+    attempts: GroupAttempts,
+  ): void {
+    if (failure.remoteSchema) {
+      this.#file.queue!.refundAttempt(head.seq);
+      this.#holds.schema(failureText(failure), this.parts.now());
+      return;
+    }
+    const group = { rows: slice.rows, spans: slice.spans, attempts };
+    addCharged(out, this.#charges.groupFailed(this.#file.queue!, { head, culprit, failure }, group));
+    out.more = true; // re-plan: the next head may be ready
+  }
+
+  /** Rows a target applied wait for their local confirmation. */
+  get hasApplied(): boolean {
+    return this.#progress.hasApplied;
+  }
+
+  /**
+   * Confirms locally the next part of the rows a target applied (see TableProgress.confirmNext);
+   * true while some are left (the runner lets the file's other writers in between). A local failure
+   * holds the table and keeps them waiting (false); settlement confirms them later.
+   */
+  confirmApplied(now: number): boolean {
+    if (!this.#file.queue) return false;
+    try {
+      return this.#progress.confirmNext();
+    } catch (error) {
+      this.#progress.forget();
+      this.#holds.local(error, now, `confirming rows applied by ${this.parts.target}`);
+      return false;
+    }
+  }
+
+  /** The late answer of a timed-out batch without a ledger (see Delivery): what it reports applied is confirmed and counted. */
+  applyLateAnswer(slice: TableSlice, answers: WriteResult[]): void {
+    if (this.#file.queue) this.#tally({ delivered: this.#progress.confirmLate(slice.rows, answers) });
+  }
+
+  /** Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays for settlement. */
+  refundOutage(slice: TableSlice): void {
+    this.#charges.refund(this.#file.queue!, slice.rows[0]!.seq);
+  }
+
+  /** Prunes the delivered log and replayed dead letters in the background (see BackgroundPrune); a prune still running is not started twice. */
+  prune(): Promise<void> {
+    return this.#prune.start();
+  }
+
+  /** A background prune, while one runs: the close waits for it. */
+  get pruning(): Promise<void> | null {
+    return this.#prune.running;
+  }
+}

@@ -1,0 +1,57 @@
+import type { TableConfig } from "../../config/types.ts";
+import type { DrainQueue } from "../../outbox/drain-queue.ts";
+import { HeadCharges } from "./charges.ts";
+import { TableFile } from "./file.ts";
+import { TableHolds } from "./holds.ts";
+import { TableLanes } from "./lanes.ts";
+import { HeadPlanning } from "./planning.ts";
+import { TableProgress } from "./progress.ts";
+import { BackgroundPrune } from "./prune.ts";
+import { ReadAhead } from "./read-ahead.ts";
+import type { TablePartsOf } from "./slice.ts";
+
+/** The parts of one table's wing: each the one writer of its own state, wired to the others it asks. */
+export interface TableWing {
+  file: TableFile;
+  holds: TableHolds;
+  lanes: TableLanes;
+  progress: TableProgress;
+  planning: HeadPlanning;
+  ahead: ReadAhead;
+  charges: HeadCharges;
+  prune: BackgroundPrune;
+}
+
+/**
+ * Builds the wing of the table `config` names, whose file is `path`, served by the runner that
+ * gave `parts`; `open` opens its queue. In compatibility mode nothing is sent before the setup
+ * is done (compat.ts): the table starts waiting for it.
+ */
+export function tableWing(
+  config: TableConfig,
+  path: string,
+  parts: Omit<TablePartsOf<unknown>, "opener">,
+  open: () => DrainQueue,
+): TableWing {
+  const { app, target, logger, now } = parts;
+  const table = config.name;
+  const lanes = new TableLanes(table, config.lanes);
+  const holds = new TableHolds({ table, target, file: path }, logger, parts.observer);
+  const charges = new HeadCharges({ ...parts, table });
+  const file = new TableFile({ table, path, shared: app.dbFile !== null, open, holds, lanes, config });
+  const queue = () => file.queue;
+  const progress = new TableProgress({
+    table,
+    target,
+    logger,
+    lanes,
+    queue: () => file.queue!,
+    batchMaxBytes: app.batchMaxBytes,
+  });
+  const planning = new HeadPlanning({ app, lanes, progress, holds, charges, now });
+  const ahead = new ReadAhead({ app, lanes, progress, queue });
+  const retain = { retainLogDays: config.retainLogDays, retainReplayedDays: app.retainReplayedDays };
+  const prune = new BackgroundPrune({ table, file: path, ...retain, logger, now, queue });
+  if (config.injectOutboxSeq) holds.wait("compat setup", now());
+  return { file, holds, lanes, progress, planning, ahead, charges, prune };
+}
