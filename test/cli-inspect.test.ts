@@ -215,7 +215,7 @@ url = "\${UNSET_IN_THIS_SHELL}"
       "app shop: no drain is running on <DIR>/queue
       app metrics: no drain is running on <DIR>/other
       APP      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS    NEXT  STUCK  DEAD  CAPACITY  LAST ERROR
-      shop     orders         5  <age>     1         2  in  <age>  STUCK     0         -  42P01: relation "orders" does not exist (***)
+      shop     orders         5  <age>     1         2  in  <age>  STUCK     0         -  42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)
       shop     payments       2  <age>     2         0       -  no        1         -  -
       metrics  events         4  <age>     1         0       -  no        0       50%  -
 
