@@ -3,6 +3,7 @@ import type { Logger } from "../logger.ts";
 import type { DeliveryObserver } from "./observer.ts";
 import { doublingMs } from "./schedule.ts";
 import type { HoldReason, TableView } from "./views.ts";
+import { formatDuration } from "../duration.ts";
 
 /** A table held back: why, the message that says it, since and until when (epoch ms). */
 interface TableHold {
@@ -171,7 +172,7 @@ export class TableHolds {
     this.#hold = { reason, message, since: repeated ? this.#hold!.since : now, until };
     if (repeated) return;
     this.observer?.held({ target: this.where.target, table: this.where.table, reason, message, at: now, until });
-    const retry = Number.isFinite(until) ? `, retrying in ${Math.round(until - now)} ms` : "";
+    const retry = Number.isFinite(until) ? `, retrying in ${formatDuration(until - now)}` : "";
     this.logger[level](`drain: "${this.where.table}" is held (${reason})${retry}: ${message}`, {
       target: this.where.target,
       namespace: this.where.table,

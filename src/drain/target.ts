@@ -18,6 +18,7 @@ import { DrainTable } from "./table.ts";
 import { TargetLoop } from "./target-loop.ts";
 import { TargetSetup } from "./target-setup.ts";
 import type { LedgerRow, TargetView } from "./views.ts";
+import { formatDuration } from "../duration.ts";
 
 /** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
 export function targetDialect(target: TargetConfig, writer: OutboxWriter): Dialect {
@@ -302,7 +303,7 @@ export class TargetRunner {
       ? { ok: true }
       : {
           ok: false,
-          why: `the loop last ran ${Math.round(ageMs / 1000)} s ago (bound ${Math.round(boundMs / 1000)} s)`,
+          why: `the loop last ran ${formatDuration(ageMs)} ago (bound ${formatDuration(boundMs)})`,
         };
   }
 
