@@ -711,8 +711,8 @@ describe("dead-letter list and show", () => {
     const r = await runInProcess(["dead-letter", "list", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
-      "NAMESPACE  SEQ  GROUP  REASON   ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
-      payments     1      -  skipped         0  <TIME>            -  skipped by operator
+      "NAMESPACE  SEQ  GROUP  REASON   STATE  ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
+      payments     1      -  skipped  dead          0  <TIME>            -  -
       "
     `);
   });
@@ -757,9 +757,10 @@ describe("dead-letter list and show", () => {
       created at:  <TIME>
       dead at:     <TIME>
       reason:      skipped
+      state:       dead
       attempts:    0
       error class: -
-      error:       skipped by operator
+      error:       -
       prev seq:    -
       replayed at: -
       replayed as: -

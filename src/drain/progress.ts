@@ -8,7 +8,7 @@ export const PROGRESS_EVERY_MS = 10_000;
  * What a target says while it drains a backlog, so an operator watching the journal sees it move
  * rather than a silence until the minute's activity line: at most every `everyMs`, and only while
  * rows are pending and some were delivered since the last line — `drain: backlog of shop.main:
- * 1250 rows/s, 48000 pending, ETA 38s`. Fed after each of the target's cycles with its delivered
+ * R rows/s, N pending, ETA 2m10s`. Fed after each of the target's cycles with its delivered
  * total (from the drain's clock); a spell in which nothing moves (an idle target, an outage) starts
  * the next measure afresh, so its rate is never the backlog's rows spread over the quiet before it.
  */
