@@ -35,6 +35,21 @@ describeSlow("bunx", "pack the package and install it into a project", () => {
     const status = await run(["sqloutbox", "status", "--db-dir", dbDir, "--json"], { cmd: ["bunx"], cwd: project });
     expect(status.code).toBe(0);
     expect(JSON.parse(status.stdout).totals.depth).toBe(2);
+
+    // A ${VAR} comes from the .env beside the config, not from the project's .env, which Bun
+    // would load into the environment of any `bun` it starts without --no-env-file.
+    fs.mkdirSync(path.join(project, "ops"));
+    fs.writeFileSync(
+      path.join(project, "ops", "outbox.toml"),
+      '[app.shop]\ndb_dir = "${QUEUE_DIR}"\n[app.shop.db.main]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.main.connection]\npath = "remote.db"\n',
+    );
+    fs.writeFileSync(path.join(project, "ops", ".env"), "QUEUE_DIR=queue-of-the-config-env\n");
+    fs.writeFileSync(path.join(project, ".env"), "QUEUE_DIR=queue-of-the-working-directory\n");
+    const fromConfig = await run(["sqloutbox", "status", "--config", "ops/outbox.toml", "--json"], {
+      cmd: ["bunx"],
+      cwd: project,
+    });
+    expect(path.basename(JSON.parse(fromConfig.stdout).dbDirs[0].dbDir)).toBe("queue-of-the-config-env");
   }, 120_000);
 
   test("bun publish --dry-run is clean: the license, README, declarations, bin and sources, nothing else", async () => {

@@ -85,6 +85,16 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
     expect(r.code).toBe(1);
     expect(r.stderr).not.toContain('{"time"'); // the .env's LOG_FORMAT=json was not loaded
     expect(fs.existsSync(path.join(cwd, "PRELOADED"))).toBe(false);
+    // A ${VAR} comes from the .env beside the config, never the working directory's (as with bunx: cli-dotenv.test.ts).
+    fs.mkdirSync(path.join(cwd, "ops"));
+    fs.writeFileSync(
+      path.join(cwd, "ops", "outbox.toml"),
+      '[app.shop]\ndb_dir = "${QUEUE_DIR}"\n[app.shop.db.main]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.main.connection]\npath = "remote.db"\n',
+    );
+    fs.writeFileSync(path.join(cwd, "ops", ".env"), "QUEUE_DIR=queue-of-the-config-env\n");
+    fs.appendFileSync(path.join(cwd, ".env"), "QUEUE_DIR=queue-of-the-working-directory\n");
+    const status = await sh(["status", "--config", "ops/outbox.toml", "--json"], cwd);
+    expect(path.basename(JSON.parse(status.stdout).dbDirs[0].dbDir)).toBe("queue-of-the-config-env");
   });
 
   test("runservice drains into a sqlite target and exits 0 on SIGTERM", async () => {
