@@ -6,6 +6,7 @@ import fs from "node:fs";
 import path from "node:path";
 import pkg from "../package.json" with { type: "json" };
 import { REPO, run } from "./support/cli.ts";
+import { FROM_CONFIG_ENV, reportedQueueDir, writeDotenvProject } from "./support/dotenv-project.ts";
 import { seed } from "./support/queue.ts";
 import { describeSlow } from "./support/slow.ts";
 import { makeTempDir } from "./support/tmp.ts";
@@ -38,18 +39,12 @@ describeSlow("bunx", "pack the package and install it into a project", () => {
 
     // A ${VAR} comes from the .env beside the config, not from the project's .env, which Bun
     // would load into the environment of any `bun` it starts without --no-env-file.
-    fs.mkdirSync(path.join(project, "ops"));
-    fs.writeFileSync(
-      path.join(project, "ops", "outbox.toml"),
-      '[app.shop]\ndb_dir = "${QUEUE_DIR}"\n[app.shop.db.main]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.main.connection]\npath = "remote.db"\n',
-    );
-    fs.writeFileSync(path.join(project, "ops", ".env"), "QUEUE_DIR=queue-of-the-config-env\n");
-    fs.writeFileSync(path.join(project, ".env"), "QUEUE_DIR=queue-of-the-working-directory\n");
-    const fromConfig = await run(["sqloutbox", "status", "--config", "ops/outbox.toml", "--json"], {
+    const config = writeDotenvProject(project);
+    const fromConfig = await run(["sqloutbox", "status", "--config", config, "--json"], {
       cmd: ["bunx"],
       cwd: project,
     });
-    expect(path.basename(JSON.parse(fromConfig.stdout).dbDirs[0].dbDir)).toBe("queue-of-the-config-env");
+    expect(reportedQueueDir(fromConfig.stdout)).toBe(FROM_CONFIG_ENV);
   }, 120_000);
 
   test("bun publish --dry-run is clean: the license, README, declarations, bin and sources, nothing else", async () => {

@@ -9,6 +9,12 @@ import fs from "node:fs";
 import path from "node:path";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { BIN, REPO, run } from "./support/cli.ts";
+import {
+  FROM_CONFIG_ENV,
+  FROM_WORKING_DIRECTORY,
+  reportedQueueDir,
+  writeDotenvProject,
+} from "./support/dotenv-project.ts";
 
 const cleanups = cleanupsAfterEach();
 let project: string;
@@ -22,26 +28,19 @@ beforeEach(() => {
   fs.symlinkSync("../sqloutbox/src/cli/bin.ts", path.join(project, "node_modules", ".bin", "sqloutbox"));
   fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "consumer", private: true }));
   // The config in a folder of its own, with its .env; the working directory has another.
-  fs.mkdirSync(path.join(project, "ops"));
-  fs.writeFileSync(
-    path.join(project, "ops", "outbox.toml"),
-    '[app.shop]\ndb_dir = "${QUEUE_DIR}"\n[app.shop.db.main]\nwriter = "sqlite"\ntables = ["orders"]\n[app.shop.db.main.connection]\npath = "remote.db"\n',
-  );
-  fs.writeFileSync(path.join(project, "ops", ".env"), "QUEUE_DIR=queue-of-the-config-env\n");
-  fs.writeFileSync(path.join(project, ".env"), "QUEUE_DIR=queue-of-the-working-directory\n");
+  writeDotenvProject(project);
 });
 
 /** The db_dir `status` read, as the config's `${QUEUE_DIR}` resolved. */
 async function queueDir(cmd: string[]): Promise<string> {
   const r = await run(["status", "--config", "ops/outbox.toml", "--json"], { cmd, cwd: project });
-  expect(r.stderr).toBe("");
-  return path.basename(JSON.parse(r.stdout).dbDirs[0].dbDir);
+  return reportedQueueDir(r.stdout);
 }
 
 test("bunx sqloutbox reads the .env beside the config, not the working directory's", async () => {
-  expect(await queueDir(["bunx", "sqloutbox"])).toBe("queue-of-the-config-env");
+  expect(await queueDir(["bunx", "sqloutbox"])).toBe(FROM_CONFIG_ENV);
   // The bin itself, as `bun run sqloutbox` and a shell reach it, the same.
-  expect(await queueDir([path.join(project, "node_modules", ".bin", "sqloutbox")])).toBe("queue-of-the-config-env");
+  expect(await queueDir([path.join(project, "node_modules", ".bin", "sqloutbox")])).toBe(FROM_CONFIG_ENV);
 });
 
 test("the process environment outranks both .env files", async () => {
@@ -50,10 +49,10 @@ test("the process environment outranks both .env files", async () => {
     cwd: project,
     env: { QUEUE_DIR: "queue-of-the-environment" },
   });
-  expect(path.basename(JSON.parse(r.stdout).dbDirs[0].dbDir)).toBe("queue-of-the-environment");
+  expect(reportedQueueDir(r.stdout)).toBe("queue-of-the-environment");
 });
 
 test("in a bun process of one's own, Bun's load of the working directory's .env comes first; --no-env-file keeps it out", async () => {
-  expect(await queueDir(["bun", BIN])).toBe("queue-of-the-working-directory");
-  expect(await queueDir(["bun", "--no-env-file", BIN])).toBe("queue-of-the-config-env");
+  expect(await queueDir(["bun", BIN])).toBe(FROM_WORKING_DIRECTORY);
+  expect(await queueDir(["bun", "--no-env-file", BIN])).toBe(FROM_CONFIG_ENV);
 });

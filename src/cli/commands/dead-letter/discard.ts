@@ -3,10 +3,9 @@ import path from "node:path";
 import { InvalidArgumentError, NotFoundError, UsageError } from "../../../errors.ts";
 import { findDeadLetterRefs } from "../../../outbox/dead-letters.ts";
 import { actOnSelection } from "../../../outbox/dead-selection.ts";
-import { appArg, jsonArg, locationArgs, logArgs, parseSeq } from "../../args.ts";
+import { parseSeq } from "../../args.ts";
 import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../../locations.ts";
-import { dryRunArg, keyArg, reasonArg, sinceArg } from "./letters.ts";
-import { actOnFiltered, allArg, expectArg, expectOf, printSelection, selectionFilter } from "./selection.ts";
+import { actOnFiltered, expectOf, printSelection, selectionArgs, selectionFilter } from "./selection.ts";
 
 /**
  * `dead-letter discard`: gives dead letters up for good — never delivered, never replayed — each
@@ -21,24 +20,7 @@ export const discard = defineCommand({
     description:
       "Give dead letters up for good (never delivered, never replayed): one (--namespace N --seq S) or a selection, --dry-run first, then --expect the count it printed",
   },
-  args: {
-    ...locationArgs,
-    namespace: {
-      type: "string",
-      valueHint: "N",
-      description: "With --seq: that namespace's dead letter; alone: all of its dead letters",
-    },
-    seq: { type: "string", valueHint: "S", description: "The one dead letter to discard (with --namespace)" },
-    ...reasonArg,
-    ...sinceArg,
-    ...keyArg,
-    ...allArg,
-    ...expectArg,
-    ...dryRunArg,
-    ...appArg,
-    ...jsonArg,
-    ...logArgs,
-  },
+  args: selectionArgs("discard"),
   async run({ args }) {
     const dryRun = args["dry-run"] === true;
     if (args.seq !== undefined) {

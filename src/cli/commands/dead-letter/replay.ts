@@ -3,11 +3,10 @@ import path from "node:path";
 import { InvalidArgumentError, NotFoundError, UsageError } from "../../../errors.ts";
 import { findDeadLetterRefs } from "../../../outbox/dead-letters.ts";
 import { type DeadLetter, withOutbox } from "../../../outbox/outbox.ts";
-import { appArg, jsonArg, locationArgs, logArgs, parseSeq } from "../../args.ts";
+import { parseSeq } from "../../args.ts";
 import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../../locations.ts";
 import { print } from "../../text-output.ts";
-import { dryRunArg, keyArg, reasonArg, sinceArg } from "./letters.ts";
-import { actOnFiltered, allArg, expectArg, expectOf, printSelection, selectionFilter } from "./selection.ts";
+import { actOnFiltered, expectOf, printSelection, selectionArgs, selectionFilter } from "./selection.ts";
 
 /** `dead-letter replay`. */
 export const replay = defineCommand({
@@ -16,24 +15,7 @@ export const replay = defineCommand({
     description:
       "Re-enqueue quarantined rows at the tail of their namespace, once each: one (--namespace N --seq S) or a selection (safe while the drain runs)",
   },
-  args: {
-    ...locationArgs,
-    namespace: {
-      type: "string",
-      valueHint: "N",
-      description: "With --seq: that namespace's dead letter; alone: all of its dead letters",
-    },
-    seq: { type: "string", valueHint: "S", description: "The one dead letter to replay (with --namespace)" },
-    ...reasonArg,
-    ...sinceArg,
-    ...keyArg,
-    ...allArg,
-    ...expectArg,
-    ...dryRunArg,
-    ...appArg,
-    ...jsonArg,
-    ...logArgs,
-  },
+  args: selectionArgs("replay"),
   async run({ args }) {
     const dryRun = args["dry-run"] === true;
     const all = args.all === true;

@@ -6,7 +6,18 @@ import { type DeadLetterFilter, type DeadLetterRef, findDeadLetterRefs } from ".
 import { actOnSelection, type DeadAction, type SelectionReport } from "../../../outbox/dead-selection.ts";
 import { appDirs, locationExists, resolveLocations } from "../../locations.ts";
 import { oneLine, print, renderTable, shellWord } from "../../text-output.ts";
-import { type FileFailure, failIf, filterOf, groupRows, recorder } from "./letters.ts";
+import { appArg, jsonArg, locationArgs, logArgs } from "../../args.ts";
+import {
+  dryRunArg,
+  type FileFailure,
+  failIf,
+  filterOf,
+  groupRows,
+  keyArg,
+  reasonArg,
+  recorder,
+  sinceArg,
+} from "./letters.ts";
 
 /** The flags of a selection: what was given, so a command can check and echo them. */
 export interface SelectionArgs {
@@ -25,19 +36,31 @@ export interface SelectionArgs {
   json?: boolean;
 }
 
-/** `--expect N`: the count the dry run selected; the action is refused unless the selection still holds exactly N. */
-export const expectArg = {
-  expect: {
-    type: "string",
-    valueHint: "N",
-    description: "Act only if the selection still holds exactly N letters (the count its --dry-run printed)",
-  },
-} as const;
-
-/** `--all`: a selection must be given, never everything by accident. */
-export const allArg = {
-  all: { type: "boolean", description: "Every dead letter (a selection is required: never everything by accident)" },
-} as const;
+/** The flags of `dead-letter replay` and `discard`: one letter (`--namespace N --seq S`) or a selection, and how to act on it. */
+export function selectionArgs(verb: DeadAction) {
+  return {
+    ...locationArgs,
+    namespace: {
+      type: "string",
+      valueHint: "N",
+      description: "With --seq: that namespace's dead letter; alone: all of its dead letters",
+    },
+    seq: { type: "string", valueHint: "S", description: `The one dead letter to ${verb} (with --namespace)` },
+    ...reasonArg,
+    ...sinceArg,
+    ...keyArg,
+    all: { type: "boolean", description: "Every dead letter (a selection is required: never everything by accident)" },
+    expect: {
+      type: "string",
+      valueHint: "N",
+      description: "Act only if the selection still holds exactly N letters (the count its --dry-run printed)",
+    },
+    ...dryRunArg,
+    ...appArg,
+    ...jsonArg,
+    ...logArgs,
+  } as const;
+}
 
 /** The filter of a selection's flags; a usage error when none (or --all with another) is given. */
 export function selectionFilter(command: string, args: SelectionArgs): DeadLetterFilter {
