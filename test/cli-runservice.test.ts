@@ -177,6 +177,34 @@ path = "remote.db"
     expect(lines[0]).toContain("ENOTDIR");
   });
 
+  test("JSON log lines keep their fields as keys when the config holds a secret, masked", async () => {
+    fs.writeFileSync(
+      config,
+      `[app.shop]\ndb_dir = "queue"\nwrite_timeout = 2\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders"]\n[app.shop.db.pg.connection]\nurl = "postgres://postgres:s3cr3t-value@127.0.0.1:1/nowhere"\n`,
+    );
+    const proc = start(["--config", config], { LOG_FORMAT: "json" });
+    let stderr = "";
+    const pump = (async () => {
+      const decoder = new TextDecoder();
+      for await (const chunk of proc.stderr) stderr += decoder.decode(chunk, { stream: true });
+    })();
+    try {
+      await waitFor(() => stderr.includes("is unavailable"), "the drain to log the refused connection");
+    } finally {
+      proc.kill("SIGTERM");
+      await proc.exited;
+      await pump;
+    }
+    const line = stderr
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l))
+      .find((l) => l.msg.includes("is unavailable"));
+    expect(line).toMatchObject({ level: "warn", app: "shop", target: "shop.pg", attempt: 1, error_class: "E_WRITE" });
+    expect(line.msg).not.toContain("target=shop.pg"); // a key, not folded into the message
+    expect(stderr).not.toContain("s3cr3t-value");
+  });
+
   // Only the secret is a secret: a connection error says which writer, host, port and database it
   // could not reach, whether the URL is written out, comes whole from ${DATABASE_URL}, or has no
   // password at all — and the password never appears, in the log or in `status --json`.
