@@ -48,6 +48,24 @@ describe("BacklogProgress", () => {
     progress.cycled(3_800_000, 120_000, () => 0);
     expect(log.lines).toHaveLength(1);
   });
+  test("a first cycle that delivered starts the measure: against a slow remote, cycles are seconds long", () => {
+    const log = memoryLogger();
+    const progress = new BacklogProgress("shop.pg", log);
+    progress.cycled(4_500, 4000, () => 96_000);
+    progress.cycled(9_000, 8000, () => 92_000);
+    progress.cycled(14_500, 12_000, () => 88_000);
+    expect(log.lines).toEqual(["info drain: backlog of shop.pg: 800 rows/s, 88000 pending, ETA 1m50s"]);
+  });
+
+  test("the ETA follows how fast the pending count shrinks: rows arriving as fast as they go, or held behind a failing lane's head, never end", () => {
+    const log = memoryLogger();
+    const progress = new BacklogProgress("shop.pg", log);
+    for (let s = 0; s <= 11; s++) progress.cycled(s * 1000, s * 200, () => 5000);
+    expect(log.lines).toEqual(["info drain: backlog of shop.pg: 200 rows/s, 5000 pending, not shrinking"]);
+    // Half of them go for good: the queue shrinks at 100 rows/s.
+    for (let s = 12; s <= 21; s++) progress.cycled(s * 1000, s * 200, () => 5000 - (s - 11) * 100);
+    expect(log.lines[1]).toBe("info drain: backlog of shop.pg: 200 rows/s, 4000 pending, ETA 40s");
+  });
 });
 
 describe("a drain with a backlog", () => {
@@ -81,7 +99,7 @@ describe("a drain with a backlog", () => {
     expect(said.length).toBeGreaterThanOrEqual(3);
     for (const { pending, line } of said)
       expect(line).toMatch(
-        new RegExp(`^info drain: backlog of app\\.pg: \\d+ rows/s, ${pending} pending, ETA \\d+(m\\d+)?s$`),
+        new RegExp(`^info drain: backlog of app\\.pg: \\d+ rows/s, ${pending} pending, ETA [\\d.]+(m\\d+)?s$`),
       );
     // At most one line per 10 s of the drain's clock, none once the backlog is gone.
     for (let i = 1; i < said.length; i++) expect(said[i]!.at - said[i - 1]!.at).toBeGreaterThanOrEqual(10_000);

@@ -266,7 +266,7 @@ export class TargetRunner {
         if (!(out.more && this.delivery.pipelining)) await this.delivery.confirmApplied();
         this.#lastCycleAt = this.now();
         this.loop.beat(this.#lastCycleAt);
-        this.#progress.cycled(this.#lastCycleAt, this.totals.delivered, () => this.#pending());
+        if (!this.loop.stopping) this.#progress.cycled(this.#lastCycleAt, this.totals.delivered, () => this.#pending());
         return out;
       })
       .finally(() => {
