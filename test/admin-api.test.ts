@@ -269,7 +269,7 @@ describe("acting on dead letters", () => {
     });
     expect(r.status).toBe(409);
     expect(r.body.error).toMatchObject({ code: "E_CONFLICT" });
-    expect(r.body.error.message).toContain("selects 3 letter(s) now, not the 2 expected");
+    expect(r.body.error.message).toContain("holds 3 letter(s) now, not the 2 expected");
     expect(r.body.report.done).toEqual([]);
     expect(contents(tmp.file("shop"))).toEqual(before);
     expect(ob.pendingCount()).toBe(0);
@@ -282,33 +282,69 @@ describe("acting on dead letters", () => {
     const seqs = letters(ob, 2);
     start();
     const before = contents(tmp.file("shop"));
-    const r = await call("POST", "/api/v1/dead-letters/skip", {
+    const r = await call("POST", "/api/v1/dead-letters/discard", {
       token: WRITE,
       body: { filter: {}, expect: 2, dry_run: true },
     });
-    expect(r.body).toMatchObject({ action: "skip", dry_run: true, total: 2, expect: 2 });
+    expect(r.body).toMatchObject({ action: "discard", dry_run: true, total: 2, expect: 2 });
     expect(r.body.done.map((d: { id: string }) => d.id)).toEqual(seqs.map((s) => `shop/orders/${s}`));
     expect(contents(tmp.file("shop"))).toEqual(before);
   });
 
-  test("skips letters: given up, no longer dead letters, listed as skipped", async () => {
+  test("a dry run counts each letter's group, as the real run does", async () => {
+    const ob = queue("orders");
+    const [first] = ob.enqueueBatch(
+      [1, 2, 3].map((id) => ({ tag: "INSERT INTO orders (id) VALUES (?)", payload: `[${id}]` })),
+    );
+    ob.skipHead(first!);
+    start();
+    const ids = [`shop/orders/${first}`];
+    const dry = await call("POST", "/api/v1/dead-letters/replay", { token: WRITE, body: { ids, dry_run: true } });
+    const real = await call("POST", "/api/v1/dead-letters/replay", { token: WRITE, body: { ids } });
+    const done = (r: { body: { done: Array<{ id: string }> } }) => r.body.done.map((d) => d.id);
+    expect(done(dry)).toEqual([0, 1, 2].map((i) => `shop/orders/${first! + i}`));
+    expect(done(real)).toEqual(done(dry));
+    expect(real.body.unchanged).toEqual([]);
+  });
+
+  test("discards letters: no longer dead letters, listed as discarded, never replayed", async () => {
     const ob = queue("orders");
     const [a, b] = letters(ob, 2);
     start();
-    const r = await call("POST", "/api/v1/dead-letters/skip", { token: WRITE, body: { ids: [`shop/orders/${a}`] } });
+    const r = await call("POST", "/api/v1/dead-letters/discard", { token: WRITE, body: { ids: [`shop/orders/${a}`] } });
     expect(r.body.done).toEqual([{ id: `shop/orders/${a}` }]);
     expect(ob.deadCount()).toBe(1);
     expect(ob.pendingCount()).toBe(0);
-    expect(
-      (await call("GET", "/api/v1/dead-letters?state=skipped")).body.letters.map((l: { seq: number }) => l.seq),
-    ).toEqual([a]);
+    const listed = await call("GET", "/api/v1/dead-letters?state=discarded");
+    expect(listed.body.letters.map((l: { seq: number; state: string }) => [l.seq, l.state])).toEqual([
+      [a, "discarded"],
+    ]);
     expect((await call("GET", "/api/v1/dead-letters")).body.letters.map((l: { seq: number }) => l.seq)).toEqual([b]);
-    const byFilter = await call("POST", "/api/v1/dead-letters/skip", {
+    const again = await call("POST", "/api/v1/dead-letters/replay", {
+      token: WRITE,
+      body: { ids: [`shop/orders/${a}`] },
+    });
+    expect(again.body.unchanged).toEqual([{ id: `shop/orders/${a}`, state: "discarded", replayed_as_seq: null }]);
+    const byFilter = await call("POST", "/api/v1/dead-letters/discard", {
       token: WRITE,
       body: { filter: { app: "shop" }, expect: 1 },
     });
     expect(byFilter.body.done).toEqual([{ id: `shop/orders/${b}` }]);
     expect(ob.deadCount()).toBe(0);
+    expect(await registry.metrics()).toContain('sqloutbox_admin_rows_total{action="discard"} 2');
+  });
+
+  test("v1's earlier words still work: POST /dead-letters/skip discards, ?state=skipped lists the discarded", async () => {
+    const ob = queue("orders");
+    const [a] = letters(ob, 2);
+    start();
+    const r = await call("POST", "/api/v1/dead-letters/skip", { token: WRITE, body: { ids: [`shop/orders/${a}`] } });
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ action: "discard", done: [{ id: `shop/orders/${a}` }] });
+    expect(ob.getDead(a!)).toMatchObject({ replayedAsSeq: null, replayedAt: expect.any(String) });
+    expect(
+      (await call("GET", "/api/v1/dead-letters?state=skipped")).body.letters.map((l: { seq: number }) => l.seq),
+    ).toEqual([a]);
   });
 
   test("an id that is no dead letter: 404 and nothing changes", async () => {
@@ -412,7 +448,7 @@ describe("hostile input gets a 4xx and changes nothing", () => {
     [
       "an unknown filter field",
       "POST",
-      "/api/v1/dead-letters/skip",
+      "/api/v1/dead-letters/discard",
       { filter: { namespaces: "orders" }, expect: 1 },
       400,
     ],
@@ -508,7 +544,7 @@ describe("hostile input gets a 4xx and changes nothing", () => {
     const texts = [
       (await call("GET", "/api/v1/access", { token: WRITE })).text,
       (await call("GET", "/api/v1/status", { token: WRITE })).text,
-      (await call("POST", "/api/v1/dead-letters/skip", { token: WRITE, body: { filter: {}, expect: 2 } })).text,
+      (await call("POST", "/api/v1/dead-letters/discard", { token: WRITE, body: { filter: {}, expect: 2 } })).text,
       (await call("POST", "/api/v1/kick", { token: `${WRITE}-wrong` })).text,
     ];
     for (const text of [...texts, ...lines]) {

@@ -21,13 +21,15 @@ import { waitFor } from "./support/wait.ts";
 interface PageNode {
   textContent: string | null;
   offsetParent: unknown;
+  cellIndex: number;
+  hidden: boolean;
 }
 declare const document: {
   querySelector(selector: string): PageNode | null;
   querySelectorAll(selector: string): Iterable<PageNode>;
   documentElement: { scrollWidth: number };
 };
-declare const window: { innerWidth: number };
+declare const window: { innerWidth: number; getComputedStyle(node: PageNode): { textAlign: string } };
 
 const CHROMIUM = process.env.SQLOUTBOX_CHROMIUM ?? "/usr/bin/chromium";
 const WRITE = "console-write-token-0123456789";
@@ -79,6 +81,29 @@ function tableCell(page: Page, name: string, label: string): Promise<string | nu
     name,
     label,
   );
+}
+
+/**
+ * Every column of the page's tables whose header does not align as its values do: `table: header
+ * (th align, td align)`. A number right-aligned under a left-aligned header reads as the next
+ * column's.
+ */
+function misaligned(page: Page): Promise<string[]> {
+  return page.evaluate(() => {
+    const out: string[] = [];
+    for (const th of document.querySelectorAll("table thead th")) {
+      const td = [...document.querySelectorAll("table tbody td")].find(
+        (c) =>
+          (c as unknown as { closest(s: string): unknown }).closest("table") ===
+            (th as unknown as { closest(s: string): unknown }).closest("table") && c.cellIndex === th.cellIndex,
+      );
+      if (!td || th.hidden) continue;
+      const [a, b] = [window.getComputedStyle(th).textAlign, window.getComputedStyle(td).textAlign];
+      const norm = (x: string) => (x === "start" ? "left" : x === "end" ? "right" : x);
+      if (norm(a) !== norm(b)) out.push(`${th.textContent} (${a}, ${b})`);
+    }
+    return out;
+  });
 }
 
 /** The visible action buttons of the page. */
@@ -140,7 +165,9 @@ describeSlow("the operator console", "build the binary and drive the console in 
 
       // A row the remote refuses (NOT NULL) is dead-lettered at once (max_attempts = 1) and listed.
       producer.push("orders", "INSERT INTO orders (id, note) VALUES (?, ?)", [7, null]);
-      await page.waitForSelector('button[data-letter="shop/orders/1"]', { timeout: 15_000 });
+      await page.waitForSelector('a[data-letter="shop/orders/1"]', { timeout: 15_000 });
+      // Every number stands under its own header: numeric headers align right with their values.
+      expect(await misaligned(page)).toEqual([]);
 
       // Read-only (loopback, no token): everything shown, no action offered.
       expect(await page.$eval("#who", (e) => e.textContent)).toContain("read-only");
@@ -156,7 +183,7 @@ describeSlow("the operator console", "build the binary and drive the console in 
       // The letter's detail: its statement, its arguments, its error.
       // Found and clicked in one step in the page: the list is drawn anew on every refresh, and a
       // button found first may be replaced before puppeteer's click reaches it ("detached").
-      await page.$eval('button[data-letter="shop/orders/1"]', (b) => (b as unknown as { click(): void }).click());
+      await page.$eval('a[data-letter="shop/orders/1"]', (b) => (b as unknown as { click(): void }).click());
       await page.waitForSelector("#detail:not([hidden])");
       expect(await page.$eval("#detail-sql", (e) => e.textContent)).toBe("INSERT INTO orders (id, note) VALUES (?, ?)");
       expect(JSON.parse((await page.$eval("#detail-args", (e) => e.textContent)) ?? "")).toEqual([7, null]);
@@ -179,11 +206,40 @@ describeSlow("the operator console", "build the binary and drive the console in 
       expect(log).not.toContain(WRITE);
       await shot(page, "4-replayed");
 
+      // Each letter has a URL of its own: opened in a fresh tab, it shows that letter; its detail
+      // offers to discard it, which gives it up for good (never delivered) and lists it as discarded.
+      await remote.exec("UPDATE orders SET note = '' WHERE note IS NULL");
+      await remote.exec("ALTER TABLE orders ALTER COLUMN note SET NOT NULL");
+      producer.push("orders", "INSERT INTO orders (id, note) VALUES (?, ?)", [10, null]);
+      await page.waitForSelector('a[data-letter="shop/orders/3"]', { timeout: 15_000 });
+      expect(await page.$eval('a[data-letter="shop/orders/3"]', (a) => a.getAttribute("href"))).toBe(
+        "#letter/shop/orders/3",
+      );
+      const tab = await browser!.newPage();
+      await tab.setViewport({ width: 1280, height: 900 });
+      tab.on("pageerror", (e) => failed.push(String(e)));
+      await tab.goto(`${url}#letter/shop/orders/3`, { waitUntil: "networkidle0" });
+      await tab.waitForSelector("#detail:not([hidden])");
+      expect(JSON.parse((await tab.$eval("#detail-args", (e) => e.textContent)) ?? "")).toEqual([10, null]);
+      await tab.close();
+      // A tab in the background gets no animation frames, which puppeteer's waits poll on.
+      await page.bringToFront();
+      await page.goto(`${url}#letter/shop/orders/3`, { waitUntil: "networkidle0" });
+      await page.waitForSelector("#detail:not([hidden])");
+      await page.waitForSelector("#detail-discard:not([disabled])");
+      await page.click("#detail-discard");
+      await page.waitForSelector("#confirm[open]");
+      expect(await page.$eval("#confirm-text", (e) => e.textContent)).toContain("Discard 1 dead letter?");
+      await page.click("#confirm-ok");
+      await page.waitForFunction(() => document.querySelector("#message")?.textContent?.includes("Discarded 1"));
+      expect(log).toContain("admin: discard by write token: 1 id(s)");
+      await shot(page, "5-discarded");
+
       // A phone-sized screen: the tables become cards, nothing wider than the screen.
       await page.setViewport({ width: 375, height: 800, isMobile: true });
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       expect(overflow).toBeLessThanOrEqual(0);
-      await shot(page, "5-phone");
+      await shot(page, "6-phone");
       expect(failed).toEqual([]);
       await page.close();
     } finally {

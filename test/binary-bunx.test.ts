@@ -6,6 +6,7 @@ import fs from "node:fs";
 import path from "node:path";
 import pkg from "../package.json" with { type: "json" };
 import { REPO, run } from "./support/cli.ts";
+import { FROM_CONFIG_ENV, reportedQueueDir, writeDotenvProject } from "./support/dotenv-project.ts";
 import { seed } from "./support/queue.ts";
 import { describeSlow } from "./support/slow.ts";
 import { makeTempDir } from "./support/tmp.ts";
@@ -35,6 +36,15 @@ describeSlow("bunx", "pack the package and install it into a project", () => {
     const status = await run(["sqloutbox", "status", "--db-dir", dbDir, "--json"], { cmd: ["bunx"], cwd: project });
     expect(status.code).toBe(0);
     expect(JSON.parse(status.stdout).totals.depth).toBe(2);
+
+    // A ${VAR} comes from the .env beside the config, not from the project's .env, which Bun
+    // would load into the environment of any `bun` it starts without --no-env-file.
+    const config = writeDotenvProject(project);
+    const fromConfig = await run(["sqloutbox", "status", "--config", config, "--json"], {
+      cmd: ["bunx"],
+      cwd: project,
+    });
+    expect(reportedQueueDir(fromConfig.stdout)).toBe(FROM_CONFIG_ENV);
   }, 120_000);
 
   test("bun publish --dry-run is clean: the license, README, declarations, bin and sources, nothing else", async () => {

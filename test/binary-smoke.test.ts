@@ -9,6 +9,7 @@ import pkg from "../package.json" with { type: "json" };
 import { cleanupsAfterEach } from "./support/cleanups.ts";
 import { cleanEnv, REPO, run } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
+import { FROM_CONFIG_ENV, reportedQueueDir, writeDotenvProject } from "./support/dotenv-project.ts";
 import { startOtlpReceiver } from "./support/otlp-receiver.ts";
 import { openQueue, seed } from "./support/queue.ts";
 import { openRemote } from "./support/remote.ts";
@@ -85,6 +86,10 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
     expect(r.code).toBe(1);
     expect(r.stderr).not.toContain('{"time"'); // the .env's LOG_FORMAT=json was not loaded
     expect(fs.existsSync(path.join(cwd, "PRELOADED"))).toBe(false);
+    // A ${VAR} comes from the .env beside the config, never the working directory's (as with bunx: cli-dotenv.test.ts).
+    const config = writeDotenvProject(cwd);
+    const status = await sh(["status", "--config", config, "--json"], cwd);
+    expect(reportedQueueDir(status.stdout)).toBe(FROM_CONFIG_ENV);
   });
 
   test("runservice drains into a sqlite target and exits 0 on SIGTERM", async () => {

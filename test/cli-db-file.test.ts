@@ -83,7 +83,7 @@ describe("--db-file", () => {
       String(group[1]),
     ]);
     expect(show.stdout).toContain(
-      `group:       ${group[0]} — 2 statements: orders seq ${group[0]}, seq ${group[1]}; replayed and skipped together`,
+      `group:       ${group[0]} — 2 statements: orders seq ${group[0]}, seq ${group[1]}; replayed and discarded together`,
     );
     const replay = await runInProcess([
       "dead-letter",

@@ -9,7 +9,7 @@ import { isoTimestamp } from "../src/outbox/timestamp.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { normalize, REPO, runInProcess } from "./support/cli.ts";
 import { hashTree } from "./support/dir-hash.ts";
-import { openQueue } from "./support/queue.ts";
+import { drainSide, openQueue } from "./support/queue.ts";
 import { waitFor } from "./support/wait.ts";
 
 const cleanups = cleanupsAfterEach();
@@ -104,9 +104,9 @@ describe("dead-letter list filters", () => {
     const text = await dl("list", "--key", "customer-42");
     expect(text.code).toBe(0);
     expect(normalize(text.stdout, tmp)).toMatchInlineSnapshot(`
-      "NAMESPACE  SEQ  GROUP  KEY          REASON   ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
-      orders       1      -  customer-42  skipped         0  <TIME>            -  skipped by operator
-      orders       3      -  customer-42  skipped         0  <TIME>            -  skipped by operator
+      "NAMESPACE  SEQ  GROUP  KEY          REASON   STATE  ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
+      orders       1      -  customer-42  skipped  dead          0  <TIME>            -  -
+      orders       3      -  customer-42  skipped  dead          0  <TIME>            -  -
       "
     `);
     // Without keyed letters in the answer, the list is as it always was: no KEY column.
@@ -150,7 +150,7 @@ describe("dead-letter list filters", () => {
         "dbDir": "<DIR>/queue",
         "dbFile": null,
         "deadAt": "<TIME>",
-        "error": "skipped by operator",
+        "error": null,
         "errorClass": null,
         "file": "<DIR>/queue/payments.db",
         "grp": null,
@@ -163,6 +163,7 @@ describe("dead-letter list filters", () => {
         "replayedAt": null,
         "seq": 1,
         "source": "test",
+        "state": "dead",
         "tag": "INSERT INTO payments (id) VALUES (?)",
         "traceparent": null,
         "tracestate": null,
@@ -178,8 +179,8 @@ describe("dead-letter replay with a selection", () => {
     const r = await dl("replay", "--namespace", "orders");
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
-      "NAMESPACE  REPLAYED  SKIPPED  SEQS  FILE
-      orders            4        0  1-4   <DIR>/queue/orders.db
+      "NAMESPACE  REPLAYED  UNCHANGED  SEQS  FILE
+      orders            4          0  1-4   <DIR>/queue/orders.db
 
       replayed 4 dead letter(s) at the tail of their namespace
       "
@@ -210,9 +211,10 @@ describe("dead-letter replay with a selection", () => {
     expect(r.replayed).toEqual([{ namespace: "orders", seq: 4, newSeq: 7, file: "<DIR>/queue/orders.db" }]);
   });
 
-  test("--all --json: every letter once; a second run skips them all as already replayed", async () => {
+  test("--all --json: every letter once; a second run finds none left to replay", async () => {
     const all = await json("replay", "--all");
-    expect(Object.keys(all)).toEqual(["action", "dryRun", "replayed", "skipped", "failed"]);
+    // `skipped`: the deprecated name of `unchanged`, kept for scripts.
+    expect(Object.keys(all)).toEqual(["action", "dryRun", "selected", "replayed", "unchanged", "skipped", "failed"]);
     expect(all).toMatchInlineSnapshot(`
       {
         "action": "replay",
@@ -256,35 +258,22 @@ describe("dead-letter replay with a selection", () => {
             "seq": 2,
           },
         ],
+        "selected": 6,
         "skipped": [],
+        "unchanged": [],
       }
     `);
     const again = await json("replay", "--all");
-    expect(again.replayed).toEqual([]);
-    expect(again.skipped.map((s: { seq: number; replayedAsSeq: number }) => [s.seq, s.replayedAsSeq])).toEqual([
-      [1, 7],
-      [2, 8],
-      [3, 9],
-      [4, 10],
-      [1, 5],
-      [2, 6],
-    ]);
-    const r = await dl("replay", "--all");
-    expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
-      "NAMESPACE  REPLAYED  SKIPPED  SEQS  FILE
-      orders            0        4  -     <DIR>/queue/orders.db
-      payments          0        2  -     <DIR>/queue/payments.db
-
-      replayed 0 dead letter(s) at the tail of their namespace; 6 skipped (already replayed)
-      "
-    `);
+    expect([again.selected, again.replayed, again.unchanged]).toEqual([0, [], []]);
+    expect(normalize((await dl("replay", "--all")).stdout, tmp)).toBe("no dead letters match\n");
   });
 
-  test("a letter replayed before (by --seq) is skipped and reported, the rest replayed", async () => {
+  test("a letter replayed before (by --seq) is not selected again; the rest are replayed", async () => {
     expect((await dl("replay", "--namespace", "orders", "--seq", "3")).code).toBe(0);
     const r = await json("replay", "--namespace", "orders");
+    expect(r.selected).toBe(3);
     expect(keys(r.replayed)).toEqual(["orders:1", "orders:2", "orders:4"]);
-    expect(r.skipped).toEqual([{ namespace: "orders", seq: 3, file: "<DIR>/queue/orders.db", replayedAsSeq: 7 }]);
+    expect(r.unchanged).toEqual([]);
   });
 
   test("--dry-run prints what would be replayed and leaves every file byte-identical", async () => {
@@ -292,9 +281,9 @@ describe("dead-letter replay with a selection", () => {
     const r = await dl("replay", "--all", "--dry-run");
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
-      "NAMESPACE  TO REPLAY  SKIPPED  SEQS  FILE
-      orders             4        0  1-4   <DIR>/queue/orders.db
-      payments           2        0  1-2   <DIR>/queue/payments.db
+      "NAMESPACE  TO REPLAY  UNCHANGED  SEQS  FILE
+      orders             4          0  1-4   <DIR>/queue/orders.db
+      payments           2          0  1-2   <DIR>/queue/payments.db
 
       dry run: would replay 6 dead letter(s) at the tail of their namespace; nothing changed
       "
@@ -319,6 +308,110 @@ describe("dead-letter replay with a selection", () => {
       newSeq: 7,
       file: "<DIR>/queue/orders.db",
     });
+  });
+});
+
+describe("a group's dead letters", () => {
+  /** A group of `size` rows in `shipments`, tried 3 times (the head carries the error), then skipped. */
+  function failedGroup(size: number): number {
+    const q = openQueue(dbDir, "shipments");
+    try {
+      const [head] = q.enqueueBatch(
+        Array.from({ length: size }, (_, i) => ({ tag: "INSERT INTO shipments (id) VALUES (?)", payload: `[${i}]` })),
+        "test",
+      );
+      drainSide(q).recordFailure(head!, "23514: check failed", "23514", new Date(Date.now() + 60_000), 3);
+      q.skipHead(head!);
+      return head!;
+    } finally {
+      q.close();
+    }
+  }
+
+  test("every letter shows the group's attempts and its error, the head's kept under the operator's skip", async () => {
+    failedGroup(2);
+    const { deadLetters } = await json("list", "--namespace", "shipments");
+    expect(deadLetters.map((l: Record<string, unknown>) => [l.seq, l.reason, l.attempts, l.error])).toEqual([
+      [1, "skipped", 3, "23514: check failed"],
+      [2, "skipped", 3, "23514: check failed"],
+    ]);
+  });
+
+  test("replay counts what its dry run counted: the group's second letter is replayed, not 'unchanged'", async () => {
+    failedGroup(2);
+    const dry = await json("replay", "--namespace", "shipments", "--dry-run");
+    const real = await json("replay", "--namespace", "shipments");
+    expect(keys(real.replayed)).toEqual(keys(dry.replayed));
+    expect(keys(real.replayed)).toEqual(["shipments:1", "shipments:2"]);
+    expect([real.unchanged, real.skipped]).toEqual([[], []]);
+  });
+
+  test("a selection that meets one letter of a group counts the group in its dry run, as the real run does", async () => {
+    const head = failedGroup(3);
+    // --since selects by dead time: age every letter but the head, so only the head is selected.
+    const db = new Database(path.join(dbDir, "shipments.db"));
+    db.query("UPDATE outbox_dead_log SET dead_at = ? WHERE seq > ?").run(daysAgo(3), head);
+    db.close();
+    const dry = await dl("replay", "--namespace", "shipments", "--since", "1d", "--dry-run");
+    expect(dry.stdout).toContain(
+      "dry run: would replay 3 dead letter(s) (1 selected, the rest with their groups) at the tail of their namespace; nothing changed",
+    );
+    const real = await json("replay", "--namespace", "shipments", "--since", "1d");
+    expect([real.selected, keys(real.replayed)]).toEqual([1, ["shipments:1", "shipments:2", "shipments:3"]]);
+  });
+});
+
+describe("dead-letter discard", () => {
+  test("a selection is discarded only after its dry run, with --expect the count it printed", async () => {
+    const before = hashTree(tmp);
+    const bare = await dl("discard", "--reason", "max_attempts");
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toContain("run it with --dry-run first, then again with --expect N");
+    const dry = await dl("discard", "--reason", "max_attempts", "--dry-run");
+    expect(dry.code).toBe(0);
+    expect(normalize(dry.stdout, tmp)).toMatchInlineSnapshot(`
+      "NAMESPACE  TO DISCARD  UNCHANGED  SEQS  FILE
+      orders              2          0  2, 4  <DIR>/queue/orders.db
+
+      dry run: would discard 2 dead letter(s) for good: never delivered, never replayed; nothing changed
+      to discard them: sqloutbox dead-letter discard --db-dir <DIR>/queue --reason max_attempts --expect 2
+      "
+    `);
+    const wrong = await dl("discard", "--reason", "max_attempts", "--expect", "3");
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toContain("the selection holds 2 letter(s) now, not the 3 expected: nothing was changed");
+    expect(hashTree(tmp)).toEqual(before);
+    const done = await json("discard", "--reason", "max_attempts", "--expect", "2");
+    expect(done).toMatchObject({ action: "discard", dryRun: false, selected: 2, expect: 2, unchanged: [], failed: [] });
+    expect(keys(done.discarded)).toEqual(["orders:2", "orders:4"]);
+    // Discarded: still in the log with their own error, never replayed, no longer dead letters.
+    const listed = (await json("list", "--namespace", "orders")).deadLetters;
+    expect(listed.map((l: Record<string, unknown>) => [l.seq, l.state])).toEqual([
+      [1, "dead"],
+      [2, "discarded"],
+      [3, "dead"],
+      [4, "discarded"],
+    ]);
+    const replay = await dl("replay", "--namespace", "orders", "--seq", "2");
+    expect(replay.code).toBe(1);
+    expect(replay.stderr).toContain("dead letter 2 was discarded at");
+    expect(keys((await json("replay", "--namespace", "orders", "--dry-run")).replayed)).toEqual([
+      "orders:1",
+      "orders:3",
+    ]);
+    expect(count("orders", "outbox_dead_log WHERE replayed_at IS NULL")).toBe(2);
+  });
+
+  test("one letter named by --namespace and --seq needs no count; a letter replayed or discarded before is refused", async () => {
+    const dry = await dl("discard", "--namespace", "payments", "--seq", "1", "--dry-run");
+    expect(normalize(dry.stdout, tmp)).toContain(
+      "to discard them: sqloutbox dead-letter discard --db-dir <DIR>/queue --namespace payments --seq 1\n",
+    );
+    expect(keys((await json("discard", "--namespace", "payments", "--seq", "1")).discarded)).toEqual(["payments:1"]);
+    const again = await dl("discard", "--namespace", "payments", "--seq", "1");
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("dead letter 1 was discarded before, at");
+    expect((await dl("discard", "--namespace", "payments", "--seq", "1", "--expect", "1")).code).toBe(2);
   });
 });
 

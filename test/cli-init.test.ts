@@ -83,10 +83,13 @@ describe("init", () => {
       const r = await runInProcess(["init"], { cwd: bare.path });
       expect(r.code).toBe(0);
       expect(r.stdout).toContain(`Next steps:
-  1. Add the package to this project: bun add sqloutbox
-     (before its first npm release: bun add ${path.join(REPO, `sqloutbox-${pkg.version}.tgz`)}, after \`bun pm pack\` in ${REPO})
+  1. Add the package to this project. It is not on npm yet: pack it from this checkout, then add the tarball:
+       (cd ${REPO} && bun pm pack)
+       bun add ${path.join(REPO, `sqloutbox-${pkg.version}.tgz`)}
   2. Add what type-checking the scaffold needs to this project: bun add -d @types/bun typescript
   3. Try it as generated`);
+      // "sqloutbox" on npm is not this package: init never tells anyone to add it by that name.
+      expect(r.stdout).not.toContain("bun add sqloutbox");
     } finally {
       bare.cleanup();
     }

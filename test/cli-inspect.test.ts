@@ -223,7 +223,7 @@ url = "\${UNSET_IN_THIS_SHELL}"
       "app shop: no drain is running on <DIR>/queue
       app metrics: no drain is running on <DIR>/other
       APP      NAMESPACE  DEPTH  OLDEST  HEAD  ATTEMPTS    NEXT  STUCK  DEAD  CAPACITY  LAST ERROR
-      shop     orders         5  <age>     1         2  in  <age>  STUCK     0         -  42P01: relation "orders" does not exist (***)
+      shop     orders         5  <age>     1         2  in  <age>  STUCK     0         -  42P01: relation "orders" does not exist (postgres://app:***@db.internal/prod)
       shop     payments       2  <age>     2         0       -  no        1         -  -
       metrics  events         4  <age>     1         0       -  no        0       50%  -
 
@@ -722,8 +722,8 @@ describe("dead-letter list and show", () => {
     const r = await runInProcess(["dead-letter", "list", "--db-dir", dbDir]);
     expect(r.code).toBe(0);
     expect(normalize(r.stdout, tmp)).toMatchInlineSnapshot(`
-      "NAMESPACE  SEQ  GROUP  REASON   ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
-      payments     1      -  skipped         0  <TIME>            -  skipped by operator
+      "NAMESPACE  SEQ  GROUP  REASON   STATE  ATTEMPTS  DEAD AT                           REPLAYED AS  ERROR
+      payments     1      -  skipped  dead          0  <TIME>            -  -
       "
     `);
   });
@@ -768,9 +768,10 @@ describe("dead-letter list and show", () => {
       created at:  <TIME>
       dead at:     <TIME>
       reason:      skipped
+      state:       dead
       attempts:    0
       error class: -
-      error:       skipped by operator
+      error:       -
       prev seq:    -
       replayed at: -
       replayed as: -

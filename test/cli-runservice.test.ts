@@ -177,13 +177,12 @@ path = "remote.db"
     expect(lines[0]).toContain("ENOTDIR");
   });
 
-  test("credentials never reach the log", async () => {
+  test("JSON log lines keep their fields as keys when the config holds a secret, masked", async () => {
     fs.writeFileSync(
       config,
-      `[app.shop]\ndb_dir = "queue"\nwrite_timeout = 2\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders"]\n[app.shop.db.pg.connection]\nurl = "postgres://postgres:\${PG_SECRET}@127.0.0.1:1/nowhere"\n`,
+      `[app.shop]\ndb_dir = "queue"\nwrite_timeout = 2\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders"]\n[app.shop.db.pg.connection]\nurl = "postgres://postgres:s3cr3t-value@127.0.0.1:1/nowhere"\n`,
     );
-    fs.writeFileSync(path.join(tmp, ".env"), "PG_SECRET=s3cr3t-value\n");
-    const proc = start(["--config", config, "--log-level", "debug"]);
+    const proc = start(["--config", config], { LOG_FORMAT: "json" });
     let stderr = "";
     const pump = (async () => {
       const decoder = new TextDecoder();
@@ -196,7 +195,69 @@ path = "remote.db"
       await proc.exited;
       await pump;
     }
-    expect(stderr).toContain("postgres://postgres:***@127.0.0.1:1/nowhere"); // the URL is logged, masked
+    const line = stderr
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l))
+      .find((l) => l.msg.includes("is unavailable"));
+    expect(line).toMatchObject({ level: "warn", app: "shop", target: "shop.pg", attempt: 1, error_class: "E_WRITE" });
+    expect(line.msg).not.toContain("target=shop.pg"); // a key, not folded into the message
     expect(stderr).not.toContain("s3cr3t-value");
+  });
+
+  // Only the secret is a secret: a connection error says which writer, host, port and database it
+  // could not reach, whether the URL is written out, comes whole from ${DATABASE_URL}, or has no
+  // password at all — and the password never appears, in the log or in `status --json`.
+  test.each([
+    [
+      "a literal URL with ${PG_SECRET} inside",
+      'url = "postgres://postgres:${PG_SECRET}@127.0.0.1:1/nowhere"',
+      "postgres postgres@127.0.0.1:1/nowhere",
+    ],
+    [
+      'url = "${DATABASE_URL}" that holds the password',
+      'url = "${DATABASE_URL}"',
+      "postgres postgres@127.0.0.1:1/nowhere",
+    ],
+    ['url = "${DATABASE_URL}" without a password', 'url = "${PLAIN_URL}"', "postgres app@127.0.0.1:1/shop"],
+    [
+      "host, port and password keys",
+      'host = "127.0.0.1"\nport = 1\nuser = "app"\npassword = "${PG_SECRET}"\ndatabase = "${PG_DB}"',
+      "postgres app@127.0.0.1:1/orders_db",
+    ],
+  ])("a connection error names where and never the password: %s", async (_, connection, where) => {
+    fs.writeFileSync(
+      config,
+      `[app.shop]\ndb_dir = "queue"\nwrite_timeout = 2\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders"]\n[app.shop.db.pg.connection]\n${connection}\n`,
+    );
+    fs.writeFileSync(
+      path.join(tmp, ".env"),
+      "PG_SECRET=s3cr3t-value\nDATABASE_URL=postgres://postgres:s3cr3t-value@127.0.0.1:1/nowhere\nPLAIN_URL=postgres://app@127.0.0.1:1/shop\nPG_DB=orders_db\n",
+    );
+    const proc = start(["--config", config, "--log-level", "debug"]);
+    let stderr = "";
+    const pump = (async () => {
+      const decoder = new TextDecoder();
+      for await (const chunk of proc.stderr) stderr += decoder.decode(chunk, { stream: true });
+    })();
+    let status = "";
+    try {
+      await waitFor(() => stderr.includes("is unavailable"), "the drain to log the refused connection");
+      await waitFor(async () => {
+        status = (await runInProcess(["status", "--config", config, "--json"])).stdout;
+        return status.includes("cannot connect");
+      }, "status to show the target's error");
+    } finally {
+      proc.kill("SIGTERM");
+      await proc.exited;
+      await pump;
+    }
+    expect(stderr).toContain(`target shop.pg: ${where}: cannot connect`);
+    const [target] = JSON.parse(status).targets;
+    expect(target.lastError).toStartWith(`target shop.pg: ${where}: cannot connect`);
+    for (const text of [stderr, status]) {
+      expect(text).not.toContain("s3cr3t-value");
+      expect(text).not.toContain("postgres ***");
+    }
   });
 });

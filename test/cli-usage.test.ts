@@ -109,7 +109,7 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [["status", "--db-dir"], /option --db-dir needs a value/],
     [["status", "--db-dir="], /option --db-dir needs a value/],
     [["status", "extra"], /unexpected argument "extra" for "sqloutbox status"/],
-    [["dead-letter"], /"sqloutbox dead-letter" needs a command: list, show, replay, purge/],
+    [["dead-letter"], /"sqloutbox dead-letter" needs a command: list, show, replay, discard, purge/],
     [["dead-letter", "prune"], /unknown command "prune" for "sqloutbox dead-letter"/],
     [["dead-letter", "purge"], /missing required option --older-than/],
     [["skip", "--db-dir", "."], /^error: missing required option --namespace\n/],

@@ -194,8 +194,8 @@ describe("retries", () => {
     expect(await download({ logger })).toEqual({ A: "third" });
     expect(requests).toEqual([`Bearer ${TOKEN}`, `Bearer ${TOKEN}`, `Bearer ${TOKEN}`]);
     expect(warnings).toHaveLength(2);
-    expect(warnings[0]).toContain("attempt 1 of 3 failed: HTTP 503 Service Unavailable; retrying in 5 ms");
-    expect(warnings[1]).toContain("attempt 2 of 3 failed: HTTP 429 Too Many Requests; retrying in 5 ms");
+    expect(warnings[0]).toContain("attempt 1 of 3 failed: HTTP 503 Service Unavailable; retrying in 5ms");
+    expect(warnings[1]).toContain("attempt 2 of 3 failed: HTTP 429 Too Many Requests; retrying in 5ms");
     for (const warning of warnings) expect(warning).not.toContain(TOKEN);
   });
 
@@ -256,7 +256,7 @@ describe("retries", () => {
 describe("timeouts", () => {
   test("a server that never answers fails each attempt at timeoutMs", async () => {
     handler = () => new Promise<Response>(() => {});
-    expect((await failure({ timeoutMs: 50 })).message).toContain("failed after 3 attempts: no response within 50 ms");
+    expect((await failure({ timeoutMs: 50 })).message).toContain("failed after 3 attempts: no response within 50ms");
     expect(requests).toHaveLength(3);
   });
 
@@ -277,7 +277,7 @@ describe("timeouts", () => {
         }),
       );
     expect((await failure({ timeoutMs: 100, retryDelaysMs: [] })).message).toContain(
-      "failed: no response within 100 ms",
+      "failed: no response within 100ms",
     );
   });
 });

@@ -171,17 +171,28 @@ describe("writer_class", () => {
     );
   });
 
-  test("secret-looking connection values are reported as secrets", async () => {
+  test("secret-looking connection values are reported as secrets, where the target is is not", async () => {
     const { secrets } = await loadConfigToml(
       writeConfig(
         'writer_class = "./writers/turso.ts:TursoWriter"',
-        'db_url = "postgres://u:pw-in-url@h/db"\ndb_token = "${TOKEN}"\nhost = "${HOST}"',
+        'db_url = "postgres://u:pw-in-url@h/db"\ndb_token = "${TOKEN}"\nhost = "${HOST}"\nother_url = "${DSN_URL}"\nkey_value = "${DSN}"\nextra = "${EXTRA_SECRET}"',
       ),
       {
-        env: { TOKEN: "tok-777777", HOST: "internal-host" },
+        env: {
+          TOKEN: "tok-777777",
+          HOST: "internal-host",
+          DSN_URL: "mysql://app:pw-of-dsn@db.internal:3306/x",
+          DSN: "host=db.internal user=app password='pw in dsn' dbname=x",
+          EXTRA_SECRET: "named-secret-value",
+        },
       },
     );
-    expect(secrets).toEqual(expect.arrayContaining(["tok-777777", "pw-in-url", "internal-host"]));
+    expect(secrets).toEqual(
+      expect.arrayContaining(["tok-777777", "pw-in-url", "pw-of-dsn", "pw in dsn", "named-secret-value"]),
+    );
+    for (const where of ["internal-host", "postgres://u:pw-in-url@h/db", "mysql://app:pw-of-dsn@db.internal:3306/x"])
+      expect(secrets).not.toContain(where);
+    expect(secrets.some((s) => s.includes("db.internal"))).toBe(false);
   });
 });
 
@@ -287,7 +298,7 @@ describe("loading", () => {
 });
 
 describe("secrets a config contains", () => {
-  test("built-in writers' secret keys, URL passwords and secret query parameters are reported", () => {
+  test("built-in writers' secret keys, URL passwords and secret query parameters are reported, not the URLs", () => {
     const text = `[app.a]\ndb_dir = "q"
 [app.a.db.pg]\nwriter = "postgres"\ntables = ["t1"]\n[app.a.db.pg.connection]\nurl = "postgres://app:hunter2-pw@db.internal/prod"
 [app.a.db.my]\nwriter = "mysql"\ntables = ["t2"]\n[app.a.db.my.connection]\nhost = "h"\npassword = "literal-in-file"
@@ -295,14 +306,11 @@ describe("secrets a config contains", () => {
 `;
     const { secrets } = parseConfigDocument(text, "/x/outbox.toml", {});
     expect(secrets).toEqual(
-      expect.arrayContaining([
-        "postgres://app:hunter2-pw@db.internal/prod",
-        "hunter2-pw",
-        "literal-in-file",
-        "query-token-1",
-        "turso-token-2",
-      ]),
+      expect.arrayContaining(["hunter2-pw", "literal-in-file", "query-token-1", "turso-token-2"]),
     );
+    // Only the secret: the URL around a password says where the target is, which errors must show.
+    expect(secrets).not.toContain("postgres://app:hunter2-pw@db.internal/prod");
+    expect(secrets).not.toContain("libsql://x.turso.io?authToken=query-token-1");
     expect(secrets).not.toContain("h");
   });
 });

@@ -98,6 +98,14 @@ describe.each(ENGINES)("lanes, delivered to %s", (engine) => {
     expect(view.lanes?.count).toBe(LANES);
     expect(view.lanes?.held).toMatchObject([{ lane: poisonLane, key: poison, attempts: 1 }]);
     expect(Date.parse(view.lanes!.held[0]!.nextAttemptAt)).toBeGreaterThan(Date.now() + 30_000);
+    // The failure line names the key and its lane, and says the backoff in human units.
+    expect(
+      s.log.has(
+        new RegExp(
+          `^warn drain: seq \\d+ \\(key "${poison}", lane ${poisonLane}\\) of namespace "events" failed on target app\\.r \\(attempt 1(/\\d+)?, retry in 1m0s\\)`,
+        ),
+      ),
+    ).toBe(true);
     for (const k of others) expect(before.get(k)).toEqual([1, 2, 3, 4, 5]);
     // The operator fixes the row's cause on the remote (here: the CHECK goes) and kicks.
     if (engine === "postgres" || engine === "mysql") await s.remote.exec("ALTER TABLE events DROP CONSTRAINT n_ok");

@@ -65,7 +65,7 @@ describe("replayDeadMany", () => {
         { seq: 2, namespace: "orders", newSeq: 8 },
         { seq: 3, namespace: "orders", newSeq: 9 },
       ],
-      skipped: [],
+      unchanged: [],
     });
     const rows = ob.fetchUnsynced(10);
     expect(rows.map((r) => [r.seq, r.prevSeq, r.payload, r.source])).toEqual([
@@ -85,21 +85,39 @@ describe("replayDeadMany", () => {
     expectIntactChain(ob);
   });
 
-  test("skips letters replayed before and never replays one twice", () => {
+  test("leaves letters replayed before unchanged and never replays one twice", () => {
     const ob = queue(4, 2);
     expect(ob.replayDead(1)).toBe(5);
     expect(ob.replayDeadMany([1, 2])).toEqual({
       replayed: [{ seq: 2, namespace: "orders", newSeq: 6 }],
-      skipped: [{ seq: 1, namespace: "orders", replayedAsSeq: 5 }],
+      unchanged: [{ seq: 1, namespace: "orders", replayedAsSeq: 5 }],
     });
     expect(ob.replayDeadMany([1, 2])).toEqual({
       replayed: [],
-      skipped: [
+      unchanged: [
         { seq: 1, namespace: "orders", replayedAsSeq: 5 },
         { seq: 2, namespace: "orders", replayedAsSeq: 6 },
       ],
     });
     expect(ob.pendingCount()).toBe(4);
+  });
+
+  test("a group's letters selected together are replayed once each and counted as replayed, none as unchanged", () => {
+    const ob = new Outbox(tmp.file("orders.db"), "orders");
+    open.push(ob);
+    const [head] = ob.enqueueBatch(
+      [1, 2, 3].map((id) => ({ tag: "INSERT INTO orders (id) VALUES (?)", payload: `[${id}]` })),
+      "app",
+    );
+    ob.skipHead(head!);
+    expect(ob.replayDeadMany([head!, head! + 1, head! + 2])).toEqual({
+      replayed: [
+        { seq: 1, namespace: "orders", newSeq: 4 },
+        { seq: 2, namespace: "orders", newSeq: 5 },
+        { seq: 3, namespace: "orders", newSeq: 6 },
+      ],
+      unchanged: [],
+    });
   });
 
   test("a seq that is no dead letter of the namespace replays nothing and throws NotFoundError", () => {
@@ -141,6 +159,29 @@ describe("replayDeadMany", () => {
     const ob = queue(2, 1);
     expect(() => ob.replayDeadMany([1, 0])).toThrow("replayDeadMany expects an array of positive integer seqs");
     expect(() => ob.replayDeadMany([1.5])).toThrow("replayDeadMany expects an array of positive integer seqs");
+  });
+});
+
+describe("skipHead: a head moved aside into the dead letters", () => {
+  test("each letter keeps its own error and the group's attempts; the reason says the operator skipped it", () => {
+    const ob = new Outbox(tmp.file("orders.db"), "orders");
+    open.push(ob);
+    const [head] = ob.enqueueBatch(
+      [1, 2].map((id) => ({ tag: "INSERT INTO orders (id) VALUES (?)", payload: `[${id}]` })),
+      "app",
+    );
+    // The drain tried the group three times: the head carries the attempts and the error.
+    drainSide(ob).recordFailure(head!, '23514: check "id_ok" failed', "23514", FUTURE(), 3);
+    ob.skipHead(head!);
+    expect(ob.listDead().map((d) => [d.seq, d.reason, d.attempts, d.error, d.errorClass])).toEqual([
+      [head!, "skipped", 3, '23514: check "id_ok" failed', "23514"],
+      [head! + 1, "skipped", 3, '23514: check "id_ok" failed', "23514"],
+    ]);
+  });
+
+  test("a head never tried keeps no error: nothing is made up", () => {
+    const ob = queue(2, 1);
+    expect(ob.getDead(1)).toMatchObject({ reason: "skipped", attempts: 0, error: null, errorClass: null });
   });
 });
 

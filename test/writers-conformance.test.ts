@@ -400,7 +400,7 @@ describe.each(fixtures)("%s writer", (_name, fx) => {
     ]);
   });
 
-  test("throws WriteError without the password when the server is unreachable", async () => {
+  test("throws WriteError naming where the target is, without the password, when the server is unreachable", async () => {
     const secret = "pw-S3cret-do-not-log";
     const unreachable = fx.unreachable(secret);
     try {
@@ -412,6 +412,13 @@ describe.each(fixtures)("%s writer", (_name, fx) => {
       expect((error as WriteError).code).toBe("E_WRITE");
       const text = `${(error as Error).message} ${String((error as Error).cause ?? "")} ${(error as Error).stack}`;
       expect(text).not.toContain(secret);
+      // The writer, then where: host and port (and, for a server, the user and database).
+      if (fx.engine !== "sqlite")
+        expect((error as Error).message).toMatch(
+          new RegExp(
+            `^${fx.engine.startsWith("libsql") ? "libsql http://" : `${fx.engine} someone@`}127\\.0\\.0\\.1:\\d+`,
+          ),
+        );
     } finally {
       await unreachable.close?.();
     }

@@ -85,16 +85,23 @@ describe("writer registry", () => {
     },
   );
 
-  test("describe masks passwords and tokens", () => {
+  test("describe says writer, user, host, port and database, never a password, token or URL parameter", () => {
     expect(
       builtinWriters.postgres.describe!({ url: "postgres://app:hunter2@db.example:5432/prod?sslmode=require" }),
-    ).toBe("postgres://app:***@db.example:5432/prod?sslmode=require");
-    expect(builtinWriters.mysql.describe!({ host: "db", user: "app", password: "hunter2", database: "d" })).toBe(
-      "mysql://app@db/d",
+    ).toBe("postgres app@db.example:5432/prod");
+    expect(builtinWriters.postgres.describe!({ url: "postgresql://app@db.example/prod" })).toBe(
+      "postgres app@db.example:5432/prod",
     );
-    expect(
-      builtinWriters.libsql.describe!({ url: "libsql://x.turso.io?authToken=abc", auth_token: "abc" }),
-    ).not.toContain("abc");
+    expect(builtinWriters.mysql.describe!({ host: "db", user: "app", password: "hunter2", database: "d" })).toBe(
+      "mysql app@db:3306/d",
+    );
+    expect(builtinWriters.mysql.describe!({ url: "mysql://root:pw@127.0.0.1:3307/x?password=pw" })).toBe(
+      "mysql root@127.0.0.1:3307/x",
+    );
+    expect(builtinWriters.libsql.describe!({ url: "libsql://x.turso.io?authToken=abc", auth_token: "abc" })).toBe(
+      "libsql libsql://x.turso.io",
+    );
+    expect(builtinWriters.libsql.describe!({ url: "file:/srv/local.db" })).toBe("libsql file:/srv/local.db");
   });
 });
 

@@ -1,4 +1,8 @@
-#!/usr/bin/env bun
+#!/usr/bin/env -S bun --no-env-file
+// --no-env-file: `bunx sqloutbox` and the package's bin run through this line, and Bun would
+// otherwise load the working directory's .env into the process environment first, where it
+// would outrank the .env beside the config (docs/configuration.md#secrets). The compiled binary
+// loads none either (build.ts).
 import { withTimeout } from "../timeout.ts";
 import { runCli } from "./main.ts";
 

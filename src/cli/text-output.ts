@@ -80,6 +80,11 @@ export function oneLine(text: string | null | undefined, max = Infinity): string
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
 
+/** `value` as one shell word (single-quoted when it holds anything but plain path characters), for a command line printed to paste. */
+export function shellWord(value: string): string {
+  return /^[\w./@:+=-]+$/.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`;
+}
+
 /** A storage error's message names its file; where the line already starts with the file, drop it from the message. */
 export function withoutFile(message: string, file: string): string {
   return message.replace(` ${file}:`, "").replace(`${file}: `, "");

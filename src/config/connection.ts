@@ -3,12 +3,13 @@ import { builtinWriter } from "../writers/registry.ts";
 import { missingKeys } from "../writers/writer-spec.ts";
 import { maskSecrets } from "../masking.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
-import { connectionSecrets } from "./secret-values.ts";
+import { connectionSecrets, variableSecrets } from "./secret-values.ts";
 import { didYouMean } from "./suggest.ts";
 
 /**
- * Reads a target's `[connection]` table: `${VAR}` interpolated at any depth (the values used are
- * secrets), local paths made absolute, and checked against a built-in writer's declared keys.
+ * Reads a target's `[connection]` table: `${VAR}` interpolated at any depth (what the values used
+ * hold of credentials is secret: see variableSecrets), local paths made absolute, and checked
+ * against a built-in writer's declared keys.
  */
 export function readConnection(
   r: Reader,
@@ -30,7 +31,7 @@ export function readConnection(
   const connection = Object.fromEntries(
     Object.entries(value).map(([k, v]) => {
       const before = r.issues.length;
-      const out = interpolateDeep(r, v, join(at, k));
+      const out = interpolateDeep(r, v, join(at, k), k, writer);
       if (r.issues.length > before) unresolved.add(k);
       return [k, out];
     }),
@@ -40,12 +41,15 @@ export function readConnection(
   return connection;
 }
 
-/** Interpolates `${VAR}` in every string inside the connection table, at any depth. */
-function interpolateDeep(r: Reader, value: unknown, path: string): unknown {
-  if (typeof value === "string") return r.text(value, path, true) ?? value;
-  if (Array.isArray(value)) return value.map((v, i) => interpolateDeep(r, v, `${path}[${i}]`));
+/** Interpolates `${VAR}` in every string inside the connection table, at any depth; `key` is the innermost key. */
+function interpolateDeep(r: Reader, value: unknown, path: string, key: string, writer: string | null): unknown {
+  if (typeof value === "string")
+    return r.text(value, path, (name, used) => variableSecrets(writer, key, name, used)) ?? value;
+  if (Array.isArray(value)) return value.map((v, i) => interpolateDeep(r, v, `${path}[${i}]`, key, writer));
   if (isTable(value))
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolateDeep(r, v, join(path, k))]));
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, interpolateDeep(r, v, join(path, k), k, writer)]),
+    );
   return value;
 }
 

@@ -1,6 +1,7 @@
 import { SecretsError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { maskError, maskSecrets } from "../masking.ts";
+import { formatDuration } from "../duration.ts";
 
 /** Doppler's API, unless `DOPPLER_API_URL` or the `dopplerBaseUrl` option says otherwise. */
 export const DOPPLER_DEFAULT_BASE_URL = "https://api.doppler.com";
@@ -70,7 +71,7 @@ export async function fetchDopplerSecrets(options: DopplerOptions): Promise<Reco
     if (!result.retryable || delay === undefined) throw fail(result.why, attempt, result.cause);
     options.logger?.warn(
       mask(
-        `Doppler secrets download attempt ${attempt} of ${delays.length + 1} failed: ${result.why}; retrying in ${delay} ms`,
+        `Doppler secrets download attempt ${attempt} of ${delays.length + 1} failed: ${result.why}; retrying in ${formatDuration(delay)}`,
       ),
     );
     await Bun.sleep(delay);
@@ -136,7 +137,7 @@ async function download(url: string, options: DopplerOptions, timeoutMs: number,
   } catch (error) {
     const name = (error as Error)?.name;
     if (name === "TimeoutError" || name === "AbortError")
-      return { why: `no response within ${timeoutMs} ms`, retryable: true };
+      return { why: `no response within ${formatDuration(timeoutMs)}`, retryable: true };
     return { why: String((error as Error)?.message ?? error), retryable: true, cause: error };
   }
 }

@@ -1,7 +1,7 @@
 import { dirname, resolve } from "node:path";
 import { interpolate, type EnvMap } from "./interpolate.ts";
 import { isTable } from "./reader.ts";
-import { filterSecrets } from "./secret-values.ts";
+import { connectionSecrets, filterSecrets, variableSecrets } from "./secret-values.ts";
 import type { OutboxConfig } from "./types.ts";
 
 /** What inspecting an app's queues needs: where its files are (a db_dir, or one db_file in dbDir) and its producers' cap. */
@@ -19,8 +19,8 @@ export function layoutOf(config: Pick<OutboxConfig, "apps">): AppLayout[] {
 
 /**
  * Each app's layout read from a TOML document without validating the rest, for a config the drain
- * refuses; every `[connection]` string whose `${VAR}`s are set counts as a secret (nothing tells
- * which keys are credentials when the writer is not checked). Null when there are no apps or an
+ * refuses; the credentials of every `[connection]` string whose `${VAR}`s are set are secrets, as
+ * the drain finds them (see connectionSecrets). Null when there are no apps or an
  * app has no usable `db_dir` or `db_file`.
  */
 export function readLayout(doc: unknown, file: string, env: EnvMap): { apps: AppLayout[]; secrets: string[] } | null {
@@ -42,10 +42,14 @@ export function readLayout(doc: unknown, file: string, env: EnvMap): { apps: App
     const dbDir = dbFile === null ? path : dirname(path);
     const maxPending = typeof raw.max_pending === "number" && raw.max_pending > 0 ? raw.max_pending : null;
     for (const db of Object.values(isTable(raw.db) ? raw.db : {})) {
-      for (const value of Object.values(isTable(db) && isTable(db.connection) ? db.connection : {})) {
+      const writer = isTable(db) && typeof db.writer === "string" ? db.writer : null;
+      for (const [key, value] of Object.entries(isTable(db) && isTable(db.connection) ? db.connection : {})) {
         if (typeof value !== "string") continue;
         try {
-          secrets.add(interpolate(value, env));
+          const used = interpolate(value, env, (name, v) => {
+            for (const secret of variableSecrets(writer, key, name, v)) secrets.add(secret);
+          });
+          for (const secret of connectionSecrets(writer, { [key]: used })) secrets.add(secret);
         } catch {
           // An unset variable: nothing to mask.
         }

@@ -70,11 +70,26 @@ export class Reader {
     return table[this.key(snake)];
   }
 
-  /** Interpolates a string found at `keyPath`; reports a missing variable there. `secret` marks the values used. */
-  text(value: string, keyPath: string, secret = false): string | undefined {
+  /**
+   * Interpolates a string found at `keyPath`; reports a missing variable there. `secrets` says what
+   * of each variable used is a secret (`secretValues`): all of it, or (a connection's) its credentials.
+   */
+  text(
+    value: string,
+    keyPath: string,
+    secrets?: (name: string, value: string) => readonly string[],
+  ): string | undefined {
     if (!this.env) return value;
     try {
-      return interpolate(value, this.env, secret ? (_, v) => this.secretValues.add(v) : undefined);
+      return interpolate(
+        value,
+        this.env,
+        secrets
+          ? (name, v) => {
+              for (const secret of secrets(name, v)) this.secretValues.add(secret);
+            }
+          : undefined,
+      );
     } catch (error) {
       return this.fail(keyPath, (error as Error).message);
     }

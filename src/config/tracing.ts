@@ -30,7 +30,7 @@ function readHeaders(r: Reader, raw: Table, path: string): Record<string, string
     if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) r.fail(here, `${JSON.stringify(name)} is not an HTTP header name`);
     else if (typeof v !== "string") r.fail(here, `expected a string, got ${typeName(v)}`);
     else {
-      const text = r.text(v, here, true);
+      const text = r.text(v, here, (_, used) => [used]);
       if (text !== undefined) headers[name] = text;
     }
   }

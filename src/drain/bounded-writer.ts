@@ -2,6 +2,7 @@ import { describeError, isMisconfigured, isWriteError, WriteError } from "../err
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../writers/writer.ts";
 import type { BindValue } from "../vocabulary.ts";
+import { formatDuration } from "../duration.ts";
 
 /**
  * Checks a writer's answer for shape: exactly one object per statement, each with a boolean `ok`.
@@ -52,7 +53,7 @@ export class BoundedWriter {
       results = await withTimeout(call, this.timeoutMs, () => {
         onTimeout?.(call);
         throw new WriteError(
-          `target ${name}: writeBatch did not answer within write_timeout (${this.timeoutMs / 1000} s)`,
+          `target ${name}: writeBatch did not answer within write_timeout (${formatDuration(this.timeoutMs)})`,
           name,
         );
       });

@@ -2,6 +2,7 @@ import { describeError, isMisconfigured } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { outageBackoffMs } from "./schedule.ts";
 import type { TargetState } from "./views.ts";
+import { formatDuration } from "../duration.ts";
 
 /**
  * Whether one target answers: ok, down (retried after a backoff of one second doubling, jittered,
@@ -75,12 +76,12 @@ export class Reachability {
     if (misconfigured) {
       if (repeated)
         this.logger.debug(
-          `drain: target ${this.target} is still misconfigured (attempt ${this.#failures}), retrying in ${Math.round(delay)} ms`,
+          `drain: target ${this.target} is still misconfigured (attempt ${this.#failures}), retrying in ${formatDuration(delay)}`,
           fields,
         );
       else
         this.logger.error(
-          `drain: target ${this.target} is misconfigured (${what}); retrying in ${Math.round(delay)} ms, then ever less often, at most ${capText(this.backoffCapMs)} apart (outage_backoff_cap_minutes), until it is fixed: ${message}`,
+          `drain: target ${this.target} is misconfigured (${what}); retrying in ${formatDuration(delay)}, then ever less often, at most ${formatDuration(this.backoffCapMs)} apart (outage_backoff_cap_minutes), until it is fixed: ${message}`,
           fields,
         );
       return;
@@ -89,7 +90,7 @@ export class Reachability {
     // visible in the journal.
     const level = !repeated || this.#failures % 10 === 0 ? "warn" : "debug";
     this.logger[level](
-      `drain: target ${this.target} is unavailable (${what}; attempt ${this.#failures}, nothing charged), retrying in ${Math.round(delay)} ms: ${message}`,
+      `drain: target ${this.target} is unavailable (${what}; attempt ${this.#failures}, nothing charged), retrying in ${formatDuration(delay)}: ${message}`,
       fields,
     );
   }
@@ -108,9 +109,4 @@ export class Reachability {
     this.#lastError = null;
     this.#state = "ok";
   }
-}
-
-/** `5 min`, `90 s`: the backoff cap as the config states it. */
-function capText(ms: number): string {
-  return ms >= 60_000 && ms % 60_000 === 0 ? `${ms / 60_000} min` : `${Math.round(ms / 1000)} s`;
 }

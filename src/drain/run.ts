@@ -3,6 +3,7 @@ import { libraryLogger, type Logger } from "../logger.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import { DEFAULT_STOP_TIMEOUT_MS, OutboxSyncService, type SyncServiceOptions, type TargetActivity } from "./service.ts";
 import { DEFAULT_STATE_INTERVAL_MS } from "./state-file.ts";
+import { formatDuration } from "../duration.ts";
 
 /** Options of `runService`. */
 export interface RunServiceOptions extends SyncServiceOptions {
@@ -64,7 +65,7 @@ export async function runService(
     }
     if (stopping) {
       logger.warn(
-        `drain: ${why} again while stopping; still waiting for the in-flight batch (at most ${stopTimeoutMs} ms)`,
+        `drain: ${why} again while stopping; still waiting for the in-flight batch (at most ${formatDuration(stopTimeoutMs)})`,
       );
       return;
     }
@@ -176,13 +177,13 @@ function minus(a: TargetActivity, before: TargetActivity | undefined): TargetAct
   };
 }
 
-/** `drain: last 60 s: delivered 1200 (app.pg 1000, app.local 200), 1 failed, 0 dead-lettered; 35 pending; down: app.pg` */
+/** `drain: last 1m0s: delivered 1200 (app.pg 1000, app.local 200), 1 failed, 0 dead-lettered; 35 pending; down: app.pg` */
 function describe(delta: TargetActivity[], pending: number, intervalMs: number): string {
   const sum = (k: "delivered" | "failed" | "deadLettered") => delta.reduce((n, a) => n + a[k], 0);
   const per = delta.length > 1 ? ` (${delta.map((a) => `${a.target} ${a.delivered}`).join(", ")})` : "";
   const down = delta.filter((a) => a.down).map((a) => a.target);
   return (
-    `drain: last ${intervalMs >= 1000 ? `${Math.round(intervalMs / 1000)} s` : `${intervalMs} ms`}: delivered ${sum("delivered")}${per}, ${sum("failed")} failed, ` +
+    `drain: last ${formatDuration(intervalMs)}: delivered ${sum("delivered")}${per}, ${sum("failed")} failed, ` +
     `${sum("deadLettered")} dead-lettered; ${pending} pending${down.length ? `; down: ${down.join(", ")}` : ""}`
   );
 }

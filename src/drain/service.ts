@@ -14,6 +14,7 @@ import type { DeliveryObserver } from "./observer.ts";
 import type { BatchEvent, TargetCycle } from "./delivery.ts";
 import { TargetRunner } from "./target.ts";
 import type { TargetView } from "./views.ts";
+import { formatDuration } from "../duration.ts";
 
 /** How long `stop()` waits for the in-flight batches unless told otherwise (`stopTimeoutMs`): 10 s. */
 export const DEFAULT_STOP_TIMEOUT_MS = 10_000;
@@ -168,7 +169,7 @@ export class OutboxSyncService {
     const clean = await withTimeout(settled, timeoutMs, () => false);
     if (!clean)
       this.logger.warn(
-        `drain: an in-flight batch did not settle within ${timeoutMs} ms; its rows stay queued and are settled from the ledger on the next start`,
+        `drain: an in-flight batch did not settle within ${formatDuration(timeoutMs)}; its rows stay queued and are settled from the ledger on the next start`,
       );
     for (const runner of this.runners) await runner.closeWriter();
     for (const runner of this.runners) runner.closeTables();

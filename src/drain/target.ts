@@ -13,10 +13,12 @@ import { FleetView } from "./fleet-view.ts";
 import { TargetLedger } from "./ledger.ts";
 import type { DeliveryObserver } from "./observer.ts";
 import type { LockHoldEvent, QueuePool } from "./queue-pool.ts";
+import { BacklogProgress } from "./backlog.ts";
 import { Reachability } from "./reachability.ts";
 import { DrainTable } from "./table/table.ts";
 import { TargetLoop } from "./target-loop.ts";
 import { TargetSetup } from "./target-setup.ts";
+import { formatDuration } from "../duration.ts";
 import type { FleetRow, TargetView } from "./views.ts";
 
 /** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
@@ -73,6 +75,8 @@ export class TargetRunner {
   readonly reachability: Reachability;
   /** When the loop last finished a cycle (epoch ms). */
   #lastCycleAt: number | null = null;
+  /** What the target says while it drains a backlog (see BacklogProgress). */
+  readonly #progress: BacklogProgress;
   private readonly app: AppConfig;
   private readonly logger: Logger;
   private readonly now: () => number;
@@ -117,6 +121,7 @@ export class TargetRunner {
     this.#tablesByFile = Map.groupBy(this.tables, (t) => t.file);
     this.fleetView = new FleetView(target.name, app.originLabel);
     this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
+    this.#progress = new BacklogProgress(target.name, logger);
     this.ledger = target.ledger
       ? new TargetLedger(writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger)
       : null;
@@ -233,6 +238,13 @@ export class TargetRunner {
     }
   }
 
+  /** Rows pending in every table of the target. */
+  #pending(): number {
+    let pending = 0;
+    for (const table of this.tables) pending += table.pendingCount();
+    return pending;
+  }
+
   /** Closes every table's queue file. */
   closeTables(): void {
     for (const table of this.tables) table.close();
@@ -254,6 +266,7 @@ export class TargetRunner {
         if (!(out.more && this.delivery.pipelining)) await this.delivery.confirmApplied();
         this.#lastCycleAt = this.now();
         this.loop.beat(this.#lastCycleAt);
+        if (!this.loop.stopping) this.#progress.cycled(this.#lastCycleAt, this.totals.delivered, () => this.#pending());
         return out;
       })
       .finally(() => {
@@ -302,7 +315,7 @@ export class TargetRunner {
       ? { ok: true }
       : {
           ok: false,
-          why: `the loop last ran ${Math.round(ageMs / 1000)} s ago (bound ${Math.round(boundMs / 1000)} s)`,
+          why: `the loop last ran ${formatDuration(ageMs)} ago (bound ${formatDuration(boundMs)})`,
         };
   }
 

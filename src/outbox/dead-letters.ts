@@ -39,22 +39,23 @@ export type DeadLetterRef = Pick<
 
 /**
  * What `Outbox.replayDeadMany` did, ascending seq: letters re-enqueued as `newSeq`, and letters
- * skipped because they were replayed before. A letter of a group brings its group, so letters of
- * other namespaces of the file (a group that spans tables) may be among them.
+ * left unchanged because they were replayed or discarded before (`replayedAsSeq` null: discarded).
+ * A letter of a group brings its group, so letters of other namespaces of the file (a group that
+ * spans tables) may be among them, each counted once.
  */
 export interface DeadReplays {
   replayed: Array<{ seq: number; namespace: string; newSeq: number }>;
-  skipped: Array<{ seq: number; namespace: string; replayedAsSeq: number | null }>;
+  unchanged: Array<{ seq: number; namespace: string; replayedAsSeq: number | null }>;
 }
 
 /**
- * What a skip of dead letters did (DeadSelection.skip), ascending seq: letters given up — a
- * letter's group with it, in every namespace of the file — and letters left as they were because
- * they were replayed or given up before (`replayedAsSeq` null: given up).
+ * What a discard of dead letters did (DeadSelection.discard), ascending seq: letters discarded — a
+ * letter's group with it, in every namespace of the file — and letters left unchanged because they
+ * were replayed or discarded before (`replayedAsSeq` null: discarded).
  */
-export interface DeadSkips {
-  skipped: Array<{ seq: number; namespace: string }>;
-  handled: Array<{ seq: number; namespace: string; replayedAsSeq: number | null }>;
+export interface DeadDiscards {
+  discarded: Array<{ seq: number; namespace: string }>;
+  unchanged: Array<{ seq: number; namespace: string; replayedAsSeq: number | null }>;
 }
 
 /**
@@ -106,13 +107,12 @@ export function findDeadLetterRefs(
   filter: DeadLetterFilter = {},
   options: { onError?: OnError } = {},
 ): DeadLetterRef[] {
-  return findIn<DeadLetterRef>(
-    location,
-    filter,
-    "namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq, grp",
-    options.onError,
-  );
+  return findIn<DeadLetterRef>(location, filter, REF_COLUMNS, options.onError);
 }
+
+/** The SELECT list of a DeadLetterRef (without its file). */
+const REF_COLUMNS =
+  "namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq, grp";
 
 function findIn<T extends { file: string }>(
   location: QueueLocation,
@@ -161,6 +161,26 @@ export function readDeadLetters(
         return select.seqs.flatMap((seq) => one.all(select.namespace, seq));
       }) ?? [];
     return rows.map((row) => ({ ...row, file }));
+  } catch (e) {
+    throw storageError(e, "cannot read dead letters", file);
+  }
+}
+
+/**
+ * The letters not yet replayed or discarded of each group `grps` names in one file (every
+ * namespace), seq order, read-only in one snapshot: what acting on a letter of a group brings
+ * with it. Throws StorageError when the file cannot be read.
+ */
+export function readGroupRefs(file: string, grps: Iterable<number>): Map<number, DeadLetterRef[]> {
+  try {
+    return (
+      readDeadLog(file, (db) => {
+        const query = db.query<Omit<DeadLetterRef, "file">, [number]>(
+          `SELECT ${REF_COLUMNS} FROM outbox_dead_log WHERE grp = ? AND replayed_at IS NULL ORDER BY seq`,
+        );
+        return new Map([...new Set(grps)].map((grp) => [grp, query.all(grp).map((r) => ({ ...r, file }))]));
+      }) ?? new Map()
+    );
   } catch (e) {
     throw storageError(e, "cannot read dead letters", file);
   }

@@ -5,8 +5,8 @@ import {
   deadLetterWhere,
   purgeCandidates,
   type DeadLetterFilter,
+  type DeadDiscards,
   type DeadReplays,
-  type DeadSkips,
   type PurgeOutcome,
   type PurgeRule,
 } from "./dead-letters.ts";
@@ -25,8 +25,8 @@ export interface DeadLettered {
 /**
  * One queue's dead log (outbox_dead_log): moving the head's group there so its namespace advances
  * — the drain at max_attempts, the operator's skip — and the operator's work on it: replaying
- * letters at the tail (a group as a group again), purging and pruning them without breaking a
- * chain, reading them.
+ * letters at the tail (a group as a group again) or discarding them, purging and pruning them
+ * without breaking a chain, reading them.
  */
 export class DeadLog {
   readonly #file: QueueFile;
@@ -39,10 +39,12 @@ export class DeadLog {
   constructor(file: QueueFile, appender: Appender) {
     this.#file = file;
     this.#appender = appender;
+    // A group is tried, charged and failed as one: its head carries the attempts and the error
+    // (?6, ?7, ?8), which every row of it keeps in the log unless the caller says why (?1, ?2).
     this.#move = file.prepare(
       `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, grp, traceparent, tracestate, lane_key)
-       SELECT seq, namespace, source, tag, payload, prev_seq, created_at, attempts,
-         coalesce(?1, last_error), coalesce(?2, last_error_class), ?3, ?4, grp, traceparent, tracestate, lane_key
+       SELECT seq, namespace, source, tag, payload, prev_seq, created_at, max(attempts, ?6),
+         coalesce(?1, last_error, ?7), coalesce(?2, last_error_class, ?8), ?3, ?4, grp, traceparent, tracestate, lane_key
        FROM outbox_queue WHERE seq = ?5`,
     );
     this.#remove = file.prepare("DELETE FROM outbox_queue WHERE seq = ?");
@@ -51,18 +53,24 @@ export class DeadLog {
   /**
    * See Outbox.deadLetter: the head and, when it starts a group, every other row of its group —
    * this namespace's run behind it and, for a group that spans tables, the parts in the others —
-   * in one transaction, so nothing of the group is left to deliver.
+   * in one transaction, so nothing of the group is left to deliver. Every letter keeps its own
+   * error (else the head's) and the head's attempts, unless `error` says why it moved.
    */
   deadLetter(seq: number, reason: DeadReason, error: string | null, errorClass: string | null): DeadLettered {
     const file = this.#file;
     return file.write("cannot dead-letter", () => {
       this.#requireHead(seq);
       const rows = this.#groupOf(seq);
+      const head = file.db
+        .query<{ attempts: number; error: string | null; errorClass: string | null }, [number]>(
+          "SELECT attempts, last_error AS error, last_error_class AS errorClass FROM outbox_queue WHERE seq = ?",
+        )
+        .get(seq)!;
       const at = isoTimestamp();
       const heads = new Map<string, number | null>();
       for (const r of rows) if (!heads.has(r.namespace)) heads.set(r.namespace, this.#headOf(r.namespace));
       for (const r of rows) {
-        this.#move.run(error, errorClass, reason, at, r.seq);
+        this.#move.run(error, errorClass, reason, at, r.seq, head.attempts, head.error, head.errorClass);
         this.#remove.run(r.seq);
       }
       const others = [...heads.keys()].filter((ns) => ns !== file.namespace);
@@ -119,7 +127,7 @@ export class DeadLog {
     if (dead.replayedAt !== null) {
       throw this.#file.invalid(
         dead.replayedAsSeq === null
-          ? `dead letter ${seq} was given up (skipped) at ${dead.replayedAt}: it is not replayed`
+          ? `dead letter ${seq} was discarded at ${dead.replayedAt}: it is never replayed`
           : `dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`,
       );
     }
@@ -142,16 +150,17 @@ export class DeadLog {
     return file.read("cannot replay dead letters", () =>
       qdb.transaction(() => {
         if (selection) this.#requireSelection(ordered, selection);
-        const out: DeadReplays = { replayed: [], skipped: [] };
+        const out: DeadReplays = { replayed: [], unchanged: [] };
         const done = new Set<string>();
         for (const seq of ordered) {
           const dead = this.#dead(seq);
           if (!dead) throw this.#notDead(seq);
+          // Replayed with its group a moment ago, in this transaction: counted once, as replayed.
+          if (done.has(`${dead.namespace}\0${seq}`)) continue;
           if (dead.replayedAt !== null) {
-            out.skipped.push({ seq, namespace: dead.namespace, replayedAsSeq: dead.replayedAsSeq });
+            out.unchanged.push({ seq, namespace: dead.namespace, replayedAsSeq: dead.replayedAsSeq });
             continue;
           }
-          if (done.has(`${dead.namespace}\0${seq}`)) continue;
           qdb.nextGroup();
           for (const letter of this.#letterGroup(dead)) {
             const [newSeq] = this.#appenderOf(letter.namespace).appendToGroup(
@@ -176,18 +185,19 @@ export class DeadLog {
   }
 
   /**
-   * Gives letters up without replaying them, each with the unreplayed letters of its group (other
-   * namespaces' parts included), in ONE transaction: `replayed_at` is set and `replayed_as_seq`
-   * left NULL, so they count as handled — no longer dead letters to act on, never replayed, pruned
-   * after retain_replayed_days like replayed ones — and stay in the log, where the chain may still
-   * need them. Letters replayed or given up before are reported, not changed. `selection` as in
-   * replayMany; a seq that is no dead letter here throws NotFoundError and nothing changes.
+   * Discards letters — gives them up for good, never delivered — each with the unreplayed letters
+   * of its group (other namespaces' parts included), in ONE transaction: `replayed_at` is set and
+   * `replayed_as_seq` left NULL, so they count as handled — no longer dead letters to act on, never
+   * replayed, pruned after retain_replayed_days like replayed ones — and stay in the log, where the
+   * chain may still need them, with their own error. Letters replayed or discarded before are
+   * reported, not changed. `selection` as in replayMany; a seq that is no dead letter here throws
+   * NotFoundError and nothing changes.
    */
-  skipMany(ordered: readonly number[], selection?: DeadLetterFilter): DeadSkips {
+  discardMany(ordered: readonly number[], selection?: DeadLetterFilter): DeadDiscards {
     const file = this.#file;
-    return file.write("cannot skip dead letters", () => {
+    return file.write("cannot discard dead letters", () => {
       if (selection) this.#requireSelection(ordered, selection);
-      const out: DeadSkips = { skipped: [], handled: [] };
+      const out: DeadDiscards = { discarded: [], unchanged: [] };
       const done = new Set<string>();
       const at = isoTimestamp();
       const mark = file.db.query(
@@ -196,15 +206,16 @@ export class DeadLog {
       for (const seq of ordered) {
         const dead = this.#dead(seq);
         if (!dead) throw this.#notDead(seq);
+        if (done.has(`${dead.namespace}\0${seq}`)) continue;
         if (dead.replayedAt !== null) {
-          out.handled.push({ seq, namespace: dead.namespace, replayedAsSeq: dead.replayedAsSeq });
+          out.unchanged.push({ seq, namespace: dead.namespace, replayedAsSeq: dead.replayedAsSeq });
           continue;
         }
         for (const letter of this.#letterGroup(dead)) {
           const key = `${letter.namespace}\0${letter.seq}`;
           if (done.has(key)) continue;
           mark.run(at, letter.seq, letter.namespace);
-          out.skipped.push({ seq: letter.seq, namespace: letter.namespace });
+          out.discarded.push({ seq: letter.seq, namespace: letter.namespace });
           done.add(key);
         }
       }

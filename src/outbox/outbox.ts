@@ -139,9 +139,12 @@ export class Outbox extends QueueView {
     });
   }
 
-  /** Operator action: dead-letters the head (and its group) with reason "skipped". */
+  /**
+   * Operator action: moves the head (and its group) aside into the dead letters, reason "skipped",
+   * each letter keeping its own error; replayable like any dead letter.
+   */
   skipHead(seq: number): DeadLettered {
-    return this.deadLetter(seq, "skipped", "skipped by operator");
+    return this.deadLetter(seq, "skipped");
   }
 
   /** Re-enqueues a dead letter at the tail (once) and records replayed_at / replayed_as_seq; returns the new seq. */
@@ -153,7 +156,7 @@ export class Outbox extends QueueView {
   /**
    * Re-enqueues many dead letters at the tail in ONE transaction, in ascending seq order whatever
    * the order given, each linked to the one before (as replayDead, from the same tail and append);
-   * letters replayed before are skipped, never replayed twice. A seq that is no dead letter of
+   * letters replayed or discarded before are left unchanged, never replayed twice. A seq that is no dead letter of
    * this namespace throws NotFoundError and nothing is replayed. `source` defaults to each letter's.
    */
   replayDeadMany(seqs: readonly number[], source?: string): DeadReplays {
@@ -161,7 +164,7 @@ export class Outbox extends QueueView {
     if (!Array.isArray(seqs) || !seqs.every((s) => Number.isSafeInteger(s) && s > 0))
       throw this.queueFile.invalid("replayDeadMany expects an array of positive integer seqs");
     const ordered = [...new Set(seqs)].sort((a, b) => a - b);
-    if (ordered.length === 0) return { replayed: [], skipped: [] };
+    if (ordered.length === 0) return { replayed: [], unchanged: [] };
     return this.deadLog.replayMany(ordered, source);
   }
 

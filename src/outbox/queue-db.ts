@@ -5,6 +5,7 @@ import type { QueueLayout } from "./layout.ts";
 import { isEmbedded, migrate, queueLayout, readOrigin } from "./schema.ts";
 import { openMigrated, requireWal, retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
+import { formatDuration } from "../duration.ts";
 
 // How often a producer checks that its file is still the one at its path (a stat, ~0.9 µs: too
 // dear for every enqueue). A file deleted or replaced while open would otherwise take every later
@@ -340,7 +341,7 @@ export class QueueDb {
       return;
     this.close();
     throw new StorageError(
-      `cannot enqueue: namespace "${namespace}" in ${this.path}: the file was deleted or replaced while open; events enqueued in the last ${MOVED_CHECK_MS} ms went with it. The outbox is closed; open it again to write to a new file at this path.`,
+      `cannot enqueue: namespace "${namespace}" in ${this.path}: the file was deleted or replaced while open; events enqueued in the last ${formatDuration(MOVED_CHECK_MS)} went with it. The outbox is closed; open it again to write to a new file at this path.`,
       this.path,
       namespace,
     );

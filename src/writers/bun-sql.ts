@@ -93,7 +93,7 @@ export class BunSqlWriter implements OutboxWriter {
   readonly concurrent = true;
   /** Whether a batch may go on a busy connection, behind the one there (see #pass; `pipeline`, default true). */
   readonly pipelined: boolean;
-  /** The target with its password masked: safe for logs and errors. */
+  /** Where the target is — writer, user, host, port, database; never the password (describeServer). */
   readonly description: string;
   /** The pool: `max_connections` clients of one connection each (see #acquire). */
   readonly #slots: Slot[];
@@ -320,7 +320,7 @@ export class BunSqlWriter implements OutboxWriter {
 
   /** A `WriteError` whose message and cause never contain the password. */
   #fail(message: string, error: unknown, misconfigured = false): WriteError {
-    const text = maskSecrets(`${this.dialect} ${this.description}: ${message}`, this.#secrets);
+    const text = maskSecrets(`${this.description}: ${message}`, this.#secrets);
     const cause = error === undefined ? undefined : maskCause(error, this.#secrets);
     return new WriteError(text, undefined, { ...(cause === undefined ? {} : { cause }), misconfigured });
   }

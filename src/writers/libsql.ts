@@ -30,7 +30,7 @@ const SCHEMES = ["libsql", "https", "http", "wss", "ws", "file"];
  */
 export class LibsqlWriter implements OutboxWriter {
   readonly dialect = "libsql" as const;
-  /** The URL with any token masked: safe for logs and errors. */
+  /** Where the target is — the writer and the URL without its token or parameters (describeLibsql). */
   readonly description: string;
   readonly #url: string;
   readonly #authToken: string | undefined;
@@ -49,7 +49,7 @@ export class LibsqlWriter implements OutboxWriter {
     this.#authToken = stringKey(connection, "auth_token", "db_token");
     this.#batchTimeoutMs = (numberKey(connection, "batch_timeout") ?? DEFAULT_LIBSQL_BATCH_TIMEOUT_S) * 1000;
     this.#coalesce = booleanKey(connection, "coalesce", true);
-    this.description = maskUrl(url);
+    this.description = describeLibsql(url);
     this.#secrets = [this.#authToken, tokenInUrl(url)].filter((s): s is string => !!s);
   }
 
@@ -167,9 +167,25 @@ export class LibsqlWriter implements OutboxWriter {
 
   /** A `WriteError` whose message and cause never contain the auth token. */
   #fail(message: string, error: unknown, misconfigured = false): WriteError {
-    const text = maskSecrets(`libsql ${this.description}: ${message}`, this.#secrets);
+    const text = maskSecrets(`${this.description}: ${message}`, this.#secrets);
     const cause = error === undefined ? undefined : maskCause(error, this.#secrets);
     return new WriteError(text, undefined, { ...(cause === undefined ? {} : { cause }), misconfigured });
+  }
+}
+
+/**
+ * Where a libSQL target is, for logs, errors and `status`: `libsql libsql://acme.turso.io` or
+ * `libsql file:/srv/local.db` — the URL without its credentials or parameters (`?authToken=`).
+ */
+export function describeLibsql(url: string): string {
+  if (url.startsWith("file:")) return `libsql ${url.split("?")[0]}`;
+  try {
+    const u = new URL(url);
+    const host = u.host === "" ? "" : `//${u.host}`;
+    const path = u.pathname === "/" ? "" : decodeURIComponent(u.pathname);
+    return `libsql ${u.protocol}${host}${path}`;
+  } catch {
+    return "libsql (url is not a valid URL)";
   }
 }
 
@@ -263,6 +279,6 @@ export const libsqlWriter: WriterSpec = {
     }
     return problems;
   },
-  describe: (connection) => maskUrl(stringKey(connection, "url", "db_url") ?? ""),
+  describe: (connection) => describeLibsql(stringKey(connection, "url", "db_url") ?? ""),
   create: (connection) => new LibsqlWriter(connection),
 };

@@ -99,11 +99,28 @@ export function validateServer(connection: Connection, schemes: string[]): Probl
   return problems;
 }
 
-/** The target as `scheme://user@host:port/db` with any password masked. */
-export function describeServer(connection: Connection, scheme: string): string {
+/**
+ * Where a server target is, for logs, errors and `status`: the writer, then user, host, port and
+ * database (`postgres app@db.example:5432/shop`), from `url` or the separate keys alike — never
+ * its password or a URL parameter (`sslmode`, `password=`), which say nothing about where.
+ */
+export function describeServer(connection: Connection, writer: "postgres" | "mysql"): string {
+  const port = writer === "postgres" ? 5432 : 3306;
   const url = stringKey(connection, "url");
-  if (url) return maskUrl(url);
-  const user = stringKey(connection, "user", "username");
-  const port = stringKey(connection, "port");
-  return `${scheme}://${user ? `${user}@` : ""}${stringKey(connection, "host") ?? "localhost"}${port ? `:${port}` : ""}/${stringKey(connection, "database") ?? ""}`;
+  if (url) {
+    let u: URL;
+    try {
+      u = new URL(url);
+    } catch {
+      return `${writer} (url is not a valid URL)`;
+    }
+    const database = decodeURIComponent(u.pathname.replace(/^\//, ""));
+    return `${writer} ${where(decodeURIComponent(u.username), decodeURIComponent(u.hostname) || "localhost", u.port || String(port), database)}`;
+  }
+  return `${writer} ${where(stringKey(connection, "user", "username"), stringKey(connection, "host") ?? "localhost", stringKey(connection, "port") ?? String(port), stringKey(connection, "database") ?? "")}`;
+}
+
+/** `user@host:port/database`; without a user, `host:port/database`. */
+function where(user: string | undefined, host: string, port: string, database: string): string {
+  return `${user ? `${user}@` : ""}${host}:${port}/${database}`;
 }

@@ -95,15 +95,22 @@ function nextSteps(shown: string, isInstalled: boolean, missingDev: readonly str
   // project runs npm's unrelated "tsc" package: both belong to the project, as dev dependencies.
   if (missingDev.length > 0)
     steps.unshift([`Add what type-checking the scaffold needs to this project: bun add -d ${missingDev.join(" ")}`]);
+  // The package is not on npm (the name there is not this package): it is packed from a checkout.
   if (!isInstalled) {
     const checkout = checkoutRoot();
     const tarball = `sqloutbox-${VERSION}.tgz`;
-    steps.unshift([
-      "Add the package to this project: bun add sqloutbox",
+    steps.unshift(
       checkout === null
-        ? `   (before its first npm release: \`bun pm pack\` in a sqloutbox checkout, then bun add /path/to/that/checkout/${tarball})`
-        : `   (before its first npm release: bun add ${path.join(checkout, tarball)}, after \`bun pm pack\` in ${checkout})`,
-    ]);
+        ? [
+            "Add the package to this project. It is not on npm yet: run `bun pm pack` in a checkout of the",
+            `   sqloutbox repository, then here: bun add /path/to/that/checkout/${tarball}`,
+          ]
+        : [
+            "Add the package to this project. It is not on npm yet: pack it from this checkout, then add the tarball:",
+            `     (cd ${checkout} && bun pm pack)`,
+            `     bun add ${path.join(checkout, tarball)}`,
+          ],
+    );
   }
   return steps.flatMap(([first, ...rest], i) => [`  ${i + 1}. ${first}`, ...rest.map((l) => `  ${l}`)]);
 }

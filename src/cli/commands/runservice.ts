@@ -12,7 +12,7 @@ import { createDrainMetrics } from "../../ops/metrics.ts";
 import { createSystemdNotifier } from "../../ops/systemd.ts";
 import { traceSettings } from "../../ops/tracing/settings.ts";
 import { createTracing, type Tracing } from "../../ops/tracing/tracing.ts";
-import type { Logger } from "../../logger.ts";
+import { isFieldBag, type Logger, takesFieldBags } from "../../logger.ts";
 import { VERSION } from "../../version.ts";
 import { configArg, configFile, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
@@ -151,18 +151,26 @@ export const runservice = defineCommand({
   },
 });
 
-/** A logger that masks every credential in what it prints (driver errors may quote a URL or DSN). */
+/**
+ * The CLI's logger (which takes field bags) masking every credential in what it prints — driver
+ * errors may quote a URL or DSN — field values included. Still one that takes field bags: else
+ * the library would fold the fields into the message, and JSON lines would lose their keys
+ * whenever the config holds a secret.
+ */
 function maskingLogger(logger: Logger, secrets: readonly string[]): Logger {
   if (secrets.length === 0) return logger;
-  const clean = (v: unknown): unknown => maskError(v, secrets); // strings and Errors (cause chain) masked
+  const clean = (v: unknown): unknown =>
+    isFieldBag(v)
+      ? Object.fromEntries(Object.entries(v).map(([k, f]) => [k, typeof f === "string" ? maskSecrets(f, secrets) : f]))
+      : maskError(v, secrets); // strings and Errors (cause chain) masked
   const wrap =
     (fn: (m: string, ...r: unknown[]) => void) =>
     (m: string, ...r: unknown[]) =>
       fn(clean(m) as string, ...r.map(clean));
-  return {
+  return takesFieldBags({
     debug: wrap(logger.debug.bind(logger)),
     info: wrap(logger.info.bind(logger)),
     warn: wrap(logger.warn.bind(logger)),
     error: wrap(logger.error.bind(logger)),
-  };
+  });
 }

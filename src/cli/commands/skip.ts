@@ -1,7 +1,7 @@
 import { defineCommand } from "citty";
 import { withOutbox } from "../../outbox/outbox.ts";
 import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "../args.ts";
-import { print } from "../text-output.ts";
+import { print, shellWord } from "../text-output.ts";
 import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../locations.ts";
 
 /** `sqloutbox skip`: move a stuck head to the dead-letter log (reason "skipped"), so its namespace advances. */
@@ -56,9 +56,4 @@ function locationFlags(args: { config?: string; "db-dir"?: string; "db-file"?: s
   if (args["db-file"] !== undefined) flags.push("--db-file", shellWord(args["db-file"]));
   if (args.app !== undefined) flags.push("--app", shellWord(args.app));
   return flags;
-}
-
-/** `value` as one shell word (single-quoted when it holds anything but plain path characters). */
-function shellWord(value: string): string {
-  return /^[\w./@:+=-]+$/.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`;
 }

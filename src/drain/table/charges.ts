@@ -1,5 +1,7 @@
 import type { AppConfig } from "../../config/types.ts";
+import { formatDuration } from "../../duration.ts";
 import { describeError } from "../../errors.ts";
+import { laneOf } from "../../lane-key.ts";
 import type { Logger } from "../../logger.ts";
 import type { DrainQueue } from "../../outbox/drain-queue.ts";
 import type { DeadLettered, DeadReason, OutboxRow } from "../../outbox/outbox.ts";
@@ -34,7 +36,13 @@ export interface Charged {
  * tracing.
  */
 export class HeadCharges {
-  constructor(private readonly parts: ChargeParts) {}
+  /** The table's lanes (`lanes`): with more than one, a line names the failing row's key and lane. */
+  readonly #lanes: number;
+
+  constructor(private readonly parts: ChargeParts) {
+    const target = parts.app.targets.find((t) => t.name === parts.target);
+    this.#lanes = target?.tables.find((t) => t.name === parts.table)?.lanes ?? 1;
+  }
 
   /** Records a failed attempt of the group `row` heads (`attempts` includes this one: it was charged before delivery). */
   failed(queue: DrainQueue, row: OutboxRow, attempts: number, message: string, errorClass: string): Charged {
@@ -52,8 +60,8 @@ export class HeadCharges {
     }
     const what = row.grp === null ? `seq ${row.seq}` : `the group of seq ${row.seq}`;
     logger.warn(
-      `drain: ${what} of namespace "${table}" failed on target ${target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${Math.round(delay)} ms): ${message}`,
-      { target, namespace: table, seq: row.seq, attempt: attempts, error_class: errorClass },
+      `drain: ${what}${this.#laneText(row)} of namespace "${table}" failed on target ${target} (attempt ${attempts}${app.maxAttempts === null ? "" : `/${app.maxAttempts}`}, retry in ${formatDuration(delay)}): ${message}`,
+      { target, namespace: table, seq: row.seq, attempt: attempts, error_class: errorClass, ...this.#laneField(row) },
     );
     return { failed: 1, deadLettered: 0, touched: [], retryAt: at + delay };
   }
@@ -123,14 +131,24 @@ export class HeadCharges {
       reason,
       rows: moved.seqs.length,
     });
-    logger.error(`drain: dead-lettered ${describeMoved(row.seq, moved)} of namespace "${table}" ${why}: ${message}`, {
-      target,
-      namespace: table,
-      seq: row.seq,
-      attempt: attempts,
-      error_class: errorClass,
-    });
+    logger.error(
+      `drain: dead-lettered ${describeMoved(row.seq, moved)}${this.#laneText(row)} of namespace "${table}" ${why}: ${message}`,
+      { target, namespace: table, seq: row.seq, attempt: attempts, error_class: errorClass, ...this.#laneField(row) },
+    );
     return { failed: 0, deadLettered: moved.seqs.length, touched: moved.others, retryAt: null };
+  }
+
+  /** In a table with lanes, which of them a row holds: ` (key "cust-42", lane 3)`, or ` (no key: every lane)`. */
+  #laneText(row: OutboxRow): string {
+    if (this.#lanes <= 1) return "";
+    const lane = laneOf(row.laneKey, this.#lanes);
+    return lane === null ? " (no key: every lane)" : ` (key ${JSON.stringify(row.laneKey)}, lane ${lane})`;
+  }
+
+  /** The `lane` field of a JSON log line, in a table with lanes (absent for a row without a key). */
+  #laneField(row: OutboxRow): { lane?: number } {
+    const lane = this.#lanes <= 1 ? null : laneOf(row.laneKey, this.#lanes);
+    return lane === null ? {} : { lane };
   }
 }
 

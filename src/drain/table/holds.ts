@@ -1,3 +1,4 @@
+import { formatDuration } from "../../duration.ts";
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../logger.ts";
 import type { DeliveryObserver } from "../observer.ts";
@@ -222,7 +223,7 @@ export class TableHolds {
     this.#hold = { reason, message, since: repeated ? this.#hold!.since : now, until };
     if (repeated) return;
     this.observer?.held({ target: this.where.target, table: this.where.table, reason, message, at: now, until });
-    const retry = Number.isFinite(until) ? `, retrying in ${Math.round(until - now)} ms` : "";
+    const retry = Number.isFinite(until) ? `, retrying in ${formatDuration(until - now)}` : "";
     this.logger[level](`drain: "${this.where.table}" is held (${reason})${retry}: ${message}`, {
       target: this.where.target,
       namespace: this.where.table,

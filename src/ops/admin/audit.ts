@@ -3,7 +3,7 @@ import type { Logger } from "../../logger.ts";
 import type { Who } from "./access.ts";
 
 /** The admin API's actions, as its log and metrics name them. */
-export type AdminAction = "replay" | "skip" | "retry" | "skip_head" | "kick";
+export type AdminAction = "replay" | "discard" | "retry" | "skip_head" | "kick";
 /** How an action ended: done, only a dry run, refused (409: the selection or head changed), failed (an error). */
 export type AdminOutcome = "done" | "dry_run" | "refused" | "failed";
 
@@ -24,13 +24,13 @@ export function createAdminAudit(logger: Logger, registry?: client.Registry): Ad
   const registers = registry ? [registry] : [];
   const actions = new client.Counter({
     name: "sqloutbox_admin_actions_total",
-    help: "Actions through the admin API, by action (replay, skip, retry, skip_head, kick) and outcome (done, dry_run, refused, failed).",
+    help: "Actions through the admin API, by action (replay, discard, retry, skip_head, kick) and outcome (done, dry_run, refused, failed).",
     labelNames: ["action", "outcome"],
     registers,
   });
   const rows = new client.Counter({
     name: "sqloutbox_admin_rows_total",
-    help: "Rows the admin API's actions changed: dead letters replayed or given up (their groups included), heads retried or skipped.",
+    help: "Rows the admin API's actions changed: dead letters replayed or discarded (their groups included), heads retried or skipped.",
     labelNames: ["action"],
     registers,
   });

@@ -1,9 +1,8 @@
 // The admin API's dead letters: the list (filtered, paged, with its total), one letter with its
-// group, and replay or skip of a selection — letters named by id, or a filter guarded by the count
-// the operator saw. Reads open files read-only; an action opens only files that hold its letters.
+// group, and replay or discard of a selection — letters named by id, or a filter guarded by the
+// count the operator saw. Reads open files read-only; an action opens only files that hold its letters.
 import fs from "node:fs";
-import path from "node:path";
-import { NotFoundError, OutboxError } from "../../errors.ts";
+import { NotFoundError } from "../../errors.ts";
 import {
   type DeadLetterFilter,
   type DeadLetterRef,
@@ -11,9 +10,8 @@ import {
   findDeadLetterRefs,
   readDeadLetters,
 } from "../../outbox/dead-letters.ts";
-import { withDeadSelection } from "../../outbox/dead-selection.ts";
-import { tableNameProblem } from "../../outbox/table-name.ts";
-import { type AdminApp, appNamed } from "./locations.ts";
+import { actOnSelection, type DeadAction } from "../../outbox/dead-selection.ts";
+import { type AdminApp, appNamed, existingTableFile } from "./locations.ts";
 import type { LetterView } from "./letter-view.ts";
 import { type LetterAction, type LetterFilter, type LetterId, type LetterState, RequestError } from "./requests.ts";
 
@@ -25,24 +23,24 @@ export interface LetterList {
   unreadable: Array<{ file: string; error: string }>;
 }
 
-/** What a replay or skip did (or, `dry_run`, would do). `refused` says why it stopped: then `done` is what had been done. */
+/** What a replay or discard did (or, `dry_run`, would do). `refused` says why it stopped: then `done` is what had been done. */
 export interface ActionReport {
-  action: "replay" | "skip";
+  action: DeadAction;
   dry_run: boolean;
   /** The letters the selection named or matched. */
   total: number;
   expect?: number;
-  /** Letters replayed (with `new_seq`) or given up — with their groups. In a dry run: the letters that would be. */
+  /** Letters replayed (with `new_seq`) or discarded — with their groups. In a dry run: the letters that would be. */
   done: Array<{ id: string; new_seq?: number | null }>;
-  /** Letters left as they were: replayed or given up before. */
-  unchanged: Array<{ id: string; state: "replayed" | "skipped"; replayed_as_seq: number | null }>;
+  /** Letters left as they were: replayed or discarded before. */
+  unchanged: Array<{ id: string; state: "replayed" | "discarded"; replayed_as_seq: number | null }>;
   refused?: { code: string; message: string };
 }
 
 type Located = DeadLetterRef & { app: string };
 
 const stateOf = (l: Pick<DeadLetterRef, "replayedAt" | "replayedAsSeq">): LetterView["state"] =>
-  l.replayedAt === null ? "dead" : l.replayedAsSeq === null ? "skipped" : "replayed";
+  l.replayedAt === null ? "dead" : l.replayedAsSeq === null ? "discarded" : "replayed";
 const idOf = (app: string, namespace: string, seq: number) => `${app}/${namespace}/${seq}`;
 
 /** Whether a location exists yet (producers create it): nothing to read before. */
@@ -172,136 +170,71 @@ function parseArgs(payload: string): unknown {
   }
 }
 
-/** The file that holds `namespace` of `app` (it must exist: nothing is created); the name is checked as the producer checks it first. */
-function fileOf(app: AdminApp, namespace: string): string {
-  const problem = tableNameProblem(namespace);
-  if (problem !== null) throw new RequestError(400, "E_USAGE", `namespace: ${problem}`);
-  const file = app.dbFile ?? path.join(app.dbDir, `${namespace}.db`);
-  if (!fs.existsSync(file)) throw new NotFoundError(`no table "${namespace}" in app "${app.name}" (no ${file})`);
-  return file;
-}
-
 /** One letter in full — the statement, its arguments, its error — and every letter of its group. */
 export function letterDetail(apps: readonly AdminApp[], id: LetterId): { letter: LetterView; group: LetterView[] } {
   const app = appNamed(apps, id.app);
-  const file = fileOf(app, id.namespace);
+  const file = existingTableFile(app, id.namespace);
   const [letter] = readDeadLetters(file, { namespace: id.namespace, seqs: [id.seq] });
   if (!letter) throw new NotFoundError(`no dead letter ${idOf(app.name, id.namespace, id.seq)}`);
   const group = letter.grp === null ? [letter] : readDeadLetters(file, { grp: letter.grp });
   return { letter: view({ ...letter, app: app.name }), group: group.map((l) => view({ ...l, app: app.name })) };
 }
 
-/** The letters of one file and namespace an action works on. */
-interface Unit {
-  app: string;
-  file: string;
-  namespace: string;
-  letters: Located[];
-}
-
 /**
- * Replays or skips a selection. Ids: every letter must exist (404, nothing changed, otherwise);
- * letters replayed or given up before are left as they are. A filter: its letters are counted
- * first, across every file, and nothing is done unless there are exactly `expect` (409); then each
- * file and table is acted on in ONE write transaction that checks first that its letters are
- * still exactly those counted (DeadSelection). All of it runs without a pause: the drain of this
- * process cannot dead-letter, replay or change a letter in between. Another process (an
- * operator's CLI) that changes a table's letters in that instant makes its check fail: the answer
- * is then a 409 that lists what the tables before it had done (`refused`, `done`).
+ * Replays or discards a selection (actOnSelection, as `dead-letter replay` and `discard` do). Ids:
+ * every letter must exist (404, nothing changed, otherwise); letters replayed or discarded before
+ * are left as they are. A filter: its letters are counted first, across every file, and nothing is
+ * done unless there are exactly `expect` (409); then each file and table is acted on in ONE write
+ * transaction that checks first that its letters are still exactly those counted. All of it runs
+ * without a pause: the drain of this process cannot dead-letter, replay or change a letter in
+ * between. Another process (an operator's CLI) that changes a table's letters in that instant
+ * makes its check fail: the answer is then a 409 that lists what the tables before it had done
+ * (`refused`, `done`). A dry run counts what the real run does: each letter's group with it.
  */
-export function actOnLetters(kind: "replay" | "skip", apps: readonly AdminApp[], action: LetterAction): ActionReport {
+export function actOnLetters(kind: DeadAction, apps: readonly AdminApp[], action: LetterAction): ActionReport {
   const { selection, dryRun } = action;
-  const report: ActionReport = { action: kind, dry_run: dryRun, total: 0, done: [], unchanged: [] };
-  let units: Unit[];
+  let letters: Located[];
   let guard: DeadLetterFilter | undefined;
-  if (selection.kind === "ids") {
-    units = unitsOfIds(apps, selection.ids);
-  } else {
-    report.expect = selection.expect;
+  if (selection.kind === "ids") letters = lettersOfIds(apps, selection.ids);
+  else {
     const unreadable: LetterList["unreadable"] = [];
-    const found = locate(apps, selection.filter, "dead", unreadable);
+    letters = locate(apps, selection.filter, "dead", unreadable);
     if (unreadable.length > 0)
       throw new RequestError(
         503,
         "E_STORAGE",
         `cannot count the letters: ${unreadable[0]!.file}: ${unreadable[0]!.error}`,
       );
-    units = unitsOf(found);
     guard = selection.filter.filter;
   }
-  report.total = units.reduce((n, u) => n + u.letters.length, 0);
-  if (selection.kind === "filter" && report.total !== selection.expect) {
+  const expect = selection.kind === "filter" ? selection.expect : undefined;
+  const done = actOnSelection(kind, letters, { dryRun, expect, guard, stopOnFailure: true });
+  const appOf = new Map(letters.map((l) => [l.file, l.app]));
+  const id = (l: { file: string; namespace: string; seq: number }) => idOf(appOf.get(l.file)!, l.namespace, l.seq);
+  const report: ActionReport = {
+    action: kind,
+    dry_run: dryRun,
+    total: done.selected,
+    ...(expect === undefined ? {} : { expect }),
+    done: done.done.map((l) => ({ id: id(l), ...(l.newSeq === undefined ? {} : { new_seq: l.newSeq }) })),
+    unchanged: done.unchanged.map((l) => ({
+      id: id(l),
+      state: l.replayedAsSeq === null ? "discarded" : "replayed",
+      replayed_as_seq: l.replayedAsSeq,
+    })),
+  };
+  if (done.refused) report.refused = done.refused;
+  const failed = done.failed[0];
+  if (failed)
     report.refused = {
-      code: "E_CONFLICT",
-      message: `the filter selects ${report.total} letter(s) now, not the ${selection.expect} expected: nothing was changed; look again and send the count you see`,
+      code: failed.error.code,
+      message: `${failed.error.message}${report.done.length > 0 ? ` (${report.done.length} letter(s) of the tables before it were ${kind === "replay" ? "replayed" : "discarded"}: see done)` : ""}`,
     };
-    return report;
-  }
-  for (const unit of units)
-    for (const l of unit.letters) {
-      const state = stateOf(l);
-      if (state === "dead") continue;
-      report.unchanged.push({ id: idOf(unit.app, unit.namespace, l.seq), state, replayed_as_seq: l.replayedAsSeq });
-    }
-  if (dryRun) {
-    for (const unit of units)
-      for (const l of unit.letters)
-        if (stateOf(l) === "dead")
-          report.done.push({
-            id: idOf(unit.app, unit.namespace, l.seq),
-            ...(kind === "replay" ? { new_seq: null } : {}),
-          });
-    return report;
-  }
-  report.unchanged = [];
-  // A letter's group comes along in every table of its file: a later table's letters may be done already.
-  const acted = new Set<string>();
-  for (const unit of units) {
-    const key = (namespace: string, seq: number) => `${unit.file}\0${namespace}\0${seq}`;
-    const seqs = unit.letters.map((l) => l.seq).filter((seq) => !acted.has(key(unit.namespace, seq)));
-    if (seqs.length === 0 && guard === undefined) continue;
-    try {
-      withDeadSelection(unit.file, unit.namespace, (s) => {
-        if (kind === "replay") {
-          const out = s.replay(seqs, guard);
-          for (const r of out.replayed) {
-            acted.add(key(r.namespace, r.seq));
-            report.done.push({ id: idOf(unit.app, r.namespace, r.seq), new_seq: r.newSeq });
-          }
-          for (const r of out.skipped)
-            report.unchanged.push({
-              id: idOf(unit.app, r.namespace, r.seq),
-              state: r.replayedAsSeq === null ? "skipped" : "replayed",
-              replayed_as_seq: r.replayedAsSeq,
-            });
-        } else {
-          const out = s.skip(seqs, guard);
-          for (const r of out.skipped) {
-            acted.add(key(r.namespace, r.seq));
-            report.done.push({ id: idOf(unit.app, r.namespace, r.seq) });
-          }
-          for (const r of out.handled)
-            report.unchanged.push({
-              id: idOf(unit.app, r.namespace, r.seq),
-              state: r.replayedAsSeq === null ? "skipped" : "replayed",
-              replayed_as_seq: r.replayedAsSeq,
-            });
-        }
-      });
-    } catch (error) {
-      if (!(error instanceof OutboxError)) throw error;
-      report.refused = {
-        code: error.code,
-        message: `${error.message}${report.done.length > 0 ? ` (${report.done.length} letter(s) of the tables before it were ${kind === "replay" ? "replayed" : "skipped"}: see done)` : ""}`,
-      };
-      return report;
-    }
-  }
   return report;
 }
 
-/** The letters ids name, each found (404 for the first that is not: nothing is changed then), by file and table. */
-function unitsOfIds(apps: readonly AdminApp[], ids: readonly LetterId[]): Unit[] {
+/** The letters ids name, each found (404 for the first that is not: nothing is changed then). */
+function lettersOfIds(apps: readonly AdminApp[], ids: readonly LetterId[]): Located[] {
   const found: Located[] = [];
   const seen = new Set<string>();
   for (const id of ids) {
@@ -309,26 +242,10 @@ function unitsOfIds(apps: readonly AdminApp[], ids: readonly LetterId[]): Unit[]
     const key = idOf(app.name, id.namespace, id.seq);
     if (seen.has(key)) continue;
     seen.add(key);
-    const file = fileOf(app, id.namespace);
+    const file = existingTableFile(app, id.namespace);
     const [letter] = readDeadLetters(file, { namespace: id.namespace, seqs: [id.seq] });
     if (!letter) throw new NotFoundError(`no dead letter ${key}: nothing was changed`);
     found.push({ ...letter, app: app.name });
   }
-  return unitsOf(found);
-}
-
-/** Letters by file and table, each table's ascending by seq; tables in a stable order. */
-function unitsOf(letters: readonly Located[]): Unit[] {
-  const units = new Map<string, Unit>();
-  for (const l of letters) {
-    const key = `${l.app}\0${l.file}\0${l.namespace}`;
-    let unit = units.get(key);
-    if (!unit) units.set(key, (unit = { app: l.app, file: l.file, namespace: l.namespace, letters: [] }));
-    unit.letters.push(l);
-  }
-  const out = [...units.values()].sort(
-    (a, b) => a.app.localeCompare(b.app) || a.file.localeCompare(b.file) || a.namespace.localeCompare(b.namespace),
-  );
-  for (const u of out) u.letters.sort((a, b) => a.seq - b.seq);
-  return out;
+  return found;
 }

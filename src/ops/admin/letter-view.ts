@@ -9,7 +9,7 @@ export interface LetterView {
   seq: number;
   /** The seq of its group's first row; null for a row alone. */
   group: number | null;
-  state: "dead" | "replayed" | "skipped";
+  state: "dead" | "replayed" | "discarded";
   reason: string;
   attempts: number;
   error: string | null;

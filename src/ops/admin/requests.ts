@@ -40,7 +40,7 @@ export interface LetterId {
 /** What an action on dead letters selects: letters named by id, or a filter and the count the operator saw. */
 export type Selection = { kind: "ids"; ids: LetterId[] } | { kind: "filter"; filter: LetterFilter; expect: number };
 
-/** A replay or skip request: its selection and whether it only says what it would do. */
+/** A replay or discard request: its selection and whether it only says what it would do. */
 export interface LetterAction {
   selection: Selection;
   dryRun: boolean;
@@ -50,9 +50,11 @@ export interface LetterAction {
 const FILTER_FIELDS = ["app", "namespace", "key", "reason", "error", "since", "until"] as const;
 /** What the list adds: which letters by state, and the page. */
 const LIST_FIELDS = [...FILTER_FIELDS, "state", "cursor", "limit"] as const;
-/** Which letters the list shows: dead (not replayed, the default), replayed, skipped (given up), or all. */
-const STATES = ["dead", "replayed", "skipped", "all"] as const;
+/** Which letters the list shows: dead (neither replayed nor discarded, the default), replayed, discarded, or all. */
+const STATES = ["dead", "replayed", "discarded", "all"] as const;
 export type LetterState = (typeof STATES)[number];
+/** `state=skipped`, the word of earlier versions for discarded letters, still answers as `discarded`. */
+const STATE_ALIASES: Record<string, LetterState> = { skipped: "discarded" };
 
 /**
  * Reads a request's JSON body: `application/json`, at most MAX_BODY_BYTES (counted as it
@@ -160,7 +162,7 @@ export function parseListQuery(params: URLSearchParams): {
     fields[name] = value;
   }
   onlyFields(fields, LIST_FIELDS, "the query");
-  const state = (fields.state ?? "dead") as LetterState;
+  const state = (STATE_ALIASES[fields.state ?? ""] ?? fields.state ?? "dead") as LetterState;
   if (!STATES.includes(state)) throw bad(`query.state: expected one of ${STATES.join(", ")}`);
   const limit = fields.limit === undefined ? 50 : Number(fields.limit);
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > 500 || !/^\d+$/.test(fields.limit ?? "50"))
@@ -190,7 +192,7 @@ export function parseSeq(value: unknown, where: string): number {
 }
 
 /**
- * A replay or skip body: `{ "ids": [...] }` or `{ "filter": {...}, "expect": N }`, and `dry_run`.
+ * A replay or discard body: `{ "ids": [...] }` or `{ "filter": {...}, "expect": N }`, and `dry_run`.
  * A filter always needs `expect` — the count the operator saw — so no request acts on letters
  * nobody counted, and an empty filter (every letter) is refused without it like any other.
  */

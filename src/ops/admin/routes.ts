@@ -5,6 +5,7 @@ import { NotFoundError, OutboxError } from "../../errors.ts";
 import type { Access, AdminTokens, Decision, Knock, Who } from "./access.ts";
 import { decideAccess } from "./access.ts";
 import type { AdminAction, AdminAudit } from "./audit.ts";
+import type { DeadAction } from "../../outbox/dead-selection.ts";
 import { actOnLetters, letterDetail, listLetters, type ActionReport } from "./dead-letters.ts";
 import { appNamed, tableOf, type AdminApp } from "./locations.ts";
 import {
@@ -68,13 +69,13 @@ export function createAdminApi(sources: AdminSources): (req: Request, knock: Kno
     );
 
   const letterAction =
-    (kind: "replay" | "skip"): Handler =>
+    (kind: DeadAction): Handler =>
     async (req, caller) => {
       const action = parseLetterAction(await readJsonBody(req));
       return answerAction(kind, caller.who, action, actOnLetters(kind, sources.apps, action));
     };
 
-  const answerAction = (kind: "replay" | "skip", who: Who, action: LetterAction, report: ActionReport) => {
+  const answerAction = (kind: DeadAction, who: Who, action: LetterAction, report: ActionReport) => {
     const what =
       action.selection.kind === "ids"
         ? `${action.selection.ids.length} id(s)`
@@ -85,7 +86,7 @@ export function createAdminApi(sources: AdminSources): (req: Request, knock: Kno
       who,
       outcome,
       rows: report.done.length,
-      what: `${what}: ${report.total} selected, ${report.done.length} ${outcome === "dry_run" ? "would be " : ""}${kind === "replay" ? "replayed" : "skipped"}${report.refused ? ` — refused: ${report.refused.message}` : ""}`,
+      what: `${what}: ${report.total} selected, ${report.done.length} ${outcome === "dry_run" ? "would be " : ""}${kind === "replay" ? "replayed" : "discarded"}${report.refused ? ` — refused: ${report.refused.message}` : ""}`,
     });
     return report.refused ? fail(409, report.refused.code, report.refused.message, { report }) : json(200, report);
   };
@@ -144,7 +145,9 @@ export function createAdminApi(sources: AdminSources): (req: Request, knock: Kno
       },
     },
     { method: "POST", path: ["dead-letters", "replay"], needs: "write", handle: letterAction("replay") },
-    { method: "POST", path: ["dead-letters", "skip"], needs: "write", handle: letterAction("skip") },
+    { method: "POST", path: ["dead-letters", "discard"], needs: "write", handle: letterAction("discard") },
+    // The name of earlier versions (v1 keeps it): letters given up are "discarded"; skip moves a queue head aside.
+    { method: "POST", path: ["dead-letters", "skip"], needs: "write", handle: letterAction("discard") },
     {
       method: "POST",
       path: ["tables", "*", "*", "retry"],

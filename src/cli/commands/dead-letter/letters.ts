@@ -13,6 +13,8 @@ export interface DeadLetterEntry extends FiledDeadLetter {
   dbDir: string;
   /** The db_file holding it (null: a file of the db_dir). */
   dbFile: string | null;
+  /** `dead` (to act on), `replayed` (as `replayedAsSeq`) or `discarded` (given up for good). */
+  state: "dead" | "replayed" | "discarded";
 }
 
 /** A file that could not be read or written; the others are still processed, and the command exits 1. */
@@ -35,7 +37,8 @@ export function collectDeadLetters(
     if (!locationExists(loc)) continue;
     for (const d of findDeadLetters(loc, filter, { onError: recorder(failed) })) {
       const error = d.error === null ? null : redact(d.error, locations.secrets);
-      out.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, ...d, error });
+      const state = d.replayedAt === null ? "dead" : d.replayedAsSeq === null ? "discarded" : "replayed";
+      out.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, ...d, error, state });
     }
   }
   return { entries: out, failed };
@@ -72,7 +75,7 @@ export const reasonArg = {
   reason: {
     type: "string",
     valueHint: "R",
-    description: "Only this reason (max_attempts, undecodable, unsupported_statement, skipped, …)",
+    description: "Only this reason (max_attempts, undecodable, unsupported_statement, skipped: a head moved aside, …)",
   },
 } as const;
 export const sinceArg = {

@@ -1,85 +1,12 @@
 import { defineCommand } from "citty";
 import path from "node:path";
 import { InvalidArgumentError, NotFoundError, UsageError } from "../../../errors.ts";
-import { type DeadLetterFilter, type DeadLetterRef, findDeadLetterRefs } from "../../../outbox/dead-letters.ts";
+import { findDeadLetterRefs } from "../../../outbox/dead-letters.ts";
 import { type DeadLetter, withOutbox } from "../../../outbox/outbox.ts";
-import { appArg, jsonArg, locationArgs, logArgs, parseSeq } from "../../args.ts";
-import {
-  appDirs,
-  type Location,
-  locationExists,
-  namespaceFile,
-  requireOutboxNamespace,
-  resolveLocations,
-} from "../../locations.ts";
-import { oneLine, print, renderTable } from "../../text-output.ts";
-import {
-  dryRunArg,
-  type FileFailure,
-  failIf,
-  filterOf,
-  groupRows,
-  keyArg,
-  reasonArg,
-  recorder,
-  sinceArg,
-} from "./letters.ts";
-
-/** `dead-letter replay --json` with a selection: what was (with `dryRun`, would be) re-enqueued and what was skipped as already replayed. */
-interface ReplayReport {
-  action: "replay";
-  dryRun: boolean;
-  /** `newSeq` is null in a dry run. */
-  replayed: Array<{ namespace: string; seq: number; newSeq: number | null; file: string }>;
-  skipped: Array<{ namespace: string; seq: number; file: string; replayedAsSeq: number | null }>;
-  failed: FileFailure[];
-}
-
-/** The human replay report: a row per namespace and file with counts and the seqs replayed, then a summary. */
-function renderReplay(r: ReplayReport): string {
-  if (r.replayed.length + r.skipped.length === 0)
-    return r.failed.length > 0 ? "no dead letters match in the readable files" : "no dead letters match";
-  const groups = groupRows([
-    ...r.replayed.map((e) => ({ ...e, done: true })),
-    ...r.skipped.map((e) => ({ ...e, done: false })),
-  ]);
-  const table = renderTable(
-    [
-      { header: "namespace" },
-      { header: r.dryRun ? "to replay" : "replayed", right: true },
-      { header: "skipped", right: true },
-      { header: "seqs" },
-      { header: "file" },
-    ],
-    groups.map((g) => {
-      const done = g.rows.filter((e) => e.done).map((e) => e.seq);
-      return [
-        g.namespace,
-        String(done.length),
-        String(g.rows.length - done.length),
-        oneLine(seqRanges(done), 40),
-        g.file,
-      ];
-    }),
-  );
-  const skipped = r.skipped.length > 0 ? `; ${r.skipped.length} skipped (already replayed)` : "";
-  const summary = r.dryRun
-    ? `dry run: would replay ${r.replayed.length} dead letter(s) at the tail of their namespace${skipped}; nothing changed`
-    : `replayed ${r.replayed.length} dead letter(s) at the tail of their namespace${skipped}`;
-  return `${table}\n\n${summary}`;
-}
-
-/** Ascending seqs as ranges: `1-3, 7, 9-10`; `-` for none. */
-function seqRanges(seqs: readonly number[]): string {
-  const sorted = [...seqs].sort((a, b) => a - b);
-  const parts: string[] = [];
-  for (let i = 0; i < sorted.length; i++) {
-    const start = sorted[i]!;
-    while (i + 1 < sorted.length && sorted[i + 1] === sorted[i]! + 1) i++;
-    parts.push(start === sorted[i] ? String(start) : `${start}-${sorted[i]}`);
-  }
-  return parts.join(", ") || "-";
-}
+import { parseSeq } from "../../args.ts";
+import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../../locations.ts";
+import { print } from "../../text-output.ts";
+import { actOnFiltered, expectOf, printSelection, selectionArgs, selectionFilter } from "./selection.ts";
 
 /** `dead-letter replay`. */
 export const replay = defineCommand({
@@ -88,23 +15,7 @@ export const replay = defineCommand({
     description:
       "Re-enqueue quarantined rows at the tail of their namespace, once each: one (--namespace N --seq S) or a selection (safe while the drain runs)",
   },
-  args: {
-    ...locationArgs,
-    namespace: {
-      type: "string",
-      valueHint: "N",
-      description: "With --seq: that namespace's dead letter; alone: all of its dead letters",
-    },
-    seq: { type: "string", valueHint: "S", description: "The one dead letter to replay (with --namespace)" },
-    ...reasonArg,
-    ...sinceArg,
-    ...keyArg,
-    all: { type: "boolean", description: "Every dead letter (a selection is required: never everything by accident)" },
-    ...dryRunArg,
-    ...appArg,
-    ...jsonArg,
-    ...logArgs,
-  },
+  args: selectionArgs("replay"),
   async run({ args }) {
     const dryRun = args["dry-run"] === true;
     const all = args.all === true;
@@ -115,21 +26,12 @@ export const replay = defineCommand({
           "--seq replays one dead letter; it does not combine with --reason, --since, --key or --all",
         );
       }
+      if (args.expect !== undefined) throw new UsageError("--expect goes with a selection: --seq names its letter");
       return (dryRun ? replayOneDryRun : replayOne)(args.namespace, parseSeq(args.seq), args);
     }
-    const given = (["namespace", "reason", "since", "key"] as const)
-      .filter((k) => args[k] !== undefined)
-      .map((k) => `--${k}`);
-    if (all && given.length > 0)
-      throw new UsageError(`--all selects every dead letter: give either --all or ${given.join(", ")}`);
-    if (!all && given.length === 0)
-      throw new UsageError(
-        "dead-letter replay needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, --key K, or --all",
-      );
-    const filter = filterOf(args);
-    const report = replaySelection(appDirs(await resolveLocations(args), args.app), filter, dryRun);
-    print(args.json ? JSON.stringify(report, null, 2) : renderReplay(report));
-    failIf(report.failed, "replay failed in");
+    const filter = selectionFilter("replay", args);
+    const { report, failed } = await actOnFiltered("replay", args, filter, expectOf(args.expect));
+    printSelection(report, failed, args);
   },
 });
 
@@ -173,7 +75,11 @@ async function replayOneDryRun(namespace: string, seq: number, args: OneLetterAr
   if (!letter) throw new NotFoundError(`no dead letter with seq ${seq} in namespace "${namespace}" (${file})`);
   if (letter.replayedAt !== null)
     throw new InvalidArgumentError(
-      `dead letter ${seq} was already replayed as seq ${letter.replayedAsSeq} at ${letter.replayedAt} (namespace "${namespace}" in ${file})`,
+      `${
+        letter.replayedAsSeq === null
+          ? `dead letter ${seq} was discarded at ${letter.replayedAt}: it is never replayed`
+          : `dead letter ${seq} was already replayed as seq ${letter.replayedAsSeq} at ${letter.replayedAt}`
+      } (namespace "${namespace}" in ${file})`,
       { namespace, file },
     );
   // What Outbox.replayDead brings back with it: the letters of its group not replayed yet.
@@ -208,41 +114,4 @@ async function replayOneDryRun(namespace: string, seq: number, args: OneLetterAr
 /** The letters of a group as replayed: each with the seq it came back as. */
 function replayedWith(group: readonly DeadLetter[]): Array<{ namespace: string; seq: number; newSeq: number }> {
   return group.map((l) => ({ namespace: l.namespace, seq: l.seq, newSeq: l.replayedAsSeq! }));
-}
-
-/**
- * Replays the selected letters of every location: per file and namespace ONE transaction
- * (Outbox.replayDeadMany), which re-checks each letter under the write lock, so a letter replayed
- * meanwhile is skipped. A dry run only reads. A file that fails is reported; the others go on.
- */
-function replaySelection(dirs: readonly Location[], filter: DeadLetterFilter, dryRun: boolean): ReplayReport {
-  const report: ReplayReport = { action: "replay", dryRun, replayed: [], skipped: [], failed: [] };
-  const fail = recorder(report.failed);
-  for (const loc of dirs) {
-    if (!locationExists(loc)) continue;
-    for (const { file, namespace, rows } of groupRows<DeadLetterRef>(
-      findDeadLetterRefs(loc, filter, { onError: fail }),
-    )) {
-      if (dryRun) {
-        for (const l of rows) {
-          if (l.replayedAt === null) report.replayed.push({ namespace, seq: l.seq, newSeq: null, file });
-          else report.skipped.push({ namespace, seq: l.seq, file, replayedAsSeq: l.replayedAsSeq });
-        }
-        continue;
-      }
-      try {
-        const done = withOutbox(file, namespace, (outbox) => outbox.replayDeadMany(rows.map((l) => l.seq)));
-        // Letters of a group come back with their group, whichever namespace the selection met first.
-        const seen = new Set(report.replayed.map((r) => `${r.file}\0${r.namespace}\0${r.seq}`));
-        for (const r of done.replayed)
-          report.replayed.push({ namespace: r.namespace, seq: r.seq, newSeq: r.newSeq, file });
-        for (const s of done.skipped)
-          if (!seen.has(`${file}\0${s.namespace}\0${s.seq}`))
-            report.skipped.push({ namespace: s.namespace, seq: s.seq, file, replayedAsSeq: s.replayedAsSeq });
-      } catch (e) {
-        fail(file, e as Error);
-      }
-    }
-  }
-  return report;
 }

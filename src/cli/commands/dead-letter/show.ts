@@ -12,7 +12,7 @@ import { collectDeadLetters, type DeadLetterEntry, failIf } from "./letters.ts";
 function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] = []): string {
   const members =
     group.length > 1
-      ? ` — ${group.length} statements: ${group.map((g) => (g.namespace === e.namespace ? `seq ${g.seq}` : `${g.namespace} seq ${g.seq}`)).join(", ")}; replayed and skipped together`
+      ? ` — ${group.length} statements: ${group.map((g) => (g.namespace === e.namespace ? `seq ${g.seq}` : `${g.namespace} seq ${g.seq}`)).join(", ")}; replayed and discarded together`
       : "";
   return renderFields([
     ["namespace", e.namespace],
@@ -24,11 +24,12 @@ function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] 
     ["created at", e.createdAt],
     ["dead at", e.deadAt],
     ["reason", e.reason],
+    ["state", e.state],
     ["attempts", String(e.attempts)],
     ["error class", e.errorClass ?? "-"],
     ["error", e.error ?? "-"],
     ["prev seq", e.prevSeq === null ? "-" : String(e.prevSeq)],
-    ["replayed at", e.replayedAt ?? "-"],
+    [e.state === "discarded" ? "discarded at" : "replayed at", e.replayedAt ?? "-"],
     ["replayed as", e.replayedAsSeq === null ? "-" : String(e.replayedAsSeq)],
     ["sql", e.tag],
     ["args", e.payload],
