@@ -425,3 +425,38 @@ function perKeyOf(rows: ReadonlyArray<readonly [string, number]>): Map<string, n
   for (const [k, n] of rows) by.set(k, [...(by.get(k) ?? []), n]);
   return by;
 }
+
+test("the background loop reads on past a held lane at once: groups larger than batch_size in other lanes land without waiting for the held head's backoff", async () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const remote = await openRemote("sqlite", { cleanups });
+  await remote.exec(
+    `CREATE TABLE events (${AUTO_POS[remote.dialect]}, k TEXT NOT NULL, n BIGINT NOT NULL CHECK (n >= 0))`,
+  );
+  const producer = new SQLMiddleware({ dbDir: dir.file("queue") });
+  const [poison] = keysOf(2, 1) as [string];
+  const others = [0, 1, 3, 4, 5, 6, 7].flatMap((l) => keysOf(l, 1));
+  producer.push("events", INSERT, [poison, -1], { key: poison }); // refused: backs off for a minute
+  // Each transaction is larger than batch_size, over the other lanes: one group per batch.
+  for (let g = 0; g < 5; g++)
+    producer.transaction(() => {
+      for (let n = 1; n <= 60; n++) {
+        const k = others[(g + n) % others.length]!;
+        producer.push("events", INSERT, [k, n], { key: k });
+      }
+    });
+  const config = defineConfig({
+    app: {
+      app: {
+        dbDir: dir.file("queue"),
+        ...FAST,
+        backoffUnitSeconds: 30,
+        batchSize: 50,
+        db: { r: { writer: remote.writer, connection: remote.connection, tables: [{ name: "events", lanes: LANES }] } },
+      },
+    },
+  });
+  const svc = new OutboxSyncService(config, { "app.r": remote.createWriter() });
+  cleanups.push(() => svc.stop(2000));
+  await svc.start();
+  await waitFor(async () => (await remote.count("events")) === 300, "every group of the other lanes", 10_000);
+});

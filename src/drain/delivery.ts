@@ -27,6 +27,8 @@ export interface TargetCycle {
   outage: boolean;
   /** More rows are ready right now. */
   more: boolean;
+  /** A table's next read starts further on though nothing was sent (see TableOutcome.readOn). */
+  readOn?: boolean;
   /** When something becomes ready next (epoch ms), if known. */
   wakeAt: number | null;
 }
@@ -437,6 +439,7 @@ export class Delivery {
       out.deadLettered += outcome.deadLettered;
       out.failed += outcome.failed;
       out.more ||= outcome.more;
+      if (outcome.readOn) out.readOn = true;
       out.wakeAt = minWake(out.wakeAt, outcome.wakeAt);
       this.forgetReadAhead(outcome.touched);
       if (!draft) return;

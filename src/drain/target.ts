@@ -49,10 +49,11 @@ export interface TargetRunnerOptions {
 
 /**
  * "Cycle again at once" only after progress: a writer that keeps answering `skipped` for a head
- * (or any other no-op outcome) must not turn the loop into a hot spin against the remote.
+ * (or any other no-op outcome) must not turn the loop into a hot spin against the remote. A read
+ * that moved on past held lanes is progress too (it never moves back without a new cause).
  */
 function noSpin(out: TargetCycle): TargetCycle {
-  if (out.more && out.delivered + out.failed + out.deadLettered === 0) out.more = false;
+  if (out.more && out.delivered + out.failed + out.deadLettered === 0 && !out.readOn) out.more = false;
   return out;
 }
 

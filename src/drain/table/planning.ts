@@ -20,6 +20,8 @@ export interface TableOutcome {
   wakeAt: number | null;
   /** Other tables of the file whose rows moved too (a dead-lettered group that spans tables). */
   touched?: string[];
+  /** Nothing was sent, but the next read starts further on (past held lanes): more is ready, not a spin. */
+  readOn?: boolean;
 }
 
 /** An outcome with nothing in it yet. */
@@ -190,6 +192,8 @@ export class HeadPlanning {
     laneState.planned(plan);
     if (plan.slice !== null) return { ...plan.slice, lanes: after };
     progress.movedOn({ ...after, whole: false }); // nothing to send: the next read starts there at once
+    // Rows wait behind what was read, past held lanes: plan again now, not when a backoff ends.
+    if (read.truncated && (after.cursor ?? 0) > (cursor ?? 0)) out.more = out.readOn = true;
     return null;
   }
 
