@@ -6,7 +6,7 @@ import { openDrainQueue } from "../outbox/drain-queue.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter } from "./bounded-writer.ts";
-import { Delivery, type BatchEvent, type TargetCycle } from "./delivery.ts";
+import { type AnsweredBatch, Delivery, type BatchEvent, type TargetCycle } from "./delivery.ts";
 import { DescriptorRoom, QUEUE_FILE_DESCRIPTORS } from "./descriptors.ts";
 import type { FileCare } from "./file-care.ts";
 import { FleetView } from "./fleet-view.ts";
@@ -86,6 +86,8 @@ export class TargetRunner {
   private readonly delivery: Delivery;
   private readonly loop: TargetLoop;
   #running: Promise<TargetCycle> | null = null;
+  /** Batches answered since the drain started: every `cleanup_every` of them the tables prune. */
+  #batches = 0;
   /** The cycle in flight looks at some tables only (see Agenda). */
   #selective = false;
 
@@ -169,18 +171,38 @@ export class TargetRunner {
       ledger,
       tables,
       reachability,
-      fleetView,
       logger,
       now,
       observer,
-      onBatch: options.onBatch,
       hooks: {
         changed: (changed) => loop.changed(changed),
         quiet: (until) => loop.quiet(until),
         ledgerMissing: () => this.setup.undo(),
         lateAnswered: () => loop.wakeForAll(),
+        answered: (batch) => this.#answered(batch),
       },
     });
+  }
+
+  /**
+   * What follows an answered batch beyond its tables: our own ledger rows that moved show in the
+   * fleet view at once, the metrics and the debug log hear of it, and every `cleanup_every` batches
+   * the tables prune their logs in the background.
+   */
+  #answered(batch: AnsweredBatch): void {
+    const { app, now, logger } = this;
+    for (const { table, fenced, delivered } of batch.slices)
+      if (fenced && delivered > 0) this.fleetView.noteThrough(table, now());
+    const { rows, moved, durationMs } = batch;
+    this.options.onBatch?.({ app: app.name, target: this.name, rows, durationMs });
+    logger.debug(`drain: batch to ${this.name}: ${rows} rows, ${moved} settled in ${formatDuration(durationMs)}`, {
+      app: app.name,
+      target: this.name,
+      rows,
+      duration_ms: Math.round(durationMs),
+    });
+    this.#batches += 1;
+    if (this.#batches % app.cleanupEvery === 0) for (const table of this.tables) void table.prune();
   }
 
   /** Every origin's delivery of the served tables, as last read (see FleetView). */
