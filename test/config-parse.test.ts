@@ -1,6 +1,7 @@
 import { hostname } from "node:os";
 import { describe, expect, test } from "bun:test";
-import { DEFAULTS, parseConfigToml } from "../src/index.ts";
+import { ConfigError, DEFAULTS, parseConfigToml } from "../src/index.ts";
+import { errorOf } from "./support/errors.ts";
 
 const FILE = "/etc/sqloutbox/outbox.toml";
 
@@ -186,6 +187,14 @@ describe("target keys", () => {
     const target = targetOf(minimal("", 'ledger = false\nledger_table = "outbox_ledger"'));
     expect([target.ledger, target.ledgerTable]).toEqual([false, "outbox_ledger"]);
     expect(() => targetOf(minimal("", 'ledger_table = "a;b"'))).toThrow(/ledger_table.*must be a plain table name/);
+  });
+
+  test("lanes without the ledger are refused at the table's entry", () => {
+    const error = errorOf<ConfigError>(() =>
+      parseConfigToml(minimal("", "ledger = false", '[{ name = "events", lanes = 4 }]'), FILE, {}),
+    );
+    expect(error.keyPath).toBe("app.myapp.db.primary.tables[0]");
+    expect(error.message).toContain("lanes = 4, which need the delivery ledger");
   });
 
   test("file_mode must let the owner read and write; origin_label must not be empty", () => {

@@ -79,12 +79,12 @@ function checkLanes(r: Reader, path: string, tables: TableConfig[], ledger: bool
     if (table.lanes === 1) continue;
     if (!ledger)
       r.fail(
-        join(path, `${r.key("tables")}[${i}]`),
+        `${join(path, r.key("tables"))}[${i}]`,
         `table "${table.name}" has lanes = ${table.lanes}, which need the delivery ledger: this target has ledger = false (set lanes = 1, or ledger = true)`,
       );
     else if (table.injectOutboxSeq)
       r.fail(
-        join(path, `${r.key("tables")}[${i}]`),
+        `${join(path, r.key("tables"))}[${i}]`,
         `table "${table.name}" has lanes = ${table.lanes} and is injected (inject_outbox_seq): the compatibility mode keeps one strict order per table (set lanes = 1, or inject_outbox_seq = false)`,
       );
   }
