@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { describe, expect, test } from "bun:test";
-import { ConfigError, DEFAULTS, parseConfigToml } from "../src/index.ts";
+import { type ConfigError, DEFAULTS, parseConfigToml } from "../src/index.ts";
 import { errorOf } from "./support/errors.ts";
 
 const FILE = "/etc/sqloutbox/outbox.toml";
@@ -119,6 +119,7 @@ describe("target keys", () => {
       writer: null,
       writerClass: "/etc/sqloutbox/writers.ts:MyWriter",
       connection: {},
+      tenants: null,
       dialect: null,
       compat: false,
       ledger: true,

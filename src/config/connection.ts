@@ -2,9 +2,13 @@ import { isAbsolute, resolve } from "node:path";
 import { builtinWriter } from "../writers/registry.ts";
 import { missingKeys } from "../writers/writer-spec.ts";
 import { maskSecrets } from "../masking.ts";
+import { hasTenantPlaceholder, TENANT_PLACEHOLDER, withTenant } from "../tenant.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { connectionSecrets, variableSecrets } from "./secret-values.ts";
 import { didYouMean } from "./suggest.ts";
+
+/** The tenant a template's connection is checked for (see checkBuiltinConnection). */
+const SAMPLE_TENANT = "sample-tenant";
 
 /**
  * Reads a target's `[connection]` table: `${VAR}` interpolated at any depth (what the values used
@@ -74,16 +78,23 @@ function resolveLocalPaths(writer: string | null, connection: Record<string, unk
   }
 }
 
-/** Checks a built-in writer's `[connection]` against its declared keys (unknown, missing, invalid). */
+/**
+ * Checks a built-in writer's `[connection]` against its declared keys (unknown, missing, invalid).
+ * A tenant template is checked as one tenant's connection would be — a check that parses a URL or
+ * a number sees a value a tenant's could hold — and its problems quote `{tenant}` where the sample stood.
+ */
 function checkBuiltinConnection(
   r: Reader,
   writer: string | null,
-  connection: Record<string, unknown>,
+  template: Record<string, unknown>,
   path: string,
   unresolved: ReadonlySet<string> = new Set(),
 ): void {
   const spec = builtinWriter(writer);
   if (!spec) return; // unknown writer already reported; an unregistered one is checked when created
+  const isTemplate = hasTenantPlaceholder(template);
+  const connection = isTemplate ? withTenant(template, SAMPLE_TENANT) : template;
+  const shown = (message: string) => (isTemplate ? message.split(SAMPLE_TENANT).join(TENANT_PLACEHOLDER) : message);
   const known = spec.keys.map((k) => k.name);
   for (const key of Object.keys(connection)) {
     if (!known.includes(key))
@@ -98,6 +109,6 @@ function checkBuiltinConnection(
   const secrets = [...connectionSecrets(writer, connection), ...r.secretValues];
   for (const problem of spec.validate?.(connection) ?? []) {
     if (unresolved.has(problem.key)) continue;
-    r.fail(join(path, problem.key), maskSecrets(problem.message, secrets));
+    r.fail(join(path, problem.key), shown(maskSecrets(problem.message, secrets)));
   }
 }

@@ -1,3 +1,5 @@
+import { TENANT_PLACEHOLDER } from "../tenant.ts";
+
 /** Environment lookups used for `${VAR}`: process env merged with `.env` and Doppler. */
 export type EnvMap = Record<string, string | undefined>;
 
@@ -24,7 +26,9 @@ export function interpolate(value: string, env: EnvMap, onVar?: (name: string, v
       if (!VAR_NAME.test(name)) throw new Error(`invalid variable name "\${${name}}" (letters, digits and _ only)`);
       const resolved = env[name];
       if (resolved === undefined)
-        throw new Error(`environment variable "${name}" is not set (process env, .env, Doppler)`);
+        throw new Error(
+          `environment variable "${name}" is not set (process env, .env, Doppler)${name === "tenant" ? `; a tenant template names each tenant's database with ${TENANT_PLACEHOLDER}, without the $` : ""}`,
+        );
       onVar?.(name, resolved);
       out += resolved;
       i = end + 1;

@@ -87,6 +87,10 @@ export const TARGET_KEYS = {
     doc: "Connections to this target, each carrying up to two batches in flight, the second queued behind the first (so 1 already keeps two in flight)",
   }),
   connection: key(own<Record<string, unknown>>("table"), { default: described("{}"), doc: "Passed to the writer." }),
+  max_open_tenants: key(integer({ min: 1 }), {
+    default: 64,
+    doc: "A tenant template only: at most this many tenant databases open at once, the least recently used closed first",
+  }),
 };
 export type TargetInput = Input<typeof TARGET_KEYS>;
 

@@ -7,6 +7,7 @@ import { TARGET_KEYS } from "./keys.ts";
 import { isTable, join, typeName, type Reader, type Table } from "./reader.ts";
 import { didYouMean } from "./suggest.ts";
 import { readTables } from "./tables.ts";
+import { readTenants } from "./tenant-template.ts";
 import type { TableConfig, TargetConfig } from "./types.ts";
 import { isRelativePath, splitWriterClass } from "./writer-class-spec.ts";
 
@@ -39,11 +40,12 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
   r.checkKeys(raw, Object.keys(TARGET_KEYS), path);
 
   const { writer, writerClass } = readWriter(r, raw, path, input.baseDir);
-  const { retainLogDays, ...settings } = readKeys(r, raw, path, TARGET_KEYS);
+  const { retainLogDays, maxOpenTenants, ...settings } = readKeys(r, raw, path, TARGET_KEYS);
   const tables = readTables(r, raw, path, retainLogDays ?? input.retainLogDays, input.lanes, input.claim);
   const connection = readConnection(r, raw, path, writer, input.baseDir);
   checkCompat(r, path, settings.compat, settings.dialect ?? builtinWriter(writer)?.dialect ?? null);
   checkLanes(r, path, tables, settings.ledger);
+  const tenants = readTenants(r, raw, path, { ...settings, connection, maxOpenTenants, writerClass, tables });
   return {
     name: `${input.app}.${input.db}`,
     app: input.app,
@@ -51,6 +53,7 @@ export function buildTarget(r: Reader, input: TargetSource): TargetConfig | unde
     writer,
     writerClass,
     connection,
+    tenants,
     ...settings,
     tables,
   };

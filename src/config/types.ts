@@ -13,8 +13,11 @@ export interface TableConfig extends Resolved<Values<typeof TABLE_KEYS>> {
   name: string;
 }
 
-/** One remote database target, named `app.db`. Its `retain_log_days` passes down to its tables only. */
-export interface TargetConfig extends Omit<Values<typeof TARGET_KEYS>, "retainLogDays"> {
+/**
+ * One remote database target, named `app.db`. Its `retain_log_days` passes down to its tables only;
+ * its `max_open_tenants` is `tenants.maxOpen`.
+ */
+export interface TargetConfig extends Omit<Values<typeof TARGET_KEYS>, "retainLogDays" | "maxOpenTenants"> {
   /** `${app}.${db}` — the key of this target's writer. */
   name: string;
   app: string;
@@ -23,8 +26,17 @@ export interface TargetConfig extends Omit<Values<typeof TARGET_KEYS>, "retainLo
   writer: string | null;
   /** `./path.ts:Export` or `package:Export`, resolved relative to the config file. */
   writerClass: string | null;
-  /** The `[connection]` table as given (after `${VAR}` interpolation). Contains secrets: never log it. */
+  /**
+   * The `[connection]` table as given (after `${VAR}` interpolation). Contains secrets: never log it.
+   * A tenant template's keeps its `{tenant}` placeholders (`withTenant` resolves them).
+   */
   connection: Record<string, unknown>;
+  /**
+   * Set when the target is a tenant template (SPEC §4c: a `{tenant}` in a `[connection]` value):
+   * each tenant's rows go to its own database, at most `maxOpen` of them open at once
+   * (`max_open_tenants`). Null: one database.
+   */
+  tenants: { maxOpen: number } | null;
   tables: TableConfig[];
 }
 
