@@ -5,6 +5,7 @@ import { ConfigError, createWriters, defineConfig, loadConfigToml } from "../src
 import { parseConfigDocument } from "../src/config/parse.ts";
 import { describeSlow } from "./support/slow.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
+import { writerOf } from "./support/writers.ts";
 
 let dir: TempDir;
 beforeEach(() => {
@@ -69,7 +70,7 @@ describe("writer_class", () => {
     const { writers } = await loadConfigToml(writeConfig('writer_class = "./writers/turso.ts"'), {
       env: { TOKEN: "t" },
     });
-    expect(typeof writers["myapp.primary"]!.writeBatch).toBe("function");
+    expect(typeof writerOf(writers, "myapp.primary").writeBatch).toBe("function");
   });
 
   test("a package specifier is resolved from the config file's directory", async () => {
@@ -202,7 +203,7 @@ describe("built-in writers", () => {
     fs.mkdirSync(dir.file("remote"));
     const { writers, config } = await loadConfigToml(file, { env: {} });
     expect(config.apps[0]!.targets[0]!.connection.path).toBe(dir.file("remote/target.db"));
-    const writer = writers["myapp.primary"]!;
+    const writer = writerOf(writers, "myapp.primary");
     expect(writer.dialect).toBe("sqlite");
     const results = await writer.writeBatch([
       { sql: "CREATE TABLE events (id INTEGER PRIMARY KEY, v TEXT)", args: [], namespace: "events", seq: 1 },
@@ -223,9 +224,9 @@ describe("built-in writers", () => {
   test("an unopenable sqlite file surfaces as an outage (WriteError) at first write, not at load", async () => {
     fs.mkdirSync(dir.file("isdir.db"));
     const { writers } = await loadConfigToml(writeConfig('writer = "sqlite"', 'path = "isdir.db"'), { env: {} });
-    const error = await writers["myapp.primary"]!.writeBatch([
-      { sql: "SELECT 1", args: [], namespace: "t", seq: 1 },
-    ]).catch((e) => e);
+    const error = await writerOf(writers, "myapp.primary")
+      .writeBatch([{ sql: "SELECT 1", args: [], namespace: "t", seq: 1 }])
+      .catch((e) => e);
     expect(error).toMatchObject({ code: "E_WRITE" });
   });
 });

@@ -14,6 +14,7 @@ import type { Dialect } from "../src/vocabulary.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FaultyWriter, oneApp } from "./support/drain-harness.ts";
 import { openRemote } from "./support/remote.ts";
+import { writerOf } from "./support/writers.ts";
 
 const cleanups = cleanupsAfterEach();
 const TP = (n: number) => `00-${n.toString(16).padStart(32, "a")}-${n.toString(16).padStart(16, "b")}-01`;
@@ -104,7 +105,7 @@ describe.each(["postgres", "mysql"] as const)("delivering with trace_comments in
       remote: { writer: engine, connection: remote.connection, tables: ["t"], traceComments: true },
     });
     const writers = await createWriters(config);
-    const faulty = new FaultyWriter(writers["app.remote"]!);
+    const faulty = new FaultyWriter(writerOf(writers, "app.remote"));
     const svc = new OutboxSyncService(config, { "app.remote": faulty });
     cleanups.push(() => svc.stop(2000));
     cleanups.push(() => faulty.inner.close?.());
@@ -146,7 +147,7 @@ test("with trace_comments the writer keeps no statement prepared; without, it do
         traceComments,
       },
     });
-    const writer = (await createWriters(config))["app.remote"]!;
+    const writer = writerOf(await createWriters(config), "app.remote");
     try {
       const stmts = Array.from({ length: 5 }, (_, i) => ({
         sql: `SELECT $1::int${traceComment(TP(i + 1))}`,

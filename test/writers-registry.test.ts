@@ -63,6 +63,18 @@ describe("writer registry", () => {
     expect(builtinWriters[name].validate!(connection as Record<string, unknown>)).toEqual([]);
   });
 
+  // A tenant template says whether its writers are concurrent before it makes one (TenantWriters.concurrent).
+  test.each([
+    ["postgres", { url: "postgres://u@127.0.0.1/db" }],
+    ["mysql", { url: "mysql://root@127.0.0.1:3306/test" }],
+    ["libsql", { url: "file:/tmp/x.db" }],
+    ["sqlite", { path: "/tmp/x.db" }],
+  ] as const)("the %s spec says whether its writers take concurrent calls, as they do", async (name, connection) => {
+    const writer = createWriter(name, connection);
+    expect(builtinWriters[name].concurrent ?? false).toBe(writer.concurrent ?? false);
+    await writer.close?.();
+  });
+
   test("createWriter reports every problem of a connection table in one ConfigError", () => {
     const error = errorOf<ConfigError>(() => createWriter("postgres", { port: "x" }));
     expect(error).toBeInstanceOf(ConfigError);

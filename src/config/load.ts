@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
-import type { OutboxWriter } from "../writers/writer.ts";
+import type { OutboxWriter, TenantWriters } from "../writers/writer.ts";
 import type { EnvMap } from "./interpolate.ts";
 import { layoutOf, readLayout, type AppLayout } from "./layout.ts";
 import { buildTomlConfig, parseConfigDocument, parseToml } from "./parse.ts";
@@ -16,8 +16,8 @@ export type LoadConfigOptions = SecretsOptions;
 /** What `loadConfigToml` returns. */
 export interface LoadedConfig {
   config: OutboxConfig;
-  /** One writer per target, keyed `app.db`. */
-  writers: Record<string, OutboxWriter>;
+  /** One writer per target, keyed `app.db`; a tenant template's target has its `TenantWriters`. */
+  writers: Record<string, OutboxWriter | TenantWriters>;
   /** Every credential string found while loading: mask these in anything you print (`maskSecrets`). */
   secrets: string[];
 }

@@ -15,22 +15,18 @@ export interface WriterClassSite {
   secrets?: readonly string[];
 }
 
+/** Constructs the writer of a `writer_class` with a connection; its failures are masked with `secrets` (default: the site's). */
+export type WriterClassFactory = (connection: Record<string, unknown>, secrets?: readonly string[]) => OutboxWriter;
+
 /**
  * Imports `"./file.ts:Export"` (a path relative to `baseDir`, or absolute) or `"package:Export"`
- * (resolved from `baseDir`) and returns `new Export(connection)`. Works from the compiled binary:
- * Bun transpiles a `.ts` file imported from disk at runtime. Every failure is a `ConfigError` at `keyPath`.
+ * (resolved from `baseDir`) and returns what makes `new Export(connection)`. Works from the compiled
+ * binary: Bun transpiles a `.ts` file imported from disk at runtime. Every failure, the
+ * constructor's included, is a `ConfigError` at `keyPath`. Importing apart from constructing lets
+ * a tenant template's mistakes in the module be told at load, before any tenant's writer is made.
  */
-export async function loadWriterClass(
-  spec: string,
-  connection: Record<string, unknown>,
-  site: WriterClassSite,
-): Promise<OutboxWriter> {
-  const fail = (message: string, cause?: unknown) =>
-    new ConfigError(
-      maskSecrets(message, site.secrets ?? []),
-      { file: site.file, keyPath: site.keyPath },
-      { cause: maskError(cause, site.secrets ?? []) },
-    );
+export async function importWriterClass(spec: string, site: WriterClassSite): Promise<WriterClassFactory> {
+  const fail = failAt(site);
   const { module, exportName } = splitWriterClass(spec);
 
   let path: string;
@@ -66,16 +62,32 @@ export async function loadWriterClass(
   if (typeof Writer !== "function")
     throw fail(`writer_class export "${exportName}" of ${path} is not a class (got ${typeof Writer})`);
 
-  let writer: unknown;
-  try {
-    writer = new (Writer as new (connection: Record<string, unknown>) => unknown)(connection);
-  } catch (error) {
-    throw fail(`writer_class ${exportName} (${path}) constructor threw: ${(error as Error)?.message ?? error}`, error);
-  }
-  if (typeof (writer as OutboxWriter | null)?.writeBatch !== "function") {
-    throw fail(`writer_class ${exportName} (${path}) does not implement writeBatch(stmts)`);
-  }
-  return writer as OutboxWriter;
+  return (connection, secrets = site.secrets) => {
+    const failHere = failAt({ ...site, secrets });
+    let writer: unknown;
+    try {
+      writer = new (Writer as new (connection: Record<string, unknown>) => unknown)(connection);
+    } catch (error) {
+      throw failHere(
+        `writer_class ${exportName} (${path}) constructor threw: ${(error as Error)?.message ?? error}`,
+        error,
+      );
+    }
+    if (typeof (writer as OutboxWriter | null)?.writeBatch !== "function") {
+      throw failHere(`writer_class ${exportName} (${path}) does not implement writeBatch(stmts)`);
+    }
+    return writer as OutboxWriter;
+  };
+}
+
+/** A `ConfigError` at the site's key path, its message and cause masked with the site's secrets. */
+function failAt(site: WriterClassSite): (message: string, cause?: unknown) => ConfigError {
+  return (message, cause) =>
+    new ConfigError(
+      maskSecrets(message, site.secrets ?? []),
+      { file: site.file, keyPath: site.keyPath },
+      { cause: maskError(cause, site.secrets ?? []) },
+    );
 }
 
 /** Bun reports a syntax error as an AggregateError of build messages: show the first with its line:column. */

@@ -1,6 +1,6 @@
 import type { OutboxConfig } from "../config/types.ts";
 import { libraryLogger, type Logger } from "../logger.ts";
-import type { OutboxWriter } from "../writers/writer.ts";
+import type { OutboxWriter, TenantWriters } from "../writers/writer.ts";
 import { DEFAULT_STOP_TIMEOUT_MS, OutboxSyncService, type SyncServiceOptions, type TargetActivity } from "./service.ts";
 import { DEFAULT_STATE_INTERVAL_MS } from "./state-file.ts";
 import { formatDuration } from "../duration.ts";
@@ -33,7 +33,7 @@ export interface RunServiceOptions extends SyncServiceOptions {
  */
 export async function runService(
   config: OutboxConfig,
-  writers: Record<string, OutboxWriter>,
+  writers: Record<string, OutboxWriter | TenantWriters>,
   options: RunServiceOptions = {},
 ): Promise<void> {
   const logger: Logger = libraryLogger(options.logger);

@@ -3,7 +3,7 @@ import type { AppConfig, OutboxConfig } from "../config/types.ts";
 import { ConfigError, ServiceStoppedError } from "../errors.ts";
 import { libraryLogger, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
-import type { OutboxWriter } from "../writers/writer.ts";
+import { isTenantWriters, type OutboxWriter, type TenantWriters } from "../writers/writer.ts";
 import { scanIntegrity, type IntegrityReport } from "../outbox/inspect.ts";
 import { FileCare } from "./file-care.ts";
 import { drainHome } from "./home.ts";
@@ -99,7 +99,7 @@ export class OutboxSyncService {
 
   constructor(
     readonly config: OutboxConfig,
-    private readonly writers: Record<string, OutboxWriter>,
+    private readonly writers: Record<string, OutboxWriter | TenantWriters>,
     private readonly options: SyncServiceOptions = {},
   ) {
     this.logger = libraryLogger(options.logger);
@@ -110,7 +110,8 @@ export class OutboxSyncService {
     for (const app of config.apps) {
       for (const target of app.targets) {
         const writer = writers[target.name];
-        if (!writer || typeof writer.writeBatch !== "function") {
+        // Until the drain delivers tenant templates (SPEC §4c), their TenantWriters is refused here.
+        if (!writer || isTenantWriters(writer) || typeof writer.writeBatch !== "function") {
           throw new ConfigError(
             `no writer for target "${target.name}" (expected writers["${target.name}"] with a writeBatch method)`,
             {
@@ -308,7 +309,7 @@ export class OutboxSyncService {
       const runner = new TargetRunner({
         target,
         app,
-        writer: this.writers[target.name]!,
+        writer: this.writers[target.name] as OutboxWriter, // checked in the constructor
         logger: this.logger,
         now: this.now,
         pollIntervalMs,

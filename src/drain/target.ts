@@ -22,7 +22,7 @@ import { formatDuration } from "../duration.ts";
 import type { FleetRow, TargetView } from "./views.ts";
 
 /** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
-export function targetDialect(target: TargetConfig, writer: OutboxWriter): Dialect {
+export function targetDialect(target: TargetConfig, writer: Pick<OutboxWriter, "dialect">): Dialect {
   return target.dialect ?? writer.dialect ?? "sqlite";
 }
 

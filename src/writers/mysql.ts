@@ -9,6 +9,7 @@ import type { WriterSpec } from "./writer-spec.ts";
 /** The `mysql` writer: MySQL or MariaDB through Bun.SQL, one pipelined transaction per batch. */
 export const mysqlWriter: WriterSpec = {
   dialect: "mysql",
+  concurrent: true,
   keys: serverKeys(3306),
   validate: (connection) => [
     ...validateServer(connection, ["mysql", "mariadb"]),

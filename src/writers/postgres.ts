@@ -9,6 +9,7 @@ import type { WriterSpec } from "./writer-spec.ts";
 /** The `postgres` writer: PostgreSQL through Bun.SQL, one pipelined transaction per batch. */
 export const postgresWriter: WriterSpec = {
   dialect: "postgres",
+  concurrent: true,
   keys: serverKeys(5432),
   validate: (connection) => validateServer(connection, ["postgres", "postgresql"]),
   describe: (connection) => describeServer(connection, "postgres"),

@@ -94,3 +94,29 @@ export interface WriteOptions {
    */
   onSent?: () => void;
 }
+
+/**
+ * The writers of a tenant template target (SPEC §4c): one per tenant's database, made on demand by
+ * `open`. Making one connects to nothing yet (each built-in writer connects on its first batch), so
+ * a tenant database that is missing or down surfaces at `writeBatch`, as an outage of that writer.
+ */
+export interface TenantWriters {
+  readonly tenantTemplate: true;
+  /** The template's dialect (every tenant's writer writes it). */
+  readonly dialect: Dialect;
+  /** Whether each tenant's writer takes concurrent calls (see OutboxWriter.concurrent); unknown for a writer_class until one is made. */
+  readonly concurrent?: boolean;
+  /**
+   * Makes the writer of `tenant`'s database (its connection with {tenant} resolved); the caller
+   * closes it. Throws like createWriter for a connection that cannot be used, and an
+   * InvalidArgumentError for a name `tenantNameProblem` refuses.
+   */
+  open(tenant: string): Promise<OutboxWriter>;
+  /** The template described for logs and status, no secret: writer, user@host:port/database with {tenant} left in. */
+  describe(): string;
+}
+
+/** Whether `w` is the writers of a tenant template rather than one target's writer. */
+export function isTenantWriters(w: unknown): w is TenantWriters {
+  return typeof w === "object" && w !== null && (w as { tenantTemplate?: unknown }).tenantTemplate === true;
+}

@@ -7,7 +7,7 @@ import { targetDialect } from "../../drain/target.ts";
 import { OutboxError } from "../../errors.ts";
 import { injectedSteps, ledgerStep, type SchemaStep } from "../../sql/probe.ts";
 import { dropSchemaSql } from "../../sql/schema.ts";
-import type { OutboxWriter } from "../../writers/writer.ts";
+import { isTenantWriters, type OutboxWriter, type TenantWriters } from "../../writers/writer.ts";
 import type { Dialect } from "../../vocabulary.ts";
 import { configArg, configFile, jsonArg, logArgs } from "../args.ts";
 import { print } from "../text-output.ts";
@@ -64,7 +64,7 @@ export const schema = defineCommand({
         if (args.drop) {
           const statements = dropSchemaSql(injected, dialect);
           const entry: TargetSchema = { target: target.name, dialect, statements };
-          if (args.apply) entry.outcomes = await drop(writer, statements, secrets);
+          if (args.apply) entry.outcomes = await drop(oneDatabase(target.name, writer), statements, secrets);
           targets.push(entry);
           continue;
         }
@@ -76,17 +76,34 @@ export const schema = defineCommand({
         ];
         const entry: TargetSchema = { target: target.name, dialect, statements: steps.map(([, s]) => s.ddl) };
         if (args.apply)
-          entry.outcomes = await apply(new BoundedWriter(target.name, writer, APPLY_TIMEOUT_MS), steps, secrets);
+          entry.outcomes = await apply(
+            new BoundedWriter(target.name, oneDatabase(target.name, writer), APPLY_TIMEOUT_MS),
+            steps,
+            secrets,
+          );
         targets.push(entry);
       }
     } finally {
-      await Promise.all(Object.values(writers).map((w) => Promise.resolve(w.close?.()).catch(() => {})));
+      await Promise.all(
+        Object.values(writers).map((w) =>
+          isTenantWriters(w) ? undefined : Promise.resolve(w.close?.()).catch(() => {}),
+        ),
+      );
     }
     print(args.json ? JSON.stringify({ targets }, null, 2) : render(targets));
     const failed = targets.flatMap((t) => t.outcomes ?? []).filter((o) => o !== "applied" && o !== "already").length;
     if (failed > 0) throw new OutboxError("E_WRITE", `${failed} DDL statement(s) failed`);
   },
 });
+
+/** The writer --apply runs on: a tenant template has a database per tenant, which --apply does not reach (yet). */
+function oneDatabase(target: string, writer: OutboxWriter | TenantWriters): OutboxWriter {
+  if (!isTenantWriters(writer)) return writer;
+  throw new OutboxError(
+    "E_USAGE",
+    `target "${target}" is a tenant template (a database per tenant, ${writer.describe()}): --apply runs on one database; print the DDL without --apply and run it in each tenant's database`,
+  );
+}
 
 /** Ensures each step on its own (a refusal must not stop the next); "already" when its probe finds it there. */
 async function apply(
