@@ -185,6 +185,7 @@ describe("defineConfig", () => {
     const error = errorOf<ConfigError>(() => config({ maxOpenTenants: 3, connection: { path: "one.db" } }));
     expect(error).toBeInstanceOf(ConfigError);
     expect(error.keyPath).toBe("app.a.db.t.maxOpenTenants");
+    expect(error.message).toContain("]: bounds the open databases of a tenant template, and this target is none");
   });
 
   test("names ledger on a template that turns it off", () => {
