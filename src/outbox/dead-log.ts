@@ -42,9 +42,9 @@ export class DeadLog {
     // A group is tried, charged and failed as one: its head carries the attempts and the error
     // (?6, ?7, ?8), which every row of it keeps in the log unless the caller says why (?1, ?2).
     this.#move = file.prepare(
-      `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, grp, traceparent, tracestate, lane_key)
+      `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, grp, traceparent, tracestate, lane_key, tenant)
        SELECT seq, namespace, source, tag, payload, prev_seq, created_at, max(attempts, ?6),
-         coalesce(?1, last_error, ?7), coalesce(?2, last_error_class, ?8), ?3, ?4, grp, traceparent, tracestate, lane_key
+         coalesce(?1, last_error, ?7), coalesce(?2, last_error_class, ?8), ?3, ?4, grp, traceparent, tracestate, lane_key, tenant
        FROM outbox_queue WHERE seq = ?5`,
     );
     this.#remove = file.prepare("DELETE FROM outbox_queue WHERE seq = ?");

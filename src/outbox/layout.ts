@@ -36,6 +36,8 @@ export const QUEUE_EXTRA_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   ["tracestate", "TEXT"],
   // The row's key (its text): rows of one key are delivered in order in their lane; NULL when none.
   ["lane_key", "TEXT"],
+  // The tenant whose database the row goes to, on a tenant template target (SPEC §4c); NULL when none.
+  ["tenant", "TEXT"],
 ];
 
 /** Where a layout keeps the statements it prepares: a queue file's (QueueFile.prepare), finalized with its connection. */

@@ -37,7 +37,7 @@ const GROUP = MOVED.indexOf("grp");
 
 /** The columns an event keeps under the same name in the dead log; its last failure becomes the letter's error. */
 const EVENT =
-  "seq, namespace, source, tag, payload, prev_seq, created_at, attempts, grp, traceparent, tracestate, lane_key";
+  "seq, namespace, source, tag, payload, prev_seq, created_at, attempts, grp, traceparent, tracestate, lane_key, tenant";
 /** The old row, recorded as a dead letter `resequenced` at ?2 and replayed at once as ?3. */
 const RECORD = `INSERT INTO outbox_dead_log (${EVENT}, error, error_class, reason, dead_at, replayed_at, replayed_as_seq)
   SELECT ${EVENT}, last_error, last_error_class, 'resequenced', ?2, ?2, ?3 FROM outbox_queue WHERE seq = ?1`;

@@ -24,6 +24,8 @@ export interface StoredEvent {
   tracestate: string | null;
   /** The key the row was pushed with (its text, see lane-key.ts); null when none. */
   laneKey: string | null;
+  /** The tenant the row was pushed for (see src/tenant.ts): its database on a tenant template target; null when none. */
+  tenant: string | null;
 }
 
 /** One pending event of a namespace, as stored in `outbox_queue`. */
@@ -57,7 +59,7 @@ export interface DeadLetter extends StoredEvent {
 
 /** SELECT list of a StoredEvent, the same in outbox_queue and outbox_dead_log. */
 const EVENT_COLUMNS =
-  "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts, grp, traceparent, tracestate, lane_key AS laneKey";
+  "seq, namespace, source, tag, payload, prev_seq AS prevSeq, created_at AS createdAt, attempts, grp, traceparent, tracestate, lane_key AS laneKey, tenant";
 
 /** SELECT list producing an OutboxRow from outbox_queue. */
 export const QUEUE_ROW_COLUMNS = `${EVENT_COLUMNS}, last_error AS lastError, last_error_class AS lastErrorClass,

@@ -70,6 +70,7 @@ const DEAD_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   ["lane_key", "TEXT"],
   ["traceparent", "TEXT"],
   ["tracestate", "TEXT"],
+  ["tenant", "TEXT"],
 ];
 
 const ADDED_DDL = [

@@ -22,6 +22,7 @@ export function pendingRow(seq: number, grp: number | null = null, extra: Partia
     traceparent: null,
     tracestate: null,
     laneKey: null,
+    tenant: null,
     lastError: null,
     lastErrorClass: null,
     lastAttemptAt: null,
