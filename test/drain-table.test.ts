@@ -40,8 +40,8 @@ function table({ fenced = true } = {}) {
   const fence = () => ({ sql: "fence", args: [], namespace: "t", seq: 0, fence: true });
   /** Plans and opens a slice now, or returns null when nothing goes. */
   const slice = (): TableSlice | null => {
-    const { draft } = t.plan({ now: clock.now, maxBytes: 1 << 20, prepare });
-    return draft && t.openSlice(draft, { now: clock.now, fence: fenced ? fence : null });
+    const [draft] = t.plan({ now: clock.now, maxBytes: 1 << 20, prepare }).drafts;
+    return draft ? t.openSlice(draft, { now: clock.now, fence: fenced ? fence : null }) : null;
   };
   return { t, queue, clock, log, slice };
 }

@@ -112,7 +112,7 @@ export class BatchPlanner {
     const plan = (table: DrainTable, force: boolean) => {
       share?.tried.add(table);
       planned.set(table.name, table);
-      const { draft, outcome } = table.plan({
+      const { drafts: made, outcome } = table.plan({
         now,
         maxBytes: budget,
         prepare: (t, row) => this.prepare(t, row),
@@ -124,9 +124,10 @@ export class BatchPlanner {
       if (outcome.readOn) out.readOn = true;
       out.wakeAt = minWake(out.wakeAt, outcome.wakeAt);
       this.forgetReadAhead(outcome.touched);
-      if (!draft) return;
-      drafts.push(draft);
-      budget -= draft.bytes;
+      for (const draft of made) {
+        drafts.push(draft);
+        budget -= draft.bytes;
+      }
     };
     for (const table of this.parts.tables) {
       if (only !== null && !only.has(table)) continue;

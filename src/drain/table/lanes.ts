@@ -15,6 +15,11 @@ export interface LanesAfter {
   whole: boolean;
   /** Each row's slot in the ledger's throughs (see LaneMap), once the slice is opened. */
   slots?: number[];
+  /**
+   * A tenant template's plan makes a slice per tenant, each sent to its own database: what is known
+   * here holds once every one of them is applied whole (`left` to go; `failed`: one was not).
+   */
+  parts?: { left: number; failed: boolean };
 }
 
 /**
@@ -29,27 +34,37 @@ export interface LanesAfter {
  */
 export class TableLanes {
   readonly map: LaneMap;
-  /** By slot, the ledger's throughs; null: not settled. */
-  #throughs: number[] | null = null;
-  /** The highest of `#throughs`: rows above it need no lane looked up. */
-  #throughsMax = 0;
-  #blocked = new Map<Lane, number>();
-  /** The heads backing off that hold their lanes (as the last plan from the head found them, and charges since). */
-  #heldHeads = new Map<Lane, HeldHead>();
+  /** What is known of each tenant's lanes (a table served by a tenant template); "" for rows without a tenant. */
+  readonly #tenants = new Map<string, TenantLanes>();
+  /** The lanes of the rows without a tenant: every row of a table no tenant template serves. */
+  readonly #own = new TenantLanes();
   #cursor: number | null = null;
   #frontier: number | null = null;
-  /**
-   * Groups that span tables held back in a lane held until a known time (a backoff here), by group:
-   * until when. The next reads start past them, so the plans do not see them again; the other
-   * tables they span are told from here that they wait (see linked-groups.ts).
-   */
-  #waits = new Map<number, number>();
+  /** Tenants a plan held back whole until a known time (their database is down, see TenantHeld): the rows are read again then. */
+  #tenantHolds = new Map<string, number>();
 
   constructor(
     table: string,
     readonly count: number,
+    /** The table is served by a tenant template: each row's tenant is its own set of lanes, in its own database. */
+    readonly tenanted = false,
   ) {
     this.map = new LaneMap(table, count);
+    // Rows without a tenant are never delivered by a tenant template (a fault): they are at 0, settled.
+    if (tenanted) this.#own.throughs = new Array<number>(count + 1).fill(0);
+  }
+
+  /** The lanes of `tenant`'s rows (null: rows without one). */
+  #of(tenant: string | null): TenantLanes {
+    if (tenant === null || !this.tenanted) return this.#own;
+    let lanes = this.#tenants.get(tenant);
+    if (lanes === undefined) this.#tenants.set(tenant, (lanes = new TenantLanes()));
+    return lanes;
+  }
+
+  /** Every tenant's lanes known, the rows without a tenant's first. */
+  #all(): TenantLanes[] {
+    return [this.#own, ...this.#tenants.values()];
   }
 
   /**
@@ -85,33 +100,44 @@ export class TableLanes {
     return this.#frontier;
   }
 
-  /** The lanes held back by a head backing off, until when (epoch ms). */
-  get blocked(): ReadonlyMap<Lane, number> {
-    return this.#blocked;
+  /** The lanes of `tenant`'s rows held back by a head backing off, until when (epoch ms). */
+  blocked(tenant: string | null = null): ReadonlyMap<Lane, number> {
+    return this.#of(tenant).blocked;
   }
 
   /** Whether the ledger says the remote applied `row` (its lane's through is at or above it). */
   isApplied(row: OutboxRow): boolean {
+    const { throughs, throughsMax } = this.#of(row.tenant);
     // Rows above every lane's through (the rows read after the cursor, mostly) need no lane looked up.
-    return this.#throughs !== null && row.seq <= this.#throughsMax && row.seq <= this.#throughs[this.map.slotOf(row)]!;
+    return throughs !== null && row.seq <= throughsMax && row.seq <= throughs[this.map.slotOf(row)]!;
+  }
+
+  /** Whether `tenant`'s ledger rows were read (its rows may be planned). */
+  settled(tenant: string | null = null): boolean {
+    return this.#of(tenant).throughs !== null;
   }
 
   /** The through this drain knows for `slot` (0 before settlement, or for a lane without a ledger row). */
-  throughAt(slot: number): number {
-    return this.#throughs?.[slot] ?? 0;
+  throughAt(slot: number, tenant: string | null = null): number {
+    return this.#of(tenant).throughs?.[slot] ?? 0;
   }
 
-  /** Settlement read the ledger's rows (`byRow`, a row it lacks at 0): the next read starts at the head, no lane held back. */
-  settle(byRow: ReadonlyMap<string, number>): void {
-    this.#throughs = this.map.throughsOf(byRow);
-    this.#throughsMax = this.#throughs.reduce((a, b) => Math.max(a, b), 0);
+  /**
+   * Settlement read the ledger's rows of `tenant` (`byRow`, a row it lacks at 0): the next read
+   * starts at the head, no lane held back.
+   */
+  settle(byRow: ReadonlyMap<string, number>, tenant: string | null = null): void {
+    const lanes = this.#of(tenant);
+    lanes.throughs = this.map.throughsOf(byRow);
+    lanes.throughsMax = lanes.throughs.reduce((a, b) => Math.max(a, b), 0);
     this.#cursor = this.#frontier = null;
-    this.#blocked.clear();
+    for (const l of this.#all()) l.blocked.clear();
   }
 
-  /** Forgets the ledger view: the next batch settles first. */
-  unsettle(): void {
-    this.#throughs = null;
+  /** Forgets the ledger view (of `tenant` only, when given): the next batch settles first. */
+  unsettle(tenant?: string): void {
+    if (tenant !== undefined) this.#of(tenant).throughs = null;
+    else for (const l of this.tenanted ? this.#tenants.values() : [this.#own]) l.throughs = null;
   }
 
   /** The next read starts at the head (an answer that was not a slice applied whole, `kick`). */
@@ -119,27 +145,36 @@ export class TableLanes {
     this.#cursor = null;
   }
 
-  /** A lane whose hold ran out is read from the head again (its rows were passed over since). */
+  /** A lane (or a tenant) whose hold ran out is read from the head again (its rows were passed over since). */
   liftHolds(now: number): void {
-    for (const until of this.#blocked.values()) if (until <= now) this.#cursor = null;
-    if (this.#cursor === null) {
-      this.#blocked = new Map();
-      this.#heldHeads = new Map();
-      this.#waits = new Map();
-      this.#frontier = null;
-    }
+    for (const lanes of this.#all()) for (const until of lanes.blocked.values()) if (until <= now) this.#cursor = null;
+    for (const until of this.#tenantHolds.values()) if (until <= now) this.#cursor = null;
+    if (this.#cursor !== null) return;
+    for (const lanes of this.#all()) lanes.lift();
+    this.#tenantHolds = new Map();
+    this.#frontier = null;
   }
 
-  /** A plan from the head found these lanes held back, these heads backing off, and these groups that span tables waiting. */
-  planned(plan: Plan): void {
-    this.#blocked = plan.backingOff;
-    for (const [lane, head] of plan.heldHeads) this.#heldHeads.set(lane, head);
-    for (const [grp, until] of plan.waiting) if (until !== null) this.#waits.set(grp, until);
+  /** A plan from the head found these lanes of `tenant` held back, these heads backing off, and these groups that span tables waiting. */
+  planned(plan: Plan, tenant: string | null = null): void {
+    const lanes = this.#of(tenant);
+    lanes.blocked = plan.backingOff;
+    for (const [lane, head] of plan.heldHeads) lanes.heldHeads.set(lane, head);
+    for (const [grp, until] of plan.waiting) if (until !== null) lanes.waits.set(grp, until);
   }
 
-  /** When a group that spans tables, held back here, may go at the earliest (epoch ms), if known (see #waits). */
+  /** A plan held back every row of `tenant` until `until` (epoch ms): its database is down; its rows are read again then. */
+  heldTenant(tenant: string, until: number): void {
+    this.#tenantHolds.set(tenant, Math.min(this.#tenantHolds.get(tenant) ?? until, until));
+  }
+
+  /** When a group that spans tables, held back here, may go at the earliest (epoch ms), if known (see TenantLanes.waits). */
   waitOf(grp: number): number | null {
-    return this.#waits.get(grp) ?? null;
+    for (const lanes of this.#all()) {
+      const until = lanes.waits.get(grp);
+      if (until !== undefined) return until;
+    }
+    return null;
   }
 
   /**
@@ -172,7 +207,7 @@ export class TableLanes {
    */
   holdUntil(group: readonly OutboxRow[], until: number, why: string): void {
     const first = group[0]!;
-    const lanes = lanesOf(group, (r) => this.of(r));
+    const { blocked, heldHeads, waits } = this.#of(first.tenant);
     const head: HeldHead = {
       seq: first.seq,
       key: first.laneKey,
@@ -180,11 +215,11 @@ export class TableLanes {
       lastError: why,
       retryAt: until,
     };
-    for (const lane of lanes) {
-      this.#blocked.set(lane, Math.min(this.#blocked.get(lane) ?? until, until));
-      if (!this.#heldHeads.has(lane)) this.#heldHeads.set(lane, head);
+    for (const lane of lanesOf(group, (r) => this.of(r))) {
+      blocked.set(lane, Math.min(blocked.get(lane) ?? until, until));
+      if (!heldHeads.has(lane)) heldHeads.set(lane, head);
     }
-    if (first.grp !== null) this.#waits.set(first.grp, until);
+    if (first.grp !== null) waits.set(first.grp, until);
   }
 
   /**
@@ -204,16 +239,17 @@ export class TableLanes {
    * Returns the table's own through.
    */
   applied(rows: readonly OutboxRow[], slots: readonly number[] | undefined, tableThrough: number | null): number {
-    const known = this.#throughs ?? [...new Array<number>(this.count).fill(0), tableThrough ?? 0];
+    const lanes = this.#of(rows[0]!.tenant); // a slice holds one tenant's rows
+    const known = lanes.throughs ?? [...new Array<number>(this.count).fill(0), tableThrough ?? 0];
     const throughs = this.map.throughsAfter(known, rows, slots);
-    this.#throughs = throughs;
-    this.#throughsMax = Math.max(this.#throughsMax, throughs[this.count]!, rows[rows.length - 1]!.seq);
+    lanes.throughs = throughs;
+    lanes.throughsMax = Math.max(lanes.throughsMax, throughs[this.count]!, rows[rows.length - 1]!.seq);
     return throughs[this.count]!;
   }
 
-  /** The ledger rows this drain knows to exist (a through above 0, as last seen or set), with their throughs. */
+  /** The ledger rows this drain knows to exist (a through above 0, as last seen or set), with their throughs (not a tenant template's). */
   ledgerThroughs(): Array<{ ledgerRow: string; through: number }> {
-    const throughs = this.#throughs ?? [];
+    const throughs = this.#own.throughs ?? [];
     const out: Array<{ ledgerRow: string; through: number }> = [];
     for (let slot = 0; slot < throughs.length; slot++)
       if (throughs[slot]! > 0) out.push({ ledgerRow: this.map.ledgerRow(slot), through: throughs[slot]! });
@@ -231,6 +267,7 @@ export class TableLanes {
     slots: number[],
   ): Array<{ ledgerRow: string; through: number; last: number }> {
     const { map } = this;
+    const tenant = rows[0]!.tenant; // a slice holds one tenant's rows
     for (const row of rows) slots.push(map.slotOf(row));
     const lastOf = new Array<number>(this.count + 1).fill(0);
     for (let i = 0; i < slots.length; i++) lastOf[slots[i]!] = rows[i]!.seq;
@@ -239,15 +276,16 @@ export class TableLanes {
       if (lastOf[slot]! > 0)
         moves.push({
           ledgerRow: map.ledgerRow(slot),
-          through: behind?.[slot] ?? this.throughAt(slot),
+          through: behind?.[slot] ?? this.throughAt(slot, tenant),
           last: lastOf[slot]!,
         });
     return moves;
   }
 
-  /** Settled, and nothing holds a lane back (no backoff, no held head). */
+  /** Settled, and nothing holds a lane back (no backoff, no held head): never for a tenant template (nothing goes behind a slice in flight). */
   get free(): boolean {
-    return this.#throughs !== null && this.#blocked.size === 0 && this.#heldHeads.size === 0;
+    const own = this.#own;
+    return !this.tenanted && own.throughs !== null && own.blocked.size === 0 && own.heldHeads.size === 0;
   }
 
   /**
@@ -261,7 +299,7 @@ export class TableLanes {
     aheadSlots: readonly number[] | undefined,
     rows: readonly OutboxRow[],
   ): number[] | null {
-    const known = this.#throughs!;
+    const known = this.#own.throughs!;
     for (const row of rows) if (!(known[this.map.slotOf(row)]! > 0)) return null;
     return this.map.throughsAfter(known, ahead, aheadSlots);
   }
@@ -272,7 +310,7 @@ export class TableLanes {
    * that one did, and confirming it by its bound would confirm the rows of the one ahead with it.
    */
   asExpected(behind: readonly number[]): boolean {
-    const known = this.#throughs;
+    const known = this.#own.throughs;
     if (known === null || known.length !== behind.length) return false;
     for (let slot = 0; slot < known.length; slot++) if (known[slot] !== behind[slot]) return false;
     return true;
@@ -298,7 +336,7 @@ export class TableLanes {
 
   /** The lanes held by their head backing off at `now`, lowest lane first (every lane, for a row without a key: null). */
   heldView(now: number): HeldLaneView[] {
-    return [...this.#heldHeads]
+    return [...this.#own.heldHeads]
       .filter(([, head]) => head.retryAt > now)
       .sort(([a], [b]) => (a ?? -1) - (b ?? -1))
       .map(([lane, head]) => ({
@@ -309,5 +347,29 @@ export class TableLanes {
         lastError: head.lastError,
         nextAttemptAt: new Date(head.retryAt).toISOString(),
       }));
+  }
+}
+
+/** What the drain knows of one tenant's lanes of a table (or of the rows without a tenant). */
+class TenantLanes {
+  /** By slot, the ledger's throughs; null: not settled. */
+  throughs: number[] | null = null;
+  /** The highest of `throughs`: rows above it need no lane looked up. */
+  throughsMax = 0;
+  blocked = new Map<Lane, number>();
+  /** The heads backing off that hold their lanes (as the last plan from the head found them, and charges since). */
+  heldHeads = new Map<Lane, HeldHead>();
+  /**
+   * Groups that span tables held back in a lane held until a known time (a backoff here), by group:
+   * until when. The next reads start past them, so the plans do not see them again; the other
+   * tables they span are told from here that they wait (see linked-groups.ts).
+   */
+  waits = new Map<number, number>();
+
+  /** The reads start at the head again: every hold is found anew. */
+  lift(): void {
+    this.blocked = new Map();
+    this.heldHeads = new Map();
+    this.waits = new Map();
   }
 }

@@ -22,6 +22,8 @@ export interface TableOutcome {
   touched?: string[];
   /** Nothing was sent, but the next read starts further on (past held lanes): more is ready, not a spin. */
   readOn?: boolean;
+  /** A tenant template's: tenants whose rows wait for their ledger rows to be read (see TableLanes.settled). */
+  settle?: string[];
 }
 
 /** An outcome with nothing in it yet. */
@@ -60,6 +62,45 @@ export interface PlanAt {
   /** Converts one row into the statement sent for it (see PlanInput.prepare). */
   prepare(row: OutboxRow): Statement;
 }
+
+/** What a plan from the head is told beside its budget. */
+export interface HeadOptions {
+  /** Deliver whatever is pending, threshold and wait or not; a backoff still holds it. */
+  force?: boolean;
+  /** A tenant template's: until when `tenant`'s database is held (down, missing, refusing), or null. */
+  tenantHeld?: (tenant: string) => number | null;
+}
+
+/** The rows of a read by tenant, each tenant's in seq order, the tenants in the order their first rows come. */
+function byTenant(rows: readonly OutboxRow[]): Map<string | null, OutboxRow[]> {
+  const by = new Map<string | null, OutboxRow[]>();
+  for (const row of rows) {
+    const list = by.get(row.tenant);
+    if (list === undefined) by.set(row.tenant, [row]);
+    else list.push(row);
+  }
+  return by;
+}
+
+/** A plan that takes nothing: every row from `first` waits (`resume`: read again from it; else passed over while held). */
+function waiting(first: number, resume: boolean): Plan {
+  return {
+    slice: null,
+    deadLetters: [],
+    charges: [],
+    cutsPassed: [],
+    backingOff: new Map(),
+    heldHeads: new Map(),
+    waiting: new Map(),
+    resumeAt: resume ? first : null,
+    frontier: first,
+    more: false,
+  };
+}
+
+/** The lower of two seqs, where known. */
+const minSeq = (a: number | null, b: number | null): number | null =>
+  a === null ? b : b === null ? a : Math.min(a, b);
 
 /** No lane held back, no lane cut: what a plan of rows read ahead starts from. */
 export const NO_LANES: ReadonlyMap<Lane, number> = new Map();
@@ -131,11 +172,15 @@ export class HeadPlanning {
     this.#waits = NO_WAITS;
   }
 
-  /** The plan from the head: its slice, or null when nothing is to be sent; `out` gets what it did. */
-  fromHead(queue: DrainQueue, at: PlanAt & { force?: boolean }, out: TableOutcome): PlannedSlice | null {
+  /**
+   * The plan from the head: its slices — one, or with a tenant template one per tenant whose rows
+   * go (each to its own database) — none when nothing is to be sent; `out` gets what it did.
+   */
+  fromHead(queue: DrainQueue, at: PlanAt & HeadOptions, out: TableOutcome): PlannedSlice[] {
     const { app, lanes: laneState, progress, holds } = this.parts;
     const { now } = at;
-    const lanes = laneState.count > 1;
+    // With lanes (or tenants: every tenant its own lanes) rows are delivered out of seq order.
+    const lanes = laneState.count > 1 || laneState.tenanted;
     if (lanes) laneState.liftHolds(now);
     const knobs = { threshold: app.tableFlushThreshold, maxWaitMs: app.tableMaxWaitMs };
     const read = queue.readForDelivery(
@@ -158,49 +203,107 @@ export class HeadPlanning {
       if (!lanes || cursor === null) progress.clearCuts();
       // With lanes, every row read was applied already: the confirmation may go up to them.
       if (lanes) progress.movedOn({ cursor: seen, frontier: behind, lastRead: seen, whole: false });
-      return null;
+      return [];
     }
     if (read.rows.length === 0) {
       if (read.gap) holds.gap(read.gap.seq, read.gap.prevSeq, now);
-      return null;
+      return [];
     }
     holds.release("chain gap");
+    const planned = laneState.tenanted
+      ? this.#perTenant(queue, read, at, out)
+      : [this.#plan(queue, read, at, out, null, lanes)];
+    if (!lanes) return planned.flatMap((p) => (p.plan.slice === null ? [] : [p.plan.slice]));
+    let resumeAt: number | null = null;
+    let first: number | null = behind;
+    for (const { plan } of planned) {
+      resumeAt = minSeq(resumeAt, plan.resumeAt);
+      first = minSeq(first, plan.frontier);
+    }
+    const slices = planned.flatMap((p) => (p.plan.slice === null ? [] : [p.plan.slice]));
+    const after: LanesAfter = {
+      cursor: resumeAt !== null ? resumeAt - 1 : seen,
+      frontier: first,
+      lastRead: seen,
+      whole:
+        !laneState.tenanted &&
+        first === null &&
+        read.passedOver === null &&
+        planned[0]!.plan.deadLetters.length === 0 &&
+        slices[0]?.rows.length === read.rows.length,
+    };
+    if (slices.length > 1) after.parts = { left: slices.length, failed: false };
+    if (slices.length > 0) return slices.map((slice) => ({ ...slice, lanes: after }));
+    progress.movedOn({ ...after, whole: false }); // nothing to send: the next read starts there at once
+    // Rows wait behind what was read, past held lanes: plan again now, not when a backoff ends.
+    if (read.truncated && (after.cursor ?? 0) > (cursor ?? 0)) out.more = out.readOn = true;
+    return [];
+  }
+
+  /** Plans `rows` (of `tenant`, when the table's lanes are a tenant's) and carries out what it decided for their heads. */
+  #plan(
+    queue: DrainQueue,
+    read: Pick<DeliveryRead, "rows" | "spans" | "truncated">,
+    at: PlanAt,
+    out: TableOutcome,
+    tenant: string | null,
+    lanes: boolean,
+  ): { plan: Plan } {
+    const { app, lanes: laneState, progress } = this.parts;
     const plan = planSlice(
       plannerInput(app, laneState, read, {
         ...at,
         more: read.truncated,
         position: "head",
-        blocked: lanes ? laneState.blocked : NO_LANES,
-        cuts: progress.cuts,
+        blocked: lanes ? laneState.blocked(tenant) : NO_LANES,
+        cuts: progress.cuts(tenant),
       }),
     );
-    this.#carryOut(queue, plan, out);
-    if (plan.waiting.size > 0) this.#waits = plan.waiting;
-    if (!lanes) return plan.slice;
+    this.#carryOut(queue, plan, out, tenant);
+    if (plan.waiting.size > 0) this.#waits = new Map([...this.#waits, ...plan.waiting]);
+    if (!lanes) return { plan };
     for (const until of plan.backingOff.values()) out.wakeAt = minWake(out.wakeAt, until);
-    const after: LanesAfter = {
-      cursor: plan.resumeAt !== null ? plan.resumeAt - 1 : seen,
-      frontier: behind ?? plan.frontier,
-      lastRead: seen,
-      whole:
-        behind === null &&
-        read.passedOver === null &&
-        plan.frontier === null &&
-        plan.deadLetters.length === 0 &&
-        plan.slice?.rows.length === read.rows.length,
-    };
-    laneState.planned(plan);
-    if (plan.slice !== null) return { ...plan.slice, lanes: after };
-    progress.movedOn({ ...after, whole: false }); // nothing to send: the next read starts there at once
-    // Rows wait behind what was read, past held lanes: plan again now, not when a backoff ends.
-    if (read.truncated && (after.cursor ?? 0) > (cursor ?? 0)) out.more = out.readOn = true;
-    return null;
+    laneState.planned(plan, tenant);
+    return { plan };
+  }
+
+  /**
+   * A tenant template's table: each tenant's rows are planned on their own, as a table's of their
+   * own (each tenant has its own lanes, in its own database). A tenant whose ledger rows were not
+   * read yet waits for that (out.settle); one whose database is held (`tenantHeld`) waits until then,
+   * and the reads start past it meanwhile.
+   */
+  #perTenant(
+    queue: DrainQueue,
+    read: DeliveryRead,
+    at: PlanAt & HeadOptions,
+    out: TableOutcome,
+  ): Array<{ plan: Plan }> {
+    const laneState = this.parts.lanes;
+    const planned: Array<{ plan: Plan }> = [];
+    for (const [tenant, rows] of byTenant(read.rows)) {
+      const first = rows[0]!.seq;
+      if (tenant !== null && !laneState.settled(tenant)) {
+        out.settle = [...(out.settle ?? []), tenant];
+        planned.push({ plan: waiting(first, true) }); // read again from here once settled
+        continue;
+      }
+      const until = tenant === null ? null : (at.tenantHeld?.(tenant) ?? null);
+      if (until !== null) {
+        laneState.heldTenant(tenant!, until);
+        out.wakeAt = minWake(out.wakeAt, until);
+        planned.push({ plan: waiting(first, false) });
+        continue;
+      }
+      planned.push(this.#plan(queue, { rows, spans: read.spans, truncated: read.truncated }, at, out, tenant, true));
+    }
+    return planned;
   }
 
   /** What the planner decided for the heads: cuts passed, head groups dead-lettered, heads charged. */
-  #carryOut(queue: DrainQueue, plan: Plan, out: TableOutcome): void {
+  #carryOut(queue: DrainQueue, plan: Plan, out: TableOutcome, tenant: string | null): void {
     const { charges, progress } = this.parts;
-    progress.passed(plan.cutsPassed);
+    progress.passed(plan.cutsPassed, tenant);
     out.more ||= plan.more;
     for (const dead of plan.deadLetters) {
       // Out of attempts that were charged but never answered: the drain died delivering it, again and again.

@@ -21,6 +21,8 @@ interface AppliedSlice {
   firstPrev: number | null;
 }
 
+const NO_CUTS: ReadonlyMap<Lane, number> = new Map();
+
 /** How many rows one page of settlement's scan for the applied prefix reads (with lanes), within the batch byte budget. */
 const CONFIRM_SCAN_ROWS = 2_000;
 
@@ -56,8 +58,11 @@ export interface ProgressParts {
  */
 export class TableProgress {
   #through: number | null = null;
-  /** Per lane, a row behind its head failed: the next slice stops before it in that lane, so the rows before it go first. */
-  readonly #cuts = new Map<Lane, number>();
+  /**
+   * Per lane (of a tenant, with a tenant template: "" else), a row behind its head failed: the
+   * next slice stops before it in that lane, so the rows before it go first.
+   */
+  readonly #cuts = new Map<string, Map<Lane, number>>();
   /** With lanes: every pending row up to here is confirmed locally (no need to confirm to it again). */
   #confirmedUpTo = 0;
   /**
@@ -86,9 +91,9 @@ export class TableProgress {
     return this.#applied;
   }
 
-  /** Per lane, the row behind the head before which the next slice stops. */
-  get cuts(): ReadonlyMap<Lane, number> {
-    return this.#cuts;
+  /** Per lane (of `tenant`'s), the row behind the head before which the next slice stops. */
+  cuts(tenant: string | null = null): ReadonlyMap<Lane, number> {
+    return this.#cuts.get(tenant ?? "") ?? NO_CUTS;
   }
 
   /** With lanes: settled, and nothing holds a lane back (no backoff, no held head, no cut). */
@@ -169,17 +174,17 @@ export class TableProgress {
 
   /**
    * With lanes: applies what the ledger says of each of this queue's rows (`throughs`, by ledger
-   * row; a row it lacks is at 0). The pending rows it applied from the head on are confirmed —
-   * those that were sent (the sent mark): one at or below its lane's through that never was (a
-   * file restored from a backup) moves every pending row above the highest through instead, never
-   * confirmed unsent; the local sequence is raised above it. Returns how many rows were confirmed.
-   * With `adopted`, as settle.
+   * row; a row it lacks is at 0) — with a tenant template, of `tenant`'s, read in its database.
+   * The pending rows it applied from the head on are confirmed — those that were sent (the sent
+   * mark): one at or below its lane's through that never was (a file restored from a backup) moves
+   * every pending row above the highest through instead, never confirmed unsent; the local
+   * sequence is raised above it. Returns how many rows were confirmed. With `adopted`, as settle.
    */
-  settleLanes(throughs: ReadonlyMap<string, number>, adopted = 0): number {
+  settleLanes(throughs: ReadonlyMap<string, number>, adopted = 0, tenant: string | null = null): number {
     const { lanes, table } = this.parts;
     const queue = this.parts.queue();
     let confirmed = adopted ? this.confirm(adopted) : 0;
-    lanes.settle(throughs);
+    lanes.settle(throughs, tenant);
     const sent = queue.sentMark();
     let bound = 0;
     let restored = false;
@@ -204,9 +209,14 @@ export class TableProgress {
     confirmed += this.confirm(bound);
     let highest = adopted;
     for (const through of throughs.values()) highest = Math.max(highest, through);
+    if (restored && lanes.tenanted)
+      // Moving the queue would move other tenants' applied rows past their ledgers: stop, loudly.
+      throw new Error(
+        `the ledger of tenant "${tenant}" says this queue applied rows up to seq ${highest} that were never sent (a queue file restored from an older copy?): deliver or skip that tenant's rows by hand`,
+      );
     if (restored) this.#moveAbove(highest, `this queue's lanes applied rows up to seq ${highest}`);
     if (highest > 0) queue.seedSequence(highest);
-    this.#through = throughs.get(table) ?? 0;
+    if (!lanes.tenanted) this.#through = throughs.get(table) ?? 0;
     this.#applied = this.#appliedParts = null;
     // The cuts stay: a row that failed behind its lane's head still waits until it heads the lane
     // (a batch behind the failed one settles the table; forgetting them would send it behind again).
@@ -243,7 +253,11 @@ export class TableProgress {
    */
   appliedLanes(rows: readonly OutboxRow[], after: LanesAfter): void {
     const last = rows[rows.length - 1]!.seq;
-    this.#through = this.parts.lanes.applied(rows, after.slots, this.#through);
+    const { lanes } = this.parts;
+    const through = lanes.applied(rows, after.slots, this.#through);
+    if (!lanes.tenanted) this.#through = through;
+    // A plan's slices to several tenants' databases: it moves on once every one of them is applied.
+    if (after.parts !== undefined && (--after.parts.left > 0 || after.parts.failed)) return;
     this.movedOn(after);
     // Nothing held, nothing passed over: the slice is the queue's prefix, confirmed as read.
     if (after.whole && this.#applied === last) this.#appliedParts = partsOf(rows, this.parts.queue().confirmChunkRows);
@@ -261,14 +275,19 @@ export class TableProgress {
     }
   }
 
-  /** A group behind its lanes' heads failed at `seq`: in each of `lanes` the next slice stops before it. */
-  cut(lanes: readonly Lane[], seq: number): void {
-    for (const lane of lanes) this.#cuts.set(lane, seq);
+  /** A group behind its lanes' heads failed at `seq`: in each of `lanes` (of `tenant`'s) the next slice stops before it. */
+  cut(lanes: readonly Lane[], seq: number, tenant: string | null = null): void {
+    let cuts = this.#cuts.get(tenant ?? "");
+    if (cuts === undefined) this.#cuts.set(tenant ?? "", (cuts = new Map()));
+    for (const lane of lanes) cuts.set(lane, seq);
   }
 
-  /** The groups before the cut in `lanes` went: the group there heads them now. */
-  passed(lanes: readonly Lane[]): void {
-    for (const lane of lanes) this.#cuts.delete(lane);
+  /** The groups before the cut in `lanes` (of `tenant`'s) went: the group there heads them now. */
+  passed(lanes: readonly Lane[], tenant: string | null = null): void {
+    const cuts = this.#cuts.get(tenant ?? "");
+    if (cuts === undefined) return;
+    for (const lane of lanes) cuts.delete(lane);
+    if (cuts.size === 0) this.#cuts.delete(tenant ?? "");
   }
 
   /** Nothing is pending from the head on: no cut is left to pass. */

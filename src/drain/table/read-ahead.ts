@@ -67,7 +67,7 @@ export class ReadAhead {
     this.#ahead = null;
     const { app, lanes: laneState, progress } = this.parts;
     const queue = this.parts.queue();
-    if (!queue || !slice.fenced || !slice.more || progress.cuts.size > 0) return;
+    if (!queue || !slice.fenced || !slice.more || progress.cuts().size > 0) return;
     const lanes = laneState.count > 1;
     if (lanes && !this.#clear(slice)) return;
     const after = slice.rows[slice.rows.length - 1]!.seq;

@@ -46,6 +46,8 @@ export interface PlanContextOf<T> {
   prepare(table: T, row: OutboxRow): Statement;
   /** Deliver whatever is pending, threshold and wait or not (a group that spans tables waits at this table's head); a backoff still holds it. */
   force?: boolean;
+  /** A tenant template's: until when `tenant`'s database is held (down, missing, refusing), or null. */
+  tenantHeld?: (tenant: string) => number | null;
 }
 
 /** What the runner lends a table to open its slice: the fence, or null without a ledger. */
@@ -67,6 +69,8 @@ export interface TablePartsOf<T> {
   observer: DeliveryObserver | null;
   /** The drain's clock (epoch ms): every time a table stores (a head's retry time) or compares is from it. */
   now: () => number;
+  /** The target is a tenant template: each row goes to its tenant's database, each tenant its own lanes (SPEC §4c). */
+  tenanted?: boolean;
 }
 
 /**

@@ -219,9 +219,9 @@ export class DrainTable {
     this.counts.deadLettered += outcome.deadLettered ?? 0;
   }
 
-  /** Settlement is needed before this table's next fenced batch. */
+  /** Settlement is needed before this table's next fenced batch (a tenant template's tables settle tenant by tenant: see settleTenant). */
   get unsettled(): boolean {
-    return this.#progress.through === null;
+    return this.#applyingFenced && !this.#lanes.tenanted && this.#progress.through === null;
   }
 
   /** Forgets the ledger view: the next batch settles from the ledger first (after an outage, a fence that failed). */
@@ -245,6 +245,19 @@ export class DrainTable {
     return this.#settled(this.#progress.settleLanes(throughs, options.adopted));
   }
 
+  /**
+   * A tenant template's: applies what `tenant`'s ledger (in its database) says of its rows (see
+   * TableProgress.settleLanes); null `throughs`: that database cannot tell now, read it again later.
+   * Returns how many rows were confirmed.
+   */
+  settleTenant(tenant: string, throughs: ReadonlyMap<string, number> | null): number {
+    if (throughs === null) {
+      this.#lanes.unsettle(tenant);
+      return 0;
+    }
+    return this.#settled(this.#progress.settleLanes(throughs, 0, tenant));
+  }
+
   #settled(confirmed: number): number {
     this.#tally({ delivered: confirmed });
     this.#ahead.forget();
@@ -255,23 +268,19 @@ export class DrainTable {
    * Plans this table's part of the batch (see HeadPlanning.fromHead) — or takes the rows read ahead
    * for exactly this, when the slice before them was applied whole. The runner then opens it.
    */
-  plan(ctx: PlanContext): { draft: SliceDraft | null; outcome: TableOutcome } {
+  plan(ctx: PlanContext): { drafts: SliceDraft[]; outcome: TableOutcome } {
     const out = noOutcome();
     const { now } = ctx;
     this.#planning.forget();
     const ahead = this.#ahead.take(ctx.maxBytes);
-    let draft: SliceDraft | null = null;
-    if (!this.held(now) && !(this.#applyingFenced && this.#progress.through === null)) {
+    let drafts: SliceDraft[] = [];
+    if (!this.held(now) && !this.unsettled) {
       try {
-        const at = {
-          now,
-          maxBytes: ctx.maxBytes,
-          force: ctx.force,
-          prepare: (row: OutboxRow) => ctx.prepare(this, row),
-        };
-        const slice = ahead ?? this.#planning.fromHead(this.#file.queue!, at, out);
-        if (slice !== null) draft = { table: this, ...slice };
-        if (draft !== null) out.more ||= draft.more;
+        const prepare = (row: OutboxRow) => ctx.prepare(this, row);
+        const at = { now, maxBytes: ctx.maxBytes, force: ctx.force, tenantHeld: ctx.tenantHeld, prepare };
+        const slices = ahead !== null ? [ahead] : this.#planning.fromHead(this.#file.queue!, at, out);
+        drafts = slices.map((slice) => ({ table: this, ...slice }));
+        out.more ||= drafts.some((d) => d.more);
         this.#holds.release("local");
       } catch (error) {
         this.#holds.local(error, now, "planning");
@@ -280,7 +289,7 @@ export class DrainTable {
     this.#tally(out);
     // A hold this plan found or set (a chain gap, a local error) is retried on time, even if no commit brings the table back.
     out.wakeAt = minWake(out.wakeAt, this.#holds.retryAt(now));
-    return { draft, outcome: out };
+    return { drafts, outcome: out };
   }
 
   /** When a group that spans tables, held back by the last plan, may go at the earliest (see HeadPlanning.waitOf). */
@@ -371,6 +380,7 @@ export class DrainTable {
     if (slice.behind !== undefined && !progress.asExpected(slice.behind)) {
       // The slice ahead of it did not leave the ledger where its fence expects (it failed, was
       // lost, or could not be confirmed): it committed only if the ledger says so.
+      this.#notApplied(slice);
       queue.refundAttempt(head.seq);
       progress.forget();
       out.more = true;
@@ -378,7 +388,7 @@ export class DrainTable {
     }
     const answer = classifyAnswer(rows, slice.fenced, results, this.lanes === 1 ? undefined : this.#lanes.leads(rows));
     // With lanes, a read after anything but a slice applied whole starts at the head again.
-    if (this.lanes > 1 && answer.kind !== "applied") this.#lanes.restart();
+    if (answer.kind !== "applied") this.#notApplied(slice);
     if ("okAfterFailure" in answer && answer.okAfterFailure !== null)
       this.#charges.okAfterFailure(rows[answer.okAfterFailure]!);
     switch (answer.kind) {
@@ -482,7 +492,18 @@ export class DrainTable {
 
   /** Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays for settlement. */
   refundOutage(slice: TableSlice): void {
+    this.#notApplied(slice);
     this.#charges.refund(this.#file.queue!, slice.rows[0]!.seq);
+  }
+
+  /**
+   * A slice that was not applied whole: with lanes (and tenants) the next read starts at the head
+   * again, and a plan that made a slice per tenant does not move on (see LanesAfter.parts).
+   */
+  #notApplied(slice: TableSlice): void {
+    if (slice.lanes === undefined) return;
+    if (slice.lanes.parts !== undefined) slice.lanes.parts.failed = true;
+    this.#lanes.restart();
   }
 
   /** Prunes the delivered log and replayed dead letters in the background (see BackgroundPrune); a prune still running is not started twice. */

@@ -35,7 +35,7 @@ export function tableWing(
 ): TableWing {
   const { app, target, logger, now } = parts;
   const table = config.name;
-  const lanes = new TableLanes(table, config.lanes);
+  const lanes = new TableLanes(table, config.lanes, parts.tenanted === true);
   const holds = new TableHolds({ table, target, file: path }, logger, parts.observer);
   const charges = new HeadCharges({ ...parts, table });
   const file = new TableFile({ table, path, shared: app.dbFile !== null, open, holds, lanes, config });
