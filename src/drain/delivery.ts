@@ -1,27 +1,20 @@
 import type { TargetConfig } from "../config/types.ts";
-import { describeError } from "../errors.ts";
 import type { WriteResult } from "../writers/writer.ts";
+import { answersOf, BatchPlanner, batchBytes, LARGE_BATCH_BYTES, type SentBatch } from "./batch-plan.ts";
 import {
-  answersOf,
-  attemptsOfGroups,
-  BatchPlanner,
-  batchBytes,
-  LARGE_BATCH_BYTES,
-  type PlanReport,
-  type SentBatch,
-} from "./batch-plan.ts";
+  type AnswerParts,
+  applyAnswered,
+  batchLost,
+  type DeliveryHooks,
+  observeSent,
+  type TargetCycle,
+} from "./batch-answer.ts";
 import { resultShapeProblem } from "./bounded-writer.ts";
 import type { DeliveryObserver, ObservedBatch } from "./observer.ts";
 import type { DrainTable, TableSlice } from "./table/table.ts";
 import type { RemoteParts } from "./target-parts.ts";
 
-/** What one cycle of one target did. */
-export interface TargetCycle extends PlanReport {
-  target: string;
-  delivered: number;
-  /** The target was down this cycle (or is still backing off from an outage). */
-  outage: boolean;
-}
+export type { AnsweredBatch, DeliveryHooks, TargetCycle } from "./batch-answer.ts";
 
 /** One answered batch, for metrics: how many rows it carried and how long the target took. */
 export interface BatchEvent {
@@ -29,34 +22,6 @@ export interface BatchEvent {
   target: string;
   rows: number;
   durationMs: number;
-}
-
-/** A batch the target answered and whose answer was applied: what it carried, how long it took, what moved. */
-export interface AnsweredBatch {
-  /** Each slice's table, whether the ledger fenced it, and how many of its rows were delivered. */
-  slices: ReadonlyArray<{ table: DrainTable; fenced: boolean; delivered: number }>;
-  rows: number;
-  /** Rows delivered, failed or dead-lettered by the answer. */
-  moved: number;
-  /** From being sent to being answered (ms). */
-  durationMs: number;
-}
-
-/**
- * What a batch's answer means beyond its tables, for whoever runs the loop, the setup, the fleet
- * view and the metrics (the target's runner).
- */
-export interface DeliveryHooks {
-  /** The next cycle looks at these tables (an answer changed them, or their rows moved). */
-  changed(tables: DrainTable[]): void;
-  /** Nothing moved: commits do not wake the loop before this (epoch ms, the drain's clock). */
-  quiet(until: number): void;
-  /** A fence found the ledger missing: setup runs again before the next batch. */
-  ledgerMissing(): void;
-  /** A timed-out batch answered or failed late: its tables may go again, at once. */
-  lateAnswered(): void;
-  /** A batch was answered and applied (the fleet view, the metrics, the log, the prune follow it). */
-  answered(batch: AnsweredBatch): void;
 }
 
 /** What one target's delivery works with. */
@@ -103,12 +68,15 @@ export class Delivery {
   readonly #parallel: number;
 
   readonly #parts: DeliveryParts;
+  /** What an answered or lost batch is told to. */
+  readonly #answerParts: AnswerParts;
 
   constructor(parts: DeliveryParts) {
     this.#parts = parts;
     const { target, ledger, writer, logger, name } = parts;
     const fence = ledger === null ? null : ledger.fence.bind(ledger);
     this.#planner = new BatchPlanner({ ...parts, fence, changed: (tables) => parts.hooks.changed(tables) });
+    this.#answerParts = { ...parts, forgetReadAhead: (tables) => this.#planner.forgetReadAhead(tables) };
     const { connections } = target;
     const { concurrent, pipelined } = writer.writer;
     this.#parallel = concurrent === true && fence !== null ? connections * (pipelined === true ? 2 : 1) : 1;
@@ -202,16 +170,18 @@ export class Delivery {
         results = await call;
       } catch (error) {
         lost ??= { error, batch };
-        this.#lost(batch, observed, error);
+        batchLost(batch, observed, error, this.#answerParts);
         continue;
       }
       if (lost !== null) {
         // Behind a batch that got no answer: it committed only if that one did; the ledger says.
-        this.#lost(batch, observed, lost.error);
+        batchLost(batch, observed, lost.error, this.#answerParts);
         continue;
       }
       this.#lastRoundTripMs = performance.now() - started;
-      this.#apply(batch, results, observed, started, out);
+      this.#parts.reachability.recovered();
+      this.#lastSuccessAt = this.#parts.now();
+      applyAnswered(batch, results, observed, started, out, this.#answerParts);
       if (chain.length === i + 1) continue;
       // The batch behind confirms from what its tables read: this one's rows go first, every part.
       for (const slice of batch.slices) await this.#confirmWhole(slice.table);
@@ -227,7 +197,7 @@ export class Delivery {
 
   /** Sends a batch (the observer told first); its call is awaited by deliver, after the local work that overlaps it. */
   #send(batch: SentBatch): InFlightBatch {
-    const observed = this.#parts.observer === null ? null : this.#observed(batch);
+    const observed = observeSent(batch, this.#answerParts);
     const started = performance.now();
     this.#inFlight += 1; // until deliver has its answer
     const bytes = batchBytes(batch);
@@ -239,98 +209,6 @@ export class Delivery {
     call.then(wired, wired); // a writer that never says so: its answer will do
     void call.finally(() => (this.#inFlightBytes -= bytes)).catch(() => {});
     return { batch, call, observed, started, onWire };
-  }
-
-  /** A batch that got no answer: its heads are refunded, and fenced tables settle from the ledger (it may have committed). */
-  #lost(batch: SentBatch, observed: ObservedBatch | null, error: unknown): void {
-    for (const slice of batch.slices) {
-      slice.table.refundOutage(slice);
-      if (slice.fenced) slice.table.unsettle(); // it may have committed: the ledger will say
-    }
-    if (observed !== null) this.#parts.observer!.batchLost(observed, describeError(error), this.#parts.now());
-  }
-
-  /** Applies a batch's answer to each of its tables; the target is reachable, and whoever follows answers is told. */
-  #apply(
-    batch: SentBatch,
-    results: WriteResult[],
-    observed: ObservedBatch | null,
-    started: number,
-    out: TargetCycle,
-  ): void {
-    const { reachability, hooks, now } = this.#parts;
-    reachability.recovered();
-    this.#lastSuccessAt = now();
-    // What an answer did (a cut, a hold, a charge, a confirmation) shows at the table's next plan: the next cycle looks at these.
-    hooks.changed(batch.slices.map((sl) => sl.table));
-    const attempts = attemptsOfGroups(batch.units);
-    const answered: AnsweredBatch = { slices: [], rows: 0, moved: 0, durationMs: performance.now() - started };
-    for (const slice of batch.slices) {
-      const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), now(), attempts);
-      (answered.slices as AnsweredBatch["slices"][number][]).push({
-        table: slice.table,
-        fenced: slice.fenced,
-        delivered: answer.delivered,
-      });
-      answered.rows += slice.rows.length;
-      answered.moved += answer.delivered + answer.failed + answer.deadLettered;
-      out.delivered += answer.delivered;
-      out.failed += answer.failed;
-      out.deadLettered += answer.deadLettered;
-      out.more ||= answer.more;
-      if (answer.ledgerMissing) hooks.ledgerMissing();
-      this.#planner.forgetReadAhead(answer.touched);
-    }
-    this.#checkUnits(batch, results);
-    if (observed !== null)
-      this.#parts.observer!.batchAnswered(
-        observed,
-        answered.slices.map((s) => s.delivered),
-        now(),
-      );
-    hooks.answered(answered);
-    // The remote answered but nothing moved (every head "skipped"): our own bookkeeping commits
-    // would wake the watcher at once, so wait a full flush_interval instead.
-    if (answered.moved === 0) hooks.quiet(now() + this.#parts.app.flushIntervalMs);
-    // Large rows: give their strings back now, so the next batch does not stack on this one's
-    // garbage and the drain's memory stays bounded by batch_max_bytes, not by the backlog. A full
-    // collection: strings that large live in the old generation, which a minor one leaves alone.
-    if (batchBytes(batch) > LARGE_BATCH_BYTES) Bun.gc(true);
-  }
-
-  /** The batch as an observer sees it (told just before it is sent). */
-  #observed(batch: SentBatch): ObservedBatch {
-    const { app, target, name, dialect, observer, now } = this.#parts;
-    // The head was charged when its slice was opened: its stored count is the attempts before this one.
-    const attempt = Math.max(1, ...batch.slices.map((s) => s.rows[0]!.attempts + 1));
-    const observed: ObservedBatch = {
-      app: app.name,
-      target: name,
-      engine: target.writer ?? target.writerClass ?? "custom",
-      dialect,
-      slices: batch.slices.map((s) => ({ table: s.table.name, rows: s.rows })),
-      statements: batch.stmts.length,
-      bytes: batchBytes(batch),
-      attempt,
-      sentAt: now(),
-    };
-    observer!.batchSent(observed);
-    return observed;
-  }
-
-  /**
-   * A unit of linked tables must have been applied all together or not at all. A writer that
-   * applied part of one (one table's slice whole, another's not) broke the contract (Statement.unit):
-   * half a transaction is on the remote, and every table of the unit is held, loudly.
-   */
-  #checkUnits(batch: SentBatch, results: WriteResult[]): void {
-    for (const unit of batch.units) {
-      const applied = unit.map((slice) => answersOf(batch, slice, results).every((r) => r.ok));
-      if (applied.every((a) => a) || applied.every((a) => !a)) continue;
-      const names = unit.map((s) => `"${s.table.name}"`).join(", ");
-      const message = `the writer of ${this.#parts.name} applied part of a transaction spanning ${names}: with ledger = true a writer must apply statements that share a unit (Statement.unit) all together or not at all`;
-      for (const slice of unit) slice.table.hold({ reason: "writer contract", message }, this.#parts.now());
-    }
   }
 
   /**

@@ -166,6 +166,23 @@ export class TargetLedger {
     return { confirmed, along: sent.slice(ready.length) };
   }
 
+  /**
+   * Reads each of `tables`' ledger rows of this queue — its own and every lane's — in one round
+   * trip, by ledger row (a tenant's, in its own database: see TenantDelivery). Null for a table
+   * whose rows the ledger cannot give now (it holds what is not a through). An outage throws.
+   */
+  async readRows(tables: DrainTable[]): Promise<Array<Map<string, number> | null>> {
+    const results = await this.writer.send(
+      tables.map((t) => ({
+        sql: this.settleLanesText,
+        args: [t.origin!, t.name, `${t.name}#`, `${t.name}$`],
+        namespace: t.name,
+        seq: 0,
+      })),
+    );
+    return results.map((result) => (result.ok ? laneRows(result.rows) : null));
+  }
+
   /** The remote MAX(outbox_seq) of each table (0 when it has no such column), in one round trip. */
   private async adoptions(tables: DrainTable[]): Promise<Map<DrainTable, number>> {
     const marks = new Map<DrainTable, number>();

@@ -224,8 +224,15 @@ export class DrainTable {
     return this.#applyingFenced && !this.#lanes.tenanted && this.#progress.through === null;
   }
 
-  /** Forgets the ledger view: the next batch settles from the ledger first (after an outage, a fence that failed). */
-  unsettle(): void {
+  /**
+   * Forgets the ledger view: the next batch settles from the ledger first (after an outage, a
+   * fence that failed) — with a tenant template, `tenant`'s only (the ledger in its database).
+   */
+  unsettle(tenant: string | null = null): void {
+    if (this.#lanes.tenanted) {
+      if (tenant !== null) this.#lanes.unsettle(tenant);
+      return;
+    }
     this.#progress.forget();
     this.#lanes.unsettle();
   }
