@@ -25,6 +25,8 @@ const LABELS = new Set([
   "group",
   "rtt_ms",
   "connections",
+  "queue",
+  "api",
 ]);
 
 /** A printed line as compared here: `bench label=value …: figure figure …`. */
@@ -165,6 +167,31 @@ const EXPECTED: Record<string, string[]> = {
       `lanes-drain shape=${shape}: lanes rows rows_per_s`,
       `lanes-drain-ratio shape=${shape}: lanes64_vs_lanes1`,
     ]),
+  ],
+  peers: [
+    "peers-single queue=sqloutbox api=push: p50_us p99_us ops_per_s",
+    "peers-single queue=plainjob api=add: p50_us p99_us ops_per_s",
+    ...[1, 10, 500].flatMap((size) =>
+      [
+        ["sqloutbox", "pushMany"],
+        ["plainjob", "addMany"],
+        ["sqloutbox", "enqueueBatch"],
+      ].map(([queue, api]) => `peers-bulk queue=${queue} api=${api} batch_size=${size}: per_item_us items_per_s`),
+    ),
+    ...["null", "sqlite"].flatMap((target) => [
+      `peers-drain target=${target} queue=sqloutbox: rows rows_per_s`,
+      `peers-drain target=${target} queue=plainjob: rows rows_per_s workers`,
+    ]),
+    ...[
+      "push vs add p50",
+      "push vs add p99",
+      "pushMany vs addMany 1",
+      "pushMany vs addMany 10",
+      "pushMany vs addMany 500",
+      "drain null",
+      "drain sqlite",
+    ].map((c) => `peers-ratio case=${c}: sqloutbox_vs_plainjob`),
+    "peers-ratio case=pushMany vs enqueueBatch 500: vs_enqueue_batch",
   ],
   push: [
     ...["none", "given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push case=${c}: ${PUSH}`),
