@@ -205,6 +205,19 @@ describe("enqueueBatch", () => {
     expectIntactChain(ob);
   });
 
+  test("a run of one tag is checked once, yet a bad tag, payload or source after or around it is refused and nothing is written", () => {
+    const ob = outbox();
+    const good = { tag: "INSERT INTO t (a) VALUES (?)", payload: "[1]" };
+    for (const bad of [
+      { tag: "INSERT \ud800", payload: "[1]" },
+      { tag: "", payload: "[1]" },
+      { ...good, payload: '["\udc00"]' },
+    ])
+      expect(errorOf(() => ob.enqueueBatch([good, good, good, bad]))).toBeInstanceOf(InvalidArgumentError);
+    expect(errorOf(() => ob.enqueueBatch([good, good], "\ud800"))).toBeInstanceOf(InvalidArgumentError);
+    expect(ob.pendingCount()).toBe(0);
+  });
+
   test("writes nothing when any item is invalid", () => {
     const ob = outbox();
     expect(() =>
