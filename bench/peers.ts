@@ -10,7 +10,8 @@
 // {"bench":"peers-bulk","queue":…,"api":"pushMany"|"addMany"|"enqueueBatch","batch_size":1|10|500,"per_item_us":…,"items_per_s":…}
 //   calls of batch_size statements (one transaction each), BULK_ITEMS statements a round; per_item_us
 //   is the median call over batch_size. `enqueueBatch`: our Outbox.enqueueBatch of rows encoded
-//   beforehand — the row write alone, what pushMany adds its checks to.
+//   beforehand, with the source a producer stores (its class name) — the row write, what pushMany
+//   adds its checks to.
 // {"bench":"peers-drain","queue":…,"target":"null"|"sqlite","rows":…,"rows_per_s":…,["workers":…]}
 //   a backlog of DRAIN_ROWS items delivered, in this process. Ours: the drain (OutboxSyncService,
 //   batch_size 500, flush_interval 5 ms, threshold 1), to a writer that accepts everything (null)
@@ -159,7 +160,7 @@ const producerCases: ProducerCase[] = [
             const items = Array.from({ length: size }, () => ({ tag: SQL, payload: encodeArgs(ARGS) }));
             const outbox = new Outbox(path.join(dir, "orders.db"), "orders");
             try {
-              return bulk(size, () => outbox.enqueueBatch(items));
+              return bulk(size, () => outbox.enqueueBatch(items, "SQLMiddleware"));
             } finally {
               outbox.close();
             }
@@ -330,28 +331,35 @@ async function drains(): Promise<Map<string, number>> {
 
 // ── the ratios ────────────────────────────────────────────────────────────────────────────────
 
-function ratios(p: Map<string, Figures>, d: Map<string, number>): void {
+function ratios(p: Map<string, Figures> | null, d: Map<string, number> | null): void {
   const line = (c: string, ours: number, theirs: number) =>
     console.log(JSON.stringify({ bench: "peers-ratio", case: c, sqloutbox_vs_plainjob: round(ours / theirs) }));
-  line("push vs add p50", p.get("push")!.p50_us!, p.get("add")!.p50_us!);
-  line("push vs add p99", p.get("push")!.p99_us!, p.get("add")!.p99_us!);
-  for (const size of BULK_SIZES)
-    line(
-      `pushMany vs addMany ${size}`,
-      p.get(`pushMany ${size}`)!.per_item_us!,
-      p.get(`addMany ${size}`)!.per_item_us!,
+  if (p !== null) {
+    line("push vs add p50", p.get("push")!.p50_us!, p.get("add")!.p50_us!);
+    line("push vs add p99", p.get("push")!.p99_us!, p.get("add")!.p99_us!);
+    for (const size of BULK_SIZES)
+      line(
+        `pushMany vs addMany ${size}`,
+        p.get(`pushMany ${size}`)!.per_item_us!,
+        p.get(`addMany ${size}`)!.per_item_us!,
+      );
+  }
+  if (d !== null)
+    for (const target of ["null", "sqlite"])
+      line(`drain ${target}`, d.get(`plainjob ${target}`)!, d.get(`sqloutbox ${target}`)!); // rates: time is 1/rate
+  if (p !== null) {
+    const vs = p.get("pushMany 500")!.per_item_us! / p.get("enqueueBatch 500")!.per_item_us!;
+    console.log(
+      JSON.stringify({ bench: "peers-ratio", case: "pushMany vs enqueueBatch 500", vs_enqueue_batch: round(vs) }),
     );
-  for (const target of ["null", "sqlite"])
-    line(`drain ${target}`, d.get(`plainjob ${target}`)!, d.get(`sqloutbox ${target}`)!); // rates: time is 1/rate
-  const vs = p.get("pushMany 500")!.per_item_us! / p.get("enqueueBatch 500")!.per_item_us!;
-  console.log(
-    JSON.stringify({ bench: "peers-ratio", case: "pushMany vs enqueueBatch 500", vs_enqueue_batch: round(vs) }),
-  );
+  }
 }
 
+// Arguments pick lines: producers drains (none: both).
+const only = process.argv.slice(2);
 try {
-  const p = producers();
-  const d = await drains();
+  const p = only.length === 0 || only.includes("producers") ? producers() : null;
+  const d = only.length === 0 || only.includes("drains") ? await drains() : null;
   ratios(p, d);
 } finally {
   closeSharedOutboxes();

@@ -27,6 +27,7 @@ const LABELS = new Set([
   "connections",
   "queue",
   "api",
+  "stage",
 ]);
 
 /** A printed line as compared here: `bench label=value …: figure figure …`. */
@@ -193,6 +194,19 @@ const EXPECTED: Record<string, string[]> = {
     ].map((c) => `peers-ratio case=${c}: sqloutbox_vs_plainjob`),
     "peers-ratio case=pushMany vs enqueueBatch 500: vs_enqueue_batch",
   ],
+  "pushmany-profile": [500, 10].flatMap((size) => [
+    ...[
+      "statement check",
+      "argument encoding",
+      "trace context",
+      "the door",
+      "group bookkeeping",
+      "row insert",
+      "commit",
+      "other",
+    ].map((stage) => `pushmany-profile batch_size=${size} stage=${stage}: per_item_us share_pct`),
+    `pushmany-profile batch_size=${size} stage=total: per_item_us samples`,
+  ]),
   push: [
     ...["none", "given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push case=${c}: ${PUSH}`),
     ...["given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push-ratio case=${c}: vs_none`),
