@@ -185,7 +185,9 @@ export class SQLMiddleware {
     stmts: ReadonlyArray<readonly [string, (readonly unknown[])?]>,
     options?: PushOptions,
   ): number[] {
-    const file = this.#fileFor(table);
+    let mine = this.#mine.get(table);
+    if (mine?.outbox.closed) mine = undefined;
+    const file = mine?.outbox.path ?? this.#fileFor(table);
     const where = { namespace: table, file };
     if (!Array.isArray(stmts))
       throw new InvalidArgumentError(
@@ -217,7 +219,9 @@ export class SQLMiddleware {
       checkedArgs = args.length;
     }
     const target =
-      openQueues.transaction !== null && items.length > 0 ? this.#joined(table, undefined) : this.outbox(table);
+      openQueues.transaction !== null && items.length > 0
+        ? this.#joined(table, mine)
+        : (mine ?? this.#queue(table)).outbox;
     return target.enqueueBatch(items, this.#source, { trace: this.#context(options, table) });
   }
 
