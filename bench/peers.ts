@@ -13,15 +13,16 @@
 //   beforehand, with the source a producer stores (its class name) — the row write, what pushMany
 //   adds its checks to.
 // {"bench":"peers-drain","queue":…,"target":"null"|"sqlite","rows":…,"rows_per_s":…,["workers":…]}
-//   a backlog of DRAIN_ROWS items delivered, in this process. Ours: the drain (OutboxSyncService,
-//   batch_size 500, flush_interval 5 ms, threshold 1), to a writer that accepts everything (null)
-//   or the sqlite writer. plainjob's: its workers (defineWorker, the job's JSON read; for sqlite
-//   its statement run on the same kind of file the sqlite writer opens: WAL, busy_timeout), as many
-//   as did best on a probe of PROBE_ROWS at each count of WORKER_COUNTS (plainjob processes one
-//   job at a time per worker; its README's way to more is more of them).
+//   a backlog of DRAIN_ROWS items (pushed with pushMany / addMany, CHUNK a call) delivered, in this
+//   process. Ours: the drain (OutboxSyncService, batch_size 500, flush_interval 5 ms, threshold 1),
+//   to a writer that accepts everything (null) or the sqlite writer. plainjob's: its workers
+//   (defineWorker, the job's JSON read; for sqlite its statement run on the same kind of file the
+//   sqlite writer opens — WAL, SQLite's default synchronous=FULL, busy_timeout — one commit a job,
+//   as a worker takes one job at a time), as many as did best on a probe of PROBE_ROWS at each
+//   count of WORKER_COUNTS (its README's way to more throughput is more workers).
 // {"bench":"peers-ratio","case":…,"sqloutbox_vs_plainjob":…}   each pair, ours over plainjob's
 //   (times: below 1 is ahead; rates are turned into times first, so the same holds);
-// {"bench":"peers-ratio","case":"pushMany 500 vs enqueueBatch 500","vs_enqueue_batch":…}.
+// {"bench":"peers-ratio","case":"pushMany vs enqueueBatch 500","vs_enqueue_batch":…}.
 import { Database } from "bun:sqlite";
 import fs from "node:fs";
 import path from "node:path";
@@ -333,7 +334,7 @@ async function drains(): Promise<Map<string, number>> {
 
 function ratios(p: Map<string, Figures> | null, d: Map<string, number> | null): void {
   const line = (c: string, ours: number, theirs: number) =>
-    console.log(JSON.stringify({ bench: "peers-ratio", case: c, sqloutbox_vs_plainjob: round(ours / theirs) }));
+    console.log(JSON.stringify({ bench: "peers-ratio", case: c, sqloutbox_vs_plainjob: round(ours / theirs, 3) }));
   if (p !== null) {
     line("push vs add p50", p.get("push")!.p50_us!, p.get("add")!.p50_us!);
     line("push vs add p99", p.get("push")!.p99_us!, p.get("add")!.p99_us!);
@@ -350,7 +351,7 @@ function ratios(p: Map<string, Figures> | null, d: Map<string, number> | null): 
   if (p !== null) {
     const vs = p.get("pushMany 500")!.per_item_us! / p.get("enqueueBatch 500")!.per_item_us!;
     console.log(
-      JSON.stringify({ bench: "peers-ratio", case: "pushMany vs enqueueBatch 500", vs_enqueue_batch: round(vs) }),
+      JSON.stringify({ bench: "peers-ratio", case: "pushMany vs enqueueBatch 500", vs_enqueue_batch: round(vs, 3) }),
     );
   }
 }
