@@ -45,7 +45,8 @@ export class QueueFullError extends OutboxError {
 export class InvalidArgumentError extends OutboxError {
   constructor(
     message: string,
-    readonly details: { namespace?: string; file?: string; index?: number } = {},
+    /** `index`: the argument's position; `statement`: the statement's in a pushMany (both from 0). */
+    readonly details: { namespace?: string; file?: string; index?: number; statement?: number } = {},
   ) {
     super("E_INVALID_ARG", message);
   }
@@ -256,7 +257,13 @@ export class InvalidStatementError extends OutboxError {
   constructor(
     readonly reason: string,
     readonly table?: string,
+    /** Its position in the statements of a pushMany (from 0); undefined for a push. */
+    readonly statement?: number,
   ) {
-    super("E_INVALID_STATEMENT", `invalid statement${table === undefined ? "" : ` for table "${table}"`}: ${reason}`);
+    const which = statement === undefined ? "" : ` (statement ${statement} of the pushMany)`;
+    super(
+      "E_INVALID_STATEMENT",
+      `invalid statement${table === undefined ? "" : ` for table "${table}"`}${which}: ${reason}`,
+    );
   }
 }

@@ -26,6 +26,9 @@ const LABELS = new Set([
   "rtt_ms",
   "connections",
   "accounts_per_tx",
+  "queue",
+  "api",
+  "stage",
 ]);
 
 /** A printed line as compared here: `bench label=value …: figure figure …`. */
@@ -173,6 +176,44 @@ const EXPECTED: Record<string, string[]> = {
         `lanes-hold connections=${c} accounts_per_tx=${each}: held_lane_accounts others_advanced others updates_per_s_before updates_per_s_during updates_per_s_after exactly_once_in_order`,
     ),
   ),
+  peers: [
+    "peers-single queue=sqloutbox api=push: p50_us p99_us ops_per_s",
+    "peers-single queue=plainjob api=add: p50_us p99_us ops_per_s",
+    ...[1, 10, 500].flatMap((size) =>
+      [
+        ["sqloutbox", "pushMany"],
+        ["plainjob", "addMany"],
+        ["sqloutbox", "enqueueBatch"],
+      ].map(([queue, api]) => `peers-bulk queue=${queue} api=${api} batch_size=${size}: per_item_us items_per_s`),
+    ),
+    ...["null", "sqlite"].flatMap((target) => [
+      `peers-drain target=${target} queue=sqloutbox: rows rows_per_s`,
+      `peers-drain target=${target} queue=plainjob: rows rows_per_s workers`,
+    ]),
+    ...[
+      "push vs add p50",
+      "push vs add p99",
+      "pushMany vs addMany 1",
+      "pushMany vs addMany 10",
+      "pushMany vs addMany 500",
+      "drain null",
+      "drain sqlite",
+    ].map((c) => `peers-ratio case=${c}: sqloutbox_vs_plainjob`),
+    "peers-ratio case=pushMany vs enqueueBatch 500: vs_enqueue_batch",
+  ],
+  "pushmany-profile": [500, 10].flatMap((size) => [
+    ...[
+      "statement check",
+      "argument encoding",
+      "trace context",
+      "the door",
+      "group bookkeeping",
+      "row insert",
+      "commit",
+      "other",
+    ].map((stage) => `pushmany-profile batch_size=${size} stage=${stage}: per_item_us share_pct`),
+    `pushmany-profile batch_size=${size} stage=total: per_item_us samples`,
+  ]),
   push: [
     ...["none", "given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push case=${c}: ${PUSH}`),
     ...["given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push-ratio case=${c}: vs_none`),

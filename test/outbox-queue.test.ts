@@ -166,6 +166,58 @@ describe("enqueueBatch", () => {
     expect(ob.head()!.prevSeq).toBe(seqs[1]!);
   });
 
+  test("rows past one INSERT's worth keep their order, links, group and each its own tag and payload", () => {
+    const ob = outbox();
+    let total = 0;
+    for (const length of [1, 2, 3, 63, 64, 65, 127, 130, 200]) {
+      const before = ob.enqueue("A", "[]");
+      const items = Array.from({ length }, (_, i) => ({ tag: `INSERT ${length}.${i}`, payload: `[${i}]` }));
+      const seqs = ob.enqueueBatch(items);
+      total += length + 1;
+      const db = new Database(ob.path, { readonly: true });
+      const rows = db
+        .query<Record<string, unknown>, [number]>(
+          "SELECT seq, ord, prev_seq, grp, tag, payload, typeof(seq) || typeof(ord) || typeof(prev_seq) || typeof(grp) AS types FROM outbox_queue WHERE seq > ? ORDER BY seq",
+        )
+        .all(before);
+      db.close();
+      expect(rows.map((r) => r.seq)).toEqual(seqs);
+      expect(rows).toEqual(
+        items.map((item, i) => ({
+          seq: before + 1 + i,
+          ord: total - length + 1 + i,
+          prev_seq: before + i,
+          grp: before + 1,
+          tag: item.tag,
+          payload: item.payload,
+          types: "integerintegerintegerinteger",
+        })),
+      );
+    }
+    expect(ob.pendingCount()).toBe(total);
+    // Two batches in one transaction are one group, the second counted on from the first.
+    const batch = (n: number) => Array.from({ length: n }, (_, i) => ({ tag: `UPDATE ${i}`, payload: "[]" }));
+    const first = ob.transaction(() => [...ob.enqueueBatch(batch(70)), ...ob.enqueueBatch(batch(3))])[0]!;
+    const grouped = ob.fetchUnsynced(100_000).filter((r) => r.seq >= first);
+    expect(grouped.map((r) => [r.seq, r.tag, r.grp])).toEqual(
+      [...batch(70), ...batch(3)].map((b, i) => [first + i, b.tag, first]),
+    );
+    expectIntactChain(ob);
+  });
+
+  test("a run of one tag is checked once, yet a bad tag, payload or source after or around it is refused and nothing is written", () => {
+    const ob = outbox();
+    const good = { tag: "INSERT INTO t (a) VALUES (?)", payload: "[1]" };
+    for (const bad of [
+      { tag: "INSERT \ud800", payload: "[1]" },
+      { tag: "", payload: "[1]" },
+      { ...good, payload: '["\udc00"]' },
+    ])
+      expect(errorOf(() => ob.enqueueBatch([good, good, good, bad]))).toBeInstanceOf(InvalidArgumentError);
+    expect(errorOf(() => ob.enqueueBatch([good, good], "\ud800"))).toBeInstanceOf(InvalidArgumentError);
+    expect(ob.pendingCount()).toBe(0);
+  });
+
   test("writes nothing when any item is invalid", () => {
     const ob = outbox();
     expect(() =>

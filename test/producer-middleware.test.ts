@@ -273,6 +273,55 @@ describe("statements are checked at push, before anything is written", () => {
     expect(hashTree(tmp.path)).toEqual(before);
   });
 
+  test("pushMany checks a repeated text once, yet refuses a repeat with another argument count or a bad argument, naming the statement, with nothing written", () => {
+    const mw = new SQLMiddleware({ dbDir: tmp.path });
+    const sql = "INSERT INTO t (a, b) VALUES (?, ?)";
+    const other = "DELETE FROM t";
+    for (const [stmts, at] of [
+      [
+        [
+          [sql, [1, 2]],
+          [sql, [3, 4]],
+          [sql, [5]],
+        ],
+        2,
+      ],
+      [[[sql, [1, 2]], [other], [sql, [1, 2, 3]]], 2],
+      [[[sql, []]], 0],
+    ] as const) {
+      const err = statementError(() => mw.pushMany("t", stmts));
+      expect(err).toMatchObject({ table: "t", statement: at });
+      expect(err.reason).toContain("statement takes 2 bind arguments but");
+      expect(err.message).toStartWith(
+        `invalid statement for table "t" (statement ${at} of the pushMany): ${err.reason}`,
+      );
+    }
+    const badArg = errorOf<InvalidArgumentError>(() =>
+      mw.pushMany("t", [
+        [sql, [1, 2]],
+        [sql, [3, new Date()]],
+      ]),
+    );
+    expect(badArg).toBeInstanceOf(InvalidArgumentError);
+    expect(badArg.details).toMatchObject({ namespace: "t", statement: 1, index: 1 });
+    expect(badArg.message).toStartWith("statement 1: argument 1 is a Date");
+    const small = new SQLMiddleware({ dbDir: tmp.path, maxPayloadBytes: 60 });
+    const tooLarge = errorOf<InvalidArgumentError>(() =>
+      small.pushMany("t", [
+        [sql, [1, 2]],
+        [sql, [1, "x".repeat(30)]],
+      ]),
+    );
+    expect(tooLarge.details).toMatchObject({ statement: 1 });
+    expect(tooLarge.message).toStartWith('statement 1: statement for table "t" is');
+    expect(
+      mw.pushMany("t", [
+        [sql, [1, 2]],
+        [sql, [3, 4]],
+      ]),
+    ).toEqual([1, 2]); // nothing before these
+  });
+
   test("a bad statement creates no file for a table pushed for the first time", () => {
     const mw = new SQLMiddleware({ dbDir: tmp.file("data") });
     statementError(() => mw.push("fresh", "hello world", []));

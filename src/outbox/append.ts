@@ -1,7 +1,7 @@
 import type { Statement } from "bun:sqlite";
 import { ForeignTransactionError, QueueFullError } from "../errors.ts";
 import { DELIVERED, type DeliveredSql } from "./delivered.ts";
-import type { AppendRun, RowInserts } from "./layout.ts";
+import type { AppendItem, AppendRun, RowInserts } from "./layout.ts";
 import type { QueueFile } from "./queue-file.ts";
 import { LAYOUTS } from "./schema.ts";
 import { retryBusy, storageError } from "./sqlite-open.ts";
@@ -45,12 +45,6 @@ export interface GroupLimits {
  * batch_max_bytes) — the drain holds a group in memory whole and sends it in one transaction.
  */
 export const DEFAULT_GROUP_LIMITS: GroupLimits = { maxRows: 10_000, maxChars: 16 * 1024 * 1024 };
-
-/** One event to append: its tag (SQL text) and payload (encoded arguments). */
-export interface AppendItem {
-  tag: string;
-  payload: string;
-}
 
 /**
  * The producer's side of a queue: appending events at the namespace tail, each linked to the one
@@ -189,7 +183,7 @@ export class Appender {
     const run = this.#start(group.createdAt, source, trace, group.id, true);
     run.seq = group.nextSeq ?? this.#rows.nextSeq();
     run.ord = state.ord;
-    const seqs = this.#insert(run, items, state.tail);
+    const seqs = this.#rows.insert(run, items, state.tail);
     const prev = seqs.at(-1) ?? state.tail;
     group.nextSeq = run.seq;
     // Moved only now that every row is written (a failed insert leaves the group as it was).
@@ -211,7 +205,7 @@ export class Appender {
     const run = this.#start(isoTimestamp(), source, trace, null, false); // one transaction, one creation time
     run.seq = this.#rows.nextSeq();
     run.ord = this.#rows.nextOrd(run.namespace);
-    return this.#insert(run, items, this.tail());
+    return this.#rows.insert(run, items, this.tail());
   }
 
   /** The appender's run, set up for rows created at `createdAt` (its place is the caller's to set). */
@@ -225,13 +219,6 @@ export class Appender {
     run.grp = grp;
     run.grouped = grouped;
     return run;
-  }
-
-  /** Inserts `items` one after another, the first linked to `prev`, each later one to the one before; returns their seqs. */
-  #insert(run: AppendRun, items: readonly AppendItem[], prev: number | null): number[] {
-    const seqs: number[] = [];
-    for (const item of items) seqs.push((prev = this.#rows.insert(run, item.tag, item.payload, prev)));
-    return seqs;
   }
 
   #appendAtTail(tag: string, payload: string, source: string, trace: RowContext): number {

@@ -1,3 +1,4 @@
+import type { SQLQueryBindings, Statement } from "bun:sqlite";
 import { convertRowLogToRanges, DELIVERED, RANGE_LOG_DDL } from "./delivered.ts";
 import { type Layout, QUEUE_EXTRA_COLUMNS } from "./layout.ts";
 
@@ -65,6 +66,27 @@ export const ORD_PENDING_SQL = `SELECT ifnull((SELECT ord FROM outbox_queue WHER
 const FOREIGN_ROWS_INDEX = "idx_outbox_foreign";
 const FOREIGN_ROWS_DDL = `CREATE INDEX IF NOT EXISTS ${FOREIGN_ROWS_INDEX} ON outbox_queue (seq) WHERE ord IS NULL`;
 
+/** The most rows one INSERT of a run writes: 2^6 = 64 (then 138 bound values, far below SQLite's limit of 32 766). */
+const MAX_ROWS_LOG = 6;
+/** The values the rows of one INSERT share, bound once: ?1 … ?10 of rowsInsert. */
+const SHARED_VALUES = 10;
+
+/**
+ * The INSERT of `rows` consecutive rows of a run: ?1 the first row's seq, ?2 its ord, ?3 the group,
+ * ?4 the creation time, ?5 the namespace, ?6 the source, ?7 the seq the first row links to, ?8 ?9
+ * ?10 the trace context and key; then each row's tag and payload. Row r is at seq ?1 + r and ord
+ * ?2 + r, linked to the row before it. One statement per run of rows rather than one per row: each
+ * row cost a call into SQLite and twelve values bound, more than writing it.
+ */
+function rowsInsert(rows: number): string {
+  const values = Array.from(
+    { length: rows },
+    (_, r) =>
+      `(?1 + ${r}, ?2 + ${r}, ?3, ?4, ?5, ?6, ?${SHARED_VALUES + 1 + 2 * r}, ?${SHARED_VALUES + 2 + 2 * r}, ${r === 0 ? "?7" : `?1 + ${r - 1}`}, ?8, ?9, ?10)`,
+  );
+  return `INSERT INTO outbox_queue (seq, ord, grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate, lane_key) VALUES ${values.join(", ")}`;
+}
+
 /**
  * The lean layout. Format 4 finds foreign rows by a partial index and adopts them (format 3 moved
  * each with a trigger on every insert); 3 added groups, trace context and the range log; 2 is the
@@ -128,33 +150,46 @@ export const LEAN: Layout = {
   },
 
   // Nobody else can insert while the transaction holds the write lock: the seq and ord are read once
-  // and counted on, and a row then costs what a plain INSERT does.
+  // and counted on, so the rows of a run are placed before they are written, and written many to an
+  // INSERT: what they share bound once, each row's own values its text and payload (see rowsInsert).
   rowInserts(cache) {
     const nextSeq = cache.prepare<{ seq: number }, []>(NEXT_SEQ_SQL);
     const nextOrd = cache.prepare<{ ord: number }, [string]>(`SELECT ${NEXT_ORD} AS ord`);
-    const insert = cache.prepare(
-      "INSERT INTO outbox_queue (seq, ord, grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate, lane_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    );
+    const inserts: Statement[] = [];
     return {
       nextSeq: () => nextSeq.get()!.seq,
       nextOrd: (namespace) => nextOrd.get(namespace)!.ord,
-      insert(run, tag, payload, prev) {
+      insert(run, items, prev) {
         if (run.grouped) run.grp ??= run.seq;
-        insert.run(
-          run.seq,
-          run.ord++,
-          run.grp,
-          run.createdAt,
-          run.namespace,
-          run.source,
-          tag,
-          payload,
-          prev,
-          run.traceparent,
-          run.tracestate,
-          run.laneKey,
-        );
-        return run.seq++;
+        const seqs = new Array<number>(items.length);
+        for (let done = 0; done < items.length; ) {
+          // The largest power of two left, at most 2^MAX_ROWS_LOG: a handful of statements serve every length.
+          const log = Math.min(MAX_ROWS_LOG, 31 - Math.clz32(items.length - done));
+          const rows = 1 << log;
+          const values = new Array<SQLQueryBindings>(SHARED_VALUES + 2 * rows);
+          values[0] = run.seq;
+          values[1] = run.ord;
+          values[2] = run.grp;
+          values[3] = run.createdAt;
+          values[4] = run.namespace;
+          values[5] = run.source;
+          values[6] = prev;
+          values[7] = run.traceparent;
+          values[8] = run.tracestate;
+          values[9] = run.laneKey;
+          for (let r = 0; r < rows; r++) {
+            const item = items[done + r]!;
+            values[SHARED_VALUES + 2 * r] = item.tag;
+            values[SHARED_VALUES + 2 * r + 1] = item.payload;
+            seqs[done + r] = run.seq + r;
+          }
+          (inserts[log] ??= cache.prepare(rowsInsert(rows))).run(...values);
+          prev = run.seq + rows - 1;
+          run.seq += rows;
+          run.ord += rows;
+          done += rows;
+        }
+        return seqs;
       },
     };
   },

@@ -97,23 +97,28 @@ export const LEGACY: Layout = {
     return {
       nextSeq: () => 0,
       nextOrd: () => 0,
-      insert(run, tag, payload, prev) {
-        const seq = Number(
-          insert.run(
-            run.grp,
-            run.createdAt,
-            run.namespace,
-            run.source,
-            tag,
-            payload,
-            prev,
-            run.traceparent,
-            run.tracestate,
-            run.laneKey,
-          ).lastInsertRowid,
-        );
-        if (run.grouped && run.grp === null) setGroup.run((run.grp = seq));
-        return seq;
+      // AUTOINCREMENT gives each row its seq: one INSERT per row, each linked to the seq the one before got.
+      insert(run, items, prev) {
+        const seqs: number[] = [];
+        for (const item of items) {
+          const seq = Number(
+            insert.run(
+              run.grp,
+              run.createdAt,
+              run.namespace,
+              run.source,
+              item.tag,
+              item.payload,
+              prev,
+              run.traceparent,
+              run.tracestate,
+              run.laneKey,
+            ).lastInsertRowid,
+          );
+          if (run.grouped && run.grp === null) setGroup.run((run.grp = seq));
+          seqs.push((prev = seq));
+        }
+        return seqs;
       },
     };
   },

@@ -45,6 +45,12 @@ export interface StatementCache {
   prepare<Row = unknown, Params extends SQLQueryBindings[] = SQLQueryBindings[]>(sql: string): Statement<Row, Params>;
 }
 
+/** One event to append: its tag (SQL text) and payload (encoded arguments). */
+export interface AppendItem {
+  tag: string;
+  payload: string;
+}
+
 /**
  * A run of rows one namespace appends under one write lock: what they share, and where the next
  * one goes. One object per Appender, filled in for each run: a row costs no allocation.
@@ -72,10 +78,11 @@ export interface RowInserts {
   /** The namespace's next ord, read once under the write lock and counted on (0 where the layout keeps none). */
   nextOrd(namespace: string): number;
   /**
-   * Inserts one pending row of `run`, linked to `prev`, and returns its seq; moves `run` on to the
-   * next row's place, and sets `run.grp` when this row opens the group.
+   * Inserts `items` as pending rows of `run`, the first linked to `prev`, each later one to the one
+   * before, and returns their seqs; moves `run` on to the next row's place, and sets `run.grp` when
+   * these rows open the group.
    */
-  insert(run: AppendRun, tag: string, payload: string, prev: number | null): number;
+  insert(run: AppendRun, items: readonly AppendItem[], prev: number | null): number[];
 }
 
 /**

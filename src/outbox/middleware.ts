@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { mkdirSync, realpathSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
-import { InvalidArgumentError, StorageError } from "../errors.ts";
+import { InvalidArgumentError, InvalidStatementError, StorageError } from "../errors.ts";
 import { DIALECTS } from "../vocabulary.ts";
 import type { StatementCache } from "../sql/statement-cache.ts";
 import type { Dialect } from "../vocabulary.ts";
@@ -15,6 +15,7 @@ import { tableNameProblem } from "./table-name.ts";
 import { type LaneKey, laneKeyText } from "../lane-key.ts";
 import { checkTraceContext, type RowTrace, type TraceContextInput } from "../trace-context.ts";
 import type { RowContext } from "./append.ts";
+import type { AppendItem } from "./layout.ts";
 import { activeTrace } from "./active-trace.ts";
 
 /**
@@ -169,7 +170,7 @@ export class SQLMiddleware {
     let mine = this.#mine.get(table);
     if (mine?.outbox.closed) mine = undefined;
     const where = { namespace: table, file: mine?.outbox.path ?? this.#fileFor(table) };
-    const payload = this.#payload(table, sql, args, where);
+    const payload = this.#payload(table, sql, args, where, this.#injects(table));
     const target = openQueues.transaction === null ? (mine ?? this.#queue(table)).outbox : this.#joined(table, mine);
     const context = this.#context(options, table);
     return target.enqueue(sql, payload, this.#source, context);
@@ -185,23 +186,43 @@ export class SQLMiddleware {
     stmts: ReadonlyArray<readonly [string, (readonly unknown[])?]>,
     options?: PushOptions,
   ): number[] {
-    const file = this.#fileFor(table);
+    let mine = this.#mine.get(table);
+    if (mine?.outbox.closed) mine = undefined;
+    const file = mine?.outbox.path ?? this.#fileFor(table);
     const where = { namespace: table, file };
     if (!Array.isArray(stmts))
       throw new InvalidArgumentError(
         `pushMany expects an array of [sql, args] (namespace "${table}" in ${file})`,
         where,
       );
-    const items = stmts.map((stmt, i) => {
+    const inject = this.#injects(table);
+    const items = new Array<AppendItem>(stmts.length);
+    // A text accepted for `checkedArgs` arguments is accepted again for as many: a run of one
+    // statement (a bulk insert) is checked once, and a repeat with another count checked afresh.
+    let checkedSql: unknown;
+    let checkedArgs = -1;
+    for (let i = 0; i < stmts.length; i++) {
+      const stmt = stmts[i];
       if (!Array.isArray(stmt))
         throw new InvalidArgumentError(
           `statement ${i} is not a [sql, args] pair (namespace "${table}" in ${file})`,
           where,
         );
-      return { tag: stmt[0], payload: this.#payload(table, stmt[0], stmt[1] ?? [], where) };
-    });
+      const sql = stmt[0];
+      const args = stmt[1] ?? [];
+      try {
+        const repeated = sql === checkedSql && args.length === checkedArgs;
+        items[i] = { tag: sql, payload: this.#payload(table, sql, args, where, inject, repeated) };
+      } catch (error) {
+        throw ofStatement(error, i);
+      }
+      checkedSql = sql;
+      checkedArgs = args.length;
+    }
     const target =
-      openQueues.transaction !== null && items.length > 0 ? this.#joined(table, undefined) : this.outbox(table);
+      openQueues.transaction !== null && items.length > 0
+        ? this.#joined(table, mine)
+        : (mine ?? this.#queue(table)).outbox;
     return target.enqueueBatch(items, this.#source, { trace: this.#context(options, table) });
   }
 
@@ -266,14 +287,29 @@ export class SQLMiddleware {
     return queue.outbox;
   }
 
-  /** Checks one statement at the door and returns its encoded payload. */
-  #payload(table: string, sql: string, args: readonly unknown[], where: PayloadLocation): string {
+  /** Whether the statements of `table` must be ones `injectOutboxSeq` can rewrite. */
+  #injects(table: string): boolean {
+    const inject = this.#inject;
+    return inject === true || (inject !== false && inject.has(table));
+  }
+
+  /**
+   * Checks one statement at the door and returns its encoded payload. `checked`: its text was
+   * accepted for as many arguments already (the statement before it in a pushMany).
+   */
+  #payload(
+    table: string,
+    sql: string,
+    args: readonly unknown[],
+    where: PayloadLocation,
+    inject: boolean,
+    checked = false,
+  ): string {
     const limit = this.maxPayloadBytes;
     // UTF-8 takes at least one byte per UTF-16 unit: a text longer than the limit is refused before it is lexed.
     if (typeof sql === "string" && sql.length > limit) throw this.#tooLarge(table, sql, "", where);
     if (!Array.isArray(args)) return encodeArgs(args, where); // throws, naming what args is
-    const inject = this.#inject;
-    this.#statements.check(table, sql, args.length, inject === true || (inject !== false && inject.has(table)));
+    if (!checked) this.#statements.check(table, sql, args.length, inject);
     const payload = encodeArgs(args, where);
     // At most 3 UTF-8 bytes per UTF-16 unit: only a statement that could be over the limit is measured.
     if (
@@ -381,6 +417,14 @@ export class SQLMiddleware {
   #realFile(): string {
     return join(this.#ensureDir(), basename(this.dbFile!));
   }
+}
+
+/** The refusal of statement `i` of a pushMany, saying which statement it was; any other error as it is. */
+function ofStatement(error: unknown, i: number): unknown {
+  if (error instanceof InvalidStatementError) return new InvalidStatementError(error.reason, error.table, i);
+  if (error instanceof InvalidArgumentError)
+    return new InvalidArgumentError(`statement ${i}: ${error.message}`, { ...error.details, statement: i });
+  return error;
 }
 
 /** Closes every shared Outbox of this process (shutdown, tests); later pushes reopen them. */

@@ -60,7 +60,14 @@ export class Outbox extends QueueView {
   ): number[] {
     this.queueFile.ensureOpen();
     if (!Array.isArray(items)) throw this.queueFile.invalid("enqueueBatch expects an array of { tag, payload }");
-    for (const item of items) this.#checkItem(item?.tag, item?.payload, source);
+    this.#checkSource(source);
+    // A tag the item before had already passed: a batch of one statement's rows checks its text once.
+    let passed: unknown = NOT_CHECKED;
+    for (const item of items) {
+      const tag = item?.tag;
+      if (tag !== passed) this.#checkTag((passed = tag));
+      this.#checkPayload(item?.payload);
+    }
     this.queueFile.checkNotMoved();
     if (items.length === 0) return [];
     return this.appender.many(items, source, options.trace, options.grouped ?? true);
@@ -209,15 +216,30 @@ export class Outbox extends QueueView {
   }
 
   #checkItem(tag: unknown, payload: unknown, source: unknown): void {
-    // A lone surrogate would be silently replaced when SQLite stores the text as UTF-8.
+    this.#checkTag(tag);
+    this.#checkPayload(payload);
+    this.#checkSource(source);
+  }
+
+  // A lone surrogate would be silently replaced when SQLite stores the text as UTF-8.
+  #checkTag(tag: unknown): void {
     if (typeof tag !== "string" || tag === "" || !tag.isWellFormed())
       throw this.queueFile.invalid("tag must be a non-empty, well-formed string");
+  }
+
+  #checkPayload(payload: unknown): void {
     if (typeof payload !== "string" || !payload.isWellFormed())
       throw this.queueFile.invalid("payload must be a well-formed string");
+  }
+
+  #checkSource(source: unknown): void {
     if (typeof source !== "string" || !source.isWellFormed())
       throw this.queueFile.invalid("source must be a well-formed string");
   }
 }
+
+/** No tag yet: the first item's is always checked. */
+const NOT_CHECKED = Symbol("not checked");
 
 /** The queue of `namespace` in an open file shared with its other namespaces (one connection, one transaction across them). */
 export function outboxOn(queueDb: QueueDb, namespace: string, options: OutboxOptions = {}): Outbox {
