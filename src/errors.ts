@@ -15,6 +15,7 @@ export type OutboxErrorCode =
   | "E_LOCKED" // another drain holds the db_dir lock
   | "E_TRANSACTION" // a local transaction the outbox cannot keep whole (two files, one it did not open)
   | "E_CONFLICT" // an operator's selection changed between its count and the action on it
+  | "E_TENANT" // a transaction mixing two tenants (a group belongs to one tenant's database)
   | "E_USAGE"; // a command-line usage error
 
 /** Base class of every sqloutbox error; `code` is stable, `cause` carries the underlying error. */
@@ -218,6 +219,22 @@ export class CrossTableTransactionError extends OutboxError {
     super(
       "E_TRANSACTION",
       `outbox.transaction cannot span tables "${tables[0]}" and "${tables[1]}": with one file per table (db_dir) they are ${files[0]} and ${files[1]}, and one local transaction cannot span two files. Keep the tables of a transaction in one file: db_file = "…" in [app.NAME] and new SQLMiddleware({ dbFile }) (or { database } for the application's own database)`,
+    );
+  }
+}
+
+/**
+ * A push for one tenant inside a transaction whose pushes are another tenant's: a group is
+ * delivered in one remote transaction, and two tenants' rows go to two databases (SPEC §4c).
+ */
+export class CrossTenantTransactionError extends OutboxError {
+  constructor(
+    readonly tenants: readonly [string, string],
+    readonly table: string,
+  ) {
+    super(
+      "E_TENANT",
+      `outbox.transaction cannot mix tenants "${tenants[0]}" and "${tenants[1]}" (the push into table "${table}"): each tenant's rows go to its own database, and a transaction is delivered whole, in one remote transaction. Push each tenant's events in a transaction of its own`,
     );
   }
 }

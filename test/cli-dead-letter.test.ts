@@ -165,6 +165,7 @@ describe("dead-letter list filters", () => {
         "source": "test",
         "state": "dead",
         "tag": "INSERT INTO payments (id) VALUES (?)",
+        "tenant": null,
         "traceparent": null,
         "tracestate": null,
       }

@@ -10,7 +10,7 @@ import { StorageError } from "../src/errors.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { FORMAT_VERSION } from "../src/outbox/schema.ts";
+import { FORMAT_VERSION, LAYOUTS } from "../src/outbox/schema.ts";
 import { ledgerDdl } from "../src/sql/ledger.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
@@ -230,7 +230,7 @@ describe("format version", () => {
     producer.push("ok", "INSERT INTO ok (id) VALUES (?)", [1]);
     closeSharedOutboxes();
     const check = new Database(dir.file("q/new.db"));
-    expect(check.query("PRAGMA user_version").get()).toEqual({ user_version: FORMAT_VERSION });
+    expect(check.query("PRAGMA user_version").get()).toEqual({ user_version: LAYOUTS.lean.format });
     check.run(`PRAGMA user_version = ${FORMAT_VERSION + 1}`); // as a newer sqloutbox would leave it
     check.close();
     const err = errorOf(() =>

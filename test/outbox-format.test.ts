@@ -8,7 +8,7 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { FORMAT_VERSION } from "../src/outbox/schema.ts";
+import { FORMAT_VERSION, LAYOUTS } from "../src/outbox/schema.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { oneApp } from "./support/drain-harness.ts";
 import { buildFormat2File } from "./support/format2-db.ts";
@@ -30,7 +30,7 @@ test("a format-2 file migrates on open: its sync log becomes one range per confi
   expect(ob.verifyChain(ob.fetchUnsynced(100))).toEqual({ ok: true, gaps: [] });
   const db = new Database(file, { readonly: true });
   cleanups.push(() => db.close());
-  expect(db.query("PRAGMA user_version").get()).toEqual({ user_version: FORMAT_VERSION });
+  expect(db.query("PRAGMA user_version").get()).toEqual({ user_version: LAYOUTS.lean.format });
   expect(db.query("SELECT name FROM sqlite_schema WHERE name = 'outbox_sync_log'").all()).toEqual([]);
   // The foreign-insert trigger of formats 2 and 3 gives way to the partial index of rows without an ord.
   expect(db.query("SELECT name FROM sqlite_schema WHERE type = 'trigger'").all()).toEqual([]);

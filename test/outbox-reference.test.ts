@@ -3,7 +3,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { decodeArgs, healthAll, Outbox, verifyFile } from "../src/index.ts";
-import { FORMAT_VERSION } from "../src/outbox/schema.ts";
+import { FORMAT_VERSION, LAYOUTS, TENANT_FORMAT } from "../src/outbox/schema.ts";
 import { hashTree } from "./support/dir-hash.ts";
 import { buildReferenceFile, referenceEnqueue } from "./support/reference-db.ts";
 import { makeTempDir, type TempDir } from "./support/tmp.ts";
@@ -249,7 +249,7 @@ test("the reference writing a file we created: its rows are counted, and a drain
   }
 });
 
-test("files we create carry the newest format (the lean layout); a reference file we migrate keeps its layout and format 1", () => {
+test("files we create carry the lean layout's format (the newest, but for a file holding tenants' rows); a reference file we migrate keeps its layout and format 1", () => {
   const versionOf = (path: string) => {
     const db = new Database(path, { readonly: true });
     try {
@@ -260,7 +260,8 @@ test("files we create carry the newest format (the lean layout); a reference fil
   };
   new Outbox(tmp.file("ours.db"), "t").close();
   new Outbox(file, "orders").close(); // the reference's file, migrated
-  expect(versionOf(tmp.file("ours.db"))).toBe(FORMAT_VERSION);
+  expect(versionOf(tmp.file("ours.db"))).toBe(LAYOUTS.lean.format);
+  expect(FORMAT_VERSION).toBe(TENANT_FORMAT);
   // A sqloutbox that reads only the legacy format refuses ours and still reads a migrated reference file.
   expect(versionOf(file)).toBe(1);
   expect(versionOf(tmp.file("ours.db"))).toBeGreaterThan(versionOf(file));

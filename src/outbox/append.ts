@@ -3,7 +3,7 @@ import { ForeignTransactionError, QueueFullError } from "../errors.ts";
 import { DELIVERED, type DeliveredSql } from "./delivered.ts";
 import type { AppendItem, AppendRun, RowInserts } from "./layout.ts";
 import type { QueueFile } from "./queue-file.ts";
-import { LAYOUTS } from "./schema.ts";
+import { LAYOUTS, markTenantRows } from "./schema.ts";
 import { retryBusy, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 import { NO_TRACE, type RowTrace } from "../trace-context.ts";
@@ -29,10 +29,14 @@ const COLUMNS = [
   "traceparent",
   "tracestate",
   "lane_key",
+  "tenant",
 ];
 
-/** What a row carries besides its statement: the producer's trace context and, when it was given one, its key (see lane-key.ts: its text, checked). */
-export type RowContext = RowTrace & { key?: string | null };
+/**
+ * What a row carries besides its statement: the producer's trace context and, when it was given
+ * them, its key (see lane-key.ts: its text, checked) and its tenant (see tenant.ts: checked).
+ */
+export type RowContext = RowTrace & { key?: string | null; tenant?: string | null };
 
 /** How large one group (one local transaction) may grow: rows, and characters of SQL text and payload. */
 export interface GroupLimits {
@@ -71,6 +75,7 @@ export class Appender {
     traceparent: null,
     tracestate: null,
     laneKey: null,
+    tenant: null,
     grp: null,
     grouped: false,
     seq: 0,
@@ -85,7 +90,7 @@ export class Appender {
     const tail = tailSql(DELIVERED[file.layout]);
     this.#tail = file.prepare(tail);
     this.#insertAtTail = file.prepare(
-      layout.insertSql(COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${tail})`, "?6", "?7", "?8"]),
+      layout.insertSql(COLUMNS, ["?2", "?1", "?3", "?4", "?5", `(${tail})`, "?6", "?7", "?8", "?9"]),
     );
     this.#rows = layout.rowInserts(file);
     this.#run.namespace = file.namespace;
@@ -102,6 +107,7 @@ export class Appender {
    */
   one(tag: string, payload: string, source: string, trace: RowContext = NO_TRACE): number {
     const file = this.#file;
+    if (trace.tenant != null) this.#markTenantRows();
     if (file.queueDb.group !== null) {
       // One INSERT is atomic by itself: no savepoint needed, and the group's counters move only after it.
       const item = this.#oneItem[0]!;
@@ -145,6 +151,7 @@ export class Appender {
    */
   many(items: readonly AppendItem[], source: string, trace: RowContext = NO_TRACE, grouped = true): number[] {
     const file = this.#file;
+    if (trace.tenant != null) this.#markTenantRows();
     const qdb = file.queueDb;
     if (qdb.group !== null) return file.write("cannot enqueue batch", () => this.appendToGroup(items, source, trace));
     if (!grouped) return file.write("cannot enqueue batch", () => this.#appendAlone(items, source, trace));
@@ -216,6 +223,7 @@ export class Appender {
     run.traceparent = trace.traceparent;
     run.tracestate = trace.tracestate;
     run.laneKey = trace.key ?? null;
+    run.tenant = trace.tenant ?? null;
     run.grp = grp;
     run.grouped = grouped;
     return run;
@@ -232,8 +240,19 @@ export class Appender {
         trace.traceparent,
         trace.tracestate,
         trace.key ?? null,
+        trace.tenant ?? null,
       ).lastInsertRowid,
     );
+  }
+
+  /** The file says it holds rows for a tenant (see TENANT_FORMAT), once per open file, before the first is written. */
+  #markTenantRows(): void {
+    const qdb = this.#file.queueDb;
+    if (qdb.tenantRowsMarked) return;
+    const mark = () => markTenantRows(qdb.db);
+    if (qdb.db.inTransaction) mark();
+    else this.#file.write("cannot mark the file as holding tenants' rows", mark);
+    qdb.tenantRowsMarked = true;
   }
 
   #checkCapacity(pending: number, adding: number): void {

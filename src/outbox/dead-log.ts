@@ -170,6 +170,7 @@ export class DeadLog {
                 traceparent: letter.traceparent,
                 tracestate: letter.tracestate,
                 key: letter.laneKey,
+                tenant: letter.tenant,
               },
             );
             file.db

@@ -68,13 +68,13 @@ const FOREIGN_ROWS_DDL = `CREATE INDEX IF NOT EXISTS ${FOREIGN_ROWS_INDEX} ON ou
 
 /** The most rows one INSERT of a run writes: 2^6 = 64 (then 138 bound values, far below SQLite's limit of 32 766). */
 const MAX_ROWS_LOG = 6;
-/** The values the rows of one INSERT share, bound once: ?1 … ?10 of rowsInsert. */
-const SHARED_VALUES = 10;
+/** The values the rows of one INSERT share, bound once: ?1 … ?11 of rowsInsert. */
+const SHARED_VALUES = 11;
 
 /**
  * The INSERT of `rows` consecutive rows of a run: ?1 the first row's seq, ?2 its ord, ?3 the group,
  * ?4 the creation time, ?5 the namespace, ?6 the source, ?7 the seq the first row links to, ?8 ?9
- * ?10 the trace context and key; then each row's tag and payload. Row r is at seq ?1 + r and ord
+ * ?10 ?11 the trace context, key and tenant; then each row's tag and payload. Row r is at seq ?1 + r and ord
  * ?2 + r, linked to the row before it. One statement per run of rows rather than one per row: each
  * row cost a call into SQLite and twelve values bound, more than writing it.
  */
@@ -82,9 +82,9 @@ function rowsInsert(rows: number): string {
   const values = Array.from(
     { length: rows },
     (_, r) =>
-      `(?1 + ${r}, ?2 + ${r}, ?3, ?4, ?5, ?6, ?${SHARED_VALUES + 1 + 2 * r}, ?${SHARED_VALUES + 2 + 2 * r}, ${r === 0 ? "?7" : `?1 + ${r - 1}`}, ?8, ?9, ?10)`,
+      `(?1 + ${r}, ?2 + ${r}, ?3, ?4, ?5, ?6, ?${SHARED_VALUES + 1 + 2 * r}, ?${SHARED_VALUES + 2 + 2 * r}, ${r === 0 ? "?7" : `?1 + ${r - 1}`}, ?8, ?9, ?10, ?11)`,
   );
-  return `INSERT INTO outbox_queue (seq, ord, grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate, lane_key) VALUES ${values.join(", ")}`;
+  return `INSERT INTO outbox_queue (seq, ord, grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate, lane_key, tenant) VALUES ${values.join(", ")}`;
 }
 
 /**
@@ -177,6 +177,7 @@ export const LEAN: Layout = {
           values[7] = run.traceparent;
           values[8] = run.tracestate;
           values[9] = run.laneKey;
+          values[10] = run.tenant;
           for (let r = 0; r < rows; r++) {
             const item = items[done + r]!;
             values[SHARED_VALUES + 2 * r] = item.tag;

@@ -91,7 +91,7 @@ export const LEGACY: Layout = {
   // The file allocates each seq: a group learns its id from its first row, once inserted.
   rowInserts(cache) {
     const insert = cache.prepare(
-      "INSERT INTO outbox_queue (grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate, lane_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "INSERT INTO outbox_queue (grp, created_at, namespace, source, tag, payload, prev_seq, traceparent, tracestate, lane_key, tenant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     );
     const setGroup = cache.prepare("UPDATE outbox_queue SET grp = ?1 WHERE seq = ?1");
     return {
@@ -113,6 +113,7 @@ export const LEGACY: Layout = {
               run.traceparent,
               run.tracestate,
               run.laneKey,
+              run.tenant,
             ).lastInsertRowid,
           );
           if (run.grouped && run.grp === null) setGroup.run((run.grp = seq));

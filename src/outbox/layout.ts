@@ -62,6 +62,7 @@ export interface AppendRun {
   traceparent: string | null;
   tracestate: string | null;
   laneKey: string | null;
+  tenant: string | null;
   /** The rows' group: the open group's id; null for rows alone, or for a group whose first row is still to come. */
   grp: number | null;
   /** Whether the rows form a group: the first row of a group without an id yet gives it its seq. */

@@ -13,6 +13,7 @@ import { type OpenQueue, OpenTransaction, openQueues } from "./open-queues.ts";
 import { tableFile } from "./files.ts";
 import { tableNameProblem } from "./table-name.ts";
 import { type LaneKey, laneKeyText } from "../lane-key.ts";
+import { tenantNameProblem } from "../tenant.ts";
 import { checkTraceContext, type RowTrace, type TraceContextInput } from "../trace-context.ts";
 import type { RowContext } from "./append.ts";
 import type { AppendItem } from "./layout.ts";
@@ -57,6 +58,18 @@ export interface SQLMiddlewareOptions {
 /** What a push may say besides its statement: its key (see `push`) and its W3C trace context. */
 export interface PushOptions extends TraceContextInput {
   key?: LaneKey | null;
+  /**
+   * The tenant whose database the event goes to, on a tenant template target (SPEC §4c): letters,
+   * digits, `_` and `-`, up to 63, starting with a letter or digit. One transaction, one tenant.
+   */
+  tenant?: string | null;
+}
+
+/** A tenant name given at the door, checked (see tenant.ts); `where` names what it was given for. */
+function checkedTenant(tenant: unknown, where: string): string {
+  const problem = tenantNameProblem(tenant);
+  if (problem !== null) throw new InvalidArgumentError(`${problem} (for ${where})`);
+  return tenant as string;
 }
 
 /** The default `maxPayloadBytes`: 1 MiB. */
@@ -234,6 +247,8 @@ export class SQLMiddleware {
   #context(given: PushOptions | undefined, table: string): RowContext {
     const tx = openQueues.transaction;
     const key = given?.key == null ? (tx?.laneKey ?? null) : laneKeyText(given.key, `table "${table}"`);
+    const tenant = given?.tenant == null ? (tx?.tenant ?? null) : checkedTenant(given.tenant, `table "${table}"`);
+    if (tenant !== null) tx?.forTenant(tenant, table);
     const traced = given !== undefined && (given.traceparent !== undefined || given.tracestate !== undefined);
     let trace: RowTrace;
     if (!traced) trace = tx?.trace ?? activeTrace();
@@ -242,7 +257,8 @@ export class SQLMiddleware {
       if (checked.problem !== null) openQueues.traceDropped(checked.problem, table);
       trace = checked.trace;
     }
-    return key === null ? trace : { traceparent: trace.traceparent, tracestate: trace.tracestate, key };
+    if (key === null && tenant === null) return trace;
+    return { traceparent: trace.traceparent, tracestate: trace.tracestate, key, tenant };
   }
 
   /**
@@ -260,6 +276,7 @@ export class SQLMiddleware {
     if (typeof fn !== "function") throw new InvalidArgumentError("transaction(fn) expects a function");
     if (openQueues.transaction !== null) return fn();
     const laneKey = options?.key == null ? null : laneKeyText(options.key, "a transaction");
+    const tenant = options?.tenant == null ? null : checkedTenant(options.tenant, "a transaction");
     const queueDb = this.#where.kind === "dir" ? null : this.#connection();
     let checked: RowTrace | undefined;
     if (options !== undefined && (options.traceparent !== undefined || options.tracestate !== undefined)) {
@@ -268,7 +285,7 @@ export class SQLMiddleware {
       checked = kept;
     }
     const key = queueDb === null ? null : this.#registryKey(""); // one file for every table: any name gives its key
-    return openQueues.run(new OpenTransaction(queueDb, key, checked, laneKey), fn);
+    return openQueues.run(new OpenTransaction(queueDb, key, checked, laneKey, tenant), fn);
   }
 
   /**

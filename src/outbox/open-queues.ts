@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { CrossTableTransactionError, InvalidArgumentError } from "../errors.ts";
+import { CrossTableTransactionError, CrossTenantTransactionError, InvalidArgumentError } from "../errors.ts";
 import { StatementCache } from "../sql/statement-cache.ts";
 import type { RowTrace } from "../trace-context.ts";
 import type { Dialect } from "../vocabulary.ts";
@@ -180,6 +180,8 @@ export class OpenTransaction {
   readonly trace: RowTrace | undefined;
   /** The key of every push inside that gives none (its text, checked); null: none. */
   readonly laneKey: string | null;
+  /** The tenant of every push inside (given to the transaction, or by its first push for one); null: none yet. */
+  #tenant: string | null;
   #queueDb: QueueDb | null;
   #key: string | null;
   #table: string | null = null;
@@ -187,12 +189,30 @@ export class OpenTransaction {
   #began = false;
 
   /** A transaction on `queueDb` (the file known as `key`), begun now; null for both: bound at its first push. */
-  constructor(queueDb: QueueDb | null, key: string | null, trace: RowTrace | undefined, laneKey: string | null = null) {
+  constructor(
+    queueDb: QueueDb | null,
+    key: string | null,
+    trace: RowTrace | undefined,
+    laneKey: string | null = null,
+    tenant: string | null = null,
+  ) {
     this.#queueDb = queueDb;
     this.#key = key;
     this.trace = trace;
     this.laneKey = laneKey;
+    this.#tenant = tenant;
     if (queueDb !== null) this.#begin(queueDb);
+  }
+
+  /** The tenant of every push inside that names none; null: none yet. */
+  get tenant(): string | null {
+    return this.#tenant;
+  }
+
+  /** A push for `tenant` into `table`: the first one names the transaction's tenant; another tenant is refused (one group, one database). */
+  forTenant(tenant: string, table: string): void {
+    if (this.#tenant === null) this.#tenant = tenant;
+    else if (this.#tenant !== tenant) throw new CrossTenantTransactionError([this.#tenant, tenant], table);
   }
 
   /** The key of the file it is bound to; null until its first push (one file per table). */

@@ -1,4 +1,5 @@
 import { type LaneKey, laneKeyText } from "../lane-key.ts";
+import { tenantNameProblem } from "../tenant.ts";
 import type { RowContext } from "./append.ts";
 import type { DeadLettered } from "./dead-log.ts";
 import type { DeadReplays, PurgeOutcome, PurgeRule } from "./dead-letters.ts";
@@ -43,6 +44,7 @@ export class Outbox extends QueueView {
   enqueue(tag: string, payload: string, source = "", trace?: RowContext): number {
     this.queueFile.ensureOpen();
     this.#checkItem(tag, payload, source);
+    this.#checkTenant(trace?.tenant);
     this.queueFile.checkNotMoved();
     return this.appender.one(tag, payload, source, trace);
   }
@@ -61,6 +63,7 @@ export class Outbox extends QueueView {
     this.queueFile.ensureOpen();
     if (!Array.isArray(items)) throw this.queueFile.invalid("enqueueBatch expects an array of { tag, payload }");
     this.#checkSource(source);
+    this.#checkTenant(options.trace?.tenant);
     // A tag the item before had already passed: a batch of one statement's rows checks its text once.
     let passed: unknown = NOT_CHECKED;
     for (const item of items) {
@@ -230,6 +233,13 @@ export class Outbox extends QueueView {
   #checkPayload(payload: unknown): void {
     if (typeof payload !== "string" || !payload.isWellFormed())
       throw this.queueFile.invalid("payload must be a well-formed string");
+  }
+
+  /** A tenant given with a row must be a tenant name (see tenant.ts): it becomes a database or file name. */
+  #checkTenant(tenant: unknown): void {
+    if (tenant == null) return;
+    const problem = tenantNameProblem(tenant);
+    if (problem !== null) throw this.queueFile.invalid(problem);
   }
 
   #checkSource(source: unknown): void {

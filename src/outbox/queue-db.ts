@@ -67,6 +67,8 @@ export class QueueDb {
    * open. 0 on the application's connection: its own busy handler has waited already.
    */
   readonly busyTimeoutMs: number;
+  /** The file says it holds rows for a tenant (see TENANT_FORMAT in schema.ts): checked once per open file. */
+  tenantRowsMarked = false;
   /** Whether closing this closes the connection (false for the application's). */
   readonly #owned: boolean;
   #refs = 1;

@@ -92,7 +92,16 @@ const ADDED_DDL = [
  * kept in `outbox_meta` instead. A file with a higher version was written by a newer sqloutbox: it
  * is refused, never "upgraded" backwards.
  */
-export const FORMAT_VERSION = Math.max(...Object.values(LAYOUTS).map((l) => l.format));
+/**
+ * The format of a lean file that holds rows for a tenant (SPEC §4c): an earlier sqloutbox would
+ * read past their tenant and deliver them all to one database, so once the first such row is
+ * written the file says so (markTenantRows) and those refuse it. A file without one stays at its
+ * layout's format, readable by them.
+ */
+export const TENANT_FORMAT = 5;
+
+/** See above: the newest format this version reads. */
+export const FORMAT_VERSION = Math.max(...Object.values(LAYOUTS).map((l) => l.format), TENANT_FORMAT);
 
 /** `PRAGMA application_id` of our files ("sqob"): marks a SQLite file as an outbox file. */
 export const APPLICATION_ID = 0x73716f62;
@@ -143,7 +152,7 @@ function isMigrated(db: Database, own: Ownership): boolean {
     row.triggers === layout.triggers.length &&
     row.columns === QUEUE_EXTRA_COLUMNS.length &&
     row.dead === DEAD_COLUMNS.length + 1 &&
-    own.format === layout.format &&
+    (own.format === layout.format || (layout === LAYOUTS.lean && own.format === TENANT_FORMAT)) &&
     readOrigin(db) !== null
   );
 }
@@ -198,7 +207,19 @@ function createOrUpgrade(db: Database, embedded: boolean): void {
   // The origin is created once, with the file (or the first time we write a reference file),
   // and never changes: the ledger knows this queue by it.
   db.query("INSERT OR IGNORE INTO outbox_meta (key, value) VALUES (?, ?)").run(ORIGIN_KEY, Bun.randomUUIDv7());
-  const format = layout.format;
+  // A file that holds tenants' rows keeps saying so (see TENANT_FORMAT).
+  const format =
+    layout === LAYOUTS.lean && currentFormat(db, embedded) === TENANT_FORMAT ? TENANT_FORMAT : layout.format;
+  writeFormat(db, embedded, format);
+}
+
+/** The format a file of ours says it is at (0: none yet). */
+function currentFormat(db: Database, embedded: boolean): number {
+  if (embedded) return Number(readMeta(db, FORMAT_KEY) ?? 0);
+  return db.query<{ v: number }, []>("SELECT user_version AS v FROM pragma_user_version").get()!.v;
+}
+
+function writeFormat(db: Database, embedded: boolean, format: number): void {
   if (embedded) {
     const meta = db.query(
       "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -209,6 +230,17 @@ function createOrUpgrade(db: Database, embedded: boolean): void {
     db.run(`PRAGMA application_id = ${APPLICATION_ID}`);
     db.run(`PRAGMA user_version = ${format}`);
   }
+}
+
+/**
+ * Marks a lean file as holding rows for a tenant (see TENANT_FORMAT) before the first is written:
+ * inside the write transaction that writes it, or just before an autocommit append (a crash in
+ * between leaves a mark and no such row, which only makes an earlier sqloutbox refuse the file).
+ */
+export function markTenantRows(db: Database): void {
+  if (queueLayout(db) !== "lean") return; // the reference's layout: the reference reads its own columns only
+  const embedded = isEmbedded(db);
+  if (currentFormat(db, embedded) < TENANT_FORMAT) writeFormat(db, embedded, TENANT_FORMAT);
 }
 
 /** This file's origin id (a UUIDv7), or null when it has none yet (a reference file, never opened for writing). */
