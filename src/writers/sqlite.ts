@@ -171,11 +171,18 @@ function run(db: Database, stmt: Statement): WriteResult {
   const kind = statementKind(stmt.sql);
   // DDL, and a text with a trace comment (trace_comments: each row's is new), is prepared uncached:
   // its text is one-off and the cache would only grow.
-  const query = kind === "ddl" || stmt.sql.includes(TRACE_COMMENT_OPEN) ? db.prepare(stmt.sql) : db.query(stmt.sql);
-  const args = stmt.args as SQLQueryBindings[];
-  if (kind === "read" || query.columnNames.length > 0) return { ok: true, rows: query.values(...args) as unknown[][] };
-  const { changes } = query.run(...args);
-  return { ok: true, rowsAffected: kind === "ddl" ? 0 : Number(changes) };
+  // An uncached statement is finalized at once: left to the garbage collector, it would keep a
+  // closed database's file open (a tenant template closes and opens files all day).
+  const oneOff = kind === "ddl" || stmt.sql.includes(TRACE_COMMENT_OPEN);
+  const query = oneOff ? db.prepare(stmt.sql) : db.query(stmt.sql);
+  try {
+    const args = stmt.args as SQLQueryBindings[];
+    if (kind === "read" || query.columnNames.length > 0) return { ok: true, rows: query.values(...args) as unknown[][] };
+    const { changes } = query.run(...args);
+    return { ok: true, rowsAffected: kind === "ddl" ? 0 : Number(changes) };
+  } finally {
+    if (oneOff) query.finalize();
+  }
 }
 
 /** The `sqlite` writer: a local SQLite file (`path`), for demos, tests and local fan-out. */
