@@ -52,6 +52,8 @@ export interface BatchPlanParts {
   fence: OpenContext["fence"];
   /** Another table's rows moved (a dead-lettered group that spans tables): the next cycle looks at it. */
   changed(tables: DrainTable[]): void;
+  /** The target is a tenant template: each row must name its tenant (see prepare). */
+  tenanted?: boolean;
 }
 
 /**
@@ -180,8 +182,13 @@ export class BatchPlanner {
     return layOut(units);
   }
 
-  /** Decodes one row and converts it for the target's dialect (and, in compatibility mode, injects outbox_seq). */
+  /**
+   * Decodes one row and converts it for the target's dialect (and, in compatibility mode, injects
+   * outbox_seq). A row whose tenant does not fit the target — none for a tenant template, one for a
+   * single database — is refused: its fault, charged and held like any row's, never sent.
+   */
   prepare(table: DrainTable, row: OutboxRow): Statement {
+    if ((row.tenant === null) === (this.parts.tenanted === true)) throw tenantMismatch(table, row, this.parts.target);
     const args = decodeArgs(row.payload);
     const { sql, args: sent } = this.#rewrites.rewrite(row.tag, args, row.seq, table.config.injectOutboxSeq);
     const text = this.#comments === null || row.traceparent === null ? sql : this.#comments.add(sql, row.traceparent);
@@ -206,8 +213,18 @@ export class BatchPlanner {
   }
 }
 
+/** Why a row's tenant does not fit its target: it names none for a tenant template, or one for a single database. */
+function tenantMismatch(table: DrainTable, row: OutboxRow, target: TargetConfig): Error {
+  const where = `seq ${row.seq} of table "${table.name}"`;
+  return new Error(
+    row.tenant === null
+      ? `${where} names no tenant, but target ${target.name} delivers each row to its tenant's database ({tenant} in its connection): push it with { tenant } (a row without one is never sent there)`
+      : `${where} is for tenant "${row.tenant}", but target ${target.name} is one database, not a tenant template: deliver tenant "${row.tenant}"'s rows to a target whose connection names {tenant}, or push the table's rows without a tenant`,
+  );
+}
+
 /** A batch of these units: a unit of one table as it is, one of tables a transaction links behind their fences, in commit order. Null when empty. */
-function layOut(units: TableSlice[][]): SentBatch | null {
+export function layOut(units: TableSlice[][]): SentBatch | null {
   const batch: SentBatch = { slices: [], stmts: [], positions: new Map(), units: [] };
   for (const slices of units) {
     batch.slices.push(...slices);

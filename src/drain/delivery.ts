@@ -9,7 +9,7 @@ import {
   observeSent,
   type TargetCycle,
 } from "./batch-answer.ts";
-import { resultShapeProblem } from "./bounded-writer.ts";
+import { type BoundedWriter, resultShapeProblem } from "./bounded-writer.ts";
 import type { DeliveryObserver, ObservedBatch } from "./observer.ts";
 import type { DrainTable, TableSlice } from "./table/table.ts";
 import type { RemoteParts } from "./target-parts.ts";
@@ -26,6 +26,7 @@ export interface BatchEvent {
 
 /** What one target's delivery works with. */
 export interface DeliveryParts extends RemoteParts {
+  writer: BoundedWriter;
   target: TargetConfig;
   observer: DeliveryObserver | null;
   hooks: DeliveryHooks;

@@ -110,10 +110,16 @@ export class OutboxSyncService {
     for (const app of config.apps) {
       for (const target of app.targets) {
         const writer = writers[target.name];
-        // Until the drain delivers tenant templates (SPEC §4c), their TenantWriters is refused here.
-        if (!writer || isTenantWriters(writer) || typeof writer.writeBatch !== "function") {
+        // A tenant template takes the writers of its tenants (TenantWriters: see createWriters); any other target one writer.
+        const fits =
+          target.tenants !== null
+            ? isTenantWriters(writer)
+            : !!writer && !isTenantWriters(writer) && typeof writer.writeBatch === "function";
+        if (!fits) {
           throw new ConfigError(
-            `no writer for target "${target.name}" (expected writers["${target.name}"] with a writeBatch method)`,
+            target.tenants !== null
+              ? `no tenant writers for tenant template target "${target.name}" (expected writers["${target.name}"] to be the TenantWriters createWriters makes for it)`
+              : `no writer for target "${target.name}" (expected writers["${target.name}"] with a writeBatch method)`,
             {
               file: config.file,
               keyPath: `app.${app.name}.db.${target.db}`,
@@ -309,7 +315,7 @@ export class OutboxSyncService {
       const runner = new TargetRunner({
         target,
         app,
-        writer: this.writers[target.name] as OutboxWriter, // checked in the constructor
+        writer: this.writers[target.name]!, // checked in the constructor
         logger: this.logger,
         now: this.now,
         pollIntervalMs,

@@ -17,9 +17,12 @@ export interface TargetParts {
   now: () => number;
 }
 
-/** What the parts that talk to the remote add: its dialect, its writer (bounded by write_timeout) and its ledger, if it keeps one. */
+/**
+ * What the parts that talk to the remote add: its dialect, its writer (bounded by write_timeout;
+ * null for a tenant template, whose tenants' databases have theirs) and its ledger, if it keeps one.
+ */
 export interface RemoteParts extends TargetParts {
   dialect: Dialect;
-  writer: BoundedWriter;
+  writer: BoundedWriter | null;
   ledger: TargetLedger | null;
 }

@@ -114,6 +114,7 @@ export class TargetSetup {
   /** The compatibility mode's setup for the tables that still need it (see compat.ts); an outage throws. */
   injected(now: number): Promise<void> {
     const { writer, dialect, tables, app, logger } = this.parts;
+    if (writer === null) return Promise.resolve(); // a tenant template: no table of it is injected (config refuses it)
     return prepareInjected(writer, dialect, tables, app.autoSchema, logger, now);
   }
 }

@@ -3,10 +3,11 @@ import { describeError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
 import { withTimeout } from "../timeout.ts";
 import { openDrainQueue } from "../outbox/drain-queue.ts";
-import type { OutboxWriter } from "../writers/writer.ts";
+import { isTenantWriters, type OutboxWriter, type TenantWriters } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter } from "./bounded-writer.ts";
-import { type AnsweredBatch, Delivery, type BatchEvent, type TargetCycle } from "./delivery.ts";
+import { type AnsweredBatch, Delivery, type BatchEvent, type DeliveryHooks, type TargetCycle } from "./delivery.ts";
+import { TenantDelivery } from "./tenants/delivery.ts";
 import { DescriptorRoom, QUEUE_FILE_DESCRIPTORS } from "./descriptors.ts";
 import type { FileCare } from "./file-care.ts";
 import { FleetView } from "./fleet-view.ts";
@@ -30,7 +31,8 @@ export function targetDialect(target: TargetConfig, writer: Pick<OutboxWriter, "
 export interface TargetRunnerOptions {
   target: TargetConfig;
   app: AppConfig;
-  writer: OutboxWriter;
+  /** The target's writer; a tenant template's: the writers of its tenants' databases, made on demand. */
+  writer: OutboxWriter | TenantWriters;
   logger: Logger;
   now: () => number;
   /** How long (ms) after a file changed without a visible commit it is looked at again (see CommitWatcher). */
@@ -83,7 +85,9 @@ export class TargetRunner {
   private readonly now: () => number;
   private readonly fleetView: FleetView;
   private readonly setup: TargetSetup;
-  private readonly delivery: Delivery;
+  private readonly delivery: Delivery | TenantDelivery;
+  /** A tenant template's delivery (the same as `delivery`), null for one database. */
+  #tenants: TenantDelivery | null = null;
   private readonly loop: TargetLoop;
   #running: Promise<TargetCycle> | null = null;
   /** Batches answered since the drain started: every `cleanup_every` of them the tables prune. */
@@ -107,7 +111,8 @@ export class TargetRunner {
         { target: target.name },
       );
     }
-    const writer = new BoundedWriter(target.name, given, app.writeTimeoutMs);
+    const tenants = isTenantWriters(given) ? given : null;
+    const writer = tenants === null ? new BoundedWriter(target.name, given as OutboxWriter, app.writeTimeoutMs) : null;
     const queue = { maxPending: app.maxPending, durability: app.durability, fileMode: app.fileMode };
     const { pool, onLockHold } = options;
     const holdsOf = (file: string) =>
@@ -117,18 +122,24 @@ export class TargetRunner {
         ? (t: DrainTable) => openDrainQueue(t.file, t.name, queue, holdsOf(t.file))
         : (t: DrainTable) => pool.queue(t.file, t.name, { ...queue, onWriteHold: holdsOf(t.file) });
     const observer = options.observer ?? null;
+    // A tenant template's tables: each tenant's rows its own lanes; a tenant's schema fault holds that tenant.
+    const tenanted = tenants !== null;
+    const tenantFault = (tenant: string, message: string) => this.#tenants?.fault(tenant, message);
     this.tables = target.tables.map(
-      (config) => new DrainTable(config, { app, target: target.name, logger, opener, observer, now }),
+      (config) =>
+        new DrainTable(config, { app, target: target.name, logger, opener, observer, now, tenanted, tenantFault }),
     );
     if (target.ledger) for (const table of this.tables) table.fencedByLedger();
     this.#tablesByFile = Map.groupBy(this.tables, (t) => t.file);
     this.fleetView = new FleetView(target.name, app.originLabel);
     this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
     this.#progress = new BacklogProgress(target.name, logger);
-    this.ledger = target.ledger
-      ? new TargetLedger(writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger)
-      : null;
-    if (!target.ledger) {
+    // A tenant template keeps a ledger in each tenant's database (see TenantDelivery), none of its own.
+    this.ledger =
+      target.ledger && writer !== null
+        ? new TargetLedger(writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger)
+        : null;
+    if (!target.ledger && tenants === null) {
       logger.warn(
         `drain: target ${target.name} has ledger = false: delivery is at least once, and a transaction's statements are sent together in one batch but not atomically — a writer without transactions may apply part of one before a statement fails; that part stays applied and the rest is retried from the failed statement`,
         { target: target.name },
@@ -162,26 +173,16 @@ export class TargetRunner {
       stopping: () => this.loop.stopping,
     });
     const loop = this.loop;
-    this.delivery = new Delivery({
-      name,
-      target,
-      app,
-      dialect,
-      writer,
-      ledger,
-      tables,
-      reachability,
-      logger,
-      now,
-      observer,
-      hooks: {
-        changed: (changed) => loop.changed(changed),
-        quiet: (until) => loop.quiet(until),
-        ledgerMissing: () => this.setup.undo(),
-        lateAnswered: () => loop.wakeForAll(),
-        answered: (batch) => this.#answered(batch),
-      },
-    });
+    const hooks: DeliveryHooks = {
+      changed: (changed) => loop.changed(changed),
+      quiet: (until) => loop.quiet(until),
+      ledgerMissing: () => this.setup.undo(),
+      lateAnswered: () => loop.wakeForAll(),
+      answered: (batch) => this.#answered(batch),
+    };
+    const common = { name, target, app, dialect, tables, reachability, logger, now, observer, hooks };
+    if (tenants !== null) this.delivery = this.#tenants = new TenantDelivery({ ...common, writers: tenants });
+    else this.delivery = new Delivery({ ...common, writer: writer!, ledger });
   }
 
   /**
@@ -321,6 +322,7 @@ export class TargetRunner {
       fleet: this.fleet,
       fleetReadAt: this.fleetView.readAt ? iso(this.fleetView.readAt) : null,
       files: this.options.care.conditions().filter((c) => this.#tablesByFile.has(c.file)),
+      ...(this.#tenants !== null && { tenants: this.#tenants.view() }),
     };
   }
 
@@ -362,6 +364,7 @@ export class TargetRunner {
     const now = this.now();
     this.reachability.retryNow();
     this.setup.retryNow();
+    this.#tenants?.retryNow();
     for (const table of this.tables) table.retryNow(now);
     this.loop.retryNow();
   }
@@ -391,10 +394,12 @@ export class TargetRunner {
     await this.delivery.confirmApplied();
   }
 
-  /** Closes the writer, bounded: a writer that cannot close (a dead server) must not hold the shutdown hostage. */
+  /** Closes the writer (a tenant template: every tenant's open), bounded: a writer that cannot close (a dead server) must not hold the shutdown hostage. */
   async closeWriter(): Promise<void> {
+    const { writer } = this.options;
     try {
-      await withTimeout(Promise.resolve(this.options.writer.close?.()), 2000, () => undefined);
+      const closing = isTenantWriters(writer) ? this.#tenants!.close() : writer.close?.();
+      await withTimeout(Promise.resolve(closing), 2000, () => undefined);
     } catch (error) {
       this.logger.warn(`drain: closing the writer of ${this.name} failed: ${describeError(error).message}`, {
         target: this.name,

@@ -44,6 +44,27 @@ export interface FleetRow extends LedgerRow {
   lanes?: { rows: number; slowest: { ledgerRow: string; through: number; updatedAt: string } };
 }
 
+/** A tenant held: why (its database down, refusing us, or lacking a table or the ledger), since and until when (epoch ms). */
+export interface TenantHoldView {
+  tenant: string;
+  reason: "outage" | "misconfigured" | "remote schema";
+  message: string;
+  since: number;
+  until: number;
+}
+
+/** A tenant template's tenants as the drain sees them (status's detail; the metrics carry counts only, no tenant label). */
+export interface TenantsView {
+  /** Tenant databases open now, and at most (`max_open_tenants`). */
+  open: number;
+  maxOpen: number;
+  /** Opens and closes since the drain started. */
+  opened: number;
+  closed: number;
+  /** Tenants held now, the oldest hold first. */
+  held: TenantHoldView[];
+}
+
 /** One served table as the drain sees it. Times are ISO-8601. */
 export interface TableView {
   namespace: string;
@@ -102,4 +123,6 @@ export interface TargetView {
   fleetReadAt: string | null;
   /** The queue files of its tables as last looked after: WAL size and free pages (see FileCare). */
   files: Array<{ file: string; walBytes: number; freePages: number; embedded: boolean }>;
+  /** A tenant template's: its tenants' databases open and held (see TenantsView). */
+  tenants?: TenantsView;
 }

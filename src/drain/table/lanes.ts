@@ -134,6 +134,15 @@ export class TableLanes {
     for (const l of this.#all()) l.blocked.clear();
   }
 
+  /**
+   * Forgets all that is known of `tenant`'s lanes (its database was closed: what it holds is read
+   * again when it is next met), and reads from the head again: its rows the reads passed over come
+   * back. Keeps the memory of a template's tables bounded by the tenants open, not all ever seen.
+   */
+  forget(tenant: string): void {
+    if (this.#tenants.delete(tenant)) this.#cursor = null;
+  }
+
   /** Forgets the ledger view (of `tenant` only, when given): the next batch settles first. */
   unsettle(tenant?: string): void {
     if (tenant !== undefined) this.#of(tenant).throughs = null;

@@ -63,12 +63,19 @@ export interface PlanAt {
   prepare(row: OutboxRow): Statement;
 }
 
+/**
+ * A tenant template's word on one tenant's rows in a plan: null, they may go; a time (epoch ms),
+ * its database is held until then (the reads pass them meanwhile); "later", not this cycle (at most
+ * max_open_tenants tenants go in one: they are read again next).
+ */
+export type TenantGate = (tenant: string) => number | "later" | null;
+
 /** What a plan from the head is told beside its budget. */
 export interface HeadOptions {
   /** Deliver whatever is pending, threshold and wait or not; a backoff still holds it. */
   force?: boolean;
-  /** A tenant template's: until when `tenant`'s database is held (down, missing, refusing), or null. */
-  tenantHeld?: (tenant: string) => number | null;
+  /** A tenant template's: whether `tenant`'s rows may go now (see TenantGate). */
+  tenantGate?: TenantGate;
 }
 
 /** The rows of a read by tenant, each tenant's in seq order, the tenants in the order their first rows come. */
@@ -270,8 +277,8 @@ export class HeadPlanning {
   /**
    * A tenant template's table: each tenant's rows are planned on their own, as a table's of their
    * own (each tenant has its own lanes, in its own database). A tenant whose ledger rows were not
-   * read yet waits for that (out.settle); one whose database is held (`tenantHeld`) waits until then,
-   * and the reads start past it meanwhile.
+   * read yet waits for that (out.settle); one whose database is held (`tenantGate`) waits until then,
+   * and the reads start past it meanwhile; one with no room this cycle is read again next.
    */
   #perTenant(
     queue: DrainQueue,
@@ -283,16 +290,21 @@ export class HeadPlanning {
     const planned: Array<{ plan: Plan }> = [];
     for (const [tenant, rows] of byTenant(read.rows)) {
       const first = rows[0]!.seq;
+      const gate = tenant === null ? null : (at.tenantGate?.(tenant) ?? null);
+      if (gate === "later") {
+        out.more = true;
+        planned.push({ plan: waiting(first, true) });
+        continue;
+      }
+      if (gate !== null) {
+        laneState.heldTenant(tenant!, gate);
+        out.wakeAt = minWake(out.wakeAt, gate);
+        planned.push({ plan: waiting(first, false) });
+        continue;
+      }
       if (tenant !== null && !laneState.settled(tenant)) {
         out.settle = [...(out.settle ?? []), tenant];
         planned.push({ plan: waiting(first, true) }); // read again from here once settled
-        continue;
-      }
-      const until = tenant === null ? null : (at.tenantHeld?.(tenant) ?? null);
-      if (until !== null) {
-        laneState.heldTenant(tenant!, until);
-        out.wakeAt = minWake(out.wakeAt, until);
-        planned.push({ plan: waiting(first, false) });
         continue;
       }
       planned.push(this.#plan(queue, { rows, spans: read.spans, truncated: read.truncated }, at, out, tenant, true));

@@ -116,7 +116,7 @@ export class TableProgress {
   moves(rows: readonly OutboxRow[], behind?: number | readonly number[]): LedgerMove[] & { slots?: number[] } {
     const { lanes, table } = this.parts;
     const last = rows[rows.length - 1]!.seq;
-    if (lanes.count === 1)
+    if (lanes.count === 1 && !lanes.tenanted)
       return [{ ledgerRow: table, through: typeof behind === "number" ? behind : this.#through!, last }];
     const slots: number[] = [];
     return Object.assign(lanes.moves(rows, typeof behind === "object" ? behind : undefined, slots), { slots });

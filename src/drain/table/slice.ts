@@ -4,7 +4,7 @@ import type { DrainQueue } from "../../outbox/drain-queue.ts";
 import type { OutboxRow } from "../../outbox/outbox.ts";
 import type { Statement } from "../../writers/writer.ts";
 import type { DeliveryObserver } from "../observer.ts";
-import type { PlannedSlice } from "./planning.ts";
+import type { PlannedSlice, TenantGate } from "./planning.ts";
 import type { LedgerMove } from "./progress.ts";
 
 export type { LedgerMove } from "./progress.ts";
@@ -46,8 +46,8 @@ export interface PlanContextOf<T> {
   prepare(table: T, row: OutboxRow): Statement;
   /** Deliver whatever is pending, threshold and wait or not (a group that spans tables waits at this table's head); a backoff still holds it. */
   force?: boolean;
-  /** A tenant template's: until when `tenant`'s database is held (down, missing, refusing), or null. */
-  tenantHeld?: (tenant: string) => number | null;
+  /** A tenant template's: whether `tenant`'s rows may go now (see TenantGate). */
+  tenantGate?: TenantGate;
 }
 
 /** What the runner lends a table to open its slice: the fence, or null without a ledger. */
@@ -71,6 +71,8 @@ export interface TablePartsOf<T> {
   now: () => number;
   /** The target is a tenant template: each row goes to its tenant's database, each tenant its own lanes (SPEC §4c). */
   tenanted?: boolean;
+  /** A tenant template's: `tenant`'s database lacks what a statement needs (a table, the ledger): that tenant is held, not the table. */
+  tenantFault?: (tenant: string, message: string) => void;
 }
 
 /**

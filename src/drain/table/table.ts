@@ -284,7 +284,7 @@ export class DrainTable {
     if (!this.held(now) && !this.unsettled) {
       try {
         const prepare = (row: OutboxRow) => ctx.prepare(this, row);
-        const at = { now, maxBytes: ctx.maxBytes, force: ctx.force, tenantHeld: ctx.tenantHeld, prepare };
+        const at = { now, maxBytes: ctx.maxBytes, force: ctx.force, tenantGate: ctx.tenantGate, prepare };
         const slices = ahead !== null ? [ahead] : this.#planning.fromHead(this.#file.queue!, at, out);
         drafts = slices.map((slice) => ({ table: this, ...slice }));
         out.more ||= drafts.some((d) => d.more);
@@ -312,6 +312,18 @@ export class DrainTable {
     if (draft.lanes !== undefined) this.#lanes.holdBack(draft.rows, draft.lanes, groups);
     withoutGroups(draft, groups);
     return draft.rows.length > 0;
+  }
+
+  /** A tenant template's: `tenant`'s database was closed; what this table knows of its lanes is read again when next needed. */
+  forgetTenant(tenant: string): void {
+    this.#lanes.forget(tenant);
+  }
+
+  /** A draft the runner did not send (its tenant's database is held, or had no room): its rows are read again. */
+  unsent(draft: SliceDraft): void {
+    if (draft.lanes === undefined) return;
+    if (draft.lanes.parts !== undefined) draft.lanes.parts.failed = true;
+    this.#lanes.restart();
   }
 
   /** Opens a draft as a slice: its fence first (moving each ledger row its rows move), its head charged, the sent mark raised. */
@@ -366,7 +378,7 @@ export class DrainTable {
       this.#answered(slice, results, now, groupAttempts, out);
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
-      this.#progress.forget();
+      this.unsettle(slice.rows[0]!.tenant);
       this.#holds.local(error, now, `settling a batch delivered to ${this.parts.target}`);
     }
     this.#tally(out);
@@ -389,7 +401,7 @@ export class DrainTable {
       // lost, or could not be confirmed): it committed only if the ledger says so.
       this.#notApplied(slice);
       queue.refundAttempt(head.seq);
-      progress.forget();
+      this.unsettle(head.tenant);
       out.more = true;
       return;
     }
@@ -408,18 +420,19 @@ export class DrainTable {
         return;
       case "ledger-unusable":
         queue.refundAttempt(head.seq);
-        progress.forget();
+        this.unsettle(head.tenant);
         out.ledgerMissing = out.more = true;
-        this.#holds.schema(`the ledger is not usable: ${answer.fence.error}`, now);
+        this.#schema(head, `the ledger is not usable: ${answer.fence.error}`, now);
         return;
       case "fence-moved":
         queue.refundAttempt(head.seq);
         progress.fenceMoved(slice.behind !== undefined, answer.fence);
+        this.unsettle(head.tenant);
         out.more = true;
         return;
       case "contract-broken": {
         // Its fence may have committed for rows that were not applied: stop, loudly, rather than guess.
-        progress.forget();
+        this.unsettle(head.tenant);
         this.#holds.partlyApplied(answer.applied === 0 ? null : [head.seq, rows[answer.applied - 1]!.seq], now);
         return;
       }
@@ -452,6 +465,12 @@ export class DrainTable {
     }
   }
 
+  /** The remote lacks what `head`'s statement needs (a table, a column, the ledger): the table is held — with a tenant template, the head's tenant. */
+  #schema(head: OutboxRow, message: string, now: number): void {
+    if (head.tenant !== null && this.parts.tenantFault) this.parts.tenantFault(head.tenant, message);
+    else this.#holds.schema(message, now);
+  }
+
   /** The head group failed at `culprit`: charged (see HeadCharges.groupFailed), or the table held for the remote schema. */
   #failed(
     slice: TableSlice,
@@ -463,7 +482,7 @@ export class DrainTable {
   ): void {
     if (failure.remoteSchema) {
       this.#file.queue!.refundAttempt(head.seq);
-      this.#holds.schema(failureText(failure), this.parts.now());
+      this.#schema(head, failureText(failure), this.parts.now());
       return;
     }
     const group = { rows: slice.rows, spans: slice.spans, attempts };

@@ -9,6 +9,7 @@ import { TargetLedger } from "../ledger.ts";
 import { Reachability } from "../reachability.ts";
 import { doublingMs } from "../schedule.ts";
 import type { OpenContext } from "../table/table.ts";
+import type { TenantHoldView } from "../views.ts";
 
 /** A tenant's database as the drain holds it open: its writer (bounded by write_timeout), its ledger, its fence. */
 export interface TenantRemote {
@@ -22,15 +23,8 @@ export interface TenantRemote {
   inFlight: number;
 }
 
-/** Why a tenant is held, since and until when (epoch ms). */
-export interface TenantHold {
-  tenant: string;
-  /** `outage`: its database does not answer; `misconfigured`: it refuses us (unknown database, authentication); `remote schema`: its ledger or a table is missing. */
-  reason: "outage" | "misconfigured" | "remote schema";
-  message: string;
-  since: number;
-  until: number;
-}
+/** Why a tenant is held, since and until when (see TenantHoldView). */
+export type TenantHold = TenantHoldView;
 
 /** A tenant whose database failed: its reachability, its hold, and how often its schema was found wanting. */
 interface Failing {
@@ -51,6 +45,8 @@ export interface TenantRemotesParts {
   writers: TenantWriters;
   logger: Logger;
   now: () => number;
+  /** A tenant's database was closed (least recently used, or held): what the drain kept of it may go. */
+  closed?: (tenant: string) => void;
 }
 
 /**
@@ -65,6 +61,8 @@ export class TenantRemotes {
   readonly #open = new Map<string, TenantRemote>();
   /** Tenants whose database failed, by tenant: kept until it answers again (a closed writer keeps its hold). */
   readonly #failing = new Map<string, Failing>();
+  /** The tenants this cycle's plans admitted: their state must outlive the cycle, so they are not closed to make room. */
+  #pinned: ReadonlySet<string> = new Set();
   /** Opens and closes since the drain started. */
   readonly counts = { opened: 0, closed: 0 };
 
@@ -161,6 +159,9 @@ export class TenantRemotes {
           error_class: "remote schema",
         },
       );
+    // Opened again when its hold ends, so its ledger is set up again (a database dropped and made anew).
+    const open = this.#open.get(tenant);
+    if (open !== undefined && open.inFlight === 0) void this.#close(open);
   }
 
   /** `tenant`'s database answered: its hold, if any, ends. */
@@ -180,8 +181,18 @@ export class TenantRemotes {
     }
   }
 
-  /** Closes the least recently used tenant databases with no batch on their way, down to `max_open_tenants`. */
+  /**
+   * The tenants whose rows this cycle plans (at most `max_open_tenants`): none of them is closed to
+   * make room for another until `trim` — closing one forgets what the tables know of its lanes,
+   * which its planned slices rely on.
+   */
+  pin(tenants: ReadonlySet<string>): void {
+    this.#pinned = tenants;
+  }
+
+  /** Unpins the cycle's tenants and closes the least recently used databases with no batch on their way, down to `max_open_tenants`. */
   async trim(): Promise<void> {
+    this.#pinned = new Set();
     while (this.#open.size > this.maxOpen && (await this.#closeOne()));
   }
 
@@ -201,10 +212,10 @@ export class TenantRemotes {
     return failing;
   }
 
-  /** Closes the least recently used open database with no batch on its way; false when every one has one. */
+  /** Closes the least recently used open database with no batch on its way, not pinned; false when there is none. */
   async #closeOne(): Promise<boolean> {
     for (const remote of this.#open.values()) {
-      if (remote.inFlight > 0) continue;
+      if (remote.inFlight > 0 || this.#pinned.has(remote.tenant)) continue;
       await this.#close(remote);
       return true;
     }
@@ -216,6 +227,7 @@ export class TenantRemotes {
     if (this.#open.get(remote.tenant) !== remote) return;
     this.#open.delete(remote.tenant);
     this.counts.closed += 1;
+    this.parts.closed?.(remote.tenant);
     try {
       await withTimeout(Promise.resolve(remote.writer.writer.close?.()), 2000, () => undefined);
     } catch (error) {
