@@ -83,7 +83,7 @@ interface Share {
   busy: Set<DrainTable>;
 }
 
-/** A batch on its way: its call to the writer, what the observer was told, and when it was sent (performance.now). */
+/** A batch on its way: its call to the writer, what the observer was told, and when it was sent (the scheduler's elapsed()). */
 interface InFlightBatch {
   batch: SentBatch;
   call: Promise<WriteResult[]>;
@@ -220,7 +220,7 @@ export class Delivery {
     if (firsts.length === 0) return out;
     const chains = firsts.map((batch) => [this.send(batch)]);
     try {
-      await this.confirmApplied(() => Bun.sleep(0));
+      await this.confirmApplied(() => this.parts.scheduler.sleep(0));
       if (this.#parallel > 1) for (const chain of chains) await this.sendBehind(chain);
       for (const chain of chains) await this.readAhead(chain[chain.length - 1]!.batch);
       const losses = await Promise.all(chains.map((chain) => this.answered(chain, out)));
@@ -267,7 +267,7 @@ export class Delivery {
         this.lost(batch, observed, lost.error);
         continue;
       }
-      this.#lastRoundTripMs = performance.now() - started;
+      this.#lastRoundTripMs = this.parts.scheduler.elapsed() - started;
       this.applyBatch(batch, results, observed, started, out);
       if (chain.length === i + 1) continue;
       // The batch behind confirms from what its tables read: this one's rows go first, every part.
@@ -312,7 +312,7 @@ export class Delivery {
   /** Sends a batch (the observer told first); its call is awaited by deliver, after the local work that overlaps it. */
   private send(batch: SentBatch): InFlightBatch {
     const observed = this.observer === null ? null : this.observed(batch);
-    const started = performance.now();
+    const started = this.parts.scheduler.elapsed();
     this.#inFlight += 1; // until deliver has its answer
     const bytes = batch.slices.reduce((n, sl) => n + sl.bytes, 0);
     this.#inFlightBytes += bytes;
@@ -368,7 +368,7 @@ export class Delivery {
     }
     this.checkUnits(batch, results);
     if (observed !== null) this.observer!.batchAnswered(observed, applied, this.now());
-    const durationMs = performance.now() - started;
+    const durationMs = this.parts.scheduler.elapsed() - started;
     const rows = slices.reduce((n, sl) => n + sl.rows.length, 0);
     this.parts.onBatch?.({ app: this.app.name, target: this.name, rows, durationMs });
     this.logger.debug(`drain: batch to ${this.name}: ${rows} rows, ${moved} settled in ${Math.round(durationMs)} ms`, {
@@ -573,7 +573,7 @@ export class Delivery {
 
   /** Confirms every part of what `table` has applied, letting the event loop turn between parts. */
   private async confirmWhole(table: DrainTable): Promise<void> {
-    while (table.confirmApplied(this.now())) await Bun.sleep(0);
+    while (table.confirmApplied(this.now())) await this.parts.scheduler.sleep(0);
   }
 
   /**
@@ -588,7 +588,7 @@ export class Delivery {
     if (!this.#pipelining || bytes > LARGE_BATCH_BYTES) return;
     for (const slice of batch.slices) {
       if (!slice.more || !slice.fenced) continue;
-      await Bun.sleep(0);
+      await this.parts.scheduler.sleep(0);
       slice.table.readAhead(slice, {
         now: this.now(),
         maxBytes: this.app.batchMaxBytes - (bytes - slice.bytes),

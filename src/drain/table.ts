@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import type { AppConfig, TableConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
+import type { Scheduler } from "../scheduler.ts";
 import type { DrainQueue } from "../outbox/drain-queue.ts";
 import type { NamespaceHealth } from "../outbox/health.ts";
 import type { QueueDb } from "../outbox/queue-db.ts";
@@ -120,6 +121,8 @@ export interface TableParts {
   observer: DeliveryObserver | null;
   /** The drain's clock (epoch ms): every time a table stores (a head's retry time) or compares is from it. */
   now: () => number;
+  /** Where the background prune's pauses come from. */
+  scheduler: Scheduler;
 }
 
 /**
@@ -232,6 +235,7 @@ export class DrainTable {
       retainReplayedDays: this.app.retainReplayedDays,
       logger: this.logger,
       now: this.now,
+      scheduler: parts.scheduler,
       queue: () => this.#queue,
     });
     // Compatibility mode: nothing is sent before the remote outbox_seq schema and the local seeding are done (compat.ts).

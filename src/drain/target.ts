@@ -1,6 +1,7 @@
 import type { AppConfig, TargetConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
+import type { Scheduler } from "../scheduler.ts";
 import { withTimeout } from "../timeout.ts";
 import { openDrainQueue } from "../outbox/drain-queue.ts";
 import type { OutboxWriter } from "../writers/writer.ts";
@@ -18,6 +19,7 @@ import { DrainTable } from "./table.ts";
 import { TargetLoop } from "./target-loop.ts";
 import { TargetSetup } from "./target-setup.ts";
 import type { LedgerRow, TargetView } from "./views.ts";
+import type { DirWatch } from "./wake.ts";
 
 /** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
 export function targetDialect(target: TargetConfig, writer: OutboxWriter): Dialect {
@@ -31,6 +33,10 @@ export interface TargetRunnerOptions {
   writer: OutboxWriter;
   logger: Logger;
   now: () => number;
+  /** Where every sleep, timer and timeout comes from (see Scheduler). */
+  scheduler: Scheduler;
+  /** How the files' directories are watched for commits (fs.watch by default). */
+  watch?: DirWatch;
   /** How long (ms) after a file changed without a visible commit it is looked at again (see CommitWatcher). */
   pollIntervalMs: number;
   /** Told about every batch the target answered. */
@@ -87,7 +93,7 @@ export class TargetRunner {
   constructor(private readonly options: TargetRunnerOptions) {
     const { target, app, writer: given } = options;
     const logger = withFields(options.logger, { app: app.name, target: target.name });
-    const now = options.now;
+    const { now, scheduler } = options;
     this.name = target.name;
     this.app = app;
     this.logger = logger;
@@ -100,7 +106,7 @@ export class TargetRunner {
         { target: target.name },
       );
     }
-    const writer = new BoundedWriter(target.name, given, app.writeTimeoutMs);
+    const writer = new BoundedWriter(target.name, given, app.writeTimeoutMs, scheduler);
     const queue = { maxPending: app.maxPending, durability: app.durability, fileMode: app.fileMode };
     const { pool, onLockHold } = options;
     const holdsOf = (file: string) =>
@@ -111,12 +117,12 @@ export class TargetRunner {
         : (t: DrainTable) => pool.queue(t.file, t.name, { ...queue, onWriteHold: holdsOf(t.file) });
     const observer = options.observer ?? null;
     this.tables = target.tables.map(
-      (config) => new DrainTable(config, { app, target: target.name, logger, opener, observer, now }),
+      (config) => new DrainTable(config, { app, target: target.name, logger, opener, observer, now, scheduler }),
     );
     if (target.ledger) for (const table of this.tables) table.fencedByLedger();
     this.#tablesByFile = Map.groupBy(this.tables, (t) => t.file);
     this.fleetView = new FleetView(target.name, app.originLabel);
-    this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
+    this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger, () => scheduler.random());
     this.ledger = target.ledger
       ? new TargetLedger(writer, this.dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger)
       : null;
@@ -134,11 +140,13 @@ export class TargetRunner {
       reachability,
       logger,
       now,
+      scheduler,
       tablesByFile: this.#tablesByFile,
       pollIntervalMs: options.pollIntervalMs,
       cycle: (only) => this.cycle(only),
       // The fleet view is read by a cycle that reaches the ledger: not while the target is down or not set up.
       fleetDueAt: () => (ledger && this.setup.done && !reachability.down ? fleetView.dueAt : null),
+      ...(options.watch === undefined ? {} : { watch: options.watch }),
     });
     this.setup = new TargetSetup({
       name,
@@ -150,6 +158,7 @@ export class TargetRunner {
       reachability,
       logger,
       now,
+      scheduler,
       openTables: () => this.openTables(),
       stopping: () => this.loop.stopping,
     });
@@ -166,6 +175,7 @@ export class TargetRunner {
       fleetView,
       logger,
       now,
+      scheduler,
       observer,
       onBatch: options.onBatch,
       hooks: {
@@ -358,7 +368,7 @@ export class TargetRunner {
   /** Closes the writer, bounded: a writer that cannot close (a dead server) must not hold the shutdown hostage. */
   async closeWriter(): Promise<void> {
     try {
-      await withTimeout(Promise.resolve(this.options.writer.close?.()), 2000, () => undefined);
+      await withTimeout(Promise.resolve(this.options.writer.close?.()), 2000, () => undefined, this.options.scheduler);
     } catch (error) {
       this.logger.warn(`drain: closing the writer of ${this.name} failed: ${describeError(error).message}`, {
         target: this.name,
