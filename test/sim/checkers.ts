@@ -84,6 +84,8 @@ export class Checkers {
   readonly #letters = new Set<string>();
   /** When each group became free to go (see #free), by gid. */
   readonly #freeSince = new Map<number, number>();
+  /** The rows each call carries, until it reaches the remote (or is refused, or rolled back). */
+  readonly #carried = new Map<number, RowModel[]>();
 
   constructor(private readonly world: WorldView) {}
 
@@ -101,6 +103,7 @@ export class Checkers {
         throw new Violation(
           "exactly-once",
           `wid ${wid} (host ${row.host} ${row.table} seq ${row.seq}) applied again by tx ${commit.tx}, first by tx ${row.appliedTx}`,
+          row.skippedInFlight ? "skip-in-flight" : null,
         );
       if (row.state !== "queued")
         throw new Violation(
@@ -145,7 +148,11 @@ export class Checkers {
       throw new Violation(
         "lane-order",
         `tx ${commit.tx} applied wid ${row.wid} (host ${row.host} ${row.table} seq ${row.seq} lane ${row.lane}) before wid ${other.wid} (seq ${other.seq} lane ${other.lane}), still queued ${at === undefined ? "and not in it" : "later in it"}`,
-        barrier && at === undefined && this.world.hosts[row.host]!.concurrent ? "barrier-behind" : null,
+        row.skippedInFlight || other.skippedInFlight
+          ? "skip-in-flight"
+          : barrier && at === undefined && this.world.hosts[row.host]!.concurrent
+            ? "barrier-behind"
+            : null,
       );
     }
   }
@@ -183,11 +190,13 @@ export class Checkers {
 
   // ── as a batch goes out ───────────────────────────────────────────────────────────────────
 
-  /** A drain of `host` sends `stmts`: learn its origins; no group goes while its backoff runs. */
-  sent(host: number, stmts: readonly Statement[]): void {
+  /** A drain of `host` sends `stmts` in `call`: learn its origins; no group goes while its backoff runs. */
+  sent(host: number, call: number, stmts: readonly Statement[]): void {
     const { model } = this.world;
     const view = this.world.hosts[host]!;
     const groups = new Set<GroupModel>();
+    const carried: RowModel[] = [];
+    this.#carried.set(call, carried);
     for (const stmt of stmts) {
       if (stmt.fence) {
         this.#origins.set(String(stmt.args[0]), host);
@@ -197,6 +206,8 @@ export class Checkers {
       const row = model.bySeq(host, stmt.namespace, stmt.seq);
       if (row === undefined) continue;
       row.sends += 1;
+      row.inFlight += 1;
+      carried.push(row);
       groups.add(model.groups.get(row.gid)!);
     }
     for (const group of groups) {
@@ -208,6 +219,12 @@ export class Checkers {
           `host ${host} sent group ${group.gid} (wids ${group.wids.join(",")}) ${until - this.world.now} ms before its backoff ends`,
         );
     }
+  }
+
+  /** A call reached the remote, or never will (refused, rolled back with a crashed process). */
+  landed(call: number): void {
+    for (const row of this.#carried.get(call) ?? []) row.inFlight -= 1;
+    this.#carried.delete(call);
   }
 
   /** When the group's backoff ends (the latest next_attempt_at of its rows), or null. */
@@ -350,7 +367,7 @@ export class Checkers {
         if (row.seq < first && row.applied === 0 && row.state === "queued") ahead++;
     }
     const round = this.world.roundTripMs;
-    return 2_000 + round * (4 + Math.ceil(ahead / view.batchSize));
+    return 1_000 + round * (4 + Math.ceil(ahead / view.batchSize));
   }
 
   /** The known issue that explains a free group's stall, if one does. */

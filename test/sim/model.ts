@@ -33,6 +33,10 @@ export interface RowModel {
   deadBy: "operator" | "drain" | null;
   /** Times the drain sent it (a call to the writer carried it). */
   sends: number;
+  /** Calls carrying it that have not reached the remote yet (nor been refused or rolled back). */
+  inFlight: number;
+  /** The operator skipped it while a call carrying it was on its way (see KNOWN "skip-in-flight"). */
+  skippedInFlight: boolean;
   /** Remote transactions that applied it. */
   applied: number;
   /** The seq it carried when applied, and where in the remote's order. */
@@ -79,6 +83,8 @@ export class Model {
         state: "queued",
         deadBy: null,
         sends: 0,
+        inFlight: 0,
+        skippedInFlight: false,
         applied: 0,
         appliedSeq: null,
         appliedTx: null,

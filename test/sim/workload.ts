@@ -22,6 +22,8 @@ export interface WorkloadWorld {
   committed(file: string): void;
   /** The checkers look at the dead letters as they are, before the operator changes them. */
   beforeOperator(): void;
+  /** A row was made (not committed yet): the fault plan may poison it. */
+  made(wid: number): void;
 }
 
 type Row = { wid: number; table: string; key: string | null; lane: number | null; seq: number };
@@ -30,17 +32,19 @@ export class Workload {
   constructor(
     private readonly world: WorkloadWorld,
     private readonly random: Random,
+    private readonly weights: Readonly<Record<"push" | "pushMany" | "transaction" | "barrier", number>>,
   ) {}
 
   /** One producer action on `host`, drawn from the seed. */
   produce(host: Host): void {
     const { random } = this;
-    const kind = random.weighted({ push: 5, pushMany: 2, transaction: 2, barrier: 1 });
+    const kind = random.weighted(this.weights);
     const rows: Row[] = [];
     const table = random.pick(host.tables);
     const make = (name: string, key: string | null): { sql: string; args: Array<string | number>; row: Row } => {
       const lanes = host.tables.find((t) => t.name === name)!.lanes;
       const wid = this.world.model.wid();
+      this.world.made(wid);
       const keyed = key !== null && random.chance(0.7);
       return {
         sql: keyed ? ROW_SQL.keyed(name) : ROW_SQL.plain(name),
@@ -126,6 +130,7 @@ export class Workload {
     for (const row of rows) {
       row.state = "dead";
       row.deadBy = "operator";
+      if (row.inFlight > 0) row.skippedInFlight = true;
     }
     this.world.trace.add(`operator skips h${host.index} ${table.name}: ${rows.map((r) => `w${r.wid}`).join(" ")}`);
     this.world.committed(table.file);

@@ -113,7 +113,7 @@ class World implements HostWorld {
     this.trace = new Trace(this.time, mask, options.echo ?? false);
     this.#plan = this.random.fork(2);
     this.#watchRandom = this.random.fork(3);
-    this.#workload = new Workload(this, this.random.fork(4));
+    this.#workload = new Workload(this, this.random.fork(4), profile.workload);
     this.rates = { ...profile.faults };
     const build = this.random.fork(5);
     const hostCount = build.int(...profile.hosts);
@@ -127,7 +127,7 @@ class World implements HostWorld {
         batchSize: build.int(2, 10),
         flushInterval: build.int(5, 50) / 1000,
         tableFlushThreshold: build.int(1, 3),
-        maxAttempts: build.pick([0, 2, 3, 5]),
+        maxAttempts: build.pick(profile.maxAttempts),
         backoffUnitSeconds: build.int(20, 200) / 1000,
         backoffCapMinutes: 0.02,
         outageBackoffCapMinutes: 0.01,
@@ -181,10 +181,11 @@ class World implements HostWorld {
         const h = this.hosts[host]!;
         h.disturbed(answerAt);
       }
-      this.#guard(() => this.checkers.sent(host, stmts));
+      this.#guard(() => this.checkers.sent(host, call, stmts));
     },
     fate: (host: number, call: number, what: string, crash = false) => {
       this.trace.add(`h${host} call ${call} ${what}`);
+      this.checkers.landed(call);
       if (crash) this.faults["rolled back by a crash"] = (this.faults["rolled back by a crash"] ?? 0) + 1;
     },
   };
@@ -248,7 +249,7 @@ class World implements HostWorld {
     const plan = this.#plan;
     let at = this.now;
     for (let i = 0; i < this.#steps; i++) {
-      at += plan.int(1, 60);
+      at += plan.int(...this.#profile.gapMs);
       const action = plan.next();
       this.time.at(at, () => {
         this.#step(action);
@@ -284,20 +285,39 @@ class World implements HostWorld {
     });
   }
 
-  /** A queued row the remote refuses for a while (its statement fails: the row's fault), or until the end. */
+  /**
+   * A row the remote refuses for a while (its statement fails: the row's fault), or until the end:
+   * one queued now, or the next one a producer makes (most rows are delivered within milliseconds,
+   * so the queued ones are few).
+   */
   #poison(random: Random): void {
     const queued = [...this.model.rows.values()].filter((r) => r.state === "queued" && r.applied === 0);
-    if (queued.length === 0) return;
-    const row = random.pick(queued);
-    if (this.remote.isPoisoned(row.wid)) return;
-    this.remote.poison(row.wid);
+    if (queued.length === 0 || random.chance(0.5)) {
+      this.#poisonNext += 1;
+      return;
+    }
+    this.poison(random.pick(queued).wid, random);
+  }
+
+  #poisonNext = 0;
+
+  /** The workload made a row: poison it if a poison step asked for the next one. */
+  made(wid: number): void {
+    if (this.#poisonNext === 0) return;
+    this.#poisonNext -= 1;
+    this.poison(wid, this.#plan);
+  }
+
+  poison(wid: number, random: Random): void {
+    if (this.remote.isPoisoned(wid)) return;
+    this.remote.poison(wid);
     this.faults.poison = (this.faults.poison ?? 0) + 1;
     const ms = random.chance(0.3) ? null : random.int(200, 6_000);
-    this.trace.add(`poison w${row.wid} ${ms === null ? "until the end" : `for ${ms} ms`}`);
+    this.trace.add(`poison w${wid} ${ms === null ? "until the end" : `for ${ms} ms`}`);
     if (ms !== null)
       this.time.after(ms, () => {
-        this.remote.cure(row.wid);
-        this.trace.add(`cure w${row.wid}`);
+        this.remote.cure(wid);
+        this.trace.add(`cure w${wid}`);
       });
   }
 
