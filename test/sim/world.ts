@@ -210,8 +210,9 @@ class World implements HostWorld {
       this.#guard(() => this.checkers.end());
       this.#throwFailure();
     } catch (error) {
-      if (!(error instanceof Violation) && !(error instanceof SpinError)) throw error;
-      this.#failure ??= error;
+      // Anything else thrown out of the world (the drain threw where it never may, the simulator
+      // broke) fails the seed too: a green run is one where nothing did.
+      this.#failure ??= error instanceof Error ? error : new Error(String(error));
     }
     let failure = this.#failure;
     const known: Record<string, number> = {};
