@@ -374,7 +374,8 @@ export class Checkers {
   #explained(group: GroupModel): KnownIssue | null {
     const { model } = this.world;
     // issue 37: a group queued before it in one of its tables (in other lanes) spans another table
-    // where it is not free: linkDrafts cuts this table's draft there, holding every lane.
+    // where it waits (held, or backing off): linkDrafts cuts this table's draft there, or sends it
+    // in one unit with that group, holding every lane.
     for (const table of group.tables) {
       const first = Math.min(
         ...group.wids
@@ -385,7 +386,9 @@ export class Checkers {
       for (const row of model.rowsOf(group.host, table)) {
         if (row.seq >= first || row.applied > 0 || row.state !== "queued") continue;
         const other = model.groups.get(row.gid)!;
-        if (other.tables.size > 1 && !this.#free(other)) return "issue-37";
+        if (other.tables.size < 2) continue;
+        const until = this.#backoffUntil(this.world.hosts[group.host]!, other);
+        if (!this.#free(other) || (until !== null && until > this.world.now)) return "issue-37";
       }
     }
     return null;
