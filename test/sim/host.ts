@@ -224,13 +224,13 @@ export class DrainProcess {
     this.alive = false;
     this.world.trace.add(`${this.name} crashes`);
     this.writer.crashed();
-    const open = new Set<Database>();
+    const open = new Set<{ close(): void }>();
     for (const runner of this.service.targets())
       for (const table of runner.tables) {
         const file = table.openFile();
-        if (file !== null) open.add(file.db);
+        if (file !== null) open.add(file);
       }
-    for (const db of open) db.close(false);
+    for (const file of open) file.close(); // its statements and its connection; nothing confirmed, no checkpoint of ours
     for (const lockFile of this.#locks) if (this.world.locks.get(lockFile) === this) this.world.locks.delete(lockFile);
     this.#locks.clear();
   }
@@ -263,7 +263,7 @@ export class DrainProcess {
 /** The drain's log, at info and above, into the trace (while the process lives). */
 function traceLogger(trace: Trace, proc: DrainProcess): Logger {
   const line = (level: string) => (message: string) => {
-    if (proc.alive) trace.add(`${proc.name} ${level} ${message}`);
+    if (proc.alive) trace.add(`${proc.name} ${level} ${message}`, true);
   };
   return { debug: () => {}, info: line("info"), warn: line("warn"), error: line("error") };
 }

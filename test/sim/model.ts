@@ -59,6 +59,8 @@ export class Model {
   readonly groups = new Map<number, GroupModel>();
   /** By host, table and seq: the row that has that seq now. */
   readonly #bySeq = new Map<string, RowModel>();
+  /** By host and table, in the order made. */
+  readonly #byTable = new Map<string, RowModel[]>();
   #nextWid = 1;
   #nextGid = 1;
 
@@ -92,6 +94,10 @@ export class Model {
       };
       this.rows.set(r.wid, row);
       this.#bySeq.set(seqKey(host, r.table, r.seq), row);
+      const key = `${host}/${r.table}`;
+      const list = this.#byTable.get(key);
+      if (list) list.push(row);
+      else this.#byTable.set(key, [row]);
     }
     return group;
   }
@@ -112,8 +118,8 @@ export class Model {
   }
 
   /** The rows of one host's table. */
-  *rowsOf(host: number, table: string): Iterable<RowModel> {
-    for (const row of this.rows.values()) if (row.host === host && row.table === table) yield row;
+  rowsOf(host: number, table: string): readonly RowModel[] {
+    return this.#byTable.get(`${host}/${table}`) ?? [];
   }
 
   /** The rows of a row's group. */

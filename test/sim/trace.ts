@@ -14,16 +14,16 @@ export class Trace {
 
   constructor(
     private readonly clock: { readonly now: number },
-    /** Takes out of a line what differs between two runs of a seed: temp paths, origin ids. */
+    /** Takes out of a drain's line what differs between two runs of a seed: temp paths, origin ids. */
     private readonly mask: (line: string) => string,
     echo = false,
   ) {
     this.#echo = echo;
   }
 
-  /** Records one line at the current virtual time. */
-  add(line: string): void {
-    const text = `+${this.clock.now - EPOCH_MS} ${this.mask(line)}`;
+  /** Records one line at the current virtual time; `foreign`: written by the drain (its paths and origin ids are masked). */
+  add(line: string, foreign = false): void {
+    const text = `+${this.clock.now - EPOCH_MS} ${foreign ? this.mask(line) : line}`;
     this.#hash = BigInt.asUintN(64, BigInt(Bun.hash.wyhash(text, this.#hash)));
     this.#lines += 1;
     if (this.#last.length === KEPT) this.#last.shift();

@@ -38,7 +38,7 @@ export interface RunResult {
 /** How long after the last step everything must have drained (virtual ms). */
 const DRAIN_BOUND_MS = 120_000;
 /** The checkers' tick (virtual ms). */
-const TICK_MS = 100;
+const TICK_MS = 200;
 
 export interface RunOptions {
   seed: number;
@@ -132,7 +132,7 @@ class World implements HostWorld {
         backoffCapMinutes: 0.02,
         outageBackoffCapMinutes: 0.01,
         writeTimeout: build.int(5, 20) / 10,
-        cleanupEvery: build.int(2, 8),
+        cleanupEvery: build.int(4, 16),
         connections: build.pick(profile.connections),
         concurrent,
         pipelined: concurrent && build.chance(profile.pipelined),
