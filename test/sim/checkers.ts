@@ -71,6 +71,12 @@ export const KNOWN = {
     "a batch sent behind another over a table with lanes does not wait for a barrier (a row without a key) in either: the rows after a barrier overtake it, or a barrier overtakes rows before it, when the second batch reaches the remote first",
   "skip-in-flight":
     "skip dead-letters a head whose batch is in flight: the remote applies it all the same, and a replay would apply it again",
+  "cut-after-barrier":
+    "a group that failed behind a row without a key of the same slice is taken again at once (the planner does not count the barrier as heading its lanes): it fails behind it again, uncharged, every cycle, and the table stalls while it fails",
+  "awaited-one-deep":
+    "a transaction across tables waits behind one that spans a table no draft of the cycle reached (the awaited tables are found one level deep): nothing of them goes until that table is looked at for another reason (a commit, the full cycle a minute later)",
+  "lane-not-woken":
+    "with lanes, a lane held by its head's backoff is not looked at again when the backoff ends (a plan that reads nothing past the cursor reports no wake time), and a kick while a batch of the table is in flight is undone by its answer: the head waits for the next commit or the full cycle a minute later",
   "late-commit-dead":
     "a head is dead-lettered while a batch carrying it that the drain gave up on is still on its way: the late commit applies it, and a replay would apply it again",
 } as const;
@@ -84,8 +90,8 @@ export class Checkers {
   readonly #letters = new Set<string>();
   /** When each group became free to go (see #free), by gid. */
   readonly #freeSince = new Map<number, number>();
-  /** The rows each call carries, until it reaches the remote (or is refused, or rolled back). */
-  readonly #carried = new Map<number, RowModel[]>();
+  /** The rows each call carries (with the seq each had when sent), until it reaches the remote (or is refused, or rolled back). */
+  readonly #carried = new Map<number, Array<{ row: RowModel; seq: number }>>();
 
   constructor(private readonly world: WorldView) {}
 
@@ -94,6 +100,14 @@ export class Checkers {
   commit(commit: Commit): void {
     const { model } = this.world;
     const position = new Map(commit.wids.map((w, i) => [w, i]));
+    // A call sent before its rows were dead-lettered and replayed (new seqs) lands them all the same.
+    for (const { row, seq } of this.#carried.get(commit.call) ?? [])
+      if (position.has(row.wid) && seq !== row.seq)
+        throw new Violation(
+          "dead-letters",
+          `tx ${commit.tx} applied wid ${row.wid} as seq ${seq} of a call sent before it was dead-lettered (${row.deadBy ?? "?"}) and replayed as seq ${row.seq}`,
+          row.skippedInFlight ? "skip-in-flight" : "late-commit-dead",
+        );
     for (const wid of commit.wids) {
       const row = model.rows.get(wid);
       if (row === undefined)
@@ -195,7 +209,7 @@ export class Checkers {
     const { model } = this.world;
     const view = this.world.hosts[host]!;
     const groups = new Set<GroupModel>();
-    const carried: RowModel[] = [];
+    const carried: Array<{ row: RowModel; seq: number }> = [];
     this.#carried.set(call, carried);
     for (const stmt of stmts) {
       if (stmt.fence) {
@@ -207,7 +221,7 @@ export class Checkers {
       if (row === undefined) continue;
       row.sends += 1;
       row.inFlight += 1;
-      carried.push(row);
+      carried.push({ row, seq: row.seq });
       groups.add(model.groups.get(row.gid)!);
     }
     for (const group of groups) {
@@ -223,7 +237,7 @@ export class Checkers {
 
   /** A call reached the remote, or never will (refused, rolled back with a crashed process). */
   landed(call: number): void {
-    for (const row of this.#carried.get(call) ?? []) row.inFlight -= 1;
+    for (const { row } of this.#carried.get(call) ?? []) row.inFlight -= 1;
     this.#carried.delete(call);
   }
 
@@ -293,7 +307,7 @@ export class Checkers {
             throw new Violation("dead-letters", `host ${view.index} dead-lettered wid ${row.wid}: ${letter.reason}`);
           if (row.state === "queued" && letter.replayed === null) {
             row.state = "dead";
-            row.deadBy ??= letter.reason === "skipped" ? "operator" : "drain";
+            row.deadBy = letter.reason === "skipped" ? "operator" : "drain";
           }
         }
       }
@@ -373,24 +387,60 @@ export class Checkers {
   /** The known issue that explains a free group's stall, if one does. */
   #explained(group: GroupModel): KnownIssue | null {
     const { model } = this.world;
-    // issue 37: a group queued before it in one of its tables (in other lanes) spans another table
-    // where it waits (held, or backing off): linkDrafts cuts this table's draft there, or sends it
-    // in one unit with that group, holding every lane.
-    for (const table of group.tables) {
-      const first = Math.min(
-        ...group.wids
+    const queued = (row: RowModel) => row.applied === 0 && row.state === "queued";
+    const firstIn = (g: GroupModel, table: string) =>
+      Math.min(
+        ...g.wids
           .map((w) => model.rows.get(w)!)
           .filter((r) => r.table === table)
           .map((r) => r.seq),
       );
-      for (const row of model.rowsOf(group.host, table)) {
-        if (row.seq >= first || row.applied > 0 || row.state !== "queued") continue;
+    for (const table of group.tables) {
+      const first = firstIn(group, table);
+      const before = model.rowsOf(group.host, table).filter((r) => r.seq < first && queued(r));
+      // issue 37: a group queued before it in one of its tables (in other lanes) spans another
+      // table where it waits (held, or backing off): linkDrafts cuts this table's draft there, or
+      // sends it in one unit with that group, holding every lane.
+      for (const row of before) {
         const other = model.groups.get(row.gid)!;
         if (other.tables.size < 2) continue;
         const until = this.#backoffUntil(this.world.hosts[group.host]!, other);
         if (!this.#free(other) || (until !== null && until > this.world.now)) return "issue-37";
       }
+      const view = this.world.hosts[group.host]!;
+      if (view.tables.find((t) => t.name === table)!.lanes === 1) continue;
+      // cut-after-barrier: a row without a key (this group's, or one before it) heads the table and a row behind it keeps failing.
+      const mine = group.wids.map((w) => model.rows.get(w)!).filter((r) => r.table === table);
+      const barrier = [...before, ...mine].find((r) => r.lane === null);
+      if (
+        barrier !== undefined &&
+        model
+          .rowsOf(group.host, table)
+          .some((r) => r.seq > barrier.seq && queued(r) && this.world.remote.isPoisoned(r.wid))
+      )
+        return "cut-after-barrier";
+      // lane-not-woken: a head of the table (its own, or one before it) failed and backed off, or
+      // died: once its backoff ended (or was ended), nobody came back for its lanes.
+      const charged = view
+        .read(view.fileOf(table))
+        .query<{ n: number }, [string, number]>(
+          "SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND seq <= ? AND attempts > 0",
+        )
+        .get(table, first)!.n;
+      const died = model
+        .rowsOf(group.host, table)
+        .some((r) => (r.seq < first && r.state !== "queued") || r.replays > 0); // a replayed row died before
+
+      if (charged > 0 || died) return "lane-not-woken";
     }
+    // awaited-one-deep: it spans tables, and another transaction queued in one of them spans a table it does not.
+    if (group.tables.size > 1)
+      for (const other of model.groups.values()) {
+        if (other === group || other.host !== group.host || other.tables.size < 2) continue;
+        if (!other.wids.some((w) => queued(model.rows.get(w)!))) continue;
+        const shares = [...other.tables].some((t) => group.tables.has(t));
+        if (shares && [...other.tables].some((t) => !group.tables.has(t))) return "awaited-one-deep";
+      }
     return null;
   }
 

@@ -260,10 +260,11 @@ export class DrainProcess {
   }
 }
 
-/** The drain's log, at info and above, into the trace (while the process lives). */
+/** The drain's log, at info and above (debug too with SQLOUTBOX_SIM_DEBUG=1), into the trace (while the process lives). */
 function traceLogger(trace: Trace, proc: DrainProcess): Logger {
   const line = (level: string) => (message: string) => {
     if (proc.alive) trace.add(`${proc.name} ${level} ${message}`, true);
   };
-  return { debug: () => {}, info: line("info"), warn: line("warn"), error: line("error") };
+  const debug = process.env.SQLOUTBOX_SIM_DEBUG === "1" ? line("debug") : () => {};
+  return { debug, info: line("info"), warn: line("warn"), error: line("error") };
 }

@@ -29,7 +29,7 @@ export interface RowModel {
   /** The seq the row has in its queue now (a replay gives it a new one). */
   seq: number;
   state: RowState;
-  /** Who moved it to the dead letters last: the operator (skip) or the drain (max_attempts). */
+  /** Who moved it to the dead letters last (kept after a replay): the operator (skip) or the drain (max_attempts). */
   deadBy: "operator" | "drain" | null;
   /** Times the drain sent it (a call to the writer carried it). */
   sends: number;
@@ -112,7 +112,6 @@ export class Model {
     this.#bySeq.delete(seqKey(row.host, row.table, row.seq));
     row.seq = seq;
     row.state = "queued";
-    row.deadBy = null;
     row.replays += 1;
     this.#bySeq.set(seqKey(row.host, row.table, seq), row);
   }

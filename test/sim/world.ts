@@ -215,6 +215,7 @@ class World implements HostWorld {
       this.#failure ??= error instanceof Error ? error : new Error(String(error));
     }
     let failure = this.#failure;
+    if (failure !== null) this.#queueState();
     const known: Record<string, number> = {};
     if (failure instanceof Violation && failure.known !== null && !this.options.strict) {
       known[failure.known] = 1;
@@ -415,6 +416,52 @@ class World implements HostWorld {
             "drained",
             `verify ${file.replace(this.dir, "<dir>")}: ${[...verified.problems, ...verified.namespaces.flatMap((n) => [...n.problems, ...n.gaps.map((g) => `gap ${g.seq}->${g.prevSeq}`)])].join("; ")}`,
           );
+      }
+    }
+  }
+
+  /** What every queue holds now, into the trace: the end of a failure's trace says where things stood. */
+  #queueState(): void {
+    for (const host of this.hosts) {
+      for (const file of host.files) {
+        try {
+          const rows = host
+            .read(file)
+            .query<
+              {
+                seq: number;
+                ns: string;
+                key: string | null;
+                grp: number | null;
+                attempts: number;
+                next: string | null;
+              },
+              []
+            >(
+              "SELECT seq, namespace AS ns, lane_key AS key, grp, attempts, next_attempt_at AS next FROM outbox_queue WHERE synced = 0 ORDER BY seq LIMIT 40",
+            )
+            .all();
+          const at = (next: string | null) => (next === null ? "" : ` next +${Date.parse(next) - EPOCH_MS}`);
+          this.trace.add(
+            `h${host.index} queue: ${rows.map((r) => `${r.ns}#${r.seq}${r.key === null ? "" : `/${r.key}`}${r.grp === null ? "" : ` g${r.grp}`}${r.attempts ? ` a${r.attempts}` : ""}${at(r.next)}`).join(", ") || "empty"}`,
+          );
+        } catch (error) {
+          this.trace.add(`h${host.index} queue: unreadable: ${(error as Error).message}`);
+        }
+      }
+      if (!host.live) continue;
+      for (const view of host.process!.service.views()) {
+        const tables = view.tables.map((t) => {
+          const held = t.held === null ? "" : ` held (${t.held.reason})`;
+          const lanes = t.lanes?.held.length
+            ? ` lanes held ${t.lanes.held.map((l) => `${l.lane}@${l.seq}`).join(",")}`
+            : "";
+          return `${t.namespace} through ${t.through}${held}${lanes}`;
+        });
+        this.trace.add(
+          `h${host.index} drain: ${view.state}, ${view.batchesInFlight} in flight; ${tables.join("; ")}`,
+          true,
+        );
       }
     }
   }
