@@ -28,6 +28,10 @@ const KNOWN_SEEDS: ReadonlyArray<{ seed: number; issue: KnownIssue }> = [
   { seed: 45, issue: "skip-in-flight" },
   { seed: 75, issue: "barrier-behind" },
   { seed: 101, issue: "issue-37" },
+  { seed: 12508, issue: "cut-after-barrier" },
+  { seed: 11448, issue: "lane-not-woken" },
+  { seed: 12592, issue: "awaited-one-deep" },
+  { seed: 11123, issue: "late-commit-dead" },
 ];
 
 async function seed(n: number, options: { strict?: boolean } = {}): Promise<RunResult> {

@@ -387,52 +387,22 @@ export class Checkers {
   /** The known issue that explains a free group's stall, if one does. */
   #explained(group: GroupModel): KnownIssue | null {
     const { model } = this.world;
+    const view = this.world.hosts[group.host]!;
     const queued = (row: RowModel) => row.applied === 0 && row.state === "queued";
-    const firstIn = (g: GroupModel, table: string) =>
-      Math.min(
-        ...g.wids
-          .map((w) => model.rows.get(w)!)
-          .filter((r) => r.table === table)
-          .map((r) => r.seq),
-      );
-    for (const table of group.tables) {
-      const first = firstIn(group, table);
-      const before = model.rowsOf(group.host, table).filter((r) => r.seq < first && queued(r));
-      // issue 37: a group queued before it in one of its tables (in other lanes) spans another
-      // table where it waits (held, or backing off): linkDrafts cuts this table's draft there, or
-      // sends it in one unit with that group, holding every lane.
-      for (const row of before) {
+    const mine = (table: string) => group.wids.map((w) => model.rows.get(w)!).filter((r) => r.table === table);
+    const first = (table: string) => Math.min(...mine(table).map((r) => r.seq));
+    const before = (table: string) => model.rowsOf(group.host, table).filter((r) => r.seq < first(table) && queued(r));
+    const laned = [...group.tables].filter((t) => view.tables.find((v) => v.name === t)!.lanes > 1);
+    // issue 37: a group queued before it in one of its tables (in other lanes) spans another
+    // table where it waits (held, or backing off): linkDrafts cuts this table's draft there, or
+    // sends it in one unit with that group, holding every lane.
+    for (const table of group.tables)
+      for (const row of before(table)) {
         const other = model.groups.get(row.gid)!;
         if (other.tables.size < 2) continue;
-        const until = this.#backoffUntil(this.world.hosts[group.host]!, other);
+        const until = this.#backoffUntil(view, other);
         if (!this.#free(other) || (until !== null && until > this.world.now)) return "issue-37";
       }
-      const view = this.world.hosts[group.host]!;
-      if (view.tables.find((t) => t.name === table)!.lanes === 1) continue;
-      // cut-after-barrier: a row without a key (this group's, or one before it) heads the table and a row behind it keeps failing.
-      const mine = group.wids.map((w) => model.rows.get(w)!).filter((r) => r.table === table);
-      const barrier = [...before, ...mine].find((r) => r.lane === null);
-      if (
-        barrier !== undefined &&
-        model
-          .rowsOf(group.host, table)
-          .some((r) => r.seq > barrier.seq && queued(r) && this.world.remote.isPoisoned(r.wid))
-      )
-        return "cut-after-barrier";
-      // lane-not-woken: a head of the table (its own, or one before it) failed and backed off, or
-      // died: once its backoff ended (or was ended), nobody came back for its lanes.
-      const charged = view
-        .read(view.fileOf(table))
-        .query<{ n: number }, [string, number]>(
-          "SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND seq <= ? AND attempts > 0",
-        )
-        .get(table, first)!.n;
-      const died = model
-        .rowsOf(group.host, table)
-        .some((r) => (r.seq < first && r.state !== "queued") || r.replays > 0); // a replayed row died before
-
-      if (charged > 0 || died) return "lane-not-woken";
-    }
     // awaited-one-deep: it spans tables, and another transaction queued in one of them spans a table it does not.
     if (group.tables.size > 1)
       for (const other of model.groups.values()) {
@@ -441,6 +411,32 @@ export class Checkers {
         const shares = [...other.tables].some((t) => group.tables.has(t));
         if (shares && [...other.tables].some((t) => !group.tables.has(t))) return "awaited-one-deep";
       }
+    // cut-after-barrier: a row without a key (this group's, or one before it) heads the table and a row behind it keeps failing.
+    for (const table of laned) {
+      const barrier = [...before(table), ...mine(table)].find((r) => r.lane === null);
+      if (
+        barrier !== undefined &&
+        model
+          .rowsOf(group.host, table)
+          .some((r) => r.seq > barrier.seq && queued(r) && this.world.remote.isPoisoned(r.wid))
+      )
+        return "cut-after-barrier";
+    }
+    // lane-not-woken: a head of the table (its own, or one before it) failed and backed off, or
+    // died: once its backoff ended (or was ended), nobody came back for its lanes.
+    for (const table of laned) {
+      const charged = view
+        .read(view.fileOf(table))
+        .query<{ n: number }, [string, number]>(
+          "SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND seq <= ? AND attempts > 0",
+        )
+        .get(table, first(table))!.n;
+      // A row replayed died before, whatever its seq now.
+      const died = model
+        .rowsOf(group.host, table)
+        .some((r) => (r.seq < first(table) && r.state !== "queued") || r.replays > 0);
+      if (charged > 0 || died) return "lane-not-woken";
+    }
     return null;
   }
 
