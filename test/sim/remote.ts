@@ -1,12 +1,11 @@
-// The simulated remote: one in-memory SQLite database that every drain of the world writes into —
-// the ledger the drains create there, and a table per queue table — applying each batch the way the
-// built-in writers do (runIsolated: each atomic unit whole or not at all, the rest committed
-// together). A trigger notes every row a committed transaction applied, with that transaction's
-// number, so the checkers read what landed from the remote itself, not from what the drain said.
-import { Database, type SQLQueryBindings } from "bun:sqlite";
-import { WriteError } from "../../src/errors.ts";
-import { classifySqlite } from "../../src/writers/classify.ts";
-import { type Outcome, runIsolated } from "../../src/writers/isolate.ts";
+// The simulated remote: one SQLite database that every drain of the world writes into — the ledger
+// the drains create there, and a table per queue table — through the real sqlite writer
+// (SqliteWriter: runIsolated, each atomic unit whole or not at all, the rest committed together in
+// one transaction). A trigger notes every row a committed transaction applied, so the checkers read
+// what landed from the remote itself, not from what the drain said; another makes a poisoned row
+// fail, as a constraint would.
+import { Database } from "bun:sqlite";
+import { SqliteWriter } from "../../src/writers/sqlite.ts";
 import type { Statement, WriteResult } from "../../src/writers/writer.ts";
 
 /** The SQL a workload row is: every table of the remote takes these two shapes (so runs coalesce, and split). */
@@ -33,26 +32,30 @@ export interface LedgerEntry {
   through: number;
 }
 
-/** A remote over `tables` (the queue tables' names: each becomes a remote table of the same name). */
+/** A remote at `file` over `tables` (the queue tables' names: each becomes a remote table of the same name). */
 export class SimRemote {
-  readonly db = new Database(":memory:", { safeIntegers: false });
-  /** Transactions begun (committed or not); a commit carries its number. */
+  /** The simulator's own connection: poison, what was applied, the ledger. */
+  readonly db: Database;
+  readonly #writer: SqliteWriter;
+  /** Commits so far: each carries its number. */
   #tx = 0;
-  readonly #applied;
   readonly #poisoned = new Set<number>();
+  readonly #applied;
+  readonly #numbered;
   readonly #poison;
   readonly #cure;
 
   constructor(
+    file: string,
     tables: readonly string[],
     /** Told of every commit, as it happens (the checkers). */
     private readonly onCommit: (commit: Commit) => void,
-    private readonly coalesce: boolean,
+    coalesce: boolean,
   ) {
-    const db = this.db;
-    db.run("CREATE TABLE sim_tx (n INTEGER NOT NULL)");
-    db.run("INSERT INTO sim_tx VALUES (0)");
-    db.run("CREATE TABLE sim_applied (wid INTEGER NOT NULL, tx INTEGER NOT NULL)");
+    const db = new Database(file, { create: true });
+    this.db = db;
+    db.run("PRAGMA journal_mode = WAL");
+    db.run("CREATE TABLE sim_applied (wid INTEGER NOT NULL, tx INTEGER)");
     db.run("CREATE TABLE sim_poison (wid INTEGER PRIMARY KEY)");
     for (const t of tables) {
       // No key on wid: a row applied twice must show twice, not fail as a duplicate.
@@ -61,10 +64,12 @@ export class SimRemote {
         `CREATE TRIGGER ${t}_poison BEFORE INSERT ON ${t} WHEN EXISTS (SELECT 1 FROM sim_poison WHERE wid = NEW.wid) BEGIN SELECT RAISE(ABORT, 'poisoned row'); END`,
       );
       db.run(
-        `CREATE TRIGGER ${t}_applied AFTER INSERT ON ${t} BEGIN INSERT INTO sim_applied (wid, tx) SELECT NEW.wid, n FROM sim_tx; END`,
+        `CREATE TRIGGER ${t}_applied AFTER INSERT ON ${t} BEGIN INSERT INTO sim_applied (wid) VALUES (NEW.wid); END`,
       );
     }
-    this.#applied = db.query<{ wid: number }, [number]>("SELECT wid FROM sim_applied WHERE tx = ? ORDER BY rowid");
+    this.#writer = new SqliteWriter({ path: file, coalesce });
+    this.#applied = db.query<{ wid: number }, []>("SELECT wid FROM sim_applied WHERE tx IS NULL ORDER BY rowid");
+    this.#numbered = db.query("UPDATE sim_applied SET tx = ? WHERE tx IS NULL");
     this.#poison = db.query("INSERT OR IGNORE INTO sim_poison (wid) VALUES (?)");
     this.#cure = db.query("DELETE FROM sim_poison WHERE wid = ?");
   }
@@ -89,23 +94,19 @@ export class SimRemote {
   }
 
   /**
-   * Applies one batch now, atomically per unit as a built-in writer does (see runIsolated), and
-   * returns its results. An error of the transaction itself throws a WriteError.
+   * Applies one batch now through the real sqlite writer and returns its results (an error of the
+   * transaction itself throws, as the writer throws it). The rows the trigger noted since belong to
+   * the one transaction it committed: the checkers are told of it before the answer goes back.
    */
   async apply(stmts: Statement[], host: number, call: number, at: number): Promise<WriteResult[]> {
-    if (stmts.length === 0) return [];
-    return runIsolated(
-      stmts,
-      async (sent) => this.#pass(sent, host, call, at),
-      classifySqlite,
-      (message, error, misconfigured) =>
-        new WriteError(`sim remote: ${message}`, undefined, {
-          ...(error === undefined ? {} : { cause: error }),
-          misconfigured: misconfigured ?? false,
-        }),
-      "sqlite",
-      { coalesce: this.coalesce },
-    );
+    const results = await this.#writer.writeBatch(stmts);
+    const wids = this.#applied.all().map((r) => r.wid);
+    if (wids.length > 0) {
+      const tx = ++this.#tx;
+      this.#numbered.run(tx);
+      this.onCommit({ tx, at, host, call, wids });
+    }
+    return results;
   }
 
   /** The ledger's rows. */
@@ -120,43 +121,7 @@ export class SimRemote {
   }
 
   close(): void {
+    this.#writer.close();
     this.db.close();
   }
-
-  /** One optimistic pass in one transaction: the statements in order up to the first failure; committed only when all ran. */
-  #pass(stmts: Statement[], host: number, call: number, at: number): { outcomes: Outcome[]; committed: boolean } {
-    const db = this.db;
-    db.run("BEGIN IMMEDIATE");
-    const tx = ++this.#tx;
-    db.query("UPDATE sim_tx SET n = ?").run(tx);
-    const outcomes: Outcome[] = [];
-    for (const stmt of stmts) {
-      if (outcomes.length > 0 && !("result" in outcomes[outcomes.length - 1]!)) {
-        outcomes.push({ notRun: true });
-        continue;
-      }
-      try {
-        outcomes.push({ result: run(db, stmt) });
-      } catch (error) {
-        outcomes.push({ error });
-      }
-    }
-    const committed = outcomes.every((o) => "result" in o);
-    if (!committed) {
-      db.run("ROLLBACK");
-      return { outcomes, committed };
-    }
-    const wids = this.#applied.all(tx).map((r) => r.wid);
-    db.run("COMMIT");
-    this.onCommit({ tx, at, host, call, wids });
-    return { outcomes, committed };
-  }
-}
-
-function run(db: Database, stmt: Statement): WriteResult {
-  const query = db.query(stmt.sql);
-  const args = stmt.args as SQLQueryBindings[];
-  if (query.columnNames.length > 0) return { ok: true, rows: query.values(...args) as unknown[][] };
-  const { changes } = query.run(...args);
-  return { ok: true, rowsAffected: Number(changes) };
 }

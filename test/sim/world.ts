@@ -119,7 +119,12 @@ class World implements HostWorld {
     const hostCount = build.int(...profile.hosts);
     const tableCount = build.int(...profile.tables);
     const names = Array.from({ length: tableCount }, (_, i) => `t${i}`);
-    this.remote = new SimRemote(names, (commit) => this.#committed(commit), build.chance(0.5));
+    this.remote = new SimRemote(
+      path.join(this.dir, "remote.db"),
+      names,
+      (commit) => this.#committed(commit),
+      build.chance(0.5),
+    );
     for (let h = 0; h < hostCount; h++) {
       const tables = names.map((name) => ({ name, lanes: build.pick(profile.lanes) }));
       const concurrent = build.chance(profile.concurrent);
