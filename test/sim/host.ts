@@ -14,7 +14,7 @@ import type { Logger } from "../../src/logger.ts";
 import { SQLMiddleware } from "../../src/outbox/middleware.ts";
 import type { HostView } from "./checkers.ts";
 import type { Random } from "./random.ts";
-import { ProcessScheduler, type SimTime } from "./time.ts";
+import { EPOCH_MS, ProcessScheduler, type SimTime } from "./time.ts";
 import type { Trace } from "./trace.ts";
 import { SimWriter, type WriterWorld } from "./writer.ts";
 
@@ -157,6 +157,50 @@ export class Host implements HostView {
       this.#reads.set(file, db);
     }
     return db;
+  }
+
+  /** Rows still in a table's queue. */
+  pending(table: string): number {
+    return this.read(this.fileOf(table))
+      .query<{ n: number }, [string]>("SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND synced = 0")
+      .get(table)!.n;
+  }
+
+  /** Lines for a failure's trace: what each queue holds now (its first rows), and the drain's view of its tables. */
+  describe(): string[] {
+    const lines: string[] = [];
+    const at = (next: string | null) => (next === null ? "" : ` next +${Date.parse(next) - EPOCH_MS}`);
+    for (const file of this.files) {
+      try {
+        const rows = this.read(file)
+          .query<
+            { seq: number; ns: string; key: string | null; grp: number | null; attempts: number; next: string | null },
+            []
+          >(
+            "SELECT seq, namespace AS ns, lane_key AS key, grp, attempts, next_attempt_at AS next FROM outbox_queue WHERE synced = 0 ORDER BY seq LIMIT 40",
+          )
+          .all();
+        const text = rows.map(
+          (r) =>
+            `${r.ns}#${r.seq}${r.key === null ? "" : `/${r.key}`}${r.grp === null ? "" : ` g${r.grp}`}${r.attempts ? ` a${r.attempts}` : ""}${at(r.next)}`,
+        );
+        lines.push(`h${this.index} queue: ${text.join(", ") || "empty"}`);
+      } catch (error) {
+        lines.push(`h${this.index} queue: unreadable: ${(error as Error).message}`);
+      }
+    }
+    if (!this.live) return lines;
+    for (const view of this.process!.service.views()) {
+      const tables = view.tables.map((t) => {
+        const held = t.held === null ? "" : ` held (${t.held.reason})`;
+        const lanes = t.lanes?.held.length
+          ? ` lanes held ${t.lanes.held.map((l) => `${l.lane}@${l.seq}`).join(",")}`
+          : "";
+        return `${t.namespace} through ${t.through}${held}${lanes}`;
+      });
+      lines.push(`h${this.index} drain: ${view.state}, ${view.batchesInFlight} in flight; ${tables.join("; ")}`);
+    }
+    return lines;
   }
 
   /** Starts a new drain process over the host's files. */

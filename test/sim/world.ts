@@ -220,7 +220,8 @@ class World implements HostWorld {
       this.#failure ??= error instanceof Error ? error : new Error(String(error));
     }
     let failure = this.#failure;
-    if (failure !== null) this.#queueState();
+    // The end of a failure's trace says where things stood: every queue, and each drain's view.
+    if (failure !== null) for (const host of this.hosts) for (const line of host.describe()) this.trace.add(line, true);
     const known: Record<string, number> = {};
     if (failure instanceof Violation && failure.known !== null && !this.options.strict) {
       known[failure.known] = 1;
@@ -385,7 +386,7 @@ class World implements HostWorld {
     again();
     const drained = () =>
       [...this.model.rows.values()].every((r) => r.applied === (r.state === "given-up" ? 0 : 1)) &&
-      this.hosts.every((h) => h.tables.every((t) => this.#pending(h, t.file, t.name) === 0));
+      this.hosts.every((h) => h.tables.every((t) => h.pending(t.name) === 0));
     const why = await this.#runUntil(drained, deadline);
     cancel();
     if (why !== "done") {
@@ -395,9 +396,7 @@ class World implements HostWorld {
         `not drained ${DRAIN_BOUND_MS} ms after the faults ended (${why}): ${left.length} rows not applied as expected (${left
           .slice(0, 8)
           .map((r) => `w${r.wid} ${r.table}#${r.seq} ${r.state} applied ${r.applied}`)
-          .join(
-            ", ",
-          )}), pending ${this.hosts.map((h) => h.tables.map((t) => this.#pending(h, t.file, t.name)).join("/")).join(" ")}`,
+          .join(", ")}), pending ${this.hosts.map((h) => h.tables.map((t) => h.pending(t.name)).join("/")).join(" ")}`,
       );
     }
     this.trace.add("drained");
@@ -409,7 +408,7 @@ class World implements HostWorld {
     for (const host of this.hosts) {
       for (const t of host.tables) {
         this.checkers.counts.drained++;
-        const pending = this.#pending(host, t.file, t.name);
+        const pending = host.pending(t.name);
         if (pending !== 0)
           throw new Violation("drained", `h${host.index} ${t.name}: ${pending} rows still pending after stop`);
       }
@@ -423,60 +422,6 @@ class World implements HostWorld {
           );
       }
     }
-  }
-
-  /** What every queue holds now, into the trace: the end of a failure's trace says where things stood. */
-  #queueState(): void {
-    for (const host of this.hosts) {
-      for (const file of host.files) {
-        try {
-          const rows = host
-            .read(file)
-            .query<
-              {
-                seq: number;
-                ns: string;
-                key: string | null;
-                grp: number | null;
-                attempts: number;
-                next: string | null;
-              },
-              []
-            >(
-              "SELECT seq, namespace AS ns, lane_key AS key, grp, attempts, next_attempt_at AS next FROM outbox_queue WHERE synced = 0 ORDER BY seq LIMIT 40",
-            )
-            .all();
-          const at = (next: string | null) => (next === null ? "" : ` next +${Date.parse(next) - EPOCH_MS}`);
-          this.trace.add(
-            `h${host.index} queue: ${rows.map((r) => `${r.ns}#${r.seq}${r.key === null ? "" : `/${r.key}`}${r.grp === null ? "" : ` g${r.grp}`}${r.attempts ? ` a${r.attempts}` : ""}${at(r.next)}`).join(", ") || "empty"}`,
-          );
-        } catch (error) {
-          this.trace.add(`h${host.index} queue: unreadable: ${(error as Error).message}`);
-        }
-      }
-      if (!host.live) continue;
-      for (const view of host.process!.service.views()) {
-        const tables = view.tables.map((t) => {
-          const held = t.held === null ? "" : ` held (${t.held.reason})`;
-          const lanes = t.lanes?.held.length
-            ? ` lanes held ${t.lanes.held.map((l) => `${l.lane}@${l.seq}`).join(",")}`
-            : "";
-          return `${t.namespace} through ${t.through}${held}${lanes}`;
-        });
-        this.trace.add(
-          `h${host.index} drain: ${view.state}, ${view.batchesInFlight} in flight; ${tables.join("; ")}`,
-          true,
-        );
-      }
-    }
-  }
-
-  /** Rows still in a table's queue. */
-  #pending(host: Host, file: string, table: string): number {
-    return host
-      .read(file)
-      .query<{ n: number }, [string]>("SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND synced = 0")
-      .get(table)!.n;
   }
 
   async #runUntil(done: () => boolean, deadline: number): Promise<"done" | "idle" | "deadline"> {
