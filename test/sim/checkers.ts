@@ -332,8 +332,8 @@ export class Checkers {
       const group = model.groups.get(gid)!;
       const view = this.world.hosts[group.host]!;
       const since = Math.max(this.#freeSince.get(gid)!, view.calmSince);
-      if (now - since <= this.#bound(group, view)) continue;
       this.counts["free-lanes-advance"]++;
+      if (now - since <= this.#bound(group, view)) continue;
       const until = this.#backoffUntil(view, group);
       if (until !== null && until > since) {
         this.#freeSince.set(gid, until); // backing off: free from then on
