@@ -4,6 +4,7 @@ import { describe, expect, test } from "bun:test";
 import type { TableConfig } from "../src/config/types.ts";
 import { DrainTable, type TableSlice } from "../src/drain/table/table.ts";
 import type { OutboxRow } from "../src/outbox/outbox.ts";
+import { realScheduler } from "../src/scheduler.ts";
 import type { Statement, WriteResult } from "../src/writers/writer.ts";
 import { memoryLogger, oneApp } from "./support/drain-harness.ts";
 import { FakeQueue } from "./support/fake-queue.ts";
@@ -32,6 +33,7 @@ function table({ fenced = true } = {}) {
     opener: () => queue,
     observer: null,
     now: () => clock.now,
+    scheduler: realScheduler,
   });
   if (fenced) t.fencedByLedger();
   expect(t.open(clock.now)).toBe(true);

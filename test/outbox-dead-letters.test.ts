@@ -6,6 +6,7 @@ import fs from "node:fs";
 import { NotFoundError, StorageError } from "../src/errors.ts";
 import { findDeadLetterRefs, findDeadLetters, planPurge } from "../src/outbox/dead-letters.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
+import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { isoTimestamp } from "../src/outbox/timestamp.ts";
 import { hashTree } from "./support/dir-hash.ts";
@@ -255,6 +256,54 @@ describe("purgeDead", () => {
     b.replayDeadMany([4, 5]);
     expect(a.purgeDead({ before: FUTURE() }).purged.map((p) => p.seq)).toEqual([1]);
     expect(b.listDead().map((d) => d.seq)).toEqual([4, 5]);
+  });
+
+  test("purges a group whole or not at all: a replay of what is left delivers the whole transaction (found by the simulator)", () => {
+    const ob = new Outbox(tmp.file("orders.db"), "orders");
+    open.push(ob);
+    ob.enqueueBatch(["1", "2"].map((id) => ({ tag: "INSERT INTO orders (id) VALUES (?)", payload: `[${id}]` })));
+    ob.enqueueBatch(["3", "4"].map((id) => ({ tag: "INSERT INTO orders (id) VALUES (?)", payload: `[${id}]` })));
+    ob.enqueue("INSERT INTO orders (id) VALUES (?)", "[5]");
+    ob.skipHead(1); // the group 1, 2
+    ob.skipHead(3); // the group 3, 4: seq 5 links to seq 4, which the chain keeps — and seq 3 with it
+    const out = ob.purgeDead({ before: FUTURE(), unreplayed: true });
+    expect(out.purged.map((p) => p.seq)).toEqual([1, 2]);
+    expect(out.kept.map((k) => [k.seq, k.keptBecause])).toEqual([
+      [3, "group"],
+      [4, "linked"],
+    ]);
+    expect(ob.replayDeadMany([4]).replayed.map((r) => r.seq)).toEqual([3, 4]);
+    expectIntactChain(ob);
+  });
+
+  test("keeps a transaction's letters in one table while its letters in another table stay", () => {
+    const producer = new SQLMiddleware({ dbFile: tmp.file("shared.db") });
+    try {
+      producer.transaction(() => {
+        producer.push("a", "INSERT INTO a (id) VALUES (?)", [1]);
+        producer.push("b", "INSERT INTO b (id) VALUES (?)", [2]);
+        producer.push("a", "INSERT INTO a (id) VALUES (?)", [3]);
+      });
+      producer.push("a", "INSERT INTO a (id) VALUES (?)", [4]);
+    } finally {
+      closeSharedOutboxes();
+    }
+    const a = new Outbox(tmp.file("shared.db"), "a");
+    open.push(a);
+    expect(a.skipHead(1).seqs).toEqual([1, 2, 3]);
+    a.skipHead(4);
+    const out = a.purgeDead({ before: FUTURE(), unreplayed: true });
+    expect(out.purged).toEqual([]);
+    expect(out.kept.map((k) => [k.seq, k.keptBecause])).toEqual([
+      [1, "group"],
+      [3, "group"],
+      [4, "newest"],
+    ]);
+    expect(a.replayDeadMany([1]).replayed.map((r) => [r.namespace, r.seq])).toEqual([
+      ["a", 1],
+      ["b", 2],
+      ["a", 3],
+    ]);
   });
 });
 

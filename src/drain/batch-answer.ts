@@ -1,5 +1,6 @@
 import type { AppConfig, TargetConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
+import type { Scheduler } from "../scheduler.ts";
 import type { Dialect } from "../vocabulary.ts";
 import type { WriteResult } from "../writers/writer.ts";
 import {
@@ -59,6 +60,8 @@ export interface AnswerParts {
   observer: DeliveryObserver | null;
   hooks: DeliveryHooks;
   now: () => number;
+  /** The elapsed clock a batch's `started` is read from. */
+  scheduler: Scheduler;
   /** Another table's rows moved (a dead-lettered group spanning tables): what it read ahead is stale. */
   forgetReadAhead(tables: string[] | undefined): void;
 }
@@ -110,7 +113,7 @@ export function applyAnswered(
   hooks.changed(batch.slices.map((sl) => sl.table));
   const attempts = attemptsOfGroups(batch.units);
   const slices: Array<AnsweredBatch["slices"][number]> = [];
-  const answered: AnsweredBatch = { slices, rows: 0, moved: 0, durationMs: performance.now() - started };
+  const answered: AnsweredBatch = { slices, rows: 0, moved: 0, durationMs: parts.scheduler.elapsed() - started };
   for (const slice of batch.slices) {
     const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), now(), attempts);
     slices.push({ table: slice.table, fenced: slice.fenced, delivered: answer.delivered });

@@ -1,4 +1,5 @@
 import { describeError, isMisconfigured, isWriteError, WriteError } from "../errors.ts";
+import { realScheduler, type Scheduler } from "../scheduler.ts";
 import { withTimeout } from "../timeout.ts";
 import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../writers/writer.ts";
 import type { BindValue } from "../vocabulary.ts";
@@ -32,6 +33,8 @@ export class BoundedWriter {
     readonly target: string,
     readonly writer: OutboxWriter,
     private readonly timeoutMs: number,
+    /** Whose time `write_timeout` is measured in. */
+    private readonly scheduler: Scheduler = realScheduler,
   ) {}
 
   async send(
@@ -50,13 +53,18 @@ export class BoundedWriter {
     }
     let results: unknown;
     try {
-      results = await withTimeout(call, this.timeoutMs, () => {
-        onTimeout?.(call);
-        throw new WriteError(
-          `target ${name}: writeBatch did not answer within write_timeout (${formatDuration(this.timeoutMs)})`,
-          name,
-        );
-      });
+      results = await withTimeout(
+        call,
+        this.timeoutMs,
+        () => {
+          onTimeout?.(call);
+          throw new WriteError(
+            `target ${name}: writeBatch did not answer within write_timeout (${formatDuration(this.timeoutMs)})`,
+            name,
+          );
+        },
+        this.scheduler,
+      );
     } catch (error) {
       if (isWriteError(error) && error.target === name) throw error;
       throw new WriteError(`target ${name}: ${describeError(error).message}`, name, {

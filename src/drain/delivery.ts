@@ -32,7 +32,7 @@ export interface DeliveryParts extends RemoteParts {
   hooks: DeliveryHooks;
 }
 
-/** A batch on its way: its call to the writer, what the observer was told, and when it was sent (performance.now). */
+/** A batch on its way: its call to the writer, what the observer was told, and when it was sent (the scheduler's elapsed()). */
 interface InFlightBatch {
   batch: SentBatch;
   call: Promise<WriteResult[]>;
@@ -131,7 +131,7 @@ export class Delivery {
     if (firsts.length === 0) return out;
     const chains = firsts.map((batch) => [this.#send(batch)]);
     try {
-      await this.confirmApplied(() => Bun.sleep(0));
+      await this.confirmApplied(() => this.#parts.scheduler.sleep(0));
       if (this.#parallel > 1) for (const chain of chains) await this.#sendBehind(chain);
       for (const chain of chains) await this.#readAhead(chain[chain.length - 1]!.batch);
       const losses = await Promise.all(chains.map((chain) => this.#answered(chain, out)));
@@ -179,7 +179,7 @@ export class Delivery {
         batchLost(batch, observed, lost.error, this.#answerParts);
         continue;
       }
-      this.#lastRoundTripMs = performance.now() - started;
+      this.#lastRoundTripMs = this.#parts.scheduler.elapsed() - started;
       this.#parts.reachability.recovered();
       this.#lastSuccessAt = this.#parts.now();
       applyAnswered(batch, results, observed, started, out, this.#answerParts);
@@ -199,7 +199,7 @@ export class Delivery {
   /** Sends a batch (the observer told first); its call is awaited by deliver, after the local work that overlaps it. */
   #send(batch: SentBatch): InFlightBatch {
     const observed = observeSent(batch, this.#answerParts);
-    const started = performance.now();
+    const started = this.#parts.scheduler.elapsed();
     this.#inFlight += 1; // until deliver has its answer
     const bytes = batchBytes(batch);
     this.#inFlightBytes += bytes;
@@ -229,7 +229,7 @@ export class Delivery {
 
   /** Confirms every part of what `table` has applied, letting the event loop turn between parts. */
   async #confirmWhole(table: DrainTable): Promise<void> {
-    while (table.confirmApplied(this.#parts.now())) await Bun.sleep(0);
+    while (table.confirmApplied(this.#parts.now())) await this.#parts.scheduler.sleep(0);
   }
 
   /**
@@ -244,7 +244,7 @@ export class Delivery {
     if (!this.#pipelining || bytes > LARGE_BATCH_BYTES) return;
     for (const slice of batch.slices) {
       if (!slice.more || !slice.fenced) continue;
-      await Bun.sleep(0);
+      await this.#parts.scheduler.sleep(0);
       slice.table.readAhead(slice, {
         now: this.#parts.now(),
         maxBytes: this.#parts.app.batchMaxBytes - (bytes - slice.bytes),

@@ -2,6 +2,7 @@ import { statSync } from "node:fs";
 import { describeError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { QueueDb } from "../outbox/queue-db.ts";
+import { realScheduler, type Scheduler } from "../scheduler.ts";
 
 /** How often one file is looked after at most. */
 const TEND_EVERY_MS = 1_000;
@@ -57,6 +58,8 @@ export class FileCare {
     private readonly logger: Logger,
     /** Time one look may spend vacuuming (at least one step is taken). */
     private readonly vacuumBudgetMs = VACUUM_BUDGET_MS,
+    /** Whose time the budget is measured in. */
+    private readonly scheduler: Scheduler = realScheduler,
   ) {}
 
   /** The files as last looked at, by path. */
@@ -152,7 +155,7 @@ export class FileCare {
     let free = db.query<{ freelist_count: number }, []>("PRAGMA freelist_count").get()?.freelist_count ?? 0;
     if (free < VACUUM_FROM_FREE_PAGES) return false;
     const before = free;
-    const deadline = performance.now() + this.vacuumBudgetMs;
+    const deadline = this.scheduler.elapsed() + this.vacuumBudgetMs;
     do {
       try {
         db.run(`PRAGMA incremental_vacuum(${VACUUM_STEP_PAGES})`);
@@ -160,7 +163,7 @@ export class FileCare {
         return true; // busy: the next look goes on
       }
       free = db.query<{ freelist_count: number }, []>("PRAGMA freelist_count").get()?.freelist_count ?? 0;
-    } while (free > 0 && performance.now() < deadline);
+    } while (free > 0 && this.scheduler.elapsed() < deadline);
     checkpoint(file, "TRUNCATE"); // the file shrinks when its last pages are checkpointed away
     this.logger.debug(
       `drain: gave back ${before - free} free pages of ${file.path}${free > 0 ? ` (${free} left for the next look)` : ""}`,

@@ -20,6 +20,8 @@ export class Reachability {
     private readonly target: string,
     private readonly backoffCapMs: number,
     private readonly logger: Logger,
+    /** [0, 1): the jitter of the backoff (the drain's scheduler's). */
+    private readonly random: () => number,
   ) {}
 
   /** Starting until the first answer or failure; then ok, outage or misconfigured. */
@@ -69,7 +71,7 @@ export class Reachability {
     this.#failures += 1;
     this.#downSince ??= now;
     this.#state = misconfigured ? "misconfigured" : "outage";
-    const delay = outageBackoffMs(this.#failures, this.backoffCapMs);
+    const delay = outageBackoffMs(this.#failures, this.backoffCapMs, this.random);
     this.#backoffUntil = now + delay;
     this.#lastError = message;
     const fields = { target: this.target, attempt: this.#failures, error_class: errorClass };

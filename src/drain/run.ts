@@ -1,6 +1,7 @@
 import type { OutboxConfig } from "../config/types.ts";
 import { libraryLogger, type Logger } from "../logger.ts";
 import type { OutboxWriter, TenantWriters } from "../writers/writer.ts";
+import { realScheduler, type Scheduler } from "../scheduler.ts";
 import { DEFAULT_STOP_TIMEOUT_MS, OutboxSyncService, type SyncServiceOptions, type TargetActivity } from "./service.ts";
 import { DEFAULT_STATE_INTERVAL_MS } from "./state-file.ts";
 import { formatDuration } from "../duration.ts";
@@ -121,13 +122,12 @@ export async function runService(
     }
     started = true;
     const every = options.activityLogIntervalMs ?? 60_000;
-    if (every > 0) stopActivityLog = logActivity(service, logger, every);
+    const scheduler = options.scheduler ?? realScheduler;
+    if (every > 0) stopActivityLog = logActivity(service, logger, every, scheduler);
     const stateEvery = options.stateIntervalMs ?? DEFAULT_STATE_INTERVAL_MS;
     if (stateEvery > 0) {
       service.persistState();
-      const timer = setInterval(() => service.persistState(), stateEvery);
-      timer.unref();
-      stopState = () => clearInterval(timer);
+      stopState = scheduler.timer(stateEvery, () => service.persistState(), { repeat: true, unref: true });
     }
     options.onStarted?.(service);
     await done;
@@ -150,9 +150,9 @@ export async function runService(
  * an operator reading the journal can tell a healthy idle drain from a stuck one. Returns a stop
  * function. The timer never keeps the process alive.
  */
-function logActivity(service: OutboxSyncService, logger: Logger, intervalMs: number): () => void {
+function logActivity(service: OutboxSyncService, logger: Logger, intervalMs: number, scheduler: Scheduler): () => void {
   let last = new Map(service.activity().map((a) => [a.target, a]));
-  const timer = setInterval(() => {
+  const repeat = () => {
     if (service.isStopped) return; // stopping: the service no longer answers, and the last line is said
     try {
       const now = service.activity();
@@ -162,9 +162,8 @@ function logActivity(service: OutboxSyncService, logger: Logger, intervalMs: num
     } catch (error) {
       logger.warn(`drain: activity summary failed: ${(error as Error).message}`);
     }
-  }, intervalMs);
-  timer.unref();
-  return () => clearInterval(timer);
+  };
+  return scheduler.timer(intervalMs, repeat, { repeat: true, unref: true });
 }
 
 function minus(a: TargetActivity, before: TargetActivity | undefined): TargetActivity {

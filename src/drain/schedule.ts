@@ -1,4 +1,5 @@
 import { parseTimestamp } from "../outbox/timestamp.ts";
+import { realScheduler } from "../scheduler.ts";
 
 /**
  * The delay after `failures` (≥ 1) failures in a row: `firstMs`, doubled for each failure after
@@ -25,9 +26,9 @@ const FIRST_OUTAGE_RETRY_MS = 1000;
  * second doubling, capped at `capMs`, then jittered to between half and all of that. A fleet of
  * drains that lost one database must not come back in lock step, and the cap — minutes, not the
  * hour a row may wait — bounds how late delivery resumes after the remote is back. `random`
- * returns [0, 1) (Math.random by default; tests pass a fixed one).
+ * returns [0, 1): the drain's scheduler's (the process's Math.random by default; tests pass a fixed one).
  */
-export function outageBackoffMs(outages: number, capMs: number, random: () => number = Math.random): number {
+export function outageBackoffMs(outages: number, capMs: number, random: () => number = realScheduler.random): number {
   const ms = doublingMs(outages, FIRST_OUTAGE_RETRY_MS, capMs);
   return ms / 2 + (random() * ms) / 2;
 }

@@ -2,6 +2,7 @@ import path from "node:path";
 import type { AppConfig, OutboxConfig } from "../config/types.ts";
 import { ConfigError, ServiceStoppedError } from "../errors.ts";
 import { libraryLogger, type Logger } from "../logger.ts";
+import { realScheduler, type Scheduler } from "../scheduler.ts";
 import { withTimeout } from "../timeout.ts";
 import { isTenantWriters, type OutboxWriter, type TenantWriters } from "../writers/writer.ts";
 import { scanIntegrity, type IntegrityReport } from "../outbox/inspect.ts";
@@ -15,6 +16,7 @@ import type { BatchEvent, TargetCycle } from "./delivery.ts";
 import { TargetRunner } from "./target.ts";
 import type { TargetView } from "./views.ts";
 import { formatDuration } from "../duration.ts";
+import type { DirWatch } from "./wake.ts";
 
 /** How long `stop()` waits for the in-flight batches unless told otherwise (`stopTimeoutMs`): 10 s. */
 export const DEFAULT_STOP_TIMEOUT_MS = 10_000;
@@ -23,8 +25,21 @@ export const DEFAULT_STOP_TIMEOUT_MS = 10_000;
 export interface SyncServiceOptions {
   /** Where the drain reports; silent by default. */
   logger?: Logger;
-  /** The drain's one clock (epoch ms), for everything it schedules, stores and compares: readiness, backoffs, holds, the loop's sleeps, the state file; tests may shift it. Default Date.now. */
+  /** The drain's one clock (epoch ms), for everything it schedules, stores and compares: readiness, backoffs, holds, the loop's sleeps, the state file; tests may shift it. Default: the scheduler's. */
   now?: () => number;
+  /**
+   * Where every sleep, timer and timeout of the drain comes from, and the jitter of its retries (see
+   * Scheduler). Default: the process's own (`realScheduler`); the simulator gives a virtual one.
+   */
+  scheduler?: Scheduler;
+  /** How the directories of the queue files are watched for commits. Default: fs.watch. */
+  watch?: DirWatch;
+  /**
+   * How the lock of each queue location is taken (see acquireLock: an exclusive flock of its lock
+   * file, default). The simulator gives its own, so a drain it abandons mid-flight (a crash) lets go
+   * of them as a process that dies does.
+   */
+  lock?: (lockFile: string, fileMode: number) => DrainLock;
   /**
    * How long (ms) after a file changed without a commit the drain's connection can see yet it is
    * checked again (`PRAGMA data_version`), doubling up to 64 ms. Default: a quarter of
@@ -81,6 +96,7 @@ export interface CycleReport {
 export class OutboxSyncService {
   private readonly logger: Logger;
   private readonly now: () => number;
+  private readonly scheduler: Scheduler;
   private readonly runners: TargetRunner[] = [];
   private locks: DrainLock[] = [];
   /** The drain's connections to db_files, shared by every target serving one. */
@@ -103,9 +119,11 @@ export class OutboxSyncService {
     private readonly options: SyncServiceOptions = {},
   ) {
     this.logger = libraryLogger(options.logger);
-    this.now = options.now ?? Date.now;
+    this.scheduler = options.scheduler ?? realScheduler;
+    const scheduler = this.scheduler;
+    this.now = options.now ?? (() => scheduler.now());
     this.startedAt = new Date(this.now()).toISOString();
-    this.care = new FileCare(this.logger);
+    this.care = new FileCare(this.logger, undefined, scheduler);
     const served = new Set<string>();
     for (const app of config.apps) {
       for (const target of app.targets) {
@@ -173,7 +191,7 @@ export class OutboxSyncService {
     this.closed = true;
     this.stopSignal.resolve();
     const settled = Promise.all(this.runners.map((r) => r.stopLoop())).then(() => true);
-    const clean = await withTimeout(settled, timeoutMs, () => false);
+    const clean = await withTimeout(settled, timeoutMs, () => false, this.scheduler);
     if (!clean)
       this.logger.warn(
         `drain: an in-flight batch did not settle within ${formatDuration(timeoutMs)}; its rows stay queued and are settled from the ledger on the next start`,
@@ -298,7 +316,8 @@ export class OutboxSyncService {
     const homes = new Map<string, number>();
     for (const app of this.config.apps) homes.set(drainHome(app).lockFile, app.fileMode);
     try {
-      for (const [lockFile, mode] of homes) this.locks.push(acquireLock(lockFile, mode));
+      const lock = this.options.lock ?? acquireLock;
+      for (const [lockFile, mode] of homes) this.locks.push(lock(lockFile, mode));
       for (const app of this.config.apps) this.openApp(app);
     } catch (error) {
       for (const runner of this.runners.splice(0)) runner.closeTables();
@@ -318,6 +337,8 @@ export class OutboxSyncService {
         writer: this.writers[target.name]!, // checked in the constructor
         logger: this.logger,
         now: this.now,
+        scheduler: this.scheduler,
+        ...(this.options.watch === undefined ? {} : { watch: this.options.watch }),
         pollIntervalMs,
         onBatch: this.options.onBatch,
         onLockHold: this.options.onLockHold,

@@ -2,7 +2,7 @@ import { describeError } from "../errors.ts";
 import type { DrainTable } from "./table/table.ts";
 import type { TargetCycle } from "./delivery.ts";
 import type { TargetParts } from "./target-parts.ts";
-import { Agenda, CommitWatcher, Waker } from "./wake.ts";
+import { Agenda, CommitWatcher, type DirWatch, Waker } from "./wake.ts";
 
 /**
  * While the files are watched: every file's data_version is read at least this often (or every
@@ -26,6 +26,8 @@ export interface LoopParts extends TargetParts {
    * once, again and again.
    */
   fleetDueAt: () => number | null;
+  /** How the files' directories are watched for commits (fs.watch by default). */
+  watch?: DirWatch;
 }
 
 /**
@@ -41,13 +43,14 @@ export class TargetLoop {
   #lastBeatAt: number | null = null;
   /** After a batch that changed nothing, commits do not wake the loop before this (epoch ms). */
   #quietUntil = 0;
-  readonly #waker = new Waker();
+  readonly #waker: Waker;
   #watcher: CommitWatcher | null = null;
   /** Which tables the next cycle looks at, while the files are watched. */
   readonly #agenda: Agenda<DrainTable>;
 
   constructor(private readonly parts: LoopParts) {
     this.#agenda = new Agenda(Math.max(parts.app.flushIntervalMs, FULL_CYCLE_MS));
+    this.#waker = new Waker(parts.scheduler);
   }
 
   /** When the loop last ran (epoch ms), or null before it started. */
@@ -143,7 +146,13 @@ export class TargetLoop {
               ?.find((t) => t.isOpen)
               ?.commitCounters() ?? null,
         },
-        { recheckMs: parts.pollIntervalMs, sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS), now: parts.now },
+        {
+          recheckMs: parts.pollIntervalMs,
+          sweepMs: Math.max(parts.app.flushIntervalMs, SWEEP_MS),
+          now: parts.now,
+          elapsed: () => parts.scheduler.elapsed(),
+          ...(parts.watch === undefined ? {} : { watch: parts.watch }),
+        },
       );
     } catch (error) {
       unwatch(error);
@@ -179,7 +188,7 @@ export class TargetLoop {
       this.#agenda.after(outcome.wakeAt, outcome.more);
       if (outcome.more) {
         this.#watcher?.pause(); // the next cycles look at every table anyway
-        await new Promise((resolve) => setImmediate(resolve)); // let producers and other targets in
+        await parts.scheduler.turn(); // let producers and other targets in
         continue;
       }
       this.#watcher?.resume();
@@ -206,7 +215,7 @@ export class TargetLoop {
       const watcher = this.#watcher;
       watcher?.check(now);
       if ((watcher && this.#agenda.pending && now >= this.#gate()) || now >= until) {
-        if (!slept) await new Promise((resolve) => setImmediate(resolve));
+        if (!slept) await this.parts.scheduler.turn();
         return;
       }
       let wakeAt = until;

@@ -1,5 +1,6 @@
 import type { AppConfig } from "../config/types.ts";
 import type { Logger } from "../logger.ts";
+import type { Scheduler } from "../scheduler.ts";
 import type { Dialect } from "../vocabulary.ts";
 import type { BoundedWriter } from "./bounded-writer.ts";
 import type { TargetLedger } from "./ledger.ts";
@@ -15,6 +16,8 @@ export interface TargetParts {
   logger: Logger;
   /** The drain's clock (epoch ms; tests may shift it). */
   now: () => number;
+  /** Where every sleep, timer and timeout of the drain comes from (see Scheduler). */
+  scheduler: Scheduler;
 }
 
 /**

@@ -77,7 +77,7 @@ export class TargetSetup {
 
   /** Setup bounded by `write_timeout`, for the service's start: a remote that hangs must not hang it. */
   async bounded(): Promise<void> {
-    await withTimeout(this.run(), this.parts.app.writeTimeoutMs, () => false);
+    await withTimeout(this.run(), this.parts.app.writeTimeoutMs, () => false, this.parts.scheduler);
   }
 
   async #setUp(): Promise<boolean> {

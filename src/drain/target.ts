@@ -1,6 +1,7 @@
 import type { AppConfig, TargetConfig } from "../config/types.ts";
 import { describeError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
+import type { Scheduler } from "../scheduler.ts";
 import { withTimeout } from "../timeout.ts";
 import { openDrainQueue } from "../outbox/drain-queue.ts";
 import { isTenantWriters, type OutboxWriter, type TenantWriters } from "../writers/writer.ts";
@@ -21,6 +22,7 @@ import { TargetLoop } from "./target-loop.ts";
 import { TargetSetup } from "./target-setup.ts";
 import { formatDuration } from "../duration.ts";
 import type { FleetRow, TargetView } from "./views.ts";
+import type { DirWatch } from "./wake.ts";
 
 /** The dialect a target's statements are written in: the config's, else the writer's, else sqlite. */
 export function targetDialect(target: TargetConfig, writer: Pick<OutboxWriter, "dialect">): Dialect {
@@ -35,6 +37,10 @@ export interface TargetRunnerOptions {
   writer: OutboxWriter | TenantWriters;
   logger: Logger;
   now: () => number;
+  /** Where every sleep, timer and timeout comes from (see Scheduler). */
+  scheduler: Scheduler;
+  /** How the files' directories are watched for commits (fs.watch by default). */
+  watch?: DirWatch;
   /** How long (ms) after a file changed without a visible commit it is looked at again (see CommitWatcher). */
   pollIntervalMs: number;
   /** Told about every batch the target answered. */
@@ -98,7 +104,7 @@ export class TargetRunner {
   constructor(private readonly options: TargetRunnerOptions) {
     const { target, app, writer: given } = options;
     const logger = withFields(options.logger, { app: app.name, target: target.name });
-    const now = options.now;
+    const { now, scheduler } = options;
     this.name = target.name;
     this.app = app;
     this.logger = logger;
@@ -112,7 +118,8 @@ export class TargetRunner {
       );
     }
     const tenants = isTenantWriters(given) ? given : null;
-    const writer = tenants === null ? new BoundedWriter(target.name, given as OutboxWriter, app.writeTimeoutMs) : null;
+    const writer =
+      tenants === null ? new BoundedWriter(target.name, given as OutboxWriter, app.writeTimeoutMs, scheduler) : null;
     const queue = { maxPending: app.maxPending, durability: app.durability, fileMode: app.fileMode };
     const { pool, onLockHold } = options;
     const holdsOf = (file: string) =>
@@ -127,12 +134,22 @@ export class TargetRunner {
     const tenantFault = (tenant: string, message: string) => this.#tenants?.fault(tenant, message);
     this.tables = target.tables.map(
       (config) =>
-        new DrainTable(config, { app, target: target.name, logger, opener, observer, now, tenanted, tenantFault }),
+        new DrainTable(config, {
+          app,
+          target: target.name,
+          logger,
+          opener,
+          observer,
+          now,
+          scheduler,
+          tenanted,
+          tenantFault,
+        }),
     );
     if (target.ledger) for (const table of this.tables) table.fencedByLedger();
     this.#tablesByFile = Map.groupBy(this.tables, (t) => t.file);
     this.fleetView = new FleetView(target.name, app.originLabel);
-    this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger);
+    this.reachability = new Reachability(target.name, app.outageBackoffCapMs, logger, () => scheduler.random());
     this.#progress = new BacklogProgress(target.name, logger);
     // A tenant template keeps a ledger in each tenant's database (see TenantDelivery), none of its own.
     this.ledger =
@@ -153,11 +170,13 @@ export class TargetRunner {
       reachability,
       logger,
       now,
+      scheduler,
       tablesByFile: this.#tablesByFile,
       pollIntervalMs: options.pollIntervalMs,
       cycle: (only) => this.cycle(only),
       // The fleet view is read by a cycle that reaches the ledger: not while the target is down or not set up.
       fleetDueAt: () => (ledger && this.setup.done && !reachability.down ? fleetView.dueAt : null),
+      ...(options.watch === undefined ? {} : { watch: options.watch }),
     });
     this.setup = new TargetSetup({
       name,
@@ -169,6 +188,7 @@ export class TargetRunner {
       reachability,
       logger,
       now,
+      scheduler,
       openTables: () => this.openTables(),
       stopping: () => this.loop.stopping,
     });
@@ -180,7 +200,7 @@ export class TargetRunner {
       lateAnswered: () => loop.wakeForAll(),
       answered: (batch) => this.#answered(batch),
     };
-    const common = { name, target, app, dialect, tables, reachability, logger, now, observer, hooks };
+    const common = { name, target, app, dialect, tables, reachability, logger, now, scheduler, observer, hooks };
     if (tenants !== null) this.delivery = this.#tenants = new TenantDelivery({ ...common, writers: tenants });
     else this.delivery = new Delivery({ ...common, writer: writer!, ledger });
   }
@@ -399,7 +419,7 @@ export class TargetRunner {
     const { writer } = this.options;
     try {
       const closing = isTenantWriters(writer) ? this.#tenants!.close() : writer.close?.();
-      await withTimeout(Promise.resolve(closing), 2000, () => undefined);
+      await withTimeout(Promise.resolve(closing), 2000, () => undefined, this.options.scheduler);
     } catch (error) {
       this.logger.warn(`drain: closing the writer of ${this.name} failed: ${describeError(error).message}`, {
         target: this.name,

@@ -1,5 +1,6 @@
-import { watch, type FSWatcher } from "node:fs";
+import { watch } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
+import { realScheduler, type Scheduler } from "../scheduler.ts";
 
 /** What a CommitWatcher asks and tells its owner. */
 export interface CommitHandlers {
@@ -19,6 +20,25 @@ export interface CommitCounters {
   writes: number;
 }
 
+/**
+ * Watches one directory: `onChange` with the name of an entry that changed (null: some entry, the
+ * platform did not say which), `onError` when watching stopped working. Returns how to stop.
+ */
+export type DirWatch = (
+  dir: string,
+  onChange: (name: string | null) => void,
+  onError: (error: unknown) => void,
+) => { close(): void };
+
+/** A directory watched with `fs.watch` (inotify on Linux), never keeping the process alive. */
+export const fsDirWatch: DirWatch = (dir, onChange, onError) => {
+  const watcher = watch(dir, { persistent: false }, (_event, name) =>
+    onChange(name === null || name === undefined ? null : String(name)),
+  );
+  watcher.on("error", onError);
+  return watcher;
+};
+
 /** How a CommitWatcher checks. Times in ms. */
 export interface CommitChecks {
   /** A change whose commit is not visible yet is checked again after this long, doubling up to 64 ms. */
@@ -27,6 +47,10 @@ export interface CommitChecks {
   sweepMs: number;
   /** The drain's clock (epoch ms): `checkAt` and `check` are in it. */
   now: () => number;
+  /** A monotonic reading (ms), for how far apart two changes were. Default: the process's. */
+  elapsed?: () => number;
+  /** How a directory is watched. Default: fs.watch. */
+  watch?: DirWatch;
 }
 
 /** A change whose commit was not visible yet is checked again, doubling the wait, until the waits reach this (ms). */
@@ -63,17 +87,19 @@ const sleepCell = new Int32Array(new SharedArrayBuffer(4));
  * be watched (ENOENT, the inotify watch limit).
  */
 export class CommitWatcher {
-  readonly #watchers: FSWatcher[] = [];
+  readonly #watchers: Array<{ close(): void }> = [];
   readonly #paths: string[];
   /** directory → name seen in an event → the path the caller gave */
   readonly #dirs = new Map<string, Map<string, string>>();
   /** What the owner's connection had seen of each file when last looked at. */
   readonly #seen = new Map<string, CommitCounters>();
-  /** When each file last changed (performance.now() ms). */
+  /** When each file last changed (`elapsed()` ms). */
   readonly #changedAt = new Map<string, number>();
   /** Files whose change was not visible yet: when to look again and how long the last wait was. */
   readonly #rechecks = new Map<string, { at: number; waitMs: number }>();
   #sweepAt: number;
+  readonly #elapsed: () => number;
+  readonly #watch: DirWatch;
 
   constructor(
     paths: readonly string[],
@@ -82,6 +108,8 @@ export class CommitWatcher {
   ) {
     this.#paths = [...new Set(paths)];
     this.#sweepAt = checks.now() + checks.sweepMs;
+    this.#elapsed = checks.elapsed ?? realScheduler.elapsed;
+    this.#watch = checks.watch ?? fsDirWatch;
     for (const path of this.#paths) {
       const full = resolve(path);
       const dir = dirname(full);
@@ -126,15 +154,18 @@ export class CommitWatcher {
     try {
       for (const [dir, names] of this.#dirs) {
         const all = [...new Set(names.values())];
-        const watcher = watch(dir, { persistent: false }, (_event, name) => {
-          // No name (the kernel's queue overflowed, or a platform that does not say): any of them.
-          if (name === null || name === undefined) for (const path of all) this.#changed(path, false);
-          else {
-            const path = names.get(String(name));
-            if (path !== undefined) this.#changed(path, String(name).endsWith("-wal"));
-          }
-        });
-        watcher.on("error", (error) => this.handlers.onError(error));
+        const watcher = this.#watch(
+          dir,
+          (name) => {
+            // No name (the kernel's queue overflowed, or a platform that does not say): any of them.
+            if (name === null) for (const path of all) this.#changed(path, false);
+            else {
+              const path = names.get(name);
+              if (path !== undefined) this.#changed(path, name.endsWith("-wal"));
+            }
+          },
+          (error) => this.handlers.onError(error),
+        );
         this.#watchers.push(watcher);
       }
     } catch (error) {
@@ -173,7 +204,7 @@ export class CommitWatcher {
   /** A change of `path` was reported (`wal`: of its -wal, where commits are written). */
   #changed(path: string, wal: boolean): void {
     const before = this.#seen.get(path);
-    const now = performance.now();
+    const now = this.#elapsed();
     const burst = now - (this.#changedAt.get(path) ?? Number.NEGATIVE_INFINITY) > QUIET_MS;
     this.#changedAt.set(path, now);
     let moved = this.#moved(path, true);
@@ -274,22 +305,21 @@ export class Agenda<T> {
   }
 }
 
-/** A sleep that `wake()` ends early (used by stop() and by tests). */
+/** A sleep that `wake()` ends early (used by stop() and by tests), in `scheduler`'s time. */
 export class Waker {
-  private pending: { resolve: () => void; timer: ReturnType<typeof setTimeout> } | null = null;
+  private pending: { resolve: () => void; cancel: () => void } | null = null;
+
+  constructor(private readonly scheduler: Scheduler = realScheduler) {}
 
   /** Resolves after `ms` milliseconds or at the next `wake()`, whichever comes first. */
   sleep(ms: number): Promise<void> {
     this.wake();
     return new Promise((resolve) => {
-      const timer = setTimeout(
-        () => {
-          this.pending = null;
-          resolve();
-        },
-        Math.max(0, ms),
-      );
-      this.pending = { resolve, timer };
+      const cancel = this.scheduler.timer(Math.max(0, ms), () => {
+        this.pending = null;
+        resolve();
+      });
+      this.pending = { resolve, cancel };
     });
   }
 
@@ -298,7 +328,7 @@ export class Waker {
     const p = this.pending;
     if (!p) return;
     this.pending = null;
-    clearTimeout(p.timer);
+    p.cancel();
     p.resolve();
   }
 }

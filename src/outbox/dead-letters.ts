@@ -80,11 +80,12 @@ export interface PurgeCandidate {
 /**
  * What a purge of one namespace deletes, and what it keeps because the chain still needs it:
  * `linked` — a queued row's `prev_seq` is this letter; `newest` — the namespace's newest dead
- * letter, which the namespace tail may be computed from once its queue is empty.
+ * letter, which the namespace tail may be computed from once its queue is empty; `group` — an
+ * unreplayed letter of a group another letter of which stays (a group is purged whole or not at all).
  */
 export interface PurgeOutcome {
   purged: PurgeCandidate[];
-  kept: Array<PurgeCandidate & { keptBecause: "linked" | "newest" }>;
+  kept: Array<PurgeCandidate & { keptBecause: "linked" | "newest" | "group" }>;
 }
 
 type OnError = (file: string, error: OutboxError) => void;
@@ -223,8 +224,8 @@ export function purgeCandidates(db: Database, namespace: string, rule: PurgeRule
   // julianday() compares times, not strings (stored texts may differ in format); a NULL or empty
   // time compares as NULL, so a letter whose time is unknown is never purged by age.
   const rows = db
-    .query<PurgeCandidate & { linked: number; newest: number }, [string, string, number]>(
-      `SELECT namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt,
+    .query<PurgeCandidate & { linked: number; newest: number; grp: number | null }, [string, string, number]>(
+      `SELECT namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, ${hasDeadGroups(db) ? "grp" : "NULL AS grp"},
          EXISTS (SELECT 1 FROM outbox_queue WHERE prev_seq = d.seq) AS linked,
          d.seq = (SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1) AS newest
        FROM outbox_dead_log AS d
@@ -233,12 +234,51 @@ export function purgeCandidates(db: Database, namespace: string, rule: PurgeRule
     )
     .all(namespace, isoTimestamp(rule.before), rule.unreplayed ? 1 : 0);
   const out: PurgeOutcome = { purged: [], kept: [] };
-  for (const { linked, newest, ...letter } of rows) {
+  for (const { linked, newest, grp: _, ...letter } of rows) {
     if (linked) out.kept.push({ ...letter, keptBecause: "linked" });
     else if (newest) out.kept.push({ ...letter, keptBecause: "newest" });
     else out.purged.push(letter);
   }
-  return out;
+  return keepGroupsWhole(db, out, rows);
+}
+
+/**
+ * A group is dead-lettered, skipped and replayed as a unit: its unreplayed letters are purged all
+ * together or not at all. When one of them stays — kept (linked, newest), not selected, or in
+ * another namespace of the file (a transaction across tables; a purge is per namespace) — the
+ * others stay with it: a replay of what a purge left of a group would deliver part of a
+ * transaction (found by the simulator, docs/reliability.md).
+ */
+function keepGroupsWhole(
+  db: Database,
+  out: PurgeOutcome,
+  rows: ReadonlyArray<{ seq: number; namespace: string; grp: number | null; replayedAt: string | null }>,
+): PurgeOutcome {
+  const groups = new Set(rows.filter((r) => r.grp !== null && r.replayedAt === null).map((r) => r.grp!));
+  if (groups.size === 0) return out;
+  const purged = new Set(out.purged.map((l) => `${l.namespace}\0${l.seq}`));
+  const members = db.query<{ seq: number; namespace: string }, [number]>(
+    "SELECT seq, namespace FROM outbox_dead_log WHERE grp = ? AND replayed_at IS NULL",
+  );
+  const held = new Set<number>();
+  for (const grp of groups) if (members.all(grp).some((m) => !purged.has(`${m.namespace}\0${m.seq}`))) held.add(grp);
+  if (held.size === 0) return out;
+  const grpOf = new Map(rows.map((r) => [`${r.namespace}\0${r.seq}`, r.grp]));
+  const stay = (l: PurgeCandidate) => l.replayedAt === null && held.has(grpOf.get(`${l.namespace}\0${l.seq}`)!);
+  return {
+    purged: out.purged.filter((l) => !stay(l)),
+    kept: [...out.kept, ...out.purged.filter(stay).map((l) => ({ ...l, keptBecause: "group" as const }))].sort(
+      (a, b) => a.seq - b.seq,
+    ),
+  };
+}
+
+/** Whether the dead log records each letter's group (files of the reference, read without migrating, do not). */
+function hasDeadGroups(db: Database): boolean {
+  return db
+    .query<{ name: string }, []>("PRAGMA table_info(outbox_dead_log)")
+    .all()
+    .some((c) => c.name === "grp");
 }
 
 /** Runs `read` on a read-only snapshot of `file`; undefined when the file has no dead-letter log (yet). */

@@ -177,7 +177,8 @@ function run(db: Database, stmt: Statement): WriteResult {
   const query = oneOff ? db.prepare(stmt.sql) : db.query(stmt.sql);
   try {
     const args = stmt.args as SQLQueryBindings[];
-    if (kind === "read" || query.columnNames.length > 0) return { ok: true, rows: query.values(...args) as unknown[][] };
+    if (kind === "read" || query.columnNames.length > 0)
+      return { ok: true, rows: query.values(...args) as unknown[][] };
     const { changes } = query.run(...args);
     return { ok: true, rowsAffected: kind === "ddl" ? 0 : Number(changes) };
   } finally {

@@ -1,6 +1,7 @@
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../logger.ts";
 import type { DrainQueue } from "../../outbox/drain-queue.ts";
+import type { Scheduler } from "../../scheduler.ts";
 
 /** The least pause between two chunks of a prune. */
 const PRUNE_PAUSE_MS = 5;
@@ -14,6 +15,8 @@ export interface PruneParts {
   logger: Logger;
   /** The drain's clock (epoch ms): what is old is measured from it. */
   now: () => number;
+  /** The pauses between chunks, and how long a chunk took. */
+  scheduler: Scheduler;
   /** The table's queue while it is open. */
   queue: () => DrainQueue | null;
 }
@@ -50,13 +53,14 @@ export class BackgroundPrune {
       for (;;) {
         const q = queue();
         if (!q || q.closed) return;
-        const started = performance.now();
+        const { scheduler } = this.parts;
+        const started = scheduler.elapsed();
         const step = q.pruneSyncLogStep(this.parts.retainLogDays, new Date(this.parts.now()));
         removed += step.removed;
         if (step.done) break;
         // At most a quarter of the time: a producer retrying in SQLite's busy handler (1, 2, 5, 10 … ms)
         // then finds the lock free within a retry or two.
-        await Bun.sleep(Math.max(PRUNE_PAUSE_MS, 3 * (performance.now() - started)));
+        await scheduler.sleep(Math.max(PRUNE_PAUSE_MS, 3 * (scheduler.elapsed() - started)));
       }
       if (removed > 0)
         logger.debug(`drain: pruned ${removed} delivered-log entries of "${table}"`, {

@@ -3,6 +3,7 @@ import type { Logger } from "../../logger.ts";
 import type { DrainQueue } from "../../outbox/drain-queue.ts";
 import type { OutboxRow } from "../../outbox/outbox.ts";
 import type { Statement } from "../../writers/writer.ts";
+import type { Scheduler } from "../../scheduler.ts";
 import type { DeliveryObserver } from "../observer.ts";
 import type { PlannedSlice, TenantGate } from "./planning.ts";
 import type { LedgerMove } from "./progress.ts";
@@ -69,6 +70,8 @@ export interface TablePartsOf<T> {
   observer: DeliveryObserver | null;
   /** The drain's clock (epoch ms): every time a table stores (a head's retry time) or compares is from it. */
   now: () => number;
+  /** Where the background prune's pauses come from. */
+  scheduler: Scheduler;
   /** The target is a tenant template: each row goes to its tenant's database, each tenant its own lanes (SPEC §4c). */
   tenanted?: boolean;
   /** A tenant template's: `tenant`'s database lacks what a statement needs (a table, the ledger): that tenant is held, not the table. */

@@ -33,7 +33,7 @@ export function tableWing(
   parts: Omit<TablePartsOf<unknown>, "opener">,
   open: () => DrainQueue,
 ): TableWing {
-  const { app, target, logger, now } = parts;
+  const { app, target, logger, now, scheduler } = parts;
   const table = config.name;
   const lanes = new TableLanes(table, config.lanes, parts.tenanted === true);
   const holds = new TableHolds({ table, target, file: path }, logger, parts.observer);
@@ -51,7 +51,7 @@ export function tableWing(
   const planning = new HeadPlanning({ app, lanes, progress, holds, charges, now });
   const ahead = new ReadAhead({ app, lanes, progress, queue });
   const retain = { retainLogDays: config.retainLogDays, retainReplayedDays: app.retainReplayedDays };
-  const prune = new BackgroundPrune({ table, file: path, ...retain, logger, now, queue });
+  const prune = new BackgroundPrune({ table, file: path, ...retain, logger, now, scheduler, queue });
   if (config.injectOutboxSeq) holds.wait("compat setup", now());
   return { file, holds, lanes, progress, planning, ahead, charges, prune };
 }

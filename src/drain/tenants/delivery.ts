@@ -227,7 +227,7 @@ export class TenantDelivery {
       forgetReadAhead: (tables) => this.#planner.forgetReadAhead(tables),
     };
     const observed = observeSent(batch, parts);
-    const started = performance.now();
+    const started = this.#parts.scheduler.elapsed();
     remote.inFlight += 1;
     this.#inFlight += 1;
     let results: WriteResult[];
@@ -243,7 +243,7 @@ export class TenantDelivery {
     }
     this.#remotes.recovered(remote.tenant);
     this.#lastSuccessAt = this.#parts.now();
-    this.#lastRoundTripMs = performance.now() - started;
+    this.#lastRoundTripMs = this.#parts.scheduler.elapsed() - started;
     applyAnswered(batch, results, observed, started, out, parts);
   }
 
@@ -252,7 +252,7 @@ export class TenantDelivery {
     for (const table of this.#parts.tables) {
       if (!table.hasApplied) continue;
       if (turn) await turn();
-      while (table.confirmApplied(this.#parts.now())) await Bun.sleep(0);
+      while (table.confirmApplied(this.#parts.now())) await this.#parts.scheduler.sleep(0);
     }
   }
 }

@@ -1,6 +1,7 @@
 import type { AppConfig, TargetConfig } from "../../config/types.ts";
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../logger.ts";
+import type { Scheduler } from "../../scheduler.ts";
 import { withTimeout } from "../../timeout.ts";
 import type { Dialect } from "../../vocabulary.ts";
 import type { TenantWriters } from "../../writers/writer.ts";
@@ -45,6 +46,7 @@ export interface TenantRemotesParts {
   writers: TenantWriters;
   logger: Logger;
   now: () => number;
+  scheduler: Scheduler;
   /** A tenant's database was closed (least recently used, or held): what the drain kept of it may go. */
   closed?: (tenant: string) => void;
 }
@@ -109,7 +111,12 @@ export class TenantRemotes {
     const name = `${this.parts.target.name}[${tenant}]`;
     let remote: TenantRemote;
     try {
-      const writer = new BoundedWriter(name, await this.parts.writers.open(tenant), this.parts.app.writeTimeoutMs);
+      const writer = new BoundedWriter(
+        name,
+        await this.parts.writers.open(tenant),
+        this.parts.app.writeTimeoutMs,
+        this.parts.scheduler,
+      );
       const { target, app, dialect, logger } = this.parts;
       const ledger = new TargetLedger(writer, dialect, target.ledgerTable, app.originLabel, app.autoSchema, logger);
       remote = { tenant, name, writer, ledger, fence: ledger.fence.bind(ledger), inFlight: 0 };
@@ -204,8 +211,10 @@ export class TenantRemotes {
   #failingOf(tenant: string): Failing {
     let failing = this.#failing.get(tenant);
     if (failing === undefined) {
-      const { target, app, logger, now } = this.parts;
-      const reach = new Reachability(`${target.name}[${tenant}]`, app.outageBackoffCapMs, logger);
+      const { target, app, logger, now, scheduler } = this.parts;
+      const reach = new Reachability(`${target.name}[${tenant}]`, app.outageBackoffCapMs, logger, () =>
+        scheduler.random(),
+      );
       const hold: TenantHold = { tenant, reason: "outage", message: "", since: now(), until: 0 };
       this.#failing.set(tenant, (failing = { reach, hold, schemaFailures: 0 }));
     }
@@ -229,7 +238,7 @@ export class TenantRemotes {
     this.counts.closed += 1;
     this.parts.closed?.(remote.tenant);
     try {
-      await withTimeout(Promise.resolve(remote.writer.writer.close?.()), 2000, () => undefined);
+      await withTimeout(Promise.resolve(remote.writer.writer.close?.()), 2000, () => undefined, this.parts.scheduler);
     } catch (error) {
       this.parts.logger.warn(`drain: closing ${remote.name} failed: ${describeError(error).message}`, {
         target: this.parts.target.name,

@@ -27,7 +27,7 @@ interface PurgeReport {
   before: string;
   unreplayed: boolean;
   purged: PurgeEntry[];
-  kept: Array<PurgeEntry & { keptBecause: "linked" | "newest" }>;
+  kept: Array<PurgeEntry & { keptBecause: "linked" | "newest" | "group" }>;
   failed: FileFailure[];
 }
 

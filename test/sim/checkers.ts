@@ -1,0 +1,457 @@
+// The invariants, each a checker of its own, apart from the workload: run as each remote
+// transaction commits, as each batch goes out, at every tick, and at the end. Each compares the
+// truth — the remote's rows and ledger, the queue files — with the world's own model (model.ts),
+// and throws a Violation naming itself at the first step that breaks it.
+import type { Database } from "bun:sqlite";
+import { parseTimestamp } from "../../src/outbox/timestamp.ts";
+import type { Statement } from "../../src/writers/writer.ts";
+import { type GroupModel, lanesMeet, type Model, type RowModel } from "./model.ts";
+import type { Commit, SimRemote } from "./remote.ts";
+
+/** Every invariant the checkers hold, by name (each counts its checks). */
+export const INVARIANTS = [
+  "exactly-once",
+  "whole-groups",
+  "lane-order",
+  "ledger",
+  "backoff",
+  "dead-letters",
+  "free-lanes-advance",
+  "drained",
+] as const;
+export type Invariant = (typeof INVARIANTS)[number];
+
+/** An invariant broken: which, how, and the known issue (see KNOWN) that explains it, if one does. */
+export class Violation extends Error {
+  constructor(
+    readonly invariant: Invariant,
+    message: string,
+    readonly known: KnownIssue | null = null,
+  ) {
+    super(`${invariant}: ${message}${known === null ? "" : ` [known: ${known}: ${KNOWN[known]}]`}`);
+  }
+}
+
+/** A host as the checkers see it. */
+export interface HostView {
+  index: number;
+  tables: ReadonlyArray<{ name: string; lanes: number; file: string }>;
+  maxAttempts: number | null;
+  batchSize: number;
+  /** Its writer keeps batches in flight behind each other. */
+  readonly concurrent: boolean;
+  /** A drain process runs on the host. */
+  readonly live: boolean;
+  /** When the host's drain was last disturbed (a crash, a start, an outage, a lost or slow call): virtual ms. */
+  readonly calmSince: number;
+  /** A read-only connection to one of its queue files. */
+  read(file: string): Database;
+  /** The file that holds `table`. */
+  fileOf(table: string): string;
+}
+
+/** What the checkers read of the world. */
+export interface WorldView {
+  model: Model;
+  remote: SimRemote;
+  hosts: readonly HostView[];
+  readonly now: number;
+  /** How long a batch may take, both ways, when nothing goes wrong (ms). */
+  roundTripMs: number;
+}
+
+/**
+ * Known issues of the drain the simulator found, reported and not fixed yet: a violation one of them
+ * explains ends its seed counted under the issue's name instead of failing it — unless the run is
+ * strict (`--strict`), as it will be once they are fixed. Each entry goes when its fix lands.
+ */
+export const KNOWN = {
+  "issue-37": "a group waiting in one table holds every lane of another table it touches",
+  "barrier-behind":
+    "a batch sent behind another over a table with lanes does not wait for a barrier (a row without a key) in either: the rows after a barrier overtake it, or a barrier overtakes rows before it, when the second batch reaches the remote first",
+  "skip-in-flight":
+    "skip dead-letters a head whose batch is in flight: the remote applies it all the same, and a replay would apply it again",
+  "cut-after-barrier":
+    "a group that failed behind a row without a key of the same slice is taken again at once (the planner does not count the barrier as heading its lanes): it fails behind it again, uncharged, every cycle, and the table stalls while it fails",
+  "awaited-one-deep":
+    "a transaction across tables waits behind one that spans a table no draft of the cycle reached (the awaited tables are found one level deep): nothing of them goes until that table is looked at for another reason (a commit, the full cycle a minute later)",
+  "lane-not-woken":
+    "with lanes, a lane held by its head's backoff is not looked at again when the backoff ends (a plan that reads nothing past the cursor reports no wake time), and a kick while a batch of the table is in flight is undone by its answer: the head waits for the next commit or the full cycle a minute later",
+  "late-commit-dead":
+    "a head is dead-lettered while a batch carrying it that the drain gave up on is still on its way: the late commit applies it, and a replay would apply it again",
+} as const;
+export type KnownIssue = keyof typeof KNOWN;
+
+export class Checkers {
+  readonly counts = Object.fromEntries(INVARIANTS.map((i) => [i, 0])) as Record<Invariant, number>;
+  /** Origin id → host, learned from the fences the drains send. */
+  readonly #origins = new Map<string, number>();
+  /** Dead letters already checked, by `host/namespace/seq`. */
+  readonly #letters = new Set<string>();
+  /** When each group became free to go (see #free), by gid. */
+  readonly #freeSince = new Map<number, number>();
+  /** The rows each call carries (with the seq each had when sent), until it reaches the remote (or is refused, or rolled back). */
+  readonly #carried = new Map<number, Array<{ row: RowModel; seq: number }>>();
+
+  constructor(private readonly world: WorldView) {}
+
+  // ── as a remote transaction commits ───────────────────────────────────────────────────────
+
+  commit(commit: Commit): void {
+    const { model } = this.world;
+    const position = new Map(commit.wids.map((w, i) => [w, i]));
+    // A call sent before its rows were dead-lettered and replayed (new seqs) lands them all the same.
+    for (const { row, seq } of this.#carried.get(commit.call) ?? [])
+      if (position.has(row.wid) && seq !== row.seq)
+        throw new Violation(
+          "dead-letters",
+          `tx ${commit.tx} applied wid ${row.wid} as seq ${seq} of a call sent before it was dead-lettered (${row.deadBy ?? "?"}) and replayed as seq ${row.seq}`,
+          row.skippedInFlight ? "skip-in-flight" : "late-commit-dead",
+        );
+    for (const wid of commit.wids) {
+      const row = model.rows.get(wid);
+      if (row === undefined)
+        throw new Violation("exactly-once", `tx ${commit.tx} applied wid ${wid}, which no producer made`);
+      this.counts["exactly-once"]++;
+      if (row.applied > 0)
+        throw new Violation(
+          "exactly-once",
+          `wid ${wid} (host ${row.host} ${row.table} seq ${row.seq}) applied again by tx ${commit.tx}, first by tx ${row.appliedTx}`,
+          row.skippedInFlight ? "skip-in-flight" : null,
+        );
+      if (row.state !== "queued")
+        throw new Violation(
+          "dead-letters",
+          `tx ${commit.tx} applied wid ${wid} (seq ${row.seq}), which is ${row.state} locally`,
+          row.deadBy === "operator" ? "skip-in-flight" : row.deadBy === "drain" ? "late-commit-dead" : null,
+        );
+    }
+    for (const wid of commit.wids) {
+      const row = model.rows.get(wid)!;
+      this.counts["whole-groups"]++;
+      const group = model.groups.get(row.gid)!;
+      const missing = group.wids.filter((w) => !position.has(w));
+      if (missing.length > 0)
+        throw new Violation(
+          "whole-groups",
+          `tx ${commit.tx} applied wid ${wid} of group ${group.gid} (${group.wids.join(",")}) without wids ${missing.join(",")}: half a group on the remote`,
+        );
+      this.#order(row, commit, position);
+    }
+    for (const wid of commit.wids) {
+      const row = model.rows.get(wid)!;
+      row.applied += 1;
+      row.appliedSeq = row.seq;
+      row.appliedTx = commit.tx;
+    }
+    this.#ledger(commit.host);
+  }
+
+  /** Every row before `row` in a lane it shares (or across all, a barrier) was applied before it, or is gone from its queue. */
+  #order(row: RowModel, commit: Commit, position: ReadonlyMap<number, number>): void {
+    const { model } = this.world;
+    const mine = position.get(row.wid)!;
+    for (const other of model.rowsOf(row.host, row.table)) {
+      if (other === row || other.seq > row.seq || !lanesMeet(other.lane, row.lane)) continue;
+      this.counts["lane-order"]++;
+      if (other.applied > 0) continue;
+      const at = position.get(other.wid);
+      if (at !== undefined && at < mine) continue;
+      if (other.state !== "queued" || !this.#stillQueued(other)) continue;
+      const barrier = row.lane === null || other.lane === null;
+      throw new Violation(
+        "lane-order",
+        `tx ${commit.tx} applied wid ${row.wid} (host ${row.host} ${row.table} seq ${row.seq} lane ${row.lane}) before wid ${other.wid} (seq ${other.seq} lane ${other.lane}), still queued ${at === undefined ? "and not in it" : "later in it"}`,
+        row.skippedInFlight || other.skippedInFlight
+          ? "skip-in-flight"
+          : barrier && at === undefined && this.world.hosts[row.host]!.concurrent
+            ? "barrier-behind"
+            : null,
+      );
+    }
+  }
+
+  /** Whether a row the model thinks queued still is; if not, the drain dead-lettered it: the model learns so. */
+  #stillQueued(row: RowModel): boolean {
+    const host = this.world.hosts[row.host]!;
+    const db = host.read(host.fileOf(row.table));
+    const queued = db.query("SELECT 1 FROM outbox_queue WHERE seq = ? AND namespace = ?").get(row.seq, row.table);
+    if (queued) return true;
+    this.deadLetters();
+    return row.state === "queued";
+  }
+
+  /** The ledger of each origin of `host` says exactly the highest seq applied in each of its rows (a table's, or a lane's). */
+  #ledger(host: number): void {
+    const { model, remote } = this.world;
+    const view = this.world.hosts[host]!;
+    for (const entry of remote.ledger()) {
+      if (this.#origins.get(entry.origin) !== host) continue;
+      this.counts.ledger++;
+      const [table, laneText] = entry.namespace.split("#") as [string, string | undefined];
+      const lanes = view.tables.find((t) => t.name === table)?.lanes ?? 1;
+      const lane = laneText === undefined ? (lanes === 1 ? 0 : null) : Number(laneText);
+      let highest = 0;
+      for (const row of model.rowsOf(host, table))
+        if (row.applied > 0 && row.lane === lane) highest = Math.max(highest, row.appliedSeq!);
+      if (entry.through !== highest)
+        throw new Violation(
+          "ledger",
+          `host ${host}'s ledger row ${entry.namespace} says through ${entry.through}, but the highest seq applied in it is ${highest}`,
+        );
+    }
+  }
+
+  // ── as a batch goes out ───────────────────────────────────────────────────────────────────
+
+  /** A drain of `host` sends `stmts` in `call`: learn its origins; no group goes while its backoff runs. */
+  sent(host: number, call: number, stmts: readonly Statement[]): void {
+    const { model } = this.world;
+    const view = this.world.hosts[host]!;
+    const groups = new Set<GroupModel>();
+    const carried: Array<{ row: RowModel; seq: number }> = [];
+    this.#carried.set(call, carried);
+    for (const stmt of stmts) {
+      if (stmt.fence) {
+        this.#origins.set(String(stmt.args[0]), host);
+        continue;
+      }
+      if (stmt.seq === 0) continue;
+      const row = model.bySeq(host, stmt.namespace, stmt.seq);
+      if (row === undefined) continue;
+      row.sends += 1;
+      row.inFlight += 1;
+      carried.push({ row, seq: row.seq });
+      groups.add(model.groups.get(row.gid)!);
+    }
+    for (const group of groups) {
+      this.counts.backoff++;
+      const until = this.#backoffUntil(view, group);
+      if (until !== null && until > this.world.now)
+        throw new Violation(
+          "backoff",
+          `host ${host} sent group ${group.gid} (wids ${group.wids.join(",")}) ${until - this.world.now} ms before its backoff ends`,
+        );
+    }
+  }
+
+  /** A call reached the remote, or never will (refused, rolled back with a crashed process). */
+  landed(call: number): void {
+    for (const { row } of this.#carried.get(call) ?? []) row.inFlight -= 1;
+    this.#carried.delete(call);
+  }
+
+  /** When the group's backoff ends (the latest next_attempt_at of its rows), or null. */
+  #backoffUntil(view: HostView, group: GroupModel): number | null {
+    let until: number | null = null;
+    for (const wid of group.wids) {
+      const row = this.world.model.rows.get(wid)!;
+      const next = view
+        .read(view.fileOf(row.table))
+        .query<{ next: string | null }, [number, string]>(
+          "SELECT next_attempt_at AS next FROM outbox_queue WHERE seq = ? AND namespace = ?",
+        )
+        .get(row.seq, row.table)?.next;
+      const at = parseTimestamp(next ?? null);
+      if (at !== null) until = Math.max(until ?? at, at);
+    }
+    return until;
+  }
+
+  // ── at every tick ─────────────────────────────────────────────────────────────────────────
+
+  tick(): void {
+    this.deadLetters();
+    this.#freeLanes();
+  }
+
+  /**
+   * Every new dead letter: moved by the drain after max_attempts sends (or skipped by the
+   * operator), never of a row the remote applied. The model learns what is dead.
+   */
+  deadLetters(): void {
+    const { model } = this.world;
+    for (const view of this.world.hosts) {
+      for (const file of new Set(view.tables.map((t) => t.file))) {
+        const letters = view
+          .read(file)
+          .query<{ seq: number; namespace: string; reason: string; replayed: string | null }, []>(
+            "SELECT seq, namespace, reason, replayed_at AS replayed FROM outbox_dead_log",
+          )
+          .all();
+        for (const letter of letters) {
+          const key = `${view.index}/${letter.namespace}/${letter.seq}`;
+          if (this.#letters.has(key)) continue;
+          this.#letters.add(key);
+          this.counts["dead-letters"]++;
+          const row = model.bySeq(view.index, letter.namespace, letter.seq);
+          if (row === undefined)
+            throw new Violation(
+              "dead-letters",
+              `host ${view.index} dead-lettered ${letter.namespace} seq ${letter.seq}, no row of the workload`,
+            );
+          if (row.applied > 0)
+            throw new Violation(
+              "dead-letters",
+              `host ${view.index} dead-lettered wid ${row.wid} (${row.table} seq ${row.seq}, ${letter.reason}), which tx ${row.appliedTx} applied on the remote`,
+              letter.reason === "skipped" ? "skip-in-flight" : "late-commit-dead",
+            );
+          if (letter.reason === "max_attempts" && view.maxAttempts !== null) {
+            const sends = Math.max(...model.groupOf(row).map((r) => r.sends));
+            if (sends < view.maxAttempts)
+              throw new Violation(
+                "dead-letters",
+                `host ${view.index} dead-lettered wid ${row.wid} after ${sends} sends, max_attempts ${view.maxAttempts}`,
+              );
+          } else if (letter.reason !== "skipped" && letter.reason !== "max_attempts")
+            throw new Violation("dead-letters", `host ${view.index} dead-lettered wid ${row.wid}: ${letter.reason}`);
+          if (row.state === "queued" && letter.replayed === null) {
+            row.state = "dead";
+            row.deadBy = letter.reason === "skipped" ? "operator" : "drain";
+          }
+        }
+      }
+    }
+  }
+
+  /**
+   * While a lane is held, the others advance: a group free to go — every row the first still
+   * queued of each lane it is in, none poisoned, not backing off, its host's drain up and
+   * undisturbed — is applied within a bound that grows with the rows ahead of it.
+   */
+  #freeLanes(): void {
+    const { model, now } = this.world;
+    const free = new Set<number>();
+    for (const group of model.groups.values()) {
+      if (!this.#free(group)) continue;
+      free.add(group.gid);
+      if (!this.#freeSince.has(group.gid)) this.#freeSince.set(group.gid, now);
+    }
+    for (const gid of this.#freeSince.keys()) if (!free.has(gid)) this.#freeSince.delete(gid);
+    for (const gid of free) {
+      const group = model.groups.get(gid)!;
+      const view = this.world.hosts[group.host]!;
+      const since = Math.max(this.#freeSince.get(gid)!, view.calmSince);
+      this.counts["free-lanes-advance"]++;
+      if (now - since <= this.#bound(group, view)) continue;
+      const until = this.#backoffUntil(view, group);
+      if (until !== null && until > since) {
+        this.#freeSince.set(gid, until); // backing off: free from then on
+        continue;
+      }
+      throw new Violation(
+        "free-lanes-advance",
+        `group ${gid} of host ${group.host} (wids ${group.wids.join(",")}, tables ${[...group.tables].join(",")}) free to go for ${now - since} ms, not applied`,
+        this.#explained(group),
+      );
+    }
+  }
+
+  /** Whether a group is free to go now, as far as the model knows (backoffs are read only when it matters). */
+  #free(group: GroupModel): boolean {
+    const { model, remote } = this.world;
+    const view = this.world.hosts[group.host]!;
+    if (!view.live) return false;
+    const rows = group.wids.map((w) => model.rows.get(w)!);
+    if (rows.some((r) => r.state !== "queued" || r.applied > 0 || remote.isPoisoned(r.wid))) return false;
+    return rows.every((row) => this.#heads(row, group));
+  }
+
+  /** Whether no row of another group is still queued before `row` in a lane it meets. */
+  #heads(row: RowModel, group: GroupModel): boolean {
+    for (const other of this.world.model.rowsOf(row.host, row.table)) {
+      if (other.gid === group.gid || other.seq > row.seq || other.applied > 0 || other.state !== "queued") continue;
+      if (lanesMeet(other.lane, row.lane)) return false;
+    }
+    return true;
+  }
+
+  /** How long a free group may wait: a few rounds, plus a round per batch of rows queued ahead of it in its tables. */
+  #bound(group: GroupModel, view: HostView): number {
+    const { model } = this.world;
+    let ahead = 0;
+    for (const table of group.tables) {
+      const first = Math.min(
+        ...group.wids
+          .map((w) => model.rows.get(w)!)
+          .filter((r) => r.table === table)
+          .map((r) => r.seq),
+      );
+      for (const row of model.rowsOf(group.host, table))
+        if (row.seq < first && row.applied === 0 && row.state === "queued") ahead++;
+    }
+    const round = this.world.roundTripMs;
+    return 1_000 + round * (4 + Math.ceil(ahead / view.batchSize));
+  }
+
+  /** The known issue that explains a free group's stall, if one does. */
+  #explained(group: GroupModel): KnownIssue | null {
+    const { model } = this.world;
+    const view = this.world.hosts[group.host]!;
+    const queued = (row: RowModel) => row.applied === 0 && row.state === "queued";
+    const mine = (table: string) => group.wids.map((w) => model.rows.get(w)!).filter((r) => r.table === table);
+    const first = (table: string) => Math.min(...mine(table).map((r) => r.seq));
+    const before = (table: string) => model.rowsOf(group.host, table).filter((r) => r.seq < first(table) && queued(r));
+    const laned = [...group.tables].filter((t) => view.tables.find((v) => v.name === t)!.lanes > 1);
+    // issue 37: a group queued before it in one of its tables (in other lanes) spans another
+    // table where it waits (held, or backing off): linkDrafts cuts this table's draft there, or
+    // sends it in one unit with that group, holding every lane.
+    for (const table of group.tables)
+      for (const row of before(table)) {
+        const other = model.groups.get(row.gid)!;
+        if (other.tables.size < 2) continue;
+        const until = this.#backoffUntil(view, other);
+        if (!this.#free(other) || (until !== null && until > this.world.now)) return "issue-37";
+      }
+    // awaited-one-deep: it spans tables, and another transaction queued in one of them spans a table it does not.
+    if (group.tables.size > 1)
+      for (const other of model.groups.values()) {
+        if (other === group || other.host !== group.host || other.tables.size < 2) continue;
+        if (!other.wids.some((w) => queued(model.rows.get(w)!))) continue;
+        const shares = [...other.tables].some((t) => group.tables.has(t));
+        if (shares && [...other.tables].some((t) => !group.tables.has(t))) return "awaited-one-deep";
+      }
+    // cut-after-barrier: a row without a key (this group's, or one before it) heads the table and a row behind it keeps failing.
+    for (const table of laned) {
+      const barrier = [...before(table), ...mine(table)].find((r) => r.lane === null);
+      if (
+        barrier !== undefined &&
+        model
+          .rowsOf(group.host, table)
+          .some((r) => r.seq > barrier.seq && queued(r) && this.world.remote.isPoisoned(r.wid))
+      )
+        return "cut-after-barrier";
+    }
+    // lane-not-woken: a head of the table (its own, or one before it) failed and backed off, or
+    // died: once its backoff ended (or was ended), nobody came back for its lanes.
+    for (const table of laned) {
+      const charged = view
+        .read(view.fileOf(table))
+        .query<{ n: number }, [string, number]>(
+          "SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND seq <= ? AND attempts > 0",
+        )
+        .get(table, first(table))!.n;
+      // A row replayed died before, whatever its seq now.
+      const died = model
+        .rowsOf(group.host, table)
+        .some((r) => (r.seq < first(table) && r.state !== "queued") || r.replays > 0);
+      if (charged > 0 || died) return "lane-not-woken";
+    }
+    return null;
+  }
+
+  // ── at the end ────────────────────────────────────────────────────────────────────────────
+
+  /** Every row applied exactly once, except those the operator gave up. */
+  end(): void {
+    for (const row of this.world.model.rows.values()) {
+      this.counts["exactly-once"]++;
+      const expected = row.state === "given-up" ? 0 : 1;
+      if (row.applied !== expected)
+        throw new Violation(
+          "exactly-once",
+          `wid ${row.wid} (host ${row.host} ${row.table} seq ${row.seq}, ${row.state}) applied ${row.applied} times at the end, expected ${expected}`,
+        );
+    }
+  }
+}
