@@ -163,7 +163,11 @@ export function planSlice(input: PlanInput): Plan {
     } else if (!one) lanes = lanesOf(group, input.laneOf);
     const barrier = !one && lanes.includes(null);
     const canGo = one || (barrier ? blocked.size === 0 : noneIn(lanes, blocked));
-    const heads = canGo && input.position === "head" && (one || barrier ? taken.size === 0 : noneIn(lanes, taken));
+    // A row without a key taken before heads every lane: nothing after it heads one (`taken` holds null then).
+    const heads =
+      canGo &&
+      input.position === "head" &&
+      (one || barrier ? taken.size === 0 : !taken.has(null) && noneIn(lanes, taken));
     if (!canGo) {
       // Held by an earlier group of one of its lanes: it waits as long as that one does.
       let until = Number.POSITIVE_INFINITY;

@@ -96,7 +96,11 @@ export class ReadAhead {
       const taken = plan.slice.rows;
       if (read.passedOver !== null || plan.frontier !== null || taken.length !== read.rows.length) return;
       const last = taken[taken.length - 1]!.seq;
-      this.#ahead = { after, ...plan.slice, lanes: { cursor: last, frontier: null, lastRead: last, whole: true } };
+      this.#ahead = {
+        after,
+        ...plan.slice,
+        lanes: { cursor: last, frontier: null, lastRead: last, whole: true, epoch: this.parts.lanes.epoch },
+      };
     } catch {
       this.#ahead = null;
     }
@@ -109,14 +113,19 @@ export class ReadAhead {
    * no row of. Only over ledger rows an answer showed committed (a fence that finds no row inserts
    * it, guard or not, and would commit ahead of the slice that was to create it), only while no
    * lane is held and `ahead` took every pending row it read, and when the rows hold no transaction
-   * across tables; null otherwise.
+   * across tables and (with lanes) no row without a key; null otherwise.
    */
   behind(ahead: InFlight, at: PlanAt): { slice: PlannedSlice; expected: number | number[] } | null {
     const { lanes, progress } = this.parts;
     if (lanes.count === 1 ? !(progress.through! > 0) : !this.#clear(ahead)) return null;
+    // A row without a key is in the table's own ledger row, which a fence guards only where it
+    // moves it: with one in either slice, the second could commit first and overtake it, or it them.
+    const barrier = (row: OutboxRow) => lanes.count > 1 && lanes.of(row) === null;
+    if (ahead.rows.some(barrier)) return null;
     const after = ahead.rows[ahead.rows.length - 1]!.seq;
     if (this.#ahead === null || this.#ahead.after !== after || this.#ahead.bytes > at.maxBytes) this.read(ahead, at);
     const read = this.#ahead;
+    if (read !== null && read.spans.size === 0 && read.rows.some(barrier)) return null; // it waits for the answer, read
     this.#ahead = null;
     if (read === null || read.spans.size > 0) return null;
     const { after: expected, ...slice } = read;
