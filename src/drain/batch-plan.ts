@@ -143,8 +143,15 @@ export class BatchPlanner {
     }
     // A group that spans tables goes when it heads all of them: a table it waits on that is not
     // ready by its own measure (threshold, max wait) is planned anyway — unless another batch carries it.
-    for (const table of this.#awaitedBy(drafts))
-      if (!planned.has(table.name) && budget > 0 && !share?.busy.has(table)) plan(table, true);
+    // Those tables' drafts may hold groups that span further tables: looked at until none is new.
+    const looked = new Set(planned.keys());
+    for (let next = awaitedBy(this.parts.tables, drafts, looked); next.length > 0; ) {
+      for (const table of next) {
+        looked.add(table.name);
+        if (budget > 0 && !share?.busy.has(table)) plan(table, true);
+      }
+      next = awaitedBy(this.parts.tables, drafts, looked);
+    }
     if (drafts.length === 0) return null;
     const { held, units } = linkDrafts(drafts, this.#served, (t, grp) => planned.get(t)?.waitOf(grp) ?? null);
     const opened = new Map<SliceDraft, TableSlice>();
@@ -153,7 +160,9 @@ export class BatchPlanner {
       if (waiting !== undefined) {
         // Its groups that wait for another table hold their lanes; a known end is when to look again.
         for (const g of waiting) out.wakeAt = minWake(out.wakeAt, g.until);
-        if (!draft.table.holdBack(draft, waiting)) continue;
+        const left = draft.table.holdBack(draft, waiting);
+        if (left === "read on") out.more = out.readOn = true;
+        if (left !== "send") continue;
       }
       opened.set(draft, draft.table.openSlice(draft, { now, fence: this.parts.fence }));
     }
@@ -202,15 +211,17 @@ export class BatchPlanner {
     for (const table of moved) table.forgetReadAhead();
     if (moved.length > 0) this.parts.changed(moved);
   }
+}
 
-  /** Tables of this target that a draft's group spanning tables waits on, and that have no draft. */
-  #awaitedBy(drafts: SliceDraft[]): DrainTable[] {
-    const names = new Set<string>();
-    for (const draft of drafts) for (const tables of draft.spans.values()) for (const t of tables) names.add(t);
-    if (names.size === 0) return [];
-    const drafted = new Set(drafts.map((d) => d.table.name));
-    return this.parts.tables.filter((t) => names.has(t.name) && !drafted.has(t.name));
-  }
+/** The tables (of `tables`) a group that spans tables in `drafts` touches, not looked at yet (`looked`, by name). */
+export function awaitedBy(
+  tables: readonly DrainTable[],
+  drafts: readonly SliceDraft[],
+  looked: ReadonlySet<string>,
+): DrainTable[] {
+  const names = new Set<string>();
+  for (const draft of drafts) for (const spanned of draft.spans.values()) for (const t of spanned) names.add(t);
+  return names.size === 0 ? [] : tables.filter((t) => names.has(t.name) && !looked.has(t.name));
 }
 
 /** Why a row's tenant does not fit its target: it names none for a tenant template, or one for a single database. */

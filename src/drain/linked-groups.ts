@@ -72,6 +72,15 @@ export function linkDrafts<D extends LinkableDraft>(
     const tables = grp === null ? undefined : d.spans.get(grp);
     return tables === undefined ? [] : tables.filter((t) => t !== d.table.name && served.has(t));
   };
+  /**
+   * A group not in `d` (a table of one lane: behind all of it) waits at least as long as the first
+   * group `d` holds back; null when it holds none, or has lanes (other lanes may pass it).
+   */
+  const behindHeld = (d: D | undefined): number | null => {
+    if (d === undefined || d.table.lanes !== 1) return null;
+    const first = waiting.get(d)?.values().next().value;
+    return first?.until ?? null;
+  };
   for (let changed = true; changed; ) {
     const next = new Map<D, Map<number, WaitingGroup>>();
     for (const d of spanning) {
@@ -89,7 +98,7 @@ export function linkDrafts<D extends LinkableDraft>(
           const there = other === undefined ? undefined : heldIn(other, grp!);
           if (there === null) continue; // it goes there
           waitsOn.add(t);
-          until = earliest(until, there?.until ?? waitsIn(t, grp!));
+          until = earliest(until, there?.until ?? waitsIn(t, grp!) ?? behindHeld(other));
         }
         if (behind === null && waitsOn.size === 0) continue;
         const group = { start, end, until, waitsOn: [...waitsOn] };

@@ -13,6 +13,8 @@ export interface LanesAfter {
   lastRead: number | null;
   /** The slice is every pending row from its first through its last, nothing before it left pending (no frontier, nothing passed over, nothing left): it may be confirmed as read. */
   whole: boolean;
+  /** The read's start as the plan knew it (TableLanes.epoch): a restart since makes `cursor` stale. */
+  epoch: number;
   /** Each row's slot in the ledger's throughs (see LaneMap), once the slice is opened. */
   slots?: number[];
   /**
@@ -40,6 +42,8 @@ export class TableLanes {
   readonly #own = new TenantLanes();
   #cursor: number | null = null;
   #frontier: number | null = null;
+  /** How often the reads were sent back to the head: an answer to a slice planned before one must not move the cursor. */
+  #epoch = 0;
   /** Tenants a plan held back whole until a known time (their database is down, see TenantHeld): the rows are read again then. */
   #tenantHolds = new Map<string, number>();
 
@@ -130,7 +134,8 @@ export class TableLanes {
     const lanes = this.#of(tenant);
     lanes.throughs = this.map.throughsOf(byRow);
     lanes.throughsMax = lanes.throughs.reduce((a, b) => Math.max(a, b), 0);
-    this.#cursor = this.#frontier = null;
+    this.#fromHead();
+    this.#frontier = null;
     for (const l of this.#all()) l.blocked.clear();
   }
 
@@ -140,7 +145,7 @@ export class TableLanes {
    * back. Keeps the memory of a template's tables bounded by the tenants open, not all ever seen.
    */
   forget(tenant: string): void {
-    if (this.#tenants.delete(tenant)) this.#cursor = null;
+    if (this.#tenants.delete(tenant)) this.#fromHead();
   }
 
   /** Forgets the ledger view (of `tenant` only, when given): the next batch settles first. */
@@ -151,13 +156,33 @@ export class TableLanes {
 
   /** The next read starts at the head (an answer that was not a slice applied whole, `kick`). */
   restart(): void {
+    this.#fromHead();
+  }
+
+  /** The read's start as plans know it: it changes whenever the reads are sent back to the head. */
+  get epoch(): number {
+    return this.#epoch;
+  }
+
+  #fromHead(): void {
     this.#cursor = null;
+    this.#epoch += 1;
+  }
+
+  /** When the first hold on a lane (or a tenant) ends (epoch ms): its rows are read again then. Null: none is held. */
+  get nextLift(): number | null {
+    let next: number | null = null;
+    for (const lanes of this.#all()) for (const until of lanes.blocked.values()) next = Math.min(next ?? until, until);
+    for (const until of this.#tenantHolds.values()) next = Math.min(next ?? until, until);
+    return next;
   }
 
   /** A lane (or a tenant) whose hold ran out is read from the head again (its rows were passed over since). */
   liftHolds(now: number): void {
-    for (const lanes of this.#all()) for (const until of lanes.blocked.values()) if (until <= now) this.#cursor = null;
-    for (const until of this.#tenantHolds.values()) if (until <= now) this.#cursor = null;
+    let ended = false;
+    for (const lanes of this.#all()) for (const until of lanes.blocked.values()) ended ||= until <= now;
+    for (const until of this.#tenantHolds.values()) ended ||= until <= now;
+    if (ended) this.#fromHead();
     if (this.#cursor !== null) return;
     for (const lanes of this.#all()) lanes.lift();
     this.#tenantHolds = new Map();
@@ -232,13 +257,16 @@ export class TableLanes {
   }
 
   /**
-   * What is known once a plan's slice (if any) was applied whole: where the next read starts.
+   * What is known once a plan's slice (if any) was applied whole: where the next read starts
+   * (unless the reads were sent back to the head since it was planned).
    * Returns how far the local confirmation may go: up to the first row still pending, every row
    * before it applied (in that slice, or earlier and passed over).
    */
   moveOn(after: LanesAfter): number {
-    this.#cursor = after.cursor;
-    this.#frontier = after.frontier;
+    // Sent back to the head since that plan (a kick, a hold that ended): the reads start there still.
+    const current = after.epoch === this.#epoch;
+    this.#cursor = current ? after.cursor : null;
+    this.#frontier = current ? after.frontier : null;
     return after.frontier !== null ? after.frontier - 1 : (after.lastRead ?? 0);
   }
 

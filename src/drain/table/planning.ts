@@ -162,21 +162,29 @@ export interface PlanningParts {
  */
 export class HeadPlanning {
   #waits: ReadonlyMap<number, number | null> = NO_WAITS;
+  /** The last plan sent nothing: until when nothing of the table goes (its wake time; null: not known). */
+  #quietUntil: number | null = null;
 
   constructor(private readonly parts: PlanningParts) {}
 
   /**
    * When a group that spans tables, held back by the last plan, may go at the earliest (epoch ms),
    * if a backoff says (see Plan.waiting; with lanes, also one held back in a lane read past since,
-   * see TableLanes.waitOf). Null: not known.
+   * see TableLanes.waitOf), or when the last plan sent nothing, its wake time. Null: not known.
    */
   waitOf(grp: number): number | null {
-    return this.#waits.get(grp) ?? this.parts.lanes.waitOf(grp);
+    return this.#waits.get(grp) ?? this.parts.lanes.waitOf(grp) ?? this.#quietUntil;
   }
 
   /** A new plan begins: what the last one said of the groups waiting here no longer holds. */
   forget(): void {
     this.#waits = NO_WAITS;
+    this.#quietUntil = null;
+  }
+
+  /** The plan sent nothing, and nothing of the table goes before `until` (its wake time), when known. */
+  quiet(until: number | null): void {
+    this.#quietUntil = until;
   }
 
   /**
@@ -201,6 +209,8 @@ export class HeadPlanning {
       lanes ? laneState.cursor : progress.applied,
       lanes ? (row) => laneState.isApplied(row) : null,
     );
+    // A held lane is read again when its hold ends, whatever this read found.
+    if (lanes) out.wakeAt = minWake(out.wakeAt, laneState.nextLift);
     const { cursor, frontier } = laneState;
     const seen = Math.max(read.rows.at(-1)?.seq ?? 0, read.passedOver ?? 0, cursor ?? 0) || null;
     // A row still pending behind the cursor (a held lane's, not read again) bounds the confirmation;
@@ -209,7 +219,8 @@ export class HeadPlanning {
     if (read.head === null) {
       if (!lanes || cursor === null) progress.clearCuts();
       // With lanes, every row read was applied already: the confirmation may go up to them.
-      if (lanes) progress.movedOn({ cursor: seen, frontier: behind, lastRead: seen, whole: false });
+      if (lanes)
+        progress.movedOn({ cursor: seen, frontier: behind, lastRead: seen, whole: false, epoch: laneState.epoch });
       return [];
     }
     if (read.rows.length === 0) {
@@ -232,6 +243,7 @@ export class HeadPlanning {
       cursor: resumeAt !== null ? resumeAt - 1 : seen,
       frontier: first,
       lastRead: seen,
+      epoch: laneState.epoch,
       whole:
         !laneState.tenanted &&
         first === null &&

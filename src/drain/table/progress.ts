@@ -263,6 +263,12 @@ export class TableProgress {
     if (after.whole && this.#applied === last) this.#appliedParts = partsOf(rows, this.parts.queue().confirmChunkRows);
   }
 
+  /** With lanes: a plan's slice had nothing left to send (every group in it waits): it moves on as if applied. */
+  nothingSent(after: LanesAfter): void {
+    if (after.parts !== undefined && (--after.parts.left > 0 || after.parts.failed)) return;
+    this.movedOn(after);
+  }
+
   /**
    * With lanes: what is known once a plan's slice (if any) was applied whole (see TableLanes.moveOn)
    * — the local confirmation may go up to the first row still pending.

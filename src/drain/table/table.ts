@@ -296,6 +296,8 @@ export class DrainTable {
     this.#tally(out);
     // A hold this plan found or set (a chain gap, a local error) is retried on time, even if no commit brings the table back.
     out.wakeAt = minWake(out.wakeAt, this.#holds.retryAt(now));
+    // Nothing to send and nothing more to read: nothing of the table goes before its wake time.
+    if (drafts.length === 0 && !out.more) this.#planning.quiet(out.wakeAt);
     return { drafts, outcome: out };
   }
 
@@ -306,12 +308,19 @@ export class DrainTable {
 
   /**
    * Takes out of a draft the groups that wait for their part in another table (see linkDrafts),
-   * holding the lanes each occupies (see TableLanes.holdBack). Returns false when nothing is left.
+   * holding the lanes each occupies (see TableLanes.holdBack). "send": rows are left. Otherwise
+   * the plan moves on now, as it would once its slice were applied — "read on": the next read
+   * starts past what this one read, and more waits there (plan again at once); "wait": look again
+   * when a hold ends or a commit comes.
    */
-  holdBack(draft: SliceDraft, groups: readonly WaitingGroup[]): boolean {
+  holdBack(draft: SliceDraft, groups: readonly WaitingGroup[]): "send" | "read on" | "wait" {
     if (draft.lanes !== undefined) this.#lanes.holdBack(draft.rows, draft.lanes, groups);
     withoutGroups(draft, groups);
-    return draft.rows.length > 0;
+    if (draft.rows.length > 0) return "send";
+    if (draft.lanes === undefined) return "wait";
+    const before = this.#lanes.cursor ?? 0;
+    this.#progress.nothingSent(draft.lanes);
+    return draft.more && (this.#lanes.cursor ?? 0) > before ? "read on" : "wait";
   }
 
   /** A tenant template's: `tenant`'s database was closed; what this table knows of its lanes is read again when next needed. */

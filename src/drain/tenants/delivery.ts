@@ -9,7 +9,7 @@ import {
   observeSent,
   type TargetCycle,
 } from "../batch-answer.ts";
-import { BatchPlanner, layOut, type SentBatch } from "../batch-plan.ts";
+import { awaitedBy, BatchPlanner, layOut, type SentBatch } from "../batch-plan.ts";
 import { linkDrafts } from "../linked-groups.ts";
 import type { DeliveryObserver } from "../observer.ts";
 import { minWake } from "../schedule.ts";
@@ -140,7 +140,7 @@ export class TenantDelivery {
     const { tables, app } = this.#parts;
     const drafts: SliceDraft[] = [];
     const settle = new Set<string>();
-    const planned = new Set<DrainTable>();
+    const looked = new Set<string>();
     const admitted = new Set<string>();
     const tenantGate = (tenant: string) => {
       const until = this.#remotes.heldUntil(tenant, now);
@@ -151,7 +151,7 @@ export class TenantDelivery {
       return null;
     };
     const plan = (table: DrainTable, force: boolean) => {
-      planned.add(table);
+      looked.add(table.name);
       const prepare = (t: DrainTable, row: Parameters<BatchPlanner["prepare"]>[1]) => this.#planner.prepare(t, row);
       const { drafts: made, outcome } = table.plan({ now, maxBytes: app.batchMaxBytes, prepare, force, tenantGate });
       out.deadLettered += outcome.deadLettered;
@@ -164,8 +164,8 @@ export class TenantDelivery {
       drafts.push(...made);
     };
     for (const table of tables) if (only === null || only.has(table)) plan(table, false);
-    const spanned = new Set(drafts.flatMap((d) => [...d.spans.values()].flat()));
-    for (const table of tables) if (spanned.has(table.name) && !planned.has(table)) plan(table, true);
+    for (let next = awaitedBy(tables, drafts, looked); next.length > 0; next = awaitedBy(tables, drafts, looked))
+      for (const table of next) plan(table, true);
     return { drafts, settle, admitted };
   }
 
@@ -212,7 +212,9 @@ export class TenantDelivery {
       const waiting = held.get(draft);
       if (waiting !== undefined) {
         for (const g of waiting) out.wakeAt = minWake(out.wakeAt, g.until);
-        if (!draft.table.holdBack(draft, waiting)) continue;
+        const left = draft.table.holdBack(draft, waiting);
+        if (left === "read on") out.more = out.readOn = true;
+        if (left !== "send") continue;
       }
       opened.set(draft, draft.table.openSlice(draft, { now, fence: remote.fence }));
     }
