@@ -8,7 +8,7 @@ import { OutboxSyncService } from "../src/drain/service.ts";
 import { createWriter } from "../src/writers/registry.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
-import { FORMAT_VERSION, LAYOUTS } from "../src/outbox/schema.ts";
+import { LAYOUTS } from "../src/outbox/schema.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { oneApp } from "./support/drain-harness.ts";
 import { buildFormat2File } from "./support/format2-db.ts";

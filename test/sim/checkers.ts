@@ -66,17 +66,8 @@ export interface WorldView {
  * strict (`--strict`), as it will be once they are fixed. Each entry goes when its fix lands.
  */
 export const KNOWN = {
-  "issue-37": "a group waiting in one table holds every lane of another table it touches",
-  "barrier-behind":
-    "a batch sent behind another over a table with lanes does not wait for a barrier (a row without a key) in either: the rows after a barrier overtake it, or a barrier overtakes rows before it, when the second batch reaches the remote first",
   "skip-in-flight":
     "skip dead-letters a head whose batch is in flight: the remote applies it all the same, and a replay would apply it again",
-  "cut-after-barrier":
-    "a group that failed behind a row without a key of the same slice is taken again at once (the planner does not count the barrier as heading its lanes): it fails behind it again, uncharged, every cycle, and the table stalls while it fails",
-  "awaited-one-deep":
-    "a transaction across tables waits behind one that spans a table no draft of the cycle reached (the awaited tables are found one level deep): nothing of them goes until that table is looked at for another reason (a commit, the full cycle a minute later)",
-  "lane-not-woken":
-    "with lanes, a lane held by its head's backoff is not looked at again when the backoff ends (a plan that reads nothing past the cursor reports no wake time), and a kick while a batch of the table is in flight is undone by its answer: the head waits for the next commit or the full cycle a minute later",
   "late-commit-dead":
     "a head is dead-lettered while a batch carrying it that the drain gave up on is still on its way: the late commit applies it, and a replay would apply it again",
 } as const;
@@ -158,15 +149,10 @@ export class Checkers {
       const at = position.get(other.wid);
       if (at !== undefined && at < mine) continue;
       if (other.state !== "queued" || !this.#stillQueued(other)) continue;
-      const barrier = row.lane === null || other.lane === null;
       throw new Violation(
         "lane-order",
         `tx ${commit.tx} applied wid ${row.wid} (host ${row.host} ${row.table} seq ${row.seq} lane ${row.lane}) before wid ${other.wid} (seq ${other.seq} lane ${other.lane}), still queued ${at === undefined ? "and not in it" : "later in it"}`,
-        row.skippedInFlight || other.skippedInFlight
-          ? "skip-in-flight"
-          : barrier && at === undefined && this.world.hosts[row.host]!.concurrent
-            ? "barrier-behind"
-            : null,
+        row.skippedInFlight || other.skippedInFlight ? "skip-in-flight" : null,
       );
     }
   }
@@ -342,7 +328,6 @@ export class Checkers {
       throw new Violation(
         "free-lanes-advance",
         `group ${gid} of host ${group.host} (wids ${group.wids.join(",")}, tables ${[...group.tables].join(",")}) free to go for ${now - since} ms, not applied`,
-        this.#explained(group),
       );
     }
   }
@@ -382,62 +367,6 @@ export class Checkers {
     }
     const round = this.world.roundTripMs;
     return 1_000 + round * (4 + Math.ceil(ahead / view.batchSize));
-  }
-
-  /** The known issue that explains a free group's stall, if one does. */
-  #explained(group: GroupModel): KnownIssue | null {
-    const { model } = this.world;
-    const view = this.world.hosts[group.host]!;
-    const queued = (row: RowModel) => row.applied === 0 && row.state === "queued";
-    const mine = (table: string) => group.wids.map((w) => model.rows.get(w)!).filter((r) => r.table === table);
-    const first = (table: string) => Math.min(...mine(table).map((r) => r.seq));
-    const before = (table: string) => model.rowsOf(group.host, table).filter((r) => r.seq < first(table) && queued(r));
-    const laned = [...group.tables].filter((t) => view.tables.find((v) => v.name === t)!.lanes > 1);
-    // issue 37: a group queued before it in one of its tables (in other lanes) spans another
-    // table where it waits (held, or backing off): linkDrafts cuts this table's draft there, or
-    // sends it in one unit with that group, holding every lane.
-    for (const table of group.tables)
-      for (const row of before(table)) {
-        const other = model.groups.get(row.gid)!;
-        if (other.tables.size < 2) continue;
-        const until = this.#backoffUntil(view, other);
-        if (!this.#free(other) || (until !== null && until > this.world.now)) return "issue-37";
-      }
-    // awaited-one-deep: it spans tables, and another transaction queued in one of them spans a table it does not.
-    if (group.tables.size > 1)
-      for (const other of model.groups.values()) {
-        if (other === group || other.host !== group.host || other.tables.size < 2) continue;
-        if (!other.wids.some((w) => queued(model.rows.get(w)!))) continue;
-        const shares = [...other.tables].some((t) => group.tables.has(t));
-        if (shares && [...other.tables].some((t) => !group.tables.has(t))) return "awaited-one-deep";
-      }
-    // cut-after-barrier: a row without a key (this group's, or one before it) heads the table and a row behind it keeps failing.
-    for (const table of laned) {
-      const barrier = [...before(table), ...mine(table)].find((r) => r.lane === null);
-      if (
-        barrier !== undefined &&
-        model
-          .rowsOf(group.host, table)
-          .some((r) => r.seq > barrier.seq && queued(r) && this.world.remote.isPoisoned(r.wid))
-      )
-        return "cut-after-barrier";
-    }
-    // lane-not-woken: a head of the table (its own, or one before it) failed and backed off, or
-    // died: once its backoff ended (or was ended), nobody came back for its lanes.
-    for (const table of laned) {
-      const charged = view
-        .read(view.fileOf(table))
-        .query<{ n: number }, [string, number]>(
-          "SELECT count(*) AS n FROM outbox_queue WHERE namespace = ? AND seq <= ? AND attempts > 0",
-        )
-        .get(table, first(table))!.n;
-      // A row replayed died before, whatever its seq now.
-      const died = model
-        .rowsOf(group.host, table)
-        .some((r) => (r.seq < first(table) && r.state !== "queued") || r.replays > 0);
-      if (charged > 0 || died) return "lane-not-woken";
-    }
-    return null;
   }
 
   // ── at the end ────────────────────────────────────────────────────────────────────────────

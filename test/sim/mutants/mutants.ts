@@ -27,6 +27,19 @@ export interface Mutant {
 
 export const MUTANTS: readonly Mutant[] = [
   {
+    name: "issue-37-reverted",
+    why: "a group that waits for its part in another table holds every lane of its table, not only its own: the other lanes of the table stop with it (free-lanes-advance)",
+    edits: [
+      {
+        file: "drain/linked-groups.ts",
+        find: "        lanes.hold(groupLanes, group);\n",
+        replace: "        lanes.hold([null], group);\n",
+      },
+    ],
+    budget: 300,
+    profile: "held-lanes",
+  },
+  {
     name: "confirm-before-answer",
     why: "a slice is taken as applied the moment it is sent, before the remote answers: a batch refused or rolled back is confirmed locally all the same, and its rows never land (exactly-once, drained)",
     edits: [
