@@ -39,15 +39,17 @@ export class DeliveryReader {
     this.#spans = file.prepare("SELECT grp, namespaces FROM outbox_group WHERE grp >= ?1 AND grp <= ?2");
   }
 
+  /** The read; `of`: one tenant's rows only (null: those without a tenant; see QueueFile.pendingRowsOf). */
   read(
     limit: number,
     maxBytes: number,
     ready: (head: OutboxRow, pending: number) => boolean,
     after: number | null,
     skip: ((row: OutboxRow) => boolean) | null,
+    of?: { tenant: string | null },
   ): DeliveryRead {
     for (;;) {
-      const read = this.#readOnce(limit, maxBytes, ready, after, skip);
+      const read = this.#readOnce(limit, maxBytes, ready, after, skip, of);
       if (read !== null) return read;
       // Rows a foreign writer inserted are given their place first: their seqs may be delivered ones.
       this.#file.write("cannot adopt rows another writer inserted", () => this.#layout.adoptForeignRows(this.#file.db));
@@ -61,6 +63,7 @@ export class DeliveryReader {
     ready: (head: OutboxRow, pending: number) => boolean,
     after: number | null,
     skip: ((row: OutboxRow) => boolean) | null,
+    of: { tenant: string | null } | undefined,
   ): DeliveryRead | null {
     const file = this.#file;
     return file.read("cannot read rows to deliver", () =>
@@ -77,7 +80,7 @@ export class DeliveryReader {
         let grpMin = Number.POSITIVE_INFINITY;
         let grpMax = Number.NEGATIVE_INFINITY;
         let passedOver: number | null = null;
-        for (const row of file.pendingRows(after)) {
+        for (const row of of === undefined ? file.pendingRows(after) : file.pendingRowsOf(of.tenant, after)) {
           if (skip?.(row)) {
             passedOver = row.seq; // not read: neither counted nor returned
             continue;

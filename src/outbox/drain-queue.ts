@@ -8,7 +8,7 @@ import type { QueueDb } from "./queue-db.ts";
 import { type OutboxOptions, QueueView, SHARED, WRITE_HOLDS } from "./queue-view.ts";
 import { type Resequenced, resequenceAbove } from "./resequence.ts";
 import type { DeadReason, OutboxRow } from "./rows.ts";
-import { LAYOUTS } from "./schema.ts";
+import { LAYOUTS, TENANT_INDEX_DDL } from "./schema.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 export type { DeliveryRead } from "./delivery-read.ts";
@@ -48,6 +48,26 @@ export interface DrainQueue {
     after?: number | null,
     skip?: ((row: OutboxRow) => boolean) | null,
   ): DeliveryRead;
+  /**
+   * readForDelivery over `tenant`'s rows only (null: the rows without a tenant), for a table a
+   * tenant template serves: each tenant its own database, read on its own (see serveTenants).
+   * The head and the pending count are still the namespace's.
+   */
+  readTenantForDelivery(
+    tenant: string | null,
+    limit: number,
+    maxBytes: number,
+    ready: (head: OutboxRow, pending: number) => boolean,
+    after?: number | null,
+    skip?: ((row: OutboxRow) => boolean) | null,
+  ): DeliveryRead;
+  /** Indexes the rows by tenant (if they are not yet: a file written before its first tenant row). */
+  serveTenants(): void;
+  /**
+   * Up to `limit` tenants with pending rows, by name, after `after` (null: from the first);
+   * `withoutTenant`: whether pending rows without a tenant are left too.
+   */
+  tenantsWithRows(after: string | null, limit: number): { tenants: string[]; withoutTenant: boolean };
   head(): OutboxRow | null;
   pendingCount(): number;
   /**
@@ -161,6 +181,33 @@ export class QueueForDrain extends QueueView implements DrainQueue {
   ): DeliveryRead {
     this.queueFile.ensureOpen();
     return this.#reader.read(limit, maxBytes, ready, after, skip);
+  }
+
+  readTenantForDelivery(
+    tenant: string | null,
+    limit: number,
+    maxBytes: number,
+    ready: (head: OutboxRow, pending: number) => boolean,
+    after: number | null = null,
+    skip: ((row: OutboxRow) => boolean) | null = null,
+  ): DeliveryRead {
+    this.queueFile.ensureOpen();
+    return this.#reader.read(limit, maxBytes, ready, after, skip, { tenant });
+  }
+
+  serveTenants(): void {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    file.write("cannot index the rows by tenant", () => file.db.run(TENANT_INDEX_DDL));
+  }
+
+  tenantsWithRows(after: string | null, limit: number): { tenants: string[]; withoutTenant: boolean } {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    return file.read("cannot list the tenants with rows", () => ({
+      tenants: file.tenantsAfter(after, limit),
+      withoutTenant: file.hasRowsWithoutTenant(),
+    }));
   }
 
   recordAttempt(seq: number, at: Date = new Date(), sentThrough: number | null = null): void {

@@ -28,6 +28,9 @@ export class QueueFile {
   #pending: Statement<{ pending: number }, [string]>;
   #pendingRows: Statement<OutboxRow, [string, number]>;
   #exists: Statement<{ found: number }, [number, string]>;
+  #tenantRows: Statement<OutboxRow, [string, string | null, number]> | null = null;
+  #nextTenant: Statement<{ tenant: string | null }, [string, string]> | null = null;
+  #withoutTenant: Statement<{ found: number }, [string]> | null = null;
 
   /** A view of `queueDb` (already acquired for it: close() releases it). */
   constructor(queueDb: QueueDb, namespace: string) {
@@ -93,6 +96,41 @@ export class QueueFile {
     // Every seq is at least 1 in both layouts (AUTOINCREMENT; the lean allocation and its
     // foreign-insert trigger start one above 0), so "after 0" is every pending row.
     return this.#pendingRows.iterate(this.namespace, after ?? 0);
+  }
+
+  /**
+   * `tenant`'s pending rows of this namespace (null: those without a tenant), head first (or from
+   * the first above `after`), streamed as pendingRows: one seek of the tenant index (see
+   * TENANT_INDEX_DDL), made when the file took its first tenant row or by serveTenants.
+   */
+  pendingRowsOf(tenant: string | null, after: number | null = null): IterableIterator<OutboxRow> {
+    this.#tenantRows ??= this.prepare(
+      `SELECT ${QUEUE_ROW_COLUMNS} FROM outbox_queue WHERE namespace = ? AND synced = 0 AND tenant IS ? AND seq > ? ORDER BY seq`,
+    );
+    return this.#tenantRows.iterate(this.namespace, tenant, after ?? 0);
+  }
+
+  /** Up to `limit` tenants with pending rows of this namespace, by name, after `after` (null: from the first). */
+  tenantsAfter(after: string | null, limit: number): string[] {
+    // One seek per tenant: a tenant's rows are not read to find the next one.
+    this.#nextTenant ??= this.prepare(
+      "SELECT tenant FROM outbox_queue WHERE namespace = ? AND synced = 0 AND tenant > ? ORDER BY tenant LIMIT 1",
+    );
+    const tenants: string[] = [];
+    for (let from = after ?? ""; tenants.length < limit; ) {
+      const next = this.#nextTenant.get(this.namespace, from)?.tenant;
+      if (next == null) break;
+      tenants.push((from = next));
+    }
+    return tenants;
+  }
+
+  /** Whether pending rows of this namespace have no tenant (on a tenant template, each is a fault of its own). */
+  hasRowsWithoutTenant(): boolean {
+    this.#withoutTenant ??= this.prepare(
+      "SELECT 1 AS found FROM outbox_queue WHERE namespace = ? AND synced = 0 AND tenant IS NULL LIMIT 1",
+    );
+    return this.#withoutTenant.get(this.namespace) !== null;
   }
 
   /** Whether `seq` is a row of this namespace anywhere: pending, delivered or dead-lettered. */

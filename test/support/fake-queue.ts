@@ -95,6 +95,16 @@ export class FakeQueue implements DrainQueue {
     return read;
   }
 
+  readTenantForDelivery(): DeliveryRead {
+    throw new Error("fake queue: no tenants (a tenant template is tested over real files)");
+  }
+
+  serveTenants(): void {}
+
+  tenantsWithRows(): { tenants: string[]; withoutTenant: boolean } {
+    return { tenants: [], withoutTenant: false };
+  }
+
   head(): OutboxRow | null {
     return this.rows[0] ? { ...this.rows[0] } : null;
   }

@@ -62,6 +62,7 @@ export class TableFile {
       holds.release("file");
       const problem = lanes.countProblem(queue, table);
       if (problem !== null) holds.lanesChanged(problem, now);
+      if (lanes.tenanted) queue.serveTenants(); // read tenant by tenant: rows written before the first tenant's need the index too
       return true;
     } catch (error) {
       if (error instanceof NotCreatedError) holds.missing(now, error.state);

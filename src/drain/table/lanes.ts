@@ -17,11 +17,6 @@ export interface LanesAfter {
   epoch: number;
   /** Each row's slot in the ledger's throughs (see LaneMap), once the slice is opened. */
   slots?: number[];
-  /**
-   * A tenant template's plan makes a slice per tenant, each sent to its own database: what is known
-   * here holds once every one of them is applied whole (`left` to go; `failed`: one was not).
-   */
-  parts?: { left: number; failed: boolean };
 }
 
 /**
@@ -30,9 +25,12 @@ export interface LanesAfter {
  * set it — a row is applied when its seq is at or below its lane's —, the lanes held back by a
  * head backing off (until when) and those heads, where the next read starts (rows before it are
  * applied or in a lane held back; null: at the head) and the first row still pending before it
- * (where the local confirmation stops). A table of one lane asks only a row's lane (0) and a
- * group's. Its state changes only through these methods, called by the table that owns it
- * (table.ts), which keeps the rest: the cuts, what waits for its confirmation, the read-ahead.
+ * (where the local confirmation stops). A table a tenant template serves keeps all this per
+ * tenant (each tenant's lanes are its own, in its own database, read on their own); the methods
+ * take the tenant (null: the rows without one — every row of any other table). A table of one lane
+ * asks only a row's lane (0) and a group's. Its state changes only through these methods, called
+ * by the table that owns it (table.ts), which keeps the rest: the cuts, what waits for its
+ * confirmation, the read-ahead.
  */
 export class TableLanes {
   readonly map: LaneMap;
@@ -40,12 +38,6 @@ export class TableLanes {
   readonly #tenants = new Map<string, TenantLanes>();
   /** The lanes of the rows without a tenant: every row of a table no tenant template serves. */
   readonly #own = new TenantLanes();
-  #cursor: number | null = null;
-  #frontier: number | null = null;
-  /** How often the reads were sent back to the head: an answer to a slice planned before one must not move the cursor. */
-  #epoch = 0;
-  /** Tenants a plan held back whole until a known time (their database is down, see TenantHeld): the rows are read again then. */
-  #tenantHolds = new Map<string, number>();
 
   constructor(
     table: string,
@@ -94,14 +86,19 @@ export class TableLanes {
     return this.map.of(row);
   }
 
-  /** Where the next read starts (rows before it are applied or in a lane held back); null: at the head. */
-  get cursor(): number | null {
-    return this.#cursor;
+  /** Where the next read (of `tenant`'s rows) starts — rows before it are applied or in a lane held back; null: at the head. */
+  cursor(tenant: string | null = null): number | null {
+    return this.#of(tenant).cursor;
   }
 
   /** The first row still pending before the cursor, if any: the local confirmation stops before it. */
-  get frontier(): number | null {
-    return this.#frontier;
+  frontier(tenant: string | null = null): number | null {
+    return this.#of(tenant).frontier;
+  }
+
+  /** How often the reads (of `tenant`'s rows) were sent back to the head: an answer to a slice planned before must not move the cursor. */
+  epoch(tenant: string | null = null): number {
+    return this.#of(tenant).epoch;
   }
 
   /** The lanes of `tenant`'s rows held back by a head backing off, until when (epoch ms). */
@@ -134,18 +131,30 @@ export class TableLanes {
     const lanes = this.#of(tenant);
     lanes.throughs = this.map.throughsOf(byRow);
     lanes.throughsMax = lanes.throughs.reduce((a, b) => Math.max(a, b), 0);
-    this.#fromHead();
-    this.#frontier = null;
-    for (const l of this.#all()) l.blocked.clear();
+    lanes.fromHead();
+    lanes.frontier = null;
+    lanes.blocked.clear();
   }
 
   /**
-   * Forgets all that is known of `tenant`'s lanes (its database was closed: what it holds is read
-   * again when it is next met), and reads from the head again: its rows the reads passed over come
-   * back. Keeps the memory of a template's tables bounded by the tenants open, not all ever seen.
+   * `tenant`'s database was closed: what the reads knew of its lanes goes (its next read starts at
+   * its head), but its throughs stay while rows they say are applied wait for their confirmation
+   * (see prune). Keeps the memory of a template's tables bounded by the tenants open and the
+   * backlog, not every tenant ever seen.
    */
   forget(tenant: string): void {
-    if (this.#tenants.delete(tenant)) this.#fromHead();
+    const lanes = this.#tenants.get(tenant);
+    if (lanes === undefined) return;
+    lanes.closed = true;
+    lanes.lift();
+    lanes.fromHead();
+    lanes.frontier = lanes.heldUntil = null;
+  }
+
+  /** Drops the closed tenants whose applied rows are all confirmed (at or below `confirmed`): they are settled again when next met. */
+  prune(confirmed: number): void {
+    for (const [tenant, lanes] of this.#tenants)
+      if (lanes.closed && lanes.throughsMax <= confirmed) this.#tenants.delete(tenant);
   }
 
   /** Forgets the ledger view (of `tenant` only, when given): the next batch settles first. */
@@ -154,39 +163,31 @@ export class TableLanes {
     else for (const l of this.tenanted ? this.#tenants.values() : [this.#own]) l.throughs = null;
   }
 
-  /** The next read starts at the head (an answer that was not a slice applied whole, `kick`). */
-  restart(): void {
-    this.#fromHead();
-  }
-
-  /** The read's start as plans know it: it changes whenever the reads are sent back to the head. */
-  get epoch(): number {
-    return this.#epoch;
-  }
-
-  #fromHead(): void {
-    this.#cursor = null;
-    this.#epoch += 1;
+  /** The next read (of `tenant`'s rows; undefined: of every tenant's) starts at the head (an answer that was not a slice applied whole, `kick`). */
+  restart(tenant?: string | null): void {
+    if (tenant !== undefined) this.#of(tenant).fromHead();
+    else for (const lanes of this.#all()) lanes.fromHead();
   }
 
   /** When the first hold on a lane (or a tenant) ends (epoch ms): its rows are read again then. Null: none is held. */
   get nextLift(): number | null {
     let next: number | null = null;
-    for (const lanes of this.#all()) for (const until of lanes.blocked.values()) next = Math.min(next ?? until, until);
-    for (const until of this.#tenantHolds.values()) next = Math.min(next ?? until, until);
+    for (const lanes of this.#all()) {
+      for (const until of lanes.blocked.values()) next = Math.min(next ?? until, until);
+      if (lanes.heldUntil !== null) next = Math.min(next ?? lanes.heldUntil, lanes.heldUntil);
+    }
     return next;
   }
 
-  /** A lane (or a tenant) whose hold ran out is read from the head again (its rows were passed over since). */
-  liftHolds(now: number): void {
-    let ended = false;
-    for (const lanes of this.#all()) for (const until of lanes.blocked.values()) ended ||= until <= now;
-    for (const until of this.#tenantHolds.values()) ended ||= until <= now;
-    if (ended) this.#fromHead();
-    if (this.#cursor !== null) return;
-    for (const lanes of this.#all()) lanes.lift();
-    this.#tenantHolds = new Map();
-    this.#frontier = null;
+  /** A lane (of `tenant`'s) whose hold ran out is read from the head again (its rows were passed over since). */
+  liftHolds(now: number, tenant: string | null = null): void {
+    const lanes = this.#of(tenant);
+    let ended = lanes.heldUntil !== null && lanes.heldUntil <= now;
+    for (const until of lanes.blocked.values()) ended ||= until <= now;
+    if (ended) lanes.fromHead();
+    if (lanes.cursor !== null) return;
+    lanes.lift();
+    lanes.frontier = lanes.heldUntil = null;
   }
 
   /** A plan from the head found these lanes of `tenant` held back, these heads backing off, and these groups that span tables waiting. */
@@ -195,11 +196,6 @@ export class TableLanes {
     lanes.blocked = plan.backingOff;
     for (const [lane, head] of plan.heldHeads) lanes.heldHeads.set(lane, head);
     for (const [grp, until] of plan.waiting) if (until !== null) lanes.waits.set(grp, until);
-  }
-
-  /** A plan held back every row of `tenant` until `until` (epoch ms): its database is down; its rows are read again then. */
-  heldTenant(tenant: string, until: number): void {
-    this.#tenantHolds.set(tenant, Math.min(this.#tenantHolds.get(tenant) ?? until, until));
   }
 
   /** When a group that spans tables, held back here, may go at the earliest (epoch ms), if known (see TenantLanes.waits). */
@@ -262,11 +258,12 @@ export class TableLanes {
    * Returns how far the local confirmation may go: up to the first row still pending, every row
    * before it applied (in that slice, or earlier and passed over).
    */
-  moveOn(after: LanesAfter): number {
+  moveOn(after: LanesAfter, tenant: string | null = null): number {
+    const lanes = this.#of(tenant);
     // Sent back to the head since that plan (a kick, a hold that ended): the reads start there still.
-    const current = after.epoch === this.#epoch;
-    this.#cursor = current ? after.cursor : null;
-    this.#frontier = current ? after.frontier : null;
+    const current = after.epoch === lanes.epoch;
+    lanes.cursor = current ? after.cursor : null;
+    lanes.frontier = current ? after.frontier : null;
     return after.frontier !== null ? after.frontier - 1 : (after.lastRead ?? 0);
   }
 
@@ -403,10 +400,27 @@ class TenantLanes {
    */
   waits = new Map<number, number>();
 
+  /** Where the next read starts (rows before it are applied or in a lane held back); null: at the head. */
+  cursor: number | null = null;
+  /** The first row still pending before the cursor, if any: the local confirmation stops before it. */
+  frontier: number | null = null;
+  /** How often the reads were sent back to the head (see LanesAfter.epoch). */
+  epoch = 0;
+  /** A tenant's: its database is held until then (epoch ms); its rows are read again then. */
+  heldUntil: number | null = null;
+  /** A tenant's: its database was closed; only its throughs are kept (see TableLanes.forget). */
+  closed = false;
+
   /** The reads start at the head again: every hold is found anew. */
   lift(): void {
     this.blocked = new Map();
     this.heldHeads = new Map();
     this.waits = new Map();
+  }
+
+  /** The next read starts at the head; a plan made before no longer says where. */
+  fromHead(): void {
+    this.cursor = null;
+    this.epoch += 1;
   }
 }

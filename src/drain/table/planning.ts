@@ -22,8 +22,6 @@ export interface TableOutcome {
   touched?: string[];
   /** Nothing was sent, but the next read starts further on (past held lanes): more is ready, not a spin. */
   readOn?: boolean;
-  /** A tenant template's: tenants whose rows wait for their ledger rows to be read (see TableLanes.settled). */
-  settle?: string[];
 }
 
 /** An outcome with nothing in it yet. */
@@ -63,46 +61,10 @@ export interface PlanAt {
   prepare(row: OutboxRow): Statement;
 }
 
-/**
- * A tenant template's word on one tenant's rows in a plan: null, they may go; a time (epoch ms),
- * its database is held until then (the reads pass them meanwhile); "later", not this cycle (at most
- * max_open_tenants tenants go in one: they are read again next).
- */
-export type TenantGate = (tenant: string) => number | "later" | null;
-
 /** What a plan from the head is told beside its budget. */
 export interface HeadOptions {
   /** Deliver whatever is pending, threshold and wait or not; a backoff still holds it. */
   force?: boolean;
-  /** A tenant template's: whether `tenant`'s rows may go now (see TenantGate). */
-  tenantGate?: TenantGate;
-}
-
-/** The rows of a read by tenant, each tenant's in seq order, the tenants in the order their first rows come. */
-function byTenant(rows: readonly OutboxRow[]): Map<string | null, OutboxRow[]> {
-  const by = new Map<string | null, OutboxRow[]>();
-  for (const row of rows) {
-    const list = by.get(row.tenant);
-    if (list === undefined) by.set(row.tenant, [row]);
-    else list.push(row);
-  }
-  return by;
-}
-
-/** A plan that takes nothing: every row from `first` waits (`resume`: read again from it; else passed over while held). */
-function waiting(first: number, resume: boolean): Plan {
-  return {
-    slice: null,
-    deadLetters: [],
-    charges: [],
-    cutsPassed: [],
-    backingOff: new Map(),
-    heldHeads: new Map(),
-    waiting: new Map(),
-    resumeAt: resume ? first : null,
-    frontier: first,
-    more: false,
-  };
 }
 
 /** The lower of two seqs, where known. */
@@ -187,31 +149,24 @@ export class HeadPlanning {
     this.#quietUntil = until;
   }
 
-  /**
-   * The plan from the head: its slices — one, or with a tenant template one per tenant whose rows
-   * go (each to its own database) — none when nothing is to be sent; `out` gets what it did.
-   */
+  /** The plan from the head: its slice, or none when nothing is to be sent; `out` gets what it did. */
   fromHead(queue: DrainQueue, at: PlanAt & HeadOptions, out: TableOutcome): PlannedSlice[] {
     const { app, lanes: laneState, progress, holds } = this.parts;
     const { now } = at;
-    // With lanes (or tenants: every tenant its own lanes) rows are delivered out of seq order.
-    const lanes = laneState.count > 1 || laneState.tenanted;
+    // With lanes rows are delivered out of seq order.
+    const lanes = laneState.count > 1;
     if (lanes) laneState.liftHolds(now);
-    const knobs = { threshold: app.tableFlushThreshold, maxWaitMs: app.tableMaxWaitMs };
     const read = queue.readForDelivery(
       app.batchSize,
       at.maxBytes,
-      (head, pending) => {
-        const readiness = tableReadiness(head, pending, now, knobs, at.force, lanes);
-        out.wakeAt = readiness.wakeAt;
-        return readiness.ready;
-      },
-      lanes ? laneState.cursor : progress.applied,
+      this.#ready(at, out, lanes),
+      lanes ? laneState.cursor() : progress.applied,
       lanes ? (row) => laneState.isApplied(row) : null,
     );
     // A held lane is read again when its hold ends, whatever this read found.
     if (lanes) out.wakeAt = minWake(out.wakeAt, laneState.nextLift);
-    const { cursor, frontier } = laneState;
+    const cursor = laneState.cursor();
+    const frontier = laneState.frontier();
     const seen = Math.max(read.rows.at(-1)?.seq ?? 0, read.passedOver ?? 0, cursor ?? 0) || null;
     // A row still pending behind the cursor (a held lane's, not read again) bounds the confirmation;
     // one at or after it is read again, and this read says whether it is still pending.
@@ -220,7 +175,7 @@ export class HeadPlanning {
       if (!lanes || cursor === null) progress.clearCuts();
       // With lanes, every row read was applied already: the confirmation may go up to them.
       if (lanes)
-        progress.movedOn({ cursor: seen, frontier: behind, lastRead: seen, whole: false, epoch: laneState.epoch });
+        progress.movedOn({ cursor: seen, frontier: behind, lastRead: seen, whole: false, epoch: laneState.epoch() });
       return [];
     }
     if (read.rows.length === 0) {
@@ -228,35 +183,75 @@ export class HeadPlanning {
       return [];
     }
     holds.release("chain gap");
-    const planned = laneState.tenanted
-      ? this.#perTenant(queue, read, at, out)
-      : [this.#plan(queue, read, at, out, null, lanes)];
-    if (!lanes) return planned.flatMap((p) => (p.plan.slice === null ? [] : [p.plan.slice]));
-    let resumeAt: number | null = null;
-    let first: number | null = behind;
-    for (const { plan } of planned) {
-      resumeAt = minSeq(resumeAt, plan.resumeAt);
-      first = minSeq(first, plan.frontier);
-    }
-    const slices = planned.flatMap((p) => (p.plan.slice === null ? [] : [p.plan.slice]));
+    const { plan } = this.#plan(queue, read, at, out, null, lanes);
+    if (!lanes) return plan.slice === null ? [] : [plan.slice];
+    const first = minSeq(behind, plan.frontier);
     const after: LanesAfter = {
-      cursor: resumeAt !== null ? resumeAt - 1 : seen,
+      cursor: plan.resumeAt !== null ? plan.resumeAt - 1 : seen,
       frontier: first,
       lastRead: seen,
-      epoch: laneState.epoch,
+      epoch: laneState.epoch(),
       whole:
-        !laneState.tenanted &&
         first === null &&
         read.passedOver === null &&
-        planned[0]!.plan.deadLetters.length === 0 &&
-        slices[0]?.rows.length === read.rows.length,
+        plan.deadLetters.length === 0 &&
+        plan.slice?.rows.length === read.rows.length,
     };
-    if (slices.length > 1) after.parts = { left: slices.length, failed: false };
-    if (slices.length > 0) return slices.map((slice) => ({ ...slice, lanes: after }));
+    if (plan.slice !== null) return [{ ...plan.slice, lanes: after }];
     progress.movedOn({ ...after, whole: false }); // nothing to send: the next read starts there at once
     // Rows wait behind what was read, past held lanes: plan again now, not when a backoff ends.
     if (read.truncated && (after.cursor ?? 0) > (cursor ?? 0)) out.more = out.readOn = true;
     return [];
+  }
+
+  /**
+   * A tenant template's table: the plan of `tenant`'s rows (null: the rows without one, each a
+   * fault), read and planned on their own — each tenant's lanes are its own, in its own database —
+   * from where its last read stopped. Its slice, or none. Its confirmation is the table's prefix of
+   * applied rows, whoever's (see TableProgress.appliedLanes), so no frontier is kept.
+   */
+  fromTenant(queue: DrainQueue, tenant: string | null, at: PlanAt & HeadOptions, out: TableOutcome): PlannedSlice[] {
+    const { app, lanes: laneState, holds } = this.parts;
+    laneState.liftHolds(at.now, tenant);
+    const cursor = laneState.cursor(tenant);
+    const read = queue.readTenantForDelivery(
+      tenant,
+      app.batchSize,
+      at.maxBytes,
+      this.#ready(at, out, true),
+      cursor,
+      (row) => laneState.isApplied(row),
+    );
+    out.wakeAt = minWake(out.wakeAt, laneState.nextLift);
+    if (read.rows.length === 0) {
+      if (read.gap) holds.gap(read.gap.seq, read.gap.prevSeq, at.now);
+      return [];
+    }
+    holds.release("chain gap");
+    const { plan } = this.#plan(queue, read, at, out, tenant, true);
+    const seen = Math.max(read.rows.at(-1)!.seq, read.passedOver ?? 0, cursor ?? 0);
+    const after: LanesAfter = {
+      cursor: plan.resumeAt !== null ? plan.resumeAt - 1 : seen,
+      frontier: null,
+      lastRead: seen,
+      epoch: laneState.epoch(tenant),
+      whole: false,
+    };
+    if (plan.slice !== null) return [{ ...plan.slice, lanes: after }];
+    laneState.moveOn(after, tenant); // nothing to send: its next read starts there at once
+    if (read.truncated && (after.cursor ?? 0) > (cursor ?? 0)) out.more = out.readOn = true;
+    return [];
+  }
+
+  /** Whether a read's head is ready (see tableReadiness); the time it is, when it is not, goes to `out`. */
+  #ready(at: PlanAt & HeadOptions, out: TableOutcome, lanes: boolean) {
+    const { app } = this.parts;
+    const knobs = { threshold: app.tableFlushThreshold, maxWaitMs: app.tableMaxWaitMs };
+    return (head: OutboxRow, pending: number): boolean => {
+      const readiness = tableReadiness(head, pending, at.now, knobs, at.force, lanes);
+      out.wakeAt = minWake(out.wakeAt, readiness.wakeAt);
+      return readiness.ready;
+    };
   }
 
   /** Plans `rows` (of `tenant`, when the table's lanes are a tenant's) and carries out what it decided for their heads. */
@@ -284,44 +279,6 @@ export class HeadPlanning {
     for (const until of plan.backingOff.values()) out.wakeAt = minWake(out.wakeAt, until);
     laneState.planned(plan, tenant);
     return { plan };
-  }
-
-  /**
-   * A tenant template's table: each tenant's rows are planned on their own, as a table's of their
-   * own (each tenant has its own lanes, in its own database). A tenant whose ledger rows were not
-   * read yet waits for that (out.settle); one whose database is held (`tenantGate`) waits until then,
-   * and the reads start past it meanwhile; one with no room this cycle is read again next.
-   */
-  #perTenant(
-    queue: DrainQueue,
-    read: DeliveryRead,
-    at: PlanAt & HeadOptions,
-    out: TableOutcome,
-  ): Array<{ plan: Plan }> {
-    const laneState = this.parts.lanes;
-    const planned: Array<{ plan: Plan }> = [];
-    for (const [tenant, rows] of byTenant(read.rows)) {
-      const first = rows[0]!.seq;
-      const gate = tenant === null ? null : (at.tenantGate?.(tenant) ?? null);
-      if (gate === "later") {
-        out.more = true;
-        planned.push({ plan: waiting(first, true) });
-        continue;
-      }
-      if (gate !== null) {
-        laneState.heldTenant(tenant!, gate);
-        out.wakeAt = minWake(out.wakeAt, gate);
-        planned.push({ plan: waiting(first, false) });
-        continue;
-      }
-      if (tenant !== null && !laneState.settled(tenant)) {
-        out.settle = [...(out.settle ?? []), tenant];
-        planned.push({ plan: waiting(first, true) }); // read again from here once settled
-        continue;
-      }
-      planned.push(this.#plan(queue, { rows, spans: read.spans, truncated: read.truncated }, at, out, tenant, true));
-    }
-    return planned;
   }
 
   /** What the planner decided for the heads: cuts passed, head groups dead-lettered, heads charged. */

@@ -78,6 +78,8 @@ export class TableProgress {
    * Null: confirmed by its bound.
    */
   #appliedParts: AppliedSlice[] | null = null;
+  /** A tenant template's: a slice was applied since the last scan of the applied prefix (see confirmNext). */
+  #prefixDue = false;
 
   constructor(private readonly parts: ProgressParts) {}
 
@@ -185,35 +187,16 @@ export class TableProgress {
     const queue = this.parts.queue();
     let confirmed = adopted ? this.confirm(adopted) : 0;
     lanes.settle(throughs, tenant);
-    const sent = queue.sentMark();
-    let bound = 0;
-    let restored = false;
-    for (let after: number | null = null; ; ) {
-      const read = queue.readForDelivery(CONFIRM_SCAN_ROWS, this.parts.batchMaxBytes, () => true, after);
-      let stopped = false;
-      for (const row of read.rows) {
-        if (!lanes.isApplied(row)) {
-          stopped = true;
-          break;
-        }
-        if (row.seq > sent) {
-          restored = true;
-          stopped = true;
-          break;
-        }
-        bound = row.seq;
-      }
-      if (stopped || !read.truncated || read.rows.length === 0) break;
-      after = read.rows[read.rows.length - 1]!.seq;
-    }
-    confirmed += this.confirm(bound);
     let highest = adopted;
     for (const through of throughs.values()) highest = Math.max(highest, through);
-    if (restored && lanes.tenanted)
-      // Moving the queue would move other tenants' applied rows past their ledgers: stop, loudly.
-      throw new Error(
-        `the ledger of tenant "${tenant}" says this queue applied rows up to seq ${highest} that were never sent (a queue file restored from an older copy?): deliver or skip that tenant's rows by hand`,
-      );
+    if (lanes.tenanted) {
+      this.#checkTenantSent(tenant, highest);
+      this.#prefixDue = true; // confirmed with the other tenants' rows, from the head on (confirmNext)
+      if (highest > 0) queue.seedSequence(highest);
+      return confirmed;
+    }
+    const { seq: bound, restored } = this.#appliedPrefix(Number.POSITIVE_INFINITY);
+    confirmed += this.confirm(bound);
     if (restored) this.#moveAbove(highest, `this queue's lanes applied rows up to seq ${highest}`);
     if (highest > 0) queue.seedSequence(highest);
     if (!lanes.tenanted) this.#through = throughs.get(table) ?? 0;
@@ -221,6 +204,52 @@ export class TableProgress {
     // The cuts stay: a row that failed behind its lane's head still waits until it heads the lane
     // (a batch behind the failed one settles the table; forgetting them would send it behind again).
     return confirmed;
+  }
+
+  /**
+   * A tenant template's: whether the ledger of `tenant` says rows of it were applied that this
+   * queue never sent (above the sent mark, up to `highest`: a file restored from an older copy).
+   * Moving the queue would move other tenants' applied rows past their ledgers: it stops, loudly.
+   */
+  #checkTenantSent(tenant: string | null, highest: number): void {
+    const queue = this.parts.queue();
+    const sent = queue.sentMark();
+    if (highest <= sent) return;
+    const read = queue.readTenantForDelivery(tenant, 1, this.parts.batchMaxBytes, () => true, sent);
+    const row = read.rows[0];
+    if (row === undefined || !this.parts.lanes.isApplied(row)) return;
+    throw new Error(
+      `the ledger of tenant "${tenant}" says this queue applied rows up to seq ${highest} that were never sent (a queue file restored from an older copy?): deliver or skip that tenant's rows by hand`,
+    );
+  }
+
+  /**
+   * With lanes: the last row of the queue's prefix the ledger says was applied (every pending row
+   * from the head through it, whose lane's through is at or above it), scanned a page at a time,
+   * at most `maxRows` rows; `more`: it stopped at that limit, not at a row still pending.
+   * `restored`: it stopped at a row the ledger says was applied but that was never sent (a file
+   * restored from an older copy) — never confirmed.
+   */
+  #appliedPrefix(maxRows: number): { seq: number; more: boolean; restored: boolean } {
+    const { lanes } = this.parts;
+    const queue = this.parts.queue();
+    const sent = queue.sentMark();
+    let seq = 0;
+    let rows = 0;
+    // Pages grow from a few rows: the scan mostly stops at once, at a row still pending.
+    for (let after: number | null = null, size = 16; ; size = Math.min(size * 4, CONFIRM_SCAN_ROWS)) {
+      const page = Math.min(size, maxRows - rows);
+      const read = queue.readForDelivery(page, this.parts.batchMaxBytes, () => true, after);
+      for (const row of read.rows) {
+        if (!lanes.isApplied(row)) return { seq, more: false, restored: false };
+        if (row.seq > sent) return { seq, more: false, restored: true };
+        seq = row.seq;
+        rows += 1;
+      }
+      if (!read.truncated || read.rows.length === 0) return { seq, more: false, restored: false };
+      if (rows >= maxRows) return { seq, more: true, restored: false };
+      after = read.rows[read.rows.length - 1]!.seq;
+    }
   }
 
   /** Moves the pending rows above `through`, in order, saying so: the ledger says `what`, but they were never sent. */
@@ -249,24 +278,28 @@ export class TableProgress {
    * With lanes, a fenced slice of `rows` applied whole: each ledger row it moved is at its last row
    * now, the next read starts where the plan said (`after`), and the local confirmation may go up
    * to the first row still pending (every row before it is applied: in this slice, or earlier and
-   * passed over).
+   * passed over). A tenant template's table confirms the prefix of rows applied, whoever's: the
+   * first tenant's row still pending is where it stops (see confirmNext).
    */
   appliedLanes(rows: readonly OutboxRow[], after: LanesAfter): void {
     const last = rows[rows.length - 1]!.seq;
     const { lanes } = this.parts;
     const through = lanes.applied(rows, after.slots, this.#through);
-    if (!lanes.tenanted) this.#through = through;
-    // A plan's slices to several tenants' databases: it moves on once every one of them is applied.
-    if (after.parts !== undefined && (--after.parts.left > 0 || after.parts.failed)) return;
+    if (lanes.tenanted) {
+      lanes.moveOn(after, rows[0]!.tenant);
+      this.#prefixDue = true;
+      return;
+    }
+    this.#through = through;
     this.movedOn(after);
     // Nothing held, nothing passed over: the slice is the queue's prefix, confirmed as read.
     if (after.whole && this.#applied === last) this.#appliedParts = partsOf(rows, this.parts.queue().confirmChunkRows);
   }
 
-  /** With lanes: a plan's slice had nothing left to send (every group in it waits): it moves on as if applied. */
-  nothingSent(after: LanesAfter): void {
-    if (after.parts !== undefined && (--after.parts.left > 0 || after.parts.failed)) return;
-    this.movedOn(after);
+  /** With lanes: a plan's slice (of `tenant`'s rows) had nothing left to send (every group in it waits): it moves on as if applied. */
+  nothingSent(after: LanesAfter, tenant: string | null): void {
+    if (this.parts.lanes.tenanted) this.parts.lanes.moveOn(after, tenant);
+    else this.movedOn(after);
   }
 
   /**
@@ -312,7 +345,7 @@ export class TableProgress {
 
   /** Rows a target applied wait for their local confirmation. */
   get hasApplied(): boolean {
-    return this.#applied !== null;
+    return this.#applied !== null || this.#prefixDue;
   }
 
   /**
@@ -322,6 +355,15 @@ export class TableProgress {
    * settlement, confirms them (without counting them again).
    */
   confirmNext(): boolean {
+    if (this.#prefixDue) {
+      // A tenant template's: the rows applied from the head on, whoever's, up to a page a step.
+      this.#prefixDue = false;
+      const bound = this.#appliedPrefix(this.parts.queue().confirmChunkRows);
+      const confirmed = this.confirm(bound.seq);
+      this.parts.lanes.prune(bound.seq);
+      this.#prefixDue = bound.more && confirmed > 0;
+      return this.#prefixDue;
+    }
     const bound = this.#applied;
     if (bound === null) return false;
     const chunk = this.parts.queue().confirmChunkRows;

@@ -57,7 +57,7 @@ export class ReadAhead {
     this.#ahead = null;
     if (ahead === null || ahead.after !== this.parts.progress.applied || ahead.bytes > maxBytes) return null;
     const { lanes, progress } = this.parts;
-    if (lanes.count > 1 && !(lanes.cursor === ahead.after && progress.lanesFree)) return null;
+    if (lanes.count > 1 && !(lanes.cursor() === ahead.after && progress.lanesFree)) return null;
     const { after: _, ...slice } = ahead;
     return slice;
   }
@@ -99,7 +99,7 @@ export class ReadAhead {
       this.#ahead = {
         after,
         ...plan.slice,
-        lanes: { cursor: last, frontier: null, lastRead: last, whole: true, epoch: this.parts.lanes.epoch },
+        lanes: { cursor: last, frontier: null, lastRead: last, whole: true, epoch: this.parts.lanes.epoch() },
       };
     } catch {
       this.#ahead = null;

@@ -5,7 +5,7 @@ import type { OutboxRow } from "../../outbox/outbox.ts";
 import type { Statement } from "../../writers/writer.ts";
 import type { Scheduler } from "../../scheduler.ts";
 import type { DeliveryObserver } from "../observer.ts";
-import type { PlannedSlice, TenantGate } from "./planning.ts";
+import type { PlannedSlice } from "./planning.ts";
 import type { LedgerMove } from "./progress.ts";
 
 export type { LedgerMove } from "./progress.ts";
@@ -47,8 +47,8 @@ export interface PlanContextOf<T> {
   prepare(table: T, row: OutboxRow): Statement;
   /** Deliver whatever is pending, threshold and wait or not (a group that spans tables waits at this table's head); a backoff still holds it. */
   force?: boolean;
-  /** A tenant template's: whether `tenant`'s rows may go now (see TenantGate). */
-  tenantGate?: TenantGate;
+  /** A tenant template's: the tenants whose rows this plan reads (null: the rows without one), each planned on its own. */
+  tenants?: ReadonlyArray<string | null>;
 }
 
 /** What the runner lends a table to open its slice: the fence, or null without a ledger. */

@@ -265,6 +265,26 @@ export class DrainTable {
     return this.#settled(this.#progress.settleLanes(throughs, 0, tenant));
   }
 
+  /** A tenant template's: whether `tenant`'s ledger rows were read (its rows may be planned). */
+  settledFor(tenant: string): boolean {
+    return this.#lanes.settled(tenant);
+  }
+
+  /**
+   * A tenant template's: up to `limit` tenants with rows here, by name, after `after` (null: from
+   * the first), and whether rows without a tenant are left; none while the queue is not open.
+   */
+  tenantsWithRows(after: string | null, limit: number): { tenants: string[]; withoutTenant: boolean } {
+    const queue = this.#file.queue;
+    if (queue === null || this.held(this.parts.now())) return { tenants: [], withoutTenant: false };
+    try {
+      return queue.tenantsWithRows(after, limit);
+    } catch (error) {
+      this.#holds.local(error, this.parts.now(), "listing the tenants with rows");
+      return { tenants: [], withoutTenant: false };
+    }
+  }
+
   #settled(confirmed: number): number {
     this.#tally({ delivered: confirmed });
     this.#ahead.forget();
@@ -273,7 +293,8 @@ export class DrainTable {
 
   /**
    * Plans this table's part of the batch (see HeadPlanning.fromHead) — or takes the rows read ahead
-   * for exactly this, when the slice before them was applied whole. The runner then opens it.
+   * for exactly this, when the slice before them was applied whole; a tenant template's, a slice
+   * per tenant of `ctx.tenants` whose rows go (HeadPlanning.fromTenant). The runner then opens them.
    */
   plan(ctx: PlanContext): { drafts: SliceDraft[]; outcome: TableOutcome } {
     const out = noOutcome();
@@ -284,8 +305,14 @@ export class DrainTable {
     if (!this.held(now) && !this.unsettled) {
       try {
         const prepare = (row: OutboxRow) => ctx.prepare(this, row);
-        const at = { now, maxBytes: ctx.maxBytes, force: ctx.force, tenantGate: ctx.tenantGate, prepare };
-        const slices = ahead !== null ? [ahead] : this.#planning.fromHead(this.#file.queue!, at, out);
+        const at = { now, maxBytes: ctx.maxBytes, force: ctx.force, prepare };
+        const queue = this.#file.queue!;
+        const slices =
+          ahead !== null
+            ? [ahead]
+            : this.#lanes.tenanted
+              ? (ctx.tenants ?? []).flatMap((tenant) => this.#planning.fromTenant(queue, tenant, at, out))
+              : this.#planning.fromHead(queue, at, out);
         drafts = slices.map((slice) => ({ table: this, ...slice }));
         out.more ||= drafts.some((d) => d.more);
         this.#holds.release("local");
@@ -314,13 +341,14 @@ export class DrainTable {
    * when a hold ends or a commit comes.
    */
   holdBack(draft: SliceDraft, groups: readonly WaitingGroup[]): "send" | "read on" | "wait" {
+    const tenant = draft.rows[0]!.tenant;
     if (draft.lanes !== undefined) this.#lanes.holdBack(draft.rows, draft.lanes, groups);
     withoutGroups(draft, groups);
     if (draft.rows.length > 0) return "send";
     if (draft.lanes === undefined) return "wait";
-    const before = this.#lanes.cursor ?? 0;
-    this.#progress.nothingSent(draft.lanes);
-    return draft.more && (this.#lanes.cursor ?? 0) > before ? "read on" : "wait";
+    const before = this.#lanes.cursor(tenant) ?? 0;
+    this.#progress.nothingSent(draft.lanes, tenant);
+    return draft.more && (this.#lanes.cursor(tenant) ?? 0) > before ? "read on" : "wait";
   }
 
   /** A tenant template's: `tenant`'s database was closed; what this table knows of its lanes is read again when next needed. */
@@ -328,11 +356,9 @@ export class DrainTable {
     this.#lanes.forget(tenant);
   }
 
-  /** A draft the runner did not send (its tenant's database is held, or had no room): its rows are read again. */
+  /** A draft the runner did not send (its tenant's database could not be opened): its rows are read again. */
   unsent(draft: SliceDraft): void {
-    if (draft.lanes === undefined) return;
-    if (draft.lanes.parts !== undefined) draft.lanes.parts.failed = true;
-    this.#lanes.restart();
+    if (draft.lanes !== undefined) this.#lanes.restart(draft.rows[0]!.tenant);
   }
 
   /** Opens a draft as a slice: its fence first (moving each ledger row its rows move), its head charged, the sent mark raised. */
@@ -531,14 +557,9 @@ export class DrainTable {
     this.#charges.refund(this.#file.queue!, slice.rows[0]!.seq);
   }
 
-  /**
-   * A slice that was not applied whole: with lanes (and tenants) the next read starts at the head
-   * again, and a plan that made a slice per tenant does not move on (see LanesAfter.parts).
-   */
+  /** A slice that was not applied whole: with lanes the next read (of its tenant's rows) starts at the head again. */
   #notApplied(slice: TableSlice): void {
-    if (slice.lanes === undefined) return;
-    if (slice.lanes.parts !== undefined) slice.lanes.parts.failed = true;
-    this.#lanes.restart();
+    if (slice.lanes !== undefined) this.#lanes.restart(slice.rows[0]!.tenant);
   }
 
   /** Prunes the delivered log and replayed dead letters in the background (see BackgroundPrune); a prune still running is not started twice. */

@@ -44,6 +44,8 @@ export class TenantDelivery {
   readonly #planner: BatchPlanner;
   /** The tables by name (linking ignores tables another target serves). */
   readonly #served: ReadonlySet<string>;
+  /** The last tenant a cycle served (the next cycle goes on after it), null: from the first. */
+  #turn: string | null = null;
   #lastSuccessAt: number | null = null;
   #lastRoundTripMs: number | null = null;
   #inFlight = 0;
@@ -108,65 +110,110 @@ export class TenantDelivery {
     return this.#remotes.closeAll();
   }
 
-  /** One cycle: plan every table (of `only`), read the ledgers of tenants met for the first time, send each tenant's batch. */
-  async deliver(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
-    const { drafts, settle, admitted } = this.#plan(now, out, only);
-    this.#remotes.pin(admitted);
-    if (settle.size > 0) {
-      out.more = out.readOn = true; // their rows go in the next cycle, at once: not a spin
-      await this.#settle([...settle], now);
-    }
-    const byTenant = Map.groupBy(drafts, (d) => d.rows[0]!.tenant!);
-    const sends: Array<Promise<void>> = [];
-    for (const [tenant, tenantDrafts] of byTenant) {
-      const remote = sends.length < this.#remotes.maxOpen ? await this.#remotes.use(tenant, now) : null;
-      if (remote === null) {
-        // Held, or no room this cycle: its rows are read again (next cycle, or when its hold ends).
-        for (const draft of tenantDrafts) draft.table.unsent(draft);
-        out.more ||= this.#remotes.heldUntil(tenant, now) === null;
-        out.wakeAt = minWake(out.wakeAt, this.#remotes.heldUntil(tenant, now));
-        continue;
+  /**
+   * One cycle: the next tenants with rows (see #choose), their ledgers read where this drain has
+   * not yet, every table's slice per tenant, and each tenant's batch sent, side by side.
+   */
+  async deliver(now: number, out: TargetCycle, _only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
+    const tenants = this.#choose(now, out);
+    if (tenants.length === 0) return out;
+    this.#remotes.pin(new Set(tenants.filter((t) => t !== null)));
+    try {
+      const unsettled = tenants.filter((t): t is string => t !== null && !this.#settledEverywhere(t));
+      if (unsettled.length > 0) await this.#settle(unsettled, now);
+      const ready = tenants.filter((t) => t === null || this.#settledEverywhere(t));
+      const drafts = this.#plan(now, out, ready);
+      const sends: Array<Promise<void>> = [];
+      for (const [tenant, tenantDrafts] of Map.groupBy(drafts, (d) => d.rows[0]!.tenant)) {
+        // Rows without a tenant are refused at planning (prepare): none has a statement to send.
+        const remote = tenant === null ? null : await this.#remotes.use(tenant, now);
+        if (remote === null) {
+          // Its database could not be opened (it is held now): its rows are read again when the hold ends.
+          for (const draft of tenantDrafts) draft.table.unsent(draft);
+          if (tenant !== null) out.wakeAt = minWake(out.wakeAt, this.#remotes.heldUntil(tenant, now));
+          continue;
+        }
+        const batch = this.#open(remote, tenantDrafts, now, out);
+        if (batch !== null) sends.push(this.#send(remote, batch, out));
       }
-      const batch = this.#open(remote, tenantDrafts, now, out);
-      if (batch !== null) sends.push(this.#send(remote, batch, out));
+      await Promise.all(sends);
+    } finally {
+      await this.#remotes.trim();
     }
-    await Promise.all(sends);
-    await this.#remotes.trim();
     return out;
   }
 
-  /** Every table's plan (the tables a transaction across them waits on too, ready or not). */
-  #plan(now: number, out: TargetCycle, only: ReadonlySet<DrainTable> | null) {
+  /**
+   * The tenants this cycle serves: those with rows in any table, by name, from where the last cycle
+   * stopped (round robin: a tenant with a large backlog gets a slice of each table a turn, as every
+   * other does), at most `max_open_tenants`, past the held ones (each read again when its hold ends);
+   * null among them when a table has rows without a tenant (each a fault of its own).
+   */
+  #choose(now: number, out: TargetCycle): Array<string | null> {
+    const { tables } = this.#parts;
+    const room = this.#remotes.maxOpen;
+    const chosen: Array<string | null> = [];
+    let withoutTenant = false;
+    /** Takes tenants with rows after `from` (and up to `until`), past the held ones, until `room` are taken; true when more are left. */
+    const take = (from: string | null, until: string | null): boolean => {
+      for (let after = from; ; ) {
+        const names = new Set<string>();
+        for (const table of tables) {
+          const found = table.tenantsWithRows(after, room + 1);
+          withoutTenant ||= found.withoutTenant;
+          for (const t of found.tenants) if (until === null || t <= until) names.add(t);
+        }
+        if (names.size === 0) return false;
+        for (const tenant of [...names].sort()) {
+          after = tenant;
+          const held = this.#remotes.heldUntil(tenant, now);
+          if (held !== null) out.wakeAt = minWake(out.wakeAt, held);
+          else if (chosen.length < room) chosen.push(tenant);
+          else return true;
+        }
+      }
+    };
+    // After the last one served, then from the first up to it: every tenant with rows gets its turn.
+    const more = take(this.#turn, null) || (this.#turn !== null && take(null, this.#turn));
+    this.#turn = more ? (chosen.at(-1) ?? null) : null;
+    if (more) out.more = true; // the next tenants go in the next cycle, at once
+    if (withoutTenant) chosen.push(null);
+    return chosen;
+  }
+
+  /** Whether every open table has read `tenant`'s ledger rows. */
+  #settledEverywhere(tenant: string): boolean {
+    return this.#parts.tables.every((table) => !table.isOpen || table.settledFor(tenant));
+  }
+
+  /** Every table's slices of `tenants` (the tables a transaction across them waits on too, ready or not), within one batch's bytes. */
+  #plan(now: number, out: TargetCycle, tenants: ReadonlyArray<string | null>): SliceDraft[] {
     const { tables, app } = this.#parts;
     const drafts: SliceDraft[] = [];
-    const settle = new Set<string>();
     const looked = new Set<string>();
-    const admitted = new Set<string>();
-    const tenantGate = (tenant: string) => {
-      const until = this.#remotes.heldUntil(tenant, now);
-      if (until !== null) return until;
-      if (admitted.has(tenant)) return null;
-      if (admitted.size >= this.#remotes.maxOpen) return "later";
-      admitted.add(tenant);
-      return null;
-    };
+    // The cycle's batches share one target batch's byte budget: its memory is bounded as one target's.
+    let budget = app.batchMaxBytes;
+    const prepare = (t: DrainTable, row: Parameters<BatchPlanner["prepare"]>[1]) => this.#planner.prepare(t, row);
     const plan = (table: DrainTable, force: boolean) => {
       looked.add(table.name);
-      const prepare = (t: DrainTable, row: Parameters<BatchPlanner["prepare"]>[1]) => this.#planner.prepare(t, row);
-      const { drafts: made, outcome } = table.plan({ now, maxBytes: app.batchMaxBytes, prepare, force, tenantGate });
+      if (budget <= 0) {
+        out.more = true;
+        return;
+      }
+      const { drafts: made, outcome } = table.plan({ now, maxBytes: budget, prepare, force, tenants });
       out.deadLettered += outcome.deadLettered;
       out.failed += outcome.failed;
       out.more ||= outcome.more;
       if (outcome.readOn) out.readOn = true;
       out.wakeAt = minWake(out.wakeAt, outcome.wakeAt);
-      for (const tenant of outcome.settle ?? []) settle.add(tenant);
       this.#planner.forgetReadAhead(outcome.touched);
+      for (const draft of made) budget -= draft.bytes;
       drafts.push(...made);
     };
-    for (const table of tables) if (only === null || only.has(table)) plan(table, false);
+    for (const table of tables) plan(table, false);
     for (let next = awaitedBy(tables, drafts, looked); next.length > 0; next = awaitedBy(tables, drafts, looked))
       for (const table of next) plan(table, true);
-    return { drafts, settle, admitted };
+    return drafts;
   }
 
   /** Reads the ledger rows of `tenants` (each in its own database, side by side) and applies them to every table. */
