@@ -7,6 +7,7 @@ export {
   ConfigError,
   ConfigIssuesError,
   CrossTableTransactionError,
+  CrossTenantTransactionError,
   ForeignTransactionError,
   InvalidArgumentError,
   InvalidStatementError,
@@ -24,6 +25,7 @@ export {
 } from "./errors.ts";
 export type { BindValue, Dialect, Durability } from "./vocabulary.ts";
 export type { Logger } from "./logger.ts";
+export { tenantNameProblem } from "./tenant.ts";
 
 // Producing events and reading queue files.
 export {
@@ -55,7 +57,8 @@ export { schemaSql, dropSchemaSql } from "./sql/schema.ts";
 export { ledgerDdl } from "./sql/ledger.ts";
 
 // Writers.
-export type { Statement, WriteResult, OutboxWriter, WriteOptions } from "./writers/writer.ts";
+export type { Statement, WriteResult, OutboxWriter, WriteOptions, TenantWriters } from "./writers/writer.ts";
+export { isTenantWriters } from "./writers/writer.ts";
 export { createWriter, builtinWriters, type BuiltinWriterName } from "./writers/registry.ts";
 export type { WriterSpec, ConnectionKey } from "./writers/writer-spec.ts";
 
@@ -75,7 +78,15 @@ export { runService, type RunServiceOptions } from "./drain/run.ts";
 export { rowBackoffMs, outageBackoffMs } from "./drain/schedule.ts";
 export type { TargetCycle, BatchEvent } from "./drain/delivery.ts";
 export type { LockHoldEvent } from "./drain/queue-pool.ts";
-export type { HoldReason, LedgerRow, TargetState, TargetView, TableView } from "./drain/views.ts";
+export type {
+  HoldReason,
+  LedgerRow,
+  TargetState,
+  TargetView,
+  TableView,
+  TenantHoldView,
+  TenantsView,
+} from "./drain/views.ts";
 export { readDrainState, type DrainState } from "./drain/state-file.ts";
 export { createDrainMetrics, type DrainMetrics } from "./ops/metrics.ts";
 export { serveOps, type OpsServer } from "./ops/http.ts";

@@ -111,6 +111,11 @@ export function startHranaServer(options: {
   token?: string;
   streamExpiryMs?: number;
   foreignKeys?: boolean;
+  /**
+   * A database per host, as Turso's `libsql://{db}-{org}.turso.io`: a stream opened through
+   * `http://<name>.localhost:<port>` works on `fileOf(name)` (the name the first label of the host).
+   */
+  fileOf?: (name: string) => string;
 }): HranaServer {
   const expiryMs = options.streamExpiryMs ?? 10_000;
   const expired = new Set<string>();
@@ -139,11 +144,17 @@ export function startHranaServer(options: {
       return json({ error: "Unauthorized: `The JWT is invalid`" }, 401);
     }
     if (req.method === "POST" && (path === "/v2/pipeline" || path === "/v3/pipeline"))
-      return pipeline((await req.json()) as PipelineBody);
+      return pipeline((await req.json()) as PipelineBody, fileFor(req));
     return text("not found", 404);
   }
 
-  function pipeline(body: PipelineBody): Response {
+  /** The file a new stream of `req` opens (see options.fileOf). */
+  function fileFor(req: Request): string {
+    const host = new URL(req.url).hostname;
+    return options.fileOf !== undefined && host.endsWith(".localhost") ? options.fileOf(host.split(".")[0]!) : file;
+  }
+
+  function pipeline(body: PipelineBody, streamFile: string): Response {
     let stream: Stream | undefined;
     if (body.baton != null) {
       if (expired.has(body.baton))
@@ -153,7 +164,7 @@ export function startHranaServer(options: {
       streams.delete(body.baton); // a baton is good for one request
       clearTimeout(stream.expiry);
     }
-    stream ??= openStream(counters);
+    stream ??= openStream(counters, streamFile);
     let open = true;
     const results: unknown[] = [];
     try {
@@ -185,8 +196,8 @@ export function startHranaServer(options: {
     return json({ baton, base_url: null, results });
   }
 
-  function openStream(counters: Counters): Stream {
-    const db = new Database(file, { safeIntegers: true });
+  function openStream(counters: Counters, streamFile: string): Stream {
+    const db = new Database(streamFile, { safeIntegers: true });
     // bun:sqlite blocks the event loop while it waits: keep a lock wait short.
     db.run("PRAGMA busy_timeout = 1000");
     if (options.foreignKeys) db.run("PRAGMA foreign_keys = ON");
