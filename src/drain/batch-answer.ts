@@ -158,3 +158,13 @@ function checkUnits(batch: SentBatch, results: WriteResult[], parts: AnswerParts
     for (const slice of unit) slice.table.hold({ reason: "writer contract", message }, parts.now());
   }
 }
+
+/**
+ * "Cycle again at once" only after progress: a writer that keeps answering `skipped` for a head
+ * (or any other no-op outcome) must not turn the loop into a hot spin against the remote. A read
+ * that moved on past held lanes is progress too (it never moves back without a new cause).
+ */
+export function noSpin(out: TargetCycle): TargetCycle {
+  if (out.more && out.delivered + out.failed + out.deadLettered === 0 && !out.readOn) out.more = false;
+  return out;
+}

@@ -8,6 +8,7 @@ import { isTenantWriters, type OutboxWriter, type TenantWriters } from "../write
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter } from "./bounded-writer.ts";
 import { type AnsweredBatch, Delivery, type BatchEvent, type DeliveryHooks, type TargetCycle } from "./delivery.ts";
+import { noSpin } from "./batch-answer.ts";
 import { TenantDelivery } from "./tenants/delivery.ts";
 import { DescriptorRoom, QUEUE_FILE_DESCRIPTORS } from "./descriptors.ts";
 import type { FileCare } from "./file-care.ts";
@@ -53,16 +54,6 @@ export interface TargetRunnerOptions {
   care: FileCare;
   /** Told what each batch carried and what became of it (tracing); absent: nobody listens. */
   observer?: DeliveryObserver | null;
-}
-
-/**
- * "Cycle again at once" only after progress: a writer that keeps answering `skipped` for a head
- * (or any other no-op outcome) must not turn the loop into a hot spin against the remote. A read
- * that moved on past held lanes is progress too (it never moves back without a new cause).
- */
-function noSpin(out: TargetCycle): TargetCycle {
-  if (out.more && out.delivered + out.failed + out.deadLettered === 0 && !out.readOn) out.more = false;
-  return out;
 }
 
 /**

@@ -5,8 +5,8 @@ import type { QueueDb } from "../../outbox/queue-db.ts";
 import type { WriteResult } from "../../writers/writer.ts";
 import { minWake } from "../schedule.ts";
 import type { HoldReason, TableView } from "../views.ts";
-import { classifyAnswer, type Failure } from "./answer.ts";
-import { failureText, type HeadCharges } from "./charges.ts";
+import { type AnsweredParts, applyTableAnswer } from "./answered.ts";
+import type { HeadCharges } from "./charges.ts";
 import type { HoldCause, TableHolds } from "./holds.ts";
 import type { TableLanes } from "./lanes.ts";
 import type { Lane } from "./planner.ts";
@@ -49,7 +49,7 @@ const NO_GROUP_ATTEMPTS: GroupAttempts = new Map();
  * the ledger's through as last seen, the applied rows waiting for their confirmation, the cuts),
  * its lanes (lanes.ts), what its plans from the head held back (planning.ts) and what it read
  * ahead of a slice in flight (read-ahead.ts). The runner asks it to settle from the ledger, plan
- * its slice (planner.ts decides), open it, and apply the answer (answer.ts decides).
+ * its slice (planner.ts decides), open it, and apply the answer (answered.ts; answer.ts decides).
  */
 export class DrainTable {
   readonly name: string;
@@ -63,6 +63,7 @@ export class DrainTable {
   readonly #ahead: ReadAhead;
   readonly #charges: HeadCharges;
   readonly #prune: BackgroundPrune;
+  readonly #answerParts: AnsweredParts;
   /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
   #applyingFenced = false;
   /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
@@ -84,6 +85,16 @@ export class DrainTable {
       charges: this.#charges,
       prune: this.#prune,
     } = tableWing(config, this.file, parts, () => parts.opener(this)));
+    this.#answerParts = {
+      queue: () => this.#file.queue!,
+      progress: this.#progress,
+      lanes: this.#lanes,
+      charges: this.#charges,
+      holds: this.#holds,
+      now: parts.now,
+      unsettle: (tenant) => this.unsettle(tenant),
+      ...(parts.tenantFault ? { tenantFault: parts.tenantFault } : {}),
+    };
   }
 
   /** A cause found outside the table's own work (see TableHolds.hold). */
@@ -397,11 +408,7 @@ export class DrainTable {
     return { now: ctx.now, maxBytes: ctx.maxBytes, prepare: (row: OutboxRow) => ctx.prepare(this, row) };
   }
 
-  /**
-   * Applies the target's answer for this table's slice, as answer.ts reads it: applied → progress
-   * moves; a failed head → charged; a failed row behind the head → the next slice stops before it;
-   * a remote schema fault → held, nothing charged; a fence that failed → settle from the ledger.
-   */
+  /** Applies the target's answer for this table's slice (see applyTableAnswer); a local failure holds the table. */
   applyAnswer(
     slice: TableSlice,
     results: WriteResult[],
@@ -410,7 +417,7 @@ export class DrainTable {
   ): TableOutcome & { ledgerMissing: boolean } {
     const out = { ...noOutcome(), ledgerMissing: false };
     try {
-      this.#answered(slice, results, now, groupAttempts, out);
+      applyTableAnswer(this.#answerParts, slice, results, now, groupAttempts, out);
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
       this.unsettle(slice.rows[0]!.tenant);
@@ -418,111 +425,6 @@ export class DrainTable {
     }
     this.#tally(out);
     return out;
-  }
-
-  #answered(
-    slice: TableSlice,
-    results: WriteResult[],
-    now: number,
-    groupAttempts: GroupAttempts,
-    out: TableOutcome & { ledgerMissing: boolean },
-  ): void {
-    const queue = this.#file.queue!;
-    const { rows } = slice;
-    const head = rows[0]!;
-    const progress = this.#progress;
-    if (slice.behind !== undefined && !progress.asExpected(slice.behind)) {
-      // The slice ahead of it did not leave the ledger where its fence expects (it failed, was
-      // lost, or could not be confirmed): it committed only if the ledger says so.
-      this.#notApplied(slice);
-      queue.refundAttempt(head.seq);
-      this.unsettle(head.tenant);
-      out.more = true;
-      return;
-    }
-    const answer = classifyAnswer(rows, slice.fenced, results, this.lanes === 1 ? undefined : this.#lanes.leads(rows));
-    // With lanes, a read after anything but a slice applied whole starts at the head again.
-    if (answer.kind !== "applied") this.#notApplied(slice);
-    if ("okAfterFailure" in answer && answer.okAfterFailure !== null)
-      this.#charges.okAfterFailure(rows[answer.okAfterFailure]!);
-    switch (answer.kind) {
-      case "applied":
-        if (slice.fenced && slice.lanes !== undefined) progress.appliedLanes(rows, slice.lanes);
-        else if (slice.fenced) progress.appliedWhole(rows);
-        else progress.confirm(rows[rows.length - 1]!.seq);
-        this.#holds.release("remote schema");
-        out.delivered = rows.length;
-        return;
-      case "ledger-unusable":
-        queue.refundAttempt(head.seq);
-        this.unsettle(head.tenant);
-        out.ledgerMissing = out.more = true;
-        this.#schema(head, `the ledger is not usable: ${answer.fence.error}`, now);
-        return;
-      case "fence-moved":
-        queue.refundAttempt(head.seq);
-        progress.fenceMoved(slice.behind !== undefined, answer.fence);
-        this.unsettle(head.tenant);
-        out.more = true;
-        return;
-      case "contract-broken": {
-        // Its fence may have committed for rows that were not applied: stop, loudly, rather than guess.
-        this.unsettle(head.tenant);
-        this.#holds.partlyApplied(answer.applied === 0 ? null : [head.seq, rows[answer.applied - 1]!.seq], now);
-        return;
-      }
-      case "prefix-applied": {
-        // Without a ledger a writer may commit statement by statement: part of a group, perhaps.
-        progress.confirm(rows[answer.applied - 1]!.seq);
-        out.delivered = answer.applied;
-        if (answer.failedAt === null) return; // the rest was skipped: sent again next cycle
-        const failed = rows[answer.failedAt]!;
-        queue.recordAttempt(failed.seq, new Date(now)); // the failed row is the head now
-        this.#failed(slice, failed, failed, answer.failure!, out, groupAttempts);
-        return;
-      }
-      case "failed-behind-head":
-        // Not the head's fault: the groups before the failed one go first, then it heads the table.
-        queue.refundAttempt(head.seq);
-        progress.cut(this.#lanes.ofGroup(rows, answer.groupStart), rows[answer.groupStart]!.seq);
-        out.more = true;
-        return;
-      case "not-tried":
-        queue.refundAttempt(head.seq);
-        return;
-      case "head-failed": {
-        // With lanes the failed group may lead its lanes behind another's: that one's up-front charge goes back.
-        const leader = rows[answer.groupStart]!;
-        if (leader !== head) queue.refundAttempt(head.seq);
-        this.#failed(slice, leader, rows[answer.failedAt]!, answer.failure, out, groupAttempts);
-        return;
-      }
-    }
-  }
-
-  /** The remote lacks what `head`'s statement needs (a table, a column, the ledger): the table is held — with a tenant template, the head's tenant. */
-  #schema(head: OutboxRow, message: string, now: number): void {
-    if (head.tenant !== null && this.parts.tenantFault) this.parts.tenantFault(head.tenant, message);
-    else this.#holds.schema(message, now);
-  }
-
-  /** The head group failed at `culprit`: charged (see HeadCharges.groupFailed), or the table held for the remote schema. */
-  #failed(
-    slice: TableSlice,
-    head: OutboxRow,
-    culprit: OutboxRow,
-    failure: Failure,
-    out: TableOutcome,
-    attempts: GroupAttempts,
-  ): void {
-    if (failure.remoteSchema) {
-      this.#file.queue!.refundAttempt(head.seq);
-      this.#schema(head, failureText(failure), this.parts.now());
-      return;
-    }
-    const group = { rows: slice.rows, spans: slice.spans, attempts };
-    addCharged(out, this.#charges.groupFailed(this.#file.queue!, { head, culprit, failure }, group));
-    out.more = true; // re-plan: the next head may be ready
   }
 
   /** Rows a target applied wait for their local confirmation. */
