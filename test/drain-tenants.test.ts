@@ -8,6 +8,7 @@ import { defineConfig } from "../src/config/define.ts";
 import { createWriters } from "../src/config/writers.ts";
 import { OutboxSyncService } from "../src/drain/service.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
+import { verifyFile } from "../src/outbox/inspect.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { FAST, memoryLogger } from "./support/drain-harness.ts";
@@ -125,14 +126,20 @@ describe("a tenant template on SQLite files", () => {
       "the other tenants",
     );
     for (let i = 0; i < 3; i++) await s.svc.runOnce();
+    // Held, it is not looked at again before its hold ends: the drain does not spin on it.
+    expect((await s.svc.runOnce()).more).toBe(false);
     const view = s.svc.targets()[0]!.view();
     expect(view.tenants!.held).toMatchObject([{ tenant: "broken", reason: "remote schema" }]);
     expect(view.tables[0]!.held).toBeNull(); // the table is not held: its tenant is
     const q = new Outbox(s.dir.file("queue/ev.db"), "ev");
     cleanups.push(() => q.close());
-    // Nothing charged; the other tenants' rows wait applied behind its rows (the confirmation is a prefix).
+    // Nothing charged; the other tenants' rows are marked applied behind its rows (the confirmation
+    // is a prefix): pending are its rows alone — and the queue's last row, never marked (the next
+    // row's position follows it) — and the file verifies clean.
     const pending = q.fetchUnsynced(20);
-    expect(pending.filter((r) => r.tenant === "broken").map((r) => r.attempts)).toEqual([0, 0, 0, 0, 0]);
+    expect(pending.map((r) => `${r.tenant}:${r.attempts}`)).toEqual([...Array<string>(5).fill("broken:0"), "globex:0"]);
+    expect(q.pendingCount()).toBe(6);
+    expect(verifyFile(s.dir.file("queue/ev.db")).ok).toBe(true);
     const db = new Database(s.dir.file("remote/broken.db"));
     db.run(SCHEMA);
     db.close();
@@ -140,6 +147,11 @@ describe("a tenant template on SQLite files", () => {
     await waitFor(async () => (await s.svc.runOnce(), s.svc.totalPending() === 0), "the held tenant", 20_000);
     expect(s.rows("broken").map(([, n]) => n)).toEqual([1, 2, 3, 4, 5]);
     expect(s.rows("acme").map(([, n]) => n)).toEqual([1, 2, 3, 4, 5]);
+    // Every row confirmed, the marked ones with the rest: the queue is empty, the file clean.
+    expect(
+      new Database(s.dir.file("queue/ev.db"), { readonly: true }).query("SELECT count(*) AS n FROM outbox_queue").get(),
+    ).toEqual({ n: 0 });
+    expect(verifyFile(s.dir.file("queue/ev.db")).ok).toBe(true);
   });
 
   test("a poison row in one tenant holds that tenant (its lane) alone; after the fix and a kick it lands once", async () => {

@@ -3,6 +3,7 @@ import { type ConfirmedSlice, DELIVERED, type DeliveredWriter } from "./delivere
 import type { Layout } from "./layout.ts";
 import type { QueueFile } from "./queue-file.ts";
 import { LAYOUTS } from "./schema.ts";
+import { markedKey } from "./layout-lean.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
 /**
@@ -39,6 +40,12 @@ export class Confirmation {
   >;
   readonly #deleteRange: Statement;
   readonly #dropSpans: Statement;
+  /** The rows marked applied (synced = 1) at or below ?2: their first and last seq and count. */
+  readonly #marked: Statement<{ first: number | null; last: number | null; rows: number }, [string, number]>;
+  readonly #deleteMarked: Statement;
+  readonly #prevOf: Statement<{ prev: number | null }, [number]>;
+  readonly #lastMarked: Statement<{ seq: number }, [string]>;
+  readonly #countMarked: Statement<unknown, [string, number]>;
 
   constructor(file: QueueFile) {
     this.#file = file;
@@ -52,6 +59,18 @@ export class Confirmation {
     );
     this.#deleteRange = file.prepare(
       "DELETE FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq >= ?2 AND seq <= ?3",
+    );
+    this.#marked = file.prepare(
+      "SELECT min(seq) AS first, max(seq) AS last, count(*) AS rows FROM outbox_queue WHERE namespace = ?1 AND synced = 1 AND seq <= ?2",
+    );
+    this.#deleteMarked = file.prepare("DELETE FROM outbox_queue WHERE namespace = ?1 AND synced = 1 AND seq <= ?2");
+    this.#prevOf = file.prepare("SELECT prev_seq AS prev FROM outbox_queue WHERE seq = ?");
+    this.#lastMarked = file.prepare(
+      "SELECT seq FROM outbox_queue WHERE namespace = ? AND synced = 1 ORDER BY seq DESC LIMIT 1",
+    );
+    // The count the lean layout's pending count takes them off by (see ORD_PENDING_SQL).
+    this.#countMarked = file.prepare(
+      "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + ?2",
     );
     // A group's rows are the seqs from its first to its last: once none is queued, nothing of it is left to deliver.
     this.#dropSpans = file.prepare(
@@ -73,21 +92,23 @@ export class Confirmation {
       const rows = file.write("cannot confirm", () => {
         this.#layout.adoptForeignRows(file.db); // a foreign row under a delivered seq is not delivered
         const slice = this.#slice.get(file.namespace, bound, chunk)!;
-        if (slice.rows === 0 || slice.first === null || slice.last === null) return 0;
-        this.#log.record(
-          {
-            namespace: file.namespace,
-            first: slice.first,
-            last: slice.last,
-            rows: slice.rows,
-            firstPrev: slice.firstPrev,
-          },
-          isoTimestamp(now),
-          now.getTime(),
-        );
-        this.#deleteRange.run(file.namespace, slice.first, slice.last);
-        this.#dropSpans.run(slice.last);
-        return slice.rows;
+        // Rows a tenant template marked applied go with the pending rows around them: the queue
+        // only ever loses a prefix (the lean layout counts pending rows by their position).
+        const upTo = slice.rows === chunk && slice.last !== null ? slice.last : bound;
+        const marked = this.#marked.get(file.namespace, upTo)!;
+        if (slice.rows + marked.rows === 0) return 0;
+        const first = Math.min(slice.first ?? Number.POSITIVE_INFINITY, marked.first ?? Number.POSITIVE_INFINITY);
+        const last = Math.max(slice.last ?? 0, marked.last ?? 0);
+        const firstPrev = first === slice.first ? slice.firstPrev : (this.#prevOf.get(first)?.prev ?? null);
+        const confirmed = { namespace: file.namespace, first, last, rows: slice.rows + marked.rows, firstPrev };
+        this.#log.record(confirmed, isoTimestamp(now), now.getTime());
+        if (slice.first !== null && slice.last !== null) this.#deleteRange.run(file.namespace, slice.first, slice.last);
+        if (marked.rows > 0) {
+          this.#deleteMarked.run(file.namespace, upTo);
+          this.#countMarked.run(markedKey(file.namespace), -marked.rows);
+        }
+        this.#dropSpans.run(last);
+        return slice.rows + marked.rows;
       });
       confirmed += rows;
       if (rows < chunk || confirmed >= maxRows) return confirmed;
@@ -116,6 +137,33 @@ export class Confirmation {
       if ((error as { cause?: unknown }).cause === NOT_AS_KNOWN) return false; // rolled back
       throw error;
     }
+  }
+
+  /**
+   * Marks the given pending rows applied by a target (synced = 1), in one transaction: a tenant
+   * template delivers them out of the queue's order and they are confirmed with the prefix they
+   * end up in (`through`); marked, they are read no more. The namespace's last row is never
+   * marked, so the next row's position follows it. Returns how many were marked.
+   */
+  markApplied(seqs: readonly number[]): number {
+    const file = this.#file;
+    return file.write("cannot mark rows applied", () => {
+      const tail = file.db
+        .query<{ seq: number | null }, [string]>("SELECT max(seq) AS seq FROM outbox_queue WHERE namespace = ?")
+        .get(file.namespace)!.seq;
+      const mark = file.db.query<unknown, [number, string]>(
+        "UPDATE outbox_queue SET synced = 1 WHERE seq = ? AND namespace = ? AND synced = 0",
+      );
+      let marked = 0;
+      for (const seq of seqs) if (seq !== tail) marked += mark.run(seq, file.namespace).changes;
+      if (marked > 0) this.#countMarked.run(markedKey(file.namespace), marked);
+      return marked;
+    });
+  }
+
+  /** The highest seq marked applied (see markApplied), or 0. */
+  markedThrough(): number {
+    return this.#lastMarked.get(this.#file.namespace)?.seq ?? 0;
   }
 
   /** The given pending rows, any set of them (unknown seqs are passed over), in ONE transaction. */

@@ -112,6 +112,14 @@ export interface DrainQueue {
    */
   confirmThrough(bound: number, maxRows?: number): number;
   /**
+   * A tenant template's: marks rows a target applied out of the queue's order (`synced = 1`, in one
+   * transaction): read no more, and confirmed by confirmThrough with the prefix they end up in. The
+   * namespace's last row is never marked. Returns how many were.
+   */
+  markApplied(seqs: readonly number[]): number;
+  /** The highest seq markApplied marked that is still queued, or 0. */
+  markedThrough(): number;
+  /**
    * Confirms the slice it holds in memory without reading its rows again; false (nothing changed)
    * when the queue no longer holds exactly those rows.
    */
@@ -284,6 +292,17 @@ export class QueueForDrain extends QueueView implements DrainQueue {
   confirmThrough(bound: number, maxRows = Number.POSITIVE_INFINITY): number {
     this.queueFile.ensureOpen();
     return this.#confirmation.through(bound, maxRows);
+  }
+
+  markApplied(seqs: readonly number[]): number {
+    this.queueFile.ensureOpen();
+    return this.#confirmation.markApplied(seqs);
+  }
+
+  markedThrough(): number {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    return file.read("cannot read the rows marked applied", () => this.#confirmation.markedThrough());
   }
 
   get confirmChunkRows(): number {

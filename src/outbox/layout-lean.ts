@@ -50,9 +50,23 @@ const NEXT_SEQ = `max(${SEQ_HIGH_WATER}, ifnull((SELECT max(seq) FROM outbox_que
 /** The next free seq (one column, `seq`): a transaction reads it once and counts on, under the write lock it holds. */
 export const NEXT_SEQ_SQL = `SELECT ${NEXT_SEQ} AS seq`;
 
-/** The namespace's pending count from its head's and tail's ord (`?1` is the namespace; one column, `pending`). */
-export const ORD_PENDING_SQL = `SELECT ifnull((SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND ord IS NOT NULL ORDER BY seq DESC LIMIT 1)
-        - (SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND ord IS NOT NULL ORDER BY seq LIMIT 1) + 1, 0) AS pending`;
+/** The outbox_meta key counting a namespace's rows a tenant template marked applied (see Confirmation.markApplied). */
+export const markedKey = (namespace: string): string => `marked:${namespace}`;
+
+/**
+ * The namespace's pending count from its tail's ord and its first row's (`?1` is the namespace;
+ * one column, `pending`), less the rows a tenant template applied out of order and marked
+ * (synced = 1, counted in outbox_meta: see Confirmation.markApplied). Positions are consecutive
+ * over every queued row, marked or not — the queue only ever loses a prefix — and its last row is
+ * never a marked one. (A row the reference's worker left at synced = 1 is not counted as marked:
+ * the count then runs from the first pending row, as before.)
+ */
+export const ORD_PENDING_SQL = `SELECT ifnull((SELECT tail - CASE WHEN marked > 0 THEN min(head, ifnull(markedHead, head)) ELSE head END + 1 - marked FROM (SELECT
+          (SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND ord IS NOT NULL ORDER BY seq DESC LIMIT 1) AS tail,
+          (SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND ord IS NOT NULL ORDER BY seq LIMIT 1) AS head,
+          (SELECT ord FROM outbox_queue WHERE namespace = ?1 AND synced = 1 AND ord IS NOT NULL ORDER BY seq LIMIT 1) AS markedHead,
+          ifnull((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = 'marked:' || ?1), 0) AS marked)),
+        0) AS pending`;
 
 /*
  * A writer that does not know the lean layout — the reference, opening a file we created —

@@ -101,6 +101,14 @@ export class FakeQueue implements DrainQueue {
 
   serveTenants(): void {}
 
+  markApplied(): number {
+    throw new Error("fake queue: no tenants (a tenant template is tested over real files)");
+  }
+
+  markedThrough(): number {
+    return 0;
+  }
+
   tenantsWithRows(): { tenants: string[]; withoutTenant: boolean } {
     return { tenants: [], withoutTenant: false };
   }

@@ -80,6 +80,11 @@ export class TableProgress {
   #appliedParts: AppliedSlice[] | null = null;
   /** A tenant template's: a slice was applied since the last scan of the applied prefix (see confirmNext). */
   #prefixDue = false;
+  /**
+   * A tenant template's: rows applied and not yet confirmed (a row still pending before them), to
+   * be marked applied (DrainQueue.markApplied) if a round of the tenants ends and they still wait.
+   */
+  #toMark: number[] = [];
 
   constructor(private readonly parts: ProgressParts) {}
 
@@ -191,7 +196,7 @@ export class TableProgress {
     for (const through of throughs.values()) highest = Math.max(highest, through);
     if (lanes.tenanted) {
       this.#checkTenantSent(tenant, highest);
-      this.#prefixDue = true; // confirmed with the other tenants' rows, from the head on (confirmNext)
+      this.#markTenantApplied(tenant, highest);
       if (highest > 0) queue.seedSequence(highest);
       return confirmed;
     }
@@ -224,9 +229,29 @@ export class TableProgress {
   }
 
   /**
-   * With lanes: the last row of the queue's prefix the ledger says was applied (every pending row
-   * from the head through it, whose lane's through is at or above it), scanned a page at a time,
-   * at most `maxRows` rows; `more`: it stopped at that limit, not at a row still pending.
+   * A tenant template's: the rows of `tenant` its ledger says were applied (at or below `highest`,
+   * the highest of its throughs) are confirmed with the rest of the prefix (or marked, see confirmNext).
+   */
+  #markTenantApplied(tenant: string | null, highest: number): void {
+    const { lanes, batchMaxBytes } = this.parts;
+    const queue = this.parts.queue();
+    const applied: number[] = [];
+    for (let after: number | null = null; ; ) {
+      const read = queue.readTenantForDelivery(tenant, CONFIRM_SCAN_ROWS, batchMaxBytes, () => true, after);
+      for (const row of read.rows) if (row.seq <= highest && lanes.isApplied(row)) applied.push(row.seq);
+      const last = read.rows.at(-1)?.seq;
+      if (!read.truncated || last === undefined || last >= highest) break;
+      after = last;
+    }
+    if (applied.length === 0) return;
+    this.#toMark.push(...applied);
+    this.#prefixDue = true;
+  }
+
+  /**
+   * With lanes: the end of the queue's prefix the ledger says was applied (every pending row from
+   * the head through it, whose lane's through is at or above it, or marked applied), scanned a page
+   * at a time, at most `maxRows` rows; `more`: it stopped at that limit, not at a row still pending.
    * `restored`: it stopped at a row the ledger says was applied but that was never sent (a file
    * restored from an older copy) — never confirmed.
    */
@@ -241,12 +266,14 @@ export class TableProgress {
       const page = Math.min(size, maxRows - rows);
       const read = queue.readForDelivery(page, this.parts.batchMaxBytes, () => true, after);
       for (const row of read.rows) {
-        if (!lanes.isApplied(row)) return { seq, more: false, restored: false };
-        if (row.seq > sent) return { seq, more: false, restored: true };
+        // Every row before it is applied: read here, or marked so (a tenant template's, not read).
+        if (!lanes.isApplied(row)) return { seq: row.seq - 1, more: false, restored: false };
+        if (row.seq > sent) return { seq: row.seq - 1, more: false, restored: true };
         seq = row.seq;
         rows += 1;
       }
-      if (!read.truncated || read.rows.length === 0) return { seq, more: false, restored: false };
+      if (!read.truncated || read.rows.length === 0)
+        return { seq: Math.max(seq, queue.markedThrough()), more: false, restored: false };
       if (rows >= maxRows) return { seq, more: true, restored: false };
       after = read.rows[read.rows.length - 1]!.seq;
     }
@@ -287,6 +314,7 @@ export class TableProgress {
     const through = lanes.applied(rows, after.slots, this.#through);
     if (lanes.tenanted) {
       lanes.moveOn(after, rows[0]!.tenant);
+      for (const row of rows) this.#toMark.push(row.seq);
       this.#prefixDue = true;
       return;
     }
@@ -345,25 +373,35 @@ export class TableProgress {
 
   /** Rows a target applied wait for their local confirmation. */
   get hasApplied(): boolean {
-    return this.#applied !== null || this.#prefixDue;
+    return this.#applied !== null || this.#prefixDue || this.#toMark.length > 0;
   }
 
   /**
    * Confirms locally the next part of the rows a target applied (see `#applied`): sync log + delete
-   * in one transaction of at most the queue's confirmChunkRows rows, from the head. Returns true
-   * while some are left. A local failure throws and leaves them waiting: the next try, or
-   * settlement, confirms them (without counting them again).
+   * in one transaction of at most the queue's confirmChunkRows rows, from the head. A tenant
+   * template's: the prefix of rows applied, whoever's, a page a step; with `markBehind` (a round of
+   * its tenants ended), the rows applied still waiting behind a pending one are marked applied, so
+   * they are read and listed no more. Returns true while some are left. A local failure throws and
+   * leaves them waiting: the next try, or settlement, confirms them (without counting them again).
    */
-  confirmNext(): boolean {
+  confirmNext(markBehind = false): boolean {
     if (this.#prefixDue) {
-      // A tenant template's: the rows applied from the head on, whoever's, up to a page a step.
+      // A tenant template's: the rows applied from the head on, whoever's, confirmed a page a step.
+      const queue = this.parts.queue();
       this.#prefixDue = false;
-      const bound = this.#appliedPrefix(this.parts.queue().confirmChunkRows);
+      const bound = this.#appliedPrefix(queue.confirmChunkRows);
       const confirmed = this.confirm(bound.seq);
       this.parts.lanes.prune(bound.seq);
+      this.#toMark = this.#toMark.filter((seq) => seq > bound.seq);
       this.#prefixDue = bound.more && confirmed > 0;
-      return this.#prefixDue;
+      if (this.#prefixDue) return true;
     }
+    if (markBehind && this.#toMark.length > 0) {
+      // Applied, but behind rows still pending: marked, they are read and listed no more.
+      this.parts.queue().markApplied(this.#toMark);
+      this.#toMark = [];
+    }
+    if (this.parts.lanes.tenanted) return false;
     const bound = this.#applied;
     if (bound === null) return false;
     const chunk = this.parts.queue().confirmChunkRows;

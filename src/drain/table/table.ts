@@ -10,7 +10,7 @@ import type { HeadCharges } from "./charges.ts";
 import type { HoldCause, TableHolds } from "./holds.ts";
 import type { TableLanes } from "./lanes.ts";
 import type { Lane } from "./planner.ts";
-import { addCharged, type HeadPlanning, noOutcome, type TableOutcome, withoutGroups } from "./planning.ts";
+import { type HeadPlanning, noOutcome, type TableOutcome, withoutGroups } from "./planning.ts";
 import type { TableProgress } from "./progress.ts";
 import type { BackgroundPrune } from "./prune.ts";
 import type { TableFile } from "./file.ts";
@@ -437,10 +437,10 @@ export class DrainTable {
    * true while some are left (the runner lets the file's other writers in between). A local failure
    * holds the table and keeps them waiting (false); settlement confirms them later.
    */
-  confirmApplied(now: number): boolean {
+  confirmApplied(now: number, markBehind = false): boolean {
     if (!this.#file.queue) return false;
     try {
-      return this.#progress.confirmNext();
+      return this.#progress.confirmNext(markBehind);
     } catch (error) {
       this.#progress.forget();
       this.#holds.local(error, now, `confirming rows applied by ${this.parts.target}`);

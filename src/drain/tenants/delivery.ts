@@ -140,6 +140,9 @@ export class TenantDelivery {
     } finally {
       await this.#remotes.trim();
     }
+    // Confirmed as far as the prefix goes; at the end of a round of the tenants, the rows applied
+    // behind one still pending are marked so (read and listed no more until the prefix takes them).
+    await this.confirmApplied(() => this.#parts.scheduler.sleep(0), this.#turn === null);
     return out;
   }
 
@@ -297,11 +300,11 @@ export class TenantDelivery {
   }
 
   /** Confirms locally the rows the tenants' databases applied (see Delivery.confirmApplied). */
-  async confirmApplied(turn: (() => Promise<unknown>) | null = null): Promise<void> {
+  async confirmApplied(turn: (() => Promise<unknown>) | null = null, markBehind = false): Promise<void> {
     for (const table of this.#parts.tables) {
       if (!table.hasApplied) continue;
       if (turn) await turn();
-      while (table.confirmApplied(this.#parts.now())) await this.#parts.scheduler.sleep(0);
+      while (table.confirmApplied(this.#parts.now(), markBehind)) await this.#parts.scheduler.sleep(0);
     }
   }
 }
