@@ -251,6 +251,15 @@ export function markTenantRows(db: Database): void {
   if (currentFormat(db, embedded) < TENANT_FORMAT) writeFormat(db, embedded, TENANT_FORMAT);
 }
 
+/**
+ * Whether the file may hold rows for a tenant: a lean file says so once it does (TENANT_FORMAT); a
+ * legacy file never says so (markTenantRows passes it by), so one with the tenant column may.
+ */
+export function mayHoldTenantRowsIn(db: Database): boolean {
+  if (!tableColumns(db, "outbox_queue").includes("tenant")) return false;
+  return queueLayout(db) === "legacy" || currentFormat(db, isEmbedded(db)) === TENANT_FORMAT;
+}
+
 /** This file's origin id (a UUIDv7), or null when it has none yet (a reference file, never opened for writing). */
 export function readOrigin(db: Database): string | null {
   return readMeta(db, ORIGIN_KEY);
