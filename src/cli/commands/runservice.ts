@@ -103,7 +103,8 @@ export const runservice = defineCommand({
           address: adminAddress,
           tokens: { readToken: config.admin.readToken, writeToken: config.admin.writeToken },
           apps,
-          status: () => collectStatus(locations),
+          // Without the tenants' backlog: the console polls this in the drain's own process (a scan each time).
+          status: () => collectStatus(locations, new Date(), { tenantBacklog: false }),
           retryNow: () => service?.retryNow(),
           logger,
           mask: (text) => redact(text, secrets),
