@@ -3,6 +3,7 @@
 // held table's depth grow as rows are pushed, finds the read-only page offering no action, signs
 // in with the write token, opens a dead letter and replays it, and the row lands in PostgreSQL.
 // Screenshots are saved under .tmp/admin-console/ (gitignored), their paths printed.
+import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
@@ -249,4 +250,114 @@ describeSlow("the operator console", "build the binary and drive the console in 
       await pump.catch(() => {});
     }
   }, 90_000);
+
+  test("shows a tenant template's held tenants (the first five), finds one by name, and retries it: its rows land", async () => {
+    const dir = tmp.file("tenants");
+    fs.mkdirSync(path.join(dir, "remote"), { recursive: true });
+    // A tenant's database is remote/{tenant}/db.sqlite: one whose directory is missing cannot be opened, and is held.
+    fs.writeFileSync(
+      path.join(dir, "outbox.toml"),
+      `[admin]\naddr = "127.0.0.1:0"\nwrite_token = "\${SQLOUTBOX_WRITE_TOKEN}"\n\n[app.saas]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\noutage_backoff_cap_minutes = 1\n\n[app.saas.db.tenants]\nwriter = "sqlite"\ntables = ["ev"]\n[app.saas.db.tenants.connection]\npath = "remote/{tenant}/db.sqlite"\n`,
+    );
+    const producer = new SQLMiddleware({ dbDir: path.join(dir, "queue") });
+    for (const t of ["g1", "g2", "g3", "g4", "g5", "g6", "g7"])
+      for (let n = 1; n <= 2; n++) producer.push("ev", "INSERT INTO ev (k, n) VALUES (?, ?)", [t, n], { tenant: t });
+    closeSharedOutboxes();
+    const proc = Bun.spawn([binary, "runservice"], {
+      cwd: dir,
+      env: cleanEnv({ SQLOUTBOX_WRITE_TOKEN: WRITE }),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    let log = "";
+    const pump = (async () => {
+      for await (const chunk of proc.stderr) log += new TextDecoder().decode(chunk);
+    })();
+    const landed = () => {
+      const file = path.join(dir, "remote/g7/db.sqlite");
+      if (!fs.existsSync(file)) return 0;
+      const db = new Database(file, { readonly: true });
+      try {
+        return db.query<{ n: number }, []>("SELECT count(*) AS n FROM ev").get()!.n;
+      } finally {
+        db.close();
+      }
+    };
+    try {
+      let url = "";
+      await waitFor(
+        () => (url = /serving the admin API and the console on (http:\/\/\S+)/.exec(log)?.[1] ?? "") !== "",
+        () => `the console to be served:\n${log}`,
+      );
+      const page = await browser!.newPage();
+      await page.setViewport({ width: 1280, height: 900 });
+      const failed: string[] = [];
+      page.on("requestfailed", (r) => failed.push(r.url()));
+      page.on("pageerror", (e) => failed.push(String(e)));
+      await page.goto(url, { waitUntil: "networkidle0" });
+
+      // Seven held, five listed, the rest counted: the page stays short whatever the tenants.
+      await page.waitForFunction(
+        () => document.querySelector('[data-template="saas.tenants"] h3')?.textContent?.includes("7 held"),
+        {
+          timeout: 20_000,
+        },
+      );
+      const listed = await page.evaluate(() =>
+        [...document.querySelectorAll("#tenant-templates tr[data-tenant]")].map((r) => r.textContent ?? ""),
+      );
+      expect(listed.map((r) => r.slice(0, 2))).toEqual(["g1", "g2", "g3", "g4", "g5"]);
+      expect(listed[0]).toMatch(/outage|misconfigured/);
+      expect(await page.$eval("#tenant-templates", (e) => e.textContent)).toContain("and 2 more held");
+
+      // Found by name: its hold and its rows per table.
+      await page.type("#tenant-name", "g7");
+      await page.click("#tenant-search button[type=submit]");
+      await page.waitForSelector('#tenant-detail:not([hidden]) tr[data-tenant-table="saas/ev"]');
+      expect(await page.$eval('tr[data-tenant-table="saas/ev"] td[data-label="Pending"]', (e) => e.textContent)).toBe(
+        "2",
+      );
+      expect(await page.$eval("#tenant-holds", (e) => e.textContent)).toMatch(
+        /g7 at saas\.tenants: held \((outage|misconfigured)\)/,
+      );
+      expect(await misaligned(page)).toEqual([]);
+      expect(await visibleActions(page)).toEqual([]); // read-only: no retry offered
+      await shot(page, "7-tenants");
+
+      // Its database comes back while its backoff still has a while to run: the retry sends its rows now.
+      const heldUntil = async () => {
+        const status = (await (await fetch(new URL("/api/v1/status", url))).json()) as {
+          tenants: Array<{ held: { tenants: Array<{ tenant: string; until: string }> } | null }>;
+        };
+        const g7 = status.tenants[0]?.held?.tenants.find((h) => h.tenant === "g7");
+        return g7 ? Date.parse(g7.until) - Date.now() : 0;
+      };
+      await waitFor(async () => (await heldUntil()) > 6_000, "g7's backoff to grow past 6 s", 40_000);
+      fs.mkdirSync(path.join(dir, "remote/g7"));
+      const db = new Database(path.join(dir, "remote/g7/db.sqlite"), { create: true });
+      db.run("CREATE TABLE ev (k TEXT NOT NULL, n INTEGER NOT NULL)");
+      db.close();
+      await page.type("#token", WRITE);
+      await page.click("#sign-in button[type=submit]");
+      await page.waitForSelector("#tenant-retry:not([hidden])");
+      const clicked = Date.now();
+      await page.click("#tenant-retry");
+      await page.waitForSelector("#confirm[open]");
+      expect(await page.$eval("#confirm-text", (e) => e.textContent)).toContain("Retry tenant g7 now?");
+      await page.click("#confirm-ok");
+      await page.waitForFunction(() =>
+        document.querySelector("#message")?.textContent?.includes("Tenant g7 is tried again"),
+      );
+      await waitFor(() => landed() === 2, "g7's rows in its database", 5_000);
+      expect(Date.now() - clicked).toBeLessThan(6_000);
+      expect(log).toContain("admin: retry by write token");
+      await shot(page, "8-tenant-retried");
+      expect(failed).toEqual([]);
+      await page.close();
+    } finally {
+      proc.kill("SIGTERM");
+      await proc.exited;
+      await pump.catch(() => {});
+    }
+  }, 120_000);
 });

@@ -18,7 +18,7 @@ import { configArg, configFile, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 import { redact } from "../text-output.ts";
 import { type Locations, locationsOf } from "../locations.ts";
-import { collectStatus } from "../status-report.ts";
+import { collectStatus, collectTenantStatus } from "../status-report.ts";
 
 /** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
 export const STOP_TIMEOUT_MS = 30_000;
@@ -105,6 +105,7 @@ export const runservice = defineCommand({
           apps,
           // Without the tenants' backlog: the console polls this in the drain's own process (a scan each time).
           status: () => collectStatus(locations, new Date(), { tenantBacklog: false }),
+          tenant: (tenant) => collectTenantStatus(locations, tenant),
           retryNow: () => service?.retryNow(),
           logger,
           mask: (text) => redact(text, secrets),
