@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { Outbox } from "../src/outbox/outbox.ts";
+import type { StatusTenants } from "../src/cli/tenant-report.ts";
+import { renderTenants } from "../src/cli/tenant-status.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { BIN, cleanEnv, REPO, runInProcess } from "./support/cli.ts";
 import { drainSide } from "./support/queue.ts";
@@ -77,6 +79,30 @@ const json = async (file: string, ...args: string[]) => {
   const r = await cli(file, ...args, "--json");
   return { ...r, doc: JSON.parse(r.stdout) };
 };
+
+test("status stays a few lines per template for 10 000 held tenants", () => {
+  const at = "2026-12-07T12:00:00.000Z";
+  const held = Array.from({ length: 10_000 }, (_, i) => ({
+    tenant: `t${i}`,
+    reason: "misconfigured" as const,
+    message: `3D000: database "tenant_t${i}" does not exist`,
+    since: at,
+    until: "2026-12-07T12:05:00.000Z",
+  }));
+  const entry: StatusTenants = {
+    app: "a",
+    dbDir: "/q",
+    dbFile: null,
+    target: "a.r",
+    tables: ["ev"],
+    backlog: { tenants: 10_000, rows: 50_000, rowsWithoutTenant: 0, oldest: null },
+    databases: { open: 0, maxOpen: 64, opened: 10_000, closed: 10_000 },
+    held: { count: held.length, tenants: held },
+  };
+  const lines = renderTenants([entry], at);
+  expect(lines).toHaveLength(9); // a blank line, the summary, the header, five tenants, the count of the rest
+  expect(lines.at(-1)).toBe("  and 9995 more (status --json lists them all; status --tenant T shows one)");
+});
 
 describe("status of a tenant template with held tenants (a running drain)", () => {
   let dir: TempDir;
