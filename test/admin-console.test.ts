@@ -114,6 +114,47 @@ function visibleActions(page: Page): Promise<string[]> {
   );
 }
 
+/** The compiled binary's `runservice` in `dir` (its outbox.toml), once it serves the console: its URL, its log, and a stop. */
+async function serveConsole(dir: string): Promise<{ url: string; log(): string; stop(): Promise<void> }> {
+  const proc = Bun.spawn([binary, "runservice"], {
+    cwd: dir,
+    env: cleanEnv({ SQLOUTBOX_WRITE_TOKEN: WRITE }),
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  let log = "";
+  const pump = (async () => {
+    for await (const chunk of proc.stderr) log += new TextDecoder().decode(chunk);
+  })();
+  const stop = async () => {
+    proc.kill("SIGTERM");
+    await proc.exited;
+    await pump.catch(() => {});
+  };
+  let url = "";
+  try {
+    await waitFor(
+      () => (url = /serving the admin API and the console on (http:\/\/\S+)/.exec(log)?.[1] ?? "") !== "",
+      () => `the console to be served:\n${log}`,
+    );
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { url, log: () => log, stop };
+}
+
+/** A new page on the console at `url`, with every failed request and page error collected in `failed`. */
+async function openConsole(url: string): Promise<{ page: Page; failed: string[] }> {
+  const page = await browser!.newPage();
+  await page.setViewport({ width: 1280, height: 900 });
+  const failed: string[] = [];
+  page.on("requestfailed", (r) => failed.push(r.url()));
+  page.on("pageerror", (e) => failed.push(String(e)));
+  await page.goto(url, { waitUntil: "networkidle0" });
+  return { page, failed };
+}
+
 describeSlow("the operator console", "build the binary and drive the console in chromium", () => {
   test("shows a table's depth live, offers no action read-only, and replays a dead letter into PostgreSQL", async () => {
     const remote = await openRemote("postgres", { cleanups });
@@ -125,29 +166,11 @@ describeSlow("the operator console", "build the binary and drive the console in 
       path.join(dir, "outbox.toml"),
       `[admin]\naddr = "127.0.0.1:0"\nwrite_token = "\${SQLOUTBOX_WRITE_TOKEN}"\n\n[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\nmax_attempts = 1\n\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders", "events"]\n[app.shop.db.pg.connection]\nurl = "${remote.url}"\n`,
     );
-    const proc = Bun.spawn([binary, "runservice"], {
-      cwd: dir,
-      env: cleanEnv({ SQLOUTBOX_WRITE_TOKEN: WRITE }),
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    let log = "";
-    const pump = (async () => {
-      for await (const chunk of proc.stderr) log += new TextDecoder().decode(chunk);
-    })();
+    const drain = await serveConsole(dir);
     const producer = new SQLMiddleware({ dbDir: path.join(dir, "queue") });
     try {
-      let url = "";
-      await waitFor(
-        () => (url = /serving the admin API and the console on (http:\/\/\S+)/.exec(log)?.[1] ?? "") !== "",
-        () => `the console to be served:\n${log}`,
-      );
-      const page = await browser!.newPage();
-      await page.setViewport({ width: 1280, height: 900 });
-      const failed: string[] = [];
-      page.on("requestfailed", (r) => failed.push(r.url()));
-      page.on("pageerror", (e) => failed.push(String(e)));
-      await page.goto(url, { waitUntil: "networkidle0" });
+      const { url } = drain;
+      const { page, failed } = await openConsole(url);
       await page.waitForSelector('tr[data-table="shop/events"]');
 
       // Live: the held table's depth follows the pushes, read every 2 s.
@@ -203,8 +226,8 @@ describeSlow("the operator console", "build the binary and drive the console in 
         "the replayed row in PostgreSQL",
       );
       await page.waitForFunction(() => document.querySelector("#message")?.textContent?.includes("Replayed 1"));
-      expect(log).toContain("admin: replay by write token: 1 id(s)");
-      expect(log).not.toContain(WRITE);
+      expect(drain.log()).toContain("admin: replay by write token: 1 id(s)");
+      expect(drain.log()).not.toContain(WRITE);
       await shot(page, "4-replayed");
 
       // Each letter has a URL of its own: opened in a fresh tab, it shows that letter; its detail
@@ -233,7 +256,7 @@ describeSlow("the operator console", "build the binary and drive the console in 
       expect(await page.$eval("#confirm-text", (e) => e.textContent)).toContain("Discard 1 dead letter?");
       await page.click("#confirm-ok");
       await page.waitForFunction(() => document.querySelector("#message")?.textContent?.includes("Discarded 1"));
-      expect(log).toContain("admin: discard by write token: 1 id(s)");
+      expect(drain.log()).toContain("admin: discard by write token: 1 id(s)");
       await shot(page, "5-discarded");
 
       // A phone-sized screen: the tables become cards, nothing wider than the screen.
@@ -245,9 +268,7 @@ describeSlow("the operator console", "build the binary and drive the console in 
       await page.close();
     } finally {
       closeSharedOutboxes();
-      proc.kill("SIGTERM");
-      await proc.exited;
-      await pump.catch(() => {});
+      await drain.stop();
     }
   }, 90_000);
 
@@ -263,16 +284,7 @@ describeSlow("the operator console", "build the binary and drive the console in 
     for (const t of ["g1", "g2", "g3", "g4", "g5", "g6", "g7"])
       for (let n = 1; n <= 2; n++) producer.push("ev", "INSERT INTO ev (k, n) VALUES (?, ?)", [t, n], { tenant: t });
     closeSharedOutboxes();
-    const proc = Bun.spawn([binary, "runservice"], {
-      cwd: dir,
-      env: cleanEnv({ SQLOUTBOX_WRITE_TOKEN: WRITE }),
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    let log = "";
-    const pump = (async () => {
-      for await (const chunk of proc.stderr) log += new TextDecoder().decode(chunk);
-    })();
+    const drain = await serveConsole(dir);
     const landed = () => {
       const file = path.join(dir, "remote/g7/db.sqlite");
       if (!fs.existsSync(file)) return 0;
@@ -284,17 +296,8 @@ describeSlow("the operator console", "build the binary and drive the console in 
       }
     };
     try {
-      let url = "";
-      await waitFor(
-        () => (url = /serving the admin API and the console on (http:\/\/\S+)/.exec(log)?.[1] ?? "") !== "",
-        () => `the console to be served:\n${log}`,
-      );
-      const page = await browser!.newPage();
-      await page.setViewport({ width: 1280, height: 900 });
-      const failed: string[] = [];
-      page.on("requestfailed", (r) => failed.push(r.url()));
-      page.on("pageerror", (e) => failed.push(String(e)));
-      await page.goto(url, { waitUntil: "networkidle0" });
+      const { url } = drain;
+      const { page, failed } = await openConsole(url);
 
       // Seven held, five listed, the rest counted: the page stays short whatever the tenants.
       await page.waitForFunction(
@@ -352,14 +355,12 @@ describeSlow("the operator console", "build the binary and drive the console in 
       );
       await waitFor(() => landed() === 2, "g7's rows in its database", 5_000);
       expect(Date.now() - clicked).toBeLessThan(6_000);
-      expect(log).toContain("admin: retry by write token");
+      expect(drain.log()).toContain("admin: retry by write token");
       await shot(page, "8-tenant-retried");
       expect(failed).toEqual([]);
       await page.close();
     } finally {
-      proc.kill("SIGTERM");
-      await proc.exited;
-      await pump.catch(() => {});
+      await drain.stop();
     }
   }, 120_000);
 });
