@@ -110,7 +110,7 @@ const STALE_AFTER_MS = 5 * DEFAULT_STATE_INTERVAL_MS;
 /**
  * Reads the health of every namespace of every location and each drain's persisted state; opens
  * files read-only, creates nothing, no network. `tenantBacklog: false` leaves the tenants' backlog
- * unread (a scan of each tenant template's queue: not for a document the console polls).
+ * unread (every pending row of a tenant template read by tenant: not for a document the console polls).
  */
 export function collectStatus(
   locations: Locations,
@@ -188,7 +188,7 @@ function drainOf(loc: Location, exists: boolean, now: Date): { drain: DrainSumma
 }
 
 /**
- * `status --tenant T`: the tenant's rows in the tables of every tenant template (a scan of each of
+ * `status --tenant T`: the tenant's rows in the tables of every tenant template (a seek in each of
  * their queue files) and its hold at each, as the running drain last reported it. Read-only.
  */
 export function collectTenantStatus(locations: Locations, tenant: string, now = new Date()): TenantStatus {

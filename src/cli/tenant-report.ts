@@ -1,6 +1,6 @@
 // What `status` reports of tenant templates (SPEC §4c), as data: per template target, its tenants
-// with backlog (read from its tables' queue files: a scan of their pending rows, as no index holds
-// the tenant), the tenants the running drain holds and its tenant databases (from its state file);
+// with backlog (read from its tables' queue files through their index by tenant: every pending
+// row's index entry), the tenants the running drain holds and its tenant databases (from its state file);
 // and, for `status --tenant T`, one tenant's rows table by table beside its hold. Read-only.
 import type { DrainState, PersistedTarget } from "../drain/state-file.ts";
 import type { TenantHoldView } from "../drain/views.ts";
@@ -33,8 +33,8 @@ export interface StatusTenants {
   /**
    * Its tables' pending rows by tenant, from the queue files: how many tenants have rows waiting,
    * how many rows, how many rows name no tenant (each a fault the drain holds), and the tenant whose
-   * first row waited longest. Null when not read (the admin API's status: it would scan the queue
-   * in the drain's own process every time the console looks).
+   * first row waited longest. Null when not read (the admin API's status: it would read every
+   * pending row's index entry in the drain's own process every time the console looks).
    */
   backlog: {
     tenants: number;
@@ -101,7 +101,7 @@ export function tenantSources(live: DrainState | null, health: readonly Namespac
   return tables.length === 0 ? [] : [{ target: null, tables }];
 }
 
-/** A template target's entry of `status --json`; with `backlog`, its tables' rows are read by tenant (a scan each). */
+/** A template target's entry of `status --json`; with `backlog`, its tables' rows are counted by tenant (every pending row's index entry). */
 export function tenantsEntry(
   loc: Location,
   source: TenantSource,

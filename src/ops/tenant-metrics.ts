@@ -1,9 +1,9 @@
 import client from "prom-client";
 import type { TargetView } from "../drain/views.ts";
-import { sampleTenants } from "../outbox/tenant-backlog.ts";
+import { listTenantsWithRows } from "../outbox/tenant-backlog.ts";
 
-/** Rows read from the front of each table of a tenant template per scrape to count its tenants with backlog (see sampleTenants). */
-export const TENANT_SAMPLE_ROWS = 10_000;
+/** Tenants with rows a scrape counts in each table of a tenant template at most (one index seek each, see listTenantsWithRows). */
+export const TENANT_COUNT_CAP = 10_000;
 
 type Labels = { app: string; target: string };
 
@@ -12,15 +12,15 @@ type Labels = { app: string; target: string };
  * tenant, so their count is bounded by the config whatever the tenants: tenants with backlog,
  * tenants held, tenant databases open (and at most), opens and closes. All but the first come from
  * the drain's view of the target (TenantsView); tenants with backlog from its tables' queue files at
- * scrape time, as a bounded sample: no index holds the tenant, and a count of every pending row
- * would scan the queue in the drain's own process at every scrape.
+ * scrape time, through their index by tenant: one seek per tenant, never a read of the rows, and at
+ * most TENANT_COUNT_CAP per table, so a scrape's cost is bounded whatever the backlog.
  */
 export function registerTenantMetrics(views: () => readonly TargetView[], registers: client.Registry[]): void {
-  // One sample per target and scrape: the scrape's views are the same objects until the next one.
-  const sampled = new WeakMap<TargetView, number | null>();
+  // One count per target and scrape: the scrape's views are the same objects until the next one.
+  const counted = new WeakMap<TargetView, number | null>();
   const withBacklog = (v: TargetView): number | null => {
-    if (!sampled.has(v)) sampled.set(v, sampleOf(v));
-    return sampled.get(v)!;
+    if (!counted.has(v)) counted.set(v, countOf(v));
+    return counted.get(v)!;
   };
   const metrics: Array<{
     name: string;
@@ -30,7 +30,7 @@ export function registerTenantMetrics(views: () => readonly TargetView[], regist
   }> = [
     {
       name: "sqloutbox_tenants_with_backlog",
-      help: `Tenants of a tenant template with rows waiting, among the first ${TENANT_SAMPLE_ROWS} pending rows of each of its tables (all of them while a table holds fewer; sqloutbox status counts every row).`,
+      help: `Tenants of a tenant template with rows waiting in any of its tables, counted up to ${TENANT_COUNT_CAP} a table (absent until the drain has indexed its tables by tenant).`,
       type: "gauge",
       value: withBacklog,
     },
@@ -92,18 +92,20 @@ export function registerTenantMetrics(views: () => readonly TargetView[], regist
   }
 }
 
-/** The tenants among the sampled front of each of the target's tables, taken together; null when none of them can be read now. */
-function sampleOf(v: TargetView): number | null {
+/** The tenants with rows in any of the target's tables, each table's counted up to the cap; null when none of them can be counted now. */
+function countOf(v: TargetView): number | null {
   const tenants = new Set<string>();
-  let read = false;
+  let counted = false;
   for (const table of v.tables) {
     if (!table.health) continue; // not open now (a held table: its hold says why)
     try {
-      for (const t of sampleTenants(table.health.file, table.namespace, TENANT_SAMPLE_ROWS)) tenants.add(t);
-      read = true;
+      const listed = listTenantsWithRows(table.health.file, table.namespace, TENANT_COUNT_CAP);
+      if (listed === null) continue; // not indexed by tenant yet: a count would scan the queue
+      for (const t of listed) tenants.add(t);
+      counted = true;
     } catch {
       // Not readable now (status says why): the others still count.
     }
   }
-  return read ? tenants.size : null;
+  return counted ? tenants.size : null;
 }

@@ -22,14 +22,14 @@ interface RetriedHeadEntry {
 }
 
 /**
- * `sqloutbox kick`: retry now. With `--tenant T`, the backoff ended is that tenant's rows' only
- * (SPEC §4c); the drain is signalled all the same, which ends the hold of every held tenant. Ends the backoff of every backed-off head (of every namespace, or
- * of `--app`/`--namespace`) in its queue file — in place, with its attempts, unlike `skip` — then
- * asks the drain of each location to look at once by sending it SIGUSR2, which also ends every
- * target's backoff and every timed table hold. For the operator who just fixed the cause and
- * should not wait out a backoff. Only a drain that holds the location's lock is signalled (a PID
- * left in a lock file nobody holds is never signalled); exit 1 when no drain runs on any of them
- * (the heads' backoff is ended all the same: the next drain retries them at once).
+ * `sqloutbox kick`: retry now. Ends the backoff of every backed-off head (of every namespace, or
+ * of `--app`/`--namespace`; with `--tenant T`, of that tenant's rows, SPEC §4c) in its queue file
+ * — in place, with its attempts, unlike `skip` — then asks the drain of each location to look at
+ * once by sending it SIGUSR2, which also ends every target's backoff, every timed table hold and
+ * every held tenant's hold. For the operator who just fixed the cause and should not wait out a
+ * backoff. Only a drain that holds the location's lock is signalled (a PID left in a lock file
+ * nobody holds is never signalled); exit 1 when no drain runs on any of them (the heads' backoff
+ * is ended all the same: the next drain retries them at once).
  */
 export const kick = defineCommand({
   meta: {

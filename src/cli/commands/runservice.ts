@@ -103,7 +103,8 @@ export const runservice = defineCommand({
           address: adminAddress,
           tokens: { readToken: config.admin.readToken, writeToken: config.admin.writeToken },
           apps,
-          // Without the tenants' backlog: the console polls this in the drain's own process (a scan each time).
+          // Without the tenants' backlog: the console polls this in the drain's own process, and
+          // counting it reads every pending row's index entry.
           status: () => collectStatus(locations, new Date(), { tenantBacklog: false }),
           tenant: (tenant) => collectTenantStatus(locations, tenant),
           retryNow: () => service?.retryNow(),

@@ -303,7 +303,7 @@ export const status = defineCommand({
   },
 });
 
-/** `status --tenant T`: read-only; one tenant's rows and hold (a scan of each tenant template's queue files). */
+/** `status --tenant T`: read-only; one tenant's rows and hold (a seek in each tenant template's queue files). */
 async function tenantStatus(
   tenant: string,
   args: { config?: string; "db-dir"?: string; "db-file"?: string; json?: boolean; watch?: boolean; check?: boolean },
