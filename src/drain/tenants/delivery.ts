@@ -121,6 +121,8 @@ export class TenantDelivery {
     try {
       const unsettled = tenants.filter((t): t is string => t !== null && !this.#settledEverywhere(t));
       if (unsettled.length > 0) await this.#settle(unsettled, now);
+      // One whose database could not be opened to read its ledger is held now: read again when that ends.
+      for (const tenant of unsettled) out.wakeAt = minWake(out.wakeAt, this.#remotes.heldUntil(tenant, now));
       const ready = tenants.filter((t) => t === null || this.#settledEverywhere(t));
       const drafts = this.#plan(now, out, ready);
       const sends: Array<Promise<void>> = [];
