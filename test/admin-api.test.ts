@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
 import client from "prom-client";
-import { collectStatus } from "../src/cli/status-report.ts";
+import { collectStatus, collectTenantStatus } from "../src/cli/status-report.ts";
 import { parseConfigDocument, parseConfigToml } from "../src/config/parse.ts";
 import { ConfigError } from "../src/errors.ts";
 import type { Logger } from "../src/logger.ts";
@@ -60,6 +60,7 @@ function start(tokens: { readToken?: string | null; writeToken?: string | null }
     },
     apps,
     status: () => collectStatus(locations),
+    tenant: (tenant) => collectTenantStatus(locations, tenant),
     retryNow: () => {
       kicks += 1;
     },
@@ -426,6 +427,81 @@ describe("acting on tables", () => {
   });
 });
 
+describe("tenants", () => {
+  /** acme's and globex's rows in shop's `orders`, and acme's in bill's `ledger`, each of acme's backing off. */
+  function tenantRows() {
+    const ctx = (tenant: string) => ({ traceparent: null, tracestate: null, tenant });
+    const orders = queue("orders");
+    const ledger = queue("ledger", "bill");
+    const later = new Date(Date.now() + 3_600_000);
+    const a = orders.enqueue("INSERT INTO orders (id) VALUES (?)", "[1]", "", ctx("acme"));
+    orders.enqueue("INSERT INTO orders (id) VALUES (?)", "[2]", "", ctx("globex"));
+    const b = ledger.enqueue(`INSERT INTO ledger (id, note) VALUES (?, '${SECRET}')`, "[3]", "", ctx("acme"));
+    for (const [ob, seq] of [
+      [orders, a],
+      [ledger, b],
+    ] as const) {
+      drainSide(ob).recordAttempt(seq);
+      drainSide(ob).recordFailure(seq, `boom ${SECRET}`, "E", later);
+    }
+    return { orders, ledger, a, b };
+  }
+
+  test("a tenant looked up by name: its rows per table in every app, masked, and its hold (unknown without a drain)", async () => {
+    const { a, b } = tenantRows();
+    start({ readToken: READ });
+    const r = await call("GET", "/api/v1/tenants/acme", { token: READ });
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({
+      tenant: "acme",
+      targets: [
+        { app: "shop", target: null, held: null },
+        { app: "bill", target: null, held: null },
+      ],
+      tables: [
+        { app: "shop", namespace: "orders", pending: 1, head: { seq: a, attempts: 1 }, failing: { seq: a } },
+        { app: "bill", namespace: "ledger", pending: 1, head: { seq: b } },
+      ],
+    });
+    expect(r.text).not.toContain(SECRET);
+    expect(r.body.tables[0].failing.lastError).toBe("boom ***");
+    const none = await call("GET", "/api/v1/tenants/nobody", { token: READ });
+    expect(none.body.tables).toEqual([]);
+  });
+
+  test("retry ends the backoff of that tenant's rows only, in every app, and the drain's holds", async () => {
+    const { orders, ledger, a, b } = tenantRows();
+    start();
+    expect((await call("POST", "/api/v1/tenants/acme/retry", { token: READ })).status).toBe(401);
+    const r = await call("POST", "/api/v1/tenants/acme/retry", { token: WRITE });
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ action: "retry", tenant: "acme", unreadable: [] });
+    expect(r.body.heads.map((h: { id: string }) => h.id)).toEqual([`shop/orders/${a}`, `bill/ledger/${b}`]);
+    expect(kicks).toBe(1);
+    expect(orders.fetchUnsynced(10).map((row) => [row.tenant, row.nextAttemptAt === null])).toEqual([
+      ["acme", true],
+      ["globex", true],
+    ]);
+    expect(ledger.head()?.nextAttemptAt).toBeNull();
+    expect(lines.some((l) => l.includes("tenant acme: 2 row(s) retried"))).toBe(true);
+  });
+
+  test("a name no push accepts is a 400, and nothing is read or changed", async () => {
+    tenantRows();
+    start();
+    for (const [method, route] of [
+      ["GET", "/api/v1/tenants/..%2Fx"],
+      ["GET", "/api/v1/tenants/a%20b"],
+      ["POST", "/api/v1/tenants/_x/retry"],
+    ] as const) {
+      const r = await call(method, route, { token: WRITE, ...(method === "POST" ? { body: {} } : {}) });
+      expect({ route, status: r.status }).toEqual({ route, status: 400 });
+      expect(r.body.error.message).toContain("tenant: invalid tenant name");
+    }
+    expect(kicks).toBe(0);
+  });
+});
+
 describe("hostile input gets a 4xx and changes nothing", () => {
   test.each([
     [
@@ -562,6 +638,7 @@ describe("startup", () => {
         tokens: { readToken: null, writeToken: WRITE },
         apps: [],
         status: () => ({}),
+        tenant: () => ({}),
         retryNow: () => {},
         logger,
         mask: (t) => t,

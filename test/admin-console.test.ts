@@ -3,6 +3,7 @@
 // held table's depth grow as rows are pushed, finds the read-only page offering no action, signs
 // in with the write token, opens a dead letter and replays it, and the row lands in PostgreSQL.
 // Screenshots are saved under .tmp/admin-console/ (gitignored), their paths printed.
+import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fs from "node:fs";
 import path from "node:path";
@@ -113,6 +114,47 @@ function visibleActions(page: Page): Promise<string[]> {
   );
 }
 
+/** The compiled binary's `runservice` in `dir` (its outbox.toml), once it serves the console: its URL, its log, and a stop. */
+async function serveConsole(dir: string): Promise<{ url: string; log(): string; stop(): Promise<void> }> {
+  const proc = Bun.spawn([binary, "runservice"], {
+    cwd: dir,
+    env: cleanEnv({ SQLOUTBOX_WRITE_TOKEN: WRITE }),
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  let log = "";
+  const pump = (async () => {
+    for await (const chunk of proc.stderr) log += new TextDecoder().decode(chunk);
+  })();
+  const stop = async () => {
+    proc.kill("SIGTERM");
+    await proc.exited;
+    await pump.catch(() => {});
+  };
+  let url = "";
+  try {
+    await waitFor(
+      () => (url = /serving the admin API and the console on (http:\/\/\S+)/.exec(log)?.[1] ?? "") !== "",
+      () => `the console to be served:\n${log}`,
+    );
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { url, log: () => log, stop };
+}
+
+/** A new page on the console at `url`, with every failed request and page error collected in `failed`. */
+async function openConsole(url: string): Promise<{ page: Page; failed: string[] }> {
+  const page = await browser!.newPage();
+  await page.setViewport({ width: 1280, height: 900 });
+  const failed: string[] = [];
+  page.on("requestfailed", (r) => failed.push(r.url()));
+  page.on("pageerror", (e) => failed.push(String(e)));
+  await page.goto(url, { waitUntil: "networkidle0" });
+  return { page, failed };
+}
+
 describeSlow("the operator console", "build the binary and drive the console in chromium", () => {
   test("shows a table's depth live, offers no action read-only, and replays a dead letter into PostgreSQL", async () => {
     const remote = await openRemote("postgres", { cleanups });
@@ -124,29 +166,11 @@ describeSlow("the operator console", "build the binary and drive the console in 
       path.join(dir, "outbox.toml"),
       `[admin]\naddr = "127.0.0.1:0"\nwrite_token = "\${SQLOUTBOX_WRITE_TOKEN}"\n\n[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\nmax_attempts = 1\n\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders", "events"]\n[app.shop.db.pg.connection]\nurl = "${remote.url}"\n`,
     );
-    const proc = Bun.spawn([binary, "runservice"], {
-      cwd: dir,
-      env: cleanEnv({ SQLOUTBOX_WRITE_TOKEN: WRITE }),
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    let log = "";
-    const pump = (async () => {
-      for await (const chunk of proc.stderr) log += new TextDecoder().decode(chunk);
-    })();
+    const drain = await serveConsole(dir);
     const producer = new SQLMiddleware({ dbDir: path.join(dir, "queue") });
     try {
-      let url = "";
-      await waitFor(
-        () => (url = /serving the admin API and the console on (http:\/\/\S+)/.exec(log)?.[1] ?? "") !== "",
-        () => `the console to be served:\n${log}`,
-      );
-      const page = await browser!.newPage();
-      await page.setViewport({ width: 1280, height: 900 });
-      const failed: string[] = [];
-      page.on("requestfailed", (r) => failed.push(r.url()));
-      page.on("pageerror", (e) => failed.push(String(e)));
-      await page.goto(url, { waitUntil: "networkidle0" });
+      const { url } = drain;
+      const { page, failed } = await openConsole(url);
       await page.waitForSelector('tr[data-table="shop/events"]');
 
       // Live: the held table's depth follows the pushes, read every 2 s.
@@ -202,8 +226,8 @@ describeSlow("the operator console", "build the binary and drive the console in 
         "the replayed row in PostgreSQL",
       );
       await page.waitForFunction(() => document.querySelector("#message")?.textContent?.includes("Replayed 1"));
-      expect(log).toContain("admin: replay by write token: 1 id(s)");
-      expect(log).not.toContain(WRITE);
+      expect(drain.log()).toContain("admin: replay by write token: 1 id(s)");
+      expect(drain.log()).not.toContain(WRITE);
       await shot(page, "4-replayed");
 
       // Each letter has a URL of its own: opened in a fresh tab, it shows that letter; its detail
@@ -232,7 +256,7 @@ describeSlow("the operator console", "build the binary and drive the console in 
       expect(await page.$eval("#confirm-text", (e) => e.textContent)).toContain("Discard 1 dead letter?");
       await page.click("#confirm-ok");
       await page.waitForFunction(() => document.querySelector("#message")?.textContent?.includes("Discarded 1"));
-      expect(log).toContain("admin: discard by write token: 1 id(s)");
+      expect(drain.log()).toContain("admin: discard by write token: 1 id(s)");
       await shot(page, "5-discarded");
 
       // A phone-sized screen: the tables become cards, nothing wider than the screen.
@@ -244,9 +268,106 @@ describeSlow("the operator console", "build the binary and drive the console in 
       await page.close();
     } finally {
       closeSharedOutboxes();
-      proc.kill("SIGTERM");
-      await proc.exited;
-      await pump.catch(() => {});
+      await drain.stop();
     }
   }, 90_000);
+
+  test("shows a tenant template's held tenants (the first five), finds one by name, and retries it: its rows land", async () => {
+    const dir = tmp.file("tenants");
+    fs.mkdirSync(path.join(dir, "remote"), { recursive: true });
+    // A tenant's database is remote/{tenant}/db.sqlite: one whose directory is missing cannot be opened, and is held.
+    fs.writeFileSync(
+      path.join(dir, "outbox.toml"),
+      `[admin]\naddr = "127.0.0.1:0"\nwrite_token = "\${SQLOUTBOX_WRITE_TOKEN}"\n\n[app.saas]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\noutage_backoff_cap_minutes = 1\n\n[app.saas.db.tenants]\nwriter = "sqlite"\ntables = ["ev"]\n[app.saas.db.tenants.connection]\npath = "remote/{tenant}/db.sqlite"\n`,
+    );
+    const producer = new SQLMiddleware({ dbDir: path.join(dir, "queue") });
+    for (const t of ["g1", "g2", "g3", "g4", "g5", "g6", "g7"])
+      for (let n = 1; n <= 2; n++) producer.push("ev", "INSERT INTO ev (k, n) VALUES (?, ?)", [t, n], { tenant: t });
+    closeSharedOutboxes();
+    const drain = await serveConsole(dir);
+    // Rows in g7's database; none while it cannot be read (the drain is writing it).
+    const landed = () => {
+      const file = path.join(dir, "remote/g7/db.sqlite");
+      if (!fs.existsSync(file)) return 0;
+      let db: Database | undefined;
+      try {
+        db = new Database(file, { readonly: true });
+        return db.query<{ n: number }, []>("SELECT count(*) AS n FROM ev").get()!.n;
+      } catch {
+        return 0;
+      } finally {
+        db?.close();
+      }
+    };
+    try {
+      const { url } = drain;
+      const { page, failed } = await openConsole(url);
+
+      // Seven held, five listed, the rest counted: the page stays short whatever the tenants.
+      await page.waitForFunction(
+        () => document.querySelector('[data-template="saas.tenants"] h3')?.textContent?.includes("7 held"),
+        {
+          timeout: 20_000,
+        },
+      );
+      const listed = await page.evaluate(() =>
+        [...document.querySelectorAll("#tenant-templates tr[data-tenant]")].map((r) => r.textContent ?? ""),
+      );
+      expect(listed.map((r) => r.slice(0, 2))).toEqual(["g1", "g2", "g3", "g4", "g5"]);
+      expect(listed[0]).toMatch(/outage|misconfigured/);
+      expect(await page.$eval("#tenant-templates", (e) => e.textContent)).toContain("and 2 more held");
+
+      // Found by name: its hold and its rows per table.
+      await page.type("#tenant-name", "g7");
+      await page.click("#tenant-search button[type=submit]");
+      await page.waitForSelector('#tenant-detail:not([hidden]) tr[data-tenant-table="saas/ev"]');
+      expect(await page.$eval('tr[data-tenant-table="saas/ev"] td[data-label="Pending"]', (e) => e.textContent)).toBe(
+        "2",
+      );
+      expect(await page.$eval("#tenant-holds", (e) => e.textContent)).toMatch(
+        /g7 at saas\.tenants: held \((outage|misconfigured)\)/,
+      );
+      expect(await misaligned(page)).toEqual([]);
+      expect(await visibleActions(page)).toEqual([]); // read-only: no retry offered
+      await shot(page, "7-tenants");
+
+      // Its database comes back while its backoff still has a while to run: the retry sends its rows now.
+      const heldUntil = async () => {
+        const status = (await (await fetch(new URL("/api/v1/status", url))).json()) as {
+          tenants: Array<{ backlog: unknown; held: { tenants: Array<{ tenant: string; until: string }> } | null }>;
+        };
+        // Polled by the console in the drain's own process: without the backlog, a scan of the queue.
+        expect(status.tenants[0]?.backlog).toBeNull();
+        const g7 = status.tenants[0]?.held?.tenants.find((h) => h.tenant === "g7");
+        return g7 ? Date.parse(g7.until) - Date.now() : 0;
+      };
+      await waitFor(async () => (await heldUntil()) > 8_000, "g7's backoff to grow past 8 s", 60_000);
+      fs.mkdirSync(path.join(dir, "remote/g7"));
+      const db = new Database(path.join(dir, "remote/g7/db.sqlite"), { create: true });
+      db.run("CREATE TABLE ev (k TEXT NOT NULL, n INTEGER NOT NULL)");
+      db.close();
+      await page.type("#token", WRITE);
+      await page.click("#sign-in button[type=submit]");
+      await page.waitForSelector("#tenant-retry:not([hidden])");
+      // Landing before its backoff would have ended is what shows the retry sent it.
+      const backoffLeft = await heldUntil();
+      expect(backoffLeft).toBeGreaterThan(3_000);
+      const clicked = Date.now();
+      await page.click("#tenant-retry");
+      await page.waitForSelector("#confirm[open]");
+      expect(await page.$eval("#confirm-text", (e) => e.textContent)).toContain("Retry tenant g7 now?");
+      await page.click("#confirm-ok");
+      await page.waitForFunction(() =>
+        document.querySelector("#message")?.textContent?.includes("Tenant g7 is tried again"),
+      );
+      await waitFor(() => landed() === 2, "g7's rows in its database", backoffLeft);
+      expect(Date.now() - clicked).toBeLessThan(backoffLeft);
+      expect(drain.log()).toContain("admin: retry by write token");
+      await shot(page, "8-tenant-retried");
+      expect(failed).toEqual([]);
+      await page.close();
+    } finally {
+      await drain.stop();
+    }
+  }, 120_000);
 });

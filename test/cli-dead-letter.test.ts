@@ -719,14 +719,14 @@ describe("usage errors exit 2 and change nothing", () => {
   test.each([
     [
       ["replay"],
-      /dead-letter replay needs a selection: --namespace N \[--seq S\], --reason R, --since DUR\|TIME, --key K, or --all/,
+      /dead-letter replay needs a selection: --namespace N \[--seq S\], --reason R, --since DUR\|TIME, --key K, --tenant T, or --all/,
     ],
     [["replay", "--dry-run"], /dead-letter replay needs a selection/],
     [["replay", "--all", "--namespace", "orders"], /--all selects every dead letter: give either --all or --namespace/],
     [["replay", "--seq", "1"], /--seq needs --namespace N/],
     [
       ["replay", "--namespace", "orders", "--seq", "1", "--all"],
-      /--seq replays one dead letter; it does not combine with --reason, --since, --key or --all/,
+      /--seq replays one dead letter; it does not combine with --reason, --since, --key, --tenant or --all/,
     ],
     [
       ["replay", "--since", "3 days"],

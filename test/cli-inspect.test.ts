@@ -103,6 +103,7 @@ describe("status", () => {
       "namespaces",
       "targets",
       "fleet",
+      "tenants",
       "unreadable",
       "totals",
     ]);
@@ -124,7 +125,7 @@ describe("status", () => {
       deadLetters: 1,
       targetsDown: 0,
     });
-    expect([report.targets, report.fleet]).toEqual([[], []]); // no drain runs here
+    expect([report.targets, report.fleet, report.tenants]).toEqual([[], [], []]); // no drain runs here, no tenant
     const [orders, payments] = report.namespaces;
     expect(orders).toMatchObject({
       app: null,

@@ -61,6 +61,7 @@ describe("version and help", () => {
         --check                                Exit 1 when something needs an operator: stuck, held, dead letters, too old, a target down (for cron, Nagios, probes)
         --fail-on=<LIST>                       With --check: which conditions fail it, comma-separated (default all: stuck,held,dead,age,down)
         --max-age=<DUR>                        With --check: the oldest pending row may be this old (default 15m)
+        --tenant=<T>                           One tenant of a tenant template: its rows per table, its dead letters, held or not and why
         --log-level=<error|warn|info|debug>    Log verbosity (env LOG_LEVEL; default info)
         --log-format=<pretty|json>             Log format: json = one object per line, for journald (env LOG_FORMAT; default pretty)
 
@@ -112,7 +113,10 @@ describe("usage errors exit 2 and say what is wrong", () => {
     [["dead-letter"], /"sqloutbox dead-letter" needs a command: list, show, replay, discard, purge/],
     [["dead-letter", "prune"], /unknown command "prune" for "sqloutbox dead-letter"/],
     [["dead-letter", "purge"], /missing required option --older-than/],
-    [["skip", "--db-dir", "."], /^error: missing required option --namespace\n/],
+    [
+      ["skip", "--db-dir", "."],
+      /^error: missing required option --namespace \(or --tenant T for a tenant's whole backlog\)\n/,
+    ],
     [["skip", "--db-dir", ".", "--namespace", "orders"], /^error: missing required option --seq\n/],
     [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "abc"], /--seq must be a positive integer, got "abc"/],
     [["skip", "--db-dir", ".", "--namespace", "orders", "--seq", "-1"], /--seq must be a positive integer, got "-1"/],

@@ -131,6 +131,17 @@ describe("a tenant template on SQLite files", () => {
     const view = s.svc.targets()[0]!.view();
     expect(view.tenants!.held).toMatchObject([{ tenant: "broken", reason: "remote schema" }]);
     expect(view.tables[0]!.held).toBeNull(); // the table is not held: its tenant is
+    // Tried again when its hold ends, and still lacking the table: the same hold, since the first
+    // failure, its next try further off (reading its ledger again does not end it).
+    const first = view.tenants!.held[0]!;
+    await Bun.sleep(first.until - Date.now() + 50);
+    await waitFor(
+      async () => (await s.svc.runOnce(), s.svc.targets()[0]!.view().tenants!.held[0]!.until > first.until),
+      "the next try",
+    );
+    const again = s.svc.targets()[0]!.view().tenants!.held[0]!;
+    expect(again.since).toBe(first.since);
+    expect(again.until - Date.now()).toBeGreaterThan(first.until - first.since);
     const q = new Outbox(s.dir.file("queue/ev.db"), "ev");
     cleanups.push(() => q.close());
     // Nothing charged; the other tenants' rows are marked applied behind its rows (the confirmation

@@ -32,6 +32,7 @@ const RUNBOOK_ANCHORS = [
   "table-held",
   "target-down",
   "target-misconfigured",
+  "tenant-held",
   "trace-spans-dropped",
   "wal-large",
 ];
@@ -240,8 +241,9 @@ describe("against a running drain", () => {
   let scrape: Scrape;
 
   // A drain whose scrape has a sample of every metric: a delivered batch (histograms, last success),
-  // a table missing on the remote (held, pending, oldest age) and a ledger row it did not write
-  // itself (the fleet view read at its first cycle) — left by a first run of the same queue.
+  // a table missing on the remote (held, pending, oldest age), a ledger row it did not write
+  // itself (the fleet view read at its first cycle) — left by a first run of the same queue — and
+  // a tenant template with a tenant held.
   beforeAll(async () => {
     dir = makeTempDir("sqloutbox-ops-etc-");
     const remote = new Database(dir.file("remote.db"));
@@ -251,7 +253,7 @@ describe("against a running drain", () => {
     const config = dir.file("outbox.toml");
     fs.writeFileSync(
       config,
-      `[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders", { name = "late", lanes = 4 }, { name = "keyed", lanes = 2 }]\n\n[app.shop.db.local.connection]\npath = "remote.db"\n`,
+      `[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\n\n[app.shop.db.local]\nwriter = "sqlite"\ntables = ["orders", { name = "late", lanes = 4 }, { name = "keyed", lanes = 2 }]\n\n[app.shop.db.local.connection]\npath = "remote.db"\n\n[app.shop.db.tenants]\nwriter = "sqlite"\ntables = ["per_tenant"]\n\n[app.shop.db.tenants.connection]\npath = "tenants/{tenant}/db.sqlite"\n`,
     );
     seed(dir.file("queue"), "orders", 3);
     seed(dir.file("queue"), "late", 2);
@@ -260,6 +262,8 @@ describe("against a running drain", () => {
     producer.push("late", "INSERT INTO late (id) VALUES (?)", [3], { key: "k-1" });
     // A table with lanes that delivers: its lanes' ledger rows (the slowest lane's age).
     producer.push("keyed", "INSERT INTO keyed (id) VALUES (?)", [1], { key: "k-1" });
+    // A tenant template whose one tenant has no database (its directory is missing): held, its row waiting.
+    producer.push("per_tenant", "INSERT INTO per_tenant (id) VALUES (?)", [1], { tenant: "gone" });
     closeSharedOutboxes();
     const first = await startCliDrain(config);
     try {
@@ -280,7 +284,9 @@ describe("against a running drain", () => {
           s.value("sqloutbox_table_held", { table: "late", reason: "remote schema" }) === 1 &&
           s.all("sqloutbox_key_backlog_info", { table: "late" }).length > 0 &&
           s.all("sqloutbox_ledger_age_seconds").length > 0 &&
-          s.all("sqloutbox_ledger_slowest_lane_age_seconds").length > 0,
+          s.all("sqloutbox_ledger_slowest_lane_age_seconds").length > 0 &&
+          s.value("sqloutbox_tenants_held", { target: "shop.tenants" }) === 1 &&
+          s.value("sqloutbox_tenants_with_backlog", { target: "shop.tenants" }) === 1,
         "every metric sampled",
       );
     } finally {

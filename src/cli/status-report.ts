@@ -13,7 +13,8 @@ import {
 import type { FleetRow, HeldLaneView, TableView } from "../drain/views.ts";
 import { healthAll, type NamespaceHealth } from "../outbox/health.ts";
 import { formatAge, oneLine, redact } from "./text-output.ts";
-import { locationExists, withAccessHint, type Locations } from "./locations.ts";
+import { locationExists, withAccessHint, type Location, type Locations } from "./locations.ts";
+import { type StatusTenants, type TenantStatus, tenantEntries, tenantSources, tenantsEntry } from "./tenant-report.ts";
 
 /** One namespace in `status --json`: where it lives plus its health (errors masked) and its hold, if the drain holds it. */
 export interface StatusEntry extends NamespaceHealth {
@@ -83,6 +84,8 @@ export interface StatusReport {
   /** Every target as the running drain last reported it. */
   targets: StatusTarget[];
   fleet: FleetEntry[];
+  /** Each tenant template target (SPEC §4c): its tenants with backlog, the held ones, its tenant databases (see StatusTenants). */
+  tenants: StatusTenants[];
   /** Files that could not be read (not a database, not an outbox file); they make the exit code 1. */
   unreadable: Array<{ file: string; error: string }>;
   totals: {
@@ -104,28 +107,28 @@ export interface StatusReport {
  */
 const STALE_AFTER_MS = 5 * DEFAULT_STATE_INTERVAL_MS;
 
-/** Reads the health of every namespace of every location and each drain's persisted state; opens files read-only, creates nothing, no network. */
-export function collectStatus(locations: Locations, now = new Date()): StatusReport {
+/**
+ * Reads the health of every namespace of every location and each drain's persisted state; opens
+ * files read-only, creates nothing, no network. `tenantBacklog: false` leaves the tenants' backlog
+ * unread (every pending row of a tenant template read by tenant: not for a document the console polls).
+ */
+export function collectStatus(
+  locations: Locations,
+  now = new Date(),
+  options: { tenantBacklog?: boolean } = {},
+): StatusReport {
   const dbDirs: StatusReport["dbDirs"] = [];
   const namespaces: StatusEntry[] = [];
   const targets: StatusReport["targets"] = [];
   const fleet: FleetEntry[] = [];
+  const tenants: StatusTenants[] = [];
   const unreadable: StatusReport["unreadable"] = [];
   const mask = (text: string | null) => (text === null ? null : redact(text, locations.secrets));
   for (const loc of locations.dirs) {
     const exists = locationExists(loc);
-    const state = exists ? readDrainState(drainHome(loc).stateFile) : null;
-    const pid = exists ? lockHolder(drainHome(loc).lockFile) : null;
-    const drain: DrainSummary = {
-      pid,
-      updatedAt: state?.updatedAt ?? null,
-      stoppedAt: state?.stoppedAt ?? null,
-      stale: pid !== null && state !== null && now.getTime() - Date.parse(state.updatedAt) > STALE_AFTER_MS,
-    };
+    const { drain, live } = drainOf(loc, exists, now);
     dbDirs.push({ app: loc.app, dbDir: loc.dbDir, dbFile: loc.dbFile, exists, drain });
     if (!exists) continue;
-    // A stopped drain's view of its targets is history, not state: only a running drain's is shown.
-    const live = pid !== null && state !== null && state.stoppedAt === null ? state : null;
     fleet.push(...fleetOf(live));
     const shown = (live?.targets ?? []).map((t) => maskTarget(t, mask));
     const holds = new Map(shown.flatMap((t) => t.tables.map((tb) => [tb.namespace, tb.held] as const)));
@@ -144,6 +147,12 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
       });
     const ages = new Map(health.map((h) => [h.namespace, h.oldestPendingAgeMs]));
     targets.push(...shown.map((t) => ({ ...t, dbDir: loc.dbDir, dbFile: loc.dbFile, ...paceOf(t, ages) })));
+    const backlog = options.tenantBacklog ?? true;
+    const failed = (file: string, err: Error) => {
+      if (!unreadable.some((u) => u.file === file)) onError(file, err);
+    };
+    for (const source of tenantSources(live, health))
+      tenants.push(tenantsEntry(loc, source, { backlog, now, mask: (t) => mask(t)!, onError: failed }));
   }
   return {
     generatedAt: now.toISOString(),
@@ -151,6 +160,7 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
     namespaces,
     targets,
     fleet,
+    tenants,
     unreadable,
     totals: {
       namespaces: namespaces.length,
@@ -162,6 +172,39 @@ export function collectStatus(locations: Locations, now = new Date()): StatusRep
       targetsDown: targets.filter((t) => t.state === "outage" || t.state === "misconfigured").length,
     },
   };
+}
+
+/** The drain of a location as its lock and state file say, and its state while it runs (a stopped drain's view is history, not state). */
+function drainOf(loc: Location, exists: boolean, now: Date): { drain: DrainSummary; live: DrainState | null } {
+  const state = exists ? readDrainState(drainHome(loc).stateFile) : null;
+  const pid = exists ? lockHolder(drainHome(loc).lockFile) : null;
+  const drain: DrainSummary = {
+    pid,
+    updatedAt: state?.updatedAt ?? null,
+    stoppedAt: state?.stoppedAt ?? null,
+    stale: pid !== null && state !== null && now.getTime() - Date.parse(state.updatedAt) > STALE_AFTER_MS,
+  };
+  return { drain, live: pid !== null && state !== null && state.stoppedAt === null ? state : null };
+}
+
+/**
+ * `status --tenant T`: the tenant's rows in the tables of every tenant template (a seek in each of
+ * their queue files) and its hold at each, as the running drain last reported it. Read-only.
+ */
+export function collectTenantStatus(locations: Locations, tenant: string, now = new Date()): TenantStatus {
+  const out: TenantStatus = { generatedAt: now.toISOString(), tenant, targets: [], tables: [], unreadable: [] };
+  const mask = (text: string) => redact(text, locations.secrets);
+  for (const loc of locations.dirs) {
+    if (!locationExists(loc)) continue;
+    const { live } = drainOf(loc, true, now);
+    const onError = (file: string, err: Error) =>
+      out.unreadable.push({ file, error: withAccessHint(err.message, file) });
+    const health = healthAll(loc, { maxPending: loc.maxPending, now, onError });
+    const { targets, tables } = tenantEntries(loc, tenantSources(live, health), tenant, { now, mask, onError });
+    out.targets.push(...targets);
+    out.tables.push(...tables);
+  }
+  return out;
 }
 
 function maskTarget(t: PersistedTarget, mask: (text: string | null) => string | null): PersistedTarget {
@@ -265,6 +308,14 @@ export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, ma
       );
     }
   }
+  if (checks.has("held"))
+    for (const t of report.tenants) {
+      const first = t.held?.tenants[0];
+      if (first)
+        problems.push(
+          `held: ${t.held!.count} tenant(s) of ${t.app ? `${t.app}/` : ""}${t.target}, the oldest ${first.tenant} (${first.reason}) since ${first.since}: ${oneLine(first.message)}`,
+        );
+    }
   if (checks.has("down")) {
     for (const t of report.targets) {
       if (t.state === "outage" || t.state === "misconfigured")

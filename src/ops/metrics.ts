@@ -5,6 +5,7 @@ import type { OutboxSyncService } from "../drain/service.ts";
 import type { TableView, TargetState, TargetView } from "../drain/views.ts";
 import { heldLaneCount } from "../drain/held-lanes.ts";
 import { type KeyBacklog, sampleKeyBacklog } from "../outbox/key-backlog.ts";
+import { registerTenantMetrics } from "./tenant-metrics.ts";
 import type { TraceCounts } from "./tracing/tracing.ts";
 
 const TARGET_STATES: readonly TargetState[] = ["starting", "ok", "outage", "misconfigured"];
@@ -300,7 +301,7 @@ const FROM_VIEWS: ReadonlyArray<{
  * table, nothing while nobody scrapes — so they cost the drain nothing between scrapes; a table
  * with lanes adds one bounded read of its queue's first KEY_SAMPLE_ROWS rows (the key ranks).
  * Labels: `app`, `target`, `table`; ledger metrics add the `origin` and its `label`, key ranks
- * their `rank` (and the info metric the `key`).
+ * their `rank` (and the info metric the `key`); a tenant template's are per target (tenant-metrics.ts).
  */
 export function createDrainMetrics(
   service: () => OutboxSyncService | null,
@@ -359,6 +360,8 @@ export function createDrainMetrics(
       });
     }
   }
+
+  registerTenantMetrics(views, registers);
 
   const batchLabels = ["app", "target"];
   const duration = new client.Histogram({

@@ -16,6 +16,8 @@ export interface DeadLetterFilter {
   reason?: string;
   /** Only letters pushed with this key (its stored text: an integer key as its decimal digits). */
   key?: string;
+  /** Only letters of this tenant (SPEC §4c). */
+  tenant?: string;
   /** Only letters dead at or after this time. */
   since?: Date;
   /** Only letters dead before this time. */
@@ -66,6 +68,8 @@ export interface PurgeRule {
   before: Date;
   unreplayed?: boolean;
   by?: "deadAt" | "replayedAt";
+  /** Only letters of this tenant (a tenant whose backlog `skip --tenant` moved aside). */
+  tenant?: string;
 }
 
 /** A dead letter a purge rule selects. */
@@ -126,9 +130,12 @@ function findIn<T extends { file: string }>(
   for (const file of queueFilesOf(location)) {
     try {
       const rows = readDeadLog(file, (db) =>
-        db
-          .query<Omit<T, "file">, string[]>(`SELECT ${columns} FROM outbox_dead_log ${where} ORDER BY seq`)
-          .all(...params),
+        // A file of the reference, read without migrating it, has no tenant column: no letter of a tenant.
+        filter.tenant !== undefined && !hasDeadColumn(db, "tenant")
+          ? []
+          : db
+              .query<Omit<T, "file">, string[]>(`SELECT ${columns} FROM outbox_dead_log ${where} ORDER BY seq`)
+              .all(...params),
       );
       for (const row of rows ?? []) out.push({ ...row, file } as T);
     } catch (e) {
@@ -223,16 +230,21 @@ export function purgeCandidates(db: Database, namespace: string, rule: PurgeRule
   const column = rule.by === "replayedAt" ? "replayed_at" : "dead_at";
   // julianday() compares times, not strings (stored texts may differ in format); a NULL or empty
   // time compares as NULL, so a letter whose time is unknown is never purged by age.
+  // A file without a tenant column (the reference's, read without migrating) has no letter of a tenant.
+  const tenant = hasDeadColumn(db, "tenant") ? "AND (?4 IS NULL OR tenant = ?4)" : "AND ?4 IS NULL";
   const rows = db
-    .query<PurgeCandidate & { linked: number; newest: number; grp: number | null }, [string, string, number]>(
+    .query<
+      PurgeCandidate & { linked: number; newest: number; grp: number | null },
+      [string, string, number, string | null]
+    >(
       `SELECT namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, ${hasDeadGroups(db) ? "grp" : "NULL AS grp"},
          EXISTS (SELECT 1 FROM outbox_queue WHERE prev_seq = d.seq) AS linked,
          d.seq = (SELECT max(seq) FROM outbox_dead_log WHERE namespace = ?1) AS newest
        FROM outbox_dead_log AS d
-       WHERE namespace = ?1 AND julianday(${column}) < julianday(?2) AND (?3 OR replayed_at IS NOT NULL)
+       WHERE namespace = ?1 AND julianday(${column}) < julianday(?2) AND (?3 OR replayed_at IS NOT NULL) ${tenant}
        ORDER BY seq`,
     )
-    .all(namespace, isoTimestamp(rule.before), rule.unreplayed ? 1 : 0);
+    .all(namespace, isoTimestamp(rule.before), rule.unreplayed ? 1 : 0, rule.tenant ?? null);
   const out: PurgeOutcome = { purged: [], kept: [] };
   for (const { linked, newest, grp: _, ...letter } of rows) {
     if (linked) out.kept.push({ ...letter, keptBecause: "linked" });
@@ -275,10 +287,14 @@ function keepGroupsWhole(
 
 /** Whether the dead log records each letter's group (files of the reference, read without migrating, do not). */
 function hasDeadGroups(db: Database): boolean {
+  return hasDeadColumn(db, "grp");
+}
+
+function hasDeadColumn(db: Database, column: string): boolean {
   return db
     .query<{ name: string }, []>("PRAGMA table_info(outbox_dead_log)")
     .all()
-    .some((c) => c.name === "grp");
+    .some((c) => c.name === column);
 }
 
 /** Runs `read` on a read-only snapshot of `file`; undefined when the file has no dead-letter log (yet). */
@@ -298,6 +314,7 @@ export function deadLetterWhere(filter: DeadLetterFilter): { where: string; para
   if (filter.namespace !== undefined) clauses.push(`namespace = ${bind(filter.namespace)}`);
   if (filter.reason !== undefined) clauses.push(`reason = ${bind(filter.reason)}`);
   if (filter.key !== undefined) clauses.push(`lane_key = ${bind(filter.key)}`);
+  if (filter.tenant !== undefined) clauses.push(`tenant = ${bind(filter.tenant)}`);
   if (filter.since !== undefined) clauses.push(`julianday(dead_at) >= julianday(${bind(isoTimestamp(filter.since))})`);
   if (filter.until !== undefined) clauses.push(`julianday(dead_at) < julianday(${bind(isoTimestamp(filter.until))})`);
   // instr over lower(): a LIKE pattern would give % and _ in the operator's text a meaning.

@@ -29,7 +29,8 @@ const WORKER_INDEX_DDL = `CREATE INDEX IF NOT EXISTS idx_outbox_worker ON outbox
  * by tenant, in seq order, are one index seek away. Made with a file's first tenant row (and by the
  * drain for rows written before), so files without tenants never pay for it on insert.
  */
-export const TENANT_INDEX_DDL = `CREATE INDEX IF NOT EXISTS idx_outbox_tenant ON outbox_queue (namespace, synced, tenant, seq)`;
+export const TENANT_INDEX = "idx_outbox_tenant";
+export const TENANT_INDEX_DDL = `CREATE INDEX IF NOT EXISTS ${TENANT_INDEX} ON outbox_queue (namespace, synced, tenant, seq)`;
 
 /** The next free seq of a lean file (one column, `seq`): the enqueue bench fills a file in bulk from it. */
 export { NEXT_SEQ_SQL } from "./layout-lean.ts";
@@ -249,6 +250,20 @@ export function markTenantRows(db: Database): void {
   if (queueLayout(db) !== "lean") return; // the reference's layout: the reference reads its own columns only
   const embedded = isEmbedded(db);
   if (currentFormat(db, embedded) < TENANT_FORMAT) writeFormat(db, embedded, TENANT_FORMAT);
+}
+
+/**
+ * Whether the file may hold rows for a tenant: it indexes its rows by tenant (every file does from
+ * its first tenant row, see markTenantRows), or — rows written before the index — a lean file says so.
+ */
+export function mayHoldTenantRowsIn(db: Database): boolean {
+  if (!tableColumns(db, "outbox_queue").includes("tenant")) return false;
+  return hasTenantIndex(db) || currentFormat(db, isEmbedded(db)) === TENANT_FORMAT;
+}
+
+/** Whether the file indexes its rows by tenant (TENANT_INDEX): reads by tenant are seeks, not scans. */
+export function hasTenantIndex(db: Database): boolean {
+  return db.query("SELECT 1 FROM sqlite_schema WHERE type = 'index' AND name = ?").get(TENANT_INDEX) !== null;
 }
 
 /** This file's origin id (a UUIDv7), or null when it has none yet (a reference file, never opened for writing). */

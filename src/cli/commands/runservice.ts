@@ -18,7 +18,7 @@ import { configArg, configFile, logArgs } from "../args.ts";
 import { log } from "../cli-logger.ts";
 import { redact } from "../text-output.ts";
 import { type Locations, locationsOf } from "../locations.ts";
-import { collectStatus } from "../status-report.ts";
+import { collectStatus, collectTenantStatus } from "../status-report.ts";
 
 /** How long a stop signal may take to finish and confirm the in-flight batch (systemd's TimeoutStopSec is 45 s). */
 export const STOP_TIMEOUT_MS = 30_000;
@@ -103,7 +103,10 @@ export const runservice = defineCommand({
           address: adminAddress,
           tokens: { readToken: config.admin.readToken, writeToken: config.admin.writeToken },
           apps,
-          status: () => collectStatus(locations),
+          // Without the tenants' backlog: the console polls this in the drain's own process, and
+          // counting it reads every pending row's index entry.
+          status: () => collectStatus(locations, new Date(), { tenantBacklog: false }),
+          tenant: (tenant) => collectTenantStatus(locations, tenant),
           retryNow: () => service?.retryNow(),
           logger,
           mask: (text) => redact(text, secrets),

@@ -1,17 +1,53 @@
 import { defineCommand } from "citty";
+import { UsageError } from "../../errors.ts";
 import { withOutbox } from "../../outbox/outbox.ts";
 import { jsonArg, locationArgs, logArgs, parseSeq, rowArgs } from "../args.ts";
 import { print, shellWord } from "../text-output.ts";
 import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../locations.ts";
+import { dryRunArg } from "./dead-letter/letters.ts";
+import { skipTenant } from "./skip-tenant.ts";
 
-/** `sqloutbox skip`: move a stuck head to the dead-letter log (reason "skipped"), so its namespace advances. */
+/**
+ * `sqloutbox skip`: move a stuck head to the dead-letter log (reason "skipped"), so its namespace
+ * advances; or, with `--tenant T`, every queued row of a tenant whose database is gone for good
+ * (reason "tenant_gone", see skip-tenant.ts).
+ */
 export const skip = defineCommand({
   meta: {
     name: "skip",
-    description: "Move a stuck head row to the dead-letter log so its namespace advances (safe while the drain runs)",
+    description:
+      "Move rows aside into the dead-letter log (replayable): a stuck head (--namespace N --seq S), or a gone tenant's whole backlog (--tenant T, --dry-run first); safe while the drain runs",
   },
-  args: { ...locationArgs, ...rowArgs, ...jsonArg, ...logArgs },
+  args: {
+    ...locationArgs,
+    namespace: { ...rowArgs.namespace, required: false },
+    seq: { ...rowArgs.seq, required: false, description: "The head's seq (with --namespace)" },
+    app: rowArgs.app,
+    tenant: {
+      type: "string",
+      valueHint: "T",
+      description: "Every queued row of this tenant, in every table (its database no longer exists)",
+    },
+    expect: {
+      type: "string",
+      valueHint: "N",
+      description: "With --tenant: move them only if the tenant still has exactly N rows queued (its --dry-run count)",
+    },
+    ...dryRunArg,
+    ...jsonArg,
+    ...logArgs,
+  },
   async run({ args }) {
+    if (args.tenant !== undefined) {
+      if (args.namespace !== undefined || args.seq !== undefined)
+        throw new UsageError("--tenant moves a tenant's rows in every table: not with --namespace or --seq");
+      return skipTenant({ ...args, tenant: args.tenant });
+    }
+    if (args["dry-run"] !== undefined || args.expect !== undefined)
+      throw new UsageError("--dry-run and --expect go with --tenant: a head is skipped by its --namespace and --seq");
+    if (args.namespace === undefined)
+      throw new UsageError("missing required option --namespace (or --tenant T for a tenant's whole backlog)");
+    if (args.seq === undefined) throw new UsageError("missing required option --seq");
     const seq = parseSeq(args.seq);
     const { file } = namespaceFile(await resolveLocations(args), args.namespace, args.app);
     requireOutboxNamespace(file, args.namespace);

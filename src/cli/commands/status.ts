@@ -7,6 +7,7 @@ import {
   CHECKS,
   checkStatus,
   collectStatus,
+  collectTenantStatus,
   heldLaneHead,
   type Check,
   type FleetEntry,
@@ -27,6 +28,8 @@ import {
   type OutputStyle,
 } from "../text-output.ts";
 import { resolveLocations, type Locations } from "../locations.ts";
+import { renderTenants, renderTenantStatus } from "../tenant-status.ts";
+import { tenantNameProblem } from "../../tenant.ts";
 
 /**
  * The human view of a status report: the drains, their targets (state, delivered, rows/s, lag),
@@ -100,6 +103,7 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
       `${t.namespaces} namespace(s), ${t.depth} pending, ${t.stuck} stuck, ${t.held} held${t.heldLanes ? `, ${t.heldLanes} lane(s) held` : ""}, ${t.deadLetters} dead letter(s)${t.targetsDown ? `, ${t.targetsDown} target(s) down` : ""}`,
     );
   }
+  lines.push(...renderTenants(report.tenants, report.generatedAt, style));
   if (report.fleet.length > 0) {
     const withLanes = report.fleet.some((f) => f.lanes !== undefined);
     lines.push("", "fleet (every origin's delivery ledger rows, as this host's drain last read them):");
@@ -259,9 +263,15 @@ export const status = defineCommand({
       valueHint: "DUR",
       description: "With --check: the oldest pending row may be this old (default 15m)",
     },
+    tenant: {
+      type: "string",
+      valueHint: "T",
+      description: "One tenant of a tenant template: its rows per table, its dead letters, held or not and why",
+    },
     ...logArgs,
   },
   async run({ args }) {
+    if (args.tenant !== undefined) return tenantStatus(args.tenant, args);
     const locations = await resolveLocations(args);
     const checking = checkOptions(args);
     if (!args.watch) {
@@ -292,6 +302,20 @@ export const status = defineCommand({
     await watch(locations, seconds * 1000, Boolean(args.json));
   },
 });
+
+/** `status --tenant T`: read-only; one tenant's rows and hold (a seek in each tenant template's queue files). */
+async function tenantStatus(
+  tenant: string,
+  args: { config?: string; "db-dir"?: string; "db-file"?: string; json?: boolean; watch?: boolean; check?: boolean },
+): Promise<void> {
+  const problem = tenantNameProblem(tenant);
+  if (problem !== null) throw new UsageError(`--tenant: ${problem}`);
+  if (args.watch || args.check) throw new UsageError("--tenant does not combine with --watch or --check");
+  const doc = collectTenantStatus(await resolveLocations(args), tenant);
+  print(args.json ? JSON.stringify(doc, null, 2) : renderTenantStatus(doc, stdoutStyle()));
+  if (doc.unreadable.length > 0)
+    throw new StorageError(`status could not read ${doc.unreadable.length} file(s)`, doc.unreadable[0]!.file);
+}
 
 /** `--check`, `--fail-on` and `--max-age`, validated; null without --check. */
 function checkOptions(args: {

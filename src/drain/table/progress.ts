@@ -371,6 +371,15 @@ export class TableProgress {
     return this.#through !== null && this.parts.lanes.asExpected(behind);
   }
 
+  /**
+   * A tenant template's: the applied prefix is scanned again at the next confirmation — an operator
+   * moved rows off the front (`skip --tenant`, then its signal), and the other tenants' rows applied
+   * behind them may be confirmed now, though nothing is applied any more to say so.
+   */
+  rescanPrefix(): void {
+    if (this.parts.lanes.tenanted) this.#prefixDue = true;
+  }
+
   /** Rows a target applied wait for their local confirmation. */
   get hasApplied(): boolean {
     return this.#applied !== null || this.#prefixDue || this.#toMark.length > 0;

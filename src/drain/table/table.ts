@@ -111,6 +111,7 @@ export class DrainTable {
   retryNow(now: number): void {
     this.#holds.retryNow(now);
     this.#lanes.restart();
+    this.#progress.rescanPrefix();
   }
 
   /** Compatibility mode: whether the setup is still to do, and can be done now (the file open, no fault holding the table). */

@@ -121,6 +121,8 @@ export class TenantDelivery {
     try {
       const unsettled = tenants.filter((t): t is string => t !== null && !this.#settledEverywhere(t));
       if (unsettled.length > 0) await this.#settle(unsettled, now);
+      // One whose database could not be opened to read its ledger is held now: read again when that ends.
+      for (const tenant of unsettled) out.wakeAt = minWake(out.wakeAt, this.#remotes.heldUntil(tenant, now));
       const ready = tenants.filter((t) => t === null || this.#settledEverywhere(t));
       const drafts = this.#plan(now, out, ready);
       const sends: Array<Promise<void>> = [];
@@ -230,7 +232,7 @@ export class TenantDelivery {
         remote.inFlight += 1;
         try {
           const rows = await remote.ledger.readRows(open);
-          this.#remotes.recovered(tenant);
+          this.#remotes.recovered(tenant, true);
           open.forEach((table, i) => {
             const read = rows[i]!;
             if (read === null)
@@ -293,10 +295,14 @@ export class TenantDelivery {
       remote.inFlight -= 1;
       this.#inFlight -= 1;
     }
-    this.#remotes.recovered(remote.tenant);
+    this.#remotes.recovered(remote.tenant, true); // it answered: an outage is over
     this.#lastSuccessAt = this.#parts.now();
     this.#lastRoundTripMs = this.#parts.scheduler.elapsed() - started;
-    applyAnswered(batch, results, observed, started, out, parts);
+    const faults = this.#remotes.schemaFaults(remote.tenant);
+    const answered = applyAnswered(batch, results, observed, started, out, parts);
+    // What it lacked (a table, the ledger) is there now when rows went and none was refused for it.
+    if (answered.slices.some((slice) => slice.delivered > 0) && this.#remotes.schemaFaults(remote.tenant) === faults)
+      this.#remotes.recovered(remote.tenant);
   }
 
   /** Confirms locally the rows the tenants' databases applied (see Delivery.confirmApplied). */

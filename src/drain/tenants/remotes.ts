@@ -171,10 +171,18 @@ export class TenantRemotes {
     if (open !== undefined && open.inFlight === 0) void this.#close(open);
   }
 
-  /** `tenant`'s database answered: its hold, if any, ends. */
-  recovered(tenant: string): void {
+  /** How often `tenant`'s database was found lacking what a statement needs since it last delivered. */
+  schemaFaults(tenant: string): number {
+    return this.#failing.get(tenant)?.schemaFailures ?? 0;
+  }
+
+  /**
+   * `tenant`'s database answered: its hold, if any, ends — with `reachedOnly` (it answered a read of
+   * the ledger, not a batch), only a hold for an outage: one for a table it lacks ends when a batch goes.
+   */
+  recovered(tenant: string, reachedOnly = false): void {
     const failing = this.#failing.get(tenant);
-    if (failing === undefined) return;
+    if (failing === undefined || (reachedOnly && failing.hold.reason === "remote schema")) return;
     failing.reach.recovered();
     this.#failing.delete(tenant);
   }

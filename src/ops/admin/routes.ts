@@ -18,6 +18,7 @@ import {
   RequestError,
 } from "./requests.ts";
 import { kickAll, retryTable, skipTableHead } from "./tables.ts";
+import { retryTenant, tenantName } from "./tenants.ts";
 
 /** What the API reads and acts through, handed in by runservice: the core never knows of it. */
 export interface AdminSources {
@@ -25,6 +26,8 @@ export interface AdminSources {
   tokens: AdminTokens;
   /** The `status --json` document, as `sqloutbox status` would print it now. */
   status(): unknown;
+  /** One tenant's rows and hold, as `sqloutbox status --tenant T --json` would print them now (a seek in each tenant template's queue files). */
+  tenant(tenant: string): unknown;
   /** Ends every target's backoff and timed table hold (the drain's retryNow; nothing while it starts). */
   retryNow(): void;
   audit: AdminAudit;
@@ -189,6 +192,35 @@ export function createAdminApi(sources: AdminSources): (req: Request, knock: Kno
           body: { action: "skip", app, namespace, seq, ...moved },
         };
       }),
+    },
+    {
+      method: "GET",
+      path: ["tenants", "*"],
+      needs: "read",
+      handle: (req, _caller, [tenant]) => {
+        if (new URL(req.url).search !== "") throw new RequestError(400, "E_USAGE", "this path takes no query");
+        return json(200, sources.tenant(tenantName(tenant!)));
+      },
+    },
+    {
+      method: "POST",
+      path: ["tenants", "*", "retry"],
+      needs: "write",
+      handle: async (req, caller, [given]) => {
+        const tenant = tenantName(given!);
+        onlyFields(await readJsonBody(req, { optional: true }), [], "the body");
+        const done = retryTenant(sources.apps, tenant);
+        // Its held database is tried again at once, with every other held tenant: the drain's holds end together.
+        sources.retryNow();
+        sources.audit.action({
+          action: "retry",
+          who: caller.who,
+          outcome: "done",
+          rows: done.heads.length,
+          what: `tenant ${tenant}: ${done.heads.length} row(s) retried, every held tenant's hold ended`,
+        });
+        return json(200, { action: "retry", tenant, ...done });
+      },
     },
     {
       method: "POST",

@@ -25,6 +25,8 @@ export interface AdminServerOptions {
   apps: readonly AdminApp[];
   /** The `status --json` document, now. */
   status(): unknown;
+  /** The `status --tenant T --json` document of `tenant` (a checked name), now. */
+  tenant(tenant: string): unknown;
   /** The drain's retryNow (kick); a no-op while it starts. */
   retryNow(): void;
   logger: Logger;
@@ -50,6 +52,7 @@ export function serveAdmin(options: AdminServerOptions): AdminServer {
     apps: options.apps,
     tokens: options.tokens,
     status: options.status,
+    tenant: options.tenant,
     retryNow: options.retryNow,
     audit: createAdminAudit(options.logger, options.registry),
     mask: options.mask,

@@ -74,7 +74,8 @@ export function kickAll(
   return { heads, unreadable };
 }
 
-function headView(
+/** A row whose backoff was ended, as the API names it (`id` is `app/namespace/seq`). */
+export function headView(
   app: string,
   namespace: string,
   head: { seq: number; attempts: number; nextAttemptAt: string | null },

@@ -29,11 +29,12 @@ export const discard = defineCommand({
         args.reason !== undefined ||
         args.since !== undefined ||
         args.key !== undefined ||
+        args.tenant !== undefined ||
         args.all === true ||
         args.expect !== undefined
       )
         throw new UsageError(
-          "--seq discards one dead letter; it does not combine with --reason, --since, --key, --all or --expect",
+          "--seq discards one dead letter; it does not combine with --reason, --since, --key, --tenant, --all or --expect",
         );
       return discardOne(args.namespace, parseSeq(args.seq), args);
     }

@@ -1,6 +1,7 @@
 // What every dead-letter subcommand shares: the letters as the commands read them (where each
 // lives), the files that failed, and the selection flags with the filter they make.
 import { StorageError, UsageError } from "../../../errors.ts";
+import { tenantNameProblem } from "../../../tenant.ts";
 import { type DeadLetterFilter, type FiledDeadLetter, findDeadLetters } from "../../../outbox/dead-letters.ts";
 import { log } from "../../cli-logger.ts";
 import { parsePointInTime } from "../../durations.ts";
@@ -93,6 +94,13 @@ export const keyArg = {
     description: "Only letters pushed with this key (a lane's key, as status shows it)",
   },
 } as const;
+export const tenantArg = {
+  tenant: {
+    type: "string",
+    valueHint: "T",
+    description: "Only letters of this tenant (a tenant template's, SPEC §4c)",
+  },
+} as const;
 export const dryRunArg = {
   "dry-run": { type: "boolean", description: "Print what would be done and change nothing (files are only read)" },
 } as const;
@@ -102,14 +110,23 @@ export function filterOf(args: {
   reason?: string;
   since?: string;
   key?: string;
+  tenant?: string;
 }): DeadLetterFilter {
   const filter: DeadLetterFilter = {};
   if (args.namespace !== undefined) filter.namespace = args.namespace;
   if (args.reason !== undefined) filter.reason = args.reason;
+  if (args.tenant !== undefined) filter.tenant = tenantOf(args.tenant);
   if (args.key !== undefined) {
     if (args.key === "") throw new UsageError("--key needs a key (the text status shows)");
     filter.key = args.key;
   }
   if (args.since !== undefined) filter.since = parsePointInTime("--since", args.since);
   return filter;
+}
+
+/** `--tenant T` checked as a push checks it: a name no push accepts selects nothing, and is a typo. */
+export function tenantOf(value: string): string {
+  const problem = tenantNameProblem(value);
+  if (problem !== null) throw new UsageError(`--tenant: ${problem}`);
+  return value;
 }

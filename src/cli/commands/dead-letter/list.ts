@@ -3,7 +3,16 @@ import { UsageError } from "../../../errors.ts";
 import { jsonArg, locationArgs, logArgs, namespaceFilterArg } from "../../args.ts";
 import { resolveLocations } from "../../locations.ts";
 import { oneLine, print, renderTable } from "../../text-output.ts";
-import { collectDeadLetters, type DeadLetterEntry, failIf, filterOf, keyArg, reasonArg, sinceArg } from "./letters.ts";
+import {
+  collectDeadLetters,
+  type DeadLetterEntry,
+  failIf,
+  filterOf,
+  keyArg,
+  reasonArg,
+  sinceArg,
+  tenantArg,
+} from "./letters.ts";
 
 /** The human list: one aligned row per dead letter. */
 function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
@@ -11,6 +20,7 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
   const withApp = entries.some((e) => e.app !== null);
   // Only when a letter has a key, so lists of tables without keys print as they always did.
   const withKey = entries.some((e) => e.laneKey !== null);
+  const withTenant = entries.some((e) => e.tenant !== null);
   return renderTable(
     [
       ...(withApp ? [{ header: "app" }] : []),
@@ -18,6 +28,7 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       { header: "seq", right: true },
       { header: "group", right: true },
       ...(withKey ? [{ header: "key" }] : []),
+      ...(withTenant ? [{ header: "tenant" }] : []),
       { header: "reason" },
       { header: "state" },
       { header: "attempts", right: true },
@@ -31,6 +42,7 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       String(e.seq),
       e.grp === null ? "-" : String(e.grp),
       ...(withKey ? [e.laneKey ?? "-"] : []),
+      ...(withTenant ? [e.tenant ?? "-"] : []),
       e.reason,
       e.state,
       String(e.attempts),
@@ -50,6 +62,7 @@ export const list = defineCommand({
     ...reasonArg,
     ...sinceArg,
     ...keyArg,
+    ...tenantArg,
     replayed: { type: "boolean", description: "Only letters already replayed or discarded" },
     unreplayed: { type: "boolean", description: "Only letters neither replayed nor discarded (still dead)" },
     ...jsonArg,

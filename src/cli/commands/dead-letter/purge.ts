@@ -6,7 +6,7 @@ import { appArg, jsonArg, locationArgs, logArgs, namespaceFilterArg } from "../.
 import { parseDurationMs } from "../../durations.ts";
 import { appDirs, filesOf, locationExists, resolveLocations } from "../../locations.ts";
 import { print, renderTable } from "../../text-output.ts";
-import { dryRunArg, type FileFailure, failIf, groupRows, recorder } from "./letters.ts";
+import { dryRunArg, type FileFailure, failIf, groupRows, recorder, tenantArg, tenantOf } from "./letters.ts";
 
 /** One dead letter a purge deleted or kept. */
 interface PurgeEntry {
@@ -26,6 +26,8 @@ interface PurgeReport {
   /** Letters dead before this time were selected. */
   before: string;
   unreplayed: boolean;
+  /** With --tenant: only that tenant's letters. */
+  tenant?: string;
   purged: PurgeEntry[];
   kept: Array<PurgeEntry & { keptBecause: "linked" | "newest" | "group" }>;
   failed: FileFailure[];
@@ -63,7 +65,7 @@ function renderPurge(r: PurgeReport): string {
     );
   }
   const lost = r.purged.filter((e) => e.replayedAt === null).length;
-  const what = r.unreplayed ? "dead letter(s)" : "replayed dead letter(s)";
+  const what = `${r.unreplayed ? "dead letter(s)" : "replayed dead letter(s)"}${r.tenant ? ` of tenant ${r.tenant}` : ""}`;
   lines.push(
     `${r.dryRun ? "dry run: would purge" : "purged"} ${r.purged.length} ${what} dead before ${r.before}${r.dryRun ? "; nothing changed" : ""}`,
   );
@@ -94,6 +96,7 @@ export const purge = defineCommand({
       description: "Letters dead longer than this (90s, 30m, 12h, 7d, 2w, 1h30m)",
     },
     ...namespaceFilterArg,
+    ...tenantArg,
     unreplayed: { type: "boolean", description: "Also delete letters never replayed: their events are lost for good" },
     ...dryRunArg,
     ...appArg,
@@ -103,7 +106,11 @@ export const purge = defineCommand({
   async run({ args }) {
     const olderThan = args["older-than"];
     const before = new Date(Date.now() - parseDurationMs("--older-than", olderThan));
-    const rule: PurgeRule = { before, unreplayed: args.unreplayed === true };
+    const rule: PurgeRule = {
+      before,
+      unreplayed: args.unreplayed === true,
+      ...(args.tenant === undefined ? {} : { tenant: tenantOf(args.tenant) }),
+    };
     const dirs = appDirs(await resolveLocations(args), args.app);
     const report: PurgeReport = {
       action: "purge",
@@ -111,6 +118,7 @@ export const purge = defineCommand({
       olderThan,
       before: isoTimestamp(before),
       unreplayed: rule.unreplayed === true,
+      ...(rule.tenant === undefined ? {} : { tenant: rule.tenant }),
       purged: [],
       kept: [],
       failed: [],

@@ -21,9 +21,15 @@ export const replay = defineCommand({
     const all = args.all === true;
     if (args.seq !== undefined) {
       if (args.namespace === undefined) throw new UsageError("--seq needs --namespace N");
-      if (args.reason !== undefined || args.since !== undefined || args.key !== undefined || all) {
+      if (
+        args.reason !== undefined ||
+        args.since !== undefined ||
+        args.key !== undefined ||
+        args.tenant !== undefined ||
+        all
+      ) {
         throw new UsageError(
-          "--seq replays one dead letter; it does not combine with --reason, --since, --key or --all",
+          "--seq replays one dead letter; it does not combine with --reason, --since, --key, --tenant or --all",
         );
       }
       if (args.expect !== undefined) throw new UsageError("--expect goes with a selection: --seq names its letter");

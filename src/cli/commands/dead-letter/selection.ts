@@ -17,6 +17,7 @@ import {
   reasonArg,
   recorder,
   sinceArg,
+  tenantArg,
 } from "./letters.ts";
 
 /** The flags of a selection: what was given, so a command can check and echo them. */
@@ -30,6 +31,7 @@ export interface SelectionArgs {
   reason?: string;
   since?: string;
   key?: string;
+  tenant?: string;
   all?: boolean;
   expect?: string;
   "dry-run"?: boolean;
@@ -49,6 +51,7 @@ export function selectionArgs(verb: DeadAction) {
     ...reasonArg,
     ...sinceArg,
     ...keyArg,
+    ...tenantArg,
     all: { type: "boolean", description: "Every dead letter (a selection is required: never everything by accident)" },
     expect: {
       type: "string",
@@ -65,14 +68,14 @@ export function selectionArgs(verb: DeadAction) {
 /** The filter of a selection's flags; a usage error when none (or --all with another) is given. */
 export function selectionFilter(command: string, args: SelectionArgs): DeadLetterFilter {
   const all = args.all === true;
-  const given = (["namespace", "reason", "since", "key"] as const)
+  const given = (["namespace", "reason", "since", "key", "tenant"] as const)
     .filter((k) => args[k] !== undefined)
     .map((k) => `--${k}`);
   if (all && given.length > 0)
     throw new UsageError(`--all selects every dead letter: give either --all or ${given.join(", ")}`);
   if (!all && given.length === 0)
     throw new UsageError(
-      `dead-letter ${command} needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, --key K, or --all`,
+      `dead-letter ${command} needs a selection: --namespace N [--seq S], --reason R, --since DUR|TIME, --key K, --tenant T, or --all`,
     );
   return filterOf(args);
 }
@@ -211,7 +214,18 @@ function seqRanges(seqs: readonly number[]): string {
 /** This command line without --dry-run, to be pasted as is. */
 function commandLine(args: SelectionArgs): string {
   const flags: string[] = ["sqloutbox", "dead-letter", "discard"];
-  for (const name of ["config", "db-dir", "db-file", "app", "namespace", "seq", "reason", "since", "key"] as const) {
+  for (const name of [
+    "config",
+    "db-dir",
+    "db-file",
+    "app",
+    "namespace",
+    "seq",
+    "reason",
+    "since",
+    "key",
+    "tenant",
+  ] as const) {
     const value = args[name];
     if (value !== undefined) flags.push(`--${name}`, shellWord(value));
   }

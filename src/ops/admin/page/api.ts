@@ -38,7 +38,49 @@ export interface Status {
     tables: Array<{ namespace: string; held: unknown }>;
   }>;
   dbDirs: Array<{ app: string | null }>;
+  /** Each tenant template: its databases and held tenants as the running drain reports them (null: no drain). */
+  tenants: Array<{
+    app: string | null;
+    target: string | null;
+    tables: string[];
+    databases: { open: number; maxOpen: number } | null;
+    held: { count: number; tenants: TenantHold[] } | null;
+  }>;
   totals: { deadLetters: number };
+}
+
+/** A held tenant: why, since and until when (ISO-8601). */
+export interface TenantHold {
+  tenant: string;
+  reason: string;
+  message: string;
+  since: string;
+  until: string;
+}
+
+/** One tenant (GET /api/v1/tenants/{tenant}): its hold at each template, its rows per table. */
+export interface TenantStatus {
+  generatedAt: string;
+  tenant: string;
+  targets: Array<{ app: string | null; target: string | null; held: TenantHold | null }>;
+  tables: Array<{
+    app: string | null;
+    namespace: string;
+    pending: number;
+    oldestPendingAgeMs: number | null;
+    head: TenantRow | null;
+    failing: TenantRow | null;
+    deadLetters: number;
+  }>;
+}
+
+/** A tenant's row in a table: its seq, attempts, last error, next attempt. */
+export interface TenantRow {
+  seq: number;
+  attempts: number;
+  lastError: string | null;
+  lastErrorClass: string | null;
+  nextAttemptAt: string | null;
 }
 
 /** One dead letter (GET /api/v1/dead-letters). */
