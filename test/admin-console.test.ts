@@ -164,7 +164,7 @@ describeSlow("the operator console", "build the binary and drive the console in 
     // "events" has no table in PostgreSQL: the drain holds it (a remote schema fault), so its rows wait and its depth grows.
     fs.writeFileSync(
       path.join(dir, "outbox.toml"),
-      `[admin]\naddr = "127.0.0.1:0"\nwrite_token = "\${SQLOUTBOX_WRITE_TOKEN}"\n\n[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\nmax_attempts = 1\n\n[app.shop.db.pg]\nwriter = "postgres"\ntables = ["orders", "events"]\n[app.shop.db.pg.connection]\nurl = "${remote.url}"\n`,
+      `[admin]\naddr = "127.0.0.1:0"\nwrite_token = "\${SQLOUTBOX_WRITE_TOKEN}"\n\n[app.shop]\ndb_dir = "queue"\nflush_interval = 0.05\ntable_flush_threshold = 1\nmax_attempts = 1\n\n[app.shop.db.pg]\nwriter = "postgres"\ntables = [{ name = "orders", lanes = 4 }, "events"]\n[app.shop.db.pg.connection]\nurl = "${remote.url}"\n`,
     );
     const drain = await serveConsole(dir);
     const producer = new SQLMiddleware({ dbDir: path.join(dir, "queue") });
@@ -226,6 +226,13 @@ describeSlow("the operator console", "build the binary and drive the console in 
         "the replayed row in PostgreSQL",
       );
       await page.waitForFunction(() => document.querySelector("#message")?.textContent?.includes("Replayed 1"));
+      // The fleet: this host's ledger rows of orders (4 lanes), as the drain reads them back.
+      await page.waitForSelector('#fleet:not([hidden]) tr[data-fleet^="shop.pg/orders/"]', { timeout: 15_000 });
+      const fleet = await page.$eval('tr[data-fleet^="shop.pg/orders/"]', (tr) =>
+        [...tr.querySelectorAll("td")].map((td) => td.textContent),
+      );
+      expect(fleet[2]).toContain("(this host)");
+      expect(fleet[5]).toMatch(/^\d+ lanes?; slowest orders(#\d+)? at \d+, moved /);
       expect(drain.log()).toContain("admin: replay by write token: 1 id(s)");
       expect(drain.log()).not.toContain(WRITE);
       await shot(page, "4-replayed");

@@ -37,6 +37,16 @@ export interface Status {
     setupProblem: string | null;
     tables: Array<{ namespace: string; held: unknown }>;
   }>;
+  /** Every origin's ledger row of the served tables, as the drain last read it. */
+  fleet: Array<{
+    target: string;
+    namespace: string;
+    label: string;
+    through: number;
+    updatedAt: string;
+    self: boolean;
+    lanes?: { rows: number; slowest: { ledgerRow: string; through: number; updatedAt: string } };
+  }>;
   dbDirs: Array<{ app: string | null }>;
   /** Each tenant template: its databases and held tenants as the running drain reports them (null: no drain). */
   tenants: Array<{

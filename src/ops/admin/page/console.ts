@@ -1,5 +1,5 @@
 // The operator console: the page of the admin API's listener. It reads /api/v1 (every 2 s the
-// status, the dead letters after every change: letters.ts; tenants: tenants.ts), offers actions only when the server
+// status, the dead letters after every change: letters.ts; tenants: tenants.ts; the fleet: fleet.ts), offers actions only when the server
 // says the caller holds the write token (GET /api/v1/access), and asks before each, with the count.
 // The token is sent as a bearer header — never a cookie — and kept in this tab's sessionStorage
 // only (session.ts). Everything shown goes in through textContent: no text from the API is ever
@@ -11,6 +11,7 @@ import { heldLaneCount } from "../../../drain/held-lanes.ts";
 import { $, age, ago, button, cell, el, until, withClass } from "./dom.ts";
 import { clearSelection, initLetters, loadLetters, openFromUrl } from "./letters.ts";
 import { api, canAct, confirmAction, say, session, setToken } from "./session.ts";
+import { renderFleet } from "./fleet.ts";
 import { initTenants, renderTenants } from "./tenants.ts";
 
 const STATUS_EVERY_MS = 2_000;
@@ -155,6 +156,7 @@ function renderStatus(status: Status): void {
     }),
   );
   renderTenants(status);
+  renderFleet(status);
   const apps = [...new Set(status.dbDirs.map((d) => d.app).filter((a): a is string => a !== null))];
   const select = $("filter").querySelector<HTMLSelectElement>("select[name=app]")!;
   if (select.options.length - 1 !== apps.length) {
