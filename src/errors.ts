@@ -63,7 +63,10 @@ export class OutboxClosedError extends OutboxError {
   }
 }
 
-/** A call that needs the queues (`start()`, `runOnce()`, `pendingCount()`) on an `OutboxSyncService` after `stop()`: a stopped service is not restarted; create a new one. */
+/**
+ * A call that needs the queues (`start()`, `runOnce()`, `pendingCount()`) on an `OutboxSyncService` after
+ * `stop()`: a stopped service is not restarted; create a new one.
+ */
 export class ServiceStoppedError extends OutboxError {
   constructor() {
     super("E_CLOSED", "this OutboxSyncService was stopped; create a new one");
@@ -195,7 +198,10 @@ export function isMisconfigured(error: unknown): boolean {
   return isWriteError(error) && error.misconfigured === true;
 }
 
-/** Another drain holds the exclusive lock on a db_dir; `holder` is its PID and start time, as its lock file says (null if it says none). */
+/**
+ * Another drain holds the exclusive lock on a db_dir; `holder` is its PID and start time, as its lock file
+ * says (null if it says none).
+ */
 export class LockedError extends OutboxError {
   constructor(
     readonly lockFile: string,

@@ -26,7 +26,10 @@ export function maskUrlPasswords(text: string): string {
   return text.replace(/([a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]+@/gi, "$1***@");
 }
 
-/** A URL with its password (userinfo and password/token/secret/key parameters) replaced by `***`; unparsable text is fully masked. */
+/**
+ * A URL with its password (userinfo and password/token/secret/key parameters) replaced by `***`; unparsable
+ * text is fully masked.
+ */
 export function maskUrl(url: string): string {
   try {
     const u = new URL(url);
@@ -66,7 +69,10 @@ export function maskError(error: unknown, secrets: ReadonlyArray<string | undefi
   return copy;
 }
 
-/** `error` itself when no secret appears in its message or stack (keeping every driver field), else a masked copy (see maskError). */
+/**
+ * `error` itself when no secret appears in its message or stack (keeping every driver field), else a masked
+ * copy (see maskError).
+ */
 export function maskCause(error: unknown, secrets: ReadonlyArray<string | undefined>): unknown {
   const text = error instanceof Error ? `${error.message}\n${error.stack ?? ""}` : String(error ?? "");
   return maskSecrets(text, secrets) === text ? error : maskError(error, secrets);

@@ -2,7 +2,10 @@
 // mistake is a UsageError naming the flag and the value, so the operator sees what was refused.
 import { UsageError } from "../errors.ts";
 
-/** Grammar: `<int>w`? `<int>d`? `<int>h`? `<int>m`? `<int>s`?, at least one, largest unit first (`90s`, `12h`, `1h30m`, `2w`). */
+/**
+ * Grammar: `<int>w`? `<int>d`? `<int>h`? `<int>m`? `<int>s`?, at least one, largest unit first (`90s`, `12h`,
+ * `1h30m`, `2w`).
+ */
 const DURATION = /^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/;
 const UNIT_MS = [604_800_000, 86_400_000, 3_600_000, 60_000, 1_000];
 

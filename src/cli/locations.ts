@@ -74,7 +74,10 @@ export async function resolveLocations(args: {
   return { dirs: locationsOf(apps), secrets, configFile: file };
 }
 
-/** Why only the queue locations are read: the variables this shell lacks, else the drain's own complaint about the file. */
+/**
+ * Why only the queue locations are read: the variables this shell lacks, else the drain's own complaint about
+ * the file.
+ */
 function layoutOnlyWarning(
   { problem, unsetVariables }: NonNullable<InspectedConfig["layoutOnly"]>,
   file: string,

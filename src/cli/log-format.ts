@@ -18,7 +18,10 @@ export function prettyLine(obj: LogObject): string {
   return `[${levelName(obj)}] ${text.join(" ")}`;
 }
 
-/** A log argument that is neither an Error nor a field bag, as text: a string as it is, anything else inspected on one line. */
+/**
+ * A log argument that is neither an Error nor a field bag, as text: a string as it is, anything else
+ * inspected on one line.
+ */
 function textOf(arg: unknown): string {
   return typeof arg === "string" ? arg : inspect(arg, { breakLength: Infinity });
 }

@@ -8,7 +8,10 @@ export const LOG_LEVELS = ["error", "warn", "info", "debug"] as const;
 /** One of LOG_LEVELS. */
 export type LogLevelName = (typeof LOG_LEVELS)[number];
 
-/** The logging options from the parsed `--log-level`/`--log-format` values, falling back to LOG_LEVEL/LOG_FORMAT; invalid ones are usage errors. */
+/**
+ * The logging options from the parsed `--log-level`/`--log-format` values, falling back to
+ * LOG_LEVEL/LOG_FORMAT; invalid ones are usage errors.
+ */
 export function logOptionsFrom(
   values: { "log-level"?: unknown; "log-format"?: unknown },
   env: Record<string, string | undefined>,

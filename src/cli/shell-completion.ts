@@ -9,7 +9,10 @@ export const SHELLS = ["bash", "zsh", "fish"] as const;
 /** One of SHELLS. */
 export type Shell = (typeof SHELLS)[number];
 
-/** What a flag's value or a positional completes to: a file, a directory, one of some words, or anything (no suggestion). */
+/**
+ * What a flag's value or a positional completes to: a file, a directory, one of some words, or anything (no
+ * suggestion).
+ */
 type ValueKind = { kind: "file" } | { kind: "dir" } | { kind: "words"; words: string[] } | { kind: "any" };
 
 /** One command of the tree: its words from the root, its subcommands, flags and positional. */

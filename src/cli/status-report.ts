@@ -16,7 +16,10 @@ import { formatAge, oneLine, redact } from "./text-output.ts";
 import { locationExists, withAccessHint, type Location, type Locations } from "./locations.ts";
 import { type StatusTenants, type TenantStatus, tenantEntries, tenantSources, tenantsEntry } from "./tenant-report.ts";
 
-/** One namespace in `status --json`: where it lives plus its health (errors masked) and its hold, if the drain holds it. */
+/**
+ * One namespace in `status --json`: where it lives plus its health (errors masked) and its hold, if the drain
+ * holds it.
+ */
 export interface StatusEntry extends NamespaceHealth {
   app: string | null;
   dbDir: string;
@@ -47,7 +50,10 @@ export interface DrainSummary {
    */
   updatedAt: string | null;
   stoppedAt: string | null;
-  /** A running drain whose state file has not been rewritten for a while: its loop may be hung. Never set without a state file. */
+  /**
+   * A running drain whose state file has not been rewritten for a while: its loop may be hung. Never set
+   * without a state file.
+   */
   stale: boolean;
 }
 
@@ -65,7 +71,10 @@ export interface FleetEntry {
   lanes?: FleetRow["lanes"];
 }
 
-/** One target in `status --json`: the running drain's view of it (credential-free, errors masked), where it drains from, its pace and lag. */
+/**
+ * One target in `status --json`: the running drain's view of it (credential-free, errors masked), where it
+ * drains from, its pace and lag.
+ */
 export interface StatusTarget extends PersistedTarget {
   dbDir: string;
   dbFile: string | null;
@@ -84,7 +93,10 @@ export interface StatusReport {
   /** Every target as the running drain last reported it. */
   targets: StatusTarget[];
   fleet: FleetEntry[];
-  /** Each tenant template target (SPEC §4c): its tenants with backlog, the held ones, its tenant databases (see StatusTenants). */
+  /**
+   * Each tenant template target (SPEC §4c): its tenants with backlog, the held ones, its tenant databases
+   * (see StatusTenants).
+   */
   tenants: StatusTenants[];
   /** Files that could not be read (not a database, not an outbox file); they make the exit code 1. */
   unreadable: Array<{ file: string; error: string }>;
@@ -174,7 +186,10 @@ export function collectStatus(
   };
 }
 
-/** The drain of a location as its lock and state file say, and its state while it runs (a stopped drain's view is history, not state). */
+/**
+ * The drain of a location as its lock and state file say, and its state while it runs (a stopped drain's view
+ * is history, not state).
+ */
 function drainOf(loc: Location, exists: boolean, now: Date): { drain: DrainSummary; live: DrainState | null } {
   const state = exists ? readDrainState(drainHome(loc).stateFile) : null;
   const pid = exists ? lockHolder(drainHome(loc).lockFile) : null;
@@ -222,7 +237,10 @@ function maskTarget(t: PersistedTarget, mask: (text: string | null) => string | 
   };
 }
 
-/** Each namespace's lanes across the targets serving it (a table of one lane has none): the count, the held lanes oldest first. */
+/**
+ * Each namespace's lanes across the targets serving it (a table of one lane has none): the count, the held
+ * lanes oldest first.
+ */
 function lanesOf(targets: readonly PersistedTarget[]): Map<string, StatusLanes> {
   const out = new Map<string, StatusLanes>();
   for (const t of targets)
@@ -268,7 +286,10 @@ function fleetOf(state: DrainState | null): FleetEntry[] {
   return out;
 }
 
-/** Who heads a held lane, whole (never cut: the key is what an operator searches for): `key "k" (lane 3, seq 9)`, or the row without a key. */
+/**
+ * Who heads a held lane, whole (never cut: the key is what an operator searches for): `key "k" (lane 3, seq
+ * 9)`, or the row without a key.
+ */
 export function heldLaneHead(l: StatusLanes["held"][number]): string {
   return l.key === null
     ? `a row without a key (seq ${l.seq})`
@@ -280,9 +301,10 @@ export const CHECKS = ["stuck", "held", "dead", "age", "down"] as const;
 export type Check = (typeof CHECKS)[number];
 
 /**
- * The problems `status --check` reports, one line each: stuck heads (of a table, or of its lanes), held tables, dead letters,
- * an oldest pending row older than `maxAgeMs`, targets down or misconfigured, a running drain
- * whose state went stale. Empty when all is well. Messages are never cut: the cause is the part that matters.
+ * The problems `status --check` reports, one line each: stuck heads (of a table, or of its lanes), held
+ * tables, dead letters, an oldest pending row older than `maxAgeMs`, targets down or misconfigured, a running
+ * drain whose state went stale. Empty when all is well. Messages are never cut: the cause is the part that
+ * matters.
  */
 export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, maxAgeMs: number): string[] {
   const problems: string[] = [];

@@ -13,7 +13,10 @@ import {
 } from "../outbox/tenant-backlog.ts";
 import { filesOf, type Location } from "./locations.ts";
 
-/** A held tenant in `status --json`: why (its database down, refusing, or lacking a table or the ledger), since and until when (ISO-8601). */
+/**
+ * A held tenant in `status --json`: why (its database down, refusing, or lacking a table or the ledger),
+ * since and until when (ISO-8601).
+ */
 export interface TenantHoldEntry {
   tenant: string;
   reason: TenantHoldView["reason"];
@@ -27,7 +30,10 @@ export interface StatusTenants {
   app: string | null;
   dbDir: string;
   dbFile: string | null;
-  /** The target, as the running drain names it; null without a running drain (its tables are then the files that hold tenants' rows). */
+  /**
+   * The target, as the running drain names it; null without a running drain (its tables are then the files
+   * that hold tenants' rows).
+   */
   target: string | null;
   tables: string[];
   /**
@@ -42,7 +48,10 @@ export interface StatusTenants {
     rowsWithoutTenant: number;
     oldest: { tenant: string; namespace: string; seq: number; createdAt: string; ageMs: number } | null;
   } | null;
-  /** Its tenant databases open now, at most, and opened and closed since the drain started; null without a running drain. */
+  /**
+   * Its tenant databases open now, at most, and opened and closed since the drain started; null without a
+   * running drain.
+   */
   databases: { open: number; maxOpen: number; opened: number; closed: number } | null;
   /** Every tenant the drain holds now, the oldest hold first; null without a running drain. */
   held: { count: number; tenants: TenantHoldEntry[] } | null;
@@ -75,7 +84,10 @@ export interface TenantStatus {
   unreadable: Array<{ file: string; error: string }>;
 }
 
-/** A template target's tables in one location: those of each template target of the running drain, else each file that says it holds tenants' rows. */
+/**
+ * A template target's tables in one location: those of each template target of the running drain, else each
+ * file that says it holds tenants' rows.
+ */
 export interface TenantSource {
   target: PersistedTarget | null;
   tables: NamespaceHealth[];
@@ -84,7 +96,10 @@ export interface TenantSource {
 /** Masks credentials in a text (a stored error, a hold's message). */
 type Mask = (text: string) => string;
 
-/** Where a location's tenants' rows are: per template target of `live` (the running drain's state), else the files that say they hold them. */
+/**
+ * Where a location's tenants' rows are: per template target of `live` (the running drain's state), else the
+ * files that say they hold them.
+ */
 export function tenantSources(live: DrainState | null, health: readonly NamespaceHealth[]): TenantSource[] {
   if (live !== null)
     return live.targets
@@ -101,7 +116,10 @@ export function tenantSources(live: DrainState | null, health: readonly Namespac
   return tables.length === 0 ? [] : [{ target: null, tables }];
 }
 
-/** A template target's entry of `status --json`; with `backlog`, its tables' rows are counted by tenant (every pending row's index entry). */
+/**
+ * A template target's entry of `status --json`; with `backlog`, its tables' rows are counted by tenant (every
+ * pending row's index entry).
+ */
 export function tenantsEntry(
   loc: Location,
   source: TenantSource,
@@ -154,7 +172,10 @@ function backlogOf(
   return { tenants: tenants.size, rows, rowsWithoutTenant, oldest };
 }
 
-/** One tenant's entries of `status --tenant T`: its hold at each template target of the location, and its rows in their tables. */
+/**
+ * One tenant's entries of `status --tenant T`: its hold at each template target of the location, and its rows
+ * in their tables.
+ */
 export function tenantEntries(
   loc: Location,
   sources: readonly TenantSource[],
@@ -191,7 +212,10 @@ export function tenantEntries(
   return { targets, tables };
 }
 
-/** The queue files of a location (it must exist) that may hold tenants' rows: those `kick --tenant` and `skip --tenant` look into. */
+/**
+ * The queue files of a location (it must exist) that may hold tenants' rows: those `kick --tenant` and `skip
+ * --tenant` look into.
+ */
 export function tenantFilesOf(loc: Location): string[] {
   return filesOf(loc).filter(mayHoldTenantRows);
 }

@@ -63,7 +63,10 @@ export function renderTenants(
   return lines;
 }
 
-/** `3 with backlog (120 rows; 2 without a tenant), the oldest acme 5m12s (ev seq 17); 12/64 databases open (…); 2 held, the oldest first:`. */
+/**
+ * `3 with backlog (120 rows; 2 without a tenant), the oldest acme 5m12s (ev seq 17); 12/64 databases open
+ * (…); 2 held, the oldest first:`.
+ */
 function summary(t: StatusTenants, style: OutputStyle): string {
   const parts: string[] = [];
   const b = t.backlog;

@@ -8,7 +8,10 @@ export interface Column {
   right?: boolean;
 }
 
-/** Renders rows as an aligned, two-space separated table with an upper-case header line; cells may carry colour (`paint`). */
+/**
+ * Renders rows as an aligned, two-space separated table with an upper-case header line; cells may carry
+ * colour (`paint`).
+ */
 export function renderTable(columns: readonly Column[], rows: ReadonlyArray<readonly string[]>): string {
   const widths = columnWidths(columns, rows);
   const line = (cells: readonly string[]) =>
@@ -73,14 +76,20 @@ export function formatAge(ms: number | null | undefined): string {
   return `${Math.floor(h / 24)}d${String(h % 24).padStart(2, "0")}h`;
 }
 
-/** One line (whitespace runs become one space), at most `max` characters (an ellipsis marks the cut); `-` for null or empty. */
+/**
+ * One line (whitespace runs become one space), at most `max` characters (an ellipsis marks the cut); `-` for
+ * null or empty.
+ */
 export function oneLine(text: string | null | undefined, max = Infinity): string {
   if (!text) return "-";
   const flat = text.replace(/\s+/g, " ").trim();
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
 
-/** `value` as one shell word (single-quoted when it holds anything but plain path characters), for a command line printed to paste. */
+/**
+ * `value` as one shell word (single-quoted when it holds anything but plain path characters), for a command
+ * line printed to paste.
+ */
 export function shellWord(value: string): string {
   return /^[\w./@:+=-]+$/.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`;
 }
@@ -99,7 +108,10 @@ export interface OutputStyle {
 /** Plain output: no width limit, no colour (a pipe, a file, a test). */
 export const PLAIN: OutputStyle = { width: null, color: false };
 
-/** Stdout's style: on a terminal its width, and colour unless NO_COLOR is set (https://no-color.org); piped, neither. */
+/**
+ * Stdout's style: on a terminal its width, and colour unless NO_COLOR is set (https://no-color.org); piped,
+ * neither.
+ */
 export function stdoutStyle(env: Record<string, string | undefined> = process.env): OutputStyle {
   if (!process.stdout.isTTY) return PLAIN;
   return { width: process.stdout.columns || 80, color: !env.NO_COLOR };

@@ -12,7 +12,10 @@ export interface Kind<T> {
   read(r: Reader, table: Table, key: string, path: string): T | undefined;
 }
 
-/** A structure its section's code reads itself (the targets, the tables, the writer): declared for its name, input type and docs. */
+/**
+ * A structure its section's code reads itself (the targets, the tables, the writer): declared for its name,
+ * input type and docs.
+ */
 export interface Own<T> {
   readonly type: string;
   readonly own: true;
@@ -20,7 +23,10 @@ export interface Own<T> {
   readonly input?: T;
 }
 
-/** The TOML value's unit: seconds and minutes become milliseconds at this boundary (the field is then `…Ms`); days stay days. */
+/**
+ * The TOML value's unit: seconds and minutes become milliseconds at this boundary (the field is then `…Ms`);
+ * days stay days.
+ */
 export type Unit = "seconds" | "minutes" | "days";
 const MS_PER: Partial<Record<Unit, number>> = { seconds: 1000, minutes: 60_000 };
 
@@ -61,7 +67,10 @@ export type Key = Options<unknown> & { readonly kind: Kind<unknown> | Own<unknow
 /** A table's keys by their TOML (snake_case) names. */
 export type Keys = Record<string, Key>;
 
-/** Declares a key of `kind`: the kind fixes the value's type, which `options` (its default, its check) must agree with. */
+/**
+ * Declares a key of `kind`: the kind fixes the value's type, which `options` (its default, its check) must
+ * agree with.
+ */
 export function key<K extends Kind<unknown> | Own<unknown>, const O extends Options<KindValue<K>>>(
   kind: K,
   options: O,

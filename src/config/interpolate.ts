@@ -6,8 +6,8 @@ export type EnvMap = Record<string, string | undefined>;
 const VAR_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
- * Replaces every `${VAR}` in `value` with `env[VAR]`; `$${` yields a literal `${`.
- * `onVar` sees each variable used. Throws a plain `Error` saying which variable is missing or malformed (the caller adds the key path).
+ * Replaces every `${VAR}` in `value` with `env[VAR]`; `$${` yields a literal `${`. `onVar` sees each variable
+ * used. Throws a plain `Error` saying which variable is missing or malformed (the caller adds the key path).
  */
 export function interpolate(value: string, env: EnvMap, onVar?: (name: string, value: string) => void): string {
   if (!value.includes("${")) return value;

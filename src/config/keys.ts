@@ -9,7 +9,10 @@ import { boolean, choice, described, integer, key, limit, number, own, string, t
 // come from here; test/config-example.test.ts holds docs/configuration.md to it. A key of kind
 // `own` is a structure its section's code reads itself. Object order is the order keys are read.
 
-/** The most connections to one target (`connections`): each carries a batch or two in flight, up to batch_max_bytes between them. */
+/**
+ * The most connections to one target (`connections`): each carries a batch or two in flight, up to
+ * batch_max_bytes between them.
+ */
 export const MAX_CONNECTIONS = 64;
 
 function connectionsProblem(n: number): string | undefined {

@@ -4,7 +4,10 @@ import { isTable } from "./reader.ts";
 import { connectionSecrets, filterSecrets, variableSecrets } from "./secret-values.ts";
 import type { OutboxConfig } from "./types.ts";
 
-/** What inspecting an app's queues needs: where its files are (a db_dir, or one db_file in dbDir) and its producers' cap. */
+/**
+ * What inspecting an app's queues needs: where its files are (a db_dir, or one db_file in dbDir) and its
+ * producers' cap.
+ */
 export interface AppLayout {
   name: string;
   dbDir: string;

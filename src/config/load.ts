@@ -42,7 +42,10 @@ export interface InspectedConfig {
   apps: AppLayout[];
   /** The credential strings found: mask these in anything printed. */
   secrets: string[];
-  /** Set when the drain would refuse the config and only each app's layout was read: its error, and the `${VAR}`s it names that are not set here. */
+  /**
+   * Set when the drain would refuse the config and only each app's layout was read: its error, and the
+   * `${VAR}`s it names that are not set here.
+   */
   layoutOnly?: { problem: unknown; unsetVariables: string[] };
 }
 

@@ -40,7 +40,10 @@ export function parseToml(text: string, file: string): unknown {
   }
 }
 
-/** Validates a document `parseToml` read from `text` (kept for the line/column of each problem): the config and its secrets. */
+/**
+ * Validates a document `parseToml` read from `text` (kept for the line/column of each problem): the config
+ * and its secrets.
+ */
 export function buildTomlConfig(
   doc: unknown,
   text: string,

@@ -42,7 +42,10 @@ export function variableSecrets(writer: string | null, key: string, name: string
   return SECRET_KEY_NAME.test(name) ? [value] : valueSecrets(value, secretKey);
 }
 
-/** What of one value is secret: a URL's or connection string's credentials; else the whole value when its key is secret. */
+/**
+ * What of one value is secret: a URL's or connection string's credentials; else the whole value when its key
+ * is secret.
+ */
 function valueSecrets(value: string, secretKey: boolean): string[] {
   const fromUrl = urlSecrets(value);
   if (fromUrl !== null) return fromUrl;
@@ -80,7 +83,10 @@ function urlSecrets(value: string): string[] | null {
   return out;
 }
 
-/** The password of a `key=value` connection string (`host=db password=s3cret`, `Server=db;Pwd=s3cret;`), quoted or not. */
+/**
+ * The password of a `key=value` connection string (`host=db password=s3cret`, `Server=db;Pwd=s3cret;`),
+ * quoted or not.
+ */
 function dsnSecrets(value: string): string[] {
   const out: string[] = [];
   for (const m of value.matchAll(/(?:^|[\s;])(?:password|passwd|pwd)\s*=\s*('(?:[^'\\]|\\.)*'|"[^"]*"|[^\s;]+)/gi)) {

@@ -10,7 +10,10 @@ import type { EnvMap } from "./interpolate.ts";
 export interface SecretsOptions {
   /** The process environment to start from (default `process.env`); never mutated. */
   env?: EnvMap;
-  /** Doppler API base URL; else env `DOPPLER_API_URL`; else https://api.doppler.com. https, or http to a loopback host only. */
+  /**
+   * Doppler API base URL; else env `DOPPLER_API_URL`; else https://api.doppler.com. https, or http to a
+   * loopback host only.
+   */
   dopplerBaseUrl?: string;
   /** Doppler request timeout per attempt, ms (default 10 000). */
   dopplerTimeoutMs?: number;
@@ -50,7 +53,10 @@ export async function resolveEnv(
   return { env, secrets: [token, ...Object.values(doppler)] };
 }
 
-/** The variables at hand without the network: process env (or `options.env`) > `.env` in `configDir`. A new map; Doppler is not asked. */
+/**
+ * The variables at hand without the network: process env (or `options.env`) > `.env` in `configDir`. A new
+ * map; Doppler is not asked.
+ */
 export function localEnv(configDir: string, options: Pick<SecretsOptions, "env" | "logger"> = {}): EnvMap {
   const env: EnvMap = { ...(options.env ?? process.env) };
   const dotenvFile = join(configDir, ".env");

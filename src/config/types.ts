@@ -60,11 +60,17 @@ export interface AppConfig extends Values<typeof APP_KEYS> {
 export interface OutboxConfig {
   /** The file it was loaded from, if any (used to resolve relative paths in messages). */
   file?: string;
-  /** The directory relative paths (`db_dir`, `writer_class`, sqlite `path`) were resolved against: the config file's. */
+  /**
+   * The directory relative paths (`db_dir`, `writer_class`, sqlite `path`) were resolved against: the config
+   * file's.
+   */
   baseDir?: string;
   /** Where `runservice` serves /metrics, /healthz and /readyz (`metrics_addr`); null: off (default). */
   metricsAddr: ListenAddress | null;
-  /** `[tracing]`: the OTLP export of delivery spans, as configured (the OTEL_* variables fill in what it leaves null). */
+  /**
+   * `[tracing]`: the OTLP export of delivery spans, as configured (the OTEL_* variables fill in what it
+   * leaves null).
+   */
   tracing: TracingConfig;
   /** `[admin]`: the admin API and the console; `addr` null: off (default). */
   admin: AdminConfig;

@@ -8,7 +8,10 @@ export function splitWriterClass(spec: string): { module: string; exportName: st
   return { module: spec.slice(0, colon).trim(), exportName: spec.slice(colon + 1).trim() || "default" };
 }
 
-/** `./x` and `../x` are paths relative to the config file (absolute paths are paths too); anything else is a package. */
+/**
+ * `./x` and `../x` are paths relative to the config file (absolute paths are paths too); anything else is a
+ * package.
+ */
 export function isRelativePath(spec: string): boolean {
   return spec.startsWith("./") || spec.startsWith("../") || spec === "." || spec === "..";
 }

@@ -15,7 +15,10 @@ export interface WriterClassSite {
   secrets?: readonly string[];
 }
 
-/** Constructs the writer of a `writer_class` with a connection; its failures are masked with `secrets` (default: the site's). */
+/**
+ * Constructs the writer of a `writer_class` with a connection; its failures are masked with `secrets`
+ * (default: the site's).
+ */
 export type WriterClassFactory = (connection: Record<string, unknown>, secrets?: readonly string[]) => OutboxWriter;
 
 /**

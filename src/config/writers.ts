@@ -106,7 +106,10 @@ async function createTenantWriters(
   };
 }
 
-/** A built-in writer of `target` on `connection` (the target's, or one tenant's), with the options the target's settings imply. */
+/**
+ * A built-in writer of `target` on `connection` (the target's, or one tenant's), with the options the
+ * target's settings imply.
+ */
 function builtin(
   config: OutboxConfig,
   target: TargetConfig,

@@ -29,7 +29,10 @@ export class BacklogProgress {
     private readonly everyMs = PROGRESS_EVERY_MS,
   ) {}
 
-  /** A cycle ended at `now` with `delivered` rows delivered in all; `pending` is asked only where a measure starts or a line is due. */
+  /**
+   * A cycle ended at `now` with `delivered` rows delivered in all; `pending` is asked only where a measure
+   * starts or a line is due.
+   */
   cycled(now: number, delivered: number, pending: () => number): void {
     // The first cycle counts what it delivered itself: against a slow remote one cycle carries a
     // chain of batches, seconds long, and the first measure must not wait for a second cycle.

@@ -9,7 +9,10 @@ import { minWake } from "./schedule.ts";
 import type { DrainTable, GroupAttempts, OpenContext, PlanContext, SliceDraft, TableSlice } from "./table/table.ts";
 import { TraceComments } from "./trace-comments.ts";
 
-/** What planning a cycle's batches reports: rows charged and dead-lettered, more ready, the next wake (see TargetCycle). */
+/**
+ * What planning a cycle's batches reports: rows charged and dead-lettered, more ready, the next wake (see
+ * TargetCycle).
+ */
 export interface PlanReport {
   failed: number;
   deadLettered: number;
@@ -35,7 +38,10 @@ export const LARGE_BATCH_BYTES = 4 * 1024 * 1024;
 /** The rows' bytes a batch carries (as batch_max_bytes counts them). */
 export const batchBytes = (batch: SentBatch): number => batch.slices.reduce((n, sl) => n + sl.bytes, 0);
 
-/** How a cycle's first batches share the tables: at most `tables` drafts each, a table looked at by one batch (`tried`), carried by one (`busy`). */
+/**
+ * How a cycle's first batches share the tables: at most `tables` drafts each, a table looked at by one batch
+ * (`tried`), carried by one (`busy`).
+ */
 interface Share {
   tables: number;
   tried: Set<DrainTable>;
@@ -204,7 +210,10 @@ export class BatchPlanner {
     return { sql: text, args: sent, namespace: table.name, seq: row.seq };
   }
 
-  /** Another table's rows moved (a dead-lettered group spanning tables): what it read ahead is stale, and the next cycle looks at it. */
+  /**
+   * Another table's rows moved (a dead-lettered group spanning tables): what it read ahead is stale, and the
+   * next cycle looks at it.
+   */
   forgetReadAhead(tables: string[] | undefined): void {
     if (!tables) return;
     const moved = this.parts.tables.filter((t) => tables.includes(t.name));
@@ -234,7 +243,10 @@ function tenantMismatch(table: DrainTable, row: OutboxRow, target: TargetConfig)
   );
 }
 
-/** A batch of these units: a unit of one table as it is, one of tables a transaction links behind their fences, in commit order. Null when empty. */
+/**
+ * A batch of these units: a unit of one table as it is, one of tables a transaction links behind their
+ * fences, in commit order. Null when empty.
+ */
 export function layOut(units: TableSlice[][]): SentBatch | null {
   const batch: SentBatch = { slices: [], stmts: [], positions: new Map(), units: [] };
   for (const slices of units) {

@@ -32,7 +32,10 @@ export interface DeliveryParts extends RemoteParts {
   hooks: DeliveryHooks;
 }
 
-/** A batch on its way: its call to the writer, what the observer was told, and when it was sent (the scheduler's elapsed()). */
+/**
+ * A batch on its way: its call to the writer, what the observer was told, and when it was sent (the
+ * scheduler's elapsed()).
+ */
 interface InFlightBatch {
   batch: SentBatch;
   call: Promise<WriteResult[]>;
@@ -57,7 +60,10 @@ export class Delivery {
   readonly #planner: BatchPlanner;
   /** When a batch was last answered (epoch ms). */
   #lastSuccessAt: number | null = null;
-  /** How long the last answered batch took from being sent to its answer (ms): the target's round trip, as the drain meets it. */
+  /**
+   * How long the last answered batch took from being sent to its answer (ms): the target's round trip, as the
+   * drain meets it.
+   */
   #lastRoundTripMs: number | null = null;
   /** The background loop runs: a batch's local confirmation may wait for the next batch to be in flight. */
   #pipelining = false;
@@ -65,7 +71,10 @@ export class Delivery {
   #inFlight = 0;
   /** The rows' bytes (as batch_max_bytes counts them) of the batches sent and not answered yet. */
   #inFlightBytes = 0;
-  /** How many batches may be in flight at once: when its writer takes concurrent calls and a ledger fences them, the target's `connections` (twice that when the writer pipelines them), else 1. */
+  /**
+   * How many batches may be in flight at once: when its writer takes concurrent calls and a ledger fences
+   * them, the target's `connections` (twice that when the writer pipelines them), else 1.
+   */
   readonly #parallel: number;
 
   readonly #parts: DeliveryParts;
@@ -83,7 +92,7 @@ export class Delivery {
     this.#parallel = concurrent === true && fence !== null ? connections * (pipelined === true ? 2 : 1) : 1;
     if (connections > 1 && this.#parallel < connections)
       logger.warn(
-        `drain: ${name} has connections = ${connections}, but ${fence === null ? "no ledger (ledger = false) orders batches in flight" : "its writer takes one batch at a time (sqlite, libsql, a custom writer without concurrent = true)"}: one batch is in flight`,
+        `drain: ${name} has connections = ${connections}, but ${fence === null ? "without a ledger nothing orders batches in flight" : "its writer takes one batch at a time"}: one batch is in flight (docs/writers.md)`,
         { target: name },
       );
   }
@@ -146,7 +155,10 @@ export class Delivery {
     }
   }
 
-  /** Sends the batch behind the chain's last, once that one is on its connection (the one ahead reaches the remote first). */
+  /**
+   * Sends the batch behind the chain's last, once that one is on its connection (the one ahead reaches the
+   * remote first).
+   */
   async #sendBehind(chain: InFlightBatch[]): Promise<void> {
     const last = chain[chain.length - 1]!;
     await last.onWire;
@@ -240,7 +252,8 @@ export class Delivery {
    */
   async #readAhead(batch: SentBatch): Promise<void> {
     const bytes = batchBytes(batch);
-    // Large rows: two batches in memory at once would double the drain's peak; their cost is the wire, not the local work.
+    // Large rows: two batches in memory at once would double the drain's peak; their cost is the wire, not
+    // the local work.
     if (!this.#pipelining || bytes > LARGE_BATCH_BYTES) return;
     for (const slice of batch.slices) {
       if (!slice.more || !slice.fenced) continue;

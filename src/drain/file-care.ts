@@ -11,7 +11,10 @@ const CHECKPOINT_AT_BYTES = 4 * 1024 * 1024;
 /** The least and the most time between two checkpoints of a file others write (see FileCare.#checkpointForWriters). */
 const WRITERS_CHECKPOINT_MIN_MS = 50;
 const WRITERS_CHECKPOINT_MAX_MS = 1_000;
-/** WAL frames a checkpoint for writers aims to find: a quarter of the 1 000 at which a writer's commit checkpoints itself. */
+/**
+ * WAL frames a checkpoint for writers aims to find: a quarter of the 1 000 at which a writer's commit
+ * checkpoints itself.
+ */
 const WRITERS_CHECKPOINT_FRAMES = 250;
 /** Free pages that make an idle file give space back (2 MiB at our 2 KiB pages). */
 const VACUUM_FROM_FREE_PAGES = 1_024;
@@ -48,7 +51,10 @@ export interface FileCondition {
  */
 export class FileCare {
   readonly #looked = new Map<string, number>();
-  /** When a file was last looked at for its other writers, its data_version then, whether it had moved, and the time to the next look. */
+  /**
+   * When a file was last looked at for its other writers, its data_version then, whether it had moved, and
+   * the time to the next look.
+   */
   readonly #forWriters = new Map<string, { at: number; version: number; moved: boolean; everyMs: number }>();
   readonly #conditions = new Map<string, FileCondition>();
   /** Files whose vacuum the budget cut short: looked at again when due, whether or not anything commits. */
@@ -112,17 +118,16 @@ export class FileCare {
    * between its write holds — so that the WAL starts over before it holds 1 000 frames. Without it
    * the file's writers (producers' pushes, an application's own transactions) do the checkpoints
    * in their commits: once the WAL holds 1 000 frames (wal_autocheckpoint), and, while the drain's
-   * reads keep the WAL from starting over, in every commit until it does. Measured at 2 000
-   * commits/s with a drain delivering: an application's COMMIT p50 0.018 → 0.081 ms without it,
-   * its transactions' p99 5–6× and a push's p99 7–10× what they are with no drain; with it, about
-   * 2× (docs/benchmarks.md).
+   * reads keep the WAL from starting over, in every commit until it does: an application's commits
+   * and its producers' pushes then take several times as long as with no drain; with it, far less
+   * (docs/benchmarks.md, `app-writes`).
    *
    * Looks come 50 ms to 1 s apart. A look reads `PRAGMA data_version`, which moves when another
    * connection commits. Unmoved, the next look is twice as far; moved, 50 ms away; moved at two
    * looks in a row, it checkpoints, and the next look is twice as far when the WAL held fewer than
    * half WRITERS_CHECKPOINT_FRAMES frames, 50 ms away when it held more than twice as many. So a
-   * drain alone on a backlog checkpoints nothing here (every 50 ms regardless cost it 3–5 % of its
-   * rate), nor does a file pushed to now and then (a checkpoint is two fsyncs, and the next commit
+   * drain alone on a backlog checkpoints nothing here (looking every 50 ms regardless cost it a share
+   * of its rate), nor does a file pushed to now and then (a checkpoint is two fsyncs, and the next commit
    * restarts the WAL: the look once a second does those), and a thousand quiet files cost a
    * thousand reads a second.
    */

@@ -50,7 +50,10 @@ export class FleetView {
     if (due !== null) due.take(await ledger.read(due.read));
   }
 
-  /** When due: the read, to send alone (refresh) or along with another, and what to do with its answer; null when not due. */
+  /**
+   * When due: the read, to send alone (refresh) or along with another, and what to do with its answer; null
+   * when not due.
+   */
   readAlong(
     ledger: TargetLedger,
     tables: DrainTable[],

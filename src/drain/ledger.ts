@@ -52,7 +52,10 @@ export class TargetLedger {
       : `the ledger table ${this.table} is missing; create it with \`sqloutbox schema --apply\` or set auto_schema = true`;
   }
 
-  /** The statement that opens `table`'s slice: moves each of its ledger rows (its name, or `name#lane`) from `through` to `last`, or fails when one moved meanwhile. */
+  /**
+   * The statement that opens `table`'s slice: moves each of its ledger rows (its name, or `name#lane`) from
+   * `through` to `last`, or fails when one moved meanwhile.
+   */
   fence(table: DrainTable, moves: readonly LedgerMove[]): Statement {
     let sql = this.fenceTexts.get(moves.length);
     if (sql === undefined) {
@@ -198,7 +201,10 @@ export class TargetLedger {
     return marks;
   }
 
-  /** The read of every origin's ledger rows for `tables` (no lock; with lanes, every lane's): the fleet view's (see fleetRows). */
+  /**
+   * The read of every origin's ledger rows for `tables` (no lock; with lanes, every lane's): the fleet view's
+   * (see fleetRows).
+   */
   fleetRead(tables: DrainTable[]): Statement {
     const plain = tables.filter((t) => t.lanes === 1).map((t) => t.name);
     const laned = tables.filter((t) => t.lanes > 1).flatMap((t) => [t.name, `${t.name}#`, `${t.name}$`]);

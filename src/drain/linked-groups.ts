@@ -5,7 +5,10 @@ import type { WaitingGroup } from "./table/slice.ts";
 
 export type { WaitingGroup } from "./table/slice.ts";
 
-/** What linking needs of a table's draft: its table (name and lanes), its rows' groups, and which of those span tables. */
+/**
+ * What linking needs of a table's draft: its table (name and lanes), its rows' groups, and which of those
+ * span tables.
+ */
 export interface LinkableDraft {
   table: { name: string; lanes: number; laneOf(row: Pick<OutboxRow, "laneKey">): Lane };
   rows: ReadonlyArray<Pick<OutboxRow, "seq" | "grp" | "laneKey">>;
@@ -143,7 +146,10 @@ function sameGroups(a: ReadonlyMap<number, WaitingGroup>, b: ReadonlyMap<number,
   return true;
 }
 
-/** The earlier of two times a group may go at, where known (a time beats "not known": the group waits at least that long). */
+/**
+ * The earlier of two times a group may go at, where known (a time beats "not known": the group waits at least
+ * that long).
+ */
 function earliest(a: number | null, b: number | null): number | null {
   return a === null ? b : b === null ? a : Math.min(a, b);
 }

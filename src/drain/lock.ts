@@ -57,7 +57,10 @@ export function lockHolder(lockFile: string): number | null {
   }
 }
 
-/** How long a refused lock is retried before a drain believes another one holds it (a probe holds it for microseconds). */
+/**
+ * How long a refused lock is retried before a drain believes another one holds it (a probe holds it for
+ * microseconds).
+ */
 const PROBE_GRACE_MS = 100;
 
 const LOCK_EX = 2;

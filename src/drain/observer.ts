@@ -52,9 +52,15 @@ export interface DeliveryObserver {
   batchSent(batch: ObservedBatch): void;
   /** The target answered `batch`: per slice, in order, how many of its rows, from the head on, are applied. */
   batchAnswered(batch: ObservedBatch, applied: readonly number[], at: number): void;
-  /** `batch` got no answer (the target is down, or write_timeout passed): its rows stay queued and are settled or sent again. */
+  /**
+   * `batch` got no answer (the target is down, or write_timeout passed): its rows stay queued and are settled
+   * or sent again.
+   */
   batchLost(batch: ObservedBatch, error: { message: string; errorClass: string }, at: number): void;
-  /** The group `head` heads failed attempt `attempt`; it is retried at `retryAt`, or dead-lettered (then `deadLettered` follows). */
+  /**
+   * The group `head` heads failed attempt `attempt`; it is retried at `retryAt`, or dead-lettered (then
+   * `deadLettered` follows).
+   */
   failed(event: RowEvent & { attempt: number; retryAt: number }): void;
   /** The group `head` heads moved to the dead-letter log (`rows` of them). */
   deadLettered(event: RowEvent & { reason: string; rows: number }): void;

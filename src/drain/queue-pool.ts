@@ -2,7 +2,10 @@ import type { Durability } from "../vocabulary.ts";
 import { drainQueueOn, type DrainQueue } from "../outbox/drain-queue.ts";
 import { QueueDb } from "../outbox/queue-db.ts";
 
-/** How long one of the drain's write transactions held a queue file's write lock (every producer of the file waits meanwhile). */
+/**
+ * How long one of the drain's write transactions held a queue file's write lock (every producer of the file
+ * waits meanwhile).
+ */
 export interface LockHoldEvent {
   app: string;
   /** The queue file's path. */

@@ -83,7 +83,7 @@ export class Reachability {
         );
       else
         this.logger.error(
-          `drain: target ${this.target} is misconfigured (${what}); retrying in ${formatDuration(delay)}, then ever less often, at most ${formatDuration(this.backoffCapMs)} apart (outage_backoff_cap_minutes), until it is fixed: ${message}`,
+          `drain: target ${this.target} is misconfigured (${what}); retrying in ${formatDuration(delay)}, then less often, up to ${formatDuration(this.backoffCapMs)} apart (outage_backoff_cap_minutes): ${message}`,
           fields,
         );
       return;

@@ -17,7 +17,10 @@ const MAX_ENTRIES = 2048;
  * (UnsupportedStatementError) are cached as such.
  */
 export class RewriteCache {
-  /** Per argument count and inject flag, the templates by SQL text (the text itself is the key: no key is built per row). */
+  /**
+   * Per argument count and inject flag, the templates by SQL text (the text itself is the key: no key is
+   * built per row).
+   */
   private readonly entries = new Map<number, { memo: BoundedMemo<Entry>; compute: (sql: string) => Entry }>();
 
   constructor(

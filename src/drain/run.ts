@@ -8,7 +8,10 @@ import { formatDuration } from "../duration.ts";
 
 /** Options of `runService`. */
 export interface RunServiceOptions extends SyncServiceOptions {
-  /** Upper bound (ms) for finishing the in-flight batch after a stop signal (SIGTERM, SIGINT, SIGHUP or `signal`). Default 10 000. */
+  /**
+   * Upper bound (ms) for finishing the in-flight batch after a stop signal (SIGTERM, SIGINT, SIGHUP or
+   * `signal`). Default 10 000.
+   */
   stopTimeoutMs?: number;
   /** Stops the service without a signal, e.g. from a test or an embedding app. */
   signal?: AbortSignal;
@@ -16,7 +19,10 @@ export interface RunServiceOptions extends SyncServiceOptions {
   activityLogIntervalMs?: number;
   /** Interval (ms) at which each db_dir's drain state (for `status`) is rewritten; 0 turns it off. Default 2 000. */
   stateIntervalMs?: number;
-  /** Called with the service as soon as it is constructed, before startup (e.g. for health endpoints that say "starting"). */
+  /**
+   * Called with the service as soon as it is constructed, before startup (e.g. for health endpoints that say
+   * "starting").
+   */
   onCreated?: (service: OutboxSyncService) => void;
   /** Called once the service is running (locks held, startup done or bounded, loops started). */
   onStarted?: (service: OutboxSyncService) => void;
@@ -176,7 +182,10 @@ function minus(a: TargetActivity, before: TargetActivity | undefined): TargetAct
   };
 }
 
-/** `drain: last 1m0s: delivered 1200 (app.pg 1000, app.local 200), 1 failed, 0 dead-lettered; 35 pending; down: app.pg` */
+/**
+ * `drain: last 1m0s: delivered 1200 (app.pg 1000, app.local 200), 1 failed, 0 dead-lettered; 35 pending;
+ * down: app.pg`
+ */
 function describe(delta: TargetActivity[], pending: number, intervalMs: number): string {
   const sum = (k: "delivered" | "failed" | "deadLettered") => delta.reduce((n, a) => n + a[k], 0);
   const per = delta.length > 1 ? ` (${delta.map((a) => `${a.target} ${a.delivered}`).join(", ")})` : "";

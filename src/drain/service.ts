@@ -25,7 +25,10 @@ export const DEFAULT_STOP_TIMEOUT_MS = 10_000;
 export interface SyncServiceOptions {
   /** Where the drain reports; silent by default. */
   logger?: Logger;
-  /** The drain's one clock (epoch ms), for everything it schedules, stores and compares: readiness, backoffs, holds, the loop's sleeps, the state file; tests may shift it. Default: the scheduler's. */
+  /**
+   * The drain's one clock (epoch ms), for everything it schedules, stores and compares: readiness, backoffs,
+   * holds, the loop's sleeps, the state file; tests may shift it. Default: the scheduler's.
+   */
   now?: () => number;
   /**
    * Where every sleep, timer and timeout of the drain comes from, and the jitter of its retries (see
@@ -128,7 +131,8 @@ export class OutboxSyncService {
     for (const app of config.apps) {
       for (const target of app.targets) {
         const writer = writers[target.name];
-        // A tenant template takes the writers of its tenants (TenantWriters: see createWriters); any other target one writer.
+        // A tenant template takes the writers of its tenants (TenantWriters: see createWriters); any other
+        // target one writer.
         const fits =
           target.tenants !== null
             ? isTenantWriters(writer)

@@ -139,7 +139,8 @@ export class TargetLoop {
           },
           onCheckDue: () => this.#waker.wake(), // the idle loop plans its sleep again
           onError: unwatch,
-          // The drain's own connection to the file (any of its tables' in a shared file): no connection of the watcher's own.
+          // The drain's own connection to the file (any of its tables' in a shared file): no connection of
+          // the watcher's own.
           counters: (file) =>
             byFile
               .get(file)

@@ -7,7 +7,10 @@ import type { TargetLedger } from "./ledger.ts";
 import type { Reachability } from "./reachability.ts";
 import type { DrainTable } from "./table/table.ts";
 
-/** What every part of one target's runner (its setup, its loop, its delivery) is given: the target's own things, built once by TargetRunner. */
+/**
+ * What every part of one target's runner (its setup, its loop, its delivery) is given: the target's own
+ * things, built once by TargetRunner.
+ */
 export interface TargetParts {
   name: string;
   app: AppConfig;

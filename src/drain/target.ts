@@ -149,7 +149,7 @@ export class TargetRunner {
         : null;
     if (!target.ledger && tenants === null) {
       logger.warn(
-        `drain: target ${target.name} has ledger = false: delivery is at least once, and a transaction's statements are sent together in one batch but not atomically — a writer without transactions may apply part of one before a statement fails; that part stays applied and the rest is retried from the failed statement`,
+        `drain: target ${target.name} has ledger = false: delivery is at least once, and a writer without transactions may apply part of a transaction before a statement fails (docs/delivery.md#without-a-ledger)`,
         { target: target.name },
       );
     }
@@ -310,7 +310,10 @@ export class TargetRunner {
     return this.#running;
   }
 
-  /** This target as status, metrics and health endpoints show it; with `health`, each table's queue health too (see TableView). */
+  /**
+   * This target as status, metrics and health endpoints show it; with `health`, each table's queue health too
+   * (see TableView).
+   */
   view(options: { health?: boolean } = {}): TargetView {
     const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
     return {
@@ -405,7 +408,10 @@ export class TargetRunner {
     await this.delivery.confirmApplied();
   }
 
-  /** Closes the writer (a tenant template: every tenant's open), bounded: a writer that cannot close (a dead server) must not hold the shutdown hostage. */
+  /**
+   * Closes the writer (a tenant template: every tenant's open), bounded: a writer that cannot close (a dead
+   * server) must not hold the shutdown hostage.
+   */
   async closeWriter(): Promise<void> {
     const { writer } = this.options;
     try {
@@ -461,7 +467,10 @@ export class TargetRunner {
     }
   }
 
-  /** Settles the tables whose outcome is unknown and refreshes the fleet view when due, in one round trip when both are. An outage throws. */
+  /**
+   * Settles the tables whose outcome is unknown and refreshes the fleet view when due, in one round trip when
+   * both are. An outage throws.
+   */
   private async settleAndLook(now: number): Promise<number> {
     if (!this.ledger) return 0;
     const unsettled = this.tables.filter((t) => t.unsettled && !t.held(now));

@@ -44,7 +44,10 @@ export interface FleetRow extends LedgerRow {
   lanes?: { rows: number; slowest: { ledgerRow: string; through: number; updatedAt: string } };
 }
 
-/** A tenant held: why (its database down, refusing us, or lacking a table or the ledger), since and until when (epoch ms). */
+/**
+ * A tenant held: why (its database down, refusing us, or lacking a table or the ledger), since and until when
+ * (epoch ms).
+ */
 export interface TenantHoldView {
   tenant: string;
   reason: "outage" | "misconfigured" | "remote schema";
@@ -53,7 +56,10 @@ export interface TenantHoldView {
   until: number;
 }
 
-/** A tenant template's tenants as the drain sees them (status's detail; the metrics carry counts only, no tenant label). */
+/**
+ * A tenant template's tenants as the drain sees them (status's detail; the metrics carry counts only, no
+ * tenant label).
+ */
 export interface TenantsView {
   /** Tenant databases open now, and at most (`max_open_tenants`). */
   open: number;
@@ -85,7 +91,10 @@ export interface TableView {
   lanes?: { count: number; held: HeldLaneView[] };
 }
 
-/** A lane held by its head backing off: the lane (null: every lane, held by a row without a key), its head's seq, key, attempts, last error, and when it is tried again. */
+/**
+ * A lane held by its head backing off: the lane (null: every lane, held by a row without a key), its head's
+ * seq, key, attempts, last error, and when it is tried again.
+ */
 export interface HeldLaneView {
   lane: number | null;
   seq: number;

@@ -4,7 +4,10 @@ import { realScheduler, type Scheduler } from "../scheduler.ts";
 
 /** What a CommitWatcher asks and tells its owner. */
 export interface CommitHandlers {
-  /** Another connection's commit to `path` (as given) is visible now — or may be: a change that could not be checked. */
+  /**
+   * Another connection's commit to `path` (as given) is visible now — or may be: a change that could not be
+   * checked.
+   */
   onCommit(path: string): void;
   /** `check` is due sooner than before (see `checkAt`): an owner that sleeps should wake and plan again. */
   onCheckDue(): void;
@@ -14,7 +17,10 @@ export interface CommitHandlers {
   counters(path: string): CommitCounters | null;
 }
 
-/** What one connection has seen of its file: `PRAGMA data_version` (moves with every other connection's commit) and `total_changes()` (its own writes). */
+/**
+ * What one connection has seen of its file: `PRAGMA data_version` (moves with every other connection's
+ * commit) and `total_changes()` (its own writes).
+ */
 export interface CommitCounters {
   version: number;
   writes: number;
@@ -72,8 +78,8 @@ const sleepCell = new Int32Array(new SharedArrayBuffer(4));
  * Linux, one descriptor for the whole process) per directory that holds one of them, reporting a
  * change of the file itself, of its `-wal` (every commit in WAL mode writes it) or of its
  * `-journal`; files need not exist yet, nor share a directory. Polling `PRAGMA data_version` of
- * every file every 1.25 ms on a connection of its own instead cost CPU in proportion to the files
- * (73 % of a core idle at 500 tables) and two descriptors each.
+ * every file on a connection of its own instead cost CPU in proportion to the files (most of a
+ * core, idle, at 500 tables: docs/benchmarks.md) and two descriptors each.
  *
  * A change is a commit once the owner's own connection sees it (its data_version moved): the WAL
  * is written before the WAL index says the commit is there, and the kernel may run the drain the
@@ -181,7 +187,10 @@ export class CommitWatcher {
     return at;
   }
 
-  /** Reads the data_version of the files whose time came (a change not visible yet, the sweep) and reports the commits. */
+  /**
+   * Reads the data_version of the files whose time came (a change not visible yet, the sweep) and reports the
+   * commits.
+   */
   check(now = this.checks.now()): void {
     for (const [path, r] of [...this.#rechecks]) {
       if (r.at > now) continue;

@@ -16,17 +16,26 @@ export interface NotifyLogger {
 export interface SystemdNotifier {
   /** The socket messages go to, as NOTIFY_SOCKET gave it (`/run/systemd/notify`, or `@name` for an abstract one). */
   readonly socket: string;
-  /** How often (ms) to call `watchdog()`: half of systemd's WatchdogSec, as sd_watchdog_enabled(3) advises; null when no watchdog watches this process. */
+  /**
+   * How often (ms) to call `watchdog()`: half of systemd's WatchdogSec, as sd_watchdog_enabled(3) advises;
+   * null when no watchdog watches this process.
+   */
   readonly watchdogIntervalMs: number | null;
   /** Sends `READY=1` (startup finished: systemd's `Type=notify` start completes), with `STATUS=` when given. */
   ready(status?: string): boolean;
   /** Sends `STOPPING=1` (shutdown began), with `STATUS=` when given. */
   stopping(status?: string): boolean;
-  /** Sends `STATUS=<text>`, the one line `systemctl status` shows; newlines become spaces, and past 1000 characters it is cut with "…". */
+  /**
+   * Sends `STATUS=<text>`, the one line `systemctl status` shows; newlines become spaces, and past 1000
+   * characters it is cut with "…".
+   */
   status(text: string): boolean;
   /** Sends `WATCHDOG=1`: the process is alive; without one every `WatchdogSec` systemd kills and restarts it. */
   watchdog(): boolean;
-  /** Sends raw `KEY=value` assignments, one per element (a newline inside one becomes a space); false if they exceed 4096 bytes. */
+  /**
+   * Sends raw `KEY=value` assignments, one per element (a newline inside one becomes a space); false if they
+   * exceed 4096 bytes.
+   */
   notify(...assignments: string[]): boolean;
   /** Closes the socket; idempotent, and every later send returns false. */
   close(): void;
@@ -149,7 +158,8 @@ export function createSystemdNotifier(
       );
       return false;
     }
-    // Unconnected sendto by address: after `systemctl daemon-reexec` the socket file is new, and the next send reaches it.
+    // Unconnected sendto by address: after `systemctl daemon-reexec` the socket file is new, and the next
+    // send reaches it.
     const sent = Number(c.sendto(fd, datagram, datagram.length, MSG_NOSIGNAL, address, address.length));
     if (sent === datagram.length) {
       failing = false;

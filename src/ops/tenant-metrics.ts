@@ -2,7 +2,10 @@ import client from "prom-client";
 import type { TargetView } from "../drain/views.ts";
 import { listTenantsWithRows } from "../outbox/tenant-backlog.ts";
 
-/** Tenants with rows a scrape counts in each table of a tenant template at most (one index seek each, see listTenantsWithRows). */
+/**
+ * Tenants with rows a scrape counts in each table of a tenant template at most (one index seek each, see
+ * listTenantsWithRows).
+ */
 export const TENANT_COUNT_CAP = 10_000;
 
 type Labels = { app: string; target: string };
@@ -92,7 +95,10 @@ export function registerTenantMetrics(views: () => readonly TargetView[], regist
   }
 }
 
-/** The tenants with rows in any of the target's tables, each table's counted up to the cap; null when none of them can be counted now. */
+/**
+ * The tenants with rows in any of the target's tables, each table's counted up to the cap; null when none of
+ * them can be counted now.
+ */
 function countOf(v: TargetView): number | null {
   const tenants = new Set<string>();
   let counted = false;

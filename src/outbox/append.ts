@@ -65,7 +65,10 @@ export class Appender {
   readonly #insertAtTail: Statement;
   /** The layout's row INSERT inside a write transaction (see RowInserts). */
   readonly #rows: RowInserts;
-  /** The one item of a push inside a transaction, refilled each time (a push in a transaction allocates no array for it). */
+  /**
+   * The one item of a push inside a transaction, refilled each time (a push in a transaction allocates no
+   * array for it).
+   */
   readonly #oneItem: AppendItem[] = [{ tag: "", payload: "" }];
   /** The run it fills, one per appender, so that a row costs no allocation. */
   readonly #run: AppendRun = {

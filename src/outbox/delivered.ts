@@ -45,7 +45,10 @@ export interface DeliveredSql {
   readonly lastAt: string;
   /** The table holding the log: where a skip-scan finds the namespaces that delivered. */
   readonly table: string;
-  /** A query: the namespace whose log holds seq ?1 as `namespace` (ranges of a file's namespaces interleave: the nearest). */
+  /**
+   * A query: the namespace whose log holds seq ?1 as `namespace` (ranges of a file's namespaces interleave:
+   * the nearest).
+   */
   readonly ownerOf: string;
   /** What is wrong with namespace `namespace`'s log, one sentence per problem (verify). */
   audit(db: Database, namespace: string): string[];
@@ -186,7 +189,10 @@ function rangeLogWriter(prepare: (sql: string) => Statement): DeliveredWriter {
   };
 }
 
-/** The writer of the reference's row log: one row per delivered row, from the queue (`?1` time, `?2` namespace, `?3..?4` the seqs). */
+/**
+ * The writer of the reference's row log: one row per delivered row, from the queue (`?1` time, `?2`
+ * namespace, `?3..?4` the seqs).
+ */
 function rowLogWriter(prepare: (sql: string) => Statement): DeliveredWriter {
   const insert = prepare(
     "INSERT OR IGNORE INTO outbox_sync_log (seq, namespace, synced_at) SELECT seq, namespace, ?1 FROM outbox_queue WHERE namespace = ?2 AND synced = 0 AND seq >= ?3 AND seq <= ?4",

@@ -435,7 +435,10 @@ export class QueueForDrain extends QueueView implements DrainQueue {
   }
 }
 
-/** Opens the drain's queue of `namespace` in `path` on a connection of its own (see OutboxOptions); `onWriteHold` is told how long each of its write transactions held the file's lock, in seconds. */
+/**
+ * Opens the drain's queue of `namespace` in `path` on a connection of its own (see OutboxOptions);
+ * `onWriteHold` is told how long each of its write transactions held the file's lock, in seconds.
+ */
 export function openDrainQueue(
   path: string,
   namespace: string,

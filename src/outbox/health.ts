@@ -38,7 +38,10 @@ export interface HealthOptions {
   now?: Date;
 }
 
-/** What a file has: reference files lack our columns, pending count and dead log; ours log delivered ranges, the reference's delivered rows. */
+/**
+ * What a file has: reference files lack our columns, pending count and dead log; ours log delivered ranges,
+ * the reference's delivered rows.
+ */
 export interface FileFeatures {
   pendingCount: PendingCount;
   delivery: boolean;

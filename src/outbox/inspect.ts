@@ -23,12 +23,11 @@ export interface FileVerification {
 }
 
 /**
- * Offline integrity scan of one file, read-only (never creates or changes anything): SQLite's
- * quick_check, then per namespace a full walk of the chain, bridged through the delivered and dead
- * logs, and an audit of the delivered ranges. Reports gaps, forward or cross-namespace links, a chain that restarts behind the head,
- * leftover `synced=1` rows (the reference's interrupted confirm) and a pending count (by ord or
- * by counter) that drifted from the rows.
- * An unreadable or garbage file is reported as a problem, not thrown.
+ * Offline integrity scan of one file, read-only (never creates or changes anything): SQLite's quick_check,
+ * then per namespace a full walk of the chain, bridged through the delivered and dead logs, and an audit of
+ * the delivered ranges. Reports gaps, forward or cross-namespace links, a chain that restarts behind the
+ * head, leftover `synced=1` rows (the reference's interrupted confirm) and a pending count (by ord or by
+ * counter) that drifted from the rows. An unreadable or garbage file is reported as a problem, not thrown.
  */
 export function verifyFile(path: string): FileVerification {
   try {

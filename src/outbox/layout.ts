@@ -40,7 +40,10 @@ export const QUEUE_EXTRA_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   ["tenant", "TEXT"],
 ];
 
-/** Where a layout keeps the statements it prepares: a queue file's (QueueFile.prepare), finalized with its connection. */
+/**
+ * Where a layout keeps the statements it prepares: a queue file's (QueueFile.prepare), finalized with its
+ * connection.
+ */
 export interface StatementCache {
   prepare<Row = unknown, Params extends SQLQueryBindings[] = SQLQueryBindings[]>(sql: string): Statement<Row, Params>;
 }
@@ -67,7 +70,10 @@ export interface AppendRun {
   grp: number | null;
   /** Whether the rows form a group: the first row of a group without an id yet gives it its seq. */
   grouped: boolean;
-  /** Where the next row goes, for a layout that places rows itself (lean); one whose file allocates them leaves both alone. */
+  /**
+   * Where the next row goes, for a layout that places rows itself (lean); one whose file allocates them
+   * leaves both alone.
+   */
   seq: number;
   ord: number;
 }

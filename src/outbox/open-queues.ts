@@ -209,7 +209,10 @@ export class OpenTransaction {
     return this.#tenant;
   }
 
-  /** A push for `tenant` into `table`: the first one names the transaction's tenant; another tenant is refused (one group, one database). */
+  /**
+   * A push for `tenant` into `table`: the first one names the transaction's tenant; another tenant is refused
+   * (one group, one database).
+   */
   forTenant(tenant: string, table: string): void {
     if (this.#tenant === null) this.#tenant = tenant;
     else if (this.#tenant !== tenant) throw new CrossTenantTransactionError([this.#tenant, tenant], table);

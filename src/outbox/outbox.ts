@@ -251,7 +251,10 @@ export class Outbox extends QueueView {
 /** No tag yet: the first item's is always checked. */
 const NOT_CHECKED = Symbol("not checked");
 
-/** The queue of `namespace` in an open file shared with its other namespaces (one connection, one transaction across them). */
+/**
+ * The queue of `namespace` in an open file shared with its other namespaces (one connection, one transaction
+ * across them).
+ */
 export function outboxOn(queueDb: QueueDb, namespace: string, options: OutboxOptions = {}): Outbox {
   return new Outbox(queueDb.path, namespace, { ...options, [SHARED]: queueDb });
 }

@@ -57,7 +57,8 @@ export function encodeArgs(args: readonly unknown[], where: PayloadLocation = {}
       case "number":
         if (!Number.isFinite(v)) throw invalid(`argument ${i} is ${v}, which cannot be stored losslessly`, where, i);
         if (Number.isInteger(v) && !Number.isSafeInteger(v)) {
-          // Every double that large is integral, and it may be a 64-bit id already rounded: refused, never stored as a different integer.
+          // Every double that large is integral, and it may be a 64-bit id already rounded: refused, never
+          // stored as a different integer.
           const beyond64 = Math.abs(v) >= 2 ** 63 ? " (or a string: it is beyond 64 bits too)" : "";
           throw invalid(
             `argument ${i} is the number ${v}, an integer beyond ±(2^53−1) that a double cannot hold exactly; pass a bigint instead${beyond64}`,

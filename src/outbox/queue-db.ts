@@ -35,7 +35,10 @@ export interface OpenGroup {
   id: number | null;
   /** The next seq to place a row at, once read (RowInserts.nextSeq). */
   nextSeq: number | null;
-  /** Each namespace appended to in the transaction: its tail (the last row it holds), its next ord (RowInserts.nextOrd), its pending count (for max_pending). */
+  /**
+   * Each namespace appended to in the transaction: its tail (the last row it holds), its next ord
+   * (RowInserts.nextOrd), its pending count (for max_pending).
+   */
   readonly namespaces: Map<string, { tail: number | null; ord: number; pending: number }>;
   /** The namespaces the current group touched: more than one, and it is recorded in outbox_group. */
   readonly touched: Set<string>;
@@ -130,7 +133,8 @@ export class QueueDb {
         "SQLMiddleware({ database }) needs a database in a file: the drain reads the events from it (an in-memory database has no file)",
       );
     }
-    // Creating or upgrading our tables needs a transaction of its own, and a push inside the application's would be refused anyway.
+    // Creating or upgrading our tables needs a transaction of its own, and a push inside the application's
+    // would be refused anyway.
     if (database.inTransaction) throw new ForeignTransactionError(path);
     try {
       requireWal(database, path);
@@ -225,7 +229,10 @@ export class QueueDb {
     }
   }
 
-  /** Runs `fn` (reads: run again while another connection's lock makes it SQLITE_BUSY), turning a failure into a StorageError saying `what`. */
+  /**
+   * Runs `fn` (reads: run again while another connection's lock makes it SQLITE_BUSY), turning a failure into
+   * a StorageError saying `what`.
+   */
   read<T>(what: string, fn: () => T, namespace?: string): T {
     try {
       return fn();
@@ -290,7 +297,10 @@ export class QueueDb {
       this.#span.run(group.id, group.last, JSON.stringify([...group.touched].sort()));
   }
 
-  /** Commits the open transaction; a group that touched several namespaces is recorded for the drain first (outbox_group). */
+  /**
+   * Commits the open transaction; a group that touched several namespaces is recorded for the drain first
+   * (outbox_group).
+   */
   commit(): void {
     const group = this.#group;
     if (group === null) return;
@@ -366,7 +376,10 @@ export class QueueDb {
   }
 }
 
-/** Calls a transaction's `fn`, refusing a promise: an await inside it would let other code write into the transaction. `who` names the call in the error. */
+/**
+ * Calls a transaction's `fn`, refusing a promise: an await inside it would let other code write into the
+ * transaction. `who` names the call in the error.
+ */
 export function callSynchronously<T>(fn: () => T, who: string): T {
   const result = fn();
   if (result instanceof Promise) {

@@ -73,12 +73,18 @@ export class QueueFile {
     this.queueDb.ensureOpen(this.namespace);
   }
 
-  /** Runs `fn` in one write transaction (or a savepoint of the producer's open one); any failure rolls it back and throws a StorageError saying `what`. */
+  /**
+   * Runs `fn` in one write transaction (or a savepoint of the producer's open one); any failure rolls it back
+   * and throws a StorageError saying `what`.
+   */
   write<T>(what: string, fn: () => T): T {
     return this.queueDb.write(what, fn, this.namespace);
   }
 
-  /** Runs `fn` (reads: run again while another connection's lock makes it SQLITE_BUSY), turning a failure into a StorageError saying `what`. */
+  /**
+   * Runs `fn` (reads: run again while another connection's lock makes it SQLITE_BUSY), turning a failure into
+   * a StorageError saying `what`.
+   */
   read<T>(what: string, fn: () => T): T {
     return this.queueDb.read(what, fn, this.namespace);
   }
@@ -158,7 +164,10 @@ export class QueueFile {
     });
   }
 
-  /** Throws (and closes the file) when the file at our path is no longer the one we write: deleted, renamed or replaced. */
+  /**
+   * Throws (and closes the file) when the file at our path is no longer the one we write: deleted, renamed or
+   * replaced.
+   */
   checkNotMoved(): void {
     this.queueDb.checkNotMoved(this.namespace);
   }
@@ -170,7 +179,10 @@ export class QueueFile {
     this.queueDb.release();
   }
 
-  /** Rows a foreign writer inserted get their place (see Layout.adoptForeignRows): on open, and before rows are listed or counted. */
+  /**
+   * Rows a foreign writer inserted get their place (see Layout.adoptForeignRows): on open, and before rows
+   * are listed or counted.
+   */
   adoptForeignRows(): void {
     const layout = LAYOUTS[this.layout];
     if (!this.read("cannot look for rows another writer inserted", () => layout.hasForeignRows(this.db))) return;

@@ -33,7 +33,10 @@ export const SHARED = Symbol("sqloutbox.sharedQueueDb");
 /** Told how long each write transaction on a file the view opens held its lock (openDrainQueue: the drain's metric). */
 export const WRITE_HOLDS = Symbol("sqloutbox.writeHolds");
 
-/** What a view is opened with besides its OutboxOptions: a file shared with other views, or a watch on the lock holds of the one it opens. */
+/**
+ * What a view is opened with besides its OutboxOptions: a file shared with other views, or a watch on the
+ * lock holds of the one it opens.
+ */
 export interface ViewOptions extends OutboxOptions {
   [SHARED]?: QueueDb;
   [WRITE_HOLDS]?: ((seconds: number) => void) | null;
@@ -178,7 +181,10 @@ export class QueueView {
     return this.queueFile.closed;
   }
 
-  /** Closes the file (its connection closes with the last namespace open on it); idempotent. Every later call throws OutboxClosedError. */
+  /**
+   * Closes the file (its connection closes with the last namespace open on it); idempotent. Every later call
+   * throws OutboxClosedError.
+   */
   close(): void {
     this.deadLog.close();
     this.queueFile.close();

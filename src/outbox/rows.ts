@@ -24,7 +24,10 @@ export interface StoredEvent {
   tracestate: string | null;
   /** The key the row was pushed with (its text, see lane-key.ts); null when none. */
   laneKey: string | null;
-  /** The tenant the row was pushed for (see src/tenant.ts): its database on a tenant template target; null when none. */
+  /**
+   * The tenant the row was pushed for (see src/tenant.ts): its database on a tenant template target; null
+   * when none.
+   */
   tenant: string | null;
 }
 

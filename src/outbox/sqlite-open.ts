@@ -7,9 +7,9 @@ import { checkOwnFile, migrate } from "./schema.ts";
 /**
  * Page size of files we create (files that already exist keep theirs, e.g. the reference's 4096).
  * Every enqueue commit writes pages to the WAL (two in the lean layout: the table and the worker
- * index; four in the reference's) and the cost of a page write grows with its size: 2 KiB pages make an enqueue ~12% faster than 4 KiB, with batch enqueue and the drain
- * unchanged within noise. 1 KiB pages gained only ~0.7 µs more, at twice the p99, slower batches
- * and overflow pages for every row over ~1 KB. See docs/benchmarks.md.
+ * index; four in the reference's) and the cost of a page write grows with its size: 2 KiB pages
+ * make an enqueue faster than 4 KiB, batch enqueue and the drain unchanged; 1 KiB pages gained
+ * little more, at a worse p99, slower batches and overflow pages for most rows (docs/benchmarks.md).
  */
 export const NEW_FILE_PAGE_SIZE = 2048;
 
@@ -158,9 +158,8 @@ const BUSY_WAIT_CAP_MS = 1;
  * (then the last SQLITE_BUSY is thrown). The queue files' connections leave SQLite's own busy
  * handler off once open (see QueueDb): it sleeps 1, 2, 5 … 25, then 50 and 100 ms between tries
  * and keeps no queue, so a waiter that slept long kept losing the lock to those that had just
- * tried. Four producer processes writing flat out into one file measured pushes of up to 0.9 s
- * and a drain at 11–16 k rows/s; with these waits, 0.1 s (five busy processes on two cores) and
- * 42–47 k rows/s, keeping pace (bench:contention).
+ * tried: with producer processes writing flat out into one file, pushes waited many times longer
+ * and the drain fell behind; with these waits it keeps pace (bench:contention, docs/benchmarks.md).
  */
 export function retryBusy<T>(first: unknown, attempt: () => T, timeoutMs: number): T {
   if (!isBusy(first)) throw first;
@@ -181,7 +180,10 @@ function isBusy(error: unknown): boolean {
   return ((error as { code?: unknown })?.code ?? "").toString().startsWith("SQLITE_BUSY");
 }
 
-/** How long a read-only handle waits for a writer's brief exclusive moments (WAL recovery, a closing writer's checkpoint). */
+/**
+ * How long a read-only handle waits for a writer's brief exclusive moments (WAL recovery, a closing writer's
+ * checkpoint).
+ */
 const READ_BUSY_TIMEOUT_MS = 5_000;
 /** A quiet file that changes under every read this many times in a row is reported, not retried forever. */
 const READ_ATTEMPTS = 20;

@@ -17,7 +17,10 @@ import { isoTimestamp } from "./timestamp.ts";
 /** The reason of the letters `skip --tenant` moves aside: the tenant's database no longer exists. */
 export const TENANT_GONE: DeadReason = "tenant_gone";
 
-/** One namespace's rows of a tenant moved aside (or, in a look before, that would be): how many, in how many groups, from which seq to which. */
+/**
+ * One namespace's rows of a tenant moved aside (or, in a look before, that would be): how many, in how many
+ * groups, from which seq to which.
+ */
 export interface TenantRowsAside {
   namespace: string;
   rows: number;
@@ -82,7 +85,10 @@ function perNamespace(rows: readonly MovedRow[]): TenantRowsAside[] {
     .sort((a, b) => a.namespace.localeCompare(b.namespace));
 }
 
-/** What `skip --tenant` would move in `file`, read-only (its dry run, and the count its guard checks). Throws StorageError when the file cannot be read. */
+/**
+ * What `skip --tenant` would move in `file`, read-only (its dry run, and the count its guard checks). Throws
+ * StorageError when the file cannot be read.
+ */
 export function planTenantSkip(file: string, tenant: string): TenantRowsAside[] {
   return readTenant(file, (db) => perNamespace(rowsOf(db, tenant)));
 }
@@ -98,7 +104,10 @@ function backedOff(db: Database, tenant: string): RetriedTenantRow[] {
     .sort((a, b) => a.seq - b.seq);
 }
 
-/** `tenant`'s rows in `file` whose backoff `kick --tenant` would end, read-only. Throws StorageError when the file cannot be read. */
+/**
+ * `tenant`'s rows in `file` whose backoff `kick --tenant` would end, read-only. Throws StorageError when the
+ * file cannot be read.
+ */
 export function backedOffTenantRows(file: string, tenant: string): RetriedTenantRow[] {
   return readTenant(file, (db) => backedOff(db, tenant));
 }

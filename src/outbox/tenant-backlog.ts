@@ -8,7 +8,10 @@ import { fileFeatures, fileNamespaces, hasOutboxSchema } from "./health.ts";
 import { hasTenantIndex, mayHoldTenantRowsIn, tableColumns } from "./schema.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 
-/** One namespace's pending rows of one tenant (null: the rows without a tenant): how many, and its first row's seq and time. */
+/**
+ * One namespace's pending rows of one tenant (null: the rows without a tenant): how many, and its first row's
+ * seq and time.
+ */
 export interface TenantBacklogRow {
   namespace: string;
   tenant: string | null;
@@ -18,7 +21,10 @@ export interface TenantBacklogRow {
   firstCreatedAt: string;
 }
 
-/** A row of one tenant as `status --tenant` shows it: where it stands, how often it was tried, why it failed, when it goes next. */
+/**
+ * A row of one tenant as `status --tenant` shows it: where it stands, how often it was tried, why it failed,
+ * when it goes next.
+ */
 export interface TenantRowView {
   seq: number;
   attempts: number;
@@ -143,7 +149,10 @@ function rowView({ createdAt: _, ...view }: TenantRowView & { createdAt: string 
   return view;
 }
 
-/** Runs `read` on a snapshot of `file`; a file without an outbox schema or a tenant column (the reference's, unmigrated) holds no tenant's row. */
+/**
+ * Runs `read` on a snapshot of `file`; a file without an outbox schema or a tenant column (the reference's,
+ * unmigrated) holds no tenant's row.
+ */
 function readTenants<T>(file: string, what: string, read: (db: Database) => T): T | [] {
   try {
     return readSnapshot(file, (db) =>

@@ -42,7 +42,10 @@ export function resolveParams(
   return { params, argIndex };
 }
 
-/** Why a statement whose placeholders read `needed` arguments cannot take `given` (the '?' hidden in literals are named). */
+/**
+ * Why a statement whose placeholders read `needed` arguments cannot take `given` (the '?' hidden in literals
+ * are named).
+ */
 export function argCountProblem(sql: string, placeholders: number, needed: number, given: number): string {
   const hidden = countQuestionMarks(sql) - placeholders;
   const note = hidden > 0 ? ` (${hidden} more '?' inside string literals, identifiers or comments do not count)` : "";

@@ -71,7 +71,10 @@ const LEDGER: Readonly<Record<Dialect, LedgerDialect>> = {
   },
 };
 
-/** SQLite's ledger, which libSQL shares: it stores ISO-8601 text and its writers read inside BEGIN IMMEDIATE, which needs no row lock. */
+/**
+ * SQLite's ledger, which libSQL shares: it stores ISO-8601 text and its writers read inside BEGIN IMMEDIATE,
+ * which needs no row lock.
+ */
 function sqliteLedger(): LedgerDialect {
   return {
     columns:

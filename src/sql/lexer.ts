@@ -26,7 +26,10 @@ export type TokenKind =
   | "."
   | "op";
 
-/** One significant token: `[start, end)` in the source, its parenthesis depth, and for `?NNN` its number (0 for a plain `?`). */
+/**
+ * One significant token: `[start, end)` in the source, its parenthesis depth, and for `?NNN` its number (0
+ * for a plain `?`).
+ */
 export interface Token {
   kind: TokenKind;
   start: number;

@@ -17,7 +17,10 @@ export interface RewriteTemplate {
   args: readonly number[];
 }
 
-/** What `rewriteTemplate` does: inject outbox_seq (`inject`, optionally in the reference's `compat` form) or translate placeholders only. */
+/**
+ * What `rewriteTemplate` does: inject outbox_seq (`inject`, optionally in the reference's `compat` form) or
+ * translate placeholders only.
+ */
 export interface TemplateOptions {
   inject: boolean;
   /** sqlite/libsql only: the reference implementation's forms (see `InjectOptions.compat`). Default false. */

@@ -8,7 +8,10 @@ const CLOSE = "'*/";
 /** A comment's length: the opening, a stored traceparent (55 characters), the closing, and the space before. */
 const COMMENT_LENGTH = 1 + OPEN.length + 55 + CLOSE.length;
 
-/** The comment for `traceparent`, which must be a stored traceparent (isStoredTraceparent): nothing in it needs escaping. */
+/**
+ * The comment for `traceparent`, which must be a stored traceparent (isStoredTraceparent): nothing in it
+ * needs escaping.
+ */
 export function traceComment(traceparent: string): string {
   return ` ${OPEN}${traceparent}${CLOSE}`;
 }

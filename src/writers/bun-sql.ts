@@ -16,7 +16,10 @@ import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "./write
 
 type Engine = "postgres" | "mysql";
 
-/** The connection one writeBatch call is using, whether that call has timed out, and whom to tell once its first pass is issued. */
+/**
+ * The connection one writeBatch call is using, whether that call has timed out, and whom to tell once its
+ * first pass is issued.
+ */
 type InFlight = {
   slot: Slot | null;
   lease: Lease | null;
@@ -34,7 +37,10 @@ interface Lease {
   reserved: Promise<ReservedSQL>;
   passes: number;
   broken: boolean;
-  /** Resolves once the last pass given this lease has issued its end (PassTools.ended): the next one issues its messages then. */
+  /**
+   * Resolves once the last pass given this lease has issued its end (PassTools.ended): the next one issues
+   * its messages then.
+   */
   tail: Promise<void>;
 }
 
@@ -267,7 +273,10 @@ export class BunSqlWriter implements OutboxWriter {
     return new Promise((resolve) => this.#waiting.push(resolve));
   }
 
-  /** Of the slots carrying at most `passes` passes, the one that knows most of `texts`; of those, the one carrying fewest. */
+  /**
+   * Of the slots carrying at most `passes` passes, the one that knows most of `texts`; of those, the one
+   * carrying fewest.
+   */
   #mostKnowing(texts: Set<string>, passes: number): Slot | null {
     let best: Slot | null = null;
     let bestKnown = -1;
@@ -311,7 +320,10 @@ export class BunSqlWriter implements OutboxWriter {
     return lease.reserved.then((r) => r.release()).catch(() => {});
   }
 
-  /** Closes the connection under `lease` (the server rolls back what is open on it); the slot's next pass reserves anew. */
+  /**
+   * Closes the connection under `lease` (the server rolls back what is open on it); the slot's next pass
+   * reserves anew.
+   */
   #breakLease(slot: Slot, lease: Lease): void {
     lease.broken = true;
     if (slot.lease === lease) slot.lease = null;

@@ -244,7 +244,10 @@ async function isolate(
   }
 }
 
-/** The outcomes of a coalesced pass, one per original statement: a merged statement's result for each row it carried. */
+/**
+ * The outcomes of a coalesced pass, one per original statement: a merged statement's result for each row it
+ * carried.
+ */
 function spread(members: number[][], outcomes: Outcome[], count: number): Outcome[] {
   const out = new Array<Outcome>(count);
   members.forEach((m, k) => {
@@ -265,7 +268,10 @@ function memberResult(merged: WriteResult, rows: number): WriteResult {
   return merged.ok && merged.rowsAffected === rows ? { ok: true, rowsAffected: 1 } : { ok: true };
 }
 
-/** Why `args` is not a list of BindValues (string, number, bigint, boolean, null, Uint8Array), or undefined when it is. */
+/**
+ * Why `args` is not a list of BindValues (string, number, bigint, boolean, null, Uint8Array), or undefined
+ * when it is.
+ */
 function invalidArg(args: unknown): string | undefined {
   if (!Array.isArray(args)) return `args must be an array, got ${typeof args}`;
   for (let i = 0; i < args.length; i++) {

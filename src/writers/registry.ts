@@ -22,7 +22,10 @@ export function builtinWriter(name: string | null | undefined): WriterSpec | und
   return name != null && Object.hasOwn(builtinWriters, name) ? builtinWriters[name as BuiltinWriterName] : undefined;
 }
 
-/** Constructs the built-in writer `name` from a `[connection]` table; throws `ConfigError` for an unknown name or invalid keys. */
+/**
+ * Constructs the built-in writer `name` from a `[connection]` table; throws `ConfigError` for an unknown name
+ * or invalid keys.
+ */
 export function createWriter(name: string, connection: Record<string, unknown>): OutboxWriter {
   const spec = builtinWriter(name);
   if (!spec)

@@ -14,7 +14,10 @@ export interface ConnectionKey {
 export interface WriterSpec {
   dialect: Dialect;
   keys: ConnectionKey[];
-  /** Whether the writers it creates take concurrent calls (their `OutboxWriter.concurrent`), known before one exists. */
+  /**
+   * Whether the writers it creates take concurrent calls (their `OutboxWriter.concurrent`), known before one
+   * exists.
+   */
   concurrent?: boolean;
   /** Checks beyond `required` (e.g. "url or host"); returns one problem per bad key. */
   validate?(connection: Record<string, unknown>): Array<{ key: string; message: string }>;

@@ -104,7 +104,10 @@ export interface TenantWriters {
   readonly tenantTemplate: true;
   /** The template's dialect (every tenant's writer writes it). */
   readonly dialect: Dialect;
-  /** Whether each tenant's writer takes concurrent calls (see OutboxWriter.concurrent); unknown for a writer_class until one is made. */
+  /**
+   * Whether each tenant's writer takes concurrent calls (see OutboxWriter.concurrent); unknown for a
+   * writer_class until one is made.
+   */
   readonly concurrent?: boolean;
   /**
    * Makes the writer of `tenant`'s database (its connection with {tenant} resolved); the caller

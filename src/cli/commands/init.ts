@@ -26,7 +26,10 @@ export const SCAFFOLD: ReadonlyArray<{ name: string; text: string; purpose: stri
   },
 ];
 
-/** The example target the scaffold's config names: a SQLite file with the tables produce.ts writes, so it delivers as generated. */
+/**
+ * The example target the scaffold's config names: a SQLite file with the tables produce.ts writes, so it
+ * delivers as generated.
+ */
 const TARGET = {
   name: "data/remote.db",
   purpose: "the example target: SQLite, with tables orders and payments",

@@ -111,7 +111,10 @@ function retryHeads(loc: Location, only: string | undefined, key: string | undef
   return retried;
 }
 
-/** Ends the backoff of `tenant`'s rows in each file of a location that holds any (read-only first: other files are not opened for writing). */
+/**
+ * Ends the backoff of `tenant`'s rows in each file of a location that holds any (read-only first: other files
+ * are not opened for writing).
+ */
 function retryTenant(loc: Location, tenant: string): RetriedHeadEntry[] {
   const retried: RetriedHeadEntry[] = [];
   for (const file of tenantFilesOf(loc)) {

@@ -118,7 +118,8 @@ export const runservice = defineCommand({
           `serving the admin API and the console on ${admin.url}${config.admin.writeToken === null ? " (read-only: no write_token)" : ""}`,
         );
       }
-      // runService owns the signals: SIGTERM/SIGINT/SIGHUP (also during startup) stop cleanly, SIGUSR1 scans, SIGUSR2 retries now.
+      // runService owns the signals: SIGTERM/SIGINT/SIGHUP (also during startup) stop cleanly, SIGUSR1 scans,
+      // SIGUSR2 retries now.
       await runService(config, writers, {
         logger,
         stopTimeoutMs: STOP_TIMEOUT_MS,

@@ -33,7 +33,10 @@ interface FileRows {
   rows: TenantRowsAside[];
 }
 
-/** `skip --tenant T --json`: what moved (with `dryRun`, would move), the drains asked to look again, and the files that failed. */
+/**
+ * `skip --tenant T --json`: what moved (with `dryRun`, would move), the drains asked to look again, and the
+ * files that failed.
+ */
 interface SkipTenantReport {
   action: "skip";
   tenant: string;

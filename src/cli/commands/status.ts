@@ -133,7 +133,10 @@ export function renderStatus(report: StatusReport, style: OutputStyle = PLAIN): 
   return lines.join("\n");
 }
 
-/** A laned table's ledger rows of one origin: how many, and the one that moved longest ago: `8 (#3 through 120, 2m ago)`. */
+/**
+ * A laned table's ledger rows of one origin: how many, and the one that moved longest ago: `8 (#3 through
+ * 120, 2m ago)`.
+ */
 function fleetLanes(lanes: NonNullable<FleetEntry["lanes"]>, now: number): string {
   const { ledgerRow, through, updatedAt } = lanes.slowest;
   const lane = ledgerRow.includes("#") ? `#${ledgerRow.slice(ledgerRow.lastIndexOf("#") + 1)}` : "no key";
@@ -187,20 +190,29 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
   ];
 }
 
-/** `2/64` (lanes held of the table's lanes; every lane, when a row without a key holds them), `-` for a table without lanes. */
+/**
+ * `2/64` (lanes held of the table's lanes; every lane, when a row without a key holds them), `-` for a table
+ * without lanes.
+ */
 function lanesHeld(h: StatusEntry, style: OutputStyle): string {
   if (h.lanes === null) return "-";
   const n = heldLaneCount(h.lanes);
   return n > 0 ? paint(`${n}/${h.lanes.count}`, "yellow", style) : `0/${h.lanes.count}`;
 }
 
-/** The oldest held lane's head: its key in full (never cut: the operator searches for it), attempts, next attempt, last error. */
+/**
+ * The oldest held lane's head: its key in full (never cut: the operator searches for it), attempts, next
+ * attempt, last error.
+ */
 function heldHead(l: NonNullable<StatusEntry["lanes"]>["held"][number], now: number): string {
   const who = `${heldLaneHead(l)}${l.key === null ? " holds every lane" : ""}`;
   return `${who}, ${l.attempts} attempt(s), next ${nextAttempt(l.nextAttemptAt, now)} on ${l.target}: ${oneLine(l.lastError)}`;
 }
 
-/** A table whose last column is a message: cut to the terminal's width, each cut message then given in full under the table. */
+/**
+ * A table whose last column is a message: cut to the terminal's width, each cut message then given in full
+ * under the table.
+ */
 function withMessages(
   columns: readonly Column[],
   rows: string[][],
@@ -219,13 +231,19 @@ function formatRate(perSecond: number): string {
 }
 
 // Class first, so the column scans by kind; the built-in writers' messages already start with it.
-/** The error with its class in front, unless the error already says it (after the culprit's name, `seq 2 of the group of seq 1: 23514: …`). */
+/**
+ * The error with its class in front, unless the error already says it (after the culprit's name, `seq 2 of
+ * the group of seq 1: 23514: …`).
+ */
 function withClass(error: string, errorClass: string | null): string {
   if (!errorClass || error.startsWith(`${errorClass}:`) || error.includes(`: ${errorClass}:`)) return error;
   return `${errorClass}: ${error}`;
 }
 
-/** When a backed-off head is tried next: `in 1m52s`, `now` once due (the drain's next look), `-` when it waits for nothing. */
+/**
+ * When a backed-off head is tried next: `in 1m52s`, `now` once due (the drain's next look), `-` when it waits
+ * for nothing.
+ */
 function nextAttempt(at: string | null, now: number): string {
   if (at === null) return "-";
   const due = Date.parse(at) - now;
@@ -379,7 +397,10 @@ async function watch(locations: Locations, intervalMs: number, json: boolean): P
   }
 }
 
-/** The WAL of a target's files, summed (`-` before the drain first looked at them): what a checkpoint has not written back yet. */
+/**
+ * The WAL of a target's files, summed (`-` before the drain first looked at them): what a checkpoint has not
+ * written back yet.
+ */
 function formatWal(files: ReadonlyArray<{ walBytes: number }>): string {
   if (files.length === 0) return "-";
   const bytes = files.reduce((n, f) => n + f.walBytes, 0);

@@ -16,7 +16,10 @@ export interface Knock {
   authorization: string | null;
   /** The peer's address is this host's loopback. */
   loopbackPeer: boolean;
-  /** The Host header names a loopback address (a page of another site reached through DNS rebinding names its own host). */
+  /**
+   * The Host header names a loopback address (a page of another site reached through DNS rebinding names its
+   * own host).
+   */
   loopbackHost: boolean;
 }
 

@@ -24,7 +24,10 @@ export class RequestError extends Error {
 
 const bad = (message: string) => new RequestError(400, "E_USAGE", message);
 
-/** The dead-letter filter as the API spells it (the list's query fields): `app` picks the location, the rest select letters. */
+/**
+ * The dead-letter filter as the API spells it (the list's query fields): `app` picks the location, the rest
+ * select letters.
+ */
 export interface LetterFilter {
   app?: string;
   filter: DeadLetterFilter;
@@ -100,7 +103,10 @@ function tooLarge(): RequestError {
   return new RequestError(413, "E_USAGE", `the body is larger than ${MAX_BODY_BYTES} bytes`);
 }
 
-/** Refuses every field of `object` not in `allowed`, naming it (with a suggestion), so a typo never widens an action. */
+/**
+ * Refuses every field of `object` not in `allowed`, naming it (with a suggestion), so a typo never widens an
+ * action.
+ */
 export function onlyFields(object: Record<string, unknown>, allowed: readonly string[], where: string): void {
   for (const field of Object.keys(object))
     if (!allowed.includes(field))

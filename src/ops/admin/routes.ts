@@ -26,7 +26,10 @@ export interface AdminSources {
   tokens: AdminTokens;
   /** The `status --json` document, as `sqloutbox status` would print it now. */
   status(): unknown;
-  /** One tenant's rows and hold, as `sqloutbox status --tenant T --json` would print them now (a seek in each tenant template's queue files). */
+  /**
+   * One tenant's rows and hold, as `sqloutbox status --tenant T --json` would print them now (a seek in each
+   * tenant template's queue files).
+   */
   tenant(tenant: string): unknown;
   /** Ends every target's backoff and timed table hold (the drain's retryNow; nothing while it starts). */
   retryNow(): void;

@@ -3,7 +3,10 @@
 import type { Dialect } from "../../vocabulary.ts";
 import type { TraceSettings } from "./settings.ts";
 
-/** Values per row in a flattened row list: seq, grp, createdAt (ISO), attempts (before this one), traceparent, tracestate. */
+/**
+ * Values per row in a flattened row list: seq, grp, createdAt (ISO), attempts (before this one), traceparent,
+ * tracestate.
+ */
 export const ROW_FIELDS = 6;
 
 /** Something that happened to one group (its head row flattened) or to a table, at `at` (epoch ms). */

@@ -58,7 +58,10 @@ export function traceSettings(config: TracingConfig, env: Record<string, string 
   };
 }
 
-/** The traces URL: `[tracing] endpoint` + /v1/traces, else the signal's own variable as is, else the base variable + /v1/traces. */
+/**
+ * The traces URL: `[tracing] endpoint` + /v1/traces, else the signal's own variable as is, else the base
+ * variable + /v1/traces.
+ */
 function traceUrl(config: TracingConfig, env: Record<string, string | undefined>): string | null {
   if (config.endpoint !== null) return withPath(config.endpoint);
   const own = nonEmpty(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
@@ -94,7 +97,10 @@ function protocolFrom(env: Record<string, string | undefined>): TraceProtocol {
   return "http/protobuf";
 }
 
-/** `key1=value1,key2=value2`, each part percent-decoded (the format of OTEL_EXPORTER_OTLP_HEADERS and OTEL_RESOURCE_ATTRIBUTES). */
+/**
+ * `key1=value1,key2=value2`, each part percent-decoded (the format of OTEL_EXPORTER_OTLP_HEADERS and
+ * OTEL_RESOURCE_ATTRIBUTES).
+ */
 export function parsePairs(text: string, variable: string): Record<string, string> {
   const out: Record<string, string> = {};
   for (const part of text.split(",")) {

@@ -8,7 +8,10 @@ export interface TraceCounts {
   exported: number;
   /** Spans dropped because the queue to the exporter was full: the collector is slower than the drain, or down. */
   droppedQueueFull: number;
-  /** Spans not made because the drain delivered faster than max_spans_per_second (or the tracing worker's share of a core): whole batches without spans. */
+  /**
+   * Spans not made because the drain delivered faster than max_spans_per_second (or the tracing worker's
+   * share of a core): whole batches without spans.
+   */
   droppedBusy: number;
   /** Spans an export failed to deliver: the collector is down or refused them. */
   droppedExportFailed: number;
@@ -75,7 +78,7 @@ export function createTracing(settings: TraceSettings, options: TracingOptions =
     const now = Date.now();
     if (dropped === logged.dropped || now - logged.at < DROP_LOG_INTERVAL_MS) return;
     logger.warn(
-      `tracing: ${dropped - logged.dropped} spans dropped (in all: ${droppedQueueFull} for a full queue, ${droppedBusy} beyond the tracing worker's share of a core, ${droppedExportFailed} in failed exports) exporting to ${settings.url}${stats.lastError ? `: ${stats.lastError}` : ""}; delivery is not affected`,
+      `tracing: ${dropped - logged.dropped} spans dropped (in all: ${droppedQueueFull} queue full, ${droppedBusy} over the worker's CPU share, ${droppedExportFailed} failed exports) exporting to ${settings.url}${stats.lastError ? `: ${stats.lastError}` : ""}; delivery goes on`,
     );
     logged = { at: now, dropped };
   };

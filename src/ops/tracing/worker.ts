@@ -1,7 +1,7 @@
 // The tracing worker: the OpenTelemetry SDK and the OTLP exporter run here, off the drain's thread.
-// Building and encoding a span costs ~10 µs (measured: ~6.5 µs to start and end one with the SDK,
-// 3–4 µs to encode it), more than the drain spends delivering a row (~8 µs), so on the drain's
-// thread it would halve throughput; here it costs the drain a structured clone per batch.
+// Building and encoding a span costs more than the drain spends delivering a row, so on the drain's
+// thread it would halve throughput (docs/benchmarks.md); here it costs the drain a structured clone
+// per batch.
 // Started by tracing.ts; build.ts compiles it into the binary as a second entry point.
 import { OTLPTraceExporter as JsonExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { OTLPTraceExporter as ProtoExporter } from "@opentelemetry/exporter-trace-otlp-proto";
@@ -25,9 +25,8 @@ const STATS_INTERVAL_MS = 200;
  * A backstop on the worker's share of a core: at most BUDGET_MS of span building and encoding per
  * WINDOW_MS, whatever spans cost on this machine (the drain's side already hands over at most
  * max_spans_per_second). On a machine whose cores the drain, its database server and the collector
- * share (two, here), a worker running flat out took a whole core and the drain lost half its
- * throughput (measured: 0.51x); a batch arriving when the window's budget is spent is dropped,
- * and counted.
+ * share, a worker running flat out took a whole core and the drain lost half its throughput; a
+ * batch arriving when the window's budget is spent is dropped, and counted.
  */
 const WINDOW_MS = 100;
 const BUDGET_MS = 25;

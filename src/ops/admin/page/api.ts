@@ -115,7 +115,10 @@ export class ApiError extends Error {
   }
 }
 
-/** Calls `/api/v1{path}` with `token` (null: none) and returns the JSON answer; throws ApiError for anything but 2xx. */
+/**
+ * Calls `/api/v1{path}` with `token` (null: none) and returns the JSON answer; throws ApiError for anything
+ * but 2xx.
+ */
 export async function api<T>(
   path: string,
   token: string | null,

@@ -1,9 +1,9 @@
 // The operator console: the page of the admin API's listener. It reads /api/v1 (every 2 s the
-// status, the dead letters after every change: letters.ts; tenants: tenants.ts; the fleet: fleet.ts), offers actions only when the server
-// says the caller holds the write token (GET /api/v1/access), and asks before each, with the count.
-// The token is sent as a bearer header — never a cookie — and kept in this tab's sessionStorage
-// only (session.ts). Everything shown goes in through textContent: no text from the API is ever
-// parsed as HTML.
+// status, the dead letters after every change: letters.ts; tenants: tenants.ts; the fleet: fleet.ts), offers
+// actions only when the server says the caller holds the write token (GET /api/v1/access), and asks before
+// each, with the count. The token is sent as a bearer header — never a cookie — and kept in this tab's
+// sessionStorage only (session.ts). Everything shown goes in through textContent: no text from the API is
+// ever parsed as HTML.
 
 import type { Access, Status } from "./api.ts";
 import { ApiError } from "./api.ts";

@@ -4,7 +4,10 @@
 /** The element with id `id`. */
 export const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
 
-/** A new `tag` element with its text, class, `data-label` (the cell's name on a phone) and attributes, and its children. */
+/**
+ * A new `tag` element with its text, class, `data-label` (the cell's name on a phone) and attributes, and its
+ * children.
+ */
 export function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
   props: { text?: string; className?: string; label?: string; attrs?: Record<string, string> } = {},
