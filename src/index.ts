@@ -14,6 +14,7 @@ export {
   NotFoundError,
   OutboxClosedError,
   QueueFullError,
+  ReplayRefusedError,
   SecretsError,
   ServiceStoppedError,
   StorageError,

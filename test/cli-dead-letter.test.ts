@@ -159,6 +159,7 @@ describe("dead-letter list filters", () => {
         "payload": "[1]",
         "prevSeq": null,
         "reason": "skipped",
+        "remote": "not applied",
         "replayedAsSeq": null,
         "replayedAt": null,
         "seq": 1,

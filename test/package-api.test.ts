@@ -24,6 +24,7 @@ const VALUES = [
   "OutboxError",
   "OutboxSyncService",
   "QueueFullError",
+  "ReplayRefusedError",
   "SQLMiddleware",
   "SecretsError",
   "ServiceStoppedError",

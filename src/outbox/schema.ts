@@ -71,6 +71,9 @@ const DEAD_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   ["traceparent", "TEXT"],
   ["tracestate", "TEXT"],
   ["tenant", "TEXT"],
+  // What the remote may have done with the row (see LetterRemote in rows.ts): NULL not applied,
+  // 'in doubt' (a batch that carried it got no answer), 'applied'. Older readers ignore it.
+  ["remote", "TEXT"],
 ];
 
 const ADDED_DDL = [
