@@ -5,7 +5,7 @@ import type { QueueDb } from "../../outbox/queue-db.ts";
 import type { WriteResult } from "../../writers/writer.ts";
 import { minWake } from "../schedule.ts";
 import type { HoldReason, TableView } from "../views.ts";
-import { classifyAnswer, type Failure } from "./answer.ts";
+import { classifyAnswer, committedRows, type Failure } from "./answer.ts";
 import { failureText, type HeadCharges } from "./charges.ts";
 import type { HoldCause, TableHolds } from "./holds.ts";
 import type { TableLanes } from "./lanes.ts";
@@ -13,6 +13,7 @@ import type { Lane } from "./planner.ts";
 import { addCharged, type HeadPlanning, noOutcome, type TableOutcome, withoutGroups } from "./planning.ts";
 import type { TableProgress } from "./progress.ts";
 import type { BackgroundPrune } from "./prune.ts";
+import type { TableDoubt } from "./doubt.ts";
 import type { TableFile } from "./file.ts";
 import type { ReadAhead } from "./read-ahead.ts";
 import { tableWing } from "./wing.ts";
@@ -63,6 +64,7 @@ export class DrainTable {
   readonly #ahead: ReadAhead;
   readonly #charges: HeadCharges;
   readonly #prune: BackgroundPrune;
+  readonly #doubt: TableDoubt;
   /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
   #applyingFenced = false;
   /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
@@ -83,6 +85,7 @@ export class DrainTable {
       ahead: this.#ahead,
       charges: this.#charges,
       prune: this.#prune,
+      doubt: this.#doubt,
     } = tableWing(config, this.file, parts, () => parts.opener(this)));
   }
 
@@ -169,7 +172,9 @@ export class DrainTable {
 
   /** Opens the queue file unless open (see TableFile); false when it cannot be now. */
   open(now: number): boolean {
-    return this.#file.open(now);
+    if (!this.#file.open(now)) return false;
+    this.#doubt.opened(this.#file.queue!);
+    return true;
   }
 
   /** Closes the queue file (confirming first what a target applied). */
@@ -244,12 +249,16 @@ export class DrainTable {
 
   /** Applies what the ledger says this queue has applied (see TableProgress.settle). Returns how many rows were confirmed. */
   settle(remote: number | null, options: { adopted?: number } = {}): number {
-    return this.#settled(this.#progress.settle(remote, options.adopted));
+    const confirmed = this.#settled(this.#progress.settle(remote, options.adopted));
+    this.#doubt.settled(new Map([[this.name, remote ?? 0]]));
+    return confirmed;
   }
 
   /** With lanes: applies what the ledger says of each lane (see TableProgress.settleLanes). Returns how many rows were confirmed. */
   settleLanes(throughs: ReadonlyMap<string, number>, options: { adopted?: number } = {}): number {
-    return this.#settled(this.#progress.settleLanes(throughs, options.adopted));
+    const confirmed = this.#settled(this.#progress.settleLanes(throughs, options.adopted));
+    this.#doubt.settled(throughs);
+    return confirmed;
   }
 
   /**
@@ -262,7 +271,9 @@ export class DrainTable {
       this.#lanes.unsettle(tenant);
       return 0;
     }
-    return this.#settled(this.#progress.settleLanes(throughs, 0, tenant));
+    const confirmed = this.#settled(this.#progress.settleLanes(throughs, 0, tenant));
+    this.#doubt.settled(throughs, tenant);
+    return confirmed;
   }
 
   #settled(confirmed: number): number {
@@ -341,9 +352,12 @@ export class DrainTable {
     const fence = ctx.fence;
     const moves = fence === null ? [] : this.#progress.moves(draft.rows, behind);
     if (draft.lanes !== undefined && fence !== null) draft.lanes.slots = moves.slots;
-    this.#file.queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
+    const seqs = draft.rows.map((r) => r.seq);
+    this.#file.queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last, seqs);
     const stmts = fence === null ? draft.stmts : [fence(this, moves), ...draft.stmts];
-    return { ...draft, stmts, fenced: fence !== null, ...(behind === undefined ? {} : { behind }) };
+    const slice = { ...draft, stmts, fenced: fence !== null, ...(behind === undefined ? {} : { behind }) };
+    this.#doubt.sent(slice, draft.rows, fence === null ? null : moves, moves.slots);
+    return slice;
   }
 
   /**
@@ -405,6 +419,8 @@ export class DrainTable {
     const { rows } = slice;
     const head = rows[0]!;
     const progress = this.#progress;
+    const answer = classifyAnswer(rows, slice.fenced, results, this.lanes === 1 ? undefined : this.#lanes.leads(rows));
+    this.#doubt.answered(slice, committedRows(answer, rows.length));
     if (slice.behind !== undefined && !progress.asExpected(slice.behind)) {
       // The slice ahead of it did not leave the ledger where its fence expects (it failed, was
       // lost, or could not be confirmed): it committed only if the ledger says so.
@@ -414,7 +430,6 @@ export class DrainTable {
       out.more = true;
       return;
     }
-    const answer = classifyAnswer(rows, slice.fenced, results, this.lanes === 1 ? undefined : this.#lanes.leads(rows));
     // With lanes, a read after anything but a slice applied whole starts at the head again.
     if (answer.kind !== "applied") this.#notApplied(slice);
     if ("okAfterFailure" in answer && answer.okAfterFailure !== null)
@@ -522,6 +537,9 @@ export class DrainTable {
 
   /** The late answer of a timed-out batch without a ledger (see Delivery): what it reports applied is confirmed and counted. */
   applyLateAnswer(slice: TableSlice, answers: WriteResult[]): void {
+    let ok = 0;
+    while (ok < slice.rows.length && answers[ok]!.ok) ok++;
+    this.#doubt.answered(slice, ok);
     if (this.#file.queue) this.#tally({ delivered: this.#progress.confirmLate(slice.rows, answers) });
   }
 
