@@ -444,7 +444,8 @@ describe("hostile input gets a 4xx and changes nothing", () => {
       { filter: { namespace: "../x" }, expect: 0 },
       400,
     ],
-    ["unknown fields", "POST", "/api/v1/dead-letters/replay", { ids: ["shop/orders/1"], force: true }, 400],
+    ["unknown fields", "POST", "/api/v1/dead-letters/replay", { ids: ["shop/orders/1"], everything: true }, 400],
+    ["a force that is no boolean", "POST", "/api/v1/dead-letters/replay", { ids: ["shop/orders/1"], force: "yes" }, 400],
     [
       "an unknown filter field",
       "POST",

@@ -216,12 +216,22 @@ describe("dead-letter replay with a selection", () => {
   test("--all --json: every letter once; a second run finds none left to replay", async () => {
     const all = await json("replay", "--all");
     // `skipped`: the deprecated name of `unchanged`, kept for scripts.
-    expect(Object.keys(all)).toEqual(["action", "dryRun", "selected", "replayed", "unchanged", "skipped", "failed"]);
+    expect(Object.keys(all)).toEqual([
+      "action",
+      "dryRun",
+      "selected",
+      "replayed",
+      "unchanged",
+      "skipped",
+      "refusedLetters",
+      "failed",
+    ]);
     expect(all).toMatchInlineSnapshot(`
       {
         "action": "replay",
         "dryRun": false,
         "failed": [],
+        "refusedLetters": [],
         "replayed": [
           {
             "file": "<DIR>/queue/orders.db",

@@ -11,6 +11,8 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
   const withApp = entries.some((e) => e.app !== null);
   // Only when a letter has a key, so lists of tables without keys print as they always did.
   const withKey = entries.some((e) => e.laneKey !== null);
+  // Only when the remote may have applied a letter (in doubt, applied): a replay refuses those.
+  const withRemote = entries.some((e) => e.remote !== "not applied");
   return renderTable(
     [
       ...(withApp ? [{ header: "app" }] : []),
@@ -20,6 +22,7 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       ...(withKey ? [{ header: "key" }] : []),
       { header: "reason" },
       { header: "state" },
+      ...(withRemote ? [{ header: "remote" }] : []),
       { header: "attempts", right: true },
       { header: "dead at" },
       { header: "replayed as", right: true },
@@ -33,6 +36,7 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       ...(withKey ? [e.laneKey ?? "-"] : []),
       e.reason,
       e.state,
+      ...(withRemote ? [e.remote] : []),
       String(e.attempts),
       e.deadAt,
       e.replayedAsSeq === null ? "-" : String(e.replayedAsSeq),
