@@ -185,7 +185,7 @@ describe("files written before letters said what the remote did", () => {
   test("are read without a change: their letters read as not applied", () => {
     const { seqs } = olderFile();
     const before = hashTree(tmp.path);
-    expect(findDeadLetters(tmp.path).map((l) => [l.seq, l.remote])).toEqual([[seqs[0], "not applied"]]);
+    expect(findDeadLetters(tmp.path).map((l) => [l.seq, l.remote])).toEqual([[seqs[0]!, "not applied"]]);
     expect(hashTree(tmp.path)).toEqual(before);
   });
 

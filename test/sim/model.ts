@@ -146,3 +146,9 @@ export function expectedApplied(row: RowModel): number | null {
   if (row.remote === "applied") return 1;
   return row.state === "given-up" ? 0 : 1;
 }
+
+/** Whether a row was applied as many times as expectedApplied says (once or never, where either is right). */
+export function appliedAsExpected(row: RowModel): boolean {
+  const expected = expectedApplied(row);
+  return expected === null ? row.applied <= 1 : row.applied === expected;
+}

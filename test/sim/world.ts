@@ -10,7 +10,7 @@ import { closeSharedOutboxes } from "../../src/outbox/middleware.ts";
 import { verifyFile } from "../../src/outbox/inspect.ts";
 import { Checkers, type Invariant, Violation } from "./checkers.ts";
 import { DirWatches, type DrainProcess, Host, type HostWorld, type Tuning } from "./host.ts";
-import { expectedApplied, Model, type RowModel } from "./model.ts";
+import { appliedAsExpected, Model } from "./model.ts";
 import type { Profile } from "./profiles.ts";
 import { Random } from "./random.ts";
 import { type Commit, SimRemote } from "./remote.ts";
@@ -268,12 +268,12 @@ class World implements HostWorld {
   #stepsLeft = 0;
   #letters: Record<string, number> = {};
 
-  /** What the dead letters say at the end (see RunResult.letters). */
+  /** The rows left dead at the end, by what their letters say (see RunResult.letters). */
   #countLetters(): void {
     const letters: Record<string, number> = this.refused > 0 ? { "replays refused": this.refused } : {};
     for (const row of this.model.rows.values()) {
       if (row.remote === null || row.remote === "not applied") continue;
-      // Left in doubt: was it applied after all (the drain could not tell), or not (a row the operator must --force)?
+      // In doubt: applied after all (the drain could not tell), or not (a row an operator must --force)?
       const what = row.remote === "applied" ? "applied" : `in doubt, ${row.applied > 0 ? "applied" : "not applied"}`;
       letters[what] = (letters[what] ?? 0) + 1;
     }
@@ -412,11 +412,7 @@ class World implements HostWorld {
       });
     };
     again();
-    const asExpected = (r: RowModel) => {
-      const expected = expectedApplied(r);
-      return expected === null ? r.applied <= 1 : r.applied === expected;
-    };
-    const settled = () => [...this.model.rows.values()].every(asExpected);
+    const settled = () => [...this.model.rows.values()].every(appliedAsExpected);
     const drained = () => {
       if (!settled() || !this.hosts.every((h) => h.tables.every((t) => h.pending(t.name) === 0))) return false;
       // What each letter says now (the drain may have settled one in doubt since the last look: it is replayed then).
@@ -426,7 +422,7 @@ class World implements HostWorld {
     const why = await this.#runUntil(drained, deadline);
     cancel();
     if (why !== "done") {
-      const left = [...this.model.rows.values()].filter((r) => !asExpected(r));
+      const left = [...this.model.rows.values()].filter((r) => !appliedAsExpected(r));
       throw new Violation(
         "drained",
         `not drained ${DRAIN_BOUND_MS} ms after the faults ended (${why}): ${left.length} rows not applied as expected (${left

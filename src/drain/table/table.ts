@@ -249,16 +249,12 @@ export class DrainTable {
 
   /** Applies what the ledger says this queue has applied (see TableProgress.settle). Returns how many rows were confirmed. */
   settle(remote: number | null, options: { adopted?: number } = {}): number {
-    const confirmed = this.#settled(this.#progress.settle(remote, options.adopted));
-    this.#doubt.settled(new Map([[this.name, remote ?? 0]]));
-    return confirmed;
+    return this.#settled(this.#progress.settle(remote, options.adopted), new Map([[this.name, remote ?? 0]]));
   }
 
   /** With lanes: applies what the ledger says of each lane (see TableProgress.settleLanes). Returns how many rows were confirmed. */
   settleLanes(throughs: ReadonlyMap<string, number>, options: { adopted?: number } = {}): number {
-    const confirmed = this.#settled(this.#progress.settleLanes(throughs, options.adopted));
-    this.#doubt.settled(throughs);
-    return confirmed;
+    return this.#settled(this.#progress.settleLanes(throughs, options.adopted), throughs);
   }
 
   /**
@@ -271,14 +267,14 @@ export class DrainTable {
       this.#lanes.unsettle(tenant);
       return 0;
     }
-    const confirmed = this.#settled(this.#progress.settleLanes(throughs, 0, tenant));
-    this.#doubt.settled(throughs, tenant);
-    return confirmed;
+    return this.#settled(this.#progress.settleLanes(throughs, 0, tenant), throughs, tenant);
   }
 
-  #settled(confirmed: number): number {
+  /** After a settlement that read `throughs` (of `tenant`'s ledger rows): counted, the read-ahead stale, the letters in doubt looked at. */
+  #settled(confirmed: number, throughs: ReadonlyMap<string, number>, tenant: string | null = null): number {
     this.#tally({ delivered: confirmed });
     this.#ahead.forget();
+    this.#doubt.settled(throughs, tenant);
     return confirmed;
   }
 
