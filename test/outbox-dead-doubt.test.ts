@@ -177,6 +177,7 @@ describe("files written before letters said what the remote did", () => {
     open.splice(0);
     closeSharedOutboxes();
     const db = new Database(tmp.file("orders.db"));
+    db.run("DROP INDEX idx_dead_in_doubt");
     db.run("ALTER TABLE outbox_dead_log DROP COLUMN remote");
     db.close();
     return { file: tmp.file("orders.db"), seqs };
@@ -198,6 +199,14 @@ describe("files written before letters said what the remote did", () => {
       expect(db.query("SELECT name FROM pragma_table_info('outbox_dead_log') WHERE name = 'remote'").get()).toEqual({
         name: "remote",
       });
+      // The drain's look for letters in doubt, after every batch, goes by an index of those only.
+      expect(
+        db
+          .query<{ detail: string }, []>(
+            "EXPLAIN QUERY PLAN SELECT seq FROM outbox_dead_log WHERE namespace = 'orders' AND seq > 0 AND seq <= 9 AND remote = 'in doubt'",
+          )
+          .get()!.detail,
+      ).toContain("idx_dead_in_doubt");
     } finally {
       db.close();
     }
