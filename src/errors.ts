@@ -15,6 +15,7 @@ export type OutboxErrorCode =
   | "E_LOCKED" // another drain holds the db_dir lock
   | "E_TRANSACTION" // a local transaction the outbox cannot keep whole (two files, one it did not open)
   | "E_CONFLICT" // an operator's selection changed between its count and the action on it
+  | "E_REPLAY_REFUSED" // a dead letter the remote may have applied (in doubt) or did (applied): never replayed blindly
   | "E_TENANT" // a transaction mixing two tenants (a group belongs to one tenant's database)
   | "E_USAGE"; // a command-line usage error
 
@@ -103,6 +104,23 @@ export class SelectionChangedError extends OutboxError {
     readonly namespace: string,
   ) {
     super("E_CONFLICT", message);
+  }
+}
+
+/**
+ * A replay refused, nothing replayed: the remote may have applied the letter's row (`remote` "in
+ * doubt": a batch that carried it got no answer), or did ("applied"), so a replay could apply it
+ * twice. The message says which letter, why, and what to do.
+ */
+export class ReplayRefusedError extends OutboxError {
+  constructor(
+    message: string,
+    readonly file: string,
+    readonly namespace: string,
+    readonly seq: number,
+    readonly remote: "in doubt" | "applied",
+  ) {
+    super("E_REPLAY_REFUSED", message);
   }
 }
 

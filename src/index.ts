@@ -15,6 +15,7 @@ export {
   NotFoundError,
   OutboxClosedError,
   QueueFullError,
+  ReplayRefusedError,
   SecretsError,
   ServiceStoppedError,
   StorageError,

@@ -241,6 +241,34 @@ describe("acting on dead letters", () => {
     expect(text).toContain('sqloutbox_admin_rows_total{action="replay"} 2');
   });
 
+  test("a letter the remote may have applied is refused, saying why, and listed with its state; force replays one in doubt, never one applied", async () => {
+    const ob = queue("orders");
+    const seqs = Array.from({ length: 3 }, (_, i) => ob.enqueue("INSERT INTO orders (id) VALUES (?)", `[${i}]`));
+    drainSide(ob).recordAttempt(seqs[0]!, new Date(), seqs[1]!, seqs.slice(0, 2)); // sent: a batch may carry them
+    for (const seq of seqs) ob.skipHead(seq);
+    drainSide(ob).settleLetters([seqs[1]!], "applied");
+    start();
+    const listed = await call("GET", "/api/v1/dead-letters?namespace=orders");
+    expect(listed.body.letters.map((l: { seq: number; remote: string }) => [l.seq, l.remote])).toEqual([
+      [seqs[2], "not applied"],
+      [seqs[1], "applied"],
+      [seqs[0], "in doubt"],
+    ]);
+    const ids = seqs.map((s) => `shop/orders/${s}`);
+    const r = await call("POST", "/api/v1/dead-letters/replay", { token: WRITE, body: { ids } });
+    expect(r.status).toBe(200);
+    expect(r.body.done.map((d: { id: string }) => d.id)).toEqual([ids[2]]);
+    expect(r.body.refused_letters).toMatchObject([
+      { id: ids[0], remote: "in doubt", message: expect.stringContaining("--force") },
+      { id: ids[1], remote: "applied", message: expect.stringContaining("discard it") },
+    ]);
+    expect(lines).toContainEqual(expect.stringContaining("3 selected, 1 replayed, 2 refused (in doubt or applied)"));
+    const forced = await call("POST", "/api/v1/dead-letters/replay", { token: WRITE, body: { ids, force: true } });
+    expect(forced.body.done.map((d: { id: string }) => d.id)).toEqual([ids[0]]);
+    expect(forced.body.refused_letters.map((l: { id: string }) => l.id)).toEqual([ids[1]]);
+    expect(ob.getDead(seqs[1]!)!.replayedAt).toBeNull();
+  });
+
   test("replays what a filter selects when it is exactly the count expected, across files", async () => {
     const orders = queue("orders");
     letters(orders, 2);
@@ -520,7 +548,14 @@ describe("hostile input gets a 4xx and changes nothing", () => {
       { filter: { namespace: "../x" }, expect: 0 },
       400,
     ],
-    ["unknown fields", "POST", "/api/v1/dead-letters/replay", { ids: ["shop/orders/1"], force: true }, 400],
+    ["unknown fields", "POST", "/api/v1/dead-letters/replay", { ids: ["shop/orders/1"], everything: true }, 400],
+    [
+      "a force that is no boolean",
+      "POST",
+      "/api/v1/dead-letters/replay",
+      { ids: ["shop/orders/1"], force: "yes" },
+      400,
+    ],
     [
       "an unknown filter field",
       "POST",

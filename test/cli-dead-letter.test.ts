@@ -159,6 +159,7 @@ describe("dead-letter list filters", () => {
         "payload": "[1]",
         "prevSeq": null,
         "reason": "skipped",
+        "remote": "not applied",
         "replayedAsSeq": null,
         "replayedAt": null,
         "seq": 1,
@@ -215,12 +216,22 @@ describe("dead-letter replay with a selection", () => {
   test("--all --json: every letter once; a second run finds none left to replay", async () => {
     const all = await json("replay", "--all");
     // `skipped`: the deprecated name of `unchanged`, kept for scripts.
-    expect(Object.keys(all)).toEqual(["action", "dryRun", "selected", "replayed", "unchanged", "skipped", "failed"]);
+    expect(Object.keys(all)).toEqual([
+      "action",
+      "dryRun",
+      "selected",
+      "replayed",
+      "unchanged",
+      "skipped",
+      "refusedLetters",
+      "failed",
+    ]);
     expect(all).toMatchInlineSnapshot(`
       {
         "action": "replay",
         "dryRun": false,
         "failed": [],
+        "refusedLetters": [],
         "replayed": [
           {
             "file": "<DIR>/queue/orders.db",
@@ -748,5 +759,80 @@ describe("usage errors exit 2 and change nothing", () => {
     expect(r.stderr).toMatch(message);
     expect(r.stderr).toContain(`Run "sqloutbox dead-letter ${(args as string[])[0]} --help" for usage.`);
     expect(hashTree(tmp)).toEqual(before);
+  });
+});
+
+describe("letters the remote may have applied", () => {
+  beforeEach(() => {
+    // orders 1: a batch carrying it got no answer; orders 2: the remote applied it after it died.
+    setDead("orders", [1], "remote = 'in doubt'");
+    setDead("orders", [2], "remote = 'applied'");
+  });
+
+  test("list shows a REMOTE column, show says what it means, status counts the letters in doubt", async () => {
+    const list = normalize((await dl("list", "--namespace", "orders")).stdout, tmp);
+    expect(list.split("\n")[0]).toMatch(/STATE\s+REMOTE\s+ATTEMPTS/);
+    expect(list).toMatch(/orders\s+1\s+-\s+skipped\s+dead\s+in doubt/);
+    expect(list).toMatch(/orders\s+2\s+-\s+max_attempts\s+dead\s+applied/);
+    expect(list).toMatch(/orders\s+3\s+-\s+skipped\s+dead\s+not applied/);
+    expect((await json("list", "--namespace", "orders")).deadLetters.map((l: { remote: string }) => l.remote)).toEqual([
+      "in doubt",
+      "applied",
+      "not applied",
+      "not applied",
+    ]);
+    const show = (await dl("show", "--namespace", "orders", "--seq", "1")).stdout;
+    expect(show).toContain("remote:      in doubt — a batch that carried it got no answer");
+    const status = await runInProcess(["status", "--db-dir", dbDir]);
+    expect(status.stdout).toMatch(/orders .*4 \(1 in doubt\)/);
+    const entry = JSON.parse((await runInProcess(["status", "--db-dir", dbDir, "--json"])).stdout).namespaces.find(
+      (n: { namespace: string }) => n.namespace === "orders",
+    );
+    expect(entry).toMatchObject({ deadLetterCount: 4, deadLettersInDoubt: 1 });
+    // Lists without such letters print as they always did.
+    expect((await dl("list", "--namespace", "payments")).stdout.split("\n")[0]).not.toContain("REMOTE");
+  });
+
+  test("replay --seq of a letter in doubt exits 1, saying which, why and what to do; --force replays it", async () => {
+    for (const dry of [["--dry-run"], []]) {
+      const r = await dl("replay", "--namespace", "orders", "--seq", "1", ...dry);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain('dead letter 1 of namespace "orders"');
+      expect(r.stderr).toContain("is in doubt");
+      expect(r.stderr).toContain("--force");
+    }
+    expect(count("orders", "outbox_queue")).toBe(2);
+    const forced = await dl("replay", "--namespace", "orders", "--seq", "1", "--force");
+    expect({ code: forced.code, stdout: forced.stdout }).toEqual({
+      code: 0,
+      stdout: `replayed dead letter orders seq 1 as seq 7 (re-enqueued at the tail, ${path.join(dbDir, "orders.db")})\n`,
+    });
+  });
+
+  test("replay of a letter the remote applied exits 1 even with --force, and says to discard it", async () => {
+    const r = await dl("replay", "--namespace", "orders", "--seq", "2", "--force");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("was applied by the remote after it was dead-lettered");
+    expect(r.stderr).toContain("sqloutbox dead-letter discard");
+    expect(count("orders", "outbox_queue")).toBe(2);
+  });
+
+  test("a selection replays the others and exits 1 naming the refused; its dry run counts them as refused", async () => {
+    const dry = await dl("replay", "--namespace", "orders", "--dry-run");
+    expect(dry.code).toBe(1);
+    expect(dry.stdout).toContain("2 would be refused (the remote applied them or may have: 1-2)");
+    expect(dry.stderr).toContain("would refuse 2 letter(s): 1 in doubt");
+    const r = await dl("replay", "--namespace", "orders", "--json");
+    expect(r.code).toBe(1);
+    const report = JSON.parse(normalize(r.stdout, tmp));
+    expect(keys(report.replayed)).toEqual(["orders:3", "orders:4"]);
+    expect(report.refusedLetters).toEqual([
+      { namespace: "orders", seq: 1, file: "<DIR>/queue/orders.db", remote: "in doubt" },
+      { namespace: "orders", seq: 2, file: "<DIR>/queue/orders.db", remote: "applied" },
+    ]);
+    expect(r.stderr).toContain("1 applied by the remote after they were dead-lettered (never replayed: discard them)");
+    const forced = await dl("replay", "--namespace", "orders", "--force", "--json");
+    expect(forced.code).toBe(1); // the applied letter is refused still
+    expect(keys(JSON.parse(normalize(forced.stdout, tmp)).replayed)).toEqual(["orders:1"]);
   });
 });

@@ -770,6 +770,7 @@ describe("dead-letter list and show", () => {
       dead at:     <TIME>
       reason:      skipped
       state:       dead
+      remote:      not applied
       attempts:    0
       error class: -
       error:       -

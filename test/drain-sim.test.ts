@@ -53,6 +53,11 @@ const REGRESSIONS: ReadonlyArray<{ seed: number; fixed: string }> = [
     seed: 12592,
     fixed: "awaited-one-deep: the tables a transaction across tables waits on were found one level deep",
   },
+  {
+    seed: 45,
+    fixed:
+      "skip-in-flight and late-commit-dead: a head skipped while a batch carrying it was lost committed all the same, and its letter could be replayed; the letter is in doubt now, and the drain settles it applied",
+  },
 ];
 
 /**
@@ -60,7 +65,7 @@ const REGRESSIONS: ReadonlyArray<{ seed: number; fixed: string }> = [
  * run of each must fail with it. When one no longer does, its fix has landed: remove the issue
  * from KNOWN and move the seed to REGRESSIONS.
  */
-const KNOWN_SEEDS: ReadonlyArray<{ seed: number; issue: KnownIssue }> = [{ seed: 45, issue: "skip-in-flight" }];
+const KNOWN_SEEDS: ReadonlyArray<{ seed: number; issue: KnownIssue }> = [];
 
 async function seed(n: number, options: { strict?: boolean } = {}): Promise<RunResult> {
   return runSeed({ seed: n, profile: profileOf(n, null), ...options });
@@ -97,16 +102,21 @@ describe("the simulator", () => {
     expect(failureOf(await seed(n))).toBe("");
   });
 
-  test.each(KNOWN_SEEDS)("seed $seed meets the known issue $issue, counted, not failed", async ({ seed: n, issue }) => {
-    const strict = await seed(n, { strict: true });
-    expect(
-      strict.failure?.message ??
-        `seed ${n} passes strict: if the fix of ${issue} (${KNOWN[issue]}) landed, remove it from KNOWN in test/sim/checkers.ts and move the seed to REGRESSIONS`,
-    ).toContain(`[known: ${issue}:`);
-    const counted = await seed(n);
-    expect(counted.failure).toBeNull();
-    expect(counted.known).toEqual({ [issue]: 1 });
-  });
+  // None is known now: a known issue found later keeps its seed in KNOWN_SEEDS.
+  if (KNOWN_SEEDS.length > 0)
+    test.each(KNOWN_SEEDS)(
+      "seed $seed meets the known issue $issue, counted, not failed",
+      async ({ seed: n, issue }) => {
+        const strict = await seed(n, { strict: true });
+        expect(
+          strict.failure?.message ??
+            `seed ${n} passes strict: if the fix of ${issue} (${KNOWN[issue]}) landed, remove it from KNOWN in test/sim/checkers.ts and move the seed to REGRESSIONS`,
+        ).toContain(`[known: ${issue}:`);
+        const counted = await seed(n);
+        expect(counted.failure).toBeNull();
+        expect(counted.known).toEqual({ [issue]: 1 });
+      },
+    );
 });
 
 describeSlow("the simulator at scale", "run 2 000 seeds and the mutants", () => {

@@ -67,6 +67,7 @@ describe("replayDeadMany", () => {
         { seq: 3, namespace: "orders", newSeq: 9 },
       ],
       unchanged: [],
+      refused: [],
     });
     const rows = ob.fetchUnsynced(10);
     expect(rows.map((r) => [r.seq, r.prevSeq, r.payload, r.source])).toEqual([
@@ -92,6 +93,7 @@ describe("replayDeadMany", () => {
     expect(ob.replayDeadMany([1, 2])).toEqual({
       replayed: [{ seq: 2, namespace: "orders", newSeq: 6 }],
       unchanged: [{ seq: 1, namespace: "orders", replayedAsSeq: 5 }],
+      refused: [],
     });
     expect(ob.replayDeadMany([1, 2])).toEqual({
       replayed: [],
@@ -99,6 +101,7 @@ describe("replayDeadMany", () => {
         { seq: 1, namespace: "orders", replayedAsSeq: 5 },
         { seq: 2, namespace: "orders", replayedAsSeq: 6 },
       ],
+      refused: [],
     });
     expect(ob.pendingCount()).toBe(4);
   });
@@ -118,6 +121,7 @@ describe("replayDeadMany", () => {
         { seq: 3, namespace: "orders", newSeq: 6 },
       ],
       unchanged: [],
+      refused: [],
     });
   });
 
@@ -382,6 +386,7 @@ describe("read-only readers", () => {
         replayedAt: expect.any(String),
         replayedAsSeq: 5,
         grp: null,
+        remote: "not applied",
       },
     ]);
   });

@@ -25,6 +25,7 @@ const VALUES = [
   "OutboxError",
   "OutboxSyncService",
   "QueueFullError",
+  "ReplayRefusedError",
   "SQLMiddleware",
   "SecretsError",
   "ServiceStoppedError",

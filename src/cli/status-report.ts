@@ -323,7 +323,9 @@ export function checkStatus(report: StatusReport, checks: ReadonlySet<Check>, ma
     }
     if (checks.has("held") && h.held) problems.push(`held: ${where(h)} (${h.held.reason}): ${oneLine(h.held.message)}`);
     if (checks.has("dead") && h.deadLetterCount > 0)
-      problems.push(`dead letters: ${where(h)} has ${h.deadLetterCount}`);
+      problems.push(
+        `dead letters: ${where(h)} has ${h.deadLetterCount}${h.deadLettersInDoubt > 0 ? ` (${h.deadLettersInDoubt} in doubt: the remote may have applied them; the drain settles them)` : ""}`,
+      );
     if (checks.has("age") && h.oldestPendingAgeMs !== null && h.oldestPendingAgeMs > maxAgeMs) {
       problems.push(
         `too old: ${where(h)} oldest pending row waited ${formatAge(h.oldestPendingAgeMs)} (limit ${formatAge(maxAgeMs)})`,

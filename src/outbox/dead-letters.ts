@@ -3,10 +3,10 @@
 // read-only readers here back `dead-letter list` and every --dry-run, so a dry run reports what
 // the real run does, from the same query.
 import type { Database } from "bun:sqlite";
-import type { OutboxError } from "../errors.ts";
+import { type OutboxError, ReplayRefusedError } from "../errors.ts";
 import { queueFilesOf, type QueueLocation } from "./files.ts";
-import { fileFeatures, hasOutboxSchema } from "./health.ts";
-import { DEAD_ROW_COLUMNS, type DeadLetter } from "./rows.ts";
+import { type FileFeatures, fileFeatures, hasOutboxSchema } from "./health.ts";
+import { type DeadLetter, deadRowColumns, remoteColumn } from "./rows.ts";
 import { readSnapshot, storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
@@ -36,7 +36,7 @@ export interface FiledDeadLetter extends DeadLetter {
 /** What identifies a dead letter and its state, without its SQL and payload (cheap to hold by the thousand). */
 export type DeadLetterRef = Pick<
   FiledDeadLetter,
-  "file" | "namespace" | "seq" | "reason" | "deadAt" | "replayedAt" | "replayedAsSeq" | "grp"
+  "file" | "namespace" | "seq" | "reason" | "deadAt" | "replayedAt" | "replayedAsSeq" | "grp" | "remote"
 >;
 
 /**
@@ -48,6 +48,28 @@ export type DeadLetterRef = Pick<
 export interface DeadReplays {
   replayed: Array<{ seq: number; namespace: string; newSeq: number }>;
   unchanged: Array<{ seq: number; namespace: string; replayedAsSeq: number | null }>;
+  /** Letters left dead because the remote applied them, or may have (see LetterRemote and replayRefusal). */
+  refused: Array<{ seq: number; namespace: string; remote: "in doubt" | "applied" }>;
+}
+
+/**
+ * Why a replay of `letter` is refused, and what to do: one text for the library, the CLI and the
+ * console. In doubt: the drain settles it when it can; a replay may be forced once the operator has
+ * checked the remote. Applied: never replayed — discard it.
+ */
+export function replayRefusal(letter: {
+  file: string;
+  namespace: string;
+  seq: number;
+  remote: "in doubt" | "applied";
+}): ReplayRefusedError {
+  const { file, namespace, seq, remote } = letter;
+  const which = `dead letter ${seq} of namespace "${namespace}" (${file})`;
+  const message =
+    remote === "applied"
+      ? `${which} was applied by the remote after it was dead-lettered (a batch that carried it committed): a replay would apply it twice, so it is never replayed; discard it (sqloutbox dead-letter discard)`
+      : `${which} is in doubt: a batch that carried it got no answer and may have been applied by the remote, or may still be, so a replay could apply it twice. The drain settles this on its next delivery of that table's rows (when the rows after it in its lane land, or the batch's outcome is known): look again later (sqloutbox dead-letter show, sqloutbox status), or, once you have checked that the remote does not hold it, replay it with --force`;
+  return new ReplayRefusedError(message, file, namespace, seq, remote);
 }
 
 /**
@@ -100,7 +122,7 @@ export function findDeadLetters(
   filter: DeadLetterFilter = {},
   options: { onError?: OnError } = {},
 ): FiledDeadLetter[] {
-  return findIn<FiledDeadLetter>(location, filter, DEAD_ROW_COLUMNS, options.onError);
+  return findIn<FiledDeadLetter>(location, filter, (f) => deadRowColumns(f.deadRemote), options.onError);
 }
 
 /**
@@ -112,29 +134,32 @@ export function findDeadLetterRefs(
   filter: DeadLetterFilter = {},
   options: { onError?: OnError } = {},
 ): DeadLetterRef[] {
-  return findIn<DeadLetterRef>(location, filter, REF_COLUMNS, options.onError);
+  return findIn<DeadLetterRef>(location, filter, refColumns, options.onError);
 }
 
-/** The SELECT list of a DeadLetterRef (without its file). */
-const REF_COLUMNS =
-  "namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq, grp";
+/** The SELECT list of a DeadLetterRef (without its file), in a file with `features`. */
+function refColumns(features: FileFeatures): string {
+  return `namespace, seq, reason, dead_at AS deadAt, replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq, grp, ${remoteColumn(features.deadRemote)}`;
+}
 
 function findIn<T extends { file: string }>(
   location: QueueLocation,
   filter: DeadLetterFilter,
-  columns: string,
+  columns: (features: FileFeatures) => string,
   onError: OnError | undefined,
 ): T[] {
   const { where, params } = deadLetterWhere(filter);
   const out: T[] = [];
   for (const file of queueFilesOf(location)) {
     try {
-      const rows = readDeadLog(file, (db) =>
+      const rows = readDeadLog(file, (db, features) =>
         // A file of the reference, read without migrating it, has no tenant column: no letter of a tenant.
         filter.tenant !== undefined && !hasDeadColumn(db, "tenant")
           ? []
           : db
-              .query<Omit<T, "file">, string[]>(`SELECT ${columns} FROM outbox_dead_log ${where} ORDER BY seq`)
+              .query<Omit<T, "file">, string[]>(
+                `SELECT ${columns(features)} FROM outbox_dead_log ${where} ORDER BY seq`,
+              )
               .all(...params),
       );
       for (const row of rows ?? []) out.push({ ...row, file } as T);
@@ -158,13 +183,14 @@ export function readDeadLetters(
 ): FiledDeadLetter[] {
   try {
     const rows =
-      readDeadLog(file, (db) => {
+      readDeadLog(file, (db, features) => {
+        const columns = deadRowColumns(features.deadRemote);
         if ("grp" in select)
           return db
-            .query<DeadLetter, [number]>(`SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE grp = ? ORDER BY seq`)
+            .query<DeadLetter, [number]>(`SELECT ${columns} FROM outbox_dead_log WHERE grp = ? ORDER BY seq`)
             .all(select.grp);
         const one = db.query<DeadLetter, [string, number]>(
-          `SELECT ${DEAD_ROW_COLUMNS} FROM outbox_dead_log WHERE namespace = ? AND seq = ?`,
+          `SELECT ${columns} FROM outbox_dead_log WHERE namespace = ? AND seq = ?`,
         );
         return select.seqs.flatMap((seq) => one.all(select.namespace, seq));
       }) ?? [];
@@ -182,9 +208,9 @@ export function readDeadLetters(
 export function readGroupRefs(file: string, grps: Iterable<number>): Map<number, DeadLetterRef[]> {
   try {
     return (
-      readDeadLog(file, (db) => {
+      readDeadLog(file, (db, features) => {
         const query = db.query<Omit<DeadLetterRef, "file">, [number]>(
-          `SELECT ${REF_COLUMNS} FROM outbox_dead_log WHERE grp = ? AND replayed_at IS NULL ORDER BY seq`,
+          `SELECT ${refColumns(features)} FROM outbox_dead_log WHERE grp = ? AND replayed_at IS NULL ORDER BY seq`,
         );
         return new Map([...new Set(grps)].map((grp) => [grp, query.all(grp).map((r) => ({ ...r, file }))]));
       }) ?? new Map()
@@ -298,11 +324,11 @@ function hasDeadColumn(db: Database, column: string): boolean {
 }
 
 /** Runs `read` on a read-only snapshot of `file`; undefined when the file has no dead-letter log (yet). */
-function readDeadLog<T>(file: string, read: (db: Database) => T): T | undefined {
+function readDeadLog<T>(file: string, read: (db: Database, features: FileFeatures) => T): T | undefined {
   return readSnapshot(file, (db) => {
     if (!hasOutboxSchema(db, file)) return undefined;
     const features = fileFeatures(db);
-    return features.deadLog && features.deadReplay ? read(db) : undefined;
+    return features.deadLog && features.deadReplay ? read(db, features) : undefined;
   });
 }
 

@@ -9,11 +9,25 @@ import {
   type DeadReplays,
   type PurgeOutcome,
   type PurgeRule,
+  replayRefusal,
 } from "./dead-letters.ts";
 import { QueueFile } from "./queue-file.ts";
-import { DEAD_ROW_COLUMNS, type DeadLetter, type DeadReason } from "./rows.ts";
+import { DEAD_ROW_COLUMNS, type DeadLetter, type DeadReason, type LetterRemote } from "./rows.ts";
 import { LAYOUTS } from "./schema.ts";
 import { isoTimestamp } from "./timestamp.ts";
+
+/** A letter in doubt as the drain settles it: its seq, and what says which ledger row accounts for it. */
+export interface LetterInDoubt {
+  seq: number;
+  laneKey: string | null;
+  tenant: string | null;
+}
+
+/** What the remote may have done with a group's letters: the worst of them (they were sent together). */
+function remoteOfGroup(group: readonly DeadLetter[]): LetterRemote {
+  if (group.some((l) => l.remote === "applied")) return "applied";
+  return group.some((l) => l.remote === "in doubt") ? "in doubt" : "not applied";
+}
 
 /** The rows a dead-lettering moved: the group of the head, in seq order (other namespaces' parts included). */
 export interface DeadLettered {
@@ -42,9 +56,9 @@ export class DeadLog {
     // A group is tried, charged and failed as one: its head carries the attempts and the error
     // (?6, ?7, ?8), which every row of it keeps in the log unless the caller says why (?1, ?2).
     this.#move = file.prepare(
-      `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, grp, traceparent, tracestate, lane_key, tenant)
+      `INSERT INTO outbox_dead_log (seq, namespace, source, tag, payload, prev_seq, created_at, attempts, error, error_class, reason, dead_at, grp, traceparent, tracestate, lane_key, tenant, remote)
        SELECT seq, namespace, source, tag, payload, prev_seq, created_at, max(attempts, ?6),
-         coalesce(?1, last_error, ?7), coalesce(?2, last_error_class, ?8), ?3, ?4, grp, traceparent, tracestate, lane_key, tenant
+         coalesce(?1, last_error, ?7), coalesce(?2, last_error_class, ?8), ?3, ?4, grp, traceparent, tracestate, lane_key, tenant, ?9
        FROM outbox_queue WHERE seq = ?5`,
     );
     this.#remove = file.prepare("DELETE FROM outbox_queue WHERE seq = ?");
@@ -54,13 +68,23 @@ export class DeadLog {
    * See Outbox.deadLetter: the head and, when it starts a group, every other row of its group —
    * this namespace's run behind it and, for a group that spans tables, the parts in the others —
    * in one transaction, so nothing of the group is left to deliver. Every letter keeps its own
-   * error (else the head's) and the head's attempts, unless `error` says why it moved.
+   * error (else the head's) and the head's attempts, unless `error` says why it moved. The group's
+   * letters are "in doubt" (see LetterRemote) when `inDoubt` says so — the drain, which knows the
+   * batches it has in flight — or, unsaid (an operator), when a row of it was ever sent: at or below
+   * its namespace's sent mark, a batch carrying it may be in flight or may have committed unanswered.
    */
-  deadLetter(seq: number, reason: DeadReason, error: string | null, errorClass: string | null): DeadLettered {
+  deadLetter(
+    seq: number,
+    reason: DeadReason,
+    error: string | null,
+    errorClass: string | null,
+    inDoubt?: boolean,
+  ): DeadLettered {
     const file = this.#file;
     return file.write("cannot dead-letter", () => {
       this.#requireHead(seq);
       const rows = this.#groupOf(seq);
+      const doubt = inDoubt ?? rows.some((r) => r.seq <= file.sentMark(r.namespace));
       const head = file.db
         .query<{ attempts: number; error: string | null; errorClass: string | null }, [number]>(
           "SELECT attempts, last_error AS error, last_error_class AS errorClass FROM outbox_queue WHERE seq = ?",
@@ -70,7 +94,17 @@ export class DeadLog {
       const heads = new Map<string, number | null>();
       for (const r of rows) if (!heads.has(r.namespace)) heads.set(r.namespace, this.#headOf(r.namespace));
       for (const r of rows) {
-        this.#move.run(error, errorClass, reason, at, r.seq, head.attempts, head.error, head.errorClass);
+        this.#move.run(
+          error,
+          errorClass,
+          reason,
+          at,
+          r.seq,
+          head.attempts,
+          head.error,
+          head.errorClass,
+          doubt ? "in doubt" : null,
+        );
         this.#remove.run(r.seq);
       }
       const others = [...heads.keys()].filter((ns) => ns !== file.namespace);
@@ -120,8 +154,11 @@ export class DeadLog {
     );
   }
 
-  /** See Outbox.replayDead: the letter's whole group when it has one; returns this letter's new seq. */
-  replay(seq: number, source: string | undefined): number {
+  /**
+   * See Outbox.replayDead: the letter's whole group when it has one; returns this letter's new seq.
+   * A letter the remote may have applied is refused (ReplayRefusedError) unless `force` (in doubt only).
+   */
+  replay(seq: number, source: string | undefined, force = false): number {
     const dead = this.#file.read("cannot read dead letter", () => this.#dead(seq));
     if (!dead) throw this.#notDead(seq);
     if (dead.replayedAt !== null) {
@@ -131,7 +168,9 @@ export class DeadLog {
           : `dead letter ${seq} was already replayed as seq ${dead.replayedAsSeq} at ${dead.replayedAt}`,
       );
     }
-    const { replayed } = this.replayMany([seq], source);
+    const { replayed, refused } = this.replayMany([seq], source, undefined, force);
+    const mine = refused.find((r) => r.seq === seq && r.namespace === this.#file.namespace);
+    if (mine !== undefined) throw replayRefusal({ ...mine, file: this.#file.path });
     return replayed.find((r) => r.seq === seq && r.namespace === this.#file.namespace)!.newSeq;
   }
 
@@ -140,9 +179,16 @@ export class DeadLog {
    * its whole group (other namespaces' parts included), replayed as one group again; letters
    * without a group are replayed each alone. One transaction for all. With `selection`, the
    * transaction first checks that `ordered` are exactly the unreplayed letters of this namespace
-   * that `selection` matches, and throws SelectionChangedError (nothing replayed) when not.
+   * that `selection` matches, and throws SelectionChangedError (nothing replayed) when not. A group
+   * the remote applied, or may have ("in doubt", unless `force`), is refused: left as it is and
+   * reported in `refused`, each letter once, with the group's state.
    */
-  replayMany(ordered: readonly number[], source: string | undefined, selection?: DeadLetterFilter): DeadReplays {
+  replayMany(
+    ordered: readonly number[],
+    source: string | undefined,
+    selection?: DeadLetterFilter,
+    force = false,
+  ): DeadReplays {
     const file = this.#file;
     const qdb = file.queueDb;
     // Its groups would end the producer's: replay is an operator's transaction of its own.
@@ -150,19 +196,28 @@ export class DeadLog {
     return file.read("cannot replay dead letters", () =>
       qdb.transaction(() => {
         if (selection) this.#requireSelection(ordered, selection);
-        const out: DeadReplays = { replayed: [], unchanged: [] };
+        const out: DeadReplays = { replayed: [], unchanged: [], refused: [] };
         const done = new Set<string>();
         for (const seq of ordered) {
           const dead = this.#dead(seq);
           if (!dead) throw this.#notDead(seq);
-          // Replayed with its group a moment ago, in this transaction: counted once, as replayed.
+          // Replayed (or refused) with its group a moment ago, in this transaction: counted once.
           if (done.has(`${dead.namespace}\0${seq}`)) continue;
           if (dead.replayedAt !== null) {
             out.unchanged.push({ seq, namespace: dead.namespace, replayedAsSeq: dead.replayedAsSeq });
             continue;
           }
+          const group = this.#letterGroup(dead);
+          const remote = remoteOfGroup(group);
+          if (remote === "applied" || (remote === "in doubt" && !force)) {
+            for (const letter of group) {
+              out.refused.push({ seq: letter.seq, namespace: letter.namespace, remote });
+              done.add(`${letter.namespace}\0${letter.seq}`);
+            }
+            continue;
+          }
           qdb.nextGroup();
-          for (const letter of this.#letterGroup(dead)) {
+          for (const letter of group) {
             const [newSeq] = this.#appenderOf(letter.namespace).appendToGroup(
               [{ tag: letter.tag, payload: letter.payload }],
               source ?? letter.source,
@@ -272,6 +327,50 @@ export class DeadLog {
       this.#others.set(namespace, (other = { view, appender: new Appender(view, null) }));
     }
     return other.appender;
+  }
+
+  /**
+   * This namespace's letters in doubt (see LetterRemote) with a seq in `(after, through]`, seq order:
+   * what the drain may settle once it knows what the remote did. Replayed or discarded ones
+   * included: what the remote did is worth knowing all the same.
+   */
+  lettersInDoubt(after: number, through: number): LetterInDoubt[] {
+    const file = this.#file;
+    return file.read("cannot read dead letters", () =>
+      file.db
+        .query<LetterInDoubt, [string, number, number]>(
+          "SELECT seq, lane_key AS laneKey, tenant FROM outbox_dead_log WHERE namespace = ?1 AND seq > ?2 AND seq <= ?3 AND remote = 'in doubt' ORDER BY seq",
+        )
+        .all(file.namespace, after, through),
+    );
+  }
+
+  /**
+   * Settles letters of this namespace that are in doubt: the remote applied them, or did not and
+   * never will — and with each, the rest of its group (every namespace of the file): a group is
+   * applied whole or not at all. One transaction; letters no longer in doubt are left alone.
+   * Returns how many changed.
+   */
+  settleLetters(seqs: readonly number[], remote: "applied" | "not applied"): number {
+    if (seqs.length === 0) return 0;
+    const file = this.#file;
+    const value = remote === "applied" ? "applied" : null;
+    return file.write("cannot settle dead letters", () => {
+      const grpOf = file.db.query<{ grp: number | null }, [string, number]>(
+        "SELECT grp FROM outbox_dead_log WHERE namespace = ?1 AND seq = ?2 AND remote = 'in doubt'",
+      );
+      const mark = file.db.query(
+        "UPDATE outbox_dead_log SET remote = ?1 WHERE namespace = ?2 AND seq = ?3 AND remote = 'in doubt'",
+      );
+      const markGroup = file.db.query("UPDATE outbox_dead_log SET remote = ?1 WHERE grp = ?2 AND remote = 'in doubt'");
+      let changed = 0;
+      for (const seq of seqs) {
+        const grp = grpOf.get(file.namespace, seq)?.grp;
+        if (grp === undefined) continue;
+        changed += (grp === null ? mark.run(value, file.namespace, seq) : markGroup.run(value, grp)).changes;
+      }
+      return changed;
+    });
   }
 
   /** See Outbox.purgeDead. */

@@ -10,14 +10,28 @@ import {
   type DeadLetterRef,
   type DeadReplays,
   readGroupRefs,
+  replayRefusal,
 } from "./dead-letters.ts";
 import { QueueView, type OutboxOptions } from "./queue-view.ts";
 
 /** What an operator does to dead letters: `replay` them at the tail of their table, or `discard` them for good. */
 export type DeadAction = "replay" | "discard";
 
-/** A selected letter: where it is, and whether it was replayed or discarded before. */
-export type SelectedLetter = Pick<DeadLetterRef, "file" | "namespace" | "seq" | "replayedAt" | "replayedAsSeq" | "grp">;
+/** A selected letter: where it is, whether it was replayed or discarded before, and what the remote may have done with it. */
+export type SelectedLetter = Pick<
+  DeadLetterRef,
+  "file" | "namespace" | "seq" | "replayedAt" | "replayedAsSeq" | "grp" | "remote"
+>;
+
+/** A letter a replay refuses (see replayRefusal): the remote applied its group, or may have ("in doubt", not forced). */
+export interface RefusedLetter {
+  file: string;
+  namespace: string;
+  seq: number;
+  remote: "in doubt" | "applied";
+  /** Which letter, why, and what to do. */
+  message: string;
+}
 
 /** A letter replayed (with its new seq; null in a dry run) or discarded, or that would be. */
 export interface ActedLetter {
@@ -46,6 +60,8 @@ export interface SelectionReport {
   done: ActedLetter[];
   /** Selected letters left as they were: replayed or discarded before. */
   unchanged: UnchangedLetter[];
+  /** A replay's letters left dead because the remote applied them or may have (each with its group), each once. */
+  refusedLetters: RefusedLetter[];
   /** Tables whose transaction failed: their letters are unchanged, and with `stopOnFailure` nothing after them was tried. */
   failed: Array<{ file: string; namespace: string; error: OutboxError }>;
   /** Set when the selection did not hold `expect` letters: nothing was done. */
@@ -62,6 +78,8 @@ export interface SelectionOptions {
   guard?: DeadLetterFilter;
   /** Stop at the first table that fails; by default the others go on. */
   stopOnFailure?: boolean;
+  /** A replay of letters in doubt goes all the same (the operator checked the remote); letters applied are refused still. */
+  force?: boolean;
 }
 
 /**
@@ -82,6 +100,7 @@ export function actOnSelection(
     selected: letters.length,
     done: [],
     unchanged: [],
+    refusedLetters: [],
     failed: [],
   };
   if (options.expect !== undefined && letters.length !== options.expect) {
@@ -92,9 +111,19 @@ export function actOnSelection(
     return report;
   }
   const units = unitsOf(letters);
-  if (report.dryRun) plan(report, units);
+  if (report.dryRun) plan(report, units, options.force === true);
   else carryOut(report, units, options);
   return report;
+}
+
+/** What the remote may have done with a group's letters: the worst of them (see DeadLog). */
+function remoteOf(group: ReadonlyArray<Pick<DeadLetterRef, "remote">>): DeadLetterRef["remote"] {
+  if (group.some((l) => l.remote === "applied")) return "applied";
+  return group.some((l) => l.remote === "in doubt") ? "in doubt" : "not applied";
+}
+
+function refused(file: string, namespace: string, seq: number, remote: "in doubt" | "applied"): RefusedLetter {
+  return { file, namespace, seq, remote, message: replayRefusal({ file, namespace, seq, remote }).message };
 }
 
 /** The letters of one file and table. */
@@ -106,8 +135,8 @@ interface Unit {
 
 const letterKey = (file: string, namespace: string, seq: number) => `${file}\0${namespace}\0${seq}`;
 
-/** The dry run: each unhandled letter with its group's unhandled letters, each once; the others unchanged. */
-function plan(report: SelectionReport, units: readonly Unit[]): void {
+/** The dry run: each unhandled letter with its group's unhandled letters, each once; the others unchanged, or refused. */
+function plan(report: SelectionReport, units: readonly Unit[], force: boolean): void {
   const groupsByFile = new Map<string, Map<number, DeadLetterRef[]>>();
   for (const unit of units) {
     const grps = unit.letters.filter((l) => l.grp !== null && l.replayedAt === null).map((l) => l.grp!);
@@ -125,10 +154,16 @@ function plan(report: SelectionReport, units: readonly Unit[]): void {
         continue;
       }
       const group = l.grp === null ? [l] : (groupsByFile.get(file)?.get(l.grp) ?? [l]);
+      const remote = remoteOf(group);
+      const refuse = report.action === "replay" && (remote === "applied" || (remote === "in doubt" && !force));
       for (const m of group) {
         const key = letterKey(file, m.namespace, m.seq);
         if (acted.has(key)) continue;
         acted.add(key);
+        if (refuse) {
+          report.refusedLetters.push(refused(file, m.namespace, m.seq, remote));
+          continue;
+        }
         report.done.push({
           file,
           namespace: m.namespace,
@@ -149,7 +184,9 @@ function carryOut(report: SelectionReport, units: readonly Unit[], options: Sele
     if (seqs.length === 0 && options.guard === undefined) continue;
     try {
       const out = withDeadSelection(file, namespace, (s) =>
-        report.action === "replay" ? s.replay(seqs, options.guard) : s.discard(seqs, options.guard),
+        report.action === "replay"
+          ? s.replay(seqs, options.guard, options.force === true)
+          : s.discard(seqs, options.guard),
       );
       const done: Array<{ namespace: string; seq: number; newSeq?: number }> =
         "replayed" in out ? out.replayed : out.discarded;
@@ -164,6 +201,10 @@ function carryOut(report: SelectionReport, units: readonly Unit[], options: Sele
       }
       for (const u of out.unchanged)
         report.unchanged.push({ file, namespace: u.namespace, seq: u.seq, replayedAsSeq: u.replayedAsSeq });
+      for (const r of "refused" in out ? out.refused : []) {
+        acted.add(letterKey(file, r.namespace, r.seq));
+        report.refusedLetters.push(refused(file, r.namespace, r.seq, r.remote));
+      }
     } catch (error) {
       if (!(error instanceof OutboxError)) throw error;
       report.failed.push({ file, namespace, error });
@@ -199,13 +240,14 @@ export class DeadSelection extends QueueView {
   }
 
   /**
-   * Replays `seqs` at the tail (each with its group, as Outbox.replayDeadMany). With `selection`,
-   * only if they are exactly the unreplayed letters of this namespace it matches now; otherwise
-   * throws SelectionChangedError and nothing is replayed.
+   * Replays `seqs` at the tail (each with its group, as Outbox.replayDeadMany: letters the remote
+   * applied or may have are refused, unless `force` for those in doubt). With `selection`, only if
+   * they are exactly the unreplayed letters of this namespace it matches now; otherwise throws
+   * SelectionChangedError and nothing is replayed.
    */
-  replay(seqs: readonly number[], selection?: DeadLetterFilter): DeadReplays {
+  replay(seqs: readonly number[], selection?: DeadLetterFilter, force = false): DeadReplays {
     this.queueFile.ensureOpen();
-    return this.deadLog.replayMany(this.#ordered(seqs), undefined, selection);
+    return this.deadLog.replayMany(this.#ordered(seqs), undefined, selection, force);
   }
 
   /**

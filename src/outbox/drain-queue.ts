@@ -1,10 +1,11 @@
 import { NotFoundError } from "../errors.ts";
 import { Confirmation } from "./confirmation.ts";
-import type { DeadLettered } from "./dead-log.ts";
+import type { DeadLettered, LetterInDoubt } from "./dead-log.ts";
 import { DELIVERED } from "./delivered.ts";
 import { type DeliveryRead, DeliveryReader } from "./delivery-read.ts";
 import type { NamespaceHealth } from "./health.ts";
 import type { QueueDb } from "./queue-db.ts";
+import { SENT_KEY_PREFIX } from "./queue-file.ts";
 import { type OutboxOptions, QueueView, SHARED, WRITE_HOLDS } from "./queue-view.ts";
 import { type Resequenced, resequenceAbove } from "./resequence.ts";
 import type { DeadReason, OutboxRow } from "./rows.ts";
@@ -85,9 +86,12 @@ export interface DrainQueue {
   /**
    * Charges one delivery attempt to a pending row BEFORE delivering it (crash-loop protection).
    * With `sentThrough`, also raises this namespace's sent mark to it, in the same transaction
-   * (see `sentMark`).
+   * (see `sentMark`). With `sent`, the seqs about to be sent (read earlier: an operator may have
+   * moved one to the dead letters since), in the same transaction: such a letter is marked in doubt
+   * (it goes all the same), and one replayed meanwhile throws NotFoundError — nothing is charged
+   * and the rows are read again (its replay delivers it).
    */
-  recordAttempt(seq: number, at?: Date, sentThrough?: number | null): void;
+  recordAttempt(seq: number, at?: Date, sentThrough?: number | null, sent?: readonly number[]): void;
   /** Undoes one attempt charge (the target was down: not the row's fault); never below zero. */
   refundAttempt(seq: number): void;
   /**
@@ -96,7 +100,18 @@ export interface DrainQueue {
    * attempts across its heads).
    */
   recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts?: number): void;
-  deadLetter(seq: number, reason: DeadReason, error?: string | null, errorClass?: string | null): DeadLettered;
+  /** See Outbox.deadLetter; `inDoubt`: whether a batch of the drain's carrying the group may still commit, or did unanswered. */
+  deadLetter(
+    seq: number,
+    reason: DeadReason,
+    error?: string | null,
+    errorClass?: string | null,
+    inDoubt?: boolean,
+  ): DeadLettered;
+  /** This namespace's dead letters in doubt with a seq in `(after, through]`, seq order (see LetterRemote). */
+  lettersInDoubt(after: number, through: number): LetterInDoubt[];
+  /** Settles letters in doubt: the remote applied them, or did not and never will. Returns how many changed. */
+  settleLetters(seqs: readonly number[], remote: "applied" | "not applied"): number;
   /**
    * The highest seq of this namespace ever sent to a target (0 when none): it only rises. Rows at
    * or below it may have been applied by a batch whose outcome is unknown — a crash, a timeout, a
@@ -178,7 +193,7 @@ export class QueueForDrain extends QueueView implements DrainQueue {
   readonly #reader = new DeliveryReader(this.queueFile);
   readonly #confirmation = new Confirmation(this.queueFile);
   /** The outbox_meta key of this namespace's sent mark. */
-  readonly #sentKey = `sent:${this.namespace}`;
+  readonly #sentKey = `${SENT_KEY_PREFIX}${this.namespace}`;
 
   readForDelivery(
     limit: number,
@@ -218,7 +233,12 @@ export class QueueForDrain extends QueueView implements DrainQueue {
     }));
   }
 
-  recordAttempt(seq: number, at: Date = new Date(), sentThrough: number | null = null): void {
+  recordAttempt(
+    seq: number,
+    at: Date = new Date(),
+    sentThrough: number | null = null,
+    sent: readonly number[] = [],
+  ): void {
     this.queueFile.ensureOpen();
     const file = this.queueFile;
     const changes = file.write("cannot record attempt", () => {
@@ -233,25 +253,59 @@ export class QueueForDrain extends QueueView implements DrainQueue {
             "INSERT INTO outbox_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
           )
           .run(this.#sentKey, sentThrough);
+        if (sent.length > 0) this.#sentFromTheDead(sent);
       }
       return changed;
     });
     if (changes === 0) throw this.#notPending(seq);
   }
 
+  /**
+   * Rows about to be sent that an operator moved to the dead letters since they were read: a skip
+   * before this sent mark took them for never sent, so their letters say in doubt now (the batch
+   * may apply them); one replayed meanwhile must not go as well (its replay delivers it).
+   */
+  #sentFromTheDead(sent: readonly number[]): void {
+    const file = this.queueFile;
+    let first = sent[0]!;
+    let last = first;
+    for (const s of sent) {
+      if (s < first) first = s;
+      if (s > last) last = s;
+    }
+    const letters = file.db
+      .query<{ seq: number; replayedAsSeq: number | null }, [string, number, number]>(
+        "SELECT seq, replayed_as_seq AS replayedAsSeq FROM outbox_dead_log WHERE namespace = ?1 AND seq >= ?2 AND seq <= ?3",
+      )
+      .all(file.namespace, first, last);
+    if (letters.length === 0) return;
+    const rows = new Set(sent);
+    for (const letter of letters) {
+      if (!rows.has(letter.seq)) continue;
+      if (letter.replayedAsSeq !== null)
+        throw new NotFoundError(
+          `seq ${letter.seq} of namespace "${this.namespace}" was dead-lettered and replayed as seq ${letter.replayedAsSeq} after it was read for delivery: not sent; its rows are read again (${file.path})`,
+        );
+      file.db
+        .query("UPDATE outbox_dead_log SET remote = 'in doubt' WHERE namespace = ?1 AND seq = ?2 AND remote IS NULL")
+        .run(file.namespace, letter.seq);
+    }
+  }
+
+  lettersInDoubt(after: number, through: number): LetterInDoubt[] {
+    this.queueFile.ensureOpen();
+    return this.deadLog.lettersInDoubt(after, through);
+  }
+
+  settleLetters(seqs: readonly number[], remote: "applied" | "not applied"): number {
+    this.queueFile.ensureOpen();
+    return this.deadLog.settleLetters(seqs, remote);
+  }
+
   sentMark(): number {
     this.queueFile.ensureOpen();
     const file = this.queueFile;
-    return file.read(
-      "cannot read the sent mark",
-      () =>
-        file.db
-          .query<{ mark: number | null }, [string, string]>(
-            `SELECT max(coalesce((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = ?1), 0),
-            coalesce((SELECT sent_through FROM outbox_queue WHERE namespace = ?2 AND synced = 0 ORDER BY seq LIMIT 1), 0)) AS mark`,
-          )
-          .get(this.#sentKey, file.namespace)!.mark ?? 0,
-    );
+    return file.read("cannot read the sent mark", () => file.sentMark());
   }
 
   refundAttempt(seq: number): void {

@@ -13,7 +13,8 @@ import { parseTimestamp } from "./timestamp.ts";
  * still blocks the rows behind it: a recorded error (`lastError`), or two or more attempts charged
  * (the second attempt only happens after the first failed or the drain died delivering it).
  * `capacityPct` is `depth / maxPending × 100` (null when unbounded); `deadLetterCount` counts dead
- * letters not yet replayed.
+ * letters not yet replayed, `deadLettersInDoubt` those of them the remote may have applied (a
+ * replay waits until the drain settles them: see LetterRemote).
  */
 export interface NamespaceHealth {
   namespace: string;
@@ -30,6 +31,7 @@ export interface NamespaceHealth {
   oldestPendingAgeMs: number | null;
   lastDeliveredAt: string | null;
   deadLetterCount: number;
+  deadLettersInDoubt: number;
 }
 
 /** Options of health reads: `maxPending` for `capacityPct`, `now` for ages. */
@@ -49,6 +51,8 @@ export interface FileFeatures {
   deliveredLog: DeliveredSql | null;
   deadLog: boolean;
   deadReplay: boolean;
+  /** The dead log says what the remote may have done with each letter (see LetterRemote); earlier versions' files do not. */
+  deadRemote: boolean;
 }
 
 interface HeadRow {
@@ -71,6 +75,7 @@ export function fileFeatures(db: Database): FileFeatures {
     deliveredLog: deliveredSqlOf(db),
     deadLog: dead.has("namespace"),
     deadReplay: dead.has("replayed_at"),
+    deadRemote: dead.has("remote"),
   };
 }
 
@@ -97,13 +102,13 @@ export function namespaceHealth(
   const lastDeliveredAt = features.deliveredLog
     ? (db.query<{ t: string }, [string]>(features.deliveredLog.lastAt).get(namespace)?.t ?? null)
     : null;
-  const deadLetterCount = features.deadLog
+  const dead = features.deadLog
     ? db
-        .query<{ n: number }, [string]>(
-          `SELECT count(*) AS n FROM outbox_dead_log WHERE namespace = ?${features.deadReplay ? " AND replayed_at IS NULL" : ""}`,
+        .query<{ n: number; doubt: number }, [string]>(
+          `SELECT count(*) AS n, ${features.deadRemote ? "count(CASE WHEN remote = 'in doubt' THEN 1 END)" : "0"} AS doubt FROM outbox_dead_log WHERE namespace = ?${features.deadReplay ? " AND replayed_at IS NULL" : ""}`,
         )
-        .get(namespace)!.n
-    : 0;
+        .get(namespace)!
+    : { n: 0, doubt: 0 };
   const now = (options.now ?? new Date()).getTime();
   const created = head ? parseTimestamp(head.createdAt) : null;
   const attempts = head?.attempts ?? 0;
@@ -123,7 +128,8 @@ export function namespaceHealth(
     capacityPct: maxPending ? (depth * 100) / maxPending : null,
     oldestPendingAgeMs: created === null ? null : Math.max(0, now - created),
     lastDeliveredAt,
-    deadLetterCount,
+    deadLetterCount: dead.n,
+    deadLettersInDoubt: dead.doubt,
   };
 }
 
@@ -194,6 +200,7 @@ function emptyHealth(file: string, options: HealthOptions): NamespaceHealth {
     oldestPendingAgeMs: null,
     lastDeliveredAt: null,
     deadLetterCount: 0,
+    deadLettersInDoubt: 0,
   };
 }
 

@@ -151,31 +151,39 @@ export class Outbox extends QueueView {
 
   /**
    * Operator action: moves the head (and its group) aside into the dead letters, reason "skipped",
-   * each letter keeping its own error; replayable like any dead letter.
+   * each letter keeping its own error. Safe while the drain runs; a head that was ever sent may be
+   * on its way in a batch, so its letter is "in doubt" (see LetterRemote) until the drain settles
+   * it, and is replayed only then.
    */
   skipHead(seq: number): DeadLettered {
     return this.deadLetter(seq, "skipped");
   }
 
-  /** Re-enqueues a dead letter at the tail (once) and records replayed_at / replayed_as_seq; returns the new seq. */
-  replayDead(seq: number, source?: string): number {
+  /**
+   * Re-enqueues a dead letter at the tail (once) and records replayed_at / replayed_as_seq; returns
+   * the new seq. A letter the remote applied, or may have (in doubt), throws ReplayRefusedError;
+   * `force` replays one in doubt (once the remote was checked), never one applied.
+   */
+  replayDead(seq: number, source?: string, options: { force?: boolean } = {}): number {
     this.queueFile.ensureOpen();
-    return this.deadLog.replay(seq, source);
+    return this.deadLog.replay(seq, source, options.force === true);
   }
 
   /**
    * Re-enqueues many dead letters at the tail in ONE transaction, in ascending seq order whatever
    * the order given, each linked to the one before (as replayDead, from the same tail and append);
-   * letters replayed or discarded before are left unchanged, never replayed twice. A seq that is no dead letter of
-   * this namespace throws NotFoundError and nothing is replayed. `source` defaults to each letter's.
+   * letters replayed or discarded before are left unchanged, never replayed twice, and letters the
+   * remote applied or may have are refused (`refused`; `force` replays those in doubt). A seq that is
+   * no dead letter of this namespace throws NotFoundError and nothing is replayed. `source` defaults
+   * to each letter's.
    */
-  replayDeadMany(seqs: readonly number[], source?: string): DeadReplays {
+  replayDeadMany(seqs: readonly number[], source?: string, options: { force?: boolean } = {}): DeadReplays {
     this.queueFile.ensureOpen();
     if (!Array.isArray(seqs) || !seqs.every((s) => Number.isSafeInteger(s) && s > 0))
       throw this.queueFile.invalid("replayDeadMany expects an array of positive integer seqs");
     const ordered = [...new Set(seqs)].sort((a, b) => a - b);
-    if (ordered.length === 0) return { replayed: [], unchanged: [] };
-    return this.deadLog.replayMany(ordered, source);
+    if (ordered.length === 0) return { replayed: [], unchanged: [], refused: [] };
+    return this.deadLog.replayMany(ordered, source, undefined, options.force === true);
   }
 
   /**

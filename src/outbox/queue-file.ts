@@ -9,6 +9,9 @@ import { LAYOUTS, layoutPendingCount, pendingCountSql } from "./schema.ts";
 import { storageError } from "./sqlite-open.ts";
 import { isoTimestamp } from "./timestamp.ts";
 
+/** The `outbox_meta` key of a namespace's sent mark is this and the namespace. */
+export const SENT_KEY_PREFIX = "sent:";
+
 /**
  * One namespace of one open queue file: the namespace's view of the shared connection (QueueDb),
  * the transaction wrappers that turn every SQLite failure into a typed error naming the file and
@@ -143,6 +146,21 @@ export class QueueFile {
   /** Whether `seq` is a row of this namespace anywhere: pending, delivered or dead-lettered. */
   exists(seq: number): boolean {
     return this.#exists.get(seq, this.namespace)!.found === 1;
+  }
+
+  /**
+   * `namespace`'s sent mark (see DrainQueue.sentMark): the highest seq of it ever sent to a target,
+   * 0 when none. Files of earlier versions kept it on the head as `sent_through`, honoured too.
+   */
+  sentMark(namespace = this.namespace): number {
+    return (
+      this.db
+        .query<{ mark: number | null }, [string, string]>(
+          `SELECT max(coalesce((SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = ?1), 0),
+            coalesce((SELECT sent_through FROM outbox_queue WHERE namespace = ?2 AND synced = 0 ORDER BY seq LIMIT 1), 0)) AS mark`,
+        )
+        .get(`${SENT_KEY_PREFIX}${namespace}`, namespace)!.mark ?? 0
+    );
   }
 
   /** The head's seq, or null when nothing is pending. */

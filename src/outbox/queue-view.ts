@@ -153,6 +153,7 @@ export class QueueView {
       deliveredLog: DELIVERED[file.layout],
       deadLog: true,
       deadReplay: true,
+      deadRemote: true,
     } as const;
     return file.read("cannot read health", () =>
       file.db.transaction(() =>
@@ -163,17 +164,20 @@ export class QueueView {
 
   /**
    * Moves the head atomically to outbox_dead_log with a reason, so the namespace advances. `error`
-   * and `errorClass` default to the head's last recorded failure.
+   * and `errorClass` default to the head's last recorded failure. `inDoubt` says whether a batch
+   * carrying it may still commit or have committed unanswered; unsaid, whether it was ever sent
+   * (see DeadLog.deadLetter).
    */
   deadLetter(
     seq: number,
     reason: DeadReason,
     error: string | null = null,
     errorClass: string | null = null,
+    inDoubt?: boolean,
   ): DeadLettered {
     this.queueFile.ensureOpen();
     if (typeof reason !== "string" || reason === "") throw this.queueFile.invalid("deadLetter needs a reason");
-    return this.deadLog.deadLetter(seq, reason, error, errorClass);
+    return this.deadLog.deadLetter(seq, reason, error, errorClass, inDoubt);
   }
 
   /** Whether close() was called (or the file was found deleted or replaced while open). */

@@ -50,6 +50,16 @@ export interface ChainGap {
 /** Why a row was dead-lettered; the drain and operators may add their own reasons. */
 export type DeadReason = "max_attempts" | "undecodable" | "unsupported_statement" | "skipped" | (string & {});
 
+/**
+ * What the remote may have done with a dead letter's row. "not applied": it never applied it, and
+ * no batch that carried it can still commit — a replay is safe. "in doubt": a batch that carried it
+ * got no answer (a timeout, a connection lost after COMMIT, a crash) and may have committed, or may
+ * still; the drain settles it when it can, and a replay waits for that (or is forced). "applied":
+ * the remote applied it after it was dead-lettered — a replay would apply it twice: it is never
+ * replayed, only discarded or purged.
+ */
+export type LetterRemote = "not applied" | "in doubt" | "applied";
+
 /** A row moved to `outbox_dead_log`: the original row plus why and when, and its replay, if any. */
 export interface DeadLetter extends StoredEvent {
   error: string | null;
@@ -58,6 +68,8 @@ export interface DeadLetter extends StoredEvent {
   deadAt: string;
   replayedAt: string | null;
   replayedAsSeq: number | null;
+  /** What the remote may have done with it (see LetterRemote). */
+  remote: LetterRemote;
 }
 
 /** SELECT list of a StoredEvent, the same in outbox_queue and outbox_dead_log. */
@@ -68,6 +80,20 @@ const EVENT_COLUMNS =
 export const QUEUE_ROW_COLUMNS = `${EVENT_COLUMNS}, last_error AS lastError, last_error_class AS lastErrorClass,
   last_attempt_at AS lastAttemptAt, next_attempt_at AS nextAttemptAt, sent_through AS sentThrough`;
 
-/** SELECT list producing a DeadLetter from outbox_dead_log. */
-export const DEAD_ROW_COLUMNS = `${EVENT_COLUMNS}, error, error_class AS errorClass, reason, dead_at AS deadAt,
-  replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq`;
+/**
+ * A letter's LetterRemote as a SELECT expression: stored NULL (not applied), 'in doubt' or
+ * 'applied'; a file of an earlier version, read without migrating it, has no such column and no
+ * letter that says otherwise (`stored` false).
+ */
+export function remoteColumn(stored = true): string {
+  return `${stored ? "coalesce(remote, 'not applied')" : "'not applied'"} AS remote`;
+}
+
+/** SELECT list producing a DeadLetter from outbox_dead_log (`remote` stored: see remoteColumn). */
+export function deadRowColumns(remote = true): string {
+  return `${EVENT_COLUMNS}, error, error_class AS errorClass, reason, dead_at AS deadAt,
+  replayed_at AS replayedAt, replayed_as_seq AS replayedAsSeq, ${remoteColumn(remote)}`;
+}
+
+/** SELECT list producing a DeadLetter from outbox_dead_log, in a file opened for writing (migrated). */
+export const DEAD_ROW_COLUMNS = deadRowColumns();

@@ -78,7 +78,16 @@ const DEAD_COLUMNS: ReadonlyArray<readonly [string, string]> = [
   ["traceparent", "TEXT"],
   ["tracestate", "TEXT"],
   ["tenant", "TEXT"],
+  // What the remote may have done with the row (see LetterRemote in rows.ts): NULL not applied,
+  // 'in doubt' (a batch that carried it got no answer), 'applied'. Older readers ignore it.
+  ["remote", "TEXT"],
 ];
+
+/**
+ * The letters in doubt, which the drain looks for after every batch applied: a few, in a log that
+ * may keep many thousands of replayed letters (retain_replayed_days). Created once the column is.
+ */
+const DEAD_IN_DOUBT_DDL = `CREATE INDEX IF NOT EXISTS idx_dead_in_doubt ON outbox_dead_log (namespace, seq) WHERE remote = 'in doubt'`;
 
 const ADDED_DDL = [
   `CREATE TABLE IF NOT EXISTS outbox_dead_log (
@@ -124,6 +133,7 @@ const SHARED_OBJECTS = [
   "outbox_queue",
   "outbox_dead_log",
   "idx_dead_log",
+  "idx_dead_in_doubt",
   "outbox_meta",
   "outbox_group",
   "idx_outbox_worker",
@@ -210,6 +220,7 @@ function createOrUpgrade(db: Database, embedded: boolean): void {
   addMissingColumns(db, "outbox_queue", QUEUE_EXTRA_COLUMNS);
   for (const sql of ADDED_DDL) db.run(sql);
   addMissingColumns(db, "outbox_dead_log", DEAD_COLUMNS);
+  db.run(DEAD_IN_DOUBT_DDL);
   layout.migrate(db);
   // The origin is created once, with the file (or the first time we write a reference file),
   // and never changes: the ledger knows this queue by it.

@@ -82,6 +82,7 @@ interface Summary {
   faults: Record<string, number>;
   crashes: number;
   checks: Record<string, number>;
+  letters: Record<string, number>;
   known: Record<string, number>;
   ms: number;
 }
@@ -96,6 +97,7 @@ function emptySummary(): Summary {
     faults: {},
     crashes: 0,
     checks: Object.fromEntries(INVARIANTS.map((i) => [i, 0])),
+    letters: {},
     known: {},
     ms: 0,
   };
@@ -113,6 +115,7 @@ function addRun(summary: Summary, run: RunResult): void {
   summary.crashes += run.crashes;
   add(summary.faults, run.faults);
   add(summary.checks, run.checks);
+  add(summary.letters, run.letters);
   add(summary.known, run.known);
   if (run.failure) summary.failures.push(run);
 }
@@ -125,6 +128,7 @@ function merge(into: Summary, from: Summary): void {
   into.crashes += from.crashes;
   add(into.faults, from.faults);
   add(into.checks, from.checks);
+  add(into.letters, from.letters);
   add(into.known, from.known);
   into.failures.push(...from.failures);
 }
@@ -204,6 +208,7 @@ function report(summary: Summary, args: Args): void {
   );
   console.log(`  faults: ${fmt(summary.faults)}`);
   console.log(`  checks: ${fmt(summary.checks)}`);
+  console.log(`  dead letters at the end: ${fmt(summary.letters)}`);
   if (Object.keys(summary.known).length > 0) console.log(`  known issues met (not failed): ${fmt(summary.known)}`);
   if (summary.failures.length > 0) console.log(`  failing seeds: ${summary.failures.map((r) => r.seed).join(" ")}`);
 }

@@ -35,8 +35,11 @@ export interface RowModel {
   sends: number;
   /** Calls carrying it that have not reached the remote yet (nor been refused or rolled back). */
   inFlight: number;
-  /** The operator skipped it while a call carrying it was on its way (see KNOWN "skip-in-flight"). */
-  skippedInFlight: boolean;
+  /**
+   * While it is dead (or given up): what its letter said the remote may have done with it, as last
+   * read from its queue file (see LetterRemote); null while queued. Kept when the letter is purged.
+   */
+  remote: "not applied" | "in doubt" | "applied" | null;
   /** Remote transactions that applied it. */
   applied: number;
   /** The seq it carried when applied, and where in the remote's order. */
@@ -86,7 +89,7 @@ export class Model {
         deadBy: null,
         sends: 0,
         inFlight: 0,
-        skippedInFlight: false,
+        remote: null,
         applied: 0,
         appliedSeq: null,
         appliedTx: null,
@@ -112,6 +115,7 @@ export class Model {
     this.#bySeq.delete(seqKey(row.host, row.table, row.seq));
     row.seq = seq;
     row.state = "queued";
+    row.remote = null;
     row.replays += 1;
     this.#bySeq.set(seqKey(row.host, row.table, seq), row);
   }
@@ -129,4 +133,22 @@ export class Model {
 
 function seqKey(host: number, table: string, seq: number): string {
   return `${host}/${table}/${seq}`;
+}
+
+/**
+ * How many times a row must have been applied once the world drained: once, unless the operator
+ * gave it up (never) — or its letter is left in doubt (the remote may have applied it: a replay is
+ * refused, so once or never) or applied (once). Null: either is right.
+ */
+export function expectedApplied(row: RowModel): number | null {
+  if (row.state === "queued") return 1;
+  if (row.remote === "in doubt") return null;
+  if (row.remote === "applied") return 1;
+  return row.state === "given-up" ? 0 : 1;
+}
+
+/** Whether a row was applied as many times as expectedApplied says (once or never, where either is right). */
+export function appliedAsExpected(row: RowModel): boolean {
+  const expected = expectedApplied(row);
+  return expected === null ? row.applied <= 1 : row.applied === expected;
 }

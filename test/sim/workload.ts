@@ -22,6 +22,8 @@ export interface WorkloadWorld {
   committed(file: string): void;
   /** The checkers look at the dead letters as they are, before the operator changes them. */
   beforeOperator(): void;
+  /** The operator replayed these letters of `host` (their old seqs), and a replay refused `refused` letters. */
+  replayed(host: number, letters: ReadonlyArray<{ namespace: string; seq: number }>, refused: number): void;
   /** A row was made (not committed yet): the fault plan may poison it. */
   made(wid: number): void;
 }
@@ -130,13 +132,16 @@ export class Workload {
     for (const row of rows) {
       row.state = "dead";
       row.deadBy = "operator";
-      if (row.inFlight > 0) row.skippedInFlight = true;
     }
     this.world.trace.add(`operator skips h${host.index} ${table.name}: ${rows.map((r) => `w${r.wid}`).join(" ")}`);
     this.world.committed(table.file);
   }
 
-  /** `sqloutbox dead-letter replay`: one dead letter (with its group) — or, `all`, every one not yet replayed. */
+  /**
+   * `sqloutbox dead-letter replay`: one dead letter (with its group) — or, `all`, every one not yet
+   * replayed. Letters the remote applied or may have are refused (the operator cannot know better:
+   * no --force here), and counted.
+   */
   replay(host: Host, all: boolean): void {
     this.world.beforeOperator();
     for (const table of host.tables) {
@@ -145,7 +150,8 @@ export class Workload {
       );
       if (letters.length === 0) continue;
       const chosen = all ? letters.map((l) => l.seq) : [this.random.pick(letters).seq];
-      const { replayed } = withOutbox(table.file, table.name, (outbox) => outbox.replayDeadMany(chosen));
+      const { replayed, refused } = withOutbox(table.file, table.name, (outbox) => outbox.replayDeadMany(chosen));
+      this.world.replayed(host.index, replayed, refused.length);
       const moved: string[] = [];
       for (const r of replayed) {
         const row = this.world.model.bySeq(host.index, r.namespace, r.seq);
@@ -153,7 +159,10 @@ export class Workload {
         this.world.model.resequenced(row, r.newSeq);
         moved.push(`w${row.wid}:${r.seq}->${r.newSeq}`);
       }
-      this.world.trace.add(`operator replays h${host.index} ${table.name}: ${moved.join(" ")}`);
+      const kept = refused.map((r) => `${r.namespace}#${r.seq} ${r.remote}`);
+      this.world.trace.add(
+        `operator replays h${host.index} ${table.name}: ${moved.join(" ")}${kept.length > 0 ? ` (refused: ${kept.join(", ")})` : ""}`,
+      );
       this.world.committed(table.file);
       if (!all) return;
     }

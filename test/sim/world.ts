@@ -10,7 +10,7 @@ import { closeSharedOutboxes } from "../../src/outbox/middleware.ts";
 import { verifyFile } from "../../src/outbox/inspect.ts";
 import { Checkers, type Invariant, Violation } from "./checkers.ts";
 import { DirWatches, type DrainProcess, Host, type HostWorld, type Tuning } from "./host.ts";
-import { Model } from "./model.ts";
+import { appliedAsExpected, Model } from "./model.ts";
 import type { Profile } from "./profiles.ts";
 import { Random } from "./random.ts";
 import { type Commit, SimRemote } from "./remote.ts";
@@ -31,6 +31,11 @@ export interface RunResult {
   faults: Record<string, number>;
   crashes: number;
   checks: Record<Invariant, number>;
+  /**
+   * The rows left dead at the end, by what their letters say of the remote ("applied", or "in doubt"
+   * and what the remote did; those "not applied" were replayed), and the replays refused on the way.
+   */
+  letters: Record<string, number>;
   known: Record<string, number>;
   failure: { invariant: string; message: string; trace: string[] } | null;
 }
@@ -199,6 +204,14 @@ class World implements HostWorld {
     this.#guard(() => this.checkers.deadLetters());
   }
 
+  /** Replays refused (letters in doubt or applied): counted, not failed — the operator cannot know better. */
+  refused = 0;
+
+  replayed(host: number, letters: ReadonlyArray<{ namespace: string; seq: number }>, refused: number): void {
+    this.refused += refused;
+    this.#guard(() => this.checkers.replayed(host, letters));
+  }
+
   /** A producer or the operator committed to `file`: the drains' watchers hear of it (or not). */
   committed(file: string): void {
     this.watches.committed(file, this.time, this.#watchRandom, this.#profile.watchDrop);
@@ -214,6 +227,7 @@ class World implements HostWorld {
       await this.#drainAll();
       this.#guard(() => this.checkers.end());
       this.#throwFailure();
+      this.#countLetters();
     } catch (error) {
       // Anything else thrown out of the world (the drain threw where it never may, the simulator
       // broke) fails the seed too: a green run is one where nothing did.
@@ -237,6 +251,7 @@ class World implements HostWorld {
       faults: this.faults,
       crashes: this.crashes,
       checks: this.checkers.counts,
+      letters: this.#letters,
       known,
       failure:
         failure === null
@@ -251,6 +266,19 @@ class World implements HostWorld {
   }
 
   #stepsLeft = 0;
+  #letters: Record<string, number> = {};
+
+  /** The rows left dead at the end, by what their letters say (see RunResult.letters). */
+  #countLetters(): void {
+    const letters: Record<string, number> = this.refused > 0 ? { "replays refused": this.refused } : {};
+    for (const row of this.model.rows.values()) {
+      if (row.remote === null || row.remote === "not applied") continue;
+      // In doubt: applied after all (the drain could not tell), or not (a row an operator must --force)?
+      const what = row.remote === "applied" ? "applied" : `in doubt, ${row.applied > 0 ? "applied" : "not applied"}`;
+      letters[what] = (letters[what] ?? 0) + 1;
+    }
+    this.#letters = letters;
+  }
 
   /** Schedules every step at its seeded moment. */
   #planSteps(): void {
@@ -384,13 +412,17 @@ class World implements HostWorld {
       });
     };
     again();
-    const drained = () =>
-      [...this.model.rows.values()].every((r) => r.applied === (r.state === "given-up" ? 0 : 1)) &&
-      this.hosts.every((h) => h.tables.every((t) => h.pending(t.name) === 0));
+    const settled = () => [...this.model.rows.values()].every(appliedAsExpected);
+    const drained = () => {
+      if (!settled() || !this.hosts.every((h) => h.tables.every((t) => h.pending(t.name) === 0))) return false;
+      // What each letter says now (the drain may have settled one in doubt since the last look: it is replayed then).
+      this.#guard(() => this.checkers.deadLetters());
+      return settled();
+    };
     const why = await this.#runUntil(drained, deadline);
     cancel();
     if (why !== "done") {
-      const left = [...this.model.rows.values()].filter((r) => r.applied !== (r.state === "given-up" ? 0 : 1));
+      const left = [...this.model.rows.values()].filter((r) => !appliedAsExpected(r));
       throw new Violation(
         "drained",
         `not drained ${DRAIN_BOUND_MS} ms after the faults ended (${why}): ${left.length} rows not applied as expected (${left

@@ -39,7 +39,14 @@ export class FakeQueue implements DrainQueue {
   /** Pending rows, seq order. */
   readonly rows: OutboxRow[] = [];
   readonly confirmed: number[] = [];
-  readonly dead: Array<{ seq: number; reason: string; error: string | null }> = [];
+  readonly dead: Array<{
+    seq: number;
+    reason: string;
+    error: string | null;
+    /** In doubt (see LetterRemote), until settled as `remote`. */
+    inDoubt: boolean;
+    remote?: "applied" | "not applied";
+  }> = [];
   /** Every confirmThrough bound asked for, in order. */
   readonly confirms: number[] = [];
   #sent = 0;
@@ -153,14 +160,40 @@ export class FakeQueue implements DrainQueue {
     row.attempts = Math.max(row.attempts, attempts);
   }
 
-  deadLetter(seq: number, reason: DeadReason, error: string | null = null): DeadLettered {
+  deadLetter(
+    seq: number,
+    reason: DeadReason,
+    error: string | null = null,
+    _errorClass: string | null = null,
+    inDoubt?: boolean,
+  ): DeadLettered {
     const head = this.#row(seq);
     const moved = this.rows.filter((r) => r.seq === seq || (head.grp !== null && r.grp === head.grp));
     for (const r of moved) {
       this.rows.splice(this.rows.indexOf(r), 1);
-      this.dead.push({ seq: r.seq, reason, error });
+      this.dead.push({ seq: r.seq, reason, error, inDoubt: inDoubt ?? r.seq <= this.#sent });
     }
     return { seqs: moved.map((r) => r.seq), others: [] };
+  }
+
+  lettersInDoubt(
+    after: number,
+    through: number,
+  ): Array<{ seq: number; laneKey: string | null; tenant: string | null }> {
+    return this.dead
+      .filter((d) => d.inDoubt && d.seq > after && d.seq <= through)
+      .map((d) => ({ seq: d.seq, laneKey: null, tenant: null }));
+  }
+
+  settleLetters(seqs: readonly number[], remote: "applied" | "not applied"): number {
+    let changed = 0;
+    for (const d of this.dead)
+      if (d.inDoubt && seqs.includes(d.seq)) {
+        d.inDoubt = false;
+        d.remote = remote;
+        changed++;
+      }
+    return changed;
   }
 
   sentMark(): number {

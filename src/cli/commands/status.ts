@@ -172,7 +172,7 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
     String(h.headAttempts),
     nextAttempt(h.nextAttemptAt, Date.parse(report.generatedAt)),
     h.isStuck ? paint("STUCK", "red", style) : "no",
-    h.deadLetterCount > 0 ? paint(String(h.deadLetterCount), "red", style) : "0",
+    h.deadLetterCount > 0 ? paint(deadCount(h), "red", style) : "0",
     ...(withCapacity ? [h.capacityPct === null ? "-" : `${formatPct(h.capacityPct)}%`] : []),
     ...(withHeld ? [h.held ? paint(h.held.reason, "yellow", style) : "-"] : []),
     ...(withLanes ? [lanesHeld(h, style)] : []),
@@ -188,6 +188,13 @@ function namespaceTable(report: StatusReport, style: OutputStyle): string[] {
     ...withMessages(columns, rows, keys, style),
     ...(oldest.length > 0 ? ["", "oldest held key per table with lanes held:", ...oldest.map((l) => `  ${l}`)] : []),
   ];
+}
+
+/** Dead letters not replayed, and how many of them the remote may have applied: `3`, `3 (1 in doubt)`. */
+function deadCount(h: StatusEntry): string {
+  return h.deadLettersInDoubt > 0
+    ? `${h.deadLetterCount} (${h.deadLettersInDoubt} in doubt)`
+    : String(h.deadLetterCount);
 }
 
 /**

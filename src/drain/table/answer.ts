@@ -84,3 +84,21 @@ export function classifyAnswer(
 function indexOrNull(i: number): number | null {
   return i < 0 ? null : i;
 }
+
+/**
+ * How many of a slice's rows (of `count`) an answer says committed, for what the remote did with
+ * its dead letters: all or none with a ledger, a first part without; null when the answer cannot
+ * say (a writer that broke its contract: its fence may have committed).
+ */
+export function committedRows(answer: Answer, count: number): number | null {
+  switch (answer.kind) {
+    case "applied":
+      return count;
+    case "prefix-applied":
+      return answer.applied;
+    case "contract-broken":
+      return null;
+    default:
+      return 0;
+  }
+}

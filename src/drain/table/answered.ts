@@ -1,8 +1,9 @@
 import type { DrainQueue } from "../../outbox/drain-queue.ts";
 import type { OutboxRow } from "../../outbox/outbox.ts";
 import type { WriteResult } from "../../writers/writer.ts";
-import { classifyAnswer, type Failure } from "./answer.ts";
+import { classifyAnswer, committedRows, type Failure } from "./answer.ts";
 import { failureText, type HeadCharges } from "./charges.ts";
+import type { TableDoubt } from "./doubt.ts";
 import type { TableHolds } from "./holds.ts";
 import type { TableLanes } from "./lanes.ts";
 import { addCharged, type TableOutcome } from "./planning.ts";
@@ -16,6 +17,8 @@ export interface AnsweredParts {
   lanes: TableLanes;
   charges: HeadCharges;
   holds: TableHolds;
+  /** What the remote may have done with the rows of the table's dead letters (see TableDoubt). */
+  doubt: TableDoubt;
   now: () => number;
   /** Forgets the ledger view (of `tenant`, with a tenant template): the next batch settles first (see DrainTable.unsettle). */
   unsettle: (tenant: string | null) => void;
@@ -48,6 +51,9 @@ export function applyTableAnswer(
   const notApplied = () => {
     if (slice.lanes !== undefined) lanes.restart(head.tenant);
   };
+  const answer = classifyAnswer(rows, slice.fenced, results, lanes.count === 1 ? undefined : lanes.leads(rows));
+  // Whatever follows, what it carried is known now: a dead letter it carried was applied or not.
+  parts.doubt.answered(slice, committedRows(answer, rows.length));
   if (slice.behind !== undefined && !progress.asExpected(slice.behind)) {
     // The slice ahead of it did not leave the ledger where its fence expects (it failed, was
     // lost, or could not be confirmed): it committed only if the ledger says so.
@@ -57,7 +63,6 @@ export function applyTableAnswer(
     out.more = true;
     return;
   }
-  const answer = classifyAnswer(rows, slice.fenced, results, lanes.count === 1 ? undefined : lanes.leads(rows));
   if (answer.kind !== "applied") notApplied();
   if ("okAfterFailure" in answer && answer.okAfterFailure !== null)
     parts.charges.okAfterFailure(rows[answer.okAfterFailure]!);

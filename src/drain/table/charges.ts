@@ -17,6 +17,8 @@ export interface ChargeParts {
   observer: DeliveryObserver | null;
   /** The drain's clock (epoch ms): a head's retry time is stored from it. */
   now: () => number;
+  /** Whether a batch carrying `row` may still commit, or did unanswered: its letters are then in doubt (see TableDoubt). */
+  inDoubt?: (row: OutboxRow) => boolean;
 }
 
 /** What one charge or dead letter did: rows failed and dead-lettered, and other tables whose rows moved with a group. */
@@ -120,7 +122,7 @@ export class HeadCharges {
     { attempts = row.attempts, why = `(${reason})` } = {},
   ): Charged {
     const { target, table, logger, observer } = this.parts;
-    const moved = queue.deadLetter(row.seq, reason, message, errorClass);
+    const moved = queue.deadLetter(row.seq, reason, message, errorClass, this.parts.inDoubt?.(row));
     observer?.deadLettered({
       target,
       table,

@@ -13,6 +13,7 @@ import type { Lane } from "./planner.ts";
 import { type HeadPlanning, noOutcome, type TableOutcome, withoutGroups } from "./planning.ts";
 import type { TableProgress } from "./progress.ts";
 import type { BackgroundPrune } from "./prune.ts";
+import type { TableDoubt } from "./doubt.ts";
 import type { TableFile } from "./file.ts";
 import type { ReadAhead } from "./read-ahead.ts";
 import { tableWing } from "./wing.ts";
@@ -64,6 +65,7 @@ export class DrainTable {
   readonly #charges: HeadCharges;
   readonly #prune: BackgroundPrune;
   readonly #answerParts: AnsweredParts;
+  readonly #doubt: TableDoubt;
   /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
   #applyingFenced = false;
   /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
@@ -84,6 +86,7 @@ export class DrainTable {
       ahead: this.#ahead,
       charges: this.#charges,
       prune: this.#prune,
+      doubt: this.#doubt,
     } = tableWing(config, this.file, parts, () => parts.opener(this)));
     this.#answerParts = {
       queue: () => this.#file.queue!,
@@ -91,6 +94,7 @@ export class DrainTable {
       lanes: this.#lanes,
       charges: this.#charges,
       holds: this.#holds,
+      doubt: this.#doubt,
       now: parts.now,
       unsettle: (tenant) => this.unsettle(tenant),
       ...(parts.tenantFault ? { tenantFault: parts.tenantFault } : {}),
@@ -181,7 +185,9 @@ export class DrainTable {
 
   /** Opens the queue file unless open (see TableFile); false when it cannot be now. */
   open(now: number): boolean {
-    return this.#file.open(now);
+    if (!this.#file.open(now)) return false;
+    this.#doubt.opened(this.#file.queue!);
+    return true;
   }
 
   /** Closes the queue file (confirming first what a target applied). */
@@ -256,12 +262,12 @@ export class DrainTable {
 
   /** Applies what the ledger says this queue has applied (see TableProgress.settle). Returns how many rows were confirmed. */
   settle(remote: number | null, options: { adopted?: number } = {}): number {
-    return this.#settled(this.#progress.settle(remote, options.adopted));
+    return this.#settled(this.#progress.settle(remote, options.adopted), new Map([[this.name, remote ?? 0]]));
   }
 
   /** With lanes: applies what the ledger says of each lane (see TableProgress.settleLanes). Returns how many rows were confirmed. */
   settleLanes(throughs: ReadonlyMap<string, number>, options: { adopted?: number } = {}): number {
-    return this.#settled(this.#progress.settleLanes(throughs, options.adopted));
+    return this.#settled(this.#progress.settleLanes(throughs, options.adopted), throughs);
   }
 
   /**
@@ -274,7 +280,7 @@ export class DrainTable {
       this.#lanes.unsettle(tenant);
       return 0;
     }
-    return this.#settled(this.#progress.settleLanes(throughs, 0, tenant));
+    return this.#settled(this.#progress.settleLanes(throughs, 0, tenant), throughs, tenant);
   }
 
   /** A tenant template's: whether `tenant`'s ledger rows were read (its rows may be planned). */
@@ -297,9 +303,11 @@ export class DrainTable {
     }
   }
 
-  #settled(confirmed: number): number {
+  /** After a settlement that read `throughs` (of `tenant`'s ledger rows): counted, the read-ahead stale, the letters in doubt looked at. */
+  #settled(confirmed: number, throughs: ReadonlyMap<string, number>, tenant: string | null = null): number {
     this.#tally({ delivered: confirmed });
     this.#ahead.forget();
+    this.#doubt.settled(throughs, tenant);
     return confirmed;
   }
 
@@ -379,9 +387,12 @@ export class DrainTable {
     const fence = ctx.fence;
     const moves = fence === null ? [] : this.#progress.moves(draft.rows, behind);
     if (draft.lanes !== undefined && fence !== null) draft.lanes.slots = moves.slots;
-    this.#file.queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last);
+    const seqs = draft.rows.map((r) => r.seq);
+    this.#file.queue!.recordAttempt(draft.rows[0]!.seq, new Date(ctx.now), last, seqs);
     const stmts = fence === null ? draft.stmts : [fence(this, moves), ...draft.stmts];
-    return { ...draft, stmts, fenced: fence !== null, ...(behind === undefined ? {} : { behind }) };
+    const slice = { ...draft, stmts, fenced: fence !== null, ...(behind === undefined ? {} : { behind }) };
+    this.#doubt.sent(slice, draft.rows, fence === null ? null : moves, moves.slots);
+    return slice;
   }
 
   /**
@@ -451,6 +462,9 @@ export class DrainTable {
 
   /** The late answer of a timed-out batch without a ledger (see Delivery): what it reports applied is confirmed and counted. */
   applyLateAnswer(slice: TableSlice, answers: WriteResult[]): void {
+    let ok = 0;
+    while (ok < slice.rows.length && answers[ok]!.ok) ok++;
+    this.#doubt.answered(slice, ok);
     if (this.#file.queue) this.#tally({ delivered: this.#progress.confirmLate(slice.rows, answers) });
   }
 

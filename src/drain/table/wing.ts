@@ -1,6 +1,7 @@
 import type { TableConfig } from "../../config/types.ts";
 import type { DrainQueue } from "../../outbox/drain-queue.ts";
 import { HeadCharges } from "./charges.ts";
+import { TableDoubt } from "./doubt.ts";
 import { TableFile } from "./file.ts";
 import { TableHolds } from "./holds.ts";
 import { TableLanes } from "./lanes.ts";
@@ -20,6 +21,7 @@ export interface TableWing {
   ahead: ReadAhead;
   charges: HeadCharges;
   prune: BackgroundPrune;
+  doubt: TableDoubt;
 }
 
 /**
@@ -37,8 +39,9 @@ export function tableWing(
   const table = config.name;
   const lanes = new TableLanes(table, config.lanes, parts.tenanted === true);
   const holds = new TableHolds({ table, target, file: path }, logger, parts.observer);
-  const charges = new HeadCharges({ ...parts, table });
   const file = new TableFile({ table, path, shared: app.dbFile !== null, open, holds, lanes, config });
+  const doubt = new TableDoubt({ table, target, logger, map: lanes.map, queue: () => file.queue });
+  const charges = new HeadCharges({ ...parts, table, inDoubt: (row) => doubt.inDoubt(row) });
   const queue = () => file.queue;
   const progress = new TableProgress({
     table,
@@ -53,5 +56,5 @@ export function tableWing(
   const retain = { retainLogDays: config.retainLogDays, retainReplayedDays: app.retainReplayedDays };
   const prune = new BackgroundPrune({ table, file: path, ...retain, logger, now, scheduler, queue });
   if (config.injectOutboxSeq) holds.wait("compat setup", now());
-  return { file, holds, lanes, progress, planning, ahead, charges, prune };
+  return { file, holds, lanes, progress, planning, ahead, charges, prune, doubt };
 }

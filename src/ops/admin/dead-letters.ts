@@ -34,6 +34,8 @@ export interface ActionReport {
   done: Array<{ id: string; new_seq?: number | null }>;
   /** Letters left as they were: replayed or discarded before. */
   unchanged: Array<{ id: string; state: "replayed" | "discarded"; replayed_as_seq: number | null }>;
+  /** A replay's letters left dead: the remote applied them, or may have (in doubt, not forced); `message` says what to do. */
+  refused_letters: Array<{ id: string; remote: "in doubt" | "applied"; message: string }>;
   refused?: { code: string; message: string };
 }
 
@@ -148,6 +150,7 @@ function view(l: FiledDeadLetter & { app: string }, options: { sqlChars?: number
     seq: l.seq,
     group: l.grp,
     state: stateOf(l),
+    remote: l.remote,
     reason: l.reason,
     attempts: l.attempts,
     error: l.error,
@@ -192,7 +195,7 @@ export function letterDetail(apps: readonly AdminApp[], id: LetterId): { letter:
  * (`refused`, `done`). A dry run counts what the real run does: each letter's group with it.
  */
 export function actOnLetters(kind: DeadAction, apps: readonly AdminApp[], action: LetterAction): ActionReport {
-  const { selection, dryRun } = action;
+  const { selection, dryRun, force } = action;
   let letters: Located[];
   let guard: DeadLetterFilter | undefined;
   if (selection.kind === "ids") letters = lettersOfIds(apps, selection.ids);
@@ -208,7 +211,7 @@ export function actOnLetters(kind: DeadAction, apps: readonly AdminApp[], action
     guard = selection.filter.filter;
   }
   const expect = selection.kind === "filter" ? selection.expect : undefined;
-  const done = actOnSelection(kind, letters, { dryRun, expect, guard, stopOnFailure: true });
+  const done = actOnSelection(kind, letters, { dryRun, expect, guard, stopOnFailure: true, force });
   const appOf = new Map(letters.map((l) => [l.file, l.app]));
   const id = (l: { file: string; namespace: string; seq: number }) => idOf(appOf.get(l.file)!, l.namespace, l.seq);
   const report: ActionReport = {
@@ -222,6 +225,7 @@ export function actOnLetters(kind: DeadAction, apps: readonly AdminApp[], action
       state: l.replayedAsSeq === null ? "discarded" : "replayed",
       replayed_as_seq: l.replayedAsSeq,
     })),
+    refused_letters: done.refusedLetters.map((l) => ({ id: id(l), remote: l.remote, message: l.message })),
   };
   if (done.refused) report.refused = done.refused;
   const failed = done.failed[0];

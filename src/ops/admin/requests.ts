@@ -43,10 +43,11 @@ export interface LetterId {
 /** What an action on dead letters selects: letters named by id, or a filter and the count the operator saw. */
 export type Selection = { kind: "ids"; ids: LetterId[] } | { kind: "filter"; filter: LetterFilter; expect: number };
 
-/** A replay or discard request: its selection and whether it only says what it would do. */
+/** A replay or discard request: its selection, whether it only says what it would do, and (a replay) whether letters in doubt go too. */
 export interface LetterAction {
   selection: Selection;
   dryRun: boolean;
+  force: boolean;
 }
 
 /** The fields that select dead letters, in the list's query and an action's `filter`. */
@@ -198,21 +199,28 @@ export function parseSeq(value: unknown, where: string): number {
 }
 
 /**
- * A replay or discard body: `{ "ids": [...] }` or `{ "filter": {...}, "expect": N }`, and `dry_run`.
- * A filter always needs `expect` — the count the operator saw — so no request acts on letters
- * nobody counted, and an empty filter (every letter) is refused without it like any other.
+ * A replay or discard body: `{ "ids": [...] }` or `{ "filter": {...}, "expect": N }`, `dry_run`, and
+ * (a replay) `force`: letters in doubt are replayed too. A filter always needs `expect` — the count
+ * the operator saw — so no request acts on letters nobody counted, and an empty filter (every
+ * letter) is refused without it like any other.
  */
 export function parseLetterAction(body: Record<string, unknown>): LetterAction {
-  onlyFields(body, ["ids", "filter", "expect", "dry_run"], "the body");
+  onlyFields(body, ["ids", "filter", "expect", "dry_run", "force"], "the body");
   const dryRun = body.dry_run ?? false;
   if (typeof dryRun !== "boolean") throw bad("dry_run: expected true or false");
+  const force = body.force ?? false;
+  if (typeof force !== "boolean") throw bad("force: expected true or false");
   if ((body.ids === undefined) === (body.filter === undefined))
     throw bad('give either "ids" (the letters) or "filter" with "expect" (the count you saw), not both or neither');
   if (body.ids !== undefined) {
     if (body.expect !== undefined) throw bad('"expect" goes with "filter": ids name their letters');
     if (!Array.isArray(body.ids) || body.ids.length === 0 || body.ids.length > MAX_IDS)
       throw bad(`ids: expected 1 to ${MAX_IDS} ids "app/table/seq"`);
-    return { dryRun, selection: { kind: "ids", ids: body.ids.map((id, i) => parseLetterId(id, `ids[${i}]`)) } };
+    return {
+      dryRun,
+      force,
+      selection: { kind: "ids", ids: body.ids.map((id, i) => parseLetterId(id, `ids[${i}]`)) },
+    };
   }
   const filter = body.filter;
   if (typeof filter !== "object" || filter === null || Array.isArray(filter))
@@ -227,6 +235,7 @@ export function parseLetterAction(body: Record<string, unknown>): LetterAction {
     throw bad("expect: expected the count of letters you saw, an integer ≥ 0");
   return {
     dryRun,
+    force,
     selection: { kind: "filter", filter: parseFilter(filter as Record<string, unknown>, "filter"), expect },
   };
 }

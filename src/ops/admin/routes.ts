@@ -92,7 +92,7 @@ export function createAdminApi(sources: AdminSources): (req: Request, knock: Kno
       who,
       outcome,
       rows: report.done.length,
-      what: `${what}: ${report.total} selected, ${report.done.length} ${outcome === "dry_run" ? "would be " : ""}${kind === "replay" ? "replayed" : "discarded"}${report.refused ? ` — refused: ${report.refused.message}` : ""}`,
+      what: `${what}${action.force ? " (forced)" : ""}: ${report.total} selected, ${report.done.length} ${outcome === "dry_run" ? "would be " : ""}${kind === "replay" ? "replayed" : "discarded"}${report.refused_letters.length > 0 ? `, ${report.refused_letters.length} refused (in doubt or applied)` : ""}${report.refused ? ` — refused: ${report.refused.message}` : ""}`,
     });
     return report.refused ? fail(409, report.refused.code, report.refused.message, { report }) : json(200, report);
   };

@@ -134,4 +134,55 @@ export const MUTANTS: readonly Mutant[] = [
     budget: 300,
     profile: "heavy-faults",
   },
+  {
+    name: "replay-ignores-doubt",
+    why: "a replay takes every letter for never applied: one whose batch was in flight or lost when it was skipped, and committed, is applied a second time (dead-letters, exactly-once)",
+    edits: [
+      {
+        file: "outbox/dead-log.ts",
+        find: '          if (remote === "applied" || (remote === "in doubt" && !force)) {',
+        replace: "          if (false) {",
+      },
+    ],
+    budget: 300,
+    profile: "heavy-faults",
+  },
+  {
+    name: "skip-never-in-doubt",
+    why: "skip-in-flight brought back: a head the operator skips is taken for never sent, while a batch carrying it may commit (dead-letters)",
+    edits: [
+      {
+        file: "outbox/dead-log.ts",
+        find: "      const doubt = inDoubt ?? rows.some((r) => r.seq <= file.sentMark(r.namespace));",
+        replace: "      const doubt = inDoubt ?? false;",
+      },
+    ],
+    budget: 300,
+    profile: "heavy-faults",
+  },
+  {
+    name: "answer-forgets-carried",
+    why: "an answer that says a batch committed settles every letter in doubt its fence passed as not applied, those it carried too: a head skipped while its batch was on its way is replayed and applied twice (dead-letters)",
+    edits: [
+      {
+        file: "drain/table/doubt.ts",
+        find: '      return move.seqs.has(letter) ? "applied" : "not applied";',
+        replace: '      return "not applied";',
+      },
+    ],
+    budget: 600,
+  },
+  {
+    name: "settlement-blames-any-move",
+    why: "a settlement that finds a ledger row moved past a letter in doubt takes it as applied even when a batch of ours that did not carry it could have moved it (dead-letters)",
+    edits: [
+      {
+        file: "drain/table/doubt.ts",
+        find: '        return movers.length > 0 && movers.every((m) => m.seqs.has(letter)) ? "applied" : null;',
+        replace: '        return movers.length > 0 ? "applied" : null;',
+      },
+    ],
+    budget: 1000,
+    profile: "fleet",
+  },
 ];

@@ -21,6 +21,8 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
   // Only when a letter has a key, so lists of tables without keys print as they always did.
   const withKey = entries.some((e) => e.laneKey !== null);
   const withTenant = entries.some((e) => e.tenant !== null);
+  // Only when the remote may have applied a letter (in doubt, applied): a replay refuses those.
+  const withRemote = entries.some((e) => e.remote !== "not applied");
   return renderTable(
     [
       ...(withApp ? [{ header: "app" }] : []),
@@ -31,6 +33,7 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       ...(withTenant ? [{ header: "tenant" }] : []),
       { header: "reason" },
       { header: "state" },
+      ...(withRemote ? [{ header: "remote" }] : []),
       { header: "attempts", right: true },
       { header: "dead at" },
       { header: "replayed as", right: true },
@@ -45,6 +48,7 @@ function renderDeadLetters(entries: readonly DeadLetterEntry[]): string {
       ...(withTenant ? [e.tenant ?? "-"] : []),
       e.reason,
       e.state,
+      ...(withRemote ? [e.remote] : []),
       String(e.attempts),
       e.deadAt,
       e.replayedAsSeq === null ? "-" : String(e.replayedAsSeq),

@@ -1,7 +1,7 @@
 import { defineCommand } from "citty";
 import path from "node:path";
 import { InvalidArgumentError, NotFoundError, UsageError } from "../../../errors.ts";
-import { findDeadLetterRefs } from "../../../outbox/dead-letters.ts";
+import { findDeadLetterRefs, replayRefusal } from "../../../outbox/dead-letters.ts";
 import { type DeadLetter, withOutbox } from "../../../outbox/outbox.ts";
 import { parseSeq } from "../../args.ts";
 import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../../locations.ts";
@@ -15,7 +15,14 @@ export const replay = defineCommand({
     description:
       "Re-enqueue quarantined rows at the tail of their namespace, once each: one (--namespace N --seq S) or a selection (safe while the drain runs)",
   },
-  args: selectionArgs("replay"),
+  args: {
+    ...selectionArgs("replay"),
+    force: {
+      type: "boolean",
+      description:
+        "Replay letters in doubt too (the remote may have applied them: check it first); letters the remote applied are never replayed",
+    },
+  },
   async run({ args }) {
     const dryRun = args["dry-run"] === true;
     const all = args.all === true;
@@ -36,12 +43,19 @@ export const replay = defineCommand({
       return (dryRun ? replayOneDryRun : replayOne)(args.namespace, parseSeq(args.seq), args);
     }
     const filter = selectionFilter("replay", args);
-    const { report, failed } = await actOnFiltered("replay", args, filter, expectOf(args.expect));
+    const { report, failed } = await actOnFiltered("replay", args, filter, expectOf(args.expect), args.force === true);
     printSelection(report, failed, args);
   },
 });
 
-type OneLetterArgs = { config?: string; "db-dir"?: string; "db-file"?: string; app?: string; json?: boolean };
+type OneLetterArgs = {
+  config?: string;
+  "db-dir"?: string;
+  "db-file"?: string;
+  app?: string;
+  json?: boolean;
+  force?: boolean;
+};
 
 /** The original one-letter replay: its output is unchanged. */
 async function replayOne(namespace: string, seq: number, args: OneLetterArgs): Promise<void> {
@@ -49,7 +63,8 @@ async function replayOne(namespace: string, seq: number, args: OneLetterArgs): P
   requireOutboxNamespace(file, namespace);
   // A letter of a group brings its whole group back, as one group again.
   const { newSeq, replayed } = withOutbox(file, namespace, (outbox) => {
-    const newSeq = outbox.replayDead(seq); // refuses a letter replayed before, saying as what
+    // Refuses a letter replayed before, saying as what, and one the remote may have applied (ReplayRefusedError).
+    const newSeq = outbox.replayDead(seq, undefined, { force: args.force === true });
     return { newSeq, replayed: outbox.getDead(seq)!.grp === null ? [] : replayedWith(outbox.listDeadGroup(seq)) };
   });
   const group =
@@ -90,6 +105,13 @@ async function replayOneDryRun(namespace: string, seq: number, args: OneLetterAr
     );
   // What Outbox.replayDead brings back with it: the letters of its group not replayed yet.
   const group = letter.grp === null ? [] : letters.filter((l) => l.grp === letter.grp && l.replayedAt === null);
+  // The refusal the real replay would meet: the remote applied the group, or may have (not forced).
+  const remote = [letter, ...group].some((l) => l.remote === "applied")
+    ? "applied"
+    : [letter, ...group].some((l) => l.remote === "in doubt") && args.force !== true
+      ? "in doubt"
+      : null;
+  if (remote !== null) throw replayRefusal({ file, namespace, seq, remote });
   if (args.json)
     print(
       JSON.stringify(

@@ -3,7 +3,12 @@
 // the library's actOnSelection (dry run, groups, the --expect guard), and the report it prints.
 import { OutboxError, UsageError } from "../../../errors.ts";
 import { type DeadLetterFilter, type DeadLetterRef, findDeadLetterRefs } from "../../../outbox/dead-letters.ts";
-import { actOnSelection, type DeadAction, type SelectionReport } from "../../../outbox/dead-selection.ts";
+import {
+  actOnSelection,
+  type DeadAction,
+  type RefusedLetter,
+  type SelectionReport,
+} from "../../../outbox/dead-selection.ts";
 import { appDirs, locationExists, resolveLocations } from "../../locations.ts";
 import { oneLine, print, renderTable, shellWord } from "../../text-output.ts";
 import { appArg, jsonArg, locationArgs, logArgs } from "../../args.ts";
@@ -36,6 +41,8 @@ export interface SelectionArgs {
   expect?: string;
   "dry-run"?: boolean;
   json?: boolean;
+  /** A replay of letters in doubt too (see replay's --force). */
+  force?: boolean;
 }
 
 /** The flags of `dead-letter replay` and `discard`: one letter (`--namespace N --seq S`) or a selection, and how to act on it. */
@@ -99,6 +106,7 @@ export async function actOnFiltered(
   args: SelectionArgs,
   filter: DeadLetterFilter,
   expect: number | undefined,
+  force = false,
 ): Promise<{ report: SelectionReport; failed: FileFailure[] }> {
   const failed: FileFailure[] = [];
   const fail = recorder(failed);
@@ -110,6 +118,7 @@ export async function actOnFiltered(
   const report = actOnSelection(action, letters, {
     dryRun: args["dry-run"] === true,
     expect,
+    force,
     ...(expect === undefined ? {} : { guard: filter }),
   });
   for (const f of report.failed) fail(f.file, f.error);
@@ -140,6 +149,16 @@ export function printSelection(report: SelectionReport, failed: readonly FileFai
           unchanged,
           // Deprecated: the name of earlier versions for `unchanged`, kept so scripts go on working.
           ...(report.action === "replay" ? { skipped: unchanged } : {}),
+          ...(report.action === "replay"
+            ? {
+                refusedLetters: report.refusedLetters.map(({ file, namespace, seq, remote }) => ({
+                  namespace,
+                  seq,
+                  file,
+                  remote,
+                })),
+              }
+            : {}),
           failed,
           ...(report.refused ? { refused: report.refused } : {}),
         },
@@ -150,6 +169,33 @@ export function printSelection(report: SelectionReport, failed: readonly FileFai
   else print(renderSelection(report, failed, args));
   if (report.refused) throw new OutboxError("E_CONFLICT", `dead-letter ${report.action}: ${report.refused.message}`);
   failIf(failed, `${report.action} failed in`);
+  if (report.refusedLetters.length > 0) throw refusedError(report.refusedLetters, report.dryRun);
+}
+
+/**
+ * Letters a replay refused (or would): exit 1, saying which and what to do — one letter's whole
+ * message, or for many the count of each kind and the way forward.
+ */
+function refusedError(letters: readonly RefusedLetter[], dryRun: boolean): OutboxError {
+  const verb = dryRun ? "would refuse" : "refused";
+  if (letters.length === 1)
+    return new OutboxError("E_REPLAY_REFUSED", `dead-letter replay ${verb}: ${letters[0]!.message}`);
+  const doubt = letters.filter((l) => l.remote === "in doubt").length;
+  const applied = letters.length - doubt;
+  const parts = [
+    ...(doubt > 0
+      ? [
+          `${doubt} in doubt (a batch that carried them got no answer: the drain settles them on its next delivery of their tables' rows; look again later, or replay them with --force once you have checked the remote does not hold them)`,
+        ]
+      : []),
+    ...(applied > 0
+      ? [`${applied} applied by the remote after they were dead-lettered (never replayed: discard them)`]
+      : []),
+  ];
+  return new OutboxError(
+    "E_REPLAY_REFUSED",
+    `dead-letter replay ${verb} ${letters.length} letter(s): ${parts.join("; ")}`,
+  );
 }
 
 const PAST: Record<DeadAction, string> = { replay: "replayed", discard: "discarded" };
@@ -157,26 +203,33 @@ const PAST: Record<DeadAction, string> = { replay: "replayed", discard: "discard
 /** The human report: a row per namespace and file with counts and the seqs acted on, then a summary. */
 function renderSelection(r: SelectionReport, failed: readonly FileFailure[], args: SelectionArgs): string {
   if (r.refused) return `refused: ${r.refused.message}`;
-  if (r.done.length + r.unchanged.length === 0)
+  if (r.done.length + r.unchanged.length + r.refusedLetters.length === 0)
     return failed.length > 0 ? "no dead letters match in the readable files" : "no dead letters match";
   const groups = groupRows([
-    ...r.done.map((e) => ({ ...e, done: true })),
-    ...r.unchanged.map((e) => ({ ...e, done: false })),
+    ...r.done.map((e) => ({ ...e, kind: "done" as const })),
+    ...r.unchanged.map((e) => ({ ...e, kind: "unchanged" as const })),
+    ...r.refusedLetters.map((e) => ({ ...e, kind: "refused" as const })),
   ]);
+  // Only when a letter was refused (the remote may have applied it), so other reports print as they always did.
+  const withRefused = r.refusedLetters.length > 0;
+  const count = (rows: ReadonlyArray<{ kind: string }>, kind: string) =>
+    String(rows.filter((e) => e.kind === kind).length);
   const table = renderTable(
     [
       { header: "namespace" },
       { header: r.dryRun ? `to ${r.action}` : PAST[r.action], right: true },
       { header: "unchanged", right: true },
+      ...(withRefused ? [{ header: "refused", right: true }] : []),
       { header: "seqs" },
       { header: "file" },
     ],
     groups.map((g) => {
-      const done = g.rows.filter((e) => e.done).map((e) => e.seq);
+      const done = g.rows.filter((e) => e.kind === "done").map((e) => e.seq);
       return [
         g.namespace,
         String(done.length),
-        String(g.rows.length - done.length),
+        count(g.rows, "unchanged"),
+        ...(withRefused ? [count(g.rows, "refused")] : []),
         oneLine(seqRanges(done), 40),
         g.file,
       ];
@@ -187,10 +240,14 @@ function renderSelection(r: SelectionReport, failed: readonly FileFailure[], arg
       ? ` (${r.selected - r.unchanged.length} selected, the rest with their groups)`
       : "";
   const unchanged = r.unchanged.length > 0 ? `; ${r.unchanged.length} unchanged (replayed or discarded before)` : "";
+  const refused =
+    r.refusedLetters.length > 0
+      ? `; ${r.refusedLetters.length} ${r.dryRun ? "would be " : ""}refused (the remote applied them or may have: ${seqRanges(r.refusedLetters.map((l) => l.seq))})`
+      : "";
   const what = r.action === "replay" ? "at the tail of their namespace" : "for good: never delivered, never replayed";
   if (!r.dryRun)
-    return `${table}\n\n${PAST[r.action]} ${r.done.length} dead letter(s)${withGroups} ${what}${unchanged}`;
-  const summary = `dry run: would ${r.action} ${r.done.length} dead letter(s)${withGroups} ${what}${unchanged}; nothing changed`;
+    return `${table}\n\n${PAST[r.action]} ${r.done.length} dead letter(s)${withGroups} ${what}${unchanged}${refused}`;
+  const summary = `dry run: would ${r.action} ${r.done.length} dead letter(s)${withGroups} ${what}${unchanged}${refused}; nothing changed`;
   // The count to give back is what was selected: the guard counts the selection, as the admin API's `expect`.
   const next =
     r.action === "discard"

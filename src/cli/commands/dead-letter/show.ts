@@ -25,6 +25,7 @@ function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] 
     ["dead at", e.deadAt],
     ["reason", e.reason],
     ["state", e.state],
+    ["remote", remoteText(e)],
     ["attempts", String(e.attempts)],
     ["error class", e.errorClass ?? "-"],
     ["error", e.error ?? "-"],
@@ -34,6 +35,15 @@ function renderDeadLetter(e: DeadLetterEntry, group: readonly DeadLetterEntry[] 
     ["sql", e.tag],
     ["args", e.payload],
   ]);
+}
+
+/** What the remote may have done with the letter, and what that means for a replay. */
+function remoteText(e: DeadLetterEntry): string {
+  if (e.remote === "applied")
+    return "applied — the remote applied it after it was dead-lettered: never replayed (discard it)";
+  if (e.remote === "in doubt")
+    return "in doubt — a batch that carried it got no answer: a replay waits until the drain settles it (or --force once the remote was checked)";
+  return "not applied";
 }
 
 /** `dead-letter show`. */

@@ -146,7 +146,14 @@ function renderStatus(status: Status): void {
         ),
         cell(
           "Dead",
-          h.deadLetterCount > 0 ? el("span", { text: String(h.deadLetterCount), className: "state-bad" }) : "0",
+          h.deadLetterCount > 0
+            ? el("span", {
+                text: h.deadLettersInDoubt
+                  ? `${h.deadLetterCount} (${h.deadLettersInDoubt} in doubt)`
+                  : String(h.deadLetterCount),
+                className: "state-bad",
+              })
+            : "0",
           "num",
         ),
         cell("Head error", h.lastError ? withClass(h.lastError, h.lastErrorClass) : "", "msg"),

@@ -121,8 +121,18 @@ export function clearSelection(): void {
 }
 
 function stateText(l: Letter): string {
-  return l.state === "replayed" ? `replayed as ${l.replayed_as_seq}` : l.state;
+  const state = l.state === "replayed" ? `replayed as ${l.replayed_as_seq}` : l.state;
+  // A letter the remote may have applied is never replayed from here: say so where it is listed.
+  return l.remote === "not applied" ? state : `${state} (${l.remote})`;
 }
+
+/** What the remote may have done with a letter, and what that means for a replay. */
+const REMOTE: Record<Letter["remote"], string> = {
+  "not applied": "not applied",
+  "in doubt":
+    "in doubt — a batch that carried it got no answer and may have been applied: a replay waits until the drain settles it (or is forced from the CLI once the remote was checked)",
+  applied: "applied by the remote after it was dead-lettered — never replayed: discard it",
+};
 
 function renderLetters(): void {
   $("letters-total").textContent = `(${letters.total})`;
@@ -190,6 +200,7 @@ async function openLetter(id: string): Promise<void> {
             ? `discarded at ${letter.replayed_at}`
             : "dead",
       ],
+      ["Remote", REMOTE[letter.remote]],
       ["Reason", letter.reason],
       ["Attempts", String(letter.attempts)],
       ["Created", letter.created_at],
@@ -208,7 +219,7 @@ async function openLetter(id: string): Promise<void> {
         : [el("li", { text: "a row alone (no group)" })]),
     );
     const dead = letter.state === "dead";
-    $<HTMLButtonElement>("detail-replay").disabled = !dead;
+    $<HTMLButtonElement>("detail-replay").disabled = !dead || group.some((g) => g.remote !== "not applied");
     $<HTMLButtonElement>("detail-discard").disabled = !dead;
     if (location.hash !== letterHash(id)) history.replaceState(null, "", letterHash(id));
     const panel = $("detail");
@@ -235,12 +246,18 @@ async function act(kind: LetterAction, body: Record<string, unknown>, count: num
   )
     return;
   try {
-    const report = await api<{ done: unknown[]; unchanged: unknown[] }>(`/dead-letters/${kind}`, {
+    const report = await api<{
+      done: unknown[];
+      unchanged: unknown[];
+      refused_letters?: Array<{ id: string; message: string }>;
+    }>(`/dead-letters/${kind}`, {
       method: "POST",
       body,
     });
+    const refused = report.refused_letters ?? [];
     say(
-      `${done} ${report.done.length} letter(s)${report.unchanged.length ? `; ${report.unchanged.length} were replayed or discarded before` : ""}.`,
+      `${done} ${report.done.length} letter(s)${report.unchanged.length ? `; ${report.unchanged.length} were replayed or discarded before` : ""}${refused.length ? `; ${refused.length} refused: ${refused.length === 1 ? refused[0]!.message : "the remote applied them or may have (see each letter)"}` : ""}.`,
+      refused.length > 0,
     );
     letters.selected.clear();
     closeLetter();
