@@ -47,6 +47,8 @@ const TRACING = "off_rows_per_s on_rows_per_s on_vs_off runs_off runs_on spans_e
 const TABLES = "tables idle_cpu_pct push_p50_ms push_p99_ms fds_per_table rss_kb_per_table";
 const PUSH = "p50_us p99_us ops_per_s";
 const CLI = "p50_ms p95_ms runs";
+const TENANTS =
+  "tenants rows rows_per_s complete exactly_once_in_order tenant_opens peak_open_tenants peak_fds peak_tenant_fds peak_rss_mb";
 
 /** What each bench:* script prints in smoke mode, line by line, in order. */
 const EXPECTED: Record<string, string[]> = {
@@ -214,6 +216,19 @@ const EXPECTED: Record<string, string[]> = {
     ].map((stage) => `pushmany-profile batch_size=${size} stage=${stage}: per_item_us share_pct`),
     `pushmany-profile batch_size=${size} stage=total: per_item_us samples`,
   ]),
+  tenants: [
+    ...["single", "interleaved", "sorted"].map((c) => `tenants target=sqlite case=${c}: ${TENANTS}`),
+    ...["template", "single"].map((c) => `tenants-limit target=sqlite case=${c}: rows rows_per_s`),
+    ...["interleaved", "sorted"].map(
+      (c) => `tenants-ratio target=sqlite case=${c}: tenants_vs_single tenants_vs_limit`,
+    ),
+    "tenants-limit-ratio target=sqlite: template_vs_single",
+    ...["single", "interleaved"].map((c) => `tenants target=postgres case=${c}: ${TENANTS}`),
+    "tenants-ratio target=postgres case=interleaved: tenants_vs_single",
+    `tenants-memory: ${TENANTS}`,
+    `tenants-memory: ${TENANTS}`,
+    "tenants-memory-ratio: fds_vs_first rss_vs_first",
+  ],
   push: [
     ...["none", "given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push case=${c}: ${PUSH}`),
     ...["given", "key", "otel-idle", "otel-active", "otel-with-given"].map((c) => `push-ratio case=${c}: vs_none`),
