@@ -87,7 +87,10 @@ export function observeSent(batch: SentBatch, parts: AnswerParts): ObservedBatch
   return observed;
 }
 
-/** A batch that got no answer: its heads are refunded, and fenced tables settle from the ledger (it may have committed). */
+/**
+ * A batch that got no answer: its heads are refunded, and fenced tables settle from the ledger (it may have
+ * committed).
+ */
 export function batchLost(batch: SentBatch, observed: ObservedBatch | null, error: unknown, parts: AnswerParts): void {
   for (const slice of batch.slices) {
     slice.table.refundOutage(slice);
@@ -109,7 +112,8 @@ export function applyAnswered(
   parts: AnswerParts,
 ): AnsweredBatch {
   const { hooks, now } = parts;
-  // What an answer did (a cut, a hold, a charge, a confirmation) shows at the table's next plan: the next cycle looks at these.
+  // What an answer did (a cut, a hold, a charge, a confirmation) shows at the table's next plan: the next
+  // cycle looks at these.
   hooks.changed(batch.slices.map((sl) => sl.table));
   const attempts = attemptsOfGroups(batch.units);
   const slices: Array<AnsweredBatch["slices"][number]> = [];

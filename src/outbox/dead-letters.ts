@@ -116,7 +116,10 @@ export interface PurgeOutcome {
 
 type OnError = (file: string, error: OutboxError) => void;
 
-/** Every matching dead letter of every outbox file of a db_dir or db_file (by file, then seq), read-only; `onError` as in `findDeadLetterRefs`. */
+/**
+ * Every matching dead letter of every outbox file of a db_dir or db_file (by file, then seq), read-only;
+ * `onError` as in `findDeadLetterRefs`.
+ */
 export function findDeadLetters(
   location: QueueLocation,
   filter: DeadLetterFilter = {},
@@ -332,7 +335,10 @@ function readDeadLog<T>(file: string, read: (db: Database, features: FileFeature
   });
 }
 
-/** The WHERE clause (with its parameters) that selects `filter`'s letters in outbox_dead_log: one definition for every reader and the guarded actions of dead-log.ts. */
+/**
+ * The WHERE clause (with its parameters) that selects `filter`'s letters in outbox_dead_log: one definition
+ * for every reader and the guarded actions of dead-log.ts.
+ */
 export function deadLetterWhere(filter: DeadLetterFilter): { where: string; params: string[] } {
   const clauses: string[] = [];
   const params: string[] = [];

@@ -279,7 +279,10 @@ export class DeadLog {
     });
   }
 
-  /** Throws SelectionChangedError unless `ordered` are exactly the unreplayed letters of this namespace that `filter` matches now. */
+  /**
+   * Throws SelectionChangedError unless `ordered` are exactly the unreplayed letters of this namespace that
+   * `filter` matches now.
+   */
   #requireSelection(ordered: readonly number[], filter: DeadLetterFilter): void {
     const file = this.#file;
     const { where, params } = deadLetterWhere({ ...filter, namespace: file.namespace, replayed: false });
@@ -305,7 +308,10 @@ export class DeadLog {
       .all(dead.grp);
   }
 
-  /** See Outbox.listDeadGroup: the letters of `seq`'s group that share its replay state (one dead-lettering, or one replay). */
+  /**
+   * See Outbox.listDeadGroup: the letters of `seq`'s group that share its replay state (one dead-lettering,
+   * or one replay).
+   */
   groupOf(seq: number): DeadLetter[] {
     return this.#file.read("cannot read dead letters", () => {
       const dead = this.#dead(seq);

@@ -17,13 +17,19 @@ import { QueueView, type OutboxOptions } from "./queue-view.ts";
 /** What an operator does to dead letters: `replay` them at the tail of their table, or `discard` them for good. */
 export type DeadAction = "replay" | "discard";
 
-/** A selected letter: where it is, whether it was replayed or discarded before, and what the remote may have done with it. */
+/**
+ * A selected letter: where it is, whether it was replayed or discarded before, and what the remote may have
+ * done with it.
+ */
 export type SelectedLetter = Pick<
   DeadLetterRef,
   "file" | "namespace" | "seq" | "replayedAt" | "replayedAsSeq" | "grp" | "remote"
 >;
 
-/** A letter a replay refuses (see replayRefusal): the remote applied its group, or may have ("in doubt", not forced). */
+/**
+ * A letter a replay refuses (see replayRefusal): the remote applied its group, or may have ("in doubt", not
+ * forced).
+ */
 export interface RefusedLetter {
   file: string;
   namespace: string;
@@ -62,7 +68,10 @@ export interface SelectionReport {
   unchanged: UnchangedLetter[];
   /** A replay's letters left dead because the remote applied them or may have (each with its group), each once. */
   refusedLetters: RefusedLetter[];
-  /** Tables whose transaction failed: their letters are unchanged, and with `stopOnFailure` nothing after them was tried. */
+  /**
+   * Tables whose transaction failed: their letters are unchanged, and with `stopOnFailure` nothing after them
+   * was tried.
+   */
   failed: Array<{ file: string; namespace: string; error: OutboxError }>;
   /** Set when the selection did not hold `expect` letters: nothing was done. */
   refused?: { code: "E_CONFLICT"; message: string };
@@ -74,11 +83,17 @@ export interface SelectionOptions {
   dryRun?: boolean;
   /** The count the operator saw: unless exactly this many letters are selected, nothing is done. */
   expect?: number;
-  /** The filter the letters were found by: each table's transaction first checks they are still exactly what it selects. */
+  /**
+   * The filter the letters were found by: each table's transaction first checks they are still exactly what
+   * it selects.
+   */
   guard?: DeadLetterFilter;
   /** Stop at the first table that fails; by default the others go on. */
   stopOnFailure?: boolean;
-  /** A replay of letters in doubt goes all the same (the operator checked the remote); letters applied are refused still. */
+  /**
+   * A replay of letters in doubt goes all the same (the operator checked the remote); letters applied are
+   * refused still.
+   */
   force?: boolean;
 }
 
@@ -135,7 +150,10 @@ interface Unit {
 
 const letterKey = (file: string, namespace: string, seq: number) => `${file}\0${namespace}\0${seq}`;
 
-/** The dry run: each unhandled letter with its group's unhandled letters, each once; the others unchanged, or refused. */
+/**
+ * The dry run: each unhandled letter with its group's unhandled letters, each once; the others unchanged, or
+ * refused.
+ */
 function plan(report: SelectionReport, units: readonly Unit[], force: boolean): void {
   const groupsByFile = new Map<string, Map<number, DeadLetterRef[]>>();
   for (const unit of units) {
@@ -175,7 +193,10 @@ function plan(report: SelectionReport, units: readonly Unit[], force: boolean): 
   }
 }
 
-/** The real run: one guarded transaction per file and table, skipping letters a table before brought along with its group. */
+/**
+ * The real run: one guarded transaction per file and table, skipping letters a table before brought along
+ * with its group.
+ */
 function carryOut(report: SelectionReport, units: readonly Unit[], options: SelectionOptions): void {
   const acted = new Set<string>();
   for (const { file, namespace, letters } of units) {
@@ -266,7 +287,10 @@ export class DeadSelection extends QueueView {
   }
 }
 
-/** Opens `namespace`'s dead letters in the existing file `path`, runs `fn` on them and closes the file, whatever `fn` does. */
+/**
+ * Opens `namespace`'s dead letters in the existing file `path`, runs `fn` on them and closes the file,
+ * whatever `fn` does.
+ */
 export function withDeadSelection<T>(path: string, namespace: string, fn: (selection: DeadSelection) => T): T {
   const selection = new DeadSelection(path, namespace);
   try {

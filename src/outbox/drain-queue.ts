@@ -100,7 +100,10 @@ export interface DrainQueue {
    * attempts across its heads).
    */
   recordFailure(seq: number, error: string, errorClass: string, nextAttemptAt: Date, attempts?: number): void;
-  /** See Outbox.deadLetter; `inDoubt`: whether a batch of the drain's carrying the group may still commit, or did unanswered. */
+  /**
+   * See Outbox.deadLetter; `inDoubt`: whether a batch of the drain's carrying the group may still commit, or
+   * did unanswered.
+   */
   deadLetter(
     seq: number,
     reason: DeadReason,

@@ -51,7 +51,10 @@ export interface FileFeatures {
   deliveredLog: DeliveredSql | null;
   deadLog: boolean;
   deadReplay: boolean;
-  /** The dead log says what the remote may have done with each letter (see LetterRemote); earlier versions' files do not. */
+  /**
+   * The dead log says what the remote may have done with each letter (see LetterRemote); earlier versions'
+   * files do not.
+   */
   deadRemote: boolean;
 }
 

@@ -35,7 +35,10 @@ export const TENANT_INDEX_DDL = `CREATE INDEX IF NOT EXISTS ${TENANT_INDEX} ON o
 /** The next free seq of a lean file (one column, `seq`): the enqueue bench fills a file in bulk from it. */
 export { NEXT_SEQ_SQL } from "./layout-lean.ts";
 
-/** How a migrated file (one an Outbox opened) of `layout` counts pending rows; only an unmigrated reference file has to scan. */
+/**
+ * How a migrated file (one an Outbox opened) of `layout` counts pending rows; only an unmigrated reference
+ * file has to scan.
+ */
 export function layoutPendingCount(layout: QueueLayout): PendingCount {
   return LAYOUTS[layout].pendingCount;
 }
@@ -139,7 +142,10 @@ const SHARED_OBJECTS = [
   "idx_outbox_worker",
 ];
 
-/** What a database is to the outbox: an outbox file of ours (or the reference's), or an application's own database holding our tables. */
+/**
+ * What a database is to the outbox: an outbox file of ours (or the reference's), or an application's own
+ * database holding our tables.
+ */
 export interface Ownership {
   /** The application's own database (see migrate's `embed`): its pragmas and other tables are never touched. */
   embedded: boolean;
@@ -149,7 +155,10 @@ export interface Ownership {
   format: number;
 }
 
-/** True when every table, trigger, column and fact we rely on exists, at this version's format (one cheap read of the schema). */
+/**
+ * True when every table, trigger, column and fact we rely on exists, at this version's format (one cheap read
+ * of the schema).
+ */
 function isMigrated(db: Database, own: Ownership): boolean {
   const layout = LAYOUTS[queueLayout(db)];
   const objects = [...SHARED_OBJECTS, ...layout.objects];
@@ -318,7 +327,8 @@ export function checkOwnFile(db: Database, file: string, options: { embed?: bool
   };
   const { version, app, queue, tables, embedded, metaFormat } = db.inTransaction ? read() : db.transaction(read)();
   if (embedded || options.embed) {
-    // An outbox file of ours that the application adopted as its own database keeps our marks until the adoption is written.
+    // An outbox file of ours that the application adopted as its own database keeps our marks until the
+    // adoption is written.
     const format = embedded ? Number(metaFormat ?? 0) : queue > 0 && app === APPLICATION_ID ? version : 0;
     if (format > FORMAT_VERSION) {
       throw new StorageError(

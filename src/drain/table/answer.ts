@@ -13,7 +13,10 @@ export type Failure = Extract<WriteResult, { ok: false }>;
 export type Answer =
   /** Every row applied (and the fence, if any, moved): confirm them all. */
   | { kind: "applied" }
-  /** The fence failed: another transaction moved the ledger row (a late commit, another drain). Settle from the ledger. */
+  /**
+   * The fence failed: another transaction moved the ledger row (a late commit, another drain). Settle from
+   * the ledger.
+   */
   | { kind: "fence-moved"; fence: Failure }
   /** The fence failed because the ledger table is missing or unusable: hold the table for the schema. */
   | { kind: "ledger-unusable"; fence: Failure }
@@ -31,9 +34,15 @@ export type Answer =
       failure: Failure | null;
       okAfterFailure: number | null;
     }
-  /** The head group (of its lanes: it starts at row `groupStart`) failed at row `failedAt` (its whole group rolled back): charge the group. */
+  /**
+   * The head group (of its lanes: it starts at row `groupStart`) failed at row `failedAt` (its whole group
+   * rolled back): charge the group.
+   */
   | { kind: "head-failed"; groupStart: number; failedAt: number; failure: Failure; okAfterFailure: number | null }
-  /** A group behind the head failed (starting at row `groupStart`): the groups before it go first, nothing is charged. */
+  /**
+   * A group behind the head failed (starting at row `groupStart`): the groups before it go first, nothing is
+   * charged.
+   */
   | { kind: "failed-behind-head"; groupStart: number; okAfterFailure: number | null }
   /** Nothing was tried: every statement skipped (another unit's failure rolled them back). */
   | { kind: "not-tried" };

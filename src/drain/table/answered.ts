@@ -20,7 +20,10 @@ export interface AnsweredParts {
   /** What the remote may have done with the rows of the table's dead letters (see TableDoubt). */
   doubt: TableDoubt;
   now: () => number;
-  /** Forgets the ledger view (of `tenant`, with a tenant template): the next batch settles first (see DrainTable.unsettle). */
+  /**
+   * Forgets the ledger view (of `tenant`, with a tenant template): the next batch settles first (see
+   * DrainTable.unsettle).
+   */
   unsettle: (tenant: string | null) => void;
   /** A tenant template's: `tenant`'s database lacks what a statement needs — that tenant is held, not the table. */
   tenantFault?: (tenant: string, message: string) => void;
@@ -120,13 +123,19 @@ export function applyTableAnswer(
   }
 }
 
-/** The remote lacks what `head`'s statement needs (a table, a column, the ledger): the table is held — with a tenant template, the head's tenant. */
+/**
+ * The remote lacks what `head`'s statement needs (a table, a column, the ledger): the table is held — with a
+ * tenant template, the head's tenant.
+ */
 function schemaFault(parts: AnsweredParts, head: OutboxRow, message: string, now: number): void {
   if (head.tenant !== null && parts.tenantFault) parts.tenantFault(head.tenant, message);
   else parts.holds.schema(message, now);
 }
 
-/** The head group failed at `culprit`: charged (see HeadCharges.groupFailed), or the table held for the remote schema. */
+/**
+ * The head group failed at `culprit`: charged (see HeadCharges.groupFailed), or the table held for the remote
+ * schema.
+ */
 function headFailed(
   parts: AnsweredParts,
   slice: AnsweredSlice,

@@ -17,11 +17,17 @@ export interface ChargeParts {
   observer: DeliveryObserver | null;
   /** The drain's clock (epoch ms): a head's retry time is stored from it. */
   now: () => number;
-  /** Whether a batch carrying `row` may still commit, or did unanswered: its letters are then in doubt (see TableDoubt). */
+  /**
+   * Whether a batch carrying `row` may still commit, or did unanswered: its letters are then in doubt (see
+   * TableDoubt).
+   */
   inDoubt?: (row: OutboxRow) => boolean;
 }
 
-/** What one charge or dead letter did: rows failed and dead-lettered, and other tables whose rows moved with a group. */
+/**
+ * What one charge or dead letter did: rows failed and dead-lettered, and other tables whose rows moved with a
+ * group.
+ */
 export interface Charged {
   failed: number;
   deadLettered: number;
@@ -46,7 +52,10 @@ export class HeadCharges {
     this.#lanes = target?.tables.find((t) => t.name === parts.table)?.lanes ?? 1;
   }
 
-  /** Records a failed attempt of the group `row` heads (`attempts` includes this one: it was charged before delivery). */
+  /**
+   * Records a failed attempt of the group `row` heads (`attempts` includes this one: it was charged before
+   * delivery).
+   */
   failed(queue: DrainQueue, row: OutboxRow, attempts: number, message: string, errorClass: string): Charged {
     const { app, target, table, logger, observer } = this.parts;
     const delay = rowBackoffMs(attempts, app.backoffUnitMs, app.backoffCapMs);
@@ -88,7 +97,10 @@ export class HeadCharges {
     return this.failed(queue, head, before + 1, message, errorClass);
   }
 
-  /** A writer reported `row` applied behind a failure, breaking its contract: nothing is charged, it stays queued, said once. */
+  /**
+   * A writer reported `row` applied behind a failure, breaking its contract: nothing is charged, it stays
+   * queued, said once.
+   */
   okAfterFailure(row: OutboxRow): void {
     const { target, table, logger } = this.parts;
     logger.warn(
@@ -97,7 +109,10 @@ export class HeadCharges {
     );
   }
 
-  /** Undoes the up-front charge of `seq` after a batch that never got an answer (an outage); a local error is logged. */
+  /**
+   * Undoes the up-front charge of `seq` after a batch that never got an answer (an outage); a local error is
+   * logged.
+   */
   refund(queue: DrainQueue, seq: number): void {
     try {
       queue.refundAttempt(seq);

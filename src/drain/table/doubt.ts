@@ -28,7 +28,10 @@ interface OpenMove {
   open: number;
 }
 
-/** What this drain knows of one ledger row (of one tenant's): the highest through it saw there, its moves without an answer. */
+/**
+ * What this drain knows of one ledger row (of one tenant's): the highest through it saw there, its moves
+ * without an answer.
+ */
 interface LedgerRowDoubt {
   seen: number | null;
   moves: Map<string, OpenMove>;
@@ -61,7 +64,10 @@ const UNFENCED = "\0unfenced";
  * stays in doubt: safe, and the operator sees it (status, dead-letter list).
  */
 export class TableDoubt {
-  /** The sent mark when this process first opened the queue: rows at or below it may be in a batch of an earlier process. */
+  /**
+   * The sent mark when this process first opened the queue: rows at or below it may be in a batch of an
+   * earlier process.
+   */
   #startMark: number | null = null;
   /** By tenant and ledger row (see #key). */
   readonly #rows = new Map<string, LedgerRowDoubt>();
@@ -206,7 +212,10 @@ export class TableDoubt {
     return false;
   }
 
-  /** Closes the moves of a ledger row that can no longer commit (it is past where they expect it); forgets a row with none left. */
+  /**
+   * Closes the moves of a ledger row that can no longer commit (it is past where they expect it); forgets a
+   * row with none left.
+   */
   #prune(key: string): void {
     const row = this.#rows.get(key);
     if (row === undefined) return;
@@ -214,7 +223,10 @@ export class TableDoubt {
     if (row.moves.size === 0) this.#rows.delete(key);
   }
 
-  /** The letters in doubt of `tenant` in `(after, through]`, each with what `verdict` says of it (null: nothing yet). */
+  /**
+   * The letters in doubt of `tenant` in `(after, through]`, each with what `verdict` says of it (null:
+   * nothing yet).
+   */
   #read(
     after: number,
     through: number,

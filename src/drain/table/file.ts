@@ -15,7 +15,10 @@ export interface TableFileParts {
   /** The app's `db_file`, which only its producer creates: a missing one is looked for again soon. */
   shared: boolean;
   open: () => DrainQueue;
-  /** In compatibility mode (`injectOutboxSeq`) the setup asks whether the queue had a history when opened (see raiseAbove). */
+  /**
+   * In compatibility mode (`injectOutboxSeq`) the setup asks whether the queue had a history when opened (see
+   * raiseAbove).
+   */
   config: Pick<TableConfig, "injectOutboxSeq">;
   holds: TableHolds;
   lanes: TableLanes;
@@ -76,7 +79,10 @@ export class TableFile {
     this.#queue = null;
   }
 
-  /** The queue delivered before: a delivered log, dead letters, a head linked back, or rows sent in a batch of unknown outcome. */
+  /**
+   * The queue delivered before: a delivered log, dead letters, a head linked back, or rows sent in a batch of
+   * unknown outcome.
+   */
   hasDelivered(): boolean {
     const queue = this.#queue!;
     return queue.hasHistory() || queue.sentMark() > 0;

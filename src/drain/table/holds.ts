@@ -62,7 +62,10 @@ export class TableHolds {
     private readonly observer: DeliveryObserver | null = null,
   ) {}
 
-  /** A cause found outside the table's own work: by the target (its setup, the open-file limit, a unit's answer), the ledger, the fleet view, the compatibility setup. */
+  /**
+   * A cause found outside the table's own work: by the target (its setup, the open-file limit, a unit's
+   * answer), the ledger, the fleet view, the compatibility setup.
+   */
   hold(cause: HoldCause, now: number): void {
     switch (cause.reason) {
       case "file":
@@ -158,7 +161,10 @@ export class TableHolds {
     this.#holdFor("remote schema", `remote schema on ${this.where.target}: ${message}`, now, now + ms);
   }
 
-  /** The head links to a row that exists nowhere (a lost row): nothing is sent past it until an operator looks; re-checked every 30 s and on `kick`. */
+  /**
+   * The head links to a row that exists nowhere (a lost row): nothing is sent past it until an operator
+   * looks; re-checked every 30 s and on `kick`.
+   */
   gap(seq: number, prevSeq: number, now: number): void {
     const message = `seq ${seq} links to prev_seq ${prevSeq}, which is neither pending, delivered nor dead-lettered (a lost row in ${this.where.file}); run \`sqloutbox verify\`, see the operations runbook`;
     this.#holdFor("chain gap", message, now, now + FILE_RETRY_MS, "error");
@@ -169,7 +175,10 @@ export class TableHolds {
     this.#holdFor("origin", message, now, Number.POSITIVE_INFINITY, "error");
   }
 
-  /** The table's lane count changed while rows pushed under the old one are pending: held until the drain restarts with the old count, or the queue is empty. */
+  /**
+   * The table's lane count changed while rows pushed under the old one are pending: held until the drain
+   * restarts with the old count, or the queue is empty.
+   */
   lanesChanged(message: string, now: number): void {
     this.#holdFor("lanes changed", message, now, Number.POSITIVE_INFINITY, "error");
   }
@@ -199,7 +208,10 @@ export class TableHolds {
     this.#waits.set(reason, { reason, message, since: now, until: Number.POSITIVE_INFINITY });
   }
 
-  /** The cause is gone (the file opened, the local work or the remote schema succeeded, a wait is over): the hold of that reason ends, its retry schedule starts over. */
+  /**
+   * The cause is gone (the file opened, the local work or the remote schema succeeded, a wait is over): the
+   * hold of that reason ends, its retry schedule starts over.
+   */
   release(reason: HoldReason): void {
     if (this.#waits.delete(reason as WaitReason)) return;
     if (reason === "local") this.#localErrors = 0;
@@ -212,7 +224,10 @@ export class TableHolds {
     });
   }
 
-  /** Ends a timed hold now, so the table is tried at once (the operator fixed the cause); a hold without an end (origin, lanes changed, writer contract) stays. */
+  /**
+   * Ends a timed hold now, so the table is tried at once (the operator fixed the cause); a hold without an
+   * end (origin, lanes changed, writer contract) stays.
+   */
   retryNow(now: number): void {
     if (this.#hold && Number.isFinite(this.#hold.until)) this.#hold = { ...this.#hold, until: now };
   }

@@ -32,7 +32,10 @@ export class LaneMap {
     return this.of(row) ?? this.count;
   }
 
-  /** The ledger row that accounts for a slot: the table's own for one lane or for rows without a key, `name#lane` for each lane. */
+  /**
+   * The ledger row that accounts for a slot: the table's own for one lane or for rows without a key,
+   * `name#lane` for each lane.
+   */
   ledgerRow(slot: number): string {
     return slot === this.count ? this.table : this.#ledgerRows[slot]!;
   }
@@ -47,7 +50,10 @@ export class LaneMap {
     return throughs;
   }
 
-  /** The ledger's throughs by slot, from its rows by name (a row it lacks is at 0; rows of lanes beyond `count`, left by an earlier count, are not this count's). */
+  /**
+   * The ledger's throughs by slot, from its rows by name (a row it lacks is at 0; rows of lanes beyond
+   * `count`, left by an earlier count, are not this count's).
+   */
   throughsOf(byRow: ReadonlyMap<string, number>): number[] {
     const throughs = new Array<number>(this.count + 1).fill(0);
     for (let slot = 0; slot <= this.count; slot++) throughs[slot] = byRow.get(this.ledgerRow(slot)) ?? 0;

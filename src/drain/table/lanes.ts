@@ -11,7 +11,10 @@ export interface LanesAfter {
   frontier: number | null;
   /** The last row read: with no frontier, every row up to it is applied once the slice is. */
   lastRead: number | null;
-  /** The slice is every pending row from its first through its last, nothing before it left pending (no frontier, nothing passed over, nothing left): it may be confirmed as read. */
+  /**
+   * The slice is every pending row from its first through its last, nothing before it left pending (no
+   * frontier, nothing passed over, nothing left): it may be confirmed as read.
+   */
   whole: boolean;
   /** The read's start as the plan knew it (TableLanes.epoch): a restart since makes `cursor` stale. */
   epoch: number;
@@ -86,7 +89,10 @@ export class TableLanes {
     return this.map.of(row);
   }
 
-  /** Where the next read (of `tenant`'s rows) starts — rows before it are applied or in a lane held back; null: at the head. */
+  /**
+   * Where the next read (of `tenant`'s rows) starts — rows before it are applied or in a lane held back;
+   * null: at the head.
+   */
   cursor(tenant: string | null = null): number | null {
     return this.#of(tenant).cursor;
   }
@@ -96,7 +102,10 @@ export class TableLanes {
     return this.#of(tenant).frontier;
   }
 
-  /** How often the reads (of `tenant`'s rows) were sent back to the head: an answer to a slice planned before must not move the cursor. */
+  /**
+   * How often the reads (of `tenant`'s rows) were sent back to the head: an answer to a slice planned before
+   * must not move the cursor.
+   */
   epoch(tenant: string | null = null): number {
     return this.#of(tenant).epoch;
   }
@@ -151,7 +160,10 @@ export class TableLanes {
     lanes.frontier = lanes.heldUntil = null;
   }
 
-  /** Drops the closed tenants whose applied rows are all confirmed (at or below `confirmed`): they are settled again when next met. */
+  /**
+   * Drops the closed tenants whose applied rows are all confirmed (at or below `confirmed`): they are settled
+   * again when next met.
+   */
   prune(confirmed: number): void {
     for (const [tenant, lanes] of this.#tenants)
       if (lanes.closed && lanes.throughsMax <= confirmed) this.#tenants.delete(tenant);
@@ -163,7 +175,10 @@ export class TableLanes {
     else for (const l of this.tenanted ? this.#tenants.values() : [this.#own]) l.throughs = null;
   }
 
-  /** The next read (of `tenant`'s rows; undefined: of every tenant's) starts at the head (an answer that was not a slice applied whole, `kick`). */
+  /**
+   * The next read (of `tenant`'s rows; undefined: of every tenant's) starts at the head (an answer that was
+   * not a slice applied whole, `kick`).
+   */
   restart(tenant?: string | null): void {
     if (tenant !== undefined) this.#of(tenant).fromHead();
     else for (const lanes of this.#all()) lanes.fromHead();
@@ -190,7 +205,10 @@ export class TableLanes {
     lanes.frontier = lanes.heldUntil = null;
   }
 
-  /** A plan from the head found these lanes of `tenant` held back, these heads backing off, and these groups that span tables waiting. */
+  /**
+   * A plan from the head found these lanes of `tenant` held back, these heads backing off, and these groups
+   * that span tables waiting.
+   */
   planned(plan: Plan, tenant: string | null = null): void {
     const lanes = this.#of(tenant);
     lanes.blocked = plan.backingOff;
@@ -198,7 +216,10 @@ export class TableLanes {
     for (const [grp, until] of plan.waiting) if (until !== null) lanes.waits.set(grp, until);
   }
 
-  /** When a group that spans tables, held back here, may go at the earliest (epoch ms), if known (see TenantLanes.waits). */
+  /**
+   * When a group that spans tables, held back here, may go at the earliest (epoch ms), if known (see
+   * TenantLanes.waits).
+   */
   waitOf(grp: number): number | null {
     for (const lanes of this.#all()) {
       const until = lanes.waits.get(grp);
@@ -281,7 +302,10 @@ export class TableLanes {
     return throughs[this.count]!;
   }
 
-  /** The ledger rows this drain knows to exist (a through above 0, as last seen or set), with their throughs (not a tenant template's). */
+  /**
+   * The ledger rows this drain knows to exist (a through above 0, as last seen or set), with their throughs
+   * (not a tenant template's).
+   */
   ledgerThroughs(): Array<{ ledgerRow: string; through: number }> {
     const throughs = this.#own.throughs ?? [];
     const out: Array<{ ledgerRow: string; through: number }> = [];
@@ -316,7 +340,10 @@ export class TableLanes {
     return moves;
   }
 
-  /** Settled, and nothing holds a lane back (no backoff, no held head): never for a tenant template (nothing goes behind a slice in flight). */
+  /**
+   * Settled, and nothing holds a lane back (no backoff, no held head): never for a tenant template (nothing
+   * goes behind a slice in flight).
+   */
   get free(): boolean {
     const own = this.#own;
     return !this.tenanted && own.throughs !== null && own.blocked.size === 0 && own.heldHeads.size === 0;
@@ -355,7 +382,10 @@ export class TableLanes {
     return lanesOf(rows.slice(start, endOfGroup(rows, start)), (r) => this.of(r));
   }
 
-  /** Whether the group that starts at `rows[start]` is the first of each of its lanes in `rows` (a barrier only when it is the first). */
+  /**
+   * Whether the group that starts at `rows[start]` is the first of each of its lanes in `rows` (a barrier
+   * only when it is the first).
+   */
   leads(rows: readonly OutboxRow[]): (start: number) => boolean {
     return (start) => {
       const lanes = new Set(this.ofGroup(rows, start));
@@ -368,7 +398,10 @@ export class TableLanes {
     };
   }
 
-  /** The lanes held by their head backing off at `now`, lowest lane first (every lane, for a row without a key: null). */
+  /**
+   * The lanes held by their head backing off at `now`, lowest lane first (every lane, for a row without a
+   * key: null).
+   */
   heldView(now: number): HeldLaneView[] {
     return [...this.#own.heldHeads]
       .filter(([, head]) => head.retryAt > now)

@@ -9,7 +9,10 @@ export type Lane = number | null;
 
 /** What a table's slice is planned from: the rows read for it and what holds them back. */
 export interface PlanInput {
-  /** Pending rows read for delivery, whole groups, in seq order; the planner takes them over (their text moves into `stmts`). */
+  /**
+   * Pending rows read for delivery, whole groups, in seq order; the planner takes them over (their text moves
+   * into `stmts`).
+   */
   rows: OutboxRow[];
   /** The groups among `rows` that span tables: group → the tables it touches. */
   spans: ReadonlyMap<number, readonly string[]>;
@@ -26,14 +29,23 @@ export interface PlanInput {
   lanes: number;
   /** A row's lane (see Lane); with one lane, 0. */
   laneOf(row: OutboxRow): Lane;
-  /** Lanes held back by rows before these (a head backing off, and the lanes a group shares with it), until when (epoch ms); null: every lane. */
+  /**
+   * Lanes held back by rows before these (a head backing off, and the lanes a group shares with it), until
+   * when (epoch ms); null: every lane.
+   */
   blocked: ReadonlyMap<Lane, number>;
-  /** Per lane, a row behind its head failed last time: the lane's part of the slice stops before it, unless it heads the lane. */
+  /**
+   * Per lane, a row behind its head failed last time: the lane's part of the slice stops before it, unless it
+   * heads the lane.
+   */
   cuts: ReadonlyMap<Lane, number>;
   nowMs: number;
   /** A head that has had this many attempts is dead-lettered (null: never). */
   maxAttempts: number | null;
-  /** Converts one row into the statement sent for it; throws UnsupportedStatementError, InvalidArgumentError or anything else. */
+  /**
+   * Converts one row into the statement sent for it; throws UnsupportedStatementError, InvalidArgumentError
+   * or anything else.
+   */
   prepare(row: OutboxRow): Statement;
 }
 
@@ -94,7 +106,10 @@ export interface Plan {
    * it. Null: none.
    */
   resumeAt: number | null;
-  /** The first row these rows leave pending for any reason (everything before it was taken, or dead-lettered). Null: none. */
+  /**
+   * The first row these rows leave pending for any reason (everything before it was taken, or dead-lettered).
+   * Null: none.
+   */
   frontier: number | null;
   /** Plan again at once: a head was dealt with, a group refused to convert, or more is ready behind the slice. */
   more: boolean;
@@ -132,7 +147,10 @@ export function planSlice(input: PlanInput): Plan {
   const passed = new Set<Lane>();
   /** Every lane is held: nothing after can go. */
   let allHeld = blocked.has(null) || blocked.size >= input.lanes;
-  /** The group starting with `first` (in `lanes`) waits: its lanes are held for the rest of the plan (a barrier holds every lane). */
+  /**
+   * The group starting with `first` (in `lanes`) waits: its lanes are held for the rest of the plan (a
+   * barrier holds every lane).
+   */
   const wait = (first: OutboxRow, lanes: readonly Lane[], resume: boolean, until: number | null = null) => {
     for (const l of lanes.includes(null) ? EVERY_LANE : lanes) {
       blocked.add(l);
@@ -153,7 +171,8 @@ export function planSlice(input: PlanInput): Plan {
     }
     const group = rows.slice(starts[g], starts[g + 1] ?? rows.length);
     const first = group[0]!;
-    // One lane (the common case) needs no lane sets: nothing before it is held (checked above), and it heads the table while nothing is taken.
+    // One lane (the common case) needs no lane sets: nothing before it is held (checked above), and it heads
+    // the table while nothing is taken.
     const one = input.lanes === 1;
     let lanes: readonly Lane[] = ONE_LANE;
     if (!one && group.length === 1) {

@@ -254,7 +254,10 @@ export class HeadPlanning {
     };
   }
 
-  /** Plans `rows` (of `tenant`, when the table's lanes are a tenant's) and carries out what it decided for their heads. */
+  /**
+   * Plans `rows` (of `tenant`, when the table's lanes are a tenant's) and carries out what it decided for
+   * their heads.
+   */
   #plan(
     queue: DrainQueue,
     read: Pick<DeliveryRead, "rows" | "spans" | "truncated">,

@@ -6,7 +6,10 @@ import type { WriteResult } from "../../writers/writer.ts";
 import type { LanesAfter, TableLanes } from "./lanes.ts";
 import type { Lane } from "./planner.ts";
 
-/** One ledger row a slice moves (the table's name, or `name#lane`): from `through`, as this drain last saw it, to `last`. */
+/**
+ * One ledger row a slice moves (the table's name, or `name#lane`): from `through`, as this drain last saw it,
+ * to `last`.
+ */
 export interface LedgerMove {
   ledgerRow: string;
   through: number;
@@ -23,10 +26,16 @@ interface AppliedSlice {
 
 const NO_CUTS: ReadonlyMap<Lane, number> = new Map();
 
-/** How many rows one page of settlement's scan for the applied prefix reads (with lanes), within the batch byte budget. */
+/**
+ * How many rows one page of settlement's scan for the applied prefix reads (with lanes), within the batch
+ * byte budget.
+ */
 const CONFIRM_SCAN_ROWS = 2_000;
 
-/** Rows a table read, head first, in parts of at most `size` rows: what each of their confirmation transactions takes. */
+/**
+ * Rows a table read, head first, in parts of at most `size` rows: what each of their confirmation
+ * transactions takes.
+ */
 function partsOf(rows: readonly OutboxRow[], size: number): AppliedSlice[] {
   const parts: AppliedSlice[] = [];
   for (let i = 0; i < rows.length; i += size) {
@@ -108,7 +117,10 @@ export class TableProgress {
     return this.#through !== null && this.parts.lanes.free && this.#cuts.size === 0;
   }
 
-  /** The table's ledger rows this drain knows to exist, with their throughs (with lanes, every lane's; see TableLanes). */
+  /**
+   * The table's ledger rows this drain knows to exist, with their throughs (with lanes, every lane's; see
+   * TableLanes).
+   */
   ledgerThroughs(): Array<{ ledgerRow: string; through: number }> {
     if (this.parts.lanes.count > 1) return this.parts.lanes.ledgerThroughs();
     const through = this.#through;
@@ -285,7 +297,7 @@ export class TableProgress {
     if (!moved) return;
     const { table, target, logger } = this.parts;
     logger.warn(
-      `drain: "${table}" on ${target}: the ledger says ${what}, but pending rows ${moved.oldFirst}..${moved.oldLast} were never sent (a queue file restored from an older copy?); moved them, in order, to ${moved.newFirst}..${moved.newLast}`,
+      `drain: "${table}" on ${target}: the ledger says ${what}, but pending rows ${moved.oldFirst}..${moved.oldLast} were never sent (a restored file?); moved them, in order, to ${moved.newFirst}..${moved.newLast}`,
       { target, namespace: table, seq: moved.oldFirst, rows: moved.count },
     );
   }
@@ -324,7 +336,10 @@ export class TableProgress {
     if (after.whole && this.#applied === last) this.#appliedParts = partsOf(rows, this.parts.queue().confirmChunkRows);
   }
 
-  /** With lanes: a plan's slice (of `tenant`'s rows) had nothing left to send (every group in it waits): it moves on as if applied. */
+  /**
+   * With lanes: a plan's slice (of `tenant`'s rows) had nothing left to send (every group in it waits): it
+   * moves on as if applied.
+   */
   nothingSent(after: LanesAfter, tenant: string | null): void {
     if (this.parts.lanes.tenanted) this.parts.lanes.moveOn(after, tenant);
     else this.movedOn(after);
@@ -342,7 +357,10 @@ export class TableProgress {
     }
   }
 
-  /** A group behind its lanes' heads failed at `seq`: in each of `lanes` (of `tenant`'s) the next slice stops before it. */
+  /**
+   * A group behind its lanes' heads failed at `seq`: in each of `lanes` (of `tenant`'s) the next slice stops
+   * before it.
+   */
   cut(lanes: readonly Lane[], seq: number, tenant: string | null = null): void {
     let cuts = this.#cuts.get(tenant ?? "");
     if (cuts === undefined) this.#cuts.set(tenant ?? "", (cuts = new Map()));

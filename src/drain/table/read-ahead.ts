@@ -134,7 +134,10 @@ export class ReadAhead {
     return throughs === null ? null : { slice, expected: throughs };
   }
 
-  /** With lanes: `slice` took every pending row it read, and no lane is held — the rows after it are the lanes' next. */
+  /**
+   * With lanes: `slice` took every pending row it read, and no lane is held — the rows after it are the
+   * lanes' next.
+   */
   #clear(slice: InFlight): boolean {
     return slice.lanes?.whole === true && this.parts.progress.lanesFree;
   }

@@ -43,11 +43,20 @@ export interface PlanContextOf<T> {
   now: number;
   /** Bytes of SQL text and payload this table may still add to the batch. */
   maxBytes: number;
-  /** Decodes and converts one row into the statement sent for it; throws InvalidArgumentError (undecodable) or UnsupportedStatementError. */
+  /**
+   * Decodes and converts one row into the statement sent for it; throws InvalidArgumentError (undecodable) or
+   * UnsupportedStatementError.
+   */
   prepare(table: T, row: OutboxRow): Statement;
-  /** Deliver whatever is pending, threshold and wait or not (a group that spans tables waits at this table's head); a backoff still holds it. */
+  /**
+   * Deliver whatever is pending, threshold and wait or not (a group that spans tables waits at this table's
+   * head); a backoff still holds it.
+   */
   force?: boolean;
-  /** A tenant template's: the tenants whose rows this plan reads (null: the rows without one), each planned on its own. */
+  /**
+   * A tenant template's: the tenants whose rows this plan reads (null: the rows without one), each planned on
+   * its own.
+   */
   tenants?: ReadonlyArray<string | null>;
 }
 
@@ -74,7 +83,10 @@ export interface TablePartsOf<T> {
   scheduler: Scheduler;
   /** The target is a tenant template: each row goes to its tenant's database, each tenant its own lanes (SPEC §4c). */
   tenanted?: boolean;
-  /** A tenant template's: `tenant`'s database lacks what a statement needs (a table, the ledger): that tenant is held, not the table. */
+  /**
+   * A tenant template's: `tenant`'s database lacks what a statement needs (a table, the ledger): that tenant
+   * is held, not the table.
+   */
   tenantFault?: (tenant: string, message: string) => void;
 }
 
@@ -86,7 +98,10 @@ export interface TablePartsOf<T> {
  */
 export type GroupAttempts = ReadonlyMap<number, number>;
 
-/** A group of a draft that waits for a group of another table (see linkDrafts): its rows `[start, end)`, and until when. */
+/**
+ * A group of a draft that waits for a group of another table (see linkDrafts): its rows `[start, end)`, and
+ * until when.
+ */
 export interface WaitingGroup {
   start: number;
   end: number;

@@ -68,7 +68,10 @@ export class DrainTable {
   readonly #doubt: TableDoubt;
   /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
   #applyingFenced = false;
-  /** Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain started. */
+  /**
+   * Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain
+   * started.
+   */
   readonly counts = { delivered: 0, failed: 0, deadLettered: 0 };
 
   constructor(
@@ -111,14 +114,20 @@ export class DrainTable {
     this.#holds.release(reason);
   }
 
-  /** Ends every timed hold now (`kick`); with lanes, the next read starts at the head, where each lane's hold is read again. */
+  /**
+   * Ends every timed hold now (`kick`); with lanes, the next read starts at the head, where each lane's hold
+   * is read again.
+   */
   retryNow(now: number): void {
     this.#holds.retryNow(now);
     this.#lanes.restart();
     this.#progress.rescanPrefix();
   }
 
-  /** Compatibility mode: whether the setup is still to do, and can be done now (the file open, no fault holding the table). */
+  /**
+   * Compatibility mode: whether the setup is still to do, and can be done now (the file open, no fault
+   * holding the table).
+   */
   needsCompatSetup(now: number): boolean {
     return this.#holds.waitsFor("compat setup") && this.#file.queue !== null && !this.#holds.active(now);
   }
@@ -211,7 +220,10 @@ export class DrainTable {
     return this.#lanes.of(row);
   }
 
-  /** The table's ledger rows this drain knows to exist, with their throughs (with lanes, every lane's; see TableLanes). */
+  /**
+   * The table's ledger rows this drain knows to exist, with their throughs (with lanes, every lane's; see
+   * TableLanes).
+   */
   ledgerThroughs(): Array<{ ledgerRow: string; through: number }> {
     return this.#progress.ledgerThroughs();
   }
@@ -237,7 +249,10 @@ export class DrainTable {
     this.counts.deadLettered += outcome.deadLettered ?? 0;
   }
 
-  /** Settlement is needed before this table's next fenced batch (a tenant template's tables settle tenant by tenant: see settleTenant). */
+  /**
+   * Settlement is needed before this table's next fenced batch (a tenant template's tables settle tenant by
+   * tenant: see settleTenant).
+   */
   get unsettled(): boolean {
     return this.#applyingFenced && !this.#lanes.tenanted && this.#progress.through === null;
   }
@@ -260,12 +275,18 @@ export class DrainTable {
     this.#applyingFenced = true;
   }
 
-  /** Applies what the ledger says this queue has applied (see TableProgress.settle). Returns how many rows were confirmed. */
+  /**
+   * Applies what the ledger says this queue has applied (see TableProgress.settle). Returns how many rows
+   * were confirmed.
+   */
   settle(remote: number | null, options: { adopted?: number } = {}): number {
     return this.#settled(this.#progress.settle(remote, options.adopted), new Map([[this.name, remote ?? 0]]));
   }
 
-  /** With lanes: applies what the ledger says of each lane (see TableProgress.settleLanes). Returns how many rows were confirmed. */
+  /**
+   * With lanes: applies what the ledger says of each lane (see TableProgress.settleLanes). Returns how many
+   * rows were confirmed.
+   */
   settleLanes(throughs: ReadonlyMap<string, number>, options: { adopted?: number } = {}): number {
     return this.#settled(this.#progress.settleLanes(throughs, options.adopted), throughs);
   }
@@ -303,7 +324,10 @@ export class DrainTable {
     }
   }
 
-  /** After a settlement that read `throughs` (of `tenant`'s ledger rows): counted, the read-ahead stale, the letters in doubt looked at. */
+  /**
+   * After a settlement that read `throughs` (of `tenant`'s ledger rows): counted, the read-ahead stale, the
+   * letters in doubt looked at.
+   */
   #settled(confirmed: number, throughs: ReadonlyMap<string, number>, tenant: string | null = null): number {
     this.#tally({ delivered: confirmed });
     this.#ahead.forget();
@@ -341,7 +365,8 @@ export class DrainTable {
       }
     }
     this.#tally(out);
-    // A hold this plan found or set (a chain gap, a local error) is retried on time, even if no commit brings the table back.
+    // A hold this plan found or set (a chain gap, a local error) is retried on time, even if no commit brings
+    // the table back.
     out.wakeAt = minWake(out.wakeAt, this.#holds.retryAt(now));
     // Nothing to send and nothing more to read: nothing of the table goes before its wake time.
     if (drafts.length === 0 && !out.more) this.#planning.quiet(out.wakeAt);
@@ -371,7 +396,10 @@ export class DrainTable {
     return draft.more && (this.#lanes.cursor(tenant) ?? 0) > before ? "read on" : "wait";
   }
 
-  /** A tenant template's: `tenant`'s database was closed; what this table knows of its lanes is read again when next needed. */
+  /**
+   * A tenant template's: `tenant`'s database was closed; what this table knows of its lanes is read again
+   * when next needed.
+   */
   forgetTenant(tenant: string): void {
     this.#lanes.forget(tenant);
   }
@@ -381,7 +409,10 @@ export class DrainTable {
     if (draft.lanes !== undefined) this.#lanes.restart(draft.rows[0]!.tenant);
   }
 
-  /** Opens a draft as a slice: its fence first (moving each ledger row its rows move), its head charged, the sent mark raised. */
+  /**
+   * Opens a draft as a slice: its fence first (moving each ledger row its rows move), its head charged, the
+   * sent mark raised.
+   */
   openSlice(draft: SliceDraft, ctx: OpenContext, behind?: number | readonly number[]): TableSlice {
     const last = draft.rows[draft.rows.length - 1]!.seq;
     const fence = ctx.fence;
@@ -406,7 +437,10 @@ export class DrainTable {
     return next === null ? null : this.openSlice({ table: this, ...next.slice }, open, next.expected);
   }
 
-  /** While `slice` is in flight, reads and converts the groups that follow it, so the next plan need not (see ReadAhead). */
+  /**
+   * While `slice` is in flight, reads and converts the groups that follow it, so the next plan need not (see
+   * ReadAhead).
+   */
   readAhead(slice: TableSlice, ctx: PlanContext): void {
     this.#ahead.read(slice, this.#planAt(ctx));
   }
@@ -460,7 +494,10 @@ export class DrainTable {
     }
   }
 
-  /** The late answer of a timed-out batch without a ledger (see Delivery): what it reports applied is confirmed and counted. */
+  /**
+   * The late answer of a timed-out batch without a ledger (see Delivery): what it reports applied is
+   * confirmed and counted.
+   */
   applyLateAnswer(slice: TableSlice, answers: WriteResult[]): void {
     let ok = 0;
     while (ok < slice.rows.length && answers[ok]!.ok) ok++;
@@ -468,7 +505,10 @@ export class DrainTable {
     if (this.#file.queue) this.#tally({ delivered: this.#progress.confirmLate(slice.rows, answers) });
   }
 
-  /** Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays for settlement. */
+  /**
+   * Undoes the head's up-front charge after a batch that never got an answer (an outage); its sent mark stays
+   * for settlement.
+   */
   refundOutage(slice: TableSlice): void {
     this.#notApplied(slice);
     this.#charges.refund(this.#file.queue!, slice.rows[0]!.seq);
@@ -479,7 +519,10 @@ export class DrainTable {
     if (slice.lanes !== undefined) this.#lanes.restart(slice.rows[0]!.tenant);
   }
 
-  /** Prunes the delivered log and replayed dead letters in the background (see BackgroundPrune); a prune still running is not started twice. */
+  /**
+   * Prunes the delivered log and replayed dead letters in the background (see BackgroundPrune); a prune still
+   * running is not started twice.
+   */
   prune(): Promise<void> {
     return this.#prune.start();
   }

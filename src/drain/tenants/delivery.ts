@@ -95,7 +95,10 @@ export class TenantDelivery {
     return { open: remotes.openCount, maxOpen: remotes.maxOpen, opened, closed, held: remotes.held(this.#parts.now()) };
   }
 
-  /** `tenant`'s database lacks what a statement needs (a table, the ledger): that tenant is held, its ledger set up again after. */
+  /**
+   * `tenant`'s database lacks what a statement needs (a table, the ledger): that tenant is held, its ledger
+   * set up again after.
+   */
   fault(tenant: string, message: string): void {
     this.#remotes.schema(tenant, message, this.#parts.now());
   }
@@ -159,7 +162,10 @@ export class TenantDelivery {
     const room = this.#remotes.maxOpen;
     const chosen: Array<string | null> = [];
     let withoutTenant = false;
-    /** Takes tenants with rows after `from` (and up to `until`), past the held ones, until `room` are taken; true when more are left. */
+    /**
+     * Takes tenants with rows after `from` (and up to `until`), past the held ones, until `room` are taken;
+     * true when more are left.
+     */
     const take = (from: string | null, until: string | null): boolean => {
       for (let after = from; ; ) {
         const names = new Set<string>();
@@ -191,7 +197,10 @@ export class TenantDelivery {
     return this.#parts.tables.every((table) => !table.isOpen || table.settledFor(tenant));
   }
 
-  /** Every table's slices of `tenants` (the tables a transaction across them waits on too, ready or not), within one batch's bytes. */
+  /**
+   * Every table's slices of `tenants` (the tables a transaction across them waits on too, ready or not),
+   * within one batch's bytes.
+   */
   #plan(now: number, out: TargetCycle, tenants: ReadonlyArray<string | null>): SliceDraft[] {
     const { tables, app } = this.#parts;
     const drafts: SliceDraft[] = [];
@@ -273,7 +282,10 @@ export class TenantDelivery {
     return layOut(units.map((unit) => unit.flatMap((d) => (opened.has(d) ? [opened.get(d)!] : []))));
   }
 
-  /** Sends one tenant's batch and applies its answer; a tenant whose database does not answer is held (nothing charged). */
+  /**
+   * Sends one tenant's batch and applies its answer; a tenant whose database does not answer is held (nothing
+   * charged).
+   */
   async #send(remote: TenantRemote, batch: SentBatch, out: TargetCycle): Promise<void> {
     const parts: AnswerParts = {
       ...this.#parts,

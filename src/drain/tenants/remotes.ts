@@ -63,7 +63,10 @@ export class TenantRemotes {
   readonly #open = new Map<string, TenantRemote>();
   /** Tenants whose database failed, by tenant: kept until it answers again (a closed writer keeps its hold). */
   readonly #failing = new Map<string, Failing>();
-  /** The tenants this cycle's plans admitted: their state must outlive the cycle, so they are not closed to make room. */
+  /**
+   * The tenants this cycle's plans admitted: their state must outlive the cycle, so they are not closed to
+   * make room.
+   */
   #pinned: ReadonlySet<string> = new Set();
   /** Opens and closes since the drain started. */
   readonly counts = { opened: 0, closed: 0 };
@@ -137,7 +140,10 @@ export class TenantRemotes {
     return null;
   }
 
-  /** `tenant`'s database did not answer `what`: the tenant is held, backed off as a target is (see Reachability); nothing is charged. */
+  /**
+   * `tenant`'s database did not answer `what`: the tenant is held, backed off as a target is (see
+   * Reachability); nothing is charged.
+   */
   outage(tenant: string, error: unknown, what: string, now: number): void {
     const failing = this.#failingOf(tenant);
     failing.reach.outage(error, what, now);
@@ -150,7 +156,10 @@ export class TenantRemotes {
     };
   }
 
-  /** `tenant`'s ledger (or a table of its database) is missing or not permitted: held, tried again on a doubling schedule. */
+  /**
+   * `tenant`'s ledger (or a table of its database) is missing or not permitted: held, tried again on a
+   * doubling schedule.
+   */
   schema(tenant: string, message: string, now: number): void {
     const failing = this.#failingOf(tenant);
     const first = failing.hold.reason !== "remote schema" || failing.hold.message !== message;
@@ -205,7 +214,10 @@ export class TenantRemotes {
     this.#pinned = tenants;
   }
 
-  /** Unpins the cycle's tenants and closes the least recently used databases with no batch on their way, down to `max_open_tenants`. */
+  /**
+   * Unpins the cycle's tenants and closes the least recently used databases with no batch on their way, down
+   * to `max_open_tenants`.
+   */
   async trim(): Promise<void> {
     this.#pinned = new Set();
     while (this.#open.size > this.maxOpen && (await this.#closeOne()));

@@ -23,7 +23,10 @@ export interface LetterList {
   unreadable: Array<{ file: string; error: string }>;
 }
 
-/** What a replay or discard did (or, `dry_run`, would do). `refused` says why it stopped: then `done` is what had been done. */
+/**
+ * What a replay or discard did (or, `dry_run`, would do). `refused` says why it stopped: then `done` is what
+ * had been done.
+ */
 export interface ActionReport {
   action: DeadAction;
   dry_run: boolean;
@@ -34,7 +37,10 @@ export interface ActionReport {
   done: Array<{ id: string; new_seq?: number | null }>;
   /** Letters left as they were: replayed or discarded before. */
   unchanged: Array<{ id: string; state: "replayed" | "discarded"; replayed_as_seq: number | null }>;
-  /** A replay's letters left dead: the remote applied them, or may have (in doubt, not forced); `message` says what to do. */
+  /**
+   * A replay's letters left dead: the remote applied them, or may have (in doubt, not forced); `message` says
+   * what to do.
+   */
   refused_letters: Array<{ id: string; remote: "in doubt" | "applied"; message: string }>;
   refused?: { code: string; message: string };
 }

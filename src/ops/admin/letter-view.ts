@@ -10,7 +10,10 @@ export interface LetterView {
   /** The seq of its group's first row; null for a row alone. */
   group: number | null;
   state: "dead" | "replayed" | "discarded";
-  /** What the remote may have done with it: "in doubt" or "applied" are never replayed (in doubt: until the drain settles it, or a forced replay). */
+  /**
+   * What the remote may have done with it: "in doubt" or "applied" are never replayed (in doubt: until the
+   * drain settles it, or a forced replay).
+   */
   remote: "not applied" | "in doubt" | "applied";
   reason: string;
   attempts: number;

@@ -43,7 +43,10 @@ export interface LetterId {
 /** What an action on dead letters selects: letters named by id, or a filter and the count the operator saw. */
 export type Selection = { kind: "ids"; ids: LetterId[] } | { kind: "filter"; filter: LetterFilter; expect: number };
 
-/** A replay or discard request: its selection, whether it only says what it would do, and (a replay) whether letters in doubt go too. */
+/**
+ * A replay or discard request: its selection, whether it only says what it would do, and (a replay) whether
+ * letters in doubt go too.
+ */
 export interface LetterAction {
   selection: Selection;
   dryRun: boolean;

@@ -51,7 +51,10 @@ export const discard = defineCommand({
 
 type OneLetterArgs = Parameters<typeof printSelection>[2];
 
-/** One letter (with its group): refused, as replay refuses it, when it is no dead letter or was replayed or discarded before. */
+/**
+ * One letter (with its group): refused, as replay refuses it, when it is no dead letter or was replayed or
+ * discarded before.
+ */
 async function discardOne(namespace: string, seq: number, args: OneLetterArgs): Promise<void> {
   const { file } = namespaceFile(await resolveLocations(args), namespace, args.app);
   requireOutboxNamespace(file, namespace);

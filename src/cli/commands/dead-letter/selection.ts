@@ -45,7 +45,10 @@ export interface SelectionArgs {
   force?: boolean;
 }
 
-/** The flags of `dead-letter replay` and `discard`: one letter (`--namespace N --seq S`) or a selection, and how to act on it. */
+/**
+ * The flags of `dead-letter replay` and `discard`: one letter (`--namespace N --seq S`) or a selection, and
+ * how to act on it.
+ */
 export function selectionArgs(verb: DeadAction) {
   return {
     ...locationArgs,

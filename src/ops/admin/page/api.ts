@@ -17,7 +17,10 @@ export interface Status {
     lastErrorClass: string | null;
     nextAttemptAt: string | null;
     deadLetterCount: number;
-    /** Of them, those the remote may have applied (a replay waits until the drain settles them); absent from an older server. */
+    /**
+     * Of them, those the remote may have applied (a replay waits until the drain settles them); absent from
+     * an older server.
+     */
     deadLettersInDoubt?: number;
     held: { reason: string; message: string; since?: string | null; until?: string | null } | null;
     /** With lanes: how many, and the lanes held by a head backing off, oldest first. */
