@@ -159,20 +159,8 @@ export class BatchPlanner {
       next = awaitedBy(this.parts.tables, drafts, looked);
     }
     if (drafts.length === 0) return null;
-    const { held, units } = linkDrafts(drafts, this.#served, (t, grp) => planned.get(t)?.waitOf(grp) ?? null);
-    const opened = new Map<SliceDraft, TableSlice>();
-    for (const draft of drafts) {
-      const waiting = held.get(draft);
-      if (waiting !== undefined) {
-        // Its groups that wait for another table hold their lanes; a known end is when to look again.
-        for (const g of waiting) out.wakeAt = minWake(out.wakeAt, g.until);
-        const left = draft.table.holdBack(draft, waiting);
-        if (left === "read on") out.more = out.readOn = true;
-        if (left !== "send") continue;
-      }
-      opened.set(draft, draft.table.openSlice(draft, { now, fence: this.parts.fence }));
-    }
-    return layOut(units.map((unit) => unit.map((d) => opened.get(d)!)));
+    const waitsIn = (t: string, grp: number) => planned.get(t)?.waitOf(grp) ?? null;
+    return openLinked(drafts, this.#served, waitsIn, { now, fence: this.parts.fence }, out);
   }
 
   /**
@@ -247,6 +235,35 @@ function tenantMismatch(table: DrainTable, row: OutboxRow, target: TargetConfig)
  * A batch of these units: a unit of one table as it is, one of tables a transaction links behind their
  * fences, in commit order. Null when empty.
  */
+/**
+ * One batch of `drafts`: the groups that wait for their part in another table held back with their
+ * lanes (linkDrafts; `waitsIn` says until when a table holds one), the rest opened behind the fence
+ * of `open` and laid out in units of the tables a transaction links; null when nothing goes. `out`
+ * learns when to look again, and whether a read moved on past what waits.
+ */
+export function openLinked(
+  drafts: SliceDraft[],
+  served: ReadonlySet<string>,
+  waitsIn: (table: string, grp: number) => number | null,
+  open: OpenContext,
+  out: Pick<PlanReport, "more" | "readOn" | "wakeAt">,
+): SentBatch | null {
+  const { held, units } = linkDrafts(drafts, served, waitsIn);
+  const opened = new Map<SliceDraft, TableSlice>();
+  for (const draft of drafts) {
+    const waiting = held.get(draft);
+    if (waiting !== undefined) {
+      // Its groups that wait for another table hold their lanes; a known end is when to look again.
+      for (const g of waiting) out.wakeAt = minWake(out.wakeAt, g.until);
+      const left = draft.table.holdBack(draft, waiting);
+      if (left === "read on") out.more = out.readOn = true;
+      if (left !== "send") continue;
+    }
+    opened.set(draft, draft.table.openSlice(draft, open));
+  }
+  return layOut(units.map((unit) => unit.flatMap((d) => (opened.has(d) ? [opened.get(d)!] : []))));
+}
+
 export function layOut(units: TableSlice[][]): SentBatch | null {
   const batch: SentBatch = { slices: [], stmts: [], positions: new Map(), units: [] };
   for (const slices of units) {

@@ -9,11 +9,10 @@ import {
   observeSent,
   type TargetCycle,
 } from "../batch-answer.ts";
-import { awaitedBy, BatchPlanner, layOut, type SentBatch } from "../batch-plan.ts";
-import { linkDrafts } from "../linked-groups.ts";
+import { awaitedBy, BatchPlanner, openLinked, type SentBatch } from "../batch-plan.ts";
 import type { DeliveryObserver } from "../observer.ts";
 import { minWake } from "../schedule.ts";
-import type { DrainTable, SliceDraft, TableSlice } from "../table/table.ts";
+import type { DrainTable, SliceDraft } from "../table/table.ts";
 import type { TargetParts } from "../target-parts.ts";
 import type { TenantsView } from "../views.ts";
 import { type TenantRemote, TenantRemotes } from "./remotes.ts";
@@ -267,19 +266,8 @@ export class TenantDelivery {
    */
   #open(remote: TenantRemote, drafts: SliceDraft[], now: number, out: TargetCycle): SentBatch | null {
     const planned = new Map(drafts.map((d) => [d.table.name, d.table]));
-    const { held, units } = linkDrafts(drafts, this.#served, (t, grp) => planned.get(t)?.waitOf(grp) ?? null);
-    const opened = new Map<SliceDraft, TableSlice>();
-    for (const draft of drafts) {
-      const waiting = held.get(draft);
-      if (waiting !== undefined) {
-        for (const g of waiting) out.wakeAt = minWake(out.wakeAt, g.until);
-        const left = draft.table.holdBack(draft, waiting);
-        if (left === "read on") out.more = out.readOn = true;
-        if (left !== "send") continue;
-      }
-      opened.set(draft, draft.table.openSlice(draft, { now, fence: remote.fence }));
-    }
-    return layOut(units.map((unit) => unit.flatMap((d) => (opened.has(d) ? [opened.get(d)!] : []))));
+    const waitsIn = (t: string, grp: number) => planned.get(t)?.waitOf(grp) ?? null;
+    return openLinked(drafts, this.#served, waitsIn, { now, fence: remote.fence }, out);
   }
 
   /**
