@@ -5,7 +5,14 @@ import { findDeadLetterRefs } from "../../../outbox/dead-letters.ts";
 import { actOnSelection } from "../../../outbox/dead-selection.ts";
 import { parseSeq } from "../../args.ts";
 import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../../locations.ts";
-import { actOnFiltered, expectOf, printSelection, selectionArgs, selectionFilter } from "./selection.ts";
+import {
+  actOnFiltered,
+  expectOf,
+  printSelection,
+  selectionArgs,
+  selectionFilter,
+  checkOneLetter,
+} from "./selection.ts";
 
 /**
  * `dead-letter discard`: gives dead letters up for good — never delivered, never replayed — each
@@ -24,18 +31,7 @@ export const discard = defineCommand({
   async run({ args }) {
     const dryRun = args["dry-run"] === true;
     if (args.seq !== undefined) {
-      if (args.namespace === undefined) throw new UsageError("--seq needs --namespace N");
-      if (
-        args.reason !== undefined ||
-        args.since !== undefined ||
-        args.key !== undefined ||
-        args.tenant !== undefined ||
-        args.all === true ||
-        args.expect !== undefined
-      )
-        throw new UsageError(
-          "--seq discards one dead letter; it does not combine with --reason, --since, --key, --tenant, --all or --expect",
-        );
+      checkOneLetter("discards", args);
       return discardOne(args.namespace, parseSeq(args.seq), args);
     }
     const filter = selectionFilter("discard", args);

@@ -1,12 +1,19 @@
 import { defineCommand } from "citty";
 import path from "node:path";
-import { InvalidArgumentError, NotFoundError, UsageError } from "../../../errors.ts";
+import { InvalidArgumentError, NotFoundError } from "../../../errors.ts";
 import { findDeadLetterRefs, replayRefusal } from "../../../outbox/dead-letters.ts";
 import { type DeadLetter, withOutbox } from "../../../outbox/outbox.ts";
 import { parseSeq } from "../../args.ts";
 import { namespaceFile, requireOutboxNamespace, resolveLocations } from "../../locations.ts";
 import { print } from "../../text-output.ts";
-import { actOnFiltered, expectOf, printSelection, selectionArgs, selectionFilter } from "./selection.ts";
+import {
+  actOnFiltered,
+  expectOf,
+  printSelection,
+  selectionArgs,
+  selectionFilter,
+  checkOneLetter,
+} from "./selection.ts";
 
 /** `dead-letter replay`. */
 export const replay = defineCommand({
@@ -25,21 +32,9 @@ export const replay = defineCommand({
   },
   async run({ args }) {
     const dryRun = args["dry-run"] === true;
-    const all = args.all === true;
+    const _all = args.all === true;
     if (args.seq !== undefined) {
-      if (args.namespace === undefined) throw new UsageError("--seq needs --namespace N");
-      if (
-        args.reason !== undefined ||
-        args.since !== undefined ||
-        args.key !== undefined ||
-        args.tenant !== undefined ||
-        all
-      ) {
-        throw new UsageError(
-          "--seq replays one dead letter; it does not combine with --reason, --since, --key, --tenant or --all",
-        );
-      }
-      if (args.expect !== undefined) throw new UsageError("--expect goes with a selection: --seq names its letter");
+      checkOneLetter("replays", args);
       return (dryRun ? replayOneDryRun : replayOne)(args.namespace, parseSeq(args.seq), args);
     }
     const filter = selectionFilter("replay", args);

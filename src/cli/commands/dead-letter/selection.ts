@@ -90,6 +90,20 @@ export function selectionFilter(command: string, args: SelectionArgs): DeadLette
   return filterOf(args);
 }
 
+/** `--seq S` names one letter (`verb`: what is done to it): with `--namespace N`, and none of a selection's flags. */
+export function checkOneLetter<A extends SelectionArgs>(
+  verb: string,
+  args: A,
+): asserts args is A & { namespace: string } {
+  if (args.namespace === undefined) throw new UsageError("--seq needs --namespace N");
+  const given = (["reason", "since", "key", "tenant"] as const).some((k) => args[k] !== undefined);
+  if (given || args.all === true)
+    throw new UsageError(
+      `--seq ${verb} one dead letter; it does not combine with --reason, --since, --key, --tenant or --all`,
+    );
+  if (args.expect !== undefined) throw new UsageError("--expect goes with a selection: --seq names its letter");
+}
+
 /** `--expect` as a count (an integer ≥ 0), or undefined. */
 export function expectOf(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
