@@ -79,7 +79,7 @@ const sleepCell = new Int32Array(new SharedArrayBuffer(4));
  * change of the file itself, of its `-wal` (every commit in WAL mode writes it) or of its
  * `-journal`; files need not exist yet, nor share a directory. Polling `PRAGMA data_version` of
  * every file on a connection of its own instead cost CPU in proportion to the files (most of a
- * core, idle, at 500 tables: docs/benchmarks.md) and two descriptors each.
+ * core, idle, at 1 000 tables: docs/benchmarks.md, bench:tables) and two descriptors each.
  *
  * A change is a commit once the owner's own connection sees it (its data_version moved): the WAL
  * is written before the WAL index says the commit is there, and the kernel may run the drain the

@@ -9,7 +9,7 @@ import { checkOwnFile, migrate } from "./schema.ts";
  * Every enqueue commit writes pages to the WAL (two in the lean layout: the table and the worker
  * index; four in the reference's) and the cost of a page write grows with its size: 2 KiB pages
  * make an enqueue faster than 4 KiB, batch enqueue and the drain unchanged; 1 KiB pages gained
- * little more, at a worse p99, slower batches and overflow pages for most rows (docs/benchmarks.md).
+ * little more, at a worse p99, slower batches and overflow pages for most rows (measured when chosen).
  */
 export const NEW_FILE_PAGE_SIZE = 2048;
 

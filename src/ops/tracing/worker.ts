@@ -1,7 +1,6 @@
 // The tracing worker: the OpenTelemetry SDK and the OTLP exporter run here, off the drain's thread.
 // Building and encoding a span costs more than the drain spends delivering a row, so on the drain's
-// thread it would halve throughput (docs/benchmarks.md); here it costs the drain a structured clone
-// per batch.
+// thread it would halve throughput; here it costs the drain a structured clone per batch.
 // Started by tracing.ts; build.ts compiles it into the binary as a second entry point.
 import { OTLPTraceExporter as JsonExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { OTLPTraceExporter as ProtoExporter } from "@opentelemetry/exporter-trace-otlp-proto";
