@@ -71,7 +71,15 @@ describeSlow("release binaries", "cross-compile them and run them under musl and
       expect(report.namespaces.map((n: { namespace: string; depth: number }) => [n.namespace, n.depth])).toEqual([
         ["orders", 2],
       ]);
-      expect(report.totals).toEqual({ namespaces: 1, depth: 2, stuck: 0, held: 0, deadLetters: 0, targetsDown: 0 });
+      expect(report.totals).toEqual({
+        namespaces: 1,
+        depth: 2,
+        stuck: 0,
+        held: 0,
+        heldLanes: 0,
+        deadLetters: 0,
+        targetsDown: 0,
+      });
     },
     60_000,
   );

@@ -50,6 +50,7 @@ describeSlow("the compiled binary", "build the single binary and run it", () => 
       depth: 3,
       stuck: 0,
       held: 0,
+      heldLanes: 0,
       deadLetters: 0,
       targetsDown: 0,
     });

@@ -76,7 +76,7 @@ describe.skipIf(!zsh)(zsh ? "zsh" : "zsh (skipped: zsh is not installed)", () =>
       ).split(" ");
     expect(offered("sqloutbox", "st")).toContain("status");
     expect(offered("sqloutbox", "status", "--js")).toContain("--json");
-    expect(offered("sqloutbox", "dead-letter", "")).toEqual(["list", "show", "replay", "purge"]);
+    expect(offered("sqloutbox", "dead-letter", "")).toEqual(["list", "show", "replay", "discard", "purge"]);
   });
 });
 
