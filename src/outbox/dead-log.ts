@@ -418,30 +418,37 @@ export class DeadLog {
   }
 
   /**
-   * `seq` must head its namespace — or, pushed with a key, head that key: no earlier pending row of
-   * the key, none without a key (those wait for every lane) and none of its own group (it starts
-   * the group's run here). In a table with lanes that is the head of a held lane, or a key behind it.
+   * `seq` must head its namespace — or, pushed with a key or a tenant, head its lane: no earlier
+   * pending row of its group (it starts the group's run here), and none of its lane — with a key,
+   * the key's rows and those without a key (they wait for every lane); with a tenant, only that
+   * tenant's rows count (each tenant's lanes are its own), and without a key every earlier row of
+   * the tenant does. In a table with lanes that is the head of a held lane, or a key behind it.
    */
   #requireHead(seq: number): void {
     const file = this.#file;
     const head = file.headSeq();
     if (head === seq) return;
     const row = file.db
-      .query<{ key: string | null; grp: number | null }, [number, string]>(
-        "SELECT lane_key AS key, grp FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0",
+      .query<{ key: string | null; grp: number | null; tenant: string | null }, [number, string]>(
+        "SELECT lane_key AS key, grp, tenant FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0",
       )
       .get(seq, file.namespace);
     if (!row) throw new NotFoundError(`no pending row with seq ${seq} in namespace "${file.namespace}" (${file.path})`);
     const before =
-      row.key !== null &&
+      (row.key !== null || row.tenant !== null) &&
       file.db
         .query(
-          "SELECT 1 FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq < ?2 AND (lane_key IS NULL OR lane_key = ?3 OR grp = ?4) LIMIT 1",
+          `SELECT 1 FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq < ?2 AND (grp = ?4 OR (${
+            row.tenant === null ? "" : "tenant = ?5 AND "
+          }(?3 IS NULL OR lane_key IS NULL OR lane_key = ?3))) LIMIT 1`,
         )
-        .get(file.namespace, seq, row.key, row.grp);
-    if (row.key !== null && !before) return;
+        .get(...[file.namespace, seq, row.key, row.grp, ...(row.tenant === null ? [] : [row.tenant])]);
+    if ((row.key !== null || row.tenant !== null) && !before) return;
+    const lane = [row.tenant === null ? null : `tenant "${row.tenant}"`, row.key === null ? null : `key "${row.key}"`]
+      .filter((w) => w !== null)
+      .join(", ");
     throw file.invalid(
-      `seq ${seq} is not the head of namespace "${file.namespace}" (the head is ${head})${row.key === null ? "" : `, nor the first pending row of its key "${row.key}"`}`,
+      `seq ${seq} is not the head of namespace "${file.namespace}" (the head is ${head})${lane === "" ? "" : `, nor the first pending row of its lane (${lane})`}`,
     );
   }
 
