@@ -209,10 +209,12 @@ export const LEAN: Layout = {
   },
 
   // Pending rows are counted by ord, consecutive from the head: a hole behind it is renumbered away.
+  // Every queued row is numbered, those a tenant template marked applied (synced = 1) too: the
+  // pending count runs over their positions (see ORD_PENDING_SQL).
   closeHole(db, namespace) {
     db.query(
       `UPDATE outbox_queue SET ord = numbered.n FROM
-      (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM outbox_queue WHERE namespace = ?1 AND synced = 0) AS numbered
+      (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM outbox_queue WHERE namespace = ?1) AS numbered
      WHERE outbox_queue.seq = numbered.seq`,
     ).run(namespace);
   },
