@@ -18,6 +18,8 @@ import type { LedgerRow } from "./views.ts";
 export class TargetLedger {
   /** The fence's text per number of ledger rows it moves (lanes make several). */
   private readonly fenceTexts = new Map<number, string>();
+  /** Whether setup created the ledger table (it was missing: nothing was applied through it). */
+  created = false;
   private readonly settleText: string;
   private readonly settleLanesText: string;
 
@@ -41,7 +43,8 @@ export class TargetLedger {
   async setup(): Promise<string | null> {
     const outcome = await ensureStep(this.writer, ledgerStep(this.table, this.dialect), this.table, this.autoSchema);
     if ("done" in outcome) {
-      if (outcome.done === "applied")
+      this.created = outcome.done === "applied";
+      if (this.created)
         this.logger.info(`drain: created the delivery ledger ${this.table} on ${this.writer.target}`, {
           target: this.writer.target,
         });

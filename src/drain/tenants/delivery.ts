@@ -43,8 +43,10 @@ export class TenantDelivery {
   readonly #planner: BatchPlanner;
   /** The tables by name (linking ignores tables another target serves). */
   readonly #served: ReadonlySet<string>;
-  /** The last tenant a cycle served (the next cycle goes on after it), null: from the first. */
+  /** The last tenant a cycle served (the next cycle goes on after it), null: a new round, from the first. */
   #turn: string | null = null;
+  /** What the cycles of this round found: the earliest wake, and whether rows were left to go (see deliver). */
+  #round: { wakeAt: number | null; more: boolean } = { wakeAt: null, more: false };
   #lastSuccessAt: number | null = null;
   #lastRoundTripMs: number | null = null;
   #inFlight = 0;
@@ -56,6 +58,10 @@ export class TenantDelivery {
       ...parts,
       closed: (tenant) => {
         for (const table of parts.tables) table.forgetTenant(tenant);
+      },
+      // Its rows are settled from the new ledger: those sent to the dropped database go again.
+      ledgerCreated: (tenant) => {
+        for (const table of parts.tables) table.unsettle(tenant);
       },
     });
     this.#planner = new BatchPlanner({
@@ -117,8 +123,23 @@ export class TenantDelivery {
    * not yet, every table's slice per tenant, and each tenant's batch sent, side by side.
    */
   async deliver(now: number, out: TargetCycle, _only: ReadonlySet<DrainTable> | null): Promise<TargetCycle> {
+    if (this.#turn === null) this.#round = { wakeAt: null, more: false };
     const tenants = this.#choose(now, out);
-    if (tenants.length === 0) return out;
+    const roundGoesOn = this.#turn !== null;
+    if (tenants.length > 0) await this.#deliverTo(tenants, now, out);
+    // A round of the tenants spans cycles: what one cycle found waiting (a hold, a backoff) is woken
+    // for at the round's end too, and rows a table left for a tenant (a full batch) go next round at
+    // once — neither is forgotten when the next cycles look at other tenants.
+    const round = this.#round;
+    round.wakeAt = minWake(round.wakeAt, out.wakeAt);
+    round.more ||= out.more && (out.readOn || out.delivered + out.failed + out.deadLettered > 0);
+    out.wakeAt = round.wakeAt;
+    // The round goes on with the next tenants at once, whether this cycle sent anything or not.
+    if (roundGoesOn || round.more) out.more = out.readOn = true;
+    return out;
+  }
+
+  async #deliverTo(tenants: Array<string | null>, now: number, out: TargetCycle): Promise<void> {
     this.#remotes.pin(new Set(tenants.filter((t) => t !== null)));
     try {
       const unsettled = tenants.filter((t): t is string => t !== null && !this.#settledEverywhere(t));
@@ -147,46 +168,47 @@ export class TenantDelivery {
     // Confirmed as far as the prefix goes; at the end of a round of the tenants, the rows applied
     // behind one still pending are marked so (read and listed no more until the prefix takes them).
     await this.confirmApplied(() => this.#parts.scheduler.sleep(0), this.#turn === null);
-    return out;
   }
 
   /**
-   * The tenants this cycle serves: those with rows in any table, by name, from where the last cycle
-   * stopped (round robin: a tenant with a large backlog gets a slice of each table a turn, as every
-   * other does), at most `max_open_tenants`, past the held ones (each read again when its hold ends);
-   * null among them when a table has rows without a tenant (each a fault of its own).
+   * The tenants this cycle serves: those with rows in any table, by name, after the last cycle's
+   * (round robin: a tenant with a large backlog gets a slice of each table a turn, as every other
+   * does), at most `max_open_tenants`, past the held ones (each read again when its hold ends); null
+   * among them when a table has rows without a tenant (each a fault of its own). A round ends with
+   * the last tenant by name; while tenants are left in it, the next cycle comes at once.
    */
   #choose(now: number, out: TargetCycle): Array<string | null> {
     const { tables } = this.#parts;
     const room = this.#remotes.maxOpen;
     const chosen: Array<string | null> = [];
     let withoutTenant = false;
-    /**
-     * Takes tenants with rows after `from` (and up to `until`), past the held ones, until `room` are taken;
-     * true when more are left.
-     */
-    const take = (from: string | null, until: string | null): boolean => {
-      for (let after = from; ; ) {
-        const names = new Set<string>();
-        for (const table of tables) {
-          const found = table.tenantsWithRows(after, room + 1);
-          withoutTenant ||= found.withoutTenant;
-          for (const t of found.tenants) if (until === null || t <= until) names.add(t);
-        }
-        if (names.size === 0) return false;
-        for (const tenant of [...names].sort()) {
-          after = tenant;
-          const held = this.#remotes.heldUntil(tenant, now);
-          if (held !== null) out.wakeAt = minWake(out.wakeAt, held);
-          else if (chosen.length < room) chosen.push(tenant);
-          else return true;
+    let more = false;
+    for (let after = this.#turn; !more; ) {
+      // A page of tenants per table; names past the end of a full page wait for the next look.
+      let until: string | null = null;
+      const names = new Set<string>();
+      for (const table of tables) {
+        const found = table.tenantsWithRows(after, room + 1);
+        withoutTenant ||= found.withoutTenant;
+        for (const t of found.tenants) names.add(t);
+        const last = found.tenants.at(-1);
+        if (found.tenants.length > room && last !== undefined && (until === null || last < until)) until = last;
+      }
+      const page = [...names].sort().filter((t) => until === null || t <= until);
+      if (page.length === 0) break;
+      for (const tenant of page) {
+        after = tenant;
+        const held = this.#remotes.heldUntil(tenant, now);
+        if (held !== null) out.wakeAt = minWake(out.wakeAt, held);
+        else if (chosen.length < room) chosen.push(tenant);
+        else {
+          more = true;
+          break;
         }
       }
-    };
-    // After the last one served, then from the first up to it: every tenant with rows gets its turn.
-    const more = take(this.#turn, null) || (this.#turn !== null && take(null, this.#turn));
-    this.#turn = more ? (chosen.at(-1) ?? null) : null;
-    if (more) out.more = true; // the next tenants go in the next cycle, at once
+      if (until === null) break;
+    }
+    this.#turn = more ? (chosen.at(-1) as string) : null;
     if (withoutTenant) chosen.push(null);
     return chosen;
   }
@@ -237,14 +259,14 @@ export class TenantDelivery {
       tenants.slice(0, this.#remotes.maxOpen).map(async (tenant) => {
         const remote = await this.#remotes.use(tenant, now);
         if (remote === null) return;
+        let unreadable = false;
         remote.inFlight += 1;
         try {
           const rows = await remote.ledger.readRows(open);
           this.#remotes.recovered(tenant, true);
           open.forEach((table, i) => {
             const read = rows[i]!;
-            if (read === null)
-              this.#remotes.schema(tenant, `cannot read the ledger ${this.#parts.target.ledgerTable}`, now);
+            unreadable ||= read === null;
             try {
               table.settleTenant(tenant, read);
             } catch (error) {
@@ -256,6 +278,9 @@ export class TenantDelivery {
         } finally {
           remote.inFlight -= 1;
         }
+        // Held once this read is done: the database is closed then, and its ledger set up again when
+        // opened (one dropped and made anew has none).
+        if (unreadable) this.#remotes.schema(tenant, `cannot read the ledger ${this.#parts.target.ledgerTable}`, now);
       }),
     );
   }
