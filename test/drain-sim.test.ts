@@ -11,50 +11,64 @@ import { describeSlow } from "./support/slow.ts";
 
 const REPO = path.join(import.meta.dir, "..");
 
-/** Seeds that failed once and pass since the fix named: they must keep passing. */
-const REGRESSIONS: ReadonlyArray<{ seed: number; fixed: string }> = [
+/** Seeds that failed once (in the profile named) and pass since the fix named: they must keep passing. */
+const REGRESSIONS: ReadonlyArray<{ seed: number; profile: string; fixed: string }> = [
   {
     seed: 1614,
+    profile: "default",
     fixed: "a purge took part of a dead group: the replay of the rest landed half a transaction (06d3cd0)",
   },
-  { seed: 101, fixed: "issue 37: a group waiting in one table held every lane of another table it touches" },
+  {
+    seed: 101,
+    profile: "held-lanes",
+    fixed: "issue 37: a group waiting in one table held every lane of another table it touches",
+  },
   {
     seed: 731,
+    profile: "held-lanes",
     fixed:
       "issue 37, a group whose part in another table was not read: a table of one lane stuck behind its own waiting head gave no time, and the reads stopped at the group",
   },
   {
     seed: 1331,
+    profile: "held-lanes",
     fixed: "issue 37, a group waiting on a table whose plan sent nothing: that table's wake time is how long it waits",
   },
   {
     seed: 2345,
+    profile: "held-lanes",
     fixed:
       "issue 37, a table whose read stopped short (more to read) was taken as quiet until its wake time: the group waited for it",
   },
   {
     seed: 1157,
+    profile: "held-lanes",
     fixed: "issue 37, every group of a draft held back: the plan moved on past them only once it was sent",
   },
   {
     seed: 75,
+    profile: "fleet",
     fixed:
       "barrier-behind: a batch sent behind another over a table with lanes did not wait for a row without a key in either",
   },
   {
     seed: 12508,
+    profile: "calm",
     fixed: "cut-after-barrier: a row without a key taken into a slice did not count as heading the lanes after it",
   },
   {
     seed: 11448,
+    profile: "default",
     fixed: "lane-not-woken: a plan that read nothing past its cursor reported no wake time for the lanes it holds",
   },
   {
     seed: 12592,
+    profile: "calm",
     fixed: "awaited-one-deep: the tables a transaction across tables waits on were found one level deep",
   },
   {
     seed: 45,
+    profile: "fleet",
     fixed:
       "skip-in-flight and late-commit-dead: a head skipped while a batch carrying it was lost committed all the same, and its letter could be replayed; the letter is in doubt now, and the drain settles it applied",
   },
@@ -67,8 +81,8 @@ const REGRESSIONS: ReadonlyArray<{ seed: number; fixed: string }> = [
  */
 const KNOWN_SEEDS: ReadonlyArray<{ seed: number; issue: KnownIssue }> = [];
 
-async function seed(n: number, options: { strict?: boolean } = {}): Promise<RunResult> {
-  return runSeed({ seed: n, profile: profileOf(n, null), ...options });
+async function seed(n: number, options: { strict?: boolean; profile?: string } = {}): Promise<RunResult> {
+  return runSeed({ seed: n, profile: profileOf(n, options.profile ?? null), strict: options.strict });
 }
 
 function failureOf(run: RunResult): string {
@@ -98,8 +112,8 @@ describe("the simulator", () => {
     expect(again.events).toBe(first.events);
   });
 
-  test.each(REGRESSIONS)("seed $seed, which once failed, passes: $fixed", async ({ seed: n }) => {
-    expect(failureOf(await seed(n))).toBe("");
+  test.each(REGRESSIONS)("seed $seed ($profile), which once failed, passes: $fixed", async ({ seed: n, profile }) => {
+    expect(failureOf(await seed(n, { profile }))).toBe("");
   });
 
   // None is known now: a known issue found later keeps its seed in KNOWN_SEEDS.

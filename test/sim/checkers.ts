@@ -5,8 +5,8 @@
 import type { Database } from "bun:sqlite";
 import { parseTimestamp } from "../../src/outbox/timestamp.ts";
 import type { Statement } from "../../src/writers/writer.ts";
-import { expectedApplied, type GroupModel, lanesMeet, type Model, type RowModel } from "./model.ts";
-import type { Commit, SimRemote } from "./remote.ts";
+import { expectedApplied, type GroupModel, type Model, type RowModel, rowsMeet } from "./model.ts";
+import type { Commit, SimRemotes } from "./remote.ts";
 
 /** Every invariant the checkers hold, by name (each counts its checks). */
 export const INVARIANTS = [
@@ -53,9 +53,14 @@ export interface HostView {
 /** What the checkers read of the world. */
 export interface WorldView {
   model: Model;
-  remote: SimRemote;
+  remotes: SimRemotes;
   hosts: readonly HostView[];
   readonly now: number;
+  /**
+   * When `tenant`'s database was last disturbed (down, dropped, made anew, a call refused), or will
+   * be undisturbed again; null while it is down or dropped (its rows cannot go).
+   */
+  tenantCalmSince(tenant: string): number | null;
   /** How long a batch may take, both ways, when nothing goes wrong (ms). */
   roundTripMs: number;
 }
@@ -123,7 +128,8 @@ export class Checkers {
       const row = model.rows.get(wid)!;
       this.counts["whole-groups"]++;
       const group = model.groups.get(row.gid)!;
-      const missing = group.wids.filter((w) => !position.has(w));
+      // (A row lost with a dropped tenant database was applied with its group there: the rest may follow alone.)
+      const missing = group.wids.filter((w) => !position.has(w) && !model.rows.get(w)!.lost);
       if (missing.length > 0)
         throw new Violation(
           "whole-groups",
@@ -137,7 +143,7 @@ export class Checkers {
       row.appliedSeq = row.seq;
       row.appliedTx = commit.tx;
     }
-    this.#ledger(commit.host);
+    this.#ledger(commit.host, commit.tenant);
   }
 
   /** Every row before `row` in a lane it shares (or across all, a barrier) was applied before it, or is gone from its queue. */
@@ -145,9 +151,10 @@ export class Checkers {
     const { model } = this.world;
     const mine = position.get(row.wid)!;
     for (const other of model.rowsOf(row.host, row.table)) {
-      if (other === row || other.seq > row.seq || !lanesMeet(other.lane, row.lane)) continue;
+      if (other === row || other.seq > row.seq || !rowsMeet(other, row)) continue;
       this.counts["lane-order"]++;
-      if (other.applied > 0) continue;
+      // (A row lost with a dropped tenant database was delivered there, before: it may go again or not.)
+      if (other.applied > 0 || other.lost) continue;
       const at = position.get(other.wid);
       if (at !== undefined && at < mine) continue;
       if (other.state !== "queued" || !this.#stillQueued(other)) continue;
@@ -160,19 +167,29 @@ export class Checkers {
 
   /** Whether a row the model thinks queued still is; if not, the drain dead-lettered it: the model learns so. */
   #stillQueued(row: RowModel): boolean {
-    const host = this.world.hosts[row.host]!;
-    const db = host.read(host.fileOf(row.table));
-    const queued = db.query("SELECT 1 FROM outbox_queue WHERE seq = ? AND namespace = ?").get(row.seq, row.table);
-    if (queued) return true;
+    if (this.#inQueue(row)) return true;
     this.deadLetters();
     return row.state === "queued";
   }
 
-  /** The ledger of each origin of `host` says exactly the highest seq applied in each of its rows (a table's, or a lane's). */
-  #ledger(host: number): void {
-    const { model, remote } = this.world;
+  /** Whether the row (at its seq now) is in its queue, not yet confirmed. */
+  #inQueue(row: RowModel): boolean {
+    const host = this.world.hosts[row.host]!;
+    const db = host.read(host.fileOf(row.table));
+    return (
+      db.query("SELECT 1 FROM outbox_queue WHERE seq = ? AND namespace = ? AND synced = 0").get(row.seq, row.table) !==
+      null
+    );
+  }
+
+  /**
+   * The ledger of each origin of `host` (in `tenant`'s database) says exactly the highest seq applied
+   * there in each of its rows (a table's, or a lane's).
+   */
+  #ledger(host: number, tenant: string | null): void {
+    const { model, remotes } = this.world;
     const view = this.world.hosts[host]!;
-    for (const entry of remote.ledger()) {
+    for (const entry of remotes.of(tenant)?.ledger() ?? []) {
       if (this.#origins.get(entry.origin) !== host) continue;
       this.counts.ledger++;
       const [table, laneText] = entry.namespace.split("#") as [string, string | undefined];
@@ -180,11 +197,11 @@ export class Checkers {
       const lane = laneText === undefined ? (lanes === 1 ? 0 : null) : Number(laneText);
       let highest = 0;
       for (const row of model.rowsOf(host, table))
-        if (row.applied > 0 && row.lane === lane) highest = Math.max(highest, row.appliedSeq!);
+        if (row.applied > 0 && row.lane === lane && row.tenant === tenant) highest = Math.max(highest, row.appliedSeq!);
       if (entry.through !== highest)
         throw new Violation(
           "ledger",
-          `host ${host}'s ledger row ${entry.namespace} says through ${entry.through}, but the highest seq applied in it is ${highest}`,
+          `host ${host}'s ledger row ${entry.namespace}${tenant === null ? "" : ` of tenant ${tenant}`} says through ${entry.through}, but the highest seq applied in it is ${highest}`,
         );
     }
   }
@@ -313,7 +330,7 @@ export class Checkers {
         "dead-letters",
         `host ${host}'s letter ${row.table} seq ${letter.seq} (wid ${row.wid}) says not applied, but tx ${row.appliedTx} applied it as that seq: a replay would apply it twice`,
       );
-    if (letter.remote === "applied" && !appliedAsThis)
+    if (letter.remote === "applied" && !appliedAsThis && !row.lost)
       throw new Violation(
         "dead-letters",
         `host ${host}'s letter ${row.table} seq ${letter.seq} (wid ${row.wid}) says applied, but the remote never applied it as that seq${row.applied > 0 ? ` (tx ${row.appliedTx} applied it as seq ${row.appliedSeq})` : ""}`,
@@ -367,7 +384,12 @@ export class Checkers {
     for (const gid of free) {
       const group = model.groups.get(gid)!;
       const view = this.world.hosts[group.host]!;
-      const since = Math.max(this.#freeSince.get(gid)!, view.calmSince);
+      const tenant = model.rows.get(group.wids[0]!)!.tenant;
+      const since = Math.max(
+        this.#freeSince.get(gid)!,
+        view.calmSince,
+        tenant === null ? 0 : this.world.tenantCalmSince(tenant)!,
+      );
       this.counts["free-lanes-advance"]++;
       if (now - since <= this.#bound(group, view)) continue;
       const until = this.#backoffUntil(view, group);
@@ -384,11 +406,13 @@ export class Checkers {
 
   /** Whether a group is free to go now, as far as the model knows (backoffs are read only when it matters). */
   #free(group: GroupModel): boolean {
-    const { model, remote } = this.world;
+    const { model, remotes } = this.world;
     const view = this.world.hosts[group.host]!;
     if (!view.live) return false;
     const rows = group.wids.map((w) => model.rows.get(w)!);
-    if (rows.some((r) => r.state !== "queued" || r.applied > 0 || remote.isPoisoned(r.wid))) return false;
+    if (rows.some((r) => r.state !== "queued" || r.applied > 0 || r.lost || remotes.isPoisoned(r.wid))) return false;
+    const tenant = rows[0]!.tenant;
+    if (tenant !== null && this.world.tenantCalmSince(tenant) === null) return false;
     return rows.every((row) => this.#heads(row, group));
   }
 
@@ -396,7 +420,8 @@ export class Checkers {
   #heads(row: RowModel, group: GroupModel): boolean {
     for (const other of this.world.model.rowsOf(row.host, row.table)) {
       if (other.gid === group.gid || other.seq > row.seq || other.applied > 0 || other.state !== "queued") continue;
-      if (lanesMeet(other.lane, row.lane)) return false;
+      if (other.lost) continue; // delivered to a dropped database: it may go again first, or not at all
+      if (rowsMeet(other, row)) return false;
     }
     return true;
   }

@@ -16,7 +16,8 @@ import type { HostView } from "./checkers.ts";
 import type { Random } from "./random.ts";
 import { EPOCH_MS, ProcessScheduler, type SimTime } from "./time.ts";
 import type { Trace } from "./trace.ts";
-import { SimWriter, type WriterWorld } from "./writer.ts";
+import { remotePath } from "./remote.ts";
+import { SimTenantWriters, SimWriter, type WriterWorld } from "./writer.ts";
 
 /** What a host's drain is tuned with (defineConfig's keys, in their units). */
 export interface Tuning {
@@ -32,6 +33,8 @@ export interface Tuning {
   connections: number;
   concurrent: boolean;
   pipelined: boolean;
+  /** With tenants: how many tenant databases its drain holds open at once. */
+  maxOpenTenants?: number;
 }
 
 /** What the world gives its hosts' drains. */
@@ -89,6 +92,8 @@ export class Host implements HostView {
     readonly dbFile: boolean,
     tables: ReadonlyArray<{ name: string; lanes: number }>,
     readonly tuning: Tuning,
+    /** The tenants its rows go to, each its own database (none: the one remote). */
+    readonly tenants: readonly string[] = [],
   ) {
     const queue = path.join(dir, `host${index}`);
     const file = path.join(queue, "outbox.db");
@@ -113,9 +118,10 @@ export class Host implements HostView {
           db: {
             main: {
               writer: "sqlite",
-              connection: { path: path.join(dir, "remote.db") },
+              connection: { path: remotePath(dir, tenants.length > 0) },
               tables: tables.map((t) => ({ name: t.name, lanes: t.lanes })),
               connections: tuning.connections,
+              ...(tuning.maxOpenTenants === undefined ? {} : { maxOpenTenants: tuning.maxOpenTenants }),
             },
           },
         },
@@ -223,7 +229,7 @@ export class DrainProcess {
   alive = true;
   readonly name: string;
   readonly service: OutboxSyncService;
-  readonly writer: SimWriter;
+  readonly writer: SimWriter | SimTenantWriters;
   readonly #locks = new Set<string>();
   #stopping: Promise<void> | null = null;
 
@@ -235,11 +241,11 @@ export class DrainProcess {
     this.name = `h${host.index}#${incarnation}`;
     const random = world.stream();
     const { tuning } = host;
-    this.writer = new SimWriter(world, this, host.index, random.fork(1), {
-      connections: tuning.connections,
-      concurrent: tuning.concurrent,
-      pipelined: tuning.pipelined,
-    });
+    const options = { connections: tuning.connections, concurrent: tuning.concurrent, pipelined: tuning.pipelined };
+    this.writer =
+      host.tenants.length > 0
+        ? new SimTenantWriters(world, this, host.index, random.fork(1), options)
+        : new SimWriter(world, this, host.index, random.fork(1), options);
     this.service = new OutboxSyncService(
       host.config,
       { [host.target]: this.writer },

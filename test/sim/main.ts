@@ -135,7 +135,7 @@ function merge(into: Summary, from: Summary): void {
 
 /** The command that runs `run` again, exactly. */
 function replayCommand(run: RunResult, args: Args): string {
-  return `bun run sim --seed ${run.seed}${args.profile ? ` --profile ${args.profile}` : ""}${args.steps !== null ? ` --steps ${args.steps}` : ""}${args.strict ? " --strict" : ""}`;
+  return `bun run sim --seed ${run.seed} --profile ${run.profile}${args.steps !== null ? ` --steps ${args.steps}` : ""}${args.strict ? " --strict" : ""}`;
 }
 
 function printFailure(run: RunResult, args: Args): void {

@@ -17,6 +17,11 @@ export function lanesMeet(a: number | null, b: number | null): boolean {
   return a === null || b === null || a === b;
 }
 
+/** Whether two rows of a table keep their order: the same tenant (or none), lanes that meet. */
+export function rowsMeet(a: RowModel, b: RowModel): boolean {
+  return a.tenant === b.tenant && lanesMeet(a.lane, b.lane);
+}
+
 export type RowState = "queued" | "dead" | "given-up";
 
 export interface RowModel {
@@ -25,6 +30,8 @@ export interface RowModel {
   table: string;
   key: string | null;
   lane: number | null;
+  /** The tenant whose database it goes to (null: no tenant template). */
+  tenant: string | null;
   gid: number;
   /** The seq the row has in its queue now (a replay gives it a new one). */
   seq: number;
@@ -47,6 +54,11 @@ export interface RowModel {
   appliedTx: number | null;
   /** Replays of its dead letter. */
   replays: number;
+  /**
+   * Applied in a tenant database since dropped: lost with it (applied, appliedSeq and appliedTx
+   * start over). Applied again in the database made anew if the drain had not confirmed it, or not.
+   */
+  lost: boolean;
 }
 
 export interface GroupModel {
@@ -75,7 +87,14 @@ export class Model {
   /** Records a group of rows the workload committed: `rows` with their seqs. */
   produced(
     host: number,
-    rows: ReadonlyArray<{ wid: number; table: string; key: string | null; lane: number | null; seq: number }>,
+    rows: ReadonlyArray<{
+      wid: number;
+      table: string;
+      key: string | null;
+      lane: number | null;
+      tenant: string | null;
+      seq: number;
+    }>,
   ): GroupModel {
     const gid = this.#nextGid++;
     const group: GroupModel = { gid, host, wids: rows.map((r) => r.wid), tables: new Set(rows.map((r) => r.table)) };
@@ -94,6 +113,7 @@ export class Model {
         appliedSeq: null,
         appliedTx: null,
         replays: 0,
+        lost: false,
       };
       this.rows.set(r.wid, row);
       this.#bySeq.set(seqKey(host, r.table, r.seq), row);
@@ -120,6 +140,17 @@ export class Model {
     this.#bySeq.set(seqKey(row.host, row.table, seq), row);
   }
 
+  /** `tenant`'s database was dropped: every row it had applied is lost with it (see RowModel.lost). */
+  dropped(tenant: string): void {
+    for (const row of this.rows.values()) {
+      if (row.tenant !== tenant || row.applied === 0) continue;
+      row.lost = true;
+      row.applied = 0;
+      row.appliedSeq = null;
+      row.appliedTx = null;
+    }
+  }
+
   /** The rows of one host's table. */
   rowsOf(host: number, table: string): readonly RowModel[] {
     return this.#byTable.get(`${host}/${table}`) ?? [];
@@ -138,9 +169,11 @@ function seqKey(host: number, table: string, seq: number): string {
 /**
  * How many times a row must have been applied once the world drained: once, unless the operator
  * gave it up (never) — or its letter is left in doubt (the remote may have applied it: a replay is
- * refused, so once or never) or applied (once). Null: either is right.
+ * refused, so once or never) or applied (once), or it was lost with a dropped tenant database
+ * (once or never again). Null: either is right.
  */
 export function expectedApplied(row: RowModel): number | null {
+  if (row.lost) return null; // applied in a database since dropped: again in the new one, or not
   if (row.state === "queued") return 1;
   if (row.remote === "in doubt") return null;
   if (row.remote === "applied") return 1;

@@ -10,6 +10,12 @@ export interface Profile {
   tables: [number, number];
   /** The lane counts a table draws from. */
   lanes: readonly number[];
+  /**
+   * Tenants (each its own remote database, the target a tenant template): [min, max]; [0, 0]: one
+   * remote, no template. The max_open_tenants a host draws from.
+   */
+  tenants: [number, number];
+  maxOpenTenants: readonly number[];
   /** How likely a host keeps every table in one db_file (transactions across tables) rather than a db_dir. */
   dbFile: number;
   connections: readonly number[];
@@ -18,8 +24,12 @@ export interface Profile {
   pipelined: number;
   /** Per call. */
   faults: FaultRates;
-  /** Per step: an outage window, a row poisoned, a crash of a drain, an operator action. */
+  /**
+   * Per step: an outage window, a tenant's database down for a while or dropped and made anew, a row
+   * poisoned, a crash of a drain, an operator action.
+   */
   outage: number;
+  tenantFault: number;
   poison: number;
   crash: number;
   operator: number;
@@ -42,12 +52,15 @@ const base: Profile = {
   hosts: [1, 1],
   tables: [1, 3],
   lanes: [1, 1, 2, 4],
+  tenants: [0, 0],
+  maxOpenTenants: [],
   dbFile: 0.5,
   connections: [1, 2, 3],
   concurrent: 0.6,
   pipelined: 0.4,
   faults: { ...CALM, refused: 0.02, slow: 0.02, dropped: 0.02, ambiguous: 0.03 },
   outage: 0.02,
+  tenantFault: 0,
   poison: 0.06,
   crash: 0.03,
   operator: 0.04,
@@ -108,10 +121,21 @@ export const PROFILES: Readonly<Record<string, Profile>> = {
     tables: [1, 2],
     crash: 0.05,
   },
+  // A tenant template: each row to its tenant's own database, fewer open at once than there are
+  // tenants; a tenant's database goes down, or is dropped and made anew, while the others must land.
+  tenants: {
+    ...base,
+    name: "tenants",
+    hosts: [1, 2],
+    tables: [1, 2],
+    tenants: [2, 5],
+    maxOpenTenants: [1, 2, 3, 64],
+    tenantFault: 0.08,
+  },
 };
 
 /** The profiles a mixed run goes through, one seed each in turn. */
-export const MIX = ["default", "heavy-faults", "many-lanes", "fleet", "calm", "held-lanes"] as const;
+export const MIX = ["default", "heavy-faults", "many-lanes", "fleet", "calm", "held-lanes", "tenants"] as const;
 
 /** The profile of `seed` in a run given `name` (or none: the mix). */
 export function profileOf(seed: number, name: string | null): Profile {

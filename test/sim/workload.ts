@@ -28,7 +28,7 @@ export interface WorkloadWorld {
   made(wid: number): void;
 }
 
-type Row = { wid: number; table: string; key: string | null; lane: number | null; seq: number };
+type Row = { wid: number; table: string; key: string | null; lane: number | null; tenant: string | null; seq: number };
 
 export class Workload {
   constructor(
@@ -43,6 +43,12 @@ export class Workload {
     const kind = random.weighted(this.weights);
     const rows: Row[] = [];
     const table = random.pick(host.tables);
+    // With tenants, each action's rows go to one tenant's database (a transaction is one tenant's).
+    const tenant = host.tenants.length > 0 ? random.pick(host.tenants) : null;
+    const options = (k: string | null) =>
+      k === null && tenant === null
+        ? undefined
+        : { ...(k === null ? {} : { key: k }), ...(tenant === null ? {} : { tenant }) };
     const make = (name: string, key: string | null): { sql: string; args: Array<string | number>; row: Row } => {
       const lanes = host.tables.find((t) => t.name === name)!.lanes;
       const wid = this.world.model.wid();
@@ -51,7 +57,7 @@ export class Workload {
       return {
         sql: keyed ? ROW_SQL.keyed(name) : ROW_SQL.plain(name),
         args: keyed ? [wid, key, random.int(0, 999)] : [wid, random.int(0, 999)],
-        row: { wid, table: name, key, lane: oracleLane(key, lanes), seq: 0 },
+        row: { wid, table: name, key, lane: oracleLane(key, lanes), tenant, seq: 0 },
       };
     };
     const key = () => (random.chance(0.1) ? null : random.pick(KEYS));
@@ -60,7 +66,7 @@ export class Workload {
       case "barrier": {
         const k = kind === "barrier" ? null : key();
         const { sql, args, row } = make(table.name, k);
-        row.seq = host.producer.push(table.name, sql, args, k === null ? undefined : { key: k });
+        row.seq = host.producer.push(table.name, sql, args, options(k));
         rows.push(row);
         break;
       }
@@ -70,7 +76,7 @@ export class Workload {
         const seqs = host.producer.pushMany(
           table.name,
           made.map((m) => [m.sql, m.args] as const),
-          k === null ? undefined : { key: k },
+          options(k),
         );
         made.forEach((m, i) => {
           m.row.seq = seqs[i]!;
@@ -81,21 +87,24 @@ export class Workload {
       case "transaction": {
         // Across tables only in a db_file: one file per table refuses it.
         const count = random.int(2, 4);
-        host.producer.transaction(() => {
-          for (let i = 0; i < count; i++) {
-            const t = host.dbFile ? random.pick(host.tables) : table;
-            const k = key();
-            const { sql, args, row } = make(t.name, k);
-            row.seq = host.producer.push(t.name, sql, args, k === null ? undefined : { key: k });
-            rows.push(row);
-          }
-        });
+        host.producer.transaction(
+          () => {
+            for (let i = 0; i < count; i++) {
+              const t = host.dbFile ? random.pick(host.tables) : table;
+              const k = key();
+              const { sql, args, row } = make(t.name, k);
+              row.seq = host.producer.push(t.name, sql, args, k === null ? undefined : { key: k });
+              rows.push(row);
+            }
+          },
+          tenant === null ? undefined : { tenant },
+        );
         break;
       }
     }
     const group = this.world.model.produced(host.index, rows);
     this.world.trace.add(
-      `h${host.index} ${kind} g${group.gid}: ${rows.map((r) => `${r.table}#${r.seq}=w${r.wid}${r.key === null ? "" : `/${r.key}`}`).join(" ")}`,
+      `h${host.index} ${kind} g${group.gid}${tenant === null ? "" : ` @${tenant}`}: ${rows.map((r) => `${r.table}#${r.seq}=w${r.wid}${r.key === null ? "" : `/${r.key}`}`).join(" ")}`,
     );
     for (const file of new Set(rows.map((r) => host.fileOf(r.table)))) this.world.committed(file);
   }

@@ -13,7 +13,7 @@ import { DirWatches, type DrainProcess, Host, type HostWorld, type Tuning } from
 import { appliedAsExpected, Model } from "./model.ts";
 import type { Profile } from "./profiles.ts";
 import { Random } from "./random.ts";
-import { type Commit, SimRemote } from "./remote.ts";
+import { type Commit, SimRemotes } from "./remote.ts";
 import { EPOCH_MS, SimTime, SpinError } from "./time.ts";
 import { Trace } from "./trace.ts";
 import { Workload } from "./workload.ts";
@@ -44,6 +44,12 @@ export interface RunResult {
 const DRAIN_BOUND_MS = 120_000;
 /** The checkers' tick (virtual ms). */
 const TICK_MS = 200;
+/**
+ * How long a tenant's database is disturbed once back up (its outage backoff, capped at 0.6 s here),
+ * or made anew (a hold for its missing ledger: 2 s, doubling with each batch that met it).
+ */
+const TENANT_UP_MS = 1_000;
+const TENANT_REMADE_MS = 10_000;
 
 export interface RunOptions {
   seed: number;
@@ -81,7 +87,7 @@ class World implements HostWorld {
   readonly time: SimTime;
   readonly trace: Trace;
   readonly model = new Model();
-  readonly remote: SimRemote;
+  readonly remotes: SimRemotes;
   readonly hosts: Host[] = [];
   readonly gate: RemoteGate = { down: false };
   readonly rates: FaultRates;
@@ -124,12 +130,9 @@ class World implements HostWorld {
     const hostCount = build.int(...profile.hosts);
     const tableCount = build.int(...profile.tables);
     const names = Array.from({ length: tableCount }, (_, i) => `t${i}`);
-    this.remote = new SimRemote(
-      path.join(this.dir, "remote.db"),
-      names,
-      (commit) => this.#committed(commit),
-      build.chance(0.5),
-    );
+    const tenants =
+      profile.tenants[1] === 0 ? [] : Array.from({ length: build.int(...profile.tenants) }, (_, i) => `tenant-${i}`);
+    this.remotes = new SimRemotes(this.dir, tenants, names, (commit) => this.#committed(commit), build.chance(0.5));
     for (let h = 0; h < hostCount; h++) {
       const tables = names.map((name) => ({ name, lanes: build.pick(profile.lanes) }));
       const concurrent = build.chance(profile.concurrent);
@@ -146,22 +149,25 @@ class World implements HostWorld {
         connections: build.pick(profile.connections),
         concurrent,
         pipelined: concurrent && build.chance(profile.pipelined),
+        ...(tenants.length > 0 && { maxOpenTenants: build.pick(profile.maxOpenTenants) }),
       };
-      this.hosts.push(new Host(h, this.dir, build.chance(profile.dbFile), tables, tuning));
+      this.hosts.push(new Host(h, this.dir, build.chance(profile.dbFile), tables, tuning, tenants));
     }
     this.checkers = new Checkers({
       model: this.model,
-      remote: this.remote,
+      remotes: this.remotes,
       hosts: this.hosts,
       get now() {
         return world.time.now;
       },
+      tenantCalmSince: (tenant) =>
+        this.remotes.unreachable(tenant) === null ? (this.#tenantCalm.get(tenant) ?? 0) : null,
       roundTripMs: 50 + 2 * profile.faults.latencyMs[1],
     });
     const world = this;
     for (const host of this.hosts)
       this.trace.add(
-        `h${host.index}: ${host.dbFile ? "db_file" : "db_dir"}, ${host.tables.map((t) => `${t.name}/${t.lanes}`).join(" ")}, ${JSON.stringify(host.tuning)}`,
+        `h${host.index}: ${host.dbFile ? "db_file" : "db_dir"}, ${host.tables.map((t) => `${t.name}/${t.lanes}`).join(" ")}, ${JSON.stringify(host.tuning)}${tenants.length > 0 ? `, tenants ${tenants.join(" ")}` : ""}`,
       );
   }
 
@@ -178,13 +184,17 @@ class World implements HostWorld {
   }
 
   readonly observer = {
-    sent: (host: number, call: number, stmts: readonly Statement[], fate: Fate, answerAt: number) => {
+    sent: (host: number, call: number, stmts: readonly Statement[], fate: Fate, answerAt: number, tenant?: string) => {
       const rows = stmts.filter((s) => s.seq > 0).map((s) => `${s.namespace}#${s.seq}`);
       const own = stmts.filter((s) => s.seq === 0 && !s.fence).length;
       this.trace.add(
         `h${host} call ${call}: ${rows.join(" ")}${own ? ` +${own} own` : ""}${fate === "ok" ? "" : ` (${fate})`}`,
       );
-      if (fate !== "ok") {
+      if (tenant !== undefined) {
+        // Refused by a tenant's database that is down or gone: that tenant alone is disturbed.
+        this.faults["tenant refused"] = (this.faults["tenant refused"] ?? 0) + 1;
+        this.#tenantDisturbed(tenant, answerAt);
+      } else if (fate !== "ok") {
         this.faults[fate] = (this.faults[fate] ?? 0) + 1;
         // A refusal, a lost or slow answer (and the calls queued behind it on its connection): the
         // drain backs off, times out, settles — no lane is stalled meanwhile.
@@ -301,6 +311,7 @@ class World implements HostWorld {
     const host = random.pick(this.hosts);
     let edge = p.outage;
     if (x < edge) this.#outage(random.int(100, 3_000));
+    else if (x < (edge += p.tenantFault)) this.#tenantFault(random);
     else if (x < (edge += p.poison)) this.#poison(random);
     else if (x < (edge += p.crash)) this.#crash(host, random.int(0, 400));
     else if (x < (edge += p.operator)) this.#workload.operate(host);
@@ -321,13 +332,54 @@ class World implements HostWorld {
     });
   }
 
+  /** When each tenant's database was last disturbed, or will be undisturbed again (see WorldView.tenantCalmSince). */
+  readonly #tenantCalm = new Map<string, number>();
+
+  #tenantDisturbed(tenant: string, until: number): void {
+    this.#tenantCalm.set(tenant, Math.max(this.#tenantCalm.get(tenant) ?? 0, until));
+  }
+
+  /**
+   * A tenant's database goes down for a while (every call and open refused), or is dropped — what it
+   * applied lost with it — and made anew a while later, without the ledger.
+   */
+  #tenantFault(random: Random): void {
+    const tenant = random.pick(this.remotes.tenants);
+    if (this.remotes.unreachable(tenant) !== null) return;
+    const ms = random.int(100, 3_000);
+    if (random.chance(0.5)) {
+      this.remotes.down(tenant, true);
+      this.faults["tenant down"] = (this.faults["tenant down"] ?? 0) + 1;
+      this.trace.add(`${tenant} down for ${ms} ms`);
+      this.time.after(ms, () => this.#tenantUp(tenant));
+      return;
+    }
+    this.remotes.drop(tenant);
+    this.model.dropped(tenant);
+    this.faults["tenant dropped"] = (this.faults["tenant dropped"] ?? 0) + 1;
+    this.trace.add(`${tenant} dropped, made anew in ${ms} ms`);
+    this.time.after(ms, () => this.#tenantUp(tenant));
+  }
+
+  /**
+   * A tenant's database is back: up, or made anew. Its drain finds out when its backoff ends — after a
+   * database made anew, a hold for its missing ledger too (doubling from 2 s): disturbed till then.
+   */
+  #tenantUp(tenant: string): void {
+    const recreated = this.remotes.of(tenant) === null;
+    if (recreated) this.remotes.recreate(tenant);
+    this.remotes.down(tenant, false);
+    this.trace.add(`${tenant} ${recreated ? "made anew" : "up"}`);
+    this.#tenantDisturbed(tenant, this.now + (recreated ? TENANT_REMADE_MS : TENANT_UP_MS));
+  }
+
   /**
    * A row the remote refuses for a while (its statement fails: the row's fault), or until the end:
    * one queued now, or the next one a producer makes (most rows are delivered within milliseconds,
    * so the queued ones are few).
    */
   #poison(random: Random): void {
-    const queued = [...this.model.rows.values()].filter((r) => r.state === "queued" && r.applied === 0);
+    const queued = [...this.model.rows.values()].filter((r) => r.state === "queued" && r.applied === 0 && !r.lost);
     if (queued.length === 0 || random.chance(0.5)) {
       this.#poisonNext += 1;
       return;
@@ -345,14 +397,14 @@ class World implements HostWorld {
   }
 
   poison(wid: number, random: Random): void {
-    if (this.remote.isPoisoned(wid)) return;
-    this.remote.poison(wid);
+    if (this.remotes.isPoisoned(wid)) return;
+    this.remotes.poison(wid);
     this.faults.poison = (this.faults.poison ?? 0) + 1;
     const ms = random.chance(0.3) ? null : random.int(200, 6_000);
     this.trace.add(`poison w${wid} ${ms === null ? "until the end" : `for ${ms} ms`}`);
     if (ms !== null)
       this.time.after(ms, () => {
-        this.remote.cure(wid);
+        this.remotes.cure(wid);
         this.trace.add(`cure w${wid}`);
       });
   }
@@ -387,7 +439,8 @@ class World implements HostWorld {
     this.trace.add("faults end");
     Object.assign(this.rates, { refused: 0, slow: 0, dropped: 0, ambiguous: 0 });
     this.gate.down = false;
-    for (const wid of [...this.remote.poisoned]) this.remote.cure(wid);
+    for (const wid of [...this.remotes.poisoned]) this.remotes.cure(wid);
+    for (const tenant of this.remotes.tenants) if (this.remotes.unreachable(tenant) !== null) this.#tenantUp(tenant);
     for (const host of this.hosts) if (!host.live) host.start(this);
     const deadline = this.now + DRAIN_BOUND_MS;
     const settle = () => {
@@ -491,7 +544,7 @@ class World implements HostWorld {
       host.close();
     }
     closeSharedOutboxes();
-    this.remote.close();
+    this.remotes.close();
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }

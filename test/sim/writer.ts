@@ -5,9 +5,9 @@
 // refused before sending, an answer that is slow (past write_timeout: the batch commits late), a
 // connection dropped mid-batch (committed or not), a commit whose answer is lost.
 import { WriteError } from "../../src/errors.ts";
-import type { OutboxWriter, Statement, WriteOptions, WriteResult } from "../../src/writers/writer.ts";
+import type { OutboxWriter, Statement, TenantWriters, WriteOptions, WriteResult } from "../../src/writers/writer.ts";
 import type { Random } from "./random.ts";
-import type { SimRemote } from "./remote.ts";
+import type { SimRemotes } from "./remote.ts";
 import type { Owner, SimTime } from "./time.ts";
 
 /** How often each fault strikes a call (0 … 1), and how slow slow is. */
@@ -26,9 +26,10 @@ export interface FaultRates {
 export interface CallObserver {
   /**
    * A batch went out (before the remote has it), to meet `fate`; its answer (or its loss) comes at
-   * `answerAt` at the latest: the checks of what a drain may send.
+   * `answerAt` at the latest: the checks of what a drain may send. `tenant`: refused because that
+   * tenant's database is down or dropped (it disturbs that tenant alone).
    */
-  sent(host: number, call: number, stmts: readonly Statement[], fate: Fate, answerAt: number): void;
+  sent(host: number, call: number, stmts: readonly Statement[], fate: Fate, answerAt: number, tenant?: string): void;
   /** What became of it, in words, for the trace; `crash`: rolled back with the process that sent it. */
   fate(host: number, call: number, what: string, crash?: boolean): void;
 }
@@ -53,7 +54,7 @@ export interface RemoteGate {
 /** What a writer reaches of its world. */
 export interface WriterWorld {
   time: SimTime;
-  remote: SimRemote;
+  remotes: SimRemotes;
   /** The fault rates now (the end of a run sets them to none). */
   rates: FaultRates;
   gate: RemoteGate;
@@ -63,8 +64,9 @@ export interface WriterWorld {
 }
 
 /**
- * One drain process's writer: `connections` connections, each carrying one call (two when
- * `pipelined`). `concurrent` and `pipelined` are what the drain reads to keep batches in flight.
+ * One drain process's writer (of the one remote, or of one tenant's database): `connections`
+ * connections, each carrying one call (two when `pipelined`). `concurrent` and `pipelined` are what
+ * the drain reads to keep batches in flight.
  */
 export class SimWriter implements OutboxWriter {
   readonly dialect = "sqlite" as const;
@@ -83,6 +85,7 @@ export class SimWriter implements OutboxWriter {
     private readonly host: number,
     private readonly random: Random,
     options: { connections: number; concurrent: boolean; pipelined: boolean },
+    private readonly tenant: string | null = null,
   ) {
     this.#world = world;
     this.concurrent = options.concurrent;
@@ -92,9 +95,19 @@ export class SimWriter implements OutboxWriter {
 
   writeBatch(stmts: Statement[], options?: WriteOptions): Promise<WriteResult[]> {
     if (this.#closed) return Promise.reject(new WriteError("sim writer: closed"));
-    const { time, rates, gate, observer } = this.#world;
+    const { time, rates, gate, observer, remotes } = this.#world;
     const call = this.#world.nextCall();
     const { random } = this;
+    const answer = Promise.withResolvers<WriteResult[]>();
+    const unreachable = remotes.unreachable(this.tenant);
+    if (unreachable !== null) {
+      // The tenant's database is down or gone: refused at once, that tenant's fault alone.
+      const at = time.now + random.int(0, 2);
+      observer.sent(this.host, call, stmts, "refused", at, this.tenant!);
+      time.at(at, () => answer.reject(new WriteError(`sim remote: ${unreachable}`)), this.process);
+      observer.fate(this.host, call, `refused: ${unreachable}`);
+      return answer.promise;
+    }
     const fate: Fate = gate.down
       ? "refused"
       : random.weighted({
@@ -104,7 +117,6 @@ export class SimWriter implements OutboxWriter {
           dropped: rates.dropped,
           ambiguous: rates.ambiguous,
         });
-    const answer = Promise.withResolvers<WriteResult[]>();
     const fail = (what: string) => answer.reject(new WriteError(`sim remote: ${what}`));
     if (fate === "refused") {
       // Refused before anything was sent: the connection could not be had.
@@ -160,12 +172,15 @@ export class SimWriter implements OutboxWriter {
     answer: PromiseWithResolvers<WriteResult[]>,
     answerMs: number,
   ): Promise<void> {
-    const { time, remote, observer } = this.#world;
+    const { time, remotes, observer } = this.#world;
     const { random } = this;
     const applied = fate !== "dropped" || random.chance(0.5);
     let results: WriteResult[] | null = null;
     let error: unknown = null;
-    if (applied) {
+    // A tenant's database dropped while the call was on its way: nothing there to apply it.
+    const remote = remotes.of(this.tenant);
+    if (remote === null) error = new WriteError(`sim remote: ${remotes.unreachable(this.tenant)}`);
+    else if (applied) {
       try {
         results = await remote.apply(stmts, this.host, call, time.now);
       } catch (e) {
@@ -193,5 +208,44 @@ export class SimWriter implements OutboxWriter {
       },
       this.process,
     );
+  }
+}
+
+/**
+ * A tenant template's writers in one drain process: each tenant's SimWriter, made as the drain opens
+ * the tenant's database — refused while that database is down or dropped.
+ */
+export class SimTenantWriters implements TenantWriters {
+  readonly tenantTemplate = true as const;
+  readonly dialect = "sqlite" as const;
+  readonly concurrent: boolean;
+  readonly #made: SimWriter[] = [];
+
+  constructor(
+    private readonly world: WriterWorld,
+    private readonly process: Owner,
+    private readonly host: number,
+    private readonly random: Random,
+    private readonly options: { connections: number; concurrent: boolean; pipelined: boolean },
+  ) {
+    this.concurrent = options.concurrent;
+  }
+
+  async open(tenant: string): Promise<OutboxWriter> {
+    const unreachable = this.world.remotes.unreachable(tenant);
+    if (unreachable !== null) throw new WriteError(`sim remote: ${unreachable}`);
+    const random = this.random.fork(this.#made.length + 1);
+    const writer = new SimWriter(this.world, this.process, this.host, random, this.options, tenant);
+    this.#made.push(writer);
+    return writer;
+  }
+
+  describe(): string {
+    return "sim remote-{tenant}.db";
+  }
+
+  /** The process died: every tenant's writer it made (see SimWriter.crashed). */
+  crashed(): void {
+    for (const writer of this.#made) writer.crashed();
   }
 }
