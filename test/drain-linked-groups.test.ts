@@ -33,6 +33,23 @@ function kept(linking: Linking<LinkableDraft>, d: LinkableDraft): number[] {
 const all = (...tables: string[]) => new Set(tables);
 
 describe("linkDrafts, tables of one lane", () => {
+  test("a group whose part in another table is gone (confirmed there, sent again here) goes alone; one whose part is only not read waits", () => {
+    const span = { 10: ["a", "b"] };
+    const a = draft(
+      "a",
+      [
+        [11, 10],
+        [13, null],
+      ],
+      span,
+    );
+    const gone = linkDrafts([a], all("a", "b"), undefined, (table, grp) => table === "b" && grp === 10);
+    expect(kept(gone, a)).toEqual([11, 13]);
+    expect(names(gone.units)).toEqual([["a"]]);
+    const unread = linkDrafts([a], all("a", "b"), undefined, () => false);
+    expect(kept(unread, a)).toEqual([]);
+  });
+
   test("drafts without groups that span tables go as they are, each its own unit", () => {
     const a = draft("a", [
       [1, null],

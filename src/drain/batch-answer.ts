@@ -118,8 +118,13 @@ export function applyAnswered(
   const attempts = attemptsOfGroups(batch.units);
   const slices: Array<AnsweredBatch["slices"][number]> = [];
   const answered: AnsweredBatch = { slices, rows: 0, moved: 0, durationMs: parts.scheduler.elapsed() - started };
+  /** Tables whose rows an answer before dead-lettered, with a group that spans tables. */
+  const touched = new Set<string>();
   for (const slice of batch.slices) {
+    // Its head's group went to the dead letters with its part in a table answered before: nothing to settle.
+    if (touched.has(slice.table.name) && slice.table.headGone(slice)) continue;
     const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), now(), attempts);
+    for (const t of answer.touched ?? []) touched.add(t);
     slices.push({ table: slice.table, fenced: slice.fenced, delivered: answer.delivered });
     answered.rows += slice.rows.length;
     answered.moved += answer.delivered + answer.failed + answer.deadLettered;
@@ -127,6 +132,7 @@ export function applyAnswered(
     out.failed += answer.failed;
     out.deadLettered += answer.deadLettered;
     out.more ||= answer.more;
+    if (answer.readOn) out.readOn = true;
     if (answer.ledgerMissing) hooks.ledgerMissing();
     parts.forgetReadAhead(answer.touched);
   }

@@ -3,7 +3,7 @@ import type { OutboxRow } from "../outbox/outbox.ts";
 import { decodeArgs } from "../outbox/payload.ts";
 import type { Dialect } from "../vocabulary.ts";
 import type { Statement, WriteResult } from "../writers/writer.ts";
-import { linkDrafts } from "./linked-groups.ts";
+import { type GoneFrom, linkDrafts, type WaitsIn } from "./linked-groups.ts";
 import { RewriteCache } from "./rewrite-cache.ts";
 import { minWake } from "./schedule.ts";
 import type { DrainTable, GroupAttempts, OpenContext, PlanContext, SliceDraft, TableSlice } from "./table/table.ts";
@@ -70,12 +70,14 @@ export interface BatchPlanParts {
 export class BatchPlanner {
   /** The tables this target serves by name (linking ignores tables another target serves). */
   readonly #served: ReadonlySet<string>;
+  readonly #byName: ReadonlyMap<string, DrainTable>;
   readonly #rewrites: RewriteCache;
   /** Sqlcommenter comments on the statements sent (trace_comments), or null when off. */
   readonly #comments: TraceComments | null;
 
   constructor(private readonly parts: BatchPlanParts) {
     this.#served = new Set(parts.tables.map((t) => t.name));
+    this.#byName = new Map(parts.tables.map((t) => [t.name, t]));
     this.#rewrites = new RewriteCache(parts.dialect, parts.target.compat);
     this.#comments = parts.target.traceComments ? new TraceComments(parts.dialect) : null;
   }
@@ -160,8 +162,11 @@ export class BatchPlanner {
     }
     if (drafts.length === 0) return null;
     const waitsIn = (t: string, grp: number) => planned.get(t)?.waitOf(grp) ?? null;
-    return openLinked(drafts, this.#served, waitsIn, { now, fence: this.parts.fence }, out);
+    return openLinked(drafts, this.#served, waitsIn, this.goneFrom, { now, fence: this.parts.fence }, out);
   }
+
+  /** Whether a group's part in a table of this target is gone (see GoneFrom): confirmed, nothing of it pending. */
+  readonly goneFrom: GoneFrom = (table, grp) => this.#byName.get(table)?.groupGone(grp) === true;
 
   /**
    * The batch behind `ahead`, sent before `ahead` is answered: for each table alone in its unit
@@ -244,11 +249,12 @@ function tenantMismatch(table: DrainTable, row: OutboxRow, target: TargetConfig)
 export function openLinked(
   drafts: SliceDraft[],
   served: ReadonlySet<string>,
-  waitsIn: (table: string, grp: number) => number | null,
+  waitsIn: WaitsIn,
+  goneFrom: GoneFrom,
   open: OpenContext,
   out: Pick<PlanReport, "more" | "readOn" | "wakeAt">,
 ): SentBatch | null {
-  const { held, units } = linkDrafts(drafts, served, waitsIn);
+  const { held, units } = linkDrafts(drafts, served, waitsIn, goneFrom);
   const opened = new Map<SliceDraft, TableSlice>();
   for (const draft of drafts) {
     const waiting = held.get(draft);

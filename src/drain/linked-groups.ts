@@ -22,6 +22,13 @@ export interface LinkableDraft {
  */
 export type WaitsIn = (table: string, grp: number) => number | null;
 
+/**
+ * Whether a group that spans tables has no row left to deliver in `table`: its part there was
+ * confirmed — applied by a database that was since dropped and made anew, whose ledger sends the rest
+ * again. Asked only of a table whose draft does not carry the group.
+ */
+export type GoneFrom = (table: string, grp: number) => boolean;
+
 /** How the drafts of one batch go: the groups each holds back, and the units that must commit together. */
 export interface Linking<D> {
   /** Per draft that holds groups back, those groups, in row order: the lanes each is in are held from it on. */
@@ -40,13 +47,14 @@ export interface Linking<D> {
  * waits (planner.ts). Groups of other lanes go around it. Holding a group back can leave another
  * table's part of a group unmatched, so it runs until nothing changes. Each group held back says
  * until when it waits, when the tables that hold it know (`waitsIn`). Tables the target does not
- * serve (`served`) are another target's: their part of a group goes there, in its own transaction.
- * Pure: no I/O, the drafts are not changed.
+ * serve (`served`) are another target's: their part of a group goes there, in its own transaction;
+ * a table where its part is gone (`goneFrom`) is not waited for. The drafts are not changed.
  */
 export function linkDrafts<D extends LinkableDraft>(
   drafts: readonly D[],
   served: ReadonlySet<string>,
   waitsIn: WaitsIn = () => null,
+  goneFrom: GoneFrom = () => false,
 ): Linking<D> {
   const held = new Map<D, WaitingGroup[]>();
   // Only a draft that read a group spanning tables can hold one back or link others (most read none).
@@ -100,6 +108,7 @@ export function linkDrafts<D extends LinkableDraft>(
           const other = byTable.get(t);
           const there = other === undefined ? undefined : heldIn(other, grp!);
           if (there === null) continue; // it goes there
+          if (there === undefined && goneFrom(t, grp!)) continue; // nothing of it is left there
           waitsOn.add(t);
           until = earliest(until, there?.until ?? waitsIn(t, grp!) ?? behindHeld(other));
         }
@@ -126,7 +135,10 @@ export function linkDrafts<D extends LinkableDraft>(
   for (const d of spanning) {
     for (const [grp, start] of starts.get(d)!) {
       if (heldIn(d, grp) !== null) continue;
-      for (const t of crossing(d, start)) parent.set(root(byTable.get(t)!), root(d));
+      for (const t of crossing(d, start)) {
+        const other = byTable.get(t);
+        if (other !== undefined) parent.set(root(other), root(d));
+      }
     }
   }
   const units = new Map<D, D[]>();

@@ -71,6 +71,8 @@ export interface DrainQueue {
   tenantsWithRows(after: string | null, limit: number): { tenants: string[]; withoutTenant: boolean };
   head(): OutboxRow | null;
   pendingCount(): number;
+  /** Whether a row of the group that starts at seq `grp` (one transaction across tables) is still pending here. */
+  holdsGroup(grp: number): boolean;
   /**
    * Whether this namespace has a history in this file: a row delivered or dead-lettered,
    * or a pending head linked to an earlier row (logs pruned). A fresh queue has none.
@@ -219,6 +221,20 @@ export class QueueForDrain extends QueueView implements DrainQueue {
   ): DeliveryRead {
     this.queueFile.ensureOpen();
     return this.#reader.read(limit, maxBytes, ready, after, skip, { tenant });
+  }
+
+  holdsGroup(grp: number): boolean {
+    this.queueFile.ensureOpen();
+    const file = this.queueFile;
+    return file.read(
+      "cannot look for a group's rows",
+      () =>
+        file.db
+          .query(
+            "SELECT 1 FROM outbox_queue WHERE namespace = ?1 AND synced = 0 AND seq >= ?2 AND seq <= ifnull((SELECT last_seq FROM outbox_group WHERE grp = ?2), ?2) LIMIT 1",
+          )
+          .get(file.namespace, grp) !== null,
+    );
   }
 
   serveTenants(): void {

@@ -124,6 +124,10 @@ export class FakeQueue implements DrainQueue {
     return this.rows[0] ? { ...this.rows[0] } : null;
   }
 
+  holdsGroup(grp: number): boolean {
+    return this.rows.some((r) => r.grp === grp);
+  }
+
   pendingCount(): number {
     return this.rows.length;
   }

@@ -107,8 +107,8 @@ export function applyTableAnswer(
     case "failed-behind-head":
       // Not the head's fault: the groups before the failed one go first, then it heads the table.
       queue.refundAttempt(head.seq);
-      progress.cut(lanes.ofGroup(rows, answer.groupStart), rows[answer.groupStart]!.seq);
-      out.more = true;
+      progress.cut(lanes.ofGroup(rows, answer.groupStart), rows[answer.groupStart]!.seq, head.tenant);
+      out.more = out.readOn = true; // the rows before the cut go next, at once
       return;
     case "not-tried":
       queue.refundAttempt(head.seq);

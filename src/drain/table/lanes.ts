@@ -184,13 +184,15 @@ export class TableLanes {
     else for (const lanes of this.#all()) lanes.fromHead();
   }
 
-  /** When the first hold on a lane (or a tenant) ends (epoch ms): its rows are read again then. Null: none is held. */
-  get nextLift(): number | null {
-    let next: number | null = null;
-    for (const lanes of this.#all()) {
-      for (const until of lanes.blocked.values()) next = Math.min(next ?? until, until);
-      if (lanes.heldUntil !== null) next = Math.min(next ?? lanes.heldUntil, lanes.heldUntil);
-    }
+  /**
+   * When the first hold on a lane of `tenant`'s rows (or on the tenant) ends (epoch ms): they are read again
+   * then. Null: none is held. (Another tenant's holds end when a plan of that tenant's rows lifts them: a
+   * plan of these rows that woke for them would find nothing to lift, and wake again at once.)
+   */
+  nextLift(tenant: string | null = null): number | null {
+    const lanes = this.#of(tenant);
+    let next = lanes.heldUntil;
+    for (const until of lanes.blocked.values()) next = Math.min(next ?? until, until);
     return next;
   }
 

@@ -132,10 +132,13 @@ export class HeadPlanning {
   /**
    * When a group that spans tables, held back by the last plan, may go at the earliest (epoch ms),
    * if a backoff says (see Plan.waiting; with lanes, also one held back in a lane read past since,
-   * see TableLanes.waitOf), or when the last plan sent nothing, its wake time. Null: not known.
+   * see TableLanes.waitOf — but not before the table's wake time when the last plan sent nothing: a
+   * table held meanwhile keeps it until its hold ends). Null: not known.
    */
   waitOf(grp: number): number | null {
-    return this.#waits.get(grp) ?? this.parts.lanes.waitOf(grp) ?? this.#quietUntil;
+    const inLane = this.parts.lanes.waitOf(grp);
+    const quiet = this.#quietUntil;
+    return this.#waits.get(grp) ?? (inLane === null ? quiet : quiet === null ? inLane : Math.max(inLane, quiet));
   }
 
   /** A new plan begins: what the last one said of the groups waiting here no longer holds. */
@@ -164,7 +167,7 @@ export class HeadPlanning {
       lanes ? (row) => laneState.isApplied(row) : null,
     );
     // A held lane is read again when its hold ends, whatever this read found.
-    if (lanes) out.wakeAt = minWake(out.wakeAt, laneState.nextLift);
+    if (lanes) out.wakeAt = minWake(out.wakeAt, laneState.nextLift());
     const cursor = laneState.cursor();
     const frontier = laneState.frontier();
     const seen = Math.max(read.rows.at(-1)?.seq ?? 0, read.passedOver ?? 0, cursor ?? 0) || null;
@@ -222,7 +225,7 @@ export class HeadPlanning {
       cursor,
       (row) => laneState.isApplied(row),
     );
-    out.wakeAt = minWake(out.wakeAt, laneState.nextLift);
+    out.wakeAt = minWake(out.wakeAt, laneState.nextLift(tenant));
     if (read.rows.length === 0) {
       if (read.gap) holds.gap(read.gap.seq, read.gap.prevSeq, at.now);
       return [];

@@ -94,6 +94,8 @@ export class TableProgress {
    * be marked applied (DrainQueue.markApplied) if a round of the tenants ends and they still wait.
    */
   #toMark: number[] = [];
+  /** A tenant template's: the head the last scan of the applied prefix started at (see lookAtHead). */
+  #scannedHead: number | null = null;
 
   constructor(private readonly parts: ProgressParts) {}
 
@@ -398,6 +400,16 @@ export class TableProgress {
     if (this.parts.lanes.tenanted) this.#prefixDue = true;
   }
 
+  /**
+   * A tenant template's: the prefix is scanned again when the head is not where the last scan found
+   * it — an operator moved rows off the front (a skip, a dead letter's purge) without a signal.
+   */
+  lookAtHead(): void {
+    if (!this.parts.lanes.tenanted || this.#prefixDue) return;
+    const head = this.parts.queue().head()?.seq ?? null;
+    if (head !== this.#scannedHead) this.#prefixDue = true;
+  }
+
   /** Rows a target applied wait for their local confirmation. */
   get hasApplied(): boolean {
     return this.#applied !== null || this.#prefixDue || this.#toMark.length > 0;
@@ -418,6 +430,7 @@ export class TableProgress {
       this.#prefixDue = false;
       const bound = this.#appliedPrefix(queue.confirmChunkRows);
       const confirmed = this.confirm(bound.seq);
+      this.#scannedHead = queue.head()?.seq ?? null;
       this.parts.lanes.prune(bound.seq);
       this.#toMark = this.#toMark.filter((seq) => seq > bound.seq);
       this.#prefixDue = bound.more && confirmed > 0;

@@ -152,6 +152,11 @@ export class DrainTable {
     this.#holds.release("late answer");
   }
 
+  /** When a timed hold of the table is retried (epoch ms), if one keeps it back at `now`; null otherwise. */
+  retryAt(now: number): number | null {
+    return this.#holds.retryAt(now);
+  }
+
   /** True while held at `now`, waiting, or unopened. */
   held(now: number): boolean {
     return this.#file.queue === null || this.#holds.active(now) || this.#holds.waiting;
@@ -373,6 +378,12 @@ export class DrainTable {
     return { drafts, outcome: out };
   }
 
+  /** Whether nothing of the group that starts at `grp` is pending in this table any more (see GoneFrom); false when its file is not open. */
+  groupGone(grp: number): boolean {
+    const queue = this.#file.queue;
+    return queue !== null && !queue.holdsGroup(grp);
+  }
+
   /** When a group that spans tables, held back by the last plan, may go at the earliest (see HeadPlanning.waitOf). */
   waitOf(grp: number): number | null {
     return this.#planning.waitOf(grp);
@@ -478,6 +489,16 @@ export class DrainTable {
     return this.#progress.hasApplied;
   }
 
+  /** A tenant template's: the applied prefix is looked at again if the head moved (see TableProgress.lookAtHead). */
+  lookAtHead(now: number): void {
+    if (!this.#file.queue) return;
+    try {
+      this.#progress.lookAtHead();
+    } catch (error) {
+      this.#holds.local(error, now, "looking at the head");
+    }
+  }
+
   /**
    * Confirms locally the next part of the rows a target applied (see TableProgress.confirmNext);
    * true while some are left (the runner lets the file's other writers in between). A local failure
@@ -492,6 +513,17 @@ export class DrainTable {
       this.#holds.local(error, now, `confirming rows applied by ${this.parts.target}`);
       return false;
     }
+  }
+
+  /**
+   * Whether the head of `slice` is no longer pending — dead-lettered with its group by another table's
+   * answer to the same batch: the slice is not answered; the next read starts at the head.
+   */
+  headGone(slice: TableSlice): boolean {
+    const head = slice.rows[0]!;
+    if (head.grp === null || this.#file.queue?.holdsGroup(head.grp) !== false) return false;
+    if (slice.lanes !== undefined) this.#lanes.restart(head.tenant);
+    return true;
   }
 
   /**

@@ -59,9 +59,13 @@ export class TenantDelivery {
       closed: (tenant) => {
         for (const table of parts.tables) table.forgetTenant(tenant);
       },
-      // Its rows are settled from the new ledger: those sent to the dropped database go again.
+      // Its rows are read from the head and settled from the new ledger: those the dropped database
+      // applied and this drain had not confirmed go again.
       ledgerCreated: (tenant) => {
-        for (const table of parts.tables) table.unsettle(tenant);
+        for (const table of parts.tables) {
+          table.forgetTenant(tenant);
+          table.unsettle(tenant);
+        }
       },
     });
     this.#planner = new BatchPlanner({
@@ -132,7 +136,10 @@ export class TenantDelivery {
     // once — neither is forgotten when the next cycles look at other tenants.
     const round = this.#round;
     round.wakeAt = minWake(round.wakeAt, out.wakeAt);
-    round.more ||= out.more && (out.readOn || out.delivered + out.failed + out.deadLettered > 0);
+    round.more ||=
+      (out.more && (out.readOn || out.delivered + out.failed + out.deadLettered > 0)) ||
+      // a fence that failed: the tenant's ledger is read again, and its rows go, at once
+      tenants.some((t) => t !== null && !this.#settledEverywhere(t) && this.#remotes.heldUntil(t, now) === null);
     out.wakeAt = round.wakeAt;
     // The round goes on with the next tenants at once, whether this cycle sent anything or not.
     if (roundGoesOn || round.more) out.more = out.readOn = true;
@@ -183,6 +190,8 @@ export class TenantDelivery {
     const chosen: Array<string | null> = [];
     let withoutTenant = false;
     let more = false;
+    // A table held on a timer lists no tenants: it is looked at again when the hold ends.
+    for (const table of tables) out.wakeAt = minWake(out.wakeAt, table.retryAt(now));
     for (let after = this.#turn; !more; ) {
       // A page of tenants per table; names past the end of a full page wait for the next look.
       let until: string | null = null;
@@ -292,7 +301,7 @@ export class TenantDelivery {
   #open(remote: TenantRemote, drafts: SliceDraft[], now: number, out: TargetCycle): SentBatch | null {
     const planned = new Map(drafts.map((d) => [d.table.name, d.table]));
     const waitsIn = (t: string, grp: number) => planned.get(t)?.waitOf(grp) ?? null;
-    return openLinked(drafts, this.#served, waitsIn, { now, fence: remote.fence }, out);
+    return openLinked(drafts, this.#served, waitsIn, this.#planner.goneFrom, { now, fence: remote.fence }, out);
   }
 
   /**
@@ -314,7 +323,9 @@ export class TenantDelivery {
       results = await remote.writer.send(batch.stmts);
     } catch (error) {
       batchLost(batch, observed, error, parts);
-      this.#remotes.outage(remote.tenant, error, `a batch of ${batch.stmts.length} statements`, this.#parts.now());
+      const now = this.#parts.now();
+      this.#remotes.outage(remote.tenant, error, `a batch of ${batch.stmts.length} statements`, now);
+      out.wakeAt = minWake(out.wakeAt, this.#remotes.heldUntil(remote.tenant, now)); // its rows go again then
       return;
     } finally {
       remote.inFlight -= 1;
@@ -328,11 +339,14 @@ export class TenantDelivery {
     // What it lacked (a table, the ledger) is there now when rows went and none was refused for it.
     if (answered.slices.some((slice) => slice.delivered > 0) && this.#remotes.schemaFaults(remote.tenant) === faults)
       this.#remotes.recovered(remote.tenant);
+    // Held for what its database lacks (a table, the ledger): its rows go again when that hold ends.
+    out.wakeAt = minWake(out.wakeAt, this.#remotes.heldUntil(remote.tenant, this.#parts.now()));
   }
 
   /** Confirms locally the rows the tenants' databases applied (see Delivery.confirmApplied). */
   async confirmApplied(turn: (() => Promise<unknown>) | null = null, markBehind = false): Promise<void> {
     for (const table of this.#parts.tables) {
+      table.lookAtHead(this.#parts.now());
       if (!table.hasApplied) continue;
       if (turn) await turn();
       while (table.confirmApplied(this.#parts.now(), markBehind)) await this.#parts.scheduler.sleep(0);
