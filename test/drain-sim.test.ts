@@ -72,6 +72,73 @@ const REGRESSIONS: ReadonlyArray<{ seed: number; profile: string; fixed: string 
     fixed:
       "skip-in-flight and late-commit-dead: a head skipped while a batch carrying it was lost committed all the same, and its letter could be replayed; the letter is in doubt now, and the drain settles it applied",
   },
+  {
+    seed: 13,
+    profile: "tenants",
+    fixed:
+      "a tenant's head behind another tenant's row of the same key was not its lane's head: the table was held for good",
+  },
+  {
+    seed: 7,
+    profile: "tenants",
+    fixed: "a hole closed without the rows marked applied: the pending count went negative and rows read as none",
+  },
+  {
+    seed: 2,
+    profile: "tenants",
+    fixed:
+      "a round of the tenants forgot its wakes and the rows a full batch left when the next cycles served other tenants",
+  },
+  {
+    seed: 32,
+    profile: "tenants",
+    fixed:
+      "a ledger unreadable in a database made anew held its tenant while the read counted as in flight: never reopened",
+  },
+  {
+    seed: 59,
+    profile: "tenants",
+    fixed:
+      "a database made anew kept the throughs of the dropped one: rows it had applied were neither sent nor confirmed",
+  },
+  {
+    seed: 251,
+    profile: "tenants",
+    fixed: "a plan of one tenant woke for another tenant's lane holds, which only that tenant's plan lifts: a spin",
+  },
+  {
+    seed: 222,
+    profile: "tenants",
+    fixed: "a transaction across tables half confirmed before its database was made anew waited for its confirmed part",
+  },
+  { seed: 129, profile: "tenants", fixed: "a batch lost to a tenant's outage reported no wake for the hold's end" },
+  {
+    seed: 398,
+    profile: "tenants",
+    fixed: "rows applied behind a head the operator skipped were not confirmed: the prefix was not scanned again",
+  },
+  {
+    seed: 508,
+    profile: "tenants",
+    fixed: "a tenant held for its missing ledger by a batch's answer reported no wake for the hold's end",
+  },
+  {
+    seed: 679,
+    profile: "tenants",
+    fixed: "a failure behind the head placed a cut, but the round did not go on at once to send what is before it",
+  },
+  {
+    seed: 3191,
+    profile: "tenants",
+    fixed:
+      "a cut behind a tenant's head was kept as the rows without a tenant's; a table held on a timer listed no tenants and gave no wake",
+  },
+  {
+    seed: 530,
+    profile: "held-lanes",
+    fixed:
+      "a table held meanwhile gave a group waiting in it a lane's past wait time (a spin); a group dead-lettered across tables by one table's answer was settled again by the other's",
+  },
 ];
 
 /**

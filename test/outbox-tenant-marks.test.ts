@@ -82,3 +82,34 @@ test("opening a file with rows marked applied keeps them (they are a tenant temp
   expect(again.markedThrough()).toBe(2);
   expect(pendingOf(again, "globex").map((r) => r.seq)).toEqual([4]);
 });
+
+test("a lane's head moved out from behind other rows leaves the count true with rows marked applied behind it", () => {
+  // acme 1 3 5, globex 2 4 6; globex's 4 is marked applied (behind acme's pending 3).
+  const { file, queue } = queueOf(["acme", "globex"], 3);
+  expect(queue.markApplied([4])).toBe(1);
+  expect(queue.pendingCount()).toBe(5);
+  // globex's head (2) is dead-lettered from behind acme's head (1): a hole closed among the rows.
+  queue.deadLetter(2, "max_attempts", "refused", "E_TEST");
+  expect(queue.pendingCount()).toBe(4); // 1, 3, 5, 6 — marked 4 not counted, never below zero
+  expect(queue.confirmThrough(5)).toBe(4); // 1, 3, 4 (marked), 5
+  expect(queue.pendingCount()).toBe(1);
+  expect(queue.head()?.seq).toBe(6);
+  expect(verifyFile(file).ok).toBe(true);
+});
+
+test("a tenant's row heads its lane among that tenant's rows: another tenant's earlier row of the same key does not stop it", () => {
+  const dir = tempDirCleanedBy(cleanups);
+  const producer = new SQLMiddleware({ dbDir: dir.path });
+  const sql = "INSERT INTO ev (t, n) VALUES (?, ?)";
+  producer.push("ev", sql, ["acme", 1], { tenant: "acme", key: "k" }); // 1
+  producer.push("ev", sql, ["globex", 1], { tenant: "globex", key: "k" }); // 2: heads globex's lane k
+  producer.push("ev", sql, ["globex", 2], { tenant: "globex", key: "k" }); // 3: behind 2
+  producer.push("ev", sql, ["globex", 3], { tenant: "globex" }); // 4: no key, behind every globex row
+  const queue = openDrainQueue(dir.file("ev.db"), "ev");
+  cleanups.push(() => queue.close());
+  expect(() => queue.deadLetter(3, "max_attempts", "refused", "E_TEST")).toThrow(/not the head.*tenant "globex", key "k"/);
+  expect(() => queue.deadLetter(4, "max_attempts", "refused", "E_TEST")).toThrow(/tenant "globex"/);
+  expect(queue.deadLetter(2, "max_attempts", "refused", "E_TEST").seqs).toEqual([2]);
+  expect(queue.pendingCount()).toBe(3);
+  expect(verifyFile(dir.file("ev.db")).ok).toBe(true);
+});
