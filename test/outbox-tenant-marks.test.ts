@@ -107,7 +107,9 @@ test("a tenant's row heads its lane among that tenant's rows: another tenant's e
   producer.push("ev", sql, ["globex", 3], { tenant: "globex" }); // 4: no key, behind every globex row
   const queue = openDrainQueue(dir.file("ev.db"), "ev");
   cleanups.push(() => queue.close());
-  expect(() => queue.deadLetter(3, "max_attempts", "refused", "E_TEST")).toThrow(/not the head.*tenant "globex", key "k"/);
+  expect(() => queue.deadLetter(3, "max_attempts", "refused", "E_TEST")).toThrow(
+    /not the head.*tenant "globex", key "k"/,
+  );
   expect(() => queue.deadLetter(4, "max_attempts", "refused", "E_TEST")).toThrow(/tenant "globex"/);
   expect(queue.deadLetter(2, "max_attempts", "refused", "E_TEST").seqs).toEqual([2]);
   expect(queue.pendingCount()).toBe(3);

@@ -18,8 +18,6 @@ import type { LedgerRow } from "./views.ts";
 export class TargetLedger {
   /** The fence's text per number of ledger rows it moves (lanes make several). */
   private readonly fenceTexts = new Map<number, string>();
-  /** Whether setup created the ledger table (it was missing: nothing was applied through it). */
-  created = false;
   private readonly settleText: string;
   private readonly settleLanesText: string;
 
@@ -43,8 +41,7 @@ export class TargetLedger {
   async setup(): Promise<string | null> {
     const outcome = await ensureStep(this.writer, ledgerStep(this.table, this.dialect), this.table, this.autoSchema);
     if ("done" in outcome) {
-      this.created = outcome.done === "applied";
-      if (this.created)
+      if (outcome.done === "applied")
         this.logger.info(`drain: created the delivery ledger ${this.table} on ${this.writer.target}`, {
           target: this.writer.target,
         });

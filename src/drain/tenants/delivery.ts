@@ -59,14 +59,6 @@ export class TenantDelivery {
       closed: (tenant) => {
         for (const table of parts.tables) table.forgetTenant(tenant);
       },
-      // Its rows are read from the head and settled from the new ledger: those the dropped database
-      // applied and this drain had not confirmed go again.
-      ledgerCreated: (tenant) => {
-        for (const table of parts.tables) {
-          table.forgetTenant(tenant);
-          table.unsettle(tenant);
-        }
-      },
     });
     this.#planner = new BatchPlanner({
       ...parts,
@@ -137,7 +129,9 @@ export class TenantDelivery {
     const round = this.#round;
     round.wakeAt = minWake(round.wakeAt, out.wakeAt);
     round.more ||=
-      (out.more && (out.readOn || out.delivered + out.failed + out.deadLettered > 0)) ||
+      (out.more && out.readOn === true) ||
+      // rows went, failed or died: what waited behind them (a cut passed, a lane freed) goes next round
+      out.delivered + out.failed + out.deadLettered > 0 ||
       // a fence that failed: the tenant's ledger is read again, and its rows go, at once
       tenants.some((t) => t !== null && !this.#settledEverywhere(t) && this.#remotes.heldUntil(t, now) === null);
     out.wakeAt = round.wakeAt;

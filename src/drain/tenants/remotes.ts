@@ -49,11 +49,6 @@ export interface TenantRemotesParts {
   scheduler: Scheduler;
   /** A tenant's database was closed (least recently used, or held): what the drain kept of it may go. */
   closed?: (tenant: string) => void;
-  /**
-   * A tenant's ledger was created as its database was opened (a new database, or one dropped and made
-   * anew): what the drain kept of an earlier ledger there says nothing now.
-   */
-  ledgerCreated?: (tenant: string) => void;
 }
 
 /**
@@ -136,10 +131,7 @@ export class TenantRemotes {
     }
     try {
       const problem = await remote.ledger.setup();
-      if (problem === null) {
-        if (remote.ledger.created) this.parts.ledgerCreated?.(tenant);
-        return remote;
-      }
+      if (problem === null) return remote;
       this.schema(tenant, problem, now);
     } catch (error) {
       this.outage(tenant, error, "setting up its ledger", now);

@@ -185,4 +185,31 @@ export const MUTANTS: readonly Mutant[] = [
     budget: 1000,
     profile: "fleet",
   },
+  {
+    name: "one-tenant-holds-all",
+    why: "a tenant whose database is down holds every tenant of the template, not itself alone: the others' rows wait for it (free-lanes-advance)",
+    edits: [
+      {
+        file: "drain/tenants/remotes.ts",
+        find: "    const failing = this.#failing.get(tenant);\n    return failing !== undefined && failing.hold.until > now ? failing.hold.until : null;",
+        replace:
+          "    const failing = [...this.#failing.values()].find((f) => f.hold.until > now);\n    return failing !== undefined ? failing.hold.until : null;",
+      },
+    ],
+    budget: 200,
+    profile: "tenants",
+  },
+  {
+    name: "tenants-share-lanes",
+    why: "every tenant's rows are tracked as one set of lanes: one tenant's ledger throughs and holds are taken for another's (exactly-once, ledger, lane-order, drained)",
+    edits: [
+      {
+        file: "drain/table/lanes.ts",
+        find: "    if (tenant === null || !this.tenanted) return this.#own;",
+        replace: "    return this.#own;",
+      },
+    ],
+    budget: 200,
+    profile: "tenants",
+  },
 ];
