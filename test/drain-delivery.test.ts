@@ -16,7 +16,7 @@ import { createPgDb, type ServerDb } from "./support/server-db.ts";
 import type { TempDir } from "./support/tmp.ts";
 import { waitFor } from "./support/wait.ts";
 import { drainSide } from "./support/queue.ts";
-import { QueueForDrain } from "../src/outbox/drain-queue.ts";
+import { QueueForDrain } from "../src/outbox/queue-for-drain.ts";
 
 const cleanups = cleanupsAfterEach();
 const tmp = (): TempDir => tempDirCleanedBy(cleanups);

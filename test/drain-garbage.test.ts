@@ -10,7 +10,7 @@ import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";
 import { type Fault, FaultyWriter, memoryLogger, oneApp, type Tuning } from "./support/drain-harness.ts";
 import { waitFor } from "./support/wait.ts";
 import { drainSide } from "./support/queue.ts";
-import { QueueForDrain } from "../src/outbox/drain-queue.ts";
+import { QueueForDrain } from "../src/outbox/queue-for-drain.ts";
 
 const cleanups = cleanupsAfterEach();
 

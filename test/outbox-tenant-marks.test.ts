@@ -4,7 +4,7 @@
 // queue must only ever lose a prefix. These check the file itself.
 import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
-import { openDrainQueue } from "../src/outbox/drain-queue.ts";
+import { openDrainQueue } from "../src/outbox/queue-for-drain.ts";
 import { verifyFile } from "../src/outbox/inspect.ts";
 import { closeSharedOutboxes, SQLMiddleware } from "../src/outbox/middleware.ts";
 import { cleanupsAfterEach, tempDirCleanedBy } from "./support/cleanups.ts";

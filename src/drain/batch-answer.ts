@@ -121,9 +121,8 @@ export function applyAnswered(
   /** Tables whose rows an answer before dead-lettered, with a group that spans tables. */
   const touched = new Set<string>();
   for (const slice of batch.slices) {
-    // Its head's group went to the dead letters with its part in a table answered before: nothing to settle.
-    if (touched.has(slice.table.name) && slice.table.headGone(slice)) continue;
-    const answer = slice.table.applyAnswer(slice, answersOf(batch, slice, results), now(), attempts);
+    const answers = answersOf(batch, slice, results);
+    const answer = slice.table.applyAnswer(slice, answers, now(), attempts, touched.has(slice.table.name));
     for (const t of answer.touched ?? []) touched.add(t);
     slices.push({ table: slice.table, fenced: slice.fenced, delivered: answer.delivered });
     answered.rows += slice.rows.length;

@@ -1,5 +1,6 @@
 import type { Durability } from "../vocabulary.ts";
-import { drainQueueOn, type DrainQueue } from "../outbox/drain-queue.ts";
+import type { DrainQueue } from "../outbox/drain-queue.ts";
+import { drainQueueOn } from "../outbox/queue-for-drain.ts";
 import { QueueDb } from "../outbox/queue-db.ts";
 
 /**

@@ -3,7 +3,7 @@ import { describeError } from "../errors.ts";
 import { withFields, type Logger } from "../logger.ts";
 import type { Scheduler } from "../scheduler.ts";
 import { withTimeout } from "../timeout.ts";
-import { openDrainQueue } from "../outbox/drain-queue.ts";
+import { openDrainQueue } from "../outbox/queue-for-drain.ts";
 import { isTenantWriters, type OutboxWriter, type TenantWriters } from "../writers/writer.ts";
 import type { Dialect } from "../vocabulary.ts";
 import { BoundedWriter } from "./bounded-writer.ts";
@@ -366,11 +366,6 @@ export class TargetRunner {
     if (this.setupProblem) return { ok: false, why: `not set up: ${this.setupProblem}` };
     if (!this.prepared) return { ok: false, why: "starting" };
     return { ok: true };
-  }
-
-  /** The app this target belongs to (its db_dir and tuning). */
-  get appConfig(): AppConfig {
-    return this.app;
   }
 
   /** Ends every backoff and timed hold now (`sqloutbox kick`): the operator fixed the cause. */

@@ -2,7 +2,8 @@
 import { Database } from "bun:sqlite";
 import fs from "node:fs";
 import path from "node:path";
-import { type DrainQueue, drainQueueOn } from "../../src/outbox/drain-queue.ts";
+import type { DrainQueue } from "../../src/outbox/drain-queue.ts";
+import { drainQueueOn } from "../../src/outbox/queue-for-drain.ts";
 import { Outbox } from "../../src/outbox/outbox.ts";
 import type { QueueFile } from "../../src/outbox/queue-file.ts";
 

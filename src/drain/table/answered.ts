@@ -46,6 +46,7 @@ export function applyTableAnswer(
   now: number,
   groupAttempts: GroupAttempts,
   out: TableOutcome & { ledgerMissing: boolean },
+  deadElsewhere = false,
 ): void {
   const { progress, lanes, holds } = parts;
   const queue = parts.queue();
@@ -54,6 +55,11 @@ export function applyTableAnswer(
   const notApplied = () => {
     if (slice.lanes !== undefined) lanes.restart(head.tenant);
   };
+  // Another table's answer to this batch dead-lettered the head's group, with its rows here: nothing to settle.
+  if (deadElsewhere && head.grp !== null && !queue.holdsGroup(head.grp)) {
+    notApplied();
+    return;
+  }
   const answer = classifyAnswer(rows, slice.fenced, results, lanes.count === 1 ? undefined : lanes.leads(rows));
   // Whatever follows, what it carried is known now: a dead letter it carried was applied or not.
   parts.doubt.answered(slice, committedRows(answer, rows.length));

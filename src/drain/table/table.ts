@@ -16,6 +16,7 @@ import type { BackgroundPrune } from "./prune.ts";
 import type { TableDoubt } from "./doubt.ts";
 import type { TableFile } from "./file.ts";
 import type { ReadAhead } from "./read-ahead.ts";
+import type { TableTenants } from "./tenants.ts";
 import { tableWing } from "./wing.ts";
 import type {
   GroupAttempts,
@@ -68,11 +69,10 @@ export class DrainTable {
   readonly #doubt: TableDoubt;
   /** Whether this table is delivered through a ledger (its slices are fenced); set by the runner that serves it. */
   #applyingFenced = false;
-  /**
-   * Rows of this table delivered (settled from the ledger included), failed and dead-lettered since the drain
-   * started.
-   */
+  /** Rows of this table delivered (settled from the ledger too), failed and dead-lettered since the drain started. */
   readonly counts = { delivered: 0, failed: 0, deadLettered: 0 };
+  /** What a tenant template reads and settles of this table, tenant by tenant. */
+  readonly tenants: TableTenants;
 
   constructor(
     readonly config: TableConfig,
@@ -90,18 +90,13 @@ export class DrainTable {
       charges: this.#charges,
       prune: this.#prune,
       doubt: this.#doubt,
-    } = tableWing(config, this.file, parts, () => parts.opener(this)));
-    this.#answerParts = {
-      queue: () => this.#file.queue!,
-      progress: this.#progress,
-      lanes: this.#lanes,
-      charges: this.#charges,
-      holds: this.#holds,
-      doubt: this.#doubt,
-      now: parts.now,
+      answerParts: this.#answerParts,
+      tenants: this.tenants,
+    } = tableWing(config, this.file, parts, () => parts.opener(this), {
+      held: (now) => this.held(now),
+      settled: (confirmed, throughs, tenant) => this.#settled(confirmed, throughs, tenant),
       unsettle: (tenant) => this.unsettle(tenant),
-      ...(parts.tenantFault ? { tenantFault: parts.tenantFault } : {}),
-    };
+    }));
   }
 
   /** A cause found outside the table's own work (see TableHolds.hold). */
@@ -297,39 +292,6 @@ export class DrainTable {
   }
 
   /**
-   * A tenant template's: applies what `tenant`'s ledger (in its database) says of its rows (see
-   * TableProgress.settleLanes); null `throughs`: that database cannot tell now, read it again later.
-   * Returns how many rows were confirmed.
-   */
-  settleTenant(tenant: string, throughs: ReadonlyMap<string, number> | null): number {
-    if (throughs === null) {
-      this.#lanes.unsettle(tenant);
-      return 0;
-    }
-    return this.#settled(this.#progress.settleLanes(throughs, 0, tenant), throughs, tenant);
-  }
-
-  /** A tenant template's: whether `tenant`'s ledger rows were read (its rows may be planned). */
-  settledFor(tenant: string): boolean {
-    return this.#lanes.settled(tenant);
-  }
-
-  /**
-   * A tenant template's: up to `limit` tenants with rows here, by name, after `after` (null: from
-   * the first), and whether rows without a tenant are left; none while the queue is not open.
-   */
-  tenantsWithRows(after: string | null, limit: number): { tenants: string[]; withoutTenant: boolean } {
-    const queue = this.#file.queue;
-    if (queue === null || this.held(this.parts.now())) return { tenants: [], withoutTenant: false };
-    try {
-      return queue.tenantsWithRows(after, limit);
-    } catch (error) {
-      this.#holds.local(error, this.parts.now(), "listing the tenants with rows");
-      return { tenants: [], withoutTenant: false };
-    }
-  }
-
-  /**
    * After a settlement that read `throughs` (of `tenant`'s ledger rows): counted, the read-ahead stale, the
    * letters in doubt looked at.
    */
@@ -378,7 +340,7 @@ export class DrainTable {
     return { drafts, outcome: out };
   }
 
-  /** Whether nothing of the group that starts at `grp` is pending in this table any more (see GoneFrom); false when its file is not open. */
+  /** Whether nothing of the group from `grp` on is pending here (see GoneFrom); false with the file not open. */
   groupGone(grp: number): boolean {
     const queue = this.#file.queue;
     return queue !== null && !queue.holdsGroup(grp);
@@ -405,19 +367,6 @@ export class DrainTable {
     const before = this.#lanes.cursor(tenant) ?? 0;
     this.#progress.nothingSent(draft.lanes, tenant);
     return draft.more && (this.#lanes.cursor(tenant) ?? 0) > before ? "read on" : "wait";
-  }
-
-  /**
-   * A tenant template's: `tenant`'s database was closed; what this table knows of its lanes is read again
-   * when next needed.
-   */
-  forgetTenant(tenant: string): void {
-    this.#lanes.forget(tenant);
-  }
-
-  /** A draft the runner did not send (its tenant's database could not be opened): its rows are read again. */
-  unsent(draft: SliceDraft): void {
-    if (draft.lanes !== undefined) this.#lanes.restart(draft.rows[0]!.tenant);
   }
 
   /**
@@ -465,16 +414,20 @@ export class DrainTable {
     return { now: ctx.now, maxBytes: ctx.maxBytes, prepare: (row: OutboxRow) => ctx.prepare(this, row) };
   }
 
-  /** Applies the target's answer for this table's slice (see applyTableAnswer); a local failure holds the table. */
+  /**
+   * Applies the target's answer for this table's slice (see applyTableAnswer); a local failure holds the table.
+   * `deadElsewhere`: another table's answer to the batch dead-lettered a group that spans this table.
+   */
   applyAnswer(
     slice: TableSlice,
     results: WriteResult[],
     now: number,
     groupAttempts: GroupAttempts = NO_GROUP_ATTEMPTS,
+    deadElsewhere = false,
   ): TableOutcome & { ledgerMissing: boolean } {
     const out = { ...noOutcome(), ledgerMissing: false };
     try {
-      applyTableAnswer(this.#answerParts, slice, results, now, groupAttempts, out);
+      applyTableAnswer(this.#answerParts, slice, results, now, groupAttempts, out, deadElsewhere);
     } catch (error) {
       // Local error while settling: the rows stay queued; settlement from the ledger decides later.
       this.unsettle(slice.rows[0]!.tenant);
@@ -487,16 +440,6 @@ export class DrainTable {
   /** Rows a target applied wait for their local confirmation. */
   get hasApplied(): boolean {
     return this.#progress.hasApplied;
-  }
-
-  /** A tenant template's: the applied prefix is looked at again if the head moved (see TableProgress.lookAtHead). */
-  lookAtHead(now: number): void {
-    if (!this.#file.queue) return;
-    try {
-      this.#progress.lookAtHead();
-    } catch (error) {
-      this.#holds.local(error, now, "looking at the head");
-    }
   }
 
   /**
@@ -513,17 +456,6 @@ export class DrainTable {
       this.#holds.local(error, now, `confirming rows applied by ${this.parts.target}`);
       return false;
     }
-  }
-
-  /**
-   * Whether the head of `slice` is no longer pending — dead-lettered with its group by another table's
-   * answer to the same batch: the slice is not answered; the next read starts at the head.
-   */
-  headGone(slice: TableSlice): boolean {
-    const head = slice.rows[0]!;
-    if (head.grp === null || this.#file.queue?.holdsGroup(head.grp) !== false) return false;
-    if (slice.lanes !== undefined) this.#lanes.restart(head.tenant);
-    return true;
   }
 
   /**

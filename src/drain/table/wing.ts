@@ -10,6 +10,8 @@ import { TableProgress } from "./progress.ts";
 import { BackgroundPrune } from "./prune.ts";
 import { ReadAhead } from "./read-ahead.ts";
 import type { TablePartsOf } from "./slice.ts";
+import type { AnsweredParts } from "./answered.ts";
+import { TableTenants, type TableTenantsParts } from "./tenants.ts";
 
 /** The parts of one table's wing: each the one writer of its own state, wired to the others it asks. */
 export interface TableWing {
@@ -22,6 +24,14 @@ export interface TableWing {
   charges: HeadCharges;
   prune: BackgroundPrune;
   doubt: TableDoubt;
+  /** What applying an answer works with (see applyTableAnswer). */
+  answerParts: AnsweredParts;
+  tenants: TableTenants;
+}
+
+/** What the wing asks of the table it serves. */
+export interface TableFace extends Pick<TableTenantsParts, "held" | "settled"> {
+  unsettle(tenant: string | null): void;
 }
 
 /**
@@ -34,6 +44,7 @@ export function tableWing(
   path: string,
   parts: Omit<TablePartsOf<unknown>, "opener">,
   open: () => DrainQueue,
+  face: TableFace,
 ): TableWing {
   const { app, target, logger, now, scheduler } = parts;
   const table = config.name;
@@ -56,5 +67,12 @@ export function tableWing(
   const retain = { retainLogDays: config.retainLogDays, retainReplayedDays: app.retainReplayedDays };
   const prune = new BackgroundPrune({ table, file: path, ...retain, logger, now, scheduler, queue });
   if (config.injectOutboxSeq) holds.wait("compat setup", now());
-  return { file, holds, lanes, progress, planning, ahead, charges, prune, doubt };
+  const answerParts: AnsweredParts = {
+    queue: () => file.queue!,
+    ...{ progress, lanes, charges, holds, doubt, now },
+    unsettle: (tenant) => face.unsettle(tenant),
+    ...(parts.tenantFault ? { tenantFault: parts.tenantFault } : {}),
+  };
+  const tenants = new TableTenants({ file, holds, lanes, progress, now, held: face.held, settled: face.settled });
+  return { file, holds, lanes, progress, planning, ahead, charges, prune, doubt, answerParts, tenants };
 }

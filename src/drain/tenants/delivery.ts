@@ -57,7 +57,7 @@ export class TenantDelivery {
     this.#remotes = new TenantRemotes({
       ...parts,
       closed: (tenant) => {
-        for (const table of parts.tables) table.forgetTenant(tenant);
+        for (const table of parts.tables) table.tenants.forget(tenant);
       },
     });
     this.#planner = new BatchPlanner({
@@ -155,7 +155,7 @@ export class TenantDelivery {
         const remote = tenant === null ? null : await this.#remotes.use(tenant, now);
         if (remote === null) {
           // Its database could not be opened (it is held now): its rows are read again when the hold ends.
-          for (const draft of tenantDrafts) draft.table.unsent(draft);
+          for (const draft of tenantDrafts) draft.table.tenants.unsent(draft);
           if (tenant !== null) out.wakeAt = minWake(out.wakeAt, this.#remotes.heldUntil(tenant, now));
           continue;
         }
@@ -191,7 +191,7 @@ export class TenantDelivery {
       let until: string | null = null;
       const names = new Set<string>();
       for (const table of tables) {
-        const found = table.tenantsWithRows(after, room + 1);
+        const found = table.tenants.withRows(after, room + 1);
         withoutTenant ||= found.withoutTenant;
         for (const t of found.tenants) names.add(t);
         const last = found.tenants.at(-1);
@@ -218,7 +218,7 @@ export class TenantDelivery {
 
   /** Whether every open table has read `tenant`'s ledger rows. */
   #settledEverywhere(tenant: string): boolean {
-    return this.#parts.tables.every((table) => !table.isOpen || table.settledFor(tenant));
+    return this.#parts.tables.every((table) => !table.isOpen || table.tenants.settled(tenant));
   }
 
   /**
@@ -271,7 +271,7 @@ export class TenantDelivery {
             const read = rows[i]!;
             unreadable ||= read === null;
             try {
-              table.settleTenant(tenant, read);
+              table.tenants.settle(tenant, read);
             } catch (error) {
               table.hold({ reason: "local", error, what: `settling tenant "${tenant}" from its ledger` }, now);
             }
@@ -340,7 +340,7 @@ export class TenantDelivery {
   /** Confirms locally the rows the tenants' databases applied (see Delivery.confirmApplied). */
   async confirmApplied(turn: (() => Promise<unknown>) | null = null, markBehind = false): Promise<void> {
     for (const table of this.#parts.tables) {
-      table.lookAtHead(this.#parts.now());
+      table.tenants.lookAtHead();
       if (!table.hasApplied) continue;
       if (turn) await turn();
       while (table.confirmApplied(this.#parts.now(), markBehind)) await this.#parts.scheduler.sleep(0);
