@@ -94,7 +94,7 @@ export class TableProgress {
    * be marked applied (DrainQueue.markApplied) if a round of the tenants ends and they still wait.
    */
   #toMark: number[] = [];
-  /** A tenant template's: the head the last scan of the applied prefix started at (see lookAtHead). */
+  /** A tenant template's: the head the last scan of the applied prefix left (see lookAtHead). */
   #scannedHead: number | null = null;
 
   constructor(private readonly parts: ProgressParts) {}
