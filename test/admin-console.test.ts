@@ -361,7 +361,7 @@ describeSlow("the operator console", "build the binary and drive the console in 
       expect(backoffLeft).toBeGreaterThan(3_000);
       const clicked = Date.now();
       // Clicked in the page, not at its coordinates: the refresh after signing in may still move the layout.
-      await page.$eval("#tenant-retry", (b) => (b as HTMLButtonElement).click());
+      await page.$eval("#tenant-retry", (b) => (b as unknown as { click(): void }).click());
       await page.waitForSelector("#confirm[open]");
       expect(await page.$eval("#confirm-text", (e) => e.textContent)).toContain("Retry tenant g7 now?");
       await page.click("#confirm-ok");
