@@ -57,6 +57,8 @@ export interface DrainQueue {
    */
   tenantsWithRows(after: string | null, limit: number): { tenants: string[]; withoutTenant: boolean };
   head(): OutboxRow | null;
+  /** The head's seq alone (no row read), or null when the queue is empty. */
+  headSeq(): number | null;
   pendingCount(): number;
   /** Whether a row of the group that starts at seq `grp` (one transaction across tables) is still pending here. */
   holdsGroup(grp: number): boolean;

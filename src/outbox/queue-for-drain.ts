@@ -53,6 +53,11 @@ export class QueueForDrain extends QueueView implements DrainQueue {
     return this.#reader.read(limit, maxBytes, ready, after, skip, { tenant });
   }
 
+  headSeq(): number | null {
+    this.queueFile.ensureOpen();
+    return this.queueFile.read("cannot read the head", () => this.queueFile.headSeq());
+  }
+
   holdsGroup(grp: number): boolean {
     this.queueFile.ensureOpen();
     const file = this.queueFile;

@@ -124,6 +124,10 @@ export class FakeQueue implements DrainQueue {
     return this.rows[0] ? { ...this.rows[0] } : null;
   }
 
+  headSeq(): number | null {
+    return this.rows[0]?.seq ?? null;
+  }
+
   holdsGroup(grp: number): boolean {
     return this.rows.some((r) => r.grp === grp);
   }

@@ -406,7 +406,7 @@ export class TableProgress {
    */
   lookAtHead(): void {
     if (!this.parts.lanes.tenanted || this.#prefixDue) return;
-    const head = this.parts.queue().head()?.seq ?? null;
+    const head = this.parts.queue().headSeq();
     if (head !== this.#scannedHead) this.#prefixDue = true;
   }
 
@@ -430,7 +430,7 @@ export class TableProgress {
       this.#prefixDue = false;
       const bound = this.#appliedPrefix(queue.confirmChunkRows);
       const confirmed = this.confirm(bound.seq);
-      this.#scannedHead = queue.head()?.seq ?? null;
+      this.#scannedHead = queue.headSeq();
       this.parts.lanes.prune(bound.seq);
       this.#toMark = this.#toMark.filter((seq) => seq > bound.seq);
       this.#prefixDue = bound.more && confirmed > 0;

@@ -69,7 +69,12 @@ export function tableWing(
   if (config.injectOutboxSeq) holds.wait("compat setup", now());
   const answerParts: AnsweredParts = {
     queue: () => file.queue!,
-    ...{ progress, lanes, charges, holds, doubt, now },
+    progress,
+    lanes,
+    charges,
+    holds,
+    doubt,
+    now,
     unsettle: (tenant) => face.unsettle(tenant),
     ...(parts.tenantFault ? { tenantFault: parts.tenantFault } : {}),
   };
